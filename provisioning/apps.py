@@ -1,0 +1,5 @@
+from django.apps import AppConfig
+
+
+class ProvisioningConfig(AppConfig):
+    name = "provisioning"

@@ -1,0 +1,128 @@
+"""Shared fixtures: personas, API clients with real tokens, real worker and ASGI processes,
+and a real websocket client."""
+
+import json
+
+import pytest
+from django.core.cache import caches
+from django.test import Client
+from rest_framework.test import APIClient
+
+from tests import processes
+from vclmgr import tokens
+
+
+@pytest.fixture(autouse=True)
+def _fresh_throttle():
+    caches["throttle"].clear()
+
+
+@pytest.fixture
+def admin_user(django_user_model):
+    return django_user_model.objects.create_user(
+        "admin", "admin@example.org", "admin-pass-1", is_staff=True, is_superuser=True
+    )
+
+
+@pytest.fixture
+def alice(django_user_model):
+    return django_user_model.objects.create_user("alice", "alice@example.org", "alice-pass-1")
+
+
+@pytest.fixture
+def bob(django_user_model):
+    return django_user_model.objects.create_user("bob", "bob@example.org", "bob-pass-1")
+
+
+@pytest.fixture
+def api():
+    """``api(user, write=True)`` → an APIClient authenticated with a fresh real token."""
+
+    def make(user=None, write=True):
+        client = APIClient()
+        if user is not None:
+            _, clear = tokens.issue(user, f"test-{user.pk}-{write}-{id(client)}", write_enabled=write)
+            client.credentials(HTTP_AUTHORIZATION=f"Bearer {clear}")
+        return client
+
+    return make
+
+
+@pytest.fixture
+def worker(transactional_db, tmp_path):
+    """A real django-q2 cluster process on the test database."""
+    child = processes.start_worker(tmp_path)
+    yield child
+    child.stop()
+
+
+@pytest.fixture
+def asgi_server(transactional_db, tmp_path):
+    """A real daphne process serving vclmgr on a free port."""
+    child = processes.start_asgi(tmp_path)
+    yield child
+    child.stop()
+
+
+@pytest.fixture
+def session_cookie(transactional_db):
+    """``session_cookie(user)`` → a Cookie header value for a logged-in session."""
+
+    def make(user):
+        client = Client()
+        client.force_login(user)
+        return f"sessionid={client.cookies['sessionid'].value}"
+
+    return make
+
+
+class WsClient:
+    """A real websocket client (the ``websockets`` library) speaking the events protocol."""
+
+    def __init__(self, connection):
+        self.connection = connection
+
+    def send(self, message):
+        self.connection.send(json.dumps(message))
+
+    def receive(self, timeout=5):
+        return json.loads(self.connection.recv(timeout=timeout))
+
+    def receive_until(self, predicate, timeout=5):
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self.receive(timeout=max(0.01, deadline - time.monotonic()))
+            if predicate(message):
+                return message
+
+    def close(self):
+        self.connection.close()
+
+
+@pytest.fixture
+def ws_connect(asgi_server):
+    """``ws_connect(path, cookie=None, headers=None)`` → a connected WsClient."""
+    from websockets.sync.client import connect
+
+    opened = []
+
+    def make(path="/ws/events/", cookie=None, headers=None, origin=None):
+        extra = dict(headers or {})
+        if cookie:
+            extra["Cookie"] = cookie
+        client = WsClient(
+            connect(
+                f"ws://127.0.0.1:{asgi_server.port}{path}",
+                additional_headers=extra,
+                origin=origin or f"http://127.0.0.1:{asgi_server.port}",
+                open_timeout=10,
+            )
+        )
+        opened.append(client)
+        return client
+
+    yield make
+    for client in opened:
+        client.close()

@@ -1,0 +1,124 @@
+"""Real processes for tests: a django-q2 worker cluster and an ASGI server (daphne),
+pointed at the test database so they see what the test writes (use ``transactional_db``).
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_database_url():
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    user = db.get("USER") or "postgres"
+    host = db.get("HOST") or "127.0.0.1"
+    return f"postgres://{user}@{host}:{db.get('PORT') or 5432}/{db['NAME']}"
+
+
+def child_env(**extra):
+    env = dict(os.environ)
+    env.update(
+        {
+            "DATABASE_URL": test_database_url(),
+            "DJANGO_SETTINGS_MODULE": "vclmgr.settings",
+            "VCLMGR_QUEUE_NAME": settings.Q_CLUSTER["name"],
+            "DEBUG": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if settings.REDIS_URL:
+        env["REDIS_URL"] = settings.REDIS_URL
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Child:
+    """A child process in its own session, killed with everything it spawned."""
+
+    def __init__(self, args, env, log_path):
+        self.log_path = log_path
+        self.log = open(log_path, "wb")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def output(self):
+        self.log.flush()
+        return Path(self.log_path).read_text(errors="replace")
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+                self.proc.wait(timeout=timeout)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.log.close()
+
+
+def wait_for(predicate, timeout, what, child=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if child is not None and not child.alive():
+            raise AssertionError(f"{what}: process exited early:\n{child.output()[-3000:]}")
+        time.sleep(0.1)
+    detail = f"\n{child.output()[-3000:]}" if child is not None else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
+
+
+def start_worker(tmp_path, workers=1, **env):
+    from vclmgr.health import live_worker_count
+
+    child = Child(
+        [sys.executable, "manage.py", "qcluster"], child_env(VCLMGR_WORKERS=workers, **env), tmp_path / "worker.log"
+    )
+    wait_for(lambda: live_worker_count() >= workers, 30, "the worker cluster to report its workers", child)
+    return child
+
+
+def start_asgi(tmp_path, **env):
+    port = free_port()
+    child = Child(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "vclmgr.asgi:application"],
+        child_env(**env),
+        tmp_path / "asgi.log",
+    )
+
+    def listening():
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(listening, 30, "daphne to listen", child)
+    child.url = f"http://127.0.0.1:{port}"
+    child.port = port
+    return child

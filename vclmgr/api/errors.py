@@ -1,0 +1,78 @@
+"""One JSON error format for the whole API.
+
+    {"error": {"status": 400, "code": "invalid", "message": "…", "fields": {"name": ["…"]}}}
+
+``fields`` appears for validation errors only; nested serializer errors are flattened to
+dotted paths (``disks.0.size``).
+"""
+
+import logging
+
+from django.http import JsonResponse
+from rest_framework.exceptions import ValidationError
+from rest_framework.views import exception_handler as drf_exception_handler
+
+log = logging.getLogger(__name__)
+
+
+def error_body(status, code, message, fields=None):
+    error = {"status": status, "code": code, "message": message}
+    if fields:
+        error["fields"] = fields
+    return {"error": error}
+
+
+def _flatten(detail, prefix=""):
+    if isinstance(detail, dict):
+        out = {}
+        for key, value in detail.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    if isinstance(detail, list) and detail and all(isinstance(i, (dict, list)) for i in detail):
+        out = {}
+        for index, value in enumerate(detail):
+            out.update(_flatten(value, f"{prefix}{index}."))
+        return out
+    messages = [str(m) for m in detail] if isinstance(detail, list) else [str(detail)]
+    return {prefix.rstrip(".") or "non_field_errors": messages}
+
+
+def exception_handler(exc, context):
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, ValidationError):
+        fields = _flatten(response.data)
+        first = next(iter(fields.items()))
+        message = first[1][0] if first[0] == "non_field_errors" else f"{first[0]}: {first[1][0]}"
+        response.data = error_body(response.status_code, "invalid", message, fields)
+    else:
+        detail = getattr(exc, "detail", None)
+        code = getattr(detail, "code", None) or getattr(exc, "default_code", "error")
+        response.data = error_body(response.status_code, str(code), str(detail or exc))
+    return response
+
+
+class ApiJsonErrorsMiddleware:
+    """Under /api/, an error that escaped DRF (404 of an unknown URL, a crash) is JSON too."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (
+            request.path.startswith("/api/")
+            and response.status_code >= 400
+            and not response.get("Content-Type", "").startswith("application/json")
+        ):
+            status = response.status_code
+            message = {404: "Not found.", 405: "Method not allowed.", 403: "Forbidden."}.get(status, "Error.")
+            return JsonResponse(error_body(status, "error", message), status=status)
+        return response
+
+    def process_exception(self, request, exception):
+        if not request.path.startswith("/api/"):
+            return None
+        log.exception("unhandled API error on %s %s", request.method, request.path)
+        return JsonResponse(error_body(500, "server_error", "Internal server error."), status=500)

@@ -1,0 +1,45 @@
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from rest_framework import serializers
+
+from vclmgr.models import ApiToken, Event
+
+
+class UserSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = get_user_model()
+        fields = ["id", "username", "first_name", "last_name", "email", "is_staff"]
+        read_only_fields = fields
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "write_enabled", "created", "expires", "last_used"]
+        read_only_fields = ["id", "prefix", "created", "last_used"]
+
+    def validate_expires(self, value):
+        if value is not None and value <= timezone.now():
+            raise serializers.ValidationError("must be in the future")
+        return value
+
+    def validate_name(self, value):
+        user = self.context["request"].user
+        if ApiToken.objects.filter(user=user, name=value).exists():
+            raise serializers.ValidationError("you already have a token with this name")
+        return value
+
+
+class NewApiTokenSerializer(ApiTokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="Shown once; store it now.")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+
+
+class EventSerializer(serializers.ModelSerializer):
+    time = serializers.DateTimeField(source="created")
+
+    class Meta:
+        model = Event
+        fields = ["id", "topic", "kind", "time", "data"]

@@ -1,0 +1,68 @@
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from vclmgr import events, tokens, topics
+from vclmgr.api.serializers import ApiTokenSerializer, EventSerializer, NewApiTokenSerializer, UserSerializer
+from vclmgr.models import ApiToken
+
+
+class MeView(APIView):
+    @extend_schema(responses=UserSerializer)
+    def get(self, request):
+        return Response(UserSerializer(request.user).data)
+
+
+class ApiTokenViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Your own API tokens. The token itself is returned once, by create."""
+
+    serializer_class = ApiTokenSerializer
+    queryset = ApiToken.objects.none()
+    ordering_fields = ["created", "name"]
+
+    def get_queryset(self):
+        return ApiToken.objects.filter(user=self.request.user)
+
+    @extend_schema(request=ApiTokenSerializer, responses={201: NewApiTokenSerializer})
+    def create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        row, clear = tokens.issue(request.user, **serializer.validated_data)
+        data = NewApiTokenSerializer(row).data
+        data["token"] = clear
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance):
+        tokens.revoke(self.request.user, instance.pk)
+
+
+class EventListView(APIView):
+    """Events after an id, for clients that poll instead of holding a websocket."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("topic", OpenApiTypes.STR, many=True, required=True),
+            OpenApiParameter("since", OpenApiTypes.INT, required=False),
+        ],
+        responses=EventSerializer(many=True),
+    )
+    def get(self, request):
+        wanted = request.query_params.getlist("topic")
+        if not wanted:
+            raise ValidationError({"topic": ["give at least one topic"]})
+        denied = [t for t in wanted if not topics.may_subscribe(request.user, t)]
+        if denied:
+            raise PermissionDenied(f"not allowed to read topic {denied[0]}")
+        try:
+            since = int(request.query_params.get("since", 0))
+        except ValueError:
+            raise ValidationError({"since": ["must be an integer"]}) from None
+        if since < 0 or since > 2**62:
+            raise ValidationError({"since": ["out of range"]})
+        return Response(EventSerializer(events.since(wanted, since, limit=500), many=True).data)

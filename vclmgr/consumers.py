@@ -1,0 +1,104 @@
+"""``/ws/events/``: authenticated, per-topic-authorised live events with resume.
+
+Protocol (JSON text frames):
+  client → {"action": "subscribe", "topics": ["user.5"], "since": 1234}   since optional
+  server → {"type": "subscribed", "topics": [...], "denied": [...], "last_id": N}
+  server → {"type": "event", "id": …, "topic": …, "kind": …, "time": …, "data": {…}}
+  client → {"action": "unsubscribe", "topics": [...]}
+``?topics=a,b&since=N`` in the URL subscribes at connect. Events after ``since`` are
+replayed from the outbox first, so a reconnecting client misses nothing.
+"""
+
+from collections import deque
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from vclmgr import events, topics
+from vclmgr.relay import _max_id, group_name, relay
+
+CLOSE_UNAUTHENTICATED = 4401
+MAX_TOPICS = 50
+
+
+class EventConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self):
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        self.baseline = {}  # topic -> last id the client already has
+        self.recent = deque(maxlen=2000)
+        self.recent_set = set()
+        await self.accept()
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        wanted = [t for value in query.get("topics", []) for t in value.split(",") if t]
+        if wanted:
+            await self.subscribe(wanted, _parse_since(query.get("since", [None])[0]))
+
+    async def disconnect(self, code):
+        for topic in list(getattr(self, "baseline", {})):
+            await self._leave(topic)
+
+    async def receive_json(self, content, **kwargs):
+        if not isinstance(content, dict):
+            await self.send_json({"type": "error", "message": "expected a JSON object"})
+            return
+        action = content.get("action")
+        wanted = content.get("topics")
+        if action not in {"subscribe", "unsubscribe"} or not isinstance(wanted, list):
+            usage = "expected {action: subscribe|unsubscribe, topics: [...]}"
+            await self.send_json({"type": "error", "message": usage})
+            return
+        wanted = [t for t in wanted if isinstance(t, str)]
+        if action == "subscribe":
+            await self.subscribe(wanted, _parse_since(content.get("since")))
+        else:
+            for topic in wanted:
+                if topic in self.baseline:
+                    await self._leave(topic)
+            await self.send_json({"type": "unsubscribed", "topics": wanted})
+
+    async def subscribe(self, wanted, since):
+        user = self.scope["user"]
+        allowed, denied = [], []
+        for topic in wanted[:MAX_TOPICS]:
+            ok = await database_sync_to_async(topics.may_subscribe)(user, topic)
+            (allowed if ok else denied).append(topic)
+        latest = await database_sync_to_async(_max_id)()
+        start = latest if since is None else since
+        fresh = [t for t in allowed if t not in self.baseline]
+        for topic in fresh:
+            self.baseline[topic] = start
+            await self.channel_layer.group_add(group_name(topic), self.channel_name)
+            relay.subscribe(topic)
+        await self.send_json({"type": "subscribed", "topics": allowed, "denied": denied, "last_id": latest})
+        if fresh and since is not None:
+            for event in await database_sync_to_async(events.since)(fresh, since):
+                await self._deliver(event.as_message())
+
+    async def event_message(self, message):
+        await self._deliver(message["event"])
+
+    async def _deliver(self, event):
+        topic, event_id = event["topic"], event["id"]
+        if topic not in self.baseline or event_id <= self.baseline[topic] or event_id in self.recent_set:
+            return
+        if len(self.recent) == self.recent.maxlen:
+            self.recent_set.discard(self.recent[0])
+        self.recent.append(event_id)
+        self.recent_set.add(event_id)
+        await self.send_json({"type": "event", **event})
+
+    async def _leave(self, topic):
+        self.baseline.pop(topic, None)
+        await self.channel_layer.group_discard(group_name(topic), self.channel_name)
+        relay.unsubscribe(topic)
+
+
+def _parse_since(value):
+    try:
+        return None if value is None else max(0, int(value))
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,94 @@
+"""Strict readers for environment settings.
+
+Every value is validated where it is read, so a bad value stops the start with a message
+naming the variable instead of failing later somewhere far away. A variable ``NAME`` may
+also be given as ``NAME_FILE`` (a path whose content is the value), for secrets mounted as
+files.
+"""
+
+import os
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+_UNSET = object()
+
+
+class Env:
+    def __init__(self, environ=None):
+        self.environ = os.environ if environ is None else environ
+
+    def raw(self, name):
+        """The value of NAME, else the content of the file named by NAME_FILE, else None."""
+        if name in self.environ:
+            return self.environ[name]
+        path = self.environ.get(f"{name}_FILE")
+        if path is None:
+            return None
+        try:
+            return Path(path).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE: cannot read {path}: {exc.strerror}") from exc
+
+    def str(self, name, default=_UNSET):
+        value = self.raw(name)
+        if value is None:
+            if default is _UNSET:
+                raise ImproperlyConfigured(f"{name} is required")
+            return default
+        return value
+
+    def bool(self, name, default):
+        value = self.raw(name)
+        if value is None:
+            return default
+        lowered = value.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        raise ImproperlyConfigured(f"{name}: expected a boolean (1/0, true/false, yes/no), got {value!r}")
+
+    def int(self, name, default, minimum=None, maximum=None):
+        value = self.raw(name)
+        if value is None:
+            return default
+        try:
+            number = int(value)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: expected an integer, got {value!r}") from None
+        if minimum is not None and number < minimum:
+            raise ImproperlyConfigured(f"{name}: must be at least {minimum}, got {number}")
+        if maximum is not None and number > maximum:
+            raise ImproperlyConfigured(f"{name}: must be at most {maximum}, got {number}")
+        return number
+
+    def float(self, name, default, minimum=None):
+        value = self.raw(name)
+        if value is None:
+            return default
+        try:
+            number = float(value)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: expected a number, got {value!r}") from None
+        if minimum is not None and number < minimum:
+            raise ImproperlyConfigured(f"{name}: must be at least {minimum}, got {number}")
+        return number
+
+    def list(self, name, default):
+        value = self.raw(name)
+        if value is None:
+            return list(default)
+        return [item.strip() for item in value.split(",") if item.strip()]
+
+    def url(self, name, schemes, default=None):
+        value = self.raw(name)
+        if value is None or value == "":
+            return default
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme not in schemes:
+            allowed = ", ".join(sorted(schemes))
+            raise ImproperlyConfigured(f"{name}: unsupported URL scheme {scheme!r} (use one of: {allowed})")
+        return value

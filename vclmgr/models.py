@@ -1,0 +1,56 @@
+"""Core models: the event outbox and API tokens."""
+
+from django.conf import settings
+from django.db import models
+
+
+class Event(models.Model):
+    """One state change, written in the same transaction as the change itself (outbox).
+
+    A relay in each ASGI process reads new rows and forwards them to the websockets
+    subscribed to ``topic``; a reconnecting client asks for rows after its last ``id``.
+    """
+
+    created = models.DateTimeField(auto_now_add=True, db_index=True)
+    topic = models.CharField(max_length=100)
+    kind = models.CharField(max_length=100)
+    data = models.JSONField(default=dict)
+
+    class Meta:
+        indexes = [models.Index(fields=["topic", "id"], name="event_topic_id")]
+
+    def __str__(self):
+        return f"#{self.id} {self.topic} {self.kind}"
+
+    def as_message(self):
+        return {
+            "id": self.id,
+            "topic": self.topic,
+            "kind": self.kind,
+            "time": self.created.isoformat(),
+            "data": self.data,
+        }
+
+
+class ApiToken(models.Model):
+    """An API token for integrations. Only a SHA-256 digest is stored; the token is shown once.
+
+    Tokens are 256-bit random strings, so a fast digest is as good as a slow password hash
+    here and keeps authentication to one indexed lookup.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="The first characters, to recognise a token.")
+    digest = models.CharField(max_length=64, unique=True)
+    write_enabled = models.BooleanField(default=False)
+    created = models.DateTimeField(auto_now_add=True)
+    expires = models.DateTimeField(null=True, blank=True)
+    last_used = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "name"], name="apitoken_unique_name_per_user")]
+        ordering = ["-created"]
+
+    def __str__(self):
+        return f"{self.name} ({self.prefix}…)"

@@ -1,0 +1,7 @@
+from django.urls import path
+
+from vclmgr.consumers import EventConsumer
+
+websocket_urlpatterns = [
+    path("ws/events/", EventConsumer.as_asgi()),
+]

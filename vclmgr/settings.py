@@ -1,0 +1,284 @@
+"""vclmgr settings, read from the environment (see README "Configuration").
+
+Two shapes share this file: the embedded default (SQLite, django-q2's ORM broker, the
+in-memory channel layer, a file cache; nothing to install) and the scaled-out one
+(``DATABASE_URL`` to PostgreSQL, ``REDIS_URL`` for broker, channel layer and cache).
+"""
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from vclmgr.env import Env
+
+env = Env()
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env.str("VCLMGR_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+# Test runs in parallel (pytest-xdist) and the worker processes they start share one
+# machine; this suffix keeps their queues, caches and stats apart.
+_ISOLATION = env.str("PYTEST_XDIST_WORKER", "")
+
+DEBUG = env.bool("DEBUG", False)
+
+
+def _secret_key():
+    key = env.str("SECRET_KEY", None)
+    if key:
+        return key
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is required when DEBUG is off (or set SECRET_KEY_FILE); "
+            "for development set DEBUG=1 and one is generated into var/"
+        )
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", [])
+for _origin in CSRF_TRUSTED_ORIGINS:
+    if "://" not in _origin:
+        raise ImproperlyConfigured(f"CSRF_TRUSTED_ORIGINS: {_origin!r} needs a scheme (https://…)")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_q",
+    "channels",
+    "import_export",
+    "django_htmx",
+    "taggit",
+    "vclmgr.apps.VclmgrConfig",
+    "inventory.apps.InventoryConfig",
+    "provisioning.apps.ProvisioningConfig",
+    "reservations.apps.ReservationsConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "vclmgr.api.errors.ApiJsonErrorsMiddleware",
+]
+
+ROOT_URLCONF = "vclmgr.urls"
+ASGI_APPLICATION = "vclmgr.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database -------------------------------------------------------------------------
+DATABASE_URL = env.url(
+    "DATABASE_URL",
+    schemes={"sqlite", "postgres", "postgresql", "pgsql"},
+    default=f"sqlite:///{VAR_DIR / 'vclmgr.sqlite3'}",
+)
+try:
+    _db = dj_database_url.parse(DATABASE_URL)
+except ValueError as exc:
+    raise ImproperlyConfigured(f"DATABASE_URL: {exc}") from exc
+
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # Web and worker processes write at once: WAL + a busy timeout + IMMEDIATE
+    # transactions are what keep SQLite from answering "database is locked".
+    _db["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
+    }
+    # A file, not memory, so worker processes started by tests see the test database.
+    _db["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+else:
+    _db["CONN_HEALTH_CHECKS"] = True
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- broker, channel layer, cache -----------------------------------------------------
+REDIS_URL = env.url("REDIS_URL", schemes={"redis", "rediss", "unix"})
+QUEUE_NAME = env.str("VCLMGR_QUEUE_NAME", "vclmgr" + (f"-{_ISOLATION}" if _ISOLATION else ""))
+
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": QUEUE_NAME,
+        },
+    }
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": f"asgi-{QUEUE_NAME}"},
+        },
+    }
+else:
+    # A file cache is shared by every process on the machine, which django-q2 needs
+    # to report its workers to /healthz.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(VAR_DIR / "cache" / (QUEUE_NAME)),
+        },
+    }
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+CACHES["throttle"] = (
+    {**CACHES["default"], "KEY_PREFIX": f"throttle-{QUEUE_NAME}"}
+    if REDIS_URL
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "throttle"}
+)
+
+Q_CLUSTER = {
+    "name": QUEUE_NAME,
+    "workers": env.int("VCLMGR_WORKERS", 2, minimum=1, maximum=64),
+    # A step that outlasts `retry` would be delivered twice: keep timeout < retry.
+    "timeout": env.int("VCLMGR_TASK_TIMEOUT", 300, minimum=1),
+    "retry": env.int("VCLMGR_TASK_TIMEOUT", 300, minimum=1) + 60,
+    "max_attempts": 3,
+    "catch_up": False,
+    "save_limit": 1000,
+    "ack_failures": True,
+    "poll": 0.2,
+    "guard_cycle": 0.5,
+    "cache": "default",
+    "label": "Task queue",
+}
+if REDIS_URL:
+    Q_CLUSTER["redis"] = REDIS_URL
+else:
+    Q_CLUSTER["orm"] = "default"
+
+# --- auth, API ------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "vclmgr.api.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["vclmgr.api.permissions.IsAuthenticatedWithTokenScope"],
+    "DEFAULT_PAGINATION_CLASS": "vclmgr.api.pagination.Pagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.SearchFilter",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "vclmgr.api.errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "vclmgr.api.throttling.AnonThrottle",
+        "vclmgr.api.throttling.UserThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "anon": env.str("API_THROTTLE_ANON", "120/min"),
+        "user": env.str("API_THROTTLE_USER", "6000/min"),
+    },
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "vclmgr API",
+    "DESCRIPTION": "Self-service virtual computing lab and cluster virtualization manager.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {
+            "tokenAuth": {"type": "http", "scheme": "bearer", "description": "An API token (vcl_…)"}
+        }
+    },
+    "SECURITY": [{"tokenAuth": []}, {"cookieAuth": []}],
+}
+
+# Key for encrypting hypervisor credentials at rest (Fernet, urlsafe base64 of 32 bytes).
+CREDENTIAL_KEY = env.str("CREDENTIAL_KEY", None)
+
+# --- events ---------------------------------------------------------------------------
+EVENTS_POLL_SECONDS = env.float("EVENTS_POLL_SECONDS", 0.2, minimum=0.01)
+EVENTS_RETENTION_DAYS = env.int("EVENTS_RETENTION_DAYS", 7, minimum=1)
+HEALTHZ_REQUIRE_WORKERS = env.bool("HEALTHZ_REQUIRE_WORKERS", True)
+
+# --- i18n, static ---------------------------------------------------------------------
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env.str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# --- security -------------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", not DEBUG)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", not DEBUG)
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", not DEBUG)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", False)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+if env.bool("TRUST_X_FORWARDED_PROTO", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SILENCED_SYSTEM_CHECKS = env.list("SILENCED_SYSTEM_CHECKS", [])
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(processName)s %(name)s %(levelname)s %(message)s"}},
+    "handlers": {"stdout": {"class": "logging.StreamHandler", "formatter": "plain", "stream": "ext://sys.stdout"}},
+    "root": {"handlers": ["stdout"], "level": env.str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,49 @@
+"""API tokens: issue, resolve and revoke. The only place that sees a token in clear."""
+
+import hashlib
+import secrets
+
+from django.db import transaction
+from django.utils import timezone
+
+from vclmgr.models import ApiToken
+
+TOKEN_PREFIX = "vcl_"  # noqa: S105 (a marker, not a secret)
+
+
+def digest(token):
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@transaction.atomic
+def issue(user, name, write_enabled=False, expires=None):
+    """Create a token; returns (row, clear_token). The clear token is never stored."""
+    clear = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = ApiToken.objects.create(
+        user=user,
+        name=name,
+        prefix=clear[: len(TOKEN_PREFIX) + 6],
+        digest=digest(clear),
+        write_enabled=write_enabled,
+        expires=expires,
+    )
+    return row, clear
+
+
+def resolve(clear):
+    """The live token row for a clear token, or None (unknown, expired or inactive user)."""
+    if not clear or not clear.startswith(TOKEN_PREFIX) or len(clear) > 100:
+        return None
+    row = ApiToken.objects.select_related("user").filter(digest=digest(clear)).first()
+    now = timezone.now()
+    if row is None or not row.user.is_active or (row.expires and row.expires <= now):
+        return None
+    if row.last_used is None or (now - row.last_used).total_seconds() > 60:
+        # Throttled so a busy integration doesn't turn every read into a write.
+        ApiToken.objects.filter(pk=row.pk).update(last_used=now)
+    return row
+
+
+def revoke(user, token_id):
+    deleted, _ = ApiToken.objects.filter(user=user, pk=token_id).delete()
+    return deleted > 0

@@ -1,0 +1,27 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from vclmgr import health, views
+
+api_v1 = [
+    path("", include("vclmgr.api.urls")),
+    path("", include("inventory.api.urls")),
+    path("", include("provisioning.api.urls")),
+    path("", include("reservations.api.urls")),
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+]
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("healthz", health.healthz, name="healthz"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include(api_v1)),
+    path("inventory/", include("inventory.urls")),
+    path("provisioning/", include("provisioning.urls")),
+    path("reservations/", include("reservations.urls")),
+]
