@@ -54,3 +54,26 @@ class ApiToken(models.Model):
 
     def __str__(self):
         return f"{self.name} ({self.prefix}…)"
+
+
+class ObjectChange(models.Model):
+    """Who changed what, when and why: written by services (web, API, CLI and jobs alike)."""
+
+    ACTIONS = [("create", "create"), ("update", "update"), ("delete", "delete"), ("state", "state change")]
+
+    time = models.DateTimeField(auto_now_add=True, db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    actor = models.CharField(max_length=150, help_text="user name, or 'cli', 'job 12', 'system'")
+    action = models.CharField(max_length=10, choices=ACTIONS)
+    content_type = models.ForeignKey("contenttypes.ContentType", on_delete=models.CASCADE)
+    object_id = models.CharField(max_length=64)
+    object_repr = models.CharField(max_length=200)
+    changes = models.JSONField(default=dict, blank=True, help_text="field: [old, new]")
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["content_type", "object_id", "-time"], name="objectchange_object")]
+        ordering = ["-time", "-id"]
+
+    def __str__(self):
+        return f"{self.time:%Y-%m-%d %H:%M} {self.actor} {self.action} {self.object_repr}"

@@ -1,0 +1,74 @@
+"""The change log: services call ``record()`` for every write they make.
+
+Written explicitly by the service (not by signals), so changes made from the CLI or by a
+job are logged as faithfully as those made in the browser. ``Actor`` says who acted.
+"""
+
+from dataclasses import dataclass
+
+from django.contrib.contenttypes.models import ContentType
+
+from vclmgr.models import ObjectChange
+
+SECRET_FIELDS = {"secret", "password", "encrypted_secret"}
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who does something: a user, or a named system part ('cli', 'job 12', 'demo')."""
+
+    user: object = None
+    name: str = ""
+
+    @property
+    def label(self):
+        if self.user is not None:
+            return self.user.get_username()
+        return self.name or "system"
+
+    @classmethod
+    def of(cls, user_or_name):
+        if isinstance(user_or_name, cls):
+            return user_or_name
+        if isinstance(user_or_name, str) or user_or_name is None:
+            return cls(name=user_or_name or "system")
+        return cls(user=user_or_name if user_or_name.is_authenticated else None)
+
+
+SYSTEM = Actor(name="system")
+
+
+def diff(before, after, fields):
+    """{field: [old, new]} for the fields whose value differs (secrets masked)."""
+    changes = {}
+    for field in fields:
+        old, new = before.get(field), after.get(field)
+        if old != new:
+            changes[field] = ["***", "***"] if field in SECRET_FIELDS else [_plain(old), _plain(new)]
+    return changes
+
+
+def _plain(value):
+    if value is None or isinstance(value, (bool, int, float, str, list, dict)):
+        return value
+    return str(value)
+
+
+def record(obj, action, actor, changes=None, reason=""):
+    actor = Actor.of(actor)
+    return ObjectChange.objects.create(
+        user=actor.user,
+        actor=actor.label[:150],
+        action=action,
+        content_type=ContentType.objects.get_for_model(type(obj)),
+        object_id=str(obj.pk),
+        object_repr=str(obj)[:200],
+        changes=changes or {},
+        reason=reason or "",
+    )
+
+
+def history(obj, limit=100):
+    return ObjectChange.objects.filter(
+        content_type=ContentType.objects.get_for_model(type(obj)), object_id=str(obj.pk)
+    ).select_related("user")[:limit]
