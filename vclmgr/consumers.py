@@ -26,6 +26,9 @@ class EventConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
+            # Accept, then close with an application code: a browser sees why and stops
+            # reconnecting (a refused handshake looks like a network error).
+            await self.accept()
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         self.baseline = {}  # topic -> last id the client already has

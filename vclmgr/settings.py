@@ -237,6 +237,10 @@ SPECTACULAR_SETTINGS = {
         }
     },
     "SECURITY": [{"tokenAuth": []}, {"cookieAuth": []}],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "vclmgr.api.schema.add_error_responses",
+    ],
 }
 
 # Key for encrypting hypervisor credentials at rest (Fernet, urlsafe base64 of 32 bytes).
@@ -267,7 +271,7 @@ SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", not DEBUG)
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
-SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", False)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", not DEBUG)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 if env.bool("TRUST_X_FORWARDED_PROTO", False):

@@ -49,7 +49,8 @@ def exception_handler(exc, context):
     else:
         detail = getattr(exc, "detail", None)
         code = getattr(detail, "code", None) or getattr(exc, "default_code", "error")
-        response.data = error_body(response.status_code, str(code), str(detail or exc))
+        message = str(detail) if detail else str(getattr(exc, "default_detail", "")) or "Error."
+        response.data = error_body(response.status_code, str(code), message)
     return response
 
 

@@ -1,0 +1,81 @@
+# vclmgr — the two commands: `make run` and `make test`. Everything they need is installed here.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+# Debian packages: build deps of libvirt-python, libvirt's test driver, Go + govmomi for
+# VMware's vSphere simulator, Ganeti's htools (comparison peer), Chromium (browser tests).
+APT_RUN := python3-venv python3-dev gcc pkg-config libvirt-dev
+APT_TEST := $(APT_RUN) golang-go golang-github-vmware-govmomi-dev ganeti-htools-3.0 chromium
+PG_URL ?= postgres://postgres@127.0.0.1:5432/test
+REDIS_TEST_URL ?= redis://127.0.0.1:6379/0
+PYTEST_ARGS ?= -n auto
+
+.PHONY: run test test-sqlite test-postgres bench lint services system-run system-test install install-dev clean
+
+define apt_ensure
+	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done | xargs); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "Installing system packages: $$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "Missing system packages. Run:  sudo apt-get install -y $$missing"; exit 1; \
+	  fi; \
+	fi
+endef
+
+system-run:
+	$(call apt_ensure,$(APT_RUN))
+
+system-test:
+	$(call apt_ensure,$(APT_TEST))
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.run-installed: requirements.txt | $(BIN)/python
+	$(BIN)/pip install -q -r requirements.txt
+	touch $@
+
+$(VENV)/.dev-installed: requirements.txt requirements-dev.txt | $(BIN)/python
+	$(BIN)/pip install -q -r requirements-dev.txt
+	touch $@ $(VENV)/.run-installed
+
+install: system-run $(VENV)/.run-installed
+install-dev: system-test $(VENV)/.dev-installed
+
+run: install
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py migrate --no-input -v 0
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py demo
+	DEBUG=$${DEBUG:-1} exec $(BIN)/python manage.py serve --host $(HOST) --port $(PORT)
+
+lint: install-dev
+	$(BIN)/ruff check .
+	DEBUG=1 $(BIN)/python manage.py makemigrations --check --dry-run -v 1
+
+# PostgreSQL and Redis run already on developer and CI machines; start them if they stopped.
+services:
+	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start
+	@redis-cli -h 127.0.0.1 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 \
+	  --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log
+
+test-sqlite: install-dev
+	DEBUG=1 DATABASE_URL= REDIS_URL= $(BIN)/pytest $(PYTEST_ARGS)
+
+test-postgres: install-dev services
+	DEBUG=1 DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) $(BIN)/pytest $(PYTEST_ARGS)
+
+test: lint
+	$(MAKE) --no-print-directory test-sqlite
+	@if [ -n "$$CI" ] || [ "$$TEST_POSTGRES" = 1 ]; then \
+	  echo "== second leg: PostgreSQL + Redis =="; $(MAKE) --no-print-directory test-postgres; fi
+
+bench: install-dev
+	DEBUG=1 $(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) var
