@@ -21,7 +21,10 @@
     };
     socket.onmessage = (msg) => {
       const data = JSON.parse(msg.data);
-      if (data.type === "subscribed" && lastId === null) lastId = data.last_id;
+      if (data.type === "subscribed") {
+        if (lastId === null) lastId = data.last_id;
+        document.documentElement.dataset.live = "subscribed"; // for tests and styling
+      }
       if (data.type !== "event") return;
       lastId = Math.max(lastId || 0, data.id);
       (handlers.get(data.topic) || []).forEach((fn) => fn(data));

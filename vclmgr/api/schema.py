@@ -37,7 +37,7 @@ DESCRIPTIONS = {
 def add_error_responses(result, generator, request, public):
     result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
     ref = {"$ref": "#/components/schemas/Error"}
-    for path, operations in result.get("paths", {}).items():
+    for operations in result.get("paths", {}).values():
         for method, operation in operations.items():
             if method not in {"get", "post", "put", "patch", "delete"}:
                 continue

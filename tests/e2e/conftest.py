@@ -1,0 +1,54 @@
+"""Browser tests: Debian's Chromium driven by Playwright against a real daphne server."""
+
+import os
+import shutil
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+# Playwright's sync API keeps an event loop on the test thread; the test's own ORM calls
+# are still synchronous and safe.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    assert os.path.exists(CHROMIUM), "Chromium is missing: `make test` installs Debian's chromium"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, asgi_server):
+    context = browser.new_context(base_url=asgi_server.url, viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.set_default_timeout(15000)
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def login(page):
+    def do(username, password):
+        page.goto("/login/")
+        page.fill("input[name=username]", username)
+        page.fill("input[name=password]", password)
+        page.click("button[type=submit]")
+        page.wait_for_url("**/")
+        return page
+
+    return do

@@ -1,0 +1,28 @@
+import pytest
+from playwright.sync_api import expect
+
+from vclmgr import events
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_user_logs_in_and_sees_their_events_live(alice, login):
+    page = login("alice", "alice-pass-1")
+    expect(page.locator("h1")).to_have_text("Dashboard")
+    expect(page.locator("#live-indicator")).to_have_class("live on")
+    page.wait_for_selector("html[data-live=subscribed]", state="attached")
+    events.emit("reservation.status", {"status": "ready"}, [f"user.{alice.pk}"])
+    expect(page.locator("#activity li").first).to_contain_text("reservation.status", timeout=5000)
+
+
+def test_a_wrong_password_is_refused(alice, page):
+    page.goto("/login/")
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", "wrong")
+    page.click("button[type=submit]")
+    expect(page.locator(".error")).to_contain_text("didn't match")
+
+
+def test_pages_need_a_login(page):
+    page.goto("/")
+    assert "/login/" in page.url
