@@ -1,8 +1,9 @@
 """``/healthz``: is every part this process depends on up? 200 when yes, 503 when not."""
 
+import asyncio
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection
@@ -43,7 +44,10 @@ def _channel_layer():
         if message.get("token") != token:
             raise RuntimeError("channel layer returned a different message")
 
-    async_to_sync(roundtrip)()
+    # In a thread of its own, with a deadline: the caller's thread may already run an
+    # event loop, and a hung layer must not hang the health check.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(asyncio.run, asyncio.wait_for(roundtrip(), 5)).result(timeout=6)
     return {"backend": type(layer).__name__}
 
 
