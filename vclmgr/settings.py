@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "vclmgr.apps.VclmgrConfig",
     "inventory.apps.InventoryConfig",
     "provisioning.apps.ProvisioningConfig",
+    "provisioning.drivers.sim.apps.SimConfig",
     "reservations.apps.ReservationsConfig",
 ]
 

@@ -1,0 +1,1 @@
+"""State of simulated hypervisors and their VMs."""
