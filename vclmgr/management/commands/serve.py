@@ -80,7 +80,9 @@ class Command(BaseCommand):
     def _stop(self, children):
         for child in children.values():
             if child.poll() is None:
-                os.killpg(child.pid, signal.SIGTERM)
+                # The leader only: qcluster stops its own pool in order; signalling the
+                # whole group at once leaves its sentinel waiting on dead workers.
+                child.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + GRACE_SECONDS
         for child in children.values():
             try:
