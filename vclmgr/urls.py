@@ -17,6 +17,8 @@ api_v1 = [
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", health.healthz, name="healthz"),
+    path("tokens/", views.api_tokens, name="api-tokens"),
+    path("tokens/<int:token_id>/revoke/", views.revoke_api_token, name="api-token-revoke"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

@@ -7,6 +7,7 @@ from django.utils.module_loading import import_string
 # Each app adds its step here; steps run in order, each as `step(stdout)`.
 DEMO_STEPS = [
     "vclmgr.demo.users",
+    "inventory.demo.blade_center",
 ]
 
 
