@@ -13,7 +13,7 @@ PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 REDIS_TEST_URL ?= redis://127.0.0.1:6379/0
 PYTEST_ARGS ?= -n auto
 
-.PHONY: run test test-sqlite test-postgres bench lint services system-run system-test install install-dev clean
+.PHONY: run test test-sqlite test-postgres bench lint services system-run system-test install install-dev clean vcsim
 
 define apt_ensure
 	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done | xargs); \
@@ -63,10 +63,14 @@ services:
 	@redis-cli -h 127.0.0.1 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 \
 	  --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log
 
-test-sqlite: install-dev
+# VMware's vSphere simulator, built once from Debian's govmomi and cached under var/tools.
+vcsim: system-test
+	@sh tools/vcsim/build.sh >/dev/null
+
+test-sqlite: install-dev vcsim
 	DEBUG=1 DATABASE_URL= REDIS_URL= $(BIN)/pytest $(PYTEST_ARGS)
 
-test-postgres: install-dev services
+test-postgres: install-dev services vcsim
 	DEBUG=1 DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) $(BIN)/pytest $(PYTEST_ARGS)
 
 test: lint

@@ -1,0 +1,1 @@
+"""libvirt driver (KVM/QEMU); importing this package does not import libvirt."""

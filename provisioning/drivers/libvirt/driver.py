@@ -1,0 +1,414 @@
+"""The libvirt driver (KVM/QEMU, and libvirt's own ``test://`` driver in tests).
+
+``LibvirtDriver(uri, credentials={"username", "password"}, options={...})``. Options:
+``pool`` (storage pool for images and disks; default ``default``, or the only pool),
+``name`` (host name to report; default the node's host name, or the node file's name for
+``test:///…xml``), ``domain_type`` (default ``kvm``; ``test`` on the test driver),
+``stop_timeout`` (seconds a graceful stop may take, default 120).
+
+Images: ``stage_image`` uploads a verified qcow2/raw file into the pool as
+``<image>-<checksum12>.<fmt>`` (uploaded under ``.part`` and copied into place, so a transfer
+cut short never looks staged); a location that already is a volume path on the host (shared
+storage) is used as it is. Each VM gets a qcow2 overlay ``<key>.qcow2`` backed by that base.
+``capture`` copies a stopped VM's disk into a new base volume ``<image>.qcow2`` (qemu-img
+flattens it).
+
+Suspend is a managed save (memory to disk, host RAM freed). Migrate uses virDomainMigrate
+(live when running, persistent on the target, copying non-shared disks); libvirt's test
+driver does not implement migration (VIR_ERR_NO_SUPPORT), so between two ``test://``
+connections it is emulated: copy the overlay volume, define on the target, start there if it
+ran, then destroy and undefine on the source. Snapshots travel with it (redefined).
+
+Connections are pooled per process and URI. A ``test:///file.xml`` connection has private
+state, so that state lives exactly as long as this process.
+"""
+
+import os
+import urllib.parse
+
+import libvirt
+
+from provisioning.drivers import base
+from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, VMInfo, VMState
+from provisioning.drivers.libvirt import domxml
+from provisioning.drivers.libvirt.connection import NOT_FOUND, connections, translate, translated
+
+GIB = 1 << 30
+
+
+class LibvirtDriver(base.Driver):
+    kind = "libvirt"
+    hypervisor_type = "kvm"
+    formats = ("qcow2", "raw")
+
+    def __init__(self, uri, credentials=None, options=None):
+        super().__init__(uri, credentials, options)
+        if not uri or "://" not in uri:
+            raise Invalid(f"{uri!r} is not a libvirt URI (e.g. qemu+ssh://root@host/system)")
+        self.emulated = uri.startswith("test:")
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    @property
+    def conn(self):
+        return connections.get(self.uri, self.credentials)
+
+    def _call(self, context, fn, *args):
+        try:
+            return fn(*args)
+        except libvirt.libvirtError as exc:
+            raise translate(exc, context) from exc
+
+    def _domain(self, key):
+        base.check_key(key)
+        return self._call(f"{key} on {self.host_name}", self.conn.lookupByName, key)
+
+    def _find_domain(self, key):
+        try:
+            return self._domain(key)
+        except NotFound:
+            return None
+
+    @property
+    def host_name(self):
+        if self.options.get("name"):
+            return self.options["name"]
+        path = urllib.parse.urlsplit(self.uri).path
+        if self.emulated and path.endswith(".xml"):
+            return os.path.splitext(os.path.basename(path))[0]
+        try:
+            return self.conn.getHostname()
+        except libvirt.libvirtError:
+            return urllib.parse.urlsplit(self.uri).hostname or self.uri
+
+    def _pool(self):
+        wanted = self.options.get("pool", "default")
+        try:
+            pool = self.conn.storagePoolLookupByName(wanted)
+        except libvirt.libvirtError as exc:
+            pools = self._call("list storage pools", self.conn.listAllStoragePools)
+            if "pool" in self.options or len(pools) != 1:
+                raise translate(exc, f"storage pool {wanted!r} on {self.host_name}") from exc
+            pool = pools[0]
+        if not pool.isActive():
+            raise Conflict(f"storage pool {pool.name()} on {self.host_name} is not active")
+        return pool
+
+    def _volume(self, pool, name):
+        try:
+            return pool.storageVolLookupByName(name)
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() in NOT_FOUND:
+                return None
+            raise translate(exc, f"volume {name}") from exc
+
+    def _state(self, dom):
+        state, _reason = self._call(f"state of {dom.name()}", dom.state)
+        if state in (libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_BLOCKED):
+            return VMState.RUNNING
+        if state in (libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PMSUSPENDED):
+            return VMState.SUSPENDED
+        if state in (libvirt.VIR_DOMAIN_SHUTOFF, libvirt.VIR_DOMAIN_SHUTDOWN):
+            saved = self._call(f"state of {dom.name()}", dom.hasManagedSaveImage, 0)
+            return VMState.SUSPENDED if saved else VMState.STOPPED
+        return VMState.ERROR
+
+    def _paused(self, dom):
+        return dom.state()[0] == libvirt.VIR_DOMAIN_PAUSED
+
+    # --- host -----------------------------------------------------------------------------
+
+    @translated
+    def facts(self):
+        conn = self.conn
+        model, memory_mib, cpus, mhz, *_ = self._call("node info", conn.getInfo)
+        pool = self._pool()
+        if not self.emulated:
+            self._call("refresh pool", pool.refresh, 0)
+        _state, capacity, _allocation, available = self._call("pool info", pool.info)
+        domains = self._call("list domains", conn.listAllDomains)
+        running = [dom for dom in domains if dom.isActive()]
+        try:
+            free_memory = conn.getFreeMemory() >> 20 or None  # the test driver reports 0: unknown
+        except libvirt.libvirtError:
+            free_memory = None
+        return HostFacts(
+            name=self.host_name,
+            hypervisor_type=self.hypervisor_type,
+            version=f"{conn.getType()} {_version(conn.getVersion())} (libvirt {_version(conn.getLibVersion())})",
+            cpus=cpus,
+            memory_mib=memory_mib,
+            disk_gib=capacity // GIB,
+            free_memory_mib=free_memory,
+            free_disk_gib=available // GIB,
+            vms=len(domains),
+            running_vms=len(running),
+            extra={"cpu_model": model, "cpu_mhz": mhz, "pool": pool.name(), "uri": self.uri},
+        )
+
+    @translated
+    def list_vms(self):
+        return [self._info(dom) for dom in self._call("list domains", self.conn.listAllDomains)]
+
+    # --- images ---------------------------------------------------------------------------
+
+    def _base_volume(self, pool, image):
+        """The staged base volume of ``image`` on this host, or None."""
+        vol = self._volume(pool, base.staged_name(image, f".{image.format}"))
+        if vol is None and image.location.startswith("/"):
+            try:  # already on the host's (shared) storage
+                vol = self.conn.storageVolLookupByPath(image.location)
+            except libvirt.libvirtError:
+                vol = None
+        return vol
+
+    @translated
+    def stage_image(self, image):
+        self.check_image(image)
+        pool = self._pool()
+        existing = self._base_volume(pool, image)
+        if existing is not None:
+            return existing.path()
+        name = base.staged_name(image, f".{image.format}")
+        with base.fetched(image) as path:
+            size = os.path.getsize(path)
+            stale = self._volume(pool, name + ".part")
+            if stale is not None:
+                self._call("delete stale upload", stale.delete, 0)
+            part_xml = domxml.volume_xml(name + ".part", size, image.format)
+            part = self._call(f"create {name}.part", pool.createXML, part_xml, 0)
+            try:
+                self._upload(part, path, size)
+                final = self._call(f"create {name}", pool.createXMLFrom,
+                                   domxml.volume_xml(name, size, image.format), part, 0)
+            finally:
+                part.delete(0)
+        return final.path()
+
+    def _upload(self, vol, path, size):
+        stream = self.conn.newStream(0)
+        try:
+            vol.upload(stream, 0, size, 0)
+        except libvirt.libvirtError as exc:
+            if self.emulated and exc.get_error_code() == libvirt.VIR_ERR_NO_SUPPORT:
+                return  # the test driver keeps no volume content; the checksum was verified already
+            raise translate(exc, f"upload to {vol.name()}") from exc
+        try:
+            with open(path, "rb") as handle:
+                stream.sendAll(lambda _stream, nbytes, fh: fh.read(nbytes), handle)
+            stream.finish()
+        except libvirt.libvirtError as exc:
+            stream.abort()
+            raise translate(exc, f"upload to {vol.name()}") from exc
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    @translated
+    def create(self, spec):
+        spec.validate()
+        self.check_image(spec.image)
+        dom = self._find_domain(spec.key)
+        if dom is not None:
+            return self._adopt(dom, spec)
+        pool = self._pool()
+        base_vol = self._base_volume(pool, spec.image)
+        if base_vol is None:
+            raise NotFound(f"image {spec.image.name} is not staged on {self.host_name}; stage it first")
+        overlay, made = self._overlay(pool, spec, base_vol)
+        xml = domxml.domain_xml(spec, domain_type=self._domain_type(), disk_path=overlay.path())
+        try:
+            dom = self._call(f"define {spec.key}", self.conn.defineXML, xml)
+        except DriverError:
+            existing = self._find_domain(spec.key)  # a concurrent create won the race
+            if existing is not None:
+                return self._adopt(existing, spec)
+            if made:
+                overlay.delete(0)  # no orphan disk
+            raise
+        return self._info(dom)
+
+    def _adopt(self, dom, spec):
+        if domxml.metadata_of(dom.XMLDesc(0)).get("fingerprint") != spec.fingerprint():
+            raise Conflict(f"a VM named {spec.key} already exists on {self.host_name} and was not made by this request")
+        return self._info(dom)
+
+    def _overlay(self, pool, spec, base_vol):
+        name = f"{spec.key}.qcow2"
+        vol = self._volume(pool, name)
+        if vol is not None:
+            return vol, False  # left by an attempt that died before defining the domain
+        _type, capacity, _allocation = base_vol.info()
+        fmt = domxml.ET.fromstring(base_vol.XMLDesc(0)).find("target/format")
+        xml = domxml.volume_xml(
+            name, max(capacity, spec.disk_gib * GIB), "qcow2", base_vol.path(),
+            fmt.get("type") if fmt is not None else spec.image.format,
+        )
+        return self._call(f"create disk of {spec.key}", pool.createXML, xml, 0), True
+
+    def _domain_type(self):
+        if "domain_type" in self.options:
+            return self.options["domain_type"]
+        return "test" if self.emulated else "kvm"
+
+    def _info(self, dom):
+        _state, _max, memory_kib, vcpus, _cpu = self._call(f"info of {dom.name()}", dom.info)
+        name = dom.name()
+        return VMInfo(name, self._state(dom), self.host_name, vcpus, memory_kib // 1024, base.is_managed(name))
+
+    @translated
+    def start(self, key):
+        dom = self._domain(key)
+        if not base.needs("start", key, self._state(dom)):
+            return
+        if self._paused(dom):
+            self._call(f"resume {key}", dom.resume)
+        else:  # shut off, or managed-saved (create() restores the saved memory)
+            self._call(f"start {key}", dom.create)
+
+    @translated
+    def stop(self, key, force=False):
+        dom = self._domain(key)
+        if not base.needs("stop", key, self._state(dom), force):
+            return
+        if force:
+            if dom.isActive():
+                self._call(f"power off {key}", dom.destroy)
+            if dom.hasManagedSaveImage(0):
+                self._call(f"discard saved memory of {key}", dom.managedSaveRemove, 0)
+            return
+        self._call(f"shut down {key}", dom.shutdown)  # ACPI: the guest decides when
+        base.wait_until(lambda: not dom.isActive(), f"shutdown of {key} (stop it with force)",
+                        self.options.get("stop_timeout", 120))
+
+    @translated
+    def suspend(self, key):
+        dom = self._domain(key)
+        if base.needs("suspend", key, self._state(dom)):
+            self._call(f"suspend {key}", dom.managedSave, 0)  # memory to disk: the host's RAM is freed
+
+    @translated
+    def resume(self, key):
+        dom = self._domain(key)
+        if base.needs("resume", key, self._state(dom)):
+            self.start(key)
+
+    @translated
+    def destroy(self, key):
+        dom = self._find_domain(key)
+        if dom is not None:
+            if dom.isActive():
+                self._call(f"power off {key}", dom.destroy)
+            flags = libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
+            try:
+                dom.undefineFlags(flags)
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() not in NOT_FOUND:
+                    raise translate(exc, f"undefine {key}") from exc
+        vol = self._volume(self._pool(), f"{key}.qcow2")
+        if vol is not None:  # also after a create that died between disk and definition
+            self._call(f"delete disk of {key}", vol.delete, 0)
+
+    @translated
+    def snapshot(self, key, name):
+        base.check_snapshot_name(name)
+        dom = self._domain(key)
+        if name in self._call(f"snapshots of {key}", dom.snapshotListNames, 0):
+            return
+        self._call(f"snapshot {key}", dom.snapshotCreateXML, domxml.snapshot_xml(name), 0)
+
+    @translated
+    def revert(self, key, name):
+        base.check_snapshot_name(name)
+        dom = self._domain(key)
+        snap = self._call(f"snapshot {name!r} of {key}", dom.snapshotLookupByName, name, 0)
+        self._call(f"revert {key} to {name!r}", dom.revertToSnapshot, snap, 0)
+
+    @translated
+    def capture(self, key, new_image_name):
+        base.check_image_name(new_image_name)
+        dom = self._domain(key)
+        if self._state(dom) != VMState.STOPPED:
+            raise Conflict(f"cannot capture {key}: it is {self._state(dom)}; stop it first")
+        pool = self._pool()
+        name = f"{new_image_name}.qcow2"
+        vol = self._volume(pool, name)
+        if vol is None:
+            disk = self._volume(pool, f"{key}.qcow2")
+            if disk is None:
+                raise NotFound(f"the disk of {key} ({key}.qcow2) is not in pool {pool.name()}")
+            _type, capacity, _allocation = disk.info()
+            vol = self._call(f"capture {key}", pool.createXMLFrom, domxml.volume_xml(name, capacity, "qcow2"), disk, 0)
+        _type, capacity, _allocation = vol.info()
+        return base.ImageVariantSpec(name=new_image_name, format="qcow2", location=vol.path(),
+                                     size_gib=-(-capacity // GIB))
+
+    @translated
+    def migrate(self, key, target):
+        self._same_kind(target)
+        dom = self._find_domain(key)
+        if dom is None:
+            if target._find_domain(key) is not None:
+                return  # moved already (a retried migrate)
+            raise NotFound(f"no VM {key} on {self.host_name}")
+        running = dom.isActive()
+        flags = libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
+        flags |= libvirt.VIR_MIGRATE_LIVE if running else libvirt.VIR_MIGRATE_OFFLINE
+        if not self.options.get("shared_storage"):
+            flags |= libvirt.VIR_MIGRATE_NON_SHARED_INC
+        try:
+            dom.migrate(target.conn, flags, None, None, 0)
+        except libvirt.libvirtError as exc:
+            if not (exc.get_error_code() == libvirt.VIR_ERR_NO_SUPPORT and self.emulated and target.emulated):
+                raise translate(exc, f"migrate {key} to {target.host_name}") from exc
+            self._emulate_migration(dom, target)
+        if not self.options.get("shared_storage"):
+            self._delete_left_disk(key)
+
+    def _emulate_migration(self, dom, target):
+        """Cold move for the test driver: disk, definition, snapshots, then power state."""
+        key = dom.name()
+        disk = self._volume(self._pool(), f"{key}.qcow2")
+        target_pool = target._pool()
+        if disk is not None and target._volume(target_pool, disk.name()) is None:
+            target._call(f"copy disk of {key}", target_pool.createXML, disk.XMLDesc(0), 0)
+        moved = target._call(f"define {key}", target.conn.defineXML, dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+        for snap in dom.listAllSnapshots(libvirt.VIR_DOMAIN_SNAPSHOT_LIST_TOPOLOGICAL):
+            if snap.getName() not in moved.snapshotListNames(0):
+                target._call(f"copy snapshot of {key}", moved.snapshotCreateXML, snap.getXMLDesc(0),
+                             libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_REDEFINE)
+        if dom.isActive():
+            target._call(f"start {key} on {target.host_name}", moved.create)
+        self.destroy(key)
+
+    def _delete_left_disk(self, key):
+        """After a non-shared migration the source copy of the disk is garbage."""
+        vol = self._volume(self._pool(), f"{key}.qcow2")
+        if vol is not None and self._find_domain(key) is None:
+            self._call(f"delete disk of {key}", vol.delete, 0)
+
+    @translated
+    def address(self, key):
+        dom = self._domain(key)
+        if not dom.isActive() or self._paused(dom):
+            return None
+        sources = [libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE, libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT]
+        for source in sources:
+            try:
+                interfaces = dom.interfaceAddresses(source, 0) or {}
+            except libvirt.libvirtError:
+                continue  # no agent, or the driver cannot tell: try the next source
+            for iface in interfaces.values():
+                for addr in iface.get("addrs") or []:
+                    if addr.get("type") == libvirt.VIR_IP_ADDR_TYPE_IPV4 and not addr["addr"].startswith("127."):
+                        return addr["addr"]
+        return None
+
+    @translated
+    def state(self, key):
+        dom = self._find_domain(key)
+        return VMState.ABSENT if dom is None else self._state(dom)
+
+
+def _version(number):
+    major, rest = divmod(number, 1_000_000)
+    return f"{major}.{rest // 1000}.{rest % 1000}"

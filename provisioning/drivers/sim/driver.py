@@ -1,0 +1,291 @@
+"""The simulated hypervisor: the embedded default, and the peer for fault-injection tests.
+
+``SimDriver("sim://<host>", options={...})`` drives the SimHost of that name (created on
+first use with ``options`` cpus / memory_mib / disk_gib / dhcp_pool). Every call:
+
+1. applies the fault injected for this host and step, if any (see ``services.set_fault``);
+2. sleeps the step delay: ``options["delay"]`` seconds, or ``{"<step>": seconds}`` per step
+   (small in the demo, zero in tests);
+3. changes state in one short transaction, locking the VM row, so concurrent workers in any
+   process see one consistent host. Nothing sleeps inside a transaction.
+
+It runs any image format (it emulates), leases addresses from the host's DHCP pool when a VM
+first boots, keeps the lease until the VM is destroyed, and verifies the checksum of images
+staged from local files.
+"""
+
+import hashlib
+import ipaddress
+import time
+import urllib.parse
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q, Sum
+
+from provisioning.drivers import base
+from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, Unreachable, VMInfo, VMState
+from provisioning.drivers.sim import services, steps
+from provisioning.drivers.sim.models import SimFault, SimHost, SimImage, SimVM
+
+VERSION = "vclmgr-sim 1"
+HANG_POLL_SECONDS = 0.2
+
+
+class SimDriver(base.Driver):
+    kind = "sim"
+    hypervisor_type = "sim"
+
+    def __init__(self, uri, credentials=None, options=None):
+        super().__init__(uri, credentials, options)
+        parts = urllib.parse.urlsplit(uri or "")
+        self.host_name = parts.netloc or parts.path.strip("/")
+        if parts.scheme != "sim" or not self.host_name or "/" in self.host_name:
+            raise Invalid(f"{uri!r} is not a sim URI (sim://<host name>)")
+        self._host = None
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    def host(self):
+        if self._host is None:
+            host = SimHost.objects.filter(name=self.host_name).first()
+            if host is None:
+                fields = ("cpus", "memory_mib", "disk_gib", "dhcp_pool")
+                capacity = {field: self.options[field] for field in fields if field in self.options}
+                host = services.ensure_host(self.host_name, **capacity, reason="first use by the sim driver")
+            self._host = host
+        return self._host
+
+    def _step(self, step):
+        """Apply this host's injected fault for ``step``, then the configured delay."""
+        host = self.host()
+        fault = SimFault.objects.filter(host=host, step__in=[step, steps.ANY]).order_by("-step").first()
+        if fault is not None:
+            self._apply(fault, step)
+        delay = self.options.get("delay", 0)
+        delay = delay.get(step, 0) if isinstance(delay, dict) else delay
+        if delay:
+            time.sleep(float(delay))
+
+    def _apply(self, fault, step):
+        where = f"{self.host_name}/{step}"
+        if fault.mode == SimFault.Mode.FAIL:
+            raise DriverError(f"injected failure on {where}", permanent=True)
+        if fault.mode == SimFault.Mode.UNREACHABLE:
+            raise Unreachable(f"{self.host_name} unreachable (injected on {where})")
+        if fault.mode == SimFault.Mode.FAIL_ONCE:
+            consumed, _ = SimFault.objects.filter(pk=fault.pk, mode=SimFault.Mode.FAIL_ONCE).delete()
+            if consumed:  # exactly one caller, in whichever process, gets the failure
+                raise DriverError(f"injected one-time failure on {where}", permanent=False)
+        elif fault.mode == SimFault.Mode.SLOW:
+            time.sleep(fault.seconds or 0)
+        elif fault.mode == SimFault.Mode.HANG:
+            limit = fault.seconds if fault.seconds is not None else self.options.get("hang_seconds", 3600)
+            deadline = time.monotonic() + limit
+            while time.monotonic() < deadline:
+                time.sleep(min(HANG_POLL_SECONDS, max(0, deadline - time.monotonic())))
+                if not SimFault.objects.filter(pk=fault.pk, mode=SimFault.Mode.HANG).exists():
+                    return  # cleared while we waited: answer now
+            raise Unreachable(f"{self.host_name} did not answer {step} within {limit:g} s (injected hang)")
+
+    def _vm(self, key, lock=False):
+        """This host's VM row, or NotFound."""
+        base.check_key(key)
+        rows = SimVM.objects.select_for_update() if lock else SimVM.objects
+        vm = rows.filter(key=key, host=self.host()).first()
+        if vm is None:
+            raise NotFound(f"no VM {key} on {self.host_name}")
+        return vm
+
+    def _info(self, vm):
+        return VMInfo(vm.key, VMState(vm.state), self.host_name, vm.vcpus, vm.memory_mib, base.is_managed(vm.key))
+
+    def _power(self, action, key, force=False):
+        """Apply one action of the power state machine (``base.needs``) to the VM row."""
+        self._step(action)
+        with transaction.atomic():
+            vm = self._vm(key, lock=True)
+            if not base.needs(action, key, VMState(vm.state), force):
+                return
+            vm.state = base.POWER_ACTIONS[action][0]
+            if vm.state == SimVM.State.RUNNING and vm.address is None:
+                _lease(vm, self.host())
+            vm.save(update_fields=["state", "address", "updated"])
+
+    # --- host -----------------------------------------------------------------------------
+
+    def facts(self):
+        self._step("facts")
+        host = SimHost.objects.get(pk=self.host().pk)
+        vms = SimVM.objects.filter(host=host)
+        used = vms.aggregate(
+            disk=Sum("disk_gib"), memory=Sum("memory_mib", filter=Q(state=SimVM.State.RUNNING))
+        )
+        images = SimImage.objects.filter(host=host).aggregate(disk=Sum("size_gib"))
+        return HostFacts(
+            name=host.name,
+            hypervisor_type=self.hypervisor_type,
+            version=VERSION,
+            cpus=host.cpus,
+            memory_mib=host.memory_mib,
+            disk_gib=host.disk_gib,
+            free_memory_mib=max(0, host.memory_mib - (used["memory"] or 0)),
+            free_disk_gib=max(0, host.disk_gib - (used["disk"] or 0) - (images["disk"] or 0)),
+            vms=vms.count(),
+            running_vms=vms.filter(state=SimVM.State.RUNNING).count(),
+            extra={"dhcp_pool": host.dhcp_pool},
+        )
+
+    def discover(self):
+        """Every simulated host (the simulator is one 'cluster')."""
+        return [type(self)(f"sim://{name}", options=self.options).facts()
+                for name in SimHost.objects.values_list("name", flat=True)]
+
+    def list_vms(self):
+        self._step("list_vms")
+        return [self._info(vm) for vm in SimVM.objects.filter(host=self.host())]
+
+    # --- images ---------------------------------------------------------------------------
+
+    def stage_image(self, image):
+        self.check_image(image)
+        self._step("stage_image")
+        if base.local_path(image.location):  # bytes we can read: verify them like a real transfer
+            with base.fetched(image):
+                pass
+        name = base.staged_name(image)
+        SimImage.objects.get_or_create(
+            host=self.host(), name=name,
+            defaults={"format": image.format, "location": image.location, "checksum": image.checksum,
+                      "size_gib": image.size_gib},
+        )
+        return f"sim://{self.host_name}/images/{name}"
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def create(self, spec):
+        spec.validate()
+        self._step("create")
+        host = self.host()
+        staged = base.staged_name(spec.image)
+        if not SimImage.objects.filter(host=host, name=staged).exists():
+            raise NotFound(f"image {spec.image.name} is not staged on {self.host_name}; stage it first")
+        fingerprint = spec.fingerprint()
+        try:
+            with transaction.atomic():
+                vm, created = SimVM.objects.get_or_create(
+                    key=spec.key,
+                    defaults={"host": host, "vcpus": spec.vcpus, "memory_mib": spec.memory_mib,
+                              "disk_gib": spec.disk_gib, "image": staged, "image_format": spec.image.format,
+                              "network": spec.network, "fingerprint": fingerprint},
+                )
+        except IntegrityError:  # a concurrent create of the same key won: judge its VM below
+            vm, created = SimVM.objects.get(key=spec.key), False
+        if not created and (vm.fingerprint != fingerprint or vm.host_id != host.pk):
+            where = self.host_name if vm.host_id == host.pk else f"host {vm.host.name}"
+            raise Conflict(f"a VM named {spec.key} already exists on {where} and was not made by this request")
+        return self._info(vm)
+
+    def start(self, key):
+        self._power("start", key)
+
+    def stop(self, key, force=False):
+        self._power("stop", key, force)
+
+    def suspend(self, key):
+        self._power("suspend", key)
+
+    def resume(self, key):
+        self._power("resume", key)
+
+    def destroy(self, key):
+        base.check_key(key)
+        self._step("destroy")
+        SimVM.objects.filter(key=key, host=self.host()).delete()  # the lease goes with the row
+
+    def snapshot(self, key, name):
+        base.check_snapshot_name(name)
+        self._step("snapshot")
+        with transaction.atomic():
+            vm = self._vm(key, lock=True)
+            if any(snap["name"] == name for snap in vm.snapshots):
+                return
+            vm.snapshots = [*vm.snapshots, {"name": name, "state": vm.state, "created": time.time()}]
+            vm.save(update_fields=["snapshots", "updated"])
+
+    def revert(self, key, name):
+        base.check_snapshot_name(name)
+        self._step("revert")
+        with transaction.atomic():
+            vm = self._vm(key, lock=True)
+            snap = next((snap for snap in vm.snapshots if snap["name"] == name), None)
+            if snap is None:
+                raise NotFound(f"{key} has no snapshot {name!r}")
+            vm.state = snap["state"]
+            if vm.state == SimVM.State.RUNNING and vm.address is None:
+                _lease(vm, self.host())
+            vm.save(update_fields=["state", "address", "updated"])
+
+    def capture(self, key, new_image_name):
+        base.check_image_name(new_image_name)
+        self._step("capture")
+        vm = self._vm(key)
+        if vm.state != SimVM.State.STOPPED:
+            raise Conflict(f"cannot capture {key}: it is {vm.state}; stop it first")
+        checksum = "sha256:" + hashlib.sha256(f"{self.host_name}/{key}/{new_image_name}".encode()).hexdigest()
+        image = base.ImageVariantSpec(
+            name=new_image_name, format=vm.image_format,
+            location=f"sim://{self.host_name}/captured/{new_image_name}", checksum=checksum, size_gib=vm.disk_gib,
+        )
+        SimImage.objects.get_or_create(
+            host=self.host(), name=base.staged_name(image),
+            defaults={"format": image.format, "location": image.location, "checksum": checksum,
+                      "size_gib": image.size_gib, "captured_from": key},
+        )
+        return image
+
+    def migrate(self, key, target):
+        self._same_kind(target)
+        base.check_key(key)
+        self._step("migrate")
+        target._step("migrate")
+        with transaction.atomic():
+            vm = SimVM.objects.select_for_update().filter(key=key).first()
+            if vm is not None and vm.host_id == target.host().pk:
+                return  # already there (a retried migrate)
+            if vm is None or vm.host_id != self.host().pk:
+                raise NotFound(f"no VM {key} on {self.host_name}")
+            vm.host = target.host()
+            if vm.address and ipaddress.ip_address(vm.address) not in ipaddress.ip_network(vm.host.dhcp_pool):
+                vm.address = None
+                if vm.state == SimVM.State.RUNNING:
+                    _lease(vm, vm.host)
+            vm.save(update_fields=["host", "address", "updated"])
+
+    def address(self, key):
+        self._step("address")
+        vm = self._vm(key)
+        return vm.address if vm.state == SimVM.State.RUNNING else None
+
+    def state(self, key):
+        base.check_key(key)
+        self._step("state")
+        vm = SimVM.objects.filter(key=key, host=self.host()).first()
+        return VMState(vm.state) if vm else VMState.ABSENT
+
+
+def _lease(vm, host, attempts=5):
+    """Give ``vm`` the lowest free address of the host's pool (unique across all hosts)."""
+    pool = ipaddress.IPv4Network(host.dhcp_pool)
+    for _ in range(attempts):
+        taken = set(SimVM.objects.filter(address__isnull=False).values_list("address", flat=True))
+        free = next((str(ip) for i, ip in enumerate(pool.hosts()) if i > 0 and str(ip) not in taken), None)
+        if free is None:
+            raise Conflict(f"DHCP pool {pool} of {host.name} is exhausted")
+        vm.address = free
+        try:
+            with transaction.atomic():
+                SimVM.objects.filter(pk=vm.pk).update(address=free)
+            return
+        except IntegrityError:  # another worker leased it between our read and write
+            continue
+    raise DriverError(f"could not lease an address for {vm.key} from {pool}", permanent=False)

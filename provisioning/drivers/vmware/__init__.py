@@ -1,0 +1,1 @@
+"""VMware driver (pyVmomi); importing this package does not import pyVmomi."""
