@@ -1,5 +1,28 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class InventoryConfig(AppConfig):
     name = "inventory"
+    verbose_name = "Inventory"
+
+    def ready(self):
+        from vclmgr import topics
+
+        # Live updates of one host or one chassis: administrators only.
+        topics.register("hypervisor", topics.staff_only)
+        topics.register("bladecenter", topics.staff_only)
+        checks.register(credential_key_check, checks.Tags.security, deploy=True)
+
+
+def credential_key_check(app_configs, **kwargs):
+    """``manage.py check --deploy``: is the key that encrypts hypervisor credentials usable?"""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from inventory import crypto
+
+    try:
+        crypto.check_key()
+    except ImproperlyConfigured as exc:
+        return [checks.Error(str(exc), id="inventory.E001")]
+    return []

@@ -1,1 +1,248 @@
-"""Models of the inventory app."""
+"""Inventory: credentials, node groups, blade centers and the hypervisors in them.
+
+A ``Hypervisor`` carries what placement needs (capacity, overcommit ratios, reserved
+amounts, state, group policy, tags); loaders in provisioning turn these rows into the
+placement core's plain data. Writes go through ``inventory.services``.
+"""
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models.functions import Lower
+from taggit.managers import TaggableManager
+
+from inventory import crypto
+from inventory.validators import uri_errors, validate_address, validate_name
+
+
+class Credential(models.Model):
+    """A login a driver uses to reach hypervisors; the secret is encrypted at rest."""
+
+    name = models.CharField(max_length=100, unique=True, validators=[validate_name])
+    username = models.CharField(max_length=150, blank=True)
+    encrypted_secret = models.TextField(blank=True, editable=False)
+    description = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def has_secret(self):
+        return bool(self.encrypted_secret)
+
+    def set_secret(self, clear):
+        self.encrypted_secret = crypto.encrypt(clear)
+
+    def get_secret(self):
+        """The clear secret, for a driver about to connect. Never show it to anyone."""
+        return crypto.decrypt(self.encrypted_secret)
+
+
+class NodeGroup(models.Model):
+    """A set of hypervisors with one allocation policy, like a Ganeti node group."""
+
+    class AllocPolicy(models.TextChoices):
+        PREFERRED = "preferred", "preferred"
+        LAST_RESORT = "last_resort", "last resort"
+        UNALLOCATABLE = "unallocatable", "unallocatable"
+
+    class PlacementPolicy(models.TextChoices):
+        BALANCED = "balanced", "balanced (spread, like hail)"
+        PACK = "pack", "pack (fill hosts, like hsqueeze)"
+
+    name = models.CharField(max_length=100, unique=True, validators=[validate_name])
+    alloc_policy = models.CharField(max_length=20, choices=AllocPolicy.choices, default=AllocPolicy.PREFERRED)
+    exclusive_storage = models.BooleanField(
+        default=False, help_text="Each VM disk gets whole spindles of its own (Ganeti's exclusive storage)."
+    )
+    placement_policy = models.CharField(
+        max_length=20, choices=PlacementPolicy.choices, default=PlacementPolicy.BALANCED
+    )
+    description = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class BladeCenter(models.Model):
+    """A chassis with numbered slots (1..slot_count), each holding at most one hypervisor."""
+
+    MAX_SLOTS = 256
+
+    name = models.CharField(max_length=100, unique=True, validators=[validate_name])
+    site = models.CharField(max_length=100, blank=True, help_text="Site, room or rack.")
+    model = models.CharField(max_length=100, blank=True)
+    slot_count = models.PositiveSmallIntegerField(
+        default=16, validators=[MinValueValidator(1), MaxValueValidator(MAX_SLOTS)]
+    )
+    management_address = models.CharField(max_length=253, blank=True, validators=[validate_address])
+    notes = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class Hypervisor(models.Model):
+    """One virtualization host.
+
+    Capacity usable by VMs is ``(cpus - reserved_cpus) * cpu_ratio`` vCPUs,
+    ``(memory_mib - reserved_memory_mib) * memory_ratio`` MiB and
+    ``(disk_gib - reserved_disk_gib) * disk_ratio`` GiB. ``reserved_cpus`` defaults to 0;
+    set it to 1 to mirror Ganeti's vCPU kept for the node OS.
+    """
+
+    class Driver(models.TextChoices):
+        SIM = "sim", "simulated"
+        LIBVIRT = "libvirt", "libvirt (KVM/QEMU)"
+        VMWARE = "vmware", "VMware ESXi / vCenter"
+
+    class State(models.TextChoices):
+        ONLINE = "online", "online"
+        DRAINED = "drained", "drained (takes no new VMs)"
+        OFFLINE = "offline", "offline (takes nothing)"
+
+    # Hypervisor type per driver, and the image formats it runs (None: any, emulated).
+    HV_TYPES = {"sim": "sim", "libvirt": "kvm", "vmware": "vmware"}
+    IMAGE_FORMATS = {"sim": None, "kvm": ("qcow2", "raw"), "vmware": ("vmdk",)}
+
+    name = models.CharField(max_length=100, validators=[validate_name])
+    address = models.CharField(max_length=253, validators=[validate_address], help_text="IP address or host name.")
+    driver = models.CharField(max_length=20, choices=Driver.choices, default=Driver.SIM)
+    uri = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Connection URI; blank derives one from the driver and address.",
+    )
+    credential = models.ForeignKey(
+        Credential, null=True, blank=True, on_delete=models.PROTECT, related_name="hypervisors"
+    )
+    blade_center = models.ForeignKey(
+        BladeCenter, null=True, blank=True, on_delete=models.PROTECT, related_name="hypervisors"
+    )
+    slot = models.PositiveSmallIntegerField(null=True, blank=True)
+    group = models.ForeignKey(
+        NodeGroup,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="hypervisors",
+        help_text="Blank: the implicit default group (preferred, balanced).",
+    )
+
+    cpus = models.PositiveIntegerField(validators=[MinValueValidator(1)], help_text="Physical cores.")
+    memory_mib = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    disk_gib = models.PositiveIntegerField()
+    cpu_ratio = models.FloatField(default=4.0, validators=[MinValueValidator(0.01), MaxValueValidator(1000)])
+    memory_ratio = models.FloatField(default=1.0, validators=[MinValueValidator(0.01), MaxValueValidator(1000)])
+    disk_ratio = models.FloatField(default=1.0, validators=[MinValueValidator(0.01), MaxValueValidator(1000)])
+    reserved_cpus = models.PositiveIntegerField(default=0)
+    reserved_memory_mib = models.PositiveIntegerField(default=0)
+    reserved_disk_gib = models.PositiveIntegerField(default=0)
+    max_vms = models.PositiveIntegerField(null=True, blank=True, help_text="Blank: no limit.")
+    spindles = models.PositiveIntegerField(default=1)
+
+    state = models.CharField(max_length=10, choices=State.choices, default=State.ONLINE)
+    state_reason = models.CharField(max_length=500, blank=True)
+    state_changed_by = models.CharField(max_length=150, blank=True)
+    state_changed_at = models.DateTimeField(null=True, blank=True)
+
+    tags = TaggableManager(blank=True)
+    facts = models.JSONField(default=dict, blank=True, help_text="As last reported by the driver.")
+    facts_updated_at = models.DateTimeField(null=True, blank=True, help_text="When the driver last reported.")
+
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(
+                Lower("name"),
+                name="hypervisor_unique_name_ci",
+                violation_error_message="a hypervisor with this name already exists (names ignore case)",
+            ),
+            models.UniqueConstraint(
+                fields=["blade_center", "slot"],
+                name="hypervisor_unique_slot",
+                violation_error_message="this slot of the blade center is already taken",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["name"], name="hypervisor_name"),
+            models.Index(fields=["state"], name="hypervisor_state"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def hypervisor_type(self):
+        return self.HV_TYPES.get(self.driver, self.driver)
+
+    @property
+    def image_formats(self):
+        """Image formats this host can run; None means any (the simulator emulates them all)."""
+        return self.IMAGE_FORMATS.get(self.hypervisor_type)
+
+    @property
+    def connection_uri(self):
+        if self.uri:
+            return self.uri
+        return {
+            "libvirt": f"qemu+ssh://root@{self.address}/system",
+            "vmware": f"https://{self.address}/sdk",
+        }.get(self.driver, f"sim://{self.name}")
+
+    @property
+    def usable_vcpus(self):
+        return max(0, self.cpus - self.reserved_cpus) * self.cpu_ratio
+
+    @property
+    def usable_memory_mib(self):
+        return max(0, self.memory_mib - self.reserved_memory_mib) * self.memory_ratio
+
+    @property
+    def usable_disk_gib(self):
+        return max(0, self.disk_gib - self.reserved_disk_gib) * self.disk_ratio
+
+    def clean(self):
+        """Rules across fields; no queries beyond loading the chassis."""
+        errors = cross_field_errors(self, self.blade_center if self.blade_center_id else None)
+        if errors:
+            raise ValidationError(errors)
+
+
+def cross_field_errors(hv, chassis):
+    """{field: message} for rules spanning several fields (used by clean() and the import)."""
+    errors = {}
+    if hv.driver in Hypervisor.HV_TYPES:
+        message = uri_errors(hv.uri, hv.driver)
+        if message:
+            errors["uri"] = message
+    if chassis is None and hv.slot is not None:
+        errors["slot"] = "a slot needs a blade_center"
+    elif chassis is not None and hv.slot is None:
+        errors["slot"] = f"required: which slot of {chassis.name} (1–{chassis.slot_count})"
+    elif chassis is not None and not 1 <= hv.slot <= chassis.slot_count:
+        errors["slot"] = f"{chassis.name} has slots 1–{chassis.slot_count}, not {hv.slot}"
+    for resource, reserved in (("cpus", "reserved_cpus"), ("memory_mib", "reserved_memory_mib"),
+                               ("disk_gib", "reserved_disk_gib")):
+        total, kept = getattr(hv, resource), getattr(hv, reserved)
+        if isinstance(total, int) and isinstance(kept, int) and kept > total and total > 0:
+            errors[reserved] = f"cannot exceed {resource} ({total})"
+    return errors

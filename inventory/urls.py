@@ -1,3 +1,13 @@
+from django.urls import path
+
+from inventory import views
+
 app_name = "inventory"
 
-urlpatterns = []
+urlpatterns = [
+    path("", views.hypervisor_list, name="hypervisors"),
+    path("hypervisors/<int:pk>/", views.hypervisor_detail, name="hypervisor"),
+    path("hypervisors/<int:pk>/state/", views.hypervisor_state, name="hypervisor-state"),
+    path("blade-centers/", views.blade_center_list, name="bladecenters"),
+    path("blade-centers/<int:pk>/", views.blade_center_detail, name="bladecenter"),
+]

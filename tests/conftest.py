@@ -17,6 +17,12 @@ def _fresh_throttle():
     caches["throttle"].clear()
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # A real hasher costs ~0.5 s per persona; tests don't need its strength.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def admin_user(django_user_model):
     return django_user_model.objects.create_user(

@@ -247,6 +247,10 @@ SPECTACULAR_SETTINGS = {
 # Key for encrypting hypervisor credentials at rest (Fernet, urlsafe base64 of 32 bytes).
 CREDENTIAL_KEY = env.str("CREDENTIAL_KEY", None)
 
+# --- inventory ------------------------------------------------------------------------
+INVENTORY_IMPORT_MAX_BYTES = env.int("INVENTORY_IMPORT_MAX_BYTES", 20 * 1024 * 1024, minimum=1024)
+INVENTORY_IMPORT_MAX_ROWS = env.int("INVENTORY_IMPORT_MAX_ROWS", 20_000, minimum=1)
+
 # --- events ---------------------------------------------------------------------------
 EVENTS_POLL_SECONDS = env.float("EVENTS_POLL_SECONDS", 0.2, minimum=0.01)
 EVENTS_RETENTION_DAYS = env.int("EVENTS_RETENTION_DAYS", 7, minimum=1)

@@ -2,6 +2,7 @@ import subprocess
 import sys
 
 import pytest
+from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
 from tests.processes import ROOT
@@ -76,6 +77,7 @@ def test_production_settings_pass_the_deploy_check_with_no_warnings(tmp_path):
         SECRET_KEY="x7!" + "k" * 20 + "Qz9-" + "m" * 30 + "#p",
         ALLOWED_HOSTS="vcl.example.org",
         CSRF_TRUSTED_ORIGINS="https://vcl.example.org",
+        CREDENTIAL_KEY=Fernet.generate_key().decode(),
     )
     assert result.returncode == 0, result.stderr + result.stdout
     assert "System check identified no issues" in result.stdout

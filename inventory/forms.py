@@ -1,0 +1,101 @@
+"""Forms for the inventory pages and admin. They only shape input: the services validate."""
+
+from django import forms
+from django.contrib.admin.helpers import ActionForm
+from import_export.forms import ImportForm
+
+from inventory import formats
+from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
+from inventory.resources import header_problem
+
+REASON_HELP = "Why: kept in the change log (e.g. 'firmware upgrade, ticket 4711')."
+
+
+class StateForm(forms.Form):
+    state = forms.ChoiceField(choices=Hypervisor.State.choices)
+    reason = forms.CharField(max_length=500, help_text=REASON_HELP)
+
+
+class StateActionForm(ActionForm):
+    """The admin's action bar, with the reason a state change needs."""
+
+    reason = forms.CharField(max_length=500, required=False, help_text=REASON_HELP)
+
+
+class CredentialAdminForm(forms.ModelForm):
+    secret = forms.CharField(
+        required=False,
+        strip=False,
+        max_length=4096,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Stored encrypted and never shown again. Leave blank to keep the current secret.",
+    )
+    clear_secret = forms.BooleanField(required=False, help_text="Remove the stored secret.")
+
+    class Meta:
+        model = Credential
+        fields = ["name", "username", "secret", "clear_secret", "description"]
+
+
+class HypervisorImportForm(ImportForm):
+    """The admin's import form, refusing a file for the same reasons the API and CLI do."""
+
+    def __init__(self, import_formats, resources, **kwargs):
+        super().__init__(import_formats, resources, **kwargs)
+        self.import_formats = import_formats
+
+    def clean(self):
+        cleaned = super().clean()
+        upload, index = cleaned.get("import_file"), cleaned.get("format")
+        if upload is None or index in (None, ""):
+            return cleaned
+        try:
+            formats.check_size(upload.size)
+            data = upload.read()
+            upload.seek(0)
+            dataset = formats.load(data, self.import_formats[int(index)].name)
+        except formats.FileError as exc:
+            self.add_error("import_file", str(exc))
+            return cleaned
+        problem = header_problem(dataset.headers)
+        if problem:
+            self.add_error("import_file", problem)
+        return cleaned
+
+
+class BladeCenterRegistrationForm(forms.Form):
+    """Register a chassis and one hypervisor per slot: the fields of the registration service."""
+
+    name = forms.CharField(max_length=100, help_text="Chassis name, e.g. bc1.")
+    site = forms.CharField(max_length=100, required=False)
+    model = forms.CharField(max_length=100, required=False)
+    slot_count = forms.IntegerField(min_value=1, max_value=BladeCenter.MAX_SLOTS, initial=16)
+    management_address = forms.CharField(max_length=253, required=False)
+    first_slot = forms.IntegerField(min_value=1, max_value=BladeCenter.MAX_SLOTS, initial=1)
+    last_slot = forms.IntegerField(min_value=1, max_value=BladeCenter.MAX_SLOTS, initial=16)
+    hostname_pattern = forms.CharField(
+        max_length=100, initial="{chassis}-s{slot:02d}", help_text="Placeholders: {chassis} {slot} {index}."
+    )
+    first_address = forms.CharField(max_length=45, help_text="Address of the first host; the next ones follow.")
+    driver = forms.ChoiceField(choices=Hypervisor.Driver.choices, initial="sim")
+    uri_template = forms.CharField(
+        label="URI template", max_length=500, required=False, help_text="e.g. qemu+ssh://root@{address}/system — "
+        "placeholders {address} {name} {slot} {index} {chassis}; blank: derived from the driver."
+    )
+    credential = forms.ModelChoiceField(Credential.objects.all(), required=False, to_field_name="name")
+    group = forms.ModelChoiceField(NodeGroup.objects.all(), required=False, to_field_name="name",
+                                   label="Node group")
+    cpus = forms.IntegerField(label="CPUs", min_value=1, help_text="Per host: physical cores.")
+    memory_mib = forms.IntegerField(min_value=1, label="Memory (MiB)")
+    disk_gib = forms.IntegerField(min_value=0, label="Disk (GiB)")
+    cpu_ratio = forms.FloatField(label="CPU ratio", min_value=0.01, max_value=1000, initial=4.0)
+    memory_ratio = forms.FloatField(min_value=0.01, max_value=1000, initial=1.0)
+    disk_ratio = forms.FloatField(min_value=0.01, max_value=1000, initial=1.0)
+    tags = forms.CharField(max_length=500, required=False, help_text="Comma-separated.")
+
+    def spec(self):
+        """The cleaned form as the service's registration spec."""
+        spec = dict(self.cleaned_data)
+        for key in ("credential", "group"):
+            spec[key] = spec[key].name if spec.get(key) else None
+        return spec

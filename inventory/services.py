@@ -1,0 +1,556 @@
+"""Inventory operations: the one place each write happens (views, API, CLI, jobs call these).
+
+Every function validates, writes in one transaction, records the change log with who and
+why (``actor`` is a user, or an ``Actor`` such as ``Actor(name="cli")``) and emits events
+as outbox rows in that same transaction. Invalid input raises Django's
+``ValidationError`` (a dict of field → messages) and writes nothing.
+
+``IN_USE_CHECKERS`` lets other apps veto deleting a hypervisor: provisioning appends a
+function ``(hypervisor) -> str | None`` in its ``AppConfig.ready()`` that returns why the
+host is still in use (VMs running on it), or None.
+"""
+
+import ipaddress
+import string
+from dataclasses import dataclass, field
+
+import tablib
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import ProtectedError
+from django.utils import timezone
+
+from inventory import bulk, formats
+from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
+from inventory.resources import (
+    IMPORT_ACTIONS,
+    HypervisorResource,
+    IntWidget,
+    RatioWidget,
+    TagsWidget,
+    host_data,
+    row_messages,
+    slot_data,
+)
+from inventory.validators import validate_name
+from vclmgr import changelog, events
+
+IN_USE_CHECKERS = []
+
+HOST_FIELDS = [
+    "name", "address", "driver", "uri", "credential", "blade_center", "slot", "group",
+    "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
+    "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles",
+]  # fmt: skip
+CREDENTIAL_FIELDS = ["name", "username", "description"]
+GROUP_FIELDS = ["name", "alloc_policy", "exclusive_storage", "placement_policy", "description"]
+CHASSIS_FIELDS = ["name", "site", "model", "slot_count", "management_address", "notes"]
+
+
+class InUse(Exception):
+    """The object cannot be deleted now; the message says what holds it."""
+
+
+# --- shared plumbing ------------------------------------------------------------------
+
+
+def _values(obj, names):
+    values = {}
+    for name in names:
+        value = getattr(obj, name)
+        values[name] = value.name if hasattr(value, "_meta") else value
+    return values
+
+
+def _apply(actor, obj, names, changes_in, action, reason="", extra_changes=None):
+    """Set fields, validate, save, log. Returns the {field: [old, new]} changes."""
+    unknown = set(changes_in) - set(names)
+    if unknown:
+        raise TypeError(f"cannot set {sorted(unknown)} on {type(obj).__name__}")
+    before = _values(obj, names) if action == "update" else dict.fromkeys(names)
+    for name, value in changes_in.items():
+        setattr(obj, name, value)
+    obj.full_clean()
+    changes = changelog.diff(before, _values(obj, names), names)
+    changes.update(extra_changes or {})
+    if action == "update" and not changes:
+        return changes
+    obj.save()
+    changelog.record(obj, action, actor, changes, reason)
+    return changes
+
+
+def _emit(kind, data, topics):
+    events.emit(kind, data, topics)
+
+
+# --- credentials ----------------------------------------------------------------------
+
+
+@transaction.atomic
+def create_credential(actor, *, secret="", **fields):
+    credential = Credential()
+    credential.set_secret(secret)
+    extra = {"secret": ["***", "***"]} if secret else {}
+    _apply(actor, credential, CREDENTIAL_FIELDS, fields, "create", extra_changes=extra)
+    _emit("credential.changed", {"id": credential.pk, "name": credential.name, "action": "created"}, ["admin"])
+    return credential
+
+
+@transaction.atomic
+def update_credential(actor, credential, *, secret=None, reason="", **fields):
+    """``secret=None`` keeps the stored secret; ``""`` removes it; anything else replaces it."""
+    extra = {}
+    if secret is not None and (secret or credential.has_secret):
+        credential.set_secret(secret)
+        extra = {"secret": ["***", "***"]}
+    changes = _apply(actor, credential, CREDENTIAL_FIELDS, fields, "update", reason, extra)
+    if changes:
+        _emit("credential.changed", {"id": credential.pk, "name": credential.name, "action": "updated"}, ["admin"])
+    return credential
+
+
+@transaction.atomic
+def delete_credential(actor, credential, reason=""):
+    used = credential.hypervisors.count()
+    if used:
+        raise InUse(f"credential {credential.name} is used by {used} hypervisor(s); give them another first")
+    _delete(actor, credential, reason, "credential.changed")
+
+
+def _delete(actor, obj, reason, kind, topics=("admin",)):
+    changelog.record(obj, "delete", actor, {}, reason)
+    pk, name = obj.pk, obj.name
+    try:
+        obj.delete()
+    except ProtectedError as exc:
+        raise InUse(f"{name} is still referenced by {len(exc.protected_objects)} object(s)") from None
+    _emit(kind, {"id": pk, "name": name, "action": "deleted"}, list(topics))
+
+
+# --- node groups ----------------------------------------------------------------------
+
+
+@transaction.atomic
+def create_node_group(actor, **fields):
+    group = NodeGroup()
+    _apply(actor, group, GROUP_FIELDS, fields, "create")
+    _emit("nodegroup.changed", {"id": group.pk, "name": group.name, "action": "created"}, ["admin"])
+    return group
+
+
+@transaction.atomic
+def update_node_group(actor, group, reason="", **fields):
+    if _apply(actor, group, GROUP_FIELDS, fields, "update", reason):
+        _emit("nodegroup.changed", {"id": group.pk, "name": group.name, "action": "updated"}, ["admin"])
+    return group
+
+
+@transaction.atomic
+def delete_node_group(actor, group, reason=""):
+    used = group.hypervisors.count()
+    if used:
+        raise InUse(f"node group {group.name} still has {used} hypervisor(s); move them first")
+    _delete(actor, group, reason, "nodegroup.changed")
+
+
+# --- blade centers --------------------------------------------------------------------
+
+
+def blade_center_errors(chassis):
+    """Rules needing the database: the slot count must keep every occupied slot."""
+    if chassis.pk is None or not isinstance(chassis.slot_count, int):
+        return {}
+    highest = chassis.hypervisors.order_by("-slot").values_list("slot", flat=True).first()
+    if highest and highest > chassis.slot_count:
+        return {"slot_count": [f"slot {highest} is occupied: the chassis needs at least {highest} slots"]}
+    return {}
+
+
+@transaction.atomic
+def create_blade_center(actor, reason="", **fields):
+    chassis = BladeCenter()
+    _apply(actor, chassis, CHASSIS_FIELDS, fields, "create", reason)
+    _emit("bladecenter.changed", {"id": chassis.pk, "name": chassis.name, "action": "created"}, ["admin"])
+    return chassis
+
+
+@transaction.atomic
+def update_blade_center(actor, chassis, reason="", **fields):
+    probe = BladeCenter(pk=chassis.pk, slot_count=fields.get("slot_count", chassis.slot_count))
+    errors = blade_center_errors(probe)
+    if errors:
+        raise ValidationError(errors)
+    if _apply(actor, chassis, CHASSIS_FIELDS, fields, "update", reason):
+        data = {"id": chassis.pk, "name": chassis.name, "slot_count": chassis.slot_count, "action": "updated"}
+        _emit("bladecenter.changed", data, ["admin", f"bladecenter.{chassis.pk}"])
+    return chassis
+
+
+@transaction.atomic
+def delete_blade_center(actor, chassis, reason=""):
+    held = chassis.hypervisors.count()
+    if held:
+        raise InUse(f"blade center {chassis.name} still holds {held} hypervisor(s); delete or move them first")
+    _delete(actor, chassis, reason, "bladecenter.changed", ["admin", f"bladecenter.{chassis.pk}"])
+
+
+# --- hypervisors ----------------------------------------------------------------------
+
+
+def _clean_tags(tags):
+    try:
+        return TagsWidget().clean(list(tags) if not isinstance(tags, str) else tags)
+    except ValueError as exc:
+        raise ValidationError({"tags": [str(exc)]}) from None
+
+
+def _host_topics(hv, *chassis_ids):
+    topics = [f"hypervisor.{hv.pk}", "admin"]
+    topics += [f"bladecenter.{c}" for c in dict.fromkeys((hv.blade_center_id, *chassis_ids)) if c is not None]
+    return topics
+
+
+@transaction.atomic
+def create_hypervisor(actor, *, tags=(), reason="", **fields):
+    tags = _clean_tags(tags)
+    hv = Hypervisor()
+    extra = {"tags": [[], tags]} if tags else {}
+    _apply(actor, hv, HOST_FIELDS, fields, "create", reason, extra)
+    if tags:
+        hv.tags.set(tags)
+    _emit("hypervisor.changed", host_data(hv, action="created"), _host_topics(hv))
+    return hv
+
+
+@transaction.atomic
+def update_hypervisor(actor, hv, *, tags=None, reason="", **fields):
+    """Change fields (and tags when given). The state changes through ``set_state``."""
+    old_chassis, old_slot = hv.blade_center_id, hv.slot
+    extra = {}
+    if tags is not None:
+        tags, before = _clean_tags(tags), sorted(t.name for t in hv.tags.all())
+        if tags != before:
+            extra["tags"] = [before, tags]
+    if not _apply(actor, hv, HOST_FIELDS, fields, "update", reason, extra):
+        return hv
+    if "tags" in extra:
+        hv.tags.set(tags)
+    data = host_data(hv, action="updated")
+    if old_chassis is not None and (old_chassis, old_slot) != (hv.blade_center_id, hv.slot):
+        freed = {"slot": old_slot, "id": None, "name": None, "state": None}
+        if old_chassis == hv.blade_center_id:
+            data["slots"] = [*data["slots"], freed]
+        else:  # the old chassis page only needs to empty its slot
+            _emit("hypervisor.changed", {**data, "slots": [freed]}, [f"bladecenter.{old_chassis}"])
+    _emit("hypervisor.changed", data, _host_topics(hv))
+    return hv
+
+
+def in_use_reasons(hv):
+    return [reason for check in IN_USE_CHECKERS if (reason := check(hv))]
+
+
+@transaction.atomic
+def delete_hypervisor(actor, hv, reason=""):
+    """Delete a host, unless something (VMs running on it) holds it: then ``InUse``."""
+    reasons = in_use_reasons(hv)
+    if reasons:
+        raise InUse(f"hypervisor {hv.name} is in use: {'; '.join(reasons)}")
+    data = host_data(hv, action="deleted")
+    data["slots"] = [{"slot": hv.slot, "id": None, "name": None, "state": None}] if hv.blade_center_id else []
+    topics = _host_topics(hv)
+    changelog.record(hv, "delete", actor, {}, reason)
+    hv.delete()
+    _emit("hypervisor.changed", data, topics)
+
+
+@transaction.atomic
+def set_state(actor, hv, state, reason):
+    """online / drained (takes no new VMs) / offline (takes nothing); a reason is required.
+
+    Returns True when something changed. The row is locked so concurrent changes queue up.
+    """
+    errors = {}
+    if state not in Hypervisor.State.values:
+        errors["state"] = [f"unknown state {str(state)[:30]!r} (use online, drained or offline)"]
+    reason = (reason or "").strip()
+    if not reason:
+        errors["reason"] = ["required: say why the state changes"]
+    elif len(reason) > 500:
+        errors["reason"] = ["at most 500 characters"]
+    if errors:
+        raise ValidationError(errors)
+    locked = Hypervisor.objects.select_for_update().get(pk=hv.pk)
+    if locked.state == state and locked.state_reason == reason:
+        return False
+    actor = changelog.Actor.of(actor)
+    changes = changelog.diff(
+        {"state": locked.state, "state_reason": locked.state_reason},
+        {"state": state, "state_reason": reason},
+        ["state", "state_reason"],
+    )
+    now = timezone.now()
+    Hypervisor.objects.filter(pk=hv.pk).update(
+        state=state, state_reason=reason, state_changed_by=actor.label[:150], state_changed_at=now, updated=now
+    )
+    hv.state, hv.state_reason, hv.state_changed_by, hv.state_changed_at = state, reason, actor.label[:150], now
+    changelog.record(hv, "state", actor, changes, reason)
+    _emit("hypervisor.state", host_data(hv, by=actor.label), _host_topics(hv))
+    return True
+
+
+@transaction.atomic
+def report_facts(actor, hv, facts):
+    """Store what the driver reports about the host (capacity discovery calls this)."""
+    if not isinstance(facts, dict):
+        raise ValidationError({"facts": ["must be an object"]})
+    now = timezone.now()
+    Hypervisor.objects.filter(pk=hv.pk).update(facts=facts, facts_updated_at=now)
+    hv.facts, hv.facts_updated_at = facts, now
+
+
+# --- bulk import and export -----------------------------------------------------------
+
+
+@dataclass
+class RowReport:
+    row: int
+    action: str  # create / update / unchanged / reject
+    name: str
+    id: int | None = None
+    errors: list = field(default_factory=list)
+
+
+@dataclass
+class ImportReport:
+    """What an import did (or, in a dry run, would do), row by row.
+
+    Rows are numbered from 1, the first row after the header (the first item in JSON/YAML).
+    """
+
+    dry_run: bool
+    rows: list = field(default_factory=list)
+    file_errors: list = field(default_factory=list)
+    committed: bool = False
+
+    @property
+    def totals(self):
+        totals = {"create": 0, "update": 0, "unchanged": 0, "reject": 0}
+        for row in self.rows:
+            totals[row.action] = totals.get(row.action, 0) + 1
+        return totals
+
+    @property
+    def ok(self):
+        return not self.file_errors and not any(r.action == "reject" for r in self.rows)
+
+    def messages(self):
+        return [*self.file_errors, *(m for row in self.rows for m in row.errors)]
+
+    def summary(self):
+        t = self.totals
+        errors = t["reject"] + len(self.file_errors)
+        return f"created {t['create']}, updated {t['update']}, errors {errors} ({t['unchanged']} unchanged)"
+
+    def as_dict(self):
+        t = self.totals
+        return {
+            "dry_run": self.dry_run,
+            "committed": self.committed,
+            "ok": self.ok,
+            "summary": self.summary(),
+            "totals": {"created": t["create"], "updated": t["update"], "unchanged": t["unchanged"],
+                       "rejected": t["reject"], "rows": len(self.rows)},
+            "errors": self.messages(),
+            "rows": [{"row": r.row, "action": r.action, "name": r.name, "id": r.id, "errors": r.errors}
+                     for r in self.rows],
+        }
+
+
+def _name_cells(dataset):
+    if "name" not in (dataset.headers or []):
+        return [""] * len(dataset)
+    return ["" if v is None else str(v) for v in dataset.get_col(dataset.headers.index("name"))]
+
+
+def _run_import(dataset, *, actor, dry_run, reason="", file_name="", create_only=False):
+    with bulk.gc_paused():
+        result = HypervisorResource().import_data(
+            dataset, dry_run=dry_run, actor=actor, reason=reason, file_name=file_name, create_only=create_only,
+            retain_instance_in_row_result=True,
+        )
+    report = ImportReport(dry_run=dry_run)
+    report.file_errors = [str(error.error) for error in result.base_errors]
+    names = _name_cells(dataset)
+    for number, row_result in enumerate(result.rows, 1):
+        instance = getattr(row_result, "instance", None)
+        object_id = instance.pk if instance is not None and not dry_run else row_result.object_id
+        report.rows.append(RowReport(
+            row=number,
+            action=IMPORT_ACTIONS.get(row_result.import_type, row_result.import_type),
+            name=row_result.object_repr or (names[number - 1] if number <= len(names) else ""),
+            id=int(object_id) if object_id not in (None, "") else None,
+            errors=row_messages(number, row_result),
+        ))
+    report.committed = not dry_run and report.ok
+    return report
+
+
+def import_hypervisors(actor, data, fmt, *, dry_run=False, file_name="", reason=""):
+    """Import a file (bytes) of hypervisors: all rows or none. Returns an ``ImportReport``."""
+    try:
+        dataset = formats.load(data, fmt)
+    except formats.FileError as exc:
+        return ImportReport(dry_run=dry_run, file_errors=[str(exc)])
+    return _run_import(dataset, actor=actor, dry_run=dry_run, reason=reason, file_name=file_name)
+
+
+def export_hypervisors(fmt, queryset=None, *, with_id=True):
+    """Bytes of a file in ``fmt`` that ``import_hypervisors`` reads back unchanged."""
+    resource = HypervisorResource()
+    fields = None if with_id else [name for name in resource.get_export_order() if name != "id"]
+    dataset = resource.export(queryset, export_fields=fields)
+    return formats.dump(dataset, fmt)
+
+
+# --- registering a whole blade center -------------------------------------------------
+
+PATTERN_FIELDS = {"slot", "index", "chassis"}
+URI_FIELDS = {"slot", "index", "chassis", "name", "address"}
+
+
+@dataclass
+class Registration:
+    blade_center: BladeCenter
+    hosts: list  # the rows as registered: name, slot, address, uri
+    report: ImportReport
+
+
+def _check_template(template, allowed, key, errors, sample):
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        errors[key] = [f"cannot parse {template!r}: {exc}"]
+        return
+    for _, field_name, _, _ in parsed:
+        if field_name is None:
+            continue
+        if field_name not in allowed:
+            names = ", ".join("{" + n + "}" for n in sorted(allowed))
+            errors[key] = [f"unknown placeholder {{{field_name}}} (use {names})"]
+            return
+    try:
+        template.format(**sample)
+    except (ValueError, TypeError) as exc:
+        errors[key] = [f"cannot fill {template!r}: {exc}"]
+
+
+def _registration_plan(spec):
+    """Validate a registration spec; returns (chassis fields, rows) or raises ValidationError."""
+    errors = {}
+    count = spec.get("slot_count")
+    if not isinstance(count, int) or not 1 <= count <= BladeCenter.MAX_SLOTS:
+        errors["slot_count"] = [f"must be a whole number from 1 to {BladeCenter.MAX_SLOTS}"]
+        count = BladeCenter.MAX_SLOTS
+    first = spec.get("first_slot") or 1
+    last = spec.get("last_slot") or count
+    if not isinstance(first, int) or not isinstance(last, int) or not 1 <= first <= last <= count:
+        errors["last_slot"] = [f"the slot range must lie within 1–{count}, first ≤ last"]
+        first, last = 1, 0
+    name = spec.get("name") or ""
+    try:
+        validate_name(name)
+    except ValidationError as exc:
+        errors["name"] = exc.messages
+    if BladeCenter.objects.filter(name=name).exists():
+        errors["name"] = [f"a blade center named {name!r} already exists"]
+
+    pattern = spec.get("hostname_pattern") or "{chassis}-s{slot:02d}"
+    uri_template = spec.get("uri_template") or ""
+    sample = {"slot": first, "index": 1, "chassis": name, "name": name, "address": "192.0.2.1"}
+    _check_template(pattern, PATTERN_FIELDS, "hostname_pattern", errors, sample)
+    _check_template(uri_template, URI_FIELDS, "uri_template", errors, sample)
+    try:
+        address = ipaddress.ip_address(str(spec.get("first_address") or "").strip())
+        address + max(0, last - first)  # noqa: B018 (raises past the end of the address space)
+    except (ValueError, ipaddress.AddressValueError):
+        errors["first_address"] = ["must be an IP address with room for one address per slot after it"]
+        address = None
+
+    values = {}
+    for key, widget, default in (
+        ("cpus", IntWidget(1), None), ("memory_mib", IntWidget(1), None), ("disk_gib", IntWidget(0), None),
+        ("cpu_ratio", RatioWidget(), 4.0), ("memory_ratio", RatioWidget(), 1.0), ("disk_ratio", RatioWidget(), 1.0),
+        ("reserved_cpus", IntWidget(0), 0), ("reserved_memory_mib", IntWidget(0), 0),
+        ("reserved_disk_gib", IntWidget(0), 0),
+    ):
+        try:
+            value = widget.clean(spec.get(key))
+        except ValueError as exc:
+            errors[key] = [str(exc)]
+            continue
+        if value is None and default is None:
+            errors[key] = ["required"]
+        values[key] = default if value is None else value
+    if (spec.get("driver") or "sim") not in Hypervisor.Driver.values:
+        errors["driver"] = [f"unknown driver {str(spec.get('driver'))[:30]!r} (use sim, libvirt or vmware)"]
+    for key, model, label in (("credential", Credential, "credential"), ("group", NodeGroup, "node group")):
+        wanted = spec.get(key)
+        if wanted and not model.objects.filter(name=wanted).exists():
+            errors[key] = [f"no {label} named {wanted!r}"]
+    try:
+        tags = _clean_tags(spec.get("tags") or [])
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+        tags = []
+    if errors:
+        raise ValidationError(errors)
+
+    chassis = {key: spec.get(key) or "" for key in ("site", "model", "management_address", "notes")}
+    chassis.update(name=name, slot_count=count)
+    rows = []
+    for index, slot in enumerate(range(first, last + 1), 1):
+        fill = {"slot": slot, "index": index, "chassis": name}
+        host = pattern.format(**fill)
+        host_address = str(address + (index - 1))
+        rows.append({
+            "name": host, "address": host_address, "driver": spec.get("driver") or "sim",
+            "uri": uri_template.format(**fill, name=host, address=host_address), "credential": spec.get("credential"),
+            "blade_center": name, "slot": slot, "group": spec.get("group"), **values, "tags": ", ".join(tags),
+        })
+    return chassis, rows
+
+
+def register_blade_center(actor, spec, *, dry_run=False):
+    """Create a blade center and one hypervisor per slot in its range, all or nothing.
+
+    ``spec``: name, slot_count, optional site/model/management_address/notes, first_slot and
+    last_slot (default: all), hostname_pattern (default ``{chassis}-s{slot:02d}``),
+    first_address (consecutive addresses follow), driver, uri_template (placeholders
+    ``{address} {name} {slot} {index} {chassis}``), credential and group by name, per-host
+    cpus / memory_mib / disk_gib (+ optional ratios and reserved amounts), tags.
+    A dry run validates everything and returns the preview without writing.
+    """
+    chassis_fields, rows = _registration_plan(spec)
+    reason = f"registration of blade center {chassis_fields['name']}"
+    with transaction.atomic():
+        chassis = create_blade_center(actor, reason=reason, **chassis_fields)
+        dataset = tablib.Dataset(headers=list(rows[0]))
+        dataset.extend([list(row.values()) for row in rows])
+        report = _run_import(dataset, actor=actor, dry_run=dry_run, reason=reason,
+                             file_name=f"blade center {chassis.name}", create_only=True)
+        if dry_run or not report.ok:
+            transaction.set_rollback(True)
+            chassis.pk = None
+        else:
+            report.committed = True
+    hosts = [{"slot": r["slot"], "name": r["name"], "address": r["address"], "uri": r["uri"]} for r in rows]
+    return Registration(blade_center=chassis, hosts=hosts, report=report)
+
+
+def chassis_slots(chassis):
+    """[{slot, id, name, state}] for every slot of the chassis (id None: empty)."""
+    taken = {hv.slot: hv for hv in chassis.hypervisors.only("id", "name", "state", "slot", "blade_center")}
+    return [slot_data(taken[slot]) if slot in taken else {"slot": slot, "id": None, "name": None, "state": None}
+            for slot in range(1, chassis.slot_count + 1)]

@@ -1,0 +1,73 @@
+"""Field validators shared by the models, forms, serializers and the bulk import.
+
+Messages are short and lower-case so they read well after a field name:
+``Row 12 address: '10.0.0.300' is not a valid IP address``.
+"""
+
+import ipaddress
+import re
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ValidationError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
+LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+SCHEME_RE = re.compile(r"^[a-z][a-z0-9+.-]*$")
+SPACE_RE = re.compile(r"\s")
+
+# URI schemes each driver understands (the part before a '+': qemu+ssh → qemu).
+DRIVER_SCHEMES = {
+    "sim": {"sim"},
+    "libvirt": {"qemu", "test", "xen", "lxc", "bhyve", "ch", "vz"},
+    "vmware": {"https", "http"},
+}
+
+
+def validate_name(value):
+    """An object name: letters, digits, '.', '_' and '-', starting and ending alphanumeric."""
+    if not NAME_RE.match(value or ""):
+        raise ValidationError(
+            "must be 1–100 letters, digits, '.', '_' or '-', starting and ending with a letter or digit",
+            code="invalid",
+        )
+
+
+def validate_address(value):
+    """An IPv4/IPv6 address or a DNS host name.
+
+    A value made only of digits and dots must be an IPv4 address: '10.0.0.300' is not
+    silently accepted as a host name (RFC 1123 forbids all-numeric top-level labels).
+    """
+    value = value or ""
+    if ":" in value or re.fullmatch(r"[0-9.]+", value):
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValidationError(f"{value!r} is not a valid IP address", code="invalid") from None
+        return
+    labels = value.rstrip(".").split(".")
+    if len(value) > 253 or not all(LABEL_RE.match(label) for label in labels) or labels[-1].isdigit():
+        raise ValidationError(f"{value!r} is not a valid IP address or host name", code="invalid")
+
+
+def uri_errors(uri, driver):
+    """Why ``uri`` cannot be used with ``driver``, or None. Blank means 'derive from the address'."""
+    if not uri:
+        return None
+    if SPACE_RE.search(uri):
+        return "must not contain spaces"
+    try:
+        parts = urlsplit(uri)
+        parts.port  # noqa: B018 (raises ValueError for a bad port)
+    except ValueError as exc:
+        return f"cannot parse {uri!r}: {exc}"
+    if "://" not in uri or not SCHEME_RE.match(parts.scheme):
+        return f"cannot parse {uri!r}: expected scheme://host/path"
+    allowed = DRIVER_SCHEMES.get(driver)
+    base = parts.scheme.split("+", 1)[0]
+    if allowed is not None and base not in allowed:
+        schemes = ", ".join(sorted(allowed))
+        return f"scheme {parts.scheme!r} does not suit the {driver} driver (use {schemes})"
+    if driver in {"vmware"} and not parts.hostname:
+        return f"{uri!r} names no host"
+    return None
