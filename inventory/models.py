@@ -118,7 +118,7 @@ class Hypervisor(models.Model):
 
     # Hypervisor type per driver, and the image formats it runs (None: any, emulated).
     HV_TYPES = {"sim": "sim", "libvirt": "kvm", "vmware": "vmware"}
-    IMAGE_FORMATS = {"sim": None, "kvm": ("qcow2", "raw"), "vmware": ("vmdk",)}
+    IMAGE_FORMATS = {"sim": None, "kvm": ("qcow2", "raw"), "vmware": ("vmdk", "template")}
 
     name = models.CharField(max_length=100, validators=[validate_name])
     address = models.CharField(max_length=253, validators=[validate_address], help_text="IP address or host name.")

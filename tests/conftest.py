@@ -1,6 +1,7 @@
 """Shared fixtures: personas, API clients with real tokens, real worker and ASGI processes,
 and a real websocket client."""
 
+import itertools
 import json
 
 import pytest
@@ -8,8 +9,13 @@ from django.core.cache import caches
 from django.test import Client
 from rest_framework.test import APIClient
 
+from inventory import services as inventory_services
 from tests import processes
 from vclmgr import tokens
+from vclmgr.changelog import Actor
+
+TEST = Actor(name="test")
+_numbers = itertools.count(1)
 
 
 @pytest.fixture(autouse=True)
@@ -132,3 +138,32 @@ def ws_connect(asgi_server):
     yield make
     for client in opened:
         client.close()
+
+
+# --- inventory objects, made through the services -----------------------------------
+
+@pytest.fixture
+def group(db):
+    return inventory_services.create_node_group(TEST, name="lab", alloc_policy="preferred")
+
+
+@pytest.fixture
+def chassis(db):
+    return inventory_services.create_blade_center(TEST, name="bc1", slot_count=16, site="room 1")
+
+
+@pytest.fixture
+def credential(db):
+    return inventory_services.create_credential(TEST, name="root-ssh", username="root", secret="hunter2-very-secret")  # noqa: S106
+
+
+@pytest.fixture
+def make_host(db):
+    def make(name=None, tags=(), **fields):
+        n = next(_numbers)
+        values = {"name": name or f"host{n:04d}", "address": f"10.1.{n // 250}.{n % 250 + 1}", "driver": "sim",
+                  "cpus": 16, "memory_mib": 65536, "disk_gib": 500}
+        values.update(fields)
+        return inventory_services.create_hypervisor(TEST, tags=tags, **values)
+
+    return make

@@ -3,7 +3,6 @@ and helpers to write import files."""
 
 import csv
 import io
-import itertools
 
 import pytest
 
@@ -13,34 +12,6 @@ from inventory.resources import COLUMNS
 from vclmgr.changelog import Actor
 
 TEST = Actor(name="test")
-_numbers = itertools.count(1)
-
-
-@pytest.fixture
-def group(db):
-    return services.create_node_group(TEST, name="lab", alloc_policy="preferred")
-
-
-@pytest.fixture
-def chassis(db):
-    return services.create_blade_center(TEST, name="bc1", slot_count=16, site="room 1")
-
-
-@pytest.fixture
-def credential(db):
-    return services.create_credential(TEST, name="root-ssh", username="root", secret="hunter2-very-secret")  # noqa: S106
-
-
-@pytest.fixture
-def make_host(db):
-    def make(name=None, tags=(), **fields):
-        n = next(_numbers)
-        values = {"name": name or f"host{n:04d}", "address": f"10.1.{n // 250}.{n % 250 + 1}", "driver": "sim",
-                  "cpus": 16, "memory_mib": 65536, "disk_gib": 500}
-        values.update(fields)
-        return services.create_hypervisor(TEST, tags=tags, **values)
-
-    return make
 
 
 def host_row(i, **overrides):
