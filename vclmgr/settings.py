@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "inventory.apps.InventoryConfig",
     "provisioning.apps.ProvisioningConfig",
     "provisioning.drivers.sim.apps.SimConfig",
+    "provisioning.capacity.apps.CapacityConfig",
     "reservations.apps.ReservationsConfig",
 ]
 

@@ -1,0 +1,190 @@
+"""Plan, claim, extend and release capacity. One function per verb.
+
+``claim`` is the only writer of Allocation rows. It decides on the process's snapshot,
+then, in one short transaction, locks the chosen host's row, re-checks that host against
+its live allocations in the database, and writes the claim. If the host no longer fits
+(another worker got there first) it refreshes the snapshot and tries again, like Ganeti's
+opportunistic locking; only when attempts run out does it answer ``TryAgain``.
+Two workers can never overcommit a host. No hypervisor is called from here.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from inventory.models import Hypervisor
+from provisioning import placement as core
+from provisioning.capacity import loaders
+from provisioning.capacity.models import Allocation
+from provisioning.capacity.snapshot import snapshot
+from vclmgr import changelog, events
+
+MAX_ATTEMPTS = 5
+
+
+class NoCapacity(Exception):
+    """No host fits; ``result`` explains why and when it would."""
+
+    def __init__(self, result):
+        super().__init__(str(result))
+        self.result = result
+
+
+class TryAgain(Exception):
+    """Every chosen host was taken by a concurrent claim; nothing was written."""
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What a VM needs, when, and where it may go."""
+
+    vcpus: float
+    memory_mib: float
+    disk_gib: float
+    start: datetime
+    end: datetime | None = None
+    extras: dict = field(default_factory=dict)
+    formats: frozenset | None = None  # image formats available; None = any hypervisor
+    required_tags: frozenset = frozenset()
+    forbidden_tags: frozenset = frozenset()
+    anti_affinity: str = ""
+    policy: str | None = None
+    groups: frozenset | None = None
+    purpose: str = ""
+
+    def request(self, request_id="request"):
+        return core.Request(
+            resources=core.Resources(self.vcpus, self.memory_mib, self.disk_gib, self.extras),
+            start=loaders.ts(self.start),
+            end=loaders.ts(self.end),
+            id=request_id,
+            hypervisors=loaders.hypervisor_types_for(self.formats),
+            required_tags=frozenset(self.required_tags),
+            forbidden_tags=frozenset(self.forbidden_tags),
+            anti_affinity=self.anti_affinity or None,
+            policy=core.Policy(self.policy) if self.policy else None,
+            groups=frozenset(self.groups) if self.groups else None,
+        )
+
+
+def plan(demand):
+    """Where the demand would go now, or an explained no with the earliest fit. Writes nothing."""
+    with snapshot.lock:
+        engine, _ = snapshot.current()
+        return engine.place(demand.request())
+
+
+def earliest_fit(demand, not_before=None):
+    """The earliest start (≥ ``not_before``, default the demand's start) at which it fits."""
+    duration = None if demand.end is None else (demand.end - demand.start).total_seconds()
+    start = loaders.ts(not_before or demand.start)
+    with snapshot.lock:
+        engine, _ = snapshot.current()
+        return engine.earliest_fit(demand.request(), duration, start)
+
+
+def claim(demand, actor, owner=None, max_attempts=MAX_ATTEMPTS):
+    """Place and record the demand; returns the Allocation. ``NoCapacity`` or ``TryAgain``."""
+    request = demand.request()
+    for _attempt in range(max_attempts):
+        with snapshot.lock:
+            engine, ids = snapshot.current()
+            result = engine.place(request)
+        if not result.ok:
+            raise NoCapacity(result)
+        allocation = _claim_on(ids[result.host], demand, request, actor, owner)
+        if allocation is not None:
+            return allocation
+    raise TryAgain(f"hosts kept filling up under concurrent claims ({max_attempts} attempts); try again")
+
+
+def claim_on_host(host, demand, actor, owner=None):
+    """Claim on a given host (migration target, admin override); ``NoCapacity`` if it does not fit."""
+    allocation = _claim_on(host.pk, demand, demand.request(), actor, owner)
+    if allocation is None:
+        with transaction.atomic():
+            result = _host_check(host.pk, demand.request())
+        raise NoCapacity(result)
+    return allocation
+
+
+def _host_check(host_id, request):
+    cluster, _ = loaders.load_cluster(timezone.now(), host_ids=[host_id])
+    return core.PlacementEngine(cluster, core.PlacementOptions(earliest_fit=False)).place(request)
+
+
+def _claim_on(host_id, demand, request, actor, owner):
+    with transaction.atomic():
+        host = Hypervisor.objects.select_for_update().filter(pk=host_id).first()
+        if host is None or not _host_check(host_id, request).ok:
+            return None
+        allocation = Allocation.objects.create(
+            host=host,
+            owner=owner,
+            purpose=demand.purpose[:200],
+            vcpus=demand.vcpus,
+            memory_mib=demand.memory_mib,
+            disk_gib=demand.disk_gib,
+            extras=dict(demand.extras),
+            start=demand.start,
+            end=demand.end,
+            anti_affinity=demand.anti_affinity,
+        )
+        changelog.record(allocation, "create", actor, reason=demand.purpose)
+        events.emit("allocation.claimed", _event(allocation), [f"hypervisor.{host.pk}", "admin"])
+        return allocation
+
+
+def extend(allocation, new_end, actor):
+    """Move an allocation's end; re-checked under the host's lock. Returns the new row
+    (the old one is released in the same transaction), or raises ``NoCapacity``."""
+    if allocation.released is not None:
+        raise ValueError("this allocation was released")
+    demand = demand_of(allocation, end=new_end)
+    request = demand.request()
+    with transaction.atomic():
+        Hypervisor.objects.select_for_update().get(pk=allocation.host_id)
+        Allocation.objects.filter(pk=allocation.pk).update(released=timezone.now())
+        fresh = _claim_on(allocation.host_id, demand, request, actor, allocation.owner)
+        if fresh is None:
+            raise NoCapacity(_host_check(allocation.host_id, request))  # rolls the release back
+        changelog.record(allocation, "update", actor, {"end": [str(allocation.end), str(new_end)]}, "extended")
+    return fresh
+
+
+def release(allocation, actor, reason=""):
+    """Give the capacity back (idempotent)."""
+    with transaction.atomic():
+        updated = Allocation.objects.filter(pk=allocation.pk, released__isnull=True).update(released=timezone.now())
+        if updated:
+            allocation.refresh_from_db()
+            changelog.record(allocation, "delete", actor, reason=reason or "released")
+            events.emit("allocation.released", _event(allocation), [f"hypervisor.{allocation.host_id}", "admin"])
+    return bool(updated)
+
+
+def demand_of(allocation, **changes):
+    values = {
+        "vcpus": allocation.vcpus,
+        "memory_mib": allocation.memory_mib,
+        "disk_gib": allocation.disk_gib,
+        "extras": dict(allocation.extras),
+        "start": allocation.start,
+        "end": allocation.end,
+        "anti_affinity": allocation.anti_affinity,
+        "purpose": allocation.purpose,
+    }
+    values.update(changes)
+    return Demand(**values)
+
+
+def _event(allocation):
+    return {
+        "id": allocation.pk,
+        "host": allocation.host_id,
+        "purpose": allocation.purpose,
+        "start": allocation.start.isoformat(),
+        "end": allocation.end.isoformat() if allocation.end else None,
+    }

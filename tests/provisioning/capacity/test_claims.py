@@ -1,0 +1,138 @@
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from inventory import services as inventory
+from provisioning.capacity import services as capacity
+from provisioning.capacity.models import Allocation
+from provisioning.capacity.snapshot import snapshot
+from tests.conftest import TEST
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh_snapshot():
+    snapshot.reset()
+    yield
+    snapshot.reset()
+
+
+def demand(hours=2, start=None, **fields):
+    start = start or timezone.now()
+    values = {"vcpus": 2, "memory_mib": 4096, "disk_gib": 20, "start": start, "end": start + timedelta(hours=hours)}
+    values.update(fields)
+    return capacity.Demand(**values)
+
+
+def test_a_claim_lands_on_a_host_that_fits_and_is_recorded(make_host):
+    make_host("small", cpus=1, memory_mib=2048)
+    big = make_host("big", cpus=8, memory_mib=16384)
+    allocation = capacity.claim(demand(purpose="vm 1"), TEST)
+    assert allocation.host == big and allocation.purpose == "vm 1" and allocation.active
+
+
+def test_claims_never_overcommit_a_host(make_host):
+    host = make_host("only", cpus=2, cpu_ratio=1.0, memory_mib=65536)
+    capacity.claim(demand(vcpus=2), TEST)
+    with pytest.raises(capacity.NoCapacity) as refused:
+        capacity.claim(demand(vcpus=1), TEST)
+    assert refused.value.result.reasons == {"lacks_vcpus": 1}
+    assert "no host: 1 lack vcpus" in str(refused.value)
+    assert Allocation.objects.filter(host=host).count() == 1
+
+
+def test_time_windows_that_do_not_overlap_share_a_host(make_host):
+    make_host("only", cpus=2, cpu_ratio=1.0)
+    now = timezone.now()
+    capacity.claim(demand(vcpus=2, start=now, hours=1), TEST)
+    later = capacity.claim(demand(vcpus=2, start=now + timedelta(hours=1), hours=1), TEST)
+    assert later.start == now + timedelta(hours=1)
+
+
+def test_a_full_cluster_answers_with_the_earliest_fit(make_host):
+    make_host("only", cpus=2, cpu_ratio=1.0)
+    now = timezone.now().replace(microsecond=0)
+    capacity.claim(demand(vcpus=2, start=now, hours=3), TEST)
+    with pytest.raises(capacity.NoCapacity) as refused:
+        capacity.claim(demand(vcpus=1, start=now), TEST)
+    fit = refused.value.result.earliest_fit
+    assert fit.start == (now + timedelta(hours=3)).timestamp()
+
+
+def test_drained_and_offline_hosts_take_nothing(make_host):
+    drained = make_host("drained")
+    offline = make_host("offline")
+    inventory.set_state(TEST, drained, "drained", "maintenance")
+    inventory.set_state(TEST, offline, "offline", "dead")
+    with pytest.raises(capacity.NoCapacity) as refused:
+        capacity.claim(demand(), TEST)
+    assert refused.value.result.reasons == {"drained": 1, "offline": 1}
+
+
+def test_the_snapshot_follows_changes_made_elsewhere(make_host):
+    host = make_host("only", cpus=2, cpu_ratio=1.0)
+    assert capacity.plan(demand(vcpus=2)).ok
+    other = Allocation.objects.create(  # as another process would, behind this one's back
+        host=host, purpose="elsewhere", vcpus=2, memory_mib=0, disk_gib=0, start=timezone.now()
+    )
+    assert not capacity.plan(demand(vcpus=2)).ok
+    capacity.release(other, TEST)
+    assert capacity.plan(demand(vcpus=2)).ok
+
+
+def test_a_stale_snapshot_is_caught_by_the_locked_recheck(make_host):
+    first = make_host("first", cpus=2, cpu_ratio=1.0)
+    make_host("second", cpus=2, cpu_ratio=1.0)
+    with snapshot.lock:
+        snapshot.current()
+    Allocation.objects.create(host=first, purpose="racer", vcpus=2, memory_mib=0, disk_gib=0, start=timezone.now())
+    Allocation.objects.create(
+        host=first.__class__.objects.get(name="second"), purpose="racer", vcpus=1, memory_mib=0, disk_gib=0,
+        start=timezone.now(),
+    )
+    allocation = capacity.claim(demand(vcpus=1), TEST)
+    assert allocation.host.name == "second"
+    with pytest.raises(capacity.NoCapacity):
+        capacity.claim(demand(vcpus=1), TEST)
+
+
+def test_extending_rechecks_the_host(make_host):
+    make_host("only", cpus=2, cpu_ratio=1.0)
+    now = timezone.now()
+    mine = capacity.claim(demand(vcpus=1, start=now, hours=1), TEST)
+    capacity.claim(demand(vcpus=2, start=now + timedelta(hours=2), hours=1), TEST)
+    longer = capacity.extend(mine, now + timedelta(hours=2), TEST)
+    assert longer.end == now + timedelta(hours=2) and not Allocation.objects.get(pk=mine.pk).active
+    with pytest.raises(capacity.NoCapacity):
+        capacity.extend(longer, now + timedelta(hours=3), TEST)
+    assert Allocation.objects.get(pk=longer.pk).active  # a refused extension changes nothing
+
+
+def test_images_only_go_to_hypervisors_that_can_run_them(make_host):
+    make_host("kvm1", driver="libvirt", uri="qemu:///system")
+    with pytest.raises(capacity.NoCapacity) as refused:
+        capacity.claim(demand(formats=frozenset({"vmdk"})), TEST)
+    assert refused.value.result.reasons == {"wrong_hypervisor": 1}
+    assert capacity.claim(demand(formats=frozenset({"qcow2"})), TEST).host.name == "kvm1"
+
+
+def test_tags_and_anti_affinity_are_respected(make_host):
+    make_host("gpu1", tags=["gpu"])
+    make_host("plain1")
+    assert capacity.claim(demand(required_tags=frozenset({"gpu"})), TEST).host.name == "gpu1"
+    a = capacity.claim(demand(anti_affinity="class-101"), TEST)
+    b = capacity.claim(demand(anti_affinity="class-101"), TEST)
+    assert a.host != b.host
+    with pytest.raises(capacity.NoCapacity):
+        capacity.claim(demand(anti_affinity="class-101"), TEST)
+
+
+def test_a_host_holding_live_allocations_cannot_be_deleted(make_host):
+    host = make_host("busy")
+    allocation = capacity.claim(demand(), TEST)
+    with pytest.raises(inventory.InUse, match="1 live allocation"):
+        inventory.delete_hypervisor(TEST, host)
+    capacity.release(allocation, TEST)
+    inventory.delete_hypervisor(TEST, host)
