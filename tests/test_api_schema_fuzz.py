@@ -43,7 +43,7 @@ def fuzz_token(admin_user):
 
 @schema.parametrize()
 @settings(
-    max_examples=25,
+    max_examples=15,
     deadline=None,
     derandomize=True,
     suppress_health_check=list(HealthCheck),

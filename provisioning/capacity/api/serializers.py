@@ -1,0 +1,49 @@
+from rest_framework import serializers
+
+from provisioning import placement as core
+from provisioning.capacity.durations import parse_duration
+
+
+def _name():
+    return serializers.CharField(max_length=100)
+
+
+class PlanRequestSerializer(serializers.Serializer):
+    vcpus = serializers.FloatField(min_value=0.01, max_value=10_000)
+    memory_mib = serializers.FloatField(min_value=1, max_value=1e9)
+    disk_gib = serializers.FloatField(min_value=0, max_value=1e7, default=0)
+    start = serializers.DateTimeField(required=False, help_text="Default: now.")
+    duration = serializers.CharField(required=False, max_length=20, help_text="e.g. 2h, 90m; default open-ended.")
+    formats = serializers.ListField(child=_name(), required=False, max_length=10, help_text="Image formats available.")
+    required_tags = serializers.ListField(child=_name(), default=list, max_length=50)
+    forbidden_tags = serializers.ListField(child=_name(), default=list, max_length=50)
+    anti_affinity = serializers.CharField(max_length=100, default="", allow_blank=True)
+    policy = serializers.ChoiceField(choices=[p.value for p in core.Policy], required=False)
+    groups = serializers.ListField(child=_name(), required=False, max_length=100)
+
+    def validate_start(self, value):
+        if not 2000 <= value.year <= 2200:
+            raise serializers.ValidationError("must be between the years 2000 and 2200")
+        return value
+
+    def validate_duration(self, value):
+        try:
+            return parse_duration(value)
+        except ValueError as error:
+            raise serializers.ValidationError(str(error)) from None
+
+
+class EarliestFitSerializer(serializers.Serializer):
+    start = serializers.DateTimeField(allow_null=True)
+    host = serializers.CharField(allow_null=True)
+    summary = serializers.CharField()
+
+
+class PlanResultSerializer(serializers.Serializer):
+    fits = serializers.BooleanField()
+    host = serializers.CharField(allow_null=True, help_text="Administrators only.")
+    policy = serializers.CharField(allow_null=True)
+    summary = serializers.CharField()
+    reasons = serializers.DictField(child=serializers.IntegerField())
+    closest_misses = serializers.ListField(child=serializers.DictField(), help_text="Administrators only.")
+    earliest_fit = EarliestFitSerializer(allow_null=True)

@@ -1,0 +1,69 @@
+"""``manage.py place``: where would a VM go? A placement dry run, with the reasons."""
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from provisioning.capacity import services
+from provisioning.capacity.api.views import plan_payload
+from provisioning.capacity.durations import parse_duration, parse_moment
+
+
+def _names(text):
+    return frozenset(t.strip() for t in (text or "").split(",") if t.strip())
+
+
+class Command(BaseCommand):
+    help = "Show where a VM of this size would be placed (nothing is claimed), or why not and from when."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--vcpus", type=float, required=True)
+        parser.add_argument("--memory", type=float, required=True, help="MiB")
+        parser.add_argument("--disk", type=float, default=0, help="GiB")
+        parser.add_argument("--image", help="image name: restricts hosts to the formats it has")
+        parser.add_argument("--formats", help="image formats available, comma-separated (qcow2,vmdk,…)")
+        parser.add_argument("--start", default="now", help="'now' or '2026-12-01 14:00' (UTC)")
+        parser.add_argument("--duration", help="e.g. 2h, 90m (default: open-ended)")
+        parser.add_argument("--tags", help="required host tags, comma-separated")
+        parser.add_argument("--not-tags", help="forbidden host tags, comma-separated")
+        parser.add_argument("--anti-affinity", default="")
+        parser.add_argument("--policy", choices=["balanced", "pack", "external"])
+        parser.add_argument("--json", action="store_true")
+
+    def handle(self, *args, **opts):
+        if opts["vcpus"] <= 0 or opts["memory"] <= 0 or opts["disk"] < 0:
+            raise CommandError("--vcpus and --memory must be positive, --disk not negative")
+        try:
+            start = parse_moment(opts["start"])
+            duration = parse_duration(opts["duration"]) if opts["duration"] else None
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        formats = _names(opts["formats"]) or None
+        if opts["image"]:
+            formats = image_formats(opts["image"])
+        demand = services.Demand(
+            vcpus=opts["vcpus"], memory_mib=opts["memory"], disk_gib=opts["disk"], start=start,
+            end=start + duration if duration else None, formats=formats,
+            required_tags=_names(opts["tags"]), forbidden_tags=_names(opts["not_tags"]),
+            anti_affinity=opts["anti_affinity"], policy=opts["policy"],
+        )  # fmt: skip
+        result = services.plan(demand)
+        if opts["json"]:
+            self.stdout.write(json.dumps(plan_payload(result, staff=True), default=str, indent=2))
+        else:
+            self.stdout.write(str(result))
+        if not result.ok:
+            raise SystemExit(1)
+
+
+def image_formats(name):
+    """Formats of an image's variants (the image library lives in provisioning.vms)."""
+    from django.apps import apps
+
+    if not apps.is_installed("provisioning.vms"):
+        raise CommandError("--image needs the image library; use --formats")
+    Image = apps.get_model("vms", "Image")
+    image = Image.objects.filter(name=name).first()
+    if image is None:
+        raise CommandError(f"no image named {name!r}")
+    return frozenset(image.variants.values_list("format", flat=True))

@@ -1,0 +1,56 @@
+import json
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from provisioning.capacity import services as capacity
+from provisioning.capacity.snapshot import snapshot
+from tests.conftest import TEST
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh_snapshot():
+    snapshot.reset()
+    yield
+    snapshot.reset()
+
+
+def test_the_api_plans_without_claiming(api, admin_user, make_host):
+    make_host("h1", cpus=4)
+    body = api(admin_user).post("/api/v1/placement/plan/", {"vcpus": 2, "memory_mib": 1024, "duration": "2h"}).json()
+    assert body["fits"] and body["host"] == "h1"
+    from provisioning.capacity.models import Allocation
+
+    assert not Allocation.objects.exists()
+
+
+def test_users_get_the_answer_without_host_names(api, alice, make_host):
+    make_host("h1", cpus=1, cpu_ratio=1.0)
+    client = api(alice)
+    assert client.post("/api/v1/placement/plan/", {"vcpus": 1, "memory_mib": 1}).json()["host"] is None
+    now = timezone.now()
+    capacity.claim(capacity.Demand(vcpus=1, memory_mib=1, disk_gib=0, start=now, end=now + timedelta(hours=1)), TEST)
+    body = client.post("/api/v1/placement/plan/", {"vcpus": 1, "memory_mib": 1, "duration": "1h"}).json()
+    assert not body["fits"]
+    assert body["summary"].startswith("no host: 1 lack vcpus; earliest fit ")
+    assert body["earliest_fit"]["host"] is None and body["closest_misses"] == []
+
+
+def test_the_api_rejects_nonsense(api, alice):
+    response = api(alice).post("/api/v1/placement/plan/", {"vcpus": -1, "memory_mib": 1, "duration": "soon"})
+    assert response.status_code == 400
+    assert set(response.json()["error"]["fields"]) == {"vcpus", "duration"}
+
+
+def test_the_place_command_explains_a_refusal(make_host, capsys):
+    make_host("h1", cpus=2, cpu_ratio=1.0)
+    with pytest.raises(SystemExit) as exited:
+        call_command("place", "--vcpus", "4", "--memory", "512", "--duration", "2h")
+    assert exited.value.code == 1
+    assert "no host: 1 lack vcpus" in capsys.readouterr().out
+    call_command("place", "--vcpus", "2", "--memory", "512", "--json")
+    assert json.loads(capsys.readouterr().out)["host"] == "h1"
