@@ -83,6 +83,24 @@ def host_from_row(row, tags, allocations):
     )
 
 
+def load_host(host_id, now, lock=False, tags=True):
+    """One host as a single-host cluster (the re-check of a claim); ``lock`` takes its row
+    lock first (inside the caller's transaction); ``tags=False`` skips reading its tags
+    (when the request has no tag rules). Returns None when the host is gone."""
+    rows = Hypervisor.objects.filter(pk=host_id)
+    if lock:
+        rows = rows.select_for_update(of=("self",))
+    row = rows.values_list(*HOST_COLUMNS, "group__alloc_policy", "group__placement_policy").first()
+    if row is None:
+        return None
+    allocations = [allocation_from_row(a) for a in live_allocations(now, [host_id])]
+    names = host_tags([host_id]).get(host_id, ()) if tags else ()
+    host = host_from_row(row[: len(HOST_COLUMNS)], names, allocations)
+    alloc_policy, policy = row[len(HOST_COLUMNS) :]
+    group = core.NodeGroup(host.group, core.AllocPolicy(alloc_policy or "preferred"), core.Policy(policy or "balanced"))
+    return core.Cluster((host,), (group,), now=ts(now))
+
+
 def node_groups():
     groups = [core.NodeGroup(DEFAULT_GROUP)]
     for name, alloc_policy, policy in NodeGroup.objects.values_list("name", "alloc_policy", "placement_policy"):

@@ -97,6 +97,7 @@ def claim(demand, actor, owner=None, max_attempts=MAX_ATTEMPTS):
         allocation = _claim_on(ids[result.host], demand, request, actor, owner)
         if allocation is not None:
             return allocation
+        snapshot.expire()  # the host changed under us: look at hosts again, not just claims
     raise TryAgain(f"hosts kept filling up under concurrent claims ({max_attempts} attempts); try again")
 
 
@@ -110,18 +111,21 @@ def claim_on_host(host, demand, actor, owner=None):
     return allocation
 
 
-def _host_check(host_id, request):
-    cluster, _ = loaders.load_cluster(timezone.now(), host_ids=[host_id])
+def _host_check(host_id, request, lock=False):
+    """Does the request fit this host, by the database? (Locks the host row when asked.)"""
+    tags = bool(request.required_tags or request.forbidden_tags)
+    cluster = loaders.load_host(host_id, timezone.now(), lock=lock, tags=tags)
+    if cluster is None:
+        return core.PlacementResult(request, None, note="the host was deleted")
     return core.PlacementEngine(cluster, core.PlacementOptions(earliest_fit=False)).place(request)
 
 
 def _claim_on(host_id, demand, request, actor, owner):
     with transaction.atomic():
-        host = Hypervisor.objects.select_for_update().filter(pk=host_id).first()
-        if host is None or not _host_check(host_id, request).ok:
+        if not _host_check(host_id, request, lock=True).ok:
             return None
         allocation = Allocation.objects.create(
-            host=host,
+            host_id=host_id,
             owner=owner,
             purpose=demand.purpose[:200],
             vcpus=demand.vcpus,
@@ -133,7 +137,7 @@ def _claim_on(host_id, demand, request, actor, owner):
             anti_affinity=demand.anti_affinity,
         )
         changelog.record(allocation, "create", actor, reason=demand.purpose)
-        events.emit("allocation.claimed", _event(allocation), [f"hypervisor.{host.pk}", "admin"])
+        events.emit("allocation.claimed", _event(allocation), [f"hypervisor.{host_id}", "admin"])
         return allocation
 
 

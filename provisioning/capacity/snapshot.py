@@ -12,7 +12,7 @@ import threading
 import time
 from datetime import timedelta
 
-from django.db.models import Max
+from django.db.models import Count, Max
 from django.utils import timezone
 
 from inventory.models import Hypervisor, NodeGroup
@@ -21,7 +21,10 @@ from provisioning.capacity import loaders
 from provisioning.capacity.models import Allocation
 
 FULL_RELOAD_SECONDS = 300
-LOOKBACK_IDS = 1000
+#: Host and group changes are looked for at most this often: a claim re-checks its host
+#: under lock anyway, so a drained host missed for a second costs a retry, not a mistake.
+VERSION_CHECK_SECONDS = 1.0
+LOOKBACK_IDS = 50  # late commits are rare and short-lived
 CLOCK_SKEW = timedelta(seconds=5)
 
 
@@ -35,6 +38,10 @@ class Snapshot:
         with self.lock:
             self.engine = None
 
+    def expire(self):
+        """Look for host changes on the next decision (after a change made in this process)."""
+        self.version_checked = 0.0
+
     def current(self):
         """``(engine, ids)`` up to date with committed rows; callers must hold ``lock``."""
         now = timezone.now()
@@ -45,15 +52,19 @@ class Snapshot:
         return self.engine, self.ids
 
     def _version(self):
-        hosts = Hypervisor.objects.aggregate(n=Max("updated"), c=Max("id"))
-        groups = NodeGroup.objects.aggregate(n=Max("updated"), c=Max("id"))
-        return (hosts["n"], hosts["c"], Hypervisor.objects.count(), groups["n"], groups["c"])
+        hosts = Hypervisor.objects.aggregate(n=Max("updated"), c=Max("id"), k=Count("id"))
+        groups = NodeGroup.objects.aggregate(n=Max("updated"), c=Max("id"), k=Count("id"))
+        return tuple(hosts.values()) + tuple(groups.values())
 
     def _hosts_changed(self):
+        if time.monotonic() - self.version_checked < VERSION_CHECK_SECONDS:
+            return False
+        self.version_checked = time.monotonic()
         return self._version() != self.version
 
     def _load(self, now):
         self.version = self._version()
+        self.version_checked = time.monotonic()
         cluster, self.ids = loaders.load_cluster(now)
         self.engine = core.PlacementEngine(cluster, self.options)
         self.names = {pk: name for name, pk in self.ids.items()}

@@ -136,3 +136,12 @@ def test_a_host_holding_live_allocations_cannot_be_deleted(make_host):
         inventory.delete_hypervisor(TEST, host)
     capacity.release(allocation, TEST)
     inventory.delete_hypervisor(TEST, host)
+
+
+def test_a_host_drained_after_the_snapshot_was_taken_is_not_used(make_host):
+    first = make_host("first", cpus=64)
+    make_host("second", cpus=2)
+    with snapshot.lock:
+        snapshot.current()
+    inventory.set_state(TEST, first, "drained", "maintenance")
+    assert capacity.claim(demand(vcpus=1), TEST).host.name == "second"
