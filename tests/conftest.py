@@ -53,7 +53,7 @@ def api():
     def make(user=None, write=True):
         client = APIClient()
         if user is not None:
-            _, clear = tokens.issue(user, f"test-{user.pk}-{write}-{id(client)}", write_enabled=write)
+            _, clear = tokens.issue(user, f"test-{next(_numbers)}", write_enabled=write)
             client.credentials(HTTP_AUTHORIZATION=f"Bearer {clear}")
         return client
 

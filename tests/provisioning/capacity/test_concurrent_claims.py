@@ -46,7 +46,7 @@ def test_two_processes_racing_for_the_last_slots_never_overcommit(transactional_
         for n in range(2)
     ]  # fmt: skip
     results = [racer.communicate(timeout=120) for racer in racers]
-    for racer, (out, err) in zip(racers, results, strict=True):
+    for racer, (_out, err) in zip(racers, results, strict=True):
         assert racer.returncode == 0, err[-3000:]
     won = [int(out.strip().splitlines()[-1]) for out, _ in results]
     assert sum(won) == capacity
