@@ -1,0 +1,178 @@
+"""Placement benchmark: prints a table of the figures issue 4 asks for.
+
+    python bench/placement.py            # full run (minutes: Ganeti's tools are slow)
+    python bench/placement.py --quick    # smaller sizes, a minute or two
+
+Sections: one placement among 10,000 hosts holding 100,000 time-windowed allocations
+(p50/p99, pure core); 10,000 consecutive placements (rate); hspace and hbal side by side
+with Ganeti's binaries on the same clusters; VCL static slots against resource-based
+placement on one blade center. The database claim is measured elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import _ganeti_side_by_side as side  # noqa: E402
+from bench import _placement_workloads as work  # noqa: E402
+from provisioning.placement import PlacementEngine, PlacementOptions  # noqa: E402
+
+
+def table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    print(f"\n== {title}")
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)))
+
+
+def percentile(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def bench_single(hosts: int, allocs: int, samples: int) -> list[list[str]]:
+    start = time.perf_counter()
+    cluster = work.big_cluster(hosts, allocs)
+    gen_s = time.perf_counter() - start
+    rows = []
+    for policy in ("balanced", "pack"):
+        start = time.perf_counter()
+        engine = PlacementEngine(cluster, PlacementOptions(default_policy=policy))
+        build_s = time.perf_counter() - start
+        timings, placed = [], 0
+        for r in work.requests(samples, cluster.now):
+            t0 = time.perf_counter()
+            result = engine.place(r)
+            timings.append(time.perf_counter() - t0)
+            placed += result.ok
+        rows.append(
+            [
+                f"{hosts} hosts / {allocs} allocations, {policy}",
+                f"{statistics.median(timings) * 1e3:.2f} ms",
+                f"{percentile(timings, 99) * 1e3:.2f} ms",
+                f"{placed}/{samples} placed",
+                f"index build {build_s:.1f}s (generate {gen_s:.1f}s)",
+            ]
+        )
+    return rows
+
+
+def bench_consecutive(hosts: int, allocs: int, count: int) -> list[list[str]]:
+    cluster = work.big_cluster(hosts, allocs, seed=5)
+    rows = []
+    for policy in ("balanced", "pack"):
+        engine = PlacementEngine(cluster, PlacementOptions(default_policy=policy))
+        reqs = work.requests(count, cluster.now, seed=6, prefix=f"{policy}-")
+        start = time.perf_counter()
+        placed = 0
+        for r in reqs:
+            result = engine.place(r)
+            if result.ok:
+                engine.commit(result)
+                placed += 1
+        elapsed = time.perf_counter() - start
+        rows.append(
+            [
+                f"{count} placements into {hosts}/{allocs}, {policy}",
+                f"{count / elapsed:,.0f}/s",
+                f"{placed} placed",
+                f"{elapsed:.2f}s",
+            ]
+        )
+    return rows
+
+
+def bench_vcl(blades: int, reservations: int) -> list[list[str]]:
+    center = work.blade_center(blades)
+    reqs = work.lab_workload(reservations)
+    largest = max(work.IMAGES, key=lambda i: i[1])[:3]
+    typical = work.IMAGES[1][:3]
+    rows = []
+    slot_counts = {}
+    for label, slot in (("largest image", largest), ("typical image", typical)):
+        slot_counts[label] = work.vcl_static_slots(center, reqs, slot)
+    for policy in ("pack", "balanced"):
+        engine = PlacementEngine(
+            center, PlacementOptions(default_policy=policy, earliest_fit=False)
+        )
+        accepted = 0
+        for r in reqs:
+            result = engine.place(r)
+            if result.ok:
+                engine.commit(result)
+                accepted += 1
+        for label, count in slot_counts.items():
+            gain = (accepted - count) / count * 100 if count else float("inf")
+            rows.append(
+                [
+                    f"{blades} blades, {reservations} reservations",
+                    f"VCL slots sized for the {label}: {count}",
+                    f"vclmgr {policy}: {accepted}",
+                    f"+{gain:.0f}%",
+                ]
+            )
+    return rows
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    mode = "quick" if quick else "full"
+    print(f"vclmgr placement benchmark ({mode}), python {sys.version.split()[0]}")
+
+    hosts, allocs = (2000, 20000) if quick else (10000, 100000)
+    table(
+        "one placement (pure core, engine built once)",
+        ["cluster", "p50", "p99", "result", "setup"],
+        bench_single(hosts, allocs, 300 if quick else 2000),
+    )
+    table(
+        "consecutive placements (place + commit)",
+        ["run", "rate", "placed", "time"],
+        bench_consecutive(hosts, allocs, 2000 if quick else 10000),
+    )
+    sizes = (10, 20) if quick else (10, 30, 100)
+    rows = []
+    for n in sizes:
+        rows.append(side.hspace_row(n, capacity=n <= 10, timeout=60 if quick else 600))
+    table(
+        "hspace: instances placed (tiered / standard), same input",
+        ["run", "vclmgr", "Ganeti", "vclmgr s", "Ganeti s", "speed-up", "note"],
+        [
+            [r.label, r.ours, r.theirs, f"{r.ours_s:.2f}", _s(r.theirs_s), r.ratio, r.note]
+            for r in rows
+        ],
+    )
+    hb = [(10, 100)] if quick else [(10, 100), (30, 300), (60, 600)]
+    rows = [side.hbal_row(n, i, timeout=300 if quick else 900) for n, i in hb]
+    table(
+        "hbal: final `hinfo --ignore-dynu` score (lower is better), same input",
+        ["run", "vclmgr", "Ganeti", "vclmgr s", "Ganeti s", "speed-up", "note"],
+        [
+            [r.label, r.ours, r.theirs, f"{r.ours_s:.2f}", _s(r.theirs_s), r.ratio, r.note]
+            for r in rows
+        ],
+    )
+    table(
+        "VCL static slots vs resource-based placement (accepted reservations)",
+        ["workload", "VCL", "vclmgr", "gain"],
+        bench_vcl(14, 3000 if quick else 6000),
+    )
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,388 @@
+"""hail's allocation rule: score every feasible node (or node pair), lowest score wins.
+
+Contract: mirrors `Ganeti.HTools.Cluster` 3.0 for allocation: `gen_alloc_nodes`,
+`try_alloc` (one group or node set), `try_mg_alloc` (best group: preferred before
+last_resort, then by score), `try_group_alloc` and `alloc_list` (multi-allocate). Ties go
+to the last candidate, as in htools (its candidate list is built in reverse and sorted
+stably). With capacity checks on, the best candidate that keeps the cluster globally N+1
+redundant wins; dropped candidates count as FailN1.
+
+Candidates are scored incrementally from the cluster statistics (Ganeti's own update rule,
+which hail uses for node pairs); ``exact=True`` recomputes the full two-pass score for each
+single-node candidate as htools does (slower, equal to the last bit).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from . import types as T
+from .cluster import GCluster
+from .instance import NO_NODE, Instance, check_policy
+from .metrics import ClusterStats, ValueRows, score
+from .node import Node
+
+FailMode = T.FailMode
+
+
+@dataclass(frozen=True, slots=True)
+class AllocOptions:
+    """The subset of htools' AlgorithmOptions that allocation reads."""
+
+    capacity: bool = True
+    ignore_soft_errors: bool = False
+    restrict_to_nodes: frozenset[str] | None = None
+    accept_existing: bool = False
+    exact: bool = False
+
+
+@dataclass(slots=True)
+class Candidate:
+    """An allocation element: the changed nodes, the placed instance, the score."""
+
+    nodes: tuple[tuple[int, Node], ...]
+    inst: Instance
+    score: float
+
+    def apply(self, cluster: GCluster) -> GCluster:
+        nodes = list(cluster.nodes)
+        for idx, node in self.nodes:
+            nodes[idx] = node
+        instances = list(cluster.instances)
+        if 0 <= self.inst.idx < len(instances):
+            instances[self.inst.idx] = self.inst
+        else:
+            self.inst.idx = len(instances)
+            instances.append(self.inst)
+        return cluster.replaced(nodes, instances)
+
+    def node_names(self) -> list[str]:
+        return [node.name for _, node in self.nodes]
+
+
+@dataclass(slots=True)
+class AllocSolution:
+    failures: list[FailMode] = field(default_factory=list)
+    allocs: int = 0
+    solution: Candidate | None = None
+    log: list[str] = field(default_factory=list)
+
+    def failure_stats(self) -> list[tuple[FailMode, int]]:
+        """`collapseFailures`: a count for every mode, in FailMode order."""
+        counts = Counter(self.failures)
+        return [(mode, counts.get(mode, 0)) for mode in FailMode]
+
+    def describe(self) -> str:
+        freasons = ", ".join(f"{m.label}: {n}" for m, n in self.failure_stats() if n > 0)
+        if self.solution is None:
+            return "No valid allocation solutions, failure reasons: " + (
+                freasons if self.failures else "unknown reasons"
+            )
+        names = "/".join(self.solution.node_names())
+        return (
+            f"score: {self.solution.score:.8f}, successes {self.allocs}, "
+            f"failures {len(self.failures)} ({freasons}) for node(s) {names}"
+        )
+
+
+class AllocError(Exception):
+    """A request htools would answer with ``Bad``: no online nodes, unknown group, ..."""
+
+
+# ---------------------------------------------------------------------- primitives
+
+
+def gen_alloc_nodes(
+    opts: AllocOptions, cluster: GCluster, nodes: Sequence[Node], count: int, drop_unalloc: bool
+) -> list[int] | list[tuple[int, list[int]]]:
+    online = [n for n in nodes if not n.offline]
+    if drop_unalloc:
+        online = [n for n in online if cluster.groups[n.group].allocable]
+    if opts.restrict_to_nodes is not None:
+        online = [n for n in online if n.name in opts.restrict_to_nodes]
+    if count == 1:
+        return [n.idx for n in online]
+    if count == 2:
+        pairs = [
+            (p.idx, [s.idx for s in online if s.idx != p.idx and s.group == p.group])
+            for p in online
+        ]
+        return [(p, ss) for p, ss in pairs if ss]
+    raise AllocError("Unsupported number of nodes, only one or two  supported")
+
+
+def allocate_on_single(
+    opts: AllocOptions,
+    cluster: GCluster,
+    stats: ClusterStats | Callable[[], ClusterStats] | None,
+    inst: Instance,
+    ndx: int,
+    scope: Sequence[int] | None = None,
+    policy: Callable[[Node], FailMode | None] | None = None,
+    rows: Callable[[], ValueRows] | None = None,
+) -> Candidate:
+    """``stats=None``: the exact two-pass score (from ``rows`` when given)."""
+    node = cluster.nodes[ndx]
+    fail = (policy or _policy_check(cluster, inst))(node)
+    if fail is not None:
+        raise T.AllocFailure(fail)
+    # add_pri reads the instance's size and index only, so the copy waits for success
+    # (most candidates fail in hspace's shrink loops).
+    new = node.add_pri(inst, force=opts.ignore_soft_errors)
+    placed = inst.copy()
+    placed.pnode, placed.snode = ndx, NO_NODE
+    if stats is None and rows is not None:
+        value = rows().score_with(new)
+    elif stats is None:
+        nodes = list(cluster.nodes)
+        nodes[ndx] = new
+        value = score(nodes if scope is None else [nodes[i] for i in scope])
+    else:
+        base = stats if isinstance(stats, ClusterStats) else stats()
+        value = base.replace(node, new).score()
+    return Candidate(((ndx, new),), placed, value)
+
+
+def allocate_on_pair(
+    opts: AllocOptions,
+    cluster: GCluster,
+    stats: ClusterStats | Callable[[], ClusterStats],
+    inst: Instance,
+    p: int,
+    s: int,
+    policy: Callable[[Node], FailMode | None] | None = None,
+) -> Candidate:
+    tgt_p, tgt_s = cluster.nodes[p], cluster.nodes[s]
+    fail = (policy or _policy_check(cluster, inst))(tgt_p)
+    if fail is not None:
+        raise T.AllocFailure(fail)
+    new_p = tgt_p.add_pri(inst, force=opts.ignore_soft_errors)
+    new_s = tgt_s.add_sec(inst, p)
+    placed = inst.copy()
+    placed.pnode, placed.snode = p, s
+    base = stats if isinstance(stats, ClusterStats) else stats()
+    value = base.replace(tgt_p, new_p).replace(tgt_s, new_s).score()
+    return Candidate(((p, new_p), (s, new_s)), placed, value)
+
+
+def _policy_check(cluster: GCluster, inst: Instance) -> Callable[[Node], FailMode | None]:
+    """The instance-policy verdict per node, computed once per (group, exclusive storage):
+    it depends on nothing else, and it is asked for every candidate."""
+    verdicts: dict[tuple[int, bool], FailMode | None] = {}
+
+    def check(node: Node) -> FailMode | None:
+        key = (node.group, node.excl_storage)
+        try:
+            return verdicts[key]
+        except KeyError:
+            verdict = check_policy(inst, cluster.groups[node.group].ipolicy, node.excl_storage)
+            verdicts[key] = verdict
+            return verdict
+
+    return check
+
+
+def _collect(
+    candidates: list[Candidate], failures: list[FailMode], keep: Callable[[Candidate], bool]
+) -> AllocSolution:
+    """`collectionToSolution`: best score first, ties to the later candidate."""
+    ordered = sorted(reversed(candidates), key=lambda c: c.score)
+    dropped = 0
+    chosen = None
+    for cand in ordered:
+        if keep(cand):
+            chosen = cand
+            break
+        dropped += 1
+    return AllocSolution([FailMode.N1] * dropped + failures, len(candidates) - dropped, chosen)
+
+
+def _best_only(candidates: list[Candidate]) -> Candidate | None:
+    best = None
+    for cand in candidates:
+        if best is None or not (best.score < cand.score):
+            best = cand
+    return best
+
+
+def try_alloc(
+    opts: AllocOptions,
+    cluster: GCluster,
+    inst: Instance,
+    alloc_nodes,
+    n1_check: Callable[[GCluster], bool] | None = None,
+    scope: Sequence[int] | None = None,
+    two_nodes: bool | None = None,
+) -> AllocSolution:
+    """Score every candidate; with ``n1_check`` keep the best that passes it.
+
+    ``scope``: the nodes the score is computed over (default: all of the cluster's).
+    """
+    if two_nodes is None:
+        two_nodes = bool(alloc_nodes) and isinstance(alloc_nodes[0], tuple)
+    if not alloc_nodes:
+        raise AllocError("Not enough online nodes" if two_nodes else "No online nodes")
+    if not 0 <= inst.idx <= len(cluster.instances):
+        # A new instance takes the next index (htools' extractNl fixes it the same way).
+        inst = inst.copy()
+        inst.idx = len(cluster.instances)
+    universe = cluster.nodes if scope is None else [cluster.nodes[i] for i in scope]
+    policy = _policy_check(cluster, inst)
+    # The statistics are computed on first use: when every candidate fails (the common
+    # case in hspace's shrink loops) they are not needed at all.
+    computed: list[ClusterStats] = []
+    value_rows: list[ValueRows] = []
+
+    def stats() -> ClusterStats:
+        if not computed:
+            computed.append(ClusterStats.compute(universe))
+        return computed[0]
+
+    def rows() -> ValueRows:
+        if not value_rows:
+            value_rows.append(ValueRows(universe))
+        return value_rows[0]
+
+    keep = (lambda c: n1_check(c.apply(cluster))) if n1_check is not None else None
+    if not two_nodes:
+        candidates: list[Candidate] = []
+        failures: list[FailMode] = []
+        for ndx in alloc_nodes:
+            try:
+                use_stats = None if opts.exact else stats
+                candidates.append(
+                    allocate_on_single(opts, cluster, use_stats, inst, ndx, scope, policy, rows)
+                )
+            except T.AllocFailure as exc:
+                failures.append(exc.mode)
+        failures.reverse()  # htools prepends each failure
+        if keep is None:
+            return AllocSolution(failures, len(candidates), _best_only(candidates))
+        return _collect(candidates, failures, keep)
+    total = AllocSolution()
+    for p, secondaries in alloc_nodes:
+        candidates = []
+        failures = []
+        for s in secondaries:
+            try:
+                candidates.append(allocate_on_pair(opts, cluster, stats, inst, p, s, policy))
+            except T.AllocFailure as exc:
+                failures.append(exc.mode)
+        failures.reverse()
+        if keep is None:
+            part = AllocSolution(failures, len(candidates), _best_only(candidates))
+        else:
+            part = _collect(candidates, failures, keep)
+        total = _sum_allocs(total, part)
+    return total
+
+
+def _sum_allocs(a: AllocSolution, b: AllocSolution) -> AllocSolution:
+    best = a.solution
+    if best is None or (b.solution is not None and not (best.score < b.solution.score)):
+        best = b.solution if b.solution is not None else best
+    return AllocSolution(b.failures + a.failures, a.allocs + b.allocs, best, b.log + a.log)
+
+
+# ---------------------------------------------------------------------- groups
+
+
+def split_cluster(cluster: GCluster) -> list[tuple[int, list[Node]]]:
+    groups: dict[int, list[Node]] = {}
+    for node in cluster.nodes:
+        groups.setdefault(node.group, []).append(node)
+    return sorted(groups.items())
+
+
+def _n1_checker(opts: AllocOptions, scope: Sequence[int] | None = None):
+    if not opts.capacity:
+        return None
+    from .capacity import redundant
+
+    return lambda cl: redundant(opts, cl, scope)
+
+
+def _group_solution(opts, cluster, group_nodes, inst, count, scoped=False) -> AllocSolution:
+    """One group's candidates; ``scoped``: score and check N+1 within the group only
+    (htools' ``findAllocation``), else over the whole cluster (``findBestAllocGroup``)."""
+    nodes = gen_alloc_nodes(opts, cluster, group_nodes, count, drop_unalloc=False)
+    scope = [n.idx for n in group_nodes] if scoped else None
+    return try_alloc(
+        opts, cluster, inst, nodes, _n1_checker(opts, scope), scope, two_nodes=count == 2
+    )
+
+
+def _describe_group(group: T.Group, sol: AllocSolution | str) -> list[str]:
+    if isinstance(sol, str):
+        return [f"Group {group.name}: error {sol}"]
+    return [f"Group {group.name} ({group.alloc_policy}): {line}" for line in sol.log]
+
+
+def find_best_alloc_group(
+    opts: AllocOptions,
+    cluster: GCluster,
+    inst: Instance,
+    count: int,
+    allowed_groups: Sequence[int] | None = None,
+) -> tuple[T.Group, AllocSolution, list[str]]:
+    groups = [(cluster.groups[g], nodes) for g, nodes in split_cluster(cluster)]
+    if allowed_groups is not None:
+        groups = [(g, nodes) for g, nodes in groups if g.idx in allowed_groups]
+    messages: list[str] = []
+    results: list[tuple[T.Group, AllocSolution]] = []
+    for group, nodes in groups:
+        try:
+            sol = _group_solution(opts, cluster, nodes, inst, count)
+        except AllocError as exc:
+            messages += _describe_group(group, str(exc))
+            continue
+        sol.log.insert(0, sol.describe())
+        messages += _describe_group(group, sol)
+        if sol.solution is not None and group.allocable:
+            results.append((group, sol))
+    results.reverse()  # filterMGResults folds with a prepend
+    order = {policy: i for i, policy in enumerate(T.ALLOC_POLICIES)}
+    results.sort(key=lambda gs: (order[gs[0].alloc_policy], gs[1].solution.score))
+    if not results:
+        if not groups:
+            raise AllocError(f"no groups for evacuation: allowed groups was {allowed_groups}")
+        raise AllocError(", ".join(messages))
+    group, sol = results[0]
+    return group, sol, messages
+
+
+def try_mg_alloc(
+    opts: AllocOptions, cluster: GCluster, inst: Instance, count: int
+) -> AllocSolution:
+    group, sol, messages = find_best_alloc_group(opts, cluster, inst, count)
+    return replace(sol, log=[f"Selected group: {group.name}", *messages])
+
+
+def try_group_alloc(
+    opts: AllocOptions, cluster: GCluster, group_name: str, inst: Instance, count: int
+) -> AllocSolution:
+    gdx = cluster.group_index(group_name)
+    group_nodes = [n for n in cluster.nodes if n.group == gdx]
+    sol = _group_solution(opts, cluster, group_nodes, inst, count, scoped=True)
+    sol.log.insert(0, sol.describe())
+    return replace(sol, log=_describe_group(cluster.groups[gdx], sol))
+
+
+def alloc_list(
+    opts: AllocOptions,
+    cluster: GCluster,
+    requests: Sequence[tuple[Instance, int, str | None]],
+) -> tuple[GCluster, list[tuple[Instance, AllocSolution]]]:
+    """Multi-allocate: each instance placed on the cluster the previous ones left."""
+    results = []
+    for inst, count, group in requests:
+        if group is None:
+            sol = try_mg_alloc(opts, cluster, inst, count)
+        else:
+            sol = try_group_alloc(opts, cluster, group, inst, count)
+        if sol.solution is not None:
+            cluster = sol.solution.apply(cluster)
+        results.append((inst, sol))
+    return cluster, results

@@ -1,0 +1,370 @@
+"""What a move would do to the score terms — computed without building new nodes.
+
+Contract: `move_values(nodes, inst, move, force)` returns ``{node index: values}`` — each
+affected node's 20 score-component values (`metrics.node_values`) after the move — or
+raises `AllocFailure`, exactly as `moves.apply_move` followed by `node_values` would. It
+replays the same add/remove steps on a few scalars per node (`_Scratch`) instead of
+copying whole `Node` objects with their instance lists, which is what makes hbal's
+candidate evaluation cheap. `tests/.../test_fast_moves.py` checks both agree on random
+clusters and moves.
+"""
+
+from __future__ import annotations
+
+from . import types as T
+from .instance import Instance
+from .moves import (
+    FAILOVER,
+    FAILOVER_AND_REPLACE,
+    FAILOVER_ANY,
+    REPLACE_AND_FAILOVER,
+    REPLACE_PRIMARY,
+    REPLACE_SECONDARY,
+    Move,
+)
+from .node import Node
+
+FailMode = T.FailMode
+_BASE_UTIL = (1.0, 1.0, 1.0, 1.0)
+
+
+class _Scratch:
+    __slots__ = (
+        "n",
+        "i_mem",
+        "f_dsk",
+        "f_dsk_forth",
+        "u_cpu",
+        "u_cpu_forth",
+        "f_sp",
+        "f_sp_forth",
+        "isp",
+        "isp_forth",
+        "npri",
+        "nsec",
+        "peers",
+        "r_mem",
+        "fail_n1",
+        "f_mem_forth",
+        "load",
+        "load_forth",
+        "p_tags",
+    )
+
+    def __init__(self, node: Node) -> None:
+        self.n = node
+        self.i_mem = node.i_mem
+        self.f_dsk = node.f_dsk
+        self.f_dsk_forth = node.f_dsk_forth
+        self.u_cpu = node.u_cpu
+        self.u_cpu_forth = node.u_cpu_forth
+        self.f_sp = node.f_spindles
+        self.f_sp_forth = node.f_spindles_forth
+        self.isp = node.inst_spindles
+        self.isp_forth = node.inst_spindles_forth
+        self.npri = len(node.plist)
+        self.nsec = len(node.slist)
+        self.peers = node.peers  # copied on first write
+        self.r_mem = node.r_mem
+        self.fail_n1 = node.fail_n1
+        self.f_mem_forth = node.f_mem_forth
+        self.load = node.load
+        self.load_forth = node.load_forth
+        self.p_tags = node.p_tags
+
+    def unallocated(self, i_mem: int) -> int:
+        n = self.n
+        return int(n.t_mem) - n.n_mem - i_mem - max(0, n.x_mem)
+
+    # -- the four primitives, mirroring Node.add_pri / add_sec / remove_pri / remove_sec --
+
+    def add_pri(self, inst: Instance, force: bool) -> None:
+        n = self.n
+        strict = not force
+        uses_disk = inst.local_storage
+        new_i_mem = self.i_mem + (inst.mem if inst.uses_memory else 0)
+        new_free_mem = self.unallocated(new_i_mem)
+        new_failn1 = new_free_mem <= self.r_mem
+        new_dsk = self.f_dsk - inst.dsk if uses_disk else self.f_dsk
+        new_free_sp = _free_sp(n, inst, self.f_sp, True)
+        new_isp = _spindle_use(n, inst, self.isp, 1)
+        new_ucpu = self.u_cpu + (0 if inst.offline else inst.vcpus)
+        l_cpu = n.vcpu_ratio
+        if new_free_mem <= 0:
+            raise T.AllocFailure(FailMode.MEM)
+        if uses_disk and new_dsk <= 0:
+            raise T.AllocFailure(FailMode.DISK)
+        if strict and uses_disk and new_dsk < n.lo_dsk:
+            raise T.AllocFailure(FailMode.DISK)
+        if uses_disk and n.excl_storage and new_free_sp < 0:
+            raise T.AllocFailure(FailMode.SPINDLES)
+        if strict and uses_disk and new_isp > n.hi_spindles:
+            raise T.AllocFailure(FailMode.DISK)
+        if strict and new_failn1 and not self.fail_n1:
+            raise T.AllocFailure(FailMode.MEM)
+        if strict and l_cpu >= 0 and l_cpu < new_ucpu / n.t_cpu:
+            raise T.AllocFailure(FailMode.CPU)
+        if strict and inst.excl_tags and any(t in self.p_tags for t in inst.excl_tags):
+            raise T.AllocFailure(FailMode.TAGS)
+        new_mem_forth = self.f_mem_forth - inst.mem
+        new_dsk_forth = self.f_dsk_forth - inst.dsk if uses_disk else self.f_dsk_forth
+        new_free_sp_forth = _free_sp(n, inst, self.f_sp_forth, True)
+        new_isp_forth = _spindle_use(n, inst, self.isp_forth, 1)
+        new_ucpu_forth = self.u_cpu_forth + (0 if inst.offline else inst.vcpus)
+        if strict:
+            if new_mem_forth <= 0:
+                raise T.AllocFailure(FailMode.MEM)
+            if uses_disk and (new_dsk_forth <= 0 or new_dsk_forth < n.lo_dsk):
+                raise T.AllocFailure(FailMode.DISK)
+            if uses_disk and n.excl_storage and new_free_sp_forth < 0:
+                raise T.AllocFailure(FailMode.SPINDLES)
+            if uses_disk and new_isp_forth > n.hi_spindles:
+                raise T.AllocFailure(FailMode.DISK)
+            if l_cpu >= 0 and l_cpu < new_ucpu_forth / n.t_cpu:
+                raise T.AllocFailure(FailMode.CPU)
+        self.i_mem = new_i_mem
+        self.f_dsk = new_dsk
+        self.fail_n1 = new_failn1
+        self.u_cpu = new_ucpu
+        self.isp = new_isp
+        self.f_sp = new_free_sp
+        self.npri += 1
+        util = inst.extra.get("util") or _BASE_UTIL
+        self.load = _shift(self.load, util, True, 1)
+        self.load_forth = _shift(self.load_forth, util, True, 1)
+        if inst.excl_tags:
+            tags = dict(self.p_tags)
+            for tag in inst.excl_tags:
+                tags[tag] = tags.get(tag, 0) + 1
+            self.p_tags = tags
+        self.f_mem_forth = new_mem_forth
+        self.f_dsk_forth = new_dsk_forth
+        self.u_cpu_forth = new_ucpu_forth
+        self.isp_forth = new_isp_forth
+        self.f_sp_forth = new_free_sp_forth
+
+    def add_sec(self, inst: Instance, pdx: int, force: bool) -> None:
+        n = self.n
+        strict = not force
+        needed = inst.mem if inst.uses_sec_mem else 0
+        new_peem = self.peers.get(pdx, 0) + needed
+        old_mem = self.unallocated(self.i_mem)
+        new_dsk = self.f_dsk - inst.dsk
+        new_free_sp = _free_sp(n, inst, self.f_sp, True)
+        new_isp = _spindle_use(n, inst, self.isp, 1)
+        new_rmem = max(self.r_mem, new_peem)
+        new_failn1 = old_mem <= new_rmem
+        if not inst.has_secondary:
+            raise T.AllocFailure(FailMode.DISK)
+        if new_dsk <= 0:
+            raise T.AllocFailure(FailMode.DISK)
+        if strict and new_dsk < n.lo_dsk:
+            raise T.AllocFailure(FailMode.DISK)
+        if n.excl_storage and new_free_sp < 0:
+            raise T.AllocFailure(FailMode.SPINDLES)
+        if strict and new_isp > n.hi_spindles:
+            raise T.AllocFailure(FailMode.DISK)
+        if strict and needed >= old_mem:
+            raise T.AllocFailure(FailMode.MEM)
+        if strict and new_failn1 and not self.fail_n1:
+            raise T.AllocFailure(FailMode.MEM)
+        new_dsk_forth = self.f_dsk_forth - inst.dsk
+        new_free_sp_forth = _free_sp(n, inst, self.f_sp_forth, True)
+        new_isp_forth = _spindle_use(n, inst, self.isp_forth, 1)
+        if strict:
+            if new_dsk_forth <= 0 or new_dsk_forth < n.lo_dsk:
+                raise T.AllocFailure(FailMode.DISK)
+            if n.excl_storage and new_free_sp_forth < 0:
+                raise T.AllocFailure(FailMode.SPINDLES)
+            if new_isp_forth > n.hi_spindles:
+                raise T.AllocFailure(FailMode.DISK)
+            if needed >= self.f_mem_forth:
+                raise T.AllocFailure(FailMode.MEM)
+        self.nsec += 1
+        self.f_dsk = new_dsk
+        peers = dict(self.peers)
+        peers[pdx] = new_peem
+        self.peers = peers
+        self.fail_n1 = new_failn1
+        self.r_mem = new_rmem
+        util = inst.extra.get("util") or _BASE_UTIL
+        self.load = _shift(self.load, util, False, 1)
+        self.load_forth = _shift(self.load_forth, util, False, 1)
+        self.isp = new_isp
+        self.f_sp = new_free_sp
+        self.f_dsk_forth = new_dsk_forth
+        self.isp_forth = new_isp_forth
+        self.f_sp_forth = new_free_sp_forth
+
+    def remove_pri(self, inst: Instance) -> None:
+        n = self.n
+        self.npri -= 1
+        self.i_mem -= inst.mem if inst.uses_memory else 0
+        self.fail_n1 = self.unallocated(self.i_mem) <= self.r_mem
+        if inst.local_storage:
+            self.f_dsk += inst.dsk
+            self.f_dsk_forth += inst.dsk
+        self.f_sp = _free_sp(n, inst, self.f_sp, False)
+        self.f_sp_forth = _free_sp(n, inst, self.f_sp_forth, False)
+        self.isp = _spindle_use(n, inst, self.isp, -1)
+        self.isp_forth = _spindle_use(n, inst, self.isp_forth, -1)
+        if not inst.offline:
+            self.u_cpu -= inst.vcpus
+            self.u_cpu_forth -= inst.vcpus
+        util = inst.extra.get("util") or _BASE_UTIL
+        self.load = _shift(self.load, util, True, -1)
+        self.load_forth = _shift(self.load_forth, util, True, -1)
+        if inst.excl_tags:
+            tags = dict(self.p_tags)
+            for tag in inst.excl_tags:
+                count = tags.get(tag, 0)
+                if count > 1:
+                    tags[tag] = count - 1
+                else:
+                    tags.pop(tag, None)
+            self.p_tags = tags
+        self.f_mem_forth += inst.mem
+
+    def remove_sec(self, inst: Instance) -> None:
+        n = self.n
+        self.nsec -= 1
+        if inst.local_storage:
+            self.f_dsk += inst.dsk
+            self.f_dsk_forth += inst.dsk
+        self.f_sp = _free_sp(n, inst, self.f_sp, False)
+        self.f_sp_forth = _free_sp(n, inst, self.f_sp_forth, False)
+        self.isp = _spindle_use(n, inst, self.isp, -1)
+        self.isp_forth = _spindle_use(n, inst, self.isp_forth, -1)
+        pnode = inst.pnode
+        old_peem = self.peers.get(pnode, 0)
+        new_peem = old_peem - inst.mem if inst.uses_sec_mem else old_peem
+        peers = dict(self.peers)
+        if new_peem > 0:
+            peers[pnode] = new_peem
+        else:
+            peers.pop(pnode, None)
+        self.peers = peers
+        if not old_peem < self.r_mem:
+            self.r_mem = max(peers.values(), default=0)
+        self.fail_n1 = self.unallocated(self.i_mem) <= self.r_mem
+        util = inst.extra.get("util") or _BASE_UTIL
+        self.load = _shift(self.load, util, False, -1)
+        self.load_forth = _shift(self.load_forth, util, False, -1)
+
+    def values(self) -> tuple[float, ...]:
+        n = self.n
+        t_mem = n.t_mem
+        p_rem = self.r_mem / t_mem
+        count = self.npri + self.nsec
+        speed = n.cpu_speed
+        hi_sp = n.hi_spindles
+        load = self.load
+        if n.excl_storage:
+            t_sp = float(n.t_spindles)
+            p_dsk = 1.0 if t_sp == 0 else self.f_sp / t_sp
+            p_dsk_forth = 1.0 if t_sp == 0 else self.f_sp_forth / t_sp
+        else:
+            p_dsk = 1.0 if n.t_dsk == 0 else self.f_dsk / n.t_dsk
+            p_dsk_forth = 1.0 if n.t_dsk == 0 else self.f_dsk_forth / n.t_dsk
+        tags = self.p_tags
+        return (
+            self.unallocated(self.i_mem) / t_mem,
+            p_dsk,
+            float(count) if self.fail_n1 else 0.0,
+            p_rem,
+            float(count),
+            float(self.npri),
+            self.u_cpu / n.t_cpu / speed,
+            load[0],
+            load[1],
+            load[2],
+            load[3],
+            float(sum(tags.values()) - len(tags)) if tags else 0.0,
+            _ratio(self.isp, hi_sp),
+            self.f_mem_forth / t_mem,
+            p_dsk_forth,
+            self.u_cpu_forth / n.t_cpu / speed,
+            _ratio(self.isp_forth, hi_sp),
+            0.0,
+            0.0,
+            p_rem,
+        )
+
+
+def _ratio(a: float, b: float) -> float:
+    if b == 0:
+        return float("nan") if a == 0 else (float("inf") if a > 0 else float("-inf"))
+    return a / b
+
+
+def _spindle_use(node: Node, inst: Instance, current: float, sign: int) -> float:
+    if node.excl_storage:
+        return 0.0
+    if inst.local_storage:
+        return current + sign * inst.spindle_use
+    return current
+
+
+def _free_sp(node: Node, inst: Instance, current: int, add: bool) -> int:
+    if not node.excl_storage:
+        return 0
+    spindles = inst.total_spindles()
+    if spindles is None:
+        return -1 if add else current
+    return current - spindles if add else current + spindles
+
+
+def _shift(load, util, primary: bool, sign: int):
+    if primary:
+        return (
+            load[0] + sign * util[0],
+            load[1] + sign * util[1],
+            load[2] + sign * util[2],
+            load[3] + sign * util[3],
+        )
+    return (load[0], load[1], load[2] + sign * util[2], load[3])
+
+
+def move_values(nodes, inst: Instance, move: Move, force: bool = False):
+    """``{node index: values after the move}``, or AllocFailure."""
+    p, s = inst.pnode, inst.snode
+    kind, t = move.kind, move.target
+    if kind == FAILOVER:
+        old_p, old_s = _Scratch(nodes[p]), _Scratch(nodes[s])
+        old_p.remove_pri(inst)
+        old_s.remove_sec(inst)
+        old_s.add_pri(inst, nodes[p].offline or force)
+        old_p.add_sec(inst, s, False)
+        return {p: old_p.values(), s: old_s.values()}
+    if kind == FAILOVER_ANY:
+        tgt = _Scratch(nodes[t])
+        tgt.add_pri(inst, nodes[p].offline or force)
+        src = _Scratch(nodes[p])
+        src.remove_pri(inst)
+        return {p: src.values(), t: tgt.values()}
+    if kind == REPLACE_SECONDARY:
+        old_s = _Scratch(nodes[s])
+        old_s.remove_sec(inst)
+        tgt = _Scratch(nodes[t])
+        tgt.add_sec(inst, p, nodes[s].offline or force)
+        return {t: tgt.values(), s: old_s.values()}
+    old_p, old_s, tgt = _Scratch(nodes[p]), _Scratch(nodes[s]), _Scratch(nodes[t])
+    old_p.remove_pri(inst)
+    old_s.remove_sec(inst)
+    if kind == REPLACE_PRIMARY:
+        force_p = nodes[p].offline or force
+        old_s.add_pri(inst, force_p)
+        old_s.remove_pri(inst)
+        tgt.add_pri(inst, force_p)
+        old_s.add_sec(inst, t, force_p)
+        return {t: tgt.values(), p: old_p.values(), s: old_s.values()}
+    if kind == REPLACE_AND_FAILOVER:
+        tgt.add_pri(inst, False)
+        old_p.add_sec(inst, t, nodes[s].offline or force)
+        return {t: tgt.values(), p: old_p.values(), s: old_s.values()}
+    if kind == FAILOVER_AND_REPLACE:
+        force_p = nodes[p].offline or force
+        old_s.add_pri(inst, force_p)
+        tgt.add_sec(inst, s, force_p)
+        return {t: tgt.values(), s: old_s.values(), p: old_p.values()}
+    raise ValueError(f"unknown move {kind!r}")

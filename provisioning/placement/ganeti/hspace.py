@@ -1,0 +1,641 @@
+"""Capacity planning: how many more instances fit — Ganeti's hspace, same answers.
+
+Contract: `run_hspace(cluster, HSpaceOptions(...))` runs hspace 3.0's two allocations from
+the same start — *tiered* (start at a spec, shrink the resource that fails most, go on) and
+*standard* (a fixed spec until the first refusal) — with hail's placement rule and, unless
+disabled, the global N+1 capacity check after each placement. `HSpaceResult.hts_lines()`
+prints hspace's ``--machine-readable`` keys in hspace's order; `summary()` its human text.
+
+The control flow mirrors htools (including its "big step" speed-up for capacity checks and
+its way of choosing what to shrink), because those details decide the exact counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from . import types as T
+from .allocation import AllocError, AllocOptions, AllocSolution, gen_alloc_nodes, try_alloc
+from .capacity import redundant
+from .cluster import GCluster
+from .hsformat import hts_lines, show_double
+from .instance import Instance, shrink
+from .metrics import score
+from .node import Node
+
+FailMode = T.FailMode
+FailStats = list[tuple[FailMode, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """An instance spec as hspace takes it on the command line: ``DISK,MEM,CPU[,SPN]``."""
+
+    disk: int
+    mem: int
+    cpu: int
+    spindles: int = 1
+
+    @classmethod
+    def parse(cls, text: str) -> Spec:
+        from .simulate import parse_unit
+
+        parts = text.split(",")
+        if not 3 <= len(parts) <= 4:
+            raise ValueError(f"Invalid specification: '{text}', expected disk,ram,cpu")
+        spn = int(parts[3]) if len(parts) == 4 else 1
+        return cls(parse_unit(parts[0]), parse_unit(parts[1]), int(parts[2]), spn)
+
+    @classmethod
+    def from_ispec(cls, ispec: T.ISpec) -> Spec:
+        return cls(ispec.disk, ispec.mem, ispec.cpu, ispec.spindle_use)
+
+
+@dataclass(frozen=True, slots=True)
+class HSpaceOptions:
+    disk_template: str | None = None  # None: the cluster policy's first template
+    tiered: Spec | None = None  # None: each min/max pair's max spec
+    standard: Spec | None = None  # None: the policy's std spec
+    capacity: bool = True
+    spindle_use: int | None = None
+    max_length: int = -1
+    accept_existing: bool = False
+    independent_groups: bool = False
+    offline: tuple[str, ...] = ()
+    max_cpu: float | None = None
+    min_disk: float | None = None
+    exact: bool | None = None  # None: exact two-pass scores for clusters up to 64 nodes
+
+
+@dataclass(slots=True)
+class CStats:
+    fmem: int = 0
+    fdsk: int = 0
+    fspn: int = 0
+    amem: int = 0
+    adsk: int = 0
+    acpu: int = 0
+    mmem: int = 0
+    mdsk: int = 0
+    mcpu: int = 0
+    imem: int = 0
+    idsk: int = 0
+    ispn: int = 0
+    icpu: int = 0
+    tmem: float = 0.0
+    tdsk: float = 0.0
+    tspn: float = 0.0
+    tcpu: float = 0.0
+    vcpu: int = 0
+    ncpu: float = 0.0
+    xmem: int = 0
+    nmem: int = 0
+    score: float = 0.0
+    ninst: int = 0
+
+    def efficiency(self) -> dict[str, float]:
+        return {
+            "memory": self.imem / self.tmem,
+            "disk": self.idsk / self.tdsk,
+            "vcpu": self.icpu / self.vcpu,
+            "spindles": self.ispn / self.tspn,
+        }
+
+
+def total_resources(nodes: Sequence[Node]) -> CStats:
+    cs = CStats()
+    for n in nodes:
+        free = n.unallocated_mem
+        amem = max(0, free - n.r_mem)
+        cs.fmem += free
+        cs.fdsk += n.f_dsk
+        cs.fspn += n.f_spindles
+        cs.amem += amem
+        cs.adsk += n.avail_disk
+        cs.acpu += n.avail_cpu
+        cs.mmem = max(cs.mmem, amem)
+        cs.mdsk = max(cs.mdsk, n.avail_disk)
+        cs.mcpu = max(cs.mcpu, n.avail_cpu)
+        cs.imem += n.i_mem
+        cs.idsk += int(n.t_dsk) - n.f_dsk
+        cs.ispn += n.t_spindles - n.f_spindles
+        cs.icpu += n.u_cpu
+        cs.tmem += n.t_mem
+        cs.tdsk += n.t_dsk
+        cs.tspn += n.t_spindles
+        cs.tcpu += n.t_cpu
+        cs.vcpu += n.hi_cpu
+        cs.ncpu += n.u_cpu / n.vcpu_ratio
+        cs.xmem += n.x_mem
+        cs.nmem += n.n_mem
+        cs.ninst += len(n.plist)
+    cs.score = score(nodes)
+    return cs
+
+
+def _stats_pairs(kind: str, cs: CStats) -> list[tuple[str, str]]:
+    eff = cs.efficiency()
+    return [
+        (f"{kind}_SCORE", f"{cs.score:.8f}"),
+        (f"{kind}_INST_CNT", str(cs.ninst)),
+        (f"{kind}_MEM_FREE", str(cs.fmem)),
+        (f"{kind}_MEM_AVAIL", str(cs.amem)),
+        (f"{kind}_MEM_RESVD", str(cs.fmem - cs.amem)),
+        (f"{kind}_MEM_INST", str(cs.imem)),
+        (f"{kind}_MEM_OVERHEAD", str(cs.xmem + cs.nmem)),
+        (f"{kind}_MEM_EFF", f"{eff['memory']:.8f}"),
+        (f"{kind}_DSK_FREE", str(cs.fdsk)),
+        (f"{kind}_DSK_AVAIL", str(cs.adsk)),
+        (f"{kind}_DSK_RESVD", str(cs.fdsk - cs.adsk)),
+        (f"{kind}_DSK_INST", str(cs.idsk)),
+        (f"{kind}_DSK_EFF", f"{eff['disk']:.8f}"),
+        (f"{kind}_SPN_FREE", str(cs.fspn)),
+        (f"{kind}_SPN_INST", str(cs.ispn)),
+        (f"{kind}_SPN_EFF", f"{eff['spindles']:.8f}"),
+        (f"{kind}_CPU_INST", str(cs.icpu)),
+        (f"{kind}_CPU_EFF", f"{eff['vcpu']:.8f}"),
+        (f"{kind}_MNODE_MEM_AVAIL", str(cs.mmem)),
+        (f"{kind}_MNODE_DSK_AVAIL", str(cs.mdsk)),
+    ]
+
+
+# ---------------------------------------------------------------------- allocation loops
+
+
+@dataclass(slots=True)
+class AllocRun:
+    """What an allocation loop returns: failure stats of the last refusal, the cluster,
+    and the instances placed (oldest first)."""
+
+    failures: FailStats
+    cluster: GCluster
+    placed: list[Instance] = field(default_factory=list)
+
+
+class _Allocator:
+    def __init__(self, opts: AllocOptions, alloc_nodes, requires: int) -> None:
+        self.opts = opts
+        self.alloc_nodes = alloc_nodes
+        self.requires = requires
+
+    def try_alloc(self, opts: AllocOptions, cluster: GCluster, inst: Instance) -> AllocSolution:
+        n1 = (lambda cl: redundant(opts, cl)) if opts.capacity else None
+        return try_alloc(opts, cluster, inst, self.alloc_nodes, n1, two_nodes=self.requires == 2)
+
+    def small_steps(self, opts, run: AllocRun, limit: int | None, template: Instance) -> AllocRun:
+        """`iterateAllocSmallStep`: place copies of ``template`` until refused or limit."""
+        if template.disk_template == "drbd":
+            opts = AllocOptions(
+                False,
+                opts.ignore_soft_errors,
+                opts.restrict_to_nodes,
+                opts.accept_existing,
+                opts.exact,
+            )
+        cluster, placed = run.cluster, list(run.placed)
+        while True:
+            inst = template.copy()
+            inst.name = f"new-{len(placed)}"
+            inst.idx = len(cluster.instances)
+            sol = self.try_alloc(opts, cluster, inst)
+            if sol.solution is None or limit == 0:
+                return AllocRun(sol.failure_stats(), cluster, placed)
+            cluster = sol.solution.apply(cluster)
+            placed.append(sol.solution.inst)
+            if limit is not None:
+                limit -= 1
+
+    def iterate(self, run: AllocRun, limit: int | None, template: Instance, huge=True) -> AllocRun:
+        """`iterateAlloc`: with capacity checks, place big batches unchecked and verify
+        N+1 once per batch, falling back to checked single steps when a batch fails."""
+        opts = self.opts
+        if not opts.capacity:
+            return self.small_steps(opts, run, limit, template)
+        while True:
+            step = _guess_bigstep(run.cluster.nodes, template) if huge else 10
+            if limit is None:
+                batch_limit, rest = step, None
+            else:
+                batch_limit, rest = min(step, limit), max(0, limit - step)
+            unchecked = AllocOptions(
+                False,
+                opts.ignore_soft_errors,
+                opts.restrict_to_nodes,
+                opts.accept_existing,
+                opts.exact,
+            )
+            res = self.small_steps(unchecked, run, batch_limit, template)
+            if redundant(opts, res.cluster):
+                if rest == 0 or len(res.placed) == len(run.placed):
+                    return res
+                run, limit = res, rest
+                continue
+            if huge:
+                huge = False
+                continue
+            return self.small_steps(opts, run, limit, template)
+
+    def alloc_fn(self, cluster: GCluster) -> Callable[[Instance], AllocSolution]:
+        def fn(inst: Instance) -> AllocSolution:
+            inst = inst.copy()
+            inst.idx = len(cluster.instances)
+            try:
+                return self.try_alloc(self.opts, cluster, inst)
+            except AllocError:
+                return AllocSolution()
+
+        return fn
+
+    def tiered(self, run: AllocRun, limit: int | None, template: Instance) -> AllocRun:
+        """`tieredAlloc`, unrolled. After each tier, shrink the spec one unit in the
+        resource that failed most, while nothing fits; when the shrink chain ends without
+        a fit, try, deepest spec first, each failure mode (least frequent first, as
+        measured against hspace 3.0.2) for the first shrunk size that allocates ("big
+        steps"). Limits count in total, as in
+        htools."""
+        res = self.iterate(run, limit, template)
+        while True:
+            if limit is not None and limit <= len(res.placed):
+                return res
+            new_limit = None if limit is None else limit - len(res.placed)
+            levels = [(template, res.failures, new_limit)]
+            progressed = None
+            spec, failures, level_limit = template, res.failures, new_limit
+            while True:
+                smaller = shrink(spec, _most_frequent(failures))
+                if smaller is None:
+                    break
+                attempt = self.iterate(res, level_limit, smaller)
+                if len(attempt.placed) > len(res.placed):
+                    progressed = (attempt, level_limit, smaller)
+                    break
+                if level_limit is not None and level_limit <= len(res.placed):
+                    break
+                spec, failures = smaller, attempt.failures
+                level_limit = None if level_limit is None else level_limit - len(res.placed)
+                levels.append((spec, failures, level_limit))
+            if progressed is not None:
+                res, limit, template = progressed
+                continue
+            alloc = self.alloc_fn(res.cluster)
+            for spec, failures, level_limit in reversed(levels):
+                modes = [m for m, _ in sorted(failures, key=lambda fm: fm[1])]
+                big = None
+                for mode in modes:
+                    big = _suffices_shrinking(alloc, spec, mode)
+                    if big is not None:
+                        break
+                if big is not None:
+                    limit, template = level_limit, big
+                    res = self.iterate(res, limit, template)
+                    break
+            else:
+                return res
+
+
+def _most_frequent(failures: FailStats) -> FailMode:
+    """``last . sortBy (comparing snd)``: the largest count, ties to the later mode."""
+    return sorted(failures, key=lambda fm: fm[1])[-1][0] if failures else FailMode.INTERNAL
+
+
+def _guess_bigstep(nodes: Sequence[Node], inst: Instance) -> int:
+    unused = sum(n.f_mem for n in nodes)
+    reserved = round(max(n.t_mem for n in nodes))  # Haskell round: half to even, as Python
+    guess = (unused - reserved) // inst.mem - len(nodes)
+    return 20 if guess < 20 else guess
+
+
+def _shrinks(inst: Instance, mode: FailMode) -> list[Instance]:
+    """`iterateOk (shrinkByType mode) inst`: the instance, then each smaller one."""
+    out = [inst]
+    while True:
+        nxt = shrink(out[-1], mode)
+        if nxt is None:
+            return out
+        out.append(nxt)
+
+
+def _suffices_shrinking(alloc, inst: Instance, mode: FailMode) -> Instance | None:
+    """First shrink along ``mode`` that allocates, while ``mode`` keeps failing."""
+    for cand in _shrinks(inst, mode):
+        sol = alloc(cand)
+        if sol.solution is not None:
+            return cand
+        if mode not in sol.failures:
+            return None
+    return None
+
+
+# ---------------------------------------------------------------------- the program
+
+
+class HSpaceError(AllocError):
+    """hspace stopped with an error; `lines` are the HTS_ lines it printed before that
+    (Ganeti prints the cluster and initial-state keys, then fails with exit code 1)."""
+
+    def __init__(self, message: str, lines: list[str]):
+        super().__init__(message)
+        self.lines = lines
+
+
+def _initial_pairs(cluster: GCluster, ini: CStats) -> list[tuple[str, str]]:
+    pairs = [
+        ("CLUSTER_MEM", f"{ini.tmem:.0f}"),
+        ("CLUSTER_DSK", f"{ini.tdsk:.0f}"),
+        ("CLUSTER_CPU", f"{ini.tcpu:.0f}"),
+        ("CLUSTER_VCPU", str(ini.vcpu)),
+        ("CLUSTER_SPN", f"{ini.tspn:.0f}"),
+        ("CLUSTER_NODES", str(len(cluster.nodes))),
+    ]
+    return pairs + _stats_pairs("INI", ini)
+
+
+@dataclass(slots=True)
+class HSpaceResult:
+    cluster: GCluster
+    disk_template: str
+    tiered_spec: Spec
+    standard_spec: Spec
+    initial: CStats
+    tiered_cluster: GCluster
+    tiered_placed: list[Instance]
+    tiered_failures: FailStats
+    standard_cluster: GCluster
+    standard_placed: list[Instance]
+    standard_failures: FailStats
+
+    @property
+    def tiered_counts(self) -> list[tuple[tuple[int, int, int, int], int]]:
+        """(mem, dsk, cpu, spn) → count, in allocation order of the tiers."""
+        out: list[tuple[tuple[int, int, int, int], int]] = []
+        for inst in self.tiered_placed:
+            spec = inst.spec()
+            if out and out[-1][0] == spec:
+                out[-1] = (spec, out[-1][1] + 1)
+            else:
+                out.append((spec, 1))
+        return out
+
+    @property
+    def tspec(self) -> str:
+        return " ".join(f"{m},{d},{c},{s}={n}" for (m, d, c, s), n in self.tiered_counts)
+
+    @property
+    def standard_count(self) -> int:
+        return len(self.standard_placed)
+
+    @property
+    def fail_reason(self) -> FailMode:
+        return _sorted_reasons(self.standard_failures)[0][0]
+
+    def hts_lines(self) -> list[str]:
+        ini = self.initial
+        pairs = _initial_pairs(self.cluster, ini)
+        pairs += _spec_pairs("TSPEC_INI", self.tiered_spec, self.disk_template)
+        trl = total_resources(self.tiered_cluster.nodes)
+        pairs += _stats_pairs("TRL", trl)
+        pairs.append(("TSPEC", self.tspec))
+        pairs += _km_pairs(ini, trl)
+        pairs += _spec_pairs("SPEC", self.standard_spec, self.disk_template)
+        fin = total_resources(self.standard_cluster.nodes)
+        pairs += _stats_pairs("FIN", fin)
+        num = len(self.cluster.instances)
+        total = num + self.standard_count
+        reasons = _sorted_reasons(self.standard_failures)
+        pairs += [
+            ("ALLOC_USAGE", f"{num / total:.8f}" if total else "NaN"),
+            ("ALLOC_INSTANCES", str(self.standard_count)),
+            ("ALLOC_FAIL_REASON", reasons[0][0].label.upper()),
+        ]
+        pairs += [(f"ALLOC_{m.label.upper()}_CNT", str(n)) for m, n in reasons]
+        pairs.append(("OK", "1"))
+        return hts_lines(pairs)
+
+    def summary(self) -> str:
+        ini = self.initial
+        lines = [
+            f"The cluster has {len(self.cluster.nodes)} nodes and the following resources:",
+            f"  MEM {ini.tmem:.0f}, DSK {ini.tdsk:.0f}, CPU {ini.tcpu:.0f}, VCPU {ini.vcpu}.",
+            "There are "
+            + (str(ini.ninst) if ini.ninst else "no")
+            + " initial instances on the cluster.",
+            "Tiered (initial size) instance spec is:",
+            f"  MEM {self.tiered_spec.mem}, DSK {self.tiered_spec.disk}, "
+            f"CPU {self.tiered_spec.cpu}, using disk template '{self.disk_template}'.",
+            "Tiered allocation results:",
+        ]
+        if not self.tiered_placed:
+            lines.append("  - no instances allocated")
+        for (m, d, c, _), n in self.tiered_counts:
+            lines.append(f"  - {n:3d} instances of spec MEM {m}, DSK {d}, CPU {c}")
+        lines += _result_lines(
+            self.cluster, self.tiered_cluster, _sorted_reasons(self.tiered_failures)
+        )
+        s = self.standard_spec
+        lines += [
+            "Standard (fixed-size) instance spec is:",
+            f"  MEM {s.mem}, DSK {s.disk}, CPU {s.cpu}, "
+            f"using disk template '{self.disk_template}'.",
+            "Normal (fixed-size) allocation results:",
+            f"  - {self.standard_count:3d} instances allocated",
+        ]
+        lines += _result_lines(
+            self.cluster, self.standard_cluster, _sorted_reasons(self.standard_failures)
+        )
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {
+            "disk_template": self.disk_template,
+            "tiered": [
+                {"mem": m, "disk": d, "cpu": c, "spindles": s, "count": n}
+                for (m, d, c, s), n in self.tiered_counts
+            ],
+            "tiered_fail_reason": _sorted_reasons(self.tiered_failures)[0][0].label,
+            "standard": {"spec": vars_of(self.standard_spec), "count": self.standard_count},
+            "standard_fail_reason": self.fail_reason.label,
+            "efficiency": {
+                "tiered": total_resources(self.tiered_cluster.nodes).efficiency(),
+                "standard": total_resources(self.standard_cluster.nodes).efficiency(),
+            },
+        }
+
+
+def vars_of(spec: Spec) -> dict:
+    return {"disk": spec.disk, "mem": spec.mem, "cpu": spec.cpu, "spindles": spec.spindles}
+
+
+def _sorted_reasons(failures: FailStats) -> FailStats:
+    return sorted(failures, key=lambda fm: -fm[1]) or [(FailMode.INTERNAL, 0)]
+
+
+def _result_lines(ini: GCluster, fin: GCluster, reasons: FailStats) -> list[str]:
+    eff = total_resources(fin.nodes).efficiency()
+    return [
+        f"  - most likely failure reason: {reasons[0][0].label}",
+        f"  - initial cluster score: {score(ini.nodes):.8f}",
+        f"  -   final cluster score: {score(fin.nodes):.8f}",
+        f"  - memory usage efficiency: {eff['memory'] * 100:5.2f}%",
+        f"  -   disk usage efficiency: {eff['disk'] * 100:5.2f}%",
+        f"  -   vcpu usage efficiency: {eff['vcpu'] * 100:5.2f}%",
+    ]
+
+
+def _spec_pairs(prefix: str, spec: Spec, template: str) -> list[tuple[str, str]]:
+    return [
+        (f"{prefix}_MEM", str(spec.mem)),
+        (f"{prefix}_DSK", str(spec.disk)),
+        (f"{prefix}_CPU", str(spec.cpu)),
+        (f"{prefix}_SPN", str(spec.spindles)),
+        (f"{prefix}_RQN", str(T.required_nodes(template))),
+        (f"{prefix}_DISK_TEMPLATE", template),
+    ]
+
+
+def _km_pairs(ini: CStats, fin: CStats) -> list[tuple[str, str]]:
+    rows = {
+        "USED": (ini.icpu, ini.ncpu, ini.imem, ini.idsk, ini.ispn),
+        "POOL": (
+            fin.icpu - ini.icpu,
+            fin.ncpu - ini.ncpu,
+            fin.imem - ini.imem,
+            fin.idsk - ini.idsk,
+            fin.ispn - ini.ispn,
+        ),
+        "UNAV": (
+            fin.vcpu - fin.icpu,
+            fin.tcpu - fin.ncpu,
+            int(fin.tmem) - fin.imem,
+            int(fin.tdsk) - fin.idsk,
+            int(fin.tspn) - fin.ispn,
+        ),
+    }
+    pairs = []
+    for kind, (cpu, npu, mem, dsk, spn) in rows.items():
+        pairs += [
+            (f"KM_{kind}_CPU", str(cpu)),
+            (f"KM_{kind}_NPU", show_double(npu)),
+            (f"KM_{kind}_MEM", str(mem)),
+            (f"KM_{kind}_DSK", str(dsk)),
+            (f"KM_{kind}_SPN", str(spn)),
+        ]
+    return pairs
+
+
+def instance_from_spec(spec: Spec, template: str, spindle_use: int) -> Instance:
+    """hspace's ``instFromSpec``: one disk of the whole size, running, auto-balanced."""
+    inst = Instance(
+        "new",
+        spec.mem,
+        spec.disk,
+        spec.cpu,
+        "running",
+        True,
+        -1,
+        -1,
+        template,
+        [],
+        spindle_use,
+        [(spec.disk, spec.spindles)],
+    )
+    return inst
+
+
+def run_hspace(cluster: GCluster, options: HSpaceOptions | None = None) -> HSpaceResult:
+    opts = options or HSpaceOptions()
+    if opts.offline:
+        cluster = cluster.set_offline(opts.offline)
+    if opts.max_cpu is not None or opts.min_disk is not None:
+        nodes = []
+        for n in cluster.nodes:
+            n = n.copy()
+            if opts.max_cpu is not None:
+                n.set_mcpu(opts.max_cpu)
+            if opts.min_disk is not None:
+                n.set_mdsk(opts.min_disk)
+            nodes.append(n)
+        cluster = cluster.replaced(nodes, cluster.instances)
+    ipol = cluster.ipolicy
+    if not ipol.disk_templates:
+        raise AllocError("null list of disk templates received from cluster")
+    template = opts.disk_template or ipol.disk_templates[0]
+    spindle_use = opts.spindle_use if opts.spindle_use is not None else ipol.std.spindle_use
+    exact = opts.exact if opts.exact is not None else len(cluster.nodes) <= 64
+    alloc_opts = AllocOptions(
+        capacity=opts.capacity, accept_existing=opts.accept_existing, exact=exact
+    )
+    bad = [n for n in cluster.nodes if not n.offline and n.fail_n1]
+    groups = cluster.groups
+    if not opts.accept_existing and bad:
+        groups = [g if g.idx not in {n.group for n in bad} else _unallocable(g) for g in groups]
+    stop = not (
+        opts.accept_existing
+        or (opts.independent_groups and any(g.allocable for g in groups))
+        or not bad
+    )
+    requires = T.required_nodes(template)
+    view = GCluster(groups, cluster.nodes, cluster.instances, cluster.tags, ipol, cluster.name)
+    try:
+        return _allocate_both(
+            cluster, view, opts, alloc_opts, template, spindle_use, requires, stop
+        )
+    except AllocError as exc:
+        lines = hts_lines(_initial_pairs(cluster, total_resources(cluster.nodes)))
+        raise HSpaceError(str(exc), lines) from exc
+
+
+def _allocate_both(
+    cluster: GCluster,
+    view: GCluster,
+    opts: HSpaceOptions,
+    alloc_opts: AllocOptions,
+    template: str,
+    spindle_use: int,
+    requires: int,
+    stop: bool,
+) -> HSpaceResult:
+    """The tiered then the standard allocation, both from the initial cluster."""
+    ipol = cluster.ipolicy
+    alloc_nodes = gen_alloc_nodes(alloc_opts, view, cluster.nodes, requires, drop_unalloc=True)
+    allocator = _Allocator(alloc_opts, alloc_nodes, requires)
+    limit = None if opts.max_length == -1 else opts.max_length
+    tspecs = [opts.tiered] if opts.tiered else [Spec.from_ispec(hi) for _, hi in ipol.minmax]
+    start = AllocRun([], cluster, [])
+    if stop:
+        tiered = AllocRun([(FailMode.N1, 1)], cluster, [])
+    else:
+        tiered = start
+        for spec in tspecs:
+            if limit is not None and limit <= len(tiered.placed):
+                break
+            sub_limit = None if limit is None else limit - len(tiered.placed)
+            tiered = allocator.tiered(
+                tiered, sub_limit, instance_from_spec(spec, template, spindle_use)
+            )
+    std_spec = opts.standard or Spec.from_ispec(ipol.std)
+    if stop:
+        standard = AllocRun([(FailMode.N1, 1)], cluster, [])
+    else:
+        standard = allocator.iterate(
+            start, limit, instance_from_spec(std_spec, template, spindle_use)
+        )
+    return HSpaceResult(
+        cluster,
+        template,
+        tspecs[0],
+        std_spec,
+        total_resources(cluster.nodes),
+        tiered.cluster,
+        tiered.placed,
+        tiered.failures,
+        standard.cluster,
+        standard.placed,
+        standard.failures,
+    )
+
+
+def _unallocable(group: T.Group) -> T.Group:
+    from dataclasses import replace
+
+    return replace(group, alloc_policy="unallocable")

@@ -1,0 +1,177 @@
+"""A Ganeti instance as htools models it.
+
+Contract: mirrors `Ganeti.HTools.Instance` for what placement needs: size, run state,
+nodes, disk template, spindle use and tags; plus the predicates htools derives from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import types as T
+
+NO_NODE = -1
+
+
+@dataclass(slots=True)
+class Instance:
+    name: str
+    mem: int
+    dsk: int
+    vcpus: int
+    status: str = "running"
+    auto_balance: bool = True
+    pnode: int = NO_NODE
+    snode: int = NO_NODE
+    disk_template: str = "plain"
+    tags: list[str] = field(default_factory=list)
+    spindle_use: int = 1
+    #: Per-disk (size MiB, spindles or None); text files carry one disk of ``dsk``.
+    disks: list[tuple[int, int | None]] = field(default_factory=list)
+    forthcoming: bool = False
+    movable: bool = True
+    excl_tags: list[str] = field(default_factory=list)
+    idx: int = -1
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.disks and self.disk_template != "diskless":
+            self.disks = [(self.dsk, None)]
+        self.movable = self.movable and self.disk_template in T.MOVABLE
+
+    def copy(self) -> Instance:
+        # Spelled out (not a loop over __slots__): allocation copies instances in hot loops.
+        # Shallow, as before: the lists are never mutated in place once built.
+        c = Instance.__new__(Instance)
+        c.name = self.name
+        c.mem = self.mem
+        c.dsk = self.dsk
+        c.vcpus = self.vcpus
+        c.status = self.status
+        c.auto_balance = self.auto_balance
+        c.pnode = self.pnode
+        c.snode = self.snode
+        c.disk_template = self.disk_template
+        c.tags = self.tags
+        c.spindle_use = self.spindle_use
+        c.disks = self.disks
+        c.forthcoming = self.forthcoming
+        c.movable = self.movable
+        c.excl_tags = self.excl_tags
+        c.idx = self.idx
+        c.extra = self.extra
+        return c
+
+    # predicates, as in Ganeti.HTools.Instance
+
+    @property
+    def running(self) -> bool:
+        return self.status in T.RUNNING_STATES
+
+    @property
+    def offline(self) -> bool:
+        return self.status == T.OFFLINE_STATE
+
+    @property
+    def uses_memory(self) -> bool:
+        return self.running
+
+    @property
+    def uses_sec_mem(self) -> bool:
+        return not self.offline and self.auto_balance
+
+    @property
+    def local_storage(self) -> bool:
+        return self.disk_template in T.LOCAL_STORAGE
+
+    @property
+    def has_secondary(self) -> bool:
+        return self.disk_template == "drbd"
+
+    @property
+    def mirror(self) -> str:
+        return T.mirror_type(self.disk_template)
+
+    def all_nodes(self) -> list[int]:
+        return [self.pnode, self.snode] if self.has_secondary else [self.pnode]
+
+    def total_spindles(self) -> int | None:
+        total = 0
+        for _, spindles in self.disks:
+            if spindles is None:
+                return None
+            total += spindles
+        return total
+
+    def spec(self) -> tuple[int, int, int, int]:
+        """(mem, dsk, cpu, spindles) — hspace's tiered spec key."""
+        spn = self.disks[0][1] if len(self.disks) == 1 and self.disks[0][1] is not None else 0
+        return (self.mem, self.dsk, self.vcpus, spn)
+
+
+def check_policy(inst: Instance, ipol: T.IPolicy, excl_storage: bool) -> T.FailMode | None:
+    """`instMatchesPolicy`: some min/max pair must admit the instance, and its template."""
+    result: T.FailMode | None = T.FailMode.INTERNAL
+    for lo, hi in reversed(ipol.minmax):
+        # Ganeti folds right from an initial Bad: the first matching pair wins, else the
+        # failure of the first pair is reported.
+        fail = _compare(inst, lo, -1, excl_storage) or _compare(inst, hi, 1, excl_storage)
+        if fail is None:
+            result = None
+        elif result is not None:
+            result = fail
+    if result is not None:
+        return result
+    if inst.disk_template not in ipol.disk_templates:
+        return T.FailMode.DISK
+    return None
+
+
+def _compare(inst: Instance, spec: T.ISpec, sign: int, excl: bool) -> T.FailMode | None:
+    """``sign=-1``: fail when below ``spec``; ``sign=+1``: fail when above."""
+
+    def bad(value: int, limit: int) -> bool:
+        return (value < limit) if sign < 0 else (value > limit)
+
+    if bad(inst.mem, spec.mem):
+        return T.FailMode.MEM
+    if any(bad(size, spec.disk) for size, _ in inst.disks):
+        return T.FailMode.DISK
+    if bad(inst.vcpus, spec.cpu):
+        return T.FailMode.CPU
+    if excl:
+        spindles = inst.total_spindles()
+        if spindles is None or bad(spindles, spec.spindle_use):
+            return T.FailMode.SPINDLES
+    elif bad(inst.spindle_use, spec.spindle_use):
+        return T.FailMode.SPINDLES
+    if inst.disk_template != "diskless" and bad(len(inst.disks), spec.disk_count):
+        return T.FailMode.DISKCOUNT
+    return None
+
+
+def shrink(inst: Instance, mode: T.FailMode) -> Instance | None:
+    """`shrinkByType`: one unit smaller in the failing resource, or None at the minimum."""
+    new = inst.copy()
+    if mode == T.FailMode.MEM:
+        new.mem = inst.mem - T.UNIT_MEM
+        return new if new.mem >= T.UNIT_MEM else None
+    if mode == T.FailMode.DISK:
+        disks = [(size - T.UNIT_DSK, spn) for size, spn in inst.disks]
+        if any(size < T.UNIT_DSK for size, _ in disks):
+            return None
+        new.disks = disks
+        new.dsk = inst.dsk - len(inst.disks) * T.UNIT_DSK
+        return new
+    if mode == T.FailMode.CPU:
+        new.vcpus = inst.vcpus - T.UNIT_CPU
+        return new if new.vcpus >= T.UNIT_CPU else None
+    if mode == T.FailMode.SPINDLES:
+        if len(inst.disks) != 1 or inst.disks[0][1] is None:
+            return None
+        spn = inst.disks[0][1] - T.UNIT_SPINDLE
+        if spn < T.UNIT_SPINDLE:
+            return None
+        new.disks = [(inst.disks[0][0], spn)]
+        return new
+    return None

@@ -1,0 +1,223 @@
+"""The htools cluster score, term for term as `hinfo` 3.0.2 prints it.
+
+Contract: `node_values(node)` gives a node's contribution to each of the 20 components;
+`ClusterStats` aggregates them (standard deviation over online nodes, or sums), can
+replace one node's contribution by another's in O(components) (`replace`), and `score`
+adds ``weight × value`` in Ganeti's order. `compute` does the full two-pass computation
+exactly as Ganeti's ``calculate`` does, so scores agree to the last bit where htools uses
+it; `replace` is Ganeti's own incremental update (used by hail for node pairs, and by
+our hbal for every move).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from functools import reduce
+from operator import add, mul
+
+from .node import Node
+
+STD, SUM = 0, 1
+
+#: (name, weight, kind, online nodes?) in hinfo's order.
+COMPONENTS: tuple[tuple[str, float, int, bool], ...] = (
+    ("free_mem_cv", 0.5, STD, True),
+    ("free_disk_cv", 0.5, STD, True),
+    ("n1_cnt", 1.0, SUM, True),
+    ("reserved_mem_cv", 1.0, STD, True),
+    ("offline_all_cnt", 4.0, SUM, False),
+    ("offline_pri_cnt", 16.0, SUM, False),
+    ("vcpu_ratio_cv", 0.5, STD, True),
+    ("cpu_load_cv", 1.0, STD, True),
+    ("mem_load_cv", 1.0, STD, True),
+    ("disk_load_cv", 1.0, STD, True),
+    ("net_load_cv", 1.0, STD, True),
+    ("pri_tags_score", 2.0, SUM, True),
+    ("spindles_cv", 0.5, STD, True),
+    ("free_mem_cv_forth", 0.5, STD, True),
+    ("free_disk_cv_forth", 0.5, STD, True),
+    ("vcpu_ratio_cv_forth", 0.5, STD, True),
+    ("spindles_cv_forth", 0.5, STD, True),
+    ("location_score", 1.0, SUM, True),
+    ("location_exclusion_score", 1.0, SUM, True),
+    ("reserved_mem_rtotal", 0.25, SUM, True),
+)
+NAMES = tuple(c[0] for c in COMPONENTS)
+WEIGHTS = tuple(c[1] for c in COMPONENTS)
+KINDS = tuple(c[2] for c in COMPONENTS)
+ONLINE = tuple(c[3] for c in COMPONENTS)
+NCOMP = len(COMPONENTS)
+
+
+def node_values(node: Node) -> tuple[float, ...]:
+    """`compDetailedCVNode`: this node's value for every component."""
+    n_pri = len(node.plist)
+    n_sec = len(node.slist)
+    t_mem = node.t_mem
+    p_rem = node.r_mem / t_mem
+    speed = node.cpu_speed
+    load = node.load
+    hi_sp = node.hi_spindles
+    return (
+        node.unallocated_mem / t_mem,
+        node.p_dsk,
+        float(n_pri + n_sec) if node.fail_n1 else 0.0,
+        p_rem,
+        float(n_pri + n_sec),
+        float(n_pri),
+        node.u_cpu / node.t_cpu / speed,
+        load[0],
+        load[1],
+        load[2],
+        load[3],
+        float(node.conflicting_primaries()),
+        _ratio(node.inst_spindles, hi_sp),
+        node.f_mem_forth / t_mem,
+        node.p_dsk_forth,
+        node.u_cpu_forth / node.t_cpu / speed,
+        _ratio(node.inst_spindles_forth, hi_sp),
+        0.0,  # location score: location tags are not modelled
+        0.0,  # location exclusion score: idem
+        p_rem,
+    )
+
+
+def _ratio(a: float, b: float) -> float:
+    if b == 0:
+        return math.nan if a == 0 else math.copysign(math.inf, a)
+    return a / b
+
+
+class ClusterStats:
+    """Per component: [count, sum, variance] (standard deviation) or [sum]."""
+
+    __slots__ = ("stats",)
+
+    def __init__(self, stats: list[list[float]]) -> None:
+        self.stats = stats
+
+    @classmethod
+    def compute(cls, nodes: Iterable[Node]) -> ClusterStats:
+        nodes = list(nodes)
+        return cls.from_rows([node_values(n) for n in nodes], [n.offline for n in nodes])
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence[float]], offline: Sequence[bool]) -> ClusterStats:
+        """`compute` from precomputed `node_values` rows (in node order)."""
+        online_rows = [r for r, off in zip(rows, offline, strict=True) if not off]
+        offline_rows = [r for r, off in zip(rows, offline, strict=True) if off]
+        stats = []
+        for c in range(NCOMP):
+            values = [row[c] for row in (online_rows if ONLINE[c] else offline_rows)]
+            stats.append(_std_stat(values) if KINDS[c] == STD else _sum_stat(values))
+        return cls(stats)
+
+    def copy(self) -> ClusterStats:
+        return ClusterStats([list(s) for s in self.stats])
+
+    def replace(self, old: Node, new: Node) -> ClusterStats:
+        """`updateClusterStatistics`: ``old``'s contribution replaced by ``new``'s."""
+        return self.replace_values(old.offline, node_values(old), node_values(new))
+
+    def replace_values(
+        self, offline: bool, old: Sequence[float], new: Sequence[float]
+    ) -> ClusterStats:
+        stats = list(self.stats)
+        for c in range(NCOMP):
+            if ONLINE[c] == offline:
+                continue
+            x, x2 = old[c], new[c]
+            if x == x2:
+                continue
+            stat = stats[c]
+            if KINDS[c] == SUM:
+                stats[c] = [stat[0] + x2 - x]
+            else:
+                n, s, var = stat
+                ds = x2 - x
+                dss = x2 * x2 - x * x
+                dnnvar = (n * dss - 2 * s * ds) - ds * ds
+                stats[c] = [n, s + ds, max(0.0, var + dnnvar / (n * n))]
+        return ClusterStats(stats)
+
+    def values(self) -> list[float]:
+        return [math.sqrt(st[2]) if KINDS[c] == STD else st[0] for c, st in enumerate(self.stats)]
+
+    def score(self) -> float:
+        total = 0.0
+        for c, st in enumerate(self.stats):
+            total += WEIGHTS[c] * (math.sqrt(st[2]) if KINDS[c] == STD else st[0])
+        return total
+
+
+def _std_stat(values: list[float]) -> list[float]:
+    # Ganeti's `calculate`: count and sum in one pass, then the centred sum of squares.
+    # reduce(add, ..., 0.0) is the same left-to-right float addition as a loop (unlike
+    # sum(), which compensates from Python 3.12 on), only faster.
+    n = float(len(values))
+    if not n:
+        return [0.0, 0.0, math.nan]
+    s = reduce(add, values, 0.0)
+    mean = s / n
+    deviations = [x - mean for x in values]
+    nvar = reduce(add, map(mul, deviations, deviations), 0.0)
+    return [n, s, nvar / n]
+
+
+def _sum_stat(values: list[float]) -> list[float]:
+    return [reduce(add, values, 0.0)]
+
+
+class ValueRows:
+    """The `node_values` of a node list, computed once, scored with some nodes replaced —
+    the exact two-pass score of many candidates that each change one or two nodes.
+
+    Components a replacement leaves unchanged keep the base statistics (bit-identical by
+    construction); only the changed columns are recomputed, in node order."""
+
+    __slots__ = ("base", "columns", "offline", "position", "rows", "slot")
+
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        self.rows = [node_values(n) for n in nodes]
+        self.offline = [n.offline for n in nodes]
+        self.position = {n.idx: i for i, n in enumerate(nodes)}
+        self.base = ClusterStats.from_rows(self.rows, self.offline).stats
+        online = [i for i, off in enumerate(self.offline) if not off]
+        offline = [i for i, off in enumerate(self.offline) if off]
+        self.columns = [
+            [self.rows[i][c] for i in (online if ONLINE[c] else offline)] for c in range(NCOMP)
+        ]
+        # A node's index within the online (or offline) columns.
+        self.slot = {i: k for group in (online, offline) for k, i in enumerate(group)}
+
+    def score_with(self, *replacements: Node) -> float:
+        changed: dict[int, dict[int, float]] = {}
+        for node in replacements:
+            pos = self.position[node.idx]
+            old, new, off = self.rows[pos], node_values(node), self.offline[pos]
+            for c in range(NCOMP):
+                if ONLINE[c] != off and new[c] != old[c]:
+                    changed.setdefault(c, {})[self.slot[pos]] = new[c]
+        total = 0.0
+        for c in range(NCOMP):
+            if c in changed:
+                column = self.columns[c].copy()
+                for k, value in changed[c].items():
+                    column[k] = value
+                st = _std_stat(column) if KINDS[c] == STD else _sum_stat(column)
+            else:
+                st = self.base[c]
+            total += WEIGHTS[c] * (math.sqrt(st[2]) if KINDS[c] == STD else st[0])
+        return total
+
+
+def score(nodes: Iterable[Node]) -> float:
+    """`compCV`: the cluster score of these nodes."""
+    return ClusterStats.compute(nodes).score()
+
+
+def detailed(nodes: Iterable[Node]) -> list[tuple[str, float, float]]:
+    """(name, value, weight) per component — hinfo's "Cluster coefficients" table."""
+    values = ClusterStats.compute(nodes).values()
+    return [(NAMES[c], values[c], WEIGHTS[c]) for c in range(NCOMP)]

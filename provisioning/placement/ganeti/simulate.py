@@ -1,0 +1,111 @@
+"""Simulated clusters (hspace/hail ``--simulate``) and htools' unit parsing.
+
+Contract: `parse_unit("1t") == 1048576` (MiB; binary m/g/t or MiB/GiB/TiB, SI M/G/T or
+MB/GB/TB) and `simulated_cluster(["p,3,34052480,65523,24"])` builds exactly the cluster
+htools builds: per spec one node group of identical nodes with no node memory overhead,
+one vCPU reserved for the node OS, the given spindles (default 1), default policies. As
+with htools' repeated option, the *last* spec becomes ``group-01``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from fractions import Fraction
+
+from . import types as T
+from .cluster import GCluster
+from .node import Node
+
+_UNITS = {
+    "": Fraction(1),
+    "m": Fraction(1),
+    "MIB": Fraction(1),
+    "g": Fraction(1024),
+    "GIB": Fraction(1024),
+    "t": Fraction(1024 * 1024),
+    "TIB": Fraction(1024 * 1024),
+}
+_SI = Fraction(1000, 1024) ** 2  # 1 MB in MiB
+
+
+def parse_unit(text: str) -> int:
+    match = re.fullmatch(r"\s*(-?\d+)\s*([A-Za-z]*)\s*", text)
+    if not match:
+        raise ValueError(f"Can't parse string '{text}'")
+    value, unit = int(match.group(1)), match.group(2)
+    if unit in ("m", "g", "t"):
+        scale = _UNITS[unit]
+    elif unit.upper() in ("MIB", "GIB", "TIB") or unit == "":
+        scale = _UNITS[unit.upper()]
+    elif unit == "M" or unit.upper() == "MB":
+        scale = _SI
+    elif unit == "G" or unit.upper() == "GB":
+        scale = _SI * 1000
+    elif unit == "T" or unit.upper() == "TB":
+        scale = _SI * 1000 * 1000
+    else:
+        raise ValueError(f"Unknown unit '{unit}'")
+    return math.trunc(value * scale)
+
+
+_POLICY_ABBREV = {"p": "preferred", "a": "last_resort", "u": "unallocable"}
+
+
+def parse_spec(spec: str) -> tuple[str, int, int, int, int, int, bool]:
+    parts = spec.split(",")
+    if len(parts) == 5:
+        parts.append("1")
+    if len(parts) == 6:
+        parts.append("False")
+    if len(parts) != 7:
+        raise ValueError(
+            "Invalid cluster specification, expected 6 comma-separated sections (allocation"
+            f" policy, node count, disk size, memory size, number of CPUs, spindles) but got"
+            f" {len(parts)}: '{spec}'"
+        )
+    policy = _POLICY_ABBREV.get(parts[0], parts[0])
+    if policy not in T.ALLOC_POLICIES:
+        raise ValueError(f"Cannot parse AllocPolicy abbreviation '{parts[0]}'")
+    excl = parts[6].strip()
+    if excl not in ("True", "False"):
+        raise ValueError(f"exclusive storage: cannot parse '{excl}'")
+    return (
+        policy,
+        int(parts[1]),
+        parse_unit(parts[2]),
+        parse_unit(parts[3]),
+        int(parts[4]),
+        int(parts[5]),
+        excl == "True",
+    )
+
+
+def simulated_cluster(specs: Sequence[str]) -> GCluster:
+    """``specs`` in command-line order (the last one becomes group-01, as in htools)."""
+    groups: list[T.Group] = []
+    nodes: list[Node] = []
+    for gnum, spec in enumerate(reversed(list(specs)), start=1):
+        policy, count, disk, mem, cpu, spindles, excl = parse_spec(spec)
+        groups.append(T.Group(f"group-{gnum:02d}", f"fake-uuid-{gnum:02d}", policy))
+        for n in range(1, count + 1):
+            nodes.append(
+                Node(
+                    f"node-{gnum:02d}-{n:03d}",
+                    mem,
+                    0,
+                    mem,
+                    disk,
+                    disk,
+                    cpu,
+                    1,
+                    False,
+                    spindles,
+                    0,
+                    gnum - 1,
+                    excl,
+                    is_master=(gnum == 1 and n == 1),
+                )
+            )
+    return GCluster.build(groups, nodes, [], [], T.DEFAULT_IPOLICY)

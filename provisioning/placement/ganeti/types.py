@@ -1,0 +1,227 @@
+"""Ganeti's vocabulary as htools 3.0 uses it: failure modes, disk templates, policies.
+
+Contract: values and orders match Ganeti 3.0 (`Ganeti.HTools.Types`, `Ganeti.Types`),
+because orders leak into results: failure counts are listed in `FailMode` order, the
+default policy lists disk templates in declaration order (hspace's default template is the
+first), and allocation policies sort preferred < last_resort < unallocable.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+
+
+class FailMode(enum.IntEnum):
+    MEM = 0
+    DISK = 1
+    CPU = 2
+    N1 = 3
+    TAGS = 4
+    MIG = 5
+    DISKCOUNT = 6
+    SPINDLES = 7
+    INTERNAL = 8
+
+    @property
+    def label(self) -> str:
+        """Ganeti's ``show``: FailMem, FailDisk, FailCPU, FailN1, ..."""
+        return _FAIL_LABELS[self]
+
+
+_FAIL_LABELS = {
+    FailMode.MEM: "FailMem",
+    FailMode.DISK: "FailDisk",
+    FailMode.CPU: "FailCPU",
+    FailMode.N1: "FailN1",
+    FailMode.TAGS: "FailTags",
+    FailMode.MIG: "FailMig",
+    FailMode.DISKCOUNT: "FailDiskCount",
+    FailMode.SPINDLES: "FailSpindles",
+    FailMode.INTERNAL: "FailInternal",
+}
+
+
+class AllocFailure(Exception):
+    """A node refused an instance; ``mode`` says why (Ganeti's ``Bad FailMode``)."""
+
+    def __init__(self, mode: FailMode) -> None:
+        super().__init__(mode.label)
+        self.mode = mode
+
+
+#: Disk templates in Ganeti's declaration order.
+DISK_TEMPLATES = (
+    "diskless",
+    "file",
+    "sharedfile",
+    "plain",
+    "blockdev",
+    "drbd",
+    "rbd",
+    "ext",
+    "gluster",
+)
+LOCAL_STORAGE = frozenset({"drbd", "plain"})
+#: Templates whose instances hbal may move (`Instance.movable` at load time).
+MOVABLE = frozenset({"drbd", "blockdev", "sharedfile", "gluster", "rbd", "ext"})
+#: Templates the global N+1 check may move freely instead of re-creating.
+FREELY_MOVABLE = frozenset({"diskless", "sharedfile", "rbd", "ext", "gluster"})
+
+MIRROR_NONE, MIRROR_INTERNAL, MIRROR_EXTERNAL = "none", "internal", "external"
+_MIRROR = {
+    "diskless": MIRROR_EXTERNAL,
+    "file": MIRROR_NONE,
+    "sharedfile": MIRROR_EXTERNAL,
+    "plain": MIRROR_NONE,
+    "blockdev": MIRROR_EXTERNAL,
+    "drbd": MIRROR_INTERNAL,
+    "rbd": MIRROR_EXTERNAL,
+    "ext": MIRROR_EXTERNAL,
+    "gluster": MIRROR_EXTERNAL,
+}
+
+
+def mirror_type(template: str) -> str:
+    return _MIRROR[template]
+
+
+def required_nodes(template: str) -> int:
+    return 2 if template == "drbd" else 1
+
+
+ALLOC_POLICIES = ("preferred", "last_resort", "unallocable")
+
+#: Instance run states (raw names as in the text format and IAllocator).
+RUNNING_STATES = frozenset({"running", "ERROR_up"})
+OFFLINE_STATE = "ADMIN_offline"
+INSTANCE_STATES = frozenset(
+    {
+        "running",
+        "ADMIN_down",
+        "ADMIN_offline",
+        "ERROR_down",
+        "ERROR_up",
+        "ERROR_nodedown",
+        "ERROR_nodeoffline",
+        "ERROR_wrongnode",
+        "USER_down",
+    }
+)
+
+# Shrinking steps of tiered allocation (Ganeti's unitMem, unitDsk, unitCpu, unitSpindle).
+UNIT_MEM = 64
+UNIT_DSK = 256
+UNIT_CPU = 1
+UNIT_SPINDLE = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ISpec:
+    mem: int
+    cpu: int
+    disk: int
+    disk_count: int = 1
+    nic_count: int = 1
+    spindle_use: int = 1
+
+    def to_text(self) -> str:
+        return ",".join(
+            str(v)
+            for v in (
+                self.mem,
+                self.cpu,
+                self.disk,
+                self.disk_count,
+                self.nic_count,
+                self.spindle_use,
+            )
+        )
+
+    @classmethod
+    def from_text(cls, text: str) -> ISpec:
+        parts = [int(p) for p in text.split(",")]
+        if len(parts) != 6:
+            raise ValueError(f"invalid ispec {text!r}")
+        return cls(*parts)
+
+    def to_json(self) -> dict:
+        return {
+            "memory-size": self.mem,
+            "cpu-count": self.cpu,
+            "disk-size": self.disk,
+            "disk-count": self.disk_count,
+            "nic-count": self.nic_count,
+            "spindle-use": self.spindle_use,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> ISpec:
+        return cls(
+            data["memory-size"],
+            data["cpu-count"],
+            data["disk-size"],
+            data.get("disk-count", 1),
+            data.get("nic-count", 1),
+            data.get("spindle-use", 1),
+        )
+
+
+DEFAULT_MIN = ISpec(128, 1, 1024, 1, 1, 1)
+DEFAULT_MAX = ISpec(32768, 8, 1048576, 16, 8, 12)
+DEFAULT_STD = ISpec(128, 1, 1024, 1, 1, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class IPolicy:
+    minmax: tuple[tuple[ISpec, ISpec], ...] = ((DEFAULT_MIN, DEFAULT_MAX),)
+    std: ISpec = DEFAULT_STD
+    disk_templates: tuple[str, ...] = DISK_TEMPLATES
+    vcpu_ratio: float = 4.0
+    spindle_ratio: float = 32.0
+
+    def with_vcpu_ratio(self, ratio: float) -> IPolicy:
+        return replace(self, vcpu_ratio=ratio)
+
+    def to_json(self) -> dict:
+        return {
+            "minmax": [{"min": lo.to_json(), "max": hi.to_json()} for lo, hi in self.minmax],
+            "std": self.std.to_json(),
+            "disk-templates": list(self.disk_templates),
+            "vcpu-ratio": self.vcpu_ratio,
+            "spindle-ratio": self.spindle_ratio,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict | None) -> IPolicy:
+        if not data:
+            return cls()
+        return cls(
+            tuple(
+                (ISpec.from_json(m["min"]), ISpec.from_json(m["max"]))
+                for m in data.get("minmax", [])
+            )
+            or ((DEFAULT_MIN, DEFAULT_MAX),),
+            ISpec.from_json(data["std"]) if "std" in data else DEFAULT_STD,
+            tuple(data.get("disk-templates", DISK_TEMPLATES)),
+            float(data.get("vcpu-ratio", 4.0)),
+            float(data.get("spindle-ratio", 32.0)),
+        )
+
+
+DEFAULT_IPOLICY = IPolicy()
+
+
+@dataclass(slots=True)
+class Group:
+    name: str
+    uuid: str
+    alloc_policy: str = "preferred"
+    tags: list[str] = field(default_factory=list)
+    networks: list[str] = field(default_factory=list)
+    ipolicy: IPolicy = DEFAULT_IPOLICY
+    idx: int = 0
+
+    @property
+    def allocable(self) -> bool:
+        return self.alloc_policy != "unallocable"

@@ -1,0 +1,37 @@
+"""The placement core must stay pure: importing it must not pull in Django."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+MODULES = [
+    "provisioning.placement",
+    "provisioning.placement.ganeti",
+    "provisioning.placement.ganeti.iallocator",
+    "provisioning.placement.ganeti.hspace",
+    "provisioning.placement.ganeti.hbal",
+    "provisioning.placement.ganeti.hsqueeze",
+    "provisioning.placement.ganeti.text_backend",
+    "provisioning.placement.ganeti.external",
+    "provisioning.placement.ganeti.bridge",
+    "provisioning.placement.rebalance",
+    "provisioning.placement.serialize",
+]
+
+
+def test_it_imports_with_django_unconfigured():
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {MODULES!r}: importlib.import_module(m)\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'django')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
