@@ -1,0 +1,263 @@
+"""Which job runs next: a pure ``plan()`` and the race-free ``claim_next()`` around it.
+
+``plan`` walks pending jobs in priority order (higher first, then submission order) and
+starts one only when
+  * each dependency ended in an accepted status (one that ended otherwise fails the job),
+  * none of its locks conflicts with a running job's, nor with the locks of an earlier job
+    already waiting for them (first come, first served: no starvation of exclusive locks),
+  * every rate-limit bucket of its reason trail has fewer than N jobs running,
+  * the global limit has room.
+Jobs planned to start count as running for the jobs after them.
+
+``claim_next`` runs the plan inside one transaction holding the queue lock and flips the
+first startable job to ``running`` with a fresh lease token (a conditional UPDATE on its
+pending status): many worker processes may call it at once, on SQLite or PostgreSQL, and
+the limit, buckets and locks still hold.
+"""
+
+import os
+import socket
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from provisioning.jobs import transitions
+from provisioning.jobs.locks import LockTable
+from provisioning.jobs.models import Job, JobDependency, QueueSettings
+from provisioning.jobs.reasons import label
+
+S = Job.Status
+CHUNK = 50
+SCAN_LIMIT = 500  # candidates examined per claim; the rest wait for the next one
+
+
+@dataclass
+class Candidate:
+    id: int
+    status: str = "queued"
+    locks: list = field(default_factory=list)
+    buckets: list = field(default_factory=list)
+    deps: list = field(default_factory=list)  # [(job id, its status, accepted statuses)]
+    waiting_for: str = ""
+
+
+@dataclass
+class Running:
+    id: int
+    locks: list = field(default_factory=list)
+    buckets: list = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    start: list = field(default_factory=list)  # ids, in the order to start them
+    blocked: dict = field(default_factory=dict)  # id -> (status, waiting_for)
+    failed: dict = field(default_factory=dict)  # id -> message (a dependency ended badly)
+
+
+class Planner:
+    """Incremental ``plan``: feed candidates in order until ``full``."""
+
+    def __init__(self, running, limit):
+        self.limit = limit
+        self.room = limit - len(running)
+        self.held = LockTable()
+        self.reserved = LockTable()
+        self.in_bucket = Counter()
+        for job in running:
+            self._take(job)
+        self.plan = Plan()
+
+    def _take(self, job):
+        self.held.add(job.id, job.locks)
+        self.in_bucket.update(key for key, _ in job.buckets)
+
+    @property
+    def full(self):
+        return self.room <= 0
+
+    def consider(self, c):
+        waiting = self._dependency_wait(c)
+        if c.id in self.plan.failed:
+            return
+        if waiting is None:
+            waiting = self._lock_wait(c)
+        if waiting is not None:
+            self.plan.blocked[c.id] = (S.WAITING, waiting)
+            return
+        full = [(key, n) for key, n in c.buckets if self.in_bucket[key] >= n]
+        if full:
+            key, n = full[0]
+            self.plan.blocked[c.id] = (S.QUEUED, f"rate-limit bucket {label(key)!r}: {n} of {n} running")
+        elif self.room <= 0:
+            self.plan.blocked[c.id] = (S.QUEUED, f"global limit: {self.limit} running")
+        else:
+            self.plan.start.append(c.id)
+            self.room -= 1
+            self._take(c)
+
+    def _dependency_wait(self, c):
+        unfinished = []
+        for dep_id, dep_status, accepted in c.deps:
+            if dep_status in Job.FINAL:
+                if accepted and dep_status not in accepted:
+                    self.plan.failed[c.id] = (
+                        f"dependency job {dep_id} ended {dep_status}; accepted: {', '.join(accepted)}"
+                    )
+                    return None
+            else:
+                unfinished.append(f"job {dep_id} ({dep_status})")
+        if unfinished:
+            more = f" and {len(unfinished) - 1} more" if len(unfinished) > 1 else ""
+            return f"dependency: {unfinished[0]}{more}"
+        return None
+
+    def _lock_wait(self, c):
+        if not c.locks:
+            return None
+        conflict = self.held.conflict(c.locks)
+        if conflict:
+            name, holders = conflict
+            self.reserved.add(c.id, c.locks)
+            return f"lock {name} held by " + ", ".join(f"job {h}" for h in holders[:3])
+        conflict = self.reserved.conflict(c.locks)
+        self.reserved.add(c.id, c.locks)
+        if conflict:
+            name, holders = conflict
+            return f"lock {name}: in line behind job {holders[0]}"
+        return None
+
+
+def plan(candidates, running, limit):
+    """The pure decision (see module doc); candidates in priority order."""
+    planner = Planner(running, limit)
+    for candidate in candidates:
+        planner.consider(candidate)
+    return planner.plan
+
+
+HOST = socket.gethostname()
+
+
+def runner_label():
+    """Who runs a job: ``host:pid`` of the worker process."""
+    return f"{HOST}:{os.getpid()}"
+
+
+def pending():
+    """Jobs that may still start, best first."""
+    return Job.objects.filter(status__in=Job.PENDING, awaiting_children=False).order_by("-priority", "id")
+
+
+def _candidates(rows):
+    ids = [row["id"] for row in rows if row["has_deps"]]
+    deps = {}
+    if ids:
+        found = JobDependency.objects.filter(job_id__in=ids).values_list("job_id", "on_id", "on__status", "accepted")
+        for job_id, on_id, on_status, accepted in found:
+            deps.setdefault(job_id, []).append((on_id, on_status, accepted or []))
+    return [
+        Candidate(
+            id=row["id"],
+            status=row["status"],
+            locks=row["locks"],
+            buckets=row["buckets"],
+            deps=deps.get(row["id"], []),
+            waiting_for=row["waiting_for"],
+        )
+        for row in rows
+    ]
+
+
+def evaluate(limit):
+    """Run the planner over pending jobs until the limit is full; returns (planner, candidates by id)."""
+    running = [Running(*row) for row in Job.objects.filter(status=S.RUNNING).values_list("id", "locks", "buckets")]
+    planner = Planner(running, limit)
+    seen = {}
+    offset = 0
+    while offset < SCAN_LIMIT and not planner.full:
+        fields = ("id", "status", "locks", "buckets", "waiting_for", "has_deps")
+        rows = list(pending().values(*fields)[offset : offset + CHUNK])
+        for candidate in _candidates(rows):
+            seen[candidate.id] = candidate
+            planner.consider(candidate)
+            if planner.full:
+                break
+        if len(rows) < CHUNK:
+            break
+        offset += CHUNK
+    return planner, seen
+
+
+def eligible_count():
+    """How many pending jobs could start now (read-only; for deciding whether to wake workers)."""
+    limit = QueueSettings.get().limit
+    planner, _ = evaluate(limit)
+    return len(planner.plan.start)
+
+
+@dataclass
+class Claim:
+    id: int
+    token: str
+    more: int  # further jobs startable right now
+    job: Job = None
+    lease_seconds: int = 30
+
+
+def claim_next(runner=None):
+    """Claim the best startable job for this worker, or None. Race-free across processes."""
+    if not pending().exists():
+        return None
+    with transaction.atomic():
+        return claim_locked(QueueSettings.lock(), runner)
+
+
+def claim_locked(queue, runner=None):
+    """``claim_next`` for a caller that holds the queue lock (``queue`` is the locked row)."""
+    with transaction.atomic(savepoint=False):
+        planner, seen = evaluate(queue.limit)
+        result = planner.plan
+        for job_id, message in result.failed.items():
+            failed = transitions.end_pending(job_id, S.ERROR, kind="dependency", message=message)
+            if failed:
+                transitions.settle(failed)
+        _update_blocked(result.blocked, seen)
+        if not result.start:
+            return None
+        job_id = result.start[0]
+        now = timezone.now()
+        token = uuid.uuid4().hex
+        claimed = Job.objects.filter(pk=job_id, status__in=Job.PENDING, awaiting_children=False).update(
+            status=S.RUNNING,
+            lease_token=token,
+            lease_until=now + timedelta(seconds=queue.lease_seconds),
+            runner=(runner or runner_label())[:120],
+            attempt=F("attempt") + 1,
+            started=Coalesce(F("started"), Value(now)),
+            waiting_for="",
+            cancel_requested=False,
+        )
+        if not claimed:  # cannot happen under the queue lock; be safe anyway
+            return None
+        job = Job.objects.select_related("submitter").get(pk=job_id)
+        resumed = f", resuming after {len(job.steps)} completed steps" if job.steps else ""
+        transitions.log(job, f"started on {job.runner} (attempt {job.attempt}){resumed}")
+        transitions.emit_status(job)
+        return Claim(id=job_id, token=token, more=len(result.start) - 1, job=job, lease_seconds=queue.lease_seconds)
+
+
+def _update_blocked(blocked, seen):
+    """Write the new status / waiting_for of blocked jobs that changed, and emit them."""
+    for job_id, (status, waiting_for) in blocked.items():
+        before = seen.get(job_id)
+        if before is not None and before.status == status and before.waiting_for == waiting_for:
+            continue
+        if Job.objects.filter(pk=job_id, status__in=Job.PENDING).update(status=status, waiting_for=waiting_for[:300]):
+            transitions.changed(job_id)

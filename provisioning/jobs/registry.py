@@ -1,0 +1,121 @@
+"""The opcode registry: an opcode name → the function that runs it, and what it needs.
+
+Register with the decorator, in a module Django imports at start (``<app>/opcodes.py`` is
+discovered automatically)::
+
+    class CreateParams(serializers.Serializer):
+        vm = serializers.IntegerField(min_value=1)
+
+    @opcode("vm.create", params=CreateParams, locks=lambda p: [f"vm:{p['vm']}"], staff_only=False)
+    def vm_create(job):                      # job: a runner.JobContext
+        host = job.step("place", place, job.params["vm"])
+        job.step("define", define, job.params["vm"], host)
+        return {"host": host}
+
+The function runs in *steps*: ``job.step(name, fn, *args)`` runs ``fn`` once and records its
+(JSON) result; when a lost worker's job is retried, completed steps are replayed from the
+record instead of run again, so the code between steps must be deterministic and each step
+idempotent (a step interrupted mid-way runs again). Cancellation is checked between steps.
+``job.submit_child(...)`` expands the job into child jobs. The return value is the result.
+
+``params`` is a DRF serializer class: parameters are validated per field before anything is
+queued (unknown names refused). ``locks`` maps validated params to lock declarations
+(``"vm:7"`` exclusive, or ``("hypervisor:3", "shared")``). ``staff_only`` says whether users
+may submit the opcode themselves (services acting for a user may submit any).
+"""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+from rest_framework import serializers
+
+_REGISTRY = {}
+
+
+class NoParams(serializers.Serializer):
+    pass
+
+
+@dataclass(frozen=True)
+class Opcode:
+    name: str
+    func: Any
+    params: type = NoParams
+    locks: Any = None
+    staff_only: bool = True
+    description: str = ""
+
+    def lock_list(self, params):
+        return list(self.locks(params)) if self.locks else []
+
+
+def opcode(name, *, params=None, locks=None, staff_only=True, description=None):
+    """Decorator: register ``func`` as the implementation of opcode ``name``."""
+
+    def register(func):
+        if name in _REGISTRY and _REGISTRY[name].func is not func:
+            raise ValueError(f"opcode {name!r} is already registered by {_REGISTRY[name].func.__module__}")
+        doc = (func.__doc__ or "").strip().splitlines()
+        _REGISTRY[name] = Opcode(
+            name=name,
+            func=func,
+            params=params or NoParams,
+            locks=locks,
+            staff_only=staff_only,
+            description=description or (doc[0] if doc else ""),
+        )
+        return func
+
+    return register
+
+
+def get(name):
+    """The Opcode, or LookupError naming the known ones."""
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise LookupError(f"unknown opcode {str(name)[:64]!r} (known: {known})") from None
+
+
+def registered(name):
+    return name in _REGISTRY
+
+
+def all_opcodes():
+    return [_REGISTRY[name] for name in sorted(_REGISTRY)]
+
+
+def may_submit(user, name):
+    """May this user submit the opcode through an interface (web, API)?"""
+    op = _REGISTRY.get(name)
+    return bool(op and user is not None and user.is_authenticated and (user.is_staff or not op.staff_only))
+
+
+def clean_params(op, params):
+    """Validated, JSON-ready params; ``serializers.ValidationError`` with per-field messages."""
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise serializers.ValidationError({"params": ["must be an object of name: value"]})
+    serializer = op.params(data=params)
+    unknown = sorted(set(params) - set(serializer.fields))
+    errors = {name: [f"unknown parameter for {op.name}"] for name in unknown}
+    if not serializer.is_valid():
+        errors.update(serializer.errors)
+    if errors:
+        raise serializers.ValidationError(errors)
+    return json.loads(json.dumps(serializer.data, cls=DjangoJSONEncoder))
+
+
+class StringListField(serializers.ListField):
+    """A list of strings that also accepts ``"a,b,c"`` (handy from the CLI's ``--param k=a,b``)."""
+
+    child = serializers.CharField(max_length=100)
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            data = [item.strip() for item in data.split(",") if item.strip()]
+        return super().to_internal_value(data)

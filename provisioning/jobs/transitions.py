@@ -1,0 +1,234 @@
+"""Status changes, log lines and their events: the only code that moves a job between states.
+
+Every status change runs in a transaction holding the queue lock (``QueueSettings.lock``),
+is a conditional UPDATE on the old status (a stale actor changes nothing), writes a log
+line, and emits events to ``job.<id>``, ``user.<submitter>`` and ``admin`` in the same
+transaction. Ending a job settles what depended on it at once: dependents whose accepted
+statuses exclude the outcome fail, a parent whose last child ended completes, the children
+of a canceled job are canceled.
+"""
+
+from django.db import transaction
+from django.utils import timezone
+
+from provisioning.jobs.models import Job, JobDependency, JobLog, QueueSettings
+from vclmgr import events
+
+S = Job.Status
+LEVEL_OF = {S.SUCCESS: "info", S.ERROR: "error", S.CANCELED: "warning"}
+
+
+def topics(job_id, submitter_id):
+    found = [f"job.{job_id}", "admin"]
+    if submitter_id:
+        found.insert(1, f"user.{submitter_id}")
+    return found
+
+
+def _iso(value):
+    return value.isoformat() if value else None
+
+
+def payload(job):
+    return {
+        "id": job.id,
+        "opcode": job.opcode,
+        "status": job.status,
+        "priority": job.priority,
+        "submitter": job.submitter_id,
+        "parent": job.parent_id,
+        "waiting_for": job.waiting_for,
+        "awaiting_children": job.awaiting_children,
+        "progress": job.progress,
+        "attempt": job.attempt,
+        "cancel_requested": job.cancel_requested,
+        "error_kind": job.error_kind,
+        "error_message": job.error_message[:500],
+        "received": _iso(job.received),
+        "started": _iso(job.started),
+        "ended": _iso(job.ended),
+    }
+
+
+def emit_status(job):
+    events.emit("job.status", payload(job), topics(job.id, job.submitter_id))
+
+
+def emit_progress(job):
+    data = {"id": job.id, "status": job.status, "progress": job.progress}
+    events.emit("job.progress", data, topics(job.id, job.submitter_id))
+
+
+def log(job, message, level="info"):
+    """Append a line to the job's log and emit it (in the caller's transaction, if any)."""
+    with transaction.atomic(savepoint=False):
+        row = JobLog.objects.create(job_id=job.id, level=level, message=str(message)[:10000])
+        data = {"id": row.id, "job": job.id, "time": row.time.isoformat(), "level": level, "message": row.message}
+        events.emit("job.log", data, topics(job.id, job.submitter_id))
+    return row
+
+
+# What events and settle() need: the wide JSON columns (params, steps, result…) stay unread.
+LEAN_FIELDS = [
+    "id",
+    "opcode",
+    "status",
+    "priority",
+    "submitter_id",
+    "parent_id",
+    "waiting_for",
+    "awaiting_children",
+    "progress",
+    "attempt",
+    "cancel_requested",
+    "error_kind",
+    "error_message",
+    "received",
+    "started",
+    "ended",
+    "has_dependents",
+]
+
+
+def changed(job_id, message=None, level="info"):
+    """Reload a job after an UPDATE, log the change and emit it; returns the (lean) job."""
+    job = Job.objects.only(*LEAN_FIELDS).get(pk=job_id)
+    if message:
+        log(job, message, level)
+    emit_status(job)
+    return job
+
+
+def finish(job_id, token, status, *, result=None, error="", kind="", message=None, locked=False, where=None, **extra):
+    """A running job ends (guarded by its lease token). The job, or None if it was not ours.
+
+    ``locked``: the caller already holds the queue lock in its transaction. ``where``: more
+    conditions the row must meet; ``extra``: more fields to write.
+    """
+    with transaction.atomic(savepoint=False):
+        if not locked:
+            QueueSettings.lock()
+        updated = Job.objects.filter(pk=job_id, status=S.RUNNING, lease_token=token, **(where or {})).update(
+            **extra,
+            status=status,
+            ended=timezone.now(),
+            result=result,
+            error_message=error[:5000],
+            error_kind=kind,
+            lease_token="",
+            lease_until=None,
+            waiting_for="",
+        )
+        if not updated:
+            return None
+        job = changed(job_id, message or (f"{status}: {error}" if error else status), LEVEL_OF.get(status, "info"))
+        settle(job)
+    return job
+
+
+def end_pending(job_id, status, *, kind, message):
+    """A queued or waiting job ends without running (canceled, failed dependency). Caller holds the lock."""
+    updated = Job.objects.filter(pk=job_id, status__in=Job.PENDING).update(
+        status=status,
+        ended=timezone.now(),
+        error_message=message[:5000],
+        error_kind=kind,
+        waiting_for="",
+        awaiting_children=False,
+    )
+    if not updated:
+        return None
+    return changed(job_id, f"{status}: {message}", LEVEL_OF.get(status, "info"))
+
+
+def request_cancel(job, actor_label, reason=""):
+    """A running job stops at its next step boundary. Caller holds the lock."""
+    if Job.objects.filter(pk=job.pk, status=S.RUNNING, cancel_requested=False).update(cancel_requested=True):
+        why = f": {reason}" if reason else ""
+        changed(job.pk, f"cancel requested by {actor_label}{why}; stopping after the current step", "warning")
+
+
+def settle(job):
+    """Consequences of ``job`` having ended, transitively (iterative: chains can be long)."""
+    work = [job]
+    while work:
+        done = work.pop()
+        dependents = JobDependency.objects.filter(on_id=done.id, job__status__in=Job.PENDING).order_by("job_id")
+        for dep in dependents if done.has_dependents else ():
+            if dep.accepted and done.status not in dep.accepted:
+                message = f"dependency job {done.id} ended {done.status}; accepted: {', '.join(dep.accepted)}"
+                failed = end_pending(dep.job_id, S.ERROR, kind="dependency", message=message)
+                if failed:
+                    work.append(failed)
+        if done.status == S.CANCELED:
+            for child in Job.objects.filter(parent_id=done.id).exclude(status__in=Job.FINAL):
+                if child.status == S.RUNNING:
+                    request_cancel(child, f"parent job {done.id}")
+                else:
+                    canceled = end_pending(
+                        child.id, S.CANCELED, kind="canceled", message=f"parent job {done.id} canceled"
+                    )
+                    if canceled:
+                        work.append(canceled)
+        if done.parent_id:
+            parent = complete_parent(done.parent_id)
+            if parent:
+                work.append(parent)
+
+
+def complete_parent(parent_id):
+    """End a parent waiting for its children once the last one ended; None while some run."""
+    parent = Job.objects.filter(pk=parent_id, status=S.WAITING, awaiting_children=True).first()
+    if parent is None:
+        return None
+    children = list(Job.objects.filter(parent_id=parent_id).order_by("id").values_list("id", "status", "error_message"))
+    unfinished = [c for c in children if c[1] not in Job.FINAL]
+    if unfinished:
+        waiting_for = f"children: {len(unfinished)} of {len(children)} unfinished"
+        if parent.waiting_for != waiting_for:
+            Job.objects.filter(pk=parent_id).update(waiting_for=waiting_for)
+            changed(parent_id)
+        return None
+    summary = {status: [c[0] for c in children if c[1] == status] for status in Job.FINAL}
+    result = {"result": (parent.result or {}).get("result"), "children": summary}
+    failed = [c for c in children if c[1] != S.SUCCESS]
+    fields = {"status": S.SUCCESS, "error_message": "", "error_kind": ""}
+    if failed:
+        shown = ", ".join(
+            f"job {cid} {status}" + (f" ({error[:80]})" if error else "") for cid, status, error in failed[:5]
+        )
+        more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
+        message = f"{len(failed)} of {len(children)} child jobs did not succeed: {shown}{more}"
+        fields = {"status": S.ERROR, "error_message": message[:5000], "error_kind": "children"}
+    updated = Job.objects.filter(pk=parent_id, status=S.WAITING, awaiting_children=True).update(
+        awaiting_children=False, ended=timezone.now(), waiting_for="", result=result, **fields
+    )
+    if not updated:
+        return None
+    note = fields["error_message"] or f"all {len(children)} child jobs succeeded"
+    return changed(parent_id, f"{fields['status']}: {note}", LEVEL_OF[fields["status"]])
+
+
+def recover(job_id, max_attempts, now=None):
+    """A running job whose lease expired: back to queued (resume) or error. Caller holds the lock."""
+    now = now or timezone.now()
+    job = Job.objects.filter(pk=job_id, status=S.RUNNING, lease_until__lt=now).first()
+    if job is None:
+        return None
+    last = job.steps[-1]["name"] if job.steps else None
+    lost = f"worker {job.runner or '?'} stopped renewing the lease (expired {job.lease_until:%H:%M:%S})"
+    # The lease condition is checked again by the UPDATE: a heartbeat may just have renewed it.
+    still_lost = {"lease_until__lt": now}
+    if job.attempt < max_attempts:
+        resume = f"after step {last!r}" if last else "from the start"
+        if not Job.objects.filter(pk=job_id, status=S.RUNNING, lease_token=job.lease_token, **still_lost).update(
+            status=S.QUEUED,
+            lease_token="",
+            lease_until=None,
+            runner="",
+            waiting_for=f"retry {job.attempt + 1} of {max_attempts} after a lost worker",
+        ):
+            return None
+        return changed(job_id, f"{lost}; will resume {resume} (attempt {job.attempt + 1} of {max_attempts})", "warning")
+    message = f"{lost} on attempt {job.attempt} of {max_attempts}; giving up"
+    return finish(job_id, job.lease_token, S.ERROR, error=message, kind="lost", locked=True, where=still_lost)

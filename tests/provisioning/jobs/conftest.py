@@ -1,0 +1,64 @@
+"""Fixtures for the job system: synchronous draining, and real worker clusters."""
+
+import signal
+import time
+
+import pytest
+
+from provisioning.jobs import dispatcher, runner, wake
+from tests import processes
+
+
+class SyncJobs:
+    """Runs jobs in this process: what a worker does, without django-q2 in between."""
+
+    def __init__(self, monkeypatch):
+        self.kicks = 0
+        self.handoffs = []
+        monkeypatch.setattr(wake, "kick", self._kick)
+        monkeypatch.setattr(wake, "continue_job", lambda job_id, token: self.handoffs.append((job_id, token)))
+
+    def _kick(self, n=1):
+        self.kicks += n
+
+    def run_one(self, budget=60):
+        claim = dispatcher.claim_next()
+        if claim is None:
+            return None
+        return claim.id, runner.execute(claim.id, claim.token, time.monotonic() + budget)
+
+    def drain(self, limit=500, budget=60):
+        """Run every startable job (and hand-offs) until nothing is left; returns [(id, outcome)]."""
+        ran = []
+        for _ in range(limit):
+            if self.handoffs:
+                job_id, token = self.handoffs.pop(0)
+                ran.append((job_id, runner.execute(job_id, token, time.monotonic() + budget)))
+                continue
+            step = self.run_one(budget)
+            if step is None:
+                break
+            ran.append(step)
+        return ran
+
+
+@pytest.fixture
+def sync_jobs(monkeypatch):
+    return SyncJobs(monkeypatch)
+
+
+@pytest.fixture
+def start_workers(transactional_db, tmp_path):
+    """``start_workers(n, **env)`` → a real qcluster with n worker processes (stopped after the test)."""
+    started = []
+
+    def start(workers=4, **env):
+        child = processes.start_worker(tmp_path, workers=workers, **env)
+        started.append(child)
+        return child
+
+    yield start
+    for child in started:
+        # SIGKILL: a graceful django-q2 stop of the whole process group hangs until
+        # Child.stop's 10 s timeout; nothing here needs a graceful stop.
+        child.stop(sig=signal.SIGKILL)
