@@ -34,6 +34,7 @@ def child_env(**extra):
             "VCLMGR_QUEUE_NAME": settings.Q_CLUSTER["name"],
             "DEBUG": "1",
             "PYTHONUNBUFFERED": "1",
+            "VCLMGR_TEST_FAST_HASHER": "1",
         }
     )
     if settings.REDIS_URL:
@@ -72,7 +73,8 @@ class Child:
     def stop(self, sig=signal.SIGTERM, timeout=10):
         if self.proc.poll() is None:
             try:
-                os.killpg(self.proc.pid, sig)
+                # The leader only: qcluster stops its own pool; the group is killed after.
+                self.proc.send_signal(sig)
                 self.proc.wait(timeout=timeout)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass

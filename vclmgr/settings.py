@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "provisioning.apps.ProvisioningConfig",
     "provisioning.drivers.sim.apps.SimConfig",
     "provisioning.capacity.apps.CapacityConfig",
+    "provisioning.vms.apps.VmsConfig",
     "reservations.apps.ReservationsConfig",
 ]
 
@@ -194,6 +195,12 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+if env.bool("VCLMGR_TEST_FAST_HASHER", False):
+    # Processes started by the tests must verify the cheap hashes the test process writes.
+    PASSWORD_HASHERS = [
+        "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+        "django.contrib.auth.hashers.MD5PasswordHasher",
+    ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"

@@ -10,6 +10,7 @@ api_v1 = [
     path("", include("inventory.api.urls")),
     path("", include("provisioning.api.urls")),
     path("", include("provisioning.capacity.api.urls")),
+    path("", include("provisioning.vms.api.urls")),
     path("", include("reservations.api.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -8,6 +8,7 @@ from django.utils.module_loading import import_string
 DEMO_STEPS = [
     "vclmgr.demo.users",
     "inventory.demo.blade_center",
+    "provisioning.vms.demo.images",
     "provisioning.jobs.demo.jobs",
 ]
 

@@ -1,0 +1,60 @@
+"""Admin for images, variants, the host image cache and VMs.
+
+Images and variants are written through the services (change log). VMs are read-only here:
+their state changes only through jobs, so the hypervisor and the database never disagree.
+"""
+
+from django.contrib import admin
+
+from provisioning.vms import services
+from provisioning.vms.models import VM, HostImage, Image, ImageVariant
+
+
+class ImageVariantInline(admin.TabularInline):
+    model = ImageVariant
+    extra = 0
+    fields = ["hypervisor_type", "format", "location", "checksum", "size_gib"]
+
+
+@admin.register(Image)
+class ImageAdmin(admin.ModelAdmin):
+    list_display = ["name", "os", "platform", "visibility", "active", "parent", "revert_on_end"]
+    list_filter = ["visibility", "active", "platform"]
+    search_fields = ["name", "os", "description"]
+    filter_horizontal = ["groups"]
+    inlines = [ImageVariantInline]
+
+    def save_model(self, request, obj, form, change):
+        fields = {name: form.cleaned_data[name] for name in services.IMAGE_FIELDS if name in form.cleaned_data}
+        if change:
+            services.update_image(request.user, obj, reason="admin", **fields)
+        else:
+            saved = services.create_image(request.user, reason="admin", **fields)
+            obj.pk = saved.pk
+
+    def delete_model(self, request, obj):
+        services.delete_image(request.user, obj, reason="admin")
+
+
+@admin.register(HostImage)
+class HostImageAdmin(admin.ModelAdmin):
+    list_display = ["variant", "host", "state", "staged_at"]
+    list_filter = ["state"]
+    readonly_fields = ["host", "variant", "state", "location", "error", "staging_job", "started", "staged_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(VM)
+class VMAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "owner", "image", "host", "state", "address", "created"]
+    list_filter = ["state", "host"]
+    search_fields = ["name", "address", "owner__username"]
+    readonly_fields = [field.name for field in VM._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

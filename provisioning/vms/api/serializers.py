@@ -1,0 +1,87 @@
+from django.contrib.auth.models import Group
+from rest_framework import serializers
+
+from inventory.api.serializers import as_drf  # noqa: F401 (re-exported for the views)
+from provisioning.drivers.sim import steps
+from provisioning.drivers.sim.models import SimFault
+from provisioning.vms import services
+from provisioning.vms.models import VM, Image, ImageVariant
+
+
+class ImageVariantSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ImageVariant
+        fields = ["id", "image", "hypervisor_type", "format", "location", "checksum", "size_gib", "created"]
+        read_only_fields = ["created"]
+        validators = []  # the service reports a duplicate type with a clear message
+
+
+class ImageSerializer(serializers.ModelSerializer):
+    groups = serializers.PrimaryKeyRelatedField(queryset=Group.objects.all(), many=True, required=False)
+    variants = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Image
+        fields = [
+            "id", "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib",
+            "default_vcpus", "default_memory_mib", "default_disk_gib", "visibility", "groups", "parent",
+            "revert_on_end", "active", "variants", "created", "updated",
+        ]  # fmt: skip
+        read_only_fields = ["created", "updated"]
+
+    def get_variants(self, image) -> list[dict]:
+        return [
+            {"hypervisor_type": v.hypervisor_type, "format": v.format, "size_gib": v.size_gib}
+            for v in image.variants.all()
+        ]
+
+
+class VMSerializer(serializers.ModelSerializer):
+    key = serializers.CharField(read_only=True)
+    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    host_name = serializers.CharField(source="host.name", read_only=True, default=None)
+    # A plain string (not an enum) so its schema name does not collide with other "state" enums.
+    state = serializers.CharField(read_only=True, help_text=", ".join(VM.State.values))
+
+    class Meta:
+        model = VM
+        fields = [
+            "id", "key", "name", "image", "variant", "host", "host_name", "allocation", "owner", "state", "vcpus",
+            "memory_mib", "disk_gib", "end", "address", "snapshots", "error", "created", "updated",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class VMCreateSerializer(serializers.Serializer):
+    image = serializers.PrimaryKeyRelatedField(queryset=Image.objects.all())
+    name = serializers.CharField(max_length=100, required=False, default="", allow_blank=True)
+    vcpus = serializers.IntegerField(min_value=1, max_value=1024, required=False)
+    memory_mib = serializers.IntegerField(min_value=16, max_value=16 * 1024 * 1024, required=False)
+    disk_gib = serializers.IntegerField(min_value=0, max_value=1024 * 1024, required=False)
+    end = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None and request.user.is_authenticated:
+            self.fields["image"].queryset = services.visible_images(request.user)
+
+
+class JobAcceptedSerializer(serializers.Serializer):
+    job = serializers.IntegerField()
+    vm = serializers.IntegerField()
+
+
+class VMCreatedSerializer(JobAcceptedSerializer):
+    detail = VMSerializer()
+
+
+class SimFaultSerializer(serializers.ModelSerializer):
+    step = serializers.ChoiceField(choices=steps.CHOICES)
+    mode = serializers.ChoiceField(choices=SimFault.Mode.choices)
+    seconds = serializers.FloatField(min_value=0, max_value=86400, required=False, allow_null=True, default=None)
+
+    class Meta:
+        model = SimFault
+        fields = ["id", "step", "mode", "seconds", "created"]
+        read_only_fields = ["id", "created"]

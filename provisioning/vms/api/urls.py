@@ -1,0 +1,14 @@
+from django.urls import path
+from rest_framework.routers import SimpleRouter
+
+from provisioning.vms.api.views import ImageVariantViewSet, ImageViewSet, SimFaultView, VMViewSet
+
+router = SimpleRouter(trailing_slash=True)
+router.register("images", ImageViewSet, basename="image")
+router.register("image-variants", ImageVariantViewSet, basename="imagevariant")
+router.register("vms", VMViewSet, basename="vm")
+
+urlpatterns = [
+    path("hypervisors/<int:pk>/sim-faults/", SimFaultView.as_view(), name="hypervisor-sim-faults"),
+    *router.urls,
+]

@@ -1,0 +1,214 @@
+"""VM and image REST API. Thin: reads through the ``visible_*`` querysets, writes through services.
+
+Users see the images they may use and their own VMs; staff see and manage everything. VM
+actions submit a job and answer ``202`` with its id (watch it at ``/api/v1/jobs/<id>/``).
+"""
+
+from django.core.exceptions import ValidationError
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import APIException
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from inventory.models import Hypervisor
+from provisioning.drivers.sim import services as sim
+from provisioning.drivers.sim.models import SimFault
+from provisioning.vms import services
+from provisioning.vms.api.serializers import (
+    ImageSerializer,
+    ImageVariantSerializer,
+    JobAcceptedSerializer,
+    SimFaultSerializer,
+    VMCreatedSerializer,
+    VMCreateSerializer,
+    VMSerializer,
+    as_drf,
+)
+from provisioning.vms.models import VM, Image, ImageVariant
+from vclmgr.api.permissions import IsAuthenticatedWithTokenScope, IsStaffOrReadOnly, IsStaffWithTokenScope
+
+
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+    default_detail = "Conflict with the current state."
+
+
+CONFLICT = OpenApiResponse(description="Conflict with the current state")
+
+
+@extend_schema_view(destroy=extend_schema(responses={204: None, 409: CONFLICT}))
+class ImageViewSet(viewsets.ModelViewSet):
+    """The image library: users list the images they may use; staff manage all."""
+
+    serializer_class = ImageSerializer
+    permission_classes = [IsStaffOrReadOnly]
+    search_fields = ["name", "os", "description"]
+    ordering_fields = ["name", "created"]
+    filterset_fields = ["visibility", "active", "platform"]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Image.objects.none()
+        return services.visible_images(self.request.user).prefetch_related("variants", "groups").order_by("name")
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        try:
+            serializer.instance = services.create_image(self.request.user, groups=data.pop("groups", []), **data)
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+
+    def perform_update(self, serializer):
+        data = dict(serializer.validated_data)
+        groups = data.pop("groups", None)
+        try:
+            services.update_image(self.request.user, serializer.instance, groups=groups, reason="API", **data)
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+
+    def perform_destroy(self, instance):
+        try:
+            services.delete_image(self.request.user, instance, reason="deleted through the API")
+        except services.InUse as exc:
+            raise Conflict(str(exc)) from None
+
+
+@extend_schema_view(destroy=extend_schema(responses={204: None, 409: CONFLICT}))
+class ImageVariantViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Image variants, one per hypervisor type (staff only). Replace one by deleting it."""
+
+    queryset = ImageVariant.objects.select_related("image").order_by("image__name", "hypervisor_type")
+    serializer_class = ImageVariantSerializer
+    permission_classes = [IsStaffWithTokenScope]
+    filterset_fields = ["image", "hypervisor_type", "format"]
+    ordering_fields = ["image", "hypervisor_type"]
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        try:
+            serializer.instance = services.add_variant(self.request.user, data.pop("image"), **data)
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+
+    def perform_destroy(self, instance):
+        try:
+            services.delete_variant(self.request.user, instance, reason="deleted through the API")
+        except services.InUse as exc:
+            raise Conflict(str(exc)) from None
+
+
+ACTION_SCHEMA = extend_schema(request=None, responses={202: JobAcceptedSerializer, 409: CONFLICT})
+
+
+class VMViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Virtual machines: users see and act on their own, staff on all."""
+
+    serializer_class = VMSerializer
+    permission_classes = [IsAuthenticatedWithTokenScope]
+    filterset_fields = ["state", "image", "host"]
+    search_fields = ["name", "address"]
+    ordering_fields = ["created", "state", "name"]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return VM.objects.none()
+        return services.visible_vms(self.request.user).select_related("host", "owner").order_by("-id")
+
+    @extend_schema(request=VMCreateSerializer, responses={202: VMCreatedSerializer})
+    def create(self, request):
+        """Request a VM: recorded now, built by a ``vm.create`` job (202 with the job id)."""
+        serializer = VMCreateSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        try:
+            vm, job = services.request_vm(request.user, owner=request.user, reason="requested through the API", **data)
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+        return Response({"job": job.pk, "vm": vm.pk, "detail": VMSerializer(vm).data}, status=status.HTTP_202_ACCEPTED)
+
+    def _act(self, request, verb):
+        vm = self.get_object()
+        try:
+            job = services.submit_action(request.user, vm, verb, reason=f"{verb} through the API")
+        except services.Conflict as exc:
+            raise Conflict(str(exc)) from None
+        return Response({"job": job.pk, "vm": vm.pk}, status=status.HTTP_202_ACCEPTED)
+
+    @ACTION_SCHEMA
+    @action(detail=True, methods=["post"])
+    def start(self, request, pk=None):
+        return self._act(request, "start")
+
+    @ACTION_SCHEMA
+    @action(detail=True, methods=["post"])
+    def stop(self, request, pk=None):
+        return self._act(request, "stop")
+
+    @ACTION_SCHEMA
+    @action(detail=True, methods=["post"])
+    def suspend(self, request, pk=None):
+        return self._act(request, "suspend")
+
+    @ACTION_SCHEMA
+    @action(detail=True, methods=["post"])
+    def resume(self, request, pk=None):
+        return self._act(request, "resume")
+
+    @ACTION_SCHEMA
+    @action(detail=True, methods=["post"], url_path="destroy", url_name="destroy")
+    def destroy_vm(self, request, pk=None):
+        return self._act(request, "destroy")
+
+
+class SimFaultView(APIView):
+    """Faults injected into a simulated hypervisor (staff only)."""
+
+    permission_classes = [IsStaffWithTokenScope]
+
+    def _host(self, pk):
+        hv = get_object_or_404(Hypervisor, pk=pk)
+        if hv.driver != Hypervisor.Driver.SIM:
+            raise Conflict(f"{hv.name} is not a simulated hypervisor")
+        from provisioning.drivers.sim.driver import SimDriver
+
+        return SimDriver(hv.connection_uri).host_name
+
+    @extend_schema(responses={200: SimFaultSerializer(many=True), 409: CONFLICT})
+    def get(self, request, pk):
+        name = self._host(pk)
+        return Response(SimFaultSerializer(SimFault.objects.filter(host__name=name), many=True).data)
+
+    @extend_schema(request=SimFaultSerializer, responses={201: SimFaultSerializer, 409: CONFLICT})
+    def post(self, request, pk):
+        name = self._host(pk)
+        serializer = SimFaultSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            fault = sim.set_fault(
+                name, data["step"], data["mode"], data.get("seconds"), actor=request.user, reason="set through the API"
+            )
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+        return Response(SimFaultSerializer(fault).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("step", str, description="Clear only this step's fault.")],
+        responses={204: None, 409: CONFLICT},
+    )
+    def delete(self, request, pk):
+        name = self._host(pk)
+        sim.clear_fault(
+            name, request.query_params.get("step") or None, actor=request.user, reason="cleared through the API"
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)

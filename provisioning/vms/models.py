@@ -1,0 +1,159 @@
+"""The image library, the host image cache and virtual machines.
+
+An ``Image`` is what users pick; it has one ``ImageVariant`` per hypervisor type, because
+images are not portable across hypervisors. ``HostImage`` records which variant is cached on
+which host (staging it is done once per host, and throttled). A ``VM`` is the database's view
+of one virtual machine; the hypervisor knows it by ``key`` (``vcl-<id>``).
+"""
+
+from django.conf import settings
+from django.core.validators import MinValueValidator
+from django.db import models
+
+from provisioning.drivers.base import FORMATS, vm_key
+
+NAME_HELP = "Letters, digits, '.', '_' and '-' (becomes a file name on the hosts)."
+
+
+class Image(models.Model):
+    class Visibility(models.TextChoices):
+        PUBLIC = "public", "public (every user)"
+        RESTRICTED = "restricted", "restricted to groups"
+
+    name = models.CharField(max_length=100, unique=True, help_text=NAME_HELP)
+    os = models.CharField("OS", max_length=100, blank=True)
+    platform = models.CharField(max_length=50, default="x86_64")
+    description = models.TextField(blank=True)
+    min_vcpus = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    min_memory_mib = models.PositiveIntegerField(default=512, validators=[MinValueValidator(16)])
+    min_disk_gib = models.PositiveIntegerField(default=1)
+    default_vcpus = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    default_memory_mib = models.PositiveIntegerField(default=1024, validators=[MinValueValidator(16)])
+    default_disk_gib = models.PositiveIntegerField(default=10)
+    visibility = models.CharField(max_length=12, choices=Visibility.choices, default=Visibility.PUBLIC)
+    groups = models.ManyToManyField(
+        "auth.Group", blank=True, related_name="images", help_text="Who may use a restricted image."
+    )
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="derived")
+    revert_on_end = models.BooleanField(default=False, help_text="Revert to a snapshot instead of destroying.")
+    active = models.BooleanField(default=True, help_text="Inactive images cannot be used for new VMs.")
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class ImageVariant(models.Model):
+    """The image in the form one hypervisor type runs (``sim`` runs any format)."""
+
+    HV_TYPES = [("sim", "simulated"), ("kvm", "KVM/QEMU (libvirt)"), ("vmware", "VMware")]
+
+    image = models.ForeignKey(Image, on_delete=models.CASCADE, related_name="variants")
+    hypervisor_type = models.CharField(max_length=20, choices=HV_TYPES)
+    format = models.CharField(max_length=10, choices=[(f, f) for f in FORMATS])
+    location = models.CharField(max_length=1000, help_text="Path, file:// or http(s):// URL, or template name.")
+    checksum = models.CharField(max_length=200, blank=True, help_text="sha256:<hex> (blank: not verified).")
+    size_gib = models.PositiveIntegerField(default=0)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["image", "hypervisor_type"]
+        constraints = [
+            models.UniqueConstraint(fields=["image", "hypervisor_type"], name="imagevariant_one_per_type"),
+        ]
+
+    def __str__(self):
+        return f"{self.image.name} ({self.hypervisor_type}, {self.format})"
+
+
+class HostImage(models.Model):
+    """One variant cached on one host. ``staging`` rows are the transfer throttle's slots."""
+
+    class State(models.TextChoices):
+        STAGING = "staging", "staging"
+        STAGED = "staged", "staged"
+        FAILED = "failed", "failed"
+
+    host = models.ForeignKey("inventory.Hypervisor", on_delete=models.CASCADE, related_name="cached_images")
+    variant = models.ForeignKey(ImageVariant, on_delete=models.CASCADE, related_name="cached_on")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.STAGING)
+    location = models.CharField(max_length=1000, blank=True, help_text="Where the host keeps it.")
+    error = models.TextField(blank=True)
+    staging_job = models.PositiveBigIntegerField(null=True, blank=True, help_text="The job copying it now.")
+    started = models.DateTimeField(null=True, blank=True)
+    staged_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["host", "variant"]
+        constraints = [models.UniqueConstraint(fields=["host", "variant"], name="hostimage_unique")]
+
+    def __str__(self):
+        return f"{self.variant} on {self.host} ({self.state})"
+
+
+class VM(models.Model):
+    class State(models.TextChoices):
+        REQUESTED = "requested", "requested"
+        STAGING = "staging", "staging image"
+        DEFINING = "defining", "defining"
+        STARTING = "starting", "starting"
+        RUNNING = "running", "running"
+        STOPPED = "stopped", "stopped"
+        SUSPENDED = "suspended", "suspended"
+        MIGRATING = "migrating", "migrating"
+        DESTROYED = "destroyed", "destroyed"
+        FAILED = "failed", "failed"
+
+    # States in which the VM exists (or may exist) on a hypervisor.
+    LIVE = ("staging", "defining", "starting", "running", "stopped", "suspended", "migrating")
+
+    name = models.CharField(max_length=100, blank=True)
+    image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="vms")
+    variant = models.ForeignKey(ImageVariant, null=True, blank=True, on_delete=models.PROTECT, related_name="vms")
+    host = models.ForeignKey(
+        "inventory.Hypervisor", null=True, blank=True, on_delete=models.PROTECT, related_name="vms"
+    )
+    allocation = models.ForeignKey(
+        "capacity.Allocation", null=True, blank=True, on_delete=models.SET_NULL, related_name="vms"
+    )
+    target_allocation = models.ForeignKey(
+        "capacity.Allocation",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Claim on the target of a migration.",
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="vms"
+    )
+    state = models.CharField(max_length=12, choices=State.choices, default=State.REQUESTED)
+    vcpus = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    memory_mib = models.PositiveIntegerField(validators=[MinValueValidator(16)])
+    disk_gib = models.PositiveIntegerField()
+    end = models.DateTimeField(null=True, blank=True, help_text="When the claim ends (blank: open).")
+    address = models.GenericIPAddressField(null=True, blank=True)
+    snapshots = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["host", "state"], name="vm_host_state")]
+        verbose_name = "VM"
+
+    def __str__(self):
+        return self.name or self.key
+
+    @property
+    def key(self):
+        return vm_key(self.pk) if self.pk else ""
+
+    @property
+    def resources(self):
+        return {"vcpus": self.vcpus, "memory_mib": self.memory_mib, "disk_gib": self.disk_gib}

@@ -1,0 +1,535 @@
+"""VM lifecycle opcodes: every hypervisor call of the VM app runs here, as job steps.
+
+Rules every opcode keeps:
+
+- Each step is idempotent (a retried attempt re-runs an interrupted step): driver calls are
+  keyed by the VM's key, claims are written in the transaction that records them on the VM.
+- No database transaction is open across a driver call: read, commit, call, then write.
+- ``vm.create`` leaves nothing half-made: on any failure it destroys what it defined and
+  releases the claim, then fails with the reason (the VM row stays, ``failed``, with it).
+- A user may only act on their own VMs, also when submitting through the generic jobs API
+  (``_authorise``); staff and system submitters act on any.
+"""
+
+import time
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from rest_framework import serializers
+
+from inventory import services as inventory
+from inventory.models import Hypervisor
+from provisioning.capacity import services as capacity
+from provisioning.drivers import base, registry
+from provisioning.jobs.registry import opcode
+from provisioning.jobs.runner import Handoff, LeaseLost
+from provisioning.vms import services
+from provisioning.vms.models import VM, HostImage
+
+S = VM.State
+STAGE_PER_HOST = getattr(settings, "VCLMGR_STAGE_PER_HOST", 2)  # concurrent image transfers per host
+STAGE_STALE_SECONDS = 600  # a staging slot older than this belongs to a dead worker
+STAGE_WAIT_SECONDS = 120
+ADDRESS_TIMEOUT_SECONDS = getattr(settings, "VCLMGR_ADDRESS_TIMEOUT", 120)
+POLL_SECONDS = 0.2
+
+
+class Refused(Exception):
+    """The job may not do this (wrong owner, wrong state, no variant for the host)."""
+
+
+# --- parameters and locks -----------------------------------------------------------------
+
+
+class VMParams(serializers.Serializer):
+    vm = serializers.IntegerField(min_value=1)
+
+
+class StopParams(VMParams):
+    force = serializers.BooleanField(default=False)
+
+
+class SnapshotParams(VMParams):
+    name = serializers.RegexField(base.IMAGE_NAME_RE, max_length=100)
+
+
+class MigrateParams(VMParams):
+    target = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+
+
+class HostParams(serializers.Serializer):
+    hypervisor = serializers.IntegerField(min_value=1)
+
+
+def vm_lock(params):
+    return [f"vm:{params['vm']}"]
+
+
+def host_lock(params):
+    return [(f"hypervisor:{params['hypervisor']}", "shared")]
+
+
+# --- plumbing -----------------------------------------------------------------------------
+
+
+def driver_for(host):
+    credentials = None
+    if host.credential_id:
+        credentials = {"username": host.credential.username, "password": host.credential.get_secret()}
+    options = {}
+    if host.driver == Hypervisor.Driver.SIM:
+        options = {
+            "cpus": host.cpus,
+            "memory_mib": host.memory_mib,
+            "disk_gib": host.disk_gib,
+            **getattr(settings, "VCLMGR_SIM_OPTIONS", {}),
+        }
+    return registry.get_driver(host.driver, host.connection_uri, credentials, options)
+
+
+def _vm(vm_id):
+    return VM.objects.select_related("host", "host__credential", "variant", "variant__image", "allocation").get(
+        pk=vm_id
+    )
+
+
+def _authorise(job, vm):
+    submitter = job.job.submitter
+    if submitter is not None and not submitter.is_staff and vm.owner_id != submitter.pk:
+        raise Refused(f"{submitter.get_username()} may not act on {vm.key}")
+
+
+def _fail_reason(exc):
+    if isinstance(exc, capacity.NoCapacity):
+        return f"no capacity: {exc}"
+    return f"{type(exc).__name__}: {exc}" if not isinstance(exc, base.DriverError) else str(exc)
+
+
+def _passes_through(exc):
+    """Exceptions that mean 'another worker continues this job': never clean up on them."""
+    return isinstance(exc, (LeaseLost, Handoff)) or type(exc).__name__ == "TimeoutException"
+
+
+# --- vm.create ----------------------------------------------------------------------------
+
+
+@opcode("vm.create", params=VMParams, locks=vm_lock, staff_only=False)
+def vm_create(job):
+    """Create a VM: claim capacity, stage its image, define, boot, wait for its address."""
+    vm_id = job.params["vm"]
+    vm = _vm(vm_id)
+    _authorise(job, vm)
+    if vm.state in (S.RUNNING, S.STOPPED, S.SUSPENDED, S.MIGRATING):  # a repeated create: it exists
+        return {"vm": vm_id, "host": vm.host_id, "address": vm.address, "already": True}
+    if vm.state == S.DESTROYED:
+        raise Refused(f"{vm.key} is destroyed: request a new VM")
+    job.expect(6)
+    try:
+        placed = job.step("claim", claim, vm_id, job.actor)
+        job.step("stage", stage, vm_id, placed["host"], job.job_id, job.actor)
+        job.step("define", define, vm_id, job.actor)
+        job.step("start", boot, vm_id, job.actor)
+        address = job.step("address", wait_address, vm_id)
+        job.step("ready", ready, vm_id, address, job.actor)
+    except Exception as exc:
+        if _passes_through(exc):
+            raise
+        undo_create(vm_id, job.actor, _fail_reason(exc))
+        raise
+    return {"vm": vm_id, "host": placed["host"], "allocation": placed["allocation"], "address": address}
+
+
+def claim(vm_id, actor):
+    """Claim capacity for the VM (or adopt the allocation it came with) and pick its variant."""
+    vm = _vm(vm_id)
+    if vm.allocation_id and vm.allocation.released is None:
+        host = vm.allocation.host
+        variant = vm.variant or _variant_for(vm, host)
+        VM.objects.filter(pk=vm_id).update(host=host, variant=variant)
+        return {"host": host.pk, "allocation": vm.allocation_id, "variant": variant.pk}
+    variants = list(vm.image.variants.all())
+    demand = capacity.Demand(
+        vcpus=vm.vcpus,
+        memory_mib=vm.memory_mib,
+        disk_gib=vm.disk_gib,
+        start=timezone.now(),
+        end=vm.end,
+        formats=frozenset(v.format for v in variants),
+        purpose=f"vm {vm_id}",
+    )
+    with transaction.atomic():  # the claim and its record on the VM commit together
+        allocation = capacity.claim(demand, actor, owner=vm.owner)
+        variant = _variant_for(vm, allocation.host)
+        VM.objects.filter(pk=vm_id).update(allocation=allocation, host=allocation.host, variant=variant)
+    services.set_state(vm_id, S.STAGING, actor, f"placed on {allocation.host.name}")
+    return {"host": allocation.host_id, "allocation": allocation.pk, "variant": variant.pk}
+
+
+def _variant_for(vm, host):
+    """The image's variant for the host's hypervisor type (the simulator runs any format)."""
+    variants = {v.hypervisor_type: v for v in vm.image.variants.all()}
+    variant = variants.get(host.hypervisor_type)
+    if variant is None and host.image_formats is None and variants:
+        variant = variants.get("sim") or next(iter(variants.values()))
+    if variant is None:
+        raise Refused(f"image {vm.image.name} has no variant for {host.hypervisor_type} host {host.name}")
+    return variant
+
+
+def stage(vm_id, host_id, job_id, actor):
+    """Get the VM's image variant onto the host, once per host, at most STAGE_PER_HOST at a time."""
+    vm = _vm(vm_id)
+    host = Hypervisor.objects.select_related("credential").get(pk=host_id)
+    deadline = time.monotonic() + STAGE_WAIT_SECONDS
+    while True:
+        turn = _take_stage_slot(host, vm.variant, job_id)
+        if turn == "staged":
+            return {"cached": True}
+        if turn == "mine":
+            break
+        if time.monotonic() > deadline:
+            raise base.DriverError(
+                f"no image transfer slot on {host.name} within {STAGE_WAIT_SECONDS} s", permanent=False
+            )
+        time.sleep(POLL_SECONDS)
+    try:
+        location = driver_for(host).stage_image(services.spec(vm.variant))
+    except Exception as exc:
+        HostImage.objects.filter(host=host, variant=vm.variant, staging_job=job_id).update(
+            state=HostImage.State.FAILED, error=str(exc)[:2000], staging_job=None
+        )
+        raise
+    HostImage.objects.filter(host=host, variant=vm.variant).update(
+        state=HostImage.State.STAGED, location=location[:1000], staged_at=timezone.now(), staging_job=None, error=""
+    )
+    return {"cached": False, "location": location}
+
+
+def _take_stage_slot(host, variant, job_id):
+    """'staged' (cached already), 'mine' (copy it now) or None (wait: busy, or being copied)."""
+    now = timezone.now()
+    fresh = now - timezone.timedelta(seconds=STAGE_STALE_SECONDS)
+    with transaction.atomic():
+        Hypervisor.objects.select_for_update().filter(pk=host.pk).first()  # one slot-taker per host at a time
+        row, _ = HostImage.objects.get_or_create(host=host, variant=variant, defaults={"state": HostImage.State.FAILED})
+        if row.state == HostImage.State.STAGED:
+            return "staged"
+        if row.state == HostImage.State.STAGING and row.staging_job != job_id and row.started and row.started > fresh:
+            return None  # someone else is copying it: wait for their copy
+        busy = HostImage.objects.filter(host=host, state=HostImage.State.STAGING, started__gt=fresh).exclude(pk=row.pk)
+        if busy.count() >= STAGE_PER_HOST:
+            return None
+        HostImage.objects.filter(pk=row.pk).update(state=HostImage.State.STAGING, staging_job=job_id, started=now)
+        return "mine"
+
+
+def vm_spec(vm):
+    return base.VMSpec(
+        key=vm.key, vcpus=vm.vcpus, memory_mib=vm.memory_mib, disk_gib=vm.disk_gib, image=services.spec(vm.variant)
+    )
+
+
+def define(vm_id, actor):
+    services.set_state(vm_id, S.DEFINING, actor, "defining on the host")
+    vm = _vm(vm_id)
+    info = driver_for(vm.host).create(vm_spec(vm))
+    return {"key": info.key, "host": info.host}
+
+
+def boot(vm_id, actor):
+    services.set_state(vm_id, S.STARTING, actor, "booting")
+    vm = _vm(vm_id)
+    driver_for(vm.host).start(vm.key)
+
+
+def wait_address(vm_id):
+    vm = _vm(vm_id)
+    driver = driver_for(vm.host)
+    deadline = time.monotonic() + ADDRESS_TIMEOUT_SECONDS
+    while True:
+        address = driver.address(vm.key)
+        if address:
+            return address
+        if time.monotonic() > deadline:
+            raise base.DriverError(f"{vm.key} got no address within {ADDRESS_TIMEOUT_SECONDS} s", permanent=False)
+        time.sleep(POLL_SECONDS)
+
+
+def ready(vm_id, address, actor):
+    services.set_state(vm_id, S.RUNNING, actor, "ready", address=address, error="")
+
+
+def undo_create(vm_id, actor, reason):
+    """Destroy whatever a failed create made on the host and release its claim."""
+    vm = _vm(vm_id)
+    error = reason
+    if vm.host_id:
+        try:
+            driver_for(vm.host).destroy(vm.key)
+        except Exception as exc:  # noqa: BLE001 (keep the claim: the VM may still use the host)
+            error = f"{reason}; cleanup failed, run vm.destroy: {exc}"
+            services.set_state(vm_id, S.FAILED, actor, "create failed", error=error[:4000])
+            return
+    if vm.allocation_id:
+        capacity.release(vm.allocation, actor, f"{vm.key}: create failed")
+    services.set_state(vm_id, S.FAILED, actor, "create failed", error=error[:4000], address=None)
+
+
+# --- vm.destroy and power -------------------------------------------------------------------
+
+
+@opcode("vm.destroy", params=VMParams, locks=vm_lock, staff_only=False)
+def vm_destroy(job):
+    """Destroy a VM on its host and release its claim."""
+    vm = _vm(job.params["vm"])
+    _authorise(job, vm)
+    job.expect(2)
+    job.step("destroy", destroy_on_host, vm.pk)
+    job.step("release", release, vm.pk, job.actor)
+    return {"vm": vm.pk}
+
+
+def destroy_on_host(vm_id):
+    vm = _vm(vm_id)
+    if vm.host_id and vm.state != S.DESTROYED:
+        driver_for(vm.host).destroy(vm.key)
+
+
+def release(vm_id, actor):
+    vm = _vm(vm_id)
+    for allocation in (vm.allocation, vm.target_allocation):
+        if allocation is not None:
+            capacity.release(allocation, actor, f"{vm.key} destroyed")
+    services.set_state(vm_id, S.DESTROYED, actor, "destroyed", address=None, target_allocation=None)
+
+
+POWER = {"start": S.RUNNING, "stop": S.STOPPED, "suspend": S.SUSPENDED, "resume": S.RUNNING}
+
+
+def _power_opcode(action):
+    @opcode(
+        f"vm.{action}",
+        params=StopParams if action == "stop" else VMParams,
+        locks=vm_lock,
+        staff_only=False,
+        description=f"{action.capitalize()} a VM.",
+    )
+    def run(job):
+        vm = _vm(job.params["vm"])
+        _authorise(job, vm)
+        state = job.step(action, power, vm.pk, action, job.params.get("force", False), job.actor)
+        return {"vm": vm.pk, "state": state}
+
+    return run
+
+
+def power(vm_id, action, force, actor):
+    vm = _vm(vm_id)
+    if vm.state not in (S.RUNNING, S.STOPPED, S.SUSPENDED):
+        raise Refused(f"cannot {action} {vm.key}: it is {vm.state}")
+    driver = driver_for(vm.host)
+    if action == "stop":
+        driver.stop(vm.key, force=force)
+    else:
+        getattr(driver, action)(vm.key)
+    address = driver.address(vm.key) if POWER[action] == S.RUNNING else vm.address
+    services.set_state(vm_id, POWER[action], actor, action, address=address)
+    return POWER[action]
+
+
+for _action in POWER:
+    _power_opcode(_action)
+
+
+@opcode("vm.snapshot", params=SnapshotParams, locks=vm_lock, staff_only=False)
+def vm_snapshot(job):
+    """Take a named snapshot of a VM."""
+    vm = _vm(job.params["vm"])
+    _authorise(job, vm)
+    job.step("snapshot", snapshot, vm.pk, job.params["name"], job.actor)
+    return {"vm": vm.pk, "snapshot": job.params["name"]}
+
+
+def snapshot(vm_id, name, actor):
+    vm = _vm(vm_id)
+    driver_for(vm.host).snapshot(vm.key, name)
+    snaps = [s for s in vm.snapshots if s.get("name") != name]
+    services.set_state(
+        vm_id,
+        vm.state,
+        actor,
+        f"snapshot {name}",
+        snapshots=[*snaps, {"name": name, "state": vm.state, "created": timezone.now().isoformat()}],
+    )
+
+
+@opcode("vm.revert", params=SnapshotParams, locks=vm_lock, staff_only=False)
+def vm_revert(job):
+    """Roll a VM back to a named snapshot."""
+    vm = _vm(job.params["vm"])
+    _authorise(job, vm)
+    state = job.step("revert", revert, vm.pk, job.params["name"], job.actor)
+    return {"vm": vm.pk, "state": state}
+
+
+def revert(vm_id, name, actor):
+    vm = _vm(vm_id)
+    driver = driver_for(vm.host)
+    driver.revert(vm.key, name)
+    state = {base.VMState.RUNNING: S.RUNNING, base.VMState.SUSPENDED: S.SUSPENDED}.get(driver.state(vm.key), S.STOPPED)
+    address = driver.address(vm.key) if state == S.RUNNING else vm.address
+    services.set_state(vm_id, state, actor, f"reverted to {name}", address=address)
+    return state
+
+
+# --- vm.migrate and node.evacuate -----------------------------------------------------------
+
+
+@opcode("vm.migrate", params=MigrateParams, locks=vm_lock, staff_only=True)
+def vm_migrate(job):
+    """Move a VM to another host (the target given, or the best other one)."""
+    vm = _vm(job.params["vm"])
+    if vm.state not in (S.RUNNING, S.STOPPED, S.SUSPENDED, S.MIGRATING):
+        raise Refused(f"cannot migrate {vm.key}: it is {vm.state}")
+    job.expect(4)
+    try:
+        plan = job.step("claim-target", claim_target, vm.pk, job.params.get("target"), job.actor)
+        job.step("stage-target", stage, vm.pk, plan["target"], job.job_id, job.actor)
+        job.step("migrate", move, vm.pk, plan["target"], job.actor)
+    except Exception as exc:
+        if _passes_through(exc):
+            raise
+        undo_migrate(vm.pk, job.actor, plan_state(job, vm), _fail_reason(exc))
+        raise
+    job.step("switch", switch, vm.pk, plan["state"], job.actor)
+    return {"vm": vm.pk, "from": vm.host_id, "to": plan["target"]}
+
+
+def plan_state(job, vm):
+    recorded = job._done.get("claim-target")  # the VM's state before the move, if recorded
+    return recorded["state"] if recorded else (vm.state if vm.state != S.MIGRATING else S.STOPPED)
+
+
+def claim_target(vm_id, target_id, actor):
+    vm = _vm(vm_id)
+    if vm.target_allocation_id and vm.target_allocation.released is None:
+        return {"target": vm.target_allocation.host_id, "allocation": vm.target_allocation_id, "state": vm.state}
+    demand = capacity.Demand(
+        vcpus=vm.vcpus,
+        memory_mib=vm.memory_mib,
+        disk_gib=vm.disk_gib,
+        start=timezone.now(),
+        end=vm.end,
+        formats=frozenset([vm.variant.format]),
+        purpose=f"vm {vm_id} (migration)",
+    )
+    with transaction.atomic():
+        if target_id:
+            target = Hypervisor.objects.filter(pk=target_id).first()
+            if target is None:
+                raise Refused(f"no hypervisor {target_id}")
+            if target.state != Hypervisor.State.ONLINE:
+                raise Refused(f"cannot migrate to {target.name}: it is {target.state}")
+            allocation = capacity.claim_on_host(target, demand, actor, owner=vm.owner)
+        else:
+            allocation = capacity.claim(demand, actor, owner=vm.owner)
+        if allocation.host_id == vm.host_id:
+            raise Refused(f"{vm.key} is on {vm.host.name} already and no other host fits")  # rolls back the claim
+        if allocation.host.driver != vm.host.driver:
+            raise Refused(f"cannot migrate from a {vm.host.driver} host to a {allocation.host.driver} host")
+        VM.objects.filter(pk=vm_id).update(target_allocation=allocation)
+    return {"target": allocation.host_id, "allocation": allocation.pk, "state": vm.state}
+
+
+def move(vm_id, target_id, actor):
+    vm = _vm(vm_id)
+    target = Hypervisor.objects.select_related("credential").get(pk=target_id)
+    services.set_state(vm_id, S.MIGRATING, actor, f"migrating to {target.name}")
+    driver_for(vm.host).migrate(vm.key, driver_for(target))
+
+
+def switch(vm_id, state, actor):
+    """Record the VM on the target and give the source's capacity back."""
+    vm = _vm(vm_id)
+    if vm.target_allocation_id is None:
+        return  # switched already
+    target = vm.target_allocation.host
+    driver = driver_for(target)
+    address = driver.address(vm.key) if state == S.RUNNING else vm.address
+    old = vm.allocation
+    with transaction.atomic():
+        services.set_state(
+            vm_id,
+            state,
+            actor,
+            f"migrated to {target.name}",
+            host=target,
+            allocation=vm.target_allocation,
+            target_allocation=None,
+            address=address,
+        )
+        if old is not None:
+            capacity.release(old, actor, f"{vm.key} migrated to {target.name}")
+
+
+def undo_migrate(vm_id, actor, state, reason):
+    vm = _vm(vm_id)
+    if vm.target_allocation_id is None:
+        services.set_state(vm_id, state, actor, "migration failed", error=reason[:4000])
+        return
+    target = vm.target_allocation.host
+    try:
+        arrived = driver_for(target).state(vm.key) != base.VMState.ABSENT
+    except Exception:  # noqa: BLE001 (cannot tell: assume it stayed, keep the error)
+        arrived = False
+    if arrived:  # the move itself happened: finish it rather than lose track of the VM
+        switch(vm_id, state, actor)
+        return
+    capacity.release(vm.target_allocation, actor, f"{vm.key}: migration failed")
+    services.set_state(vm_id, state, actor, "migration failed", target_allocation=None, error=reason[:4000])
+
+
+@opcode("node.evacuate", params=HostParams, staff_only=True)
+def node_evacuate(job):
+    """Drain a host and migrate every VM off it (one vm.migrate child job per VM)."""
+    host_id = job.params["hypervisor"]
+    job.step("drain", drain, host_id, job.actor)
+    vm_ids = job.step(
+        "list",
+        lambda: list(
+            VM.objects.filter(host_id=host_id, state__in=(S.RUNNING, S.STOPPED, S.SUSPENDED))
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        ),
+    )
+    children = [job.submit_child("vm.migrate", {"vm": vm_id}, key=f"vm-{vm_id}") for vm_id in vm_ids]
+    return {"hypervisor": host_id, "vms": vm_ids, "jobs": children}
+
+
+def drain(host_id, actor):
+    host = Hypervisor.objects.get(pk=host_id)
+    if host.state == Hypervisor.State.ONLINE:
+        with transaction.atomic():
+            inventory.set_state(actor, host, Hypervisor.State.DRAINED, "evacuating")
+    return host.state
+
+
+# --- hypervisor.refresh ---------------------------------------------------------------------
+
+
+@opcode("hypervisor.refresh", params=HostParams, locks=host_lock, staff_only=True)
+def hypervisor_refresh(job):
+    """Read a host's facts from its driver; an unreachable host is marked so in its facts."""
+    return job.step("facts", refresh_facts, job.params["hypervisor"], job.actor)
+
+
+def refresh_facts(host_id, actor):
+    host = Hypervisor.objects.select_related("credential").get(pk=host_id)
+    checked = timezone.now().isoformat()
+    try:
+        facts = {**driver_for(host).facts().as_dict(), "reachable": True, "checked": checked}
+    except base.DriverError as exc:
+        facts = {**host.facts, "reachable": False, "error": str(exc)[:1000], "checked": checked}
+    inventory.report_facts(actor, host, facts)
+    return {"reachable": facts["reachable"], "error": facts.get("error", "")}

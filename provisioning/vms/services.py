@@ -1,0 +1,286 @@
+"""Image library and VM verbs. Web, API, CLI, demo and jobs call these; one function per verb.
+
+Each verb validates first (Django ``ValidationError`` with per-field messages; nothing is
+written when anything is wrong), writes in one transaction, records the change log and emits
+events in that transaction. Verbs that touch a hypervisor do not call it: they *submit a job*
+(``provisioning.vms.opcodes``) and return it. State conflicts raise ``Conflict``; deleting
+something still used raises ``InUse``.
+"""
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+
+from provisioning.drivers import base
+from provisioning.jobs import services as jobs
+from provisioning.vms.models import VM, HostImage, Image, ImageVariant
+from vclmgr import changelog, events, topics
+from vclmgr.changelog import Actor
+
+IMAGE_FIELDS = (
+    "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib", "default_vcpus",
+    "default_memory_mib", "default_disk_gib", "visibility", "parent", "revert_on_end", "active",
+)  # fmt: skip
+VARIANT_FIELDS = ("hypervisor_type", "format", "location", "checksum", "size_gib")
+ACTIONS = ("start", "stop", "suspend", "resume", "destroy")
+
+
+class Conflict(Exception):
+    """The VM is not in a state that allows this."""
+
+
+class InUse(Exception):
+    """The object cannot be deleted now; the message says what holds it."""
+
+
+# --- who sees what ----------------------------------------------------------------------
+
+
+def visible_images(user):
+    """Images a user may use: all for staff; active public ones and their groups' otherwise."""
+    if user.is_staff:
+        return Image.objects.all()
+    mine = Q(visibility=Image.Visibility.PUBLIC) | Q(groups__in=user.groups.all())
+    return Image.objects.filter(mine, active=True).distinct()
+
+
+def visible_vms(user):
+    if user.is_staff:
+        return VM.objects.all()
+    return VM.objects.filter(owner=user)
+
+
+def may_see_vm(user, vm_id):
+    """Topic authoriser for ``vm.<id>``: the owner and staff."""
+    if user.is_staff:
+        return True
+    return str(vm_id).isdigit() and VM.objects.filter(pk=int(vm_id), owner=user).exists()
+
+
+# --- images -----------------------------------------------------------------------------
+
+
+def _validate(obj, exclude=()):
+    try:
+        obj.full_clean(exclude=list(exclude))
+    except ValidationError as exc:
+        raise ValidationError(exc.message_dict) from None
+
+
+def _check_image(image):
+    errors = {}
+    try:
+        base.check_image_name(image.name)
+    except base.DriverError as exc:
+        errors["name"] = [str(exc)]
+    for low, default in (
+        ("min_vcpus", "default_vcpus"),
+        ("min_memory_mib", "default_memory_mib"),
+        ("min_disk_gib", "default_disk_gib"),
+    ):
+        if (getattr(image, default) or 0) < (getattr(image, low) or 0):
+            errors[default] = [f"must be at least {low} ({getattr(image, low)})"]
+    if image.parent_id and image.pk and image.parent_id == image.pk:
+        errors["parent"] = ["an image cannot be its own parent"]
+    if errors:
+        raise ValidationError(errors)
+
+
+def create_image(actor, *, groups=(), reason="", **fields):
+    unknown = set(fields) - set(IMAGE_FIELDS)
+    if unknown:
+        raise ValidationError({name: ["unknown field"] for name in sorted(unknown)})
+    image = Image(**fields)
+    _check_image(image)
+    _validate(image)
+    with transaction.atomic():
+        image.save()
+        image.groups.set(groups)
+        changelog.record(image, "create", actor, reason=reason)
+        events.emit("image.created", _image_event(image), ["admin"])
+    return image
+
+
+def update_image(actor, image, *, groups=None, reason="", **fields):
+    unknown = set(fields) - set(IMAGE_FIELDS)
+    if unknown:
+        raise ValidationError({name: ["unknown field"] for name in sorted(unknown)})
+    before = {name: getattr(image, name) for name in fields}
+    for name, value in fields.items():
+        setattr(image, name, value)
+    _check_image(image)
+    _validate(image)
+    with transaction.atomic():
+        image.save()
+        if groups is not None:
+            image.groups.set(groups)
+        changes = changelog.diff(before, fields, list(fields))
+        changelog.record(image, "update", actor, changes, reason)
+        events.emit("image.updated", _image_event(image), ["admin"])
+    return image
+
+
+def delete_image(actor, image, reason=""):
+    if image.vms.exists():
+        raise InUse(f"image {image.name} is used by {image.vms.count()} VMs; deactivate it instead")
+    with transaction.atomic():
+        changelog.record(image, "delete", actor, reason=reason)
+        events.emit("image.deleted", _image_event(image), ["admin"])
+        image.delete()
+
+
+def add_variant(actor, image, reason="", **fields):
+    unknown = set(fields) - set(VARIANT_FIELDS)
+    if unknown:
+        raise ValidationError({name: ["unknown field"] for name in sorted(unknown)})
+    variant = ImageVariant(image=image, **fields)
+    _check_variant(variant)
+    _validate(variant, exclude=["image"])
+    try:
+        with transaction.atomic():
+            variant.save()
+            changelog.record(variant, "create", actor, reason=reason)
+    except IntegrityError:
+        raise ValidationError(
+            {"hypervisor_type": [f"{image.name} already has a {variant.hypervisor_type} variant"]}
+        ) from None
+    return variant
+
+
+def delete_variant(actor, variant, reason=""):
+    if variant.vms.filter(state__in=VM.LIVE).exists():
+        raise InUse(f"{variant} is used by live VMs")
+    with transaction.atomic():
+        changelog.record(variant, "delete", actor, reason=reason)
+        variant.delete()
+
+
+def _check_variant(variant):
+    from inventory.models import Hypervisor
+
+    errors = {}
+    accepted = Hypervisor.IMAGE_FORMATS.get(variant.hypervisor_type)
+    if accepted is not None and variant.format not in accepted:
+        errors["format"] = [f"{variant.hypervisor_type} hosts run {' or '.join(accepted)} images"]
+    try:
+        spec(variant).validate()
+    except base.DriverError as exc:
+        errors.setdefault("location", [str(exc)])
+    if errors:
+        raise ValidationError(errors)
+
+
+def spec(variant):
+    """The driver's view of a variant."""
+    return base.ImageVariantSpec(
+        name=variant.image.name,
+        format=variant.format,
+        location=variant.location,
+        checksum=variant.checksum,
+        size_gib=variant.size_gib,
+    )
+
+
+def _image_event(image):
+    return {"id": image.pk, "name": image.name, "active": image.active}
+
+
+# --- VMs --------------------------------------------------------------------------------
+
+
+def request_vm(
+    actor, *, owner, image, vcpus=None, memory_mib=None, disk_gib=None, name="", end=None, allocation=None, reason=""
+):
+    """Record a VM and submit the ``vm.create`` job that builds it; returns ``(vm, job)``.
+
+    ``allocation``: an existing claim to build it on (a reservation's); None: claim now.
+    """
+    errors = {}
+    if owner is not None and not visible_images(owner).filter(pk=image.pk).exists():
+        errors["image"] = ["no such image, or you may not use it"]
+    elif not image.active:
+        errors["image"] = [f"image {image.name} is inactive"]
+    elif not image.variants.exists():
+        errors["image"] = [f"image {image.name} has no variant for any hypervisor"]
+    size = {
+        "vcpus": vcpus or image.default_vcpus,
+        "memory_mib": memory_mib or image.default_memory_mib,
+        "disk_gib": disk_gib if disk_gib is not None else image.default_disk_gib,
+    }
+    for field, low in (
+        ("vcpus", image.min_vcpus),
+        ("memory_mib", image.min_memory_mib),
+        ("disk_gib", image.min_disk_gib),
+    ):
+        if size[field] < low:
+            errors[field] = [f"{image.name} needs at least {low}"]
+    if allocation is not None and allocation.released is not None:
+        errors["allocation"] = ["this allocation was released"]
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        vm = VM.objects.create(name=name, image=image, owner=owner, end=end, allocation=allocation, **size)
+        changelog.record(vm, "create", actor, reason=reason or "requested")
+        _emit(vm)
+        job = jobs.submit("vm.create", {"vm": vm.pk}, actor=actor, submitter=owner, reason=reason or f"create {vm.key}")
+    return vm, job
+
+
+def submit_action(actor, vm, action, *, reason="", submitter=None, **params):
+    """Submit the job for a VM action (start, stop, suspend, resume, destroy, snapshot, revert, migrate)."""
+    if vm.state == VM.State.DESTROYED:
+        raise Conflict(f"{vm} is destroyed")
+    if action in ("start", "stop", "suspend", "resume", "snapshot", "revert", "migrate") and vm.state not in (
+        VM.State.RUNNING,
+        VM.State.STOPPED,
+        VM.State.SUSPENDED,
+    ):
+        raise Conflict(f"cannot {action} {vm}: it is {vm.state}")
+    actor = Actor.of(actor)
+    return jobs.submit(
+        f"vm.{action}",
+        {"vm": vm.pk, **params},
+        actor=actor,
+        submitter=submitter or actor.user or vm.owner,
+        reason=reason or f"{action} {vm.key}",
+    )
+
+
+def set_state(vm_id, state, actor, reason="", **fields):
+    """Record a VM's new state (and fields such as host, address, error); emits ``vm.changed``."""
+    with transaction.atomic():
+        vm = VM.objects.select_for_update().get(pk=vm_id)
+        before = {"state": vm.state, **{name: getattr(vm, name) for name in fields}}
+        vm.state = state
+        for name, value in fields.items():
+            setattr(vm, name, value)
+        after = {"state": state, **fields}
+        changes = changelog.diff(before, after, list(after))
+        if changes:
+            vm.save()
+            changelog.record(vm, "update", actor, changes, reason)
+            _emit(vm)
+    return vm
+
+
+def _emit(vm):
+    data = {"id": vm.pk, "key": vm.key, "state": vm.state, "host": vm.host_id, "address": vm.address, "error": vm.error}
+    targets = [f"vm.{vm.pk}", "admin"] + ([topics.user_topic(vm.owner_id)] if vm.owner_id else [])
+    events.emit("vm.changed", data, targets)
+
+
+# --- host image cache -------------------------------------------------------------------
+
+
+def cached(host, variant):
+    return HostImage.objects.filter(host=host, variant=variant, state=HostImage.State.STAGED).first()
+
+
+def vms_on(host):
+    """VMs that exist (or may) on the host: what blocks deleting it."""
+    return VM.objects.filter(host=host, state__in=VM.LIVE)
+
+
+def in_use_reason(host):
+    count = vms_on(host).count()
+    return f"{count} VMs on it" if count else None

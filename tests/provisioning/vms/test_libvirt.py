@@ -1,0 +1,68 @@
+"""The lifecycle against libvirt's own test driver, jobs run in this process (test:/// state is per process)."""
+
+import hashlib
+import shutil
+
+import pytest
+
+from provisioning.capacity.models import Allocation
+from provisioning.jobs.models import Job
+from provisioning.vms import opcodes, services
+from provisioning.vms.models import VM
+from tests.provisioning.drivers.conftest import LIBVIRT_NODES, require_libvirt
+
+
+@pytest.fixture
+def kvm_host(make_host, tmp_path):
+    require_libvirt()
+    from provisioning.drivers.libvirt.connection import connections
+
+    node = tmp_path / "kvm-small.xml"
+    shutil.copy(LIBVIRT_NODES / "kvm-small.xml", node)
+    uri = f"test://{node}"
+    yield make_host("kvm-1", driver="libvirt", uri=uri, cpus=8, memory_mib=16384, disk_gib=200)
+    connections.forget(uri)
+
+
+@pytest.fixture
+def kvm_image(tmp_path):
+    content = b"vclmgr test qcow2\n"
+    path = tmp_path / "ubuntu.qcow2"
+    path.write_bytes(content)
+    image = services.create_image("test", name="ubuntu-24.04", min_memory_mib=256, default_memory_mib=512,
+                                  default_disk_gib=10)
+    services.add_variant("test", image, hypervisor_type="kvm", format="qcow2", location=str(path),
+                         checksum="sha256:" + hashlib.sha256(content).hexdigest(), size_gib=4)
+    return image
+
+
+def test_the_lifecycle_on_libvirt(kvm_host, kvm_image, alice, sync_jobs):
+    vm, job = services.request_vm(alice, owner=alice, image=kvm_image)
+    sync_jobs.drain()
+    job = Job.objects.get(pk=job.pk)
+    assert job.status == "success", job.error_message
+    vm = VM.objects.get(pk=vm.pk)
+    assert vm.state == "running" and vm.address and vm.variant.format == "qcow2"
+    driver = opcodes.driver_for(kvm_host)
+    assert driver.state(vm.key) == "running"
+    for action, state in (("suspend", "suspended"), ("resume", "running"), ("stop", "stopped")):
+        job = services.submit_action(alice, VM.objects.get(pk=vm.pk), action)
+        sync_jobs.drain()
+        assert Job.objects.get(pk=job.pk).status == "success", Job.objects.get(pk=job.pk).error_message
+        assert driver.state(vm.key) == state
+    services.submit_action(alice, VM.objects.get(pk=vm.pk), "destroy")
+    sync_jobs.drain()
+    assert driver.state(vm.key) == "absent"
+    assert VM.objects.get(pk=vm.pk).state == "destroyed"
+    assert not Allocation.objects.filter(released__isnull=True).exists()
+
+
+def test_a_checksum_mismatch_fails_cleanly_on_libvirt(kvm_host, kvm_image, alice, sync_jobs):
+    kvm_image.variants.update(checksum="sha256:" + "0" * 64)
+    vm, job = services.request_vm(alice, owner=alice, image=kvm_image)
+    sync_jobs.drain()
+    job = Job.objects.get(pk=job.pk)
+    assert job.status == "error" and "checksum mismatch" in job.error_message
+    assert VM.objects.get(pk=vm.pk).state == "failed"
+    assert opcodes.driver_for(kvm_host).state(vm.key) == "absent"
+    assert not Allocation.objects.filter(released__isnull=True).exists()
