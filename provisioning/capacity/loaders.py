@@ -133,7 +133,5 @@ def hypervisor_types_for(formats):
         return None
     formats = set(formats)
     return frozenset(
-        hv_type
-        for hv_type, accepted in Hypervisor.IMAGE_FORMATS.items()
-        if accepted is None or formats & set(accepted)
+        hv_type for hv_type, accepted in Hypervisor.IMAGE_FORMATS.items() if accepted is None or formats & set(accepted)
     )

@@ -279,8 +279,9 @@ class Driver:
         """Validate ``image`` and refuse a format this hypervisor cannot run (images are not portable)."""
         image.validate()
         if self.formats is not None and image.format not in self.formats:
-            raise Invalid(f"image {image.name}: {self.kind} hosts run {' or '.join(self.formats)} images, "
-                          f"not {image.format}")
+            raise Invalid(
+                f"image {image.name}: {self.kind} hosts run {' or '.join(self.formats)} images, not {image.format}"
+            )
 
     def _same_kind(self, target):
         if type(target) is not type(self):
@@ -413,7 +414,9 @@ def verify_checksum(image: ImageVariantSpec, path):
 
 def staged_name(image: ImageVariantSpec, suffix=""):
     """A name for the image on the host that changes when its content does."""
-    tag = parse_checksum(image.checksum)[1][:12] if image.checksum else hashlib.sha256(
-        image.location.encode()
-    ).hexdigest()[:12]
+    tag = (
+        parse_checksum(image.checksum)[1][:12]
+        if image.checksum
+        else hashlib.sha256(image.location.encode()).hexdigest()[:12]
+    )
     return f"{image.name}-{tag}{suffix}"

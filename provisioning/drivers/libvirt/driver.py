@@ -179,8 +179,9 @@ class LibvirtDriver(base.Driver):
             part = self._call(f"create {name}.part", pool.createXML, part_xml, 0)
             try:
                 self._upload(part, path, size)
-                final = self._call(f"create {name}", pool.createXMLFrom,
-                                   domxml.volume_xml(name, size, image.format), part, 0)
+                final = self._call(
+                    f"create {name}", pool.createXMLFrom, domxml.volume_xml(name, size, image.format), part, 0
+                )
             finally:
                 part.delete(0)
         return final.path()
@@ -240,7 +241,10 @@ class LibvirtDriver(base.Driver):
         _type, capacity, _allocation = base_vol.info()
         fmt = domxml.ET.fromstring(base_vol.XMLDesc(0)).find("target/format")
         xml = domxml.volume_xml(
-            name, max(capacity, spec.disk_gib * GIB), "qcow2", base_vol.path(),
+            name,
+            max(capacity, spec.disk_gib * GIB),
+            "qcow2",
+            base_vol.path(),
             fmt.get("type") if fmt is not None else spec.image.format,
         )
         return self._call(f"create disk of {spec.key}", pool.createXML, xml, 0), True
@@ -277,8 +281,9 @@ class LibvirtDriver(base.Driver):
                 self._call(f"discard saved memory of {key}", dom.managedSaveRemove, 0)
             return
         self._call(f"shut down {key}", dom.shutdown)  # ACPI: the guest decides when
-        base.wait_until(lambda: not dom.isActive(), f"shutdown of {key} (stop it with force)",
-                        self.options.get("stop_timeout", 120))
+        base.wait_until(
+            lambda: not dom.isActive(), f"shutdown of {key} (stop it with force)", self.options.get("stop_timeout", 120)
+        )
 
     @translated
     def suspend(self, key):
@@ -339,8 +344,9 @@ class LibvirtDriver(base.Driver):
             _type, capacity, _allocation = disk.info()
             vol = self._call(f"capture {key}", pool.createXMLFrom, domxml.volume_xml(name, capacity, "qcow2"), disk, 0)
         _type, capacity, _allocation = vol.info()
-        return base.ImageVariantSpec(name=new_image_name, format="qcow2", location=vol.path(),
-                                     size_gib=-(-capacity // GIB))
+        return base.ImageVariantSpec(
+            name=new_image_name, format="qcow2", location=vol.path(), size_gib=-(-capacity // GIB)
+        )
 
     @translated
     def migrate(self, key, target):
@@ -374,8 +380,12 @@ class LibvirtDriver(base.Driver):
         moved = target._call(f"define {key}", target.conn.defineXML, dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
         for snap in dom.listAllSnapshots(libvirt.VIR_DOMAIN_SNAPSHOT_LIST_TOPOLOGICAL):
             if snap.getName() not in moved.snapshotListNames(0):
-                target._call(f"copy snapshot of {key}", moved.snapshotCreateXML, snap.getXMLDesc(0),
-                             libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_REDEFINE)
+                target._call(
+                    f"copy snapshot of {key}",
+                    moved.snapshotCreateXML,
+                    snap.getXMLDesc(0),
+                    libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_REDEFINE,
+                )
         if dom.isActive():
             target._call(f"start {key} on {target.host_name}", moved.create)
         self.destroy(key)

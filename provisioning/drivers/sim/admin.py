@@ -38,8 +38,13 @@ class SimHostAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         saved = services.ensure_host(
-            obj.name, cpus=obj.cpus, memory_mib=obj.memory_mib, disk_gib=obj.disk_gib, dhcp_pool=obj.dhcp_pool,
-            actor=request.user, reason="admin",
+            obj.name,
+            cpus=obj.cpus,
+            memory_mib=obj.memory_mib,
+            disk_gib=obj.disk_gib,
+            dhcp_pool=obj.dhcp_pool,
+            actor=request.user,
+            reason="admin",
         )
         obj.pk = saved.pk
 

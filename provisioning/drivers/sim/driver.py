@@ -117,9 +117,7 @@ class SimDriver(base.Driver):
         self._step("facts")
         host = SimHost.objects.get(pk=self.host().pk)
         vms = SimVM.objects.filter(host=host)
-        used = vms.aggregate(
-            disk=Sum("disk_gib"), memory=Sum("memory_mib", filter=Q(state=SimVM.State.RUNNING))
-        )
+        used = vms.aggregate(disk=Sum("disk_gib"), memory=Sum("memory_mib", filter=Q(state=SimVM.State.RUNNING)))
         images = SimImage.objects.filter(host=host).aggregate(disk=Sum("size_gib"))
         return HostFacts(
             name=host.name,
@@ -137,8 +135,10 @@ class SimDriver(base.Driver):
 
     def discover(self):
         """Every simulated host (the simulator is one 'cluster')."""
-        return [type(self)(f"sim://{name}", options=self.options).facts()
-                for name in SimHost.objects.values_list("name", flat=True)]
+        return [
+            type(self)(f"sim://{name}", options=self.options).facts()
+            for name in SimHost.objects.values_list("name", flat=True)
+        ]
 
     def list_vms(self):
         self._step("list_vms")
@@ -154,9 +154,14 @@ class SimDriver(base.Driver):
                 pass
         name = base.staged_name(image)
         SimImage.objects.get_or_create(
-            host=self.host(), name=name,
-            defaults={"format": image.format, "location": image.location, "checksum": image.checksum,
-                      "size_gib": image.size_gib},
+            host=self.host(),
+            name=name,
+            defaults={
+                "format": image.format,
+                "location": image.location,
+                "checksum": image.checksum,
+                "size_gib": image.size_gib,
+            },
         )
         return f"sim://{self.host_name}/images/{name}"
 
@@ -174,9 +179,16 @@ class SimDriver(base.Driver):
             with transaction.atomic():
                 vm, created = SimVM.objects.get_or_create(
                     key=spec.key,
-                    defaults={"host": host, "vcpus": spec.vcpus, "memory_mib": spec.memory_mib,
-                              "disk_gib": spec.disk_gib, "image": staged, "image_format": spec.image.format,
-                              "network": spec.network, "fingerprint": fingerprint},
+                    defaults={
+                        "host": host,
+                        "vcpus": spec.vcpus,
+                        "memory_mib": spec.memory_mib,
+                        "disk_gib": spec.disk_gib,
+                        "image": staged,
+                        "image_format": spec.image.format,
+                        "network": spec.network,
+                        "fingerprint": fingerprint,
+                    },
                 )
         except IntegrityError:  # a concurrent create of the same key won: judge its VM below
             vm, created = SimVM.objects.get(key=spec.key), False
@@ -233,13 +245,22 @@ class SimDriver(base.Driver):
             raise Conflict(f"cannot capture {key}: it is {vm.state}; stop it first")
         checksum = "sha256:" + hashlib.sha256(f"{self.host_name}/{key}/{new_image_name}".encode()).hexdigest()
         image = base.ImageVariantSpec(
-            name=new_image_name, format=vm.image_format,
-            location=f"sim://{self.host_name}/captured/{new_image_name}", checksum=checksum, size_gib=vm.disk_gib,
+            name=new_image_name,
+            format=vm.image_format,
+            location=f"sim://{self.host_name}/captured/{new_image_name}",
+            checksum=checksum,
+            size_gib=vm.disk_gib,
         )
         SimImage.objects.get_or_create(
-            host=self.host(), name=base.staged_name(image),
-            defaults={"format": image.format, "location": image.location, "checksum": checksum,
-                      "size_gib": image.size_gib, "captured_from": key},
+            host=self.host(),
+            name=base.staged_name(image),
+            defaults={
+                "format": image.format,
+                "location": image.location,
+                "checksum": checksum,
+                "size_gib": image.size_gib,
+                "captured_from": key,
+            },
         )
         return image
 

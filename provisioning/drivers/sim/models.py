@@ -33,7 +33,7 @@ class SimHost(models.Model):
         max_length=43,
         default="10.77.0.0/16",
         validators=[validate_dhcp_pool],
-        help_text="Network the simulated DHCP server leases addresses from."
+        help_text="Network the simulated DHCP server leases addresses from.",
     )
     created = models.DateTimeField(auto_now_add=True)
 

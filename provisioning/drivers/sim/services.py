@@ -87,7 +87,10 @@ def set_fault(host, step, mode, seconds=None, *, actor=None, reason=""):
             host=host, step=step, defaults={"mode": mode, "seconds": seconds}
         )
         changelog.record(
-            host, "update", actor or "sim", {f"fault {step}": [None if created else "replaced", f"{mode} {seconds}"]},
+            host,
+            "update",
+            actor or "sim",
+            {f"fault {step}": [None if created else "replaced", f"{mode} {seconds}"]},
             reason,
         )
     return fault

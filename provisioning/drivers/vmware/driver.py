@@ -63,8 +63,14 @@ class VMwareDriver(base.Driver):
         scheme, hostname, port, path = self.endpoint
         try:
             return SmartConnect(
-                protocol=scheme, host=hostname, port=port, path=path, user=self.username, pwd=self.password,
-                disableSslCertValidation=bool(self.options.get("insecure")), httpConnectionTimeout=30,
+                protocol=scheme,
+                host=hostname,
+                port=port,
+                path=path,
+                user=self.username,
+                pwd=self.password,
+                disableSslCertValidation=bool(self.options.get("insecure")),
+                httpConnectionTimeout=30,
             )
         except Exception as exc:  # noqa: BLE001 (translated: faults, socket and TLS errors)
             raise translate(exc, f"cannot connect to {hostname}:{port} as {self.username or '(nobody)'}") from exc
@@ -116,19 +122,29 @@ class VMwareDriver(base.Driver):
         spec = pc.FilterSpec(
             objectSet=[pc.ObjectSpec(obj=obj)], propSet=[pc.PropertySpec(type=type(obj), pathSet=paths)]
         )
-        result = self._call(context or f"read {obj._moId}", self.si.content.propertyCollector.RetrievePropertiesEx,
-                            [spec], pc.RetrieveOptions())
+        result = self._call(
+            context or f"read {obj._moId}",
+            self.si.content.propertyCollector.RetrievePropertiesEx,
+            [spec],
+            pc.RetrieveOptions(),
+        )
         return {prop.name: prop.val for prop in result.objects[0].propSet} if result and result.objects else {}
 
     def _collect(self, vimtype, props, root=None):
         """[(object, {property: value})] for every ``vimtype`` under ``root``, in one round trip per page."""
         content = self.si.content
-        view = self._call("create view", content.viewManager.CreateContainerView, root or content.rootFolder,
-                          [vimtype], True)
+        view = self._call(
+            "create view", content.viewManager.CreateContainerView, root or content.rootFolder, [vimtype], True
+        )
         pc = vmodl.query.PropertyCollector
         spec = pc.FilterSpec(
-            objectSet=[pc.ObjectSpec(obj=view, skip=True, selectSet=[
-                pc.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)])],
+            objectSet=[
+                pc.ObjectSpec(
+                    obj=view,
+                    skip=True,
+                    selectSet=[pc.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)],
+                )
+            ],
             propSet=[pc.PropertySpec(type=vimtype, pathSet=props)],
         )
         try:
@@ -267,9 +283,15 @@ class VMwareDriver(base.Driver):
             self._put(ds, relative + ".part", path)
         fm = self.si.content.fileManager
         dc = self._datacenter()
-        task = self._call("move staged image", fm.MoveDatastoreFile_Task, sourceName=f"[{ds.name}] {relative}.part",
-                          sourceDatacenter=dc, destinationName=f"[{ds.name}] {relative}", destinationDatacenter=dc,
-                          force=True)
+        task = self._call(
+            "move staged image",
+            fm.MoveDatastoreFile_Task,
+            sourceName=f"[{ds.name}] {relative}.part",
+            sourceDatacenter=dc,
+            destinationName=f"[{ds.name}] {relative}",
+            destinationDatacenter=dc,
+            force=True,
+        )
         self._wait(task, f"stage {image.name}")
         return f"[{ds.name}] {relative}"
 
@@ -343,8 +365,10 @@ class VMwareDriver(base.Driver):
                 vm = self._clone(spec, folder, pool, host)
             else:
                 config = self._config_spec(spec)
-                vm = self._wait(self._call(f"create {spec.key}", folder.CreateVM_Task, config=config, pool=pool,
-                                           host=host), f"create {spec.key}")
+                vm = self._wait(
+                    self._call(f"create {spec.key}", folder.CreateVM_Task, config=config, pool=pool, host=host),
+                    f"create {spec.key}",
+                )
         except Conflict:
             existing = self._find(spec.key)  # a concurrent create won the race
             if existing is None:
@@ -365,9 +389,14 @@ class VMwareDriver(base.Driver):
         device = vim.vm.device.VirtualDeviceSpec
         scsi = vim.vm.device.ParaVirtualSCSIController(key=-100, busNumber=0, sharedBus="noSharing")
         disk = vim.vm.device.VirtualDisk(
-            key=-101, controllerKey=-100, unitNumber=0, capacityInKB=spec.disk_gib * 1024 * 1024,
+            key=-101,
+            controllerKey=-100,
+            unitNumber=0,
+            capacityInKB=spec.disk_gib * 1024 * 1024,
             backing=vim.vm.device.VirtualDisk.FlatVer2BackingInfo(
-                fileName=f"[{ds.name}]", diskMode="persistent", thinProvisioned=True,
+                fileName=f"[{ds.name}]",
+                diskMode="persistent",
+                thinProvisioned=True,
                 parent=vim.vm.device.VirtualDisk.FlatVer2BackingInfo(fileName=base_path, diskMode="persistent"),
             ),
         )
@@ -392,25 +421,35 @@ class VMwareDriver(base.Driver):
         if network is None:
             raise NotFound(f"no network {name!r} in datacenter {self._datacenter().name}")
         nic = vim.vm.device.VirtualVmxnet3(
-            key=-102, addressType="generated",
-            connectable=vim.vm.device.VirtualDevice.ConnectInfo(startConnected=True, connected=True,
-                                                                 allowGuestControl=True),
+            key=-102,
+            addressType="generated",
+            connectable=vim.vm.device.VirtualDevice.ConnectInfo(
+                startConnected=True, connected=True, allowGuestControl=True
+            ),
         )
         if isinstance(network, vim.dvs.DistributedVirtualPortgroup):
             nic.backing = vim.vm.device.VirtualEthernetCard.DistributedVirtualPortBackingInfo(
-                port=vim.dvs.PortConnection(portgroupKey=network.key,
-                                            switchUuid=network.config.distributedVirtualSwitch.uuid))
+                port=vim.dvs.PortConnection(
+                    portgroupKey=network.key, switchUuid=network.config.distributedVirtualSwitch.uuid
+                )
+            )
         else:
             nic.backing = vim.vm.device.VirtualEthernetCard.NetworkBackingInfo(deviceName=name, network=network)
         return nic
 
     def _clone(self, spec, folder, pool, host):
         template = self._template(spec.image)
-        config = vim.vm.ConfigSpec(numCPUs=spec.vcpus, memoryMB=spec.memory_mib, extraConfig=self._extra_config(spec),
-                                   annotation=f"vclmgr {spec.key} ({spec.image.name})")
+        config = vim.vm.ConfigSpec(
+            numCPUs=spec.vcpus,
+            memoryMB=spec.memory_mib,
+            extraConfig=self._extra_config(spec),
+            annotation=f"vclmgr {spec.key} ({spec.image.name})",
+        )
         clone = vim.vm.CloneSpec(
             location=vim.vm.RelocateSpec(pool=pool, host=host, datastore=self._datastore()),
-            powerOn=False, template=False, config=config,
+            powerOn=False,
+            template=False,
+            config=config,
         )
         task = self._call(f"clone {spec.key}", template.CloneVM_Task, folder=folder, name=spec.key, spec=clone)
         vm = self._wait(task, f"clone {spec.key} from {template.name}")
@@ -450,8 +489,11 @@ class VMwareDriver(base.Driver):
         if not base.needs("stop", key, self._state(vm), force):
             return
         if not force and self._ask_guest_to_stop(vm):
-            base.wait_until(lambda: self._state(vm) == VMState.STOPPED, f"shutdown of {key} (stop it with force)",
-                            self.options.get("stop_timeout", 120))
+            base.wait_until(
+                lambda: self._state(vm) == VMState.STOPPED,
+                f"shutdown of {key} (stop it with force)",
+                self.options.get("stop_timeout", 120),
+            )
             return
         self._wait(self._call(f"power off {key}", vm.PowerOffVM_Task), f"power off {key}")
 
@@ -505,8 +547,14 @@ class VMwareDriver(base.Driver):
         vm = self._vm(key)
         if any(tree.name == name for tree in self._snapshots(vm)):
             return
-        task = self._call(f"snapshot {key}", vm.CreateSnapshot_Task, name=name, description="vclmgr snapshot",
-                          memory=False, quiesce=False)
+        task = self._call(
+            f"snapshot {key}",
+            vm.CreateSnapshot_Task,
+            name=name,
+            description="vclmgr snapshot",
+            memory=False,
+            quiesce=False,
+        )
         self._wait(task, f"snapshot {key} as {name!r}")
 
     @translated
@@ -526,18 +574,26 @@ class VMwareDriver(base.Driver):
             raise Conflict(f"cannot capture {key}: it is {self._state(vm)}; stop it first")
         template = self._find(new_image_name)
         if template is None:
-            clone = vim.vm.CloneSpec(location=vim.vm.RelocateSpec(host=self._host(), datastore=self._datastore()),
-                                     powerOn=False, template=True)
-            task = self._call(f"capture {key}", vm.CloneVM_Task, folder=self._datacenter().vmFolder,
-                              name=new_image_name, spec=clone)
+            clone = vim.vm.CloneSpec(
+                location=vim.vm.RelocateSpec(host=self._host(), datastore=self._datastore()),
+                powerOn=False,
+                template=True,
+            )
+            task = self._call(
+                f"capture {key}", vm.CloneVM_Task, folder=self._datacenter().vmFolder, name=new_image_name, spec=clone
+            )
             template = self._wait(task, f"capture {key} as {new_image_name}")
         props = self._props(template, ["config.template", "config.hardware.device"])
         if not props.get("config.template"):
             raise Conflict(f"cannot capture {key} as {new_image_name!r}: a VM of that name exists")
-        disk_kb = sum(dev.capacityInKB for dev in props.get("config.hardware.device") or []
-                      if isinstance(dev, vim.vm.device.VirtualDisk))
-        return base.ImageVariantSpec(name=new_image_name, format="template", location=new_image_name,
-                                     size_gib=-(-disk_kb // (1024 * 1024)))
+        disk_kb = sum(
+            dev.capacityInKB
+            for dev in props.get("config.hardware.device") or []
+            if isinstance(dev, vim.vm.device.VirtualDisk)
+        )
+        return base.ImageVariantSpec(
+            name=new_image_name, format="template", location=new_image_name, size_gib=-(-disk_kb // (1024 * 1024))
+        )
 
     @translated
     def migrate(self, key, target):
@@ -553,8 +609,9 @@ class VMwareDriver(base.Driver):
         visible = {ds._moId for ds in host.datastore}
         if not all(ds._moId in visible for ds in props.get("datastore") or []):
             spec.datastore = target._datastore()  # the target cannot see the disks: move them too
-        task = self._call(f"migrate {key}", vm.RelocateVM_Task, spec=spec,
-                          priority=vim.VirtualMachine.MovePriority.defaultPriority)
+        task = self._call(
+            f"migrate {key}", vm.RelocateVM_Task, spec=spec, priority=vim.VirtualMachine.MovePriority.defaultPriority
+        )
         self._wait(task, f"migrate {key} to {host.name}")
 
     @translated
@@ -587,5 +644,11 @@ class VMwareDriver(base.Driver):
 def _vm_info(props, host_name):
     name = props["name"]
     state = POWER_STATES.get(str(props.get("runtime.powerState")), VMState.ERROR)
-    return VMInfo(name, state, host_name, props.get("summary.config.numCpu") or 0,
-                  props.get("summary.config.memorySizeMB") or 0, base.is_managed(name))
+    return VMInfo(
+        name,
+        state,
+        host_name,
+        props.get("summary.config.numCpu") or 0,
+        props.get("summary.config.memorySizeMB") or 0,
+        base.is_managed(name),
+    )
