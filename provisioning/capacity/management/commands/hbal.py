@@ -1,0 +1,34 @@
+"""``manage.py hbal``: a move plan that lowers the cluster score, as Ganeti's hbal (faster)."""
+
+import json
+
+from django.core.management.base import BaseCommand
+
+from provisioning.placement.ganeti.hbal import HbalOptions, balance
+
+from ._ganeti_input import add_source_arguments, ganeti_cluster
+
+
+class Command(BaseCommand):
+    help = "Plan VM moves that even out the cluster; never onto drained or offline hosts."
+
+    def add_arguments(self, parser):
+        add_source_arguments(parser)
+        parser.add_argument("--max-moves", type=int, default=-1, help="stop after N moves (default: converge)")
+        parser.add_argument("-C", "--print-commands", action="store_true", help="print gnt-instance commands")
+        parser.add_argument("--json", action="store_true")
+
+    def handle(self, *args, **opts):
+        # Live VMs migrate to any host (shared-storage semantics in Ganeti's terms).
+        cluster = ganeti_cluster(opts, template="ext")
+        result = balance(cluster, HbalOptions(max_moves=opts["max_moves"]))
+        if opts["json"]:
+            self.stdout.write(json.dumps(result.to_dict(), indent=2))
+            return
+        self.stdout.write(f"Initial score: {result.initial_score:.8f}")
+        for number, step in enumerate(result.steps, start=1):
+            self.stdout.write(step.line(number))
+        self.stdout.write(f"Cluster score improved from {result.initial_score:.8f} to {result.final_score:.8f}")
+        self.stdout.write(f"Solution length={len(result.steps)}")
+        if opts["print_commands"]:
+            self.stdout.write("\n".join(result.commands()))
