@@ -147,3 +147,15 @@ def test_windows_before_now_use_the_exact_slow_path():
     c = cluster(host("h", vcpus=2, allocations=(alloc("x", vcpus=2, start=100),)), now=100)
     assert place(c, request(vcpus=2, start=0, end=50)).ok
     assert not place(c, request(vcpus=2, start=100, end=150)).ok
+
+
+def test_warming_an_engine_changes_no_decision():
+    c = cluster(
+        host("a", allocations=(alloc("x", vcpus=8, start=0, end=100),)),
+        host("b", allocations=(alloc("y", mem=30000, start=50, end=200),)),
+    )
+    cold, warm = PlacementEngine(c), PlacementEngine(c)
+    warm.warm()
+    for start in (0, 60, 150, 300):
+        req = request(vcpus=4, mem=4096, start=start, end=start + 80)
+        assert warm.place(req).to_dict() == cold.place(req).to_dict()
