@@ -1,1 +1,157 @@
-"""Models of the reservations app."""
+"""Reservations: a user's claim on an image for a window, the class blocks that make many, and quotas.
+
+A ``Reservation`` holds a capacity ``Allocation`` for its whole window from the moment it is
+accepted (so a future reservation is as sure as one for now), gets a ``VM`` built on that claim
+ahead of its start, and ends at its end. Its status history is ``ReservationHistory``.
+A ``BlockAllocation`` is an instructor's N seats of an image for a user group over a window,
+repeated weekly if asked; each occurrence becomes N seat reservations that members take.
+``QuotaRule`` rows limit durations and concurrency per group (and per image).
+"""
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from inventory import crypto
+
+
+class Reservation(models.Model):
+    class Status(models.TextChoices):
+        REQUESTED = "requested", "requested"
+        PENDING = "pending", "pending"
+        PLACING = "placing", "placing"
+        PROVISIONING = "provisioning", "provisioning"
+        READY = "ready", "ready"
+        ENDING = "ending", "ending"
+        ENDED = "ended", "ended"
+        FAILED = "failed", "failed"
+        CANCELED = "canceled", "canceled"
+
+    # Statuses that count against quotas and hold capacity.
+    ACTIVE = ("requested", "pending", "placing", "provisioning", "ready")
+    FINAL = ("ended", "failed", "canceled")
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="reservations",
+        help_text="Blank: an untaken seat of a block allocation.",
+    )  # fmt: skip
+    image = models.ForeignKey("vms.Image", on_delete=models.PROTECT, related_name="reservations")
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.REQUESTED)
+    vcpus = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    memory_mib = models.PositiveIntegerField(validators=[MinValueValidator(16)])
+    disk_gib = models.PositiveIntegerField()
+    allocation = models.ForeignKey(
+        "capacity.Allocation", null=True, blank=True, on_delete=models.SET_NULL, related_name="reservations"
+    )
+    vm = models.ForeignKey("vms.VM", null=True, blank=True, on_delete=models.SET_NULL, related_name="reservations")
+    block = models.ForeignKey(
+        "BlockAllocation", null=True, blank=True, on_delete=models.CASCADE, related_name="seat_reservations"
+    )
+    occurrence = models.PositiveIntegerField(default=0, help_text="Which week of a recurring block.")
+    attempts = models.PositiveSmallIntegerField(default=0, help_text="VM builds tried (a failed one is retried once).")
+    failed_hosts = models.JSONField(default=list, blank=True)
+    connect_user = models.CharField(max_length=64, blank=True)
+    connect_secret = models.TextField(blank=True, help_text="One-time password, encrypted at rest.")
+    ssh_key = models.TextField(blank=True, help_text="A public key to log in with instead of a password.")
+    request_key = models.CharField(max_length=64, blank=True, help_text="The form's one-time key (double submits).")
+    warned = models.BooleanField(default=False, help_text="The end-of-reservation warning was sent.")
+    error = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-start", "-id"]
+        indexes = [
+            models.Index(fields=["status", "start"], name="reservation_status_start"),
+            models.Index(fields=["status", "end"], name="reservation_status_end"),
+            models.Index(fields=["user", "status"], name="reservation_user_status"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "request_key"], condition=~models.Q(request_key=""), name="reservation_request_once"
+            ),
+            models.CheckConstraint(condition=models.Q(end__gt=models.F("start")), name="reservation_end_after_start"),
+        ]
+
+    def __str__(self):
+        return f"reservation {self.pk}"
+
+    @property
+    def active(self):
+        return self.status in self.ACTIVE
+
+    @property
+    def duration(self):
+        return self.end - self.start
+
+    def set_password(self, clear):
+        self.connect_secret = crypto.encrypt(clear) if clear else ""
+
+    def get_password(self):
+        return crypto.decrypt(self.connect_secret) if self.connect_secret else ""
+
+
+class ReservationHistory(models.Model):
+    """One status change with its reason (what the user sees under 'what happened')."""
+
+    reservation = models.ForeignKey(Reservation, on_delete=models.CASCADE, related_name="history")
+    status = models.CharField(max_length=12, choices=Reservation.Status.choices)
+    reason = models.CharField(max_length=500, blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        verbose_name_plural = "reservation history"
+
+    def __str__(self):
+        return f"{self.reservation} {self.status} at {self.at:%Y-%m-%d %H:%M}"
+
+
+class BlockAllocation(models.Model):
+    """N seats of an image for a user group over a window (VCL's block reservations)."""
+
+    name = models.CharField(max_length=100)
+    image = models.ForeignKey("vms.Image", on_delete=models.PROTECT, related_name="blocks")
+    group = models.ForeignKey("auth.Group", on_delete=models.PROTECT, related_name="blocks")
+    seats = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(1000)])
+    start = models.DateTimeField(help_text="Start of the first occurrence.")
+    end = models.DateTimeField(help_text="End of the first occurrence.")
+    weeks = models.PositiveIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(52)], help_text="Occurrences, one a week."
+    )
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    canceled = models.BooleanField(default=False)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-start", "-id"]
+
+    def __str__(self):
+        return self.name
+
+
+class QuotaRule(models.Model):
+    """Limits for the members of a group (blank group: everybody), for one image or all.
+
+    Every rule that applies to a user and image binds: the strictest limit wins, and a refusal
+    names the rule. Without any rule the settings' defaults apply.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    group = models.ForeignKey("auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    image = models.ForeignKey("vms.Image", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    max_duration_minutes = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    max_per_user = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Concurrent reservations of one member."
+    )
+    max_per_group = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Concurrent reservations of all members together."
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name

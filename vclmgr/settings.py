@@ -259,6 +259,18 @@ CREDENTIAL_KEY = env.str("CREDENTIAL_KEY", None)
 INVENTORY_IMPORT_MAX_BYTES = env.int("INVENTORY_IMPORT_MAX_BYTES", 20 * 1024 * 1024, minimum=1024)
 INVENTORY_IMPORT_MAX_ROWS = env.int("INVENTORY_IMPORT_MAX_ROWS", 20_000, minimum=1)
 
+# --- reservations ---------------------------------------------------------------------
+# VCL's preload: a future reservation's VM is built this long before its start.
+RESERVATION_LEAD_MINUTES = env.int("RESERVATION_LEAD_MINUTES", 10, minimum=0)
+# Defaults where no quota rule applies.
+RESERVATION_MAX_MINUTES = env.int("RESERVATION_MAX_MINUTES", 8 * 60, minimum=1)
+RESERVATION_MAX_PER_USER = env.int("RESERVATION_MAX_PER_USER", 3, minimum=1)
+# How far ahead a reservation may start, and when the "ending soon" warning goes out.
+RESERVATION_HORIZON_DAYS = env.int("RESERVATION_HORIZON_DAYS", 90, minimum=1)
+RESERVATION_WARN_MINUTES = env.int("RESERVATION_WARN_MINUTES", 10, minimum=0)
+# The scheduler's tick (starts, ends, warnings, block seats), in seconds.
+RESERVATION_TICK_SECONDS = env.int("RESERVATION_TICK_SECONDS", 30, minimum=5)
+
 # --- events ---------------------------------------------------------------------------
 EVENTS_POLL_SECONDS = env.float("EVENTS_POLL_SECONDS", 0.2, minimum=0.01)
 EVENTS_RETENTION_DAYS = env.int("EVENTS_RETENTION_DAYS", 7, minimum=1)

@@ -1,0 +1,669 @@
+"""Reserve, check, extend, end, cancel; block allocations; quotas; the scheduler's tick.
+
+One function per verb; the web pages, the API, the CLI and the jobs call these. Rules:
+
+- Validation comes first and names the field and, for a quota, the rule; nothing is written
+  when anything is wrong (Django ``ValidationError`` with per-field messages).
+- A reservation claims its capacity when it is accepted, for its whole window, in the
+  transaction that creates it: a future reservation is as sure as one for now, and a request
+  that does not fit is refused with the earliest start that would.
+- Hypervisors are never called here: building, reverting and destroying VMs are jobs
+  (``vm.*`` from the VM app, ``reservation.*`` in ``reservations.opcodes``).
+- Every status change is recorded in the history with its reason, and emitted as an event
+  (``reservation.changed``) to the reservation's owner, its own topic and the dashboard.
+"""
+
+import secrets
+from dataclasses import dataclass, field, fields
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from provisioning.capacity import services as capacity
+from provisioning.jobs import services as jobs
+from provisioning.placement import reasons as placement_reasons
+from provisioning.placement.result import format_time
+from provisioning.vms import services as vms
+from provisioning.vms.models import VM
+from reservations.models import BlockAllocation, QuotaRule, Reservation, ReservationHistory
+from vclmgr import changelog, events, topics
+from vclmgr.changelog import Actor
+
+S = Reservation.Status
+START_GRACE = timedelta(minutes=2)  # a form filled in at 10:00 and sent at 10:01 still means "now"
+MAX_ATTEMPTS = 2  # a VM that fails to build is retried once on another host
+CLEAN_SNAPSHOT = "clean"
+
+
+class Conflict(Exception):
+    """The reservation is not in a state that allows this."""
+
+
+# --- who sees what ----------------------------------------------------------------------
+
+
+def visible(user):
+    if user.is_staff:
+        return Reservation.objects.all()
+    return Reservation.objects.filter(user=user)
+
+
+def may_see(user, rest):
+    """Topic authoriser for ``reservation.<id>``: its user and staff."""
+    if not rest.isdigit() or len(rest) > 18:
+        return False
+    return user.is_staff or Reservation.objects.filter(pk=int(rest), user=user).exists()
+
+
+# --- limits -----------------------------------------------------------------------------
+
+
+@dataclass
+class Limits:
+    """What applies to one user and image, each limit with the rule that set it."""
+
+    max_minutes: int
+    max_minutes_rule: str
+    per_user: int
+    per_user_rule: str
+    per_group: list = field(default_factory=list)  # [(rule name, group, limit)]
+
+
+def limits_for(user, image):
+    limits = Limits(
+        settings.RESERVATION_MAX_MINUTES, "the site default", settings.RESERVATION_MAX_PER_USER, "the site default"
+    )
+    if user is None:
+        return limits
+    rules = QuotaRule.objects.filter(
+        Q(group__isnull=True) | Q(group__in=user.groups.all()), Q(image__isnull=True) | Q(image=image)
+    ).select_related("group")
+    for rule in rules:  # every rule binds: the strictest wins
+        if rule.max_duration_minutes is not None and rule.max_duration_minutes < limits.max_minutes:
+            limits.max_minutes, limits.max_minutes_rule = rule.max_duration_minutes, f"rule '{rule.name}'"
+        if rule.max_per_user is not None and rule.max_per_user < limits.per_user:
+            limits.per_user, limits.per_user_rule = rule.max_per_user, f"rule '{rule.name}'"
+        if rule.max_per_group is not None and rule.group is not None:
+            limits.per_group.append((rule.name, rule.group, rule.max_per_group))
+    return limits
+
+
+def _human(minutes):
+    hours, rest = divmod(int(minutes), 60)
+    if not hours:
+        return f"{rest} min"
+    return f"{hours} h" + (f" {rest} min" if rest else "")
+
+
+def _overlapping(queryset, start, end, exclude=None):
+    found = queryset.filter(status__in=Reservation.ACTIVE, start__lt=end, end__gt=start)
+    return found.exclude(pk=exclude.pk) if exclude is not None else found
+
+
+def _check_quota(errors, user, image, start, end, limits, exclude=None):
+    minutes = (end - start).total_seconds() / 60
+    if minutes > limits.max_minutes:
+        errors.setdefault("end", []).append(
+            f"at most {_human(limits.max_minutes)} for {image.name} ({limits.max_minutes_rule}); "
+            f"this is {_human(minutes)}"
+        )
+    if user is None:
+        return
+    mine = _overlapping(Reservation.objects.filter(user=user), start, end, exclude).count()
+    if mine >= limits.per_user:
+        errors.setdefault("start", []).append(
+            f"you already have {mine} reservations at that time; at most {limits.per_user} ({limits.per_user_rule})"
+        )
+    for name, group, limit in limits.per_group:
+        theirs = _overlapping(Reservation.objects.filter(user__groups=group), start, end, exclude).count()
+        if theirs >= limit:
+            errors.setdefault("start", []).append(
+                f"group {group.name} already has {theirs} reservations at that time; at most {limit} (rule '{name}')"
+            )
+
+
+# --- checking and placing ---------------------------------------------------------------
+
+
+@dataclass
+class Fit:
+    """The answer to "would this fit?", in plain words for the form."""
+
+    fits: bool
+    message: str
+    earliest: object = None  # a datetime, or None (fits as asked, or never)
+    reasons: dict = field(default_factory=dict)
+
+    def as_dict(self):
+        return {
+            "fits": self.fits,
+            "message": self.message,
+            "earliest": self.earliest.isoformat() if self.earliest else None,
+            "reasons": self.reasons,
+        }
+
+
+def _demand(image, start, end, size, purpose, exclude_hosts=()):
+    formats = frozenset(image.variants.values_list("format", flat=True))
+    extra = {}
+    if exclude_hosts and "exclude_hosts" in {f.name for f in fields(capacity.Demand)}:
+        extra["exclude_hosts"] = frozenset(exclude_hosts)
+    return capacity.Demand(start=start, end=end, formats=formats, purpose=purpose, **size, **extra)
+
+
+def _size(image, vcpus=None, memory_mib=None, disk_gib=None):
+    return {
+        "vcpus": vcpus or image.default_vcpus,
+        "memory_mib": memory_mib or image.default_memory_mib,
+        "disk_gib": image.default_disk_gib if disk_gib is None else disk_gib,
+    }
+
+
+def _plain(result):
+    """A placement refusal in words a user understands."""
+    why = placement_reasons.summarize(result.reasons) or result.note or "no hosts"
+    return f"no host has room then ({why})"
+
+
+def _no_capacity_message(result, start):
+    text = _plain(result)
+    fit = result.earliest_fit
+    if fit is not None and fit.start is not None:
+        return f"{text}; the earliest start that fits is {format_time(fit.start)} UTC"
+    return f"{text}; it does not fit at any time soon"
+
+
+def check_fit(image, start, end, **size):
+    """Would an ``image`` VM fit over ``[start, end)``? Writes nothing."""
+    from datetime import UTC, datetime
+
+    result = capacity.plan(_demand(image, start, end, _size(image, **size), "check"))
+    if result.ok:
+        return Fit(True, "fits: a host has room for the whole time")
+    earliest = None
+    if result.earliest_fit is not None and result.earliest_fit.start is not None:
+        earliest = datetime.fromtimestamp(result.earliest_fit.start, UTC)
+    return Fit(False, _no_capacity_message(result, start), earliest, dict(result.reasons))
+
+
+def validate(user, image, start, end, now=None, exclude=None):
+    """Per-field errors for a reservation request (empty: acceptable, capacity aside)."""
+    now = now or timezone.now()
+    errors = {}
+    if user is not None and not vms.visible_images(user).filter(pk=image.pk).exists():
+        return {"image": ["no such image, or you may not use it"]}
+    if not image.active:
+        errors["image"] = [f"image {image.name} is inactive"]
+    elif not image.variants.exists():
+        errors["image"] = [f"image {image.name} cannot be run yet: it has no variant for any hypervisor"]
+    if start < now - START_GRACE:
+        errors["start"] = ["the start is in the past"]
+    elif start > now + timedelta(days=settings.RESERVATION_HORIZON_DAYS):
+        errors["start"] = [f"at most {settings.RESERVATION_HORIZON_DAYS} days ahead"]
+    if end <= start:
+        errors["end"] = ["the end must be after the start"]
+    if errors:
+        return errors
+    _check_quota(errors, user, image, start, end, limits_for(user, image), exclude)
+    return errors
+
+
+def reserve(
+    actor, user, image, *, start=None, end=None, duration=None, ssh_key="", request_key="", now=None, size=None
+):
+    """Accept a reservation and claim its capacity; returns it. ``ValidationError`` if refused.
+
+    ``start`` None: now. ``end`` or ``duration`` (a timedelta). ``request_key``: the form's one-time
+    key; submitting it again returns the first reservation instead of making a second.
+    """
+    actor = Actor.of(actor)
+    now = now or timezone.now()
+    if request_key:
+        existing = Reservation.objects.filter(user=user, request_key=request_key).first()
+        if existing is not None:
+            return existing
+    start = start or now
+    if end is None:
+        if duration is None:
+            raise ValidationError({"end": ["give an end or a duration"]})
+        end = start + duration
+    errors = validate(user, image, start, end, now)
+    if errors:
+        raise ValidationError(errors)
+    start = max(start, now)  # within the grace period: "now" (capacity is claimed from now)
+    try:
+        with transaction.atomic():
+            reservation = _create(actor, user, image, start, end, ssh_key, request_key, size or {})
+    except IntegrityError:  # the same form, submitted twice at once: the other one won
+        existing = Reservation.objects.filter(user=user, request_key=request_key).first()
+        if request_key and existing is not None:
+            return existing
+        raise
+    if start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) <= now:
+        provision(reservation.pk, actor)
+        reservation.refresh_from_db()
+    return reservation
+
+
+def _create(actor, user, image, start, end, ssh_key, request_key, size, block=None, occurrence=0):
+    size = _size(image, **size)
+    reservation = Reservation.objects.create(
+        user=user, image=image, start=start, end=end, ssh_key=ssh_key.strip(), request_key=request_key,
+        block=block, occurrence=occurrence, **size,
+    )  # fmt: skip
+    try:
+        allocation = capacity.claim(
+            _demand(image, start, end, size, f"reservation {reservation.pk}"), actor, owner=user
+        )
+    except capacity.NoCapacity as exc:
+        raise ValidationError({"start": [_no_capacity_message(exc.result, start)]}) from None
+    except capacity.TryAgain as exc:
+        raise ValidationError({"start": [str(exc)]}) from None
+    reservation.allocation = allocation
+    reservation.status = S.PENDING
+    reservation.save(update_fields=["allocation", "status"])
+    changelog.record(reservation, "create", actor, reason="reserved")
+    _history(reservation, f"reserved on {allocation.host.name}, {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC")
+    return reservation
+
+
+def _history(reservation, reason):
+    ReservationHistory.objects.create(reservation=reservation, status=reservation.status, reason=reason[:500])
+    _emit(reservation, reason)
+
+
+def _emit(reservation, reason=""):
+    data = {
+        "id": reservation.pk,
+        "status": reservation.status,
+        "image": reservation.image_id,
+        "start": reservation.start.isoformat(),
+        "end": reservation.end.isoformat(),
+        "vm": reservation.vm_id,
+        "reason": reason,
+        "error": reservation.error,
+    }
+    targets = [f"reservation.{reservation.pk}", "admin"]
+    if reservation.user_id:
+        targets.append(topics.user_topic(reservation.user_id))
+    events.emit("reservation.changed", data, targets)
+
+
+def _move(reservation_id, old, new, reason, **values):
+    """Change status ``old`` → ``new`` if it still is ``old`` (a conditional UPDATE: two
+    schedulers or a user and the scheduler never both act). Returns the row or None."""
+    olds = old if isinstance(old, (tuple, list)) else (old,)
+    with transaction.atomic():
+        updated = Reservation.objects.filter(pk=reservation_id, status__in=olds).update(
+            status=new, updated=timezone.now(), **values
+        )
+        if not updated:
+            return None
+        reservation = Reservation.objects.select_related("image").get(pk=reservation_id)
+        _history(reservation, reason)
+    return reservation
+
+
+# --- the lifecycle ----------------------------------------------------------------------
+
+
+def provision(reservation_id, actor, reason="building the VM"):
+    """Build the reservation's VM on its claim (a ``vm.create`` job, then ``reservation.settle``)."""
+    reservation = _move(reservation_id, (S.PENDING, S.PLACING), S.PROVISIONING, reason)
+    if reservation is None:
+        return None
+    with transaction.atomic():
+        reservation.attempts += 1
+        vm, job = vms.request_vm(
+            actor,
+            owner=reservation.user,
+            image=reservation.image,
+            vcpus=reservation.vcpus,
+            memory_mib=reservation.memory_mib,
+            disk_gib=reservation.disk_gib,
+            name=f"res-{reservation.pk}",
+            end=reservation.end,
+            allocation=reservation.allocation,
+            reason=f"reservation {reservation.pk}",
+        )
+        reservation.vm = vm
+        reservation.save(update_fields=["vm", "attempts"])
+        jobs.submit(
+            "reservation.settle",
+            {"reservation": reservation.pk},
+            actor=actor,
+            submitter=reservation.user,
+            reason=f"reservation {reservation.pk}: when {vm.key} is built",
+            depends=[(job.pk, [])],
+        )
+    return job
+
+
+def settle(reservation_id, actor):
+    """After a ``vm.create`` ended: ready, retry on another host, or failed. Idempotent."""
+    reservation = Reservation.objects.select_related("vm", "vm__host", "image").get(pk=reservation_id)
+    vm = reservation.vm
+    if reservation.status != S.PROVISIONING or vm is None:
+        return {"status": reservation.status, "note": "nothing to settle"}
+    if vm.state == VM.State.RUNNING:
+        return _ready(reservation, vm, actor)
+    if vm.state in VM.LIVE:  # still building (a settle run early): wait for the next one
+        return {"status": reservation.status, "vm": vm.state}
+    failed = [*reservation.failed_hosts, *([vm.host_id] if vm.host_id else [])]
+    why = vm.error or f"the VM ended {vm.state}"
+    if reservation.attempts >= MAX_ATTEMPTS or reservation.end <= timezone.now():
+        _move(reservation.pk, S.PROVISIONING, S.FAILED, f"failed: {why}", error=why[:4000], failed_hosts=failed)
+        _release(reservation, actor, "reservation failed")
+        return {"status": S.FAILED, "error": why}
+    return _retry_elsewhere(reservation, failed, why, actor)
+
+
+def _retry_elsewhere(reservation, failed_hosts, why, actor):
+    """Claim again, avoiding the hosts that failed, and build again (once)."""
+    if (
+        _move(reservation.pk, S.PROVISIONING, S.PLACING, f"retrying on another host: {why}", failed_hosts=failed_hosts)
+        is None
+    ):
+        return {"status": reservation.status}
+    start = max(reservation.start, timezone.now())
+    size = {"vcpus": reservation.vcpus, "memory_mib": reservation.memory_mib, "disk_gib": reservation.disk_gib}
+    demand = _demand(reservation.image, start, reservation.end, size, f"reservation {reservation.pk}", failed_hosts)
+    try:
+        with transaction.atomic():
+            allocation = capacity.claim(demand, actor, owner=reservation.user)
+            Reservation.objects.filter(pk=reservation.pk).update(allocation=allocation)
+    except (capacity.NoCapacity, capacity.TryAgain) as exc:
+        text = _plain(exc.result) if isinstance(exc, capacity.NoCapacity) else str(exc)
+        error = f"{why}; no other host for a retry: {text}"
+        _move(reservation.pk, S.PLACING, S.FAILED, f"failed: {error}", error=error[:4000])
+        return {"status": S.FAILED, "error": error}
+    provision(reservation.pk, actor, f"retrying on {allocation.host.name} after: {why}")
+    return {"status": S.PROVISIONING, "retry": True, "host": allocation.host_id}
+
+
+def _ready(reservation, vm, actor):
+    password = "" if reservation.ssh_key else secrets.token_urlsafe(12)
+    probe = Reservation(connect_secret="")
+    probe.set_password(password)
+    user = reservation.user.get_username() if reservation.user else "vcl"
+    done = _move(
+        reservation.pk,
+        S.PROVISIONING,
+        S.READY,
+        f"ready on {vm.host.name if vm.host else '?'} at {vm.address or 'an unknown address'}",
+        connect_user=_login_name(user),
+        connect_secret=probe.connect_secret,
+        error="",
+    )
+    if done is not None and reservation.image.revert_on_end:
+        vms.submit_action(
+            actor, vm, "snapshot", name=CLEAN_SNAPSHOT, reason=f"reservation {reservation.pk}: clean state"
+        )
+    return {"status": S.READY, "vm": vm.pk, "address": vm.address}
+
+
+def _login_name(name):
+    cleaned = "".join(c if c.isalnum() or c in "._-" else "_" for c in name.lower())[:32]
+    return cleaned or "vcl"
+
+
+def _release(reservation, actor, reason):
+    if reservation.allocation_id:
+        reservation.allocation.refresh_from_db()
+        capacity.release(reservation.allocation, actor, reason)
+
+
+def end(actor, reservation, reason="ended by the user"):
+    """End a reservation now (or at its end time, from the tick): tear its VM down or revert it.
+
+    A future one that has not started is canceled instead; a final one is left as it is.
+    """
+    actor = Actor.of(actor)
+    if reservation.status in Reservation.FINAL or reservation.status == S.ENDING:
+        raise Conflict(f"reservation {reservation.pk} is already {reservation.status}")
+    if reservation.status in (S.REQUESTED, S.PENDING):
+        return cancel(actor, reservation, reason)
+    moved = _move(reservation.pk, Reservation.ACTIVE, S.ENDING, reason)
+    if moved is None:
+        raise Conflict(f"reservation {reservation.pk} changed meanwhile; reload")
+    vm = moved.vm
+    with transaction.atomic():
+        if vm is None or vm.state not in VM.LIVE:
+            _finish(moved, actor, "nothing to tear down")
+            return None
+        if moved.image.revert_on_end and _has_snapshot(vm, CLEAN_SNAPSHOT) and vm.state == VM.State.RUNNING:
+            first = vms.submit_action(actor, vm, "revert", name=CLEAN_SNAPSHOT, reason=f"reservation {moved.pk} ended")
+            job = jobs.submit(
+                "vm.stop", {"vm": vm.pk, "force": True}, actor=actor, submitter=moved.user,
+                reason=f"reservation {moved.pk} ended", depends=[(first.pk, [])],
+            )  # fmt: skip
+        else:
+            job = jobs.submit(
+                "vm.destroy", {"vm": vm.pk}, actor=actor, submitter=moved.user, reason=f"reservation {moved.pk} ended"
+            )
+        jobs.submit(
+            "reservation.finish", {"reservation": moved.pk}, actor=actor, submitter=moved.user,
+            reason=f"reservation {moved.pk}: after teardown", depends=[(job.pk, [])],
+        )  # fmt: skip
+    return job
+
+
+def _has_snapshot(vm, name):
+    return any((s.get("name") if isinstance(s, dict) else s) == name for s in vm.snapshots or [])
+
+
+def finish(reservation_id, actor):
+    """After the teardown job: ended, capacity released. Idempotent."""
+    reservation = Reservation.objects.select_related("vm", "allocation").get(pk=reservation_id)
+    if reservation.status != S.ENDING:
+        return {"status": reservation.status}
+    vm = reservation.vm
+    note = "VM destroyed" if vm is None or vm.state == VM.State.DESTROYED else f"VM {vm.state}"
+    if vm is not None and vm.state == VM.State.STOPPED and reservation.image.revert_on_end:
+        note = "VM reverted to its clean state and stopped"
+    with transaction.atomic():
+        _finish(reservation, actor, note)
+    return {"status": S.ENDED, "note": note}
+
+
+def _finish(reservation, actor, note):
+    done = _move(reservation.pk, S.ENDING, S.ENDED, f"ended: {note}", connect_secret="")
+    if done is not None:
+        _release(done, actor, "reservation ended")
+
+
+def cancel(actor, reservation, reason="canceled by the user"):
+    """Cancel a reservation that has not started building; its capacity is given back."""
+    actor = Actor.of(actor)
+    with transaction.atomic():
+        done = _move(reservation.pk, (S.REQUESTED, S.PENDING), S.CANCELED, reason)
+        if done is None:
+            raise Conflict(
+                f"reservation {reservation.pk} is {reservation.status}: only one that has not started can be "
+                "canceled; end it instead"
+            )
+        _release(done, actor, "reservation canceled")
+    return done
+
+
+def extend(actor, reservation, new_end):
+    """Move the end later if the host still has room then; ``ValidationError`` saying why not."""
+    actor = Actor.of(actor)
+    if reservation.status not in Reservation.ACTIVE or reservation.allocation_id is None:
+        raise Conflict(f"reservation {reservation.pk} is {reservation.status}: it cannot be extended")
+    if new_end <= reservation.end:
+        raise ValidationError({"end": ["the new end must be later than the current one"]})
+    errors = {}
+    _check_quota(errors, None, reservation.image, reservation.start, new_end,
+                 limits_for(reservation.user, reservation.image))  # fmt: skip
+    if errors:
+        raise ValidationError(errors)
+    allocation = reservation.allocation
+    with transaction.atomic():
+        try:
+            fresh = capacity.extend(allocation, new_end, actor)
+        except capacity.NoCapacity as exc:
+            raise ValidationError(
+                {"end": [f"cannot extend to {new_end:%Y-%m-%d %H:%M} UTC: {_plain(exc.result)} on this VM's host"]}
+            ) from None
+        Reservation.objects.filter(pk=reservation.pk).update(end=new_end, allocation=fresh, warned=False)
+        if reservation.vm_id:
+            VM.objects.filter(pk=reservation.vm_id).update(end=new_end, allocation=fresh)
+        reservation.refresh_from_db()
+        changelog.record(reservation, "update", actor, {"end": [str(allocation.end), str(new_end)]}, "extended")
+        _history(reservation, f"extended to {new_end:%Y-%m-%d %H:%M} UTC")
+    return reservation
+
+
+def connection(reservation):
+    """What the user needs to log in, once ready: address, user, password or key, commands."""
+    vm = reservation.vm
+    if reservation.status != S.READY or vm is None:
+        return None
+    address = vm.address or ""
+    rdp = "windows" in (reservation.image.os or "").lower()
+    return {
+        "address": address,
+        "user": reservation.connect_user,
+        "password": reservation.get_password(),
+        "ssh_key": bool(reservation.ssh_key),
+        "protocol": "rdp" if rdp else "ssh",
+        "command": f"ssh {reservation.connect_user}@{address}" if not rdp else f"mstsc /v:{address}",
+    }
+
+
+def rdp_file(reservation):
+    details = connection(reservation)
+    if details is None:
+        return None
+    return f"full address:s:{details['address']}\r\nusername:s:{details['user']}\r\nprompt for credentials:i:1\r\n"
+
+
+# --- block allocations ------------------------------------------------------------------
+
+
+def may_manage_blocks(user):
+    return user.is_staff or user.has_perm("reservations.add_blockallocation")
+
+
+def create_block(actor, *, name, image, group, seats, start, end, weeks=1, created_by=None, now=None):
+    """Reserve ``seats`` of ``image`` for ``group`` each week; all occurrences claimed at once or none."""
+    actor = Actor.of(actor)
+    now = now or timezone.now()
+    errors = {}
+    if not name.strip():
+        errors["name"] = ["give the block a name"]
+    if not isinstance(group, Group):
+        errors["group"] = ["no such group"]
+    if not (1 <= int(seats) <= 1000):
+        errors["seats"] = ["between 1 and 1000 seats"]
+    if not (1 <= int(weeks) <= 52):
+        errors["weeks"] = ["between 1 and 52 weeks"]
+    errors.update({k: v for k, v in validate(None, image, start, end, now).items() if k not in errors})
+    if errors:
+        raise ValidationError(errors)
+    members = list(group.user_set.filter(is_active=True).order_by("username")) if isinstance(group, Group) else []
+    with transaction.atomic():
+        block = BlockAllocation.objects.create(
+            name=name.strip(), image=image, group=group, seats=seats, start=start, end=end, weeks=weeks,
+            created_by=created_by,
+        )  # fmt: skip
+        for week in range(int(weeks)):
+            shift = timedelta(weeks=week)
+            for seat in range(int(seats)):
+                user = members[seat] if seat < len(members) else None
+                try:
+                    _create(actor, user, image, start + shift, end + shift, "", "", {}, block, week)
+                except ValidationError as exc:  # all or nothing: roll every claim back
+                    detail = "; ".join(exc.message_dict.get("start", exc.messages))
+                    raise ValidationError(
+                        {"seats": [f"week {week + 1}, seat {seat + 1} of {seats} does not fit: {detail}"]}
+                    ) from None
+        changelog.record(block, "create", actor, reason=f"{seats} seats × {weeks} weeks for {group.name}")
+    due = start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) <= now
+    if due:
+        for seat_id in block.seat_reservations.filter(occurrence=0).values_list("pk", flat=True):
+            provision(seat_id, actor, "pre-provisioning a class seat")
+    return block
+
+
+def take_seat(actor, user, block, now=None):
+    """A member of the block's group takes a free seat of the current or next occurrence."""
+    now = now or timezone.now()
+    if block.canceled or not user.groups.filter(pk=block.group_id).exists():
+        raise ValidationError({"block": ["you are not in this class's group"]})
+    upcoming = block.seat_reservations.filter(status__in=Reservation.ACTIVE, end__gt=now).order_by("start", "pk")
+    held = upcoming.filter(user=user).first()
+    if held is not None:
+        return held
+    for seat in upcoming.filter(user__isnull=True):
+        with transaction.atomic():
+            if Reservation.objects.filter(pk=seat.pk, user__isnull=True).update(user=user):
+                if seat.vm_id:
+                    VM.objects.filter(pk=seat.vm_id).update(owner=user)
+                seat.refresh_from_db()
+                _history(seat, f"seat taken by {user.get_username()}")
+                return seat
+    raise ValidationError({"block": ["every seat is taken"]})
+
+
+def block_usage(block, now=None):
+    now = now or timezone.now()
+    current = (
+        block.seat_reservations.filter(end__gt=now).order_by("occurrence").values_list("occurrence", flat=True).first()
+    )
+    seats = block.seat_reservations.filter(occurrence=current if current is not None else block.weeks - 1)
+    return {
+        "occurrence": (current or 0) + 1,
+        "seats": block.seats,
+        "taken": seats.filter(user__isnull=False).count(),
+        "ready": seats.filter(status=S.READY).count(),
+        "failed": seats.filter(status=S.FAILED).count(),
+    }
+
+
+def cancel_block(actor, block, reason="block canceled"):
+    actor = Actor.of(actor)
+    BlockAllocation.objects.filter(pk=block.pk).update(canceled=True)
+    for seat in block.seat_reservations.filter(status__in=Reservation.ACTIVE):
+        try:
+            end(actor, seat, reason)
+        except Conflict:
+            pass
+
+
+# --- the scheduler ----------------------------------------------------------------------
+
+
+def tick(now=None, actor=None):
+    """Start what is due, end what is over, warn what ends soon. Safe to run anywhere, any time."""
+    now = now or timezone.now()
+    actor = actor or Actor(name="scheduler")
+    lead = timedelta(minutes=settings.RESERVATION_LEAD_MINUTES)
+    done = {"started": 0, "ended": 0, "warned": 0, "expired": 0}
+    for rid in Reservation.objects.filter(status=S.PENDING, start__lte=now + lead, end__gt=now).values_list(
+        "pk", flat=True
+    ):
+        if provision(rid, actor, "its start is near: building the VM"):
+            done["started"] += 1
+    for reservation in Reservation.objects.filter(status__in=Reservation.ACTIVE, end__lte=now).select_related("vm"):
+        try:
+            end(actor, reservation, "its time is over")
+            done["ended" if reservation.status != S.PENDING else "expired"] += 1
+        except Conflict:
+            pass
+    warn_at = now + timedelta(minutes=settings.RESERVATION_WARN_MINUTES)
+    for reservation in Reservation.objects.filter(status=S.READY, warned=False, end__lte=warn_at, end__gt=now):
+        with transaction.atomic():
+            if Reservation.objects.filter(pk=reservation.pk, warned=False).update(warned=True):
+                minutes = max(1, round((reservation.end - now).total_seconds() / 60))
+                targets = [f"reservation.{reservation.pk}", topics.user_topic(reservation.user_id)]
+                events.emit("reservation.ending", {"id": reservation.pk, "minutes": minutes,
+                                                   "end": reservation.end.isoformat()}, targets)  # fmt: skip
+                done["warned"] += 1
+    return done

@@ -1,0 +1,33 @@
+"""Fixtures for reservations: simulated hosts, an image, jobs run in this process."""
+
+import pytest
+
+from provisioning.capacity.snapshot import snapshot
+from provisioning.vms import services as vms
+from tests.provisioning.jobs.conftest import SyncJobs
+
+
+@pytest.fixture(autouse=True)
+def _fresh_snapshot():
+    snapshot.reset()
+    yield
+    snapshot.reset()
+
+
+@pytest.fixture
+def sync_jobs(monkeypatch):
+    return SyncJobs(monkeypatch)
+
+
+@pytest.fixture
+def sim_host(make_host):
+    return make_host("sim-1", driver="sim", cpus=8, memory_mib=8192, disk_gib=200)
+
+
+@pytest.fixture
+def image(db):
+    image = vms.create_image("test", name="debian-12", os="Debian 12", min_memory_mib=256,
+                             default_vcpus=2, default_memory_mib=2048, default_disk_gib=10)
+    vms.add_variant("test", image, hypervisor_type="sim", format="sim", location="sim://library/debian-12",
+                    checksum="", size_gib=2)
+    return image

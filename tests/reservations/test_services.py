@@ -1,0 +1,264 @@
+"""Reservations through their services, VM jobs run in this process on the simulator."""
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from provisioning.capacity.models import Allocation
+from provisioning.drivers.sim import services as sim
+from provisioning.drivers.sim.models import SimVM
+from provisioning.vms import services as vms
+from provisioning.vms.models import VM
+from reservations import services
+from reservations.models import QuotaRule, Reservation
+from vclmgr import topics
+from vclmgr.models import Event
+
+H = timedelta(hours=1)
+
+
+def fresh(reservation):
+    return Reservation.objects.get(pk=reservation.pk)
+
+
+def reserve_now(user, image, hours=2, **kwargs):
+    return services.reserve(user, user, image, duration=hours * H, **kwargs)
+
+
+def test_it_reserves_now_and_becomes_ready_with_connection_details(sim_host, image, alice, sync_jobs):
+    reservation = reserve_now(alice, image)
+    assert reservation.status == "provisioning" and reservation.vm is not None
+    assert reservation.allocation.host == sim_host and reservation.allocation.released is None
+    sync_jobs.drain()
+    reservation = fresh(reservation)
+    assert reservation.status == "ready", reservation.error
+    details = services.connection(reservation)
+    assert details["address"] == reservation.vm.address and details["user"] == "alice"
+    assert len(details["password"]) >= 12 and details["command"] == f"ssh alice@{details['address']}"
+    assert reservation.connect_secret and details["password"] not in reservation.connect_secret  # encrypted
+    statuses = list(reservation.history.values_list("status", flat=True))
+    assert statuses == ["pending", "provisioning", "ready"]
+    kinds = set(Event.objects.filter(topic=topics.user_topic(alice)).values_list("kind", flat=True))
+    assert {"reservation.changed", "vm.changed"} <= kinds
+
+
+def test_ending_destroys_the_vm_and_releases_the_capacity(sim_host, image, alice, sync_jobs):
+    reservation = reserve_now(alice, image)
+    sync_jobs.drain()
+    services.end(alice, fresh(reservation))
+    assert fresh(reservation).status == "ending"
+    sync_jobs.drain()
+    reservation = fresh(reservation)
+    assert reservation.status == "ended" and reservation.connect_secret == ""
+    assert reservation.vm.state == "destroyed" and not SimVM.objects.filter(key=reservation.vm.key).exists()
+    assert not Allocation.objects.filter(host=sim_host, released__isnull=True).exists()
+    with pytest.raises(services.Conflict):
+        services.end(alice, reservation)
+
+
+def test_a_revert_on_end_image_is_rolled_back_not_destroyed(sim_host, image, alice, sync_jobs):
+    vms.update_image("test", image, revert_on_end=True)
+    reservation = reserve_now(alice, image)
+    sync_jobs.drain()
+    vm = VM.objects.get(pk=fresh(reservation).vm_id)
+    assert [s["name"] for s in vm.snapshots] == ["clean"]
+    services.end(alice, fresh(reservation))
+    sync_jobs.drain()
+    reservation = fresh(reservation)
+    assert reservation.status == "ended", reservation.history.last().reason
+    assert reservation.vm.state == "stopped" and "reverted" in reservation.history.last().reason
+
+
+def test_a_future_reservation_holds_capacity_and_starts_at_its_lead_time(sim_host, image, alice, sync_jobs):
+    start = timezone.now() + 3 * H
+    reservation = services.reserve(alice, alice, image, start=start, end=start + 2 * H)
+    assert reservation.status == "pending" and reservation.vm is None
+    assert reservation.allocation.start == start and reservation.allocation.end == start + 2 * H
+    assert services.tick(now=start - 20 * timedelta(minutes=1))["started"] == 0
+    assert services.tick(now=start - 5 * timedelta(minutes=1))["started"] == 1
+    sync_jobs.drain()
+    assert fresh(reservation).status == "ready"
+    assert services.tick(now=start + 2 * H + timedelta(seconds=1))["ended"] == 1
+    sync_jobs.drain()
+    assert fresh(reservation).status == "ended"
+
+
+def test_the_tick_warns_once_before_the_end(sim_host, image, alice, sync_jobs):
+    reservation = reserve_now(alice, image, hours=1)
+    sync_jobs.drain()
+    soon = fresh(reservation).end - timedelta(minutes=5)
+    assert services.tick(now=soon)["warned"] == 1
+    assert services.tick(now=soon)["warned"] == 0
+    warning = Event.objects.get(kind="reservation.ending", topic=topics.user_topic(alice))
+    assert warning.data["id"] == reservation.pk and warning.data["minutes"] == 5
+
+
+def test_a_future_one_can_be_canceled_and_gives_capacity_back(sim_host, image, alice):
+    start = timezone.now() + 3 * H
+    reservation = services.reserve(alice, alice, image, start=start, duration=H)
+    services.cancel(alice, reservation)
+    assert fresh(reservation).status == "canceled"
+    assert fresh(reservation).allocation.released is not None
+
+
+def test_a_started_one_cannot_be_canceled_only_ended(sim_host, image, alice, sync_jobs):
+    reservation = reserve_now(alice, image)
+    with pytest.raises(services.Conflict, match="end it instead"):
+        services.cancel(alice, reservation)
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "field", "message"),
+    [
+        (-2 * H, 1 * H, "start", "in the past"),
+        (1 * H, 1 * H, "end", "after the start"),
+        (2 * H, 1 * H, "end", "after the start"),
+        (1 * H, 10 * H, "end", "at most 8 h for debian-12 (the site default)"),
+        (24 * 365 * H, 24 * 365 * H + H, "start", "days ahead"),
+    ],
+)
+def test_it_refuses_bad_windows_and_writes_nothing(sim_host, image, alice, start, end, field, message):
+    now = timezone.now()
+    with pytest.raises(ValidationError) as caught:
+        services.reserve(alice, alice, image, start=now + start, end=now + end)
+    assert any(message in m for m in caught.value.message_dict[field]), caught.value.message_dict
+    assert not Reservation.objects.exists() and not Allocation.objects.exists()
+
+
+def test_it_refuses_an_image_the_user_may_not_see(sim_host, image, alice, bob):
+    students = Group.objects.create(name="students")
+    vms.update_image("test", image, visibility="restricted", groups=[students])
+    with pytest.raises(ValidationError) as caught:
+        reserve_now(alice, image)
+    assert caught.value.message_dict == {"image": ["no such image, or you may not use it"]}
+    alice.groups.add(students)
+    assert reserve_now(alice, image).status == "provisioning"
+
+
+def test_quotas_name_the_rule_that_refuses(sim_host, image, alice, bob):
+    students = Group.objects.create(name="students")
+    alice.groups.add(students)
+    bob.groups.add(students)
+    QuotaRule.objects.create(name="students short", group=students, max_duration_minutes=90)
+    QuotaRule.objects.create(name="one each", group=students, max_per_user=1, max_per_group=2)
+    with pytest.raises(ValidationError, match=r"at most 1 h 30 min for debian-12 \(rule 'students short'\)"):
+        reserve_now(alice, image, hours=2)
+    reserve_now(alice, image, hours=1)
+    with pytest.raises(ValidationError, match=r"you already have 1 reservations at that time; at most 1 \(rule 'one each'\)"):
+        reserve_now(alice, image, hours=1)
+    start = timezone.now() + 3 * H
+    services.reserve(alice, alice, image, start=start, duration=H)  # not overlapping: allowed
+    services.reserve(bob, bob, image, start=start, duration=H)
+    carol = type(bob).objects.create_user("carol")
+    carol.groups.add(students)
+    with pytest.raises(ValidationError, match=r"group students already has 2 reservations .* \(rule 'one each'\)"):
+        services.reserve(carol, carol, image, start=start, duration=H)
+
+
+def test_no_room_says_why_and_when_it_would_fit(sim_host, image, alice, bob):
+    first = reserve_now(alice, image, hours=2, size={"memory_mib": 6144})
+    with pytest.raises(ValidationError) as caught:
+        reserve_now(bob, image, hours=1, size={"memory_mib": 4096})
+    message = caught.value.message_dict["start"][0]
+    assert "no host has room then (1 lack memory)" in message
+    assert f"the earliest start that fits is {first.end:%Y-%m-%d %H:%M}" in message
+    fit = services.check_fit(image, timezone.now(), timezone.now() + H, memory_mib=4096)
+    assert not fit.fits and abs((fit.earliest - first.end).total_seconds()) < 1
+    assert services.check_fit(image, first.end, first.end + H, memory_mib=4096).fits
+    assert Reservation.objects.count() == 1
+
+
+def test_a_double_submit_makes_one_reservation(sim_host, image, alice):
+    one = reserve_now(alice, image, request_key="form-123")
+    two = reserve_now(alice, image, request_key="form-123")
+    assert one.pk == two.pk and Reservation.objects.count() == 1 and Allocation.objects.count() == 1
+
+
+def test_extend_moves_the_end_when_there_is_room_and_says_why_not(sim_host, image, alice, bob, sync_jobs):
+    reservation = reserve_now(alice, image, hours=1, size={"memory_mib": 4096})
+    sync_jobs.drain()
+    old_end = fresh(reservation).end
+    extended = services.extend(alice, fresh(reservation), old_end + H)
+    assert extended.end == old_end + H and extended.allocation.end == old_end + H
+    assert VM.objects.get(pk=extended.vm_id).allocation_id == extended.allocation_id
+    services.reserve(bob, bob, image, start=old_end + H, duration=H, size={"memory_mib": 6144})
+    with pytest.raises(ValidationError, match="cannot extend to .*no host has room then"):
+        services.extend(alice, fresh(reservation), old_end + 2 * H)
+    assert fresh(reservation).end == old_end + H
+    assert Allocation.objects.filter(released__isnull=True).count() == 2
+    with pytest.raises(ValidationError, match="at most 8 h"):
+        services.extend(alice, fresh(reservation), old_end + 10 * H)
+
+
+def test_a_vm_that_fails_to_boot_is_retried_once_on_another_host(make_host, image, alice, sync_jobs):
+    make_host("sim-1", cpus=8, memory_mib=8192, disk_gib=200)
+    make_host("sim-2", cpus=8, memory_mib=8192, disk_gib=200)
+    sim.set_fault("sim-1", "start", "fail")
+    sim.set_fault("sim-2", "start", "fail")
+    reservation = reserve_now(alice, image)
+    sync_jobs.drain()
+    reservation = fresh(reservation)
+    assert reservation.status == "failed" and reservation.attempts == 2
+    assert "start" in reservation.error
+    assert len(set(reservation.failed_hosts)) == 2
+    assert not Allocation.objects.filter(released__isnull=True).exists()
+    assert not SimVM.objects.exclude(state="destroyed").exists()
+
+
+def test_a_retry_lands_on_the_healthy_host(make_host, image, alice, sync_jobs):
+    make_host("sim-1", cpus=8, memory_mib=8192, disk_gib=200)
+    make_host("sim-2", cpus=8, memory_mib=8192, disk_gib=200)
+    reservation = reserve_now(alice, image)
+    bad = reservation.allocation.host.name
+    sim.set_fault(bad, "start", "fail")
+    sync_jobs.drain()
+    reservation = fresh(reservation)
+    assert reservation.status == "ready", reservation.error
+    assert reservation.vm.host.name != bad and reservation.attempts == 2
+    reasons = list(reservation.history.values_list("reason", flat=True))
+    assert any(r.startswith("retrying on another host") for r in reasons)
+
+
+def test_block_allocations_claim_every_week_or_nothing(sim_host, image, alice, bob, admin_user):
+    klass = Group.objects.create(name="cs101")
+    alice.groups.add(klass)
+    start = timezone.now() + 24 * H
+    block = services.create_block(admin_user, name="CS101 lab", image=image, group=klass, seats=2,
+                                  start=start, end=start + 2 * H, weeks=3, created_by=admin_user)
+    seats = Reservation.objects.filter(block=block)
+    assert seats.count() == 6 and seats.filter(user=alice).count() == 3 and seats.filter(user=None).count() == 3
+    assert sorted({s.start for s in seats}) == [start, start + timedelta(weeks=1), start + timedelta(weeks=2)]
+    with pytest.raises(ValidationError, match="week 1, seat 3 of 3 does not fit"):
+        services.create_block(admin_user, name="too big", image=image, group=klass, seats=3,
+                              start=start, end=start + H, weeks=1)
+    assert Reservation.objects.count() == 6
+    with pytest.raises(ValidationError, match="not in this class"):
+        services.take_seat(bob, bob, block)
+    bob.groups.add(klass)
+    seat = services.take_seat(bob, bob, block)
+    assert seat.user == bob and seat.occurrence == 0
+    assert services.take_seat(bob, bob, block).pk == seat.pk
+    assert services.block_usage(block)["taken"] == 2
+
+
+def test_block_seats_are_pre_provisioned(sim_host, image, alice, admin_user, sync_jobs):
+    klass = Group.objects.create(name="cs101")
+    alice.groups.add(klass)
+    start = timezone.now() + 5 * timedelta(minutes=1)
+    block = services.create_block(admin_user, name="now", image=image, group=klass, seats=2,
+                                  start=start, end=start + H)
+    sync_jobs.drain()
+    seats = Reservation.objects.filter(block=block)
+    assert set(seats.values_list("status", flat=True)) == {"ready"}
+    assert services.block_usage(block) == {"occurrence": 1, "seats": 2, "taken": 1, "ready": 2, "failed": 0}
+
+
+def test_reservation_topics_are_authorised(sim_host, image, alice, bob, admin_user):
+    reservation = reserve_now(alice, image)
+    assert topics.may_subscribe(alice, f"reservation.{reservation.pk}")
+    assert not topics.may_subscribe(bob, f"reservation.{reservation.pk}")
+    assert topics.may_subscribe(admin_user, f"reservation.{reservation.pk}")
+    assert not topics.may_subscribe(bob, "reservation.x")
