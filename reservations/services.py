@@ -667,3 +667,12 @@ def tick(now=None, actor=None):
                                                    "end": reservation.end.isoformat()}, targets)  # fmt: skip
                 done["warned"] += 1
     return done
+
+
+def build_job(reservation):
+    """The job building the reservation's current VM (None before building starts)."""
+    from provisioning.jobs.models import Job
+
+    if not reservation.vm_id:
+        return None
+    return Job.objects.filter(opcode="vm.create", params__vm=reservation.vm_id).order_by("-id").first()

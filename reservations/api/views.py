@@ -1,0 +1,205 @@
+"""Reservations REST API. Thin: reads through ``services.visible``, writes through the services.
+
+Users see and act on their own reservations (another user's id is a 404, never a 403 that
+would confirm it exists); staff see all. Endpoints that start work answer ``202`` with the
+job and its URL; the connection password goes to the reservation's own user only.
+"""
+
+from django.core.exceptions import ValidationError
+from django.db.models import Q
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import APIException, PermissionDenied
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from inventory.api.serializers import as_drf
+from reservations import services
+from reservations.api.serializers import (
+    BlockAllocationSerializer,
+    ExtendSerializer,
+    FitCheckSerializer,
+    FitSerializer,
+    QuotaRuleSerializer,
+    ReservationAcceptedSerializer,
+    ReservationCreateSerializer,
+    ReservationSerializer,
+    job_url,
+)
+from reservations.models import BlockAllocation, QuotaRule, Reservation
+from vclmgr.api.permissions import IsAuthenticatedWithTokenScope, IsStaffWithTokenScope
+
+
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+    default_detail = "Conflict with the current state."
+
+
+CONFLICT = OpenApiResponse(description="Conflict with the current state")
+
+
+def _accepted(reservation, job, request, created=True):
+    body = {
+        "reservation": ReservationSerializer(reservation, context={"request": request}).data,
+        "job": job.pk if job else None,
+        "job_url": job_url(job, request),
+    }
+    headers = {"Location": body["job_url"]} if job else {}
+    code = status.HTTP_202_ACCEPTED if job else (status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+    return Response(body, status=code, headers=headers)
+
+
+class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Reservations: create, list your own (staff: all), extend, end, cancel."""
+
+    serializer_class = ReservationSerializer
+    permission_classes = [IsAuthenticatedWithTokenScope]
+    filterset_fields = ["status", "image", "block"]
+    ordering_fields = ["start", "end", "created", "status"]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Reservation.objects.none()
+        return (
+            services.visible(self.request.user)
+            .select_related("user", "image", "vm")
+            .prefetch_related("history")
+            .order_by("-start", "-id")
+        )
+
+    @extend_schema(
+        request=ReservationCreateSerializer,
+        responses={201: ReservationAcceptedSerializer, 202: ReservationAcceptedSerializer},
+    )
+    def create(self, request):
+        """Reserve an image now or later. 202 with the VM job when building starts now; 201 otherwise."""
+        body = ReservationCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        existing = data["request_key"] and Reservation.objects.filter(
+            user=request.user, request_key=data["request_key"]
+        ).exists()
+        try:
+            reservation = services.reserve(request.user, request.user, data.pop("image"), **data)
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+        job = services.build_job(reservation) if not existing else None
+        return _accepted(reservation, job, request, created=not existing)
+
+    @extend_schema(request=ExtendSerializer, responses={200: ReservationSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"])
+    def extend(self, request, pk=None):
+        """Move the end later; refused (400, with the reason) when the host has no room then."""
+        reservation = self.get_object()
+        body = ExtendSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            reservation = services.extend(request.user, reservation, body.validated_data["end"])
+        except services.Conflict as exc:
+            raise Conflict(str(exc)) from None
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+        return Response(ReservationSerializer(reservation, context={"request": request}).data)
+
+    @extend_schema(request=None, responses={202: ReservationAcceptedSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"])
+    def end(self, request, pk=None):
+        """End now: the VM is torn down (or reverted) by a job (202 with it)."""
+        reservation = self.get_object()
+        try:
+            job = services.end(request.user, reservation, "ended through the API")
+        except services.Conflict as exc:
+            raise Conflict(str(exc)) from None
+        reservation.refresh_from_db()
+        return _accepted(reservation, job, request, created=False)
+
+    @extend_schema(request=None, responses={200: ReservationSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel a reservation that has not started building; its capacity is given back."""
+        reservation = self.get_object()
+        try:
+            reservation = services.cancel(request.user, reservation, "canceled through the API")
+        except services.Conflict as exc:
+            raise Conflict(str(exc)) from None
+        return Response(ReservationSerializer(reservation, context={"request": request}).data)
+
+
+class FitCheckView(APIView):
+    """Would a reservation fit? If not: why, and the earliest start that would. Writes nothing."""
+
+    permission_classes = [IsAuthenticatedWithTokenScope]
+
+    @extend_schema(request=FitCheckSerializer, responses={200: FitSerializer})
+    def post(self, request):
+        body = FitCheckSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        image = data["image"]
+        from django.utils import timezone
+
+        start = data["start"] or timezone.now()
+        end = data["end"] or start + data["duration"]
+        errors = services.validate(request.user, image, start, end)
+        if errors:
+            raise as_drf(ValidationError(errors))
+        return Response(services.check_fit(image, start, end).as_dict())
+
+
+class BlockAllocationViewSet(
+    mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    """Class blocks: N seats of an image for a group, weekly. Managers create; members take seats."""
+
+    serializer_class = BlockAllocationSerializer
+    permission_classes = [IsAuthenticatedWithTokenScope]
+    filterset_fields = ["group", "image", "canceled"]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return BlockAllocation.objects.none()
+        blocks = BlockAllocation.objects.select_related("group", "image").order_by("-start", "-id")
+        user = self.request.user
+        if services.may_manage_blocks(user):
+            return blocks
+        return blocks.filter(Q(group__in=user.groups.all()))
+
+    def perform_create(self, serializer):
+        if not services.may_manage_blocks(self.request.user):
+            raise PermissionDenied("only staff and instructors may create block allocations")
+        data = dict(serializer.validated_data)
+        try:
+            serializer.instance = services.create_block(self.request.user, created_by=self.request.user, **data)
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+
+    @extend_schema(request=None, responses={200: ReservationSerializer})
+    @action(detail=True, methods=["post"], url_path="take-seat")
+    def take_seat(self, request, pk=None):
+        """Take one of the block's free seats (members of its group)."""
+        block = self.get_object()
+        try:
+            seat = services.take_seat(request.user, request.user, block)
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+        return Response(ReservationSerializer(seat, context={"request": request}).data)
+
+    @extend_schema(request=None, responses={204: None})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel the block: every seat still active is ended or canceled."""
+        block = self.get_object()
+        if not services.may_manage_blocks(request.user):
+            raise PermissionDenied("only staff and instructors may cancel block allocations")
+        services.cancel_block(request.user, block, "canceled through the API")
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class QuotaRuleViewSet(viewsets.ModelViewSet):
+    """Quota rules (staff only): duration and concurrency limits per group and image."""
+
+    queryset = QuotaRule.objects.select_related("group", "image").order_by("name")
+    serializer_class = QuotaRuleSerializer
+    permission_classes = [IsStaffWithTokenScope]
