@@ -9,6 +9,7 @@ DEMO_STEPS = [
     "vclmgr.demo.users",
     "inventory.demo.blade_center",
     "provisioning.vms.demo.images",
+    "reservations.demo.reservations",
     "provisioning.jobs.demo.jobs",
 ]
 
