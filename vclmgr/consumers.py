@@ -7,8 +7,15 @@ Protocol (JSON text frames):
   client → {"action": "unsubscribe", "topics": [...]}
 ``?topics=a,b&since=N`` in the URL subscribes at connect. Events after ``since`` are
 replayed from the outbox first, so a reconnecting client misses nothing.
+
+Live events come from this process's relay (``vclmgr.relay``), not from a channel layer: the
+relay calls a sink that queues them, and one task per socket sends them in order. Replay and
+live delivery take turns under a lock, and ids already sent are skipped, so a client gets each
+event once, replayed ones before live ones.
 """
 
+import asyncio
+import logging
 from collections import deque
 from urllib.parse import parse_qs
 
@@ -16,13 +23,17 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from vclmgr import events, topics
-from vclmgr.relay import _max_id, group_name, relay
+from vclmgr.relay import _max_id, relay
+
+log = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = 4401
 MAX_TOPICS = 50
 
 
 class EventConsumer(AsyncJsonWebsocketConsumer):
+    channel_layer_alias = None  # no layer: events arrive through the relay's sink
+
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
@@ -34,6 +45,10 @@ class EventConsumer(AsyncJsonWebsocketConsumer):
         self.baseline = {}  # topic -> last id the client already has
         self.recent = deque(maxlen=2000)
         self.recent_set = set()
+        self.mailbox = asyncio.Queue()  # unbounded: the relay never waits for, nor drops, an event
+        self.sink = self.mailbox.put_nowait
+        self.turn = asyncio.Lock()  # replay and live delivery, one at a time
+        self.pump = asyncio.get_running_loop().create_task(self._pump())
         await self.accept()
         query = parse_qs(self.scope.get("query_string", b"").decode())
         wanted = [t for value in query.get("topics", []) for t in value.split(",") if t]
@@ -42,7 +57,9 @@ class EventConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code):
         for topic in list(getattr(self, "baseline", {})):
-            await self._leave(topic)
+            self._leave(topic)
+        if hasattr(self, "pump"):
+            self.pump.cancel()
 
     async def receive_json(self, content, **kwargs):
         if not isinstance(content, dict):
@@ -60,29 +77,32 @@ class EventConsumer(AsyncJsonWebsocketConsumer):
         else:
             for topic in wanted:
                 if topic in self.baseline:
-                    await self._leave(topic)
+                    self._leave(topic)
             await self.send_json({"type": "unsubscribed", "topics": wanted})
 
     async def subscribe(self, wanted, since):
-        user = self.scope["user"]
-        allowed, denied = [], []
-        for topic in wanted[:MAX_TOPICS]:
-            ok = await database_sync_to_async(topics.may_subscribe)(user, topic)
-            (allowed if ok else denied).append(topic)
-        latest = await database_sync_to_async(_max_id)()
+        allowed, denied, latest = await database_sync_to_async(_authorise)(self.scope["user"], wanted[:MAX_TOPICS])
         start = latest if since is None else since
         fresh = [t for t in allowed if t not in self.baseline]
-        for topic in fresh:
-            self.baseline[topic] = start
-            await self.channel_layer.group_add(group_name(topic), self.channel_name)
-            relay.subscribe(topic)
-        await self.send_json({"type": "subscribed", "topics": allowed, "denied": denied, "last_id": latest})
-        if fresh and since is not None:
-            for event in await database_sync_to_async(events.since)(fresh, since):
-                await self._deliver(event.as_message())
+        async with self.turn:
+            for topic in fresh:
+                self.baseline[topic] = start
+                await relay.subscribe(topic, self.sink)
+            await self.send_json({"type": "subscribed", "topics": allowed, "denied": denied, "last_id": latest})
+            if fresh:
+                # Also without ``since``: what was committed between reading ``latest`` and
+                # the relay taking over is read here, not lost.
+                for event in await database_sync_to_async(events.since)(fresh, start):
+                    await self._deliver(event.as_message())
 
-    async def event_message(self, message):
-        await self._deliver(message["event"])
+    async def _pump(self):
+        while True:
+            event = await self.mailbox.get()
+            async with self.turn:
+                try:
+                    await self._deliver(event)
+                except Exception:  # keep the socket's stream going; the client can resume
+                    log.exception("sending an event failed")
 
     async def _deliver(self, event):
         topic, event_id = event["topic"], event["id"]
@@ -94,10 +114,17 @@ class EventConsumer(AsyncJsonWebsocketConsumer):
         self.recent_set.add(event_id)
         await self.send_json({"type": "event", **event})
 
-    async def _leave(self, topic):
+    def _leave(self, topic):
         self.baseline.pop(topic, None)
-        await self.channel_layer.group_discard(group_name(topic), self.channel_name)
-        relay.unsubscribe(topic)
+        relay.unsubscribe(topic, self.sink)
+
+
+def _authorise(user, wanted):
+    """Allowed and denied topics, and the newest event id: one trip to the database thread."""
+    allowed, denied = [], []
+    for topic in wanted:
+        (allowed if topics.may_subscribe(user, topic) else denied).append(topic)
+    return allowed, denied, _max_id()
 
 
 def _parse_since(value):

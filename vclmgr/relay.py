@@ -1,86 +1,99 @@
-"""The outbox relay: one per ASGI process, it forwards committed events to local sockets.
+"""The outbox relay: one per ASGI process, it forwards committed events to that process's sockets.
 
 Why polling: events are written by any process (web, workers, CLI), and the in-memory
 channel layer only reaches its own process. Reading the outbox table by primary key every
 ``EVENTS_POLL_SECONDS`` works the same on SQLite and PostgreSQL, with or without Redis.
 
-Each process sends through the channel layer to groups named with its own token, so with
-Redis (a layer shared by many processes) every event is still delivered once per socket.
+Why not through the channel layer: each process's relay serves only the sockets of its own
+process, so a layer would be a mailbox inside one process at a high price: the in-memory
+layer scans every channel and group on each group send and drops messages past 100 queued
+per channel, and with Redis every event makes round trips per socket and group membership
+expires after a day. Consumers register a sink per topic (``subscribe``) and the relay calls
+it with each committed event of that topic; sinks must not block (a consumer queues it).
 
 Ids are assigned at insert but committed in any order, so a row with a smaller id may
-appear after a larger one was relayed; the relay re-reads a window below its high-water
-mark and remembers which ids it already sent.
+appear after a larger one was relayed: the relay remembers the ids below its high-water mark
+it has not seen yet (gaps, at most ``LOOKBACK`` ids back) and asks for them on each poll.
+
+Contract for a subscriber: once ``await relay.subscribe(topic, sink)`` returns, every event
+of ``topic`` committed from then on reaches ``sink`` (at most ``LOOKBACK`` ids late); what
+was committed before, the subscriber reads from the outbox itself (``events.since``).
 """
 
 import asyncio
 import logging
-import uuid
 
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db.models import Q
 
 from vclmgr.models import Event
 
 log = logging.getLogger(__name__)
 
-PROCESS_TOKEN = uuid.uuid4().hex[:12]
-LOOKBACK = 500  # ids below the high-water mark re-read for late commits
-
-
-def group_name(topic):
-    return f"ev.{PROCESS_TOKEN}.{topic}"
+LOOKBACK = 500  # ids below the high-water mark still awaited when they were skipped
+BATCH = 5000  # rows read per poll at most
 
 
 class Relay:
     def __init__(self):
-        self.high_water = None
-        self.sent = set()
-        self.subscribers = {}  # topic -> number of local subscriptions
+        self.high_water = None  # every id up to here was read, except the gaps
+        self.gaps = set()
+        self.subscribers = {}  # topic -> {sink: None}, an ordered set of callables
         self.task = None
+        self._starting = asyncio.Lock()
 
-    def subscribe(self, topic):
-        self.subscribers[topic] = self.subscribers.get(topic, 0) + 1
-        self.ensure_running()
+    async def subscribe(self, topic, sink):
+        self.subscribers.setdefault(topic, {})[sink] = None
+        await self.ensure_running()
 
-    def unsubscribe(self, topic):
-        left = self.subscribers.get(topic, 0) - 1
-        if left > 0:
-            self.subscribers[topic] = left
-        else:
+    def unsubscribe(self, topic, sink):
+        sinks = self.subscribers.get(topic, {})
+        sinks.pop(sink, None)
+        if not sinks:
             self.subscribers.pop(topic, None)
 
-    def ensure_running(self):
-        if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self.run())
+    async def ensure_running(self):
+        """Start polling; returns once the starting point is read, so nothing after it is missed."""
+        if self.high_water is not None and self.task is not None and not self.task.done():
+            return
+        async with self._starting:
+            if self.high_water is None:
+                self.high_water, self.gaps = await database_sync_to_async(_starting_point)()
+            if self.task is None or self.task.done():
+                self.task = asyncio.get_running_loop().create_task(self.run())
 
     async def run(self):
-        layer = get_channel_layer()
         while True:
             try:
-                await self.poll_once(layer)
+                await self.poll_once()
             except asyncio.CancelledError:
                 raise
             except Exception:  # a database hiccup must not end live updates for good
                 log.exception("event relay poll failed")
             await asyncio.sleep(settings.EVENTS_POLL_SECONDS)
 
-    async def poll_once(self, layer):
-        if self.high_water is None:
-            self.high_water = await database_sync_to_async(_max_id)()
-            return
-        if not self.subscribers:
-            return
-        rows = await database_sync_to_async(_rows_after)(self.high_water - LOOKBACK)
+    async def poll_once(self):
+        # Not in the thread shared by every consumer's queries: a burst of (re)connecting
+        # sockets must not hold up the events of those already connected.
+        read = database_sync_to_async(_rows_after, thread_sensitive=False)
+        rows = await read(self.high_water, sorted(self.gaps))
+        self.advance([row["id"] for row in rows])
         for row in rows:
-            if row["id"] in self.sent:
-                continue
-            self.sent.add(row["id"])
-            self.high_water = max(self.high_water, row["id"])
-            if row["topic"] in self.subscribers:
-                await layer.group_send(group_name(row["topic"]), {"type": "event.message", "event": row})
-        floor = self.high_water - LOOKBACK
-        self.sent = {i for i in self.sent if i > floor}
+            for sink in list(self.subscribers.get(row["topic"], ())):
+                try:
+                    sink(row)
+                except Exception:  # one broken socket must not cost the others their events
+                    log.exception("event sink failed")
+
+    def advance(self, read_ids):
+        """Move the high-water mark past ``read_ids``; ids skipped on the way become gaps."""
+        top = max([self.high_water, *read_ids])
+        floor = top - LOOKBACK
+        skipped = range(max(self.high_water, floor) + 1, top + 1)
+        self.gaps = (self.gaps | set(skipped)) - set(read_ids)
+        self.gaps = {i for i in self.gaps if i > floor}
+        self.high_water = top
 
 
 def _max_id():
@@ -88,8 +101,16 @@ def _max_id():
     return last or 0
 
 
-def _rows_after(after_id):
-    return [event.as_message() for event in Event.objects.filter(id__gt=after_id).order_by("id")[:5000]]
+def _starting_point():
+    """The high-water mark now, and the ids below it not committed (yet)."""
+    top = _max_id()
+    present = set(Event.objects.filter(id__gt=top - LOOKBACK).values_list("id", flat=True))
+    return top, set(range(max(0, top - LOOKBACK) + 1, top + 1)) - present
+
+
+def _rows_after(after_id, gaps):
+    rows = Event.objects.filter(Q(id__gt=after_id) | Q(id__in=gaps)).order_by("id")[:BATCH]
+    return [event.as_message() for event in rows]
 
 
 relay = Relay()

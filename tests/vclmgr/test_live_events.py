@@ -84,3 +84,15 @@ def test_api_tokens_open_sockets_for_integrations(alice, ws_connect):
     _, clear = tokens.issue(alice, "ws")
     ws = ws_connect(headers={"Authorization": f"Bearer {clear}"})
     assert _subscribe(ws, [f"user.{alice.pk}"])["topics"] == [f"user.{alice.pk}"]
+
+
+def test_a_burst_of_events_arrives_complete_and_in_order(alice, session_cookie, ws_connect):
+    # More than a channel layer queues per socket (100): the relay must neither drop nor reorder.
+    topic = f"user.{alice.pk}"
+    ws = ws_connect(cookie=session_cookie(alice))
+    _subscribe(ws, [topic])
+    with transaction.atomic():
+        for n in range(300):
+            events.emit("step", {"n": n}, [topic])
+    received = [ws.receive_until(lambda m: m["type"] == "event", timeout=15)["data"]["n"] for _ in range(300)]
+    assert received == list(range(300))
