@@ -1,7 +1,9 @@
 """Regenerate docs/screenshot.png: serve the demo, log in as the demo admin, capture a page.
 
-Run: ``DEBUG=1 .venv/bin/python tools/screenshot.py [PATH]`` (default: the blade center page).
-Uses a throwaway var directory, Debian's Chromium and a free port.
+Run: ``DEBUG=1 .venv/bin/python tools/screenshot.py [PATH]`` (default: the admin dashboard).
+Uses a throwaway var directory, Debian's Chromium and a free port. Before serving, ``SCENE``
+gives the demo cluster something to show: reservations now and in the next days, some load
+on the hosts, a drained and an offline host.
 """
 
 import os
@@ -14,13 +16,41 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+SCENE = """
+from datetime import timedelta
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from inventory import services as inventory
+from inventory.models import Hypervisor
+from provisioning.capacity import services as capacity
+from provisioning.vms.models import Image
+from reservations import services as reservations
 
-def main(path="/inventory/blade-centers/1/"):
+now = timezone.now()
+desktop = Image.objects.get(name="ubuntu-24.04-desktop")
+for user in get_user_model().objects.filter(username__in=["admin", "demo"]):
+    reservations.reserve(user, user, desktop, duration=timedelta(hours=3))
+    reservations.reserve(user, user, desktop, start=now + timedelta(hours=20), duration=timedelta(hours=4))
+    reservations.reserve(user, user, desktop, start=now + timedelta(hours=44), duration=timedelta(hours=3))
+hosts = list(Hypervisor.objects.filter(blade_center__isnull=False).order_by("slot"))
+for i, host in enumerate(hosts):  # some load, unevenly spread
+    share = (i * 37 % 90) / 100
+    if share:
+        demand = capacity.Demand(host.cpus * 4 * share, host.memory_mib * share, host.disk_gib * share / 2,
+                                 start=now, purpose="demo load")
+        capacity.claim_on_host(host, demand, "demo")
+inventory.set_state("demo", hosts[5], "drained", "demo: firmware update")
+inventory.set_state("demo", hosts[12], "offline", "demo: power supply failed")
+"""
+
+
+def main(path="/"):
     var = tempfile.mkdtemp(prefix="vclmgr-shot-")
     env = {**os.environ, "DEBUG": "1", "VCLMGR_VAR_DIR": var, "DATABASE_URL": "", "REDIS_URL": ""}
     run = [sys.executable, "manage.py"]
     subprocess.run([*run, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
     subprocess.run([*run, "demo"], cwd=ROOT, env=env, check=True, capture_output=True)
+    subprocess.run([*run, "shell", "-c", SCENE], cwd=ROOT, env=env, check=True)
     password = dict(line.split(":", 1) for line in (Path(var) / "demo_credentials.txt").read_text().split())["admin"]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -37,14 +67,14 @@ def main(path="/inventory/blade-centers/1/"):
 
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
-            page = browser.new_page(viewport={"width": 1280, "height": 760}, base_url=f"http://127.0.0.1:{port}")
+            page = browser.new_page(viewport={"width": 1280, "height": 1080}, base_url=f"http://127.0.0.1:{port}")
             page.goto("/login/")
             page.fill("input[name=username]", "admin")
             page.fill("input[name=password]", password)
             page.click("button[type=submit]")
             page.wait_for_url("**/")
             page.goto(path)
-            page.wait_for_timeout(1500)
+            page.wait_for_timeout(4000)  # the reservations made by SCENE come up meanwhile
             (ROOT / "docs").mkdir(exist_ok=True)
             page.screenshot(path=str(ROOT / "docs" / "screenshot.png"))
             browser.close()

@@ -18,6 +18,7 @@ api_v1 = [
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("dashboard/data/", views.dashboard_data, name="dashboard-data"),
     path("healthz", health.healthz, name="healthz"),
     path("tokens/", views.api_tokens, name="api-tokens"),
     path("tokens/<int:token_id>/revoke/", views.revoke_api_token, name="api-token-revoke"),
@@ -28,4 +29,5 @@ urlpatterns = [
     path("inventory/", include("inventory.urls")),
     path("provisioning/", include("provisioning.urls")),
     path("reservations/", include("reservations.urls")),
+    path("vms/", include("provisioning.vms.urls")),
 ]

@@ -1,15 +1,29 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from vclmgr import tokens
+from vclmgr import dashboard, tokens
 from vclmgr.forms import ApiTokenForm
 
 
 @login_required
 def home(request):
-    return render(request, "home.html")
+    """Everyone: their live activity. Staff also: the cluster dashboard (kept live by dashboard.js)."""
+    context = {"dashboard": dashboard.gather()} if request.user.is_staff else {}
+    return render(request, "home.html", context)
+
+
+@login_required
+def dashboard_data(request):
+    """The dashboard's panels as JSON, for staff only (dashboard.js refetches it on events)."""
+    if not request.user.is_staff:
+        raise PermissionDenied
+    response = JsonResponse(dashboard.gather())
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @login_required

@@ -1,0 +1,72 @@
+"""Forms of the image library and VM pages. They parse input; the services validate and write."""
+
+from django import forms
+from django.contrib.auth.models import Group
+from django.db.models import Q
+
+from provisioning.drivers.base import IMAGE_NAME_RE
+from provisioning.vms import services
+from provisioning.vms.models import Image, ImageVariant
+
+
+class ImageFilterForm(forms.Form):
+    q = forms.CharField(label="Search", required=False, max_length=100)
+    os = forms.ChoiceField(label="OS", required=False)
+    platform = forms.ChoiceField(required=False)
+
+    def __init__(self, *args, images, **kwargs):
+        super().__init__(*args, **kwargs)
+        for field in ("os", "platform"):
+            values = images.exclude(**{field: ""}).order_by(field).values_list(field, flat=True).distinct()
+            self.fields[field].choices = [("", "any")] + [(v, v) for v in values]
+
+    def filter(self, images):
+        if not self.is_valid():
+            return images
+        data = self.cleaned_data
+        if data["q"]:
+            q = data["q"]
+            images = images.filter(Q(name__icontains=q) | Q(os__icontains=q) | Q(description__icontains=q))
+        for field in ("os", "platform"):
+            if data[field]:
+                images = images.filter(**{field: data[field]})
+        return images
+
+
+class ImageForm(forms.ModelForm):
+    groups = forms.ModelMultipleChoiceField(queryset=Group.objects.order_by("name"), required=False)
+
+    class Meta:
+        model = Image
+        fields = [*services.IMAGE_FIELDS, "groups"]
+        widgets = {"description": forms.Textarea(attrs={"rows": 3})}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        parents = Image.objects.order_by("name")
+        if self.instance.pk:
+            parents = parents.exclude(pk=self.instance.pk)
+        self.fields["parent"].queryset = parents
+
+    def service_fields(self):
+        """(fields, groups) for ``services.create_image`` / ``update_image``."""
+        data = dict(self.cleaned_data)
+        return {name: data[name] for name in services.IMAGE_FIELDS}, data["groups"]
+
+
+class VariantForm(forms.ModelForm):
+    class Meta:
+        model = ImageVariant
+        fields = list(services.VARIANT_FIELDS)
+
+
+class ActionForm(forms.Form):
+    action = forms.ChoiceField(choices=[(a, a) for a in (*services.ACTIONS, "snapshot", "revert")])
+    name = forms.CharField(max_length=100, required=False)
+
+    def clean(self):
+        data = super().clean()
+        if data.get("action") in ("snapshot", "revert"):
+            if not IMAGE_NAME_RE.match(data.get("name") or ""):
+                self.add_error("name", "a snapshot name: letters, digits, . _ - only")
+        return data

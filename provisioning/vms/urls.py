@@ -1,0 +1,18 @@
+from django.urls import path
+
+from provisioning.vms import views
+
+app_name = "vms"
+
+urlpatterns = [
+    path("", views.vm_list, name="vms"),
+    path("<int:pk>/", views.vm_detail, name="vm"),
+    path("<int:pk>/action/", views.vm_action, name="vm-action"),
+    path("images/", views.image_list, name="images"),
+    path("images/new/", views.image_edit, name="image-new"),
+    path("images/<int:pk>/", views.image_detail, name="image"),
+    path("images/<int:pk>/edit/", views.image_edit, name="image-edit"),
+    path("images/<int:pk>/delete/", views.image_delete, name="image-delete"),
+    path("images/<int:pk>/variants/", views.variant_add, name="variant-add"),
+    path("variants/<int:pk>/delete/", views.variant_delete, name="variant-delete"),
+]
