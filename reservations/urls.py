@@ -1,3 +1,21 @@
+from django.urls import path
+
+from reservations import views
+
 app_name = "reservations"
 
-urlpatterns = []
+urlpatterns = [
+    path("", views.reservation_list, name="list"),
+    path("images/", views.catalogue, name="catalogue"),
+    path("new/", views.reserve, name="reserve"),
+    path("new/fit/", views.fit, name="fit"),
+    path("<int:pk>/", views.reservation_detail, name="detail"),
+    path("<int:pk>/panel/", views.reservation_panel, name="panel"),
+    path("<int:pk>/extend/", views.extend, name="extend"),
+    path("<int:pk>/end/", views.end, name="end"),
+    path("<int:pk>/cancel/", views.cancel, name="cancel"),
+    path("<int:pk>/connect.rdp", views.rdp, name="rdp"),
+    path("blocks/", views.blocks, name="blocks"),
+    path("blocks/<int:pk>/seat/", views.take_seat, name="take-seat"),
+    path("blocks/<int:pk>/cancel/", views.cancel_block, name="cancel-block"),
+]

@@ -1,0 +1,127 @@
+"""Forms of the self-service pages. They parse input; ``reservations.services`` validates and writes.
+
+A service's ``ValidationError`` names the fields ``image``, ``start``, ``end`` (and ``name``,
+``group``, ``seats``, ``weeks``, ``block``); ``add_service_errors`` puts each message under the
+form field the user filled in (``end`` is the reserve form's ``duration``).
+"""
+
+import uuid
+from datetime import timedelta
+
+from django import forms
+from django.contrib.auth.models import Group
+from django.utils import timezone
+
+from provisioning.vms import services as vms
+from reservations import services
+
+DURATIONS = (30, 60, 90, 120, 180, 240, 360, 480, 720, 1440)  # minutes offered, up to the user's limit
+EXTENSIONS = (15, 30, 60, 120, 240)
+SSH_KEY_TYPES = ("ssh-", "ecdsa-", "sk-ssh-", "sk-ecdsa-")
+DATETIME_INPUT = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
+
+
+def human_minutes(minutes):
+    hours, rest = divmod(int(minutes), 60)
+    if not hours:
+        return f"{rest} min"
+    return f"{hours} h" + (f" {rest} min" if rest else "")
+
+
+def duration_choices(limit):
+    offered = [m for m in DURATIONS if m <= limit]
+    if limit not in offered:
+        offered.append(limit)
+    return [(m, human_minutes(m)) for m in offered]
+
+
+def as_input(moment):
+    """A datetime as the value of a minute-precision ``datetime-local`` input, rounded up (an
+    earliest fit at 14:30:20 must not become 14:30, which would not fit)."""
+    local = timezone.localtime(moment)
+    if local.second or local.microsecond:
+        local = local.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    return local.strftime("%Y-%m-%dT%H:%M")
+
+
+def add_service_errors(form, exc, rename=None):
+    for field, errors in exc.message_dict.items():
+        field = (rename or {}).get(field, field)
+        form.add_error(field if field in form.fields else None, errors)
+
+
+class ReserveForm(forms.Form):
+    image = forms.ModelChoiceField(queryset=None, empty_label=None)
+    when = forms.ChoiceField(choices=[("now", "now"), ("later", "later")], initial="now", widget=forms.RadioSelect)
+    start = forms.DateTimeField(required=False, widget=DATETIME_INPUT, label="Start (for later)")
+    duration = forms.TypedChoiceField(coerce=int, label="Duration")
+    ssh_key = forms.CharField(
+        required=False, max_length=4000, label="SSH public key (optional)",
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "ssh-ed25519 AAAA… you@laptop"}),
+        help_text="Log in with your key instead of a one-time password.",
+    )  # fmt: skip
+    request_key = forms.UUIDField(widget=forms.HiddenInput)
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.user = user
+        self.fields["image"].queryset = vms.visible_images(user).order_by("name")
+        self.fields["start"].help_text = f"Time zone {timezone.get_current_timezone_name()}."
+        self.limits = services.limits_for(user, self._chosen_image())
+        self.fields["duration"].choices = duration_choices(self.limits.max_minutes)
+        self.fields["duration"].help_text = (
+            f"At most {human_minutes(self.limits.max_minutes)} ({self.limits.max_minutes_rule})."
+        )
+        if not self.is_bound and "request_key" not in self.initial:
+            self.initial["request_key"] = uuid.uuid4()
+
+    def _chosen_image(self):
+        """The image the duration limit is for: the submitted one if valid, else the first."""
+        queryset = self.fields["image"].queryset
+        raw = self.data.get("image") if self.is_bound else self.initial.get("image")
+        raw = getattr(raw, "pk", raw)
+        image = queryset.filter(pk=raw).first() if str(raw or "").isdigit() else None
+        return image or queryset.first()
+
+    def clean_ssh_key(self):
+        key = " ".join(self.cleaned_data["ssh_key"].split())
+        if key and (not key.startswith(SSH_KEY_TYPES) or len(key.split(" ")) < 2):
+            raise forms.ValidationError("an OpenSSH public key: type, key and optional comment on one line")
+        return key
+
+    def clean(self):
+        data = super().clean()
+        if data.get("when") == "later" and not data.get("start"):
+            self.add_error("start", "give a start, or choose now")
+        return data
+
+    def window(self):
+        """(start or None for now, duration) from a valid form."""
+        data = self.cleaned_data
+        start = data["start"] if data["when"] == "later" else None
+        return start, timedelta(minutes=data["duration"])
+
+    def add_service_errors(self, exc):
+        add_service_errors(self, exc, {"end": "duration"})
+
+
+class ExtendForm(forms.Form):
+    minutes = forms.TypedChoiceField(
+        coerce=int, label="Extend by", choices=[(m, human_minutes(m)) for m in EXTENSIONS]
+    )
+
+
+class BlockForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    image = forms.ModelChoiceField(queryset=None)
+    group = forms.ModelChoiceField(queryset=None, help_text="The class: its members get the seats.")
+    seats = forms.IntegerField(min_value=1, max_value=1000)
+    start = forms.DateTimeField(widget=DATETIME_INPUT, help_text="Of the first occurrence.")
+    end = forms.DateTimeField(widget=DATETIME_INPUT, help_text="Of the first occurrence.")
+    weeks = forms.IntegerField(min_value=1, max_value=52, initial=1, help_text="Occurrences, one a week.")
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["image"].queryset = vms.visible_images(user).order_by("name")
+        groups = Group.objects.all() if user.is_staff else user.groups.all()
+        self.fields["group"].queryset = groups.order_by("name")

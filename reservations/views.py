@@ -1,0 +1,271 @@
+"""Self-service pages: the image catalogue, the reserve form with its live fit check, my
+reservations (live status, provisioning steps, connection details, extend / end / cancel) and
+block allocations. Thin: reads through ``services.visible``, writes through the services.
+
+Someone else's reservation is a 404 on every view (ids do not leak). Status is live without
+reloads: the pages subscribe to ``user.<id>`` (static/js/reservations.js) and refresh the
+changed parts with htmx fragments rendered by the same templates.
+"""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from provisioning.vms import services as vms
+from provisioning.vms.forms import ImageFilterForm
+from reservations import services
+from reservations.forms import BlockForm, ExtendForm, ReserveForm, add_service_errors, as_input
+from reservations.models import BlockAllocation, Reservation
+from vclmgr import topics
+
+PAGE_SIZE = 50
+MAX_ID = 2**63 - 1
+STEPS = (("staging", "staging the image"), ("defining", "defining the VM"), ("starting", "starting"),
+         ("running", "running"))  # fmt: skip
+SHOWS = {"active": Reservation.ACTIVE + ("ending",), "past": Reservation.FINAL, "all": None}
+
+
+def _reservation(request, pk, queryset=None):
+    if pk > MAX_ID:  # beyond the column's range: SQLite would raise instead of finding nothing
+        raise Http404
+    return get_object_or_404(queryset if queryset is not None else services.visible(request.user), pk=pk)
+
+
+# --- catalogue and reserving ------------------------------------------------------------
+
+
+@login_required
+def catalogue(request):
+    visible = vms.visible_images(request.user)
+    form = ImageFilterForm(request.GET or None, images=visible)
+    images = form.filter(visible).filter(variants__isnull=False).distinct().order_by("name")
+    page = Paginator(images, PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "reservations/catalogue.html", {"form": form, "page": page, "query": query.urlencode()})
+
+
+@login_required
+def reserve(request):
+    if request.method == "POST":
+        form = ReserveForm(request.POST, user=request.user)
+        if form.is_valid():
+            start, duration = form.window()
+            try:
+                reservation = services.reserve(
+                    request.user, request.user, form.cleaned_data["image"], start=start, duration=duration,
+                    ssh_key=form.cleaned_data["ssh_key"], request_key=str(form.cleaned_data["request_key"]),
+                )  # fmt: skip
+            except ValidationError as exc:
+                form.add_service_errors(exc)
+            else:
+                return redirect("reservations:detail", pk=reservation.pk)
+    else:  # GET parameters preset the form (the catalogue's Reserve button, an image change)
+        initial = {k: request.GET[k] for k in ("image", "when", "start", "duration") if request.GET.get(k)}
+        form = ReserveForm(initial=initial, user=request.user)
+    return render(request, "reservations/reserve.html", {"form": form})
+
+
+@login_required
+@require_GET
+def fit(request):
+    """The reserve form's live answer: does it fit as filled in, and if not, when would it?"""
+    form = ReserveForm(request.GET, user=request.user)
+    form.is_valid()  # the request key is not sent here; only the window matters
+    data, answer = form.cleaned_data, None
+    errors = {name: form.errors[name] for name in ("image", "when", "start", "duration") if name in form.errors}
+    if not errors:
+        now = timezone.now()
+        start, duration = form.window()
+        start = start or now
+        errors = services.validate(request.user, data["image"], start, start + duration, now)
+        if not errors:
+            answer = services.check_fit(data["image"], max(start, now), start + duration)
+    context = {"errors": errors, "answer": answer, "limits": form.limits}
+    if answer is not None and answer.earliest is not None:
+        context["earliest"] = as_input(answer.earliest)
+        context["earliest_label"] = context["earliest"].replace("T", " ")
+    return render(request, "reservations/_fit.html", context)
+
+
+# --- my reservations --------------------------------------------------------------------
+
+
+@login_required
+def reservation_list(request):
+    show = request.GET.get("show") if request.GET.get("show") in SHOWS else "active"
+    everyone = request.user.is_staff and request.GET.get("everyone") == "1"
+    reservations = services.visible(request.user).select_related("image", "vm", "user")
+    if not everyone:
+        reservations = reservations.filter(user=request.user)
+    if SHOWS[show]:
+        reservations = reservations.filter(status__in=SHOWS[show])
+    page = Paginator(reservations, PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {"page": page, "show": show, "shows": list(SHOWS), "everyone": everyone,
+               "topics": "admin" if everyone else topics.user_topic(request.user)}  # fmt: skip
+    return render(request, "reservations/reservation_list.html", context)
+
+
+def _panel_context(reservation):
+    now = timezone.now()
+    vm_state = reservation.vm.state if reservation.vm else ""
+    reached = [name for name, _ in STEPS].index(vm_state) if vm_state in dict(STEPS) else -1
+    warn = timedelta(minutes=settings.RESERVATION_WARN_MINUTES)
+    return {
+        "reservation": reservation,
+        "history": list(reservation.history.all()),
+        "connection": services.connection(reservation),
+        "steps": [(name, label, "done" if i < reached else "current" if i == reached else "todo")
+                  for i, (name, label) in enumerate(STEPS)],  # fmt: skip
+        "may_extend": reservation.status in Reservation.ACTIVE and reservation.allocation_id is not None,
+        "may_end": reservation.status in (Reservation.Status.PLACING, Reservation.Status.PROVISIONING,
+                                          Reservation.Status.READY),  # fmt: skip
+        "may_cancel": reservation.status in (Reservation.Status.REQUESTED, Reservation.Status.PENDING),
+        "ending_soon": reservation.status == Reservation.Status.READY and reservation.end - now <= warn,
+        "extend_form": ExtendForm(),
+        "warn_minutes": settings.RESERVATION_WARN_MINUTES,
+        # its own topic (status, end warnings) and its owner's (the VM's build steps)
+        "live_topics": ",".join([f"reservation.{reservation.pk}", topics.user_topic(reservation.user_id)]
+                                if reservation.user_id else [f"reservation.{reservation.pk}"]),
+    }
+
+
+def _detail_queryset(request):
+    return services.visible(request.user).select_related("image", "vm", "vm__host", "user")
+
+
+@login_required
+def reservation_detail(request, pk):
+    reservation = _reservation(request, pk, _detail_queryset(request))
+    return render(request, "reservations/reservation_detail.html", _panel_context(reservation))
+
+
+@login_required
+@require_GET
+def reservation_panel(request, pk):
+    """The part of the detail page that changes with the status (fetched by htmx on events)."""
+    reservation = _reservation(request, pk, _detail_queryset(request))
+    return render(request, "reservations/_panel.html", _panel_context(reservation))
+
+
+@login_required
+@require_POST
+def extend(request, pk):
+    reservation = _reservation(request, pk)
+    form = ExtendForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Extend by: " + " ".join(form.errors["minutes"]))
+        return redirect("reservations:detail", pk=pk)
+    new_end = reservation.end + timedelta(minutes=form.cleaned_data["minutes"])
+    try:
+        services.extend(request.user, reservation, new_end)
+    except ValidationError as exc:
+        messages.error(request, "Not extended: " + " ".join(exc.messages))
+    except services.Conflict as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Extended to {timezone.localtime(new_end):%Y-%m-%d %H:%M}.")
+    return redirect("reservations:detail", pk=pk)
+
+
+@login_required
+@require_POST
+def end(request, pk):
+    return _act(request, pk, services.end, "Ending: the VM is being torn down.")
+
+
+@login_required
+@require_POST
+def cancel(request, pk):
+    return _act(request, pk, services.cancel, "Canceled: its capacity is given back.")
+
+
+def _act(request, pk, verb, done):
+    reservation = _reservation(request, pk)
+    try:
+        verb(request.user, reservation)
+    except services.Conflict as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, done)
+    return redirect("reservations:detail", pk=pk)
+
+
+@login_required
+def rdp(request, pk):
+    reservation = _reservation(request, pk, _detail_queryset(request))
+    details = services.connection(reservation)
+    if details is None or details["protocol"] != "rdp":
+        raise Http404("no RDP connection for this reservation")
+    response = HttpResponse(services.rdp_file(reservation), content_type="application/x-rdp")
+    response["Content-Disposition"] = f'attachment; filename="reservation-{reservation.pk}.rdp"'
+    return response
+
+
+# --- block allocations ------------------------------------------------------------------
+
+
+def _managed_blocks(user):
+    blocks = BlockAllocation.objects.select_related("image", "group")
+    return blocks if user.is_staff else blocks.filter(created_by=user)
+
+
+@login_required
+def blocks(request):
+    manager = services.may_manage_blocks(request.user)
+    form = None
+    if manager:
+        form = BlockForm(request.POST or None, user=request.user)
+        if request.method == "POST" and form.is_valid():
+            try:
+                block = services.create_block(request.user, created_by=request.user, **form.cleaned_data)
+            except ValidationError as exc:
+                add_service_errors(form, exc)
+            else:
+                messages.success(request, f"Block {block.name}: {block.seats} seats × {block.weeks} weeks reserved.")
+                return redirect("reservations:blocks")
+    elif request.method == "POST":
+        raise PermissionDenied
+    now = timezone.now()
+    managed = [(b, services.block_usage(b, now)) for b in _managed_blocks(request.user)[:PAGE_SIZE]] if manager else []
+    classes = (
+        BlockAllocation.objects.filter(group__in=request.user.groups.all(), canceled=False)
+        .filter(seat_reservations__end__gt=now).distinct().select_related("image", "group").order_by("start")
+    )  # fmt: skip
+    held = dict(
+        Reservation.objects.filter(user=request.user, block__in=classes, status__in=Reservation.ACTIVE, end__gt=now)
+        .order_by("-start").values_list("block_id", "pk")
+    )  # fmt: skip
+    context = {"form": form, "managed": managed, "classes": [(b, held.get(b.pk)) for b in classes]}
+    return render(request, "reservations/blocks.html", context)
+
+
+@login_required
+@require_POST
+def take_seat(request, pk):
+    block = get_object_or_404(BlockAllocation, pk=min(pk, MAX_ID), group__in=request.user.groups.all())
+    try:
+        seat = services.take_seat(request.user, request.user, block)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect("reservations:blocks")
+    return redirect("reservations:detail", pk=seat.pk)
+
+
+@login_required
+@require_POST
+def cancel_block(request, pk):
+    if not services.may_manage_blocks(request.user):
+        raise PermissionDenied
+    block = get_object_or_404(_managed_blocks(request.user), pk=min(pk, MAX_ID))
+    services.cancel_block(request.user, block, reason=f"block canceled by {request.user.get_username()}")
+    messages.success(request, f"Block {block.name} canceled.")
+    return redirect("reservations:blocks")

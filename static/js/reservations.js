@@ -1,0 +1,145 @@
+// Self-service reservation pages: live status badges, provisioning steps, the end warning,
+// the reserve form's "use the earliest start", copy and reveal buttons. Events come from
+// vclEvents (events.js); the detail page re-fetches its panel (an htmx fragment) on a change.
+(function () {
+  const STEPS = ["staging", "defining", "starting", "running"];
+
+  function setBadge(el, status) {
+    if (!el) return;
+    el.textContent = status;
+    el.className = `badge res-${status}`;
+  }
+
+  // --- my reservations: a badge per row -----------------------------------------------
+  function liveList(table) {
+    vclEvents.subscribe(table.dataset.topics.split(","), (event) => {
+      const d = event.data;
+      if (event.kind === "reservation.changed") {
+        const row = document.getElementById(`reservation-${d.id}`);
+        if (!row) return;
+        setBadge(row.querySelector('[data-field="status"]'), d.status);
+        if (d.vm) row.dataset.vm = d.vm;
+        if (d.end) row.querySelector('[data-field="end"]').textContent = d.end.slice(0, 16).replace("T", " ");
+      } else if (event.kind === "vm.changed") {
+        const row = table.querySelector(`tr[data-vm="${d.id}"]`);
+        if (row) row.querySelector('[data-field="vm"]').textContent = d.state;
+      }
+    });
+  }
+
+  // --- one reservation: steps, panel refresh, end warning ------------------------------
+  function showSteps(state) {
+    const list = document.getElementById("steps");
+    if (!list) return;
+    list.dataset.vmState = state;
+    const reached = STEPS.indexOf(state);
+    list.querySelectorAll("li").forEach((li, i) => {
+      li.className = reached < 0 ? (state === "failed" ? "todo failed" : "todo") : i < reached ? "done" : i === reached ? "current" : "todo";
+    });
+    const line = document.querySelector('#vm-line [data-field="vm-state"]');
+    if (line) line.textContent = state;
+  }
+
+  function warn(minutes) {
+    const banner = document.getElementById("ending-warning");
+    if (!banner) return;
+    banner.hidden = false;
+    if (minutes) banner.querySelector('[data-field="minutes"]').textContent = ` (in about ${minutes} min)`;
+  }
+
+  function liveDetail() {
+    const panel = () => document.getElementById("reservation-panel");
+    const id = Number(panel().dataset.id);
+    let timer = null;
+    function refresh() { // many events in a burst: one fetch
+      clearTimeout(timer);
+      timer = setTimeout(() => {
+        htmx.ajax("GET", panel().dataset.panelUrl, { target: "#reservation-panel", swap: "outerHTML" }).then(() => {
+          const status = panel().dataset.status; // the heading's badge, outside the panel
+          setBadge(document.getElementById("reservation-status"), status);
+          if (status !== "ready") document.getElementById("ending-warning").hidden = true;
+        });
+      }, 150);
+    }
+    vclEvents.subscribe(panel().dataset.topics.split(","), (event) => {
+      const d = event.data;
+      if (event.kind === "reservation.changed" && d.id === id) {
+        setBadge(document.getElementById("reservation-status"), d.status);
+        setBadge(panel().querySelector('[data-field="status"]'), d.status);
+        if (d.status !== "ready") document.getElementById("ending-warning").hidden = true;
+        refresh();
+      } else if (event.kind === "vm.changed") {
+        const vm = panel().dataset.vm;
+        if (vm && Number(vm) === d.id) showSteps(d.state);
+        else if (!vm && ["placing", "provisioning"].includes(panel().dataset.status)) refresh(); // its VM is new
+      } else if (event.kind === "reservation.ending" && d.id === id) {
+        warn(d.minutes);
+      }
+    });
+    // What changed between rendering this page and the subscription is not replayed: fetch
+    // the panel once subscribed (and again after each reconnect).
+    new MutationObserver(() => {
+      if (document.documentElement.dataset.live === "subscribed") refresh();
+    }).observe(document.documentElement, { attributes: true, attributeFilter: ["data-live"] });
+    // The warning also comes without an event: when the end is near by the clock.
+    setInterval(() => {
+      const p = panel();
+      const left = (Date.parse(p.dataset.end) - Date.now()) / 60000;
+      const banner = document.getElementById("ending-warning");
+      if (p.dataset.status === "ready" && left > 0 && left <= Number(banner.dataset.warnMinutes)) warn(Math.ceil(left));
+    }, 20000);
+  }
+
+  // --- the reserve form ---------------------------------------------------------------
+  function reserveForm(form) {
+    const start = form.querySelector("#id_start");
+    const later = form.querySelector('input[name="when"][value="later"]');
+    start.addEventListener("input", () => { if (start.value) later.checked = true; });
+    form.addEventListener("click", (ev) => {
+      const button = ev.target.closest("button.use-earliest");
+      if (!button) return;
+      later.checked = true;
+      start.value = button.dataset.start;
+      start.dispatchEvent(new Event("change", { bubbles: true })); // re-checks the fit
+    });
+  }
+
+  // --- copy and reveal ----------------------------------------------------------------
+  function secretText(el) { return el.dataset.secret !== undefined ? el.dataset.secret : el.textContent.trim(); }
+
+  async function copy(text, button) {
+    try {
+      await navigator.clipboard.writeText(text);
+    } catch (err) { // no clipboard API (plain http on a non-local host): select a temporary field
+      const area = document.createElement("textarea");
+      area.value = text;
+      document.body.append(area);
+      area.select();
+      document.execCommand("copy");
+      area.remove();
+    }
+    const label = button.textContent;
+    button.textContent = "Copied";
+    setTimeout(() => { button.textContent = label; }, 1200);
+  }
+
+  document.addEventListener("click", (ev) => {
+    const copyButton = ev.target.closest("button.copy");
+    if (copyButton) copy(secretText(document.querySelector(copyButton.dataset.copy)), copyButton);
+    const reveal = ev.target.closest("button.reveal");
+    if (reveal) {
+      const el = document.querySelector(reveal.dataset.reveal);
+      const shown = reveal.textContent === "Hide";
+      el.textContent = shown ? "••••••••••••" : el.dataset.secret;
+      reveal.textContent = shown ? "Show" : "Hide";
+    }
+  });
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const table = document.getElementById("reservations");
+    if (table) liveList(table);
+    if (document.getElementById("reservation-panel")) liveDetail();
+    const form = document.getElementById("reserve-form");
+    if (form) reserveForm(form);
+  });
+})();
