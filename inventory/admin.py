@@ -185,6 +185,7 @@ class HypervisorAdmin(ServiceAdmin, ImportExportModelAdmin):
     import_formats = formats.ADMIN_FORMATS
     export_formats = formats.ADMIN_FORMATS
     import_form_class = HypervisorImportForm
+    change_list_template = "inventory/admin/hypervisor_change_list.html"
     action_form = StateActionForm
     actions = ["drain", "set_offline", "set_online"]
     list_display = ("name", "state_badge", "group", "blade_center", "slot", "driver", "cpus", "memory_mib",
@@ -211,6 +212,12 @@ class HypervisorAdmin(ServiceAdmin, ImportExportModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).prefetch_related("tags")
+
+    def get_urls(self):
+        from provisioning.discovery.admin import discover_view
+
+        view = self.admin_site.admin_view(lambda request: discover_view(self, request))
+        return [path("discover/", view, name="inventory_hypervisor_discover"), *super().get_urls()]
 
     def get_import_data_kwargs(self, **kwargs):
         return {**super().get_import_data_kwargs(**kwargs), "preview_cells": True}

@@ -6,6 +6,7 @@ in-memory channel layer, a file cache; nothing to install) and the scaled-out on
 """
 
 import secrets
+import sys
 from pathlib import Path
 
 import dj_database_url
@@ -131,6 +132,10 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     _db["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
 else:
     _db["CONN_HEALTH_CHECKS"] = True
+if sys.argv[1:2] == ["qcluster"]:
+    # Worker processes are long-lived and sync; django-q2 closes "old" connections around
+    # every task, which with the default CONN_MAX_AGE=0 means a reconnect per task.
+    _db["CONN_MAX_AGE"] = env.int("VCLMGR_WORKER_CONN_MAX_AGE", 300, minimum=0)
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -258,6 +263,8 @@ CREDENTIAL_KEY = env.str("CREDENTIAL_KEY", None)
 # --- inventory ------------------------------------------------------------------------
 INVENTORY_IMPORT_MAX_BYTES = env.int("INVENTORY_IMPORT_MAX_BYTES", 20 * 1024 * 1024, minimum=1024)
 INVENTORY_IMPORT_MAX_ROWS = env.int("INVENTORY_IMPORT_MAX_ROWS", 20_000, minimum=1)
+# How often every online or drained host's facts are re-read from its driver (0: never).
+FACTS_REFRESH_MINUTES = env.int("FACTS_REFRESH_MINUTES", 10, minimum=0)
 
 # --- reservations ---------------------------------------------------------------------
 # VCL's preload: a future reservation's VM is built this long before its start.

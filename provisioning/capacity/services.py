@@ -8,7 +8,7 @@ opportunistic locking; only when attempts run out does it answer ``TryAgain``.
 Two workers can never overcommit a host. No hypervisor is called from here.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.db import transaction
@@ -53,6 +53,7 @@ class Demand:
     policy: str | None = None
     groups: frozenset | None = None
     purpose: str = ""
+    exclude_hosts: frozenset = frozenset()  # hypervisor ids not to place on (a retry after a failed boot)
 
     def request(self, request_id="request"):
         return core.Request(
@@ -91,7 +92,7 @@ def claim(demand, actor, owner=None, max_attempts=MAX_ATTEMPTS):
     for _attempt in range(max_attempts):
         with snapshot.lock:
             engine, ids = snapshot.current()
-            result = engine.place(request)
+            result = _without(engine, ids, demand.exclude_hosts).place(request)
         if not result.ok:
             raise NoCapacity(result)
         allocation = _claim_on(ids[result.host], demand, request, actor, owner)
@@ -99,6 +100,17 @@ def claim(demand, actor, owner=None, max_attempts=MAX_ATTEMPTS):
             return allocation
         snapshot.expire()  # the host changed under us: look at hosts again, not just claims
     raise TryAgain(f"hosts kept filling up under concurrent claims ({max_attempts} attempts); try again")
+
+
+def _without(engine, ids, exclude):
+    """The engine itself, or (rarely: retries only) a copy in which the excluded hosts take no new VMs."""
+    if not exclude:
+        return engine
+    cluster = engine.snapshot()
+    hosts = tuple(
+        replace(host, state=core.HostState.DRAINED) if ids.get(host.name) in exclude else host for host in cluster.hosts
+    )
+    return core.PlacementEngine(replace(cluster, hosts=hosts), snapshot.options)
 
 
 def claim_on_host(host, demand, actor, owner=None):

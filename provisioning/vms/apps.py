@@ -8,9 +8,13 @@ class VmsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
+        from django_q.signals import post_spawn
+
         from inventory import services as inventory
-        from provisioning.vms import services
+        from provisioning.vms import services, tasks
         from vclmgr import topics
+
+        post_spawn.connect(tasks.on_worker_start, dispatch_uid="provisioning.vms.facts_refresh")
 
         if services.in_use_reason not in inventory.IN_USE_CHECKERS:
             inventory.IN_USE_CHECKERS.append(services.in_use_reason)

@@ -22,10 +22,11 @@ from inventory import services as inventory
 from inventory.models import Hypervisor
 from provisioning.capacity import services as capacity
 from provisioning.drivers import base, registry
+from provisioning.jobs import reasons as job_reasons
 from provisioning.jobs.registry import opcode
 from provisioning.jobs.runner import Handoff, LeaseLost
 from provisioning.vms import services
-from provisioning.vms.models import VM, HostImage
+from provisioning.vms.models import VM, HostImage, Image
 
 S = VM.State
 STAGE_PER_HOST = getattr(settings, "VCLMGR_STAGE_PER_HOST", 2)  # concurrent image transfers per host
@@ -54,6 +55,11 @@ class SnapshotParams(VMParams):
     name = serializers.RegexField(base.IMAGE_NAME_RE, max_length=100)
 
 
+class CaptureParams(VMParams):
+    image_name = serializers.RegexField(base.IMAGE_NAME_RE, max_length=100)
+    force = serializers.BooleanField(default=False, help_text="Pull the plug instead of a guest shutdown.")
+
+
 class MigrateParams(VMParams):
     target = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
 
@@ -62,8 +68,17 @@ class HostParams(serializers.Serializer):
     hypervisor = serializers.IntegerField(min_value=1)
 
 
+class RefreshParams(HostParams):
+    drain_unreachable = serializers.BooleanField(default=False)
+
+
 def vm_lock(params):
     return [f"vm:{params['vm']}"]
+
+
+def capture_locks(params):
+    # Two captures to one new name would share the hypervisor's copy: one at a time per name.
+    return [f"vm:{params['vm']}", f"image:{params['image_name']}"]
 
 
 def host_lock(params):
@@ -77,9 +92,11 @@ def driver_for(host):
     credentials = None
     if host.credential_id:
         credentials = {"username": host.credential.username, "password": host.credential.get_secret()}
-    options = {}
+    # Per-driver options for every host of that driver, e.g. {"vmware": {"insecure": True}}.
+    options = dict(getattr(settings, "VCLMGR_DRIVER_OPTIONS", {}).get(host.driver, {}))
     if host.driver == Hypervisor.Driver.SIM:
         options = {
+            **options,
             "cpus": host.cpus,
             "memory_mib": host.memory_mib,
             "disk_gib": host.disk_gib,
@@ -114,9 +131,17 @@ def _passes_through(exc):
 # --- vm.create ----------------------------------------------------------------------------
 
 
+RETRY_STEPS = ("claim", "define", "start", "address")  # a failure here is retried once on another host
+
+
 @opcode("vm.create", params=VMParams, locks=vm_lock, staff_only=False)
 def vm_create(job):
-    """Create a VM: claim capacity, stage its image, define, boot, wait for its address."""
+    """Create a VM: claim capacity, stage its image, define, boot, wait for its address.
+
+    A placement or boot failure (a claim that lost every race, or a failure to define, start
+    or address the VM) is retried once on another host, after the first host is cleaned and
+    its claim released; the retry is recorded in the job's reason trail and log.
+    """
     vm_id = job.params["vm"]
     vm = _vm(vm_id)
     _authorise(job, vm)
@@ -125,29 +150,110 @@ def vm_create(job):
     if vm.state == S.DESTROYED:
         raise Refused(f"{vm.key} is destroyed: request a new VM")
     job.expect(6)
+    retried = job._done.get("retry")  # a re-run after the retry began goes straight to the second attempt
+    first = None
+    if retried is None:
+        attempt = Attempt(job, vm_id)
+        try:
+            return attempt.run()
+        except Exception as exc:
+            if _passes_through(exc):
+                raise
+            if not attempt.retryable(exc):
+                undo_create(vm_id, job.actor, _fail_reason(exc))
+                raise
+            first = exc
+            try:
+                retried = _retry(job, vm_id, attempt.at, _fail_reason(exc))
+            except Exception as cleanup:  # the first host could not be cleaned: no retry, fail as usual
+                if _passes_through(cleanup):
+                    raise
+                undo_create(vm_id, job.actor, _fail_reason(exc))
+                raise exc from cleanup
+    job.expect(len(job._done) + 6)
+    attempt = Attempt(job, vm_id, suffix="-retry", exclude=retried["exclude"])
     try:
-        placed = job.step("claim", claim, vm_id, job.actor)
-        job.step("stage", stage, vm_id, placed["host"], job.job_id, job.actor)
-        job.step("define", define, vm_id, job.actor)
-        job.step("start", boot, vm_id, job.actor)
-        address = job.step("address", wait_address, vm_id)
-        job.step("ready", ready, vm_id, address, job.actor)
+        return attempt.run()
     except Exception as exc:
         if _passes_through(exc):
             raise
+        if attempt.at == "claim" and isinstance(exc, capacity.NoCapacity):  # nowhere else: the first failure stands
+            undo_create(vm_id, job.actor, f"{retried['reason']}; no other host to retry on")
+            raise (first or base.DriverError(retried["reason"])) from exc
         undo_create(vm_id, job.actor, _fail_reason(exc))
         raise
-    return {"vm": vm_id, "host": placed["host"], "allocation": placed["allocation"], "address": address}
 
 
-def claim(vm_id, actor):
-    """Claim capacity for the VM (or adopt the allocation it came with) and pick its variant."""
+class Attempt:
+    """One try at building the VM; ``at`` is the step it reached (the one that failed, on failure)."""
+
+    def __init__(self, job, vm_id, suffix="", exclude=()):
+        self.job, self.vm_id, self.suffix, self.exclude = job, vm_id, suffix, exclude
+        self.at = None
+        self.placed = None
+
+    def step(self, name, fn, *args):
+        self.at = name
+        return self.job.step(name + self.suffix, fn, *args)
+
+    def run(self):
+        vm_id, actor = self.vm_id, self.job.actor
+        self.placed = self.step("claim", claim, vm_id, actor, self.exclude)
+        self.step("stage", stage, vm_id, self.placed["host"], self.job.job_id, actor)
+        self.step("define", define, vm_id, actor)
+        self.step("start", boot, vm_id, actor)
+        address = self.step("address", wait_address, vm_id)
+        self.step("ready", ready, vm_id, address, actor)
+        return {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"], "address": address}
+
+    def retryable(self, exc):
+        if self.at not in RETRY_STEPS or isinstance(exc, Refused):
+            return False
+        if self.at == "claim":
+            return isinstance(exc, capacity.TryAgain)
+        return not self.placed.get("adopted")  # a reservation's own claim stays on its host
+
+
+def _retry(job, vm_id, step, reason):
+    host = _vm(vm_id).host if step != "claim" else None
+    note = f"{step} failed{f' on {host.name}' if host else ''} ({reason}); retrying once on another host"
+    job.job.reason = [*job.job.reason, job_reasons.entry("vm.create", note)]  # saved with the step's record
+    job.log(note, "warning")
+    return job.step("retry", retry_elsewhere, vm_id, step, reason, job.actor)
+
+
+def retry_elsewhere(vm_id, step, reason, actor):
+    """Clean the first host and release its claim; the second attempt then avoids that host.
+
+    If the first host cannot be cleaned, no retry: the job fails as any failed create does,
+    keeping the claim (the VM may still be on that host).
+    """
+    vm = _vm(vm_id)
+    failed_host = vm.host if step != "claim" else None
+    if failed_host is not None:
+        driver_for(failed_host).destroy(vm.key)  # raises: the caller fails the job and keeps the claim
+    with transaction.atomic():
+        if vm.allocation_id:
+            capacity.release(vm.allocation, actor, f"{vm.key}: {step} failed, retrying on another host")
+        where = f" on {failed_host.name}" if failed_host else ""
+        services.set_state(
+            vm_id, S.REQUESTED, actor, f"{step} failed{where}; retrying on another host", host=None, allocation=None,
+            variant=None, error=reason[:4000],
+        )  # fmt: skip
+    return {"exclude": [failed_host.pk] if failed_host else [], "failed": step, "reason": reason[:1000]}
+
+
+def claim(vm_id, actor, exclude=()):
+    """Claim capacity for the VM (or adopt the allocation it came with) and pick its variant.
+
+    ``exclude``: ids of hosts not to use (where a first attempt failed).
+    """
     vm = _vm(vm_id)
     if vm.allocation_id and vm.allocation.released is None:
         host = vm.allocation.host
         variant = vm.variant or _variant_for(vm, host)
         VM.objects.filter(pk=vm_id).update(host=host, variant=variant)
-        return {"host": host.pk, "allocation": vm.allocation_id, "variant": variant.pk}
+        return {"host": host.pk, "allocation": vm.allocation_id, "variant": variant.pk, "adopted": True}
     variants = list(vm.image.variants.all())
     demand = capacity.Demand(
         vcpus=vm.vcpus,
@@ -157,6 +263,7 @@ def claim(vm_id, actor):
         end=vm.end,
         formats=frozenset(v.format for v in variants),
         purpose=f"vm {vm_id}",
+        exclude_hosts=frozenset(exclude),
     )
     with transaction.atomic():  # the claim and its record on the VM commit together
         allocation = capacity.claim(demand, actor, owner=vm.owner)
@@ -181,6 +288,8 @@ def stage(vm_id, host_id, job_id, actor):
     """Get the VM's image variant onto the host, once per host, at most STAGE_PER_HOST at a time."""
     vm = _vm(vm_id)
     host = Hypervisor.objects.select_related("credential").get(pk=host_id)
+    if services.cached(host, vm.variant):  # the common case, read without a write transaction (SQLite's lock)
+        return {"cached": True}
     deadline = time.monotonic() + STAGE_WAIT_SECONDS
     while True:
         turn = _take_stage_slot(host, vm.variant, job_id)
@@ -383,6 +492,71 @@ def revert(vm_id, name, actor):
     return state
 
 
+# --- vm.capture -----------------------------------------------------------------------------
+
+
+@opcode("vm.capture", params=CaptureParams, locks=capture_locks, staff_only=False)
+def vm_capture(job):
+    """Capture a VM's disk as a new image (derived from the VM's image); the VM is stopped first.
+
+    Every driver captures a stopped VM only, so a running VM is shut down (``force``: powered
+    off) and left stopped. The new image inherits its parent's visibility and groups when
+    staff (or the system) capture; a user's capture is restricted to staff until published,
+    so a user's VM contents never become visible to others on their own.
+    """
+    vm = _vm(job.params["vm"])
+    _authorise(job, vm)
+    name = job.params["image_name"]
+    if "capture" not in job._done and Image.objects.filter(name=name).exists():  # before stopping the VM
+        raise Refused(f"an image named {name} exists already")
+    job.expect(3)
+    job.step("stop", power, vm.pk, "stop", job.params["force"], job.actor)
+    captured = job.step("capture", capture_on_host, vm.pk, name)
+    submitter = job.job.submitter
+    inherit = submitter is None or submitter.is_staff
+    image = job.step("register", register_capture, vm.pk, captured, inherit, job.actor)
+    return {"vm": vm.pk, "image": image["image"], "variant": image["variant"], "name": name}
+
+
+def capture_on_host(vm_id, name):
+    vm = _vm(vm_id)
+    return driver_for(vm.host).capture(vm.key, name).as_dict()
+
+
+def register_capture(vm_id, captured, inherit, actor):
+    """Record the captured image and its one variant (for the VM's host type) in the library."""
+    vm = _vm(vm_id)
+    parent = vm.image
+    fields = {"hypervisor_type": vm.host.hypervisor_type}
+    fields.update((name, captured[name]) for name in ("format", "location", "checksum", "size_gib"))
+    existing = Image.objects.filter(name=captured["name"], parent=parent).first()
+    if existing is not None:  # recorded by an interrupted attempt
+        variant = existing.variants.filter(hypervisor_type=fields["hypervisor_type"]).first()
+        variant = variant or services.add_variant(actor, existing, reason=f"captured from {vm.key}", **fields)
+        return {"image": existing.pk, "variant": variant.pk}
+    reason = f"captured from {vm.key}"
+    with transaction.atomic():
+        image = services.create_image(
+            actor,
+            name=captured["name"],
+            os=parent.os,
+            platform=parent.platform,
+            description=f"Captured from {vm} ({vm.key}) of {parent.name}.",
+            min_vcpus=parent.min_vcpus,
+            min_memory_mib=parent.min_memory_mib,
+            min_disk_gib=parent.min_disk_gib,
+            default_vcpus=vm.vcpus,
+            default_memory_mib=vm.memory_mib,
+            default_disk_gib=max(vm.disk_gib, parent.min_disk_gib),
+            visibility=parent.visibility if inherit else Image.Visibility.RESTRICTED,
+            parent=parent,
+            groups=list(parent.groups.all()) if inherit else [],
+            reason=reason,
+        )
+        variant = services.add_variant(actor, image, reason=reason, **fields)
+    return {"image": image.pk, "variant": variant.pk}
+
+
 # --- vm.migrate and node.evacuate -----------------------------------------------------------
 
 
@@ -518,13 +692,22 @@ def drain(host_id, actor):
 # --- hypervisor.refresh ---------------------------------------------------------------------
 
 
-@opcode("hypervisor.refresh", params=HostParams, locks=host_lock, staff_only=True)
+@opcode("hypervisor.refresh", params=RefreshParams, locks=host_lock, staff_only=True)
 def hypervisor_refresh(job):
-    """Read a host's facts from its driver; an unreachable host is marked so in its facts."""
-    return job.step("facts", refresh_facts, job.params["hypervisor"], job.actor)
+    """Read a host's facts from its driver; an unreachable host is marked so in its facts.
+
+    With ``drain_unreachable`` (the periodic refresh sets it) an unreachable online host is
+    also drained, so placement stops choosing it, and put back online once it answers again —
+    only if it was that refresh that drained it (``AUTO_DRAIN`` starts the state reason).
+    """
+    params = job.params
+    return job.step("facts", refresh_facts, params["hypervisor"], job.actor, params.get("drain_unreachable", False))
 
 
-def refresh_facts(host_id, actor):
+AUTO_DRAIN = "unreachable, drained by the facts refresh"
+
+
+def refresh_facts(host_id, actor, drain_unreachable=False):
     host = Hypervisor.objects.select_related("credential").get(pk=host_id)
     checked = timezone.now().isoformat()
     try:
@@ -532,4 +715,13 @@ def refresh_facts(host_id, actor):
     except base.DriverError as exc:
         facts = {**host.facts, "reachable": False, "error": str(exc)[:1000], "checked": checked}
     inventory.report_facts(actor, host, facts)
-    return {"reachable": facts["reachable"], "error": facts.get("error", "")}
+    if drain_unreachable:
+        _follow_reachability(host, facts, actor)
+    return {"reachable": facts["reachable"], "error": facts.get("error", ""), "state": host.state}
+
+
+def _follow_reachability(host, facts, actor):
+    if not facts["reachable"] and host.state == Hypervisor.State.ONLINE:
+        inventory.set_state(actor, host, Hypervisor.State.DRAINED, f"{AUTO_DRAIN}: {facts['error']}"[:500])
+    elif facts["reachable"] and host.state == Hypervisor.State.DRAINED and host.state_reason.startswith(AUTO_DRAIN):
+        inventory.set_state(actor, host, Hypervisor.State.ONLINE, "reachable again (facts refresh)")

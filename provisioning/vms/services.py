@@ -23,6 +23,7 @@ IMAGE_FIELDS = (
 )  # fmt: skip
 VARIANT_FIELDS = ("hypervisor_type", "format", "location", "checksum", "size_gib")
 ACTIONS = ("start", "stop", "suspend", "resume", "destroy")
+NEEDS_BUILT = ("start", "stop", "suspend", "resume", "snapshot", "revert", "migrate", "capture")  # not mid-create
 
 
 class Conflict(Exception):
@@ -227,15 +228,18 @@ def request_vm(
 
 
 def submit_action(actor, vm, action, *, reason="", submitter=None, **params):
-    """Submit the job for a VM action (start, stop, suspend, resume, destroy, snapshot, revert, migrate)."""
+    """Submit the job for a VM action (start, stop, suspend, resume, destroy, snapshot, revert,
+    migrate, capture). ``capture`` takes ``image_name`` (a new image's name) and ``force``."""
     if vm.state == VM.State.DESTROYED:
         raise Conflict(f"{vm} is destroyed")
-    if action in ("start", "stop", "suspend", "resume", "snapshot", "revert", "migrate") and vm.state not in (
+    if action in NEEDS_BUILT and vm.state not in (
         VM.State.RUNNING,
         VM.State.STOPPED,
         VM.State.SUSPENDED,
     ):
         raise Conflict(f"cannot {action} {vm}: it is {vm.state}")
+    if action == "capture":
+        _check_capture_name(params.get("image_name"))
     actor = Actor.of(actor)
     return jobs.submit(
         f"vm.{action}",
@@ -244,6 +248,15 @@ def submit_action(actor, vm, action, *, reason="", submitter=None, **params):
         submitter=submitter or actor.user or vm.owner,
         reason=reason or f"{action} {vm.key}",
     )
+
+
+def _check_capture_name(name):
+    try:
+        base.check_image_name(name)
+    except base.DriverError as exc:
+        raise ValidationError({"image_name": [str(exc)]}) from None
+    if Image.objects.filter(name=name).exists():
+        raise ValidationError({"image_name": [f"an image named {name} exists already"]})
 
 
 def set_state(vm_id, state, actor, reason="", **fields):

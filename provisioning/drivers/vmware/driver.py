@@ -6,7 +6,8 @@ info. Options: ``host`` (the HostSystem this driver places VMs on; may be omitte
 connection sees only one), ``datastore`` (default: the host's accessible datastore with
 most free space), ``network`` (port group used for the spec's ``default`` network, default
 ``VM Network``), ``insecure`` (skip TLS certificate checks), ``task_timeout`` (seconds,
-default 600), ``stop_timeout`` (graceful shutdown, default 120).
+default 600), ``stop_timeout`` (graceful shutdown, default 120), ``extra_config`` (a dict of
+VM advanced settings added to every VM this driver creates; a spec's own come after).
 
 VMs are created in the datacenter's VM folder, named by their key; a name is unique per
 folder, so lifecycle calls find the VM wherever DRS has moved it. ``create`` either clones a
@@ -228,6 +229,8 @@ class VMwareDriver(base.Driver):
         ds = self._datastore()
         vms = self.list_vms()
         memory_mib = hardware.memorySize // MIB
+        vnics = self._props(host, ["config.network.vnic"]).get("config.network.vnic") or []
+        addresses = [nic.spec.ip.ipAddress for nic in vnics if nic.spec and nic.spec.ip and nic.spec.ip.ipAddress]
         return HostFacts(
             name=summary.config.name,
             hypervisor_type=self.hypervisor_type,
@@ -247,6 +250,7 @@ class VMwareDriver(base.Driver):
                 "cluster": host.parent.name,
                 "connection_state": str(summary.runtime.connectionState),
                 "maintenance": bool(summary.runtime.inMaintenanceMode),
+                "address": addresses[0] if addresses else None,  # the management interface's
             },
         )
 
@@ -378,7 +382,8 @@ class VMwareDriver(base.Driver):
 
     def _extra_config(self, spec):
         values = {"vclmgr.key": spec.key, "vclmgr.fingerprint": spec.fingerprint()}
-        values.update({str(k): str(v) for k, v in dict(spec.extra.get("vmware.extra_config", {})).items()})
+        for extra in (self.options.get("extra_config", {}), spec.extra.get("vmware.extra_config", {})):
+            values.update({str(k): str(v) for k, v in dict(extra).items()})
         return [vim.option.OptionValue(key=k, value=v) for k, v in values.items()]
 
     def _config_spec(self, spec):

@@ -72,6 +72,11 @@ class JobAcceptedSerializer(serializers.Serializer):
     vm = serializers.IntegerField()
 
 
+class VMCaptureSerializer(serializers.Serializer):
+    image_name = serializers.CharField(max_length=100, help_text="Name of the new image (must not exist).")
+    force = serializers.BooleanField(default=False, help_text="Power the VM off instead of a guest shutdown.")
+
+
 class VMCreatedSerializer(JobAcceptedSerializer):
     detail = VMSerializer()
 

@@ -22,6 +22,7 @@ from provisioning.vms.api.serializers import (
     ImageVariantSerializer,
     JobAcceptedSerializer,
     SimFaultSerializer,
+    VMCaptureSerializer,
     VMCreatedSerializer,
     VMCreateSerializer,
     VMSerializer,
@@ -136,12 +137,14 @@ class VMViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gener
             raise as_drf(exc) from None
         return Response({"job": job.pk, "vm": vm.pk, "detail": VMSerializer(vm).data}, status=status.HTTP_202_ACCEPTED)
 
-    def _act(self, request, verb):
+    def _act(self, request, verb, **params):
         vm = self.get_object()
         try:
-            job = services.submit_action(request.user, vm, verb, reason=f"{verb} through the API")
+            job = services.submit_action(request.user, vm, verb, reason=f"{verb} through the API", **params)
         except services.Conflict as exc:
             raise Conflict(str(exc)) from None
+        except ValidationError as exc:
+            raise as_drf(exc) from None
         return Response({"job": job.pk, "vm": vm.pk}, status=status.HTTP_202_ACCEPTED)
 
     @ACTION_SCHEMA
@@ -168,6 +171,14 @@ class VMViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gener
     @action(detail=True, methods=["post"], url_path="destroy", url_name="destroy")
     def destroy_vm(self, request, pk=None):
         return self._act(request, "destroy")
+
+    @extend_schema(request=VMCaptureSerializer, responses={202: JobAcceptedSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"])
+    def capture(self, request, pk=None):
+        """Capture the VM's disk as a new image (the VM is stopped first and left stopped)."""
+        body = VMCaptureSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._act(request, "capture", **body.validated_data)
 
 
 class SimFaultView(APIView):

@@ -5,6 +5,7 @@ vm info ID [--json]
 vm create IMAGE --user NAME [--vcpus N] [--memory-mib N] [--disk-gib N] [--name NAME] [--wait]
 vm start|stop|suspend|resume|destroy ID [--wait]
 vm migrate ID [--to HYPERVISOR] [--wait]
+vm capture ID IMAGE_NAME [--force] [--wait]
 """
 
 import json
@@ -22,7 +23,7 @@ from provisioning.vms.models import VM, Image
 from vclmgr.changelog import Actor
 
 CLI = Actor(name="cli")
-ACTIONS = ("start", "stop", "suspend", "resume", "destroy", "migrate")
+ACTIONS = ("start", "stop", "suspend", "resume", "destroy", "migrate", "capture")
 
 
 class Command(BaseCommand):
@@ -50,6 +51,9 @@ class Command(BaseCommand):
             act.add_argument("--wait", action="store_true")
             if verb == "migrate":
                 act.add_argument("--to", help="target hypervisor name (default: the best other host)")
+            if verb == "capture":
+                act.add_argument("image_name", help="name of the new image")
+                act.add_argument("--force", action="store_true", help="power off instead of a guest shutdown")
 
     def handle(self, *args, verb, **options):
         if verb == "list":
@@ -73,6 +77,8 @@ class Command(BaseCommand):
                     if target is None:
                         raise CommandError(f"no hypervisor named {options['to']!r}")
                     params["target"] = target.pk
+                if verb == "capture":
+                    params.update(image_name=options["image_name"], force=options["force"])
                 job = services.submit_action(CLI, self.vm(options["id"]), verb, reason=f"cli: {verb}", **params)
         except ValidationError as exc:
             raise CommandError("\n".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None

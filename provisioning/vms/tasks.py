@@ -1,0 +1,80 @@
+"""The periodic facts refresh: a django-q2 Schedule that re-reads every host's facts.
+
+Every ``FACTS_REFRESH_MINUTES`` (setting, default 10; 0 turns it off) the schedule runs
+``refresh_all``, which submits one ``hypervisor.refresh`` job per online or drained host that
+has none queued or running (offline hosts are left alone: an administrator took them out).
+The jobs carry a ``rate-limit`` reason, so a refresh of thousands of hosts never occupies more
+than ``REFRESH_AT_ONCE`` workers, and ``drain_unreachable``: an unreachable host is drained
+until it answers again (see ``opcodes.hypervisor_refresh``).
+
+The Schedule is created by a data migration and made to match the setting (created, re-timed
+or removed) whenever a worker starts (django-q2 ``post_spawn``).
+"""
+
+import logging
+
+from django.conf import settings
+
+from inventory.models import Hypervisor
+from provisioning.jobs import services as jobs
+from provisioning.jobs.models import Job
+from vclmgr.changelog import Actor
+
+log = logging.getLogger(__name__)
+REFRESH_SCHEDULE = "vclmgr: facts refresh"
+REFRESH_FUNC = "provisioning.vms.tasks.refresh_all"
+REFRESH_AT_ONCE = 8
+REFRESH_REASON = f"rate-limit:{REFRESH_AT_ONCE}:facts refresh"
+ACTOR = Actor(name="facts refresh")
+
+
+def refresh_all():
+    """Submit ``hypervisor.refresh`` for every online or drained host not being refreshed already."""
+    hosts = list(
+        Hypervisor.objects.filter(state__in=(Hypervisor.State.ONLINE, Hypervisor.State.DRAINED))
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    busy = {
+        params.get("hypervisor")
+        for params in Job.objects.filter(
+            opcode="hypervisor.refresh", status__in=(*Job.PENDING, Job.Status.RUNNING)
+        ).values_list("params", flat=True)
+    }
+    todo = [pk for pk in hosts if pk not in busy]
+    for start in range(0, len(todo), jobs.MAX_BATCH):
+        specs = [
+            {"opcode": "hypervisor.refresh", "params": {"hypervisor": pk, "drain_unreachable": True},
+             "reason": [REFRESH_REASON]}
+            for pk in todo[start: start + jobs.MAX_BATCH]
+        ]  # fmt: skip
+        jobs.submit_batch(specs, actor=ACTOR, source="vclmgr:schedule")
+    return {"submitted": len(todo), "skipped": len(hosts) - len(todo)}
+
+
+def ensure_schedule(minutes=None):
+    """Make the refresh Schedule match ``FACTS_REFRESH_MINUTES`` (idempotent)."""
+    from django_q.models import Schedule
+
+    minutes = settings.FACTS_REFRESH_MINUTES if minutes is None else minutes
+    rows = list(Schedule.objects.filter(name=REFRESH_SCHEDULE).order_by("pk"))
+    if minutes <= 0:
+        Schedule.objects.filter(pk__in=[row.pk for row in rows]).delete()
+        return None
+    if not rows:
+        return Schedule.objects.create(
+            name=REFRESH_SCHEDULE, func=REFRESH_FUNC, schedule_type=Schedule.MINUTES, minutes=minutes, repeats=-1
+        )
+    first = rows[0]
+    if (first.minutes, first.func, first.schedule_type) != (minutes, REFRESH_FUNC, Schedule.MINUTES):
+        Schedule.objects.filter(pk=first.pk).update(minutes=minutes, func=REFRESH_FUNC, schedule_type=Schedule.MINUTES)
+    Schedule.objects.filter(pk__in=[row.pk for row in rows[1:]]).delete()
+    return first
+
+
+def on_worker_start(**kwargs):
+    """django-q2 ``post_spawn`` receiver."""
+    try:
+        ensure_schedule()
+    except Exception:  # a worker must start even if the database is briefly away; the migration made it
+        log.exception("could not ensure the facts refresh schedule")

@@ -1,0 +1,86 @@
+"""The VM lifecycle on a vcsim-backed hypervisor (driver vmware), jobs run in this process."""
+
+import hashlib
+
+import pytest
+
+from inventory import services as inventory
+from provisioning.capacity.models import Allocation
+from provisioning.jobs.models import Job
+from provisioning.vms import opcodes, services
+from provisioning.vms.models import VM, Image
+from tests.provisioning.drivers.conftest import VCSIM_PASSWORD, VCSIM_USER, vcsim  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.slow
+GUEST_ADDRESS = "10.99.0.8"
+
+
+@pytest.fixture
+def esx_host(vcsim, make_host, settings):  # noqa: F811
+    # vcsim has no VMware Tools: this advanced setting is how it lets a test play the guest reporting its address.
+    settings.VCLMGR_DRIVER_OPTIONS = {"vmware": {"extra_config": {"SET.guest.ipAddress": GUEST_ADDRESS}}}
+    credential = inventory.create_credential("test", name="vcsim", username=VCSIM_USER, secret=VCSIM_PASSWORD)
+    name = next(host["name"] for host in vcsim.hosts if "_C" in host["name"])
+    return make_host(name, driver="vmware", uri=f"{vcsim.url}?host={name}", credential=credential, cpus=16,
+                     memory_mib=32768, disk_gib=200)
+
+
+@pytest.fixture
+def vmdk_image(tmp_path):
+    # vcsim lives for the whole session: content unique to this test, like the driver tests.
+    content = f"vmdk of {tmp_path.name}\n".encode()
+    path = tmp_path / "ubuntu.vmdk"
+    path.write_bytes(content)
+    image = services.create_image("test", name="ubuntu-vmware", min_memory_mib=256, default_memory_mib=512,
+                                  default_disk_gib=10)
+    services.add_variant("test", image, hypervisor_type="vmware", format="vmdk", location=str(path),
+                         checksum="sha256:" + hashlib.sha256(content).hexdigest(), size_gib=1)
+    return image
+
+
+def run(job, sync_jobs):
+    sync_jobs.drain()
+    job = Job.objects.get(pk=job.pk)
+    assert job.status == "success", job.error_message
+    return job
+
+
+def act(vm, action, sync_jobs, **params):
+    return run(services.submit_action("test", VM.objects.get(pk=vm.pk), action, **params), sync_jobs)
+
+
+def test_the_lifecycle_on_vcsim(esx_host, vmdk_image, admin_user, sync_jobs, tmp_path):
+    vm, job = services.request_vm(admin_user, owner=admin_user, image=vmdk_image)
+    run(job, sync_jobs)
+    vm = VM.objects.get(pk=vm.pk)
+    driver = opcodes.driver_for(esx_host)
+    try:
+        assert vm.state == "running" and vm.host == esx_host and vm.address == GUEST_ADDRESS
+        assert driver.state(vm.key) == "running"
+        act(vm, "snapshot", sync_jobs, name="clean")
+        act(vm, "stop", sync_jobs, force=True)
+        assert driver.state(vm.key) == "stopped"
+        act(vm, "revert", sync_jobs, name="clean")
+        # vSphere snapshots are taken without memory here: the VM comes back stopped, and the row says so.
+        assert VM.objects.get(pk=vm.pk).state == driver.state(vm.key) == "stopped"
+        act(vm, "start", sync_jobs)
+        assert VM.objects.get(pk=vm.pk).address == GUEST_ADDRESS
+        act(vm, "stop", sync_jobs)
+        template = f"captured-{tmp_path.name}"[:100]
+        job = act(vm, "capture", sync_jobs, image_name=template)
+        captured = Image.objects.get(pk=job.result["image"])
+        variant = captured.variants.get()
+        assert captured.parent == vmdk_image and (variant.format, variant.location) == ("template", template)
+        assert variant.hypervisor_type == "vmware" and driver._find(template) is not None
+        act(vm, "destroy", sync_jobs)
+        assert driver.state(vm.key) == "absent" and VM.objects.get(pk=vm.pk).state == "destroyed"
+        # The captured template boots a new VM (a clone), which is destroyed in turn.
+        clone, job = services.request_vm(admin_user, owner=admin_user, image=captured)
+        run(job, sync_jobs)
+        assert driver.state(clone.key) == "running" and VM.objects.get(pk=clone.pk).variant == variant
+        act(clone, "destroy", sync_jobs)
+        assert driver.state(clone.key) == "absent"
+        assert not Allocation.objects.filter(released__isnull=True).exists()
+    finally:
+        for made in VM.objects.all():
+            driver.destroy(made.key)
