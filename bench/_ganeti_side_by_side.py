@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 from provisioning.placement.ganeti import text_backend
 from provisioning.placement.ganeti.generate import consistent_free_memory, unbalanced_cluster
-from provisioning.placement.ganeti.hbal import balance
+from provisioning.placement.ganeti.hbal import HbalOptions, balance
 from provisioning.placement.ganeti.hspace import HSpaceOptions, Spec, run_hspace
 from provisioning.placement.ganeti.simulate import simulated_cluster
 
@@ -31,12 +32,31 @@ class Row:
     ours_s: float
     theirs_s: float | None
     note: str = ""
+    #: CPU seconds (ours: this process; Ganeti: the child): steadier than wall time on a
+    #: loaded machine.
+    ours_cpu: float | None = None
+    theirs_cpu: float | None = None
 
     @property
     def ratio(self) -> str:
         if self.theirs_s is None:
             return "-"
-        return f"{self.theirs_s / max(self.ours_s, 1e-9):.1f}x"
+        wall = f"{self.theirs_s / max(self.ours_s, 1e-9):.1f}x"
+        if self.ours_cpu is None or self.theirs_cpu is None:
+            return wall
+        return f"{wall} (CPU {self.theirs_cpu / max(self.ours_cpu, 1e-9):.1f}x)"
+
+
+class _Timer:
+    """Wall and CPU time of a block run in this process."""
+
+    def __enter__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = time.process_time() - self.cpu
 
 
 def hspace_row(nodes: int, capacity: bool, timeout: float) -> Row:
@@ -49,80 +69,93 @@ def hspace_row(nodes: int, capacity: bool, timeout: float) -> Row:
     ]
     if not capacity:
         args.append("--no-capacity-checks")
-    start = time.perf_counter()
-    result = run_hspace(
-        simulated_cluster([spec]),
-        HSpaceOptions(
-            disk_template="plain",
-            tiered=Spec.parse("102400,16384,8"),
-            standard=Spec.parse("20480,4096,2"),
-            capacity=capacity,
-        ),
-    )
-    ours_s = time.perf_counter() - start
+    with _Timer() as ours_t:
+        result = run_hspace(
+            simulated_cluster([spec]),
+            HSpaceOptions(
+                disk_template="plain",
+                tiered=Spec.parse("102400,16384,8"),
+                standard=Spec.parse("20480,4096,2"),
+                capacity=capacity,
+            ),
+        )
     ours = f"tiered {len(result.tiered_placed)}, std {result.standard_count}"
-    lines, theirs_s = _run([tool("hspace"), "--machine-readable", *args], timeout)
+    label = f"hspace {nodes} nodes" + ("" if capacity else " (no N+1)")
+    lines, theirs_s, theirs_cpu = _run([tool("hspace"), "--machine-readable", *args], timeout)
     if lines is None:
-        return Row(f"hspace {nodes} nodes", ours, f"no answer in {timeout:.0f}s", ours_s, None)
+        return Row(label, ours, f"no answer in {timeout:.0f}s", ours_t.wall, None, "", ours_t.cpu)
     keys = dict(line.split("=", 1) for line in lines.splitlines() if "=" in line)
     theirs = f"tiered {keys.get('HTS_TRL_INST_CNT')}, std {keys.get('HTS_ALLOC_INSTANCES')}"
     same = result.hts_lines() == lines.splitlines()
-    return Row(
-        f"hspace {nodes} nodes" + ("" if capacity else " (no N+1)"),
-        ours,
-        theirs,
-        ours_s,
-        theirs_s,
-        "identical HTS_ output" if same else "output differs",
-    )
+    note = "identical HTS_ output" if same else "output differs"
+    return Row(label, ours, theirs, ours_t.wall, theirs_s, note, ours_t.cpu, theirs_cpu)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _run(argv, timeout: float):
+    """``(stdout, wall seconds, CPU seconds)``, or Nones when missing or timed out."""
     if argv[0] is None:
-        return None, None
-    start = time.perf_counter()
+        return None, None, None
+    start, cpu = time.perf_counter(), _children_cpu()
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return None, None
-    return done.stdout, time.perf_counter() - start
+        return None, None, None
+    return done.stdout, time.perf_counter() - start, _children_cpu() - cpu
 
 
 def _hinfo(path: str) -> float | None:
-    out, _ = _run([tool("hinfo"), "-t", path, "--ignore-dynu"], 120)
+    out, _, _ = _run([tool("hinfo"), "-t", path, "--ignore-dynu"], 120)
     if not out:
         return None
     return float(out.strip().splitlines()[-1].split()[-1])
 
 
-def hbal_row(nodes: int, instances: int, timeout: float) -> Row:
+def hbal_rows(
+    nodes: int, instances: int, timeout: float, strategies: tuple[str, ...] = ("lazy",)
+) -> list[Row]:
+    """One Ganeti hbal run against ours with each strategy, on the same generated file."""
     cluster = unbalanced_cluster(nodes, instances, seed=nodes)
+    label = f"hbal {nodes} nodes / {len(cluster.instances)} drbd"
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "in.txt")
         with open(src, "w") as handle:
             handle.write(text_backend.serialize(cluster))
-        start = time.perf_counter()
-        result = balance(text_backend.parse(open(src).read(), ignore_dynu=True))
-        ours_s = time.perf_counter() - start
-        ours_path = os.path.join(tmp, "ours.txt")
-        with open(ours_path, "w") as handle:
-            handle.write(text_backend.serialize(consistent_free_memory(result.cluster)))
-        ours_score = _hinfo(ours_path)
-        ours = f"{ours_score:.4f} in {len(result.steps)} moves"
-        out, theirs_s = _run(
+        out, theirs_s, theirs_cpu = _run(
             [tool("hbal"), "-t", src, "--ignore-dynu", "-S", os.path.join(tmp, "g")], timeout
         )
-        label = f"hbal {nodes} nodes / {len(cluster.instances)} drbd"
-        if out is None:
-            return Row(label, ours, f"no answer in {timeout:.0f}s", ours_s, None)
-        moves = sum(1 for line in out.splitlines() if " a=" in line)
-        saved = text_backend.parse(open(os.path.join(tmp, "g.balanced")).read())
-        theirs_path = os.path.join(tmp, "theirs.txt")
-        with open(theirs_path, "w") as handle:
-            handle.write(text_backend.serialize(consistent_free_memory(saved)))
-        theirs_score = _hinfo(theirs_path)
-        theirs = f"{theirs_score:.4f} in {moves} moves"
-        verdict = "ours better or equal" if ours_score <= theirs_score + 1e-9 else "ours worse"
-        return Row(
-            label, ours, theirs, ours_s, theirs_s, f"start {result.initial_score:.2f}; {verdict}"
-        )
+        theirs_score = None
+        if out is not None:
+            moves = sum(1 for line in out.splitlines() if " a=" in line)
+            saved = text_backend.parse(open(os.path.join(tmp, "g.balanced")).read())
+            theirs_path = os.path.join(tmp, "theirs.txt")
+            with open(theirs_path, "w") as handle:
+                handle.write(text_backend.serialize(consistent_free_memory(saved)))
+            theirs_score = _hinfo(theirs_path)
+            theirs = f"{theirs_score:.4f} in {moves} moves"
+        else:
+            theirs = f"no answer in {timeout:.0f}s"
+        rows = []
+        for strategy in strategies:
+            with _Timer() as ours_t:
+                result = balance(
+                    text_backend.parse(open(src).read(), ignore_dynu=True),
+                    HbalOptions(strategy=strategy),
+                )
+            ours_path = os.path.join(tmp, f"ours-{strategy}.txt")
+            with open(ours_path, "w") as handle:
+                handle.write(text_backend.serialize(consistent_free_memory(result.cluster)))
+            ours_score = _hinfo(ours_path)
+            ours = f"{ours_score:.4f} in {len(result.steps)} moves"
+            note = f"{strategy}; start {result.initial_score:.2f}"
+            if theirs_score is not None:
+                better = ours_score <= theirs_score + 1e-9
+                note += "; ours better or equal" if better else "; ours worse"
+            rows.append(
+                Row(label, ours, theirs, ours_t.wall, theirs_s, note, ours_t.cpu, theirs_cpu)
+            )
+        return rows

@@ -2,6 +2,8 @@
 
     python bench/placement.py            # full run (minutes: Ganeti's tools are slow)
     python bench/placement.py --quick    # smaller sizes, a minute or two
+    python bench/placement.py --smoke    # tiny sizes, seconds: does it still run?
+    python bench/placement.py --only hbal,vcl   # some sections only
 
 Sections: one placement among 10,000 hosts holding 100,000 time-windowed allocations
 (p50/p99, pure core); 10,000 consecutive placements (rate); hspace and hbal side by side
@@ -128,56 +130,92 @@ def bench_vcl(blades: int, reservations: int) -> list[list[str]]:
     return rows
 
 
+SECTIONS = ("single", "consecutive", "hspace", "hbal", "vcl")
+
+#: (hosts, allocations, samples, consecutive placements, hspace nodes, hbal runs, VCL
+#: reservations) per size. hbal runs: (nodes, instances, our strategies).
+# steepest takes hbal's own path (checked in the tests). No larger hbal run by default:
+# Ganeti's hbal already takes minutes on 30 nodes / 300 instances here.
+_BOTH = ("lazy", "steepest")
+SIZES = {
+    "full": (
+        10000, 100000, 2000, 10000, (10, 30, 100),
+        ((10, 100, _BOTH), (30, 300, _BOTH)), 6000,
+    ),
+    "quick": (2000, 20000, 300, 2000, (10, 20), ((10, 100, _BOTH),), 3000),
+    "smoke": (200, 2000, 50, 200, (10,), ((6, 40, _BOTH),), 300),
+}  # fmt: skip
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="smaller sizes (a minute or two)")
+    size.add_argument("--smoke", action="store_true", help="tiny sizes (seconds): does it run?")
+    parser.add_argument(
+        "--only", default=",".join(SECTIONS), help=f"comma-separated sections of {SECTIONS}"
+    )
     args = parser.parse_args(argv)
-    quick = args.quick
-    mode = "quick" if quick else "full"
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    only = set(args.only.split(","))
+    if only - set(SECTIONS):
+        parser.error(f"unknown sections: {', '.join(sorted(only - set(SECTIONS)))}")
+    hosts, allocs, samples, count, hspace_sizes, hbal_runs, reservations = SIZES[mode]
+    ganeti_timeout = {"full": 900, "quick": 300, "smoke": 60}[mode]
     print(
         f"vclmgr placement benchmark ({mode}), python {sys.version.split()[0]}, "
-        f"{os.cpu_count()} CPUs, load average {load} (wall times stretch under load)"
+        f"{os.cpu_count()} CPUs, load average {_load()} (wall times stretch under load; "
+        "CPU times less so)"
     )
+    if "single" in only:
+        table(
+            "one placement (pure core, engine built once)",
+            ["cluster", "p50", "p99", "CPU p50 / p99", "result", "setup"],
+            bench_single(hosts, allocs, samples),
+        )
+        print(f"load average {_load()}")
+    if "consecutive" in only:
+        table(
+            "consecutive placements (place + commit)",
+            ["run", "rate", "CPU-time rate", "placed", "time"],
+            bench_consecutive(hosts, allocs, count),
+        )
+        print(f"load average {_load()}")
+    if "hspace" in only:
+        rows = [
+            side.hspace_row(n, capacity=n <= 10, timeout=min(ganeti_timeout, 600))
+            for n in hspace_sizes
+        ]
+        _side_table("hspace: instances placed (tiered / standard), same input", rows)
+    if "hbal" in only:
+        rows = [
+            row
+            for n, i, strategies in hbal_runs
+            for row in side.hbal_rows(n, i, timeout=ganeti_timeout, strategies=strategies)
+        ]
+        _side_table("hbal: final `hinfo --ignore-dynu` score (lower is better), same input", rows)
+    if "vcl" in only:
+        table(
+            "VCL static slots vs resource-based placement (accepted reservations)",
+            ["workload", "VCL", "vclmgr", "gain"],
+            bench_vcl(14, reservations),
+        )
 
-    hosts, allocs = (2000, 20000) if quick else (10000, 100000)
+
+def _side_table(title: str, rows) -> None:
     table(
-        "one placement (pure core, engine built once)",
-        ["cluster", "p50", "p99", "CPU p50 / p99", "result", "setup"],
-        bench_single(hosts, allocs, 300 if quick else 2000),
-    )
-    table(
-        "consecutive placements (place + commit)",
-        ["run", "rate", "CPU-time rate", "placed", "time"],
-        bench_consecutive(hosts, allocs, 2000 if quick else 10000),
-    )
-    sizes = (10, 20) if quick else (10, 30, 100)
-    rows = []
-    for n in sizes:
-        rows.append(side.hspace_row(n, capacity=n <= 10, timeout=60 if quick else 600))
-    table(
-        "hspace: instances placed (tiered / standard), same input",
-        ["run", "vclmgr", "Ganeti", "vclmgr s", "Ganeti s", "speed-up", "note"],
+        title,
+        ["run", "vclmgr", "Ganeti", "vclmgr s", "Ganeti s", "speed-up (wall, CPU)", "note"],
         [
             [r.label, r.ours, r.theirs, f"{r.ours_s:.2f}", _s(r.theirs_s), r.ratio, r.note]
             for r in rows
         ],
     )
-    hb = [(10, 100)] if quick else [(10, 100), (30, 300), (60, 600)]
-    rows = [side.hbal_row(n, i, timeout=300 if quick else 900) for n, i in hb]
-    table(
-        "hbal: final `hinfo --ignore-dynu` score (lower is better), same input",
-        ["run", "vclmgr", "Ganeti", "vclmgr s", "Ganeti s", "speed-up", "note"],
-        [
-            [r.label, r.ours, r.theirs, f"{r.ours_s:.2f}", _s(r.theirs_s), r.ratio, r.note]
-            for r in rows
-        ],
-    )
-    table(
-        "VCL static slots vs resource-based placement (accepted reservations)",
-        ["workload", "VCL", "vclmgr", "gain"],
-        bench_vcl(14, 3000 if quick else 6000),
-    )
+    print(f"load average {_load()}")
+
+
+def _load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def _s(value: float | None) -> str:

@@ -53,6 +53,17 @@ def live_allocations(now, host_ids=None):
     return rows.values_list(*ALLOCATION_COLUMNS)
 
 
+def allocation_changes(after_id, released_since):
+    """Rows a snapshot may have missed: ids above ``after_id`` and rows released since
+    ``released_since``, each as ``ALLOCATION_COLUMNS + (released,)``, unordered.
+
+    One round trip on two indexes (primary key, ``allocation_live``); whether a row is
+    still live is decided by the caller, so the planner is never asked to combine the
+    live filter with the id range (it would scan every live row)."""
+    rows = Allocation.objects.filter(Q(id__gt=after_id) | Q(released__gte=released_since)).order_by()
+    return rows.values_list(*ALLOCATION_COLUMNS, "released")
+
+
 def host_tags(host_ids=None):
     content_type = ContentType.objects.get_for_model(Hypervisor)
     rows = TaggedItem.objects.filter(content_type=content_type)

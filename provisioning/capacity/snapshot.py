@@ -67,6 +67,9 @@ class Snapshot:
         self.version_checked = time.monotonic()
         cluster, self.ids = loaders.load_cluster(now)
         self.engine = core.PlacementEngine(cluster, self.options)
+        # Build every host's timeline now: left lazy, the first claims after a load would
+        # each pay for the thousands of hosts their window touches.
+        self.engine.warm()
         self.names = {pk: name for name, pk in self.ids.items()}
         self.known = {int(a.id) for h in cluster.hosts for a in h.allocations}
         self.high_water = max(self.known, default=Allocation.objects.aggregate(m=Max("id"))["m"] or 0)
@@ -74,15 +77,15 @@ class Snapshot:
         self.loaded_at = time.monotonic()
 
     def _catch_up(self, now):
-        fresh = loaders.live_allocations(now).filter(id__gt=self.high_water - LOOKBACK_IDS)
-        for row in fresh:
-            if row[0] not in self.known and row[1] in self.names:
-                self.engine.add_allocation(self.names[row[1]], loaders.allocation_from_row(row))
-                self.known.add(row[0])
-                self.high_water = max(self.high_water, row[0])
-        released = Allocation.objects.filter(released__gte=self.synced_at - CLOCK_SKEW).values_list("id", flat=True)
-        for alloc_id in released:
-            if alloc_id in self.known:
+        changes = loaders.allocation_changes(self.high_water - LOOKBACK_IDS, self.synced_at - CLOCK_SKEW)
+        for row in changes:
+            alloc_id, host_id, end, released = row[0], row[1], row[7], row[-1]
+            live = released is None and (end is None or end > now)
+            self.high_water = max(self.high_water, alloc_id)
+            if live and alloc_id not in self.known and host_id in self.names:
+                self.engine.add_allocation(self.names[host_id], loaders.allocation_from_row(row[:-1]))
+                self.known.add(alloc_id)
+            elif not live and alloc_id in self.known:
                 self.engine.remove_allocation(str(alloc_id))
                 self.known.discard(alloc_id)
         self.synced_at = now

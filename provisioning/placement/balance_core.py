@@ -38,11 +38,14 @@ class Scoreboard:
         weights: Sequence[float],
         values: Sequence[Sequence[float]],
         counts: Sequence[bool] | Sequence[Sequence[bool]],
+        memoize: bool = False,
     ) -> None:
         self.kinds = list(kinds)
         self.weights = list(weights)
         self.ncomp = len(kinds)
         self._comps = range(self.ncomp)
+        # Only for problems that reuse values tuples (else the memo would only grow).
+        self._memo: list[dict] | None = [{} for _ in values] if memoize else None
         self.values = [tuple(v) for v in values]
         self.counts = [c if isinstance(c, (tuple, list)) else (c,) * self.ncomp for c in counts]
         self.recompute()
@@ -73,16 +76,24 @@ class Scoreboard:
         return self.weights[c] * math.sqrt(var) if var > 0 else 0.0
 
     def deltas(self, changes: Iterable[tuple[int, Sequence[float]]]) -> list:
-        """Per changed node, the non-zero (component, new − old) pairs that count."""
+        """Per changed node, the non-zero (component, new − old) pairs that count.
+
+        With ``memoize``, kept per node by the identity of ``new`` until the node's values
+        change: problems that reuse one values tuple across candidates (hbal) pay once."""
         out = []
-        values, counts, comps = self.values, self.counts, self._comps
+        values, counts, comps, memo = self.values, self.counts, self._comps, self._memo
         for node, new in changes:
-            # zip over (index, old, new, counted): the hot loop of every evaluation.
-            diff = [
-                (c, y - x)
-                for c, x, y, k in zip(comps, values[node], new, counts[node], strict=False)
-                if k and x != y
-            ]
+            cached = memo[node].get(id(new)) if memo is not None else None
+            if cached is not None and cached[0] is new:
+                diff = cached[1]
+            else:
+                diff = [
+                    (c, y - x)
+                    for c, x, y, k in zip(comps, values[node], new, counts[node], strict=False)
+                    if k and x != y
+                ]
+                if memo is not None:
+                    memo[node][id(new)] = (new, diff)  # holding ``new`` keeps its id unique
             if diff:
                 out.append((node, diff))
         return out
@@ -150,6 +161,8 @@ class Scoreboard:
                 self.q[c] += (2 * x + d) * d
         for node, new in changes:
             self.values[node] = tuple(new)
+            if self._memo is not None:
+                self._memo[node] = {}
         self.terms = [self._term(c, self.s[c], self.q[c]) for c in range(self.ncomp)]
         self.score = sum(self.terms)
 
@@ -222,8 +235,9 @@ def greedy_balance(
     on_step: Callable[[Applied], None] | None = None,
     steepest: bool = False,
 ) -> GreedyStats:
-    """``steepest``: re-key every candidate after each move, so each move is the best one
-    (like hbal; slower). Otherwise candidates are re-keyed lazily."""
+    """``steepest``: after each move, re-evaluate the candidates it touched and re-key all
+    others, so each move is the best one (hbal's steepest descent; slower). Otherwise
+    candidates are re-keyed lazily."""
     stats = GreedyStats()
     versions: dict[int, int] = {}
     item_version: dict[Hashable, int] = {}
@@ -335,6 +349,27 @@ def greedy_balance(
         for n in touched:
             versions[n] = versions.get(n, 0) + 1
         item_version[item] = item_version.get(item, 0) + 1
+        if steepest:
+            # Exact steepest descent, as hbal: candidates touching a changed node are
+            # evaluated afresh; every other one keeps its per-node deltas (its nodes did
+            # not change), so re-keying it against the new sums is exact.
+            kept, stale = [], []
+            for queued in heap:
+                if queued[_IVER] != item_version.get(queued[_ITEM], 0):
+                    continue
+                if touched.isdisjoint(queued[_NODES]):
+                    kept.append(queued)
+                else:
+                    stale.append(queued)
+            heap[:] = kept
+            epoch = state["epoch"]
+            for queued in kept:  # nodes unchanged: the cached aggregate still holds
+                queued[_KEY] = board.score_agg(queued[_AGG]) - board.score
+                queued[_EPOCH] = epoch
+            heapq.heapify(heap)
+            stats.rekeyed += len(kept)
+            for queued in stale:
+                push(queued[_ITEM], queued[_MOVE], queued[_ORDER])
         retry = {}
         for n in touched:
             for ticket in parked.pop(n, ()):
@@ -348,7 +383,5 @@ def greedy_balance(
             on_step(step)
         for new_move in problem.moves(item):
             push(item, new_move, entry[_ORDER])
-        if steepest:
-            rekey_all()
-            refreshed = True
+        refreshed = refreshed or steepest
     return stats

@@ -29,6 +29,8 @@ from .timeline import HostTimeline
 
 #: Recompute the running utilisation sums from scratch after this many updates (float drift).
 REFRESH_EVERY = 2000
+#: Recompute a host's `future_fill` bound after this many changes (it loosens with each).
+FILL_SLACK = 16
 
 
 class HostSlot:
@@ -47,6 +49,8 @@ class HostSlot:
         "inv_cap",
         "base_util",
         "future_fill",
+        "fill_slack",
+        "payloads",
     )
 
     def __init__(self, idx: int, host: Host, capacity: tuple[float, ...], nslots: int) -> None:
@@ -61,8 +65,12 @@ class HostSlot:
         self.pack_key = 0.0
         self.inv_cap: list[float] = []
         self.base_util: list[float] = []
+        # alloc id -> its time-index payload (see `ClusterState._payload`)
+        self.payloads: dict[str, list] = {}
         # Σ utilisation at the host's peak from `now` on (lazy; None = recompute).
         self.future_fill: float | None = None
+        # Changes since `future_fill` was exact (it is kept as an upper bound meanwhile).
+        self.fill_slack = 0
 
     @property
     def name(self) -> str:
@@ -149,7 +157,12 @@ class ClusterState:
 
     def _rekey(self, slot: HostSlot) -> None:
         util = self.utilisation(slot, slot.baseline)
-        slot.base_util = util
+        # In place: index payloads hold this list (see `_payload`), and their Σu² terms
+        # depend on it.
+        slot.base_util[:] = util
+        m = len(util)
+        for payload in slot.payloads.values():
+            payload[2 + m :] = _square_terms(payload[2 : 2 + m], util)
         slot.bal_key = min(util) if util else 0.0
         slot.pack_key = -sum(util)  # stored negated: ascending order = fullest first
 
@@ -197,7 +210,21 @@ class ClusterState:
         bound of how full the host is in any window (pack prunes with it)."""
         if slot.future_fill is None:
             slot.future_fill = sum(self.utilisation(slot, slot.timeline.peak(self.now, math.inf)))
+            slot.fill_slack = 0
         return slot.future_fill
+
+    def _loosen_fill(self, slot: HostSlot, added=None) -> None:
+        """Keep `future_fill` an upper bound after a change without rescanning the whole
+        timeline (hosts that pack keeps filling hold thousands of segments): an addition
+        can raise the peak by at most its own utilisation, a removal never raises it.
+        After `FILL_SLACK` changes the bound is recomputed, so it stays tight."""
+        if slot.future_fill is None:
+            return
+        slot.fill_slack += 1
+        if slot.fill_slack > FILL_SLACK:
+            slot.future_fill = None
+        elif added is not None:
+            slot.future_fill += sum(self.utilisation(slot, added))
 
     def _insert(self, slot: HostSlot, alloc: Allocation, keep_sorted: bool = True) -> None:
         if alloc.id in self.owner:
@@ -205,7 +232,7 @@ class ClusterState:
         vec = self.space.vector(alloc.resources, vms=1)
         end = window_end(alloc.end)
         slot.timeline.add(alloc.id, alloc.start, end, vec)
-        slot.future_fill = None
+        self._loosen_fill(slot, vec)
         self.owner[alloc.id] = slot.idx
         self.allocation[alloc.id] = alloc
         if alloc.anti_affinity:
@@ -217,7 +244,22 @@ class ClusterState:
             if keep_sorted:
                 self._baseline_changed(slot, old)
         else:
-            self.index.add(alloc.id, slot.idx, alloc.start, end, vec)
+            payload = slot.payloads[alloc.id] = self._payload(slot, vec)
+            self.index.add(alloc.id, slot.idx, alloc.start, end, payload)
+
+    def _payload(self, slot: HostSlot, vec: tuple[float, ...]) -> list:
+        """What the time index keeps per allocation: ``[vector, the host's live baseline
+        utilisation, d_1 … d_m, t_1 … t_m]`` over the m scored resources, flat so the
+        search can sum a column with C builtins.
+
+        Alone in a window, the allocation raises its host's utilisation of resource k by
+        d_k and Σu² by t_k = (b_k + d_k)² − b_k². The d are zero on hosts that are not
+        online (they count in no sum); the t follow the host's baseline (`_rekey`)."""
+        if slot.online:
+            delta = [vec[r] * inv for r, inv in zip(self.scored, slot.inv_cap, strict=True)]
+        else:
+            delta = [0.0] * len(self.scored)
+        return [vec, slot.base_util, *delta, *_square_terms(delta, slot.base_util)]
 
     def add(self, host_name: str, alloc: Allocation) -> None:
         """Record an allocation on a host (no capacity check: the caller decided)."""
@@ -230,7 +272,7 @@ class ClusterState:
         alloc = self.allocation.pop(alloc_id)
         slot = self.slots[idx]
         _, _, vec = slot.timeline.remove(alloc_id)
-        slot.future_fill = None
+        self._loosen_fill(slot)
         if alloc.anti_affinity:
             members = self.anti[alloc.anti_affinity]
             del members[alloc_id]
@@ -238,6 +280,7 @@ class ClusterState:
                 del self.anti[alloc.anti_affinity]
         if alloc_id in self.index:
             self.index.remove(alloc_id)
+            del slot.payloads[alloc_id]
         else:
             old = list(slot.baseline)
             for i, v in enumerate(vec):
@@ -267,21 +310,28 @@ class ClusterState:
         """Exact per-slot peak usage over the window.
 
         ``touched`` maps hosts with indexed allocations in the window to the one such
-        allocation's vector (None if several), or is None to force the timeline (windows
-        starting before ``now``, where the baseline is unsafe).
+        allocation's payload (see `_payload`; None if several), or is None to force the
+        timeline (windows starting before ``now``, where the baseline is unsafe).
         """
         if touched is not None:
             if slot.idx not in touched:
                 return slot.baseline
-            vector = touched[slot.idx]
-            if vector is not None:
-                return [b + v for b, v in zip(slot.baseline, vector, strict=True)]
+            payload = touched[slot.idx]
+            if payload is not None:
+                return [b + v for b, v in zip(slot.baseline, payload[0], strict=True)]
         return slot.timeline.peak(start, end)
 
     def touched_hosts(self, start: float, end: float) -> dict[int, object] | None:
         if start < self.now:
             return None
         return self.index.hosts_overlapping(start, end)
+
+    def window_entries(self, start: float, end: float) -> list[tuple] | None:
+        """The indexed allocations overlapping the window (see `Window`), or None for a
+        window starting before ``now``, where only the timelines are exact."""
+        if start < self.now:
+            return None
+        return self.index.overlapping(start, end)
 
     def anti_affinity_hosts(self, group: str | None, start: float, end: float) -> set[int]:
         if not group:
@@ -296,6 +346,14 @@ class ClusterState:
 
     def alloc_policy(self, slot: HostSlot) -> AllocPolicy:
         return self.groups[slot.host.group].alloc_policy
+
+
+def _square_terms(delta, base) -> list[float]:
+    """How much Σu² grows when utilisation ``base`` rises by ``delta``: (b + d)² − b².
+    Before the host's first `_rekey` (``base`` still empty) zeros stand in."""
+    if len(base) != len(delta):
+        return [0.0] * len(delta)
+    return [d * (2 * b + d) for d, b in zip(delta, base, strict=True)]
 
 
 def _extra_names(cluster: Cluster) -> set[str]:

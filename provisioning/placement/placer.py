@@ -59,7 +59,7 @@ class PlacementEngine:
             start,
             end,
             state.space.vector(request.resources, vms=1),
-            state.touched_hosts(start, end),
+            state.window_entries(start, end),
             state.anti_affinity_hosts(request.anti_affinity, start, end),
         )
 

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from .engine import ClusterState, HostSlot
 from .model import Policy
@@ -36,15 +38,35 @@ DIRECT_LIMIT = 192
 
 @dataclass(slots=True)
 class Window:
-    """One request's view of time: its window, need, and what the window touches."""
+    """One request's view of time: its window, need, and what the window touches.
+
+    ``entries``: the indexed allocations overlapping the window (`TimeIndex.overlapping`),
+    or None to read every host's timeline (windows starting before ``now``). `touched`
+    and the score sums are derived from them on first use, together when both are needed.
+    """
 
     start: float
     end: float
     need: tuple[float, ...]
-    touched: dict[int, object] | None
+    entries: list[tuple] | None
     blocked: set[int]
+    _touched: dict[int, object] | None = None
     _sums: tuple[int, list[float], list[float]] | None = None
     _peaks: dict[int, list[float]] | None = None
+
+    @property
+    def touched(self) -> dict[int, object] | None:
+        """Host → the one overlapping allocation's payload (None if several), as
+        `TimeIndex.hosts_overlapping`; None when ``entries`` is."""
+        if self._touched is None and self.entries is not None:
+            hosts = list(map(_HOST, self.entries))
+            hits = dict(zip(hosts, map(_PAYLOAD, self.entries), strict=True))
+            if len(hits) < len(hosts):
+                for host, count in Counter(hosts).items():
+                    if count > 1:
+                        hits[host] = None
+            self._touched = hits
+        return self._touched
 
     def peak(self, state: ClusterState, slot: HostSlot) -> list[float]:
         touched = self.touched
@@ -69,7 +91,7 @@ def window_sums(state: ClusterState, window: Window) -> tuple[int, list[float], 
     """(n, Σu, Σu²) per scored resource over online hosts at their window peaks."""
     if window._sums is not None:
         return window._sums
-    if window.touched is None:
+    if window.entries is None:
         n = 0
         s = [0.0] * len(state.scored)
         q = [0.0] * len(state.scored)
@@ -79,29 +101,24 @@ def window_sums(state: ClusterState, window: Window) -> tuple[int, list[float], 
                 for k, u in enumerate(state.utilisation(slot, window.peak(state, slot))):
                     s[k] += u
                     q[k] += u * u
-    elif len(state.scored) == 3:
-        n, s, q = state.n_online, *_touched_sums3(state, window)
+    elif window._touched is None:
+        n, s, q = state.n_online, *_touched_sums(state, window)
     else:
         n = state.n_online
         s = list(state.sum_u)
         q = list(state.sum_u2)
         slots = state.slots
-        scored = list(enumerate(state.scored))
-        for idx, vector in window.touched.items():
-            slot = slots[idx]
-            if not slot.online:
-                continue
-            base = slot.base_util
-            if vector is None:
-                _shift_sums(s, q, base, state.utilisation(slot, window.peak(state, slot)))
+        m = len(s)
+        for idx, payload in window.touched.items():
+            if payload is None:
+                slot = slots[idx]
+                if slot.online:
+                    _shift_sums(s, q, slot.base_util, state.utilisation(slot, window.peak(state, slot)))
                 continue
             # One allocation in the window: utilisation rises by its share, nothing else.
-            inv = slot.inv_cap
-            for k, r in scored:
-                d = vector[r] * inv[k]
-                if d:
-                    s[k] += d
-                    q[k] += d * (2 * base[k] + d)
+            for k in range(m):
+                s[k] += payload[2 + k]
+                q[k] += payload[2 + m + k]
     window._sums = (n, s, q)
     return window._sums
 
@@ -114,36 +131,61 @@ def _shift_sums(s: list[float], q: list[float], base, now) -> None:
             q[k] += x * x - b * b
 
 
-def _touched_sums3(state: ClusterState, window: Window) -> tuple[list[float], list[float]]:
-    """`window_sums` for the usual three scored resources (vCPUs, memory, disk), unrolled:
-    this loop runs over every host the window touches, for every placement."""
-    s0, s1, s2 = state.sum_u
-    q0, q1, q2 = state.sum_u2
-    r0, r1, r2 = state.scored
+def _touched_sums(state: ClusterState, window: Window) -> tuple[list[float], list[float]]:
+    """Σu and Σu² at the window's peaks from the engine's baseline sums, building
+    `Window.touched` on the way. This runs over every allocation the window overlaps, for
+    every placement, so the loops are C builtins (``sum``/``map``/``dict``/``Counter``)
+    over the payloads' precomputed deltas and Σu² terms (see `ClusterState._payload`):
+    every allocation is first counted as if alone on its host, then hosts with several
+    are corrected with their exact peak."""
+    entries = window.entries
+    m = len(state.scored)
+    s, q = list(state.sum_u), list(state.sum_u2)
+    payloads = list(map(_PAYLOAD, entries))
+    hosts = list(map(_HOST, entries))
+    hits: dict[int, object] = dict(zip(hosts, payloads, strict=True))
+    for k in range(m):
+        s[k] += sum(map(itemgetter(2 + k), payloads))
+        q[k] += sum(map(itemgetter(2 + m + k), payloads))
+    window._touched = hits
+    if len(hits) == len(entries):
+        return s, q
+    several: dict[int, list] = {h: [] for h, count in Counter(hosts).items() if count > 1}
+    for entry in [en for en in entries if en[0] in several]:
+        several[entry[0]].append(entry)
     slots = state.slots
-    several = []
-    for idx, vector in window.touched.items():
+    peaks = window._peaks
+    if peaks is None:
+        peaks = window._peaks = {}
+    for idx, group in several.items():
+        hits[idx] = None
         slot = slots[idx]
         if not slot.online:
-            continue
-        if vector is None:
-            several.append(slot)
-            continue
-        i0, i1, i2 = slot.inv_cap
-        b0, b1, b2 = slot.base_util
-        d = vector[r0] * i0
-        s0 += d
-        q0 += d * (2 * b0 + d)
-        d = vector[r1] * i1
-        s1 += d
-        q1 += d * (2 * b1 + d)
-        d = vector[r2] * i2
-        s2 += d
-        q2 += d * (2 * b2 + d)
-    s, q = [s0, s1, s2], [q0, q1, q2]
-    for slot in several:
-        _shift_sums(s, q, slot.base_util, state.utilisation(slot, window.peak(state, slot)))
+            continue  # its deltas and terms are zero
+        for entry in group:  # counted above as if alone: take them back
+            payload = entry[3]
+            for k in range(m):
+                s[k] -= payload[2 + k]
+                q[k] -= payload[2 + m + k]
+        peak = peaks[idx] = _several_peak(slot, group, window)
+        _shift_sums(s, q, slot.base_util, state.utilisation(slot, peak))
     return s, q
+
+
+_HOST = itemgetter(0)
+_PAYLOAD = itemgetter(3)
+
+
+def _several_peak(slot: HostSlot, group: list[tuple], window: Window) -> list[float]:
+    """Peak usage over the window of a host with several overlapping allocations. Two,
+    the usual case, need no timeline: if they overlap each other, some instant of the
+    window has both (intervals that pairwise intersect share a point), else never."""
+    if len(group) != 2:
+        return slot.timeline.peak(window.start, window.end)
+    (_, s1, e1, (v1, *_), _), (_, s2, e2, (v2, *_), _) = group
+    if s1 < e2 and s2 < e1:
+        return [b + x + y for b, x, y in zip(slot.baseline, v1, v2, strict=True)]
+    return [b + max(x, y) for b, x, y in zip(slot.baseline, v1, v2, strict=True)]
 
 
 def request_ratios(state: ClusterState, capacity: Sequence[float], need) -> list[float]:
@@ -186,12 +228,22 @@ def best_host(
 ) -> Choice | None:
     if not hosts:
         return None
-    if window.touched is None or len(hosts) <= DIRECT_LIMIT:
+    if window.entries is None or len(hosts) <= DIRECT_LIMIT:
         return _direct(state, window, hosts, policy)
-    eligible = set(hosts)
+    eligible = _as_set(state, hosts)
     if policy == Policy.PACK:
         return _pack(state, window, eligible)
     return _balanced(state, window, eligible)
+
+
+def _as_set(state: ClusterState, hosts: Sequence[int]) -> frozenset[int]:
+    """``hosts`` as a set, cached: the static view hands out the same tuples every time,
+    and building a set of 10,000 hosts would cost more than the whole search."""
+    key = ("set", id(hosts))
+    cached = state.static_cache.get(key)
+    if cached is None or cached[0] is not hosts:
+        cached = state.static_cache[key] = (hosts, frozenset(hosts))
+    return cached[1]
 
 
 def _direct(state, window, hosts, policy) -> Choice | None:

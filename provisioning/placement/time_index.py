@@ -1,6 +1,7 @@
 """Which hosts have time-bounded allocations overlapping a window.
 
-Contract: `TimeIndex.hosts_overlapping(start, end)` returns, for every host holding an
+Contract: `TimeIndex.overlapping(start, end)` returns every indexed allocation overlapping
+``[start, end)`` once; `TimeIndex.hosts_overlapping(start, end)` returns, for every host holding an
 indexed allocation that overlaps ``[start, end)``, that allocation's vector — or None when
 several of the host's allocations overlap the window (each hit is checked, never a
 superset). With one overlapping allocation a host's peak over the window is simply its
@@ -80,49 +81,37 @@ class TimeIndex:
     def __contains__(self, alloc_id: str) -> bool:
         return alloc_id in self.where
 
-    def hosts_overlapping(self, start: float, end: float) -> dict[int, object]:
-        hits: dict[int, object] = {}
+    def overlapping(self, start: float, end: float) -> list[tuple]:
+        """Every indexed allocation overlapping ``[start, end)``, once each, as its entry
+        ``(host, start, end, vector, first bucket)``.
 
-        def hit(host, vector):
-            hits[host] = None if host in hits else vector
-
-        for host, s, e, vector, _ in self.long.values():
-            if s < end and start < e:
-                hit(host, vector)
-        if end == math.inf:
-            # An open-ended window overlaps every later bucket: scan them all, once per
-            # allocation (an allocation sits in every bucket it spans).
-            seen: set[str] = set()
-            for bucket in self.buckets.values():
-                for alloc_id, (host, _s, e, vector, _) in bucket.items():
-                    if start < e and alloc_id not in seen:
-                        seen.add(alloc_id)
-                        hit(host, vector)
-            return hits
+        List comprehensions over whole buckets: this runs for every placement, over
+        hundreds of allocations."""
+        out = [en for en in self.long.values() if en[1] < end and start < en[2]]
         first = math.floor(start / self.width)
-        last = math.floor(math.nextafter(end, -math.inf) / self.width)
         # The first bucket: everything in it that overlaps the window.
-        for host, s, e, vector, _ in self.buckets.get(first, {}).values():
-            if s < end and start < e:
-                if host in hits:
-                    hits[host] = None
-                else:
-                    hits[host] = vector
+        bucket = self.buckets.get(first)
+        if bucket:
+            out += [en for en in bucket.values() if en[1] < end and start < en[2]]
         # Later buckets: only allocations starting there. Such an allocation starts after
         # the window does (so it ends after, too); it overlaps iff it starts before its end.
         starts = self.starts
-        if last - first > len(starts):
-            numbers = sorted(b for b in starts if first < b <= last)
+        if end == math.inf:
+            numbers = [b for b in starts if b > first]
         else:
-            numbers = range(first + 1, last + 1)
+            last = math.floor(math.nextafter(end, -math.inf) / self.width)
+            if last - first > len(starts):
+                numbers = [b for b in starts if first < b <= last]
+            else:
+                numbers = range(first + 1, last + 1)
         for b in numbers:
             starting = starts.get(b)
-            if not starting:
-                continue
-            for host, s, _e, vector, _ in starting.values():
-                if s < end:
-                    if host in hits:
-                        hits[host] = None
-                    else:
-                        hits[host] = vector
+            if starting:
+                out += [en for en in starting.values() if en[1] < end]
+        return out
+
+    def hosts_overlapping(self, start: float, end: float) -> dict[int, object]:
+        hits: dict[int, object] = {}
+        for host, _s, _e, vector, _ in self.overlapping(start, end):
+            hits[host] = None if host in hits else vector
         return hits

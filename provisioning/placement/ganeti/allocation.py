@@ -8,8 +8,9 @@ stably). With capacity checks on, the best candidate that keeps the cluster glob
 redundant wins; dropped candidates count as FailN1.
 
 Candidates are scored incrementally from the cluster statistics (Ganeti's own update rule,
-which hail uses for node pairs); ``exact=True`` recomputes the full two-pass score for each
-single-node candidate as htools does (slower, equal to the last bit).
+which hail uses for node pairs); ``exact=True`` ranks single-node candidates by the full
+two-pass score as htools does — equal to the last bit, since ties break on it — by
+re-scoring exactly only the candidates whose incremental scores are near ties.
 """
 
 from __future__ import annotations
@@ -184,22 +185,60 @@ def _policy_check(cluster: GCluster, inst: Instance) -> Callable[[Node], FailMod
     return check
 
 
+#: Largest possible gap between an incrementally updated score and htools' two-pass one
+#: (rounding in Σx² − n·mean², amplified by the square root near zero variance), with a
+#: wide margin. Candidates closer than this are re-scored exactly before being ranked.
+NEAR_TIE = 1e-5
+
+
 def _collect(
-    candidates: list[Candidate], failures: list[FailMode], keep: Callable[[Candidate], bool]
+    candidates: list[Candidate],
+    failures: list[FailMode],
+    keep: Callable[[Candidate], bool],
+    exact: Callable[[Candidate], float] | None = None,
 ) -> AllocSolution:
-    """`collectionToSolution`: best score first, ties to the later candidate."""
-    ordered = sorted(reversed(candidates), key=lambda c: c.score)
+    """`collectionToSolution`: best score first, ties to the later candidate.
+
+    With ``exact``, scores are incremental estimates: runs of near-equal ones are
+    re-scored exactly and re-ranked, lazily, until a candidate is kept."""
+    # (score, position in the reversed list): a stable sort of the reversed list.
+    ordered = sorted(enumerate(reversed(candidates)), key=lambda item: item[1].score)
     dropped = 0
     chosen = None
-    for cand in ordered:
-        if keep(cand):
-            chosen = cand
-            break
-        dropped += 1
+    i = 0
+    while i < len(ordered) and chosen is None:
+        j = i + 1
+        if exact is not None:
+            while j < len(ordered) and ordered[j][1].score - ordered[j - 1][1].score <= NEAR_TIE:
+                j += 1
+            run = ordered[i:j]
+            if len(run) > 1:
+                for _, cand in run:
+                    cand.score = exact(cand)
+                run.sort(key=lambda item: (item[1].score, item[0]))
+            else:
+                run[0][1].score = exact(run[0][1])
+        else:
+            run = ordered[i:j]
+        for _, cand in run:
+            if keep(cand):
+                chosen = cand
+                break
+            dropped += 1
+        i = j
     return AllocSolution([FailMode.N1] * dropped + failures, len(candidates) - dropped, chosen)
 
 
-def _best_only(candidates: list[Candidate]) -> Candidate | None:
+def _best_only(
+    candidates: list[Candidate], exact: Callable[[Candidate], float] | None = None
+) -> Candidate | None:
+    """The lowest score, ties to the later candidate. With ``exact``, scores are
+    estimates: the near-best are re-scored exactly first."""
+    if exact is not None and candidates:
+        low = min(c.score for c in candidates)
+        candidates = [c for c in candidates if c.score <= low + NEAR_TIE]
+        for cand in candidates:
+            cand.score = exact(cand)
     best = None
     for cand in candidates:
         if best is None or not (best.score < cand.score):
@@ -251,16 +290,19 @@ def try_alloc(
         failures: list[FailMode] = []
         for ndx in alloc_nodes:
             try:
-                use_stats = None if opts.exact else stats
                 candidates.append(
-                    allocate_on_single(opts, cluster, use_stats, inst, ndx, scope, policy, rows)
+                    allocate_on_single(opts, cluster, stats, inst, ndx, scope, policy)
                 )
             except T.AllocFailure as exc:
                 failures.append(exc.mode)
         failures.reverse()  # htools prepends each failure
+        # htools scores each single-node candidate with a full two-pass computation; the
+        # incremental scores rank them the same except within near ties, which `exact`
+        # settles (to the last bit, as ties break on it).
+        exact = (lambda c: rows().score_with(c.nodes[0][1])) if opts.exact else None
         if keep is None:
-            return AllocSolution(failures, len(candidates), _best_only(candidates))
-        return _collect(candidates, failures, keep)
+            return AllocSolution(failures, len(candidates), _best_only(candidates, exact))
+        return _collect(candidates, failures, keep, exact)
     total = AllocSolution()
     for p, secondaries in alloc_nodes:
         candidates = []

@@ -24,7 +24,7 @@ def redundant(opts: AllocOptions, cluster: GCluster, scope: Sequence[int] | None
     for node in nodes:
         if opts.accept_existing and node.offline:
             continue
-        if not can_evacuate_node(cluster, node.idx, opts.exact):
+        if not can_evacuate_node(cluster, node.idx, False):
             return False
     return True
 
@@ -67,9 +67,9 @@ def _commit(nodes, instances, changed, new_inst) -> None:
 
 def _evacuate_shared(nodes, instances, inst: Instance, escape, group_nodes, exact) -> bool:
     """`evacOneNodeOnly` with FailoverToAny: the best group score wins, ties to the later."""
-    best = None
     stats = None if exact else ClusterStats.compute(nodes[i] for i in group_nodes)
     rows = ValueRows([nodes[i] for i in group_nodes]) if exact else None
+    best = None
     for t in escape:
         try:
             changed, new_inst = apply_move(nodes, inst, Move(FAILOVER_ANY, t), force=True)
@@ -91,7 +91,10 @@ def _evacuate_shared(nodes, instances, inst: Instance, escape, group_nodes, exac
 
 
 def _recreate(cluster: GCluster, nodes, instances, inst: Instance, escape, exact) -> bool:
-    """Re-create ``inst`` on the best of ``escape`` (allocateOnSingle, soft errors ignored)."""
+    """Re-create ``inst`` on the best of ``escape`` (allocateOnSingle, soft errors ignored).
+
+    Exact scores come straight from cached per-node values here: in these evacuations
+    most candidates are near ties, so estimating first would only add work."""
     stats = None if exact else ClusterStats.compute(nodes)
     rows = ValueRows(nodes) if exact else None
     best = None
@@ -108,10 +111,7 @@ def _recreate(cluster: GCluster, nodes, instances, inst: Instance, escape, exact
             new = target.add_pri(inst, force=True)
         except T.AllocFailure:
             continue
-        if rows is not None:
-            value = rows.score_with(new)
-        else:
-            value = stats.replace(target, new).score()
+        value = rows.score_with(new) if rows is not None else stats.replace(target, new).score()
         if best is None or not (best[0] < value):
             best = (value, t, new)
     if best is None:

@@ -368,3 +368,75 @@ def move_values(nodes, inst: Instance, move: Move, force: bool = False):
         tgt.add_sec(inst, s, force_p)
         return {t: tgt.values(), s: old_s.values(), p: old_p.values()}
     raise ValueError(f"unknown move {kind!r}")
+
+
+# ---------------------------------------------------------------------- per node
+#
+# A move changes each node it involves through a fixed sequence of the four primitives,
+# and each node's result depends on that node, the instance and a few static flags only
+# (never on the other nodes' states). `node_effects` names those sequences, so hbal can
+# reuse one node's outcome across every candidate move that shares it until that node
+# changes — the difference between re-scoring every touched candidate after each move and
+# recomputing only the nodes that changed.
+
+REMOVE_PRI = ("rp",)
+REMOVE_SEC = ("rs",)
+
+
+def _ap(force: bool) -> tuple:
+    return ("ap", force)
+
+
+def _as(peer: int, force: bool) -> tuple:
+    return ("as", peer, force)
+
+
+def node_effects(nodes, inst: Instance, move: Move, force: bool = False) -> list:
+    """``[(node index, op sequence)]`` of the move, in `move_values`' order."""
+    p, s = inst.pnode, inst.snode
+    kind, t = move.kind, move.target
+    if kind == FAILOVER:
+        return [
+            (p, (REMOVE_PRI, _as(s, False))),
+            (s, (REMOVE_SEC, _ap(nodes[p].offline or force))),
+        ]
+    if kind == FAILOVER_ANY:
+        return [(p, (REMOVE_PRI,)), (t, (_ap(nodes[p].offline or force),))]
+    if kind == REPLACE_SECONDARY:
+        return [(t, (_as(p, nodes[s].offline or force),)), (s, (REMOVE_SEC,))]
+    force_p = nodes[p].offline or force
+    if kind == REPLACE_PRIMARY:
+        return [
+            (t, (_ap(force_p),)),
+            (p, (REMOVE_PRI,)),
+            (s, (REMOVE_SEC, _ap(force_p), REMOVE_PRI, _as(t, force_p))),
+        ]
+    if kind == REPLACE_AND_FAILOVER:
+        return [
+            (t, (_ap(False),)),
+            (p, (REMOVE_PRI, _as(t, nodes[s].offline or force))),
+            (s, (REMOVE_SEC,)),
+        ]
+    if kind == FAILOVER_AND_REPLACE:
+        return [
+            (t, (_as(s, force_p),)),
+            (s, (REMOVE_SEC, _ap(force_p))),
+            (p, (REMOVE_PRI,)),
+        ]
+    raise ValueError(f"unknown move {kind!r}")
+
+
+def node_values_after(node: Node, inst: Instance, ops: tuple) -> tuple[float, ...]:
+    """One node's 20 score values after ``ops`` (see `node_effects`), or AllocFailure."""
+    scratch = _Scratch(node)
+    for op in ops:
+        name = op[0]
+        if name == "rp":
+            scratch.remove_pri(inst)
+        elif name == "rs":
+            scratch.remove_sec(inst)
+        elif name == "ap":
+            scratch.add_pri(inst, op[1])
+        else:
+            scratch.add_sec(inst, op[1], op[2])
+    return scratch.values()

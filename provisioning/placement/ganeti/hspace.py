@@ -65,7 +65,7 @@ class HSpaceOptions:
     offline: tuple[str, ...] = ()
     max_cpu: float | None = None
     min_disk: float | None = None
-    exact: bool | None = None  # None: exact two-pass scores for clusters up to 64 nodes
+    exact: bool = True  # rank by htools' two-pass scores (near ties re-scored exactly)
 
 
 @dataclass(slots=True)
@@ -561,7 +561,7 @@ def run_hspace(cluster: GCluster, options: HSpaceOptions | None = None) -> HSpac
         raise AllocError("null list of disk templates received from cluster")
     template = opts.disk_template or ipol.disk_templates[0]
     spindle_use = opts.spindle_use if opts.spindle_use is not None else ipol.std.spindle_use
-    exact = opts.exact if opts.exact is not None else len(cluster.nodes) <= 64
+    exact = opts.exact
     alloc_opts = AllocOptions(
         capacity=opts.capacity, accept_existing=opts.accept_existing, exact=exact
     )

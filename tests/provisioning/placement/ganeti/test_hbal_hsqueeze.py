@@ -1,13 +1,14 @@
 """Balancing and consolidation on the Ganeti model, against Ganeti's own tools."""
 
 import random
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from provisioning.placement.ganeti import text_backend
-from provisioning.placement.ganeti.fast_moves import move_values
+from provisioning.placement.ganeti.fast_moves import move_values, node_effects, node_values_after
 from provisioning.placement.ganeti.generate import consistent_free_memory, unbalanced_cluster
 from provisioning.placement.ganeti.hbal import HbalOptions, balance
 from provisioning.placement.ganeti.hsqueeze import squeeze
@@ -88,6 +89,47 @@ def test_fast_move_evaluation_equals_applying_the_move():
                 assert got == expected
                 checked += 1
     assert checked > 500
+
+
+def test_per_node_move_effects_compose_to_the_whole_move():
+    # hbal memoises each node's outcome separately; together they must be the move.
+    cluster = unbalanced_cluster(7, 40, seed=3)
+    nodes = cluster.nodes
+    checked = 0
+    for inst in cluster.instances:
+        targets = [t for t in range(len(nodes)) if t not in (inst.pnode, inst.snode)]
+        for move in possible_moves(inst, targets, secondary_ok=True):
+            for force in (False, True):
+                try:
+                    expected = list(move_values(nodes, inst, move, force).items())
+                except AllocFailure:
+                    expected = None
+                try:
+                    got = [
+                        (idx, node_values_after(nodes[idx], inst, ops))
+                        for idx, ops in node_effects(nodes, inst, move, force)
+                    ]
+                except AllocFailure:
+                    got = None
+                assert got == expected
+                checked += 1
+    assert checked > 1000
+
+
+def test_steepest_descent_takes_ganetis_exact_path():
+    src = DATA / "drbd-8-nodes.txt"
+    done = subprocess.run(
+        [ganeti_tool("hbal"), "-t", str(src), "--ignore-dynu"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    line = re.compile(r"\s+\d+\. (\S+) \S+ => (\S+)\s+([\d.]+) a=(.*)$")
+    theirs = [m.groups() for m in map(line.match, done.stdout.splitlines()) if m]
+    result = balance(
+        text_backend.parse(src.read_text(), ignore_dynu=True), HbalOptions(strategy="steepest")
+    )
+    ours = [(s.instance, ":".join(s.new_nodes), f"{s.score:.8f}", s.move) for s in result.steps]
+    assert len(theirs) > 10
+    assert ours == [(i, n, sc, a.strip()) for i, n, sc, a in theirs]
 
 
 def test_hsqueeze_offlines_the_same_nodes_as_ganeti():
