@@ -4,8 +4,10 @@
 
 For each broker (django-q2's ORM broker on SQLite; Redis; optionally PostgreSQL + Redis)
 it starts a fresh database, then
+  0. counts the queries per ``noop`` job (submit; claim + run + end) in this process;
   1. drain: queues ``--jobs`` ``noop`` jobs, starts a qcluster with ``--workers`` worker
-     processes and measures dispatch throughput: jobs / (last end − first start);
+     processes and measures dispatch throughput: jobs / (last end − first start), and the
+     CPU time the qcluster's processes used per job (compare runs on a busy machine);
   2. burst: submits ``--jobs`` more while the workers run: jobs/s from the first submission
      to the last end (the submitting process shares the machine), and the queue-to-start
      delay (started − received) under that backlog;
@@ -64,33 +66,84 @@ def one(args):
 
     get_broker().purge_queue()
     services.set_queue_settings(actor="bench", limit=max(4, args.workers * 2))
+    counted = count_queries(100)
+    get_broker().purge_queue()
     t0 = time.monotonic()
     queued = [services.submit("noop", {}, actor="bench") for _ in range(args.jobs)]
     submit_rate = args.jobs / (time.monotonic() - t0)
-    worker = subprocess.Popen(
-        [sys.executable, "manage.py", "qcluster"],
-        cwd=ROOT,
-        env={**os.environ, "VCLMGR_WORKERS": str(args.workers), "LOG_LEVEL": "WARNING"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    log_path = Path(os.environ["VCLMGR_VAR_DIR"]) / "qcluster.log"
+    with open(log_path, "wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "manage.py", "qcluster"],
+            cwd=ROOT,
+            env={**os.environ, "VCLMGR_WORKERS": str(args.workers), "LOG_LEVEL": "WARNING"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         wait_for(lambda: live_worker_count() >= args.workers, 60, "the workers")
+        cpu = group_cpu_seconds(worker.pid)
         rows = _finished(queued, 600)
+        cpu = group_cpu_seconds(worker.pid) - cpu
         span = (max(r.ended for r in rows) - min(r.started for r in rows)).total_seconds()
         result = {
             "broker": args.label,
             "submit_per_s": round(submit_rate, 1),
             "drain_jobs_per_s": round(len(rows) / span, 1),
+            "drain_worker_cpu_ms_per_job": round(1000 * cpu / len(rows), 2),
+            **counted,
         }
         result.update(burst(args.jobs))
         result.update(paced(200, 40))
         result.update(chain(100))
+    except BaseException:
+        print(log_path.read_text(errors="replace")[-3000:], file=sys.stderr)
+        raise
     finally:
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
     print(json.dumps(result), flush=True)
+
+
+def group_cpu_seconds(pgid):
+    """CPU time (user + system) used so far by the live processes of a process group (Linux)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # fields[2] is pgrp; utime and stime follow at 11 and 12
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def count_queries(count):
+    """Queries per noop job: submitting, then claiming + running + ending it (in this process)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from provisioning.jobs import services, tasks, wake
+    from provisioning.jobs.models import Job
+
+    top_up, wake.top_up = wake.top_up, lambda *args, **kwargs: 0
+    try:
+        with CaptureQueriesContext(connection) as submitted:
+            jobs = [services.submit("noop", {}, actor="bench") for _ in range(count)]
+        with CaptureQueriesContext(connection) as ran:
+            done = tasks.run_next()
+    finally:
+        wake.top_up = top_up
+    assert done == count, done
+    Job.objects.filter(pk__in=[job.pk for job in jobs]).delete()
+    return {
+        "submit_queries_per_job": round(len(submitted) / count, 1),
+        "run_queries_per_job": round(len(ran) / count, 1),
+    }
 
 
 def _finished(jobs, timeout):
@@ -203,6 +256,7 @@ def main():
     keys = [
         "broker",
         "drain_jobs_per_s",
+        "drain_worker_cpu_ms_per_job",
         "burst_jobs_per_s",
         "submit_per_s",
         "burst_p50_delay_s",
@@ -211,6 +265,8 @@ def main():
         "paced_p99_delay_s",
         "chain_in_order",
         "chain_s",
+        "submit_queries_per_job",
+        "run_queries_per_job",
     ]
     print(f"{args.jobs} noop jobs, {args.workers} worker processes")
     print(" | ".join(keys))

@@ -15,6 +15,7 @@ pending status): many worker processes may call it at once, on SQLite or Postgre
 the limit, buckets and locks still hold.
 """
 
+import json
 import os
 import socket
 import uuid
@@ -22,14 +23,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db import transaction
-from django.db.models import F, Value
-from django.db.models.functions import Coalesce
+from django.db import connection, transaction
 from django.utils import timezone
 
 from provisioning.jobs import transitions
 from provisioning.jobs.locks import LockTable
-from provisioning.jobs.models import Job, JobDependency, QueueSettings
+from provisioning.jobs.models import Job, JobDependency, QueueSettings, update_returning
 from provisioning.jobs.reasons import label
 
 S = Job.Status
@@ -45,6 +44,7 @@ class Candidate:
     buckets: list = field(default_factory=list)
     deps: list = field(default_factory=list)  # [(job id, its status, accepted statuses)]
     waiting_for: str = ""
+    attempt: int = 0  # attempts so far (0: never started)
 
 
 @dataclass
@@ -155,6 +155,51 @@ def pending():
     return Job.objects.filter(status__in=Job.PENDING, awaiting_children=False).order_by("-priority", "id")
 
 
+_compiled = {}
+
+
+def _fetch(key, build):
+    """Rows of a query of fixed shape, its SQL compiled once per process and database vendor.
+
+    Django compiles a queryset on every evaluation; on the claim path (once per job) that
+    cost more than running these small queries.
+    """
+    sql = _compiled.get((connection.vendor, key))
+    if sql is None:
+        sql = _compiled[(connection.vendor, key)] = build().query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(*sql)
+        return cursor.fetchall()
+
+
+def _json(value):
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _running():
+    rows = _fetch("running", lambda: Job.objects.filter(status=S.RUNNING).values_list("id", "locks", "buckets"))
+    return [Running(job_id, _json(locks), _json(buckets)) for job_id, locks, buckets in rows]
+
+
+PENDING_FIELDS = ("id", "status", "locks", "buckets", "waiting_for", "has_deps", "attempt")
+
+
+def _pending(offset, size):
+    rows = _fetch(("pending", offset, size), lambda: pending().values_list(*PENDING_FIELDS)[offset : offset + size])
+    return [
+        {
+            "id": i,
+            "status": st,
+            "locks": _json(lk),
+            "buckets": _json(bk),
+            "waiting_for": wf,
+            "has_deps": bool(hd),
+            "attempt": attempt,
+        }
+        for i, st, lk, bk, wf, hd, attempt in rows
+    ]
+
+
 def _candidates(rows):
     ids = [row["id"] for row in rows if row["has_deps"]]
     deps = {}
@@ -170,6 +215,7 @@ def _candidates(rows):
             buckets=row["buckets"],
             deps=deps.get(row["id"], []),
             waiting_for=row["waiting_for"],
+            attempt=row["attempt"],
         )
         for row in rows
     ]
@@ -177,21 +223,23 @@ def _candidates(rows):
 
 def evaluate(limit):
     """Run the planner over pending jobs until the limit is full; returns (planner, candidates by id)."""
-    running = [Running(*row) for row in Job.objects.filter(status=S.RUNNING).values_list("id", "locks", "buckets")]
-    planner = Planner(running, limit)
+    planner = Planner(_running(), limit)
     seen = {}
     offset = 0
+    # The first read is sized to the room left (plus a few that may be blocked): with a
+    # long queue and a small limit, reading CHUNK rows per claim was most of its cost.
+    size = min(CHUNK, max(0, planner.room) + 4)
     while offset < SCAN_LIMIT and not planner.full:
-        fields = ("id", "status", "locks", "buckets", "waiting_for", "has_deps")
-        rows = list(pending().values(*fields)[offset : offset + CHUNK])
+        rows = _pending(offset, size)
         for candidate in _candidates(rows):
             seen[candidate.id] = candidate
             planner.consider(candidate)
             if planner.full:
                 break
-        if len(rows) < CHUNK:
+        if len(rows) < size:
             break
-        offset += CHUNK
+        offset += size
+        size = CHUNK
     return planner, seen
 
 
@@ -215,13 +263,25 @@ def claim_next(runner=None):
     """Claim the best startable job for this worker, or None. Race-free across processes."""
     if not pending().exists():
         return None
-    with transaction.atomic():
+    with transaction.atomic(), transitions.batched():
         return claim_locked(QueueSettings.lock(), runner)
+
+
+# What a worker needs of the job it claims (the rest, e.g. ``result``, stays unread).
+CLAIM_FIELDS = [
+    *transitions.LEAN_FIELDS,
+    "params",
+    "reason",
+    "steps",
+    "runner",
+    "lease_token",
+    "lease_until",
+]
 
 
 def claim_locked(queue, runner=None):
     """``claim_next`` for a caller that holds the queue lock (``queue`` is the locked row)."""
-    with transaction.atomic(savepoint=False):
+    with transaction.atomic(savepoint=False), transitions.batched():
         planner, seen = evaluate(queue.limit)
         result = planner.plan
         for job_id, message in result.failed.items():
@@ -234,19 +294,25 @@ def claim_locked(queue, runner=None):
         job_id = result.start[0]
         now = timezone.now()
         token = uuid.uuid4().hex
-        claimed = Job.objects.filter(pk=job_id, status__in=Job.PENDING, awaiting_children=False).update(
+        # Literal values, not F() expressions (the statement compiles in half the time); the
+        # attempt read under the queue lock is part of the condition all the same.
+        attempt = seen[job_id].attempt
+        first = {"started": now} if attempt == 0 else {}
+        claimed = update_returning(
+            Job.objects.filter(pk=job_id, status__in=Job.PENDING, awaiting_children=False, attempt=attempt),
+            CLAIM_FIELDS,
             status=S.RUNNING,
             lease_token=token,
             lease_until=now + timedelta(seconds=queue.lease_seconds),
             runner=(runner or runner_label())[:120],
-            attempt=F("attempt") + 1,
-            started=Coalesce(F("started"), Value(now)),
+            attempt=attempt + 1,
             waiting_for="",
             cancel_requested=False,
+            **first,
         )
         if not claimed:  # cannot happen under the queue lock; be safe anyway
             return None
-        job = Job.objects.select_related("submitter").get(pk=job_id)
+        job = claimed[0]
         resumed = f", resuming after {len(job.steps)} completed steps" if job.steps else ""
         transitions.log(job, f"started on {job.runner} (attempt {job.attempt}){resumed}")
         transitions.emit_status(job)
@@ -259,5 +325,8 @@ def _update_blocked(blocked, seen):
         before = seen.get(job_id)
         if before is not None and before.status == status and before.waiting_for == waiting_for:
             continue
-        if Job.objects.filter(pk=job_id, status__in=Job.PENDING).update(status=status, waiting_for=waiting_for[:300]):
-            transitions.changed(job_id)
+        job = transitions.update(
+            Job.objects.filter(pk=job_id, status__in=Job.PENDING), status=status, waiting_for=waiting_for[:300]
+        )
+        if job is not None:
+            transitions.announce(job)

@@ -11,6 +11,7 @@ fresh django-q2 task instead of risking django-q2's timeout (which would kill th
 
 import json
 import logging
+import os
 import threading
 import time
 import traceback
@@ -55,38 +56,74 @@ def jsonable(value, what):
 
 
 class Heartbeat:
-    """Renews the lease every lease/3 seconds while the job runs (in a thread, its own DB connection).
+    """Renews the lease every lease/3 seconds while the job runs.
 
-    Only a live process renews, so a lease expires exactly when the worker is gone (or cut
-    off from the database): that is what recovery keys on.
+    One daemon thread per process (its own DB connection) renews the leases of every job
+    the process runs; a job registers for the time it runs. Only a live process renews, so
+    a lease expires exactly when the worker is gone (or cut off from the database): that
+    is what recovery keys on. (One long-lived thread, not one per job: starting and joining
+    a thread per job cost more than a tiny job itself.)
     """
+
+    _lock = threading.Lock()  # guards _jobs
+    _busy = threading.Lock()  # held by the thread while it renews (and has a DB connection)
+    _jobs = {}  # job id -> [token, lease seconds, next renewal (monotonic)]
+    _thread = None
+    _pid = None
 
     def __init__(self, job_id, token, lease_seconds):
         self.job_id, self.token, self.lease_seconds = job_id, token, lease_seconds
         self.interval = max(0.5, lease_seconds / 3)
-        self.stop = threading.Event()
-        self.thread = None
 
     def __enter__(self):
-        self.thread = threading.Thread(target=self._run, name=f"job-{self.job_id}-heartbeat", daemon=True)
-        self.thread.start()
+        cls = type(self)
+        if cls._pid != os.getpid():  # a forked child: none of the parent's state carries over
+            cls._lock, cls._busy, cls._jobs = threading.Lock(), threading.Lock(), {}
+            cls._thread, cls._pid = None, os.getpid()
+        with cls._lock:
+            cls._jobs[self.job_id] = [self.token, self.lease_seconds, time.monotonic() + self.interval]
+            if cls._thread is None or not cls._thread.is_alive():
+                cls._thread = threading.Thread(target=cls._run, name="jobs-heartbeat", daemon=True)
+                cls._thread.start()
         return self
 
     def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join(timeout=30)
+        with self._lock:
+            entry = self._jobs.get(self.job_id)
+            if entry is not None and entry[0] == self.token:
+                del self._jobs[self.job_id]
+        with self._busy:  # a renewal in flight ends (and closes its connection) before the job does
+            pass
 
-    def _run(self):
-        try:
-            while not self.stop.wait(self.interval):
-                lease_until = timezone.now() + timedelta(seconds=self.lease_seconds)
-                Job.objects.filter(pk=self.job_id, status=S.RUNNING, lease_token=self.token).update(
-                    lease_until=lease_until
-                )
-        except Exception:  # the step goes on; a lost lease is noticed at the next checkpoint
-            log.exception("heartbeat of job %s failed", self.job_id)
-        finally:
-            connection.close()
+    @classmethod
+    def _due(cls):
+        now = time.monotonic()
+        with cls._lock:
+            due = [(job_id, entry[0], entry[1]) for job_id, entry in cls._jobs.items() if entry[2] <= now]
+            for job_id, _, lease_seconds in due:
+                cls._jobs[job_id][2] = now + max(0.5, lease_seconds / 3)
+        return due
+
+    @classmethod
+    def _run(cls):
+        while True:
+            time.sleep(0.25)
+            with cls._busy:
+                due = cls._due()
+                if not due:
+                    continue
+                try:
+                    for job_id, token, lease_seconds in due:
+                        lease_until = timezone.now() + timedelta(seconds=lease_seconds)
+                        Job.objects.filter(pk=job_id, status=S.RUNNING, lease_token=token).update(
+                            lease_until=lease_until
+                        )
+                except Exception:  # the step goes on; a lost lease is noticed at the next checkpoint
+                    log.exception("job heartbeat failed")
+                finally:
+                    # Renewals are lease/3 apart: hold no connection in between (nor when the
+                    # job is over, e.g. while a test database is dropped).
+                    connection.close()
 
 
 class JobContext:
@@ -173,7 +210,7 @@ class JobContext:
         now = timezone.now()
         steps = [*self._steps, {"name": name, "result": result, "ended": now.isoformat()}]
         progress = {"done": len(steps), "total": self.total, "step": name}
-        with transaction.atomic():
+        with transaction.atomic(), transitions.batched():
             updated = Job.objects.filter(pk=self.job_id, status=S.RUNNING, lease_token=self.token).update(
                 steps=steps,
                 progress=progress,
@@ -254,7 +291,7 @@ class _Ender:
     def __call__(self, status, **fields):
         from provisioning.jobs import dispatcher
 
-        with transaction.atomic():
+        with transaction.atomic(), transitions.batched():
             queue = QueueSettings.lock()
             done = transitions.finish(self.job.id, self.token, status, locked=True, reason=self.job.reason, **fields)
             claim = None
@@ -276,12 +313,13 @@ def _note_execution(job):
 
 def _expand(job, token, value):
     """If the job submitted children: wait for them ("expanded"); None when it has none."""
-    with transaction.atomic():
+    with transaction.atomic(), transitions.batched():
         QueueSettings.lock()
         children = Job.objects.filter(parent_id=job.id).count()
         if not children:
             return None
-        updated = Job.objects.filter(pk=job.id, status=S.RUNNING, lease_token=token).update(
+        updated = transitions.update(
+            Job.objects.filter(pk=job.id, status=S.RUNNING, lease_token=token),
             reason=job.reason,
             status=S.WAITING,
             awaiting_children=True,
@@ -290,9 +328,9 @@ def _expand(job, token, value):
             result={"result": value},
             waiting_for=f"children: {children} submitted",
         )
-        if not updated:
+        if updated is None:
             return "lost"
-        transitions.changed(job.id, f"steps done; waiting for {children} child jobs")
+        transitions.announce(updated, f"steps done; waiting for {children} child jobs")
         parent = transitions.complete_parent(job.id)
         if parent:
             transitions.settle(parent)

@@ -110,7 +110,7 @@ def submit_batch(specs, *, actor, submitter=None, source=None, parent=None, chil
         raise serializers.ValidationError({"jobs": ["a child key names one job"]})
     order, names = _batch_order(cleaned)
     _check_cycles(cleaned, parent)
-    with transaction.atomic():
+    with transaction.atomic(), transitions.batched():
         created = {}
         for index in order:
             depends = [
@@ -212,7 +212,7 @@ def _clean_depends(raw):
         seen.add(target)
         out.append((target, sorted(set(statuses))))
     ids = {t for t, _ in out if isinstance(t, int)}
-    found = set(Job.objects.filter(pk__in=ids).values_list("pk", flat=True))
+    found = set(Job.objects.filter(pk__in=ids).values_list("pk", flat=True)) if ids else set()
     missing = sorted(ids - found)
     if missing:
         raise serializers.ValidationError([f"job {missing[0]} does not exist"])
@@ -321,7 +321,7 @@ def _initial_state(job, depends):
     for on, accepted in depends:
         status = states[on]
         if status in Job.FINAL and accepted and status not in accepted:
-            with transaction.atomic():
+            with transaction.atomic(savepoint=False):  # in submit_batch's transaction (and batch)
                 QueueSettings.lock()
                 message = f"dependency job {on} ended {status}; accepted: {', '.join(accepted)}"
                 failed = transitions.end_pending(job.pk, S.ERROR, kind="dependency", message=message)

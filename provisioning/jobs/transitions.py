@@ -6,12 +6,18 @@ line, and emits events to ``job.<id>``, ``user.<submitter>`` and ``admin`` in th
 transaction. Ending a job settles what depended on it at once: dependents whose accepted
 statuses exclude the outcome fail, a parent whose last child ended completes, the children
 of a canceled job are canceled.
+
+Hot paths wrap their transaction in ``batched()``: log lines and events written in it are
+collected and inserted at its end (still inside the transaction) in two INSERTs.
 """
 
-from django.db import transaction
+import threading
+from contextlib import contextmanager
+
+from django.db import connection, transaction
 from django.utils import timezone
 
-from provisioning.jobs.models import Job, JobDependency, JobLog, QueueSettings
+from provisioning.jobs.models import Job, JobDependency, JobLog, QueueSettings, update_returning
 from vclmgr import events
 
 S = Job.Status
@@ -50,21 +56,98 @@ def payload(job):
     }
 
 
+# --- batching log lines and events ---------------------------------------------------------
+_local = threading.local()
+
+
+class _Batch:
+    """Log rows and events of one transaction, in the order they happened."""
+
+    def __init__(self):
+        self.depth = len(connection.savepoint_ids)
+        self.logs = []
+        self.items = []  # [kind, data or a JobLog row, topics]
+
+    def active(self):
+        # Inside a savepoint opened since the batch began, write at once: a rollback to
+        # that savepoint must take its lines and events with it.
+        return not any(connection.savepoint_ids[self.depth :])
+
+    def flush(self):
+        if self.logs and not connection.features.can_return_rows_from_bulk_insert:  # SQLite < 3.35
+            for row in self.logs:
+                row.save(force_insert=True)
+        elif self.logs:
+            names = ["job", "time", "level", "message"]
+            values = [(row.job_id, row.time, row.level, row.message) for row in self.logs]
+            for row, pk in zip(self.logs, events.insert_rows(JobLog, names, values, returning="id"), strict=True):
+                row.id = pk
+                row._state.adding = False
+        items = [
+            (kind, _log_data(data) if isinstance(data, JobLog) else data, where) for kind, data, where in self.items
+        ]
+        events.emit_many(items, rows=False)
+
+
+@contextmanager
+def batched():
+    """Collect log lines and events written in this block; insert them at its end (two INSERTs).
+
+    Use it inside the transaction that makes the changes (the rows are written before it
+    commits). Nested use joins the outer batch. On an exception nothing is written: the
+    transaction is rolled back anyway.
+    """
+    if getattr(_local, "batch", None) is not None:
+        yield
+        return
+    batch = _local.batch = _Batch()
+    try:
+        yield
+    finally:
+        _local.batch = None
+    batch.flush()
+
+
+def _batch():
+    batch = getattr(_local, "batch", None)
+    return batch if batch is not None and batch.active() else None
+
+
+def _emit(kind, data, where):
+    batch = _batch()
+    if batch is None:
+        events.emit(kind, data, where)
+    else:
+        batch.items.append((kind, data, where))
+
+
+def _log_data(row):
+    return {"id": row.id, "job": row.job_id, "time": row.time.isoformat(), "level": row.level, "message": row.message}
+
+
 def emit_status(job):
-    events.emit("job.status", payload(job), topics(job.id, job.submitter_id))
+    _emit("job.status", payload(job), topics(job.id, job.submitter_id))
 
 
 def emit_progress(job):
     data = {"id": job.id, "status": job.status, "progress": job.progress}
-    events.emit("job.progress", data, topics(job.id, job.submitter_id))
+    _emit("job.progress", data, topics(job.id, job.submitter_id))
 
 
 def log(job, message, level="info"):
-    """Append a line to the job's log and emit it (in the caller's transaction, if any)."""
+    """Append a line to the job's log and emit it (in the caller's transaction, if any).
+
+    In a ``batched()`` block the row is inserted at the block's end (its id is set then).
+    """
+    row = JobLog(job_id=job.id, level=level, message=str(message)[:10000], time=timezone.now())
+    batch = _batch()
+    if batch is not None:
+        batch.logs.append(row)
+        batch.items.append(("job.log", row, topics(job.id, job.submitter_id)))
+        return row
     with transaction.atomic(savepoint=False):
-        row = JobLog.objects.create(job_id=job.id, level=level, message=str(message)[:10000])
-        data = {"id": row.id, "job": job.id, "time": row.time.isoformat(), "level": level, "message": row.message}
-        events.emit("job.log", data, topics(job.id, job.submitter_id))
+        row.save(force_insert=True)
+        events.emit("job.log", _log_data(row), topics(job.id, job.submitter_id))
     return row
 
 
@@ -92,11 +175,21 @@ LEAN_FIELDS = [
 
 def changed(job_id, message=None, level="info"):
     """Reload a job after an UPDATE, log the change and emit it; returns the (lean) job."""
-    job = Job.objects.only(*LEAN_FIELDS).get(pk=job_id)
+    return announce(Job.objects.only(*LEAN_FIELDS).get(pk=job_id), message, level)
+
+
+def announce(job, message=None, level="info"):
+    """Log a change of ``job`` (as it is now) and emit its status; returns the job."""
     if message:
         log(job, message, level)
     emit_status(job)
     return job
+
+
+def update(queryset, **values):
+    """A conditional UPDATE of one job; the (lean) job as it is after it, or None if nothing matched."""
+    rows = update_returning(queryset, LEAN_FIELDS, **values)
+    return rows[0] if rows else None
 
 
 def finish(job_id, token, status, *, result=None, error="", kind="", message=None, locked=False, where=None, **extra):
@@ -108,7 +201,8 @@ def finish(job_id, token, status, *, result=None, error="", kind="", message=Non
     with transaction.atomic(savepoint=False):
         if not locked:
             QueueSettings.lock()
-        updated = Job.objects.filter(pk=job_id, status=S.RUNNING, lease_token=token, **(where or {})).update(
+        job = update(
+            Job.objects.filter(pk=job_id, status=S.RUNNING, lease_token=token, **(where or {})),
             **extra,
             status=status,
             ended=timezone.now(),
@@ -119,16 +213,17 @@ def finish(job_id, token, status, *, result=None, error="", kind="", message=Non
             lease_until=None,
             waiting_for="",
         )
-        if not updated:
+        if job is None:
             return None
-        job = changed(job_id, message or (f"{status}: {error}" if error else status), LEVEL_OF.get(status, "info"))
+        announce(job, message or (f"{status}: {error}" if error else status), LEVEL_OF.get(status, "info"))
         settle(job)
     return job
 
 
 def end_pending(job_id, status, *, kind, message):
     """A queued or waiting job ends without running (canceled, failed dependency). Caller holds the lock."""
-    updated = Job.objects.filter(pk=job_id, status__in=Job.PENDING).update(
+    job = update(
+        Job.objects.filter(pk=job_id, status__in=Job.PENDING),
         status=status,
         ended=timezone.now(),
         error_message=message[:5000],
@@ -136,16 +231,17 @@ def end_pending(job_id, status, *, kind, message):
         waiting_for="",
         awaiting_children=False,
     )
-    if not updated:
+    if job is None:
         return None
-    return changed(job_id, f"{status}: {message}", LEVEL_OF.get(status, "info"))
+    return announce(job, f"{status}: {message}", LEVEL_OF.get(status, "info"))
 
 
 def request_cancel(job, actor_label, reason=""):
     """A running job stops at its next step boundary. Caller holds the lock."""
-    if Job.objects.filter(pk=job.pk, status=S.RUNNING, cancel_requested=False).update(cancel_requested=True):
+    updated = update(Job.objects.filter(pk=job.pk, status=S.RUNNING, cancel_requested=False), cancel_requested=True)
+    if updated:
         why = f": {reason}" if reason else ""
-        changed(job.pk, f"cancel requested by {actor_label}{why}; stopping after the current step", "warning")
+        announce(updated, f"cancel requested by {actor_label}{why}; stopping after the current step", "warning")
 
 
 def settle(job):
@@ -153,8 +249,10 @@ def settle(job):
     work = [job]
     while work:
         done = work.pop()
-        dependents = JobDependency.objects.filter(on_id=done.id, job__status__in=Job.PENDING).order_by("job_id")
-        for dep in dependents if done.has_dependents else ():
+        dependents = ()
+        if done.has_dependents:  # (building the query costs even when it is not run)
+            dependents = JobDependency.objects.filter(on_id=done.id, job__status__in=Job.PENDING).order_by("job_id")
+        for dep in dependents:
             if dep.accepted and done.status not in dep.accepted:
                 message = f"dependency job {done.id} ended {done.status}; accepted: {', '.join(dep.accepted)}"
                 failed = end_pending(dep.job_id, S.ERROR, kind="dependency", message=message)
@@ -200,13 +298,18 @@ def complete_parent(parent_id):
         more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
         message = f"{len(failed)} of {len(children)} child jobs did not succeed: {shown}{more}"
         fields = {"status": S.ERROR, "error_message": message[:5000], "error_kind": "children"}
-    updated = Job.objects.filter(pk=parent_id, status=S.WAITING, awaiting_children=True).update(
-        awaiting_children=False, ended=timezone.now(), waiting_for="", result=result, **fields
+    updated = update(
+        Job.objects.filter(pk=parent_id, status=S.WAITING, awaiting_children=True),
+        awaiting_children=False,
+        ended=timezone.now(),
+        waiting_for="",
+        result=result,
+        **fields,
     )
-    if not updated:
+    if updated is None:
         return None
     note = fields["error_message"] or f"all {len(children)} child jobs succeeded"
-    return changed(parent_id, f"{fields['status']}: {note}", LEVEL_OF[fields["status"]])
+    return announce(updated, f"{fields['status']}: {note}", LEVEL_OF[fields["status"]])
 
 
 def recover(job_id, max_attempts, now=None):
@@ -221,14 +324,18 @@ def recover(job_id, max_attempts, now=None):
     still_lost = {"lease_until__lt": now}
     if job.attempt < max_attempts:
         resume = f"after step {last!r}" if last else "from the start"
-        if not Job.objects.filter(pk=job_id, status=S.RUNNING, lease_token=job.lease_token, **still_lost).update(
+        requeued = update(
+            Job.objects.filter(pk=job_id, status=S.RUNNING, lease_token=job.lease_token, **still_lost),
             status=S.QUEUED,
             lease_token="",
             lease_until=None,
             runner="",
             waiting_for=f"retry {job.attempt + 1} of {max_attempts} after a lost worker",
-        ):
+        )
+        if requeued is None:
             return None
-        return changed(job_id, f"{lost}; will resume {resume} (attempt {job.attempt + 1} of {max_attempts})", "warning")
+        return announce(
+            requeued, f"{lost}; will resume {resume} (attempt {job.attempt + 1} of {max_attempts})", "warning"
+        )
     message = f"{lost} on attempt {job.attempt} of {max_attempts}; giving up"
     return finish(job_id, job.lease_token, S.ERROR, error=message, kind="lost", locked=True, where=still_lost)

@@ -4,6 +4,7 @@ import signal
 import time
 
 import pytest
+from django.db import connection
 
 from provisioning.jobs import dispatcher, runner, wake
 from tests import processes
@@ -62,3 +63,21 @@ def start_workers(transactional_db, tmp_path):
         # SIGKILL: a graceful django-q2 stop of the whole process group hangs until
         # Child.stop's 10 s timeout; nothing here needs a graceful stop.
         child.stop(sig=signal.SIGKILL)
+    if started:
+        _wait_for_other_sessions_to_end()
+
+
+def _wait_for_other_sessions_to_end(timeout=5):
+    """PostgreSQL: the killed workers' sessions (persistent connections) end a moment after
+    them; dropping the test database at the end of the run fails while one is left."""
+    if connection.vendor != "postgresql":
+        return
+    deadline = time.monotonic() + timeout
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            if cursor.fetchone()[0] == 0:
+                return
+            time.sleep(0.05)
