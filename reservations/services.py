@@ -14,7 +14,7 @@ One function per verb; the web pages, the API, the CLI and the jobs call these. 
 """
 
 import secrets
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
@@ -150,10 +150,10 @@ class Fit:
 
 def _demand(image, start, end, size, purpose, exclude_hosts=()):
     formats = frozenset(image.variants.values_list("format", flat=True))
-    extra = {}
-    if exclude_hosts and "exclude_hosts" in {f.name for f in fields(capacity.Demand)}:
-        extra["exclude_hosts"] = frozenset(exclude_hosts)
-    return capacity.Demand(start=start, end=end, formats=formats, purpose=purpose, **size, **extra)
+    return capacity.Demand(
+        start=start, end=end, formats=formats, purpose=purpose, exclude_hosts=frozenset(exclude_hosts),
+        prefer_hosts=vms.hosts_with(image), **size,
+    )  # fmt: skip
 
 
 def _size(image, vcpus=None, memory_mib=None, disk_gib=None):

@@ -54,6 +54,7 @@ class Demand:
     groups: frozenset | None = None
     purpose: str = ""
     exclude_hosts: frozenset = frozenset()  # hypervisor ids not to place on (a retry after a failed boot)
+    prefer_hosts: frozenset = frozenset()  # hypervisor ids tried first (they have the image cached)
 
     def request(self, request_id="request"):
         return core.Request(
@@ -92,7 +93,7 @@ def claim(demand, actor, owner=None, max_attempts=MAX_ATTEMPTS):
     for _attempt in range(max_attempts):
         with snapshot.lock:
             engine, ids = snapshot.current()
-            result = _without(engine, ids, demand.exclude_hosts).place(request)
+            result = _decide(engine, ids, demand, request)
         if not result.ok:
             raise NoCapacity(result)
         allocation = _claim_on(ids[result.host], demand, request, actor, owner)
@@ -100,6 +101,28 @@ def claim(demand, actor, owner=None, max_attempts=MAX_ATTEMPTS):
             return allocation
         snapshot.expire()  # the host changed under us: look at hosts again, not just claims
     raise TryAgain(f"hosts kept filling up under concurrent claims ({max_attempts} attempts); try again")
+
+
+def _decide(engine, ids, demand, request):
+    """Where the demand goes: among the preferred hosts (image cached there) if one of them
+    fits and is not a last-resort host; otherwise by the whole cluster's policy."""
+    engine = _without(engine, ids, demand.exclude_hosts)
+    preferred = _among(engine, ids, demand.prefer_hosts - demand.exclude_hosts)
+    if preferred is not None:
+        result = preferred.place(request)
+        if result.ok and engine.state.groups[result.group].alloc_policy == core.AllocPolicy.PREFERRED:
+            return result
+    return engine.place(request)
+
+
+def _among(engine, ids, host_ids):
+    """A small engine over just these hosts (cheap: a handful of hosts), or None."""
+    state = engine.state
+    names = [name for name, pk in ids.items() if pk in host_ids and name in state.by_name]
+    if not names:
+        return None
+    hosts = tuple(replace(state.slots[state.by_name[n]].host, allocations=state.allocations_on(n)) for n in names)
+    return core.PlacementEngine(replace(state.cluster, hosts=hosts), snapshot.options)
 
 
 def _without(engine, ids, exclude):

@@ -264,6 +264,7 @@ def claim(vm_id, actor, exclude=()):
         formats=frozenset(v.format for v in variants),
         purpose=f"vm {vm_id}",
         exclude_hosts=frozenset(exclude),
+        prefer_hosts=services.hosts_with(vm.image),
     )
     with transaction.atomic():  # the claim and its record on the VM commit together
         allocation = capacity.claim(demand, actor, owner=vm.owner)

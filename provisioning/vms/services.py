@@ -285,6 +285,13 @@ def _emit(vm):
 # --- host image cache -------------------------------------------------------------------
 
 
+def hosts_with(image):
+    """Ids of the hosts that have one of the image's variants staged (placement tries them first)."""
+    return frozenset(
+        HostImage.objects.filter(variant__image=image, state=HostImage.State.STAGED).values_list("host_id", flat=True)
+    )
+
+
 def cached(host, variant):
     return HostImage.objects.filter(host=host, variant=variant, state=HostImage.State.STAGED).first()
 

@@ -145,3 +145,25 @@ def test_a_host_drained_after_the_snapshot_was_taken_is_not_used(make_host):
         snapshot.current()
     inventory.set_state(TEST, first, "drained", "maintenance")
     assert capacity.claim(demand(vcpus=1), TEST).host.name == "second"
+
+
+def test_hosts_with_the_image_cached_are_preferred_when_they_fit(make_host):
+    empty = make_host("empty", cpus=16, memory_mib=65536)
+    cached = make_host("cached", cpus=16, memory_mib=65536)
+    capacity.claim_on_host(cached, demand(vcpus=8, memory_mib=32768), TEST)
+    assert capacity.claim(demand(), TEST).host == empty  # balanced, nothing preferred: the emptier host
+    assert capacity.claim(demand(prefer_hosts=frozenset({cached.pk})), TEST).host == cached
+    # A preferred host that does not fit is passed over, not a reason to refuse.
+    too_big = demand(memory_mib=40000, prefer_hosts=frozenset({cached.pk}))
+    assert capacity.claim(too_big, TEST).host == empty
+    # An excluded host is never chosen, even when preferred.
+    retry = demand(prefer_hosts=frozenset({cached.pk}), exclude_hosts=frozenset({cached.pk}))
+    assert capacity.claim(retry, TEST).host == empty
+
+
+def test_a_cached_host_in_a_last_resort_group_is_not_preferred(make_host):
+    spare = inventory.create_node_group(TEST, name="spare", alloc_policy="last_resort")
+    main = inventory.create_node_group(TEST, name="main", alloc_policy="preferred")
+    regular = make_host("regular", group=main)
+    cached = make_host("cached", group=spare)
+    assert capacity.claim(demand(prefer_hosts=frozenset({cached.pk})), TEST).host == regular

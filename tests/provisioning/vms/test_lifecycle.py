@@ -228,3 +228,22 @@ def test_it_builds_on_an_allocation_claimed_beforehand(make_host, image, alice, 
     vm = vm_of(vm)
     assert job_of(job).status == "success" and vm.host == reserved and vm.allocation == allocation
     assert Allocation.objects.count() == 1
+
+
+def test_a_host_that_has_the_image_cached_is_preferred(make_host, image, alice, sync_jobs):
+    make_host("sim-a")
+    make_host("sim-b")
+    first, _ = create(alice, image)
+    sync_jobs.drain()
+    cached_on = vm_of(first).host
+    assert HostImage.objects.get(variant__image=image).host == cached_on
+    from django.utils import timezone
+
+    from provisioning.capacity import services as capacity
+
+    alone = capacity.plan(capacity.Demand(vcpus=1, memory_mib=512, disk_gib=5, start=timezone.now()))
+    assert alone.host != cached_on.name  # balanced alone would take the emptier host
+    second, job = create(alice, image)
+    sync_jobs.drain()
+    assert vm_of(second).host == cached_on
+    assert job_of(job).steps[1]["result"] == {"cached": True}
