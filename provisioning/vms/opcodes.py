@@ -23,6 +23,7 @@ from inventory.models import Hypervisor
 from provisioning.capacity import services as capacity
 from provisioning.drivers import base, registry
 from provisioning.jobs import reasons as job_reasons
+from provisioning.jobs.models import QueueSettings
 from provisioning.jobs.registry import opcode
 from provisioning.jobs.runner import Handoff, LeaseLost
 from provisioning.vms import services
@@ -30,6 +31,8 @@ from provisioning.vms.models import VM, HostImage, Image
 
 S = VM.State
 STAGE_PER_HOST = getattr(settings, "VCLMGR_STAGE_PER_HOST", 2)  # concurrent image transfers per host
+STAGE_PER_CHASSIS = getattr(settings, "VCLMGR_STAGE_PER_CHASSIS", 4)  # … per blade center
+STAGE_GLOBAL = getattr(settings, "VCLMGR_STAGE_GLOBAL", 16)  # … in all
 STAGE_STALE_SECONDS = 600  # a staging slot older than this belongs to a dead worker
 STAGE_WAIT_SECONDS = 120
 ADDRESS_TIMEOUT_SECONDS = getattr(settings, "VCLMGR_ADDRESS_TIMEOUT", 120)
@@ -286,14 +289,19 @@ def _variant_for(vm, host):
 
 
 def stage(vm_id, host_id, job_id, actor):
-    """Get the VM's image variant onto the host, once per host, at most STAGE_PER_HOST at a time."""
-    vm = _vm(vm_id)
+    """Get the VM's image variant onto the host (see ``stage_variant``)."""
+    return stage_variant(host_id, _vm(vm_id).variant, job_id)
+
+
+def stage_variant(host_id, variant, job_id):
+    """Copy a variant onto a host, once per host, within the transfer limits (per host, per
+    chassis, in all): a mass boot waits for a slot instead of flooding the network."""
     host = Hypervisor.objects.select_related("credential").get(pk=host_id)
-    if services.cached(host, vm.variant):  # the common case, read without a write transaction (SQLite's lock)
+    if services.cached(host, variant):  # the common case, read without a write transaction (SQLite's lock)
         return {"cached": True}
     deadline = time.monotonic() + STAGE_WAIT_SECONDS
     while True:
-        turn = _take_stage_slot(host, vm.variant, job_id)
+        turn = _take_stage_slot(host, variant, job_id)
         if turn == "staged":
             return {"cached": True}
         if turn == "mine":
@@ -304,13 +312,13 @@ def stage(vm_id, host_id, job_id, actor):
             )
         time.sleep(POLL_SECONDS)
     try:
-        location = driver_for(host).stage_image(services.spec(vm.variant))
+        location = driver_for(host).stage_image(services.spec(variant))
     except Exception as exc:
-        HostImage.objects.filter(host=host, variant=vm.variant, staging_job=job_id).update(
+        HostImage.objects.filter(host=host, variant=variant, staging_job=job_id).update(
             state=HostImage.State.FAILED, error=str(exc)[:2000], staging_job=None
         )
         raise
-    HostImage.objects.filter(host=host, variant=vm.variant).update(
+    HostImage.objects.filter(host=host, variant=variant).update(
         state=HostImage.State.STAGED, location=location[:1000], staged_at=timezone.now(), staging_job=None, error=""
     )
     return {"cached": False, "location": location}
@@ -321,14 +329,21 @@ def _take_stage_slot(host, variant, job_id):
     now = timezone.now()
     fresh = now - timezone.timedelta(seconds=STAGE_STALE_SECONDS)
     with transaction.atomic():
-        Hypervisor.objects.select_for_update().filter(pk=host.pk).first()  # one slot-taker per host at a time
+        # One slot-taker at a time in all, so the chassis and global limits hold exactly; slots
+        # are taken once per image and host, so this lock is rarely waited for.
+        QueueSettings.lock()
         row, _ = HostImage.objects.get_or_create(host=host, variant=variant, defaults={"state": HostImage.State.FAILED})
         if row.state == HostImage.State.STAGED:
             return "staged"
         if row.state == HostImage.State.STAGING and row.staging_job != job_id and row.started and row.started > fresh:
             return None  # someone else is copying it: wait for their copy
-        busy = HostImage.objects.filter(host=host, state=HostImage.State.STAGING, started__gt=fresh).exclude(pk=row.pk)
-        if busy.count() >= STAGE_PER_HOST:
+        busy = HostImage.objects.filter(state=HostImage.State.STAGING, started__gt=fresh).exclude(pk=row.pk)
+        if busy.filter(host=host).count() >= STAGE_PER_HOST:
+            return None
+        chassis = host.blade_center_id
+        if chassis and busy.filter(host__blade_center_id=chassis).count() >= STAGE_PER_CHASSIS:
+            return None  # the chassis' uplink is shared by all its blades
+        if busy.count() >= STAGE_GLOBAL:
             return None
         HostImage.objects.filter(pk=row.pk).update(state=HostImage.State.STAGING, staging_job=job_id, started=now)
         return "mine"
@@ -726,3 +741,36 @@ def _follow_reachability(host, facts, actor):
         inventory.set_state(actor, host, Hypervisor.State.DRAINED, f"{AUTO_DRAIN}: {facts['error']}"[:500])
     elif facts["reachable"] and host.state == Hypervisor.State.DRAINED and host.state_reason.startswith(AUTO_DRAIN):
         inventory.set_state(actor, host, Hypervisor.State.ONLINE, "reachable again (facts refresh)")
+
+
+# --- image.stage / image.prestage ----------------------------------------------------------
+
+
+class StageParams(serializers.Serializer):
+    image = serializers.IntegerField(min_value=1)
+    hypervisor = serializers.IntegerField(min_value=1)
+
+
+class PrestageParams(serializers.Serializer):
+    image = serializers.IntegerField(min_value=1)
+    group = serializers.IntegerField(min_value=1, help_text="node group id")
+
+
+@opcode("image.stage", params=StageParams, locks=host_lock, staff_only=True)
+def image_stage(job):
+    """Copy an image's variant for the host's type onto one host (within the transfer limits)."""
+    image = Image.objects.get(pk=job.params["image"])
+    host = Hypervisor.objects.get(pk=job.params["hypervisor"])
+    probe = VM(image=image)
+    variant = _variant_for(probe, host)
+    return job.step("stage", stage_variant, host.pk, variant, job.job_id)
+
+
+@opcode("image.prestage", params=PrestageParams, staff_only=True)
+def image_prestage(job):
+    """Stage an image onto every online host of a node group ahead of a known start (one
+    ``image.stage`` child per host that can run it and lacks it)."""
+    image = Image.objects.get(pk=job.params["image"])
+    hosts = job.step("hosts", services.prestage_targets, image.pk, job.params["group"])
+    children = [job.submit_child("image.stage", {"image": image.pk, "hypervisor": h}, key=f"host-{h}") for h in hosts]
+    return {"image": image.pk, "hosts": hosts, "jobs": children}

@@ -285,6 +285,45 @@ def _emit(vm):
 # --- host image cache -------------------------------------------------------------------
 
 
+def prestage_targets(image_id, group_id):
+    """Online hosts of the group that can run the image and do not have it staged yet."""
+    from inventory.models import Hypervisor
+
+    image = Image.objects.get(pk=image_id)
+    types = set(image.variants.values_list("hypervisor_type", flat=True))
+    hosts = Hypervisor.objects.filter(group_id=group_id, state=Hypervisor.State.ONLINE).exclude(
+        pk__in=hosts_with(image)
+    )
+    return [h.pk for h in hosts.order_by("pk") if h.hypervisor_type in types or (h.image_formats is None and types)]
+
+
+def prestage(actor, image, group, at=None, reason=""):
+    """Stage ``image`` onto the ``group``'s hosts now (returns the job) or at ``at`` (returns the
+    django-q2 Schedule that will submit it then), e.g. an hour before a class starts."""
+    from django.utils import timezone
+
+    errors = {}
+    if not image.variants.exists():
+        errors["image"] = [f"image {image.name} has no variant to stage"]
+    if at is not None and at < timezone.now():
+        errors["at"] = ["the time is in the past"]
+    if errors:
+        raise ValidationError(errors)
+    reason = reason or f"pre-stage {image.name} on group {group.name}"
+    if at is None:
+        return jobs.submit("image.prestage", {"image": image.pk, "group": group.pk}, actor=actor, reason=reason)
+    from django_q.models import Schedule
+
+    return Schedule.objects.create(
+        name=f"prestage {image.name} on {group.name} at {at:%Y-%m-%d %H:%M}"[:100],
+        func="provisioning.vms.tasks.submit_prestage",
+        args=f"{image.pk},{group.pk}",
+        schedule_type=Schedule.ONCE,
+        next_run=at,
+        repeats=1,
+    )
+
+
 def hosts_with(image):
     """Ids of the hosts that have one of the image's variants staged (placement tries them first)."""
     return frozenset(

@@ -78,3 +78,13 @@ def on_worker_start(**kwargs):
         ensure_schedule()
     except Exception:  # a worker must start even if the database is briefly away; the migration made it
         log.exception("could not ensure the facts refresh schedule")
+
+
+def submit_prestage(image_id, group_id):
+    """A scheduled pre-stage's time has come: submit its job."""
+    from inventory.models import NodeGroup
+    from provisioning.vms import services
+    from provisioning.vms.models import Image
+
+    image, group = Image.objects.get(pk=image_id), NodeGroup.objects.get(pk=group_id)
+    return services.prestage(Actor(name="scheduled pre-stage"), image, group).pk

@@ -2,6 +2,7 @@ from django.contrib.auth.models import Group
 from rest_framework import serializers
 
 from inventory.api.serializers import as_drf  # noqa: F401 (re-exported for the views)
+from inventory.models import NodeGroup
 from provisioning.drivers.sim import steps
 from provisioning.drivers.sim.models import SimFault
 from provisioning.vms import services
@@ -90,3 +91,13 @@ class SimFaultSerializer(serializers.ModelSerializer):
         model = SimFault
         fields = ["id", "step", "mode", "seconds", "created"]
         read_only_fields = ["id", "created"]
+
+
+class PrestageSerializer(serializers.Serializer):
+    group = serializers.PrimaryKeyRelatedField(queryset=NodeGroup.objects.all())
+    at = serializers.DateTimeField(required=False, allow_null=True, default=None, help_text="Blank: now.")
+
+
+class PrestageAcceptedSerializer(serializers.Serializer):
+    job = serializers.IntegerField(allow_null=True)
+    schedule = serializers.IntegerField(allow_null=True)

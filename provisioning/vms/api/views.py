@@ -21,6 +21,8 @@ from provisioning.vms.api.serializers import (
     ImageSerializer,
     ImageVariantSerializer,
     JobAcceptedSerializer,
+    PrestageAcceptedSerializer,
+    PrestageSerializer,
     SimFaultSerializer,
     VMCaptureSerializer,
     VMCreatedSerializer,
@@ -76,6 +78,23 @@ class ImageViewSet(viewsets.ModelViewSet):
             services.delete_image(self.request.user, instance, reason="deleted through the API")
         except services.InUse as exc:
             raise Conflict(str(exc)) from None
+
+    @extend_schema(
+        request=PrestageSerializer, responses={202: PrestageAcceptedSerializer, 201: PrestageAcceptedSerializer}
+    )
+    @action(detail=True, methods=["post"])
+    def prestage(self, request, pk=None):
+        """Stage the image onto a node group's hosts now (202 + job) or at ``at`` (201 + schedule)."""
+        image = self.get_object()
+        body = PrestageSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            made = services.prestage(request.user, image, body.validated_data["group"], body.validated_data["at"])
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+        if body.validated_data["at"] is None:
+            return Response({"job": made.pk, "schedule": None}, status=status.HTTP_202_ACCEPTED)
+        return Response({"job": None, "schedule": made.pk}, status=status.HTTP_201_CREATED)
 
 
 @extend_schema_view(destroy=extend_schema(responses={204: None, 409: CONFLICT}))
