@@ -98,7 +98,7 @@ def test_dependencies_chains_and_events(start_workers):
     # Status changes and log lines written by the worker processes are events.
     from vclmgr.models import Event
 
-    kinds = Event.objects.filter(topic=f"job.{first.pk}").values_list("kind", "data")
+    kinds = Event.objects.filter(topic=f"job.{first.pk}").order_by("id").values_list("kind", "data")
     statuses = [data["status"] for kind, data in kinds if kind == "job.status"]
     assert statuses[0] == "queued" and "running" in statuses and statuses[-1] == "success"
     assert any(kind == "job.log" and "started on" in data["message"] for kind, data in kinds)

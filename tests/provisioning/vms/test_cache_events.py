@@ -45,7 +45,8 @@ def test_a_dead_workers_slot_is_taken_over(sim_host, image, monkeypatch):
 def test_state_changes_reach_the_owner_and_admin(sim_host, image, alice, bob, admin_user, sync_jobs):
     vm, _ = services.request_vm(alice, owner=alice, image=image)
     sync_jobs.drain()
-    states = list(Event.objects.filter(topic=f"vm.{vm.pk}", kind="vm.changed").values_list("data__state", flat=True))
+    changes = Event.objects.filter(topic=f"vm.{vm.pk}", kind="vm.changed").order_by("id")
+    states = list(changes.values_list("data__state", flat=True))
     assert states == ["requested", "staging", "defining", "starting", "running"]
     assert Event.objects.filter(topic=topics.user_topic(alice), kind="vm.changed").count() == 5
     assert topics.may_subscribe(alice, f"vm.{vm.pk}") and topics.may_subscribe(admin_user, f"vm.{vm.pk}")
