@@ -26,6 +26,11 @@ def _healthz(port):
         return None, None
 
 
+def _workers(port):
+    body = _healthz(port)[1] or {}
+    return body.get("checks", {}).get("workers", {}).get("count", 0)
+
+
 def _descendants(pid):
     out = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,sid="], capture_output=True, text=True).stdout
     rows = [tuple(map(int, line.split())) for line in out.splitlines() if line.strip()]
@@ -42,9 +47,9 @@ def test_it_serves_web_and_workers_and_stops_without_orphans(transactional_db, t
     child = Child([sys.executable, "manage.py", "serve", "--port", str(port), "--workers", "1"],
                   child_env(), tmp_path / "serve.log")
     try:
+        # daphne may answer before qcluster's worker has registered: wait for both.
         wait_for(lambda: _healthz(port)[0] == 200, 60, "/healthz to answer 200", child)
-        status, body = _healthz(port)
-        assert body["checks"]["workers"]["count"] >= 1
+        wait_for(lambda: _workers(port) >= 1, 60, "a live worker in /healthz", child)
         family = _descendants(child.pid)
         assert len(family) >= 2  # daphne, qcluster and its pool
         os.kill(child.pid, stop_signal)
