@@ -8,6 +8,7 @@ changed parts with htmx fragments rendered by the same templates.
 """
 
 from datetime import timedelta
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
@@ -109,7 +110,8 @@ def reservation_list(request):
     if SHOWS[show]:
         reservations = reservations.filter(status__in=SHOWS[show])
     page = Paginator(reservations, PAGE_SIZE).get_page(request.GET.get("page"))
-    context = {"page": page, "show": show, "shows": list(SHOWS), "everyone": everyone,
+    query = urlencode({"show": show, **({"everyone": 1} if everyone else {})})
+    context = {"page": page, "query": query, "show": show, "shows": list(SHOWS), "everyone": everyone,
                "topics": "admin" if everyone else topics.user_topic(request.user)}  # fmt: skip
     return render(request, "reservations/reservation_list.html", context)
 

@@ -25,6 +25,7 @@ import heapq
 import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 STD, SUM = 0, 1
 
@@ -204,24 +205,20 @@ class GreedyStats:
     moves: list[Applied] = field(default_factory=list)
 
 
-class BalanceProblem:
+class BalanceProblem(Protocol):
     """What `greedy_balance` needs from a cluster model."""
 
-    def items(self) -> Iterable[Hashable]:
-        raise NotImplementedError
+    def items(self) -> Iterable[Hashable]: ...
 
-    def moves(self, item: Hashable) -> Iterable[object]:
-        raise NotImplementedError
+    def moves(self, item: Hashable) -> Iterable[object]: ...
 
-    def evaluate(self, item: Hashable, move: object) -> Evaluation | None:
-        raise NotImplementedError
+    def evaluate(self, item: Hashable, move: object) -> Evaluation | None: ...
 
     def involved(self, item: Hashable, move: object) -> Sequence[int]:
         """Nodes whose state decides this move's feasibility and effect."""
-        raise NotImplementedError
+        ...
 
-    def apply(self, item: Hashable, move: object, evaluation: Evaluation) -> None:
-        raise NotImplementedError
+    def apply(self, item: Hashable, move: object, evaluation: Evaluation) -> None: ...
 
 
 # heap entry layout

@@ -34,6 +34,8 @@ def test_refusals_are_clear(sim_host, image, alice):
         run("create", "nope", "--user", "alice", "--duration", "30")
     with pytest.raises(CommandError, match="not a date and time"):
         run("create", "debian-12", "--user", "alice", "--start", "tomorrow", "--duration", "30")
+    with pytest.raises(CommandError, match="--ssh-key /nonexistent.pub: No such file or directory"):
+        run("create", "debian-12", "--user", "alice", "--duration", "30", "--ssh-key", "/nonexistent.pub")
     with pytest.raises(CommandError, match="reservation 42 does not exist"):
         run("end", "42")
     assert not Reservation.objects.exists()

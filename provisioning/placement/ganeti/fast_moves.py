@@ -22,7 +22,8 @@ from .moves import (
     REPLACE_SECONDARY,
     Move,
 )
-from .node import Node
+from .node import Node, _spindle_use
+from .node import _free_spindles as _free_sp
 
 FailMode = T.FailMode
 _BASE_UTIL = (1.0, 1.0, 1.0, 1.0)
@@ -295,23 +296,6 @@ def _ratio(a: float, b: float) -> float:
     if b == 0:
         return float("nan") if a == 0 else (float("inf") if a > 0 else float("-inf"))
     return a / b
-
-
-def _spindle_use(node: Node, inst: Instance, current: float, sign: int) -> float:
-    if node.excl_storage:
-        return 0.0
-    if inst.local_storage:
-        return current + sign * inst.spindle_use
-    return current
-
-
-def _free_sp(node: Node, inst: Instance, current: int, add: bool) -> int:
-    if not node.excl_storage:
-        return 0
-    spindles = inst.total_spindles()
-    if spindles is None:
-        return -1 if add else current
-    return current - spindles if add else current + spindles
 
 
 def _shift(load, util, primary: bool, sign: int):

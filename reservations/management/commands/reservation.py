@@ -121,8 +121,11 @@ class Command(BaseCommand):
         start, end = self._window(options)
         key = ""
         if ssh_key:
-            with open(ssh_key) as file:
-                key = file.read()
+            try:
+                with open(ssh_key) as file:
+                    key = file.read(8192)
+            except OSError as exc:
+                raise CommandError(f"--ssh-key {ssh_key}: {exc.strerror}") from None
         reservation = services.reserve(CLI, owner, self._image(image), start=start, end=end, ssh_key=key)
         self.stdout.write(f"reservation {reservation.pk}: {reservation.status}")
 

@@ -104,3 +104,12 @@ def test_unknown_and_out_of_range_ids_are_404(client, alice):
     assert client.get("/provisioning/jobs/424242/").status_code == 404
     assert client.get("/provisioning/jobs/99999999999999999999/").status_code == 404
     assert client.post("/provisioning/jobs/99999999999999999999/cancel/").status_code == 404
+
+
+def test_the_list_pages_newest_first_and_keeps_the_status_filter(client, alice, sync_jobs):
+    services.submit_batch([{"opcode": "noop"} for _ in range(51)], actor=alice, submitter=alice)
+    client.force_login(alice)
+    first = client.get("/provisioning/jobs/?status=queued").content.decode()
+    assert "page 1 of 2" in first and 'href="?status=queued&amp;page=2">older →' in first
+    second = client.get("/provisioning/jobs/?status=queued&page=2").content.decode()
+    assert 'href="?status=queued&amp;page=1">← newer' in second and "older →" not in second
