@@ -2,6 +2,7 @@
 each row once, to the sinks of its topic only."""
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -12,14 +13,21 @@ from vclmgr.relay import LOOKBACK, Relay
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def _run(coroutine):
+    """Run on a fresh loop in its own thread: a browser test earlier in this process may have
+    left an event loop running on the main thread (Playwright's sync API keeps one there)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def _collect(relay, topic):
     got = []
-    asyncio.run(relay.subscribe(topic, got.append))  # its poll task ends with the loop: tests poll
+    _run(relay.subscribe(topic, got.append))  # its poll task ends with the loop: tests poll
     return got
 
 
 def _poll(relay):
-    asyncio.run(relay.poll_once())
+    _run(relay.poll_once())
 
 
 def test_it_forwards_rows_committed_after_subscribing_to_that_topic_only():
@@ -67,7 +75,7 @@ def test_one_failing_sink_does_not_starve_the_others():
     def broken(event):
         raise RuntimeError("socket gone")
 
-    asyncio.run(relay.subscribe("admin", broken))
+    _run(relay.subscribe("admin", broken))
     got = _collect(relay, "admin")
     events.emit("step", {}, ["admin"])
     _poll(relay)
