@@ -21,10 +21,12 @@ import math
 import statistics
 from bisect import bisect_left, insort
 
+import numpy as np
+
 from .model import Allocation, AllocPolicy, Cluster, Host, HostState, NodeGroup, window_end
 from .options import PlacementOptions
 from .resources import ResourceSpace, capacity_vector
-from .time_index import TimeIndex
+from .time_index import Hits, TimeIndex
 from .timeline import HostTimeline
 
 #: Recompute the running utilisation sums from scratch after this many updates (float drift).
@@ -50,7 +52,7 @@ class HostSlot:
         "base_util",
         "future_fill",
         "fill_slack",
-        "payloads",
+        "deltas",
     )
 
     def __init__(self, idx: int, host: Host, capacity: tuple[float, ...], nslots: int) -> None:
@@ -65,8 +67,8 @@ class HostSlot:
         self.pack_key = 0.0
         self.inv_cap: list[float] = []
         self.base_util: list[float] = []
-        # alloc id -> its time-index payload (see `ClusterState._payload`)
-        self.payloads: dict[str, list] = {}
+        # alloc id -> its utilisation deltas d_k (see `ClusterState._columns`)
+        self.deltas: dict[str, list[float]] = {}
         # Σ utilisation at the host's peak from `now` on (lazy; None = recompute).
         self.future_fill: float | None = None
         # Changes since `future_fill` was exact (it is kept as an upper bound meanwhile).
@@ -110,15 +112,24 @@ class ClusterState:
         self.owner: dict[str, int] = {}
         self.allocation: dict[str, Allocation] = {}
         self.anti: dict[str, dict[str, tuple[int, float, float]]] = {}
-        self.index = TimeIndex(self.options.bucket_seconds or _bucket_width(cluster))
+        self.index = TimeIndex(
+            self.options.bucket_seconds or _bucket_width(cluster), 2 * len(self.scored)
+        )
+        # Per host: `future_fill` (NaN = unknown) and capacity class, for array-wide bounds.
+        self.fill = np.full(len(self.slots), np.nan)
         self.static_cache: dict[tuple, object] = {}
         self._updates = 0
         self._build_classes()
+        self.klass = np.array([s.klass for s in self.slots], dtype=np.int64)
+        # Baselines first, so each indexed allocation's Σu² terms are right when indexed.
+        later = []
         for slot in self.slots:
             for alloc in slot.host.allocations:
-                self._insert(slot, alloc, keep_sorted=False)
-        for slot in self.slots:
+                if self._record(slot, alloc) is not None:
+                    later.append((slot, alloc))
             self._rekey(slot)
+        for slot, alloc in later:
+            self._index(slot, alloc)
         self._sort_classes()
         self.refresh_sums()
 
@@ -157,12 +168,10 @@ class ClusterState:
 
     def _rekey(self, slot: HostSlot) -> None:
         util = self.utilisation(slot, slot.baseline)
-        # In place: index payloads hold this list (see `_payload`), and their Σu² terms
-        # depend on it.
-        slot.base_util[:] = util
-        m = len(util)
-        for payload in slot.payloads.values():
-            payload[2 + m :] = _square_terms(payload[2 : 2 + m], util)
+        slot.base_util = util
+        # The Σu² terms of the host's indexed allocations depend on its baseline.
+        for alloc_id, delta in slot.deltas.items():
+            self.index.set_cols(alloc_id, delta + _square_terms(delta, util))
         slot.bal_key = min(util) if util else 0.0
         slot.pack_key = -sum(util)  # stored negated: ascending order = fullest first
 
@@ -211,6 +220,7 @@ class ClusterState:
         if slot.future_fill is None:
             slot.future_fill = sum(self.utilisation(slot, slot.timeline.peak(self.now, math.inf)))
             slot.fill_slack = 0
+            self.fill[slot.idx] = slot.future_fill
         return slot.future_fill
 
     def _loosen_fill(self, slot: HostSlot, added=None) -> None:
@@ -223,10 +233,21 @@ class ClusterState:
         slot.fill_slack += 1
         if slot.fill_slack > FILL_SLACK:
             slot.future_fill = None
+            self.fill[slot.idx] = math.nan
         elif added is not None:
             slot.future_fill += sum(self.utilisation(slot, added))
+            self.fill[slot.idx] = slot.future_fill
 
-    def _insert(self, slot: HostSlot, alloc: Allocation, keep_sorted: bool = True) -> None:
+    def _insert(self, slot: HostSlot, alloc: Allocation) -> None:
+        old = list(slot.baseline)
+        if self._record(slot, alloc) is None:
+            self._baseline_changed(slot, old)
+        else:
+            self._index(slot, alloc)
+
+    def _record(self, slot: HostSlot, alloc: Allocation) -> tuple[float, ...] | None:
+        """Everything but the time index; returns the vector of an allocation that goes
+        into the index, None for one added to the host's baseline."""
         if alloc.id in self.owner:
             raise ValueError(f"duplicate allocation id {alloc.id!r}")
         vec = self.space.vector(alloc.resources, vms=1)
@@ -238,28 +259,28 @@ class ClusterState:
         if alloc.anti_affinity:
             self.anti.setdefault(alloc.anti_affinity, {})[alloc.id] = (slot.idx, alloc.start, end)
         if self.is_baseline(alloc):
-            old = list(slot.baseline)
             for i, v in enumerate(vec):
                 slot.baseline[i] += v
-            if keep_sorted:
-                self._baseline_changed(slot, old)
-        else:
-            payload = slot.payloads[alloc.id] = self._payload(slot, vec)
-            self.index.add(alloc.id, slot.idx, alloc.start, end, payload)
+            return None
+        return vec
 
-    def _payload(self, slot: HostSlot, vec: tuple[float, ...]) -> list:
-        """What the time index keeps per allocation: ``[vector, the host's live baseline
-        utilisation, d_1 … d_m, t_1 … t_m]`` over the m scored resources, flat so the
-        search can sum a column with C builtins.
+    def _index(self, slot: HostSlot, alloc: Allocation) -> None:
+        vec = slot.timeline.entries[alloc.id][2]
+        delta = slot.deltas[alloc.id] = self._deltas(slot, vec)
+        self.index.add(
+            alloc.id, slot.idx, alloc.start, window_end(alloc.end),
+            delta + _square_terms(delta, slot.base_util),
+        )  # fmt: skip
 
-        Alone in a window, the allocation raises its host's utilisation of resource k by
-        d_k and Σu² by t_k = (b_k + d_k)² − b_k². The d are zero on hosts that are not
-        online (they count in no sum); the t follow the host's baseline (`_rekey`)."""
+    def _deltas(self, slot: HostSlot, vec: tuple[float, ...]) -> list[float]:
+        """The columns the time index keeps per allocation are ``d_1 … d_m, t_1 … t_m``
+        over the m scored resources: alone in a window, the allocation raises its host's
+        utilisation of resource k by d_k and Σu² by t_k = (b_k + d_k)² − b_k². The d are
+        zero on hosts that are not online (they count in no sum); the t follow the host's
+        baseline b (`_rekey`)."""
         if slot.online:
-            delta = [vec[r] * inv for r, inv in zip(self.scored, slot.inv_cap, strict=True)]
-        else:
-            delta = [0.0] * len(self.scored)
-        return [vec, slot.base_util, *delta, *_square_terms(delta, slot.base_util)]
+            return [vec[r] * inv for r, inv in zip(self.scored, slot.inv_cap, strict=True)]
+        return [0.0] * len(self.scored)
 
     def add(self, host_name: str, alloc: Allocation) -> None:
         """Record an allocation on a host (no capacity check: the caller decided)."""
@@ -280,7 +301,7 @@ class ClusterState:
                 del self.anti[alloc.anti_affinity]
         if alloc_id in self.index:
             self.index.remove(alloc_id)
-            del slot.payloads[alloc_id]
+            del slot.deltas[alloc_id]
         else:
             old = list(slot.baseline)
             for i, v in enumerate(vec):
@@ -309,24 +330,19 @@ class ClusterState:
     def window_peak(self, slot: HostSlot, start: float, end: float, touched) -> list[float]:
         """Exact per-slot peak usage over the window.
 
-        ``touched`` maps hosts with indexed allocations in the window to the one such
-        allocation's payload (see `_payload`; None if several), or is None to force the
+        ``touched``: the hosts with indexed allocations in the window, or None to force the
         timeline (windows starting before ``now``, where the baseline is unsafe).
         """
-        if touched is not None:
-            if slot.idx not in touched:
-                return slot.baseline
-            payload = touched[slot.idx]
-            if payload is not None:
-                return [b + v for b, v in zip(slot.baseline, payload[0], strict=True)]
+        if touched is not None and slot.idx not in touched:
+            return slot.baseline
         return slot.timeline.peak(start, end)
 
-    def touched_hosts(self, start: float, end: float) -> dict[int, object] | None:
+    def touched_hosts(self, start: float, end: float) -> set[int] | None:
         if start < self.now:
             return None
         return self.index.hosts_overlapping(start, end)
 
-    def window_entries(self, start: float, end: float) -> list[tuple] | None:
+    def window_entries(self, start: float, end: float) -> Hits | None:
         """The indexed allocations overlapping the window (see `Window`), or None for a
         window starting before ``now``, where only the timelines are exact."""
         if start < self.now:

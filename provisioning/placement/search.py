@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import itemgetter
+
+import numpy as np
 
 from .engine import ClusterState, HostSlot
 from .model import Policy
+from .time_index import Hits
 from .timeline import fits
 
 #: Below this many candidates, scoring each one beats setting up the pruned walk.
@@ -42,30 +43,23 @@ class Window:
 
     ``entries``: the indexed allocations overlapping the window (`TimeIndex.overlapping`),
     or None to read every host's timeline (windows starting before ``now``). `touched`
-    and the score sums are derived from them on first use, together when both are needed.
+    and the score sums are derived from them on first use.
     """
 
     start: float
     end: float
     need: tuple[float, ...]
-    entries: list[tuple] | None
+    entries: Hits | None
     blocked: set[int]
-    _touched: dict[int, object] | None = None
+    _touched: set[int] | None = None
     _sums: tuple[int, list[float], list[float]] | None = None
     _peaks: dict[int, list[float]] | None = None
 
     @property
-    def touched(self) -> dict[int, object] | None:
-        """Host → the one overlapping allocation's payload (None if several), as
-        `TimeIndex.hosts_overlapping`; None when ``entries`` is."""
+    def touched(self) -> set[int] | None:
+        """The hosts with indexed allocations in the window; None when ``entries`` is."""
         if self._touched is None and self.entries is not None:
-            hosts = list(map(_HOST, self.entries))
-            hits = dict(zip(hosts, map(_PAYLOAD, self.entries), strict=True))
-            if len(hits) < len(hosts):
-                for host, count in Counter(hosts).items():
-                    if count > 1:
-                        hits[host] = None
-            self._touched = hits
+            self._touched = set(self.entries.hosts().tolist())
         return self._touched
 
     def peak(self, state: ClusterState, slot: HostSlot) -> list[float]:
@@ -101,26 +95,60 @@ def window_sums(state: ClusterState, window: Window) -> tuple[int, list[float], 
                 for k, u in enumerate(state.utilisation(slot, window.peak(state, slot))):
                     s[k] += u
                     q[k] += u * u
-    elif window._touched is None:
-        n, s, q = state.n_online, *_touched_sums(state, window)
     else:
-        n = state.n_online
-        s = list(state.sum_u)
-        q = list(state.sum_u2)
-        slots = state.slots
-        m = len(s)
-        for idx, payload in window.touched.items():
-            if payload is None:
-                slot = slots[idx]
-                if slot.online:
-                    _shift_sums(s, q, slot.base_util, state.utilisation(slot, window.peak(state, slot)))
-                continue
-            # One allocation in the window: utilisation rises by its share, nothing else.
-            for k in range(m):
-                s[k] += payload[2 + k]
-                q[k] += payload[2 + m + k]
+        n, s, q = state.n_online, *_hit_sums(state, window)
     window._sums = (n, s, q)
     return window._sums
+
+
+def _hit_sums(state: ClusterState, window: Window) -> tuple[list[float], list[float]]:
+    """Σu and Σu² at the window's peaks, from the engine's baseline sums and the columns
+    of the allocations the window overlaps (``d`` and ``t``, see `ClusterState._deltas`).
+
+    Every allocation is first counted as if alone on its host. A host with two is then
+    corrected in closed form: if the two overlap each other its peak has both, so Σu is
+    right and Σu² lacks the cross term 2·d_a·d_b; if not, its peak is the larger of the
+    two in each resource, so both sums over-count by the smaller one (t grows with d).
+    Hosts with three or more — rare — are corrected with their timeline's exact peak."""
+    hits = window.entries
+    m = len(state.scored)
+    s, q = list(state.sum_u), list(state.sum_u2)
+    if not len(hits):
+        return s, q
+    cols = hits.cols
+    total = cols.sum(axis=0)
+    order, run_starts, counts = hits.runs()
+    if len(run_starts) < len(order):
+        pairs = run_starts[counts == 2]
+        if len(pairs):
+            a, b = order[pairs], order[pairs + 1]
+            apart = ~((hits.start[a] < hits.end[b]) & (hits.start[b] < hits.end[a]))
+            da, db = cols[a], cols[b]
+            fix = np.minimum(da, db)
+            fix *= -1.0
+            both = ~apart
+            fix[both, :m] = 0.0
+            fix[both, m:] = 2.0 * da[both, :m] * db[both, :m]
+            total += fix.sum(axis=0)
+        crowded = run_starts[counts > 2]
+        if len(crowded):
+            peaks = window._peaks
+            if peaks is None:
+                peaks = window._peaks = {}
+            slots = state.slots
+            for first, count in zip(crowded.tolist(), counts[counts > 2].tolist(), strict=True):
+                rows = order[first : first + count]
+                slot = slots[int(hits.host[rows[0]])]
+                if not slot.online:
+                    continue  # its columns are zero
+                total -= cols[rows].sum(axis=0)
+                peak = peaks[slot.idx] = slot.timeline.peak(window.start, window.end)
+                _shift_sums(s, q, slot.base_util, state.utilisation(slot, peak))
+    total = total.tolist()
+    for k in range(m):
+        s[k] += total[k]
+        q[k] += total[m + k]
+    return s, q
 
 
 def _shift_sums(s: list[float], q: list[float], base, now) -> None:
@@ -129,63 +157,6 @@ def _shift_sums(s: list[float], q: list[float], base, now) -> None:
         if b != x:
             s[k] += x - b
             q[k] += x * x - b * b
-
-
-def _touched_sums(state: ClusterState, window: Window) -> tuple[list[float], list[float]]:
-    """Σu and Σu² at the window's peaks from the engine's baseline sums, building
-    `Window.touched` on the way. This runs over every allocation the window overlaps, for
-    every placement, so the loops are C builtins (``sum``/``map``/``dict``/``Counter``)
-    over the payloads' precomputed deltas and Σu² terms (see `ClusterState._payload`):
-    every allocation is first counted as if alone on its host, then hosts with several
-    are corrected with their exact peak."""
-    entries = window.entries
-    m = len(state.scored)
-    s, q = list(state.sum_u), list(state.sum_u2)
-    payloads = list(map(_PAYLOAD, entries))
-    hosts = list(map(_HOST, entries))
-    hits: dict[int, object] = dict(zip(hosts, payloads, strict=True))
-    for k in range(m):
-        s[k] += sum(map(itemgetter(2 + k), payloads))
-        q[k] += sum(map(itemgetter(2 + m + k), payloads))
-    window._touched = hits
-    if len(hits) == len(entries):
-        return s, q
-    several: dict[int, list] = {h: [] for h, count in Counter(hosts).items() if count > 1}
-    for entry in [en for en in entries if en[0] in several]:
-        several[entry[0]].append(entry)
-    slots = state.slots
-    peaks = window._peaks
-    if peaks is None:
-        peaks = window._peaks = {}
-    for idx, group in several.items():
-        hits[idx] = None
-        slot = slots[idx]
-        if not slot.online:
-            continue  # its deltas and terms are zero
-        for entry in group:  # counted above as if alone: take them back
-            payload = entry[3]
-            for k in range(m):
-                s[k] -= payload[2 + k]
-                q[k] -= payload[2 + m + k]
-        peak = peaks[idx] = _several_peak(slot, group, window)
-        _shift_sums(s, q, slot.base_util, state.utilisation(slot, peak))
-    return s, q
-
-
-_HOST = itemgetter(0)
-_PAYLOAD = itemgetter(3)
-
-
-def _several_peak(slot: HostSlot, group: list[tuple], window: Window) -> list[float]:
-    """Peak usage over the window of a host with several overlapping allocations. Two,
-    the usual case, need no timeline: if they overlap each other, some instant of the
-    window has both (intervals that pairwise intersect share a point), else never."""
-    if len(group) != 2:
-        return slot.timeline.peak(window.start, window.end)
-    (_, s1, e1, (v1, *_), _), (_, s2, e2, (v2, *_), _) = group
-    if s1 < e2 and s2 < e1:
-        return [b + x + y for b, x, y in zip(slot.baseline, v1, v2, strict=True)]
-    return [b + max(x, y) for b, x, y in zip(slot.baseline, v1, v2, strict=True)]
 
 
 def request_ratios(state: ClusterState, capacity: Sequence[float], need) -> list[float]:
@@ -288,8 +259,9 @@ def _lower_bound(n, s, q, key, ratio) -> float:
     return balanced_score(n, s, q, [key] * len(ratio), ratio)
 
 
-def _pack(state: ClusterState, window: Window, eligible: set[int]) -> Choice | None:
-    touched = window.touched or {}
+def _pack(state: ClusterState, window: Window, eligible: frozenset[int]) -> Choice | None:
+    touched = window.touched or set()
+    slots = state.slots
     best: Choice | None = None
     nscored = len(state.scored)
     for c, lst in enumerate(state.pack_sorted):
@@ -307,20 +279,25 @@ def _pack(state: ClusterState, window: Window, eligible: set[int]) -> Choice | N
                 best = Choice(idx, score)
             break
     # Touched hosts: none can be fuller in the window than at its peak from now on, so
-    # visit them by that bound and stop once the bound cannot beat the best.
-    class_ratio = [sum(request_ratios(state, cap, window.need)) for cap in state.class_capacity]
-    bounded = []
-    slots = state.slots
+    # visit them by that bound and stop once the bound cannot beat the best. The bounds
+    # of all of them at once, as arrays: a window touches hundreds.
+    if not touched:
+        return best
+    hosts = window.entries.hosts()
+    hosts = hosts[_eligible_mask(state, eligible)[hosts]]
+    fill = state.fill[hosts]
+    unknown = np.isnan(fill)
+    if unknown.any():
+        for idx in hosts[unknown].tolist():
+            state.future_fill(slots[idx])
+        fill = state.fill[hosts]
+    class_ratio = np.array(
+        [sum(request_ratios(state, cap, window.need)) for cap in state.class_capacity] + [0.0]
+    )
+    bounds = nscored - fill - class_ratio[state.klass[hosts]]
     limit = math.inf if best is None else best.score + 1e-12
-    for idx in touched.keys() & eligible:
-        slot = slots[idx]
-        fill = slot.future_fill
-        if fill is None:
-            fill = state.future_fill(slot)
-        bound = nscored - fill - class_ratio[slot.klass]
-        if bound <= limit:  # others cannot beat the best untouched host
-            bounded.append((bound, idx))
-    bounded.sort()
+    keep = bounds <= limit  # others cannot beat the best untouched host
+    bounded = sorted(zip(bounds[keep].tolist(), hosts[keep].tolist(), strict=True))
     for bound, idx in bounded:
         if best is not None and bound > best.score + 1e-12:
             break
@@ -328,3 +305,14 @@ def _pack(state: ClusterState, window: Window, eligible: set[int]) -> Choice | N
         if score is not None and (best is None or (score, idx) < (best.score, best.host)):
             best = Choice(idx, score)
     return best
+
+
+def _eligible_mask(state: ClusterState, eligible: frozenset[int]) -> np.ndarray:
+    """``eligible`` as a boolean array over hosts, cached like `_as_set`."""
+    key = ("mask", id(eligible))
+    cached = state.static_cache.get(key)
+    if cached is None or cached[0] is not eligible:
+        mask = np.zeros(len(state.slots), dtype=bool)
+        mask[list(eligible)] = True
+        cached = state.static_cache[key] = (eligible, mask)
+    return cached[1]

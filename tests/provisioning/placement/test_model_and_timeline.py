@@ -60,17 +60,27 @@ def test_earliest_start_looks_at_allocation_ends():
 
 
 def test_time_index_finds_overlapping_hosts_including_long_ones():
-    idx = TimeIndex(10)
-    idx.add("short", 1, 0, 5, "v-short")
-    idx.add("later", 2, 30, 35, "v-later")
-    idx.add("open", 3, 100, math.inf, "v-open")
-    idx.add("long", 4, 0, 10_000, "v-long")
-    idx.add("spans", 5, 8, 25, "v-spans")  # three buckets: counted once
-    assert idx.hosts_overlapping(0, 1) == {1: "v-short", 4: "v-long"}
-    assert idx.hosts_overlapping(5, 30) == {4: "v-long", 5: "v-spans"}  # half-open ends
-    assert idx.hosts_overlapping(31, 32) == {2: "v-later", 4: "v-long"}
-    assert idx.hosts_overlapping(200, math.inf) == {3: "v-open", 4: "v-long"}
-    idx.add("second", 5, 20, 22, "v-second")
-    assert idx.hosts_overlapping(15, 28)[5] is None  # two of host 5's allocations
+    idx = TimeIndex(10, ncols=1)
+    idx.add("short", 1, 0, 5, [1.0])
+    idx.add("later", 2, 30, 35, [2.0])
+    idx.add("open", 3, 100, math.inf, [3.0])
+    idx.add("long", 4, 0, 10_000, [4.0])
+    idx.add("spans", 5, 8, 25, [5.0])  # three buckets: counted once
+    assert idx.hosts_overlapping(0, 1) == {1, 4}
+    assert idx.hosts_overlapping(5, 30) == {4, 5}  # half-open ends
+    assert idx.hosts_overlapping(31, 32) == {2, 4}
+    assert idx.hosts_overlapping(200, math.inf) == {3, 4}
+    hits = idx.overlapping(5, 30)
+    assert sorted(hits.cols[:, 0].tolist()) == [4.0, 5.0]  # each row once, with its columns
+    idx.add("second", 5, 20, 22, [6.0])
+    hits = idx.overlapping(15, 28)
+    order, run_starts, counts = hits.runs()
+    assert dict(zip(hits.hosts().tolist(), counts.tolist(), strict=True)) == {4: 1, 5: 2}
+    idx.set_cols("second", [7.0])
+    assert sorted(idx.overlapping(15, 28).cols[:, 0].tolist()) == [4.0, 5.0, 7.0]
     idx.remove("long")
-    assert idx.hosts_overlapping(5, 30).keys() == {5}
+    assert idx.hosts_overlapping(5, 30) == {5}
+    for alloc_id in ("short", "later", "open", "spans", "second"):
+        idx.remove(alloc_id)
+    assert len(idx) == 0 and not idx.buckets and not idx.starts
+    assert len(idx.overlapping(0, math.inf)) == 0
