@@ -1,17 +1,22 @@
 """A per-process placement engine kept close to the database, cheaply.
 
-Loading every host and allocation costs about a second at 10,000 hosts, far too slow per
-claim. Each process keeps one engine and brings it up to date before each decision:
-new allocations (by id, re-reading a window below the high-water mark for late commits)
-and released ones (by release time) are applied incrementally; a change to any host or
-node group, or age, triggers a full reload. A stale snapshot is never unsafe: every
+Loading every host and allocation costs seconds at 10,000 hosts, far too slow per claim.
+Each process keeps one engine and brings it up to date before each decision: new
+allocations (by id, re-reading a window below the high-water mark for late commits) and
+released ones (by release time) are applied incrementally; a change to any host or node
+group triggers a full reload at once. Age alone triggers one too (a safety net against
+drift), but that one is built by a background thread and swapped in when ready, then
+caught up like any other: no claim waits for it. A stale snapshot is never unsafe: every
 claim re-checks its host under a row lock, and a conflict just refreshes and retries.
 """
 
+import logging
 import threading
 import time
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from django.db import connection
 from django.db.models import Count, Max
 from django.utils import timezone
 
@@ -19,6 +24,8 @@ from inventory.models import Hypervisor, NodeGroup
 from provisioning import placement as core
 from provisioning.capacity import loaders
 from provisioning.capacity.models import Allocation
+
+log = logging.getLogger(__name__)
 
 FULL_RELOAD_SECONDS = 300
 #: Host and group changes are looked for at most this often: a claim re-checks its host
@@ -28,15 +35,32 @@ LOOKBACK_IDS = 50  # late commits are rare and short-lived
 CLOCK_SKEW = timedelta(seconds=5)
 
 
+@dataclass
+class _Loaded:
+    """One full load: an engine and what catching it up later needs."""
+
+    version: tuple
+    engine: core.PlacementEngine
+    ids: dict[str, int]
+    known: set[int]
+    high_water: int
+    synced_at: datetime
+    loaded_at: float
+
+
 class Snapshot:
     def __init__(self, options=None):
         self.options = options or core.PlacementOptions()
         self.lock = threading.Lock()
         self.engine = None
+        self._pending: _Loaded | None = None  # a background reload, ready to swap in
+        self._reloading = None  # its thread while it runs
+        self.background_reloads = 0
 
     def reset(self):
         with self.lock:
             self.engine = None
+            self._pending = None
 
     def expire(self):
         """Look for host changes on the next decision (after a change made in this process)."""
@@ -45,11 +69,42 @@ class Snapshot:
     def current(self):
         """``(engine, ids)`` up to date with committed rows; callers must hold ``lock``."""
         now = timezone.now()
-        if self.engine is None or time.monotonic() - self.loaded_at > FULL_RELOAD_SECONDS or self._hosts_changed():
-            self._load(now)
+        pending, self._pending = self._pending, None
+        if pending is not None and self.engine is not None and pending.loaded_at > self.loaded_at:
+            self._install(pending)  # else a reload made meanwhile (hosts changed) is newer
+        if self.engine is None or self._hosts_changed():
+            self._install(self._load(now))
         else:
+            if time.monotonic() - self.loaded_at > FULL_RELOAD_SECONDS:
+                self._reload_in_background()
             self._catch_up(now)
         return self.engine, self.ids
+
+    def wait_for_reload(self, timeout=None) -> bool:
+        """Block until a running background reload has finished (tests, shutdown)."""
+        thread = self._reloading
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
+
+    def _reload_in_background(self):
+        if self._reloading is not None:
+            return
+        self._reloading = threading.Thread(target=self._background_load, name="vclmgr-snapshot", daemon=True)
+        self._reloading.start()
+
+    def _background_load(self):
+        try:
+            loaded = self._load(timezone.now())
+        except Exception:  # the old snapshot stays in use; the next claim tries again
+            log.exception("background snapshot reload failed")
+            loaded = None
+        finally:
+            connection.close()  # this thread's own connection
+        self._pending = loaded
+        self.background_reloads += loaded is not None
+        self._reloading = None
 
     def _version(self):
         hosts = Hypervisor.objects.aggregate(n=Max("updated"), c=Max("id"), k=Count("id"))
@@ -62,19 +117,28 @@ class Snapshot:
         self.version_checked = time.monotonic()
         return self._version() != self.version
 
-    def _load(self, now):
-        self.version = self._version()
-        self.version_checked = time.monotonic()
-        cluster, self.ids = loaders.load_cluster(now)
-        self.engine = core.PlacementEngine(cluster, self.options)
+    def _load(self, now) -> _Loaded:
+        started = time.monotonic()  # what the load reflects: a later one is newer
+        version = self._version()
+        cluster, ids = loaders.load_cluster(now)
+        engine = core.PlacementEngine(cluster, self.options)
         # Build every host's timeline now: left lazy, the first claims after a load would
         # each pay for the thousands of hosts their window touches.
-        self.engine.warm()
-        self.names = {pk: name for name, pk in self.ids.items()}
-        self.known = {int(a.id) for h in cluster.hosts for a in h.allocations}
-        self.high_water = max(self.known, default=Allocation.objects.aggregate(m=Max("id"))["m"] or 0)
-        self.synced_at = now
-        self.loaded_at = time.monotonic()
+        engine.warm()
+        known = {int(a.id) for h in cluster.hosts for a in h.allocations}
+        high_water = max(known, default=Allocation.objects.aggregate(m=Max("id"))["m"] or 0)
+        return _Loaded(version, engine, ids, known, high_water, now, started)
+
+    def _install(self, loaded: _Loaded):
+        self.version = loaded.version
+        self.version_checked = time.monotonic()
+        self.engine = loaded.engine
+        self.ids = loaded.ids
+        self.names = {pk: name for name, pk in loaded.ids.items()}
+        self.known = loaded.known
+        self.high_water = loaded.high_water
+        self.synced_at = loaded.synced_at
+        self.loaded_at = loaded.loaded_at
 
     def _catch_up(self, now):
         changes = loaders.allocation_changes(self.high_water - LOOKBACK_IDS, self.synced_at - CLOCK_SKEW)

@@ -167,3 +167,27 @@ def test_a_cached_host_in_a_last_resort_group_is_not_preferred(make_host):
     regular = make_host("regular", group=main)
     cached = make_host("cached", group=spare)
     assert capacity.claim(demand(prefer_hosts=frozenset({cached.pk})), TEST).host == regular
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_aged_snapshot_is_reloaded_in_the_background_and_claims_go_on(make_host, monkeypatch):
+    from provisioning.capacity import snapshot as module
+
+    host = make_host("only", cpus=4, cpu_ratio=1.0)
+    with snapshot.lock:
+        first, _ = snapshot.current()
+    monkeypatch.setattr(module, "FULL_RELOAD_SECONDS", 0.0)
+    capacity.claim(demand(vcpus=1, purpose="during"), TEST)  # starts the reload, decides on the old engine
+    assert snapshot.wait_for_reload(timeout=30)
+    # Committed while the reload may already have read the rows: catch-up must still see it.
+    Allocation.objects.create(host=host, purpose="elsewhere", vcpus=2, memory_mib=0, disk_gib=0, start=timezone.now())
+    monkeypatch.setattr(module, "FULL_RELOAD_SECONDS", 300.0)
+    with snapshot.lock:
+        engine, _ = snapshot.current()
+    assert engine is not first and snapshot.background_reloads >= 1
+    on_host = {a.id for a in engine.state.cluster.hosts[0].allocations} | set(engine.state.allocation)
+    assert {str(a.pk) for a in Allocation.objects.filter(host=host)} <= on_host
+    allocation = capacity.claim(demand(vcpus=1), TEST)  # 1 + 2 + 1 of 4
+    assert allocation.host == host
+    with pytest.raises(capacity.NoCapacity):
+        capacity.claim(demand(vcpus=1), TEST)
