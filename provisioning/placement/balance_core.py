@@ -296,12 +296,16 @@ def greedy_balance(
         heapq.heapify(heap)
         stats.rekeyed += len(heap)
 
+    # Per item, the order of its first candidate in the last full pass (see below).
+    first_order: dict[Hashable, int] = {}
+
     def full_pass():
         heap.clear()
         parked.clear()
         stats.full_passes += 1
         order = 0
         for item in problem.items():
+            first_order[item] = order
             for move in problem.moves(item):
                 push(item, move, order)
                 order += 1
@@ -378,7 +382,13 @@ def greedy_balance(
         stats.moves.append(step)
         if on_step is not None:
             on_step(step)
-        for new_move in problem.moves(item):
-            push(item, new_move, entry[_ORDER])
+        new_moves = list(problem.moves(item))
+        for j, new_move in enumerate(new_moves):
+            if steepest:
+                # Ties go to the earliest item, then its earliest move (hbal's order): the
+                # new moves stay within the item's band of orders, in their own order.
+                push(item, new_move, first_order[item] + j / (len(new_moves) + 1))
+            else:
+                push(item, new_move, entry[_ORDER])
         refreshed = refreshed or steepest
     return stats

@@ -414,13 +414,53 @@ def node_values_after(node: Node, inst: Instance, ops: tuple) -> tuple[float, ..
     """One node's 20 score values after ``ops`` (see `node_effects`), or AllocFailure."""
     scratch = _Scratch(node)
     for op in ops:
-        name = op[0]
-        if name == "rp":
-            scratch.remove_pri(inst)
-        elif name == "rs":
-            scratch.remove_sec(inst)
-        elif name == "ap":
-            scratch.add_pri(inst, op[1])
-        else:
-            scratch.add_sec(inst, op[1], op[2])
+        _replay(scratch, inst, op)
     return scratch.values()
+
+
+def _replay(scratch: _Scratch, inst: Instance, op: tuple) -> None:
+    name = op[0]
+    if name == "rp":
+        scratch.remove_pri(inst)
+    elif name == "rs":
+        scratch.remove_sec(inst)
+    elif name == "ap":
+        scratch.add_pri(inst, op[1])
+    else:
+        scratch.add_sec(inst, op[1], op[2])
+
+
+#: A peer no node has: its reservation so far is 0.
+_NO_PEER = object()
+
+#: Index of the values an N+1 reservation decides (`_Scratch.values`).
+N1_COUNT, RESERVED, RESERVED_TOTAL = 2, 3, 19
+
+
+def node_outcome(node: Node, inst: Instance, ops: tuple) -> tuple[tuple[float, ...] | None, tuple | None]:
+    """`node_values_after`, with a trailing add-secondary left open in its peer.
+
+    Returns ``(values, None)``, or ``(None, None)`` when the ops fail. If the last op adds a
+    secondary, returns ``(values, peer)`` where ``values`` are computed as if the peer held
+    no reservation on the node yet, and ``peer = (r_mem, free_mem, fail_n1, needed,
+    strict, count, t_mem)`` finishes the job for a peer already reserving ``peem``: the
+    reservation becomes ``max(r_mem, peem + needed)``, the node fails N+1 when ``free_mem``
+    is at most that, which a strict add refuses unless ``fail_n1`` already held, and only
+    the N1_COUNT/RESERVED/RESERVED_TOTAL values change. The peer is the only input of the
+    add that depends on which node it names, so one call serves every target."""
+    scratch = _Scratch(node)
+    try:
+        for op in ops[:-1]:
+            _replay(scratch, inst, op)
+        last = ops[-1]
+        if last[0] != "as":
+            _replay(scratch, inst, last)
+            return scratch.values(), None
+        before = (scratch.r_mem, scratch.unallocated(scratch.i_mem), scratch.fail_n1)
+        # The peer check only refuses more as ``peem`` grows: refused here, refused for all.
+        scratch.add_sec(inst, _NO_PEER, last[2])
+    except T.AllocFailure:
+        return None, None
+    needed = inst.mem if inst.uses_sec_mem else 0
+    count = scratch.npri + scratch.nsec
+    return scratch.values(), (*before, needed, not last[2], count, node.t_mem)

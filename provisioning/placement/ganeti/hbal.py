@@ -10,9 +10,9 @@ memoised until that node changes. The result carries the move plan, the gnt-inst
 commands and the final cluster (write it with `text_backend.serialize`).
 
 Strategies: "steepest" is hbal's own steepest descent — the best move every round — and
-takes exactly hbal's path (same moves, same scores, checked against Ganeti); "lazy"
-re-ranks candidates lazily: several times faster, a different (sometimes better,
-sometimes worse) local optimum.
+takes exactly hbal's path (same moves, same scores, checked against Ganeti); it re-scores
+the whole neighbourhood after each move in numpy (`steepest`). "lazy" re-ranks candidates
+lazily (`balance_core`): a different (sometimes better, sometimes worse) local optimum.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from .moves import (
     apply_move,
     possible_moves,
 )
+from .steepest import steepest_descent
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,14 +54,17 @@ class HbalOptions:
     offline: tuple[str, ...] = ()
     select_instances: tuple[str, ...] = ()
     exclude_instances: tuple[str, ...] = ()
-    #: "lazy" (fast), "steepest" (best move every round: hbal's exact path; slower) or
+    #: "lazy" (lazy re-ranking), "steepest" (best move every round: hbal's exact path) or
     #: "both" (run each, keep the lower final score); "auto": both while the move
-    #: neighbourhood is small (≤ AUTO_BOTH_LIMIT candidate moves), else lazy.
+    #: neighbourhood is small (≤ AUTO_BOTH_LIMIT candidate moves), steepest up to
+    #: STEEPEST_LIMIT (it holds every candidate in memory, about 1 KB each), else lazy.
     strategy: str = "auto"
 
 
 #: Largest move neighbourhood for which "auto" also runs the steepest strategy.
 AUTO_BOTH_LIMIT = 3000
+#: Largest move neighbourhood for which "auto" runs the steepest strategy (about 1 GB).
+STEEPEST_LIMIT = 1_000_000
 
 
 @dataclass(slots=True)
@@ -182,9 +186,7 @@ class _GanetiProblem(core.BalanceProblem):
         return core.Evaluation(changes)
 
     def apply(self, item, move, evaluation):
-        changed, new_inst = apply_move(
-            self.nodes, self.instances[item], move, force=self.opts.ignore_soft_errors
-        )
+        changed, new_inst = apply_move(self.nodes, self.instances[item], move, force=self.opts.ignore_soft_errors)
         for idx, node in changed.items():
             self.nodes[idx] = node
             self.memo[idx] = {}
@@ -216,25 +218,30 @@ def balance(cluster: GCluster, options: HbalOptions | None = None) -> HbalResult
     if opts.offline:
         cluster = cluster.set_offline(opts.offline)
     scope = _scope(cluster, opts.group)
+    if opts.strategy not in ("auto", "lazy", "steepest", "both"):
+        raise ValueError(f"unknown strategy {opts.strategy!r}: use auto, lazy, steepest or both")
     strategies = {"lazy": [False], "steepest": [True], "both": [False, True]}.get(opts.strategy)
     if strategies is None:
         probe = _GanetiProblem(cluster, scope, opts)
         size = sum(len(probe.moves(i)) for i in probe.items())
-        strategies = [False, True] if size <= AUTO_BOTH_LIMIT else [False]
+        if size <= AUTO_BOTH_LIMIT:
+            strategies = [False, True]
+        else:
+            strategies = [True] if size <= STEEPEST_LIMIT else [False]
     results = [_run(cluster, scope, opts, steepest) for steepest in strategies]
     return min(results, key=lambda r: (round(r.final_score, 12), len(r.steps)))
 
 
-def _run(cluster: GCluster, scope: list[int], opts: HbalOptions, steepest: bool) -> HbalResult:
+def _run(cluster: GCluster, scope: list[int], opts: HbalOptions, steepest: bool, reference: bool = False) -> HbalResult:
+    """``reference``: take the steepest path with `balance_core.greedy_balance` (slow;
+    tests hold `steepest.steepest_descent` to it)."""
     in_scope = set(scope)
     problem = _GanetiProblem(cluster, scope, opts)
     counts = [
         tuple((i in in_scope) and (ONLINE[c] != n.offline) for c in range(len(KINDS)))
         for i, n in enumerate(cluster.nodes)
     ]
-    board = core.Scoreboard(
-        KINDS, WEIGHTS, [node_values(n) for n in cluster.nodes], counts, memoize=True
-    )
+    board = core.Scoreboard(KINDS, WEIGHTS, [node_values(n) for n in cluster.nodes], counts, memoize=True)
     initial = score(cluster.nodes[i] for i in scope)
     rule = core.GainRule(opts.min_gain, opts.min_gain_limit, opts.min_score, opts.max_moves)
     steps: list[MoveStep] = []
@@ -245,7 +252,10 @@ def _run(cluster: GCluster, scope: list[int], opts: HbalOptions, steepest: bool)
         steps.append(_describe(problem, before[step.item], new_inst, step.move, step.score))
         before[step.item] = new_inst
 
-    stats = core.greedy_balance(problem, board, rule, record, steepest=steepest)
+    if steepest and not reference:
+        stats = steepest_descent(problem, board, rule, record)
+    else:
+        stats = core.greedy_balance(problem, board, rule, record, steepest=steepest)
     final = cluster.replaced(problem.nodes, problem.instances)
     return HbalResult(
         initial,

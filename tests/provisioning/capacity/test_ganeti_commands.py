@@ -65,6 +65,14 @@ def test_hbal_on_a_ganeti_file_reaches_ganetis_score(capsys):
     assert all(move["to"] for move in ours["moves"])
 
 
+def test_hbal_steepest_prints_ganetis_own_moves(capsys):
+    path = DATA / "ganeti" / "drbd-8-nodes.txt"
+    call_command("hbal", "-t", str(path), "--strategy", "steepest")
+    ours = [line.split()[1:] for line in capsys.readouterr().out.splitlines() if " a=" in line]
+    theirs = [line.split()[1:] for line in ganeti(str(HTOOLS / "hbal"), "-t", str(path)).splitlines() if " a=" in line]
+    assert len(theirs) > 5 and ours == theirs  # instance, nodes before and after, score, actions
+
+
 @pytest.mark.django_db
 def test_the_commands_read_the_live_inventory_and_its_reservations(make_host, capsys):
     for n in range(4):

@@ -16,12 +16,20 @@ class Command(BaseCommand):
         add_source_arguments(parser)
         parser.add_argument("--max-moves", type=int, default=-1, help="stop after N moves (default: converge)")
         parser.add_argument("-C", "--print-commands", action="store_true", help="print gnt-instance commands")
+        parser.add_argument(
+            "--strategy",
+            choices=("auto", "steepest", "lazy", "both"),
+            default="auto",
+            help="steepest: Ganeti's own path (the best move every round); lazy: re-rank candidates "
+            "lazily (for very large clusters); both: keep the better end; auto: both on small "
+            "clusters, steepest up to a million candidate moves, else lazy",
+        )
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **opts):
         # Live VMs migrate to any host (shared-storage semantics in Ganeti's terms).
         cluster = ganeti_cluster(opts, template="ext")
-        result = balance(cluster, HbalOptions(max_moves=opts["max_moves"]))
+        result = balance(cluster, HbalOptions(max_moves=opts["max_moves"], strategy=opts["strategy"]))
         if opts["json"]:
             self.stdout.write(json.dumps(result.to_dict(), indent=2))
             return
