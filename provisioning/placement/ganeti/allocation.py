@@ -195,7 +195,7 @@ def _collect(
     candidates: list[Candidate],
     failures: list[FailMode],
     keep: Callable[[Candidate], bool],
-    exact: Callable[[Candidate], float] | None = None,
+    exact: Callable[[list[Candidate]], list[float]] | None = None,
 ) -> AllocSolution:
     """`collectionToSolution`: best score first, ties to the later candidate.
 
@@ -212,12 +212,9 @@ def _collect(
             while j < len(ordered) and ordered[j][1].score - ordered[j - 1][1].score <= NEAR_TIE:
                 j += 1
             run = ordered[i:j]
-            if len(run) > 1:
-                for _, cand in run:
-                    cand.score = exact(cand)
-                run.sort(key=lambda item: (item[1].score, item[0]))
-            else:
-                run[0][1].score = exact(run[0][1])
+            for (_, cand), value in zip(run, exact([cand for _, cand in run]), strict=True):
+                cand.score = value
+            run.sort(key=lambda item: (item[1].score, item[0]))
         else:
             run = ordered[i:j]
         for _, cand in run:
@@ -230,15 +227,15 @@ def _collect(
 
 
 def _best_only(
-    candidates: list[Candidate], exact: Callable[[Candidate], float] | None = None
+    candidates: list[Candidate], exact: Callable[[list[Candidate]], list[float]] | None = None
 ) -> Candidate | None:
     """The lowest score, ties to the later candidate. With ``exact``, scores are
     estimates: the near-best are re-scored exactly first."""
     if exact is not None and candidates:
         low = min(c.score for c in candidates)
         candidates = [c for c in candidates if c.score <= low + NEAR_TIE]
-        for cand in candidates:
-            cand.score = exact(cand)
+        for cand, value in zip(candidates, exact(candidates), strict=True):
+            cand.score = value
     best = None
     for cand in candidates:
         if best is None or not (best.score < cand.score):
@@ -299,7 +296,7 @@ def try_alloc(
         # htools scores each single-node candidate with a full two-pass computation; the
         # incremental scores rank them the same except within near ties, which `exact`
         # settles (to the last bit, as ties break on it).
-        exact = (lambda c: rows().score_with(c.nodes[0][1])) if opts.exact else None
+        exact = (lambda cs: rows().score_many([c.nodes[0][1] for c in cs])) if opts.exact else None
         if keep is None:
             return AllocSolution(failures, len(candidates), _best_only(candidates, exact))
         return _collect(candidates, failures, keep, exact)

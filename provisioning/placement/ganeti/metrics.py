@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from functools import reduce
 from operator import add, mul
 
+import numpy as np
+
 from .node import Node
 
 STD, SUM = 0, 1
@@ -176,7 +178,7 @@ class ValueRows:
     Components a replacement leaves unchanged keep the base statistics (bit-identical by
     construction); only the changed columns are recomputed, in node order."""
 
-    __slots__ = ("base", "columns", "offline", "position", "rows", "slot")
+    __slots__ = ("base", "columns", "arrays", "offline", "position", "rows", "slot")
 
     def __init__(self, nodes: Sequence[Node]) -> None:
         self.rows = [node_values(n) for n in nodes]
@@ -190,6 +192,49 @@ class ValueRows:
         ]
         # A node's index within the online (or offline) columns.
         self.slot = {i: k for group in (online, offline) for k, i in enumerate(group)}
+        self.arrays: list[np.ndarray | None] = [None] * NCOMP  # columns as arrays, on demand
+
+    def score_many(self, replacements: Sequence[Node]) -> list[float]:
+        """``[score_with(node) for node in replacements]``, bit for bit, in bulk: each
+        changed column is rebuilt once per candidate as a row of a matrix, and the sums
+        are running sums along the rows (``cumsum`` adds left to right, as `_std_stat`'s
+        ``reduce``; numpy's ``sum`` would add pairwise and round differently). hspace
+        re-scores every near-tied candidate exactly, and on identical nodes that is
+        all of them: O(nodes²) per placement, which this keeps out of Python."""
+        count = len(replacements)
+        if count < 8:
+            return [self.score_with(node) for node in replacements]
+        slots, news = [], []
+        for node in replacements:
+            pos = self.position[node.idx]
+            slots.append((self.slot[pos], self.offline[pos], self.rows[pos]))
+            news.append(node_values(node))
+        total = np.zeros(count)
+        for c in range(NCOMP):
+            base = self.base[c]
+            term = WEIGHTS[c] * (math.sqrt(base[2]) if KINDS[c] == STD else base[0])
+            which = [
+                k for k, (_, off, old) in enumerate(slots) if ONLINE[c] != off and news[k][c] != old[c]
+            ]
+            if not which:
+                total += term
+                continue
+            column = self.arrays[c]
+            if column is None:
+                column = self.arrays[c] = np.array(self.columns[c], dtype=float)
+            n = float(len(column))
+            matrix = np.tile(column, (len(which), 1))
+            matrix[np.arange(len(which)), [slots[k][0] for k in which]] = [news[k][c] for k in which]
+            sums = np.cumsum(matrix, axis=1)[:, -1]
+            if KINDS[c] == STD:
+                deviations = matrix - (sums / n)[:, None]
+                values = WEIGHTS[c] * np.sqrt(np.cumsum(deviations * deviations, axis=1)[:, -1] / n)
+            else:
+                values = WEIGHTS[c] * sums
+            terms = np.full(count, term)
+            terms[which] = values
+            total += terms
+        return total.tolist()
 
     def score_with(self, *replacements: Node) -> float:
         changed: dict[int, dict[int, float]] = {}
