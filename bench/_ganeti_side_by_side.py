@@ -116,17 +116,27 @@ def _hinfo(path: str) -> float | None:
 
 
 def hbal_rows(
-    nodes: int, instances: int, timeout: float, strategies: tuple[str, ...] = ("lazy",)
+    nodes: int,
+    instances: int,
+    timeout: float,
+    strategies: tuple[str, ...] = ("lazy",),
+    max_moves: int = -1,
 ) -> list[Row]:
-    """One Ganeti hbal run against ours with each strategy, on the same generated file."""
+    """One Ganeti hbal run against ours with each strategy, on the same generated file.
+    ``max_moves`` caps both (Ganeti's ``-l``): on clusters where Ganeti would take hours
+    to converge, the first moves still compare speed and path."""
     cluster = unbalanced_cluster(nodes, instances, seed=nodes)
     label = f"hbal {nodes} nodes / {len(cluster.instances)} drbd"
+    cap = []
+    if max_moves >= 0:
+        label += f", first {max_moves} moves"
+        cap = ["-l", str(max_moves)]
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "in.txt")
         with open(src, "w") as handle:
             handle.write(text_backend.serialize(cluster))
         out, theirs_s, theirs_cpu = _run(
-            [tool("hbal"), "-t", src, "--ignore-dynu", "-S", os.path.join(tmp, "g")], timeout
+            [tool("hbal"), "-t", src, "--ignore-dynu", *cap, "-S", os.path.join(tmp, "g")], timeout
         )
         theirs_score = None
         if out is not None:
@@ -144,7 +154,7 @@ def hbal_rows(
             with _Timer() as ours_t:
                 result = balance(
                     text_backend.parse(open(src).read(), ignore_dynu=True),
-                    HbalOptions(strategy=strategy),
+                    HbalOptions(strategy=strategy, max_moves=max_moves),
                 )
             ours_path = os.path.join(tmp, f"ours-{strategy}.txt")
             with open(ours_path, "w") as handle:
