@@ -5,6 +5,7 @@ amounts, state, group policy, tags); loaders in provisioning turn these rows int
 placement core's plain data. Writes go through ``inventory.services``.
 """
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -54,6 +55,7 @@ class NodeGroup(models.Model):
     class PlacementPolicy(models.TextChoices):
         BALANCED = "balanced", "balanced (spread, like hail)"
         PACK = "pack", "pack (fill hosts, like hsqueeze)"
+        EXTERNAL = "external", "external (an IAllocator program, e.g. Ganeti's hail)"
 
     name = models.CharField(max_length=100, unique=True, validators=[validate_name])
     alloc_policy = models.CharField(max_length=20, choices=AllocPolicy.choices, default=AllocPolicy.PREFERRED)
@@ -62,6 +64,13 @@ class NodeGroup(models.Model):
     )
     placement_policy = models.CharField(
         max_length=20, choices=PlacementPolicy.choices, default=PlacementPolicy.BALANCED
+    )
+    iallocator = models.CharField(
+        max_length=50,
+        blank=True,
+        help_text="For the external policy: which IAllocator program, by its name in the IALLOCATORS "
+        "setting (empty: DEFAULT_IALLOCATOR). Programs are named in settings, never here, so an "
+        "inventory administrator cannot make workers run arbitrary commands.",
     )
     description = models.TextField(blank=True)
     created = models.DateTimeField(auto_now_add=True)
@@ -72,6 +81,21 @@ class NodeGroup(models.Model):
 
     def __str__(self):
         return self.name
+
+    def clean(self):
+        programs = settings.IALLOCATORS
+        if self.iallocator and self.iallocator not in programs:
+            known = ", ".join(sorted(programs)) or "none are configured (setting IALLOCATORS)"
+            raise ValidationError({"iallocator": f"unknown IAllocator {self.iallocator!r}; known: {known}"})
+        if self.placement_policy == self.PlacementPolicy.EXTERNAL and not self.iallocator_command():
+            raise ValidationError(
+                {"iallocator": "the external policy needs an IAllocator program: name one of the IALLOCATORS "
+                 "setting, or set DEFAULT_IALLOCATOR"}
+            )  # fmt: skip
+
+    def iallocator_command(self) -> str | None:
+        """The command line of this group's IAllocator program, if any."""
+        return settings.IALLOCATORS.get(self.iallocator or settings.DEFAULT_IALLOCATOR)
 
 
 class BladeCenter(models.Model):

@@ -43,7 +43,7 @@ HOST_FIELDS = [
     "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles",
 ]  # fmt: skip
 CREDENTIAL_FIELDS = ["name", "username", "description"]
-GROUP_FIELDS = ["name", "alloc_policy", "exclusive_storage", "placement_policy", "description"]
+GROUP_FIELDS = ["name", "alloc_policy", "exclusive_storage", "placement_policy", "iallocator", "description"]
 CHASSIS_FIELDS = ["name", "site", "model", "slot_count", "management_address", "notes"]
 
 

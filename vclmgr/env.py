@@ -83,6 +83,19 @@ class Env:
             return list(default)
         return [item.strip() for item in value.split(",") if item.strip()]
 
+    def mapping(self, name, default):
+        """``"key=value;key=value"`` (values may hold spaces and ``=``) as a dict."""
+        value = self.raw(name)
+        if value is None:
+            return dict(default)
+        out = {}
+        for item in filter(None, (part.strip() for part in value.split(";"))):
+            key, sep, val = item.partition("=")
+            if not sep or not key.strip() or not val.strip():
+                raise ImproperlyConfigured(f"{name}: expected name=value;name=value, got {item!r}")
+            out[key.strip()] = val.strip()
+        return out
+
     def url(self, name, schemes, default=None):
         value = self.raw(name)
         if value is None or value == "":

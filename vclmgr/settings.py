@@ -266,6 +266,18 @@ INVENTORY_IMPORT_MAX_ROWS = env.int("INVENTORY_IMPORT_MAX_ROWS", 20_000, minimum
 # How often every online or drained host's facts are re-read from its driver (0: never).
 FACTS_REFRESH_MINUTES = env.int("FACTS_REFRESH_MINUTES", 10, minimum=0)
 
+# --- placement ------------------------------------------------------------------------
+# IAllocator programs the "external" placement policy may run, by name:
+# "name=command [options];name=command". Node groups choose one by name, so only whoever
+# sets the environment decides what the workers execute.
+IALLOCATORS = env.mapping(
+    "IALLOCATORS", {"hail": "/usr/lib/ganeti/3.0/usr/lib/ganeti/iallocators/hail"}
+)
+# The one used when a node group (or a request's policy override) names none; "" for none.
+DEFAULT_IALLOCATOR = env.str("DEFAULT_IALLOCATOR", "hail")
+if DEFAULT_IALLOCATOR and DEFAULT_IALLOCATOR not in IALLOCATORS:
+    raise ImproperlyConfigured(f"DEFAULT_IALLOCATOR {DEFAULT_IALLOCATOR!r} is not one of IALLOCATORS")
+
 # --- reservations ---------------------------------------------------------------------
 # VCL's preload: a future reservation's VM is built this long before its start.
 RESERVATION_LEAD_MINUTES = env.int("RESERVATION_LEAD_MINUTES", 10, minimum=0)

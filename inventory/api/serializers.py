@@ -81,8 +81,8 @@ class NodeGroupSerializer(HypervisorCountMixin, ServiceSerializer):
 
     class Meta:
         model = NodeGroup
-        fields = ["id", "name", "alloc_policy", "exclusive_storage", "placement_policy", "description",
-                  "hypervisor_count", "created", "updated"]
+        fields = ["id", "name", "alloc_policy", "exclusive_storage", "placement_policy", "iallocator",
+                  "description", "hypervisor_count", "created", "updated"]
         read_only_fields = ["created", "updated"]
 
 

@@ -114,8 +114,15 @@ def load_host(host_id, now, lock=False, tags=True):
 
 def node_groups():
     groups = [core.NodeGroup(DEFAULT_GROUP)]
-    for name, alloc_policy, policy in NodeGroup.objects.values_list("name", "alloc_policy", "placement_policy"):
-        groups.append(core.NodeGroup(name, core.AllocPolicy(alloc_policy), core.Policy(policy)))
+    for group in NodeGroup.objects.all():
+        groups.append(
+            core.NodeGroup(
+                group.name,
+                core.AllocPolicy(group.alloc_policy),
+                core.Policy(group.placement_policy),
+                iallocator=group.iallocator_command(),
+            )
+        )
     return tuple(groups)
 
 

@@ -152,6 +152,8 @@ def _host_check(host_id, request, lock=False):
     cluster = loaders.load_host(host_id, timezone.now(), lock=lock, tags=tags)
     if cluster is None:
         return core.PlacementResult(request, None, note="the host was deleted")
+    # Capacity only: on one host every policy agrees, and an external program must not run again.
+    request = replace(request, policy=core.Policy.BALANCED)
     return core.PlacementEngine(cluster, core.PlacementOptions(earliest_fit=False)).place(request)
 
 
@@ -227,3 +229,14 @@ def _event(allocation):
         "start": allocation.start.isoformat(),
         "end": allocation.end.isoformat() if allocation.end else None,
     }
+
+
+def image_formats(name):
+    """The formats an image's variants exist in (placement restricts hosts to them);
+    LookupError when there is no such image."""
+    from django.apps import apps
+
+    image = apps.get_model("vms", "Image").objects.filter(name=name).first()
+    if image is None:
+        raise LookupError(f"no image named {name!r}")
+    return frozenset(image.variants.values_list("format", flat=True))

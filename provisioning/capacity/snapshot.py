@@ -50,7 +50,7 @@ class _Loaded:
 
 class Snapshot:
     def __init__(self, options=None):
-        self.options = options or core.PlacementOptions()
+        self.options = options or placement_options()
         self.lock = threading.Lock()
         self.engine = None
         self._pending: _Loaded | None = None  # a background reload, ready to swap in
@@ -153,6 +153,14 @@ class Snapshot:
                 self.engine.remove_allocation(str(alloc_id))
                 self.known.discard(alloc_id)
         self.synced_at = now
+
+
+def placement_options(**overrides):
+    """The core's options from the settings (the default IAllocator for the external policy)."""
+    from django.conf import settings
+
+    program = settings.IALLOCATORS.get(settings.DEFAULT_IALLOCATOR)
+    return core.PlacementOptions(iallocator=program, **overrides)
 
 
 snapshot = Snapshot()

@@ -25,7 +25,7 @@ from .filters import StaticView, static_view
 from .model import Allocation, Cluster, Policy, Request, window_end
 from .options import PlacementOptions
 from .result import EarliestFit, MultiPlacementResult, PlacementResult
-from .search import Choice, Window, best_host
+from .search import Choice, Window, best_host, evaluate
 
 
 class PlacementEngine:
@@ -98,7 +98,16 @@ class PlacementEngine:
     ) -> PlacementResult:
         counts, misses = explain(self.state, request, window, view, self.options.closest_misses)
         fit = None
-        if self.options.earliest_fit:
+        external = [i for tier in view.tiers for i in tier.get(Policy.EXTERNAL, ())]
+        if external:
+            # Hosts our checks accept but the program did not (or could not) choose.
+            refused = sum(1 for i in external if evaluate(self.state, window, i, Policy.PACK) is not None)
+            if refused:
+                counts[reasons.EXTERNAL_REFUSED] = refused
+            # Our earliest fit knows capacity, not the external program's rules: it could
+            # only give a false "yes".
+            note = "; ".join(n for n in (note, "no earliest fit: an external allocator decides") if n)
+        elif self.options.earliest_fit:
             fit = self.earliest_fit(request)
         return PlacementResult(
             request, None, reasons=counts, closest_misses=misses, earliest_fit=fit, note=note

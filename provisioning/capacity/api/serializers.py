@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from provisioning import placement as core
+from provisioning.capacity import services
 from provisioning.capacity.durations import parse_duration
 
 
@@ -15,11 +16,31 @@ class PlanRequestSerializer(serializers.Serializer):
     start = serializers.DateTimeField(required=False, help_text="Default: now.")
     duration = serializers.CharField(required=False, max_length=20, help_text="e.g. 2h, 90m; default open-ended.")
     formats = serializers.ListField(child=_name(), required=False, max_length=10, help_text="Image formats available.")
+    image = serializers.CharField(
+        required=False, max_length=200, help_text="An image's name: hosts are restricted to its formats."
+    )
     required_tags = serializers.ListField(child=_name(), default=list, max_length=50)
     forbidden_tags = serializers.ListField(child=_name(), default=list, max_length=50)
     anti_affinity = serializers.CharField(max_length=100, default="", allow_blank=True)
     policy = serializers.ChoiceField(choices=[p.value for p in core.Policy], required=False)
     groups = serializers.ListField(child=_name(), required=False, max_length=100)
+
+    def to_internal_value(self, data):
+        # A misspelt field would otherwise be ignored and the plan answer a different question.
+        unknown = sorted(set(data) - set(self.fields)) if hasattr(data, "keys") else []
+        if unknown:
+            raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
+        return super().to_internal_value(data)
+
+    def validate(self, data):
+        if "image" in data:
+            if "formats" in data:
+                raise serializers.ValidationError({"image": ["give image or formats, not both"]})
+            try:
+                data["formats"] = sorted(services.image_formats(data.pop("image")))
+            except LookupError as error:
+                raise serializers.ValidationError({"image": [str(error)]}) from None
+        return data
 
     def validate_start(self, value):
         if not 2000 <= value.year <= 2200:

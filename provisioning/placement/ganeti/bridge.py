@@ -2,7 +2,11 @@
 
 Contract: `to_ganeti(cluster, at)` builds a `GCluster` of the cluster as it stands at time
 ``at`` (every allocation active then becomes a running instance), so hspace, hbal and
-hsqueeze can answer for that moment. `iallocator_request(...)` builds the IAllocator
+hsqueeze can answer for that moment. With ``hold_future=True`` (hbal and hsqueeze plan
+moves that must hold from then on) each host also carries one pinned ``plain`` instance
+sized at the peak of its allocations that start later, per resource: Ganeti never moves a
+plain instance nor empties a node that has one, so no move can land where a future
+reservation would no longer fit, and no host with one is powered off. `iallocator_request(...)` builds the IAllocator
 request an external allocator (e.g. Ganeti's hail) gets for one placement over a window.
 
 Where the models differ, the bridge says how:
@@ -21,6 +25,7 @@ import math
 from collections.abc import Iterable
 
 from ..model import AllocPolicy, Cluster, Host, HostState, Request
+from ..resources import Resources
 from . import types as T
 from .cluster import GCluster
 from .instance import Instance
@@ -78,36 +83,71 @@ def _node(host: Host, group: int, used_mem: float, used_dsk: float) -> Node:
     )
 
 
-def to_ganeti(cluster: Cluster, at: float | None = None, template: str = "plain") -> GCluster:
-    """The cluster at time ``at`` (default: its ``now``) as a Ganeti cluster."""
+def to_ganeti(
+    cluster: Cluster,
+    at: float | None = None,
+    template: str = "plain",
+    hold_future: bool = False,
+    names: dict[str, str] | None = None,
+) -> GCluster:
+    """The cluster at time ``at`` (default: its ``now``) as a Ganeti cluster.
+    ``names``: instance names by allocation id (default: the id)."""
     moment = cluster.now if at is None else at
+    names = names or {}
     groups, gindex = _groups(cluster)
     nodes: list[Node] = []
     instances: list[Instance] = []
     for idx, host in enumerate(cluster.hosts):
         active = [a for a in host.allocations if a.start <= moment < (a.end if a.end else math.inf)]
-        used_mem = sum(a.resources.memory_mib for a in active)
-        used_dsk = sum(a.resources.disk_gib * 1024 for a in active)
+        shapes = [(names.get(a.id, a.id), a.resources, template, sorted(a.tags)) for a in active]
+        if hold_future:
+            peak = _future_peak([a for a in host.allocations if a.start > moment])
+            if peak is not None:
+                shapes.append((f"reserved:{host.name}", peak, "plain", []))
+        used_mem = sum(r.memory_mib for _, r, _, _ in shapes)
+        used_dsk = sum(r.disk_gib * 1024 for _, r, _, _ in shapes)
         nodes.append(_node(host, gindex[host.group], used_mem, used_dsk))
-        for a in active:
-            dsk = int(a.resources.disk_gib * 1024)
+        for name, res, kind, tags in shapes:
+            dsk = int(res.disk_gib * 1024)
             instances.append(
                 Instance(
-                    a.id,
-                    int(a.resources.memory_mib),
+                    name,
+                    int(res.memory_mib),
                     dsk,
-                    max(1, math.ceil(a.resources.vcpus)),
+                    max(1, math.ceil(res.vcpus)),
                     "running",
                     True,
                     idx,
                     -1,
-                    template,
-                    sorted(a.tags),
+                    kind,
+                    tags,
                     1,
                     [(dsk, None)],
                 )
             )
     return GCluster.build(groups, nodes, instances, name="vclmgr")
+
+
+def _future_peak(allocations) -> Resources | None:
+    """The most of each resource that allocations starting later hold at once (each
+    resource's peak on its own: safe when they peak at different times), or None."""
+    if not allocations:
+        return None
+    events = []
+    for a in allocations:
+        res = a.resources
+        amount = (res.vcpus, res.memory_mib, res.disk_gib)
+        events.append((a.start, 1, amount))
+        if a.end is not None:
+            events.append((a.end, 0, amount))  # ends sort before starts at the same instant
+    running = [0.0, 0.0, 0.0]
+    peak = [0.0, 0.0, 0.0]
+    for _, starting, amount in sorted(events, key=lambda e: (e[0], e[1])):
+        sign = 1.0 if starting else -1.0
+        for k in range(3):
+            running[k] += sign * amount[k]
+            peak[k] = max(peak[k], running[k])
+    return Resources(*peak)
 
 
 def iallocator_request(

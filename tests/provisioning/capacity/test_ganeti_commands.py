@@ -99,3 +99,26 @@ def test_the_commands_read_the_live_inventory_and_its_reservations(make_host, ca
 def test_an_empty_inventory_is_a_clear_error():
     with pytest.raises(CommandError, match="no hypervisors"):
         call_command("hbal")
+
+
+@pytest.mark.django_db
+def test_live_hbal_and_hsqueeze_never_break_a_future_reservation(make_host, capsys):
+    from provisioning.capacity.models import Allocation
+
+    busy, booked, _ = (make_host(name, cpus=16, memory_mib=65536, disk_gib=500) for name in ("busy", "booked", "free"))
+    now = timezone.now()
+    for n in range(6):  # running VMs, all on one host: balancing wants to spread them
+        Allocation.objects.create(host=busy, purpose=f"vm {n}", vcpus=2, memory_mib=8192, disk_gib=20,
+                                  start=now - timedelta(hours=1))  # fmt: skip
+    # Two hours from now a class fills nearly all of `booked`.
+    Allocation.objects.create(host=booked, purpose="reservation 9", vcpus=8, memory_mib=60000, disk_gib=100,
+                              start=now + timedelta(hours=2), end=now + timedelta(hours=4))  # fmt: skip
+    call_command("hbal", "--json")
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["moves"], "the test needs a plan that moves something"
+    targets = {node for move in plan["moves"] for node in move["to"]}
+    assert "booked" not in targets and "free" in targets
+    assert all(move["instance"].startswith("vm-") for move in plan["moves"])  # named after the VMs
+    call_command("hsqueeze", "--json")
+    squeeze = json.loads(capsys.readouterr().out)
+    assert not (squeeze["action"] == "offline" and "booked" in squeeze["nodes"])

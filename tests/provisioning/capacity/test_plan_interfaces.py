@@ -54,3 +54,17 @@ def test_the_place_command_explains_a_refusal(make_host, capsys):
     assert "no host: 1 lack vcpus" in capsys.readouterr().out
     call_command("place", "--vcpus", "2", "--memory", "512", "--json")
     assert json.loads(capsys.readouterr().out)["host"] == "h1"
+
+
+def test_the_api_plans_for_an_image_and_refuses_unknown_fields(api, alice, make_host):
+    from provisioning.vms import services as vms
+
+    make_host("kvm1", driver="libvirt")
+    image = vms.create_image("test", name="win11", min_memory_mib=256, default_memory_mib=512)
+    vms.add_variant("test", image, hypervisor_type="vmware", format="vmdk", location="ds://win11.vmdk", size_gib=20)
+    body = api(alice).post("/api/v1/placement/plan/", {"vcpus": 1, "memory_mib": 512, "image": "win11"}).json()
+    assert not body["fits"] and body["reasons"] == {"wrong_hypervisor": 1}  # only a VMware host could run it
+    response = api(alice).post("/api/v1/placement/plan/", {"vcpus": 1, "memory_mib": 512, "image": "nosuch"})
+    assert response.status_code == 400 and "no image named 'nosuch'" in str(response.json()["error"]["fields"]["image"])
+    response = api(alice).post("/api/v1/placement/plan/", {"vcpus": 1, "memory": 512, "memory_mib": 512})
+    assert response.status_code == 400 and response.json()["error"]["fields"]["memory"] == ["unknown field"]

@@ -1,6 +1,8 @@
 """Where the Ganeti-style commands get their cluster: the live inventory (at a moment, with
 its reservations), a Ganeti htools text-backend file, or ``--simulate`` specs."""
 
+import re
+from collections import Counter
 from pathlib import Path
 
 from django.core.management.base import CommandError
@@ -8,6 +10,7 @@ from django.utils import timezone
 
 from provisioning.capacity import loaders
 from provisioning.capacity.durations import parse_moment
+from provisioning.capacity.models import Allocation
 from provisioning.placement.ganeti import bridge, simulate, text_backend
 
 
@@ -19,7 +22,9 @@ def add_source_arguments(parser, simulate_option=False):
                             help="a simulated node group (repeatable), as Ganeti's hspace")  # fmt: skip
 
 
-def ganeti_cluster(options, template="plain"):
+def ganeti_cluster(options, template="plain", hold_future=False):
+    """``hold_future``: for plans that must hold from then on (hbal, hsqueeze), pin each
+    host's later reservations in place (see `bridge.to_ganeti`)."""
     if options.get("simulate"):
         try:
             return simulate.simulated_cluster(options["simulate"])
@@ -40,4 +45,16 @@ def ganeti_cluster(options, template="plain"):
     cluster, _ = loaders.load_cluster(min(moment, timezone.now()))
     if not cluster.hosts:
         raise CommandError("the inventory has no hypervisors (use --simulate or --ganeti-file)")
-    return bridge.to_ganeti(cluster, at=loaders.ts(moment), template=template)
+    return bridge.to_ganeti(
+        cluster, at=loaders.ts(moment), template=template, hold_future=hold_future, names=_instance_names(cluster)
+    )
+
+
+def _instance_names(cluster):
+    """Instances named after what holds them ('vm 7' → ``vm-7``), so move plans and the
+    gnt-instance commands read as VMs; the allocation id is added where names repeat."""
+    ids = [a.id for h in cluster.hosts for a in h.allocations]
+    purposes = dict(Allocation.objects.filter(pk__in=ids).values_list("pk", "purpose"))
+    names = {a: re.sub(r"[^\w.:-]+", "-", purposes.get(int(a), "") or "").strip("-") or f"allocation-{a}" for a in ids}
+    repeated = Counter(names.values())
+    return {a: name if repeated[name] == 1 else f"{name}-{a}" for a, name in names.items()}

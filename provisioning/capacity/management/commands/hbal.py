@@ -28,7 +28,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         # Live VMs migrate to any host (shared-storage semantics in Ganeti's terms).
-        cluster = ganeti_cluster(opts, template="ext")
+        cluster = ganeti_cluster(opts, template="ext", hold_future=True)
         result = balance(cluster, HbalOptions(max_moves=opts["max_moves"], strategy=opts["strategy"]))
         if opts["json"]:
             self.stdout.write(json.dumps(result.to_dict(), indent=2))

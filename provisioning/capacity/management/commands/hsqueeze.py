@@ -22,7 +22,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         if opts["target_util"] <= 0 or opts["minimal_resources"] <= 0:
             raise CommandError("--target-util and --minimal-resources must be positive")
-        cluster = ganeti_cluster(opts, template="ext")
+        cluster = ganeti_cluster(opts, template="ext", hold_future=True)
         result = squeeze(cluster, target_resources=opts["target_util"], minimal_resources=opts["minimal_resources"])
         if opts["json"]:
             self.stdout.write(json.dumps(result.to_dict(), indent=2))

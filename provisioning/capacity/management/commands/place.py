@@ -57,13 +57,7 @@ class Command(BaseCommand):
 
 
 def image_formats(name):
-    """Formats of an image's variants (the image library lives in provisioning.vms)."""
-    from django.apps import apps
-
-    if not apps.is_installed("provisioning.vms"):
-        raise CommandError("--image needs the image library; use --formats")
-    Image = apps.get_model("vms", "Image")
-    image = Image.objects.filter(name=name).first()
-    if image is None:
-        raise CommandError(f"no image named {name!r}")
-    return frozenset(image.variants.values_list("format", flat=True))
+    try:
+        return services.image_formats(name)
+    except LookupError as error:
+        raise CommandError(str(error)) from None
