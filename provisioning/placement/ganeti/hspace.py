@@ -44,8 +44,20 @@ class Spec:
         parts = text.split(",")
         if not 3 <= len(parts) <= 4:
             raise ValueError(f"Invalid specification: '{text}', expected disk,ram,cpu")
-        spn = int(parts[3]) if len(parts) == 4 else 1
-        return cls(parse_unit(parts[0]), parse_unit(parts[1]), int(parts[2]), spn)
+
+        def integer(part: str, what: str) -> int:
+            try:
+                return int(part)
+            except ValueError:
+                raise ValueError(f"{what}: cannot parse '{part}' as an integer in '{text}'") from None
+
+        spn = integer(parts[3], "spindles") if len(parts) == 4 else 1
+        spec = cls(parse_unit(parts[0]), parse_unit(parts[1]), integer(parts[2], "CPUs"), spn)
+        # htools runs (or divides by zero) on sizes below one unit; refuse them up front.
+        for value, what in ((spec.disk, "disk"), (spec.mem, "memory"), (spec.cpu, "CPUs"), (spn, "spindles")):
+            if value < 1:
+                raise ValueError(f"{what} must be at least 1, got {value} in '{text}'")
+        return spec
 
     @classmethod
     def from_ispec(cls, ispec: T.ISpec) -> Spec:
@@ -332,11 +344,22 @@ def _suffices_shrinking(alloc, inst: Instance, mode: FailMode) -> Instance | Non
 
 class HSpaceError(AllocError):
     """hspace stopped with an error; `lines` are the HTS_ lines it printed before that
-    (Ganeti prints the cluster and initial-state keys, then fails with exit code 1)."""
+    (Ganeti prints the cluster and initial-state keys, then fails with exit code 1), and
+    `summary_lines` what its human output printed before that."""
 
-    def __init__(self, message: str, lines: list[str]):
+    def __init__(self, message: str, lines: list[str], summary_lines: list[str] | None = None):
         super().__init__(message)
         self.lines = lines
+        self.summary_lines = summary_lines or []
+
+
+def initial_summary(cluster: GCluster, ini: CStats) -> list[str]:
+    """The first lines of hspace's human output: the cluster and its initial instances."""
+    return [
+        f"The cluster has {len(cluster.nodes)} nodes and the following resources:",
+        f"  MEM {ini.tmem:.0f}, DSK {ini.tdsk:.0f}, CPU {ini.tcpu:.0f}, VCPU {ini.vcpu}.",
+        "There are " + (str(ini.ninst) if ini.ninst else "no") + " initial instances on the cluster.",
+    ]
 
 
 def _initial_pairs(cluster: GCluster, ini: CStats) -> list[tuple[str, str]]:
@@ -413,13 +436,7 @@ class HSpaceResult:
         return hts_lines(pairs)
 
     def summary(self) -> str:
-        ini = self.initial
-        lines = [
-            f"The cluster has {len(self.cluster.nodes)} nodes and the following resources:",
-            f"  MEM {ini.tmem:.0f}, DSK {ini.tdsk:.0f}, CPU {ini.tcpu:.0f}, VCPU {ini.vcpu}.",
-            "There are "
-            + (str(ini.ninst) if ini.ninst else "no")
-            + " initial instances on the cluster.",
+        lines = initial_summary(self.cluster, self.initial) + [
             "Tiered (initial size) instance spec is:",
             f"  MEM {self.tiered_spec.mem}, DSK {self.tiered_spec.disk}, "
             f"CPU {self.tiered_spec.cpu}, using disk template '{self.disk_template}'.",
@@ -560,6 +577,8 @@ def run_hspace(cluster: GCluster, options: HSpaceOptions | None = None) -> HSpac
     if not ipol.disk_templates:
         raise AllocError("null list of disk templates received from cluster")
     template = opts.disk_template or ipol.disk_templates[0]
+    if template not in T.DISK_TEMPLATES:
+        raise ValueError(f'Invalid string value for type DiskTemplate: "{template}"')
     spindle_use = opts.spindle_use if opts.spindle_use is not None else ipol.std.spindle_use
     exact = opts.exact
     alloc_opts = AllocOptions(
@@ -581,8 +600,9 @@ def run_hspace(cluster: GCluster, options: HSpaceOptions | None = None) -> HSpac
             cluster, view, opts, alloc_opts, template, spindle_use, requires, stop
         )
     except AllocError as exc:
-        lines = hts_lines(_initial_pairs(cluster, total_resources(cluster.nodes)))
-        raise HSpaceError(str(exc), lines) from exc
+        ini = total_resources(cluster.nodes)
+        lines = hts_lines(_initial_pairs(cluster, ini))
+        raise HSpaceError(str(exc), lines, initial_summary(cluster, ini)) from exc
 
 
 def _allocate_both(

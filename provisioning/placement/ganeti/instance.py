@@ -115,7 +115,10 @@ def check_policy(inst: Instance, ipol: T.IPolicy, excl_storage: bool) -> T.FailM
     for lo, hi in reversed(ipol.minmax):
         # Ganeti folds right from an initial Bad: the first matching pair wins, else the
         # failure of the first pair is reported.
-        fail = _compare(inst, lo, -1, excl_storage) or _compare(inst, hi, 1, excl_storage)
+        # FailMode.MEM is 0 (falsy): chain with ``is None``, never with ``or``.
+        fail = _compare(inst, lo, -1, excl_storage)
+        if fail is None:
+            fail = _compare(inst, hi, 1, excl_storage)
         if fail is None:
             result = None
         elif result is not None:

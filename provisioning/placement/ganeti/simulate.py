@@ -71,15 +71,24 @@ def parse_spec(spec: str) -> tuple[str, int, int, int, int, int, bool]:
     excl = parts[6].strip()
     if excl not in ("True", "False"):
         raise ValueError(f"exclusive storage: cannot parse '{excl}'")
-    return (
-        policy,
-        int(parts[1]),
-        parse_unit(parts[2]),
-        parse_unit(parts[3]),
-        int(parts[4]),
-        int(parts[5]),
-        excl == "True",
-    )
+    count = _integer(parts[1], "node count", spec)
+    disk = parse_unit(parts[2])
+    mem = parse_unit(parts[3])
+    cpus = _integer(parts[4], "number of CPUs", spec)
+    spindles = _integer(parts[5], "spindles", spec)
+    # htools answers nonsense (or loops) for these; we refuse them up front.
+    for value, what in ((count, "node count"), (disk, "disk size"), (mem, "memory size"),
+                        (cpus, "number of CPUs"), (spindles, "spindles")):  # fmt: skip
+        if value < 1:
+            raise ValueError(f"{what} must be at least 1, got {value} in '{spec}'")
+    return (policy, count, disk, mem, cpus, spindles, excl == "True")
+
+
+def _integer(text: str, what: str, spec: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{what}: cannot parse '{text}' as an integer in '{spec}'") from None
 
 
 def simulated_cluster(specs: Sequence[str]) -> GCluster:

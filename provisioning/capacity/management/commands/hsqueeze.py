@@ -14,16 +14,22 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         add_source_arguments(parser)
-        parser.add_argument("--target-util", type=float, default=2.0,
+        # --target-resources is hsqueeze's spelling; --target-util is kept as an alias.
+        parser.add_argument("--target-resources", "--target-util", dest="target_resources", type=float, default=2.0,
                             help="free capacity to keep, in standard instances per host (as hsqueeze)")  # fmt: skip
-        parser.add_argument("--minimal-resources", type=float, default=2.0)
+        parser.add_argument("--minimal-resources", type=float, default=2.0,
+                            help="below this free capacity per host, bring hosts back (as hsqueeze)")  # fmt: skip
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **opts):
-        if opts["target_util"] <= 0 or opts["minimal_resources"] <= 0:
-            raise CommandError("--target-util and --minimal-resources must be positive")
+        for option in ("target_resources", "minimal_resources"):
+            value = opts[option]
+            if not value > 0 or value == float("inf"):  # also refuses nan and inf
+                raise CommandError(f"--{option.replace('_', '-')} must be a positive number, got {value}")
         cluster = ganeti_cluster(opts, template="ext", hold_future=True)
-        result = squeeze(cluster, target_resources=opts["target_util"], minimal_resources=opts["minimal_resources"])
+        result = squeeze(
+            cluster, target_resources=opts["target_resources"], minimal_resources=opts["minimal_resources"]
+        )
         if opts["json"]:
             self.stdout.write(json.dumps(result.to_dict(), indent=2))
             return
