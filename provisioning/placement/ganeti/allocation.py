@@ -24,6 +24,7 @@ from .cluster import GCluster
 from .instance import NO_NODE, Instance, check_policy
 from .metrics import ClusterStats, ValueRows, score
 from .node import Node
+from .quick_checks import primary_failures
 
 FailMode = T.FailMode
 
@@ -285,7 +286,11 @@ def try_alloc(
     if not two_nodes:
         candidates: list[Candidate] = []
         failures: list[FailMode] = []
-        for ndx in alloc_nodes:
+        known = _known_failures(opts, cluster, inst, alloc_nodes, policy)
+        for ndx, mode in zip(alloc_nodes, known, strict=True):
+            if mode is not None:
+                failures.append(mode)
+                continue
             try:
                 candidates.append(
                     allocate_on_single(opts, cluster, stats, inst, ndx, scope, policy)
@@ -316,6 +321,19 @@ def try_alloc(
             part = _collect(candidates, failures, keep)
         total = _sum_allocs(total, part)
     return total
+
+
+def _known_failures(opts, cluster, inst, alloc_nodes, policy) -> list[FailMode | None]:
+    """Per candidate node, the failure `allocate_on_single` would raise, where the
+    array-wide first checks already tell (see `quick_checks`); None: ask it."""
+    if opts.ignore_soft_errors or len(alloc_nodes) < QUICK_CHECK_NODES:
+        return [None] * len(alloc_nodes)
+    nodes = [cluster.nodes[i] for i in alloc_nodes]
+    return primary_failures(nodes, inst, [policy(n) for n in nodes])
+
+
+#: Below this many candidate nodes, the array set-up costs more than it saves.
+QUICK_CHECK_NODES = 8
 
 
 def _sum_allocs(a: AllocSolution, b: AllocSolution) -> AllocSolution:

@@ -1,0 +1,65 @@
+"""The array-wide first checks agree with `Node.add_pri` on every node they judge."""
+
+import random
+from collections import Counter
+
+from provisioning.placement.ganeti import types as T
+from provisioning.placement.ganeti.generate import unbalanced_cluster
+from provisioning.placement.ganeti.instance import Instance
+from provisioning.placement.ganeti.quick_checks import primary_failures
+from provisioning.placement.ganeti.simulate import simulated_cluster
+
+
+def random_instance(rng, template):
+    mem = rng.choice([128, 1024, 4096, 16384, 60000, 200000])
+    dsk = rng.choice([0, 1024, 10240, 102400, 10**7])
+    return Instance(
+        "probe",
+        mem,
+        dsk,
+        rng.choice([1, 2, 8, 32, 200]),
+        rng.choice(["running", "running", "ADMIN_down", "ADMIN_offline"]),
+        True,
+        -1,
+        -1,
+        template,
+        [],
+        rng.choice([1, 1, 4, 40]),
+        [] if template == "diskless" else [(dsk, None)],
+    )
+
+
+def test_every_judged_node_fails_exactly_as_add_pri_says():
+    rng = random.Random(11)
+    clusters = [
+        unbalanced_cluster(12, 90, seed=3),
+        unbalanced_cluster(9, 150, seed=8),
+        simulated_cluster(["p,10,200g,64g,16", "p,4,50g,16g,4,2,True"]),  # exclusive storage, spindles
+    ]
+    seen = Counter()
+    for _ in range(400):
+        cluster = rng.choice(clusters)
+        inst = random_instance(rng, rng.choice(["plain", "drbd", "diskless", "file", "ext"]))
+        nodes = [n for n in cluster.nodes if not n.offline]
+        quick = primary_failures(nodes, inst, [None] * len(nodes))
+        for node, mode in zip(nodes, quick, strict=True):
+            try:
+                node.add_pri(inst)
+                actual = None
+            except T.AllocFailure as failure:
+                actual = failure.mode
+            except ZeroDivisionError:
+                actual = "zero cpus"
+            if mode is not None:
+                assert actual == mode, (node.name, inst, mode, actual)
+            seen[(mode, actual)] += 1
+    judged = {mode for mode, _ in seen if mode is not None}
+    assert {T.FailMode.MEM, T.FailMode.DISK, T.FailMode.CPU} <= judged
+    assert seen[(None, None)] > 50  # and nodes that take the instance are left alone
+
+
+def test_a_policy_verdict_comes_first():
+    cluster = unbalanced_cluster(6, 20, seed=1)
+    inst = random_instance(random.Random(1), "plain")
+    modes = primary_failures(cluster.nodes, inst, [T.FailMode.INTERNAL] * len(cluster.nodes))
+    assert modes == [T.FailMode.INTERNAL] * len(cluster.nodes)
