@@ -231,7 +231,8 @@ def test_the_fit_check_gives_the_reason_and_the_earliest_start(client, sim_host,
     html = fit(client, bob, image)
     assert 'data-fit="no"' in html and "host has room then (1 lack memory)" in html
     earliest = re.search(r'data-start="([0-9T:-]+)"', html).group(1)
-    assert earliest == local_input(first.end + timedelta(seconds=59))  # rounded up to the minute
+    # Rounded up to the minute (an end at 14:30:00.4 gives 14:31).
+    assert earliest == local_input(first.end + timedelta(minutes=1, microseconds=-1))
     assert "Use the earliest start" in html
     later = fit(client, bob, image, when="later", start=earliest)
     assert 'data-fit="yes"' in later
