@@ -32,7 +32,10 @@ def parse_moment(text):
     """An aware datetime from ISO 8601 or ``YYYY-MM-DD HH:MM`` (UTC when no zone); ``now`` works."""
     if text in (None, "", "now"):
         return timezone.now()
-    moment = parse_datetime(str(text).strip())
+    try:
+        moment = parse_datetime(str(text).strip())
+    except ValueError as error:  # well-formed, but no such date or time
+        raise ValueError(f"not a valid date and time: {text!r} ({error}; use e.g. 2026-12-01 14:00)") from None
     if moment is None:
         raise ValueError(f"not a date and time: {text!r} (use e.g. 2026-12-01 14:00)")
     return moment if timezone.is_aware(moment) else moment.replace(tzinfo=UTC)

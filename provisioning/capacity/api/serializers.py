@@ -1,3 +1,6 @@
+from datetime import timedelta
+
+from django.utils import timezone
 from rest_framework import serializers
 
 from provisioning import placement as core
@@ -45,6 +48,8 @@ class PlanRequestSerializer(serializers.Serializer):
     def validate_start(self, value):
         if not 2000 <= value.year <= 2200:
             raise serializers.ValidationError("must be between the years 2000 and 2200")
+        if value < timezone.now() - timedelta(minutes=1):
+            raise serializers.ValidationError("is in the past; placement plans from now on")
         return value
 
     def validate_duration(self, value):

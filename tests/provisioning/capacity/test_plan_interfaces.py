@@ -3,6 +3,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.utils import timezone
 
 from provisioning.capacity import services as capacity
@@ -68,3 +69,24 @@ def test_the_api_plans_for_an_image_and_refuses_unknown_fields(api, alice, make_
     assert response.status_code == 400 and "no image named 'nosuch'" in str(response.json()["error"]["fields"]["image"])
     response = api(alice).post("/api/v1/placement/plan/", {"vcpus": 1, "memory": 512, "memory_mib": 512})
     assert response.status_code == 400 and response.json()["error"]["fields"]["memory"] == ["unknown field"]
+
+
+def test_the_place_command_refuses_the_past_and_impossible_dates_and_shows_closest_misses(make_host, capsys):
+    make_host("h1", cpus=2, cpu_ratio=1.0, memory_mib=4096)
+    with pytest.raises(CommandError, match="is in the past"):
+        call_command("place", "--vcpus", "1", "--memory", "512", "--start", "2020-01-01 10:00", "--duration", "2h")
+    with pytest.raises(CommandError, match=r"not a valid date and time: '2026-13-45 09:00' \(month must be in 1\.\.12"):
+        call_command("place", "--vcpus", "1", "--memory", "512", "--start", "2026-13-45 09:00")
+    with pytest.raises(SystemExit):
+        call_command("place", "--vcpus", "1", "--memory", "6144")
+    assert "closest: h1, short of" in capsys.readouterr().out
+    later = (timezone.now() + timedelta(days=1)).strftime("%Y-%m-%d %H:%M")
+    call_command("place", "--vcpus", "1", "--memory", "512", "--start", later, "--json")
+    body = json.loads(capsys.readouterr().out)
+    assert body["fits"] and body["host"] == "h1"
+
+
+def test_the_api_refuses_a_start_in_the_past(api, alice):
+    body = {"vcpus": 1, "memory_mib": 1, "start": "2020-01-01T10:00:00Z"}
+    response = api(alice).post("/api/v1/placement/plan/", body)
+    assert response.status_code == 400 and "in the past" in str(response.json()["error"]["fields"]["start"])

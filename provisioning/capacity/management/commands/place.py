@@ -1,8 +1,10 @@
 """``manage.py place``: where would a VM go? A placement dry run, with the reasons."""
 
 import json
+from datetime import datetime, timedelta
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from provisioning.capacity import services
 from provisioning.capacity.api.views import plan_payload
@@ -38,6 +40,8 @@ class Command(BaseCommand):
             duration = parse_duration(opts["duration"]) if opts["duration"] else None
         except ValueError as error:
             raise CommandError(str(error)) from None
+        if start < timezone.now() - PAST_SLACK:
+            raise CommandError(f"--start {opts['start']} is in the past; placement plans from now on")
         formats = _names(opts["formats"]) or None
         if opts["image"]:
             formats = image_formats(opts["image"])
@@ -49,11 +53,22 @@ class Command(BaseCommand):
         )  # fmt: skip
         result = services.plan(demand)
         if opts["json"]:
-            self.stdout.write(json.dumps(plan_payload(result, staff=True), default=str, indent=2))
+            self.stdout.write(json.dumps(plan_payload(result, staff=True), default=_json_value, indent=2))
         else:
             self.stdout.write(str(result))
+            for miss in result.closest_misses:
+                short = ", ".join(f"{v:g} {k}" for k, v in miss.shortfall.as_dict().items() if v)
+                self.stdout.write(f"  closest: {miss.host}, short of {short}")
         if not result.ok:
             raise SystemExit(1)
+
+
+#: A start this little in the past still means "now" (typing takes time).
+PAST_SLACK = timedelta(minutes=1)
+
+
+def _json_value(value):
+    return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
 def image_formats(name):
