@@ -70,32 +70,28 @@ def _double(obj: dict, key: str, what: str) -> float:
     return float(value)
 
 
-def _bool(obj: dict, key: str, what: str) -> bool:
+def _typed(obj: dict, key: str, what: str, kind: type, label: str):
+    """``obj[key]``, which must be a ``kind`` (hail's "Unable to read <label>" if not)."""
     value = _need(obj, key, what)
-    if not isinstance(value, bool):
-        raise IAllocatorError(f"{what}: key '{key}': Unable to read Bool")
+    if not isinstance(value, kind):
+        raise IAllocatorError(f"{what}: key '{key}': Unable to read {label}")
     return value
+
+
+def _bool(obj: dict, key: str, what: str) -> bool:
+    return _typed(obj, key, what, bool, "Bool")
 
 
 def _str(obj: dict, key: str, what: str) -> str:
-    value = _need(obj, key, what)
-    if not isinstance(value, str):
-        raise IAllocatorError(f"{what}: key '{key}': Unable to read String")
-    return value
+    return _typed(obj, key, what, str, "String")
 
 
 def _list(obj: dict, key: str, what: str) -> list:
-    value = _need(obj, key, what)
-    if not isinstance(value, list):
-        raise IAllocatorError(f"{what}: key '{key}': Unable to read list")
-    return value
+    return _typed(obj, key, what, list, "list")
 
 
 def _object(obj: dict, key: str, what: str) -> dict:
-    value = _need(obj, key, what)
-    if not isinstance(value, dict):
-        raise IAllocatorError(f"{what}: key '{key}': Unable to read JSObject")
-    return value
+    return _typed(obj, key, what, dict, "JSObject")
 
 
 def _strings(obj: dict, key: str, what: str) -> list[str]:
