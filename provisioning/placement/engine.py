@@ -67,7 +67,7 @@ class HostSlot:
         self.pack_key = 0.0
         self.inv_cap: list[float] = []
         self.base_util: list[float] = []
-        # alloc id -> its utilisation deltas d_k (see `ClusterState._columns`)
+        # alloc id -> its utilisation deltas d_k (see `ClusterState._deltas`)
         self.deltas: dict[str, list[float]] = {}
         # Σ utilisation at the host's peak from `now` on (lazy; None = recompute).
         self.future_fill: float | None = None
@@ -125,11 +125,12 @@ class ClusterState:
         later = []
         for slot in self.slots:
             for alloc in slot.host.allocations:
-                if self._record(slot, alloc) is not None:
-                    later.append((slot, alloc))
+                vec = self._record(slot, alloc)
+                if vec is not None:
+                    later.append((slot, alloc, vec))
             self._rekey(slot)
-        for slot, alloc in later:
-            self._index(slot, alloc)
+        for slot, alloc, vec in later:
+            self._index(slot, alloc, vec)
         self._sort_classes()
         self.refresh_sums()
 
@@ -240,10 +241,11 @@ class ClusterState:
 
     def _insert(self, slot: HostSlot, alloc: Allocation) -> None:
         old = list(slot.baseline)
-        if self._record(slot, alloc) is None:
+        vec = self._record(slot, alloc)
+        if vec is None:
             self._baseline_changed(slot, old)
         else:
-            self._index(slot, alloc)
+            self._index(slot, alloc, vec)
 
     def _record(self, slot: HostSlot, alloc: Allocation) -> tuple[float, ...] | None:
         """Everything but the time index; returns the vector of an allocation that goes
@@ -264,8 +266,7 @@ class ClusterState:
             return None
         return vec
 
-    def _index(self, slot: HostSlot, alloc: Allocation) -> None:
-        vec = slot.timeline.entries[alloc.id][2]
+    def _index(self, slot: HostSlot, alloc: Allocation, vec: tuple[float, ...]) -> None:
         delta = slot.deltas[alloc.id] = self._deltas(slot, vec)
         self.index.add(
             alloc.id, slot.idx, alloc.start, window_end(alloc.end),

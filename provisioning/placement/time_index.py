@@ -2,7 +2,7 @@
 
 Contract: `TimeIndex.overlapping(start, end)` returns a `Hits`: every indexed allocation
 overlapping ``[start, end)`` exactly once, as parallel numpy arrays (host, start, end, and
-the per-allocation columns the engine registered, see `ClusterState._columns`).
+the per-allocation columns the engine registered, see `ClusterState._deltas`).
 `Hits.runs()` groups them by host. Never a superset: each row is checked against the window.
 
 Allocations are registered in fixed-width time buckets — in every bucket they overlap, and
