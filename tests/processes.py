@@ -83,6 +83,15 @@ class Child:
         except ProcessLookupError:
             pass
         self.proc.wait()
+        # The group's other members (worker pool, relay) die asynchronously; until they are
+        # gone their database sessions block dropping the test database at the end.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
         self.log.close()
 
 
