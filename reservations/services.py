@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from provisioning.capacity import services as capacity
 from provisioning.jobs import services as jobs
-from provisioning.placement import reasons as placement_reasons
+from provisioning.placement import refusals as placement_reasons
 from provisioning.placement.result import format_time
 from provisioning.vms import services as vms
 from provisioning.vms.models import VM

@@ -6,14 +6,12 @@ program when asked). Loaders at the edge build a `Cluster` snapshot; this packag
 - where does a request go (`place`, `PlacementEngine.place`), or why not, and from when it
   would fit (`earliest_fit`);
 - N requests at once, optionally all-or-nothing (`place_many`);
-- which moves would balance the hosts at a moment (`rebalance`), or empty the least-loaded
-  hosts at low load (`consolidate`), never breaking a future reservation;
 - Ganeti compatibility in `provisioning.placement.ganeti`: the htools text format, the
   IAllocator protocol both ways, capacity planning (hspace), balancing (hbal) and
   consolidation (hsqueeze).
 """
 
-from .api import earliest_fit, place, place_many
+from .engine import PlacementEngine
 from .model import (
     Allocation,
     AllocPolicy,
@@ -24,24 +22,15 @@ from .model import (
     Policy,
     Request,
 )
+from .oneshot import earliest_fit, place, place_many
 from .options import PlacementOptions
-from .placer import PlacementEngine
-from .rebalance import (
-    ConsolidationPlan,
-    PlannedMove,
-    RebalanceOptions,
-    RebalancePlan,
-    consolidate,
-    rebalance,
-)
-from .resources import Resources
 from .result import EarliestFit, Miss, MultiPlacementResult, PlacementResult, format_time
+from .vectors import Resources
 
 __all__ = [
     "Allocation",
     "AllocPolicy",
     "Cluster",
-    "ConsolidationPlan",
     "EarliestFit",
     "Host",
     "HostState",
@@ -51,16 +40,11 @@ __all__ = [
     "PlacementEngine",
     "PlacementOptions",
     "PlacementResult",
-    "PlannedMove",
     "Policy",
-    "RebalanceOptions",
-    "RebalancePlan",
     "Request",
     "Resources",
-    "consolidate",
     "earliest_fit",
     "format_time",
     "place",
     "place_many",
-    "rebalance",
 ]

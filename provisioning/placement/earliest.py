@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from . import reasons
-from .engine import ClusterState
+from . import refusals
 from .filters import static_view
 from .model import Request
 from .result import EarliestFit
+from .state import ClusterState
 from .timeline import first_short
 
 
@@ -36,7 +36,7 @@ def earliest_fit(
     missing = [n for n in request.resources.extras if n not in state.space.index]
     counts: Counter[str] = Counter(view.counts)
     if missing:
-        counts[reasons.lacks(sorted(missing)[0])] += len(view.eligible())
+        counts[refusals.lacks(sorted(missing)[0])] += len(view.eligible())
         return EarliestFit(None, None, dict(counts))
     need = state.space.vector(request.resources, vms=1)
     zero = [0.0] * len(need)
@@ -46,7 +46,7 @@ def earliest_fit(
         slot = state.slots[idx]
         short = first_short(zero, need, slot.capacity)
         if short is not None:
-            counts[reasons.lacks(state.space.names[short])] += 1
+            counts[refusals.lacks(state.space.names[short])] += 1
             continue
         bound = limit if best_t is None else min(limit, best_t)
         t = slot.timeline.earliest_start(
@@ -58,7 +58,7 @@ def earliest_fit(
             horizon=bound,
         )
         if t is None:
-            counts[reasons.NOT_FREE] += 1
+            counts[refusals.NOT_FREE] += 1
             continue
         if best_t is None or t < best_t:
             best_t, best_host = t, idx

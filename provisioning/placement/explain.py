@@ -13,12 +13,12 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 
-from . import reasons
-from .engine import ClusterState
+from . import refusals
 from .filters import StaticView
 from .model import Request
 from .result import Miss
 from .search import Window
+from .state import ClusterState
 
 
 def explain(
@@ -35,7 +35,7 @@ def explain(
     for idx in range(len(state.slots)) if hosts is None else hosts:
         why = view.reason[idx]
         if why is None and idx in window.blocked:
-            why = reasons.ANTI_AFFINITY
+            why = refusals.ANTI_AFFINITY
         if why is not None:
             counts[why] += 1
             continue
@@ -50,12 +50,12 @@ def explain(
         ]
         if not lacking:
             continue  # fits
-        counts[reasons.lacks(space.names[lacking[0]])] += 1
+        counts[refusals.lacks(space.names[lacking[0]])] += 1
         distance = max(
             short[r] / slot.capacity[r] if 0 < slot.capacity[r] < math.inf else math.inf
             for r in lacking
         )
-        miss = Miss(slot.name, reasons.lacks(space.names[lacking[0]]), space.resources(short))
+        miss = Miss(slot.name, refusals.lacks(space.names[lacking[0]]), space.resources(short))
         misses.append((distance, idx, miss))
     misses.sort(key=lambda item: (item[0], item[1]))
     return dict(counts), tuple(m for _, _, m in misses[:limit])

@@ -11,29 +11,29 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from . import reasons
-from .engine import ClusterState, HostSlot
+from . import refusals
 from .model import AllocPolicy, HostState, Policy, Request
+from .state import ClusterState, HostSlot
 
 
 def static_reason(state: ClusterState, slot: HostSlot, request: Request) -> str | None:
     host = slot.host
     if host.state == HostState.OFFLINE:
-        return reasons.OFFLINE
+        return refusals.OFFLINE
     if host.state == HostState.DRAINED:
-        return reasons.DRAINED
+        return refusals.DRAINED
     if state.groups[host.group].alloc_policy == AllocPolicy.UNALLOCATABLE:
-        return reasons.GROUP_UNALLOCATABLE
+        return refusals.GROUP_UNALLOCATABLE
     if request.groups is not None and host.group not in request.groups:
-        return reasons.NOT_IN_GROUP
+        return refusals.NOT_IN_GROUP
     if request.hypervisors is not None and host.hypervisor not in request.hypervisors:
-        return reasons.WRONG_HYPERVISOR
+        return refusals.WRONG_HYPERVISOR
     if not request.required_tags <= host.tags:
-        return reasons.MISSING_TAG
+        return refusals.MISSING_TAG
     if request.forbidden_tags & host.tags:
-        return reasons.FORBIDDEN_TAG
+        return refusals.FORBIDDEN_TAG
     if request.exclusive_storage and not host.exclusive_storage:
-        return reasons.EXCLUSIVE_STORAGE
+        return refusals.EXCLUSIVE_STORAGE
     return None
 
 

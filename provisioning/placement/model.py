@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from .resources import Resources
+from .vectors import Resources
 
 _NO_RATIOS: Mapping[str, float] = MappingProxyType({})
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
 
-from . import reasons
+from . import refusals
 from .model import Request
-from .resources import Resources
+from .vectors import Resources
 
 _NO_COUNTS: Mapping[str, int] = MappingProxyType({})
 
@@ -51,7 +51,7 @@ class EarliestFit:
 
     def __str__(self) -> str:
         if self.start is None:
-            why = reasons.summarize(self.reasons)
+            why = refusals.summarize(self.reasons)
             return f"never fits: {why}" if why else "never fits"
         return f"earliest fit {format_time(self.start)}"
 
@@ -82,7 +82,7 @@ class PlacementResult:
         if self.host is not None:
             score = "" if self.score is None else f", score {self.score:.6g}"
             return f"host {self.host} ({self.policy}{score})"
-        why = reasons.summarize(self.reasons) or self.note or "no hosts"
+        why = refusals.summarize(self.reasons) or self.note or "no hosts"
         text = f"no host: {why}"
         if self.earliest_fit is not None:
             fit = self.earliest_fit

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .engine import ClusterState, HostSlot
 from .model import Policy
+from .state import ClusterState, HostSlot
 from .time_index import Hits
 from .timeline import fits
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from .engine import PlacementEngine
 from .model import Allocation, Cluster, Host, NodeGroup, Request
 from .options import PlacementOptions
-from .placer import PlacementEngine
-from .resources import Resources
+from .vectors import Resources
 
 
 def _res(r: Resources) -> dict:

@@ -23,6 +23,7 @@ from . import types as T
 from .cluster import GCluster
 from .instance import NO_NODE, Instance, check_policy
 from .metrics import ClusterStats, ValueRows, score
+from .n_plus_one import redundant
 from .node import Node
 from .quick_checks import primary_failures
 
@@ -356,9 +357,7 @@ def split_cluster(cluster: GCluster) -> list[tuple[int, list[Node]]]:
 def _n1_checker(opts: AllocOptions, scope: Sequence[int] | None = None):
     if not opts.capacity:
         return None
-    from .capacity import redundant
-
-    return lambda cl: redundant(opts, cl, scope)
+    return lambda cl: redundant(cl, scope, opts.accept_existing)
 
 
 def _group_solution(opts, cluster, group_nodes, inst, count, scoped=False) -> AllocSolution:

@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterable
 
 from ..model import AllocPolicy, Cluster, Host, HostState, Request
-from ..resources import Resources
+from ..vectors import Resources
 from . import types as T
 from .cluster import GCluster
 from .instance import Instance

@@ -4,7 +4,7 @@ Contract: `balance(cluster, HbalOptions(...)) -> HbalResult` lowers the htools c
 score with the same move kinds, feasibility rules and stopping rule as Ganeti's hbal 3.0
 (only DRBD and shared-storage instances move; offline/drained nodes never receive;
 ``--min-gain``/``--min-gain-limit``/``--min-score``/``-l``). Unlike hbal, a candidate move
-is not scored by rescanning the cluster: `balance_core` keeps the score's sums and updates
+is not scored by rescanning the cluster: `greedy.Scoreboard` keeps the score's sums and updates
 them for the two or three nodes a move touches, and each node's outcome of a move is
 memoised until that node changes. The result carries the move plan, the gnt-instance
 commands and the final cluster (write it with `text_backend.serialize`).
@@ -12,14 +12,14 @@ commands and the final cluster (write it with `text_backend.serialize`).
 Strategies: "steepest" is hbal's own steepest descent — the best move every round — and
 takes exactly hbal's path (same moves, same scores, checked against Ganeti); it re-scores
 the whole neighbourhood after each move in numpy (`steepest`). "lazy" re-ranks candidates
-lazily (`balance_core`): a different (sometimes better, sometimes worse) local optimum.
+lazily (`greedy.greedy_balance`): a different (sometimes better, sometimes worse) local optimum.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import balance_core as core
+from . import greedy as core
 from . import types as T
 from .cluster import GCluster
 from .fast_moves import node_effects, node_values_after
@@ -232,9 +232,9 @@ def balance(cluster: GCluster, options: HbalOptions | None = None) -> HbalResult
     return min(results, key=lambda r: (round(r.final_score, 12), len(r.steps)))
 
 
-def _run(cluster: GCluster, scope: list[int], opts: HbalOptions, steepest: bool, reference: bool = False) -> HbalResult:
-    """``reference``: take the steepest path with `balance_core.greedy_balance` (slow;
-    tests hold `steepest.steepest_descent` to it)."""
+def _run(cluster: GCluster, scope: list[int], opts: HbalOptions, steepest: bool, search=None) -> HbalResult:
+    """``search(problem, board, rule, on_step) -> GreedyStats`` replaces the strategy's own
+    (tests give a slow reference to hold `steepest.steepest_descent` to)."""
     in_scope = set(scope)
     problem = _GanetiProblem(cluster, scope, opts)
     counts = [
@@ -252,10 +252,9 @@ def _run(cluster: GCluster, scope: list[int], opts: HbalOptions, steepest: bool,
         steps.append(_describe(problem, before[step.item], new_inst, step.move, step.score))
         before[step.item] = new_inst
 
-    if steepest and not reference:
-        stats = steepest_descent(problem, board, rule, record)
-    else:
-        stats = core.greedy_balance(problem, board, rule, record, steepest=steepest)
+    if search is None:
+        search = steepest_descent if steepest else core.greedy_balance
+    stats = search(problem, board, rule, record)
     final = cluster.replaced(problem.nodes, problem.instances)
     return HbalResult(
         initial,

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 from . import types as T
 from .allocation import AllocError, AllocOptions, AllocSolution, gen_alloc_nodes, try_alloc
-from .capacity import redundant
 from .cluster import GCluster
 from .hsformat import hts_lines, show_double
 from .instance import Instance, shrink
 from .metrics import score
+from .n_plus_one import redundant
 from .node import Node
 
 FailMode = T.FailMode
@@ -192,7 +192,7 @@ class _Allocator:
         self.requires = requires
 
     def try_alloc(self, opts: AllocOptions, cluster: GCluster, inst: Instance) -> AllocSolution:
-        n1 = (lambda cl: redundant(opts, cl)) if opts.capacity else None
+        n1 = (lambda cl: redundant(cl, accept_existing=opts.accept_existing)) if opts.capacity else None
         return try_alloc(opts, cluster, inst, self.alloc_nodes, n1, two_nodes=self.requires == 2)
 
     def small_steps(self, opts, run: AllocRun, limit: int | None, template: Instance) -> AllocRun:
@@ -238,7 +238,7 @@ class _Allocator:
                 opts.exact,
             )
             res = self.small_steps(unchecked, run, batch_limit, template)
-            if redundant(opts, res.cluster):
+            if redundant(res.cluster, accept_existing=opts.accept_existing):
                 if rest == 0 or len(res.placed) == len(run.placed):
                     return res
                 run, limit = res, rest

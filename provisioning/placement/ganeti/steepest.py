@@ -1,7 +1,7 @@
 """hbal's steepest descent, exact, with the move neighbourhood held in numpy arrays.
 
-Contract: `steepest_descent(problem, board, rule, on_step)` takes the moves
-`balance_core.greedy_balance(..., steepest=True)` takes on an hbal problem — every round
+Contract: `steepest_descent(problem, board, rule, on_step)` takes the moves a plain
+steepest descent (`tests/.../reference_balance.py`) takes on an hbal problem — every round
 the best move of the whole neighbourhood, ties to the earliest instance and then the
 earliest of its moves, in hbal's order — with bit-identical scores, and stops under the
 same `GainRule`. Infeasible moves are skipped until a node they involve changes.
@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .. import balance_core as core
+from . import greedy as core
 from .fast_moves import N1_COUNT, REMOVE_SEC, RESERVED, RESERVED_TOTAL, node_effects, node_outcome
 from .metrics import NCOMP
 

@@ -18,7 +18,6 @@ MODULES = [
     "provisioning.placement.ganeti.text_backend",
     "provisioning.placement.ganeti.external",
     "provisioning.placement.ganeti.bridge",
-    "provisioning.placement.rebalance",
     "provisioning.placement.serialize",
 ]
 

@@ -5,9 +5,9 @@ import math
 import pytest
 
 from provisioning.placement import Allocation, Host, Request, Resources
-from provisioning.placement.resources import ResourceSpace
 from provisioning.placement.time_index import TimeIndex
 from provisioning.placement.timeline import HostTimeline
+from provisioning.placement.vectors import ResourceSpace
 
 R = Resources
 

@@ -1,9 +1,8 @@
-"""Our hosts as a Ganeti cluster: capacity planning and balancing at a moment."""
+"""Our hosts as a Ganeti cluster: capacity planning at a moment."""
 
 from provisioning.placement import Allocation, Cluster, Host, NodeGroup, Resources
 from provisioning.placement.ganeti.bridge import to_ganeti
 from provisioning.placement.ganeti.hspace import HSpaceOptions, Spec, run_hspace
-from provisioning.placement.rebalance import RebalanceOptions, consolidate, rebalance
 
 R = Resources
 
@@ -56,51 +55,3 @@ def test_hspace_at_a_moment_counts_what_still_fits():
         ),
     )
     assert later.standard_count > now.standard_count > 0
-
-
-def test_rebalance_moves_running_vms_but_respects_future_reservations():
-    cluster = lab()
-    plan = rebalance(cluster)
-    assert plan.final_score < plan.initial_score and plan.moves
-    assert all(m.target == "b" for m in plan.moves)  # never the drained host
-    # A reservation on b later makes b unable to take the open-ended VMs.
-    blocked = Cluster(
-        (
-            cluster.hosts[0],
-            Host(
-                "b",
-                R(16, 65536, 500),
-                reserved=R(1, 4096, 0),
-                overcommit={"vcpus": 4},
-                allocations=(Allocation("r", R(1, 61440, 1), 2000, 3000),),
-            ),
-            cluster.hosts[2],
-        ),
-        cluster.groups,
-        cluster.now,
-    )
-    # Every VM on a overlaps [2000, 3000), when b is promised to someone else: no move.
-    assert rebalance(blocked, RebalanceOptions()).moves == []
-
-
-def test_consolidate_reports_empty_hosts_and_empties_what_fits_elsewhere():
-    plan = consolidate(lab(), target_utilisation=0.9)
-    assert plan.already_empty == ["b"]
-    # b is already off; nothing else can take a's VMs (c is drained).
-    assert plan.emptied == [] and plan.moves == []
-    two = Cluster(
-        (
-            lab().hosts[0],
-            Host(
-                "b",
-                R(16, 65536, 500),
-                reserved=R(1, 4096, 0),
-                overcommit={"vcpus": 4},
-                allocations=(Allocation("small", R(1, 1024, 10), 0),),
-            ),
-        ),
-        lab().groups,
-        1000,
-    )
-    plan = consolidate(two, target_utilisation=0.9)
-    assert plan.emptied == ["b"] and [m.allocation for m in plan.moves] == ["small"]

@@ -22,6 +22,7 @@ from provisioning.placement.ganeti.moves import possible_moves
 from provisioning.placement.ganeti.types import AllocFailure
 
 from ..helpers import ganeti_tool
+from .reference_balance import steepest_balance
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "placement" / "ganeti"
 
@@ -37,7 +38,7 @@ def _both(cluster, **options):
         cluster = cluster.set_offline(opts.offline)
     scope = hbal._scope(cluster, opts.group)
     fast = hbal._run(cluster, scope, opts, steepest=True)
-    slow = hbal._run(cluster, scope, opts, steepest=True, reference=True)
+    slow = hbal._run(cluster, scope, opts, steepest=True, search=steepest_balance)
     return fast, slow
 
 

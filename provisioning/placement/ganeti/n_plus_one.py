@@ -1,6 +1,6 @@
 """Global N+1 redundancy: could every node fail and its instances live on? (htools 3.0)
 
-Contract: `redundant(opts, cluster)` is true when, for every node, its DRBD primaries can
+Contract: `redundant(cluster)` is true when, for every node, its DRBD primaries can
 fail over to their secondaries, its shared-storage instances can move to another node of
 its group, and its other instances (plain, file, blockdev) can be re-created on the other
 nodes of its group, largest memory first, each on the best-scoring node, soft limits
@@ -12,17 +12,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import types as T
-from .allocation import AllocOptions
 from .cluster import GCluster
 from .instance import Instance, check_policy
 from .metrics import ClusterStats, ValueRows
 from .moves import FAILOVER, FAILOVER_ANY, Move, apply_move
 
 
-def redundant(opts: AllocOptions, cluster: GCluster, scope: Sequence[int] | None = None) -> bool:
+def redundant(cluster: GCluster, scope: Sequence[int] | None = None, accept_existing: bool = False) -> bool:
+    """``accept_existing``: offline nodes are taken as they are (not evacuated)."""
     nodes = cluster.nodes if scope is None else [cluster.nodes[i] for i in scope]
     for node in nodes:
-        if opts.accept_existing and node.offline:
+        if accept_existing and node.offline:
             continue
         if not can_evacuate_node(cluster, node.idx, False):
             return False

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from .engine import PlacementEngine
 from .model import Cluster, Request
 from .options import PlacementOptions
-from .placer import PlacementEngine
 from .result import EarliestFit, MultiPlacementResult, PlacementResult
 
 

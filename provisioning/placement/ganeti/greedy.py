@@ -1,4 +1,4 @@
-"""Greedy balancing with incremental scoring, shared by hbal (Ganeti model) and our hosts.
+"""Greedy balancing with incremental scoring, for hbal (the Ganeti model).
 
 Contract: a cluster score is a weighted sum of components; each component is either the
 population standard deviation of a per-node value over the nodes that count, or a plain
@@ -230,11 +230,9 @@ def greedy_balance(
     board: Scoreboard,
     rule: GainRule,
     on_step: Callable[[Applied], None] | None = None,
-    steepest: bool = False,
 ) -> GreedyStats:
-    """``steepest``: after each move, re-evaluate the candidates it touched and re-key all
-    others, so each move is the best one (hbal's steepest descent; slower). Otherwise
-    candidates are re-keyed lazily."""
+    """Apply the best move until none passes ``rule``, re-keying candidates lazily (see the
+    module docstring). hbal's exact steepest descent is `steepest.steepest_descent`."""
     stats = GreedyStats()
     versions: dict[int, int] = {}
     item_version: dict[Hashable, int] = {}
@@ -296,16 +294,12 @@ def greedy_balance(
         heapq.heapify(heap)
         stats.rekeyed += len(heap)
 
-    # Per item, the order of its first candidate in the last full pass (see below).
-    first_order: dict[Hashable, int] = {}
-
     def full_pass():
         heap.clear()
         parked.clear()
         stats.full_passes += 1
         order = 0
         for item in problem.items():
-            first_order[item] = order
             for move in problem.moves(item):
                 push(item, move, order)
                 order += 1
@@ -350,27 +344,6 @@ def greedy_balance(
         for n in touched:
             versions[n] = versions.get(n, 0) + 1
         item_version[item] = item_version.get(item, 0) + 1
-        if steepest:
-            # Exact steepest descent, as hbal: candidates touching a changed node are
-            # evaluated afresh; every other one keeps its per-node deltas (its nodes did
-            # not change), so re-keying it against the new sums is exact.
-            kept, stale = [], []
-            for queued in heap:
-                if queued[_IVER] != item_version.get(queued[_ITEM], 0):
-                    continue
-                if touched.isdisjoint(queued[_NODES]):
-                    kept.append(queued)
-                else:
-                    stale.append(queued)
-            heap[:] = kept
-            epoch = state["epoch"]
-            for queued in kept:  # nodes unchanged: the cached aggregate still holds
-                queued[_KEY] = board.score_agg(queued[_AGG]) - board.score
-                queued[_EPOCH] = epoch
-            heapq.heapify(heap)
-            stats.rekeyed += len(kept)
-            for queued in stale:
-                push(queued[_ITEM], queued[_MOVE], queued[_ORDER])
         retry = {}
         for n in touched:
             for ticket in parked.pop(n, ()):
@@ -383,12 +356,6 @@ def greedy_balance(
         if on_step is not None:
             on_step(step)
         new_moves = list(problem.moves(item))
-        for j, new_move in enumerate(new_moves):
-            if steepest:
-                # Ties go to the earliest item, then its earliest move (hbal's order): the
-                # new moves stay within the item's band of orders, in their own order.
-                push(item, new_move, first_order[item] + j / (len(new_moves) + 1))
-            else:
-                push(item, new_move, entry[_ORDER])
-        refreshed = refreshed or steepest
+        for new_move in new_moves:
+            push(item, new_move, entry[_ORDER])
     return stats
