@@ -99,7 +99,7 @@ def main():
         demand = services.Demand(vcpus=2, memory_mib=4096, disk_gib=20, start=start,
                                  end=start + timedelta(hours=2), purpose=f"claim {n}")  # fmt: skip
         t, c = time.perf_counter(), time.process_time()
-        services.claim(demand, actor)
+        services.claim(demand, actor=actor)
         latencies.append((time.perf_counter() - t) * 1000)
         cpu.append((time.process_time() - c) * 1000)
     latencies.sort()

@@ -258,7 +258,7 @@ def _create(actor, user, image, start, end, ssh_key, request_key, size, block=No
     )  # fmt: skip
     try:
         allocation = capacity.claim(
-            _demand(image, start, end, size, f"reservation {reservation.pk}"), actor, owner=user
+            _demand(image, start, end, size, f"reservation {reservation.pk}"), actor=actor, owner=user
         )
     except capacity.NoCapacity as exc:
         raise ValidationError({"start": [_no_capacity_message(exc.result, start)]}) from None
@@ -375,7 +375,7 @@ def _retry_elsewhere(reservation, failed_hosts, why, actor):
     demand = _demand(reservation.image, start, reservation.end, size, f"reservation {reservation.pk}", failed_hosts)
     try:
         with transaction.atomic():
-            allocation = capacity.claim(demand, actor, owner=reservation.user)
+            allocation = capacity.claim(demand, actor=actor, owner=reservation.user)
             Reservation.objects.filter(pk=reservation.pk).update(allocation=allocation)
     except (capacity.NoCapacity, capacity.TryAgain) as exc:
         text = _plain(exc.result) if isinstance(exc, capacity.NoCapacity) else str(exc)
@@ -415,7 +415,7 @@ def _login_name(name):
 def _release(reservation, actor, reason):
     if reservation.allocation_id:
         reservation.allocation.refresh_from_db()
-        capacity.release(reservation.allocation, actor, reason)
+        capacity.release(reservation.allocation, actor=actor, reason=reason)
 
 
 def end(actor, reservation, reason="ended by the user"):
@@ -506,7 +506,7 @@ def extend(actor, reservation, new_end):
     allocation = reservation.allocation
     with transaction.atomic():
         try:
-            fresh = capacity.extend(allocation, new_end, actor)
+            fresh = capacity.extend(allocation, new_end, actor=actor)
         except capacity.NoCapacity as exc:
             raise ValidationError(
                 {"end": [f"cannot extend to {new_end:%Y-%m-%d %H:%M} UTC: {_plain(exc.result)} on this VM's host"]}

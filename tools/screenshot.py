@@ -38,7 +38,7 @@ for i, host in enumerate(hosts):  # some load, unevenly spread
     if share:
         demand = capacity.Demand(host.cpus * 4 * share, host.memory_mib * share, host.disk_gib * share / 2,
                                  start=now, purpose="demo load")
-        capacity.claim_on_host(host, demand, "demo")
+        capacity.claim_on_host(host, demand, actor="demo")
 inventory.set_state("demo", hosts[5], "drained", "demo: firmware update")
 inventory.set_state("demo", hosts[12], "offline", "demo: power supply failed")
 """

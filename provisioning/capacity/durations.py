@@ -1,7 +1,7 @@
 """Human durations and times for the CLI and API: ``90m``, ``2h``, ``1d12h``, ``3600``."""
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -39,7 +39,3 @@ def parse_moment(text):
     if moment is None:
         raise ValueError(f"not a date and time: {text!r} (use e.g. 2026-12-01 14:00)")
     return moment if timezone.is_aware(moment) else moment.replace(tzinfo=UTC)
-
-
-def utc_text(epoch_seconds):
-    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -5,7 +5,6 @@ allocations has to load in about a second.
 """
 
 from collections import defaultdict
-from datetime import UTC, datetime
 
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import Q
@@ -28,10 +27,6 @@ ALLOCATION_COLUMNS = ("id", "host_id", "vcpus", "memory_mib", "disk_gib", "extra
 def ts(moment):
     """A datetime as the core's epoch seconds (None stays None: open-ended)."""
     return None if moment is None else moment.timestamp()
-
-
-def from_ts(seconds):
-    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
 def allocation_from_row(row):

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from inventory.models import Hypervisor
 from provisioning import placement as core
-from provisioning.capacity import loaders
+from provisioning.capacity import decisions, loaders
 from provisioning.capacity.models import Allocation
 from provisioning.capacity.snapshot import snapshot
 from vclmgr import changelog, events
@@ -71,11 +71,16 @@ class Demand:
         )
 
 
-def plan(demand):
-    """Where the demand would go now, or an explained no with the earliest fit. Writes nothing."""
+def plan(demand, save_to=None):
+    """Where the demand would go now, or an explained no with the earliest fit. Writes nothing
+    to the database; ``save_to``: a file for the decision's input (`decisions.save`)."""
+    request = demand.request()
     with snapshot.lock:
         engine, _ = snapshot.current()
-        return engine.place(demand.request())
+        result = engine.place(request)
+        if save_to is not None:
+            decisions.save(save_to, engine, request, result, note="manage.py place --save")
+        return result
 
 
 def earliest_fit(demand, not_before=None):
@@ -87,13 +92,15 @@ def earliest_fit(demand, not_before=None):
         return engine.earliest_fit(demand.request(), duration, start)
 
 
-def claim(demand, actor, owner=None, max_attempts=MAX_ATTEMPTS):
+def claim(demand, *, actor, owner=None, max_attempts=MAX_ATTEMPTS):
     """Place and record the demand; returns the Allocation. ``NoCapacity`` or ``TryAgain``."""
     request = demand.request()
     for _attempt in range(max_attempts):
         with snapshot.lock:
             engine, ids = snapshot.current()
             result = _decide(engine, ids, demand, request)
+            if not result.ok:
+                decisions.save_refused(_without(engine, ids, demand.exclude_hosts), request, result)
         if not result.ok:
             raise NoCapacity(result)
         allocation = _claim_on(ids[result.host], demand, request, actor, owner)
@@ -136,7 +143,7 @@ def _without(engine, ids, exclude):
     return core.PlacementEngine(replace(cluster, hosts=hosts), snapshot.options)
 
 
-def claim_on_host(host, demand, actor, owner=None):
+def claim_on_host(host, demand, *, actor, owner=None):
     """Claim on a given host (migration target, admin override); ``NoCapacity`` if it does not fit."""
     allocation = _claim_on(host.pk, demand, demand.request(), actor, owner)
     if allocation is None:
@@ -178,16 +185,20 @@ def _claim_on(host_id, demand, request, actor, owner):
         return allocation
 
 
-def extend(allocation, new_end, actor):
+def extend(allocation, new_end, *, actor):
     """Move an allocation's end; re-checked under the host's lock. Returns the new row
-    (the old one is released in the same transaction), or raises ``NoCapacity``."""
+    (the old one is released in the same transaction), or raises ``NoCapacity``; ValueError
+    when the allocation is released already — also when that happened after the caller read
+    it (a conditional update: an end racing the extend must not leave a fresh claim behind)."""
     if allocation.released is not None:
         raise ValueError("this allocation was released")
     demand = demand_of(allocation, end=new_end)
     request = demand.request()
     with transaction.atomic():
         Hypervisor.objects.select_for_update().get(pk=allocation.host_id)
-        Allocation.objects.filter(pk=allocation.pk).update(released=timezone.now())
+        released = Allocation.objects.filter(pk=allocation.pk, released__isnull=True).update(released=timezone.now())
+        if released != 1:
+            raise ValueError("this allocation was released")
         fresh = _claim_on(allocation.host_id, demand, request, actor, allocation.owner)
         if fresh is None:
             raise NoCapacity(_host_check(allocation.host_id, request))  # rolls the release back
@@ -195,7 +206,7 @@ def extend(allocation, new_end, actor):
     return fresh
 
 
-def release(allocation, actor, reason=""):
+def release(allocation, *, actor, reason=""):
     """Give the capacity back (idempotent)."""
     with transaction.atomic():
         updated = Allocation.objects.filter(pk=allocation.pk, released__isnull=True).update(released=timezone.now())

@@ -2,17 +2,21 @@
 
 Contract: `cluster_to_dict`/`cluster_from_dict` and `request_to_dict`/`request_from_dict`
 round-trip the model through plain JSON types (times stay epoch seconds). `decision_record`
-bundles a cluster, requests and the results into one document; `replay` places the
-requests again and returns the results, so a stored record can be compared field by field.
+bundles a cluster, requests, the options and the results into one document (what
+`manage.py place --save` and the refused-decision trail write, as hail's ``--save``);
+`replay` places the requests again with the record's options and returns the results, so
+a stored record (tests/data/placement/decisions) can be compared field by field.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from .engine import PlacementEngine
-from .model import Allocation, Cluster, Host, NodeGroup, Request
+from .model import Allocation, Cluster, Host, NodeGroup, Policy, Request
 from .options import PlacementOptions
+from .result import PlacementResult
 from .vectors import Resources
 
 
@@ -152,27 +156,60 @@ def request_from_dict(d: dict) -> Request:
 SCORE_DIGITS = 9
 
 
+def options_to_dict(options: PlacementOptions) -> dict:
+    """The options that differ from the defaults (a record stays short and readable)."""
+    default = PlacementOptions()
+    out = {}
+    for f in dataclasses.fields(PlacementOptions):
+        value = getattr(options, f.name)
+        if value != getattr(default, f.name):
+            out[f.name] = str(value) if f.name == "default_policy" else value
+    return out
+
+
+def options_from_dict(d: dict) -> PlacementOptions:
+    values = dict(d)
+    if "default_policy" in values:
+        values["default_policy"] = Policy(values["default_policy"])
+    return PlacementOptions(**values)
+
+
+def decision_dict(result: PlacementResult) -> dict:
+    """A result as a record stores it (score rounded, see SCORE_DIGITS)."""
+    decision = result.to_dict()
+    if decision.get("score") is not None:
+        decision["score"] = round(decision["score"], SCORE_DIGITS)
+    return decision
+
+
 def replay(record: dict, options: PlacementOptions | None = None) -> list[dict]:
-    """Place the record's requests in order (each committed if placed); results as dicts."""
+    """Place the record's requests in order (each committed if placed); results as dicts.
+    ``options`` default to the record's own."""
+    if options is None:
+        options = options_from_dict(record.get("options", {}))
     engine = PlacementEngine(cluster_from_dict(record["cluster"]), options)
     out = []
     for req in record["requests"]:
         result = engine.place(request_from_dict(req))
         if result.ok:
             engine.commit(result)
-        decision = result.to_dict()
-        if decision.get("score") is not None:
-            decision["score"] = round(decision["score"], SCORE_DIGITS)
-        out.append(decision)
+        out.append(decision_dict(result))
     return out
 
 
-def decision_record(cluster: Cluster, requests: Iterable[Request], note: str = "") -> dict:
-    requests = list(requests)
+def decision_record(
+    cluster: Cluster,
+    requests: Iterable[Request],
+    options: PlacementOptions | None = None,
+    note: str = "",
+    results: Iterable[PlacementResult] | None = None,
+) -> dict:
+    """A replayable record. ``results``: the decisions as given live (else replayed here)."""
     record = {
         "note": note,
         "cluster": cluster_to_dict(cluster),
         "requests": [request_to_dict(r) for r in requests],
+        "options": options_to_dict(options or PlacementOptions()),
     }
-    record["expected"] = replay(record)
+    record["expected"] = replay(record) if results is None else [decision_dict(r) for r in results]
     return record

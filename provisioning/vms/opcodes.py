@@ -237,7 +237,7 @@ def retry_elsewhere(vm_id, step, reason, actor):
         driver_for(failed_host).destroy(vm.key)  # raises: the caller fails the job and keeps the claim
     with transaction.atomic():
         if vm.allocation_id:
-            capacity.release(vm.allocation, actor, f"{vm.key}: {step} failed, retrying on another host")
+            capacity.release(vm.allocation, actor=actor, reason=f"{vm.key}: {step} failed, retrying on another host")
         where = f" on {failed_host.name}" if failed_host else ""
         services.set_state(
             vm_id, S.REQUESTED, actor, f"{step} failed{where}; retrying on another host", host=None, allocation=None,
@@ -270,7 +270,7 @@ def claim(vm_id, actor, exclude=()):
         prefer_hosts=services.hosts_with(vm.image),
     )
     with transaction.atomic():  # the claim and its record on the VM commit together
-        allocation = capacity.claim(demand, actor, owner=vm.owner)
+        allocation = capacity.claim(demand, actor=actor, owner=vm.owner)
         variant = _variant_for(vm, allocation.host)
         VM.objects.filter(pk=vm_id).update(allocation=allocation, host=allocation.host, variant=variant)
     services.set_state(vm_id, S.STAGING, actor, f"placed on {allocation.host.name}")
@@ -397,7 +397,7 @@ def undo_create(vm_id, actor, reason):
             services.set_state(vm_id, S.FAILED, actor, "create failed", error=error[:4000])
             return
     if vm.allocation_id:
-        capacity.release(vm.allocation, actor, f"{vm.key}: create failed")
+        capacity.release(vm.allocation, actor=actor, reason=f"{vm.key}: create failed")
     services.set_state(vm_id, S.FAILED, actor, "create failed", error=error[:4000], address=None)
 
 
@@ -425,7 +425,7 @@ def release(vm_id, actor):
     vm = _vm(vm_id)
     for allocation in (vm.allocation, vm.target_allocation):
         if allocation is not None:
-            capacity.release(allocation, actor, f"{vm.key} destroyed")
+            capacity.release(allocation, actor=actor, reason=f"{vm.key} destroyed")
     services.set_state(vm_id, S.DESTROYED, actor, "destroyed", address=None, target_allocation=None)
 
 
@@ -621,9 +621,9 @@ def claim_target(vm_id, target_id, actor):
                 raise Refused(f"no hypervisor {target_id}")
             if target.state != Hypervisor.State.ONLINE:
                 raise Refused(f"cannot migrate to {target.name}: it is {target.state}")
-            allocation = capacity.claim_on_host(target, demand, actor, owner=vm.owner)
+            allocation = capacity.claim_on_host(target, demand, actor=actor, owner=vm.owner)
         else:
-            allocation = capacity.claim(demand, actor, owner=vm.owner)
+            allocation = capacity.claim(demand, actor=actor, owner=vm.owner)
         if allocation.host_id == vm.host_id:
             raise Refused(f"{vm.key} is on {vm.host.name} already and no other host fits")  # rolls back the claim
         if allocation.host.driver != vm.host.driver:
@@ -660,7 +660,7 @@ def switch(vm_id, state, actor):
             address=address,
         )
         if old is not None:
-            capacity.release(old, actor, f"{vm.key} migrated to {target.name}")
+            capacity.release(old, actor=actor, reason=f"{vm.key} migrated to {target.name}")
 
 
 def undo_migrate(vm_id, actor, state, reason):
@@ -676,7 +676,7 @@ def undo_migrate(vm_id, actor, state, reason):
     if arrived:  # the move itself happened: finish it rather than lose track of the VM
         switch(vm_id, state, actor)
         return
-    capacity.release(vm.target_allocation, actor, f"{vm.key}: migration failed")
+    capacity.release(vm.target_allocation, actor=actor, reason=f"{vm.key}: migration failed")
     services.set_state(vm_id, state, actor, "migration failed", target_allocation=None, error=reason[:4000])
 
 

@@ -28,7 +28,7 @@ URL = "/dashboard/data/"
 def claim(host, vcpus, memory_mib, disk_gib, start=None, end=None):
     start = start or timezone.now()
     demand = capacity.Demand(vcpus, memory_mib, disk_gib, start=start, end=end, purpose="test")
-    return capacity.claim_on_host(host, demand, TEST)
+    return capacity.claim_on_host(host, demand, actor=TEST)
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def inventory_(group, chassis, make_host):
     claim(gone, 2, 2048, 10)
     claim(s1, 16, 16384, 100, start=timezone.now() + 5 * H, end=timezone.now() + 6 * H)  # future: not now
     released = claim(loose, 4, 4096, 40)
-    capacity.release(released, TEST)
+    capacity.release(released, actor=TEST)
     now = timezone.now()  # over already (written as a crashed process would leave it)
     Allocation.objects.create(host=loose, purpose="old", vcpus=3, memory_mib=3000, disk_gib=3, start=now - 3 * H,
                               end=now - H)  # fmt: skip

@@ -26,7 +26,7 @@ RACER = textwrap.dedent(
         demand = services.Demand(vcpus=1, memory_mib=256, disk_gib=1, start=start, end=start + timedelta(hours=2),
                                  purpose=f"racer {sys.argv[1]}")
         try:
-            services.claim(demand, Actor(name="racer"))
+            services.claim(demand, actor=Actor(name="racer"))
             won += 1
         except services.NoCapacity:
             break

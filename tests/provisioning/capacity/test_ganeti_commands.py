@@ -80,7 +80,7 @@ def test_the_commands_read_the_live_inventory_and_its_reservations(make_host, ca
     now = timezone.now()
     for _ in range(6):
         capacity.claim(capacity.Demand(vcpus=2, memory_mib=4096, disk_gib=20, start=now,
-                                       end=now + timedelta(hours=4), policy="pack"), TEST)  # fmt: skip
+                                       end=now + timedelta(hours=4), policy="pack"), actor=TEST)  # fmt: skip
     call_command("hspace", "--standard-alloc=20480,4096,2", "--no-capacity-checks", "--machine-readable")
     now_count = int(dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())["HTS_ALLOC_INSTANCES"])
     later = (now + timedelta(hours=5)).strftime("%Y-%m-%d %H:%M")

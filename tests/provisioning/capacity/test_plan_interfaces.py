@@ -34,7 +34,8 @@ def test_users_get_the_answer_without_host_names(api, alice, make_host):
     client = api(alice)
     assert client.post("/api/v1/placement/plan/", {"vcpus": 1, "memory_mib": 1}).json()["host"] is None
     now = timezone.now()
-    capacity.claim(capacity.Demand(vcpus=1, memory_mib=1, disk_gib=0, start=now, end=now + timedelta(hours=1)), TEST)
+    hour = capacity.Demand(vcpus=1, memory_mib=1, disk_gib=0, start=now, end=now + timedelta(hours=1))
+    capacity.claim(hour, actor=TEST)
     body = client.post("/api/v1/placement/plan/", {"vcpus": 1, "memory_mib": 1, "duration": "1h"}).json()
     assert not body["fits"]
     assert body["summary"].startswith("no host: 1 lack vcpus; earliest fit ")
@@ -90,3 +91,22 @@ def test_the_api_refuses_a_start_in_the_past(api, alice):
     body = {"vcpus": 1, "memory_mib": 1, "start": "2020-01-01T10:00:00Z"}
     response = api(alice).post("/api/v1/placement/plan/", body)
     assert response.status_code == 400 and "in the past" in str(response.json()["error"]["fields"]["start"])
+
+
+def test_place_save_writes_an_input_that_replays_to_the_same_answer(make_host, capsys, tmp_path):
+    from provisioning.placement.serialize import replay
+
+    make_host("h1", cpus=4)
+    make_host("h2", cpus=8)
+    saved = tmp_path / "decision.json"
+    call_command("place", "--vcpus", "2", "--memory", "512", "--duration", "2h", "--json", "--save", str(saved))
+    answer = json.loads(capsys.readouterr().out)
+    record = json.loads(saved.read_text())
+    assert set(record) == {"note", "cluster", "requests", "options", "expected"}  # the golden files' format
+    assert replay(record) == record["expected"]
+    assert record["expected"][0]["host"] == answer["host"] and answer["fits"]
+    refused = tmp_path / "refused.json"
+    with pytest.raises(SystemExit):
+        call_command("place", "--vcpus", "64", "--memory", "512", "--save", str(refused))
+    record = json.loads(refused.read_text())
+    assert replay(record) == record["expected"] and record["expected"][0]["host"] is None

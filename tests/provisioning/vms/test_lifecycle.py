@@ -222,7 +222,7 @@ def test_it_builds_on_an_allocation_claimed_beforehand(make_host, image, alice, 
     make_host("sim-a")
     reserved = make_host("sim-b")
     demand = capacity.Demand(vcpus=1, memory_mib=512, disk_gib=5, start=timezone.now(), purpose="reservation 1")
-    allocation = capacity.claim_on_host(reserved, demand, "test", owner=alice)
+    allocation = capacity.claim_on_host(reserved, demand, actor="test", owner=alice)
     vm, job = create(alice, image, allocation=allocation)
     sync_jobs.drain()
     vm = vm_of(vm)

@@ -31,6 +31,7 @@ class Command(BaseCommand):
         parser.add_argument("--anti-affinity", default="")
         parser.add_argument("--policy", choices=["balanced", "pack", "external"])
         parser.add_argument("--json", action="store_true")
+        parser.add_argument("--save", metavar="FILE", help="write the decision's input (for replay) to FILE")
 
     def handle(self, *args, **opts):
         if opts["vcpus"] <= 0 or opts["memory"] <= 0 or opts["disk"] < 0:
@@ -51,7 +52,10 @@ class Command(BaseCommand):
             required_tags=_names(opts["tags"]), forbidden_tags=_names(opts["not_tags"]),
             anti_affinity=opts["anti_affinity"], policy=opts["policy"],
         )  # fmt: skip
-        result = services.plan(demand)
+        try:
+            result = services.plan(demand, save_to=opts["save"])
+        except OSError as error:
+            raise CommandError(f"--save: {error}") from None
         if opts["json"]:
             self.stdout.write(json.dumps(plan_payload(result, staff=True), default=_json_value, indent=2))
         else:
