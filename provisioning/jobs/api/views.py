@@ -13,8 +13,8 @@ from rest_framework.exceptions import APIException, PermissionDenied, Validation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from provisioning.api.filters import JobFilterSet
-from provisioning.api.serializers import (
+from provisioning.jobs.api.filters import JobFilterSet
+from provisioning.jobs.api.serializers import (
     JobActionSerializer,
     JobBatchSerializer,
     JobLogSerializer,
