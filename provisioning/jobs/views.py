@@ -9,8 +9,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from rest_framework import serializers
 
-from provisioning.jobs.forms import JobActionForm, JobSubmitForm, QueueForm
 from provisioning.jobs import registry, services
+from provisioning.jobs.forms import JobActionForm, JobSubmitForm, QueueForm
 from provisioning.jobs.models import Job, QueueSettings
 
 PAGE_SIZE = 50
