@@ -49,6 +49,7 @@ install: system-run $(VENV)/.run-installed
 install-dev: system-test $(VENV)/.dev-installed
 
 run: install
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py relabel_jobs
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py migrate --no-input -v 0
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py demo
 	DEBUG=$${DEBUG:-1} exec $(BIN)/python manage.py serve --host $(HOST) --port $(PORT)

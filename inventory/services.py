@@ -34,6 +34,7 @@ from inventory.resources import (
 )
 from inventory.validators import validate_name
 from vclmgr import changelog, events
+from vclmgr.errors import InUse
 
 IN_USE_CHECKERS = []
 
@@ -45,10 +46,6 @@ HOST_FIELDS = [
 CREDENTIAL_FIELDS = ["name", "username", "description"]
 GROUP_FIELDS = ["name", "alloc_policy", "exclusive_storage", "placement_policy", "iallocator", "description"]
 CHASSIS_FIELDS = ["name", "site", "model", "slot_count", "management_address", "notes"]
-
-
-class InUse(Exception):
-    """The object cannot be deleted now; the message says what holds it."""
 
 
 # --- shared plumbing ------------------------------------------------------------------

@@ -33,15 +33,12 @@ from provisioning.vms.models import VM
 from reservations.models import BlockAllocation, QuotaRule, Reservation, ReservationHistory
 from vclmgr import changelog, events, topics
 from vclmgr.changelog import Actor
+from vclmgr.errors import Conflict
 
 S = Reservation.Status
 START_GRACE = timedelta(minutes=2)  # a form filled in at 10:00 and sent at 10:01 still means "now"
 MAX_ATTEMPTS = 2  # a VM that fails to build is retried once on another host
 CLEAN_SNAPSHOT = "clean"
-
-
-class Conflict(Exception):
-    """The reservation is not in a state that allows this."""
 
 
 # --- who sees what ----------------------------------------------------------------------

@@ -70,7 +70,7 @@ INSTALLED_APPS = [
     "taggit",
     "vclmgr.apps.VclmgrConfig",
     "inventory.apps.InventoryConfig",
-    "provisioning.apps.ProvisioningConfig",
+    "provisioning.jobs.apps.JobsConfig",
     "provisioning.drivers.sim.apps.SimConfig",
     "provisioning.capacity.apps.CapacityConfig",
     "provisioning.vms.apps.VmsConfig",

@@ -8,7 +8,7 @@ from vclmgr import health, views
 api_v1 = [
     path("", include("vclmgr.api.urls")),
     path("", include("inventory.api.urls")),
-    path("", include("provisioning.api.urls")),
+    path("", include("provisioning.jobs.api.urls")),
     path("", include("provisioning.capacity.api.urls")),
     path("", include("provisioning.vms.api.urls")),
     path("", include("reservations.api.urls")),
@@ -27,7 +27,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("inventory/", include("inventory.urls")),
-    path("provisioning/", include("provisioning.urls")),
+    path("provisioning/", include("provisioning.jobs.urls")),
     path("reservations/", include("reservations.urls")),
     path("vms/", include("provisioning.vms.urls")),
 ]

@@ -38,12 +38,6 @@ from vclmgr.api.errors import error_body
 from vclmgr.api.permissions import IsStaffWithTokenScope
 
 
-class Conflict(APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "conflict"
-    default_detail = "Conflict with the current state."
-
-
 class TooLarge(APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_code = "too_large"
@@ -57,10 +51,7 @@ class InventoryViewSet(viewsets.ModelViewSet):
     delete_service = None
 
     def perform_destroy(self, instance):
-        try:
-            type(self).delete_service(self.request.user, instance, reason="deleted through the API")
-        except services.InUse as exc:
-            raise Conflict(str(exc)) from None
+        type(self).delete_service(self.request.user, instance, reason="deleted through the API")
 
     @extend_schema(responses=ObjectChangeSerializer(many=True), filters=False)
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])

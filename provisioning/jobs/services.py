@@ -20,6 +20,7 @@ from provisioning.jobs import dispatcher, locks, reasons, registry, transitions,
 from provisioning.jobs.models import Job, JobDependency, QueueSettings
 from vclmgr import changelog, events
 from vclmgr.changelog import Actor
+from vclmgr.errors import Conflict
 from vclmgr.models import ObjectChange
 
 S = Job.Status
@@ -27,10 +28,6 @@ MAX_BATCH = 1000
 MAX_DEPENDS = 100
 MAX_CYCLE_SEARCH = 10000
 MAX_ID = 2**63 - 1
-
-
-class Conflict(Exception):
-    """The job is not in a state that allows this (e.g. cancel a finished job)."""
 
 
 def visible_to(user):

@@ -14,18 +14,15 @@
   queue lock.
 """
 
-import logging
-import random
-import threading
 import time
 
-from django.db import close_old_connections, connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from provisioning.jobs import dispatcher, runner, transitions, wake
 from provisioning.jobs.models import Job, QueueSettings
+from vclmgr import periodic
 
-log = logging.getLogger(__name__)
 S = Job.Status
 SWEEP_SCHEDULE = "vclmgr: job sweep"
 SWEEP_FUNC = "provisioning.jobs.tasks.sweep"
@@ -107,47 +104,15 @@ def schedule_exists():
 
 def ensure_schedule():
     """Create the once-a-minute sweep Schedule if missing (idempotent; duplicates removed)."""
-    from django_q.models import Schedule
-
-    rows = list(Schedule.objects.filter(name=SWEEP_SCHEDULE).order_by("pk"))
-    if not rows:
-        Schedule.objects.create(
-            name=SWEEP_SCHEDULE, func=SWEEP_FUNC, schedule_type=Schedule.MINUTES, minutes=1, repeats=-1
-        )
-    for extra in rows[1:]:
-        extra.delete()
+    return periodic.ensure_schedule(SWEEP_SCHEDULE, SWEEP_FUNC, 1)
 
 
 # --- the janitor thread -----------------------------------------------------------------
-_janitor = None
-
-
 def janitor_interval():
     lease = QueueSettings.get().lease_seconds
     return max(0.5, min(5.0, lease / 3))
 
 
-def _janitor_loop():
-    try:
-        ensure_schedule()
-    except Exception:
-        log.exception("could not ensure the job sweep schedule")
-    while True:
-        try:
-            close_old_connections()
-            interval = janitor_interval()
-            sweep()
-        except Exception:  # keep sweeping; a database hiccup must not stop recovery for good
-            log.exception("job sweep failed")
-            interval = 5.0
-            connection.close()
-        time.sleep(interval * random.uniform(0.8, 1.2))  # noqa: S311 (jitter, not security)
-
-
 def start_janitor(**kwargs):
     """django-q2 ``post_spawn`` receiver: one janitor thread per worker process."""
-    global _janitor
-    if _janitor is not None and _janitor.is_alive():
-        return
-    _janitor = threading.Thread(target=_janitor_loop, name="jobs-janitor", daemon=True)
-    _janitor.start()
+    return periodic.start_daemon("jobs-janitor", sweep, janitor_interval, setup=ensure_schedule)

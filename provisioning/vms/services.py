@@ -16,6 +16,7 @@ from provisioning.jobs import services as jobs
 from provisioning.vms.models import VM, HostImage, Image, ImageVariant
 from vclmgr import changelog, events, topics
 from vclmgr.changelog import Actor
+from vclmgr.errors import Conflict, InUse
 
 IMAGE_FIELDS = (
     "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib", "default_vcpus",
@@ -24,14 +25,6 @@ IMAGE_FIELDS = (
 VARIANT_FIELDS = ("hypervisor_type", "format", "location", "checksum", "size_gib")
 ACTIONS = ("start", "stop", "suspend", "resume", "destroy")
 NEEDS_BUILT = ("start", "stop", "suspend", "resume", "snapshot", "revert", "migrate", "capture")  # not mid-create
-
-
-class Conflict(Exception):
-    """The VM is not in a state that allows this."""
-
-
-class InUse(Exception):
-    """The object cannot be deleted now; the message says what holds it."""
 
 
 # --- who sees what ----------------------------------------------------------------------

@@ -18,6 +18,7 @@ from django.conf import settings
 from inventory.models import Hypervisor
 from provisioning.jobs import services as jobs
 from provisioning.jobs.models import Job
+from vclmgr import periodic
 from vclmgr.changelog import Actor
 
 log = logging.getLogger(__name__)
@@ -54,22 +55,8 @@ def refresh_all():
 
 def ensure_schedule(minutes=None):
     """Make the refresh Schedule match ``FACTS_REFRESH_MINUTES`` (idempotent)."""
-    from django_q.models import Schedule
-
     minutes = settings.FACTS_REFRESH_MINUTES if minutes is None else minutes
-    rows = list(Schedule.objects.filter(name=REFRESH_SCHEDULE).order_by("pk"))
-    if minutes <= 0:
-        Schedule.objects.filter(pk__in=[row.pk for row in rows]).delete()
-        return None
-    if not rows:
-        return Schedule.objects.create(
-            name=REFRESH_SCHEDULE, func=REFRESH_FUNC, schedule_type=Schedule.MINUTES, minutes=minutes, repeats=-1
-        )
-    first = rows[0]
-    if (first.minutes, first.func, first.schedule_type) != (minutes, REFRESH_FUNC, Schedule.MINUTES):
-        Schedule.objects.filter(pk=first.pk).update(minutes=minutes, func=REFRESH_FUNC, schedule_type=Schedule.MINUTES)
-    Schedule.objects.filter(pk__in=[row.pk for row in rows[1:]]).delete()
-    return first
+    return periodic.ensure_schedule(REFRESH_SCHEDULE, REFRESH_FUNC, minutes)
 
 
 def on_worker_start(**kwargs):

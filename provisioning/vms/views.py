@@ -195,6 +195,6 @@ def vm_action(request, pk):
     except serializers.ValidationError as exc:  # the job's parameters, checked by the jobs service
         _flash_errors(request, exc.detail if isinstance(exc.detail, dict) else {"__all__": exc.detail})
     else:
-        url = reverse("provisioning:job-detail", args=[job.pk])
+        url = reverse("jobs:job-detail", args=[job.pk])
         messages.success(request, format_html('{} of {} submitted: <a href="{}">job {}</a>.', action, vm, url, job.pk))
     return redirect("vms:vm", pk=pk)

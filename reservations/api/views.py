@@ -10,7 +10,7 @@ from django.db.models import Q
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, PermissionDenied
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -29,13 +29,6 @@ from reservations.api.serializers import (
 )
 from reservations.models import BlockAllocation, QuotaRule, Reservation
 from vclmgr.api.permissions import IsAuthenticatedWithTokenScope, IsStaffWithTokenScope
-
-
-class Conflict(APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "conflict"
-    default_detail = "Conflict with the current state."
-
 
 CONFLICT = OpenApiResponse(description="Conflict with the current state")
 
@@ -97,8 +90,6 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         body.is_valid(raise_exception=True)
         try:
             reservation = services.extend(request.user, reservation, body.validated_data["end"])
-        except services.Conflict as exc:
-            raise Conflict(str(exc)) from None
         except ValidationError as exc:
             raise as_drf(exc) from None
         return Response(ReservationSerializer(reservation, context={"request": request}).data)
@@ -108,10 +99,7 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
     def end(self, request, pk=None):
         """End now: the VM is torn down (or reverted) by a job (202 with it)."""
         reservation = self.get_object()
-        try:
-            job = services.end(request.user, reservation, "ended through the API")
-        except services.Conflict as exc:
-            raise Conflict(str(exc)) from None
+        job = services.end(request.user, reservation, "ended through the API")
         reservation.refresh_from_db()
         return _accepted(reservation, job, request, created=False)
 
@@ -120,10 +108,7 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
     def cancel(self, request, pk=None):
         """Cancel a reservation that has not started building; its capacity is given back."""
         reservation = self.get_object()
-        try:
-            reservation = services.cancel(request.user, reservation, "canceled through the API")
-        except services.Conflict as exc:
-            raise Conflict(str(exc)) from None
+        reservation = services.cancel(request.user, reservation, "canceled through the API")
         return Response(ReservationSerializer(reservation, context={"request": request}).data)
 
 

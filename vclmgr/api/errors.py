@@ -2,6 +2,8 @@
 
     {"error": {"status": 400, "code": "invalid", "message": "…", "fields": {"name": ["…"]}}}
 
+A service's ``vclmgr.errors.Conflict`` (``InUse`` too) is answered here, and only here, with
+409 ``conflict`` and its message: views let it through.
 ``fields`` appears for validation errors only; nested serializer errors are flattened to
 dotted paths (``disks.0.size``).
 """
@@ -9,10 +11,19 @@ dotted paths (``disks.0.size``).
 import logging
 
 from django.http import JsonResponse
-from rest_framework.exceptions import ValidationError
+from rest_framework import status
+from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from vclmgr.errors import Conflict
+
 log = logging.getLogger(__name__)
+
+
+class ConflictError(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+    default_detail = "Conflict with the current state."
 
 
 def error_body(status, code, message, fields=None):
@@ -38,6 +49,8 @@ def _flatten(detail, prefix=""):
 
 
 def exception_handler(exc, context):
+    if isinstance(exc, Conflict):
+        exc = ConflictError(str(exc) or None)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

@@ -9,7 +9,6 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -32,13 +31,7 @@ from provisioning.vms.api.serializers import (
 )
 from provisioning.vms.models import VM, Image, ImageVariant
 from vclmgr.api.permissions import IsAuthenticatedWithTokenScope, IsStaffOrReadOnly, IsStaffWithTokenScope
-
-
-class Conflict(APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "conflict"
-    default_detail = "Conflict with the current state."
-
+from vclmgr.errors import Conflict
 
 CONFLICT = OpenApiResponse(description="Conflict with the current state")
 
@@ -74,10 +67,7 @@ class ImageViewSet(viewsets.ModelViewSet):
             raise as_drf(exc) from None
 
     def perform_destroy(self, instance):
-        try:
-            services.delete_image(self.request.user, instance, reason="deleted through the API")
-        except services.InUse as exc:
-            raise Conflict(str(exc)) from None
+        services.delete_image(self.request.user, instance, reason="deleted through the API")
 
     @extend_schema(
         request=PrestageSerializer, responses={202: PrestageAcceptedSerializer, 201: PrestageAcceptedSerializer}
@@ -121,10 +111,7 @@ class ImageVariantViewSet(
             raise as_drf(exc) from None
 
     def perform_destroy(self, instance):
-        try:
-            services.delete_variant(self.request.user, instance, reason="deleted through the API")
-        except services.InUse as exc:
-            raise Conflict(str(exc)) from None
+        services.delete_variant(self.request.user, instance, reason="deleted through the API")
 
 
 ACTION_SCHEMA = extend_schema(request=None, responses={202: JobAcceptedSerializer, 409: CONFLICT})
@@ -160,8 +147,6 @@ class VMViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gener
         vm = self.get_object()
         try:
             job = services.submit_action(request.user, vm, verb, reason=f"{verb} through the API", **params)
-        except services.Conflict as exc:
-            raise Conflict(str(exc)) from None
         except ValidationError as exc:
             raise as_drf(exc) from None
         return Response({"job": job.pk, "vm": vm.pk}, status=status.HTTP_202_ACCEPTED)

@@ -103,7 +103,9 @@ def test_cancel_and_retry(api, alice, bob, sync_jobs):
     assert response.json()["status"] == "canceled"
     assert response.json()["error"] == {"kind": "canceled", "message": "canceled by alice: oops"}
     again = api(alice).post(f"/api/v1/jobs/{job.pk}/cancel/")
-    assert again.status_code == 409 and "already ended" in again.json()["error"]["message"]
+    assert again.status_code == 409  # a service Conflict, answered by vclmgr.api.errors
+    message = f"job {job.pk} already ended (canceled)"
+    assert again.json() == {"error": {"status": 409, "code": "conflict", "message": message}}
     retry = api(alice).post(f"/api/v1/jobs/{job.pk}/retry/")
     assert retry.status_code == 202
     assert retry.json()["retry_of"] == job.pk and retry["Location"] == retry.json()["url"]

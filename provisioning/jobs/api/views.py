@@ -9,12 +9,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from provisioning.api.filters import JobFilterSet
-from provisioning.api.serializers import (
+from provisioning.jobs import registry, services
+from provisioning.jobs.api.filters import JobFilterSet
+from provisioning.jobs.api.serializers import (
     JobActionSerializer,
     JobBatchSerializer,
     JobLogSerializer,
@@ -23,17 +24,10 @@ from provisioning.api.serializers import (
     OpcodeSerializer,
     QueueSerializer,
 )
-from provisioning.jobs import registry, services
 from provisioning.jobs.models import Job
 from vclmgr.api.permissions import IsStaffOrReadOnly
 
 MAX_LOG = 1000
-
-
-class Conflict(APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "conflict"
-    default_detail = "The job is not in a state that allows this."
 
 
 def _depend_ids(depends):
@@ -124,10 +118,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def cancel(self, request, pk=None):
         """Cancel: queued and waiting jobs end at once, running ones after their current step."""
         job, reason = self.get_object(), self._reason(request)
-        try:
-            job = services.cancel(job, actor=request.user, reason=reason)
-        except services.Conflict as exc:
-            raise Conflict(str(exc)) from None
+        job = services.cancel(job, actor=request.user, reason=reason)
         return self._accepted_one(job)
 
     @extend_schema(request=JobActionSerializer, responses={202: JobSerializer})
@@ -137,10 +128,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         job, reason = self.get_object(), self._reason(request)
         if not registry.may_submit(request.user, job.opcode):
             raise PermissionDenied(f"only staff may submit {job.opcode} jobs")
-        try:
-            new = services.retry(job, actor=request.user, reason=reason)
-        except services.Conflict as exc:
-            raise Conflict(str(exc)) from None
+        new = services.retry(job, actor=request.user, reason=reason)
         return self._accepted_one(new)
 
     @extend_schema(

@@ -1,8 +1,9 @@
 from django.apps import AppConfig
 
 
-class ProvisioningConfig(AppConfig):
-    name = "provisioning"
+class JobsConfig(AppConfig):
+    name = "provisioning.jobs"
+    label = "jobs"
 
     def ready(self):
         from django.utils.module_loading import autodiscover_modules

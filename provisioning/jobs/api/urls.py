@@ -1,7 +1,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from provisioning.api.views import JobViewSet, OpcodeListView, QueueView
+from provisioning.jobs.api.views import JobViewSet, OpcodeListView, QueueView
 
 router = SimpleRouter(trailing_slash=True)
 router.register("jobs", JobViewSet, basename="job")

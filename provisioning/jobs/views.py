@@ -9,8 +9,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from rest_framework import serializers
 
-from provisioning.forms import JobActionForm, JobSubmitForm, QueueForm
 from provisioning.jobs import registry, services
+from provisioning.jobs.forms import JobActionForm, JobSubmitForm, QueueForm
 from provisioning.jobs.models import Job, QueueSettings
 
 PAGE_SIZE = 50
@@ -53,7 +53,7 @@ def job_list(request):
         "queue": services.queue_state(queue),
         "topics": "admin" if request.user.is_staff else f"user.{request.user.pk}",
     }
-    return render(request, "provisioning/job_list.html", context)
+    return render(request, "jobs/job_list.html", context)
 
 
 @login_required
@@ -69,7 +69,7 @@ def job_detail(request, pk):
         "may_retry": job.status in (Job.Status.ERROR, Job.Status.CANCELED)
         and registry.may_submit(request.user, job.opcode),
     }
-    return render(request, "provisioning/job_detail.html", context)
+    return render(request, "jobs/job_detail.html", context)
 
 
 @login_required
@@ -79,7 +79,7 @@ def job_submit(request):
     if not form.is_valid():
         for field, errs in form.errors.items():
             messages.error(request, f"{field}: {' '.join(errs)}")
-        return redirect("provisioning:job-list")
+        return redirect("jobs:job-list")
     data = form.cleaned_data
     try:
         job = services.submit(
@@ -93,9 +93,9 @@ def job_submit(request):
     except serializers.ValidationError as exc:
         for line in _errors(exc):
             messages.error(request, line)
-        return redirect("provisioning:job-list")
+        return redirect("jobs:job-list")
     messages.success(request, f"Job {job.pk} submitted.")
-    return redirect("provisioning:job-detail", pk=job.pk)
+    return redirect("jobs:job-detail", pk=job.pk)
 
 
 @login_required
@@ -109,7 +109,7 @@ def job_cancel(request, pk):
         messages.success(request, f"Cancel of job {job.pk} requested.")
     except services.Conflict as exc:
         messages.error(request, str(exc))
-    return redirect("provisioning:job-detail", pk=job.pk)
+    return redirect("jobs:job-detail", pk=job.pk)
 
 
 @login_required
@@ -124,9 +124,9 @@ def job_retry(request, pk):
         new = services.retry(job, actor=request.user, reason=reason)
     except (services.Conflict, serializers.ValidationError) as exc:
         messages.error(request, str(exc) if isinstance(exc, services.Conflict) else "; ".join(_errors(exc)))
-        return redirect("provisioning:job-detail", pk=job.pk)
+        return redirect("jobs:job-detail", pk=job.pk)
     messages.success(request, f"Job {job.pk} retried as job {new.pk}.")
-    return redirect("provisioning:job-detail", pk=new.pk)
+    return redirect("jobs:job-detail", pk=new.pk)
 
 
 @login_required
@@ -148,4 +148,4 @@ def queue_update(request):
     else:
         for field, errs in form.errors.items():
             messages.error(request, f"{field}: {' '.join(errs)}")
-    return redirect("provisioning:job-list")
+    return redirect("jobs:job-list")

@@ -1,8 +1,8 @@
 from django.urls import path
 
-from provisioning import views
+from provisioning.jobs import views
 
-app_name = "provisioning"
+app_name = "jobs"
 
 urlpatterns = [
     path("jobs/", views.job_list, name="job-list"),

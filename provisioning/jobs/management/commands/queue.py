@@ -8,7 +8,7 @@ import json
 from django.core.management.base import BaseCommand
 
 from provisioning.jobs import services
-from provisioning.management.commands.job import CLI, service_errors
+from provisioning.jobs.management.commands.job import CLI, service_errors
 
 
 class Command(BaseCommand):

@@ -60,8 +60,8 @@ class Migration(migrations.Migration):
                 ('archived', models.BooleanField(default=False)),
                 ('has_deps', models.BooleanField(default=False, editable=False)),
                 ('has_dependents', models.BooleanField(default=False, editable=False)),
-                ('parent', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='children', to='provisioning.job')),
-                ('retry_of', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='retries', to='provisioning.job')),
+                ('parent', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='children', to='jobs.job')),
+                ('retry_of', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='retries', to='jobs.job')),
                 ('submitter', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='jobs', to=settings.AUTH_USER_MODEL)),
             ],
             options={
@@ -73,8 +73,8 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('accepted', models.JSONField(blank=True, default=list)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='dependencies', to='provisioning.job')),
-                ('on', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='dependents', to='provisioning.job')),
+                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='dependencies', to='jobs.job')),
+                ('on', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='dependents', to='jobs.job')),
             ],
             options={
                 'ordering': ['id'],
@@ -87,7 +87,7 @@ class Migration(migrations.Migration):
                 ('time', models.DateTimeField(default=django.utils.timezone.now)),
                 ('level', models.CharField(choices=[('debug', 'Debug'), ('info', 'Info'), ('warning', 'Warning'), ('error', 'Error')], default='info', max_length=10)),
                 ('message', models.TextField()),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='log_entries', to='provisioning.job')),
+                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='log_entries', to='jobs.job')),
             ],
             options={
                 'ordering': ['id'],

@@ -1,0 +1,15 @@
+"""Errors that services raise and every interface understands the same way.
+
+``Conflict``: the object is not in a state that allows this (cancel a finished job, end an
+ended reservation). ``InUse``, a kind of Conflict: it cannot be deleted while something holds
+it; the message says what. The API answers both with 409 (``vclmgr.api.errors``); pages and
+commands show the message.
+"""
+
+
+class Conflict(Exception):
+    """The object is not in a state that allows this; the message says why."""
+
+
+class InUse(Conflict):
+    """The object cannot be deleted now; the message says what holds it."""
