@@ -11,6 +11,7 @@ from django.utils.html import format_html, format_html_join
 from import_export.admin import ImportExportModelAdmin
 
 from inventory import formats, services
+from inventory.discovery.admin import discover_view
 from inventory.forms import (
     BladeCenterRegistrationForm,
     CredentialAdminForm,
@@ -214,8 +215,6 @@ class HypervisorAdmin(ServiceAdmin, ImportExportModelAdmin):
         return super().get_queryset(request).prefetch_related("tags")
 
     def get_urls(self):
-        from provisioning.discovery.admin import discover_view
-
         view = self.admin_site.admin_view(lambda request: discover_view(self, request))
         return [path("discover/", view, name="inventory_hypervisor_discover"), *super().get_urls()]
 

@@ -27,10 +27,10 @@ from import_export import fields, resources, widgets
 from import_export.results import RowResult
 from taggit.models import Tag, TaggedItem
 
-from inventory import bulk, formats
+from inventory import formats
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup, cross_field_errors
 from inventory.validators import validate_address, validate_name
-from vclmgr import changelog
+from vclmgr import bulk, changelog
 from vclmgr.models import Event, ObjectChange
 
 COLUMNS = [
@@ -609,7 +609,7 @@ def _write_tags(instances):
     ids = [hv.pk for hv in instances]
     for start in range(0, len(ids), 500):
         TaggedItem.objects.filter(content_type=content_type, object_id__in=ids[start: start + 500]).delete()
-    bulk.insert_values(
+    bulk.insert_rows(
         TaggedItem, ["content_type", "object_id", "tag"],
         [(content_type.pk, hv.pk, by_name[name].pk) for hv in instances for name in hv._import_tags],
     )
@@ -646,7 +646,7 @@ def _log_changes(created, updated, actor, reason, names_by_id):
             changes["tags"] = [hv._tags_before, hv._import_tags]
         action = "state" if list(changes) in (["state"], ["state", "state_reason"]) else "update"
         rows.append(_change_row(hv, action, actor, changes, reason, content_type, now))
-    bulk.insert_values(ObjectChange, CHANGE_FIELDS, rows)
+    bulk.insert_rows(ObjectChange, CHANGE_FIELDS, rows)
 
 
 CHANGE_FIELDS = ["time", "user", "actor", "action", "content_type", "object_id", "object_repr", "changes", "reason"]
@@ -686,7 +686,7 @@ def _emit_import_events(created, updated, actor, file_name):
     rows.append((now, "admin", "hypervisor.imported", {
         "created": len(created), "updated": len(updated), "by": actor.label, "file": file_name[:200],
     }))
-    bulk.insert_values(Event, ["created", "topic", "kind", "data"], rows)
+    bulk.insert_rows(Event, ["created", "topic", "kind", "data"], rows)
 
 
 def slot_data(hv):

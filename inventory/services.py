@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import ProtectedError
 from django.utils import timezone
 
-from inventory import bulk, formats
+from inventory import formats
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
 from inventory.resources import (
     IMPORT_ACTIONS,
@@ -33,7 +33,7 @@ from inventory.resources import (
     slot_data,
 )
 from inventory.validators import validate_name
-from vclmgr import changelog, events
+from vclmgr import bulk, changelog, events
 from vclmgr.errors import InUse
 
 IN_USE_CHECKERS = []

@@ -8,9 +8,9 @@ when the change it describes is committed, in whichever process made it. The rel
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connections
 from django.utils import timezone
 
+from vclmgr import bulk
 from vclmgr.models import Event
 
 
@@ -22,41 +22,18 @@ def emit(kind, data, topics):
 def emit_many(items, *, rows=True):
     """``emit`` for several ``(kind, data, topics)`` at once, in order, in one INSERT; returns the rows.
 
-    ``rows=False``: a plain multi-row INSERT that reads nothing back and returns how many
-    rows it wrote (cheaper, for hot paths that do not need the ids).
+    ``rows=False``: a plain bulk INSERT (``vclmgr.bulk.insert_rows``) that reads nothing back
+    and returns how many rows it wrote (cheaper, for hot paths and imports that need no ids).
     """
     flat = [(kind, data, topic) for kind, data, topics in items for topic in dict.fromkeys(topics)]
     if rows:
         return Event.objects.bulk_create([Event(topic=topic, kind=kind, data=data) for kind, data, topic in flat])
     if flat:
         now = timezone.now()
-        insert_rows(
+        bulk.insert_rows(
             Event, ["created", "topic", "kind", "data"], [(now, topic, kind, data) for kind, data, topic in flat]
         )
     return len(flat)
-
-
-def insert_rows(model, names, rows, returning=None):
-    """``INSERT INTO model (names) VALUES …`` for ``rows`` (tuples in ``names`` order), in one statement.
-
-    Values are prepared as the model's fields would for a save. With ``returning`` (a field
-    name) the statement returns that column of the new rows, in order (as ``bulk_create``
-    relies on for SQLite ≥ 3.35 and PostgreSQL).
-    """
-    connection = connections[model.objects.db]
-    quote = connection.ops.quote_name
-    fields = [model._meta.get_field(name) for name in names]
-    columns = ", ".join(quote(field.column) for field in fields)
-    values = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(rows))
-    params = [
-        field.get_db_prep_save(value, connection) for row in rows for field, value in zip(fields, row, strict=True)
-    ]
-    sql = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES {values}"
-    if returning:
-        sql += f" RETURNING {quote(model._meta.get_field(returning).column)}"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return [row[0] for row in cursor.fetchall()] if returning else None
 
 
 def since(topics, after_id, limit=1000):

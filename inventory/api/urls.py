@@ -2,7 +2,7 @@ from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from inventory.api import views
-from provisioning.discovery.api import DiscoverView
+from inventory.discovery.api import DiscoverView
 
 router = SimpleRouter(trailing_slash=True)
 router.register("credentials", views.CredentialViewSet, basename="credential")

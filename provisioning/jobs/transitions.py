@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from provisioning.jobs.models import Job, JobDependency, JobLog, QueueSettings, update_returning
-from vclmgr import events
+from vclmgr import bulk, events
 
 S = Job.Status
 LEVEL_OF = {S.SUCCESS: "info", S.ERROR: "error", S.CANCELED: "warning"}
@@ -80,7 +80,7 @@ class _Batch:
         elif self.logs:
             names = ["job", "time", "level", "message"]
             values = [(row.job_id, row.time, row.level, row.message) for row in self.logs]
-            for row, pk in zip(self.logs, events.insert_rows(JobLog, names, values, returning="id"), strict=True):
+            for row, pk in zip(self.logs, bulk.insert_rows(JobLog, names, values, returning="id"), strict=True):
                 row.id = pk
                 row._state.adding = False
         items = [

@@ -65,7 +65,7 @@ def test_moving_a_host_to_another_chassis_empties_its_old_slot_there(db, make_ho
 def test_an_import_racing_another_writer_is_refused_cleanly(db, monkeypatch):
     from django.db import IntegrityError
 
-    from inventory import bulk
+    from vclmgr import bulk
 
     def clash(*args, **kwargs):
         raise IntegrityError("UNIQUE constraint failed")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from provisioning.discovery import services
+from inventory.discovery import services
 from vclmgr.changelog import Actor
 
 PASSWORD_ENV = "VCLMGR_VCENTER_PASSWORD"  # noqa: S105 (a variable's name)

@@ -10,8 +10,8 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 
+from inventory.discovery import services
 from inventory.models import NodeGroup
-from provisioning.discovery import services
 
 
 class DiscoveryForm(forms.Form):

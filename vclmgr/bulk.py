@@ -1,7 +1,7 @@
-"""Fast bulk writes for the import: one prepared statement (or one COPY) per table.
+"""Fast bulk writes (the host import, the event outbox, job logs): one statement per batch.
 
 ``QuerySet.bulk_create`` compiles SQL for every value of every row; for tens of
-thousands of rows that compile time dominates the import. Here each value is still
+thousands of rows that compile time dominates an import. Here each value is still
 prepared by its Django field (``get_db_prep_save``), so JSON, dates and foreign keys are
 stored exactly as the ORM would, and the rows go in with one prepared ``executemany``
 (SQLite, in-process) or one ``COPY`` (PostgreSQL, one round trip).
@@ -16,29 +16,41 @@ from django.utils import timezone
 BATCH = 2000
 
 
-def insert_values(model, field_names, rows):
-    """INSERT ``rows`` (tuples of Python values, in ``field_names`` order) into ``model``'s table."""
-    if not rows:
-        return
+def insert_rows(model, names, rows, *, returning=None):
+    """INSERT ``rows`` (tuples of Python values, in ``names`` order) into ``model``'s table.
+
+    Without ``returning``: one prepared ``executemany`` (SQLite) or one ``COPY`` (PostgreSQL)
+    per batch, and None. With ``returning`` (a field name): multi-row ``INSERT … RETURNING``
+    statements, and that column of the new rows in order (as ``bulk_create`` relies on for
+    SQLite ≥ 3.35 and PostgreSQL).
+    """
     connection = connections[router.db_for_write(model)]
-    fields = [model._meta.get_field(name) for name in field_names]
+    fields = [model._meta.get_field(name) for name in names]
     quote = connection.ops.quote_name
     table, columns = quote(model._meta.db_table), ", ".join(quote(f.column) for f in fields)
+    one = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    returned = []
     with connection.cursor() as cursor:
         for start in range(0, len(rows), BATCH):
             params = [
                 [field.get_db_prep_save(value, connection) for field, value in zip(fields, row, strict=True)]
-                for row in rows[start: start + BATCH]
+                for row in rows[start : start + BATCH]
             ]
-            if connection.vendor == "postgresql":
+            if returning:
+                column = quote(model._meta.get_field(returning).column)
+                values = ", ".join([one] * len(params))
+                cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values} RETURNING {column}",
+                               [value for row in params for value in row])  # fmt: skip
+                returned.extend(row[0] for row in cursor.fetchall())
+            elif connection.vendor == "postgresql":
                 # COPY streams the rows in one round trip; psycopg adapts each value as it would
                 # for a parameter (Jsonb, timestamps, …).
                 with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
                     for row in params:
                         copy.write_row(row)
             else:
-                cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})",
-                                   params)
+                cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES {one}", params)
+    return returned if returning else None
 
 
 def insert_instances(model, instances):
@@ -54,7 +66,7 @@ def insert_instances(model, instances):
             if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
                 setattr(obj, f.attname, now)
         rows.append(tuple(getattr(obj, f.attname) for f in fields))
-    insert_values(model, [f.name for f in fields], rows)
+    insert_rows(model, [f.name for f in fields], rows)
 
 
 def update_instances(model, instances, field_names):

@@ -5,8 +5,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from inventory.discovery import services
 from inventory.models import Hypervisor
-from provisioning.discovery import services
 from provisioning.vms import opcodes
 
 pytestmark = pytest.mark.django_db

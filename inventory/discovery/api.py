@@ -13,8 +13,8 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from inventory.discovery import services
 from inventory.models import Hypervisor
-from provisioning.discovery import services
 from vclmgr.api.errors import error_body
 from vclmgr.api.permissions import IsStaffWithTokenScope
 

@@ -5,8 +5,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from inventory.discovery import services
 from inventory.models import Credential, Hypervisor
-from provisioning.discovery import services
 from provisioning.vms import opcodes
 from tests.provisioning.drivers.conftest import VCSIM_PASSWORD, VCSIM_USER
 
