@@ -31,9 +31,7 @@ class SleepParams(serializers.Serializer):
     seconds = serializers.FloatField(min_value=0, max_value=60, default=1.0)
     locks = StringListField(default=list, max_length=20, help_text="Locks taken exclusive, like vm:7")
     shared_locks = StringListField(default=list, max_length=20, help_text="Locks taken shared")
-    gauge = serializers.CharField(
-        default="", allow_blank=True, max_length=100, help_text="Count the steps running at once in this Gauge"
-    )
+    gauge = serializers.CharField(required=False, max_length=100, help_text="Count running steps in this Gauge")
 
 
 def _sleep_locks(params):
