@@ -1,4 +1,4 @@
-"""Job rows: the job itself, its dependencies, its log, and the queue's tunables.
+"""Job rows: the job itself, its dependencies, its log, the queue's tunables (and a test gauge).
 
 Writes go through ``provisioning.jobs.services`` (verbs) and ``provisioning.jobs.transitions``
 (status changes made by the dispatcher and the runner).
@@ -7,6 +7,7 @@ Writes go through ``provisioning.jobs.services`` (verbs) and ``provisioning.jobs
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import IntegrityError, connections, models, transaction
+from django.db.models.functions import Greatest
 from django.db.models.sql import UpdateQuery
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
@@ -242,3 +243,29 @@ class QueueSettings(models.Model):
         names = [field.name for field in cls._meta.concrete_fields]
         rows = _instances(cls, cls.objects.db, names, sql, [1])
         return rows[0] if rows else cls.objects.select_for_update().get(pk=cls.get().pk)
+
+
+class Gauge(models.Model):
+    """How many ``test.sleep`` steps run at once under a name, and the most there ever were.
+
+    Tests and benchmarks read ``peak`` to check a concurrency limit where the workers run:
+    each step counts itself in with one UPDATE that raises ``peak`` too, so no breach slips
+    between two samples. The row must exist before the jobs run.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    value = models.IntegerField(default=0)
+    peak = models.IntegerField(default=0)
+
+    def __str__(self):
+        return f"gauge {self.name}: {self.value} (peak {self.peak})"
+
+    @classmethod
+    def enter(cls, name):
+        inside = models.F("value") + 1
+        if not cls.objects.filter(name=name).update(value=inside, peak=Greatest("peak", inside)):
+            raise cls.DoesNotExist(f"no gauge {name!r}")
+
+    @classmethod
+    def leave(cls, name):
+        cls.objects.filter(name=name).update(value=models.F("value") - 1)

@@ -14,7 +14,7 @@ from rest_framework import serializers
 
 from provisioning.jobs import services
 from provisioning.jobs.locks import EXCLUSIVE, SHARED
-from provisioning.jobs.models import Job, JobDependency, QueueSettings
+from provisioning.jobs.models import Gauge, Job, JobDependency, QueueSettings
 from provisioning.jobs.registry import StringListField, opcode, registered
 
 S = Job.Status
@@ -31,14 +31,21 @@ class SleepParams(serializers.Serializer):
     seconds = serializers.FloatField(min_value=0, max_value=60, default=1.0)
     locks = StringListField(default=list, max_length=20, help_text="Locks taken exclusive, like vm:7")
     shared_locks = StringListField(default=list, max_length=20, help_text="Locks taken shared")
+    gauge = serializers.CharField(required=False, max_length=100, help_text="Count running steps in this Gauge")
 
 
 def _sleep_locks(params):
     return [(name, EXCLUSIVE) for name in params["locks"]] + [(name, SHARED) for name in params["shared_locks"]]
 
 
-def _sleep(seconds):
-    time.sleep(seconds)
+def _sleep(seconds, gauge=""):
+    if gauge:
+        Gauge.enter(gauge)
+    try:
+        time.sleep(seconds)
+    finally:
+        if gauge:
+            Gauge.leave(gauge)
     return seconds
 
 
@@ -48,7 +55,7 @@ def test_sleep(job):
     steps, seconds = job.params["steps"], job.params["seconds"]
     job.expect(steps)
     for number in range(1, steps + 1):
-        job.step(f"sleep {number}", _sleep, seconds)
+        job.step(f"sleep {number}", _sleep, seconds, job.params.get("gauge", ""))
     return {"steps": steps, "slept": steps * seconds}
 
 

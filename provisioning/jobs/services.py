@@ -131,39 +131,10 @@ def _clean_spec(spec, source):
         op = registry.get(spec.get("opcode"))
     except LookupError as exc:
         raise serializers.ValidationError({"opcode": [str(exc)]}) from None
-    errors = {}
-    params = None
-    try:
-        params = registry.clean_params(op, spec.get("params"))
-    except serializers.ValidationError as exc:
-        detail = exc.detail
-        errors["params"] = detail.get("params", detail) if isinstance(detail, dict) else detail
-    lock_list = []
-    if params is not None:
-        try:
-            lock_list = locks.normalize(op.lock_list(params))
-        except locks.BadLock as exc:
-            errors["params"] = [str(exc)]
-    reason_entries = []
-    raw_reasons = spec.get("reason") or []
-    if isinstance(raw_reasons, str):
-        raw_reasons = [raw_reasons]
-    if not isinstance(raw_reasons, list) or len(raw_reasons) > 20:
-        errors["reason"] = ["a string, or a list of at most 20 strings"]
-    else:
-        for text in raw_reasons:
-            try:
-                reason_entries.append(reasons.entry(source, reasons.check(text)))
-            except reasons.BadReason as exc:
-                errors["reason"] = [str(exc)]
-                break
-    priority = spec.get("priority", 0)
-    if priority is None:
-        priority = 0
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        errors["priority"] = ["must be a whole number"]
-    elif not Job.MIN_PRIORITY <= priority <= Job.MAX_PRIORITY:
-        errors["priority"] = [f"must be between {Job.MIN_PRIORITY} and {Job.MAX_PRIORITY}"]
+    errors = {}  # field -> messages, filled by each check
+    params, lock_list = _clean_params(op, spec.get("params"), errors)
+    reason_entries = _clean_reasons(spec.get("reason"), source, errors)
+    priority = _clean_priority(spec.get("priority", 0), errors)
     name = spec.get("name")
     if name is not None and (not isinstance(name, str) or not name or len(name) > 100):
         errors["name"] = ["a non-empty string of at most 100 characters"]
@@ -183,6 +154,49 @@ def _clean_spec(spec, source):
         "depends": depends,
         "name": name,
     }
+
+
+def _clean_params(op, raw, errors):
+    """→ (params, normalized locks); (None, []) with ``errors["params"]`` set when invalid."""
+    try:
+        params = registry.clean_params(op, raw)
+    except serializers.ValidationError as exc:
+        detail = exc.detail
+        errors["params"] = detail.get("params", detail) if isinstance(detail, dict) else detail
+        return None, []
+    try:
+        return params, locks.normalize(op.lock_list(params))
+    except locks.BadLock as exc:
+        errors["params"] = [str(exc)]
+        return params, []
+
+
+def _clean_reasons(raw, source, errors):
+    """→ reason-trail entries of a string or a list of at most 20 strings."""
+    raw = raw or []
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list) or len(raw) > 20:
+        errors["reason"] = ["a string, or a list of at most 20 strings"]
+        return []
+    entries = []
+    for text in raw:
+        try:
+            entries.append(reasons.entry(source, reasons.check(text)))
+        except reasons.BadReason as exc:
+            errors["reason"] = [str(exc)]
+            break
+    return entries
+
+
+def _clean_priority(priority, errors):
+    if priority is None:
+        return 0
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        errors["priority"] = ["must be a whole number"]
+    elif not Job.MIN_PRIORITY <= priority <= Job.MAX_PRIORITY:
+        errors["priority"] = [f"must be between {Job.MIN_PRIORITY} and {Job.MAX_PRIORITY}"]
+    return priority
 
 
 def _clean_depends(raw):
@@ -347,7 +361,7 @@ def cancel(job, *, actor, reason=""):
         if job.status == S.RUNNING:
             if job.cancel_requested:
                 raise Conflict(f"job {job.pk} is already being canceled")
-            transitions.request_cancel(job, actor.label, reason)
+            transitions.request_cancel(job, actor=actor, reason=reason)
             changes = {"cancel_requested": [False, True]}
         else:
             ended = transitions.end_pending(job.pk, S.CANCELED, kind="canceled", message=why)

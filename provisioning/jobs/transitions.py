@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from provisioning.jobs.models import Job, JobDependency, JobLog, QueueSettings, update_returning
 from vclmgr import bulk, events
+from vclmgr.changelog import Actor
 
 S = Job.Status
 LEVEL_OF = {S.SUCCESS: "info", S.ERROR: "error", S.CANCELED: "warning"}
@@ -236,12 +237,13 @@ def end_pending(job_id, status, *, kind, message):
     return announce(job, f"{status}: {message}", LEVEL_OF.get(status, "info"))
 
 
-def request_cancel(job, actor_label, reason=""):
+def request_cancel(job, *, actor, reason=""):
     """A running job stops at its next step boundary. Caller holds the lock."""
     updated = update(Job.objects.filter(pk=job.pk, status=S.RUNNING, cancel_requested=False), cancel_requested=True)
     if updated:
         why = f": {reason}" if reason else ""
-        announce(updated, f"cancel requested by {actor_label}{why}; stopping after the current step", "warning")
+        by = Actor.of(actor).label
+        announce(updated, f"cancel requested by {by}{why}; stopping after the current step", "warning")
 
 
 def settle(job):
@@ -261,7 +263,7 @@ def settle(job):
         if done.status == S.CANCELED:
             for child in Job.objects.filter(parent_id=done.id).exclude(status__in=Job.FINAL):
                 if child.status == S.RUNNING:
-                    request_cancel(child, f"parent job {done.id}")
+                    request_cancel(child, actor=f"parent job {done.id}")
                 else:
                     canceled = end_pending(
                         child.id, S.CANCELED, kind="canceled", message=f"parent job {done.id} canceled"

@@ -2,7 +2,6 @@
 one-statement conditional UPDATE, and the per-process heartbeat thread."""
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -11,8 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from provisioning.jobs import runner, tasks, transitions, wake
-from provisioning.jobs.models import Job, JobLog, update_returning
-from tests.provisioning.jobs.helpers import refresh, submit
+from provisioning.jobs.models import Gauge, Job, JobLog, update_returning
+from tests.provisioning.jobs.helpers import refresh, submit, wait_until
 from vclmgr.models import Event
 
 # Measured: 6 per submit and 9 per job run (BEGIN/COMMIT included). A budget, not a target:
@@ -90,9 +89,9 @@ def test_one_heartbeat_thread_renews_the_leases_of_running_jobs():
     for index, job in enumerate(jobs):
         Job.objects.filter(pk=job.pk).update(status="running", lease_token=f"t{index}", lease_until=soon)
     with runner.Heartbeat(jobs[0].pk, "t0", 2), runner.Heartbeat(jobs[1].pk, "t1", 2):
-        time.sleep(1.5)  # renewed every lease/3 (0.67 s)
-    assert all(refresh(job).lease_until > soon for job in jobs)
-    assert sum(1 for thread in threading.enumerate() if thread.name == "jobs-heartbeat") == 1
+        # Renewed every lease/3 (0.67 s): both within a few seconds, by the one thread.
+        wait_until(lambda: all(refresh(job).lease_until > soon for job in jobs), 10, "both leases renewed")
+        assert sum(1 for thread in threading.enumerate() if thread.name == "jobs-heartbeat") == 1
 
 
 @pytest.mark.django_db
@@ -104,3 +103,14 @@ def test_without_returning_old_sqlite_still_runs_jobs(sync_jobs, monkeypatch):
     assert refresh(job).status == "success"
     logged = Event.objects.filter(topic=f"job.{job.pk}", kind="job.log").order_by("id")
     assert [event.data["id"] for event in logged] == list(JobLog.objects.filter(job=job).values_list("id", flat=True))
+
+
+@pytest.mark.django_db
+def test_a_gauge_records_its_peak_in_the_same_update_that_counts_in():
+    Gauge.objects.create(name="g")
+    for change in (Gauge.enter, Gauge.enter, Gauge.leave, Gauge.enter, Gauge.leave, Gauge.leave):
+        change("g")
+    row = Gauge.objects.get(name="g")
+    assert (row.value, row.peak) == (0, 2)
+    with pytest.raises(Gauge.DoesNotExist):
+        Gauge.enter("missing")

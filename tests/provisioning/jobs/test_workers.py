@@ -2,21 +2,20 @@
 
 Each test starts its own qcluster (``start_workers``), submits through the services like
 any interface would, and watches the Job rows — the truth — while the workers run them.
-Concurrency is checked twice: by a sampler thread while jobs run, and afterwards from the
-jobs' [started, ended] intervals.
+Concurrency is checked twice: by a ``Gauge`` row the jobs' steps count themselves in and
+out of (one UPDATE also records the peak, so no breach slips between two samples), and
+afterwards from the jobs' [started, ended] intervals.
 """
 
 import os
 import signal
-import threading
 import time
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from provisioning.jobs import services
-from provisioning.jobs.models import Job
+from provisioning.jobs.models import Gauge, Job
 from tests.provisioning.jobs.helpers import refresh, submit, wait_until
 
 pytestmark = pytest.mark.slow
@@ -46,37 +45,17 @@ def max_overlap(jobs):
     return best
 
 
-class Sampler:
-    """Counts running jobs (in total and per bucket) every few milliseconds, in its own thread."""
+def gauge(name):
+    """A fresh ``Gauge``; ``test.sleep`` jobs with ``"gauge": name`` count their steps in it."""
+    Gauge.objects.create(name=name)
+    return name
 
-    def __init__(self):
-        self.max_running = 0
-        self.max_in_bucket = {}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
 
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join()
-
-    def run(self):
-        try:
-            while not self.stop.is_set():
-                running = list(Job.objects.filter(status="running").values_list("buckets", flat=True))
-                self.max_running = max(self.max_running, len(running))
-                counts = {}
-                for buckets in running:
-                    for key, _ in buckets:
-                        counts[key] = counts.get(key, 0) + 1
-                for key, n in counts.items():
-                    self.max_in_bucket[key] = max(self.max_in_bucket.get(key, 0), n)
-                time.sleep(0.02)
-        finally:
-            connection.close()
+def peak(name):
+    """The most steps that ran at once (at least 1, so a check of it is never vacuous)."""
+    row = Gauge.objects.get(name=name)
+    assert row.peak >= 1, f"no step of {name} ran"
+    return row.peak
 
 
 def test_dependencies_chains_and_events(start_workers):
@@ -107,13 +86,13 @@ def test_dependencies_chains_and_events(start_workers):
 def test_rate_limit_buckets_are_never_exceeded(start_workers):
     child = start_workers(4)
     bucket = "rate-limit:2:maintenance 123"
-    limited = [submit("test.sleep", {"seconds": 0.6}, reason=bucket) for _ in range(6)]
+    counted = {"seconds": 0.6, "gauge": gauge("limited")}
+    limited = [submit("test.sleep", counted, reason=bucket) for _ in range(6)]
     free = [submit("test.sleep", {"seconds": 0.6}) for _ in range(2)]
-    with Sampler() as sampler:
-        limited = wait_final(limited, child)
-        free = wait_final(free, child)
+    limited = wait_final(limited, child)
+    free = wait_final(free, child)
     assert all(job.status == "success" for job in limited + free)
-    assert sampler.max_in_bucket[bucket] == 2  # reached, never exceeded
+    assert peak("limited") <= 2  # never exceeded
     assert max_overlap(limited) == 2
     assert max_overlap(limited + free) >= 3  # the bucket holds back only its own jobs
 
@@ -121,14 +100,14 @@ def test_rate_limit_buckets_are_never_exceeded(start_workers):
 def test_the_global_limit_changes_at_run_time(start_workers):
     services.set_queue_settings(actor="test", limit=1)
     child = start_workers(4)
-    jobs = [submit("test.sleep", {"seconds": 0.5}) for _ in range(8)]
-    with Sampler() as sampler:
-        wait_until(lambda: Job.objects.filter(status="success").count() >= 2, 30, "two jobs to finish", child)
-        assert sampler.max_running == 1
-        changed_at = services.set_queue_settings(actor="test", limit=3).updated
-        jobs = wait_final(jobs, child)
+    counted = {"seconds": 0.5, "gauge": gauge("all")}
+    jobs = [submit("test.sleep", counted) for _ in range(8)]
+    wait_until(lambda: Job.objects.filter(status="success").count() >= 2, 30, "two jobs to finish", child)
+    assert peak("all") == 1
+    changed_at = services.set_queue_settings(actor="test", limit=3).updated
+    jobs = wait_final(jobs, child)
     assert all(job.status == "success" for job in jobs)
-    assert sampler.max_running == 3
+    assert peak("all") <= 3 and Gauge.objects.get(name="all").value == 0
     assert max_overlap([j for j in jobs if j.ended <= changed_at]) == 1
     assert max_overlap(jobs) == 3
 
