@@ -82,7 +82,7 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
             user=request.user, request_key=data["request_key"]
         ).exists()
         try:
-            reservation = services.reserve(request.user, request.user, data.pop("image"), **data)
+            reservation = services.reserve(request.user, data.pop("image"), actor=request.user, **data)
         except ValidationError as exc:
             raise as_drf(exc) from None
         job = services.build_job(reservation) if not existing else None
@@ -96,7 +96,7 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         body = ExtendSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            reservation = services.extend(request.user, reservation, body.validated_data["end"])
+            reservation = services.extend(reservation, body.validated_data["end"], actor=request.user)
         except services.Conflict as exc:
             raise Conflict(str(exc)) from None
         except ValidationError as exc:
@@ -109,7 +109,7 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         """End now: the VM is torn down (or reverted) by a job (202 with it)."""
         reservation = self.get_object()
         try:
-            job = services.end(request.user, reservation, "ended through the API")
+            job = services.end(reservation, "ended through the API", actor=request.user)
         except services.Conflict as exc:
             raise Conflict(str(exc)) from None
         reservation.refresh_from_db()
@@ -121,7 +121,7 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         """Cancel a reservation that has not started building; its capacity is given back."""
         reservation = self.get_object()
         try:
-            reservation = services.cancel(request.user, reservation, "canceled through the API")
+            reservation = services.cancel(reservation, "canceled through the API", actor=request.user)
         except services.Conflict as exc:
             raise Conflict(str(exc)) from None
         return Response(ReservationSerializer(reservation, context={"request": request}).data)
@@ -171,7 +171,7 @@ class BlockAllocationViewSet(
             raise PermissionDenied("only staff and instructors may create block allocations")
         data = dict(serializer.validated_data)
         try:
-            serializer.instance = services.create_block(self.request.user, created_by=self.request.user, **data)
+            serializer.instance = services.create_block(actor=self.request.user, created_by=self.request.user, **data)
         except ValidationError as exc:
             raise as_drf(exc) from None
 
@@ -181,7 +181,7 @@ class BlockAllocationViewSet(
         """Take one of the block's free seats (members of its group)."""
         block = self.get_object()
         try:
-            seat = services.take_seat(request.user, request.user, block)
+            seat = services.take_seat(request.user, block, actor=request.user)
         except ValidationError as exc:
             raise as_drf(exc) from None
         return Response(ReservationSerializer(seat, context={"request": request}).data)
@@ -193,7 +193,7 @@ class BlockAllocationViewSet(
         block = self.get_object()
         if not services.may_manage_blocks(request.user):
             raise PermissionDenied("only staff and instructors may cancel block allocations")
-        services.cancel_block(request.user, block, "canceled through the API")
+        services.cancel_block(block, "canceled through the API", actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
