@@ -38,11 +38,12 @@ def passes_through(exc):
 
 
 def variant_for(vm, host):
-    """The image's variant for the host's hypervisor type (the simulator runs any format)."""
+    """The image's variant for the host's hypervisor type; a host that runs any format (the
+    simulator) takes another variant when the image has none of its own type."""
     variants = {v.hypervisor_type: v for v in vm.image.variants.all()}
     variant = variants.get(host.hypervisor_type)
     if variant is None and host.image_formats is None and variants:
-        variant = variants.get("sim") or next(iter(variants.values()))
+        variant = next(iter(variants.values()))
     if variant is None:
         raise Refused(f"image {vm.image.name} has no variant for {host.hypervisor_type} host {host.name}")
     return variant
