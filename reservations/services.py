@@ -11,6 +11,8 @@ One function per verb; the web pages, the API, the CLI and the jobs call these. 
   (``vm.*`` from the VM app, ``reservation.*`` in ``reservations.opcodes``).
 - Every status change is recorded in the history with its reason, and emitted as an event
   (``reservation.changed``) to the reservation's owner, its own topic and the dashboard.
+- A status change is a conditional UPDATE (``_move``, ``extend``): of two racing verbs one wins,
+  the other gets ``Conflict`` and writes nothing. The acting user is the keyword ``actor=``.
 """
 
 import secrets

@@ -5,7 +5,8 @@ path, imported on first use, so libvirt and pyVmomi are loaded only by a process
 touches such a host), the hypervisor type it runs, the image formats that type accepts, the
 URI schemes it understands and the URI it derives from an address. Model choices, the
 URI validator, the inventory's messages and ``driver_for`` all read this table: a new driver
-is one folder under ``provisioning/drivers/`` and one line in ``KINDS``.
+is one folder under ``provisioning/drivers/`` and one entry in ``_TABLE`` (plus the migration
+Django generates for the changed model choices).
 
 This module imports no Django models and reads ``settings`` only inside ``options_for`` and
 ``driver_for``, so settings and models can import it.
@@ -33,31 +34,31 @@ class Kind:
     options_setting: str = ""  # a setting of options that win over the host's own fields
 
 
-KINDS = {
-    kind.name: kind
-    for kind in (
-        Kind(
-            "sim", "simulated", "provisioning.drivers.sim.driver.SimDriver", "sim", "simulated", None,
-            frozenset({"sim"}), "sim://{name}", host_options=("cpus", "memory_mib", "disk_gib"),
-            options_setting="VCLMGR_SIM_OPTIONS",
-        ),
-        Kind(
-            "libvirt", "libvirt (KVM/QEMU)", "provisioning.drivers.libvirt.driver.LibvirtDriver", "kvm",
-            "KVM/QEMU (libvirt)", ("qcow2", "raw"), frozenset({"qemu", "test", "xen", "lxc", "bhyve", "ch", "vz"}),
-            "qemu+ssh://root@{address}/system",
-        ),
-        Kind(
-            "vmware", "VMware ESXi / vCenter", "provisioning.drivers.vmware.driver.VMwareDriver", "vmware", "VMware",
-            ("vmdk", "template"), frozenset({"https", "http"}), "https://{address}/sdk", uri_needs_host=True,
-        ),
-    )
-}  # fmt: skip
+_TABLE = (
+    Kind(
+        name="sim", label="simulated", driver="provisioning.drivers.sim.driver.SimDriver",
+        hypervisor_type="sim", hypervisor_label="simulated", image_formats=None,
+        schemes=frozenset({"sim"}), default_uri="sim://{name}",
+        host_options=("cpus", "memory_mib", "disk_gib"), options_setting="VCLMGR_SIM_OPTIONS",
+    ),
+    Kind(
+        name="libvirt", label="libvirt (KVM/QEMU)", driver="provisioning.drivers.libvirt.driver.LibvirtDriver",
+        hypervisor_type="kvm", hypervisor_label="KVM/QEMU (libvirt)", image_formats=("qcow2", "raw"),
+        schemes=frozenset({"qemu", "test", "xen", "lxc", "bhyve", "ch", "vz"}),
+        default_uri="qemu+ssh://root@{address}/system",
+    ),
+    Kind(
+        name="vmware", label="VMware ESXi / vCenter", driver="provisioning.drivers.vmware.driver.VMwareDriver",
+        hypervisor_type="vmware", hypervisor_label="VMware", image_formats=("vmdk", "template"),
+        schemes=frozenset({"https", "http"}), default_uri="https://{address}/sdk", uri_needs_host=True,
+    ),
+)  # fmt: skip
+KINDS = {kind.name: kind for kind in _TABLE}
 
 DRIVERS = {name: kind.driver for name, kind in KINDS.items()}
 DRIVER_CHOICES = [(name, kind.label) for name, kind in KINDS.items()]
 HV_TYPES = {name: kind.hypervisor_type for name, kind in KINDS.items()}  # driver → hypervisor type
-HV_TYPE_CHOICES = list({kind.hypervisor_type: (kind.hypervisor_type, kind.hypervisor_label) for kind in KINDS.values()}
-                       .values())  # fmt: skip
+HV_TYPE_CHOICES = list(dict.fromkeys((kind.hypervisor_type, kind.hypervisor_label) for kind in KINDS.values()))
 IMAGE_FORMATS = {kind.hypervisor_type: kind.image_formats for kind in KINDS.values()}  # hypervisor type → formats
 SCHEMES = {name: kind.schemes for name, kind in KINDS.items()}
 

@@ -4,7 +4,8 @@ Each verb validates first (Django ``ValidationError`` with per-field messages; n
 written when anything is wrong), writes in one transaction, records the change log and emits
 events in that transaction. Verbs that touch a hypervisor do not call it: they *submit a job*
 (``provisioning.vms.opcodes``) and return it. State conflicts raise ``Conflict``; deleting
-something still used raises ``InUse``.
+something still used raises ``InUse``. The acting user is always the keyword ``actor=``.
+``demand_for``/``vm_demand`` build every VM's placement ``Demand`` (VMs and reservations).
 """
 
 from django.core.exceptions import ValidationError
