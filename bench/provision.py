@@ -86,8 +86,8 @@ def setup(args):
             cpus=per_host * VM_SIZE["vcpus"], memory_mib=per_host * VM_SIZE["memory_mib"] + 1024,
             disk_gib=per_host * VM_SIZE["disk_gib"] + 10,
         )  # fmt: skip
-    image = services.create_image("bench", name="bench-linux", os="Linux", min_memory_mib=256, default_disk_gib=5)
-    services.add_variant("bench", image, hypervisor_type="sim", format="sim", location="sim://library/bench-linux")
+    image = services.create_image(actor="bench", name="bench-linux", os="Linux", min_memory_mib=256, default_disk_gib=5)
+    services.add_variant(image, actor="bench", hypervisor_type="sim", format="sim", location="sim://library/bench-linux")
     owner = get_user_model().objects.create_user("bench-user", password=os.urandom(8).hex())
     jobs.set_queue_settings(actor="bench", limit=max(4, args.workers * 2))
     return owner, image
@@ -160,7 +160,7 @@ def stop(worker, graceful):
 def request(owner, image):
     from provisioning.vms import services
 
-    vm, _ = services.request_vm("bench", owner=owner, image=image, **VM_SIZE)
+    vm, _ = services.request_vm(actor="bench", owner=owner, image=image, **VM_SIZE)
     return vm.pk
 
 

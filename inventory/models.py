@@ -14,6 +14,7 @@ from taggit.managers import TaggableManager
 
 from inventory import crypto
 from inventory.validators import uri_errors, validate_address, validate_name
+from provisioning.drivers import registry as drivers
 
 
 class Credential(models.Model):
@@ -130,10 +131,8 @@ class Hypervisor(models.Model):
     set it to 1 to mirror Ganeti's vCPU kept for the node OS.
     """
 
-    class Driver(models.TextChoices):
-        SIM = "sim", "simulated"
-        LIBVIRT = "libvirt", "libvirt (KVM/QEMU)"
-        VMWARE = "vmware", "VMware ESXi / vCenter"
+    # The driver kinds of provisioning/drivers/registry.py (Driver.SIM, Driver.LIBVIRT, ...).
+    Driver = models.TextChoices("Driver", [(name.upper(), (name, label)) for name, label in drivers.DRIVER_CHOICES])
 
     class State(models.TextChoices):
         ONLINE = "online", "online"
@@ -141,8 +140,8 @@ class Hypervisor(models.Model):
         OFFLINE = "offline", "offline (takes nothing)"
 
     # Hypervisor type per driver, and the image formats it runs (None: any, emulated).
-    HV_TYPES = {"sim": "sim", "libvirt": "kvm", "vmware": "vmware"}
-    IMAGE_FORMATS = {"sim": None, "kvm": ("qcow2", "raw"), "vmware": ("vmdk", "template")}
+    HV_TYPES = drivers.HV_TYPES
+    IMAGE_FORMATS = drivers.IMAGE_FORMATS
 
     name = models.CharField(max_length=100, validators=[validate_name])
     address = models.CharField(max_length=253, validators=[validate_address], help_text="IP address or host name.")
@@ -227,10 +226,7 @@ class Hypervisor(models.Model):
     def connection_uri(self):
         if self.uri:
             return self.uri
-        return {
-            "libvirt": f"qemu+ssh://root@{self.address}/system",
-            "vmware": f"https://{self.address}/sdk",
-        }.get(self.driver, f"sim://{self.name}")
+        return drivers.default_uri(self.driver, name=self.name, address=self.address)
 
     @property
     def usable_vcpus(self):

@@ -33,6 +33,7 @@ from inventory.resources import (
     slot_data,
 )
 from inventory.validators import validate_name
+from provisioning.drivers import registry as drivers
 from vclmgr import bulk, changelog, events
 from vclmgr.errors import InUse
 
@@ -491,7 +492,7 @@ def _registration_plan(spec):
             errors[key] = ["required"]
         values[key] = default if value is None else value
     if (spec.get("driver") or "sim") not in Hypervisor.Driver.values:
-        errors["driver"] = [f"unknown driver {str(spec.get('driver'))[:30]!r} (use sim, libvirt or vmware)"]
+        errors["driver"] = [f"unknown driver {str(spec.get('driver'))[:30]!r} (use {drivers.names_text()})"]
     for key, model, label in (("credential", Credential, "credential"), ("group", NodeGroup, "node group")):
         wanted = spec.get(key)
         if wanted and not model.objects.filter(name=wanted).exists():

@@ -10,17 +10,15 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 
+from provisioning.drivers import registry as drivers
+
 NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
 LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 SCHEME_RE = re.compile(r"^[a-z][a-z0-9+.-]*$")
 SPACE_RE = re.compile(r"\s")
 
 # URI schemes each driver understands (the part before a '+': qemu+ssh → qemu).
-DRIVER_SCHEMES = {
-    "sim": {"sim"},
-    "libvirt": {"qemu", "test", "xen", "lxc", "bhyve", "ch", "vz"},
-    "vmware": {"https", "http"},
-}
+DRIVER_SCHEMES = drivers.SCHEMES
 
 
 def validate_name(value):
@@ -68,6 +66,6 @@ def uri_errors(uri, driver):
     if allowed is not None and base not in allowed:
         schemes = ", ".join(sorted(allowed))
         return f"scheme {parts.scheme!r} does not suit the {driver} driver (use {schemes})"
-    if driver in {"vmware"} and not parts.hostname:
+    if driver in drivers.KINDS and drivers.KINDS[driver].uri_needs_host and not parts.hostname:
         return f"{uri!r} names no host"
     return None

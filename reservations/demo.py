@@ -32,7 +32,7 @@ def reservations(stdout):
         monday = today + timedelta(days=(7 - today.weekday()) % 7 or 7)
         try:
             services.create_block(
-                "demo", name=BLOCK, image=image, group=students, seats=4, start=monday,
+                actor="demo", name=BLOCK, image=image, group=students, seats=4, start=monday,
                 end=monday + timedelta(hours=2), weeks=4,
             )  # fmt: skip
             made = "made"

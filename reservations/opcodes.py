@@ -21,10 +21,10 @@ def reservation_lock(params):
 @opcode("reservation.settle", params=ReservationParams, locks=reservation_lock)
 def reservation_settle(job):
     """After the VM build: mark the reservation ready, retry once on another host, or fail it."""
-    return job.step("settle", services.settle, job.params["reservation"], job.actor)
+    return job.step("settle", services.settle, job.params["reservation"], actor=job.actor)
 
 
 @opcode("reservation.finish", params=ReservationParams, locks=reservation_lock)
 def reservation_finish(job):
     """After the teardown: mark the reservation ended and give its capacity back."""
-    return job.step("finish", services.finish, job.params["reservation"], job.actor)
+    return job.step("finish", services.finish, job.params["reservation"], actor=job.actor)

@@ -11,6 +11,8 @@ One function per verb; the web pages, the API, the CLI and the jobs call these. 
   (``vm.*`` from the VM app, ``reservation.*`` in ``reservations.opcodes``).
 - Every status change is recorded in the history with its reason, and emitted as an event
   (``reservation.changed``) to the reservation's owner, its own topic and the dashboard.
+- A status change is a conditional UPDATE (``_move``, ``extend``): of two racing verbs one wins,
+  the other gets ``Conflict`` and writes nothing. The acting user is the keyword ``actor=``.
 """
 
 import secrets
@@ -145,22 +147,6 @@ class Fit:
         }
 
 
-def _demand(image, start, end, size, purpose, exclude_hosts=()):
-    formats = frozenset(image.variants.values_list("format", flat=True))
-    return capacity.Demand(
-        start=start, end=end, formats=formats, purpose=purpose, exclude_hosts=frozenset(exclude_hosts),
-        prefer_hosts=vms.hosts_with(image), **size,
-    )  # fmt: skip
-
-
-def _size(image, vcpus=None, memory_mib=None, disk_gib=None):
-    return {
-        "vcpus": vcpus or image.default_vcpus,
-        "memory_mib": memory_mib or image.default_memory_mib,
-        "disk_gib": image.default_disk_gib if disk_gib is None else disk_gib,
-    }
-
-
 def _plain(result):
     """A placement refusal in words a user understands."""
     why = placement_reasons.summarize(result.reasons) or result.note or "no hosts"
@@ -179,7 +165,7 @@ def check_fit(image, start, end, **size):
     """Would an ``image`` VM fit over ``[start, end)``? Writes nothing."""
     from datetime import UTC, datetime
 
-    result = capacity.plan(_demand(image, start, end, _size(image, **size), "check"))
+    result = capacity.plan(vms.demand_for(image, vms.size_for(image, **size), start=start, end=end, purpose="check"))
     if result.ok:
         return Fit(True, "fits: a host has room for the whole time")
     earliest = None
@@ -211,7 +197,7 @@ def validate(user, image, start, end, now=None, exclude=None):
 
 
 def reserve(
-    actor, user, image, *, start=None, end=None, duration=None, ssh_key="", request_key="", now=None, size=None
+    user, image, *, actor, start=None, end=None, duration=None, ssh_key="", request_key="", now=None, size=None
 ):
     """Accept a reservation and claim its capacity; returns it. ``ValidationError`` if refused.
 
@@ -235,28 +221,27 @@ def reserve(
     start = max(start, now)  # within the grace period: "now" (capacity is claimed from now)
     try:
         with transaction.atomic():
-            reservation = _create(actor, user, image, start, end, ssh_key, request_key, size or {})
+            reservation = _create(user, image, start, end, ssh_key, request_key, size or {}, actor=actor)
     except IntegrityError:  # the same form, submitted twice at once: the other one won
         existing = Reservation.objects.filter(user=user, request_key=request_key).first()
         if request_key and existing is not None:
             return existing
         raise
     if start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) <= now:
-        provision(reservation.pk, actor)
+        provision(reservation.pk, actor=actor)
         reservation.refresh_from_db()
     return reservation
 
 
-def _create(actor, user, image, start, end, ssh_key, request_key, size, block=None, occurrence=0):
-    size = _size(image, **size)
+def _create(user, image, start, end, ssh_key, request_key, size, block=None, occurrence=0, *, actor):
+    size = vms.size_for(image, **size)
     reservation = Reservation.objects.create(
         user=user, image=image, start=start, end=end, ssh_key=ssh_key.strip(), request_key=request_key,
         block=block, occurrence=occurrence, **size,
     )  # fmt: skip
     try:
-        allocation = capacity.claim(
-            _demand(image, start, end, size, f"reservation {reservation.pk}"), actor=actor, owner=user
-        )
+        demand = vms.demand_for(image, size, start=start, end=end, purpose=f"reservation {reservation.pk}")
+        allocation = capacity.claim(demand, actor=actor, owner=user)
     except capacity.NoCapacity as exc:
         raise ValidationError({"start": [_no_capacity_message(exc.result, start)]}) from None
     except capacity.TryAgain as exc:
@@ -309,7 +294,7 @@ def _move(reservation_id, old, new, reason, **values):
 # --- the lifecycle ----------------------------------------------------------------------
 
 
-def provision(reservation_id, actor, reason="building the VM"):
+def provision(reservation_id, reason="building the VM", *, actor):
     """Build the reservation's VM on its claim (a ``vm.create`` job, then ``reservation.settle``)."""
     reservation = _move(reservation_id, (S.PENDING, S.PLACING), S.PROVISIONING, reason)
     if reservation is None:
@@ -317,7 +302,7 @@ def provision(reservation_id, actor, reason="building the VM"):
     with transaction.atomic():
         reservation.attempts += 1
         vm, job = vms.request_vm(
-            actor,
+            actor=actor,
             owner=reservation.user,
             image=reservation.image,
             vcpus=reservation.vcpus,
@@ -341,26 +326,26 @@ def provision(reservation_id, actor, reason="building the VM"):
     return job
 
 
-def settle(reservation_id, actor):
+def settle(reservation_id, *, actor):
     """After a ``vm.create`` ended: ready, retry on another host, or failed. Idempotent."""
     reservation = Reservation.objects.select_related("vm", "vm__host", "image").get(pk=reservation_id)
     vm = reservation.vm
     if reservation.status != S.PROVISIONING or vm is None:
         return {"status": reservation.status, "note": "nothing to settle"}
     if vm.state == VM.State.RUNNING:
-        return _ready(reservation, vm, actor)
+        return _ready(reservation, vm, actor=actor)
     if vm.state in VM.LIVE:  # still building (a settle run early): wait for the next one
         return {"status": reservation.status, "vm": vm.state}
     failed = [*reservation.failed_hosts, *([vm.host_id] if vm.host_id else [])]
     why = vm.error or f"the VM ended {vm.state}"
     if reservation.attempts >= MAX_ATTEMPTS or reservation.end <= timezone.now():
         _move(reservation.pk, S.PROVISIONING, S.FAILED, f"failed: {why}", error=why[:4000], failed_hosts=failed)
-        _release(reservation, actor, "reservation failed")
+        _release(reservation, "reservation failed", actor=actor)
         return {"status": S.FAILED, "error": why}
-    return _retry_elsewhere(reservation, failed, why, actor)
+    return _retry_elsewhere(reservation, failed, why, actor=actor)
 
 
-def _retry_elsewhere(reservation, failed_hosts, why, actor):
+def _retry_elsewhere(reservation, failed_hosts, why, *, actor):
     """Claim again, avoiding the hosts that failed, and build again (once)."""
     if (
         _move(reservation.pk, S.PROVISIONING, S.PLACING, f"retrying on another host: {why}", failed_hosts=failed_hosts)
@@ -369,7 +354,10 @@ def _retry_elsewhere(reservation, failed_hosts, why, actor):
         return {"status": reservation.status}
     start = max(reservation.start, timezone.now())
     size = {"vcpus": reservation.vcpus, "memory_mib": reservation.memory_mib, "disk_gib": reservation.disk_gib}
-    demand = _demand(reservation.image, start, reservation.end, size, f"reservation {reservation.pk}", failed_hosts)
+    demand = vms.demand_for(
+        reservation.image, size, start=start, end=reservation.end, purpose=f"reservation {reservation.pk}",
+        exclude_hosts=failed_hosts,
+    )  # fmt: skip
     try:
         with transaction.atomic():
             allocation = capacity.claim(demand, actor=actor, owner=reservation.user)
@@ -379,11 +367,11 @@ def _retry_elsewhere(reservation, failed_hosts, why, actor):
         error = f"{why}; no other host for a retry: {text}"
         _move(reservation.pk, S.PLACING, S.FAILED, f"failed: {error}", error=error[:4000])
         return {"status": S.FAILED, "error": error}
-    provision(reservation.pk, actor, f"retrying on {allocation.host.name} after: {why}")
+    provision(reservation.pk, f"retrying on {allocation.host.name} after: {why}", actor=actor)
     return {"status": S.PROVISIONING, "retry": True, "host": allocation.host_id}
 
 
-def _ready(reservation, vm, actor):
+def _ready(reservation, vm, *, actor):
     password = "" if reservation.ssh_key else secrets.token_urlsafe(12)
     probe = Reservation(connect_secret="")
     probe.set_password(password)
@@ -399,7 +387,7 @@ def _ready(reservation, vm, actor):
     )
     if done is not None and reservation.image.revert_on_end:
         vms.submit_action(
-            actor, vm, "snapshot", name=CLEAN_SNAPSHOT, reason=f"reservation {reservation.pk}: clean state"
+            vm, "snapshot", name=CLEAN_SNAPSHOT, reason=f"reservation {reservation.pk}: clean state", actor=actor
         )
     return {"status": S.READY, "vm": vm.pk, "address": vm.address}
 
@@ -409,13 +397,13 @@ def _login_name(name):
     return cleaned or "vcl"
 
 
-def _release(reservation, actor, reason):
+def _release(reservation, reason, *, actor):
     if reservation.allocation_id:
         reservation.allocation.refresh_from_db()
         capacity.release(reservation.allocation, actor=actor, reason=reason)
 
 
-def end(actor, reservation, reason="ended by the user"):
+def end(reservation, reason="ended by the user", *, actor):
     """End a reservation now (or at its end time, from the tick): tear its VM down or revert it.
 
     A future one that has not started is canceled instead; a final one is left as it is.
@@ -424,17 +412,19 @@ def end(actor, reservation, reason="ended by the user"):
     if reservation.status in Reservation.FINAL or reservation.status == S.ENDING:
         raise Conflict(f"reservation {reservation.pk} is already {reservation.status}")
     if reservation.status in (S.REQUESTED, S.PENDING):
-        return cancel(actor, reservation, reason)
+        return cancel(reservation, reason, actor=actor)
     moved = _move(reservation.pk, Reservation.ACTIVE, S.ENDING, reason)
     if moved is None:
         raise Conflict(f"reservation {reservation.pk} changed meanwhile; reload")
     vm = moved.vm
     with transaction.atomic():
         if vm is None or vm.state not in VM.LIVE:
-            _finish(moved, actor, "nothing to tear down")
+            _finish(moved, "nothing to tear down", actor=actor)
             return None
         if moved.image.revert_on_end and _has_snapshot(vm, CLEAN_SNAPSHOT) and vm.state == VM.State.RUNNING:
-            first = vms.submit_action(actor, vm, "revert", name=CLEAN_SNAPSHOT, reason=f"reservation {moved.pk} ended")
+            first = vms.submit_action(
+                vm, "revert", actor=actor, name=CLEAN_SNAPSHOT, reason=f"reservation {moved.pk} ended"
+            )
             job = jobs.submit(
                 "vm.stop", {"vm": vm.pk, "force": True}, actor=actor, submitter=moved.user,
                 reason=f"reservation {moved.pk} ended", depends=[(first.pk, [])],
@@ -454,7 +444,7 @@ def _has_snapshot(vm, name):
     return any((s.get("name") if isinstance(s, dict) else s) == name for s in vm.snapshots or [])
 
 
-def finish(reservation_id, actor):
+def finish(reservation_id, *, actor):
     """After the teardown job: ended, capacity released. Idempotent."""
     reservation = Reservation.objects.select_related("vm", "allocation").get(pk=reservation_id)
     if reservation.status != S.ENDING:
@@ -464,17 +454,17 @@ def finish(reservation_id, actor):
     if vm is not None and vm.state == VM.State.STOPPED and reservation.image.revert_on_end:
         note = "VM reverted to its clean state and stopped"
     with transaction.atomic():
-        _finish(reservation, actor, note)
+        _finish(reservation, note, actor=actor)
     return {"status": S.ENDED, "note": note}
 
 
-def _finish(reservation, actor, note):
+def _finish(reservation, note, *, actor):
     done = _move(reservation.pk, S.ENDING, S.ENDED, f"ended: {note}", connect_secret="")
     if done is not None:
-        _release(done, actor, "reservation ended")
+        _release(done, "reservation ended", actor=actor)
 
 
-def cancel(actor, reservation, reason="canceled by the user"):
+def cancel(reservation, reason="canceled by the user", *, actor):
     """Cancel a reservation that has not started building; its capacity is given back."""
     actor = Actor.of(actor)
     with transaction.atomic():
@@ -484,11 +474,11 @@ def cancel(actor, reservation, reason="canceled by the user"):
                 f"reservation {reservation.pk} is {reservation.status}: only one that has not started can be "
                 "canceled; end it instead"
             )
-        _release(done, actor, "reservation canceled")
+        _release(done, "reservation canceled", actor=actor)
     return done
 
 
-def extend(actor, reservation, new_end):
+def extend(reservation, new_end, *, actor):
     """Move the end later if the host still has room then; ``ValidationError`` saying why not."""
     actor = Actor.of(actor)
     if reservation.status not in Reservation.ACTIVE or reservation.allocation_id is None:
@@ -508,7 +498,13 @@ def extend(actor, reservation, new_end):
             raise ValidationError(
                 {"end": [f"cannot extend to {new_end:%Y-%m-%d %H:%M} UTC: {_plain(exc.result)} on this VM's host"]}
             ) from None
-        Reservation.objects.filter(pk=reservation.pk).update(end=new_end, allocation=fresh, warned=False)
+        # Conditional: an end or cancel committed since ``reservation`` was read must win, and
+        # roll this transaction (the fresh claim with it) back instead of leaving it unreleased.
+        updated = Reservation.objects.filter(
+            pk=reservation.pk, status__in=Reservation.ACTIVE, allocation_id=allocation.pk
+        ).update(end=new_end, allocation=fresh, warned=False)
+        if updated != 1:
+            raise Conflict(f"reservation {reservation.pk} changed meanwhile; reload")
         if reservation.vm_id:
             VM.objects.filter(pk=reservation.vm_id).update(end=new_end, allocation=fresh)
         reservation.refresh_from_db()
@@ -548,7 +544,7 @@ def may_manage_blocks(user):
     return user.is_staff or user.has_perm("reservations.add_blockallocation")
 
 
-def create_block(actor, *, name, image, group, seats, start, end, weeks=1, created_by=None, now=None):
+def create_block(*, actor, name, image, group, seats, start, end, weeks=1, created_by=None, now=None):
     """Reserve ``seats`` of ``image`` for ``group`` each week; all occurrences claimed at once or none."""
     actor = Actor.of(actor)
     now = now or timezone.now()
@@ -575,7 +571,7 @@ def create_block(actor, *, name, image, group, seats, start, end, weeks=1, creat
             for seat in range(int(seats)):
                 user = members[seat] if seat < len(members) else None
                 try:
-                    _create(actor, user, image, start + shift, end + shift, "", "", {}, block, week)
+                    _create(user, image, start + shift, end + shift, "", "", {}, block, week, actor=actor)
                 except ValidationError as exc:  # all or nothing: roll every claim back
                     detail = "; ".join(exc.message_dict.get("start", exc.messages))
                     raise ValidationError(
@@ -585,11 +581,11 @@ def create_block(actor, *, name, image, group, seats, start, end, weeks=1, creat
     due = start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) <= now
     if due:
         for seat_id in block.seat_reservations.filter(occurrence=0).values_list("pk", flat=True):
-            provision(seat_id, actor, "pre-provisioning a class seat")
+            provision(seat_id, "pre-provisioning a class seat", actor=actor)
     return block
 
 
-def take_seat(actor, user, block, now=None):
+def take_seat(user, block, now=None, *, actor):
     """A member of the block's group takes a free seat of the current or next occurrence."""
     now = now or timezone.now()
     if block.canceled or not user.groups.filter(pk=block.group_id).exists():
@@ -624,12 +620,12 @@ def block_usage(block, now=None):
     }
 
 
-def cancel_block(actor, block, reason="block canceled"):
+def cancel_block(block, reason="block canceled", *, actor):
     actor = Actor.of(actor)
     BlockAllocation.objects.filter(pk=block.pk).update(canceled=True)
     for seat in block.seat_reservations.filter(status__in=Reservation.ACTIVE):
         try:
-            end(actor, seat, reason)
+            end(seat, reason, actor=actor)
         except Conflict:
             pass
 
@@ -637,7 +633,7 @@ def cancel_block(actor, block, reason="block canceled"):
 # --- the scheduler ----------------------------------------------------------------------
 
 
-def tick(now=None, actor=None):
+def tick(now=None, *, actor=None):
     """Start what is due, end what is over, warn what ends soon. Safe to run anywhere, any time."""
     now = now or timezone.now()
     actor = actor or Actor(name="scheduler")
@@ -646,11 +642,11 @@ def tick(now=None, actor=None):
     for rid in Reservation.objects.filter(status=S.PENDING, start__lte=now + lead, end__gt=now).values_list(
         "pk", flat=True
     ):
-        if provision(rid, actor, "its start is near: building the VM"):
+        if provision(rid, "its start is near: building the VM", actor=actor):
             done["started"] += 1
     for reservation in Reservation.objects.filter(status__in=Reservation.ACTIVE, end__lte=now).select_related("vm"):
         try:
-            end(actor, reservation, "its time is over")
+            end(reservation, "its time is over", actor=actor)
             done["ended" if reservation.status != S.PENDING else "expired"] += 1
         except Conflict:
             pass

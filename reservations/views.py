@@ -62,7 +62,7 @@ def reserve(request):
             start, duration = form.window()
             try:
                 reservation = services.reserve(
-                    request.user, request.user, form.cleaned_data["image"], start=start, duration=duration,
+                    request.user, form.cleaned_data["image"], actor=request.user, start=start, duration=duration,
                     ssh_key=form.cleaned_data["ssh_key"], request_key=str(form.cleaned_data["request_key"]),
                 )  # fmt: skip
             except ValidationError as exc:
@@ -168,7 +168,7 @@ def extend(request, pk):
         return redirect("reservations:detail", pk=pk)
     new_end = reservation.end + timedelta(minutes=form.cleaned_data["minutes"])
     try:
-        services.extend(request.user, reservation, new_end)
+        services.extend(reservation, new_end, actor=request.user)
     except ValidationError as exc:
         messages.error(request, "Not extended: " + " ".join(exc.messages))
     except services.Conflict as exc:
@@ -193,7 +193,7 @@ def cancel(request, pk):
 def _act(request, pk, verb, done):
     reservation = _reservation(request, pk)
     try:
-        verb(request.user, reservation)
+        verb(reservation, actor=request.user)
     except services.Conflict as exc:
         messages.error(request, str(exc))
     else:
@@ -228,7 +228,7 @@ def blocks(request):
         form = BlockForm(request.POST or None, user=request.user)
         if request.method == "POST" and form.is_valid():
             try:
-                block = services.create_block(request.user, created_by=request.user, **form.cleaned_data)
+                block = services.create_block(actor=request.user, created_by=request.user, **form.cleaned_data)
             except ValidationError as exc:
                 add_service_errors(form, exc)
             else:
@@ -255,7 +255,7 @@ def blocks(request):
 def take_seat(request, pk):
     block = get_object_or_404(BlockAllocation, pk=min(pk, MAX_ID), group__in=request.user.groups.all())
     try:
-        seat = services.take_seat(request.user, request.user, block)
+        seat = services.take_seat(request.user, block, actor=request.user)
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
         return redirect("reservations:blocks")
@@ -268,6 +268,6 @@ def cancel_block(request, pk):
     if not services.may_manage_blocks(request.user):
         raise PermissionDenied
     block = get_object_or_404(_managed_blocks(request.user), pk=min(pk, MAX_ID))
-    services.cancel_block(request.user, block, reason=f"block canceled by {request.user.get_username()}")
+    services.cancel_block(block, actor=request.user, reason=f"block canceled by {request.user.get_username()}")
     messages.success(request, f"Block {block.name} canceled.")
     return redirect("reservations:blocks")

@@ -6,6 +6,7 @@ also be given as ``NAME_FILE`` (a path whose content is the value), for secrets 
 files.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -95,6 +96,20 @@ class Env:
                 raise ImproperlyConfigured(f"{name}: expected name=value;name=value, got {item!r}")
             out[key.strip()] = val.strip()
         return out
+
+    def json(self, name, default, check=None):
+        """A JSON value; ``check(value)`` returns why it is unacceptable (or None). Blank means the default."""
+        value = self.raw(name)
+        if value is None or not value.strip():
+            return default
+        try:
+            parsed = json.loads(value)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name}: invalid JSON ({exc})") from None
+        problem = check(parsed) if check is not None else None
+        if problem:
+            raise ImproperlyConfigured(f"{name}: {problem}")
+        return parsed
 
     def url(self, name, schemes, default=None):
         value = self.raw(name)

@@ -12,6 +12,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from provisioning.drivers.registry import options_errors as _driver_options_errors
 from vclmgr.env import Env
 
 env = Env()
@@ -266,6 +267,20 @@ INVENTORY_IMPORT_MAX_ROWS = env.int("INVENTORY_IMPORT_MAX_ROWS", 20_000, minimum
 # How often every online or drained host's facts are re-read from its driver (0: never).
 FACTS_REFRESH_MINUTES = env.int("FACTS_REFRESH_MINUTES", 10, minimum=0)
 
+# --- hypervisor drivers and VMs ------------------------------------------------------
+# Options for every host of a driver kind, as JSON: {"vmware": {"insecure": true}, "libvirt": {...}}.
+VCLMGR_DRIVER_OPTIONS = env.json("VCLMGR_DRIVER_OPTIONS", {}, check=_driver_options_errors)
+# Options for every simulated host that win over its own capacity fields, e.g. {"delay": 0.5}.
+VCLMGR_SIM_OPTIONS = env.json(
+    "VCLMGR_SIM_OPTIONS", {}, check=lambda v: None if isinstance(v, dict) else f"expected a JSON object, got {v!r}"
+)
+# Concurrent image transfers onto one host, into one blade center, and in all.
+VCLMGR_STAGE_PER_HOST = env.int("VCLMGR_STAGE_PER_HOST", 2, minimum=1)
+VCLMGR_STAGE_PER_CHASSIS = env.int("VCLMGR_STAGE_PER_CHASSIS", 4, minimum=1)
+VCLMGR_STAGE_GLOBAL = env.int("VCLMGR_STAGE_GLOBAL", 16, minimum=1)
+# How long vm.create waits for a booted VM to report its address, in seconds.
+VCLMGR_ADDRESS_TIMEOUT = env.int("VCLMGR_ADDRESS_TIMEOUT", 120, minimum=1)
+
 # --- placement ------------------------------------------------------------------------
 # IAllocator programs the "external" placement policy may run, by name:
 # "name=command [options];name=command". Node groups choose one by name, so only whoever
@@ -277,6 +292,10 @@ IALLOCATORS = env.mapping(
 DEFAULT_IALLOCATOR = env.str("DEFAULT_IALLOCATOR", "hail")
 if DEFAULT_IALLOCATOR and DEFAULT_IALLOCATOR not in IALLOCATORS:
     raise ImproperlyConfigured(f"DEFAULT_IALLOCATOR {DEFAULT_IALLOCATOR!r} is not one of IALLOCATORS")
+
+# A directory where the input of every refused placement decision is saved for replay
+# (as hail's --save); empty: none are saved.
+VCLMGR_SAVE_REFUSED_DECISIONS = env.str("VCLMGR_SAVE_REFUSED_DECISIONS", "")
 
 # --- reservations ---------------------------------------------------------------------
 # VCL's preload: a future reservation's VM is built this long before its start.

@@ -201,9 +201,20 @@ class VMInfo:
 class Driver:
     """Base class; see the module docstring for the contract every method keeps."""
 
-    kind = ""
-    hypervisor_type = ""
-    formats = None  # image formats the hypervisor runs; None: any (the simulator emulates them)
+    kind = ""  # its name in provisioning/drivers/registry.py, which says what the kind runs
+
+    @property
+    def hypervisor_type(self):
+        from provisioning.drivers import registry
+
+        return registry.kind(self.kind).hypervisor_type
+
+    @property
+    def formats(self):
+        """Image formats the hypervisor runs; None: any (the simulator emulates them)."""
+        from provisioning.drivers import registry
+
+        return registry.kind(self.kind).image_formats
 
     def __init__(self, uri, credentials=None, options=None):
         self.uri = uri

@@ -1,28 +1,127 @@
-"""Which class drives which kind of hypervisor, imported on first use.
+"""The one table of driver kinds, and everything derived from it.
 
-libvirt and pyVmomi are imported by their driver modules only, so a process that never
-touches a libvirt or VMware host never loads them.
+A kind is what the inventory calls a host's ``driver``: the class that drives it (a dotted
+path, imported on first use, so libvirt and pyVmomi are loaded only by a process that
+touches such a host), the hypervisor type it runs, the image formats that type accepts, the
+URI schemes it understands and the URI it derives from an address. Model choices, the
+URI validator, the inventory's messages and ``driver_for`` all read this table: a new driver
+is one folder under ``provisioning/drivers/`` and one entry in ``_TABLE`` (plus the migration
+Django generates for the changed model choices).
+
+This module imports no Django models and reads ``settings`` only inside ``options_for`` and
+``driver_for``, so settings and models can import it.
 """
+
+from dataclasses import dataclass
 
 from django.utils.module_loading import import_string
 
 from provisioning.drivers.base import Invalid
 
-DRIVERS = {
-    "sim": "provisioning.drivers.sim.driver.SimDriver",
-    "libvirt": "provisioning.drivers.libvirt.driver.LibvirtDriver",
-    "vmware": "provisioning.drivers.vmware.driver.VMwareDriver",
-}
+
+@dataclass(frozen=True)
+class Kind:
+    name: str  # the value stored in Hypervisor.driver
+    label: str
+    driver: str  # dotted path of the Driver class
+    hypervisor_type: str  # what ImageVariant.hypervisor_type names
+    hypervisor_label: str
+    image_formats: tuple | None  # formats the hypervisor runs; None: any (emulated)
+    schemes: frozenset  # URI schemes it understands (the part before a '+': qemu+ssh → qemu)
+    default_uri: str  # from the host's fields when its uri is blank: {name}, {address}
+    uri_needs_host: bool = False
+    host_options: tuple = ()  # host fields handed to the driver as options
+    options_setting: str = ""  # a setting of options that win over the host's own fields
 
 
-def driver_class(kind):
+_TABLE = (
+    Kind(
+        name="sim", label="simulated", driver="provisioning.drivers.sim.driver.SimDriver",
+        hypervisor_type="sim", hypervisor_label="simulated", image_formats=None,
+        schemes=frozenset({"sim"}), default_uri="sim://{name}",
+        host_options=("cpus", "memory_mib", "disk_gib"), options_setting="VCLMGR_SIM_OPTIONS",
+    ),
+    Kind(
+        name="libvirt", label="libvirt (KVM/QEMU)", driver="provisioning.drivers.libvirt.driver.LibvirtDriver",
+        hypervisor_type="kvm", hypervisor_label="KVM/QEMU (libvirt)", image_formats=("qcow2", "raw"),
+        schemes=frozenset({"qemu", "test", "xen", "lxc", "bhyve", "ch", "vz"}),
+        default_uri="qemu+ssh://root@{address}/system",
+    ),
+    Kind(
+        name="vmware", label="VMware ESXi / vCenter", driver="provisioning.drivers.vmware.driver.VMwareDriver",
+        hypervisor_type="vmware", hypervisor_label="VMware", image_formats=("vmdk", "template"),
+        schemes=frozenset({"https", "http"}), default_uri="https://{address}/sdk", uri_needs_host=True,
+    ),
+)  # fmt: skip
+KINDS = {kind.name: kind for kind in _TABLE}
+
+DRIVERS = {name: kind.driver for name, kind in KINDS.items()}
+DRIVER_CHOICES = [(name, kind.label) for name, kind in KINDS.items()]
+HV_TYPES = {name: kind.hypervisor_type for name, kind in KINDS.items()}  # driver → hypervisor type
+HV_TYPE_CHOICES = list(dict.fromkeys((kind.hypervisor_type, kind.hypervisor_label) for kind in KINDS.values()))
+IMAGE_FORMATS = {kind.hypervisor_type: kind.image_formats for kind in KINDS.values()}  # hypervisor type → formats
+SCHEMES = {name: kind.schemes for name, kind in KINDS.items()}
+
+
+def names_text(conjunction="or"):
+    """``sim, libvirt or vmware``: the kinds, for messages."""
+    names = list(KINDS)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {conjunction} {names[-1]}"
+
+
+def kind(name):
     try:
-        path = DRIVERS[kind]
+        return KINDS[name]
     except KeyError:
-        raise Invalid(f"unknown driver {kind!r} (one of {', '.join(DRIVERS)})") from None
-    return import_string(path)
+        raise Invalid(f"unknown driver {name!r} (one of {', '.join(KINDS)})") from None
 
 
-def get_driver(kind, uri, credentials=None, options=None):
+def driver_class(name):
+    return import_string(kind(name).driver)
+
+
+def get_driver(name, uri, credentials=None, options=None):
     """A driver for one host. ``credentials``: ``{"username", "password"}``; ``options``: per driver."""
-    return driver_class(kind)(uri, credentials=credentials, options=options)
+    return driver_class(name)(uri, credentials=credentials, options=options)
+
+
+def default_uri(kind_name, **fields):
+    """The URI a host of this kind is reached at when it names none (``fields``: name, address)."""
+    spec = KINDS.get(kind_name) or KINDS["sim"]  # an unknown kind (refused by validation) still gets a printable URI
+    return spec.default_uri.format(**fields)
+
+
+def options_for(name):
+    """The options every host of kind ``name`` gets (``VCLMGR_DRIVER_OPTIONS[name]``), a copy."""
+    from django.conf import settings
+
+    return dict(settings.VCLMGR_DRIVER_OPTIONS.get(name, {}))
+
+
+def driver_for(host):
+    """The driver of an inventory host, with its credential and its kind's options."""
+    from django.conf import settings
+
+    spec = kind(host.driver)
+    credentials = None
+    if host.credential_id:
+        credentials = {"username": host.credential.username, "password": host.credential.get_secret()}
+    options = {
+        **options_for(spec.name),
+        **{field: getattr(host, field) for field in spec.host_options},
+        **(getattr(settings, spec.options_setting) if spec.options_setting else {}),
+    }
+    return get_driver(spec.name, host.connection_uri, credentials, options)
+
+
+def options_errors(value):
+    """Why ``value`` is not valid ``VCLMGR_DRIVER_OPTIONS`` (an object of objects keyed by kind), or None."""
+    if not isinstance(value, dict):
+        return f"expected a JSON object of driver kinds ({', '.join(KINDS)}), got {type(value).__name__}"
+    unknown = sorted(set(value) - set(KINDS))
+    if unknown:
+        return f"unknown driver {unknown[0]!r} (one of {', '.join(KINDS)})"
+    for name, options in value.items():
+        if not isinstance(options, dict):
+            return f"the options of {name} must be a JSON object, got {type(options).__name__}"
+    return None

@@ -27,13 +27,13 @@ class ImageAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         fields = {name: form.cleaned_data[name] for name in services.IMAGE_FIELDS if name in form.cleaned_data}
         if change:
-            services.update_image(request.user, obj, reason="admin", **fields)
+            services.update_image(obj, actor=request.user, reason="admin", **fields)
         else:
-            saved = services.create_image(request.user, reason="admin", **fields)
+            saved = services.create_image(actor=request.user, reason="admin", **fields)
             obj.pk = saved.pk
 
     def delete_model(self, request, obj):
-        services.delete_image(request.user, obj, reason="admin")
+        services.delete_image(obj, actor=request.user, reason="admin")
 
 
 @admin.register(HostImage)

@@ -37,10 +37,9 @@ def images(stdout):
     for spec in IMAGES:
         if Image.objects.filter(name=spec["name"]).exists():
             continue
-        image = services.create_image("demo", reason="demo", **spec)
+        image = services.create_image(actor="demo", reason="demo", **spec)
         services.add_variant(
-            "demo",
-            image,
+            image, actor="demo",
             hypervisor_type="sim",
             format="sim",
             location=f"sim://library/{spec['name']}",

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 
+from provisioning.drivers import registry as drivers
 from provisioning.drivers.base import FORMATS, vm_key
 
 NAME_HELP = "Letters, digits, '.', '_' and '-' (becomes a file name on the hosts)."
@@ -50,7 +51,7 @@ class Image(models.Model):
 class ImageVariant(models.Model):
     """The image in the form one hypervisor type runs (``sim`` runs any format)."""
 
-    HV_TYPES = [("sim", "simulated"), ("kvm", "KVM/QEMU (libvirt)"), ("vmware", "VMware")]
+    HV_TYPES = drivers.HV_TYPE_CHOICES  # one per hypervisor type of the driver registry
 
     image = models.ForeignKey(Image, on_delete=models.CASCADE, related_name="variants")
     hypervisor_type = models.CharField(max_length=20, choices=HV_TYPES)

@@ -4,13 +4,16 @@ Each verb validates first (Django ``ValidationError`` with per-field messages; n
 written when anything is wrong), writes in one transaction, records the change log and emits
 events in that transaction. Verbs that touch a hypervisor do not call it: they *submit a job*
 (``provisioning.vms.opcodes``) and return it. State conflicts raise ``Conflict``; deleting
-something still used raises ``InUse``.
+something still used raises ``InUse``. The acting user is always the keyword ``actor=``.
+``demand_for``/``vm_demand`` build every VM's placement ``Demand`` (VMs and reservations).
 """
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
+from django.utils import timezone
 
+from provisioning.capacity import services as capacity
 from provisioning.drivers import base
 from provisioning.jobs import services as jobs
 from provisioning.vms.models import VM, HostImage, Image, ImageVariant
@@ -80,7 +83,7 @@ def _check_image(image):
         raise ValidationError(errors)
 
 
-def create_image(actor, *, groups=(), reason="", **fields):
+def create_image(*, actor, groups=(), reason="", **fields):
     unknown = set(fields) - set(IMAGE_FIELDS)
     if unknown:
         raise ValidationError({name: ["unknown field"] for name in sorted(unknown)})
@@ -95,7 +98,7 @@ def create_image(actor, *, groups=(), reason="", **fields):
     return image
 
 
-def update_image(actor, image, *, groups=None, reason="", **fields):
+def update_image(image, *, actor, groups=None, reason="", **fields):
     unknown = set(fields) - set(IMAGE_FIELDS)
     if unknown:
         raise ValidationError({name: ["unknown field"] for name in sorted(unknown)})
@@ -114,7 +117,7 @@ def update_image(actor, image, *, groups=None, reason="", **fields):
     return image
 
 
-def delete_image(actor, image, reason=""):
+def delete_image(image, reason="", *, actor):
     if image.vms.exists():
         raise InUse(f"image {image.name} is used by {image.vms.count()} VMs; deactivate it instead")
     with transaction.atomic():
@@ -123,7 +126,7 @@ def delete_image(actor, image, reason=""):
         image.delete()
 
 
-def add_variant(actor, image, reason="", **fields):
+def add_variant(image, reason="", *, actor, **fields):
     unknown = set(fields) - set(VARIANT_FIELDS)
     if unknown:
         raise ValidationError({name: ["unknown field"] for name in sorted(unknown)})
@@ -141,7 +144,7 @@ def add_variant(actor, image, reason="", **fields):
     return variant
 
 
-def delete_variant(actor, variant, reason=""):
+def delete_variant(variant, reason="", *, actor):
     if variant.vms.filter(state__in=VM.LIVE).exists():
         raise InUse(f"{variant} is used by live VMs")
     with transaction.atomic():
@@ -183,7 +186,7 @@ def _image_event(image):
 
 
 def request_vm(
-    actor, *, owner, image, vcpus=None, memory_mib=None, disk_gib=None, name="", end=None, allocation=None, reason=""
+    *, actor, owner, image, vcpus=None, memory_mib=None, disk_gib=None, name="", end=None, allocation=None, reason=""
 ):
     """Record a VM and submit the ``vm.create`` job that builds it; returns ``(vm, job)``.
 
@@ -196,11 +199,7 @@ def request_vm(
         errors["image"] = [f"image {image.name} is inactive"]
     elif not image.variants.exists():
         errors["image"] = [f"image {image.name} has no variant for any hypervisor"]
-    size = {
-        "vcpus": vcpus or image.default_vcpus,
-        "memory_mib": memory_mib or image.default_memory_mib,
-        "disk_gib": disk_gib if disk_gib is not None else image.default_disk_gib,
-    }
+    size = size_for(image, vcpus, memory_mib, disk_gib)
     for field, low in (
         ("vcpus", image.min_vcpus),
         ("memory_mib", image.min_memory_mib),
@@ -220,7 +219,37 @@ def request_vm(
     return vm, job
 
 
-def submit_action(actor, vm, action, *, reason="", submitter=None, **params):
+def size_for(image, vcpus=None, memory_mib=None, disk_gib=None):
+    """A VM's size: what is asked, else the image's defaults (a disk of 0 GiB is asked for)."""
+    return {
+        "vcpus": vcpus or image.default_vcpus,
+        "memory_mib": memory_mib or image.default_memory_mib,
+        "disk_gib": disk_gib if disk_gib is not None else image.default_disk_gib,
+    }
+
+
+def demand_for(image, size, *, start, end, purpose, formats=None, exclude_hosts=(), prefer_cached=True):
+    """The placement ``Demand`` of one VM of ``image`` and ``size`` over ``[start, end)``.
+
+    The one builder for VMs and reservations. ``formats``: the image formats the VM can run
+    from (default: every variant's); ``exclude_hosts``: host ids it must not go to;
+    ``prefer_cached``: try the hosts that have the image staged first.
+    """
+    formats = frozenset(image.variants.values_list("format", flat=True) if formats is None else formats)
+    return capacity.Demand(
+        vcpus=size["vcpus"], memory_mib=size["memory_mib"], disk_gib=size["disk_gib"], start=start, end=end,
+        formats=formats, purpose=purpose, exclude_hosts=frozenset(exclude_hosts),
+        prefer_hosts=hosts_with(image) if prefer_cached else frozenset(),
+    )  # fmt: skip
+
+
+def vm_demand(vm, *, purpose, **options):
+    """The demand of an existing VM, from now to its end (``options`` as for ``demand_for``)."""
+    size = {"vcpus": vm.vcpus, "memory_mib": vm.memory_mib, "disk_gib": vm.disk_gib}
+    return demand_for(vm.image, size, start=timezone.now(), end=vm.end, purpose=purpose, **options)
+
+
+def submit_action(vm, action, *, actor, reason="", submitter=None, **params):
     """Submit the job for a VM action (start, stop, suspend, resume, destroy, snapshot, revert,
     migrate, capture). ``capture`` takes ``image_name`` (a new image's name) and ``force``."""
     if vm.state == VM.State.DESTROYED:
@@ -252,7 +281,7 @@ def _check_capture_name(name):
         raise ValidationError({"image_name": [f"an image named {name} exists already"]})
 
 
-def set_state(vm_id, state, actor, reason="", **fields):
+def set_state(vm_id, state, reason="", *, actor, **fields):
     """Record a VM's new state (and fields such as host, address, error); emits ``vm.changed``."""
     with transaction.atomic():
         vm = VM.objects.select_for_update().get(pk=vm_id)
@@ -290,11 +319,9 @@ def prestage_targets(image_id, group_id):
     return [h.pk for h in hosts.order_by("pk") if h.hypervisor_type in types or (h.image_formats is None and types)]
 
 
-def prestage(actor, image, group, at=None, reason=""):
+def prestage(image, group, at=None, reason="", *, actor):
     """Stage ``image`` onto the ``group``'s hosts now (returns the job) or at ``at`` (returns the
     django-q2 Schedule that will submit it then), e.g. an hour before a class starts."""
-    from django.utils import timezone
-
     errors = {}
     if not image.variants.exists():
         errors["image"] = [f"image {image.name} has no variant to stage"]

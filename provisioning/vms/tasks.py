@@ -74,4 +74,4 @@ def submit_prestage(image_id, group_id):
     from provisioning.vms.models import Image
 
     image, group = Image.objects.get(pk=image_id), NodeGroup.objects.get(pk=group_id)
-    return services.prestage(Actor(name="scheduled pre-stage"), image, group).pk
+    return services.prestage(image, group, actor=Actor(name="scheduled pre-stage")).pk

@@ -86,11 +86,12 @@ def image_edit(request, pk=None):
         fields, groups = form.service_fields()
         try:
             if image is None:
-                image = services.create_image(request.user, groups=groups, reason="web UI", **fields)
+                image = services.create_image(actor=request.user, groups=groups, reason="web UI", **fields)
             else:
                 # A fresh copy: the form has already written the new values onto its instance,
                 # and the service diffs against the object it is given for the change log.
-                services.update_image(request.user, Image.objects.get(pk=pk), groups=groups, reason="web UI", **fields)
+                fresh = Image.objects.get(pk=pk)
+                services.update_image(fresh, actor=request.user, groups=groups, reason="web UI", **fields)
         except ValidationError as exc:
             _add_errors(form, exc)
         else:
@@ -104,7 +105,7 @@ def image_edit(request, pk=None):
 def image_delete(request, pk):
     image = _get(Image.objects.all(), pk)
     try:
-        services.delete_image(request.user, image, reason="deleted in the web UI")
+        services.delete_image(image, actor=request.user, reason="deleted in the web UI")
     except services.InUse as exc:
         messages.error(request, str(exc))
         return redirect("vms:image", pk=pk)
@@ -122,7 +123,7 @@ def variant_add(request, pk):
     form = VariantForm(request.POST)
     if form.is_valid():
         try:
-            variant = services.add_variant(request.user, image, reason="web UI", **form.cleaned_data)
+            variant = services.add_variant(image, actor=request.user, reason="web UI", **form.cleaned_data)
         except ValidationError as exc:
             _flash_errors(request, exc.message_dict)
         else:
@@ -137,7 +138,7 @@ def variant_add(request, pk):
 def variant_delete(request, pk):
     variant = _get(ImageVariant.objects.select_related("image"), pk)
     try:
-        services.delete_variant(request.user, variant, reason="deleted in the web UI")
+        services.delete_variant(variant, actor=request.user, reason="deleted in the web UI")
     except services.InUse as exc:
         messages.error(request, str(exc))
     else:
@@ -189,7 +190,7 @@ def vm_action(request, pk):
     action, name = form.cleaned_data["action"], form.cleaned_data["name"]
     params = {"name": name} if action in ("snapshot", "revert") else {}
     try:
-        job = services.submit_action(request.user, vm, action, reason=f"{action} in the web UI", **params)
+        job = services.submit_action(vm, action, actor=request.user, reason=f"{action} in the web UI", **params)
     except services.Conflict as exc:
         messages.error(request, str(exc))
     except serializers.ValidationError as exc:  # the job's parameters, checked by the jobs service

@@ -75,7 +75,7 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
             user=request.user, request_key=data["request_key"]
         ).exists()
         try:
-            reservation = services.reserve(request.user, request.user, data.pop("image"), **data)
+            reservation = services.reserve(request.user, data.pop("image"), actor=request.user, **data)
         except ValidationError as exc:
             raise as_drf(exc) from None
         job = services.build_job(reservation) if not existing else None
@@ -89,7 +89,7 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         body = ExtendSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            reservation = services.extend(request.user, reservation, body.validated_data["end"])
+            reservation = services.extend(reservation, body.validated_data["end"], actor=request.user)
         except ValidationError as exc:
             raise as_drf(exc) from None
         return Response(ReservationSerializer(reservation, context={"request": request}).data)
@@ -99,7 +99,7 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
     def end(self, request, pk=None):
         """End now: the VM is torn down (or reverted) by a job (202 with it)."""
         reservation = self.get_object()
-        job = services.end(request.user, reservation, "ended through the API")
+        job = services.end(reservation, "ended through the API", actor=request.user)
         reservation.refresh_from_db()
         return _accepted(reservation, job, request, created=False)
 
@@ -108,7 +108,7 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
     def cancel(self, request, pk=None):
         """Cancel a reservation that has not started building; its capacity is given back."""
         reservation = self.get_object()
-        reservation = services.cancel(request.user, reservation, "canceled through the API")
+        reservation = services.cancel(reservation, "canceled through the API", actor=request.user)
         return Response(ReservationSerializer(reservation, context={"request": request}).data)
 
 
@@ -156,7 +156,7 @@ class BlockAllocationViewSet(
             raise PermissionDenied("only staff and instructors may create block allocations")
         data = dict(serializer.validated_data)
         try:
-            serializer.instance = services.create_block(self.request.user, created_by=self.request.user, **data)
+            serializer.instance = services.create_block(actor=self.request.user, created_by=self.request.user, **data)
         except ValidationError as exc:
             raise as_drf(exc) from None
 
@@ -166,7 +166,7 @@ class BlockAllocationViewSet(
         """Take one of the block's free seats (members of its group)."""
         block = self.get_object()
         try:
-            seat = services.take_seat(request.user, request.user, block)
+            seat = services.take_seat(request.user, block, actor=request.user)
         except ValidationError as exc:
             raise as_drf(exc) from None
         return Response(ReservationSerializer(seat, context={"request": request}).data)
@@ -178,7 +178,7 @@ class BlockAllocationViewSet(
         block = self.get_object()
         if not services.may_manage_blocks(request.user):
             raise PermissionDenied("only staff and instructors may cancel block allocations")
-        services.cancel_block(request.user, block, "canceled through the API")
+        services.cancel_block(block, "canceled through the API", actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

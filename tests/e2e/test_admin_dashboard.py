@@ -51,7 +51,7 @@ def test_the_admins_dashboard_follows_a_reservation_live(admin_user, alice, logi
     expect(page.locator("#dash-timeline-now")).to_contain_text("Now: 0 reservations")
     page.evaluate("window.__sameDocument = true")
 
-    reservation = reservations.reserve(alice, alice, image, duration=timedelta(hours=2))
+    reservation = reservations.reserve(alice, image, actor=alice, duration=timedelta(hours=2))
     try:
         expect(vcpus_cell(page)).to_have_text("2 / 112 (2%)", timeout=10000)
         expect(page.locator("#dash-timeline-now")).to_contain_text("Now: 1 reservation")

@@ -29,12 +29,12 @@ SHOTS = Path(settings.VAR_DIR) / "screenshots"
 def lab(make_host, transactional_db):
     host = make_host("sim-e2e", driver="sim", cpus=16, memory_mib=16384, disk_gib=200)
     sim.set_fault("sim-e2e", "start", "slow", 2)
-    image = vms.create_image("test", name="ubuntu-24.04", os="Ubuntu 24.04", description="Python, gcc, MATLAB",
+    image = vms.create_image(actor="test", name="ubuntu-24.04", os="Ubuntu 24.04", description="Python, gcc, MATLAB",
                              default_vcpus=2, default_memory_mib=2048, default_disk_gib=10)  # fmt: skip
-    vms.add_variant("test", image, hypervisor_type="sim", format="sim", location="sim://library/ubuntu",
+    vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/ubuntu",
                     checksum="", size_gib=2)  # fmt: skip
-    other = vms.create_image("test", name="windows-11", os="Windows 11", description="Office, Visual Studio")
-    vms.add_variant("test", other, hypervisor_type="sim", format="sim", location="sim://library/win11",
+    other = vms.create_image(actor="test", name="windows-11", os="Windows 11", description="Office, Visual Studio")
+    vms.add_variant(other, actor="test", hypervisor_type="sim", format="sim", location="sim://library/win11",
                     checksum="", size_gib=2)  # fmt: skip
     return host, image
 
@@ -141,7 +141,7 @@ def test_the_fit_check_offers_the_earliest_start_and_the_form_uses_it(lab, alice
     from reservations import services
 
     _, image = lab
-    services.reserve(bob, bob, image, duration=timedelta(hours=2), size={"memory_mib": 15000})
+    services.reserve(bob, image, actor=bob, duration=timedelta(hours=2), size={"memory_mib": 15000})
     windows = vms.visible_images(alice).get(name="windows-11")
     QuotaRule.objects.create(name="windows short", image=windows, max_duration_minutes=60)
     login("alice", "alice-pass-1")

@@ -12,9 +12,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def requested_vm(alice, make_host):
     host = make_host("sim-e2e")
-    image = services.create_image("test", name="debian-12", os="Debian 12", default_disk_gib=5)
-    services.add_variant("test", image, hypervisor_type="sim", format="sim", location="sim://library/debian-12")
-    vm, _ = services.request_vm(alice, owner=alice, image=image)  # no worker: it stays requested
+    image = services.create_image(actor="test", name="debian-12", os="Debian 12", default_disk_gib=5)
+    services.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/debian-12")
+    vm, _ = services.request_vm(actor=alice, owner=alice, image=image)  # no worker: it stays requested
     return vm, host
 
 
@@ -25,12 +25,12 @@ def test_a_user_watches_a_vm_come_up_and_stops_it(alice, login, requested_vm):
     row = page.locator(f"#vm-{vm.pk}")
     expect(row.locator('[data-field="state"]')).to_have_text("requested")
     page.wait_for_selector("html[data-live=subscribed]", state="attached")
-    services.set_state(vm.pk, "staging", "test", "placed", host=host)
+    services.set_state(vm.pk, "staging", "placed", actor="test", host=host)
     expect(row.locator('[data-field="state"]')).to_have_text("staging", timeout=10000)
 
     row.locator("a").first.click()
     page.wait_for_selector("html[data-live=subscribed]", state="attached")
-    services.set_state(vm.pk, "running", "test", "ready", address="10.0.0.7")
+    services.set_state(vm.pk, "running", "ready", actor="test", address="10.0.0.7")
     expect(page.locator("#vm-address")).to_have_text("10.0.0.7", timeout=10000)
     page.locator("button", has_text="Stop").wait_for()  # the page reloads with the running VM's actions
     page.click("button:text-is('Stop')")
@@ -41,7 +41,7 @@ def test_a_user_watches_a_vm_come_up_and_stops_it(alice, login, requested_vm):
 
 
 def test_the_image_library_searches(alice, login, requested_vm):
-    services.create_image("test", name="alma-9", os="AlmaLinux 9")
+    services.create_image(actor="test", name="alma-9", os="AlmaLinux 9")
     page = login("alice", "alice-pass-1")
     page.goto("/vms/images/")
     page.fill("input[name=q]", "alma")

@@ -61,7 +61,7 @@ def test_bad_input_is_refused_per_field_and_nothing_is_created(sim_host, image, 
 def test_an_invisible_image_is_refused(sim_host, image, alice, api):
     from provisioning.vms import services as vms
 
-    vms.update_image("test", image, visibility="restricted", groups=[Group.objects.create(name="staffonly")])
+    vms.update_image(image, actor="test", visibility="restricted", groups=[Group.objects.create(name="staffonly")])
     response = api(alice).post(URL, {"image": image.pk, "duration_minutes": 30}, format="json")
     assert response.status_code == 400 and "may not use it" in str(response.json()["error"]["fields"]["image"])
 
@@ -76,7 +76,7 @@ def test_the_same_request_key_makes_one_reservation(sim_host, image, alice, api)
 
 
 def test_users_never_see_or_touch_each_others_reservations(sim_host, image, alice, bob, admin_user, api):
-    mine = services.reserve(alice, alice, image, start=timezone.now() + 5 * H, duration=H)
+    mine = services.reserve(alice, image, actor=alice, start=timezone.now() + 5 * H, duration=H)
     assert api(bob).get(URL).json()["count"] == 0
     for method, path in (("get", ""), ("post", "extend/"), ("post", "end/"), ("post", "cancel/")):
         response = getattr(api(bob), method)(f"{URL}{mine.pk}/{path}", {"end": iso(mine.end + H)}, format="json")
@@ -88,20 +88,20 @@ def test_users_never_see_or_touch_each_others_reservations(sim_host, image, alic
 
 
 def test_staff_never_get_the_users_password(sim_host, image, alice, admin_user, api, sync_jobs):
-    reservation = services.reserve(alice, alice, image, duration=H)
+    reservation = services.reserve(alice, image, actor=alice, duration=H)
     sync_jobs.drain()
     assert api(alice).get(f"{URL}{reservation.pk}/").json()["connection"]["password"]
     assert "password" not in api(admin_user).get(f"{URL}{reservation.pk}/").json()["connection"]
 
 
 def test_extend_and_end(sim_host, image, alice, bob, api, sync_jobs):
-    reservation = services.reserve(alice, alice, image, duration=H, size={"memory_mib": 4096})
+    reservation = services.reserve(alice, image, actor=alice, duration=H, size={"memory_mib": 4096})
     sync_jobs.drain()
     new_end = reservation.end + H
     response = api(alice).post(f"{URL}{reservation.pk}/extend/", {"end": iso(new_end)}, format="json")
     assert response.status_code == 200
     assert Reservation.objects.get(pk=reservation.pk).end == new_end
-    services.reserve(bob, bob, image, start=new_end, duration=H, size={"memory_mib": 6144})
+    services.reserve(bob, image, actor=bob, start=new_end, duration=H, size={"memory_mib": 6144})
     response = api(alice).post(f"{URL}{reservation.pk}/extend/", {"end": iso(new_end + H)}, format="json")
     assert response.status_code == 400 and "no host has room" in str(response.json()["error"]["fields"]["end"])
     response = api(alice).post(f"{URL}{reservation.pk}/end/")
@@ -121,7 +121,7 @@ def test_anonymous_is_refused(api):
 
 
 def test_check_says_whether_it_fits_and_when(sim_host, image, alice, bob, api):
-    first = services.reserve(alice, alice, image, duration=2 * H, size={"memory_mib": 7000})
+    first = services.reserve(alice, image, actor=alice, duration=2 * H, size={"memory_mib": 7000})
     response = api(bob).post(f"{URL}check/", {"image": image.pk, "duration_minutes": 60}, format="json")
     body = response.json()
     assert response.status_code == 200 and body["fits"] is False and "lack memory" in body["message"]
@@ -166,7 +166,7 @@ class TestQuotaRuleApi(ApiCrudSuite):
 @pytest.mark.parametrize("url", [URL, "/api/v1/block-allocations/"])
 def test_list_query_budget(sim_host, image, alice, api, django_assert_max_num_queries, url):
     for _ in range(3):
-        services.reserve(alice, alice, image, start=timezone.now() + 5 * H, duration=H)
+        services.reserve(alice, image, actor=alice, start=timezone.now() + 5 * H, duration=H)
     client = api(alice)
     with django_assert_max_num_queries(12):
         assert client.get(url).status_code == 200

@@ -21,7 +21,7 @@ def subscribe(ws, topics, since=None):
 def test_only_the_owner_follows_a_reservation_and_resumes_after_a_reconnect(
     sim_host, image, alice, bob, session_cookie, ws_connect
 ):
-    reservation = services.reserve(alice, alice, image, start=timezone.now() + timedelta(hours=2),
+    reservation = services.reserve(alice, image, actor=alice, start=timezone.now() + timedelta(hours=2),
                                    duration=timedelta(hours=1))
     topic = f"reservation.{reservation.pk}"
     spy = ws_connect(cookie=session_cookie(bob))
@@ -29,11 +29,11 @@ def test_only_the_owner_follows_a_reservation_and_resumes_after_a_reconnect(
     cookie = session_cookie(alice)
     ws = ws_connect(cookie=cookie)
     assert subscribe(ws, [topic, f"user.{alice.pk}"])["topics"] == [topic, f"user.{alice.pk}"]
-    services.extend(alice, reservation, reservation.end + timedelta(hours=1))
+    services.extend(reservation, reservation.end + timedelta(hours=1), actor=alice)
     changed = ws.receive_until(lambda m: m["type"] == "event" and m["kind"] == "reservation.changed")
     assert changed["data"]["id"] == reservation.pk and "extended" in changed["data"]["reason"]
     ws.close()
-    services.cancel(alice, reservation)  # while the client is away
+    services.cancel(reservation, actor=alice)  # while the client is away
     ws = ws_connect(cookie=cookie)
     subscribe(ws, [topic], since=changed["id"])
     missed = ws.receive_until(lambda m: m["type"] == "event" and m["kind"] == "reservation.changed")

@@ -38,7 +38,7 @@ def local_input(moment):
 
 @pytest.fixture
 def ready(sim_host, image, alice, sync_jobs):
-    reservation = services.reserve(alice, alice, image, duration=2 * H)
+    reservation = services.reserve(alice, image, actor=alice, duration=2 * H)
     sync_jobs.drain()
     reservation.refresh_from_db()
     assert reservation.status == "ready", reservation.error
@@ -48,7 +48,7 @@ def ready(sim_host, image, alice, sync_jobs):
 @pytest.fixture
 def future(sim_host, image, alice):
     start = timezone.now() + 5 * H
-    return services.reserve(alice, alice, image, start=start, duration=H)
+    return services.reserve(alice, image, actor=alice, start=start, duration=H)
 
 
 # --- permissions ------------------------------------------------------------------------
@@ -112,10 +112,10 @@ def test_forms_are_csrf_protected(sim_host, image, alice, ready):
 
 def test_the_catalogue_shows_only_usable_images_and_filters(client, image, alice):
     staff = Group.objects.create(name="staff-only")
-    secret = vms.create_image("test", name="secret-img", visibility="restricted", groups=[staff])
-    vms.add_variant("test", secret, hypervisor_type="sim", format="sim", location="sim://x", checksum="", size_gib=1)
-    alma = vms.create_image("test", name="alma-9", os="AlmaLinux 9", platform="aarch64")
-    vms.add_variant("test", alma, hypervisor_type="sim", format="sim", location="sim://y", checksum="", size_gib=1)
+    secret = vms.create_image(actor="test", name="secret-img", visibility="restricted", groups=[staff])
+    vms.add_variant(secret, actor="test", hypervisor_type="sim", format="sim", location="sim://x", size_gib=1)
+    alma = vms.create_image(actor="test", name="alma-9", os="AlmaLinux 9", platform="aarch64")
+    vms.add_variant(alma, actor="test", hypervisor_type="sim", format="sim", location="sim://y", size_gib=1)
     listing = page(client, alice, "/reservations/images/")
     assert "debian-12" in listing and "alma-9" in listing and "secret-img" not in listing
     assert f'href="/reservations/new/?image={image.pk}"' in listing
@@ -191,7 +191,7 @@ def test_bad_input_is_refused_per_field_and_nothing_is_made(client, sim_host, im
 
 
 def test_an_image_the_user_may_not_use_is_refused(client, sim_host, image, alice):
-    vms.update_image("test", image, visibility="restricted", groups=[Group.objects.create(name="others")])
+    vms.update_image(image, actor="test", visibility="restricted", groups=[Group.objects.create(name="others")])
     client.force_login(alice)
     html = client.post("/reservations/new/", form_data(image)).content.decode()
     assert "Select a valid choice" in html.split('id="error-image"')[1] and not Reservation.objects.exists()
@@ -199,7 +199,7 @@ def test_an_image_the_user_may_not_use_is_refused(client, sim_host, image, alice
 
 def test_a_quota_refusal_names_the_rule(client, sim_host, image, alice, sync_jobs):
     QuotaRule.objects.create(name="one at a time", max_per_user=1)
-    services.reserve(alice, alice, image, duration=H)
+    services.reserve(alice, image, actor=alice, duration=H)
     client.force_login(alice)
     html = client.post("/reservations/new/", form_data(image)).content.decode()
     assert "at most 1 (rule &#x27;one at a time&#x27;)" in html.split('id="error-start"')[1]
@@ -224,10 +224,10 @@ def test_the_fit_check_says_it_fits(client, sim_host, image, alice):
 
 
 def test_the_fit_check_gives_the_reason_and_the_earliest_start(client, sim_host, image, alice, bob, sync_jobs):
-    first = services.reserve(alice, alice, image, duration=2 * H, size={"memory_mib": 6144})
+    first = services.reserve(alice, image, actor=alice, duration=2 * H, size={"memory_mib": 6144})
     html = fit(client, bob, image)  # bob's 2048 MiB: 8192 - 6144 leaves room
     assert 'data-fit="yes"' in html
-    services.reserve(alice, alice, image, duration=2 * H, size={"memory_mib": 2048})
+    services.reserve(alice, image, actor=alice, duration=2 * H, size={"memory_mib": 2048})
     html = fit(client, bob, image)
     assert 'data-fit="no"' in html and "host has room then (1 lack memory)" in html
     earliest = re.search(r'data-start="([0-9T:-]+)"', html).group(1)
@@ -254,7 +254,7 @@ def test_the_list_shows_live_badges_and_subscribes_to_the_users_topic(client, re
     row = listing.split(f'id="reservation-{ready.pk}"')[1].split("</tr>")[0]
     assert 'class="badge res-ready"' in row and f'data-vm="{ready.vm_id}"' in listing
     assert f'id="reservation-{future.pk}"' in listing
-    services.cancel(alice, future)
+    services.cancel(future, actor=alice)
     assert f'id="reservation-{future.pk}"' not in page(client, alice, "/reservations/")
     assert f'id="reservation-{future.pk}"' in page(client, alice, "/reservations/?show=past")
 
@@ -262,12 +262,12 @@ def test_the_list_shows_live_badges_and_subscribes_to_the_users_topic(client, re
 def test_the_list_costs_the_same_queries_for_many_reservations(client, sim_host, image, alice,
                                                                django_assert_max_num_queries):
     for hours in range(2):
-        services.reserve(alice, alice, image, start=timezone.now() + (3 + hours * 2) * H, duration=H)
+        services.reserve(alice, image, actor=alice, start=timezone.now() + (3 + hours * 2) * H, duration=H)
     client.force_login(alice)
     with django_assert_max_num_queries(8) as few:
         client.get("/reservations/?show=all")
     for hours in range(2, 8):
-        services.reserve(alice, alice, image, start=timezone.now() + (3 + hours * 2) * H, duration=H)
+        services.reserve(alice, image, actor=alice, start=timezone.now() + (3 + hours * 2) * H, duration=H)
     with django_assert_max_num_queries(len(few.captured_queries)):
         assert client.get("/reservations/?show=all").content.decode().count('class="badge res-pending"') == 8
 
@@ -287,7 +287,7 @@ def test_the_detail_of_a_ready_one_shows_how_to_connect(client, ready, alice):
 
 
 def test_the_end_warning_shows_when_the_end_is_near(client, sim_host, image, alice, sync_jobs):
-    reservation = services.reserve(alice, alice, image, duration=timedelta(minutes=5))
+    reservation = services.reserve(alice, image, actor=alice, duration=timedelta(minutes=5))
     sync_jobs.drain()
     html = " ".join(page(client, alice, f"/reservations/{reservation.pk}/").split())
     assert 'id="ending-warning" class="warning-banner" data-end' in html
@@ -295,7 +295,7 @@ def test_the_end_warning_shows_when_the_end_is_near(client, sim_host, image, ali
 
 def test_windows_images_get_an_rdp_file(client, sim_host, image, alice, ready, sync_jobs):
     page(client, alice, f"/reservations/{ready.pk}/connect.rdp", status=404)  # a Linux image: SSH
-    vms.update_image("test", image, os="Windows Server 2022")
+    vms.update_image(image, actor="test", os="Windows Server 2022")
     html = page(client, alice, f"/reservations/{ready.pk}/")
     assert f"mstsc /v:{ready.vm.address}" in html and f"/reservations/{ready.pk}/connect.rdp" in html
     response = client.get(f"/reservations/{ready.pk}/connect.rdp")
@@ -308,7 +308,7 @@ def test_extend_moves_the_end_or_says_why_not(client, ready, image, alice, bob, 
     response = client.post(f"/reservations/{ready.pk}/extend/", {"minutes": 60}, follow=True)
     assert "Extended to" in response.content.decode()
     assert Reservation.objects.get(pk=ready.pk).end == ready.end + H
-    services.reserve(bob, bob, image, start=ready.end + H, duration=H, size={"memory_mib": 8192})
+    services.reserve(bob, image, actor=bob, start=ready.end + H, duration=H, size={"memory_mib": 8192})
     client.force_login(alice)
     html = client.post(f"/reservations/{ready.pk}/extend/", {"minutes": 60}, follow=True).content.decode()
     assert "Not extended: cannot extend to" in html and "no host has room then" in html
@@ -400,7 +400,7 @@ def test_block_errors_are_shown_per_field(client, sim_host, image, instructor):
 
 def test_a_stranger_cannot_take_a_seat_or_cancel_a_block(client, sim_host, image, instructor, bob):
     klass = Group.objects.create(name="cs101")
-    block = services.create_block(instructor, name="lab", image=image, group=klass, seats=1,
+    block = services.create_block(actor=instructor, name="lab", image=image, group=klass, seats=1,
                                   start=timezone.now() + 24 * H, end=timezone.now() + 26 * H)
     client.force_login(bob)
     assert client.post(f"/reservations/blocks/{block.pk}/seat/").status_code == 404

@@ -25,7 +25,7 @@ def fresh(reservation):
 
 
 def reserve_now(user, image, hours=2, **kwargs):
-    return services.reserve(user, user, image, duration=hours * H, **kwargs)
+    return services.reserve(user, image, actor=user, duration=hours * H, **kwargs)
 
 
 def test_it_reserves_now_and_becomes_ready_with_connection_details(sim_host, image, alice, sync_jobs):
@@ -48,7 +48,7 @@ def test_it_reserves_now_and_becomes_ready_with_connection_details(sim_host, ima
 def test_ending_destroys_the_vm_and_releases_the_capacity(sim_host, image, alice, sync_jobs):
     reservation = reserve_now(alice, image)
     sync_jobs.drain()
-    services.end(alice, fresh(reservation))
+    services.end(fresh(reservation), actor=alice)
     assert fresh(reservation).status == "ending"
     sync_jobs.drain()
     reservation = fresh(reservation)
@@ -56,16 +56,16 @@ def test_ending_destroys_the_vm_and_releases_the_capacity(sim_host, image, alice
     assert reservation.vm.state == "destroyed" and not SimVM.objects.filter(key=reservation.vm.key).exists()
     assert not Allocation.objects.filter(host=sim_host, released__isnull=True).exists()
     with pytest.raises(services.Conflict):
-        services.end(alice, reservation)
+        services.end(reservation, actor=alice)
 
 
 def test_a_revert_on_end_image_is_rolled_back_not_destroyed(sim_host, image, alice, sync_jobs):
-    vms.update_image("test", image, revert_on_end=True)
+    vms.update_image(image, actor="test", revert_on_end=True)
     reservation = reserve_now(alice, image)
     sync_jobs.drain()
     vm = VM.objects.get(pk=fresh(reservation).vm_id)
     assert [s["name"] for s in vm.snapshots] == ["clean"]
-    services.end(alice, fresh(reservation))
+    services.end(fresh(reservation), actor=alice)
     sync_jobs.drain()
     reservation = fresh(reservation)
     assert reservation.status == "ended", reservation.history.last().reason
@@ -74,7 +74,7 @@ def test_a_revert_on_end_image_is_rolled_back_not_destroyed(sim_host, image, ali
 
 def test_a_future_reservation_holds_capacity_and_starts_at_its_lead_time(sim_host, image, alice, sync_jobs):
     start = timezone.now() + 3 * H
-    reservation = services.reserve(alice, alice, image, start=start, end=start + 2 * H)
+    reservation = services.reserve(alice, image, actor=alice, start=start, end=start + 2 * H)
     assert reservation.status == "pending" and reservation.vm is None
     assert reservation.allocation.start == start and reservation.allocation.end == start + 2 * H
     assert services.tick(now=start - 20 * timedelta(minutes=1))["started"] == 0
@@ -98,8 +98,8 @@ def test_the_tick_warns_once_before_the_end(sim_host, image, alice, sync_jobs):
 
 def test_a_future_one_can_be_canceled_and_gives_capacity_back(sim_host, image, alice):
     start = timezone.now() + 3 * H
-    reservation = services.reserve(alice, alice, image, start=start, duration=H)
-    services.cancel(alice, reservation)
+    reservation = services.reserve(alice, image, actor=alice, start=start, duration=H)
+    services.cancel(reservation, actor=alice)
     assert fresh(reservation).status == "canceled"
     assert fresh(reservation).allocation.released is not None
 
@@ -107,7 +107,7 @@ def test_a_future_one_can_be_canceled_and_gives_capacity_back(sim_host, image, a
 def test_a_started_one_cannot_be_canceled_only_ended(sim_host, image, alice, sync_jobs):
     reservation = reserve_now(alice, image)
     with pytest.raises(services.Conflict, match="end it instead"):
-        services.cancel(alice, reservation)
+        services.cancel(reservation, actor=alice)
 
 
 @pytest.mark.parametrize(
@@ -123,14 +123,14 @@ def test_a_started_one_cannot_be_canceled_only_ended(sim_host, image, alice, syn
 def test_it_refuses_bad_windows_and_writes_nothing(sim_host, image, alice, start, end, field, message):
     now = timezone.now()
     with pytest.raises(ValidationError) as caught:
-        services.reserve(alice, alice, image, start=now + start, end=now + end)
+        services.reserve(alice, image, actor=alice, start=now + start, end=now + end)
     assert any(message in m for m in caught.value.message_dict[field]), caught.value.message_dict
     assert not Reservation.objects.exists() and not Allocation.objects.exists()
 
 
 def test_it_refuses_an_image_the_user_may_not_see(sim_host, image, alice, bob):
     students = Group.objects.create(name="students")
-    vms.update_image("test", image, visibility="restricted", groups=[students])
+    vms.update_image(image, actor="test", visibility="restricted", groups=[students])
     with pytest.raises(ValidationError) as caught:
         reserve_now(alice, image)
     assert caught.value.message_dict == {"image": ["no such image, or you may not use it"]}
@@ -151,12 +151,12 @@ def test_quotas_name_the_rule_that_refuses(sim_host, image, alice, bob):
     with pytest.raises(ValidationError, match=refusal):
         reserve_now(alice, image, hours=1)
     start = timezone.now() + 3 * H
-    services.reserve(alice, alice, image, start=start, duration=H)  # not overlapping: allowed
-    services.reserve(bob, bob, image, start=start, duration=H)
+    services.reserve(alice, image, actor=alice, start=start, duration=H)  # not overlapping: allowed
+    services.reserve(bob, image, actor=bob, start=start, duration=H)
     carol = type(bob).objects.create_user("carol")
     carol.groups.add(students)
     with pytest.raises(ValidationError, match=r"group students already has 2 reservations .* \(rule 'one each'\)"):
-        services.reserve(carol, carol, image, start=start, duration=H)
+        services.reserve(carol, image, actor=carol, start=start, duration=H)
 
 
 def test_no_room_says_why_and_when_it_would_fit(sim_host, image, alice, bob):
@@ -182,16 +182,32 @@ def test_extend_moves_the_end_when_there_is_room_and_says_why_not(sim_host, imag
     reservation = reserve_now(alice, image, hours=1, size={"memory_mib": 4096})
     sync_jobs.drain()
     old_end = fresh(reservation).end
-    extended = services.extend(alice, fresh(reservation), old_end + H)
+    extended = services.extend(fresh(reservation), old_end + H, actor=alice)
     assert extended.end == old_end + H and extended.allocation.end == old_end + H
     assert VM.objects.get(pk=extended.vm_id).allocation_id == extended.allocation_id
-    services.reserve(bob, bob, image, start=old_end + H, duration=H, size={"memory_mib": 6144})
+    services.reserve(bob, image, actor=bob, start=old_end + H, duration=H, size={"memory_mib": 6144})
     with pytest.raises(ValidationError, match="cannot extend to .*no host has room then"):
-        services.extend(alice, fresh(reservation), old_end + 2 * H)
+        services.extend(fresh(reservation), old_end + 2 * H, actor=alice)
     assert fresh(reservation).end == old_end + H
     assert Allocation.objects.filter(released__isnull=True).count() == 2
     with pytest.raises(ValidationError, match="at most 8 h"):
-        services.extend(alice, fresh(reservation), old_end + 10 * H)
+        services.extend(fresh(reservation), old_end + 10 * H, actor=alice)
+
+
+def test_an_end_racing_an_extend_leaves_no_claim_behind(sim_host, image, alice, monkeypatch):
+    reservation = services.reserve(alice, image, actor=alice, start=timezone.now() + 5 * H, duration=H)
+    stale = Reservation.objects.select_related("allocation").get(pk=reservation.pk)  # read before the cancel
+    limits_for = services.limits_for
+
+    def cancel_meanwhile(user, image):  # runs between the extend's state check and its write
+        services.cancel(fresh(reservation), actor=alice)
+        return limits_for(user, image)
+
+    monkeypatch.setattr(services, "limits_for", cancel_meanwhile)
+    with pytest.raises(services.Conflict, match="changed meanwhile"):
+        services.extend(stale, stale.end + H, actor=alice)
+    assert fresh(reservation).status == "canceled" and fresh(reservation).end == stale.end
+    assert not Allocation.objects.filter(released__isnull=True).exists()
 
 
 def test_a_vm_that_fails_to_boot_is_retried_once_on_another_host(make_host, image, alice, sync_jobs):
@@ -227,21 +243,21 @@ def test_block_allocations_claim_every_week_or_nothing(sim_host, image, alice, b
     klass = Group.objects.create(name="cs101")
     alice.groups.add(klass)
     start = timezone.now() + 24 * H
-    block = services.create_block(admin_user, name="CS101 lab", image=image, group=klass, seats=2,
+    block = services.create_block(actor=admin_user, name="CS101 lab", image=image, group=klass, seats=2,
                                   start=start, end=start + 2 * H, weeks=3, created_by=admin_user)
     seats = Reservation.objects.filter(block=block)
     assert seats.count() == 6 and seats.filter(user=alice).count() == 3 and seats.filter(user=None).count() == 3
     assert sorted({s.start for s in seats}) == [start, start + timedelta(weeks=1), start + timedelta(weeks=2)]
     with pytest.raises(ValidationError, match="week 1, seat 3 of 3 does not fit"):
-        services.create_block(admin_user, name="too big", image=image, group=klass, seats=3,
+        services.create_block(actor=admin_user, name="too big", image=image, group=klass, seats=3,
                               start=start, end=start + H, weeks=1)
     assert Reservation.objects.count() == 6
     with pytest.raises(ValidationError, match="not in this class"):
-        services.take_seat(bob, bob, block)
+        services.take_seat(bob, block, actor=bob)
     bob.groups.add(klass)
-    seat = services.take_seat(bob, bob, block)
+    seat = services.take_seat(bob, block, actor=bob)
     assert seat.user == bob and seat.occurrence == 0
-    assert services.take_seat(bob, bob, block).pk == seat.pk
+    assert services.take_seat(bob, block, actor=bob).pk == seat.pk
     assert services.block_usage(block)["taken"] == 2
 
 
@@ -249,7 +265,7 @@ def test_block_seats_are_pre_provisioned(sim_host, image, alice, admin_user, syn
     klass = Group.objects.create(name="cs101")
     alice.groups.add(klass)
     start = timezone.now() + 5 * timedelta(minutes=1)
-    block = services.create_block(admin_user, name="now", image=image, group=klass, seats=2,
+    block = services.create_block(actor=admin_user, name="now", image=image, group=klass, seats=2,
                                   start=start, end=start + H)
     sync_jobs.drain()
     seats = Reservation.objects.filter(block=block)

@@ -112,11 +112,3 @@ def metadata_of(xml_text):
     """The vclmgr metadata of a domain's XML as a dict ({} when the domain is not ours)."""
     element = ET.fromstring(xml_text).find(f"metadata/{{{NAMESPACE}}}vm")
     return dict(element.attrib) if element is not None else {}
-
-
-def macs_of(xml_text):
-    return [mac.get("address") for mac in ET.fromstring(xml_text).iterfind("devices/interface/mac")]
-
-
-def disk_paths_of(xml_text):
-    return [src.get("file") for src in ET.fromstring(xml_text).iterfind("devices/disk/source") if src.get("file")]

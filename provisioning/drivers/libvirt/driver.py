@@ -38,8 +38,6 @@ GIB = 1 << 30
 
 class LibvirtDriver(base.Driver):
     kind = "libvirt"
-    hypervisor_type = "kvm"
-    formats = ("qcow2", "raw")
 
     def __init__(self, uri, credentials=None, options=None):
         super().__init__(uri, credentials, options)

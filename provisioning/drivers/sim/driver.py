@@ -33,7 +33,6 @@ HANG_POLL_SECONDS = 0.2
 
 class SimDriver(base.Driver):
     kind = "sim"
-    hypervisor_type = "sim"
 
     def __init__(self, uri, credentials=None, options=None):
         super().__init__(uri, credentials, options)

@@ -42,8 +42,6 @@ VM_PROPS = ["name", "runtime.host", "runtime.powerState", "config.template", "su
 
 class VMwareDriver(base.Driver):
     kind = "vmware"
-    hypervisor_type = "vmware"
-    formats = ("vmdk", "template")
 
     def __init__(self, uri, credentials=None, options=None):
         super().__init__(uri, credentials, options)

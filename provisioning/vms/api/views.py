@@ -54,7 +54,7 @@ class ImageViewSet(viewsets.ModelViewSet):
     def perform_create(self, serializer):
         data = dict(serializer.validated_data)
         try:
-            serializer.instance = services.create_image(self.request.user, groups=data.pop("groups", []), **data)
+            serializer.instance = services.create_image(actor=self.request.user, groups=data.pop("groups", []), **data)
         except ValidationError as exc:
             raise as_drf(exc) from None
 
@@ -62,12 +62,12 @@ class ImageViewSet(viewsets.ModelViewSet):
         data = dict(serializer.validated_data)
         groups = data.pop("groups", None)
         try:
-            services.update_image(self.request.user, serializer.instance, groups=groups, reason="API", **data)
+            services.update_image(serializer.instance, actor=self.request.user, groups=groups, reason="API", **data)
         except ValidationError as exc:
             raise as_drf(exc) from None
 
     def perform_destroy(self, instance):
-        services.delete_image(self.request.user, instance, reason="deleted through the API")
+        services.delete_image(instance, actor=self.request.user, reason="deleted through the API")
 
     @extend_schema(
         request=PrestageSerializer, responses={202: PrestageAcceptedSerializer, 201: PrestageAcceptedSerializer}
@@ -79,7 +79,7 @@ class ImageViewSet(viewsets.ModelViewSet):
         body = PrestageSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            made = services.prestage(request.user, image, body.validated_data["group"], body.validated_data["at"])
+            made = services.prestage(image, body.validated_data["group"], body.validated_data["at"], actor=request.user)
         except ValidationError as exc:
             raise as_drf(exc) from None
         if body.validated_data["at"] is None:
@@ -106,12 +106,12 @@ class ImageVariantViewSet(
     def perform_create(self, serializer):
         data = dict(serializer.validated_data)
         try:
-            serializer.instance = services.add_variant(self.request.user, data.pop("image"), **data)
+            serializer.instance = services.add_variant(data.pop("image"), actor=self.request.user, **data)
         except ValidationError as exc:
             raise as_drf(exc) from None
 
     def perform_destroy(self, instance):
-        services.delete_variant(self.request.user, instance, reason="deleted through the API")
+        services.delete_variant(instance, actor=self.request.user, reason="deleted through the API")
 
 
 ACTION_SCHEMA = extend_schema(request=None, responses={202: JobAcceptedSerializer, 409: CONFLICT})
@@ -138,7 +138,9 @@ class VMViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gener
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         try:
-            vm, job = services.request_vm(request.user, owner=request.user, reason="requested through the API", **data)
+            vm, job = services.request_vm(
+                actor=request.user, owner=request.user, reason="requested through the API", **data
+            )
         except ValidationError as exc:
             raise as_drf(exc) from None
         return Response({"job": job.pk, "vm": vm.pk, "detail": VMSerializer(vm).data}, status=status.HTTP_202_ACCEPTED)
@@ -146,7 +148,7 @@ class VMViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gener
     def _act(self, request, verb, **params):
         vm = self.get_object()
         try:
-            job = services.submit_action(request.user, vm, verb, reason=f"{verb} through the API", **params)
+            job = services.submit_action(vm, verb, actor=request.user, reason=f"{verb} through the API", **params)
         except ValidationError as exc:
             raise as_drf(exc) from None
         return Response({"job": job.pk, "vm": vm.pk}, status=status.HTTP_202_ACCEPTED)

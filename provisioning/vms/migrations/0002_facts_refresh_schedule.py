@@ -9,7 +9,7 @@ FUNC = "provisioning.vms.tasks.refresh_all"
 
 def create(apps, schema_editor):
     Schedule = apps.get_model("django_q", "Schedule")
-    minutes = getattr(settings, "FACTS_REFRESH_MINUTES", 10)
+    minutes = settings.FACTS_REFRESH_MINUTES
     if minutes > 0 and not Schedule.objects.filter(name=NAME).exists():
         Schedule.objects.create(name=NAME, func=FUNC, schedule_type="I", minutes=minutes, repeats=-1)
 

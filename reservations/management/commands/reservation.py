@@ -126,7 +126,7 @@ class Command(BaseCommand):
                     key = file.read(8192)
             except OSError as exc:
                 raise CommandError(f"--ssh-key {ssh_key}: {exc.strerror}") from None
-        reservation = services.reserve(CLI, owner, self._image(image), start=start, end=end, ssh_key=key)
+        reservation = services.reserve(owner, self._image(image), actor=CLI, start=start, end=end, ssh_key=key)
         self.stdout.write(f"reservation {reservation.pk}: {reservation.status}")
 
     def do_check(self, image, **options):
@@ -134,15 +134,15 @@ class Command(BaseCommand):
         self.stdout.write(services.check_fit(self._image(image), start, end).message)
 
     def do_extend(self, id, end, **_):
-        reservation = services.extend(CLI, self._get(id), end)
+        reservation = services.extend(self._get(id), end, actor=CLI)
         self.stdout.write(f"reservation {reservation.pk} now ends {reservation.end:%Y-%m-%d %H:%M} UTC")
 
     def do_end(self, id, **_):
-        job = services.end(CLI, self._get(id), "ended from the command line")
+        job = services.end(self._get(id), "ended from the command line", actor=CLI)
         self.stdout.write(f"reservation {id}: ending" + (f" (job {job.pk})" if job else ""))
 
     def do_cancel(self, id, **_):
-        services.cancel(CLI, self._get(id), "canceled from the command line")
+        services.cancel(self._get(id), "canceled from the command line", actor=CLI)
         self.stdout.write(f"reservation {id}: canceled")
 
     def do_tick(self, **_):

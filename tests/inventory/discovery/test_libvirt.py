@@ -7,7 +7,7 @@ from django.core.management import CommandError, call_command
 
 from inventory.discovery import services
 from inventory.models import Hypervisor
-from provisioning.vms import opcodes
+from provisioning.drivers import registry as drivers
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +38,7 @@ def test_commit_registers_then_updates_through_the_import(libvirt_nodes, make_ho
     assert small.facts["reachable"] is True and small.facts["memory_mib"] == 8192 and small.facts_updated_at
     assert Hypervisor.objects.get(name="kvm-medium").cpus > 1
     # The registered host works with its driver, and a second run changes nothing.
-    assert opcodes.driver_for(small).facts().cpus == 4
+    assert drivers.driver_for(small).facts().cpus == 4
     again = services.discover("test", "libvirt", list(libvirt_nodes.values()), group="lab", commit=True)
     assert again.report.totals["unchanged"] == 3 and Hypervisor.objects.count() == 3
 

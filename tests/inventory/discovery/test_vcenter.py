@@ -7,7 +7,7 @@ from django.core.management import CommandError, call_command
 
 from inventory.discovery import services
 from inventory.models import Credential, Hypervisor
-from provisioning.vms import opcodes
+from provisioning.drivers import registry as drivers
 from tests.provisioning.drivers.conftest import VCSIM_PASSWORD, VCSIM_USER
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -34,7 +34,7 @@ def test_it_registers_every_host_and_stores_the_password_as_a_credential(vcsim, 
         assert host.address == "127.0.0.1" and host.facts["reachable"] is True
     # Each registered host reaches its own ESX host through the stored credential.
     host = Hypervisor.objects.order_by("name").last()
-    assert opcodes.driver_for(host).facts().name == host.name
+    assert drivers.driver_for(host).facts().name == host.name
 
 
 def test_the_command_reads_the_password_from_a_file_and_previews(vcsim, tmp_path):

@@ -62,8 +62,10 @@ def test_the_api_plans_for_an_image_and_refuses_unknown_fields(api, alice, make_
     from provisioning.vms import services as vms
 
     make_host("kvm1", driver="libvirt")
-    image = vms.create_image("test", name="win11", min_memory_mib=256, default_memory_mib=512)
-    vms.add_variant("test", image, hypervisor_type="vmware", format="vmdk", location="ds://win11.vmdk", size_gib=20)
+    image = vms.create_image(actor="test", name="win11", min_memory_mib=256, default_memory_mib=512)
+    vms.add_variant(
+        image, actor="test", hypervisor_type="vmware", format="vmdk", location="ds://win11.vmdk", size_gib=20
+    )
     body = api(alice).post("/api/v1/placement/plan/", {"vcpus": 1, "memory_mib": 512, "image": "win11"}).json()
     assert not body["fits"] and body["reasons"] == {"wrong_hypervisor": 1}  # only a VMware host could run it
     response = api(alice).post("/api/v1/placement/plan/", {"vcpus": 1, "memory_mib": 512, "image": "nosuch"})

@@ -36,8 +36,8 @@ def sim_host(make_host):
 
 @pytest.fixture
 def image(db):
-    image = services.create_image("test", name="debian-12", os="Debian 12", min_memory_mib=256,
+    image = services.create_image(actor="test", name="debian-12", os="Debian 12", min_memory_mib=256,
                                   default_memory_mib=512, default_disk_gib=5)
-    services.add_variant("test", image, hypervisor_type="sim", format="sim", location="sim://library/debian-12",
+    services.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/debian-12",
                          checksum="", size_gib=2)
     return image

@@ -12,9 +12,9 @@ from provisioning.vms.models import VM, Image
 @pytest.fixture
 def restricted(db):
     group = Group.objects.create(name="course-101")
-    image = services.create_image("test", name="secret-lab", visibility="restricted", groups=[group],
+    image = services.create_image(actor="test", name="secret-lab", visibility="restricted", groups=[group],
                                   min_memory_mib=256, default_memory_mib=512)
-    services.add_variant("test", image, hypervisor_type="sim", format="sim", location="sim://library/secret")
+    services.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/secret")
     return image, group
 
 

@@ -7,29 +7,30 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
+from provisioning.drivers import registry as drivers
 from provisioning.drivers.sim.models import SimImage, SimVM
 from provisioning.jobs.models import Job
-from provisioning.vms import opcodes, services
+from provisioning.vms import services
 from provisioning.vms.models import VM, Image
 from tests.provisioning.vms.test_libvirt import kvm_host, kvm_image  # noqa: F401 (fixtures)
 
 
 def built(owner, image, sync_jobs):
-    vm, job = services.request_vm(owner, owner=owner, image=image)
+    vm, job = services.request_vm(actor=owner, owner=owner, image=image)
     sync_jobs.drain()
     assert Job.objects.get(pk=job.pk).status == "success", Job.objects.get(pk=job.pk).error_message
     return VM.objects.get(pk=vm.pk)
 
 
 def capture(actor, vm, name, sync_jobs, **params):
-    job = services.submit_action(actor, VM.objects.get(pk=vm.pk), "capture", image_name=name, **params)
+    job = services.submit_action(VM.objects.get(pk=vm.pk), "capture", actor=actor, image_name=name, **params)
     sync_jobs.drain()
     return Job.objects.get(pk=job.pk)
 
 
 def test_it_stops_a_running_vm_and_captures_it_as_a_derived_image(sim_host, image, admin_user, sync_jobs):
     group = Group.objects.create(name="lab")
-    services.update_image("test", image, visibility="restricted", groups=[group])
+    services.update_image(image, actor="test", visibility="restricted", groups=[group])
     vm = built(admin_user, image, sync_jobs)
     job = capture(admin_user, vm, "debian-12-custom", sync_jobs)
     assert job.status == "success", job.error_message
@@ -60,9 +61,9 @@ def test_a_users_capture_is_kept_from_other_users(sim_host, image, alice, bob, s
 def test_capture_refuses_a_taken_name_and_a_strangers_vm(sim_host, image, alice, bob, sync_jobs):
     vm = built(alice, image, sync_jobs)
     with pytest.raises(ValidationError, match="exists already"):
-        services.submit_action(alice, vm, "capture", image_name="debian-12")
+        services.submit_action(vm, "capture", actor=alice, image_name="debian-12")
     with pytest.raises(ValidationError, match="image name"):
-        services.submit_action(alice, vm, "capture", image_name="no spaces")
+        services.submit_action(vm, "capture", actor=alice, image_name="no spaces")
     # Through the generic jobs API too, and before the VM is stopped.
     job = services.jobs.submit("vm.capture", {"vm": vm.pk, "image_name": "debian-12"}, actor=alice)
     sync_jobs.drain()
@@ -96,7 +97,7 @@ def test_capture_on_libvirt(kvm_host, kvm_image, admin_user, sync_jobs):  # noqa
     vm = built(admin_user, kvm_image, sync_jobs)
     job = capture(admin_user, vm, "ubuntu-custom", sync_jobs)
     assert job.status == "success", job.error_message
-    assert opcodes.driver_for(kvm_host).state(vm.key) == "stopped"
+    assert drivers.driver_for(kvm_host).state(vm.key) == "stopped"
     variant = Image.objects.get(name="ubuntu-custom").variants.get()
     assert (variant.hypervisor_type, variant.format) == ("kvm", "qcow2")
     assert variant.location.endswith("ubuntu-custom.qcow2")

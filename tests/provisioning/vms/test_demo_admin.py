@@ -16,7 +16,7 @@ def test_the_demo_step_is_idempotent(db):
 def test_admin_pages_answer(client, admin_user, image, sim_host, alice, sync_jobs):
     from provisioning.vms import services
 
-    services.request_vm(alice, owner=alice, image=image)
+    services.request_vm(actor=alice, owner=alice, image=image)
     sync_jobs.drain()
     client.force_login(admin_user)
     for url in ("/admin/vms/image/", f"/admin/vms/image/{image.pk}/change/", "/admin/vms/vm/", "/admin/vms/hostimage/",

@@ -6,8 +6,9 @@ import shutil
 import pytest
 
 from provisioning.capacity.models import Allocation
+from provisioning.drivers import registry as drivers
 from provisioning.jobs.models import Job
-from provisioning.vms import opcodes, services
+from provisioning.vms import services
 from provisioning.vms.models import VM
 from tests.provisioning.drivers.conftest import LIBVIRT_NODES, require_libvirt
 
@@ -29,28 +30,28 @@ def kvm_image(tmp_path):
     content = b"vclmgr test qcow2\n"
     path = tmp_path / "ubuntu.qcow2"
     path.write_bytes(content)
-    image = services.create_image("test", name="ubuntu-24.04", min_memory_mib=256, default_memory_mib=512,
+    image = services.create_image(actor="test", name="ubuntu-24.04", min_memory_mib=256, default_memory_mib=512,
                                   default_disk_gib=10)
-    services.add_variant("test", image, hypervisor_type="kvm", format="qcow2", location=str(path),
+    services.add_variant(image, actor="test", hypervisor_type="kvm", format="qcow2", location=str(path),
                          checksum="sha256:" + hashlib.sha256(content).hexdigest(), size_gib=4)
     return image
 
 
 def test_the_lifecycle_on_libvirt(kvm_host, kvm_image, alice, sync_jobs):
-    vm, job = services.request_vm(alice, owner=alice, image=kvm_image)
+    vm, job = services.request_vm(actor=alice, owner=alice, image=kvm_image)
     sync_jobs.drain()
     job = Job.objects.get(pk=job.pk)
     assert job.status == "success", job.error_message
     vm = VM.objects.get(pk=vm.pk)
     assert vm.state == "running" and vm.address and vm.variant.format == "qcow2"
-    driver = opcodes.driver_for(kvm_host)
+    driver = drivers.driver_for(kvm_host)
     assert driver.state(vm.key) == "running"
     for action, state in (("suspend", "suspended"), ("resume", "running"), ("stop", "stopped")):
-        job = services.submit_action(alice, VM.objects.get(pk=vm.pk), action)
+        job = services.submit_action(VM.objects.get(pk=vm.pk), action, actor=alice)
         sync_jobs.drain()
         assert Job.objects.get(pk=job.pk).status == "success", Job.objects.get(pk=job.pk).error_message
         assert driver.state(vm.key) == state
-    services.submit_action(alice, VM.objects.get(pk=vm.pk), "destroy")
+    services.submit_action(VM.objects.get(pk=vm.pk), "destroy", actor=alice)
     sync_jobs.drain()
     assert driver.state(vm.key) == "absent"
     assert VM.objects.get(pk=vm.pk).state == "destroyed"
@@ -59,10 +60,10 @@ def test_the_lifecycle_on_libvirt(kvm_host, kvm_image, alice, sync_jobs):
 
 def test_a_checksum_mismatch_fails_cleanly_on_libvirt(kvm_host, kvm_image, alice, sync_jobs):
     kvm_image.variants.update(checksum="sha256:" + "0" * 64)
-    vm, job = services.request_vm(alice, owner=alice, image=kvm_image)
+    vm, job = services.request_vm(actor=alice, owner=alice, image=kvm_image)
     sync_jobs.drain()
     job = Job.objects.get(pk=job.pk)
     assert job.status == "error" and "checksum mismatch" in job.error_message
     assert VM.objects.get(pk=vm.pk).state == "failed"
-    assert opcodes.driver_for(kvm_host).state(vm.key) == "absent"
+    assert drivers.driver_for(kvm_host).state(vm.key) == "absent"
     assert not Allocation.objects.filter(released__isnull=True).exists()

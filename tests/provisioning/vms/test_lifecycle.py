@@ -3,6 +3,7 @@
 import pytest
 
 from provisioning.capacity.models import Allocation
+from provisioning.capacity.snapshot import snapshot
 from provisioning.drivers.sim import services as sim
 from provisioning.drivers.sim.models import SimVM
 from provisioning.jobs.models import Job
@@ -11,7 +12,7 @@ from provisioning.vms.models import VM, HostImage
 
 
 def create(owner, image, **kwargs):
-    vm, job = services.request_vm(owner, owner=owner, image=image, **kwargs)
+    vm, job = services.request_vm(actor=owner, owner=owner, image=image, **kwargs)
     return vm, job
 
 
@@ -41,21 +42,21 @@ def test_every_action_runs_as_a_job(sim_host, image, alice, sync_jobs):
     sync_jobs.drain()
     for action, state in (("suspend", "suspended"), ("resume", "running"), ("stop", "stopped"),
                           ("start", "running")):
-        job = services.submit_action(alice, vm_of(vm), action)
+        job = services.submit_action(vm_of(vm), action, actor=alice)
         sync_jobs.drain()
         assert job_of(job).status == "success", job_of(job).error_message
         assert vm_of(vm).state == state
         assert SimVM.objects.get(key=vm.key).state == state
-    job = services.submit_action(alice, vm_of(vm), "snapshot", name="clean")
+    job = services.submit_action(vm_of(vm), "snapshot", actor=alice, name="clean")
     sync_jobs.drain()
     assert job_of(job).status == "success", job_of(job).error_message
-    services.submit_action(alice, vm_of(vm), "stop")
+    services.submit_action(vm_of(vm), "stop", actor=alice)
     sync_jobs.drain()
-    job = services.submit_action(alice, vm_of(vm), "revert", name="clean")
+    job = services.submit_action(vm_of(vm), "revert", actor=alice, name="clean")
     sync_jobs.drain()
     assert job_of(job).status == "success", job_of(job).error_message
     assert vm_of(vm).state == "running"
-    job = services.submit_action(alice, vm_of(vm), "destroy")
+    job = services.submit_action(vm_of(vm), "destroy", actor=alice)
     sync_jobs.drain()
     assert job_of(job).status == "success", job_of(job).error_message
     vm = vm_of(vm)
@@ -148,7 +149,7 @@ def test_migrate_moves_the_vm_and_its_claim(make_host, image, alice, sync_jobs):
     sync_jobs.drain()
     assert vm_of(vm).host == source
     target = make_host("sim-b")
-    job = services.submit_action("test", vm_of(vm), "migrate", target=target.pk)
+    job = services.submit_action(vm_of(vm), "migrate", actor="test", target=target.pk)
     sync_jobs.drain()
     assert job_of(job).status == "success", job_of(job).error_message
     vm = vm_of(vm)
@@ -157,12 +158,28 @@ def test_migrate_moves_the_vm_and_its_claim(make_host, image, alice, sync_jobs):
     assert list(Allocation.objects.filter(released__isnull=True).values_list("host", flat=True)) == [target.pk]
 
 
+def test_migrate_without_a_target_never_chooses_the_vms_own_host(make_host, image, alice, sync_jobs):
+    from inventory.models import NodeGroup
+
+    packed = NodeGroup.objects.create(name="packed", placement_policy="pack")  # picks the fullest host: the source
+    source = make_host("sim-a", group=packed)
+    vm, _ = create(alice, image)
+    sync_jobs.drain()
+    other = make_host("sim-b", group=packed)
+    snapshot.expire()
+    job = services.submit_action(vm_of(vm), "migrate", actor="test")
+    sync_jobs.drain()
+    assert job_of(job).status == "success", job_of(job).error_message
+    assert vm_of(vm).host == other and vm_of(vm).allocation.host == other
+    assert source.pk not in Allocation.objects.filter(released__isnull=True).values_list("host", flat=True)
+
+
 def test_migrate_to_a_drained_host_fails_cleanly(make_host, image, alice, sync_jobs):
     source = make_host("sim-a")
     vm, _ = create(alice, image)
     sync_jobs.drain()
     target = make_host("sim-b", state="drained")
-    job = services.submit_action("test", vm_of(vm), "migrate", target=target.pk)
+    job = services.submit_action(vm_of(vm), "migrate", actor="test", target=target.pk)
     sync_jobs.drain()
     assert job_of(job).status == "error" and "drained" in job_of(job).error_message
     vm = vm_of(vm)
@@ -177,6 +194,7 @@ def test_evacuate_expands_into_one_migrate_per_vm(make_host, image, alice, sync_
     vms = [create(alice, image)[0] for _ in range(3)]
     sync_jobs.drain()
     target = make_host("sim-b")
+    snapshot.expire()  # placement sees a new host within a second; this test does not wait for it
     job = jobs.submit("node.evacuate", {"hypervisor": source.pk}, actor="test")
     sync_jobs.drain()
     job = job_of(job)

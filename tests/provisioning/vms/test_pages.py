@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def running_vm(sim_host, image, alice, sync_jobs):
-    vm, _ = services.request_vm(alice, owner=alice, image=image)
+    vm, _ = services.request_vm(actor=alice, owner=alice, image=image)
     sync_jobs.drain()
     vm.refresh_from_db()
     assert vm.state == "running", vm.error
@@ -50,8 +50,8 @@ def test_ids_beyond_the_column_range_are_404(client, alice):
 
 def test_users_see_only_images_they_may_use(client, image, alice, bob):
     staff = Group.objects.create(name="staff-only")
-    secret = services.create_image("test", name="secret-img", visibility="restricted", groups=[staff])
-    services.create_image("test", name="old-img", active=False)
+    secret = services.create_image(actor="test", name="secret-img", visibility="restricted", groups=[staff])
+    services.create_image(actor="test", name="old-img", active=False)
     listing = page(client, alice, "/vms/images/")
     assert "debian-12" in listing and "secret-img" not in listing and "old-img" not in listing
     page(client, alice, f"/vms/images/{secret.pk}/", status=404)
@@ -90,7 +90,7 @@ def test_forms_are_csrf_protected(image, admin_user):
 
 
 def test_the_library_filters_by_search_os_and_platform(client, image, alice):
-    services.create_image("test", name="alma-9", os="AlmaLinux 9", platform="aarch64", description="for ARM labs")
+    services.create_image(actor="test", name="alma-9", os="AlmaLinux 9", platform="aarch64", description="for ARM labs")
     listing = page(client, alice, "/vms/images/?os=Debian+12")
     assert "debian-12" in listing and "alma-9" not in listing
     listing = page(client, alice, "/vms/images/?platform=aarch64")
@@ -101,7 +101,7 @@ def test_the_library_filters_by_search_os_and_platform(client, image, alice):
 
 
 def test_the_library_shows_variants_and_derived_images_with_their_parent(client, image, alice):
-    child = services.create_image("test", name="debian-12-matlab", os="Debian 12", parent=image)
+    child = services.create_image(actor="test", name="debian-12-matlab", os="Debian 12", parent=image)
     listing = page(client, alice, "/vms/images/")
     assert "sim · sim" in listing
     row = listing.split(f'id="image-{child.pk}"')[1].split("</tr>")[0]
@@ -259,7 +259,7 @@ def test_bad_actions_show_errors_and_submit_nothing(client, running_vm, alice, d
 
 
 def test_a_vm_being_built_refuses_actions(client, image, alice, sync_jobs):
-    vm, _ = services.request_vm(alice, owner=alice, image=image)  # no host: it stays requested
+    vm, _ = services.request_vm(actor=alice, owner=alice, image=image)  # no host: it stays requested
     client.force_login(alice)
     body = client.post(f"/vms/{vm.pk}/action/", {"action": "stop"}, follow=True).content.decode()
     assert "cannot stop vcl-" in body and "No action while the VM is requested" not in body
@@ -267,7 +267,7 @@ def test_a_vm_being_built_refuses_actions(client, image, alice, sync_jobs):
 
 
 def test_a_destroyed_vm_offers_no_action(client, running_vm, alice, sync_jobs):
-    services.submit_action(alice, running_vm, "destroy")
+    services.submit_action(running_vm, "destroy", actor=alice)
     sync_jobs.drain()
     detail = page(client, alice, f"/vms/{running_vm.pk}/")
     assert "No action while the VM is destroyed" in detail
@@ -307,8 +307,8 @@ def test_the_vm_list_runs_a_fixed_number_of_queries(
 
 def test_the_image_list_runs_a_fixed_number_of_queries(client, image, alice, admin_user, django_assert_max_num_queries):
     for i in range(20):
-        child = services.create_image("test", name=f"img-{i}", os=f"OS {i % 3}", parent=image)
-        services.add_variant("test", child, hypervisor_type="kvm", format="qcow2", location=f"/srv/{i}.qcow2")
+        child = services.create_image(actor="test", name=f"img-{i}", os=f"OS {i % 3}", parent=image)
+        services.add_variant(child, actor="test", hypervisor_type="kvm", format="qcow2", location=f"/srv/{i}.qcow2")
     for user in (admin_user, alice):
         client.force_login(user)
         with django_assert_max_num_queries(10):

@@ -8,7 +8,8 @@ from inventory import services as inventory
 from inventory.models import Hypervisor
 from provisioning.drivers.sim import services as sim
 from provisioning.jobs.models import Job
-from provisioning.vms import opcodes, tasks
+from provisioning.vms import tasks
+from provisioning.vms.opcodes import host_ops
 from tests.provisioning.jobs.helpers import wait_until
 
 
@@ -54,7 +55,7 @@ def test_an_unreachable_host_is_drained_until_it_answers(make_host, sync_jobs):
     inventory.set_state("test", manual, "drained", "kernel upgrade")
     refresh(sync_jobs)
     host.refresh_from_db()
-    assert host.state == "drained" and host.state_reason.startswith(opcodes.AUTO_DRAIN)
+    assert host.state == "drained" and host.state_reason.startswith(host_ops.AUTO_DRAIN)
     assert host.facts["reachable"] is False and "unreachable" in host.facts["error"]
     assert host.facts["cpus"] == 16  # the last known facts stay
     sim.clear_fault("sim-1")

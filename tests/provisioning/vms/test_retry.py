@@ -29,7 +29,7 @@ def test_it_boots_on_another_host_when_the_first_fails(two_hosts, image, alice, 
     bad = first_choice(image)
     good = next(name for name in two_hosts if name != bad)
     sim.set_fault(bad, step, "fail")
-    vm, job = services.request_vm(alice, owner=alice, image=image)
+    vm, job = services.request_vm(actor=alice, owner=alice, image=image)
     sync_jobs.drain()
     job = Job.objects.get(pk=job.pk)
     assert job.status == "success", job.error_message
@@ -52,7 +52,7 @@ def test_it_boots_on_another_host_when_the_first_fails(two_hosts, image, alice, 
 def test_it_retries_only_once(two_hosts, image, alice, sync_jobs):
     for name in two_hosts:
         sim.set_fault(name, "start", "fail")
-    vm, job = services.request_vm(alice, owner=alice, image=image)
+    vm, job = services.request_vm(actor=alice, owner=alice, image=image)
     sync_jobs.drain()
     job = Job.objects.get(pk=job.pk)
     assert job.status == "error" and "injected failure" in job.error_message
@@ -65,7 +65,7 @@ def test_it_retries_only_once(two_hosts, image, alice, sync_jobs):
 
 def test_with_no_other_host_the_first_failure_stands(sim_host, image, alice, sync_jobs):
     sim.set_fault("sim-1", "start", "fail")
-    vm, job = services.request_vm(alice, owner=alice, image=image)
+    vm, job = services.request_vm(actor=alice, owner=alice, image=image)
     sync_jobs.drain()
     job = Job.objects.get(pk=job.pk)
     assert job.status == "error" and "injected failure on sim-1/start" in job.error_message
@@ -76,7 +76,7 @@ def test_with_no_other_host_the_first_failure_stands(sim_host, image, alice, syn
 
 def test_a_staging_failure_is_not_retried(two_hosts, image, alice, sync_jobs):
     sim.set_fault(first_choice(image), "stage_image", "fail")
-    _vm, job = services.request_vm(alice, owner=alice, image=image)
+    _vm, job = services.request_vm(actor=alice, owner=alice, image=image)
     sync_jobs.drain()
     job = Job.objects.get(pk=job.pk)
     assert job.status == "error" and "retry" not in [s["name"] for s in job.steps]
@@ -87,7 +87,7 @@ def test_no_retry_when_the_first_host_cannot_be_cleaned(two_hosts, image, alice,
     bad = first_choice(image)
     sim.set_fault(bad, "start", "fail")
     sim.set_fault(bad, "destroy", "fail")
-    vm, job = services.request_vm(alice, owner=alice, image=image)
+    vm, job = services.request_vm(actor=alice, owner=alice, image=image)
     sync_jobs.drain()
     job = Job.objects.get(pk=job.pk)
     assert job.status == "error" and f"injected failure on {bad}/start" in job.error_message

@@ -6,8 +6,9 @@ import pytest
 
 from inventory import services as inventory
 from provisioning.capacity.models import Allocation
+from provisioning.drivers import registry as drivers
 from provisioning.jobs.models import Job
-from provisioning.vms import opcodes, services
+from provisioning.vms import services
 from provisioning.vms.models import VM, Image
 from tests.provisioning.drivers.conftest import VCSIM_PASSWORD, VCSIM_USER, vcsim  # noqa: F401 (fixture)
 
@@ -31,9 +32,9 @@ def vmdk_image(tmp_path):
     content = f"vmdk of {tmp_path.name}\n".encode()
     path = tmp_path / "ubuntu.vmdk"
     path.write_bytes(content)
-    image = services.create_image("test", name="ubuntu-vmware", min_memory_mib=256, default_memory_mib=512,
+    image = services.create_image(actor="test", name="ubuntu-vmware", min_memory_mib=256, default_memory_mib=512,
                                   default_disk_gib=10)
-    services.add_variant("test", image, hypervisor_type="vmware", format="vmdk", location=str(path),
+    services.add_variant(image, actor="test", hypervisor_type="vmware", format="vmdk", location=str(path),
                          checksum="sha256:" + hashlib.sha256(content).hexdigest(), size_gib=1)
     return image
 
@@ -46,14 +47,14 @@ def run(job, sync_jobs):
 
 
 def act(vm, action, sync_jobs, **params):
-    return run(services.submit_action("test", VM.objects.get(pk=vm.pk), action, **params), sync_jobs)
+    return run(services.submit_action(VM.objects.get(pk=vm.pk), action, actor="test", **params), sync_jobs)
 
 
 def test_the_lifecycle_on_vcsim(esx_host, vmdk_image, admin_user, sync_jobs, tmp_path):
-    vm, job = services.request_vm(admin_user, owner=admin_user, image=vmdk_image)
+    vm, job = services.request_vm(actor=admin_user, owner=admin_user, image=vmdk_image)
     run(job, sync_jobs)
     vm = VM.objects.get(pk=vm.pk)
-    driver = opcodes.driver_for(esx_host)
+    driver = drivers.driver_for(esx_host)
     try:
         assert vm.state == "running" and vm.host == esx_host and vm.address == GUEST_ADDRESS
         assert driver.state(vm.key) == "running"
@@ -75,7 +76,7 @@ def test_the_lifecycle_on_vcsim(esx_host, vmdk_image, admin_user, sync_jobs, tmp
         act(vm, "destroy", sync_jobs)
         assert driver.state(vm.key) == "absent" and VM.objects.get(pk=vm.pk).state == "destroyed"
         # The captured template boots a new VM (a clone), which is destroyed in turn.
-        clone, job = services.request_vm(admin_user, owner=admin_user, image=captured)
+        clone, job = services.request_vm(actor=admin_user, owner=admin_user, image=captured)
         run(job, sync_jobs)
         assert driver.state(clone.key) == "running" and VM.objects.get(pk=clone.pk).variant == variant
         act(clone, "destroy", sync_jobs)

@@ -79,7 +79,7 @@ class Command(BaseCommand):
                     params["target"] = target.pk
                 if verb == "capture":
                     params.update(image_name=options["image_name"], force=options["force"])
-                job = services.submit_action(CLI, self.vm(options["id"]), verb, reason=f"cli: {verb}", **params)
+                job = services.submit_action(self.vm(options["id"]), verb, actor=CLI, reason=f"cli: {verb}", **params)
         except ValidationError as exc:
             raise CommandError("\n".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None
         except services.Conflict as exc:
@@ -118,7 +118,7 @@ class Command(BaseCommand):
         if image is None:
             raise CommandError(f"no image {options['image']!r}")
         vm, job = services.request_vm(
-            CLI,
+            actor=CLI,
             owner=owner,
             image=image,
             name=options["name"],

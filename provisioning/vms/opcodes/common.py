@@ -1,0 +1,49 @@
+"""What every opcode of the VM app shares: loading and authorising the VM, failure wording,
+the variant a host runs."""
+
+from provisioning.capacity import services as capacity
+from provisioning.drivers import base
+from provisioning.jobs.runner import Handoff, LeaseLost
+from provisioning.vms.models import VM
+
+S = VM.State
+POLL_SECONDS = 0.2
+
+
+class Refused(Exception):
+    """The job may not do this (wrong owner, wrong state, no variant for the host)."""
+
+
+def load_vm(vm_id):
+    return VM.objects.select_related("host", "host__credential", "variant", "variant__image", "allocation").get(
+        pk=vm_id
+    )
+
+
+def authorise(job, vm):
+    submitter = job.job.submitter
+    if submitter is not None and not submitter.is_staff and vm.owner_id != submitter.pk:
+        raise Refused(f"{submitter.get_username()} may not act on {vm.key}")
+
+
+def fail_reason(exc):
+    if isinstance(exc, capacity.NoCapacity):
+        return f"no capacity: {exc}"
+    return f"{type(exc).__name__}: {exc}" if not isinstance(exc, base.DriverError) else str(exc)
+
+
+def passes_through(exc):
+    """Exceptions that mean 'another worker continues this job': never clean up on them."""
+    return isinstance(exc, (LeaseLost, Handoff)) or type(exc).__name__ == "TimeoutException"
+
+
+def variant_for(vm, host):
+    """The image's variant for the host's hypervisor type; a host that runs any format (the
+    simulator) takes another variant when the image has none of its own type."""
+    variants = {v.hypervisor_type: v for v in vm.image.variants.all()}
+    variant = variants.get(host.hypervisor_type)
+    if variant is None and host.image_formats is None and variants:
+        variant = next(iter(variants.values()))
+    if variant is None:
+        raise Refused(f"image {vm.image.name} has no variant for {host.hypervisor_type} host {host.name}")
+    return variant

@@ -1,0 +1,316 @@
+"""The VM lifecycle: ``vm.create`` (with one retry on another host), ``vm.destroy``, power
+(``vm.start``/``stop``/``suspend``/``resume``), ``vm.snapshot`` and ``vm.revert``."""
+
+import time
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from provisioning.capacity import services as capacity
+from provisioning.drivers import base
+from provisioning.drivers import registry as drivers
+from provisioning.jobs import reasons as job_reasons
+from provisioning.jobs.registry import opcode
+from provisioning.vms import services
+from provisioning.vms.models import VM
+from provisioning.vms.opcodes.common import (
+    POLL_SECONDS,
+    Refused,
+    S,
+    authorise,
+    fail_reason,
+    load_vm,
+    passes_through,
+    variant_for,
+)
+from provisioning.vms.opcodes.params import SnapshotParams, StopParams, VMParams, vm_lock
+from provisioning.vms.opcodes.staging import stage
+
+RETRY_STEPS = ("claim", "define", "start", "address")  # a failure here is retried once on another host
+
+
+@opcode("vm.create", params=VMParams, locks=vm_lock, staff_only=False)
+def vm_create(job):
+    """Create a VM: claim capacity, stage its image, define, boot, wait for its address.
+
+    A placement or boot failure (a claim that lost every race, or a failure to define, start
+    or address the VM) is retried once on another host, after the first host is cleaned and
+    its claim released; the retry is recorded in the job's reason trail and log.
+    """
+    vm_id = job.params["vm"]
+    vm = load_vm(vm_id)
+    authorise(job, vm)
+    if vm.state in (S.RUNNING, S.STOPPED, S.SUSPENDED, S.MIGRATING):  # a repeated create: it exists
+        return {"vm": vm_id, "host": vm.host_id, "address": vm.address, "already": True}
+    if vm.state == S.DESTROYED:
+        raise Refused(f"{vm.key} is destroyed: request a new VM")
+    job.expect(6)
+    retried = job._done.get("retry")  # a re-run after the retry began goes straight to the second attempt
+    first = None
+    if retried is None:
+        attempt = Attempt(job, vm_id)
+        try:
+            return attempt.run()
+        except Exception as exc:
+            if passes_through(exc):
+                raise
+            if not attempt.retryable(exc):
+                undo_create(vm_id, fail_reason(exc), actor=job.actor)
+                raise
+            first = exc
+            try:
+                retried = _retry(job, vm_id, attempt.at, fail_reason(exc))
+            except Exception as cleanup:  # the first host could not be cleaned: no retry, fail as usual
+                if passes_through(cleanup):
+                    raise
+                undo_create(vm_id, fail_reason(exc), actor=job.actor)
+                raise exc from cleanup
+    job.expect(len(job._done) + 6)
+    attempt = Attempt(job, vm_id, suffix="-retry", exclude=retried["exclude"])
+    try:
+        return attempt.run()
+    except Exception as exc:
+        if passes_through(exc):
+            raise
+        if attempt.at == "claim" and isinstance(exc, capacity.NoCapacity):  # nowhere else: the first failure stands
+            undo_create(vm_id, f"{retried['reason']}; no other host to retry on", actor=job.actor)
+            raise (first or base.DriverError(retried["reason"])) from exc
+        undo_create(vm_id, fail_reason(exc), actor=job.actor)
+        raise
+
+
+class Attempt:
+    """One try at building the VM; ``at`` is the step it reached (the one that failed, on failure)."""
+
+    def __init__(self, job, vm_id, suffix="", exclude=()):
+        self.job, self.vm_id, self.suffix, self.exclude = job, vm_id, suffix, exclude
+        self.at = None
+        self.placed = None
+
+    def step(self, name, fn, *args, **kwargs):
+        self.at = name
+        return self.job.step(name + self.suffix, fn, *args, **kwargs)
+
+    def run(self):
+        vm_id, actor = self.vm_id, self.job.actor
+        self.placed = self.step("claim", claim, vm_id, self.exclude, actor=actor)
+        self.step("stage", stage, vm_id, self.placed["host"], self.job.job_id)
+        self.step("define", define, vm_id, actor=actor)
+        self.step("start", boot, vm_id, actor=actor)
+        address = self.step("address", wait_address, vm_id)
+        self.step("ready", ready, vm_id, address, actor=actor)
+        return {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"], "address": address}
+
+    def retryable(self, exc):
+        if self.at not in RETRY_STEPS or isinstance(exc, Refused):
+            return False
+        if self.at == "claim":
+            return isinstance(exc, capacity.TryAgain)
+        return not self.placed.get("adopted")  # a reservation's own claim stays on its host
+
+
+def _retry(job, vm_id, step, reason):
+    host = load_vm(vm_id).host if step != "claim" else None
+    note = f"{step} failed{f' on {host.name}' if host else ''} ({reason}); retrying once on another host"
+    job.job.reason = [*job.job.reason, job_reasons.entry("vm.create", note)]  # saved with the step's record
+    job.log(note, "warning")
+    return job.step("retry", retry_elsewhere, vm_id, step, reason, actor=job.actor)
+
+
+def retry_elsewhere(vm_id, step, reason, *, actor):
+    """Clean the first host and release its claim; the second attempt then avoids that host.
+
+    If the first host cannot be cleaned, no retry: the job fails as any failed create does,
+    keeping the claim (the VM may still be on that host).
+    """
+    vm = load_vm(vm_id)
+    failed_host = vm.host if step != "claim" else None
+    if failed_host is not None:
+        drivers.driver_for(failed_host).destroy(vm.key)  # raises: the caller fails the job and keeps the claim
+    with transaction.atomic():
+        if vm.allocation_id:
+            capacity.release(vm.allocation, actor=actor, reason=f"{vm.key}: {step} failed, retrying on another host")
+        where = f" on {failed_host.name}" if failed_host else ""
+        services.set_state(
+            vm_id, S.REQUESTED, f"{step} failed{where}; retrying on another host", host=None, allocation=None,
+            variant=None, error=reason[:4000], actor=actor,
+        )  # fmt: skip
+    return {"exclude": [failed_host.pk] if failed_host else [], "failed": step, "reason": reason[:1000]}
+
+
+def claim(vm_id, exclude=(), *, actor):
+    """Claim capacity for the VM (or adopt the allocation it came with) and pick its variant.
+
+    ``exclude``: ids of hosts not to use (where a first attempt failed).
+    """
+    vm = load_vm(vm_id)
+    if vm.allocation_id and vm.allocation.released is None:
+        host = vm.allocation.host
+        variant = vm.variant or variant_for(vm, host)
+        VM.objects.filter(pk=vm_id).update(host=host, variant=variant)
+        return {"host": host.pk, "allocation": vm.allocation_id, "variant": variant.pk, "adopted": True}
+    demand = services.vm_demand(vm, purpose=f"vm {vm_id}", exclude_hosts=exclude)
+    with transaction.atomic():  # the claim and its record on the VM commit together
+        allocation = capacity.claim(demand, actor=actor, owner=vm.owner)
+        variant = variant_for(vm, allocation.host)
+        VM.objects.filter(pk=vm_id).update(allocation=allocation, host=allocation.host, variant=variant)
+    services.set_state(vm_id, S.STAGING, f"placed on {allocation.host.name}", actor=actor)
+    return {"host": allocation.host_id, "allocation": allocation.pk, "variant": variant.pk}
+
+
+def vm_spec(vm):
+    return base.VMSpec(
+        key=vm.key, vcpus=vm.vcpus, memory_mib=vm.memory_mib, disk_gib=vm.disk_gib, image=services.spec(vm.variant)
+    )
+
+
+def define(vm_id, *, actor):
+    services.set_state(vm_id, S.DEFINING, "defining on the host", actor=actor)
+    vm = load_vm(vm_id)
+    info = drivers.driver_for(vm.host).create(vm_spec(vm))
+    return {"key": info.key, "host": info.host}
+
+
+def boot(vm_id, *, actor):
+    services.set_state(vm_id, S.STARTING, "booting", actor=actor)
+    vm = load_vm(vm_id)
+    drivers.driver_for(vm.host).start(vm.key)
+
+
+def wait_address(vm_id):
+    vm = load_vm(vm_id)
+    driver = drivers.driver_for(vm.host)
+    deadline = time.monotonic() + settings.VCLMGR_ADDRESS_TIMEOUT
+    while True:
+        address = driver.address(vm.key)
+        if address:
+            return address
+        if time.monotonic() > deadline:
+            raise base.DriverError(
+                f"{vm.key} got no address within {settings.VCLMGR_ADDRESS_TIMEOUT} s", permanent=False
+            )
+        time.sleep(POLL_SECONDS)
+
+
+def ready(vm_id, address, *, actor):
+    services.set_state(vm_id, S.RUNNING, "ready", address=address, error="", actor=actor)
+
+
+def undo_create(vm_id, reason, *, actor):
+    """Destroy whatever a failed create made on the host and release its claim."""
+    vm = load_vm(vm_id)
+    error = reason
+    if vm.host_id:
+        try:
+            drivers.driver_for(vm.host).destroy(vm.key)
+        except Exception as exc:  # noqa: BLE001 (keep the claim: the VM may still use the host)
+            error = f"{reason}; cleanup failed, run vm.destroy: {exc}"
+            services.set_state(vm_id, S.FAILED, "create failed", error=error[:4000], actor=actor)
+            return
+    if vm.allocation_id:
+        capacity.release(vm.allocation, actor=actor, reason=f"{vm.key}: create failed")
+    services.set_state(vm_id, S.FAILED, "create failed", error=error[:4000], address=None, actor=actor)
+
+
+@opcode("vm.destroy", params=VMParams, locks=vm_lock, staff_only=False)
+def vm_destroy(job):
+    """Destroy a VM on its host and release its claim."""
+    vm = load_vm(job.params["vm"])
+    authorise(job, vm)
+    job.expect(2)
+    job.step("destroy", destroy_on_host, vm.pk)
+    job.step("release", release, vm.pk, actor=job.actor)
+    return {"vm": vm.pk}
+
+
+def destroy_on_host(vm_id):
+    vm = load_vm(vm_id)
+    if vm.host_id and vm.state != S.DESTROYED:
+        drivers.driver_for(vm.host).destroy(vm.key)
+
+
+def release(vm_id, *, actor):
+    vm = load_vm(vm_id)
+    for allocation in (vm.allocation, vm.target_allocation):
+        if allocation is not None:
+            capacity.release(allocation, actor=actor, reason=f"{vm.key} destroyed")
+    services.set_state(vm_id, S.DESTROYED, "destroyed", address=None, target_allocation=None, actor=actor)
+
+
+POWER = {"start": S.RUNNING, "stop": S.STOPPED, "suspend": S.SUSPENDED, "resume": S.RUNNING}
+
+
+def _power_opcode(action):
+    @opcode(
+        f"vm.{action}",
+        params=StopParams if action == "stop" else VMParams,
+        locks=vm_lock,
+        staff_only=False,
+        description=f"{action.capitalize()} a VM.",
+    )
+    def run(job):
+        vm = load_vm(job.params["vm"])
+        authorise(job, vm)
+        state = job.step(action, power, vm.pk, action, job.params.get("force", False), actor=job.actor)
+        return {"vm": vm.pk, "state": state}
+
+    return run
+
+
+def power(vm_id, action, force, *, actor):
+    vm = load_vm(vm_id)
+    if vm.state not in (S.RUNNING, S.STOPPED, S.SUSPENDED):
+        raise Refused(f"cannot {action} {vm.key}: it is {vm.state}")
+    driver = drivers.driver_for(vm.host)
+    if action == "stop":
+        driver.stop(vm.key, force=force)
+    else:
+        getattr(driver, action)(vm.key)
+    address = driver.address(vm.key) if POWER[action] == S.RUNNING else vm.address
+    services.set_state(vm_id, POWER[action], action, address=address, actor=actor)
+    return POWER[action]
+
+
+for _action in POWER:
+    _power_opcode(_action)
+
+
+@opcode("vm.snapshot", params=SnapshotParams, locks=vm_lock, staff_only=False)
+def vm_snapshot(job):
+    """Take a named snapshot of a VM."""
+    vm = load_vm(job.params["vm"])
+    authorise(job, vm)
+    job.step("snapshot", snapshot, vm.pk, job.params["name"], actor=job.actor)
+    return {"vm": vm.pk, "snapshot": job.params["name"]}
+
+
+def snapshot(vm_id, name, *, actor):
+    vm = load_vm(vm_id)
+    drivers.driver_for(vm.host).snapshot(vm.key, name)
+    snaps = [s for s in vm.snapshots if s.get("name") != name]
+    services.set_state(
+        vm_id,
+        vm.state,
+        f"snapshot {name}",
+        snapshots=[*snaps, {"name": name, "state": vm.state, "created": timezone.now().isoformat()}], actor=actor,
+    )
+
+
+@opcode("vm.revert", params=SnapshotParams, locks=vm_lock, staff_only=False)
+def vm_revert(job):
+    """Roll a VM back to a named snapshot."""
+    vm = load_vm(job.params["vm"])
+    authorise(job, vm)
+    state = job.step("revert", revert, vm.pk, job.params["name"], actor=job.actor)
+    return {"vm": vm.pk, "state": state}
+
+
+def revert(vm_id, name, *, actor):
+    vm = load_vm(vm_id)
+    driver = drivers.driver_for(vm.host)
+    driver.revert(vm.key, name)
+    state = {base.VMState.RUNNING: S.RUNNING, base.VMState.SUSPENDED: S.SUSPENDED}.get(driver.state(vm.key), S.STOPPED)
+    address = driver.address(vm.key) if state == S.RUNNING else vm.address
+    services.set_state(vm_id, state, f"reverted to {name}", address=address, actor=actor)
+    return state
