@@ -461,7 +461,7 @@ PRI_FIELDS = (
 )
 
 
-def pri_added(n: Node, cur, inst: Instance, force: bool) -> tuple:  # noqa: C901 literal port of Ganeti's Node.addPriEx
+def pri_added(n: Node, cur, inst: Instance, force: bool) -> tuple:
     """`addPriEx`'s checks, in its order, and the new values (`PRI_FIELDS`) — the one
     scalar copy of the rule, shared by `Node.add_pri` and `fast_moves`.
 
@@ -534,7 +534,7 @@ SEC_FIELDS = (
 )
 
 
-def sec_added(n: Node, cur, inst: Instance, pdx, force: bool, ignore_disks: bool = False) -> tuple:  # noqa: C901 literal port of Ganeti's Node.addSecExEx
+def sec_added(n: Node, cur, inst: Instance, pdx, force: bool, ignore_disks: bool = False) -> tuple:
     """`addSecExEx`'s checks, in its order, and the new values (`SEC_FIELDS`); see
     `pri_added`. ``cur`` also gives ``peers``; a forthcoming instance reserves nothing."""
     strict = not force
