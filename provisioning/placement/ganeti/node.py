@@ -471,17 +471,8 @@ def pri_added(n: Node, cur, inst: Instance, force: bool) -> tuple:
     strict = not force
     uses_disk = inst.local_storage
     online = not inst.offline
-    # The "forthcoming" values: the same limits, which can be tighter (e.g. f_mem).
-    mem_forth = cur.f_mem_forth - inst.mem
-    dsk_forth = cur.f_dsk_forth - inst.dsk if uses_disk else cur.f_dsk_forth
-    forth = (
-        mem_forth,
-        dsk_forth,
-        cur.u_cpu_forth + (inst.vcpus if online else 0),
-        _spindle_use(n, inst, cur.inst_spindles_forth, 1),
-        _free_spindles(n, inst, cur.f_spindles_forth, add=True),
-    )
     if inst.forthcoming:
+        forth = _pri_forth(n, cur, inst, uses_disk, online)
         if strict:
             _raise_forth(n, forth, uses_disk)
         return (cur.i_mem, cur.f_dsk, cur.fail_n1, cur.u_cpu, cur.inst_spindles, cur.f_spindles, *forth)
@@ -508,9 +499,22 @@ def pri_added(n: Node, cur, inst: Instance, force: bool) -> tuple:
         raise T.AllocFailure(FailMode.CPU)
     if strict and inst.excl_tags and any(tag in cur.p_tags for tag in inst.excl_tags):
         raise T.AllocFailure(FailMode.TAGS)
+    forth = _pri_forth(n, cur, inst, uses_disk, online)
     if strict:
         _raise_forth(n, forth, uses_disk)
     return (new_i_mem, new_dsk, new_failn1, new_ucpu, new_inst_sp, new_free_sp, *forth)
+
+
+def _pri_forth(n: Node, cur, inst: Instance, uses_disk: bool, online: bool) -> tuple:
+    """The "forthcoming" values after a primary add: the same limits apply to them, and
+    can be tighter (e.g. f_mem). Computed after the other checks: most calls fail first."""
+    return (
+        cur.f_mem_forth - inst.mem,
+        cur.f_dsk_forth - inst.dsk if uses_disk else cur.f_dsk_forth,
+        cur.u_cpu_forth + (inst.vcpus if online else 0),
+        _spindle_use(n, inst, cur.inst_spindles_forth, 1),
+        _free_spindles(n, inst, cur.f_spindles_forth, add=True),
+    )
 
 
 def _raise_forth(n: Node, forth: tuple, uses_disk: bool) -> None:
@@ -539,12 +543,8 @@ def sec_added(n: Node, cur, inst: Instance, pdx, force: bool, ignore_disks: bool
     `pri_added`. ``cur`` also gives ``peers``; a forthcoming instance reserves nothing."""
     strict = not force
     needed = inst.mem if inst.uses_sec_mem else 0
-    forth = (
-        cur.f_dsk_forth - inst.dsk,
-        _spindle_use(n, inst, cur.inst_spindles_forth, 1),
-        _free_spindles(n, inst, cur.f_spindles_forth, add=True),
-    )
     if inst.forthcoming:
+        forth = _sec_forth(n, cur, inst)
         if strict:
             if not inst.has_secondary:
                 raise T.AllocFailure(FailMode.DISK)
@@ -571,9 +571,18 @@ def sec_added(n: Node, cur, inst: Instance, pdx, force: bool, ignore_disks: bool
         raise T.AllocFailure(FailMode.MEM)
     if strict and new_failn1 and not cur.fail_n1:
         raise T.AllocFailure(FailMode.MEM)
+    forth = _sec_forth(n, cur, inst)
     if strict:
         _raise_sec_forth(n, cur, forth, needed)
     return (new_dsk, new_peem, new_failn1, new_rmem, new_inst_sp, new_free_sp, *forth)
+
+
+def _sec_forth(n: Node, cur, inst: Instance) -> tuple:
+    return (
+        cur.f_dsk_forth - inst.dsk,
+        _spindle_use(n, inst, cur.inst_spindles_forth, 1),
+        _free_spindles(n, inst, cur.f_spindles_forth, add=True),
+    )
 
 
 def _raise_sec_forth(n: Node, cur, forth: tuple, needed: int) -> None:
