@@ -5,8 +5,9 @@ affected node's 20 score-component values (`metrics.node_values`) after the move
 raises `AllocFailure`, exactly as `moves.apply_move` followed by `node_values` would. It
 replays the same add/remove steps on a few scalars per node (`_Scratch`) instead of
 copying whole `Node` objects with their instance lists, which is what makes hbal's
-candidate evaluation cheap. `tests/.../test_fast_moves.py` checks both agree on random
-clusters and moves.
+candidate evaluation cheap. The adds run the one scalar check (`node.pri_added`,
+`node.sec_added`) on the scratch record; `tests/.../test_vectorised_checks.py` checks the
+results agree with `apply_move` on generated clusters and moves.
 """
 
 from __future__ import annotations
