@@ -285,27 +285,7 @@ def try_alloc(
 
     keep = (lambda c: n1_check(c.apply(cluster))) if n1_check is not None else None
     if not two_nodes:
-        candidates: list[Candidate] = []
-        failures: list[FailMode] = []
-        known = _known_failures(opts, cluster, inst, alloc_nodes, policy)
-        for ndx, mode in zip(alloc_nodes, known, strict=True):
-            if mode is not None:
-                failures.append(mode)
-                continue
-            try:
-                candidates.append(
-                    allocate_on_single(opts, cluster, stats, inst, ndx, scope, policy)
-                )
-            except T.AllocFailure as exc:
-                failures.append(exc.mode)
-        failures.reverse()  # htools prepends each failure
-        # htools scores each single-node candidate with a full two-pass computation; the
-        # incremental scores rank them the same except within near ties, which `exact`
-        # settles (to the last bit, as ties break on it).
-        exact = (lambda cs: rows().score_many([c.nodes[0][1] for c in cs])) if opts.exact else None
-        if keep is None:
-            return AllocSolution(failures, len(candidates), _best_only(candidates, exact))
-        return _collect(candidates, failures, keep, exact)
+        return _single_solution(opts, cluster, inst, alloc_nodes, scope, policy, stats, rows, keep)
     total = AllocSolution()
     for p, secondaries in alloc_nodes:
         candidates = []
@@ -322,6 +302,29 @@ def try_alloc(
             part = _collect(candidates, failures, keep)
         total = _sum_allocs(total, part)
     return total
+
+
+def _single_solution(opts, cluster, inst, alloc_nodes, scope, policy, stats, rows, keep) -> AllocSolution:
+    """`try_alloc` on single nodes (``stats``/``rows``: the lazily built score tables)."""
+    candidates: list[Candidate] = []
+    failures: list[FailMode] = []
+    known = _known_failures(opts, cluster, inst, alloc_nodes, policy)
+    for ndx, mode in zip(alloc_nodes, known, strict=True):
+        if mode is not None:
+            failures.append(mode)
+            continue
+        try:
+            candidates.append(allocate_on_single(opts, cluster, stats, inst, ndx, scope, policy))
+        except T.AllocFailure as exc:
+            failures.append(exc.mode)
+    failures.reverse()  # htools prepends each failure
+    # htools scores each single-node candidate with a full two-pass computation; the
+    # incremental scores rank them the same except within near ties, which `exact`
+    # settles (to the last bit, as ties break on it).
+    exact = (lambda cs: rows().score_many([c.nodes[0][1] for c in cs])) if opts.exact else None
+    if keep is None:
+        return AllocSolution(failures, len(candidates), _best_only(candidates, exact))
+    return _collect(candidates, failures, keep, exact)
 
 
 def _known_failures(opts, cluster, inst, alloc_nodes, policy) -> list[FailMode | None]:

@@ -5,8 +5,9 @@ affected node's 20 score-component values (`metrics.node_values`) after the move
 raises `AllocFailure`, exactly as `moves.apply_move` followed by `node_values` would. It
 replays the same add/remove steps on a few scalars per node (`_Scratch`) instead of
 copying whole `Node` objects with their instance lists, which is what makes hbal's
-candidate evaluation cheap. `tests/.../test_fast_moves.py` checks both agree on random
-clusters and moves.
+candidate evaluation cheap. The adds run the one scalar check (`node.pri_added`,
+`node.sec_added`) on the scratch record; `tests/.../test_vectorised_checks.py` checks the
+results agree with `apply_move` on generated clusters and moves.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .moves import (
     REPLACE_SECONDARY,
     Move,
 )
-from .node import Node, _spindle_use
+from .node import Node, _spindle_use, pri_added, sec_added
 from .node import _free_spindles as _free_sp
 
 FailMode = T.FailMode
@@ -37,10 +38,10 @@ class _Scratch:
         "f_dsk_forth",
         "u_cpu",
         "u_cpu_forth",
-        "f_sp",
-        "f_sp_forth",
-        "isp",
-        "isp_forth",
+        "f_spindles",
+        "f_spindles_forth",
+        "inst_spindles",
+        "inst_spindles_forth",
         "npri",
         "nsec",
         "peers",
@@ -59,10 +60,10 @@ class _Scratch:
         self.f_dsk_forth = node.f_dsk_forth
         self.u_cpu = node.u_cpu
         self.u_cpu_forth = node.u_cpu_forth
-        self.f_sp = node.f_spindles
-        self.f_sp_forth = node.f_spindles_forth
-        self.isp = node.inst_spindles
-        self.isp_forth = node.inst_spindles_forth
+        self.f_spindles = node.f_spindles
+        self.f_spindles_forth = node.f_spindles_forth
+        self.inst_spindles = node.inst_spindles
+        self.inst_spindles_forth = node.inst_spindles_forth
         self.npri = len(node.plist)
         self.nsec = len(node.slist)
         self.peers = node.peers  # copied on first write
@@ -80,140 +81,73 @@ class _Scratch:
     # -- the four primitives, mirroring Node.add_pri / add_sec / remove_pri / remove_sec --
 
     def add_pri(self, inst: Instance, force: bool) -> None:
-        n = self.n
-        strict = not force
-        uses_disk = inst.local_storage
-        new_i_mem = self.i_mem + (inst.mem if inst.uses_memory else 0)
-        new_free_mem = self.unallocated(new_i_mem)
-        new_failn1 = new_free_mem <= self.r_mem
-        new_dsk = self.f_dsk - inst.dsk if uses_disk else self.f_dsk
-        new_free_sp = _free_sp(n, inst, self.f_sp, True)
-        new_isp = _spindle_use(n, inst, self.isp, 1)
-        new_ucpu = self.u_cpu + (0 if inst.offline else inst.vcpus)
-        l_cpu = n.vcpu_ratio
-        if new_free_mem <= 0:
-            raise T.AllocFailure(FailMode.MEM)
-        if uses_disk and new_dsk <= 0:
-            raise T.AllocFailure(FailMode.DISK)
-        if strict and uses_disk and new_dsk < n.lo_dsk:
-            raise T.AllocFailure(FailMode.DISK)
-        if uses_disk and n.excl_storage and new_free_sp < 0:
-            raise T.AllocFailure(FailMode.SPINDLES)
-        if strict and uses_disk and new_isp > n.hi_spindles:
-            raise T.AllocFailure(FailMode.DISK)
-        if strict and new_failn1 and not self.fail_n1:
-            raise T.AllocFailure(FailMode.MEM)
-        if strict and l_cpu >= 0 and l_cpu < new_ucpu / n.t_cpu:
-            raise T.AllocFailure(FailMode.CPU)
-        if strict and inst.excl_tags and any(t in self.p_tags for t in inst.excl_tags):
-            raise T.AllocFailure(FailMode.TAGS)
-        new_mem_forth = self.f_mem_forth - inst.mem
-        new_dsk_forth = self.f_dsk_forth - inst.dsk if uses_disk else self.f_dsk_forth
-        new_free_sp_forth = _free_sp(n, inst, self.f_sp_forth, True)
-        new_isp_forth = _spindle_use(n, inst, self.isp_forth, 1)
-        new_ucpu_forth = self.u_cpu_forth + (0 if inst.offline else inst.vcpus)
-        if strict:
-            if new_mem_forth <= 0:
-                raise T.AllocFailure(FailMode.MEM)
-            if uses_disk and (new_dsk_forth <= 0 or new_dsk_forth < n.lo_dsk):
-                raise T.AllocFailure(FailMode.DISK)
-            if uses_disk and n.excl_storage and new_free_sp_forth < 0:
-                raise T.AllocFailure(FailMode.SPINDLES)
-            if uses_disk and new_isp_forth > n.hi_spindles:
-                raise T.AllocFailure(FailMode.DISK)
-            if l_cpu >= 0 and l_cpu < new_ucpu_forth / n.t_cpu:
-                raise T.AllocFailure(FailMode.CPU)
-        self.i_mem = new_i_mem
-        self.f_dsk = new_dsk
-        self.fail_n1 = new_failn1
-        self.u_cpu = new_ucpu
-        self.isp = new_isp
-        self.f_sp = new_free_sp
-        self.npri += 1
+        (
+            self.i_mem,
+            self.f_dsk,
+            self.fail_n1,
+            self.u_cpu,
+            self.inst_spindles,
+            self.f_spindles,
+            self.f_mem_forth,
+            self.f_dsk_forth,
+            self.u_cpu_forth,
+            self.inst_spindles_forth,
+            self.f_spindles_forth,
+        ) = pri_added(self.n, self, inst, force)
         util = inst.extra.get("util") or _BASE_UTIL
-        self.load = _shift(self.load, util, True, 1)
+        if not inst.forthcoming:
+            self.npri += 1
+            self.load = _shift(self.load, util, True, 1)
         self.load_forth = _shift(self.load_forth, util, True, 1)
         if inst.excl_tags:
             tags = dict(self.p_tags)
             for tag in inst.excl_tags:
                 tags[tag] = tags.get(tag, 0) + 1
             self.p_tags = tags
-        self.f_mem_forth = new_mem_forth
-        self.f_dsk_forth = new_dsk_forth
-        self.u_cpu_forth = new_ucpu_forth
-        self.isp_forth = new_isp_forth
-        self.f_sp_forth = new_free_sp_forth
 
     def add_sec(self, inst: Instance, pdx: int, force: bool) -> None:
-        n = self.n
-        strict = not force
-        needed = inst.mem if inst.uses_sec_mem else 0
-        new_peem = self.peers.get(pdx, 0) + needed
-        old_mem = self.unallocated(self.i_mem)
-        new_dsk = self.f_dsk - inst.dsk
-        new_free_sp = _free_sp(n, inst, self.f_sp, True)
-        new_isp = _spindle_use(n, inst, self.isp, 1)
-        new_rmem = max(self.r_mem, new_peem)
-        new_failn1 = old_mem <= new_rmem
-        if not inst.has_secondary:
-            raise T.AllocFailure(FailMode.DISK)
-        if new_dsk <= 0:
-            raise T.AllocFailure(FailMode.DISK)
-        if strict and new_dsk < n.lo_dsk:
-            raise T.AllocFailure(FailMode.DISK)
-        if n.excl_storage and new_free_sp < 0:
-            raise T.AllocFailure(FailMode.SPINDLES)
-        if strict and new_isp > n.hi_spindles:
-            raise T.AllocFailure(FailMode.DISK)
-        if strict and needed >= old_mem:
-            raise T.AllocFailure(FailMode.MEM)
-        if strict and new_failn1 and not self.fail_n1:
-            raise T.AllocFailure(FailMode.MEM)
-        new_dsk_forth = self.f_dsk_forth - inst.dsk
-        new_free_sp_forth = _free_sp(n, inst, self.f_sp_forth, True)
-        new_isp_forth = _spindle_use(n, inst, self.isp_forth, 1)
-        if strict:
-            if new_dsk_forth <= 0 or new_dsk_forth < n.lo_dsk:
-                raise T.AllocFailure(FailMode.DISK)
-            if n.excl_storage and new_free_sp_forth < 0:
-                raise T.AllocFailure(FailMode.SPINDLES)
-            if new_isp_forth > n.hi_spindles:
-                raise T.AllocFailure(FailMode.DISK)
-            if needed >= self.f_mem_forth:
-                raise T.AllocFailure(FailMode.MEM)
-        self.nsec += 1
-        self.f_dsk = new_dsk
-        peers = dict(self.peers)
-        peers[pdx] = new_peem
-        self.peers = peers
-        self.fail_n1 = new_failn1
-        self.r_mem = new_rmem
+        (
+            self.f_dsk,
+            peem,
+            self.fail_n1,
+            self.r_mem,
+            self.inst_spindles,
+            self.f_spindles,
+            self.f_dsk_forth,
+            self.inst_spindles_forth,
+            self.f_spindles_forth,
+        ) = sec_added(self.n, self, inst, pdx, force)
         util = inst.extra.get("util") or _BASE_UTIL
-        self.load = _shift(self.load, util, False, 1)
+        if not inst.forthcoming:
+            self.nsec += 1
+            peers = dict(self.peers)
+            peers[pdx] = peem
+            self.peers = peers
+            self.load = _shift(self.load, util, False, 1)
         self.load_forth = _shift(self.load_forth, util, False, 1)
-        self.isp = new_isp
-        self.f_sp = new_free_sp
-        self.f_dsk_forth = new_dsk_forth
-        self.isp_forth = new_isp_forth
-        self.f_sp_forth = new_free_sp_forth
+
+    # The removals mirror `Node.remove_pri` / `remove_sec` (no checks, plain accounting).
 
     def remove_pri(self, inst: Instance) -> None:
         n = self.n
-        self.npri -= 1
-        self.i_mem -= inst.mem if inst.uses_memory else 0
-        self.fail_n1 = self.unallocated(self.i_mem) <= self.r_mem
-        if inst.local_storage:
-            self.f_dsk += inst.dsk
-            self.f_dsk_forth += inst.dsk
-        self.f_sp = _free_sp(n, inst, self.f_sp, False)
-        self.f_sp_forth = _free_sp(n, inst, self.f_sp_forth, False)
-        self.isp = _spindle_use(n, inst, self.isp, -1)
-        self.isp_forth = _spindle_use(n, inst, self.isp_forth, -1)
-        if not inst.offline:
-            self.u_cpu -= inst.vcpus
-            self.u_cpu_forth -= inst.vcpus
         util = inst.extra.get("util") or _BASE_UTIL
-        self.load = _shift(self.load, util, True, -1)
+        if not inst.forthcoming:
+            self.npri -= 1
+            self.i_mem -= inst.mem if inst.uses_memory else 0
+            self.fail_n1 = self.unallocated(self.i_mem) <= self.r_mem
+            if inst.local_storage:
+                self.f_dsk += inst.dsk
+            self.f_spindles = _free_sp(n, inst, self.f_spindles, False)
+            self.inst_spindles = _spindle_use(n, inst, self.inst_spindles, -1)
+            if not inst.offline:
+                self.u_cpu -= inst.vcpus
+            self.load = _shift(self.load, util, True, -1)
+        if inst.local_storage:
+            self.f_dsk_forth += inst.dsk
+        self.f_spindles_forth = _free_sp(n, inst, self.f_spindles_forth, False)
+        self.inst_spindles_forth = _spindle_use(n, inst, self.inst_spindles_forth, -1)
+        if not inst.offline:
+            self.u_cpu_forth -= inst.vcpus
         self.load_forth = _shift(self.load_forth, util, True, -1)
         if inst.excl_tags:
             tags = dict(self.p_tags)
@@ -228,28 +162,30 @@ class _Scratch:
 
     def remove_sec(self, inst: Instance) -> None:
         n = self.n
-        self.nsec -= 1
-        if inst.local_storage:
-            self.f_dsk += inst.dsk
-            self.f_dsk_forth += inst.dsk
-        self.f_sp = _free_sp(n, inst, self.f_sp, False)
-        self.f_sp_forth = _free_sp(n, inst, self.f_sp_forth, False)
-        self.isp = _spindle_use(n, inst, self.isp, -1)
-        self.isp_forth = _spindle_use(n, inst, self.isp_forth, -1)
-        pnode = inst.pnode
-        old_peem = self.peers.get(pnode, 0)
-        new_peem = old_peem - inst.mem if inst.uses_sec_mem else old_peem
-        peers = dict(self.peers)
-        if new_peem > 0:
-            peers[pnode] = new_peem
-        else:
-            peers.pop(pnode, None)
-        self.peers = peers
-        if not old_peem < self.r_mem:
-            self.r_mem = max(peers.values(), default=0)
-        self.fail_n1 = self.unallocated(self.i_mem) <= self.r_mem
         util = inst.extra.get("util") or _BASE_UTIL
-        self.load = _shift(self.load, util, False, -1)
+        if not inst.forthcoming:
+            self.nsec -= 1
+            if inst.local_storage:
+                self.f_dsk += inst.dsk
+            self.f_spindles = _free_sp(n, inst, self.f_spindles, False)
+            self.inst_spindles = _spindle_use(n, inst, self.inst_spindles, -1)
+            pnode = inst.pnode
+            old_peem = self.peers.get(pnode, 0)
+            new_peem = old_peem - inst.mem if inst.uses_sec_mem else old_peem
+            peers = dict(self.peers)
+            if new_peem > 0:
+                peers[pnode] = new_peem
+            else:
+                peers.pop(pnode, None)
+            self.peers = peers
+            if not old_peem < self.r_mem:
+                self.r_mem = max(peers.values(), default=0)
+            self.fail_n1 = self.unallocated(self.i_mem) <= self.r_mem
+            self.load = _shift(self.load, util, False, -1)
+        if inst.local_storage:
+            self.f_dsk_forth += inst.dsk
+        self.f_spindles_forth = _free_sp(n, inst, self.f_spindles_forth, False)
+        self.inst_spindles_forth = _spindle_use(n, inst, self.inst_spindles_forth, -1)
         self.load_forth = _shift(self.load_forth, util, False, -1)
 
     def values(self) -> tuple[float, ...]:
@@ -262,8 +198,8 @@ class _Scratch:
         load = self.load
         if n.excl_storage:
             t_sp = float(n.t_spindles)
-            p_dsk = 1.0 if t_sp == 0 else self.f_sp / t_sp
-            p_dsk_forth = 1.0 if t_sp == 0 else self.f_sp_forth / t_sp
+            p_dsk = 1.0 if t_sp == 0 else self.f_spindles / t_sp
+            p_dsk_forth = 1.0 if t_sp == 0 else self.f_spindles_forth / t_sp
         else:
             p_dsk = 1.0 if n.t_dsk == 0 else self.f_dsk / n.t_dsk
             p_dsk_forth = 1.0 if n.t_dsk == 0 else self.f_dsk_forth / n.t_dsk
@@ -281,11 +217,11 @@ class _Scratch:
             load[2],
             load[3],
             float(sum(tags.values()) - len(tags)) if tags else 0.0,
-            _ratio(self.isp, hi_sp),
+            _ratio(self.inst_spindles, hi_sp),
             self.f_mem_forth / t_mem,
             p_dsk_forth,
             self.u_cpu_forth / n.t_cpu / speed,
-            _ratio(self.isp_forth, hi_sp),
+            _ratio(self.inst_spindles_forth, hi_sp),
             0.0,
             0.0,
             p_rem,
@@ -453,7 +389,7 @@ def node_outcome(node: Node, inst: Instance, ops: tuple) -> tuple[tuple[float, .
         for op in ops[:-1]:
             _replay(scratch, inst, op)
         last = ops[-1]
-        if last[0] != "as":
+        if last[0] != "as" or inst.forthcoming:  # a forthcoming secondary reserves nothing
             _replay(scratch, inst, last)
             return scratch.values(), None
         before = (scratch.r_mem, scratch.unallocated(scratch.i_mem), scratch.fail_n1)

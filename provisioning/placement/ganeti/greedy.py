@@ -233,129 +233,144 @@ def greedy_balance(
 ) -> GreedyStats:
     """Apply the best move until none passes ``rule``, re-keying candidates lazily (see the
     module docstring). hbal's exact steepest descent is `steepest.steepest_descent`."""
-    stats = GreedyStats()
-    versions: dict[int, int] = {}
-    item_version: dict[Hashable, int] = {}
-    state = {"epoch": 0, "seq": 0}
-    heap: list = []
-    # Infeasible candidates, by node: re-tried when one of their nodes changes.
-    parked: dict[int, list] = {}
-
-    def push(item, move, order):
-        ev = problem.evaluate(item, move)
-        stats.evaluations += 1
-        nodes = tuple(problem.involved(item, move))
-        if ev is None:
-            ticket = (item, move, order, item_version.get(item, 0))
-            for n in nodes:
-                parked.setdefault(n, []).append(ticket)
-            return
-        snap = tuple(versions.get(n, 0) for n in nodes)
-        deltas = board.deltas(ev.changes)
-        agg = board.aggregate(deltas)
-        state["seq"] += 1
-        key = board.score_agg(agg) - board.score
-        entry = [
-            key,
-            order,
-            state["seq"],
-            state["epoch"],
-            item,
-            move,
-            nodes,
-            snap,
-            item_version.get(item, 0),
-            ev,
-            deltas,
-            agg,
-        ]
-        heapq.heappush(heap, entry)
-
-    def estimate(entry) -> float:
-        # Exact while its nodes are unchanged; else re-derived from the per-node deltas.
-        if entry[_SNAP] != tuple(versions.get(n, 0) for n in entry[_NODES]):
-            entry[_AGG] = board.aggregate(entry[_DELTAS])
-        return board.score_agg(entry[_AGG]) - board.score
-
-    def rekey(entry):
-        state["seq"] += 1
-        entry[_KEY] = estimate(entry)
-        entry[_SEQ] = state["seq"]
-        entry[_EPOCH] = state["epoch"]
-        heapq.heappush(heap, entry)
-        stats.rekeyed += 1
-
-    def rekey_all():
-        """Re-estimate every queued candidate (no re-evaluation)."""
-        epoch = state["epoch"]
-        for entry in heap:
-            entry[_KEY] = estimate(entry)
-            entry[_EPOCH] = epoch
-        heapq.heapify(heap)
-        stats.rekeyed += len(heap)
-
-    def full_pass():
-        heap.clear()
-        parked.clear()
-        stats.full_passes += 1
-        order = 0
-        for item in problem.items():
-            for move in problem.moves(item):
-                push(item, move, order)
-                order += 1
-
-    full_pass()
+    queue = _LazyQueue(problem, board)
+    queue.full_pass()
     verified = False
     refreshed = True
-    while True:
-        if rule.max_moves >= 0 and len(stats.moves) >= rule.max_moves:
-            break
-        if board.score <= rule.min_score:
-            break
-        entry = heapq.heappop(heap) if heap else None
-        if entry is not None and entry[_IVER] != item_version.get(entry[_ITEM], 0):
-            continue  # the item moved since; its candidates were regenerated
-        if entry is not None and entry[_EPOCH] != state["epoch"]:
-            rekey(entry)  # judge it on today's sums
-            continue
-        if entry is not None and entry[_SNAP] != tuple(versions.get(n, 0) for n in entry[_NODES]):
-            push(entry[_ITEM], entry[_MOVE], entry[_ORDER])  # a node changed: exact again
+    while not _done(rule, board, queue.stats):
+        entry = queue.next_exact()
+        if entry is _AGAIN:
             continue
         if entry is None or not rule.accepts(board.score, board.score + entry[_KEY]):
             if entry is not None:
-                heapq.heappush(heap, entry)
+                heapq.heappush(queue.heap, entry)
             if not refreshed:
                 # Keys of candidates deep in the queue may have gone stale (better): refresh.
-                rekey_all()
+                queue.rekey_all()
                 refreshed = True
                 continue
             if verified:
                 break
-            full_pass()
+            queue.full_pass()
             verified = True
             continue
+        queue.take(entry, on_step)
+        verified = refreshed = False
+    return queue.stats
+
+
+def _done(rule: GainRule, board: Scoreboard, stats: GreedyStats) -> bool:
+    return (rule.max_moves >= 0 and len(stats.moves) >= rule.max_moves) or board.score <= rule.min_score
+
+
+_AGAIN = object()  # `next_exact`: the popped entry was dropped or re-queued; pop again
+
+
+class _LazyQueue:
+    """The candidates of `greedy_balance`, best estimated first."""
+
+    def __init__(self, problem: BalanceProblem, board: Scoreboard) -> None:
+        self.problem = problem
+        self.board = board
+        self.stats = GreedyStats()
+        self.versions: dict[int, int] = {}
+        self.item_version: dict[Hashable, int] = {}
+        self.epoch = 0
+        self.seq = 0
+        self.heap: list = []
+        # Infeasible candidates, by node: re-tried when one of their nodes changes.
+        self.parked: dict[int, list] = {}
+
+    def _snap(self, nodes) -> tuple:
+        versions = self.versions
+        return tuple(versions.get(n, 0) for n in nodes)
+
+    def push(self, item, move, order) -> None:
+        problem, board = self.problem, self.board
+        ev = problem.evaluate(item, move)
+        self.stats.evaluations += 1
+        nodes = tuple(problem.involved(item, move))
+        iver = self.item_version.get(item, 0)
+        if ev is None:
+            ticket = (item, move, order, iver)
+            for n in nodes:
+                self.parked.setdefault(n, []).append(ticket)
+            return
+        deltas = board.deltas(ev.changes)
+        agg = board.aggregate(deltas)
+        self.seq += 1
+        key = board.score_agg(agg) - board.score
+        entry = [key, order, self.seq, self.epoch, item, move, nodes, self._snap(nodes), iver, ev, deltas, agg]
+        heapq.heappush(self.heap, entry)
+
+    def estimate(self, entry) -> float:
+        # Exact while its nodes are unchanged; else re-derived from the per-node deltas.
+        if entry[_SNAP] != self._snap(entry[_NODES]):
+            entry[_AGG] = self.board.aggregate(entry[_DELTAS])
+        return self.board.score_agg(entry[_AGG]) - self.board.score
+
+    def rekey(self, entry) -> None:
+        self.seq += 1
+        entry[_KEY] = self.estimate(entry)
+        entry[_SEQ] = self.seq
+        entry[_EPOCH] = self.epoch
+        heapq.heappush(self.heap, entry)
+        self.stats.rekeyed += 1
+
+    def rekey_all(self) -> None:
+        """Re-estimate every queued candidate (no re-evaluation)."""
+        for entry in self.heap:
+            entry[_KEY] = self.estimate(entry)
+            entry[_EPOCH] = self.epoch
+        heapq.heapify(self.heap)
+        self.stats.rekeyed += len(self.heap)
+
+    def full_pass(self) -> None:
+        self.heap.clear()
+        self.parked.clear()
+        self.stats.full_passes += 1
+        order = 0
+        for item in self.problem.items():
+            for move in self.problem.moves(item):
+                self.push(item, move, order)
+                order += 1
+
+    def next_exact(self):
+        """The best entry if its key is exact for today's sums, None when the queue is
+        empty, else `_AGAIN` (a stale entry was dropped, re-keyed or re-evaluated)."""
+        if not self.heap:
+            return None
+        entry = heapq.heappop(self.heap)
+        if entry[_IVER] != self.item_version.get(entry[_ITEM], 0):
+            return _AGAIN  # the item moved since; its candidates were regenerated
+        if entry[_EPOCH] != self.epoch:
+            self.rekey(entry)  # judge it on today's sums
+            return _AGAIN
+        if entry[_SNAP] != self._snap(entry[_NODES]):
+            self.push(entry[_ITEM], entry[_MOVE], entry[_ORDER])  # a node changed: exact again
+            return _AGAIN
+        return entry
+
+    def take(self, entry, on_step: Callable[[Applied], None] | None) -> None:
+        """Apply the entry's move; re-queue what it may have changed."""
         item, move, ev = entry[_ITEM], entry[_MOVE], entry[_EV]
-        problem.apply(item, move, ev)
-        board.apply(ev.changes)
-        state["epoch"] += 1
-        verified = False
-        refreshed = False
+        self.problem.apply(item, move, ev)
+        self.board.apply(ev.changes)
+        self.epoch += 1
         touched = {*entry[_NODES], *(node for node, _ in ev.changes)}
         for n in touched:
-            versions[n] = versions.get(n, 0) + 1
-        item_version[item] = item_version.get(item, 0) + 1
+            self.versions[n] = self.versions.get(n, 0) + 1
+        self.item_version[item] = self.item_version.get(item, 0) + 1
         retry = {}
         for n in touched:
-            for ticket in parked.pop(n, ()):
+            for ticket in self.parked.pop(n, ()):
                 retry[(ticket[0], id(ticket[1]))] = ticket
         for t_item, t_move, t_order, t_iver in retry.values():
-            if t_iver == item_version.get(t_item, 0):
-                push(t_item, t_move, t_order)
-        step = Applied(item, move, board.score, ev.payload)
-        stats.moves.append(step)
+            if t_iver == self.item_version.get(t_item, 0):
+                self.push(t_item, t_move, t_order)
+        step = Applied(item, move, self.board.score, ev.payload)
+        self.stats.moves.append(step)
         if on_step is not None:
             on_step(step)
-        new_moves = list(problem.moves(item))
-        for new_move in new_moves:
-            push(item, new_move, entry[_ORDER])
-    return stats
+        for new_move in list(self.problem.moves(item)):
+            self.push(item, new_move, entry[_ORDER])

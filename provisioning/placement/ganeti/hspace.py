@@ -422,9 +422,13 @@ class HSpaceResult:
         pairs += _km_pairs(ini, trl)
         pairs += _spec_pairs("SPEC", self.standard_spec, self.disk_template)
         fin = total_resources(self.standard_cluster.nodes)
-        pairs += _stats_pairs("FIN", fin)
         num = len(self.cluster.instances)
         total = num + self.standard_count
+        if total != fin.ninst:
+            # As hspace: forthcoming instances are in its instance list but on no node's
+            # primary list, so its machine-readable output stops here.
+            raise HSpaceError(f"internal inconsistency, allocated ({total}) != counted ({fin.ninst})", hts_lines(pairs))
+        pairs += _stats_pairs("FIN", fin)
         reasons = _sorted_reasons(self.standard_failures)
         pairs += [
             ("ALLOC_USAGE", f"{num / total:.8f}" if total else "NaN"),

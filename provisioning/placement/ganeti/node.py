@@ -246,26 +246,40 @@ class Node:
     # ------------------------------------------------------------------ loading
 
     def load_primary(self, inst: Instance) -> None:
-        """`setPri`: record an existing primary at load time (no checks)."""
-        self.plist.append(inst.idx)
+        """`setPri`: record an existing primary at load time (no checks). A forthcoming
+        instance only counts in the forthcoming values (its memory stays in ``x_mem``)."""
+        if not inst.forthcoming:
+            self.plist.append(inst.idx)
+            if not inst.offline:
+                self.u_cpu += inst.vcpus
+            _add_load(self.load, inst.extra.get("util"), primary=True)
+            self.inst_spindles = _spindle_use(self, inst, self.inst_spindles, 1)
+        else:
+            if inst.local_storage:
+                self.f_dsk_forth -= inst.dsk
+            self.f_spindles_forth = _free_spindles(self, inst, self.f_spindles_forth, add=True)
         if not inst.offline:
-            self.u_cpu += inst.vcpus
             self.u_cpu_forth += inst.vcpus
-        _add_load(self.load, inst.extra.get("util"), primary=True)
         _add_load(self.load_forth, inst.extra.get("util"), primary=True)
-        self.inst_spindles = _spindle_use(self, inst, self.inst_spindles, 1)
         self.inst_spindles_forth = _spindle_use(self, inst, self.inst_spindles_forth, 1)
         for tag in inst.excl_tags:
             self.p_tags[tag] = self.p_tags.get(tag, 0) + 1
-        if not inst.uses_memory:
+        # f_mem (as loaded) holds what real instances use; a forthcoming one is not in it
+        # (htools' usesMemory is false for it, measured against hinfo's free_mem_cv_forth).
+        if inst.forthcoming or not inst.uses_memory:
             self.f_mem_forth -= inst.mem
 
     def load_secondary(self, inst: Instance) -> None:
         """`setSec`: record an existing secondary at load time (no checks)."""
-        self.slist.append(inst.idx)
-        _add_load(self.load, inst.extra.get("util"), primary=False)
+        if not inst.forthcoming:
+            self.slist.append(inst.idx)
+            _add_load(self.load, inst.extra.get("util"), primary=False)
+            self.inst_spindles = _spindle_use(self, inst, self.inst_spindles, 1)
+        else:
+            if inst.local_storage:
+                self.f_dsk_forth -= inst.dsk
+            self.f_spindles_forth = _free_spindles(self, inst, self.f_spindles_forth, add=True)
         _add_load(self.load_forth, inst.extra.get("util"), primary=False)
-        self.inst_spindles = _spindle_use(self, inst, self.inst_spindles, 1)
         self.inst_spindles_forth = _spindle_use(self, inst, self.inst_spindles_forth, 1)
 
     def finish_loading(self, instances: list[Instance]) -> None:
@@ -285,146 +299,74 @@ class Node:
 
     def add_pri(self, inst: Instance, force: bool = False) -> Node:
         """`addPriEx`: a new node with ``inst`` as primary, or AllocFailure."""
-        # Each value is computed just before its check (same checks, same order as
-        # addPriEx): most calls fail early in hspace's loops and need none of the rest.
-        strict = not force
-        uses_disk = inst.local_storage
-        online = not inst.offline
-        new_i_mem = self.i_mem + (inst.mem if inst.uses_memory else 0)
-        new_free_mem = int(self.t_mem) - self.n_mem - new_i_mem - max(0, self.x_mem)
-        if new_free_mem <= 0:
-            raise T.AllocFailure(FailMode.MEM)
-        new_dsk = self.f_dsk - inst.dsk if uses_disk else self.f_dsk
-        if uses_disk and (new_dsk <= 0 or (strict and new_dsk < self.lo_dsk)):
-            raise T.AllocFailure(FailMode.DISK)
-        new_free_sp = _free_spindles(self, inst, self.f_spindles, add=True)
-        if uses_disk and self.excl_storage and new_free_sp < 0:
-            raise T.AllocFailure(FailMode.SPINDLES)
-        new_inst_sp = _spindle_use(self, inst, self.inst_spindles, 1)
-        if strict and uses_disk and new_inst_sp > self.hi_spindles:
-            raise T.AllocFailure(FailMode.DISK)
-        new_failn1 = new_free_mem <= self.r_mem
-        if strict and new_failn1 and not self.fail_n1:
-            raise T.AllocFailure(FailMode.MEM)
-        new_ucpu = self.u_cpu + (inst.vcpus if online else 0)
-        l_cpu = self.vcpu_ratio
-        if strict and l_cpu >= 0 and l_cpu < new_ucpu / self.t_cpu:
-            raise T.AllocFailure(FailMode.CPU)
-        if strict and any(tag in self.p_tags for tag in inst.excl_tags):
-            raise T.AllocFailure(FailMode.TAGS)
-        # The same limits over "forthcoming" values, which can be tighter (e.g. f_mem).
-        new_mem_forth = self.f_mem_forth - inst.mem
-        new_dsk_forth = self.f_dsk_forth - inst.dsk if uses_disk else self.f_dsk_forth
-        new_free_sp_forth = _free_spindles(self, inst, self.f_spindles_forth, add=True)
-        new_inst_sp_forth = _spindle_use(self, inst, self.inst_spindles_forth, 1)
-        new_ucpu_forth = self.u_cpu_forth + (inst.vcpus if online else 0)
-        if strict:
-            fail = _forth_violation(
-                self,
-                new_mem_forth,
-                uses_disk,
-                new_dsk_forth,
-                new_free_sp_forth,
-                new_inst_sp_forth,
-                new_ucpu_forth / self.t_cpu,
-            )
-            if fail is not None:
-                raise T.AllocFailure(fail)
+        values = pri_added(self, self, inst, force)
         node = self.copy()
-        node.plist.append(inst.idx)
-        node.i_mem = new_i_mem
-        node.f_dsk = new_dsk
-        node.fail_n1 = new_failn1
-        node.u_cpu = new_ucpu
-        _add_load(node.load, inst.extra.get("util"), primary=True)
-        node.inst_spindles = new_inst_sp
-        node.f_spindles = new_free_sp
+        (
+            node.i_mem,
+            node.f_dsk,
+            node.fail_n1,
+            node.u_cpu,
+            node.inst_spindles,
+            node.f_spindles,
+            node.f_mem_forth,
+            node.f_dsk_forth,
+            node.u_cpu_forth,
+            node.inst_spindles_forth,
+            node.f_spindles_forth,
+        ) = values
+        if not inst.forthcoming:
+            node.plist.append(inst.idx)
+            _add_load(node.load, inst.extra.get("util"), primary=True)
         for tag in inst.excl_tags:
             node.p_tags[tag] = node.p_tags.get(tag, 0) + 1
-        node.f_mem_forth = new_mem_forth
-        node.f_dsk_forth = new_dsk_forth
-        node.u_cpu_forth = new_ucpu_forth
         _add_load(node.load_forth, inst.extra.get("util"), primary=True)
-        node.inst_spindles_forth = new_inst_sp_forth
-        node.f_spindles_forth = new_free_sp_forth
         return node
 
     def add_sec(
         self, inst: Instance, pdx: int, force: bool = False, ignore_disks: bool = False
     ) -> Node:
         """`addSecExEx`: a new node with ``inst`` as secondary (primary on ``pdx``)."""
-        strict = not force
-        needed = inst.mem if inst.uses_sec_mem else 0
-        new_peem = self.peers.get(pdx, 0) + needed
-        old_mem = self.unallocated_mem
-        new_dsk = self.f_dsk - inst.dsk
-        new_free_sp = _free_spindles(self, inst, self.f_spindles, add=True)
-        new_inst_sp = _spindle_use(self, inst, self.inst_spindles, 1)
-        new_rmem = max(self.r_mem, new_peem)
-        new_failn1 = old_mem <= new_rmem
-        if not inst.has_secondary:
-            raise T.AllocFailure(FailMode.DISK)
-        if not ignore_disks and new_dsk <= 0:
-            raise T.AllocFailure(FailMode.DISK)
-        if strict and new_dsk < self.lo_dsk:
-            raise T.AllocFailure(FailMode.DISK)
-        if self.excl_storage and new_free_sp < 0:
-            raise T.AllocFailure(FailMode.SPINDLES)
-        if strict and new_inst_sp > self.hi_spindles:
-            raise T.AllocFailure(FailMode.DISK)
-        if strict and needed >= old_mem:
-            raise T.AllocFailure(FailMode.MEM)
-        if strict and new_failn1 and not self.fail_n1:
-            raise T.AllocFailure(FailMode.MEM)
-        new_dsk_forth = self.f_dsk_forth - inst.dsk
-        new_free_sp_forth = _free_spindles(self, inst, self.f_spindles_forth, add=True)
-        new_inst_sp_forth = _spindle_use(self, inst, self.inst_spindles_forth, 1)
-        if strict:
-            fail = None
-            if new_dsk_forth <= 0 or new_dsk_forth < self.lo_dsk:
-                fail = FailMode.DISK
-            elif self.excl_storage and new_free_sp_forth < 0:
-                fail = FailMode.SPINDLES
-            elif new_inst_sp_forth > self.hi_spindles:
-                fail = FailMode.DISK
-            elif needed >= self.f_mem_forth:
-                fail = FailMode.MEM
-            if fail is not None:
-                raise T.AllocFailure(fail)
+        values = sec_added(self, self, inst, pdx, force, ignore_disks)
         node = self.copy()
-        node.slist.append(inst.idx)
-        node.f_dsk = new_dsk
-        node.peers[pdx] = new_peem
-        node.fail_n1 = new_failn1
-        node.r_mem = new_rmem
-        _add_load(node.load, inst.extra.get("util"), primary=False)
-        node.inst_spindles = new_inst_sp
-        node.f_spindles = new_free_sp
-        node.f_dsk_forth = new_dsk_forth
+        (
+            node.f_dsk,
+            peem,
+            node.fail_n1,
+            node.r_mem,
+            node.inst_spindles,
+            node.f_spindles,
+            node.f_dsk_forth,
+            node.inst_spindles_forth,
+            node.f_spindles_forth,
+        ) = values
+        if not inst.forthcoming:
+            node.slist.append(inst.idx)
+            node.peers[pdx] = peem
+            _add_load(node.load, inst.extra.get("util"), primary=False)
         _add_load(node.load_forth, inst.extra.get("util"), primary=False)
-        node.inst_spindles_forth = new_inst_sp_forth
-        node.f_spindles_forth = new_free_sp_forth
         return node
 
     def remove_pri(self, inst: Instance) -> Node:
-        """`removePri`: a new node without ``inst`` as primary."""
-        uses_disk = inst.local_storage
-        online = not inst.offline
+        """`removePri`: a new node without ``inst`` as primary (a forthcoming instance
+        leaves the forthcoming values only, as it was added)."""
         node = self.copy()
-        node.plist.remove(inst.idx)
-        node.i_mem = self.i_mem - (inst.mem if inst.uses_memory else 0)
-        node.fail_n1 = node.unallocated_mem <= self.r_mem
-        if uses_disk:
-            node.f_dsk = self.f_dsk + inst.dsk
+        if not inst.forthcoming:
+            node.plist.remove(inst.idx)
+            node.i_mem = self.i_mem - (inst.mem if inst.uses_memory else 0)
+            node.fail_n1 = node.unallocated_mem <= self.r_mem
+            if inst.local_storage:
+                node.f_dsk = self.f_dsk + inst.dsk
+            node.f_spindles = _free_spindles(self, inst, self.f_spindles, add=False)
+            node.inst_spindles = _spindle_use(self, inst, self.inst_spindles, -1)
+            if not inst.offline:
+                node.u_cpu = self.u_cpu - inst.vcpus
+            _add_load(node.load, inst.extra.get("util"), primary=True, sign=-1)
+        if inst.local_storage:
             node.f_dsk_forth = self.f_dsk_forth + inst.dsk
-        node.f_spindles = _free_spindles(self, inst, self.f_spindles, add=False)
         node.f_spindles_forth = _free_spindles(self, inst, self.f_spindles_forth, add=False)
-        node.inst_spindles = _spindle_use(self, inst, self.inst_spindles, -1)
         node.inst_spindles_forth = _spindle_use(self, inst, self.inst_spindles_forth, -1)
-        if online:
-            node.u_cpu = self.u_cpu - inst.vcpus
+        if not inst.offline:
             node.u_cpu_forth = self.u_cpu_forth - inst.vcpus
-        _add_load(node.load, inst.extra.get("util"), primary=True, sign=-1)
         _add_load(node.load_forth, inst.extra.get("util"), primary=True, sign=-1)
         for tag in inst.excl_tags:
             count = node.p_tags.get(tag, 0)
@@ -437,30 +379,28 @@ class Node:
 
     def remove_sec(self, inst: Instance) -> Node:
         """`removeSec`: a new node without ``inst`` as secondary."""
-        uses_disk = inst.local_storage
         node = self.copy()
-        node.slist.remove(inst.idx)
-        if uses_disk:
-            node.f_dsk = self.f_dsk + inst.dsk
+        if not inst.forthcoming:
+            node.slist.remove(inst.idx)
+            if inst.local_storage:
+                node.f_dsk = self.f_dsk + inst.dsk
+            node.f_spindles = _free_spindles(self, inst, self.f_spindles, add=False)
+            node.inst_spindles = _spindle_use(self, inst, self.inst_spindles, -1)
+            pnode = inst.pnode
+            old_peem = self.peers.get(pnode, 0)
+            new_peem = old_peem - inst.mem if inst.uses_sec_mem else old_peem
+            if new_peem > 0:
+                node.peers[pnode] = new_peem
+            else:
+                node.peers.pop(pnode, None)
+            if not old_peem < self.r_mem:
+                node.r_mem = max(node.peers.values(), default=0)
+            node.fail_n1 = node.unallocated_mem <= node.r_mem
+            _add_load(node.load, inst.extra.get("util"), primary=False, sign=-1)
+        if inst.local_storage:
             node.f_dsk_forth = self.f_dsk_forth + inst.dsk
-        node.f_spindles = _free_spindles(self, inst, self.f_spindles, add=False)
         node.f_spindles_forth = _free_spindles(self, inst, self.f_spindles_forth, add=False)
-        node.inst_spindles = _spindle_use(self, inst, self.inst_spindles, -1)
         node.inst_spindles_forth = _spindle_use(self, inst, self.inst_spindles_forth, -1)
-        pnode = inst.pnode
-        old_peem = self.peers.get(pnode, 0)
-        new_peem = old_peem - inst.mem if inst.uses_sec_mem else old_peem
-        if new_peem > 0:
-            node.peers[pnode] = new_peem
-        else:
-            node.peers.pop(pnode, None)
-        if old_peem < self.r_mem:
-            new_rmem = self.r_mem
-        else:
-            new_rmem = max(node.peers.values(), default=0)
-        node.r_mem = new_rmem
-        node.fail_n1 = node.unallocated_mem <= new_rmem
-        _add_load(node.load, inst.extra.get("util"), primary=False, sign=-1)
         _add_load(node.load_forth, inst.extra.get("util"), primary=False, sign=-1)
         return node
 
@@ -503,6 +443,158 @@ def _add_load(load: list[float], util, primary: bool, sign: int = 1) -> None:
             load[i] += sign * util[i]
     else:
         load[2] += sign * util[2]
+
+
+#: What `pri_added` returns, in order: the node fields a primary add sets.
+PRI_FIELDS = (
+    "i_mem",
+    "f_dsk",
+    "fail_n1",
+    "u_cpu",
+    "inst_spindles",
+    "f_spindles",
+    "f_mem_forth",
+    "f_dsk_forth",
+    "u_cpu_forth",
+    "inst_spindles_forth",
+    "f_spindles_forth",
+)
+
+
+def pri_added(n: Node, cur, inst: Instance, force: bool) -> tuple:
+    """`addPriEx`'s checks, in its order, and the new values (`PRI_FIELDS`) — the one
+    scalar copy of the rule, shared by `Node.add_pri` and `fast_moves`.
+
+    ``n`` gives the fixed fields (sizes, limits, policy); ``cur`` the changing ones under
+    their `Node` names (the node itself, or a scratch record of them). Raises
+    AllocFailure. A forthcoming instance changes the forthcoming values only."""
+    strict = not force
+    uses_disk = inst.local_storage
+    online = not inst.offline
+    if inst.forthcoming:
+        forth = _pri_forth(n, cur, inst, uses_disk, online)
+        if strict:
+            _raise_forth(n, forth, uses_disk)
+        return (cur.i_mem, cur.f_dsk, cur.fail_n1, cur.u_cpu, cur.inst_spindles, cur.f_spindles, *forth)
+    # Each value is computed just before its check: most calls fail early in hspace's loops.
+    new_i_mem = cur.i_mem + (inst.mem if inst.uses_memory else 0)
+    new_free_mem = int(n.t_mem) - n.n_mem - new_i_mem - max(0, n.x_mem)
+    if new_free_mem <= 0:
+        raise T.AllocFailure(FailMode.MEM)
+    new_dsk = cur.f_dsk - inst.dsk if uses_disk else cur.f_dsk
+    if uses_disk and (new_dsk <= 0 or (strict and new_dsk < n.lo_dsk)):
+        raise T.AllocFailure(FailMode.DISK)
+    new_free_sp = _free_spindles(n, inst, cur.f_spindles, add=True)
+    if uses_disk and n.excl_storage and new_free_sp < 0:
+        raise T.AllocFailure(FailMode.SPINDLES)
+    new_inst_sp = _spindle_use(n, inst, cur.inst_spindles, 1)
+    if strict and uses_disk and new_inst_sp > n.hi_spindles:
+        raise T.AllocFailure(FailMode.DISK)
+    new_failn1 = new_free_mem <= cur.r_mem
+    if strict and new_failn1 and not cur.fail_n1:
+        raise T.AllocFailure(FailMode.MEM)
+    new_ucpu = cur.u_cpu + (inst.vcpus if online else 0)
+    l_cpu = n.vcpu_ratio
+    if strict and l_cpu >= 0 and l_cpu < new_ucpu / n.t_cpu:
+        raise T.AllocFailure(FailMode.CPU)
+    if strict and inst.excl_tags and any(tag in cur.p_tags for tag in inst.excl_tags):
+        raise T.AllocFailure(FailMode.TAGS)
+    forth = _pri_forth(n, cur, inst, uses_disk, online)
+    if strict:
+        _raise_forth(n, forth, uses_disk)
+    return (new_i_mem, new_dsk, new_failn1, new_ucpu, new_inst_sp, new_free_sp, *forth)
+
+
+def _pri_forth(n: Node, cur, inst: Instance, uses_disk: bool, online: bool) -> tuple:
+    """The "forthcoming" values after a primary add: the same limits apply to them, and
+    can be tighter (e.g. f_mem). Computed after the other checks: most calls fail first."""
+    return (
+        cur.f_mem_forth - inst.mem,
+        cur.f_dsk_forth - inst.dsk if uses_disk else cur.f_dsk_forth,
+        cur.u_cpu_forth + (inst.vcpus if online else 0),
+        _spindle_use(n, inst, cur.inst_spindles_forth, 1),
+        _free_spindles(n, inst, cur.f_spindles_forth, add=True),
+    )
+
+
+def _raise_forth(n: Node, forth: tuple, uses_disk: bool) -> None:
+    mem, dsk, ucpu, inst_sp, free_sp = forth
+    fail = _forth_violation(n, mem, uses_disk, dsk, free_sp, inst_sp, ucpu / n.t_cpu)
+    if fail is not None:
+        raise T.AllocFailure(fail)
+
+
+#: What `sec_added` returns, in order (``peem``: the primary's new reservation here).
+SEC_FIELDS = (
+    "f_dsk",
+    "peem",
+    "fail_n1",
+    "r_mem",
+    "inst_spindles",
+    "f_spindles",
+    "f_dsk_forth",
+    "inst_spindles_forth",
+    "f_spindles_forth",
+)
+
+
+def sec_added(n: Node, cur, inst: Instance, pdx, force: bool, ignore_disks: bool = False) -> tuple:
+    """`addSecExEx`'s checks, in its order, and the new values (`SEC_FIELDS`); see
+    `pri_added`. ``cur`` also gives ``peers``; a forthcoming instance reserves nothing."""
+    strict = not force
+    needed = inst.mem if inst.uses_sec_mem else 0
+    if inst.forthcoming:
+        forth = _sec_forth(n, cur, inst)
+        if strict:
+            if not inst.has_secondary:
+                raise T.AllocFailure(FailMode.DISK)
+            _raise_sec_forth(n, cur, forth, needed)
+        return (cur.f_dsk, None, cur.fail_n1, cur.r_mem, cur.inst_spindles, cur.f_spindles, *forth)
+    new_peem = cur.peers.get(pdx, 0) + needed
+    old_mem = int(n.t_mem) - n.n_mem - cur.i_mem - max(0, n.x_mem)
+    new_dsk = cur.f_dsk - inst.dsk
+    new_free_sp = _free_spindles(n, inst, cur.f_spindles, add=True)
+    new_inst_sp = _spindle_use(n, inst, cur.inst_spindles, 1)
+    new_rmem = max(cur.r_mem, new_peem)
+    new_failn1 = old_mem <= new_rmem
+    if not inst.has_secondary:
+        raise T.AllocFailure(FailMode.DISK)
+    if not ignore_disks and new_dsk <= 0:
+        raise T.AllocFailure(FailMode.DISK)
+    if strict and new_dsk < n.lo_dsk:
+        raise T.AllocFailure(FailMode.DISK)
+    if n.excl_storage and new_free_sp < 0:
+        raise T.AllocFailure(FailMode.SPINDLES)
+    if strict and new_inst_sp > n.hi_spindles:
+        raise T.AllocFailure(FailMode.DISK)
+    if strict and needed >= old_mem:
+        raise T.AllocFailure(FailMode.MEM)
+    if strict and new_failn1 and not cur.fail_n1:
+        raise T.AllocFailure(FailMode.MEM)
+    forth = _sec_forth(n, cur, inst)
+    if strict:
+        _raise_sec_forth(n, cur, forth, needed)
+    return (new_dsk, new_peem, new_failn1, new_rmem, new_inst_sp, new_free_sp, *forth)
+
+
+def _sec_forth(n: Node, cur, inst: Instance) -> tuple:
+    return (
+        cur.f_dsk_forth - inst.dsk,
+        _spindle_use(n, inst, cur.inst_spindles_forth, 1),
+        _free_spindles(n, inst, cur.f_spindles_forth, add=True),
+    )
+
+
+def _raise_sec_forth(n: Node, cur, forth: tuple, needed: int) -> None:
+    dsk, inst_sp, free_sp = forth
+    if dsk <= 0 or dsk < n.lo_dsk:
+        raise T.AllocFailure(FailMode.DISK)
+    if n.excl_storage and free_sp < 0:
+        raise T.AllocFailure(FailMode.SPINDLES)
+    if inst_sp > n.hi_spindles:
+        raise T.AllocFailure(FailMode.DISK)
+    if needed >= cur.f_mem_forth:
+        raise T.AllocFailure(FailMode.MEM)
 
 
 def _forth_violation(node, mem, uses_disk, dsk, free_sp, inst_sp, pcpu) -> FailMode | None:

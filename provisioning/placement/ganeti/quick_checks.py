@@ -3,7 +3,8 @@
 Contract: `primary_failures(nodes, inst, policy_modes)` returns, per node, the `FailMode`
 `Node.add_pri(inst)` (strict) would raise at one of its leading checks — memory, disk,
 disk I/O budget, N+1 memory, CPU ratio, in that order, after the instance policy — or None
-when those pass (or cannot be judged here: exclusive storage, no CPUs); the caller then
+when those pass (or cannot be judged here: exclusive storage, no CPUs, a forthcoming
+instance); the caller then
 runs `add_pri` itself, which repeats them and does the rest (tags, "forthcoming" values).
 
 Why: hspace's tiered mode shrinks a spec one unit at a time (256 MiB of disk, 64 MiB of
@@ -11,7 +12,8 @@ memory) and, between tiers, tries every step on every node; almost all of those 
 fail on the first check or two. In Python that is a few microseconds and an exception per
 node; here it is a few dozen array operations per attempt. The arithmetic is add_pri's:
 integer memory, float disk and CPU comparisons, which numpy evaluates identically
-(`tests/.../test_quick_checks.py` compares the two on random nodes and instances).
+(`tests/.../test_vectorised_checks.py` compares the two on generated clusters with
+exclusive storage, tags, offline nodes and forthcoming instances).
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ def primary_failures(
     nodes: Sequence[Node], inst: Instance, policy_modes: Sequence[FailMode | None]
 ) -> list[FailMode | None]:
     """Per node, the mode of the first leading check ``add_pri(inst)`` fails, else None."""
+    if inst.forthcoming:  # add_pri checks only the forthcoming values: left to it
+        return list(policy_modes)
     col = columns(nodes)
     free = col.free_base - (inst.mem if inst.uses_memory else 0)
     uses_disk = inst.local_storage

@@ -19,6 +19,10 @@ MODULES = [
     "provisioning.placement.ganeti.external",
     "provisioning.placement.ganeti.bridge",
     "provisioning.placement.serialize",
+    "provisioning.placement.oneshot",
+    "provisioning.placement.ganeti.n_plus_one",
+    "provisioning.placement.ganeti.greedy",
+    "provisioning.placement.ganeti.steepest",
 ]
 
 

@@ -53,7 +53,11 @@ class Command(BaseCommand):
         except (AllocError, ValueError) as error:
             raise CommandError(str(error)) from None
         if opts["machine_readable"]:
-            self.stdout.write("\n".join(result.hts_lines()))
+            try:
+                self.stdout.write("\n".join(result.hts_lines()))
+            except HSpaceError as error:
+                self.stdout.write("\n".join(error.lines))
+                raise CommandError(str(error)) from None
         elif opts["json"]:
             self.stdout.write(json.dumps(result.to_dict(), indent=2, default=str))
         else:

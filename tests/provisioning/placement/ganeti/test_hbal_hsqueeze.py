@@ -55,9 +55,12 @@ def test_our_hbal_ends_no_worse_than_ganetis(tmp_path):
 def test_hbal_never_moves_onto_offline_nodes_and_honours_max_moves():
     cluster = unbalanced_cluster(6, 30, seed=5)
     offline = cluster.nodes[5].name
+    unlimited = balance(cluster, HbalOptions(offline=(offline,)))
+    assert len(unlimited.steps) > 4  # there are moves to make, more than the limit
     result = balance(cluster, HbalOptions(offline=(offline,), max_moves=4))
-    assert len(result.steps) <= 4
-    for step in result.steps:
+    assert len(result.steps) == 4
+    assert sum(offline in step.old_nodes for step in unlimited.steps) > 0  # instances leave it...
+    for step in unlimited.steps + result.steps:  # ...and none arrives
         assert offline not in step.new_nodes or offline in step.old_nodes
 
 

@@ -136,3 +136,20 @@ def test_human_summary_and_json_agree_with_the_keys():
     assert " 33 instances of spec MEM 1024, DSK 1048576, CPU 8" in text
     assert "most likely failure reason: FailCPU" in text
     assert result.to_dict()["standard"]["count"] == 96
+
+
+def test_forthcoming_instances_count_as_memory_overhead_as_in_ganeti():
+    # i1 and i6 are forthcoming: Ganeti keeps them off the nodes' primary lists, so they
+    # are not initial instances and their memory is overhead (x_mem); its machine-readable
+    # run then stops at the final count check (instances listed != instances on nodes).
+    path = DATA / "forthcoming.txt"
+    args = ["--disk-template=plain", "--standard-alloc=10240,1024,1", "--tiered-alloc=102400,8192,4"]
+    out = subprocess.run(
+        [ganeti_tool("hspace"), "--machine-readable", "-t", str(path), *args], capture_output=True, text=True
+    )
+    assert out.returncode == 1 and "internal inconsistency, allocated (97) != counted (95)" in out.stderr
+    theirs = out.stdout.splitlines()
+    assert "HTS_INI_INST_CNT=4" in theirs and "HTS_INI_MEM_OVERHEAD=22096" in theirs
+    with pytest.raises(HSpaceError, match=r"internal inconsistency, allocated \(97\) != counted \(95\)") as failure:
+        ours(text_backend.parse(path.read_text()), args)
+    assert failure.value.lines == theirs
