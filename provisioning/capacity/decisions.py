@@ -31,7 +31,7 @@ def save(path, engine, request, result, note=""):
 
 
 def refused_dir():
-    return getattr(settings, "VCLMGR_SAVE_REFUSED_DECISIONS", "") or ""
+    return settings.VCLMGR_SAVE_REFUSED_DECISIONS
 
 
 def save_refused(engine, request, result):
