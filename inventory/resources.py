@@ -30,8 +30,7 @@ from taggit.models import Tag, TaggedItem
 from inventory import formats
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup, cross_field_errors
 from inventory.validators import validate_address, validate_name
-from vclmgr import bulk, changelog
-from vclmgr.models import Event, ObjectChange
+from vclmgr import bulk, changelog, events
 
 COLUMNS = [
     "id", "name", "address", "driver", "uri", "credential", "blade_center", "slot", "group",
@@ -623,54 +622,52 @@ def _value_for_log(instance, attr):
 
 
 def _log_changes(created, updated, actor, reason, names_by_id):
-    content_type = ContentType.objects.get_for_model(Hypervisor)
-    now = timezone.now()
-    rows = []
-    names = {**{k: k for k in ATTRS}, **LOG_NAMES}
-    for hv in created:
-        changes = {names[a]: [None, _value_for_log(hv, a)] for a in ATTRS
-                   if _value_for_log(hv, a) not in (None, "")}
-        if hv._import_tags:
-            changes["tags"] = [[], hv._import_tags]
-        rows.append(_change_row(hv, "create", actor, changes, reason, content_type, now))
+    """One change-log row per created or updated host, as the single-host services write them."""
+    entries = [(hv, "create", _created_changes(hv)) for hv in created]
     for hv in updated:
-        before = hv._before
-        changes = {}
-        for attr in ATTRS:
-            if before[attr] != getattr(hv, attr):
-                old = before[attr]
-                if attr in LOG_NAMES and old is not None:
-                    old = names_by_id[attr].get(old, old)
-                changes[names[attr]] = [old, _value_for_log(hv, attr)]
-        if hv._import_tags != hv._tags_before:
-            changes["tags"] = [hv._tags_before, hv._import_tags]
+        changes = _updated_changes(hv, names_by_id)
         action = "state" if list(changes) in (["state"], ["state", "state_reason"]) else "update"
-        rows.append(_change_row(hv, action, actor, changes, reason, content_type, now))
-    bulk.insert_rows(ObjectChange, CHANGE_FIELDS, rows)
+        entries.append((hv, action, changes))
+    changelog.record_many(entries, actor=actor, reason=reason)
 
 
-CHANGE_FIELDS = ["time", "user", "actor", "action", "content_type", "object_id", "object_repr", "changes", "reason"]
+def _log_name(attr):
+    return LOG_NAMES.get(attr, attr)
 
 
-def _change_row(obj, action, actor, changes, reason, content_type, now):
-    # The row vclmgr.changelog.record() writes, in bulk.
-    return (now, actor.user.pk if actor.user else None, actor.label[:150], action, content_type.pk,
-            str(obj.pk), str(obj)[:200], changes, reason or "")
+def _created_changes(hv):
+    changes = {_log_name(a): [None, value] for a in ATTRS if (value := _value_for_log(hv, a)) not in (None, "")}
+    if hv._import_tags:
+        changes["tags"] = [[], hv._import_tags]
+    return changes
+
+
+def _updated_changes(hv, names_by_id):
+    before = hv._before
+    changes = {}
+    for attr in ATTRS:
+        if before[attr] != getattr(hv, attr):
+            old = before[attr]
+            if attr in LOG_NAMES and old is not None:
+                old = names_by_id[attr].get(old, old)
+            changes[_log_name(attr)] = [old, _value_for_log(hv, attr)]
+    if hv._import_tags != hv._tags_before:
+        changes["tags"] = [hv._tags_before, hv._import_tags]
+    return changes
 
 
 def _emit_import_events(created, updated, actor, file_name):
     """Per updated host an event on its own topic, per chassis one with its slots, one for admin.
 
-    Written as outbox rows in bulk (the rows vclmgr.events.emit writes) so an import of
-    thousands of hosts adds a few hundred rows, not thousands of round trips.
+    Outbox rows written in bulk (``events.emit_many``), so an import of thousands of hosts
+    adds a few hundred rows, not thousands of round trips.
     """
-    now = timezone.now()
-    rows = []
+    items = []
     slots_by_chassis = {}
     for hv in updated:
         before = hv._before
         kind = "hypervisor.state" if before["state"] != hv.state else "hypervisor.changed"
-        rows.append((now, f"hypervisor.{hv.pk}", kind, host_data(hv, action="updated")))
+        items.append((kind, host_data(hv, action="updated"), [f"hypervisor.{hv.pk}"]))
         if before["blade_center_id"] is not None and (before["blade_center_id"], before["slot"]) != (
             hv.blade_center_id, hv.slot
         ):
@@ -681,12 +678,11 @@ def _emit_import_events(created, updated, actor, file_name):
         if hv.blade_center_id is not None:
             slots_by_chassis.setdefault(hv.blade_center_id, []).append(slot_data(hv))
     for chassis_id, slots in slots_by_chassis.items():
-        rows.append((now, f"bladecenter.{chassis_id}", "bladecenter.slots",
-                     {"blade_center": chassis_id, "slots": slots}))
-    rows.append((now, "admin", "hypervisor.imported", {
+        items.append(("bladecenter.slots", {"blade_center": chassis_id, "slots": slots}, [f"bladecenter.{chassis_id}"]))
+    items.append(("hypervisor.imported", {
         "created": len(created), "updated": len(updated), "by": actor.label, "file": file_name[:200],
-    }))
-    bulk.insert_rows(Event, ["created", "topic", "kind", "data"], rows)
+    }, ["admin"]))  # fmt: skip
+    events.emit_many(items, rows=False)
 
 
 def slot_data(hv):
