@@ -88,7 +88,7 @@ def _emit(kind, data, topics):
 
 
 @transaction.atomic
-def create_credential(actor, *, secret="", **fields):
+def create_credential(*, actor, secret="", **fields):
     credential = Credential()
     credential.set_secret(secret)
     extra = {"secret": ["***", "***"]} if secret else {}
@@ -98,7 +98,7 @@ def create_credential(actor, *, secret="", **fields):
 
 
 @transaction.atomic
-def update_credential(actor, credential, *, secret=None, reason="", **fields):
+def update_credential(credential, *, actor, secret=None, reason="", **fields):
     """``secret=None`` keeps the stored secret; ``""`` removes it; anything else replaces it."""
     extra = {}
     if secret is not None and (secret or credential.has_secret):
@@ -111,7 +111,7 @@ def update_credential(actor, credential, *, secret=None, reason="", **fields):
 
 
 @transaction.atomic
-def delete_credential(actor, credential, reason=""):
+def delete_credential(credential, *, actor, reason=""):
     used = credential.hypervisors.count()
     if used:
         raise InUse(f"credential {credential.name} is used by {used} hypervisor(s); give them another first")
@@ -132,7 +132,7 @@ def _delete(actor, obj, reason, kind, topics=("admin",)):
 
 
 @transaction.atomic
-def create_node_group(actor, **fields):
+def create_node_group(*, actor, **fields):
     group = NodeGroup()
     _apply(actor, group, GROUP_FIELDS, fields, "create")
     _emit("nodegroup.changed", {"id": group.pk, "name": group.name, "action": "created"}, ["admin"])
@@ -140,14 +140,14 @@ def create_node_group(actor, **fields):
 
 
 @transaction.atomic
-def update_node_group(actor, group, reason="", **fields):
+def update_node_group(group, *, actor, reason="", **fields):
     if _apply(actor, group, GROUP_FIELDS, fields, "update", reason):
         _emit("nodegroup.changed", {"id": group.pk, "name": group.name, "action": "updated"}, ["admin"])
     return group
 
 
 @transaction.atomic
-def delete_node_group(actor, group, reason=""):
+def delete_node_group(group, *, actor, reason=""):
     used = group.hypervisors.count()
     if used:
         raise InUse(f"node group {group.name} still has {used} hypervisor(s); move them first")
@@ -168,7 +168,7 @@ def blade_center_errors(chassis):
 
 
 @transaction.atomic
-def create_blade_center(actor, reason="", **fields):
+def create_blade_center(*, actor, reason="", **fields):
     chassis = BladeCenter()
     _apply(actor, chassis, CHASSIS_FIELDS, fields, "create", reason)
     _emit("bladecenter.changed", {"id": chassis.pk, "name": chassis.name, "action": "created"}, ["admin"])
@@ -176,7 +176,7 @@ def create_blade_center(actor, reason="", **fields):
 
 
 @transaction.atomic
-def update_blade_center(actor, chassis, reason="", **fields):
+def update_blade_center(chassis, *, actor, reason="", **fields):
     probe = BladeCenter(pk=chassis.pk, slot_count=fields.get("slot_count", chassis.slot_count))
     errors = blade_center_errors(probe)
     if errors:
@@ -188,7 +188,7 @@ def update_blade_center(actor, chassis, reason="", **fields):
 
 
 @transaction.atomic
-def delete_blade_center(actor, chassis, reason=""):
+def delete_blade_center(chassis, *, actor, reason=""):
     held = chassis.hypervisors.count()
     if held:
         raise InUse(f"blade center {chassis.name} still holds {held} hypervisor(s); delete or move them first")
@@ -212,7 +212,7 @@ def _host_topics(hv, *chassis_ids):
 
 
 @transaction.atomic
-def create_hypervisor(actor, *, tags=(), reason="", **fields):
+def create_hypervisor(*, actor, tags=(), reason="", **fields):
     tags = _clean_tags(tags)
     hv = Hypervisor()
     extra = {"tags": [[], tags]} if tags else {}
@@ -224,7 +224,7 @@ def create_hypervisor(actor, *, tags=(), reason="", **fields):
 
 
 @transaction.atomic
-def update_hypervisor(actor, hv, *, tags=None, reason="", **fields):
+def update_hypervisor(hv, *, actor, tags=None, reason="", **fields):
     """Change fields (and tags when given). The state changes through ``set_state``."""
     old_chassis, old_slot = hv.blade_center_id, hv.slot
     extra = {}
@@ -252,7 +252,7 @@ def in_use_reasons(hv):
 
 
 @transaction.atomic
-def delete_hypervisor(actor, hv, reason=""):
+def delete_hypervisor(hv, *, actor, reason=""):
     """Delete a host, unless something (VMs running on it) holds it: then ``InUse``."""
     reasons = in_use_reasons(hv)
     if reasons:
@@ -266,7 +266,7 @@ def delete_hypervisor(actor, hv, reason=""):
 
 
 @transaction.atomic
-def set_state(actor, hv, state, reason):
+def set_state(hv, state, reason, *, actor):
     """online / drained (takes no new VMs) / offline (takes nothing); a reason is required.
 
     Returns True when something changed. The row is locked so concurrent changes queue up.
@@ -301,7 +301,7 @@ def set_state(actor, hv, state, reason):
 
 
 @transaction.atomic
-def report_facts(actor, hv, facts):
+def report_facts(hv, facts, *, actor):
     """Store what the driver reports about the host (capacity discovery calls this)."""
     if not isinstance(facts, dict):
         raise ValidationError({"facts": ["must be an object"]})
@@ -397,7 +397,7 @@ def _run_import(dataset, *, actor, dry_run, reason="", file_name="", create_only
     return report
 
 
-def import_hypervisors(actor, data, fmt, *, dry_run=False, file_name="", reason=""):
+def import_hypervisors(data, fmt, *, actor, dry_run=False, file_name="", reason=""):
     """Import a file (bytes) of hypervisors: all rows or none. Returns an ``ImportReport``."""
     try:
         dataset = formats.load(data, fmt)
@@ -522,7 +522,7 @@ def _registration_plan(spec):
     return chassis, rows
 
 
-def register_blade_center(actor, spec, *, dry_run=False):
+def register_blade_center(spec, *, actor, dry_run=False):
     """Create a blade center and one hypervisor per slot in its range, all or nothing.
 
     ``spec``: name, slot_count, optional site/model/management_address/notes, first_slot and
@@ -535,7 +535,7 @@ def register_blade_center(actor, spec, *, dry_run=False):
     chassis_fields, rows = _registration_plan(spec)
     reason = f"registration of blade center {chassis_fields['name']}"
     with transaction.atomic():
-        chassis = create_blade_center(actor, reason=reason, **chassis_fields)
+        chassis = create_blade_center(actor=actor, reason=reason, **chassis_fields)
         dataset = tablib.Dataset(headers=list(rows[0]))
         dataset.extend([list(row.values()) for row in rows])
         report = _run_import(dataset, actor=actor, dry_run=dry_run, reason=reason,

@@ -25,14 +25,14 @@ class ServiceSerializer(serializers.ModelSerializer):
 
     def create(self, validated_data):
         try:
-            return type(self).service_create(self.context["request"].user, **validated_data)
+            return type(self).service_create(actor=self.context["request"].user, **validated_data)
         except DjangoValidationError as exc:
             raise as_drf(exc) from None
 
     def update(self, instance, validated_data):
         fresh = type(instance).objects.get(pk=instance.pk)
         try:
-            return type(self).service_update(self.context["request"].user, fresh, **validated_data)
+            return type(self).service_update(fresh, actor=self.context["request"].user, **validated_data)
         except DjangoValidationError as exc:
             raise as_drf(exc) from None
 

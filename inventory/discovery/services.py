@@ -2,7 +2,7 @@
 
 Contract:
 
-- ``discover(actor, driver, uris, …)`` connects to each URI, asks the driver's ``discover()``
+- ``discover(driver, uris, *, actor, …)`` connects to each URI, asks the driver's ``discover()``
   for every host it sees (a vCenter sees many, a libvirt URI one), and turns each host into an
   import record (name, address, driver, uri, credential, group, cpus, memory, disk).
 - The records go through ``inventory.services.import_hypervisors`` — the same validation and
@@ -201,7 +201,7 @@ def _address(uri, facts):
     return "localhost"
 
 
-def discover(actor, driver, uris, *, username="", password="", credential=None, group=None, commit=False, reason=""):
+def discover(driver, uris, *, actor, username="", password="", credential=None, group=None, commit=False, reason=""):
     """Read the hosts the URIs see and import them (a dry run unless ``commit``). See the module doc."""
     if isinstance(uris, str):
         uris = [uris]
@@ -227,7 +227,7 @@ def discover(actor, driver, uris, *, username="", password="", credential=None, 
         if credential_name and not credential:  # store the password given (on a dry run: rolled back)
             created = _store_credential(actor, credential_name, user, secret, why)
         report = inventory.import_hypervisors(
-            actor, json.dumps(records).encode(), "json", dry_run=not commit, file_name=f"{driver} discovery",
+            json.dumps(records).encode(), "json", actor=actor, dry_run=not commit, file_name=f"{driver} discovery",
             reason=why,
         )  # fmt: skip
         if commit and report.ok:
@@ -245,11 +245,11 @@ def _credential_name(driver, uri):
 def _store_credential(actor, name, username, secret, reason):
     existing = Credential.objects.filter(name=name).first()
     if existing is None:
-        inventory.create_credential(actor, name=name, username=username, secret=secret,
+        inventory.create_credential(actor=actor, name=name, username=username, secret=secret,
                                     description="stored by discovery")  # fmt: skip
         return True
     if existing.username != username or existing.get_secret() != secret:
-        inventory.update_credential(actor, existing, secret=secret, username=username, reason=reason)
+        inventory.update_credential(existing, actor=actor, secret=secret, username=username, reason=reason)
     return False
 
 
@@ -259,4 +259,4 @@ def _report_facts(actor, report, found):
     hosts = Hypervisor.objects.in_bulk([pk for pk in ids if pk])
     for pk, (_uri, facts) in zip(ids, found, strict=True):
         if pk in hosts:
-            inventory.report_facts(actor, hosts[pk], {**facts.as_dict(), "reachable": True, "checked": checked})
+            inventory.report_facts(hosts[pk], {**facts.as_dict(), "reachable": True, "checked": checked}, actor=actor)

@@ -701,7 +701,7 @@ def drain(host_id, actor):
     host = Hypervisor.objects.get(pk=host_id)
     if host.state == Hypervisor.State.ONLINE:
         with transaction.atomic():
-            inventory.set_state(actor, host, Hypervisor.State.DRAINED, "evacuating")
+            inventory.set_state(host, Hypervisor.State.DRAINED, "evacuating", actor=actor)
     return host.state
 
 
@@ -730,7 +730,7 @@ def refresh_facts(host_id, actor, drain_unreachable=False):
         facts = {**driver_for(host).facts().as_dict(), "reachable": True, "checked": checked}
     except base.DriverError as exc:
         facts = {**host.facts, "reachable": False, "error": str(exc)[:1000], "checked": checked}
-    inventory.report_facts(actor, host, facts)
+    inventory.report_facts(host, facts, actor=actor)
     if drain_unreachable:
         _follow_reachability(host, facts, actor)
     return {"reachable": facts["reachable"], "error": facts.get("error", ""), "state": host.state}
@@ -738,9 +738,9 @@ def refresh_facts(host_id, actor, drain_unreachable=False):
 
 def _follow_reachability(host, facts, actor):
     if not facts["reachable"] and host.state == Hypervisor.State.ONLINE:
-        inventory.set_state(actor, host, Hypervisor.State.DRAINED, f"{AUTO_DRAIN}: {facts['error']}"[:500])
+        inventory.set_state(host, Hypervisor.State.DRAINED, f"{AUTO_DRAIN}: {facts['error']}"[:500], actor=actor)
     elif facts["reachable"] and host.state == Hypervisor.State.DRAINED and host.state_reason.startswith(AUTO_DRAIN):
-        inventory.set_state(actor, host, Hypervisor.State.ONLINE, "reachable again (facts refresh)")
+        inventory.set_state(host, Hypervisor.State.ONLINE, "reachable again (facts refresh)", actor=actor)
 
 
 # --- image.stage / image.prestage ----------------------------------------------------------

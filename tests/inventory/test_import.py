@@ -59,7 +59,7 @@ def test_an_existing_name_means_update_and_an_id_means_update_too(db, make_host)
     change = ObjectChange.objects.filter(object_id=str(a.pk)).first()
     assert change.action == "update" and change.changes["cpus"] == [8, 12]
     rows = [{"id": b.pk, "name": "beta-renamed", "cpus": 4}]
-    report = services.import_hypervisors(TEST, to_csv(rows, ["id", "name", "cpus"]), "csv")
+    report = services.import_hypervisors(to_csv(rows, ["id", "name", "cpus"]), "csv", actor=TEST)
     assert report.committed, report.messages()
     b.refresh_from_db()
     assert (b.name, b.cpus, b.memory_mib) == ("beta-renamed", 4, 65536)  # other columns untouched
@@ -70,7 +70,7 @@ def test_unchanged_rows_are_reported_and_not_written(db, make_host):
     host = make_host(name="alpha")
     before = host.updated
     data = services.export_hypervisors("csv")
-    report = services.import_hypervisors(TEST, data, "csv")
+    report = services.import_hypervisors(data, "csv", actor=TEST)
     assert report.ok and report.totals["unchanged"] == 1
     host.refresh_from_db()
     assert host.updated == before
@@ -79,7 +79,7 @@ def test_unchanged_rows_are_reported_and_not_written(db, make_host):
 def test_a_state_change_by_import_records_who(db, make_host):
     host = make_host(name="alpha")
     report = services.import_hypervisors(
-        TEST, to_csv([{"name": "alpha", "state": "drained", "state_reason": "rack move"}]), "csv"
+        to_csv([{"name": "alpha", "state": "drained", "state_reason": "rack move"}]), "csv", actor=TEST
     )
     assert report.committed
     host.refresh_from_db()
@@ -92,9 +92,9 @@ def test_every_format_round_trips_unchanged(db, make_host, group, chassis, crede
     make_host(name="alpha", group=group, blade_center=chassis, slot=3, credential=credential, tags=["a b", "gpu"],
               max_vms=20, cpu_ratio=2.5)
     make_host(name="beta")
-    services.set_state(TEST, Hypervisor.objects.get(name="beta"), "drained", "=HYPERLINK(\"http://evil\")")
+    services.set_state(Hypervisor.objects.get(name="beta"), "drained", "=HYPERLINK(\"http://evil\")", actor=TEST)
     data = services.export_hypervisors(fmt)
-    report = services.import_hypervisors(TEST, data, fmt)
+    report = services.import_hypervisors(data, fmt, actor=TEST)
     assert report.ok and report.totals == {"create": 0, "update": 0, "unchanged": 2, "reject": 0}, report.messages()
 
 
@@ -104,13 +104,13 @@ def test_every_format_round_trips_unchanged(db, make_host, group, chassis, crede
 def test_spreadsheet_exports_escape_formulas_and_import_restores_them(db, make_host):
     host = make_host(name="alpha")
     for reason in ("=1+1", "+cmd", "-2", "@SUM(A1)", "'=already quoted"):
-        services.set_state(TEST, host, "drained", reason)
+        services.set_state(host, "drained", reason, actor=TEST)
         csv_text = services.export_hypervisors("csv").decode()
         assert f",'{reason}," in csv_text or f",\"'{reason}\"," in csv_text
         book = openpyxl.load_workbook(__import__("io").BytesIO(services.export_hypervisors("xlsx")))
         cells = [c.value for c in next(book.active.iter_rows(min_row=2, max_row=2))]
         assert "'" + reason in cells and not any(c.data_type == "f" for c in book.active[2])
-        assert services.import_hypervisors(TEST, csv_text.encode(), "csv").totals["unchanged"] == 1
+        assert services.import_hypervisors(csv_text.encode(), "csv", actor=TEST).totals["unchanged"] == 1
     # JSON is not a spreadsheet: no escaping there.
     assert json.loads(services.export_hypervisors("json"))[0]["state_reason"] == "'=already quoted"
 
@@ -135,7 +135,7 @@ def test_it_rejects_a_name_clashing_with_the_database(db, make_host):
     assert_refused(report, "Row 1 name: a hypervisor with this name already exists as 'bc1-s01'")
     existing = make_host(name="other")
     rows = [{"id": existing.pk, "name": "bc1-s01"}]
-    report = services.import_hypervisors(TEST, to_csv(rows, ["id", "name"]), "csv")
+    report = services.import_hypervisors(to_csv(rows, ["id", "name"]), "csv", actor=TEST)
     assert_refused(report, "Row 1 name: a hypervisor with this name already exists")
     assert Hypervisor.objects.filter(name="other").exists()
 
@@ -214,7 +214,7 @@ def test_it_rejects_an_unknown_driver(db):
 
 
 def test_it_rejects_an_unknown_id(db):
-    report = services.import_hypervisors(TEST, to_csv([{"id": 4242, "name": "x"}], ["id", "name"]), "csv")
+    report = services.import_hypervisors(to_csv([{"id": 4242, "name": "x"}], ["id", "name"]), "csv", actor=TEST)
     assert_refused(report, "Row 1 id: no hypervisor has id 4242")
 
 
@@ -226,34 +226,34 @@ def test_it_rejects_an_unknown_column(db):
 
 def test_it_rejects_an_empty_file(db):
     for data in (b"", b"  \n\n"):
-        assert_refused(services.import_hypervisors(TEST, data, "csv"), "the file is empty")
+        assert_refused(services.import_hypervisors(data, "csv", actor=TEST), "the file is empty")
 
 
 def test_it_rejects_a_header_only_file(db):
-    assert_refused(services.import_hypervisors(TEST, b"name,address,cpus\n", "csv"), "a header but no rows")
-    assert_refused(services.import_hypervisors(TEST, b"[]", "json"), "the file has no rows")
+    assert_refused(services.import_hypervisors(b"name,address,cpus\n", "csv", actor=TEST), "a header but no rows")
+    assert_refused(services.import_hypervisors(b"[]", "json", actor=TEST), "the file has no rows")
 
 
 def test_it_rejects_a_file_in_the_wrong_encoding(db):
     data = "name,address,driver,cpus,memory_mib,disk_gib\nhôte1,10.0.0.1,sim,4,1024,10\n".encode("latin-1")
-    assert_refused(services.import_hypervisors(TEST, data, "csv"), "not UTF-8 text (byte 0xf4 at position")
-    assert_refused(services.import_hypervisors(TEST, b"\x00\x01binary", "csv"), "NUL bytes")
-    assert_refused(services.import_hypervisors(TEST, b"not a zip", "xlsx"), "not an XLSX workbook")
-    assert_refused(services.import_hypervisors(TEST, b"{oops", "json"), "not valid JSON")
-    assert_refused(services.import_hypervisors(TEST, b"- a: [", "yaml"), "not valid YAML")
-    assert_refused(services.import_hypervisors(TEST, b'{"name": "x"}', "json"), "must be a list of objects")
+    assert_refused(services.import_hypervisors(data, "csv", actor=TEST), "not UTF-8 text (byte 0xf4 at position")
+    assert_refused(services.import_hypervisors(b"\x00\x01binary", "csv", actor=TEST), "NUL bytes")
+    assert_refused(services.import_hypervisors(b"not a zip", "xlsx", actor=TEST), "not an XLSX workbook")
+    assert_refused(services.import_hypervisors(b"{oops", "json", actor=TEST), "not valid JSON")
+    assert_refused(services.import_hypervisors(b"- a: [", "yaml", actor=TEST), "not valid YAML")
+    assert_refused(services.import_hypervisors(b'{"name": "x"}', "json", actor=TEST), "must be a list of objects")
 
 
 def test_a_utf8_file_with_a_byte_order_mark_is_fine(db):
     data = "\ufeffname,address,cpus,memory_mib,disk_gib,state_reason\nh1,10.0.0.1,4,1024,10,café ☕\n".encode()
-    assert services.import_hypervisors(TEST, data, "csv").committed
+    assert services.import_hypervisors(data, "csv", actor=TEST).committed
     assert Hypervisor.objects.get(name="h1").state_reason == "café ☕"
 
 
 @override_settings(INVENTORY_IMPORT_MAX_BYTES=1000)
 def test_it_rejects_a_file_over_the_size_limit(db):
     data = to_csv([host_row(i) for i in range(20)])
-    report = services.import_hypervisors(TEST, data, "csv")
+    report = services.import_hypervisors(data, "csv", actor=TEST)
     assert_refused(
         report, f"the file is {len(data):,} bytes, over the limit of 1,000 bytes (INVENTORY_IMPORT_MAX_BYTES)"
     )
@@ -264,7 +264,7 @@ def test_it_refuses_a_100000_row_file_quickly(db):
         f"host-{i:06d},10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255},libvirt,32,131072,2000,\"a, b\"\n"
         for i in range(100_000))).encode()
     start = time.monotonic()
-    report = services.import_hypervisors(TEST, data, "csv")
+    report = services.import_hypervisors(data, "csv", actor=TEST)
     assert report.messages() == [
         "the file has more than 20,000 rows, the limit for one import (INVENTORY_IMPORT_MAX_ROWS): "
         "split it into smaller files"
@@ -277,25 +277,27 @@ def test_it_refuses_a_100000_row_file_quickly(db):
 def test_json_and_yaml_over_the_row_limit_are_refused_by_count(db, fmt):
     rows = [{"name": f"h{i}"} for i in range(20_001)]
     data = json.dumps(rows).encode() if fmt == "json" else yaml.dump(rows, Dumper=yaml.CSafeDumper).encode()
-    assert_refused(services.import_hypervisors(TEST, data, fmt), "more than 20,000 rows")
+    assert_refused(services.import_hypervisors(data, fmt, actor=TEST), "more than 20,000 rows")
 
 
 @override_settings(INVENTORY_IMPORT_MAX_ROWS=3)
 def test_the_row_limit_is_configurable_and_counts_xlsx_rows_too(db):
     rows = [host_row(i) for i in range(4)]
     data = formats._DUMPERS["xlsx"](list(rows[0]), [list(r.values()) for r in rows])
-    assert_refused(services.import_hypervisors(TEST, data, "xlsx"), "more than 3 rows")
+    assert_refused(services.import_hypervisors(data, "xlsx", actor=TEST), "more than 3 rows")
 
 
 def test_ragged_csv_rows_get_a_clear_message(db):
     data = b"name,address\nh1,10.0.0.1,extra\n"
-    assert_refused(services.import_hypervisors(TEST, data, "csv"), "row 1 has 3 cells but the header names 2 columns")
-    assert_refused(services.import_hypervisors(TEST, b"name,,x\nh1,1,2\n", "csv"), "column 2 has no name")
-    assert_refused(services.import_hypervisors(TEST, b"name,name\nh1,h2\n", "csv"), "'name' appears twice")
+    assert_refused(
+        services.import_hypervisors(data, "csv", actor=TEST), "row 1 has 3 cells but the header names 2 columns"
+    )
+    assert_refused(services.import_hypervisors(b"name,,x\nh1,1,2\n", "csv", actor=TEST), "column 2 has no name")
+    assert_refused(services.import_hypervisors(b"name,name\nh1,h2\n", "csv", actor=TEST), "'name' appears twice")
 
 
 def test_missing_required_columns_are_reported_per_row(db):
-    report = services.import_hypervisors(TEST, b"name,address\nh1,10.0.0.1\n", "csv")
+    report = services.import_hypervisors(b"name,address\nh1,10.0.0.1\n", "csv", actor=TEST)
     assert_refused(report, "Row 1 cpus: required: add a 'cpus' column")
 
 
@@ -312,9 +314,9 @@ def test_one_bad_row_among_many_writes_nothing(db, make_host):
 def test_json_and_yaml_accept_lists_for_tags(db):
     records = [{"name": "j1", "address": "10.0.0.1", "cpus": 2, "memory_mib": 512, "disk_gib": 5,
                 "tags": ["b", "a", "a"]}]
-    assert services.import_hypervisors(TEST, json.dumps(records).encode(), "json").committed
+    assert services.import_hypervisors(json.dumps(records).encode(), "json", actor=TEST).committed
     records[0]["name"] = "y1"
-    assert services.import_hypervisors(TEST, yaml.safe_dump(records).encode(), "yaml").committed
+    assert services.import_hypervisors(yaml.safe_dump(records).encode(), "yaml", actor=TEST).committed
     assert sorted(t.name for t in Hypervisor.objects.get(name="y1").tags.all()) == ["a", "b"]
     records[0].update(name="bad", tags={"not": "a list"})
-    assert_refused(services.import_hypervisors(TEST, json.dumps(records).encode(), "json"), "Row 1 tags:")
+    assert_refused(services.import_hypervisors(json.dumps(records).encode(), "json", actor=TEST), "Row 1 tags:")
