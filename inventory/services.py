@@ -25,14 +25,14 @@ from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
 from inventory.resources import (
     IMPORT_ACTIONS,
     HypervisorResource,
-    IntWidget,
-    RatioWidget,
     TagsWidget,
+    amount_default,
+    amount_widget,
     host_data,
     row_messages,
     slot_data,
 )
-from inventory.validators import validate_name
+from inventory.validators import FIRST_SLOT, MAX_SLOTS, validate_name
 from vclmgr import bulk, changelog, events
 
 IN_USE_CHECKERS = []
@@ -417,6 +417,9 @@ def export_hypervisors(fmt, queryset=None, *, with_id=True):
 # --- registering a whole blade center -------------------------------------------------
 
 PATTERN_FIELDS = {"slot", "index", "chassis"}
+# Per-host amounts a registration sets (the same for every host; cpus, memory and disk required).
+REGISTRATION_AMOUNTS = ("cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
+                        "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib")
 URI_FIELDS = {"slot", "index", "chassis", "name", "address"}
 
 
@@ -450,14 +453,14 @@ def _registration_plan(spec):
     """Validate a registration spec; returns (chassis fields, rows) or raises ValidationError."""
     errors = {}
     count = spec.get("slot_count")
-    if not isinstance(count, int) or not 1 <= count <= BladeCenter.MAX_SLOTS:
-        errors["slot_count"] = [f"must be a whole number from 1 to {BladeCenter.MAX_SLOTS}"]
-        count = BladeCenter.MAX_SLOTS
-    first = spec.get("first_slot") or 1
+    if not isinstance(count, int) or not FIRST_SLOT <= count <= MAX_SLOTS:
+        errors["slot_count"] = [f"must be a whole number from {FIRST_SLOT} to {MAX_SLOTS}"]
+        count = MAX_SLOTS
+    first = spec.get("first_slot") or FIRST_SLOT
     last = spec.get("last_slot") or count
-    if not isinstance(first, int) or not isinstance(last, int) or not 1 <= first <= last <= count:
-        errors["last_slot"] = [f"the slot range must lie within 1–{count}, first ≤ last"]
-        first, last = 1, 0
+    if not isinstance(first, int) or not isinstance(last, int) or not FIRST_SLOT <= first <= last <= count:
+        errors["last_slot"] = [f"the slot range must lie within {FIRST_SLOT}–{count}, first ≤ last"]
+        first, last = FIRST_SLOT, FIRST_SLOT - 1
     name = spec.get("name") or ""
     try:
         validate_name(name)
@@ -479,17 +482,13 @@ def _registration_plan(spec):
         address = None
 
     values = {}
-    for key, widget, default in (
-        ("cpus", IntWidget(1), None), ("memory_mib", IntWidget(1), None), ("disk_gib", IntWidget(0), None),
-        ("cpu_ratio", RatioWidget(), 4.0), ("memory_ratio", RatioWidget(), 1.0), ("disk_ratio", RatioWidget(), 1.0),
-        ("reserved_cpus", IntWidget(0), 0), ("reserved_memory_mib", IntWidget(0), 0),
-        ("reserved_disk_gib", IntWidget(0), 0),
-    ):
+    for key in REGISTRATION_AMOUNTS:
         try:
-            value = widget.clean(spec.get(key))
+            value = amount_widget(key).clean(spec.get(key))
         except ValueError as exc:
             errors[key] = [str(exc)]
             continue
+        default = amount_default(key)
         if value is None and default is None:
             errors[key] = ["required"]
         values[key] = default if value is None else value
