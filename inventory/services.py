@@ -449,9 +449,8 @@ def _check_template(template, allowed, key, errors, sample):
         errors[key] = [f"cannot fill {template!r}: {exc}"]
 
 
-def _registration_plan(spec):
-    """Validate a registration spec; returns (chassis fields, rows) or raises ValidationError."""
-    errors = {}
+def _registration_slots(spec, errors):
+    """``(slot_count, first slot, last slot)`` of a registration spec; an empty range when invalid."""
     count = spec.get("slot_count")
     if not isinstance(count, int) or not FIRST_SLOT <= count <= MAX_SLOTS:
         errors["slot_count"] = [f"must be a whole number from {FIRST_SLOT} to {MAX_SLOTS}"]
@@ -461,6 +460,10 @@ def _registration_plan(spec):
     if not isinstance(first, int) or not isinstance(last, int) or not FIRST_SLOT <= first <= last <= count:
         errors["last_slot"] = [f"the slot range must lie within {FIRST_SLOT}–{count}, first ≤ last"]
         first, last = FIRST_SLOT, FIRST_SLOT - 1
+    return count, first, last
+
+
+def _registration_name(spec, errors):
     name = spec.get("name") or ""
     try:
         validate_name(name)
@@ -468,6 +471,14 @@ def _registration_plan(spec):
         errors["name"] = exc.messages
     if BladeCenter.objects.filter(name=name).exists():
         errors["name"] = [f"a blade center named {name!r} already exists"]
+    return name
+
+
+def _registration_plan(spec):
+    """Validate a registration spec; returns (chassis fields, rows) or raises ValidationError."""
+    errors = {}
+    count, first, last = _registration_slots(spec, errors)
+    name = _registration_name(spec, errors)
 
     pattern = spec.get("hostname_pattern") or "{chassis}-s{slot:02d}"
     uri_template = spec.get("uri_template") or ""
