@@ -1,7 +1,7 @@
 """Inventory operations: the one place each write happens (views, API, CLI, jobs call these).
 
 Every function validates, writes in one transaction, records the change log with who and
-why (``actor`` is a user, or an ``Actor`` such as ``Actor(name="cli")``) and emits events
+why (``actor=``, keyword-only: a user, or an ``Actor`` such as ``Actor(name="cli")``) and emits events
 as outbox rows in that same transaction. Invalid input raises Django's
 ``ValidationError`` (a dict of field → messages) and writes nothing.
 
