@@ -62,8 +62,8 @@ def main():
     from vclmgr.changelog import Actor
 
     actor = Actor(name="bench")
-    services.create_credential(actor, name="bench-root", username="root", secret="s3cret")  # noqa: S106
-    services.create_node_group(actor, name="bench-group")
+    services.create_credential(actor=actor, name="bench-root", username="root", secret="s3cret")  # noqa: S106
+    services.create_node_group(actor=actor, name="bench-group")
     BladeCenter.objects.bulk_create(
         [BladeCenter(name=f"bench-bc{c:04d}", slot_count=16) for c in range((args.rows + 15) // 16)]
     )
@@ -80,15 +80,15 @@ def main():
               f"{getattr(outcome, 'summary', str)()}")
         return outcome
 
-    dry = phase("dry run", lambda: services.import_hypervisors(actor, data, "csv", dry_run=True))
+    dry = phase("dry run", lambda: services.import_hypervisors(data, "csv", actor=actor, dry_run=True))
     assert dry.ok, dry.messages()[:5]
-    done = phase("commit", lambda: services.import_hypervisors(actor, data, "csv"))
+    done = phase("commit", lambda: services.import_hypervisors(data, "csv", actor=actor))
     assert done.committed, done.messages()[:5]
     exported = phase("export (csv)", lambda: services.export_hypervisors("csv"))
-    again = phase("re-import of export", lambda: services.import_hypervisors(actor, exported, "csv"))
+    again = phase("re-import of export", lambda: services.import_hypervisors(exported, "csv", actor=actor))
     assert again.totals["unchanged"] == args.rows, again.summary()
     bigger = make_csv(args.rows, cpus=48)
-    changed = phase("update of every row", lambda: services.import_hypervisors(actor, bigger, "csv"))
+    changed = phase("update of every row", lambda: services.import_hypervisors(bigger, "csv", actor=actor))
     assert changed.totals["update"] == args.rows, changed.summary()
     scratch.cleanup()
 

@@ -82,7 +82,7 @@ def setup(args):
     per_host = -(-(2 * args.vms + args.hosts + COUNTED) // args.hosts) + 1
     for n in range(args.hosts):
         inventory.create_hypervisor(
-            "bench", name=f"sim{n:02d}", address=f"10.77.0.{n + 1}", driver="sim",
+            actor="bench", name=f"sim{n:02d}", address=f"10.77.0.{n + 1}", driver="sim",
             cpus=per_host * VM_SIZE["vcpus"], memory_mib=per_host * VM_SIZE["memory_mib"] + 1024,
             disk_gib=per_host * VM_SIZE["disk_gib"] + 10,
         )  # fmt: skip

@@ -57,9 +57,9 @@ class ServiceAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         values = self.service_values(form)
         if change:
-            saved = type(self).update(request.user, type(obj).objects.get(pk=obj.pk), **values)
+            saved = type(self).update(type(obj).objects.get(pk=obj.pk), actor=request.user, **values)
         else:
-            saved = type(self).create(request.user, **values)
+            saved = type(self).create(actor=request.user, **values)
         obj.pk = saved.pk
         obj._state.adding = False
 
@@ -67,12 +67,12 @@ class ServiceAdmin(admin.ModelAdmin):
         """The service already saved everything, tags included."""
 
     def delete_model(self, request, obj):
-        type(self).delete(request.user, obj, reason="deleted in the admin")
+        type(self).delete(obj, actor=request.user, reason="deleted in the admin")
 
     def delete_queryset(self, request, queryset):
         for obj in queryset:
             try:
-                type(self).delete(request.user, obj, reason="deleted in the admin")
+                type(self).delete(obj, actor=request.user, reason="deleted in the admin")
             except services.InUse as exc:
                 messages.error(request, str(exc))
 
@@ -97,9 +97,11 @@ class CredentialAdmin(ServiceAdmin):
         if form.cleaned_data.get("clear_secret"):
             secret = ""
         if change:
-            saved = services.update_credential(request.user, Credential.objects.get(pk=obj.pk), secret=secret, **values)
+            saved = services.update_credential(
+                Credential.objects.get(pk=obj.pk), actor=request.user, secret=secret, **values
+            )
         else:
-            saved = services.create_credential(request.user, secret=secret or "", **values)
+            saved = services.create_credential(actor=request.user, secret=secret or "", **values)
         obj.pk = saved.pk
         obj._state.adding = False
 
@@ -166,7 +168,7 @@ class BladeCenterAdmin(ServiceAdmin):
         if request.method == "POST" and form.is_valid():
             confirm = "confirm" in request.POST
             try:
-                registration = services.register_blade_center(request.user, form.spec(), dry_run=not confirm)
+                registration = services.register_blade_center(form.spec(), actor=request.user, dry_run=not confirm)
             except ValidationError as exc:
                 for field, errors in exc.message_dict.items():
                     form.add_error(field if field in form.fields else None, errors)
@@ -241,7 +243,7 @@ class HypervisorAdmin(ServiceAdmin, ImportExportModelAdmin):
             messages.error(request, "Give a reason for the state change (the field next to the action).")
             return
         with transaction.atomic():
-            changed = sum(services.set_state(request.user, hv, state, reason) for hv in queryset)
+            changed = sum(services.set_state(hv, state, reason, actor=request.user) for hv in queryset)
         messages.success(request, f"{changed} hypervisor(s) now {state}.")
 
     @admin.action(description="Drain: take no new VMs")

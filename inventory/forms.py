@@ -5,8 +5,9 @@ from django.contrib.admin.helpers import ActionForm
 from import_export.forms import ImportForm
 
 from inventory import formats
-from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
+from inventory.models import Credential, Hypervisor, NodeGroup
 from inventory.resources import header_problem
+from inventory.validators import FIRST_SLOT, HOST_MINIMUMS, MAX_SLOTS, RATIO_DEFAULTS, RATIO_MAX, RATIO_MIN
 
 REASON_HELP = "Why: kept in the change log (e.g. 'firmware upgrade, ticket 4711')."
 
@@ -69,10 +70,10 @@ class BladeCenterRegistrationForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="Chassis name, e.g. bc1.")
     site = forms.CharField(max_length=100, required=False)
     model = forms.CharField(max_length=100, required=False)
-    slot_count = forms.IntegerField(min_value=1, max_value=BladeCenter.MAX_SLOTS, initial=16)
+    slot_count = forms.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS, initial=16)
     management_address = forms.CharField(max_length=253, required=False)
-    first_slot = forms.IntegerField(min_value=1, max_value=BladeCenter.MAX_SLOTS, initial=1)
-    last_slot = forms.IntegerField(min_value=1, max_value=BladeCenter.MAX_SLOTS, initial=16)
+    first_slot = forms.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS, initial=FIRST_SLOT)
+    last_slot = forms.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS, initial=16)
     hostname_pattern = forms.CharField(
         max_length=100, initial="{chassis}-s{slot:02d}", help_text="Placeholders: {chassis} {slot} {index}."
     )
@@ -85,12 +86,13 @@ class BladeCenterRegistrationForm(forms.Form):
     credential = forms.ModelChoiceField(Credential.objects.all(), required=False, to_field_name="name")
     group = forms.ModelChoiceField(NodeGroup.objects.all(), required=False, to_field_name="name",
                                    label="Node group")
-    cpus = forms.IntegerField(label="CPUs", min_value=1, help_text="Per host: physical cores.")
-    memory_mib = forms.IntegerField(min_value=1, label="Memory (MiB)")
-    disk_gib = forms.IntegerField(min_value=0, label="Disk (GiB)")
-    cpu_ratio = forms.FloatField(label="CPU ratio", min_value=0.01, max_value=1000, initial=4.0)
-    memory_ratio = forms.FloatField(min_value=0.01, max_value=1000, initial=1.0)
-    disk_ratio = forms.FloatField(min_value=0.01, max_value=1000, initial=1.0)
+    cpus = forms.IntegerField(label="CPUs", min_value=HOST_MINIMUMS["cpus"], help_text="Per host: physical cores.")
+    memory_mib = forms.IntegerField(min_value=HOST_MINIMUMS["memory_mib"], label="Memory (MiB)")
+    disk_gib = forms.IntegerField(min_value=HOST_MINIMUMS["disk_gib"], label="Disk (GiB)")
+    cpu_ratio = forms.FloatField(label="CPU ratio", min_value=RATIO_MIN, max_value=RATIO_MAX,
+                                 initial=RATIO_DEFAULTS["cpu_ratio"])
+    memory_ratio = forms.FloatField(min_value=RATIO_MIN, max_value=RATIO_MAX, initial=RATIO_DEFAULTS["memory_ratio"])
+    disk_ratio = forms.FloatField(min_value=RATIO_MIN, max_value=RATIO_MAX, initial=RATIO_DEFAULTS["disk_ratio"])
     tags = forms.CharField(max_length=500, required=False, help_text="Comma-separated.")
 
     def spec(self):

@@ -13,7 +13,16 @@ from django.db.models.functions import Lower
 from taggit.managers import TaggableManager
 
 from inventory import crypto
-from inventory.validators import uri_errors, validate_address, validate_name
+from inventory.validators import (
+    FIRST_SLOT,
+    MAX_SLOTS,
+    RATIO_DEFAULTS,
+    minimum_validators,
+    ratio_validators,
+    uri_errors,
+    validate_address,
+    validate_name,
+)
 from provisioning.drivers import registry as drivers
 
 
@@ -102,13 +111,11 @@ class NodeGroup(models.Model):
 class BladeCenter(models.Model):
     """A chassis with numbered slots (1..slot_count), each holding at most one hypervisor."""
 
-    MAX_SLOTS = 256
-
     name = models.CharField(max_length=100, unique=True, validators=[validate_name])
     site = models.CharField(max_length=100, blank=True, help_text="Site, room or rack.")
     model = models.CharField(max_length=100, blank=True)
     slot_count = models.PositiveSmallIntegerField(
-        default=16, validators=[MinValueValidator(1), MaxValueValidator(MAX_SLOTS)]
+        default=16, validators=[MinValueValidator(FIRST_SLOT), MaxValueValidator(MAX_SLOTS)]
     )
     management_address = models.CharField(max_length=253, blank=True, validators=[validate_address])
     notes = models.TextField(blank=True)
@@ -167,12 +174,12 @@ class Hypervisor(models.Model):
         help_text="Blank: the implicit default group (preferred, balanced).",
     )
 
-    cpus = models.PositiveIntegerField(validators=[MinValueValidator(1)], help_text="Physical cores.")
-    memory_mib = models.PositiveIntegerField(validators=[MinValueValidator(1)])
-    disk_gib = models.PositiveIntegerField()
-    cpu_ratio = models.FloatField(default=4.0, validators=[MinValueValidator(0.01), MaxValueValidator(1000)])
-    memory_ratio = models.FloatField(default=1.0, validators=[MinValueValidator(0.01), MaxValueValidator(1000)])
-    disk_ratio = models.FloatField(default=1.0, validators=[MinValueValidator(0.01), MaxValueValidator(1000)])
+    cpus = models.PositiveIntegerField(validators=minimum_validators("cpus"), help_text="Physical cores.")
+    memory_mib = models.PositiveIntegerField(validators=minimum_validators("memory_mib"))
+    disk_gib = models.PositiveIntegerField(validators=minimum_validators("disk_gib"))
+    cpu_ratio = models.FloatField(default=RATIO_DEFAULTS["cpu_ratio"], validators=ratio_validators())
+    memory_ratio = models.FloatField(default=RATIO_DEFAULTS["memory_ratio"], validators=ratio_validators())
+    disk_ratio = models.FloatField(default=RATIO_DEFAULTS["disk_ratio"], validators=ratio_validators())
     reserved_cpus = models.PositiveIntegerField(default=0)
     reserved_memory_mib = models.PositiveIntegerField(default=0)
     reserved_disk_gib = models.PositiveIntegerField(default=0)
@@ -257,9 +264,9 @@ def cross_field_errors(hv, chassis):
     if chassis is None and hv.slot is not None:
         errors["slot"] = "a slot needs a blade_center"
     elif chassis is not None and hv.slot is None:
-        errors["slot"] = f"required: which slot of {chassis.name} (1–{chassis.slot_count})"
-    elif chassis is not None and not 1 <= hv.slot <= chassis.slot_count:
-        errors["slot"] = f"{chassis.name} has slots 1–{chassis.slot_count}, not {hv.slot}"
+        errors["slot"] = f"required: which slot of {chassis.name} ({FIRST_SLOT}–{chassis.slot_count})"
+    elif chassis is not None and not FIRST_SLOT <= hv.slot <= chassis.slot_count:
+        errors["slot"] = f"{chassis.name} has slots {FIRST_SLOT}–{chassis.slot_count}, not {hv.slot}"
     for resource, reserved in (("cpus", "reserved_cpus"), ("memory_mib", "reserved_memory_mib"),
                                ("disk_gib", "reserved_disk_gib")):
         total, kept = getattr(hv, resource), getattr(hv, reserved)

@@ -22,6 +22,7 @@ import re
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError
+from django.db.models import NOT_PROVIDED
 from django.utils import timezone
 from import_export import fields, resources, widgets
 from import_export.results import RowResult
@@ -29,9 +30,17 @@ from taggit.models import Tag, TaggedItem
 
 from inventory import formats
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup, cross_field_errors
-from inventory.validators import validate_address, validate_name
-from vclmgr import bulk, changelog
-from vclmgr.models import Event, ObjectChange
+from inventory.validators import (
+    FIRST_SLOT,
+    HOST_MINIMUMS,
+    INT_MAX,
+    RATIO_DEFAULTS,
+    RATIO_MAX,
+    RATIO_MIN,
+    validate_address,
+    validate_name,
+)
+from vclmgr import bulk, changelog, events
 
 COLUMNS = [
     "id", "name", "address", "driver", "uri", "credential", "blade_center", "slot", "group",
@@ -49,7 +58,6 @@ ATTRS = [
 ]  # fmt: skip
 LOG_NAMES = {"credential_id": "credential", "blade_center_id": "blade_center", "group_id": "group"}
 _INT_RE = re.compile(r"^[+-]?\d{1,15}$")
-INT_MAX = 2_147_483_647
 
 
 # --- widgets: strict conversions with messages meant for people ------------------------
@@ -111,7 +119,7 @@ class IntWidget(widgets.Widget):
 
 
 class RatioWidget(widgets.Widget):
-    MESSAGE = "must be a number between 0.01 and 1000"
+    MESSAGE = f"must be a number between {RATIO_MIN:g} and {RATIO_MAX:g}"
 
     def __init__(self):
         super().__init__(coerce_to_string=False)
@@ -125,7 +133,7 @@ class RatioWidget(widgets.Widget):
             number = float(value.strip() if isinstance(value, str) else value)
         except (TypeError, ValueError):
             raise ValueError(self.MESSAGE) from None
-        if not math.isfinite(number) or not 0.01 <= number <= 1000:
+        if not math.isfinite(number) or not RATIO_MIN <= number <= RATIO_MAX:
             raise ValueError(self.MESSAGE)
         return number
 
@@ -220,6 +228,22 @@ def _field(name, widget, default=fields.NOT_PROVIDED, readonly=False):
     return fields.Field(attribute=name, column_name=name, widget=widget, default=default, readonly=readonly)
 
 
+def amount_widget(name):
+    """The widget for a host amount: a ratio within its bounds, or a whole number from its minimum."""
+    return RatioWidget() if name in RATIO_DEFAULTS else IntWidget(minimum=HOST_MINIMUMS[name])
+
+
+def amount_default(name):
+    """What a host amount is when not given (the model's default), or None when it has none."""
+    default = Hypervisor._meta.get_field(name).default
+    return None if default is NOT_PROVIDED else default
+
+
+def _amount(name):
+    default = amount_default(name)
+    return _field(name, amount_widget(name), default=fields.NOT_PROVIDED if default is None else default)
+
+
 class HypervisorResource(resources.ModelResource):
     id = _field("id", IntWidget(minimum=1), readonly=True)
     name = _field("name", TextWidget(100))
@@ -228,19 +252,19 @@ class HypervisorResource(resources.ModelResource):
     uri = _field("uri", TextWidget(500))
     credential = _field("credential", NameWidget(Credential, "credential"))
     blade_center = _field("blade_center", NameWidget(BladeCenter, "blade center"))
-    slot = _field("slot", IntWidget(minimum=1))
+    slot = _field("slot", IntWidget(minimum=FIRST_SLOT))
     group = _field("group", NameWidget(NodeGroup, "node group"))
-    cpus = _field("cpus", IntWidget(minimum=1))
-    memory_mib = _field("memory_mib", IntWidget(minimum=1))
-    disk_gib = _field("disk_gib", IntWidget(minimum=0))
-    cpu_ratio = _field("cpu_ratio", RatioWidget(), default=4.0)
-    memory_ratio = _field("memory_ratio", RatioWidget(), default=1.0)
-    disk_ratio = _field("disk_ratio", RatioWidget(), default=1.0)
-    reserved_cpus = _field("reserved_cpus", IntWidget(minimum=0), default=0)
-    reserved_memory_mib = _field("reserved_memory_mib", IntWidget(minimum=0), default=0)
-    reserved_disk_gib = _field("reserved_disk_gib", IntWidget(minimum=0), default=0)
-    max_vms = _field("max_vms", IntWidget(minimum=0))
-    spindles = _field("spindles", IntWidget(minimum=0), default=1)
+    cpus = _amount("cpus")
+    memory_mib = _amount("memory_mib")
+    disk_gib = _amount("disk_gib")
+    cpu_ratio = _amount("cpu_ratio")
+    memory_ratio = _amount("memory_ratio")
+    disk_ratio = _amount("disk_ratio")
+    reserved_cpus = _amount("reserved_cpus")
+    reserved_memory_mib = _amount("reserved_memory_mib")
+    reserved_disk_gib = _amount("reserved_disk_gib")
+    max_vms = _amount("max_vms")
+    spindles = _amount("spindles")
     state = _field("state", ChoiceWidget(Hypervisor.State.choices, "state"), default=Hypervisor.State.ONLINE)
     state_reason = _field("state_reason", TextWidget(500))
     tags = TagsField(attribute="tags", column_name="tags", widget=TagsWidget())
@@ -623,54 +647,52 @@ def _value_for_log(instance, attr):
 
 
 def _log_changes(created, updated, actor, reason, names_by_id):
-    content_type = ContentType.objects.get_for_model(Hypervisor)
-    now = timezone.now()
-    rows = []
-    names = {**{k: k for k in ATTRS}, **LOG_NAMES}
-    for hv in created:
-        changes = {names[a]: [None, _value_for_log(hv, a)] for a in ATTRS
-                   if _value_for_log(hv, a) not in (None, "")}
-        if hv._import_tags:
-            changes["tags"] = [[], hv._import_tags]
-        rows.append(_change_row(hv, "create", actor, changes, reason, content_type, now))
+    """One change-log row per created or updated host, as the single-host services write them."""
+    entries = [(hv, "create", _created_changes(hv)) for hv in created]
     for hv in updated:
-        before = hv._before
-        changes = {}
-        for attr in ATTRS:
-            if before[attr] != getattr(hv, attr):
-                old = before[attr]
-                if attr in LOG_NAMES and old is not None:
-                    old = names_by_id[attr].get(old, old)
-                changes[names[attr]] = [old, _value_for_log(hv, attr)]
-        if hv._import_tags != hv._tags_before:
-            changes["tags"] = [hv._tags_before, hv._import_tags]
+        changes = _updated_changes(hv, names_by_id)
         action = "state" if list(changes) in (["state"], ["state", "state_reason"]) else "update"
-        rows.append(_change_row(hv, action, actor, changes, reason, content_type, now))
-    bulk.insert_rows(ObjectChange, CHANGE_FIELDS, rows)
+        entries.append((hv, action, changes))
+    changelog.record_many(entries, actor=actor, reason=reason)
 
 
-CHANGE_FIELDS = ["time", "user", "actor", "action", "content_type", "object_id", "object_repr", "changes", "reason"]
+def _log_name(attr):
+    return LOG_NAMES.get(attr, attr)
 
 
-def _change_row(obj, action, actor, changes, reason, content_type, now):
-    # The row vclmgr.changelog.record() writes, in bulk.
-    return (now, actor.user.pk if actor.user else None, actor.label[:150], action, content_type.pk,
-            str(obj.pk), str(obj)[:200], changes, reason or "")
+def _created_changes(hv):
+    changes = {_log_name(a): [None, value] for a in ATTRS if (value := _value_for_log(hv, a)) not in (None, "")}
+    if hv._import_tags:
+        changes["tags"] = [[], hv._import_tags]
+    return changes
+
+
+def _updated_changes(hv, names_by_id):
+    before = hv._before
+    changes = {}
+    for attr in ATTRS:
+        if before[attr] != getattr(hv, attr):
+            old = before[attr]
+            if attr in LOG_NAMES and old is not None:
+                old = names_by_id[attr].get(old, old)
+            changes[_log_name(attr)] = [old, _value_for_log(hv, attr)]
+    if hv._import_tags != hv._tags_before:
+        changes["tags"] = [hv._tags_before, hv._import_tags]
+    return changes
 
 
 def _emit_import_events(created, updated, actor, file_name):
     """Per updated host an event on its own topic, per chassis one with its slots, one for admin.
 
-    Written as outbox rows in bulk (the rows vclmgr.events.emit writes) so an import of
-    thousands of hosts adds a few hundred rows, not thousands of round trips.
+    Outbox rows written in bulk (``events.emit_many``), so an import of thousands of hosts
+    adds a few hundred rows, not thousands of round trips.
     """
-    now = timezone.now()
-    rows = []
+    items = []
     slots_by_chassis = {}
     for hv in updated:
         before = hv._before
         kind = "hypervisor.state" if before["state"] != hv.state else "hypervisor.changed"
-        rows.append((now, f"hypervisor.{hv.pk}", kind, host_data(hv, action="updated")))
+        items.append((kind, host_data(hv, action="updated"), [f"hypervisor.{hv.pk}"]))
         if before["blade_center_id"] is not None and (before["blade_center_id"], before["slot"]) != (
             hv.blade_center_id, hv.slot
         ):
@@ -681,12 +703,11 @@ def _emit_import_events(created, updated, actor, file_name):
         if hv.blade_center_id is not None:
             slots_by_chassis.setdefault(hv.blade_center_id, []).append(slot_data(hv))
     for chassis_id, slots in slots_by_chassis.items():
-        rows.append((now, f"bladecenter.{chassis_id}", "bladecenter.slots",
-                     {"blade_center": chassis_id, "slots": slots}))
-    rows.append((now, "admin", "hypervisor.imported", {
+        items.append(("bladecenter.slots", {"blade_center": chassis_id, "slots": slots}, [f"bladecenter.{chassis_id}"]))
+    items.append(("hypervisor.imported", {
         "created": len(created), "updated": len(updated), "by": actor.label, "file": file_name[:200],
-    }))
-    bulk.insert_rows(Event, ["created", "topic", "kind", "data"], rows)
+    }, ["admin"]))  # fmt: skip
+    events.emit_many(items, rows=False)
 
 
 def slot_data(hv):

@@ -1,7 +1,7 @@
 """Inventory operations: the one place each write happens (views, API, CLI, jobs call these).
 
 Every function validates, writes in one transaction, records the change log with who and
-why (``actor`` is a user, or an ``Actor`` such as ``Actor(name="cli")``) and emits events
+why (``actor=``, keyword-only: a user, or an ``Actor`` such as ``Actor(name="cli")``) and emits events
 as outbox rows in that same transaction. Invalid input raises Django's
 ``ValidationError`` (a dict of field → messages) and writes nothing.
 
@@ -25,14 +25,14 @@ from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
 from inventory.resources import (
     IMPORT_ACTIONS,
     HypervisorResource,
-    IntWidget,
-    RatioWidget,
     TagsWidget,
+    amount_default,
+    amount_widget,
     host_data,
     row_messages,
     slot_data,
 )
-from inventory.validators import validate_name
+from inventory.validators import FIRST_SLOT, MAX_SLOTS, validate_name
 from provisioning.drivers import registry as drivers
 from vclmgr import bulk, changelog, events
 from vclmgr.errors import InUse
@@ -86,7 +86,7 @@ def _emit(kind, data, topics):
 
 
 @transaction.atomic
-def create_credential(actor, *, secret="", **fields):
+def create_credential(*, actor, secret="", **fields):
     credential = Credential()
     credential.set_secret(secret)
     extra = {"secret": ["***", "***"]} if secret else {}
@@ -96,7 +96,7 @@ def create_credential(actor, *, secret="", **fields):
 
 
 @transaction.atomic
-def update_credential(actor, credential, *, secret=None, reason="", **fields):
+def update_credential(credential, *, actor, secret=None, reason="", **fields):
     """``secret=None`` keeps the stored secret; ``""`` removes it; anything else replaces it."""
     extra = {}
     if secret is not None and (secret or credential.has_secret):
@@ -109,7 +109,7 @@ def update_credential(actor, credential, *, secret=None, reason="", **fields):
 
 
 @transaction.atomic
-def delete_credential(actor, credential, reason=""):
+def delete_credential(credential, *, actor, reason=""):
     used = credential.hypervisors.count()
     if used:
         raise InUse(f"credential {credential.name} is used by {used} hypervisor(s); give them another first")
@@ -130,7 +130,7 @@ def _delete(actor, obj, reason, kind, topics=("admin",)):
 
 
 @transaction.atomic
-def create_node_group(actor, **fields):
+def create_node_group(*, actor, **fields):
     group = NodeGroup()
     _apply(actor, group, GROUP_FIELDS, fields, "create")
     _emit("nodegroup.changed", {"id": group.pk, "name": group.name, "action": "created"}, ["admin"])
@@ -138,14 +138,14 @@ def create_node_group(actor, **fields):
 
 
 @transaction.atomic
-def update_node_group(actor, group, reason="", **fields):
+def update_node_group(group, *, actor, reason="", **fields):
     if _apply(actor, group, GROUP_FIELDS, fields, "update", reason):
         _emit("nodegroup.changed", {"id": group.pk, "name": group.name, "action": "updated"}, ["admin"])
     return group
 
 
 @transaction.atomic
-def delete_node_group(actor, group, reason=""):
+def delete_node_group(group, *, actor, reason=""):
     used = group.hypervisors.count()
     if used:
         raise InUse(f"node group {group.name} still has {used} hypervisor(s); move them first")
@@ -166,7 +166,7 @@ def blade_center_errors(chassis):
 
 
 @transaction.atomic
-def create_blade_center(actor, reason="", **fields):
+def create_blade_center(*, actor, reason="", **fields):
     chassis = BladeCenter()
     _apply(actor, chassis, CHASSIS_FIELDS, fields, "create", reason)
     _emit("bladecenter.changed", {"id": chassis.pk, "name": chassis.name, "action": "created"}, ["admin"])
@@ -174,7 +174,7 @@ def create_blade_center(actor, reason="", **fields):
 
 
 @transaction.atomic
-def update_blade_center(actor, chassis, reason="", **fields):
+def update_blade_center(chassis, *, actor, reason="", **fields):
     probe = BladeCenter(pk=chassis.pk, slot_count=fields.get("slot_count", chassis.slot_count))
     errors = blade_center_errors(probe)
     if errors:
@@ -186,7 +186,7 @@ def update_blade_center(actor, chassis, reason="", **fields):
 
 
 @transaction.atomic
-def delete_blade_center(actor, chassis, reason=""):
+def delete_blade_center(chassis, *, actor, reason=""):
     held = chassis.hypervisors.count()
     if held:
         raise InUse(f"blade center {chassis.name} still holds {held} hypervisor(s); delete or move them first")
@@ -210,7 +210,7 @@ def _host_topics(hv, *chassis_ids):
 
 
 @transaction.atomic
-def create_hypervisor(actor, *, tags=(), reason="", **fields):
+def create_hypervisor(*, actor, tags=(), reason="", **fields):
     tags = _clean_tags(tags)
     hv = Hypervisor()
     extra = {"tags": [[], tags]} if tags else {}
@@ -222,7 +222,7 @@ def create_hypervisor(actor, *, tags=(), reason="", **fields):
 
 
 @transaction.atomic
-def update_hypervisor(actor, hv, *, tags=None, reason="", **fields):
+def update_hypervisor(hv, *, actor, tags=None, reason="", **fields):
     """Change fields (and tags when given). The state changes through ``set_state``."""
     old_chassis, old_slot = hv.blade_center_id, hv.slot
     extra = {}
@@ -250,7 +250,7 @@ def in_use_reasons(hv):
 
 
 @transaction.atomic
-def delete_hypervisor(actor, hv, reason=""):
+def delete_hypervisor(hv, *, actor, reason=""):
     """Delete a host, unless something (VMs running on it) holds it: then ``InUse``."""
     reasons = in_use_reasons(hv)
     if reasons:
@@ -264,7 +264,7 @@ def delete_hypervisor(actor, hv, reason=""):
 
 
 @transaction.atomic
-def set_state(actor, hv, state, reason):
+def set_state(hv, state, reason, *, actor):
     """online / drained (takes no new VMs) / offline (takes nothing); a reason is required.
 
     Returns True when something changed. The row is locked so concurrent changes queue up.
@@ -299,7 +299,7 @@ def set_state(actor, hv, state, reason):
 
 
 @transaction.atomic
-def report_facts(actor, hv, facts):
+def report_facts(hv, facts, *, actor):
     """Store what the driver reports about the host (capacity discovery calls this)."""
     if not isinstance(facts, dict):
         raise ValidationError({"facts": ["must be an object"]})
@@ -395,7 +395,7 @@ def _run_import(dataset, *, actor, dry_run, reason="", file_name="", create_only
     return report
 
 
-def import_hypervisors(actor, data, fmt, *, dry_run=False, file_name="", reason=""):
+def import_hypervisors(data, fmt, *, actor, dry_run=False, file_name="", reason=""):
     """Import a file (bytes) of hypervisors: all rows or none. Returns an ``ImportReport``."""
     try:
         dataset = formats.load(data, fmt)
@@ -415,6 +415,9 @@ def export_hypervisors(fmt, queryset=None, *, with_id=True):
 # --- registering a whole blade center -------------------------------------------------
 
 PATTERN_FIELDS = {"slot", "index", "chassis"}
+# Per-host amounts a registration sets (the same for every host; cpus, memory and disk required).
+REGISTRATION_AMOUNTS = ("cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
+                        "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib")
 URI_FIELDS = {"slot", "index", "chassis", "name", "address"}
 
 
@@ -444,18 +447,21 @@ def _check_template(template, allowed, key, errors, sample):
         errors[key] = [f"cannot fill {template!r}: {exc}"]
 
 
-def _registration_plan(spec):
-    """Validate a registration spec; returns (chassis fields, rows) or raises ValidationError."""
-    errors = {}
+def _registration_slots(spec, errors):
+    """``(slot_count, first slot, last slot)`` of a registration spec; an empty range when invalid."""
     count = spec.get("slot_count")
-    if not isinstance(count, int) or not 1 <= count <= BladeCenter.MAX_SLOTS:
-        errors["slot_count"] = [f"must be a whole number from 1 to {BladeCenter.MAX_SLOTS}"]
-        count = BladeCenter.MAX_SLOTS
-    first = spec.get("first_slot") or 1
+    if not isinstance(count, int) or not FIRST_SLOT <= count <= MAX_SLOTS:
+        errors["slot_count"] = [f"must be a whole number from {FIRST_SLOT} to {MAX_SLOTS}"]
+        count = MAX_SLOTS
+    first = spec.get("first_slot") or FIRST_SLOT
     last = spec.get("last_slot") or count
-    if not isinstance(first, int) or not isinstance(last, int) or not 1 <= first <= last <= count:
-        errors["last_slot"] = [f"the slot range must lie within 1–{count}, first ≤ last"]
-        first, last = 1, 0
+    if not isinstance(first, int) or not isinstance(last, int) or not FIRST_SLOT <= first <= last <= count:
+        errors["last_slot"] = [f"the slot range must lie within {FIRST_SLOT}–{count}, first ≤ last"]
+        first, last = FIRST_SLOT, FIRST_SLOT - 1
+    return count, first, last
+
+
+def _registration_name(spec, errors):
     name = spec.get("name") or ""
     try:
         validate_name(name)
@@ -463,6 +469,14 @@ def _registration_plan(spec):
         errors["name"] = exc.messages
     if BladeCenter.objects.filter(name=name).exists():
         errors["name"] = [f"a blade center named {name!r} already exists"]
+    return name
+
+
+def _registration_plan(spec):
+    """Validate a registration spec; returns (chassis fields, rows) or raises ValidationError."""
+    errors = {}
+    count, first, last = _registration_slots(spec, errors)
+    name = _registration_name(spec, errors)
 
     pattern = spec.get("hostname_pattern") or "{chassis}-s{slot:02d}"
     uri_template = spec.get("uri_template") or ""
@@ -477,17 +491,13 @@ def _registration_plan(spec):
         address = None
 
     values = {}
-    for key, widget, default in (
-        ("cpus", IntWidget(1), None), ("memory_mib", IntWidget(1), None), ("disk_gib", IntWidget(0), None),
-        ("cpu_ratio", RatioWidget(), 4.0), ("memory_ratio", RatioWidget(), 1.0), ("disk_ratio", RatioWidget(), 1.0),
-        ("reserved_cpus", IntWidget(0), 0), ("reserved_memory_mib", IntWidget(0), 0),
-        ("reserved_disk_gib", IntWidget(0), 0),
-    ):
+    for key in REGISTRATION_AMOUNTS:
         try:
-            value = widget.clean(spec.get(key))
+            value = amount_widget(key).clean(spec.get(key))
         except ValueError as exc:
             errors[key] = [str(exc)]
             continue
+        default = amount_default(key)
         if value is None and default is None:
             errors[key] = ["required"]
         values[key] = default if value is None else value
@@ -520,7 +530,7 @@ def _registration_plan(spec):
     return chassis, rows
 
 
-def register_blade_center(actor, spec, *, dry_run=False):
+def register_blade_center(spec, *, actor, dry_run=False):
     """Create a blade center and one hypervisor per slot in its range, all or nothing.
 
     ``spec``: name, slot_count, optional site/model/management_address/notes, first_slot and
@@ -533,7 +543,7 @@ def register_blade_center(actor, spec, *, dry_run=False):
     chassis_fields, rows = _registration_plan(spec)
     reason = f"registration of blade center {chassis_fields['name']}"
     with transaction.atomic():
-        chassis = create_blade_center(actor, reason=reason, **chassis_fields)
+        chassis = create_blade_center(actor=actor, reason=reason, **chassis_fields)
         dataset = tablib.Dataset(headers=list(rows[0]))
         dataset.extend([list(row.values()) for row in rows])
         report = _run_import(dataset, actor=actor, dry_run=dry_run, reason=reason,

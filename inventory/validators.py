@@ -1,4 +1,8 @@
-"""Field validators shared by the models, forms, serializers and the bulk import.
+"""Field validators and host bounds shared by the models, forms, serializers and the bulk import.
+
+Each bound on a host (its minimum amounts, the overcommit ratios, the slots of a chassis) is
+stated here once; the model, the forms, the API serializers, the import and the blade-center
+registration all read it from here.
 
 Messages are short and lower-case so they read well after a field name:
 ``Row 12 address: '10.0.0.300' is not a valid IP address``.
@@ -9,8 +13,34 @@ import re
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 
 from provisioning.drivers import registry as drivers
+
+# --- host bounds -------------------------------------------------------------------------
+
+INT_MAX = 2_147_483_647  # the largest value an integer column holds on every database
+# The least value of each host amount (a host needs a CPU and some memory; the rest may be 0).
+HOST_MINIMUMS = {
+    "cpus": 1, "memory_mib": 1, "disk_gib": 0, "reserved_cpus": 0, "reserved_memory_mib": 0,
+    "reserved_disk_gib": 0, "max_vms": 0, "spindles": 0,
+}  # fmt: skip
+RATIO_MIN, RATIO_MAX = 0.01, 1000  # overcommit ratios (cpu_ratio, memory_ratio, disk_ratio)
+RATIO_DEFAULTS = {"cpu_ratio": 4.0, "memory_ratio": 1.0, "disk_ratio": 1.0}
+FIRST_SLOT = 1  # a blade center's slots are numbered FIRST_SLOT..slot_count
+MAX_SLOTS = 256  # the most slots a blade center has
+
+
+def ratio_validators():
+    return [MinValueValidator(RATIO_MIN), MaxValueValidator(RATIO_MAX)]
+
+
+def minimum_validators(name):
+    """The model validators of a host amount with a minimum above what its column allows."""
+    return [MinValueValidator(HOST_MINIMUMS[name])] if HOST_MINIMUMS[name] > 0 else []
+
+
+# --- field validators --------------------------------------------------------------------
 
 NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
 LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")

@@ -60,7 +60,9 @@ def hypervisor_state(request, pk):
     form = StateForm(request.POST)
     if form.is_valid():
         try:
-            changed = services.set_state(request.user, host, form.cleaned_data["state"], form.cleaned_data["reason"])
+            changed = services.set_state(
+                host, form.cleaned_data["state"], form.cleaned_data["reason"], actor=request.user
+            )
         except ValidationError as exc:
             messages.error(request, "; ".join(exc.messages))
         else:

@@ -25,6 +25,7 @@ import pytest
 
 OPERATIONS = ["list", "detail", "create", "update", "delete"]
 WRITES = ["create", "update", "delete"]
+SUCCESS = {"list": 200, "detail": 200, "create": 201, "update": 200, "delete": 204}
 
 
 class ApiCrudSuite:
@@ -76,6 +77,32 @@ class ApiCrudSuite:
             return client.patch(self.detail_url(obj), self.update_payload(obj), format="json")
         return client.delete(self.detail_url(obj))
 
+    def assert_done(self, operation, response, obj, before, count):
+        """The operation answered its success status and did what it says (``before``, ``count``:
+        the object's row and the number of rows before it)."""
+        assert response.status_code == SUCCESS[operation], response.content[:500]
+        model = type(obj)
+        if operation == "list":
+            body = response.json()
+            rows = body["results"] if isinstance(body, dict) and "results" in body else body
+            assert obj.pk in [row["id"] for row in rows]
+        elif operation == "detail":
+            assert response.json()["id"] == obj.pk
+        elif operation == "create":
+            self.assert_matches(response.json(), self.create_payload())
+            assert model.objects.count() == count + 1 and model.objects.filter(pk=response.json()["id"]).exists()
+        elif operation == "update":
+            self.assert_matches(response.json(), self.update_payload(obj))
+            assert self.snapshot(obj) != before, "the update changed nothing"
+        else:
+            assert self.snapshot(obj) is None and model.objects.count() == count - 1
+
+    def run_operation(self, client, operation):
+        """``(response, obj, its row before, the row count before)`` of one operation on a fresh object."""
+        obj = self.make()
+        before, count = self.snapshot(obj), type(obj).objects.count()
+        return self.call(client, operation, obj), obj, before, count
+
     @staticmethod
     def assert_error_format(response, status):
         assert response.status_code == status, response.content[:500]
@@ -85,42 +112,24 @@ class ApiCrudSuite:
     # --- the suite ---------------------------------------------------------------------
 
     def test_admin_lists(self, db, api, admin_user):
-        obj = self.make()
-        response = api(admin_user).get(self.url)
-        assert response.status_code == 200, response.content[:500]
-        body = response.json()
-        rows = body["results"] if isinstance(body, dict) and "results" in body else body
-        assert obj.pk in [row["id"] for row in rows]
+        self.assert_done("list", *self.run_operation(api(admin_user), "list"))
 
     def test_admin_reads_one(self, db, api, admin_user):
-        obj = self.make()
-        response = api(admin_user).get(self.detail_url(obj))
-        assert response.status_code == 200, response.content[:500]
-        assert response.json()["id"] == obj.pk
+        self.assert_done("detail", *self.run_operation(api(admin_user), "detail"))
 
     def test_admin_creates(self, db, api, admin_user):
-        self.make()
-        payload = self.create_payload()
-        response = api(admin_user).post(self.url, payload, format="json")
-        assert response.status_code == 201, response.content[:500]
-        self.assert_matches(response.json(), payload)
+        response, obj, before, count = self.run_operation(api(admin_user), "create")
+        self.assert_done("create", response, obj, before, count)
         detail = api(admin_user).get(f"{self.url}{response.json()['id']}/")
-        self.assert_matches(detail.json(), payload)
+        self.assert_matches(detail.json(), self.create_payload())
 
     def test_admin_updates(self, db, api, admin_user):
-        obj = self.make()
-        payload = self.update_payload(obj)
-        response = api(admin_user).patch(self.detail_url(obj), payload, format="json")
-        assert response.status_code == 200, response.content[:500]
-        self.assert_matches(response.json(), payload)
+        self.assert_done("update", *self.run_operation(api(admin_user), "update"))
 
     def test_admin_deletes(self, db, api, admin_user):
         if not self.deletable:
             pytest.skip("DELETE is not offered")
-        obj = self.make()
-        response = api(admin_user).delete(self.detail_url(obj))
-        assert response.status_code == 204, response.content[:500]
-        assert self.snapshot(obj) is None
+        self.assert_done("delete", *self.run_operation(api(admin_user), "delete"))
 
     def test_admin_gets_404_for_a_missing_object(self, db, api, admin_user):
         response = api(admin_user).get(f"{self.url}999999999/")
@@ -132,15 +141,15 @@ class ApiCrudSuite:
 
     @pytest.mark.parametrize("operation", OPERATIONS)
     def test_plain_user(self, db, api, alice, operation):
-        obj = self.make()
-        before = self.snapshot(obj)
-        response = self.call(api(alice), operation, obj)
+        response, obj, before, count = self.run_operation(api(alice), operation)
         allowed = self.user_can_write if operation in WRITES else self.user_can_read
-        if allowed:
-            assert response.status_code < 400, response.content[:500]
+        if allowed and operation == "delete" and not self.deletable:
+            assert response.status_code == 405, response.content[:500]
+        elif allowed:
+            self.assert_done(operation, response, obj, before, count)
         else:
             self.assert_error_format(response, 403)
-            assert self.snapshot(obj) == before
+            assert self.snapshot(obj) == before and type(obj).objects.count() == count
 
     @pytest.mark.parametrize("operation", OPERATIONS)
     def test_anonymous_is_refused(self, db, api, operation):

@@ -144,17 +144,19 @@ def ws_connect(asgi_server):
 
 @pytest.fixture
 def group(db):
-    return inventory_services.create_node_group(TEST, name="lab", alloc_policy="preferred")
+    return inventory_services.create_node_group(actor=TEST, name="lab", alloc_policy="preferred")
 
 
 @pytest.fixture
 def chassis(db):
-    return inventory_services.create_blade_center(TEST, name="bc1", slot_count=16, site="room 1")
+    return inventory_services.create_blade_center(actor=TEST, name="bc1", slot_count=16, site="room 1")
 
 
 @pytest.fixture
 def credential(db):
-    return inventory_services.create_credential(TEST, name="root-ssh", username="root", secret="hunter2-very-secret")  # noqa: S106
+    return inventory_services.create_credential(
+        actor=TEST, name="root-ssh", username="root", secret="hunter2-very-secret"  # noqa: S106
+    )
 
 
 @pytest.fixture
@@ -164,6 +166,6 @@ def make_host(db):
         values = {"name": name or f"host{n:04d}", "address": f"10.1.{n // 250}.{n % 250 + 1}", "driver": "sim",
                   "cpus": 16, "memory_mib": 65536, "disk_gib": 500}
         values.update(fields)
-        return inventory_services.create_hypervisor(TEST, tags=tags, **values)
+        return inventory_services.create_hypervisor(actor=TEST, tags=tags, **values)
 
     return make

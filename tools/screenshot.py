@@ -39,8 +39,8 @@ for i, host in enumerate(hosts):  # some load, unevenly spread
         demand = capacity.Demand(host.cpus * 4 * share, host.memory_mib * share, host.disk_gib * share / 2,
                                  start=now, purpose="demo load")
         capacity.claim_on_host(host, demand, actor="demo")
-inventory.set_state("demo", hosts[5], "drained", "demo: firmware update")
-inventory.set_state("demo", hosts[12], "offline", "demo: power supply failed")
+inventory.set_state(hosts[5], "drained", "demo: firmware update", actor="demo")
+inventory.set_state(hosts[12], "offline", "demo: power supply failed", actor="demo")
 """
 
 

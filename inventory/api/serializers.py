@@ -7,6 +7,7 @@ from rest_framework import serializers
 
 from inventory import formats, services
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
+from inventory.validators import FIRST_SLOT, HOST_MINIMUMS, INT_MAX, MAX_SLOTS, RATIO_MAX, RATIO_MIN
 from vclmgr.models import ObjectChange
 
 
@@ -25,14 +26,14 @@ class ServiceSerializer(serializers.ModelSerializer):
 
     def create(self, validated_data):
         try:
-            return type(self).service_create(self.context["request"].user, **validated_data)
+            return type(self).service_create(actor=self.context["request"].user, **validated_data)
         except DjangoValidationError as exc:
             raise as_drf(exc) from None
 
     def update(self, instance, validated_data):
         fresh = type(instance).objects.get(pk=instance.pk)
         try:
-            return type(self).service_update(self.context["request"].user, fresh, **validated_data)
+            return type(self).service_update(fresh, actor=self.context["request"].user, **validated_data)
         except DjangoValidationError as exc:
             raise as_drf(exc) from None
 
@@ -212,11 +213,11 @@ class RegistrationRequestSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=100)
     site = serializers.CharField(max_length=100, required=False, allow_blank=True)
     model = serializers.CharField(max_length=100, required=False, allow_blank=True)
-    slot_count = serializers.IntegerField(min_value=1, max_value=BladeCenter.MAX_SLOTS)
+    slot_count = serializers.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS)
     management_address = serializers.CharField(max_length=253, required=False, allow_blank=True)
     notes = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
-    first_slot = serializers.IntegerField(min_value=1, max_value=BladeCenter.MAX_SLOTS, required=False)
-    last_slot = serializers.IntegerField(min_value=1, max_value=BladeCenter.MAX_SLOTS, required=False)
+    first_slot = serializers.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS, required=False)
+    last_slot = serializers.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS, required=False)
     hostname_pattern = serializers.CharField(max_length=100, required=False,
                                              help_text="Default {chassis}-s{slot:02d}; placeholders {chassis} "
                                                        "{slot} {index}.")
@@ -227,12 +228,12 @@ class RegistrationRequestSerializer(serializers.Serializer):
                                                    "{address} {name} {slot} {index} {chassis}.")
     credential = serializers.CharField(max_length=100, required=False, allow_null=True)
     group = serializers.CharField(max_length=100, required=False, allow_null=True)
-    cpus = serializers.IntegerField(min_value=1, max_value=2_147_483_647)
-    memory_mib = serializers.IntegerField(min_value=1, max_value=2_147_483_647)
-    disk_gib = serializers.IntegerField(min_value=0, max_value=2_147_483_647)
-    cpu_ratio = serializers.FloatField(min_value=0.01, max_value=1000, required=False)
-    memory_ratio = serializers.FloatField(min_value=0.01, max_value=1000, required=False)
-    disk_ratio = serializers.FloatField(min_value=0.01, max_value=1000, required=False)
+    cpus = serializers.IntegerField(min_value=HOST_MINIMUMS["cpus"], max_value=INT_MAX)
+    memory_mib = serializers.IntegerField(min_value=HOST_MINIMUMS["memory_mib"], max_value=INT_MAX)
+    disk_gib = serializers.IntegerField(min_value=HOST_MINIMUMS["disk_gib"], max_value=INT_MAX)
+    cpu_ratio = serializers.FloatField(min_value=RATIO_MIN, max_value=RATIO_MAX, required=False)
+    memory_ratio = serializers.FloatField(min_value=RATIO_MIN, max_value=RATIO_MAX, required=False)
+    disk_ratio = serializers.FloatField(min_value=RATIO_MIN, max_value=RATIO_MAX, required=False)
     tags = serializers.ListField(child=serializers.CharField(max_length=100), required=False, max_length=100)
     dry_run = serializers.BooleanField(default=False, help_text="Preview only: validate, write nothing.")
 

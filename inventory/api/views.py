@@ -51,7 +51,7 @@ class InventoryViewSet(viewsets.ModelViewSet):
     delete_service = None
 
     def perform_destroy(self, instance):
-        type(self).delete_service(self.request.user, instance, reason="deleted through the API")
+        type(self).delete_service(instance, actor=self.request.user, reason="deleted through the API")
 
     @extend_schema(responses=ObjectChangeSerializer(many=True), filters=False)
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
@@ -114,7 +114,7 @@ class BladeCenterViewSet(InventoryViewSet):
         spec = dict(serializer.validated_data)
         dry_run = spec.pop("dry_run")
         try:
-            registration = services.register_blade_center(request.user, spec, dry_run=dry_run)
+            registration = services.register_blade_center(spec, actor=request.user, dry_run=dry_run)
         except DjangoValidationError as exc:
             raise as_drf(exc) from None
         report = registration.report
@@ -192,7 +192,7 @@ class HypervisorViewSet(InventoryViewSet):
         serializer = StateChangeSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         try:
-            services.set_state(request.user, hypervisor, **serializer.validated_data)
+            services.set_state(hypervisor, actor=request.user, **serializer.validated_data)
         except DjangoValidationError as exc:
             raise as_drf(exc) from None
         return Response(HypervisorSerializer(self.get_queryset().get(pk=hypervisor.pk)).data)
@@ -231,7 +231,7 @@ class HypervisorViewSet(InventoryViewSet):
             data, name = json.dumps(args["rows"]).encode(), "rows"
         else:
             data, name = args["data"].encode(), "request body"
-        report = services.import_hypervisors(request.user, data, args["format"], dry_run=args["dry_run"],
+        report = services.import_hypervisors(data, args["format"], actor=request.user, dry_run=args["dry_run"],
                                              file_name=name[:200])
         if not report.dry_run and not report.ok:
             return _report_failure(report, "the import was refused; nothing was written")

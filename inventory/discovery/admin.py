@@ -40,9 +40,9 @@ def discover_view(model_admin, request):
         group = form.cleaned_data["group"]
         try:
             found = services.discover(
-                request.user, form.cleaned_data["driver"], form.uri_list(), username=form.cleaned_data["username"],
-                password=form.cleaned_data["password"], group=group.name if group else None, commit=commit,
-                reason="discovery in the admin",
+                form.cleaned_data["driver"], form.uri_list(), actor=request.user,
+                username=form.cleaned_data["username"], password=form.cleaned_data["password"],
+                group=group.name if group else None, commit=commit, reason="discovery in the admin",
             )  # fmt: skip
         except services.DiscoveryError as exc:
             form.add_error(None, f"discovery failed, nothing was written: {exc}")

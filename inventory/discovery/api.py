@@ -99,7 +99,7 @@ class DiscoverView(APIView):
         args = body.validated_data
         try:
             found = services.discover(
-                request.user, args["driver"], args["uris"], username=args.get("username", ""),
+                args["driver"], args["uris"], actor=request.user, username=args.get("username", ""),
                 password=args.get("password", ""), credential=args.get("credential"), group=args.get("group"),
                 commit=args["commit"], reason=args["reason"] or "discovery through the API",
             )  # fmt: skip

@@ -2,7 +2,7 @@
 
 Contract:
 
-- ``discover(actor, driver, uris, …)`` connects to each URI, asks the driver's ``discover()``
+- ``discover(driver, uris, *, actor, …)`` connects to each URI, asks the driver's ``discover()``
   for every host it sees (a vCenter sees many, a libvirt URI one), and turns each host into an
   import record (name, address, driver, uri, credential, group, cpus, memory, disk).
 - The records go through ``inventory.services.import_hypervisors`` — the same validation and
@@ -29,9 +29,8 @@ from inventory import services as inventory
 from inventory.models import Credential, Hypervisor
 from inventory.validators import validate_address
 from provisioning.drivers import registry
-from provisioning.drivers.base import DriverError
 
-DRIVERS = ("libvirt", "vmware")
+DRIVERS = registry.DISCOVERABLE
 
 
 class DiscoveryError(Exception):
@@ -130,7 +129,7 @@ def read(driver, uris, credentials=None):
         try:
             with registry.get_driver(driver, uri, credentials, options=_driver_options(driver)) as connection:
                 hosts = connection.discover()
-        except DriverError as exc:
+        except registry.DriverError as exc:
             message = _without_secret(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, credentials)
             raise DiscoveryError(f"{public_uri(uri)}: {message}", exc.permanent) from None
         for facts in hosts:
@@ -139,12 +138,8 @@ def read(driver, uris, credentials=None):
 
 
 def _driver_options(kind):
-    """The options discovery gives a driver of this kind: the one place they are built.
-
-    TODO(lead): return ``registry.options_for(kind)`` (the ``VCLMGR_DRIVER_OPTIONS`` setting)
-    once that lands; until then drivers get their defaults, as before.
-    """
-    return {}
+    """The options discovery gives a driver: the same ``VCLMGR_DRIVER_OPTIONS`` as the workers use."""
+    return registry.options_for(kind)
 
 
 def _check_test_uri(driver, uri):
@@ -201,7 +196,7 @@ def _address(uri, facts):
     return "localhost"
 
 
-def discover(actor, driver, uris, *, username="", password="", credential=None, group=None, commit=False, reason=""):
+def discover(driver, uris, *, actor, username="", password="", credential=None, group=None, commit=False, reason=""):
     """Read the hosts the URIs see and import them (a dry run unless ``commit``). See the module doc."""
     if isinstance(uris, str):
         uris = [uris]
@@ -227,7 +222,7 @@ def discover(actor, driver, uris, *, username="", password="", credential=None, 
         if credential_name and not credential:  # store the password given (on a dry run: rolled back)
             created = _store_credential(actor, credential_name, user, secret, why)
         report = inventory.import_hypervisors(
-            actor, json.dumps(records).encode(), "json", dry_run=not commit, file_name=f"{driver} discovery",
+            json.dumps(records).encode(), "json", actor=actor, dry_run=not commit, file_name=f"{driver} discovery",
             reason=why,
         )  # fmt: skip
         if commit and report.ok:
@@ -245,11 +240,11 @@ def _credential_name(driver, uri):
 def _store_credential(actor, name, username, secret, reason):
     existing = Credential.objects.filter(name=name).first()
     if existing is None:
-        inventory.create_credential(actor, name=name, username=username, secret=secret,
+        inventory.create_credential(actor=actor, name=name, username=username, secret=secret,
                                     description="stored by discovery")  # fmt: skip
         return True
     if existing.username != username or existing.get_secret() != secret:
-        inventory.update_credential(actor, existing, secret=secret, username=username, reason=reason)
+        inventory.update_credential(existing, actor=actor, secret=secret, username=username, reason=reason)
     return False
 
 
@@ -259,4 +254,4 @@ def _report_facts(actor, report, found):
     hosts = Hypervisor.objects.in_bulk([pk for pk in ids if pk])
     for pk, (_uri, facts) in zip(ids, found, strict=True):
         if pk in hosts:
-            inventory.report_facts(actor, hosts[pk], {**facts.as_dict(), "reachable": True, "checked": checked})
+            inventory.report_facts(hosts[pk], {**facts.as_dict(), "reachable": True, "checked": checked}, actor=actor)

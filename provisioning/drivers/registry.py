@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 from django.utils.module_loading import import_string
 
-from provisioning.drivers.base import Invalid
+from provisioning.drivers.base import DriverError, Invalid
+
+__all__ = ["KINDS", "DriverError", "Invalid", "driver_class", "driver_for", "get_driver", "options_for"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class Kind:
     uri_needs_host: bool = False
     host_options: tuple = ()  # host fields handed to the driver as options
     options_setting: str = ""  # a setting of options that win over the host's own fields
+    discoverable: bool = False  # its driver can list the hosts behind one URI (``discover``)
 
 
 _TABLE = (
@@ -45,12 +48,13 @@ _TABLE = (
         name="libvirt", label="libvirt (KVM/QEMU)", driver="provisioning.drivers.libvirt.driver.LibvirtDriver",
         hypervisor_type="kvm", hypervisor_label="KVM/QEMU (libvirt)", image_formats=("qcow2", "raw"),
         schemes=frozenset({"qemu", "test", "xen", "lxc", "bhyve", "ch", "vz"}),
-        default_uri="qemu+ssh://root@{address}/system",
+        default_uri="qemu+ssh://root@{address}/system", discoverable=True,
     ),
     Kind(
         name="vmware", label="VMware ESXi / vCenter", driver="provisioning.drivers.vmware.driver.VMwareDriver",
         hypervisor_type="vmware", hypervisor_label="VMware", image_formats=("vmdk", "template"),
         schemes=frozenset({"https", "http"}), default_uri="https://{address}/sdk", uri_needs_host=True,
+        discoverable=True,
     ),
 )  # fmt: skip
 KINDS = {kind.name: kind for kind in _TABLE}
@@ -61,6 +65,7 @@ HV_TYPES = {name: kind.hypervisor_type for name, kind in KINDS.items()}  # drive
 HV_TYPE_CHOICES = list(dict.fromkeys((kind.hypervisor_type, kind.hypervisor_label) for kind in KINDS.values()))
 IMAGE_FORMATS = {kind.hypervisor_type: kind.image_formats for kind in KINDS.values()}  # hypervisor type → formats
 SCHEMES = {name: kind.schemes for name, kind in KINDS.items()}
+DISCOVERABLE = tuple(name for name, kind in KINDS.items() if kind.discoverable)
 
 
 def names_text(conjunction="or"):

@@ -48,7 +48,7 @@ def images(stdout):
         made += 1
     if not Hypervisor.objects.filter(driver=Hypervisor.Driver.SIM).exists():
         inventory.create_hypervisor(
-            "demo",
+            actor="demo",
             reason="demo: a host for the demo images",
             name="sim-demo-1",
             address="sim-demo-1.local",

@@ -32,7 +32,7 @@ def cluster(chassis, group, make_host):
     make_host("bc1-s01", blade_center=chassis, slot=1, **size)
     make_host("bc1-s02", blade_center=chassis, slot=2, **size)
     drained = make_host("bc1-s05", blade_center=chassis, slot=5, **size)
-    inventory.set_state(TEST, drained, "drained", "firmware update")
+    inventory.set_state(drained, "drained", "firmware update", actor=TEST)
     make_host("spare-1", driver="sim", cpus=4, memory_mib=4096, disk_gib=100)
 
 

@@ -37,7 +37,7 @@ def to_csv(rows, columns=None):
 
 
 def import_csv(rows, dry_run=False, columns=None, actor=TEST):
-    return services.import_hypervisors(actor, to_csv(rows, columns), "csv", dry_run=dry_run, file_name="test.csv")
+    return services.import_hypervisors(to_csv(rows, columns), "csv", actor=actor, dry_run=dry_run, file_name="test.csv")
 
 
 @pytest.fixture

@@ -84,7 +84,7 @@ def test_admin_import_refuses_files_with_the_same_messages(db, admin_client):
 
 def test_admin_export_escapes_formulas(db, admin_client, make_host):
     host = make_host(name="h1")
-    services.set_state(TEST, host, "drained", "=cmd|' /C calc'!A0")
+    services.set_state(host, "drained", "=cmd|' /C calc'!A0", actor=TEST)
     response = admin_client.post("/admin/inventory/hypervisor/export/", {"format": "0", "resource": "0",
                                  **{f"hypervisorresource_{c}": "on" for c in ("id", "name", "state_reason")}})
     assert response.status_code == 200

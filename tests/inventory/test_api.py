@@ -18,7 +18,7 @@ class TestNodeGroupApi(ApiCrudSuite):
     url = "/api/v1/node-groups/"
 
     def make(self):
-        return services.create_node_group(TEST, name="g1")
+        return services.create_node_group(actor=TEST, name="g1")
 
     def create_payload(self):
         return {"name": "gpu", "alloc_policy": "last_resort", "exclusive_storage": True, "placement_policy": "pack"}
@@ -31,7 +31,7 @@ class TestBladeCenterApi(ApiCrudSuite):
     url = "/api/v1/blade-centers/"
 
     def make(self):
-        return services.create_blade_center(TEST, name="bc1", slot_count=16)
+        return services.create_blade_center(actor=TEST, name="bc1", slot_count=16)
 
     def create_payload(self):
         return {"name": "bc2", "slot_count": 14, "site": "B-12", "management_address": "10.9.9.9"}
@@ -45,7 +45,7 @@ class TestCredentialApi(ApiCrudSuite):
     write_only_fields = ("secret",)
 
     def make(self):
-        return services.create_credential(TEST, name="c1", username="root", secret="s1")  # noqa: S106
+        return services.create_credential(actor=TEST, name="c1", username="root", secret="s1")  # noqa: S106
 
     def create_payload(self):
         return {"name": "esx-admin", "username": "administrator@vsphere.local", "secret": "pa55-word"}
@@ -58,8 +58,8 @@ class TestHypervisorApi(ApiCrudSuite):
     url = "/api/v1/hypervisors/"
 
     def make(self):
-        services.create_node_group(TEST, name="lab")
-        return services.create_hypervisor(TEST, name="kvm01", address="10.0.0.1", driver="libvirt", cpus=32,
+        services.create_node_group(actor=TEST, name="lab")
+        return services.create_hypervisor(actor=TEST, name="kvm01", address="10.0.0.1", driver="libvirt", cpus=32,
                                           memory_mib=131072, disk_gib=1000, tags=["gpu"])
 
     def create_payload(self):
@@ -97,7 +97,7 @@ def test_filters_by_group_chassis_state_driver_and_tag(db, api, admin_user, make
     make_host(name="a", group=group, blade_center=chassis, slot=1, tags=["gpu", "ssd"], driver="libvirt")
     b = make_host(name="b", tags=["gpu"])
     make_host(name="c", driver="vmware", uri="https://c.example/sdk")
-    services.set_state(TEST, b, "drained", "x")
+    services.set_state(b, "drained", "x", actor=TEST)
     client = api(admin_user)
 
     def names(query):

@@ -23,11 +23,11 @@ def test_the_secret_is_encrypted_at_rest(db, credential):
 
 
 def test_update_keeps_replaces_or_removes_the_secret(db, credential):
-    services.update_credential(TEST, credential, username="admin")
+    services.update_credential(credential, actor=TEST, username="admin")
     assert Credential.objects.get(pk=credential.pk).get_secret() == SECRET
-    services.update_credential(TEST, credential, secret="new-one")  # noqa: S106
+    services.update_credential(credential, actor=TEST, secret="new-one")  # noqa: S106
     assert Credential.objects.get(pk=credential.pk).get_secret() == "new-one"
-    services.update_credential(TEST, credential, secret="")
+    services.update_credential(credential, actor=TEST, secret="")
     assert not Credential.objects.get(pk=credential.pk).has_secret
     logged = [c.changes for c in changelog.history(credential)]
     assert {"secret": ["***", "***"]} in logged and SECRET not in str(logged) and "new-one" not in str(logged)

@@ -22,7 +22,7 @@ def events_of(topic):
 
 def test_create_validates_everything_and_writes_nothing_when_invalid(db, chassis):
     with pytest.raises(ValidationError) as invalid:
-        services.create_hypervisor(TEST, name="bad name", address="10.0.0.300", driver="libvirt",
+        services.create_hypervisor(actor=TEST, name="bad name", address="10.0.0.300", driver="libvirt",
                                    uri="https://x/sdk", cpus=0, memory_mib=1, disk_gib=1, blade_center=chassis, slot=40)
     errors = invalid.value.message_dict
     assert set(errors) >= {"name", "address", "uri", "cpus", "slot"}
@@ -38,7 +38,7 @@ def test_names_are_unique_ignoring_case(db, make_host):
 
 def test_update_logs_the_difference_and_emits_to_host_chassis_and_admin(db, make_host, chassis, group):
     host = make_host(name="h1", blade_center=chassis, slot=1)
-    services.update_hypervisor(Actor.of("alice-bot"), host, cpus=64, group=group, slot=2, tags=["gpu"],
+    services.update_hypervisor(host, actor=Actor.of("alice-bot"), cpus=64, group=group, slot=2, tags=["gpu"],
                                reason="upgrade")
     change = changelog.history(host)[0]
     assert change.action == "update" and change.reason == "upgrade" and change.actor == "alice-bot"
@@ -51,9 +51,9 @@ def test_update_logs_the_difference_and_emits_to_host_chassis_and_admin(db, make
 
 
 def test_moving_a_host_to_another_chassis_empties_its_old_slot_there(db, make_host, chassis):
-    other = services.create_blade_center(TEST, name="bc2", slot_count=8)
+    other = services.create_blade_center(actor=TEST, name="bc2", slot_count=8)
     host = make_host(name="mover", blade_center=chassis, slot=3)
-    services.update_hypervisor(TEST, host, blade_center=other, slot=5)
+    services.update_hypervisor(host, actor=TEST, blade_center=other, slot=5)
     assert events_of(f"bladecenter.{chassis.pk}")[-1].data["slots"] == [
         {"slot": 3, "id": None, "name": None, "state": None}
     ]
@@ -71,7 +71,8 @@ def test_an_import_racing_another_writer_is_refused_cleanly(db, monkeypatch):
         raise IntegrityError("UNIQUE constraint failed")
 
     monkeypatch.setattr(bulk, "insert_instances", clash)
-    report = services.import_hypervisors(TEST, b"name,address,cpus,memory_mib,disk_gib\nh1,10.0.0.1,1,1,1\n", "csv")
+    data = b"name,address,cpus,memory_mib,disk_gib\nh1,10.0.0.1,1,1,1\n"
+    report = services.import_hypervisors(data, "csv", actor=TEST)
     assert not report.ok and "did someone change these hosts meanwhile" in report.file_errors[0]
     assert not Hypervisor.objects.exists()
 
@@ -79,19 +80,19 @@ def test_an_import_racing_another_writer_is_refused_cleanly(db, monkeypatch):
 def test_an_update_that_changes_nothing_logs_nothing(db, make_host):
     host = make_host(name="h1", tags=["x"])
     count = ObjectChange.objects.count()
-    services.update_hypervisor(TEST, host, cpus=host.cpus, tags=["x"])
+    services.update_hypervisor(host, actor=TEST, cpus=host.cpus, tags=["x"])
     assert ObjectChange.objects.count() == count
 
 
 def test_state_changes_need_a_reason_and_are_logged_and_emitted(db, make_host, chassis):
     host = make_host(name="h1", blade_center=chassis, slot=7)
     with pytest.raises(ValidationError) as refused:
-        services.set_state(TEST, host, "drained", "   ")
+        services.set_state(host, "drained", "   ", actor=TEST)
     assert refused.value.message_dict == {"reason": ["required: say why the state changes"]}
     with pytest.raises(ValidationError, match="unknown state"):
-        services.set_state(TEST, host, "broken", "x")
+        services.set_state(host, "broken", "x", actor=TEST)
 
-    assert services.set_state(Actor(name="job 12"), host, "drained", "evacuating") is True
+    assert services.set_state(host, "drained", "evacuating", actor=Actor(name="job 12")) is True
     host.refresh_from_db()
     assert (host.state, host.state_reason, host.state_changed_by) == ("drained", "evacuating", "job 12")
     assert host.state_changed_at is not None
@@ -104,7 +105,7 @@ def test_state_changes_need_a_reason_and_are_logged_and_emitted(db, make_host, c
     assert events_of(f"bladecenter.{chassis.pk}")[-1].data["slots"] == [
         {"slot": 7, "id": host.pk, "name": "h1", "state": "drained"}
     ]
-    assert services.set_state(TEST, host, "drained", "evacuating") is False  # nothing new
+    assert services.set_state(host, "drained", "evacuating", actor=TEST) is False  # nothing new
 
 
 def test_delete_asks_the_in_use_checkers(db, make_host, monkeypatch, chassis):
@@ -115,15 +116,15 @@ def test_delete_asks_the_in_use_checkers(db, make_host, monkeypatch, chassis):
         lambda hv: None,
     ])
     with pytest.raises(services.InUse, match="hypervisor busy is in use: 3 VMs running"):
-        services.delete_hypervisor(TEST, busy)
+        services.delete_hypervisor(busy, actor=TEST)
     assert Hypervisor.objects.filter(pk=busy.pk).exists()
     idle_pk = idle.pk
-    services.delete_hypervisor(TEST, idle, reason="decommissioned")
+    services.delete_hypervisor(idle, actor=TEST, reason="decommissioned")
     assert not Hypervisor.objects.filter(pk=idle_pk).exists()
     change = ObjectChange.objects.filter(object_id=str(idle_pk), content_type__model="hypervisor").first()
     assert (change.action, change.reason) == ("delete", "decommissioned")
     monkeypatch.setattr(services, "IN_USE_CHECKERS", [])
-    services.delete_hypervisor(TEST, busy)
+    services.delete_hypervisor(busy, actor=TEST)
     assert events_of(f"bladecenter.{chassis.pk}")[-1].data["slots"] == [
         {"slot": 3, "id": None, "name": None, "state": None}
     ]
@@ -134,14 +135,14 @@ def test_groups_chassis_and_credentials_in_use_cannot_be_deleted(db, make_host, 
     for delete, obj in ((services.delete_node_group, group), (services.delete_blade_center, chassis),
                         (services.delete_credential, credential)):
         with pytest.raises(services.InUse):
-            delete(TEST, obj)
+            delete(obj, actor=TEST)
 
 
 def test_a_chassis_cannot_shrink_below_an_occupied_slot(db, make_host, chassis):
     make_host(blade_center=chassis, slot=12)
     with pytest.raises(ValidationError, match="slot 12 is occupied"):
-        services.update_blade_center(TEST, chassis, slot_count=8)
-    services.update_blade_center(TEST, chassis, slot_count=12)
+        services.update_blade_center(chassis, actor=TEST, slot_count=8)
+    services.update_blade_center(chassis, actor=TEST, slot_count=12)
     assert BladeCenter.objects.get(pk=chassis.pk).slot_count == 12
 
 
@@ -153,7 +154,7 @@ def test_facts_and_derived_properties(db, make_host):
     assert (host.usable_vcpus, host.usable_memory_mib) == (32.0, 800.0)
     sim = make_host(driver="sim")
     assert sim.hypervisor_type == "sim" and sim.image_formats is None
-    services.report_facts(TEST, host, {"cpus": 10, "model": "EPYC"})
+    services.report_facts(host, {"cpus": 10, "model": "EPYC"}, actor=TEST)
     host.refresh_from_db()
     assert host.facts["model"] == "EPYC" and host.facts_updated_at is not None
 
@@ -175,7 +176,7 @@ SPEC = {
 
 def test_registration_preview_writes_nothing(db, group):
     counts = Event.objects.count(), ObjectChange.objects.count()
-    registration = services.register_blade_center(TEST, SPEC, dry_run=True)
+    registration = services.register_blade_center(SPEC, actor=TEST, dry_run=True)
     assert registration.report.ok and not registration.report.committed
     assert registration.blade_center.pk is None
     assert [h["name"] for h in registration.hosts][:2] == ["bc7-s01", "bc7-s02"]
@@ -186,7 +187,7 @@ def test_registration_preview_writes_nothing(db, group):
 
 
 def test_registration_creates_the_chassis_and_its_hosts_at_once(db, group):
-    registration = services.register_blade_center(TEST, {**SPEC, "first_slot": 3, "last_slot": 10})
+    registration = services.register_blade_center({**SPEC, "first_slot": 3, "last_slot": 10}, actor=TEST)
     assert registration.report.committed
     chassis = BladeCenter.objects.get(name="bc7")
     hosts = list(chassis.hypervisors.order_by("slot"))
@@ -211,14 +212,14 @@ def test_registration_creates_the_chassis_and_its_hosts_at_once(db, group):
 ])
 def test_registration_refuses_a_bad_spec(db, group, change, field, message):
     with pytest.raises(ValidationError) as refused:
-        services.register_blade_center(TEST, {**SPEC, **change})
+        services.register_blade_center({**SPEC, **change}, actor=TEST)
     assert message in " ".join(refused.value.message_dict[field])
     assert not BladeCenter.objects.exists()
 
 
 def test_registration_with_a_rejected_row_creates_nothing(db, group, make_host):
     make_host(name="bc7-s05")
-    registration = services.register_blade_center(TEST, SPEC)
+    registration = services.register_blade_center(SPEC, actor=TEST)
     assert not registration.report.ok and not registration.report.committed
     assert registration.report.messages() == [
         f"Row 5 name: a hypervisor named 'bc7-s05' already exists (id {Hypervisor.objects.get().pk})"
@@ -228,7 +229,7 @@ def test_registration_with_a_rejected_row_creates_nothing(db, group, make_host):
 
 def test_registration_refuses_an_existing_chassis_name(db, group, chassis):
     with pytest.raises(ValidationError, match="a blade center named 'bc1' already exists"):
-        services.register_blade_center(TEST, {**SPEC, "name": "bc1"})
+        services.register_blade_center({**SPEC, "name": "bc1"}, actor=TEST)
 
 
 def test_the_demo_step_registers_bc1_once(db):

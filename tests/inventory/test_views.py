@@ -53,7 +53,7 @@ def test_the_list_runs_a_fixed_number_of_queries(db, staff_client, make_host, gr
 
 def test_the_host_page_shows_the_change_log_and_changes_state(db, staff_client, make_host):
     host = make_host(name="h1")
-    services.update_hypervisor(TEST, host, cpus=99, reason="bigger box")
+    services.update_hypervisor(host, actor=TEST, cpus=99, reason="bigger box")
     page = staff_client.get(f"/inventory/hypervisors/{host.pk}/").content.decode()
     assert "Change log" in page and "bigger box" in page and f"hypervisor.{host.pk}" in page
     response = staff_client.post(f"/inventory/hypervisors/{host.pk}/state/", {"state": "drained", "reason": "disk"})
@@ -67,7 +67,7 @@ def test_the_host_page_shows_the_change_log_and_changes_state(db, staff_client, 
 def test_the_chassis_page_draws_every_slot_and_subscribes_to_its_topic(db, staff_client, make_host, chassis):
     make_host(name="s2", blade_center=chassis, slot=2)
     drained = make_host(name="s5", blade_center=chassis, slot=5)
-    services.set_state(TEST, drained, "drained", "x")
+    services.set_state(drained, "drained", "x", actor=TEST)
     page = staff_client.get(f"/inventory/blade-centers/{chassis.pk}/").content.decode()
     assert page.count('<li class="slot ') == 16
     assert 'class="slot online" data-slot="2"' in page and 'class="slot drained" data-slot="5"' in page

@@ -50,8 +50,8 @@ def inventory_(group, chassis, make_host):
     now = timezone.now()  # over already (written as a crashed process would leave it)
     Allocation.objects.create(host=loose, purpose="old", vcpus=3, memory_mib=3000, disk_gib=3, start=now - 3 * H,
                               end=now - H)  # fmt: skip
-    inventory.set_state(TEST, s3, "drained", "maintenance")
-    inventory.set_state(TEST, gone, "offline", "dead PSU")
+    inventory.set_state(s3, "drained", "maintenance", actor=TEST)
+    inventory.set_state(gone, "offline", "dead PSU", actor=TEST)
     return {"s1": s1, "s3": s3, "loose": loose, "gone": gone}
 
 

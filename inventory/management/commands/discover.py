@@ -46,7 +46,7 @@ class Command(BaseCommand):
             driver, uris, password = "libvirt", options["uris"], ""
         try:
             found = services.discover(
-                Actor(name="cli"), driver, uris, password=password, credential=options["credential"],
+                driver, uris, actor=Actor(name="cli"), password=password, credential=options["credential"],
                 group=options["group"], commit=options["commit"], reason=options["reason"],
             )  # fmt: skip
         except services.DiscoveryError as exc:

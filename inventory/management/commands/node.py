@@ -69,7 +69,7 @@ class Command(BaseCommand):
         except Hypervisor.DoesNotExist:
             raise CommandError(f"no hypervisor named {options['name']!r}") from None
         try:
-            changed = services.set_state(Actor(name="cli"), host, state, options["reason"])
+            changed = services.set_state(host, state, options["reason"], actor=Actor(name="cli"))
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from None
         self.stdout.write(f"{host.name}: {state}" if changed else f"{host.name}: already {state}, nothing changed")

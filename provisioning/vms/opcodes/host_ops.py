@@ -35,7 +35,7 @@ def drain(host_id, *, actor):
     host = Hypervisor.objects.get(pk=host_id)
     if host.state == Hypervisor.State.ONLINE:
         with transaction.atomic():
-            inventory.set_state(actor, host, Hypervisor.State.DRAINED, "evacuating")
+            inventory.set_state(host, Hypervisor.State.DRAINED, "evacuating", actor=actor)
     return host.state
 
 
@@ -62,7 +62,7 @@ def refresh_facts(host_id, drain_unreachable=False, *, actor):
         facts = {**drivers.driver_for(host).facts().as_dict(), "reachable": True, "checked": checked}
     except base.DriverError as exc:
         facts = {**host.facts, "reachable": False, "error": str(exc)[:1000], "checked": checked}
-    inventory.report_facts(actor, host, facts)
+    inventory.report_facts(host, facts, actor=actor)
     if drain_unreachable:
         _follow_reachability(host, facts, actor=actor)
     return {"reachable": facts["reachable"], "error": facts.get("error", ""), "state": host.state}
@@ -70,6 +70,6 @@ def refresh_facts(host_id, drain_unreachable=False, *, actor):
 
 def _follow_reachability(host, facts, *, actor):
     if not facts["reachable"] and host.state == Hypervisor.State.ONLINE:
-        inventory.set_state(actor, host, Hypervisor.State.DRAINED, f"{AUTO_DRAIN}: {facts['error']}"[:500])
+        inventory.set_state(host, Hypervisor.State.DRAINED, f"{AUTO_DRAIN}: {facts['error']}"[:500], actor=actor)
     elif facts["reachable"] and host.state == Hypervisor.State.DRAINED and host.state_reason.startswith(AUTO_DRAIN):
-        inventory.set_state(actor, host, Hypervisor.State.ONLINE, "reachable again (facts refresh)")
+        inventory.set_state(host, Hypervisor.State.ONLINE, "reachable again (facts refresh)", actor=actor)

@@ -19,7 +19,7 @@ def run(*args):
 
 
 def test_a_preview_reads_the_hosts_and_writes_nothing(libvirt_nodes):
-    found = services.discover("test", "libvirt", [libvirt_nodes["kvm-small"], libvirt_nodes["kvm-medium"]])
+    found = services.discover("libvirt", [libvirt_nodes["kvm-small"], libvirt_nodes["kvm-medium"]], actor="test")
     hosts = found.as_dict()["hosts"]
     assert [(h["name"], h["action"], h["cpus"]) for h in hosts] == [("kvm-small", "create", 4),
                                                                    ("kvm-medium", "create", hosts[1]["cpus"])]
@@ -30,7 +30,7 @@ def test_a_preview_reads_the_hosts_and_writes_nothing(libvirt_nodes):
 
 def test_commit_registers_then_updates_through_the_import(libvirt_nodes, make_host, group):
     make_host("kvm-medium", driver="libvirt", uri=libvirt_nodes["kvm-medium"], cpus=1, memory_mib=512, disk_gib=1)
-    found = services.discover("test", "libvirt", list(libvirt_nodes.values()), group="lab", commit=True)
+    found = services.discover("libvirt", list(libvirt_nodes.values()), actor="test", group="lab", commit=True)
     assert found.committed, found.report.messages()
     assert found.report.totals == {"create": 2, "update": 1, "unchanged": 0, "reject": 0}
     small = Hypervisor.objects.get(name="kvm-small")
@@ -39,12 +39,12 @@ def test_commit_registers_then_updates_through_the_import(libvirt_nodes, make_ho
     assert Hypervisor.objects.get(name="kvm-medium").cpus > 1
     # The registered host works with its driver, and a second run changes nothing.
     assert drivers.driver_for(small).facts().cpus == 4
-    again = services.discover("test", "libvirt", list(libvirt_nodes.values()), group="lab", commit=True)
+    again = services.discover("libvirt", list(libvirt_nodes.values()), actor="test", group="lab", commit=True)
     assert again.report.totals["unchanged"] == 3 and Hypervisor.objects.count() == 3
 
 
 def test_the_default_test_uri_is_discovered(db):
-    found = services.discover("test", "libvirt", ["test:///default"], commit=True)
+    found = services.discover("libvirt", ["test:///default"], actor="test", commit=True)
     assert found.committed, found.report.messages()
     host = Hypervisor.objects.get()
     assert host.uri == "test:///default" and host.cpus > 0
@@ -52,7 +52,7 @@ def test_the_default_test_uri_is_discovered(db):
 
 
 def test_a_rejected_host_writes_nothing(libvirt_nodes):
-    found = services.discover("test", "libvirt", [libvirt_nodes["kvm-small"]], group="no-such-group", commit=True)
+    found = services.discover("libvirt", [libvirt_nodes["kvm-small"]], actor="test", group="no-such-group", commit=True)
     assert not found.committed and not found.report.ok
     assert "no-such-group" in " ".join(found.report.messages())
     assert not Hypervisor.objects.exists()
@@ -60,7 +60,7 @@ def test_a_rejected_host_writes_nothing(libvirt_nodes):
 
 def test_an_unreadable_uri_fails_clearly_and_writes_nothing(libvirt_nodes, tmp_path):
     with pytest.raises(services.DiscoveryError, match="missing.xml"):
-        services.discover("test", "libvirt", [libvirt_nodes["kvm-small"], f"test://{tmp_path}/missing.xml"],
+        services.discover("libvirt", [libvirt_nodes["kvm-small"], f"test://{tmp_path}/missing.xml"], actor="test",
                           commit=True)
     assert not Hypervisor.objects.exists()
 

@@ -19,7 +19,7 @@ def with_user(url):
 
 
 def test_it_registers_every_host_and_stores_the_password_as_a_credential(vcsim, group):
-    found = services.discover("test", "vmware", with_user(vcsim.url), password=VCSIM_PASSWORD, group="lab",
+    found = services.discover("vmware", with_user(vcsim.url), actor="test", password=VCSIM_PASSWORD, group="lab",
                               commit=True)
     assert found.committed, found.report.messages()
     names = sorted(host["name"] for host in vcsim.hosts)
@@ -49,7 +49,7 @@ def test_the_command_reads_the_password_from_a_file_and_previews(vcsim, tmp_path
 
 def test_bad_credentials_fail_clearly_and_write_nothing(vcsim, monkeypatch):
     with pytest.raises(services.DiscoveryError, match="Login failure|InvalidLogin") as caught:
-        services.discover("test", "vmware", with_user(vcsim.url), password=WRONG, commit=True)
+        services.discover("vmware", with_user(vcsim.url), actor="test", password=WRONG, commit=True)
     assert caught.value.permanent and WRONG not in str(caught.value)
     monkeypatch.setenv("VCLMGR_VCENTER_PASSWORD", WRONG)
     with pytest.raises(CommandError, match="nothing was written"):

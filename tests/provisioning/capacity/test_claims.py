@@ -66,8 +66,8 @@ def test_a_full_cluster_answers_with_the_earliest_fit(make_host):
 def test_drained_and_offline_hosts_take_nothing(make_host):
     drained = make_host("drained")
     offline = make_host("offline")
-    inventory.set_state(TEST, drained, "drained", "maintenance")
-    inventory.set_state(TEST, offline, "offline", "dead")
+    inventory.set_state(drained, "drained", "maintenance", actor=TEST)
+    inventory.set_state(offline, "offline", "dead", actor=TEST)
     with pytest.raises(capacity.NoCapacity) as refused:
         capacity.claim(demand(), actor=TEST)
     assert refused.value.result.reasons == {"drained": 1, "offline": 1}
@@ -168,9 +168,9 @@ def test_a_host_holding_live_allocations_cannot_be_deleted(make_host):
     host = make_host("busy")
     allocation = capacity.claim(demand(), actor=TEST)
     with pytest.raises(inventory.InUse, match="1 live allocation"):
-        inventory.delete_hypervisor(TEST, host)
+        inventory.delete_hypervisor(host, actor=TEST)
     capacity.release(allocation, actor=TEST)
-    inventory.delete_hypervisor(TEST, host)
+    inventory.delete_hypervisor(host, actor=TEST)
 
 
 def test_a_host_drained_after_the_snapshot_was_taken_is_not_used(make_host):
@@ -178,7 +178,7 @@ def test_a_host_drained_after_the_snapshot_was_taken_is_not_used(make_host):
     make_host("second", cpus=2)
     with snapshot.lock:
         snapshot.current()
-    inventory.set_state(TEST, first, "drained", "maintenance")
+    inventory.set_state(first, "drained", "maintenance", actor=TEST)
     assert capacity.claim(demand(vcpus=1), actor=TEST).host.name == "second"
 
 
@@ -197,8 +197,8 @@ def test_hosts_with_the_image_cached_are_preferred_when_they_fit(make_host):
 
 
 def test_a_cached_host_in_a_last_resort_group_is_not_preferred(make_host):
-    spare = inventory.create_node_group(TEST, name="spare", alloc_policy="last_resort")
-    main = inventory.create_node_group(TEST, name="main", alloc_policy="preferred")
+    spare = inventory.create_node_group(actor=TEST, name="spare", alloc_policy="last_resort")
+    main = inventory.create_node_group(actor=TEST, name="main", alloc_policy="preferred")
     regular = make_host("regular", group=main)
     cached = make_host("cached", group=spare)
     assert capacity.claim(demand(prefer_hosts=frozenset({cached.pk})), actor=TEST).host == regular
@@ -229,7 +229,7 @@ def test_an_aged_snapshot_is_reloaded_in_the_background_and_claims_go_on(make_ho
 
 
 def test_a_node_group_with_the_external_policy_places_through_ganetis_hail(make_host):
-    group = inventory.create_node_group(TEST, name="ganeti", placement_policy="external", iallocator="hail")
+    group = inventory.create_node_group(actor=TEST, name="ganeti", placement_policy="external", iallocator="hail")
     make_host("small", group=group, cpus=4, memory_mib=8192)
     roomy = make_host("roomy", group=group, cpus=16, memory_mib=65536)
     allocation = capacity.claim(demand(vcpus=2, memory_mib=4096), actor=TEST)
@@ -241,7 +241,7 @@ def test_a_node_group_with_the_external_policy_places_through_ganetis_hail(make_
 
 def test_an_external_policy_that_cannot_run_says_so_and_claims_no_earliest_fit(make_host, settings):
     settings.IALLOCATORS = {**settings.IALLOCATORS, "broken": "/nonexistent/allocator"}
-    group = inventory.create_node_group(TEST, name="ganeti", placement_policy="external", iallocator="broken")
+    group = inventory.create_node_group(actor=TEST, name="ganeti", placement_policy="external", iallocator="broken")
     make_host("only", group=group)
     result = capacity.plan(demand())
     assert not result.ok and result.earliest_fit is None
@@ -253,4 +253,4 @@ def test_node_groups_name_iallocators_from_the_settings_only():
     from django.core.exceptions import ValidationError
 
     with pytest.raises(ValidationError, match="unknown IAllocator 'rm -rf'"):
-        inventory.create_node_group(TEST, name="evil", placement_policy="external", iallocator="rm -rf")
+        inventory.create_node_group(actor=TEST, name="evil", placement_policy="external", iallocator="rm -rf")

@@ -33,7 +33,7 @@ def test_the_schedule_exists_and_follows_the_setting(db):
 
 def test_it_refreshes_online_and_drained_hosts_once(make_host, sync_jobs):
     online, drained, offline = make_host("sim-1"), make_host("sim-2", state="drained"), make_host("sim-3")
-    inventory.set_state("test", offline, "offline", "broken PSU")
+    inventory.set_state(offline, "offline", "broken PSU", actor="test")
     assert refresh(sync_jobs) == {"submitted": 2, "skipped": 0}
     jobs = Job.objects.filter(opcode="hypervisor.refresh")
     assert sorted(job.params["hypervisor"] for job in jobs) == [online.pk, drained.pk]
@@ -52,7 +52,7 @@ def test_an_unreachable_host_is_drained_until_it_answers(make_host, sync_jobs):
     refresh(sync_jobs)
     sim.set_fault("sim-1", "facts", "unreachable")
     sim.set_fault("sim-2", "facts", "unreachable")
-    inventory.set_state("test", manual, "drained", "kernel upgrade")
+    inventory.set_state(manual, "drained", "kernel upgrade", actor="test")
     refresh(sync_jobs)
     host.refresh_from_db()
     assert host.state == "drained" and host.state_reason.startswith(host_ops.AUTO_DRAIN)
