@@ -76,7 +76,8 @@ def wrong_directions():
 
 def test_every_module_belongs_to_a_layer():
     apps = {"inventory", "provisioning", "reservations", "vclmgr"}
-    strays = [m for m, _ in project_modules() if m.split(".")[0] in apps and m != "provisioning" and layer_of(m) is None]
+    strays = [m for m, _ in project_modules()
+              if m.split(".")[0] in apps and m != "provisioning" and layer_of(m) is None]
     assert strays == []
 
 
