@@ -498,6 +498,8 @@ def extend(reservation, new_end, *, actor):
             raise ValidationError(
                 {"end": [f"cannot extend to {new_end:%Y-%m-%d %H:%M} UTC: {_plain(exc.result)} on this VM's host"]}
             ) from None
+        except capacity.Released:
+            raise Conflict(f"reservation {reservation.pk} changed meanwhile; reload") from None
         # Conditional: an end or cancel committed since ``reservation`` was read must win, and
         # roll this transaction (the fresh claim with it) back instead of leaving it unreleased.
         updated = Reservation.objects.filter(

@@ -20,8 +20,13 @@ from provisioning.capacity import decisions, loaders
 from provisioning.capacity.models import Allocation
 from provisioning.capacity.snapshot import snapshot
 from vclmgr import changelog, events
+from vclmgr.errors import Conflict
 
 MAX_ATTEMPTS = 5
+
+
+class Released(Conflict):
+    """The allocation was released already (perhaps after the caller read it)."""
 
 
 class NoCapacity(Exception):
@@ -191,14 +196,14 @@ def extend(allocation, new_end, *, actor):
     when the allocation is released already — also when that happened after the caller read
     it (a conditional update: an end racing the extend must not leave a fresh claim behind)."""
     if allocation.released is not None:
-        raise ValueError("this allocation was released")
+        raise Released("this allocation was released")
     demand = demand_of(allocation, end=new_end)
     request = demand.request()
     with transaction.atomic():
         Hypervisor.objects.select_for_update().get(pk=allocation.host_id)
         released = Allocation.objects.filter(pk=allocation.pk, released__isnull=True).update(released=timezone.now())
         if released != 1:
-            raise ValueError("this allocation was released")
+            raise Released("this allocation was released")
         fresh = _claim_on(allocation.host_id, demand, request, actor, allocation.owner)
         if fresh is None:
             raise NoCapacity(_host_check(allocation.host_id, request))  # rolls the release back

@@ -118,7 +118,7 @@ def test_it_rejects_an_extension_raced_by_an_end(make_host):
     mine = capacity.claim(demand(vcpus=1, start=now, hours=1), actor=TEST)
     stale = Allocation.objects.get(pk=mine.pk)  # read by the extend's caller...
     capacity.release(mine, actor=TEST)  # ...then ended elsewhere before the extend writes
-    with pytest.raises(ValueError, match="released"):
+    with pytest.raises(capacity.Released, match="released"):
         capacity.extend(stale, now + timedelta(hours=2), actor=TEST)
     assert not Allocation.objects.filter(released__isnull=True).exists()  # no fresh claim left behind
 
