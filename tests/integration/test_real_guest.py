@@ -1,0 +1,104 @@
+"""A real QEMU guest gets the reservation's login through the NoCloud seed that
+provisioning/drivers/cloudinit.py builds, proven by logging in over SSH with the key and
+with the password. Independent of vclmgr's driver: raw libvirt calls (tests/realvm.py)."""
+
+import io
+import secrets
+from concurrent.futures import ThreadPoolExecutor
+
+import paramiko
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from provisioning.drivers import cloudinit
+from tests import realvm
+
+pytestmark = pytest.mark.slow
+BOOT_TIMEOUT = 240  # s; 5-10 s alone, but the CPU may be shared with a whole test run
+
+
+def new_login():
+    """A random login with a fresh ed25519 key and a random password, like a reservation's."""
+    private = Ed25519PrivateKey.generate()
+    public = private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
+    suffix = secrets.token_hex(4)
+    return {
+        "login": f"u{suffix}",
+        "hostname": f"vm-{suffix}",
+        "password": secrets.token_urlsafe(16),
+        "pkey": paramiko.Ed25519Key.from_private_key(io.StringIO(pem.decode())),
+        "public": f"{public.decode()} test@vclmgr",
+    }
+
+
+def seed_for(user):
+    guest = cloudinit.GuestLogin(
+        instance_id=f"i-{user['login']}",
+        hostname=user["hostname"],
+        login=user["login"],
+        password_hash=cloudinit.password_hash(user["password"]),
+        ssh_keys=(user["public"],),
+    )
+    return cloudinit.seed_iso(cloudinit.seed_files(guest))
+
+
+def ssh_run(port, login, command, **auth):
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a fresh guest: its host key is new
+    client.connect("127.0.0.1", port=port, username=login, timeout=30, banner_timeout=30, auth_timeout=60,
+                   allow_agent=False, look_for_keys=False, **auth)
+    try:
+        _, stdout, stderr = client.exec_command(command, timeout=60)
+        out = stdout.read().decode()
+        assert stdout.channel.recv_exit_status() == 0, stderr.read().decode()
+        return out
+    finally:
+        client.close()
+
+
+def assert_gone(conn, pool, name):
+    assert name not in [d.name() for d in conn.listAllDomains()]
+    assert [v for v in pool.volumes() if v.startswith(name)] == []
+    assert not list(pool.path.glob(f"{name}*"))
+
+
+def test_a_guest_lets_the_login_in_by_key_and_by_password(libvirt_conn, guest_pool):
+    user = new_login()
+    name = f"{realvm.PREFIX}{user['login']}"
+    with realvm.booted_guest(guest_pool, name, seed_for(user)) as guest:
+        guest.wait_agent(BOOT_TIMEOUT)
+        guest.wait_ssh(BOOT_TIMEOUT)
+        by_key = ssh_run(guest.port, user["login"], "id -un; hostname", pkey=user["pkey"])
+        assert by_key.split() == [user["login"], user["hostname"]]
+        by_password = ssh_run(guest.port, user["login"], "id -un", password=user["password"])
+        assert by_password.split() == [user["login"]]
+        with pytest.raises(paramiko.AuthenticationException):
+            ssh_run(guest.port, user["login"], "true", password=user["password"] + "x")
+        assert name in [d.name() for d in libvirt_conn.listAllDomains()]
+    assert_gone(libvirt_conn, guest_pool, name)
+
+
+def test_three_guests_at_once_all_answer(libvirt_conn, guest_pool):
+    users = [new_login() for _ in range(3)]
+    names = [f"{realvm.PREFIX}{u['login']}" for u in users]
+    guests = []
+    try:
+        for user, name in zip(users, names, strict=True):
+            guests.append(realvm.start_guest(guest_pool, name, seed_for(user)))
+
+        def login(pair):
+            guest, user = pair
+            guest.wait_agent(BOOT_TIMEOUT)
+            guest.wait_ssh(BOOT_TIMEOUT)
+            return ssh_run(guest.port, user["login"], "hostname", pkey=user["pkey"]).strip()
+
+        with ThreadPoolExecutor(3) as pool:
+            hostnames = list(pool.map(login, zip(guests, users, strict=True)))
+        assert hostnames == [u["hostname"] for u in users]
+    finally:
+        for guest in guests:
+            realvm.remove_guest(guest_pool, guest)
+    for name in names:
+        assert_gone(libvirt_conn, guest_pool, name)
