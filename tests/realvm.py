@@ -256,7 +256,10 @@ class Pool:
         return self.pool.createXML(xml, 0)
 
     def upload(self, name, data):
-        xml = f"<volume><name>{name}</name><capacity unit='B'>{len(data)}</capacity><target><format type='raw'/></target></volume>"
+        xml = (
+            f"<volume><name>{name}</name><capacity unit='B'>{len(data)}</capacity>"
+            "<target><format type='raw'/></target></volume>"
+        )
         vol = self.pool.createXML(xml, 0)
         stream = self.conn.newStream(0)
         vol.upload(stream, 0, len(data), 0)
@@ -336,6 +339,9 @@ class Guest:
         except OSError:
             return ""
 
+    def tail(self):
+        return f"\n--- console of {self.name} ---\n{self.console()[-2000:]}"
+
     def wait_agent(self, timeout=180):
         import libvirt
         import libvirt_qemu
@@ -347,9 +353,9 @@ class Guest:
                 return time.monotonic() - self.started
             except libvirt.libvirtError as exc:
                 if time.monotonic() > deadline:
-                    raise RealVMError(f"{self.name}: guest agent silent after {timeout}s ({exc})\n{self.console()[-2000:]}") from None
+                    raise RealVMError(f"{self.name}: no guest agent after {timeout}s ({exc}){self.tail()}") from None
                 if not self.dom.isActive():
-                    raise RealVMError(f"{self.name}: domain stopped while booting\n{self.console()[-2000:]}") from None
+                    raise RealVMError(f"{self.name}: domain stopped while booting{self.tail()}") from None
             time.sleep(0.1)
 
     def wait_ssh(self, timeout=180):
@@ -362,7 +368,7 @@ class Guest:
                 if s.recv(64).startswith(b"SSH-"):
                     return time.monotonic() - self.started
             time.sleep(0.1)
-        raise RealVMError(f"{self.name}: no SSH banner on 127.0.0.1:{self.port} after {timeout}s\n{self.console()[-2000:]}")
+        raise RealVMError(f"{self.name}: no SSH banner on 127.0.0.1:{self.port} after {timeout}s{self.tail()}")
 
 
 def start_guest(pool, name, seed_iso, boot="disk", attempts=3):
@@ -387,7 +393,8 @@ def start_guest(pool, name, seed_iso, boot="disk", attempts=3):
                 return guest
             except libvirt.libvirtError as exc:
                 # Another process may have taken the port between free_port() and QEMU's bind.
-                if "hostfwd" not in str(exc).lower() and "host forwarding" not in str(exc).lower() or attempt == attempts - 1:
+                port_taken = "forward" in str(exc).lower() or "hostfwd" in str(exc).lower()
+                if not port_taken or attempt == attempts - 1:
                     raise
                 guest.dom.undefine()
                 guest.dom = None

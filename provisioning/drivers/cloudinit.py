@@ -34,7 +34,8 @@ LABEL = "cidata"
 HASH_ROUNDS = 5000
 
 _LOGIN = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*$")
 _HASH = re.compile(r"^\$6\$(rounds=\d+\$)?[./0-9A-Za-z]{1,16}\$[./0-9A-Za-z]{86}$")
 # Rock Ridge and Joliet carry the real names; the ISO 9660 level-1 names are only a fallback.
 _ISO_NAMES = {"meta-data": "/METADATA.;1", "user-data": "/USERDATA.;1", "network-config": "/NETWORK.;1"}

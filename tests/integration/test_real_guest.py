@@ -22,7 +22,9 @@ def new_login():
     """A random login with a fresh ed25519 key and a random password, like a reservation's."""
     private = Ed25519PrivateKey.generate()
     public = private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
     suffix = secrets.token_hex(4)
     return {
         "login": f"u{suffix}",

@@ -57,17 +57,31 @@ DISK_MIB = 64
 PART_START = 2048  # sectors: the partition starts at 1 MiB, as partitioning tools do
 SYSLINUX_MBR = Path("/usr/lib/syslinux/mbr/mbr.bin")
 GUEST_FILES = ["init.sh", "udhcpc.sh", "inittab"]
+HOST_TOOLS = ("syslinux", "syslinux-common", "mtools")
 
 
 def run(*args, **kw):
     return subprocess.run(args, check=True, text=True, capture_output=True, **kw).stdout
 
 
-def candidate(package):
-    """The version apt would install, read from the local lists (no network)."""
-    out = run("apt-cache", "show", "--no-all-versions", package)
-    fields = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line and not line.startswith(" "))
-    return fields["Version"], fields.get("Depends", ""), fields.get("Pre-Depends", "")
+def apt_show(packages):
+    """Version and Depends of the candidates of ``packages``, read from the local lists (no
+    network), in one apt-cache call: each call costs seconds on a loaded machine."""
+    try:
+        out = run("apt-cache", "show", "--no-all-versions", *packages)
+    except subprocess.CalledProcessError:
+        apt_update()  # a fresh machine may have no package lists yet
+        out = run("apt-cache", "show", "--no-all-versions", *packages)
+    info = {}
+    for stanza in out.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line.startswith(" "))
+        info[fields["Package"]] = (fields["Version"], fields.get("Depends", ""))
+    return info
+
+
+def apt_update():
+    print("guest-image: apt-get update", file=sys.stderr)
+    run("apt-get", "update", "-qq")
 
 
 def depends_names(field):
@@ -77,27 +91,43 @@ def depends_names(field):
 
 def resolve_packages():
     """Exact versions of the kernel, the userland and the libraries the userland links."""
-    _, kdeps, _ = candidate(KERNEL_META)
+    kdeps = apt_show([KERNEL_META])[KERNEL_META][1]
     kernel = next(n for n in depends_names(kdeps) if n.startswith("linux-image-"))
-    versions, todo = {}, [kernel, *USERLAND]
-    while todo:
-        name = todo.pop()
-        if name in versions:
-            continue
-        version, deps, _ = candidate(name)
-        versions[name] = version
-        if name != kernel:  # only shared libraries follow; init-system-helpers, debconf … do not
-            todo += [d for d in depends_names(deps) if d.startswith("lib") or d == "zlib1g"]
+    versions, level = {}, [kernel, *USERLAND]
+    while level:
+        info = apt_show(level)
+        level = []
+        for name, (version, deps) in info.items():
+            versions[name] = version
+            if name != kernel:  # only shared libraries follow; init-system-helpers, debconf … do not
+                level += [d for d in depends_names(deps) if (d.startswith("lib") or d == "zlib1g")]
+        level = sorted(set(level) - set(versions))
     return kernel, dict(sorted(versions.items()))
 
 
+def resolve_packages_cached():
+    """``resolve_packages`` remembered until apt's lists change (``apt-get update``)."""
+    lists = sorted(Path("/var/lib/apt/lists").glob("*_Packages*"))
+    stamp = hashlib.sha256(repr([(p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in lists]).encode())
+    stamp.update(json.dumps([KERNEL_META, USERLAND]).encode())
+    memo = CACHE / "guest-packages.json"
+    try:
+        saved = json.loads(memo.read_text())
+        if saved["stamp"] == stamp.hexdigest():
+            return saved["kernel"], saved["versions"]
+    except (OSError, ValueError, KeyError):
+        pass
+    kernel, versions = resolve_packages()
+    memo.write_text(json.dumps({"stamp": stamp.hexdigest(), "kernel": kernel, "versions": versions}))
+    return kernel, versions
+
+
 def host_tool_versions():
-    out = {}
-    for pkg in ("syslinux", "syslinux-common", "mtools"):
-        out[pkg] = subprocess.run(
-            ["dpkg-query", "-W", "-f=${Version}", pkg], text=True, capture_output=True
-        ).stdout or "missing"
-    return out
+    query = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Package} ${Version}\\n", *HOST_TOOLS], text=True, capture_output=True
+    )
+    found = dict(line.split(" ", 1) for line in query.stdout.splitlines() if " " in line)
+    return {pkg: found.get(pkg) or "missing" for pkg in HOST_TOOLS}
 
 
 def cache_key(versions, tools):
@@ -333,21 +363,35 @@ def build(target, kernel, versions, tools):
         out.rename(target)
 
 
-def main():
+def main(retry=True):
     CACHE.mkdir(parents=True, exist_ok=True)
-    kernel, versions = resolve_packages()
+    kernel, versions = resolve_packages_cached()
     tools = host_tool_versions()
     target = CACHE / f"guest-{cache_key(versions, tools)}"
-    if not (target / "guest.json").exists():
-        with open(CACHE / "guest-image.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (target / "guest.json").exists():  # another caller built it while we waited
-                print(f"guest-image: building {target} (once; under a minute)", file=sys.stderr)
-                build(target, kernel, versions, tools)
-                for old in CACHE.glob("guest-*"):
-                    if old.is_dir() and old.name.startswith("guest-") and old != target and old.name != "guest-debs":
-                        shutil.rmtree(old, ignore_errors=True)
+    try:
+        build_once(target, kernel, versions, tools)
+    except subprocess.CalledProcessError as exc:
+        if not retry or list(exc.cmd[:2]) != ["apt-get", "download"]:
+            raise SystemExit(f"guest-image: {' '.join(exc.cmd)} failed:\n{exc.stderr}") from None
+        # The lists name a version the mirror no longer has (a point release came out).
+        apt_update()
+        (CACHE / "guest-packages.json").unlink(missing_ok=True)
+        return main(retry=False)
     print(target)
+
+
+def build_once(target, kernel, versions, tools):
+    if (target / "guest.json").exists():
+        return
+    with open(CACHE / "guest-image.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "guest.json").exists():  # another caller built it while we waited
+            return
+        print(f"guest-image: building {target} (once; under a minute)", file=sys.stderr)
+        build(target, kernel, versions, tools)
+        for old in CACHE.glob("guest-*"):
+            if old.is_dir() and old != target and old.name != "guest-debs":
+                shutil.rmtree(old, ignore_errors=True)
 
 
 if __name__ == "__main__":
