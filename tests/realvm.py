@@ -102,6 +102,10 @@ class Libvirtd:
 
     @classmethod
     def acquire(cls, timeout=120):
+        import libvirt
+
+        # Polling the guest agent fails until it is up; libvirt would print each failure.
+        libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
         self = cls()
         with _locked():
             if self._ours("libvirtd") is None:

@@ -4,6 +4,7 @@ with the password. Independent of vclmgr's driver: raw libvirt calls (tests/real
 
 import io
 import secrets
+import socket
 from concurrent.futures import ThreadPoolExecutor
 
 import paramiko
@@ -66,10 +67,11 @@ def assert_gone(conn, pool, name):
     assert not list(pool.path.glob(f"{name}*"))
 
 
-def test_a_guest_lets_the_login_in_by_key_and_by_password(libvirt_conn, guest_pool):
+@pytest.mark.parametrize("boot", ["disk", "kernel"])
+def test_a_guest_lets_the_login_in_by_key_and_by_password(libvirt_conn, guest_pool, boot):
     user = new_login()
     name = f"{realvm.PREFIX}{user['login']}"
-    with realvm.booted_guest(guest_pool, name, seed_for(user)) as guest:
+    with realvm.booted_guest(guest_pool, name, seed_for(user), boot) as guest:
         guest.wait_agent(BOOT_TIMEOUT)
         guest.wait_ssh(BOOT_TIMEOUT)
         by_key = ssh_run(guest.port, user["login"], "id -un; hostname", pkey=user["pkey"])
@@ -80,6 +82,28 @@ def test_a_guest_lets_the_login_in_by_key_and_by_password(libvirt_conn, guest_po
             ssh_run(guest.port, user["login"], "true", password=user["password"] + "x")
         assert name in [d.name() for d in libvirt_conn.listAllDomains()]
     assert_gone(libvirt_conn, guest_pool, name)
+
+
+def test_the_guest_cannot_reach_the_host_or_beyond(guest_pool):
+    """restrict=on: the only traffic is the forward to the guest's port 22. A port open on the
+    host's 127.0.0.1, which QEMU user networking would offer the guest as 10.0.2.2, is not
+    reachable, and nothing outside is (the guest's own SSH port shows that the probe works)."""
+    user = new_login()
+    with socket.socket() as listener, realvm.booted_guest(
+        guest_pool, f"{realvm.PREFIX}{user['login']}", seed_for(user), "kernel"
+    ) as guest:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        guest.wait_ssh(BOOT_TIMEOUT)
+        probe = (
+            f"for t in 127.0.0.1:22 10.0.2.2:{port} 10.0.2.3:53 192.0.2.1:80; do "
+            "if nc -w 3 ${t%:*} ${t#*:} </dev/null >/dev/null 2>&1; then echo open $t; else echo closed $t; fi; done"
+        )
+        out = ssh_run(guest.port, user["login"], probe, pkey=user["pkey"])
+        assert out.splitlines() == [
+            "open 127.0.0.1:22", f"closed 10.0.2.2:{port}", "closed 10.0.2.3:53", "closed 192.0.2.1:80"
+        ]
 
 
 def test_three_guests_at_once_all_answer(libvirt_conn, guest_pool):
