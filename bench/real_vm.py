@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests import realvm  # noqa: E402
-from tests.integration.test_real_guest import new_login, seed_for, ssh_run  # noqa: E402
+from tests.realvm import new_login, seed_for, ssh_run  # noqa: E402
 
 
 def one(pool, user, boot, t0=None):

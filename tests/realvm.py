@@ -19,8 +19,11 @@ without passt, so the NIC is given as ``<qemu:commandline>`` arguments.
 
 import contextlib
 import fcntl
+import io
 import json
 import os
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +32,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import paramiko
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from provisioning.drivers import cloudinit
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = Path(os.environ.get("VCLMGR_LIBVIRTD_DIR", Path(tempfile.gettempdir()) / "vclmgr-libvirtd"))
@@ -122,6 +131,8 @@ class Libvirtd:
             self._destroy_leftovers()
             _stop_pid(self._ours("libvirtd"), "libvirtd")
             _stop_pid(self._ours("virtlogd"), "virtlogd")
+            # Pools of users that died before closing them (each holds a copy of the image).
+            shutil.rmtree(STATE / "pools", ignore_errors=True)
 
     def _live_users(self):
         live = []
@@ -429,3 +440,48 @@ def booted_guest(pool, name, seed_iso, boot="disk"):
         yield guest
     finally:
         remove_guest(pool, guest)
+
+
+# --- a reservation's login, and logging in with it ------------------------------------------
+
+
+def new_login():
+    """A random login with a fresh ed25519 key and a random password, like a reservation's."""
+    private = Ed25519PrivateKey.generate()
+    public = private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
+    suffix = secrets.token_hex(4)
+    return {
+        "login": f"u{suffix}",
+        "hostname": f"vm-{suffix}",
+        "password": secrets.token_urlsafe(16),
+        "pkey": paramiko.Ed25519Key.from_private_key(io.StringIO(pem.decode())),
+        "public": f"{public.decode()} test@vclmgr",
+    }
+
+
+def seed_for(user):
+    guest = cloudinit.GuestLogin(
+        instance_id=f"i-{user['login']}",
+        hostname=user["hostname"],
+        login=user["login"],
+        password_hash=cloudinit.password_hash(user["password"]),
+        ssh_keys=(user["public"],),
+    )
+    return cloudinit.seed_iso(cloudinit.seed_files(guest))
+
+
+def ssh_run(port, login, command, **auth):
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a fresh guest: its host key is new
+    client.connect("127.0.0.1", port=port, username=login, timeout=30, banner_timeout=30, auth_timeout=60,
+                   allow_agent=False, look_for_keys=False, **auth)
+    try:
+        _, stdout, stderr = client.exec_command(command, timeout=60)
+        out = stdout.read().decode()
+        assert stdout.channel.recv_exit_status() == 0, stderr.read().decode()
+        return out
+    finally:
+        client.close()

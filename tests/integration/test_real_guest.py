@@ -2,63 +2,17 @@
 provisioning/drivers/cloudinit.py builds, proven by logging in over SSH with the key and
 with the password. Independent of vclmgr's driver: raw libvirt calls (tests/realvm.py)."""
 
-import io
-import secrets
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
 import paramiko
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from provisioning.drivers import cloudinit
 from tests import realvm
+from tests.realvm import new_login, seed_for, ssh_run
 
 pytestmark = pytest.mark.slow
 BOOT_TIMEOUT = 240  # s; 5-10 s alone, but the CPU may be shared with a whole test run
-
-
-def new_login():
-    """A random login with a fresh ed25519 key and a random password, like a reservation's."""
-    private = Ed25519PrivateKey.generate()
-    public = private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    pem = private.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
-    )
-    suffix = secrets.token_hex(4)
-    return {
-        "login": f"u{suffix}",
-        "hostname": f"vm-{suffix}",
-        "password": secrets.token_urlsafe(16),
-        "pkey": paramiko.Ed25519Key.from_private_key(io.StringIO(pem.decode())),
-        "public": f"{public.decode()} test@vclmgr",
-    }
-
-
-def seed_for(user):
-    guest = cloudinit.GuestLogin(
-        instance_id=f"i-{user['login']}",
-        hostname=user["hostname"],
-        login=user["login"],
-        password_hash=cloudinit.password_hash(user["password"]),
-        ssh_keys=(user["public"],),
-    )
-    return cloudinit.seed_iso(cloudinit.seed_files(guest))
-
-
-def ssh_run(port, login, command, **auth):
-    client = paramiko.SSHClient()
-    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a fresh guest: its host key is new
-    client.connect("127.0.0.1", port=port, username=login, timeout=30, banner_timeout=30, auth_timeout=60,
-                   allow_agent=False, look_for_keys=False, **auth)
-    try:
-        _, stdout, stderr = client.exec_command(command, timeout=60)
-        out = stdout.read().decode()
-        assert stdout.channel.recv_exit_status() == 0, stderr.read().decode()
-        return out
-    finally:
-        client.close()
 
 
 def assert_gone(conn, pool, name):
