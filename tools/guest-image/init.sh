@@ -100,10 +100,13 @@ for u in $S/users/*; do
   name=$(cat "$u/name")
   case "$name" in ""|root|*[!a-z0-9_.-]*) say "user name refused: $name"; continue ;; esac
   grep -q "^$name:" /etc/passwd && continue
-  shell=$(cat "$u/shell" 2>/dev/null); [ -x "$shell" ] || shell=/bin/sh
+  shell=$(cat "$u/shell" 2>/dev/null)
+  case "$shell" in *:*) shell= ;; esac
+  [ -x "$shell" ] || shell=/bin/sh  # e.g. /bin/bash: busybox has only sh
   hash='!'
   if [ -f "$u/passwd" ]; then
     hash=$(cat "$u/passwd")
+    case "$hash" in ""|*:*) hash='!' ;; esac  # a ':' would break /etc/shadow
     # cloud-init's default is lock_passwd: true, which disables the password.
     [ "$(cat "$u/lock_passwd" 2>/dev/null)" = false ] || hash="!$hash"
   fi
