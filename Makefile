@@ -6,14 +6,19 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # Debian packages: build deps of libvirt-python, libvirt's test driver, Go + govmomi for
-# VMware's vSphere simulator, Ganeti's htools (comparison peer), Chromium (browser tests).
+# VMware's vSphere simulator, Ganeti's htools (comparison peer), Chromium (browser tests),
+# a real libvirtd + QEMU with the tools that build the test guest (tools/guest-image) and
+# cloud-init for its schema checker.
 APT_RUN := python3-venv python3-dev gcc pkg-config libvirt-dev
-APT_TEST := $(APT_RUN) golang-go golang-github-vmware-govmomi-dev ganeti-htools-3.0 chromium
+APT_REALVM := qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients dnsmasq-base \
+  mtools syslinux syslinux-common cloud-init openssh-client
+APT_TEST := $(APT_RUN) golang-go golang-github-vmware-govmomi-dev ganeti-htools-3.0 chromium $(APT_REALVM)
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 REDIS_TEST_URL ?= redis://127.0.0.1:6379/0
 PYTEST_ARGS ?= -n auto
 
-.PHONY: run test test-sqlite test-postgres bench lint services system-run system-test install install-dev clean vcsim
+.PHONY: run test test-sqlite test-postgres bench lint services system-run system-test install install-dev clean vcsim \
+  guest-image
 
 define apt_ensure
 	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done | xargs); \
@@ -68,10 +73,15 @@ services:
 vcsim: system-test
 	@sh tools/vcsim/build.sh >/dev/null
 
-test-sqlite: install-dev vcsim
+# The test guest (Debian kernel, busybox, dropbear, qemu-guest-agent; apt-get download, no
+# compiler), built once and cached under var/tools by a hash of its inputs.
+guest-image: system-test
+	@$(PYTHON) tools/guest-image/build.py >/dev/null
+
+test-sqlite: install-dev vcsim guest-image
 	DEBUG=1 DATABASE_URL= REDIS_URL= $(BIN)/pytest $(PYTEST_ARGS)
 
-test-postgres: install-dev services vcsim
+test-postgres: install-dev services vcsim guest-image
 	DEBUG=1 DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) $(BIN)/pytest $(PYTEST_ARGS)
 
 test: lint
@@ -79,7 +89,7 @@ test: lint
 	@if [ -n "$$CI" ] || [ "$$TEST_POSTGRES" = 1 ]; then \
 	  echo "== second leg: PostgreSQL + Redis =="; $(MAKE) --no-print-directory test-postgres; fi
 
-bench: install-dev
+bench: install-dev guest-image
 	DEBUG=1 $(BIN)/python bench/run_all.py
 
 clean:

@@ -1,0 +1,182 @@
+"""The cloud-init NoCloud seed that delivers a reservation's login into a libvirt guest.
+
+Contract (pure Python, no Django, no I/O):
+
+- ``seed_files(...)`` returns the three NoCloud files, ``meta-data``, ``user-data`` (a
+  ``#cloud-config`` document) and ``network-config`` (version 2, DHCP on every ethernet NIC).
+  The user-data creates exactly one login for the reservation: its name, a crypt(3) SHA-512
+  password hash (never the clear password), its authorised SSH keys, and the hostname.
+- An image may bring its own cloud-config (``image_user_data``); it is merged in, but it can
+  neither drop nor replace the reservation's login, nor change the keys the reservation owns
+  (hostname, password authentication): such a document is refused with ``SeedError``, because
+  a silently weaker merge would hand the user a machine they cannot log into.
+- ``seed_iso(files)`` packs the files into an ISO 9660 image labelled ``cidata`` (Joliet and
+  Rock Ridge, so the guest sees the exact names), the form cloud-init's NoCloud datasource
+  reads from a CD-ROM.
+- ``password_hash(password)`` makes the ``$6$`` hash with libpass (the maintained fork of
+  passlib), not the ``crypt`` module Python 3.13 removed.
+
+The YAML is written in PyYAML's block style, one value per line; vclmgr's test guest
+(``tools/guest-image``) parses exactly that form, as does cloud-init.
+"""
+
+import io
+import re
+from dataclasses import dataclass
+
+import pycdlib
+import yaml
+from passlib.hash import sha512_crypt
+
+LABEL = "cidata"
+# A random one-time password needs no key stretching, and the guest checks the hash on every
+# login, possibly under software emulation: crypt(3)'s default round count is enough.
+HASH_ROUNDS = 5000
+
+_LOGIN = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*$")
+_HASH = re.compile(r"^\$6\$(rounds=\d+\$)?[./0-9A-Za-z]{1,16}\$[./0-9A-Za-z]{86}$")
+# Rock Ridge and Joliet carry the real names; the ISO 9660 level-1 names are only a fallback.
+_ISO_NAMES = {"meta-data": "/METADATA.;1", "user-data": "/USERDATA.;1", "network-config": "/NETWORK.;1"}
+
+
+class SeedError(ValueError):
+    """The guest configuration or the image's user-data cannot make a usable seed."""
+
+
+@dataclass(frozen=True)
+class GuestLogin:
+    """What the guest must let in: one user, by key and/or by password."""
+
+    instance_id: str
+    hostname: str
+    login: str
+    password_hash: str | None = None
+    ssh_keys: tuple[str, ...] = ()
+    shell: str = "/bin/bash"
+    sudo: str | None = "ALL=(ALL) NOPASSWD:ALL"
+    image_user_data: str | None = None
+
+    def __post_init__(self):
+        if not _LOGIN.match(self.login) or self.login == "root":
+            raise SeedError(f"login {self.login!r}: must be a lower-case POSIX user name, not root")
+        if not _HOSTNAME.match(self.hostname):
+            raise SeedError(f"hostname {self.hostname!r}: not a valid host name")
+        if self.password_hash is not None and not _HASH.match(self.password_hash):
+            raise SeedError("password_hash: must be a crypt(3) SHA-512 hash ($6$…), never a clear password")
+        # A key read from a .pub file keeps its newline; anything more is not one key.
+        object.__setattr__(self, "ssh_keys", tuple(key.strip() for key in self.ssh_keys))
+        for key in self.ssh_keys:
+            if not key or "\n" in key or "\r" in key:
+                raise SeedError("ssh_keys: each key must be one non-empty line")
+        if not self.password_hash and not self.ssh_keys:
+            raise SeedError("the login needs a password hash or at least one SSH key")
+        if not self.instance_id or "\n" in self.instance_id:
+            raise SeedError("instance_id: must be one non-empty line")
+
+
+def password_hash(password, rounds=HASH_ROUNDS):
+    return sha512_crypt.using(rounds=rounds).hash(password)
+
+
+def meta_data(guest):
+    return _dump({"instance-id": guest.instance_id, "local-hostname": guest.hostname})
+
+
+def network_config():
+    return _dump({"version": 2, "ethernets": {"nics": {"match": {"name": "e*"}, "dhcp4": True}}})
+
+
+def user_data(guest):
+    user = {"name": guest.login, "lock_passwd": guest.password_hash is None}
+    if guest.password_hash:
+        user["passwd"] = guest.password_hash
+    if guest.ssh_keys:
+        user["ssh_authorized_keys"] = list(guest.ssh_keys)
+    user["shell"] = guest.shell
+    if guest.sudo:
+        user["sudo"] = guest.sudo
+    doc = {"hostname": guest.hostname, "users": [user], "ssh_pwauth": guest.password_hash is not None}
+    image = _image_config(guest.image_user_data)
+    _refuse_login_changes(image, doc, guest.login)
+    for key, value in image.items():
+        if key == "users":
+            doc["users"] += value
+        elif key not in doc:
+            doc[key] = value
+    return "#cloud-config\n" + _dump(doc)
+
+
+def seed_files(guest):
+    return {
+        "meta-data": meta_data(guest).encode(),
+        "user-data": user_data(guest).encode(),
+        "network-config": network_config().encode(),
+    }
+
+
+def seed_iso(files):
+    """ISO 9660 bytes labelled ``cidata`` holding ``files`` (name → bytes) at its root."""
+    iso = pycdlib.PyCdlib()
+    iso.new(interchange_level=1, joliet=3, rock_ridge="1.09", vol_ident=LABEL)
+    for name, data in files.items():
+        if name not in _ISO_NAMES:
+            raise SeedError(f"{name!r} is not a NoCloud seed file")
+        iso.add_fp(io.BytesIO(data), len(data), _ISO_NAMES[name], rr_name=name, joliet_path=f"/{name}")
+    out = io.BytesIO()
+    iso.write_fp(out)
+    iso.close()
+    return out.getvalue()
+
+
+def _dump(doc):
+    # Block style, no line wrapping: one value per line (see the module docstring).
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=1 << 20)
+
+
+def _image_config(text):
+    if not text or not text.strip():
+        return {}
+    if not text.lstrip().startswith("#cloud-config"):
+        raise SeedError("image user-data: only a #cloud-config document can be merged")
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SeedError(f"image user-data: not YAML: {exc}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise SeedError("image user-data: the cloud-config must be a mapping")
+    if "users" in doc and not isinstance(doc["users"], list):
+        raise SeedError("image user-data: users must be a list (a string or mapping would replace the login)")
+    return doc
+
+
+def _refuse_login_changes(image, doc, login):
+    for key in ("hostname", "ssh_pwauth"):
+        if key in image and image[key] != doc[key]:
+            raise SeedError(f"image user-data: {key} is set by the reservation and cannot be changed")
+    if "fqdn" in image and not str(image["fqdn"]).startswith(doc["hostname"] + "."):
+        raise SeedError("image user-data: fqdn must start with the reservation's hostname")
+    for entry in image.get("users", []):
+        name = entry.get("name") if isinstance(entry, dict) else entry
+        if name == login:
+            raise SeedError(f"image user-data: users may not redefine the reservation's login {login!r}")
+    default_user = image.get("user")
+    if default_user is not None:
+        name = default_user.get("name") if isinstance(default_user, dict) else default_user
+        if name == login:
+            raise SeedError(f"image user-data: user may not redefine the reservation's login {login!r}")
+    if "chpasswd" in image and _names_in_chpasswd(image["chpasswd"]) & {login}:
+        raise SeedError(f"image user-data: chpasswd may not change the password of {login!r}")
+
+
+def _names_in_chpasswd(chpasswd):
+    if not isinstance(chpasswd, dict):
+        return set()
+    names = {u.get("name") for u in chpasswd.get("users", []) if isinstance(u, dict)}
+    legacy = chpasswd.get("list", [])
+    lines = legacy.splitlines() if isinstance(legacy, str) else legacy
+    names |= {str(line).split(":", 1)[0] for line in lines}
+    return names

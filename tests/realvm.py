@@ -1,0 +1,487 @@
+"""A real hypervisor for tests and benchmarks: a private libvirtd + QEMU, and guests from the
+test image that ``tools/guest-image/build.py`` makes. No pytest and no Django in here, so
+``bench/real_vm.py`` uses the same code.
+
+The daemon (``Libvirtd``) is shared by everything that runs on this machine at once (xdist
+workers, a bench, a second test run): the first user starts ``virtlogd -d -p`` and
+``libvirtd -d -p -f`` under a file lock, each user registers its PID, and the last one to
+leave destroys the test domains that are left and stops exactly those two processes by PID.
+The daemon's sockets live in a private directory (``qemu:///system?socket=…``), so a test
+never talks to a system libvirtd; and since two system-mode daemons would share
+``/run/libvirt/qemu``, a libvirtd that is not ours makes ``acquire`` fail with a clear message
+rather than run beside it.
+
+Network rule: guest traffic never leaves this machine. Each guest gets QEMU user-mode
+networking with ``restrict=on`` (no route out, not even to the host) and one forward,
+``127.0.0.1:PORT → guest:22``; libvirt 9.0's ``<interface type='user'>`` cannot forward ports
+without passt, so the NIC is given as ``<qemu:commandline>`` arguments.
+"""
+
+import contextlib
+import fcntl
+import io
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import paramiko
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from provisioning.drivers import cloudinit
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE = Path(os.environ.get("VCLMGR_LIBVIRTD_DIR", Path(tempfile.gettempdir()) / "vclmgr-libvirtd"))
+PREFIX = "vclmgr-test-"
+DAEMONS = ("libvirtd", "virtqemud")
+
+
+class RealVMError(RuntimeError):
+    pass
+
+
+# --- processes -----------------------------------------------------------------------------
+
+
+def _exe_name(pid):
+    try:
+        return Path(os.readlink(f"/proc/{pid}/exe")).name
+    except OSError:
+        return None
+
+
+def _read_pid(path):
+    try:
+        return int(Path(path).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _running(names):
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _exe_name(entry.name) in names:
+            found.append(int(entry.name))
+    return found
+
+
+def _stop_pid(pid, name, timeout=15):
+    """SIGTERM the process ``pid`` if it still is ``name``, then SIGKILL after ``timeout``."""
+    if pid is None or _exe_name(pid) != name:
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _exe_name(pid) != name:
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def _locked():
+    STATE.mkdir(parents=True, exist_ok=True)
+    with open(STATE / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+class Libvirtd:
+    """The shared private daemon; ``acquire()`` → an instance with ``uri``; ``release()``."""
+
+    def __init__(self):
+        self.sock_dir = STATE / "sock"
+        self.uri = f"qemu:///system?socket={self.sock_dir}/libvirt-sock"
+        self.user = STATE / "users" / str(os.getpid())
+
+    # pids of the processes we started (None when not running)
+    def _ours(self, name):
+        pid = _read_pid(STATE / f"{name}.pid")
+        return pid if pid is not None and _exe_name(pid) == name else None
+
+    @classmethod
+    def acquire(cls, timeout=120):
+        import libvirt
+
+        # Polling the guest agent fails until it is up; libvirt would print each failure.
+        libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+        self = cls()
+        with _locked():
+            if self._ours("libvirtd") is None:
+                self._start(timeout)
+            self.user.parent.mkdir(exist_ok=True)
+            self.user.touch()
+        return self
+
+    def release(self):
+        with _locked():
+            self.user.unlink(missing_ok=True)
+            if self._live_users():
+                return
+            self._destroy_leftovers()
+            _stop_pid(self._ours("libvirtd"), "libvirtd")
+            _stop_pid(self._ours("virtlogd"), "virtlogd")
+            # Pools of users that died before closing them (each holds a copy of the image).
+            shutil.rmtree(STATE / "pools", ignore_errors=True)
+
+    def _live_users(self):
+        live = []
+        for f in (STATE / "users").glob("*"):
+            if Path(f"/proc/{f.name}").exists():
+                live.append(f.name)
+            else:  # a user that died without releasing
+                f.unlink(missing_ok=True)
+        return live
+
+    def _start(self, timeout):
+        foreign = _running(DAEMONS)
+        if foreign:
+            raise RealVMError(
+                f"a libvirt daemon not started by the tests is running (pid {foreign}); the tests run their "
+                "own private libvirtd and will not share /run/libvirt/qemu with it: stop it first"
+            )
+        for f in ("libvirtd.pid", "virtlogd.pid"):
+            (STATE / f).unlink(missing_ok=True)
+        self.sock_dir.mkdir(parents=True, exist_ok=True)
+        conf = STATE / "libvirtd.conf"
+        conf.write_text(
+            f'unix_sock_dir = "{self.sock_dir}"\n'
+            'auth_unix_ro = "none"\nauth_unix_rw = "none"\n'
+            f'log_outputs = "3:file:{STATE}/libvirtd.log"\n'
+        )
+        # A virtlogd someone else runs serves us as well; we only stop the one we start.
+        if not _running(("virtlogd",)):
+            subprocess.run(["virtlogd", "-d", "-p", str(STATE / "virtlogd.pid")], check=True, timeout=30)
+        subprocess.run(
+            ["libvirtd", "-d", "-p", str(STATE / "libvirtd.pid"), "-f", str(conf)], check=True, timeout=30
+        )
+        import libvirt
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                conn = libvirt.open(self.uri)
+                conn.getCapabilities()  # the first start probes QEMU (~10 s)
+                conn.close()
+                return
+            except libvirt.libvirtError as exc:
+                gone = self._ours("libvirtd") is None and time.monotonic() > deadline - timeout + 10
+                if gone or time.monotonic() > deadline:
+                    log_file = STATE / "libvirtd.log"
+                    log = log_file.read_text(errors="replace")[-2000:] if log_file.exists() else ""
+                    _stop_pid(self._ours("libvirtd"), "libvirtd")
+                    _stop_pid(self._ours("virtlogd"), "virtlogd")
+                    raise RealVMError(f"libvirtd did not answer on {self.uri}: {exc}\n{log}") from None
+                time.sleep(0.2)
+
+    def _destroy_leftovers(self):
+        import libvirt
+
+        try:
+            conn = libvirt.open(self.uri)
+        except libvirt.libvirtError:
+            return
+        try:
+            for dom in conn.listAllDomains():
+                if dom.name().startswith(PREFIX):
+                    with contextlib.suppress(libvirt.libvirtError):
+                        dom.destroy()
+                    with contextlib.suppress(libvirt.libvirtError):
+                        dom.undefine()
+            for pool in conn.listAllStoragePools():
+                if pool.name().startswith(PREFIX):
+                    with contextlib.suppress(libvirt.libvirtError):
+                        pool.destroy()
+        finally:
+            conn.close()
+
+
+# --- the guest image -------------------------------------------------------------------------
+
+
+def guest_image():
+    """Build (or find cached) the test guest; → dict with absolute paths and the cmdline."""
+    build = subprocess.run(
+        [sys.executable, str(ROOT / "tools/guest-image/build.py")], capture_output=True, text=True, timeout=900
+    )
+    if build.returncode:
+        raise RealVMError(f"tools/guest-image/build.py failed:\n{build.stderr[-3000:]}")
+    path = Path(build.stdout.split()[-1])
+    info = json.loads((path / "guest.json").read_text())
+    info["dir"] = path
+    return info
+
+
+# --- storage: a private pool per user, the image staged into it -----------------------------
+
+
+class Pool:
+    """A transient directory pool holding the staged base image, overlays and seeds."""
+
+    def __init__(self, conn, image, name=None):
+        import libvirt
+
+        self.conn = conn
+        self.image = image
+        self.name = name or f"{PREFIX}{os.getpid()}"
+        self.path = STATE / "pools" / self.name
+        self.path.mkdir(parents=True, exist_ok=True)
+        # qemu runs as libvirt-qemu: it must reach the files (libvirt chowns the images it uses).
+        for p in (STATE, STATE / "pools", self.path):
+            p.chmod(0o755)
+        with contextlib.suppress(libvirt.libvirtError):
+            conn.storagePoolLookupByName(self.name).destroy()
+        xml = f"<pool type='dir'><name>{self.name}</name><target><path>{self.path}</path></target></pool>"
+        self.pool = conn.storagePoolCreateXML(xml, 0)
+        self.base = self.stage("disk.qcow2", "base.qcow2")
+
+    def stage(self, src_name, dst_name):
+        """Copy a file of the image into the pool once (what a driver's stage_image does)."""
+        dst = self.path / dst_name
+        if not dst.exists():
+            tmp = dst.with_suffix(".part")
+            with open(self.image["dir"] / src_name, "rb") as src, open(tmp, "wb") as out:
+                while chunk := src.read(1 << 20):
+                    out.write(chunk)
+            tmp.chmod(0o644)
+            tmp.rename(dst)
+            self.pool.refresh(0)
+        return dst
+
+    def volumes(self):
+        self.pool.refresh(0)
+        return sorted(v.name() for v in self.pool.listAllVolumes())
+
+    def overlay(self, name):
+        xml = (
+            f"<volume><name>{name}</name><capacity unit='MiB'>64</capacity>"
+            "<target><format type='qcow2'/></target>"
+            f"<backingStore><path>{self.base}</path><format type='qcow2'/></backingStore></volume>"
+        )
+        return self.pool.createXML(xml, 0)
+
+    def upload(self, name, data):
+        xml = (
+            f"<volume><name>{name}</name><capacity unit='B'>{len(data)}</capacity>"
+            "<target><format type='raw'/></target></volume>"
+        )
+        vol = self.pool.createXML(xml, 0)
+        stream = self.conn.newStream(0)
+        vol.upload(stream, 0, len(data), 0)
+        for at in range(0, len(data), 1 << 18):
+            stream.send(data[at : at + (1 << 18)])
+        stream.finish()
+        return vol
+
+    def close(self):
+        import libvirt
+
+        with contextlib.suppress(libvirt.libvirtError):
+            self.pool.destroy()
+        for f in self.path.glob("*"):
+            f.unlink()
+        self.path.rmdir()
+
+
+# --- guests ----------------------------------------------------------------------------------
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def domain_xml(name, disk, seed, port, console_log, image=None, boot="disk", memory_mib=256):
+    """A guest of the test image: ``boot='disk'`` (SYSLINUX from the qcow2) or ``'kernel'``
+    (direct boot of the uncompressed kernel + initramfs staged beside it, ``image['kernel_files']``)."""
+    if boot == "kernel":
+        kernel, initrd = image["kernel_files"]
+        os_boot = f"<kernel>{kernel}</kernel><initrd>{initrd}</initrd><cmdline>{image['cmdline']}</cmdline>"
+    else:
+        os_boot = "<boot dev='hd'/>"
+    return f"""<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
+  <name>{name}</name>
+  <memory unit='MiB'>{memory_mib}</memory>
+  <vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type>{os_boot}</os>
+  <features><acpi/></features>
+  <clock offset='utc'/>
+  <on_poweroff>destroy</on_poweroff>
+  <on_crash>destroy</on_crash>
+  <devices>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2'/><source file='{disk}'/><target dev='vda' bus='virtio'/>
+    </disk>
+    <disk type='file' device='cdrom'>
+      <driver name='qemu' type='raw'/><source file='{seed}'/><target dev='hdc' bus='ide'/><readonly/>
+    </disk>
+    <channel type='unix'><target type='virtio' name='org.qemu.guest_agent.0'/></channel>
+    <serial type='pty'><log file='{console_log}' append='off'/><target port='0'/></serial>
+    <memballoon model='none'/>
+  </devices>
+  <qemu:commandline>
+    <qemu:arg value='-netdev'/>
+    <qemu:arg value='user,id=vclnet0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:22'/>
+    <qemu:arg value='-device'/>
+    <qemu:arg value='virtio-net-pci,netdev=vclnet0,addr=0x10'/>
+  </qemu:commandline>
+</domain>"""
+
+
+@dataclass
+class Guest:
+    name: str
+    port: int
+    dom: object
+    console_log: Path
+    volumes: list = field(default_factory=list)
+    started: float = 0.0
+
+    def console(self):
+        try:
+            return self.console_log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def tail(self):
+        return f"\n--- console of {self.name} ---\n{self.console()[-2000:]}"
+
+    def wait_agent(self, timeout=180):
+        import libvirt
+        import libvirt_qemu
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                libvirt_qemu.qemuAgentCommand(self.dom, '{"execute":"guest-ping"}', 2, 0)
+                return time.monotonic() - self.started
+            except libvirt.libvirtError as exc:
+                if time.monotonic() > deadline:
+                    raise RealVMError(f"{self.name}: no guest agent after {timeout}s ({exc}){self.tail()}") from None
+                if not self.dom.isActive():
+                    raise RealVMError(f"{self.name}: domain stopped while booting{self.tail()}") from None
+            time.sleep(0.1)
+
+    def wait_ssh(self, timeout=180):
+        """Until the guest's SSH server sends its banner through the forward (slirp accepts
+        the TCP connection itself, so a connect alone proves nothing)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+                s.settimeout(2)
+                if s.recv(64).startswith(b"SSH-"):
+                    return time.monotonic() - self.started
+            time.sleep(0.1)
+        raise RealVMError(f"{self.name}: no SSH banner on 127.0.0.1:{self.port} after {timeout}s{self.tail()}")
+
+
+def start_guest(pool, name, seed_iso, boot="disk", attempts=3):
+    """Define and start a guest of the pool's image with ``seed_iso`` as its CD-ROM. The caller
+    removes it with ``remove_guest`` (also when this raises: it cleans up what it made)."""
+    import libvirt
+
+    disk = pool.overlay(f"{name}.qcow2")
+    seed = pool.upload(f"{name}-seed.iso", seed_iso)
+    guest = Guest(name=name, port=0, dom=None, console_log=pool.path / f"{name}.console.log", volumes=[disk, seed])
+    image = dict(pool.image)
+    if boot == "kernel":
+        image["kernel_files"] = (pool.stage("vmlinux", "vmlinux"), pool.stage("initrd", "initrd"))
+    try:
+        for attempt in range(attempts):
+            guest.port = free_port()
+            xml = domain_xml(name, disk.path(), seed.path(), guest.port, guest.console_log, image, boot)
+            guest.dom = pool.conn.defineXML(xml)
+            guest.started = time.monotonic()
+            try:
+                guest.dom.create()
+                return guest
+            except libvirt.libvirtError as exc:
+                # Another process may have taken the port between free_port() and QEMU's bind.
+                port_taken = "forward" in str(exc).lower() or "hostfwd" in str(exc).lower()
+                if not port_taken or attempt == attempts - 1:
+                    raise
+                guest.dom.undefine()
+                guest.dom = None
+    except BaseException:
+        remove_guest(pool, guest)
+        raise
+    raise AssertionError("unreachable")
+
+
+def remove_guest(pool, guest):
+    import libvirt
+
+    if guest.dom is not None:
+        with contextlib.suppress(libvirt.libvirtError):
+            guest.dom.destroy()
+        with contextlib.suppress(libvirt.libvirtError):
+            guest.dom.undefine()
+    for vol in guest.volumes:
+        with contextlib.suppress(libvirt.libvirtError):
+            vol.delete(0)
+    guest.console_log.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def booted_guest(pool, name, seed_iso, boot="disk"):
+    guest = start_guest(pool, name, seed_iso, boot)
+    try:
+        yield guest
+    finally:
+        remove_guest(pool, guest)
+
+
+# --- a reservation's login, and logging in with it ------------------------------------------
+
+
+def new_login():
+    """A random login with a fresh ed25519 key and a random password, like a reservation's."""
+    private = Ed25519PrivateKey.generate()
+    public = private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
+    suffix = secrets.token_hex(4)
+    return {
+        "login": f"u{suffix}",
+        "hostname": f"vm-{suffix}",
+        "password": secrets.token_urlsafe(16),
+        "pkey": paramiko.Ed25519Key.from_private_key(io.StringIO(pem.decode())),
+        "public": f"{public.decode()} test@vclmgr",
+    }
+
+
+def seed_for(user):
+    guest = cloudinit.GuestLogin(
+        instance_id=f"i-{user['login']}",
+        hostname=user["hostname"],
+        login=user["login"],
+        password_hash=cloudinit.password_hash(user["password"]),
+        ssh_keys=(user["public"],),
+    )
+    return cloudinit.seed_iso(cloudinit.seed_files(guest))
+
+
+def ssh_run(port, login, command, **auth):
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a fresh guest: its host key is new
+    client.connect("127.0.0.1", port=port, username=login, timeout=30, banner_timeout=30, auth_timeout=60,
+                   allow_agent=False, look_for_keys=False, **auth)
+    try:
+        _, stdout, stderr = client.exec_command(command, timeout=60)
+        out = stdout.read().decode()
+        assert stdout.channel.recv_exit_status() == 0, stderr.read().decode()
+        return out
+    finally:
+        client.close()
