@@ -35,6 +35,8 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
+from provisioning.drivers.cloudinit import GuestLogin
+
 VM_KEY_PREFIX = "vcl-"
 # Safe as a libvirt domain name, a vSphere VM name, a file name and a DNS label.
 VM_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
@@ -142,6 +144,9 @@ class VMSpec:
     image: ImageVariantSpec
     network: str = "default"
     extra: Mapping = field(default_factory=dict)
+    # What the guest is told at first boot (user, password hash, keys, hostname): a NoCloud seed
+    # on libvirt, guestinfo on VMware. None: the image's own defaults (sim, or a test).
+    guest: GuestLogin | None = None
 
     def validate(self):
         if not isinstance(self.key, str) or not VM_KEY_RE.match(self.key):

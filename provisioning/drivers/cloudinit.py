@@ -22,7 +22,7 @@ The YAML is written in PyYAML's block style, one value per line; vclmgr's test g
 
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pycdlib
 import yaml
@@ -52,11 +52,11 @@ class GuestLogin:
     instance_id: str
     hostname: str
     login: str
-    password_hash: str | None = None
+    password_hash: str | None = field(default=None, repr=False)  # a secret: never in logs or reprs
     ssh_keys: tuple[str, ...] = ()
     shell: str = "/bin/bash"
     sudo: str | None = "ALL=(ALL) NOPASSWD:ALL"
-    image_user_data: str | None = None
+    image_user_data: str | None = field(default=None, repr=False)
 
     def __post_init__(self):
         if not _LOGIN.match(self.login) or self.login == "root":
