@@ -17,7 +17,7 @@ from provisioning.placement.ganeti.greedy import Applied, BalanceProblem, GainRu
 _KEY, _ORDER, _SEQ, _EPOCH, _ITEM, _MOVE, _NODES, _SNAP, _IVER, _EV, _DELTAS, _AGG = range(12)
 
 
-def steepest_balance(
+def steepest_balance(  # noqa: C901 (the reference stays one plain loop, as Ganeti's tryBalance reads)
     problem: BalanceProblem,
     board: Scoreboard,
     rule: GainRule,
