@@ -27,7 +27,7 @@ class SecretUnreadable(Exception):
 
 
 def _configured_keys():
-    raw = getattr(settings, "CREDENTIAL_KEY", None)
+    raw = settings.CREDENTIAL_KEY
     if raw:
         return [k.strip() for k in raw.split(",") if k.strip()]
     if not Env().bool("DEBUG", False):

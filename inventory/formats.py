@@ -30,8 +30,6 @@ CONTENT_TYPES = {
     "yaml": "application/yaml",
 }
 SPREADSHEETS = {"csv", "xlsx"}
-DEFAULT_MAX_BYTES = 20 * 1024 * 1024
-DEFAULT_MAX_ROWS = 20_000
 
 _FORMULA = re.compile(r"^'*[=+\-@\t\r]")
 _ESCAPED = re.compile(r"^'+[=+\-@\t\r]")
@@ -42,11 +40,11 @@ class FileError(ValueError):
 
 
 def max_bytes():
-    return getattr(settings, "INVENTORY_IMPORT_MAX_BYTES", DEFAULT_MAX_BYTES)
+    return settings.INVENTORY_IMPORT_MAX_BYTES
 
 
 def max_rows():
-    return getattr(settings, "INVENTORY_IMPORT_MAX_ROWS", DEFAULT_MAX_ROWS)
+    return settings.INVENTORY_IMPORT_MAX_ROWS
 
 
 def check_size(size):
