@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from provisioning.drivers import cloudinit
-from provisioning.drivers.base import Conflict, Invalid
+from provisioning.drivers.base import Conflict, Invalid, VMState
 from provisioning.drivers.cloudinit import GuestLogin
 from provisioning.drivers.vmware import guestinfo
 
@@ -225,3 +225,16 @@ def test_no_secret_in_results_logs_or_errors(vmware_peer, caplog):
     text = "\n".join(map(repr, shown)) + str(caught.value) + str(bad_image.value) + caplog.text
     assert not [s for s in secrets if s in text]
     assert "alice" not in repr(driver.list_vms())
+
+
+@pytest.mark.slow
+def test_a_seed_that_cannot_be_built_makes_no_vm(vmware_peer):
+    driver = vmware_peer.source
+    driver.stage_image(vmware_peer.image)
+    spec = vmware_peer.spec(guest=guest(image_user_data="#cloud-config\nusers:\n  - name: alice\n"))
+
+    with pytest.raises(Invalid, match="cannot build the guest's seed") as caught:
+        driver.create(spec)
+
+    assert caught.value.permanent
+    assert driver.state(spec.key) == VMState.ABSENT
