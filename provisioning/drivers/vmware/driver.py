@@ -17,6 +17,15 @@ vSphere form of a qcow2 overlay. ``stage_image`` uploads a verified vmdk into
 ``[datastore] vclmgr-images/`` (as ``.part``, then moved into place). ``capture`` clones a
 stopped VM to a template. ``migrate`` relocates (vMotion) within one vCenter. Graceful stop
 asks VMware Tools and powers off when the guest has no tools.
+
+The guest's first-boot configuration (``spec.guest``) travels as guestinfo in the VM's
+extraConfig (``vmware/guestinfo.py`` names the keys and encodings), which cloud-init's VMware
+datasource (and cloudbase-init's VMwareGuestInfoService) read through VMware Tools. The seed is
+written last, so no ``extra_config`` can replace the login; a clone always overwrites the
+template's seed (a template captured from a VM would otherwise hand out that VM's login), and
+``capture`` clears it from the new template. ``reseed(key, guest)`` replaces it on a stopped VM
+(after a revert, which restores the snapshot's extraConfig with its seed). ``info()`` and
+``list_vms()`` never carry extraConfig values; errors name keys, never values.
 """
 
 import contextlib
@@ -31,6 +40,8 @@ from pyVmomi import vim, vmodl
 
 from provisioning.drivers import base
 from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, Unreachable, VMInfo, VMState
+from provisioning.drivers.cloudinit import SeedError
+from provisioning.drivers.vmware import guestinfo
 from provisioning.drivers.vmware.session import sessions, translate, translated
 
 IMAGE_FOLDER = "vclmgr-images"
@@ -378,11 +389,44 @@ class VMwareDriver(base.Driver):
             return self._adopt(existing, spec)
         return self._info(vm)
 
-    def _extra_config(self, spec):
+    def _extra_config(self, spec, clone=False):
         values = {"vclmgr.key": spec.key, "vclmgr.fingerprint": spec.fingerprint()}
+        if clone:  # a template's seed (a captured VM's login) must never reach the clone
+            values.update(guestinfo.cleared())
         for extra in (self.options.get("extra_config", {}), spec.extra.get("vmware.extra_config", {})):
             values.update({str(k): str(v) for k, v in dict(extra).items()})
-        return [vim.option.OptionValue(key=k, value=v) for k, v in values.items()]
+        if spec.guest is not None:  # last: no extra_config can replace the reservation's login
+            values.update(_seed(spec.key, spec.guest))
+        return _options(values)
+
+    def _extra(self, vm):
+        """The VM's extraConfig as key → value (a later entry wins, as vSphere keeps one per key)."""
+        props = self._props(vm, ["config.extraConfig"])
+        return {opt.key: opt.value for opt in props.get("config.extraConfig") or []}
+
+    @translated
+    def reseed(self, key, guest):
+        """Replace the first-boot configuration of the stopped VM ``key`` with ``guest`` (None: none).
+
+        Idempotent: the seed already there is left alone. A different seed must bring a new
+        ``instance_id``: cloud-init applies users and passwords once per instance id, so a new
+        password under the old id would silently never reach the guest.
+        """
+        vm = self._vm(key)
+        state = self._state(vm)
+        if state != VMState.STOPPED:
+            raise Conflict(f"cannot reseed {key}: it is {state}; the guest reads its seed at boot, so stop it first")
+        wanted = guestinfo.cleared() if guest is None else _seed(key, guest)
+        current = self._extra(vm)
+        if guestinfo.seed_of(current) == wanted[guestinfo.DIGEST]:
+            return
+        old_id = guestinfo.instance_id(current)
+        if guest is not None and old_id == guest.instance_id:
+            raise Invalid(
+                f"cannot reseed {key}: the new seed keeps instance id {old_id!r}, so cloud-init would not apply it"
+            )
+        spec = vim.vm.ConfigSpec(extraConfig=_options(wanted))
+        self._wait(self._call(f"reseed {key}", vm.ReconfigVM_Task, spec=spec), f"reseed {key}")
 
     def _config_spec(self, spec):
         base_path = self._staged_vmdk(spec.image)
@@ -445,7 +489,7 @@ class VMwareDriver(base.Driver):
         config = vim.vm.ConfigSpec(
             numCPUs=spec.vcpus,
             memoryMB=spec.memory_mib,
-            extraConfig=self._extra_config(spec),
+            extraConfig=self._extra_config(spec, clone=True),
             annotation=f"vclmgr {spec.key} ({spec.image.name})",
         )
         clone = vim.vm.CloneSpec(
@@ -468,6 +512,7 @@ class VMwareDriver(base.Driver):
         return vm
 
     def _adopt(self, vm, spec):
+        """The VM a retried create finds, as it is: its seed is kept (``reseed`` replaces one)."""
         props = self._props(vm, ["config.template", "config.extraConfig"])
         values = {opt.key: opt.value for opt in props.get("config.extraConfig") or []}
         if props.get("config.template") or values.get("vclmgr.fingerprint") != spec.fingerprint():
@@ -581,6 +626,7 @@ class VMwareDriver(base.Driver):
                 location=vim.vm.RelocateSpec(host=self._host(), datastore=self._datastore()),
                 powerOn=False,
                 template=True,
+                config=vim.vm.ConfigSpec(extraConfig=_options(guestinfo.cleared())),  # the user's login stays behind
             )
             task = self._call(
                 f"capture {key}", vm.CloneVM_Task, folder=self._datacenter().vmFolder, name=new_image_name, spec=clone
@@ -642,6 +688,17 @@ class VMwareDriver(base.Driver):
         if props.get("config.template"):
             return VMState.ERROR
         return POWER_STATES.get(str(props.get("runtime.powerState")), VMState.ERROR)
+
+
+def _seed(key, guest):
+    try:
+        return guestinfo.values(guest)
+    except SeedError as exc:
+        raise Invalid(f"{key}: cannot build the guest's seed: {exc}") from None
+
+
+def _options(values):
+    return [vim.option.OptionValue(key=k, value=v) for k, v in values.items()]
 
 
 def _vm_info(props, host_name):
