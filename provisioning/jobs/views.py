@@ -89,6 +89,7 @@ def job_submit(request):
             reason=data["reason"] or None,
             source=f"web:{request.user.get_username()}",
             priority=data["priority"],
+            capped=True,
         )
     except serializers.ValidationError as exc:
         for line in _errors(exc):
