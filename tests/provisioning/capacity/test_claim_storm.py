@@ -89,12 +89,14 @@ def test_a_storm_of_overlapping_claims_has_no_errors_and_refuses_only_what_canno
     wrongly = []
     for hour, hours, vcpus, why in refused:
         start = base + timedelta(hours=hour)
-        demand = services.Demand(vcpus=vcpus, memory_mib=256, disk_gib=1, start=start, end=start + timedelta(hours=hours))
+        end = start + timedelta(hours=hours)
+        demand = services.Demand(vcpus=vcpus, memory_mib=256, disk_gib=1, start=start, end=end)
         if services.plan(demand).ok:
             wrongly.append((hour, hours, vcpus, why))
     assert wrongly == [], f"{len(wrongly)} of {len(refused)} refused claims would fit, e.g. {wrongly[:5]}"
     for host in hosts:  # and never overcommitted, at any hour
         for hour in range(8):
             moment = base + timedelta(hours=hour, minutes=30)
-            used = Allocation.objects.filter(host=host, start__lte=moment, end__gt=moment).aggregate(v=Sum("vcpus"))["v"]
+            live = Allocation.objects.filter(host=host, start__lte=moment, end__gt=moment)
+            used = live.aggregate(v=Sum("vcpus"))["v"]
             assert (used or 0) <= CPUS, f"{host.name} holds {used} vCPUs at {moment}"
