@@ -398,8 +398,9 @@ def cancel(job, *, actor, reason=""):
     return job
 
 
-def retry(job, *, actor, reason=""):
-    """Submit a failed or canceled job again, as a new job linked to it (``retry_of``)."""
+def retry(job, *, actor, reason="", capped=False):
+    """Submit a failed or canceled job again, as a new job linked to it (``retry_of``);
+    ``capped`` as for ``submit_batch``."""
     actor = Actor.of(actor)
     job.refresh_from_db()
     if job.status not in (S.ERROR, S.CANCELED):
@@ -414,6 +415,7 @@ def retry(job, *, actor, reason=""):
         trail=trail,
         priority=job.priority,
         retry_of=job,
+        capped=capped,
     )
     transitions.log(job, f"retried as job {new.pk} by {actor.label}")
     return new

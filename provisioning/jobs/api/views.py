@@ -131,7 +131,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         job, reason = self.get_object(), self._reason(request)
         if not registry.may_submit(request.user, job.opcode):
             raise PermissionDenied(f"only staff may submit {job.opcode} jobs")
-        new = services.retry(job, actor=request.user, reason=reason)
+        new = services.retry(job, actor=request.user, reason=reason, capped=True)
         return self._accepted_one(new)
 
     @extend_schema(

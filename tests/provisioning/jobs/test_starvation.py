@@ -84,3 +84,10 @@ def test_real_workers_run_a_later_job_behind_a_600_job_backlog(start_workers, bo
     later = submit("noop", actor=bob)
     wait_until(lambda: refresh(later).status == "success", 30, "the later job to run", child)
     assert refresh(long).status == "running"
+
+
+@override_settings(VCLMGR_JOBS_MAX_PENDING_PER_USER=2)
+def test_retrying_one_canceled_job_again_and_again_is_capped_too(api, alice, sync_jobs):
+    failed = services.cancel(services.submit("noop", {}, actor=alice), actor=alice)
+    codes = [api(alice).post(f"/api/v1/jobs/{failed.pk}/retry/").status_code for _ in range(3)]
+    assert codes == [202, 202, 400]
