@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import connection, transaction
-from django.db.models import Exists, F, OuterRef, Q, Window
+from django.db.models import Exists, F, OuterRef, Q, Subquery, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
@@ -163,16 +163,19 @@ def pending():
 
 
 def runnable():
-    """Pending jobs whose dependencies all ended (one that ended badly fails the job in the
-    plan), in the plan's order: by priority, submitters taking turns within one."""
+    """The first ``SCAN_LIMIT`` pending jobs (by priority, then age) whose dependencies all
+    ended (one that ended badly fails the job in the plan), in the plan's order: by
+    priority, submitters taking turns within one. Turns are counted over those rows only,
+    so the cost stays that of a few hundred rows however long the queue."""
     unfinished = JobDependency.objects.filter(job=OuterRef("pk")).exclude(on__status__in=Job.FINAL)
-    turn = Window(RowNumber(), partition_by=[F("priority"), F("submitter_id")], order_by=F("id").asc())
-    return (
+    head = (
         Job.objects.filter(status__in=Job.PENDING, awaiting_children=False)
         .filter(Q(has_deps=False) | ~Exists(unfinished))
-        .annotate(turn=turn)
-        .order_by("-priority", "turn", "id")
+        .order_by("-priority", "id")
+        .values("pk")[:SCAN_LIMIT]
     )
+    turn = Window(RowNumber(), partition_by=[F("priority"), F("submitter_id")], order_by=F("id").asc())
+    return Job.objects.filter(pk__in=Subquery(head)).annotate(turn=turn).order_by("-priority", "turn", "id")
 
 
 _compiled = {}
