@@ -366,7 +366,10 @@ def _initial_state(job, depends):
             return
     unfinished = [on for on, _ in depends if states[on] not in Job.FINAL]
     if unfinished:
-        job.status, job.waiting_for = S.WAITING, f"dependency: job {unfinished[0]} ({states[unfinished[0]]})"
+        # No status in the text: the dispatcher does not look at the job again until its
+        # dependencies have ended, so it would go stale.
+        more = f" and {len(unfinished) - 1} more" if len(unfinished) > 1 else ""
+        job.status, job.waiting_for = S.WAITING, f"dependency: job {unfinished[0]}{more}"
         Job.objects.filter(pk=job.pk).update(status=job.status, waiting_for=job.waiting_for)
     transitions.emit_status(job)
 
