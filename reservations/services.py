@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -126,6 +127,24 @@ def _check_quota(errors, user, image, start, end, limits, exclude=None):
             )
 
 
+def _check_quota_locked(user, image, start, end):
+    """The quota again, counted under a lock on the user (and the groups whose limits bind),
+    inside the caller's transaction that then creates the reservation: one user's parallel
+    requests are counted one after the other, never all against the same count. (On SQLite
+    the immediate write transaction already serialises every writer; the lock is a no-op.)"""
+    limits = limits_for(user, image)
+    if user is not None:
+        users = get_user_model().objects.select_for_update(no_key=True)
+        list(users.filter(pk=user.pk).values_list("pk", flat=True))
+        groups = sorted(group.pk for _name, group, _limit in limits.per_group)
+        if groups:  # after the user, in id order: every request takes the same locks in the same order
+            list(Group.objects.select_for_update(no_key=True).filter(pk__in=groups).order_by("pk").values_list("pk"))
+    errors = {}
+    _check_quota(errors, user, image, start, end, limits)
+    if errors:
+        raise ValidationError(errors)
+
+
 # --- checking and placing ---------------------------------------------------------------
 
 
@@ -221,6 +240,7 @@ def reserve(
     start = max(start, now)  # within the grace period: "now" (capacity is claimed from now)
     try:
         with transaction.atomic():
+            _check_quota_locked(user, image, start, end)
             reservation = _create(user, image, start, end, ssh_key, request_key, size or {}, actor=actor)
     except IntegrityError:  # the same form, submitted twice at once: the other one won
         existing = Reservation.objects.filter(user=user, request_key=request_key).first()

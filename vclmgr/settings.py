@@ -309,6 +309,12 @@ RESERVATION_WARN_MINUTES = env.int("RESERVATION_WARN_MINUTES", 10, minimum=0)
 # The scheduler's tick (starts, ends, warnings, block seats), in seconds.
 RESERVATION_TICK_SECONDS = env.int("RESERVATION_TICK_SECONDS", 30, minimum=5)
 
+# --- jobs -----------------------------------------------------------------------------
+# Queued + waiting jobs one user may have submitted through the web or the API at once: one
+# user's backlog never buries everybody else's jobs (jobs the system submits for them and
+# child jobs do not count against it).
+VCLMGR_JOBS_MAX_PENDING_PER_USER = env.int("VCLMGR_JOBS_MAX_PENDING_PER_USER", 100, minimum=1)
+
 # --- events ---------------------------------------------------------------------------
 EVENTS_POLL_SECONDS = env.float("EVENTS_POLL_SECONDS", 0.2, minimum=0.01)
 EVENTS_RETENTION_DAYS = env.int("EVENTS_RETENTION_DAYS", 7, minimum=1)

@@ -6,12 +6,20 @@ its live allocations in the database, and writes the claim. If the host no longe
 (another worker got there first) it refreshes the snapshot and tries again, like Ganeti's
 opportunistic locking; only when attempts run out does it answer ``TryAgain``.
 Two workers can never overcommit a host. No hypervisor is called from here.
+
+Claims run inside their callers' transactions (a reservation commits with its claim), so
+an attempt that finds its host full must let go of that host's lock before it tries the
+next one: otherwise two claims hold one host each and wait for the other's (a deadlock on
+PostgreSQL). Each attempt is a savepoint and a full host rolls it back, which releases the
+row lock taken in it (releasing the savepoint would keep it). A deadlock that happens all
+the same (a caller making several claims in one transaction) rolls back that attempt and
+is retried like a full host.
 """
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from django.db import transaction
+from django.db import OperationalError, transaction
 from django.utils import timezone
 
 from inventory.models import Hypervisor
@@ -108,7 +116,12 @@ def claim(demand, *, actor, owner=None, max_attempts=MAX_ATTEMPTS):
                 decisions.save_refused(_without(engine, ids, demand.exclude_hosts), request, result)
         if not result.ok:
             raise NoCapacity(result)
-        allocation = _claim_on(ids[result.host], demand, request, actor, owner)
+        try:
+            allocation = _claim_on(ids[result.host], demand, request, actor, owner)
+        except OperationalError as exc:
+            if not is_deadlock(exc):
+                raise
+            allocation = None  # this attempt was rolled back; the other transaction goes on
         if allocation is not None:
             return allocation
         snapshot.expire()  # the host changed under us: look at hosts again, not just claims
@@ -169,10 +182,28 @@ def _host_check(host_id, request, lock=False):
     return core.PlacementEngine(cluster, core.PlacementOptions(earliest_fit=False)).place(request)
 
 
+def is_deadlock(exc):
+    """Was this database error PostgreSQL's "deadlock detected" (its transaction, or the
+    savepoint it happened in, is rolled back and may simply run again)?"""
+    cause = exc.__cause__
+    return getattr(cause, "sqlstate", None) == "40P01" or getattr(cause, "pgcode", None) == "40P01"
+
+
+class _Full(Exception):
+    """The host no longer fits: rolls the attempt's savepoint back, and with it its row lock."""
+
+
 def _claim_on(host_id, demand, request, actor, owner):
+    try:
+        return _claim_locked(host_id, demand, request, actor, owner)
+    except _Full:
+        return None
+
+
+def _claim_locked(host_id, demand, request, actor, owner):
     with transaction.atomic():
         if not _host_check(host_id, request, lock=True).ok:
-            return None
+            raise _Full
         allocation = Allocation.objects.create(
             host_id=host_id,
             owner=owner,

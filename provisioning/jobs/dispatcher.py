@@ -1,6 +1,7 @@
 """Which job runs next: a pure ``plan()`` and the race-free ``claim_next()`` around it.
 
-``plan`` walks pending jobs in priority order (higher first, then submission order) and
+``plan`` walks pending jobs in priority order (higher first; within a priority, submitters
+take turns: each one's first job, then each one's second, …; then submission order) and
 starts one only when
   * each dependency ended in an accepted status (one that ended otherwise fails the job),
   * none of its locks conflicts with a running job's, nor with the locks of an earlier job
@@ -8,6 +9,10 @@ starts one only when
   * every rate-limit bucket of its reason trail has fewer than N jobs running,
   * the global limit has room.
 Jobs planned to start count as running for the jobs after them.
+
+The scan reads only jobs whose dependencies have all ended (``runnable``): jobs waiting for
+a dependency stay ``waiting`` and out of it, so however many of them there are they never
+hide a job that could start (the scan stops after ``SCAN_LIMIT`` rows).
 
 ``claim_next`` runs the plan inside one transaction holding the queue lock and flips the
 first startable job to ``running`` with a fresh lease token (a conditional UPDATE on its
@@ -24,6 +29,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import connection, transaction
+from django.db.models import Exists, F, OuterRef, Q, Subquery, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from provisioning.jobs import transitions
@@ -155,6 +162,22 @@ def pending():
     return Job.objects.filter(status__in=Job.PENDING, awaiting_children=False).order_by("-priority", "id")
 
 
+def runnable():
+    """The first ``SCAN_LIMIT`` pending jobs (by priority, then age) whose dependencies all
+    ended (one that ended badly fails the job in the plan), in the plan's order: by
+    priority, submitters taking turns within one. Turns are counted over those rows only,
+    so the cost stays that of a few hundred rows however long the queue."""
+    unfinished = JobDependency.objects.filter(job=OuterRef("pk")).exclude(on__status__in=Job.FINAL)
+    head = (
+        Job.objects.filter(status__in=Job.PENDING, awaiting_children=False)
+        .filter(Q(has_deps=False) | ~Exists(unfinished))
+        .order_by("-priority", "id")
+        .values("pk")[:SCAN_LIMIT]
+    )
+    turn = Window(RowNumber(), partition_by=[F("priority"), F("submitter_id")], order_by=F("id").asc())
+    return Job.objects.filter(pk__in=Subquery(head)).annotate(turn=turn).order_by("-priority", "turn", "id")
+
+
 _compiled = {}
 
 
@@ -185,7 +208,7 @@ PENDING_FIELDS = ("id", "status", "locks", "buckets", "waiting_for", "has_deps",
 
 
 def _pending(offset, size):
-    rows = _fetch(("pending", offset, size), lambda: pending().values_list(*PENDING_FIELDS)[offset : offset + size])
+    rows = _fetch(("pending", offset, size), lambda: runnable().values_list(*PENDING_FIELDS)[offset : offset + size])
     return [
         {
             "id": i,

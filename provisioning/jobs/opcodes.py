@@ -49,7 +49,7 @@ def _sleep(seconds, gauge=""):
     return seconds
 
 
-@opcode("test.sleep", params=SleepParams, locks=_sleep_locks, staff_only=False)
+@opcode("test.sleep", params=SleepParams, locks=_sleep_locks)
 def test_sleep(job):
     """Sleep in steps (tests and demos); optionally holding locks."""
     steps, seconds = job.params["steps"], job.params["seconds"]
@@ -69,7 +69,7 @@ class Failure(Exception):
     pass
 
 
-@opcode("test.fail", params=FailParams, staff_only=False)
+@opcode("test.fail", params=FailParams)
 def test_fail(job):
     """Fail on purpose, after some sleeping steps (tests)."""
     for number in range(1, job.params["after_steps"] + 1):

@@ -10,6 +10,8 @@ caller's business (``registry.may_submit``, ``visible_to``): services act for wh
 import re
 from datetime import timedelta
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
 from django.db.models import Count
@@ -56,6 +58,7 @@ def submit(
     child_key="",
     trail=None,
     retry_of=None,
+    capped=False,
 ):
     """Queue one job; returns it. See ``submit_batch`` for the arguments."""
     spec = {"opcode": opcode, "params": params, "reason": reason, "priority": priority, "depends": list(depends)}
@@ -69,6 +72,7 @@ def submit(
             child_key=child_key,
             trail=trail,
             retry_of=retry_of,
+            capped=capped,
         )[0]
     except serializers.ValidationError as exc:
         detail = exc.detail
@@ -77,7 +81,9 @@ def submit(
         raise
 
 
-def submit_batch(specs, *, actor, submitter=None, source=None, parent=None, child_key="", trail=None, retry_of=None):
+def submit_batch(
+    specs, *, actor, submitter=None, source=None, parent=None, child_key="", trail=None, retry_of=None, capped=False
+):
     """Queue several jobs at once, all or none.
 
     Each spec: ``opcode``, ``params`` (dict), ``reason`` (a string or a list of them),
@@ -85,6 +91,8 @@ def submit_batch(specs, *, actor, submitter=None, source=None, parent=None, chil
     ``"@name"`` refers to the spec with that ``name`` in this batch), ``name``. A dependency
     with no statuses accepts ``success`` only; ``[id, []]`` accepts any final status.
     ``trail`` entries go before the specs' reasons; ``parent`` makes them child jobs.
+    ``capped``: a user's own request (web, API): refused when their queued and waiting jobs
+    would exceed ``VCLMGR_JOBS_MAX_PENDING_PER_USER`` (staff are not capped).
     """
     actor = Actor.of(actor)
     if submitter is None:
@@ -108,6 +116,8 @@ def submit_batch(specs, *, actor, submitter=None, source=None, parent=None, chil
     order, names = _batch_order(cleaned)
     _check_cycles(cleaned, parent)
     with transaction.atomic(), transitions.batched():
+        if capped:
+            _check_backlog(submitter, len(cleaned))
         created = {}
         for index in order:
             depends = [
@@ -119,6 +129,20 @@ def submit_batch(specs, *, actor, submitter=None, source=None, parent=None, chil
         if pending:
             wake.after_commit(pending)
     return [created[i] for i in range(len(cleaned))]
+
+
+def _check_backlog(user, adding):
+    """Refuse a user's jobs past their cap, counted under a lock on the user so that parallel
+    submissions are counted one after the other (on SQLite the write transaction serialises)."""
+    if user is None or user.is_staff:
+        return
+    cap = settings.VCLMGR_JOBS_MAX_PENDING_PER_USER
+    list(get_user_model().objects.select_for_update(no_key=True).filter(pk=user.pk).values_list("pk"))
+    pending = Job.objects.filter(submitter=user, status__in=Job.PENDING).count()
+    if pending + adding > cap:
+        raise serializers.ValidationError(
+            {"jobs": [f"you have {pending} queued or waiting jobs; at most {cap} at once (adding {adding})"]}
+        )
 
 
 def _clean_spec(spec, source):
@@ -342,7 +366,10 @@ def _initial_state(job, depends):
             return
     unfinished = [on for on, _ in depends if states[on] not in Job.FINAL]
     if unfinished:
-        job.status, job.waiting_for = S.WAITING, f"dependency: job {unfinished[0]} ({states[unfinished[0]]})"
+        # No status in the text: the dispatcher does not look at the job again until its
+        # dependencies have ended, so it would go stale.
+        more = f" and {len(unfinished) - 1} more" if len(unfinished) > 1 else ""
+        job.status, job.waiting_for = S.WAITING, f"dependency: job {unfinished[0]}{more}"
         Job.objects.filter(pk=job.pk).update(status=job.status, waiting_for=job.waiting_for)
     transitions.emit_status(job)
 
@@ -374,8 +401,9 @@ def cancel(job, *, actor, reason=""):
     return job
 
 
-def retry(job, *, actor, reason=""):
-    """Submit a failed or canceled job again, as a new job linked to it (``retry_of``)."""
+def retry(job, *, actor, reason="", capped=False):
+    """Submit a failed or canceled job again, as a new job linked to it (``retry_of``);
+    ``capped`` as for ``submit_batch``."""
     actor = Actor.of(actor)
     job.refresh_from_db()
     if job.status not in (S.ERROR, S.CANCELED):
@@ -390,6 +418,7 @@ def retry(job, *, actor, reason=""):
         trail=trail,
         priority=job.priority,
         retry_of=job,
+        capped=capped,
     )
     transitions.log(job, f"retried as job {new.pk} by {actor.label}")
     return new

@@ -89,6 +89,7 @@ def job_submit(request):
             reason=data["reason"] or None,
             source=f"web:{request.user.get_username()}",
             priority=data["priority"],
+            capped=True,
         )
     except serializers.ValidationError as exc:
         for line in _errors(exc):
@@ -121,7 +122,7 @@ def job_retry(request, pk):
     form = JobActionForm(request.POST)
     reason = form.cleaned_data["reason"] if form.is_valid() else ""
     try:
-        new = services.retry(job, actor=request.user, reason=reason)
+        new = services.retry(job, actor=request.user, reason=reason, capped=True)
     except (services.Conflict, serializers.ValidationError) as exc:
         messages.error(request, str(exc) if isinstance(exc, services.Conflict) else "; ".join(_errors(exc)))
         return redirect("jobs:job-detail", pk=job.pk)

@@ -98,6 +98,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             source=f"api:{request.user.get_username()}",
             priority=spec["priority"],
             depends=spec["depends"],
+            capped=True,
         )
         return self._accepted_one(job)
 
@@ -110,7 +111,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         specs = [dict(spec) for spec in serializer.validated_data["jobs"]]
         for spec in specs:
             self._check_submit(request.user, spec)
-        jobs = services.submit_batch(specs, actor=request.user, source=f"api:{request.user.get_username()}")
+        jobs = services.submit_batch(
+            specs, actor=request.user, source=f"api:{request.user.get_username()}", capped=True
+        )
         return Response(self._accepted(jobs), status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=JobActionSerializer, responses={202: JobSerializer})
@@ -128,7 +131,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         job, reason = self.get_object(), self._reason(request)
         if not registry.may_submit(request.user, job.opcode):
             raise PermissionDenied(f"only staff may submit {job.opcode} jobs")
-        new = services.retry(job, actor=request.user, reason=reason)
+        new = services.retry(job, actor=request.user, reason=reason, capped=True)
         return self._accepted_one(new)
 
     @extend_schema(

@@ -101,7 +101,7 @@ def test_dependencies_make_a_job_wait_and_default_to_success(sync_jobs):
     second = submit(depends=[first.pk])
     any_end = submit(depends=[[first.pk, []]])
     assert second.status == "waiting"
-    assert second.waiting_for == f"dependency: job {first.pk} (queued)"
+    assert second.waiting_for == f"dependency: job {first.pk}"
     assert second.depends == [[first.pk, ["success"]]]
     assert any_end.depends == [[first.pk, []]]
 

@@ -43,7 +43,7 @@ def test_submit_cancel_retry_through_the_pages(client, alice, sync_jobs):
     client.force_login(alice)
     response = client.post(
         "/provisioning/jobs/submit/",
-        {"opcode": "test.sleep", "params": '{"steps": 2}', "reason": "demo", "priority": "0"},
+        {"opcode": "noop", "params": "{}", "reason": "demo", "priority": "0"},
     )
     job = Job.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/provisioning/jobs/{job.pk}/"

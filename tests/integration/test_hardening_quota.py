@@ -1,0 +1,88 @@
+"""The quota holds under a burst: one user's parallel requests through real HTTP, over several
+server processes, get exactly the limit and the rest are refused naming the rule (issue #13, 1)."""
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from reservations.models import QuotaRule, Reservation
+from tests import processes
+from vclmgr import tokens
+
+pytestmark = pytest.mark.slow
+
+BURST = 12
+LIMIT = 2  # below the site default (3), so the refusal names the rule
+SERVERS = 3
+
+
+@pytest.fixture
+def servers(transactional_db, tmp_path):
+    started = []
+    try:
+        for n in range(SERVERS):
+            folder = tmp_path / f"web{n}"
+            folder.mkdir()
+            started.append(processes.start_asgi(folder))
+        yield started
+    finally:
+        for child in started:
+            child.stop()
+
+
+def _post(url, token, body):
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 (loopback)
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def burst(urls, token, body, count):
+    """``count`` requests released at once, spread over the servers; [(status, body)]."""
+    answers = [None] * count
+    gate = threading.Barrier(count)
+
+    def send(i):
+        gate.wait()
+        answers[i] = _post(f"{urls[i % len(urls)]}/api/v1/reservations/", token, body)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return answers
+
+
+def test_a_burst_of_one_users_requests_gets_exactly_the_quota(servers, make_host, alice):
+    from provisioning.vms import services as vms
+
+    make_host("burst-1", cpus=64, memory_mib=262144, disk_gib=2000)
+    image = vms.create_image(actor="test", name="deb", os="Debian", min_memory_mib=256,
+                             default_vcpus=1, default_memory_mib=512, default_disk_gib=5)  # fmt: skip
+    vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://deb", checksum="",
+                    size_gib=1)  # fmt: skip
+    QuotaRule.objects.create(name="two at a time", max_per_user=LIMIT)
+    _, token = tokens.issue(alice, "burst", write_enabled=True)
+    start = (timezone.now() + timedelta(hours=5)).replace(microsecond=0)
+    body = {"image": image.pk, "start": start.isoformat(), "end": (start + timedelta(hours=1)).isoformat()}
+
+    answers = burst([server.url for server in servers], token, body, BURST)
+
+    statuses = sorted(status for status, _ in answers)
+    assert statuses.count(201) == LIMIT, answers
+    assert statuses.count(400) == BURST - LIMIT, answers
+    for status, answer in answers:
+        if status == 400:
+            assert "rule 'two at a time'" in json.dumps(answer), answer
+    assert Reservation.objects.filter(user=alice).count() == LIMIT
