@@ -137,6 +137,16 @@ if sys.argv[1:2] == ["qcluster"]:
     # Worker processes are long-lived and sync; django-q2 closes "old" connections around
     # every task, which with the default CONN_MAX_AGE=0 means a reconnect per task.
     _db["CONN_MAX_AGE"] = env.int("VCLMGR_WORKER_CONN_MAX_AGE", 300, minimum=0)
+elif _db["ENGINE"] != "django.db.backends.sqlite3":
+    # Web processes share a bounded psycopg pool: a burst waits for a connection (up to the
+    # timeout, then 503 + Retry-After) instead of opening one per request until PostgreSQL's
+    # max_connections refuses the rest. Size it so that processes × size < max_connections.
+    _pool_size = env.int("DATABASE_POOL_SIZE", 10, minimum=0)
+    if _pool_size:
+        _db.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1, "max_size": _pool_size,
+            "timeout": env.float("DATABASE_POOL_TIMEOUT", 10.0, minimum=0.1),
+        }  # fmt: skip
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -10,7 +10,8 @@ dotted paths (``disks.0.size``).
 
 import logging
 
-from django.http import JsonResponse
+from django.db import OperationalError
+from django.http import HttpResponse, JsonResponse
 from rest_framework import status
 from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -18,6 +19,9 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from vclmgr.errors import Conflict
 
 log = logging.getLogger(__name__)
+RETRY_AFTER_SECONDS = 2
+# PostgreSQL's "too many connections" and "cannot connect now" (server starting or stopping).
+_OVERLOAD_SQLSTATES = {"53300", "57P03"}
 
 
 class ConflictError(APIException):
@@ -86,7 +90,31 @@ class ApiJsonErrorsMiddleware:
         return response
 
     def process_exception(self, request, exception):
+        if is_overload(exception):
+            return overloaded(request)
         if not request.path.startswith("/api/"):
             return None
         log.exception("unhandled API error on %s %s", request.method, request.path)
         return JsonResponse(error_body(500, "server_error", "Internal server error."), status=500)
+
+
+def is_overload(exc):
+    """The database has no connection for us now (pool exhausted, server full): try again soon."""
+    if not isinstance(exc, OperationalError):
+        return False
+    cause = exc.__cause__
+    if type(cause).__name__ == "PoolTimeout":  # psycopg_pool, without importing it on SQLite
+        return True
+    return getattr(cause, "sqlstate", None) in _OVERLOAD_SQLSTATES
+
+
+def overloaded(request):
+    """503 with Retry-After: a full database is a reason to come back, never a server error."""
+    log.warning("overloaded: no database connection for %s %s", request.method, request.path)
+    message = "The service is busy; retry shortly."
+    if request.path.startswith("/api/"):
+        response = JsonResponse(error_body(503, "overloaded", message), status=503)
+    else:
+        response = HttpResponse(message, status=503, content_type="text/plain; charset=utf-8")
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
