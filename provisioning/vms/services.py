@@ -23,7 +23,8 @@ from vclmgr.errors import Conflict, InUse
 
 IMAGE_FIELDS = (
     "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib", "default_vcpus",
-    "default_memory_mib", "default_disk_gib", "visibility", "parent", "revert_on_end", "active",
+    "default_memory_mib", "default_disk_gib", "visibility", "parent", "revert_on_end", "active", "user_data",
+    "ready_timeout",
 )  # fmt: skip
 VARIANT_FIELDS = ("hypervisor_type", "format", "location", "checksum", "size_gib")
 ACTIONS = ("start", "stop", "suspend", "resume", "destroy")
@@ -176,6 +177,16 @@ def spec(variant):
         checksum=variant.checksum,
         size_gib=variant.size_gib,
     )
+
+
+def login_protocol(image):
+    """How a user logs into the image's VMs: ``rdp`` for Windows, else ``ssh``."""
+    return "rdp" if "windows" in (image.os or "").lower() else "ssh"
+
+
+def login_port(image):
+    """The guest port of that login service (a VM's own ``port`` says where it is reached)."""
+    return 3389 if login_protocol(image) == "rdp" else 22
 
 
 def _image_event(image):

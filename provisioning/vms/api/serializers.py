@@ -26,7 +26,7 @@ class ImageSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib",
             "default_vcpus", "default_memory_mib", "default_disk_gib", "visibility", "groups", "parent",
-            "revert_on_end", "active", "variants", "created", "updated",
+            "revert_on_end", "active", "user_data", "ready_timeout", "variants", "created", "updated",
         ]  # fmt: skip
         read_only_fields = ["created", "updated"]
 
@@ -48,7 +48,7 @@ class VMSerializer(serializers.ModelSerializer):
         model = VM
         fields = [
             "id", "key", "name", "image", "variant", "host", "host_name", "allocation", "owner", "state", "vcpus",
-            "memory_mib", "disk_gib", "end", "address", "snapshots", "error", "created", "updated",
+            "memory_mib", "disk_gib", "end", "address", "port", "snapshots", "error", "created", "updated",
         ]  # fmt: skip
         read_only_fields = fields
 
