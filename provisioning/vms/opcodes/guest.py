@@ -55,7 +55,7 @@ def answers(address, port, protocol, timeout=2.0):
         return False
 
 
-def wait_answer(vm, address, poll=0.5):
+def wait_answer(vm, address, poll=0.2):
     """Until the VM's login service answers; a temporary DriverError after the image's timeout."""
     protocol, guest_port = services.login_protocol(vm.image), services.login_port(vm.image)
     port = vm.port or guest_port
