@@ -3,7 +3,8 @@ REST API, a real worker process builds a real QEMU VM on the private libvirtd (r
 a ``libvirt`` hypervisor, the image staged into its pool by the driver), the reservation
 becomes ``ready`` only once the guest's SSH server answers, and the test logs in with the
 connection details the API returned: by SSH key, and by the one-time password. Ending it
-leaves no domain, overlay or seed volume in libvirt, and releases the claim."""
+leaves no domain, overlay or seed volume in libvirt, and releases the claim. A guest that
+never answers fails with the reason and leaves nothing; three at once all let their users in."""
 
 import os
 import time
@@ -53,7 +54,8 @@ def kvm_host(libvirtd, libvirt_conn, guest_image, vm_ids):
     yield host, pool
     for dom in libvirt_conn.listAllDomains():  # a failed test must not leave its VMs running
         if dom.name().startswith("vcl-") and str(pool.path) in dom.XMLDesc(0):
-            dom.destroy() if dom.isActive() else None
+            if dom.isActive():
+                dom.destroy()
             dom.undefine()
     pool.close()
 
@@ -137,3 +139,53 @@ def test_a_reservation_gives_a_real_vm_to_log_into_by_key_then_by_password(
     assert_no_secret_kept(password)
     end_and_check_gone(client, rid, worker, libvirt_conn, pool)
     print(f"reserve→ready: {reserve_to_ready:.1f} s (first, staging), {cached_reserve_to_ready:.1f} s (cached)")
+
+
+def test_a_guest_that_never_answers_fails_with_the_reason_and_leaves_nothing(
+    worker, api, alice, kvm_host, libvirt_conn, tmp_path
+):
+    """A disk that boots nothing: QEMU runs, the forward accepts, no SSH banner ever comes."""
+    import subprocess
+
+    host, pool = kvm_host
+    blank = tmp_path / "blank.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(blank), "64M"], check=True, timeout=30)
+    image = vms.create_image(actor="test", name="mute", min_memory_mib=128, default_memory_mib=128,
+                             min_disk_gib=0, default_disk_gib=1, ready_timeout=8)  # fmt: skip
+    vms.add_variant(image, actor="test", hypervisor_type="kvm", format="qcow2", location=str(blank))
+    client = api(alice)
+    rid = reserve(client, image)
+    wait_until(
+        lambda: client.get(f"{URL}{rid}/").json()["status"] == "failed", READY_TIMEOUT, "the failure", worker,
+        interval=0.2,
+    )  # fmt: skip
+    reservation = Reservation.objects.get(pk=rid)
+    assert "guest did not answer on port 22 within 8 s" in reservation.error, reservation.error
+    key = reservation.vm.key
+    assert key not in [d.name() for d in libvirt_conn.listAllDomains()]
+    pool.pool.refresh(0)
+    assert [v.name() for v in pool.pool.listAllVolumes() if v.name().startswith(key)] == []
+    assert not Allocation.objects.filter(host=host, released__isnull=True).exists()
+
+
+def test_three_reservations_at_once_all_become_ready_and_let_their_users_in(
+    transactional_db, tmp_path, api, django_user_model, kvm_host, guest, libvirt_conn
+):
+    from tests import processes
+
+    _host, pool = kvm_host
+    child = processes.start_worker(tmp_path, workers=3)
+    try:
+        people = [django_user_model.objects.create_user(f"user{n}", f"u{n}@example.org", "pw-123456789")
+                  for n in range(3)]  # fmt: skip
+        logins = [new_login() for _ in people]
+        clients = [api(person) for person in people]
+        rids = [reserve(c, guest, ssh_key=login["public"]) for c, login in zip(clients, logins, strict=True)]
+        for client, rid, person, login in zip(clients, rids, people, logins, strict=True):
+            details = wait_ready(client, rid, child)["connection"]
+            out = ssh_run(details["port"], details["user"], "id -un", host=details["address"], pkey=login["pkey"])
+            assert out.split() == [person.username]
+        for client, rid in zip(clients, rids, strict=True):
+            end_and_check_gone(client, rid, child, libvirt_conn, pool)
+    finally:
+        child.stop()
