@@ -150,6 +150,7 @@ class VM(models.Model):
     port = models.PositiveIntegerField(
         null=True, blank=True, help_text="The login port at the address (blank: the usual one, 22 or 3389)."
     )
+    ssh_key = models.TextField(blank=True, help_text="A public key the guest lets its owner in with.")
     snapshots = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
     created = models.DateTimeField(auto_now_add=True)

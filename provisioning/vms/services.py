@@ -197,11 +197,14 @@ def _image_event(image):
 
 
 def request_vm(
-    *, actor, owner, image, vcpus=None, memory_mib=None, disk_gib=None, name="", end=None, allocation=None, reason=""
-):
+    *, actor, owner, image, vcpus=None, memory_mib=None, disk_gib=None, name="", end=None, allocation=None, reason="",
+    ssh_key="",
+):  # fmt: skip
     """Record a VM and submit the ``vm.create`` job that builds it; returns ``(vm, job)``.
 
     ``allocation``: an existing claim to build it on (a reservation's); None: claim now.
+    ``ssh_key``: a public key the guest lets the owner in with (a reservation's VM is given
+    the reservation's login instead).
     """
     errors = {}
     if owner is not None and not visible_images(owner).filter(pk=image.pk).exists():
@@ -223,7 +226,9 @@ def request_vm(
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
-        vm = VM.objects.create(name=name, image=image, owner=owner, end=end, allocation=allocation, **size)
+        vm = VM.objects.create(
+            name=name, image=image, owner=owner, end=end, allocation=allocation, ssh_key=ssh_key.strip(), **size
+        )
         changelog.record(vm, "create", actor, reason=reason or "requested")
         _emit(vm)
         job = jobs.submit("vm.create", {"vm": vm.pk}, actor=actor, submitter=owner, reason=reason or f"create {vm.key}")

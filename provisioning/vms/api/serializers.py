@@ -60,6 +60,10 @@ class VMCreateSerializer(serializers.Serializer):
     memory_mib = serializers.IntegerField(min_value=16, max_value=16 * 1024 * 1024, required=False)
     disk_gib = serializers.IntegerField(min_value=0, max_value=1024 * 1024, required=False)
     end = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    ssh_key = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=4000,
+        help_text="A public key the guest lets its owner in with (blank: the image's own login).",
+    )  # fmt: skip
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -4,8 +4,8 @@
   reservation's login (the name its page shows, its SSH key, the hash of its one-time
   password, which is made here from the encrypted clear one and never stored); an image may
   add its own cloud-config (``Image.user_data``). The instance id is fresh for every seed, so
-  cloud-init applies each seed once. A VM without a reservation gets None (its image's own
-  login).
+  cloud-init applies each seed once. A VM asked for directly gets its owner's login with the
+  SSH key its request gave; without a key, None (the image's own login).
 - ``wait_answer(...)``: "ready means reachable". A VM is ready when its login service
   answers at its address and port with a real greeting (an ``SSH-`` banner; for RDP, an
   X.224 connection confirm), because QEMU user-mode networking accepts a TCP connection
@@ -25,13 +25,16 @@ _RDP_HELLO = bytes.fromhex("030000130ee000000000000100080003000000")
 
 def guest_login(vm):
     reservation = vm.reservations.order_by("-pk").first()
-    if reservation is None:
+    if reservation is not None:
+        password, key = reservation.get_password(), reservation.ssh_key
+        login = reservation.connect_user or cloudinit.login_name(reservation.user.get_username())
+    elif vm.owner is not None:  # a VM asked for directly: its owner, by the key the request gave
+        password, key, login = "", vm.ssh_key, cloudinit.login_name(vm.owner.get_username())
+    else:
         return None
-    password = reservation.get_password()
-    keys = tuple(line for line in reservation.ssh_key.splitlines() if line.strip())
+    keys = tuple(line for line in key.splitlines() if line.strip())
     if not password and not keys:
         return None
-    login = reservation.connect_user or cloudinit.login_name(reservation.user.get_username())
     return cloudinit.GuestLogin(
         instance_id=f"{vm.key}-{secrets.token_hex(8)}",
         hostname=vm.key,

@@ -148,3 +148,11 @@ def test_a_guest_that_never_answers_is_retried_then_fails_with_the_reason(
 
     assert not Allocation.objects.filter(released__isnull=True).exists()
     assert not SimVM.objects.exclude(state="destroyed").exists()
+
+
+def test_a_vm_asked_for_through_the_api_with_a_key_lets_its_owner_in(sim_host, image, alice, api, sync_jobs):
+    response = api(alice).post("/api/v1/vms/", {"image": image.pk, "ssh_key": KEY}, format="json")
+    assert response.status_code == 202, response.content
+    sync_jobs.drain()
+    login = vm_spec(built(VM.objects.get(pk=response.json()["vm"]))).guest
+    assert (login.login, login.ssh_keys, login.password_hash) == ("alice", (KEY,), None)
