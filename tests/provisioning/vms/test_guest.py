@@ -156,3 +156,11 @@ def test_a_vm_asked_for_through_the_api_with_a_key_lets_its_owner_in(sim_host, i
     sync_jobs.drain()
     login = vm_spec(built(VM.objects.get(pk=response.json()["vm"]))).guest
     assert (login.login, login.ssh_keys, login.password_hash) == ("alice", (KEY,), None)
+
+
+def test_the_reservation_page_shows_a_forwarded_port(sim_host, image, alice, client, sync_jobs):
+    reservation = reserve(alice, image, sync_jobs)
+    VM.objects.filter(pk=reservation.vm_id).update(port=40222)
+    client.force_login(alice)
+    page = client.get(f"/reservations/{reservation.pk}/").content.decode()
+    assert 'id="connect-port">40222<' in page and "ssh -p 40222 alice@" in page
