@@ -7,14 +7,25 @@ For each boot mode (``disk``: SYSLINUX from the qcow2 overlay, as real images bo
 guest with a fresh NoCloud seed until (1) the QEMU guest agent answers ``guest-ping`` and
 (2) the guest's SSH server sends its banner through the 127.0.0.1 forward, then (3) an SSH
 login with the seed's key runs ``id -un``. p50 over ``--runs`` guests one after another, then
-``--together`` guests started at once (p50 and the slowest). vclmgr's reserve-to-ready column
-comes when the libvirt driver is wired to the guest contract (issue 14).
+``--together`` guests started at once (p50 and the slowest).
+
+Then (``--vclmgr``, the default) the same image through vclmgr itself: a fresh SQLite
+database, the private libvirtd registered as a ``libvirt`` host (``domain_type`` qemu,
+user-mode network), a real qcluster worker, and ``reservations.services.reserve`` (what the
+API's POST calls) timed until the reservation is ``ready`` (the guest's SSH banner seen by
+vclmgr), then an SSH login with the reservation's key; p50 over ``--runs`` and for
+``--together`` at once, the staging time of the image's first (cold) and later (cached) use,
+and where the time goes (p50 of each ``vm.create`` step, and settle: VM running → ready).
 Starts its own private libvirtd unless one from a test run is up (tests/realvm.py).
 """
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -44,12 +55,135 @@ def row(label, samples):
     return f"{label:<28} {cols[0]:>10.2f} {cols[1]:>10.2f} {cols[2]:>12.2f}"
 
 
+# --- vclmgr's reserve-to-ready (a child process: its own Django settings and database) ---------
+
+
+def vclmgr_child(args):
+    """Runs in a child with DATABASE_URL set: prints one JSON line of measurements."""
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vclmgr.settings")
+    django.setup()
+    import libvirt
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from inventory import services as inventory
+    from provisioning.jobs.models import Job
+    from provisioning.vms import services as vms
+    from provisioning.vms.models import VM, HostImage
+    from reservations import services as reservations
+    from reservations.models import Reservation
+
+    call_command("migrate", verbosity=0)
+    image_info = realvm.guest_image()
+    daemon = realvm.Libvirtd.acquire()
+    conn = libvirt.open(daemon.uri)
+    pool = realvm.Pool(conn, image_info, name=f"{realvm.PREFIX}bench-vclmgr", stage=False)
+    worker = subprocess.Popen(
+        [sys.executable, "manage.py", "qcluster"], cwd=realvm.ROOT, start_new_session=True,
+        env={**os.environ, "VCLMGR_WORKERS": str(max(2, args.together)), "LOG_LEVEL": "WARNING"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        inventory.create_hypervisor(
+            actor="bench", name="kvm-local", address="127.0.0.1", driver="libvirt", uri=daemon.uri, cpus=2,
+            memory_mib=4096, disk_gib=50, cpu_ratio=8,
+            driver_options={"domain_type": "qemu", "pool": pool.name, "network": "user", "name": "kvm-local"},
+        )  # fmt: skip
+        image = vms.create_image(actor="bench", name="bench-guest", min_memory_mib=128, default_memory_mib=256,
+                                 min_disk_gib=0, default_disk_gib=1)  # fmt: skip
+        vms.add_variant(image, actor="bench", hypervisor_type="kvm", format="qcow2",
+                        location=str(image_info["dir"] / "disk.qcow2"))  # fmt: skip
+        users = [get_user_model().objects.create_user(f"bench{n}") for n in range(args.together)]
+
+        def reserve(user):
+            login = new_login()
+            t0 = time.monotonic()
+            reservation = reservations.reserve(user, image, actor=user, duration=timezone.timedelta(hours=1),
+                                               ssh_key=login["public"])  # fmt: skip
+            while (r := Reservation.objects.select_related("vm").get(pk=reservation.pk)).status != "ready":
+                if r.status in ("failed", "ended"):
+                    raise RuntimeError(f"reservation {r.pk} {r.status}: {r.error}")
+                time.sleep(0.05)
+            ready = time.monotonic() - t0
+            details = reservations.connection(r)
+            out = ssh_run(details["port"], details["user"], "id -un", host=details["address"], pkey=login["pkey"])
+            assert out.strip() == details["user"]
+            return r, ready
+
+        def end(reservation):
+            reservations.end(reservation, actor="bench")
+            while Reservation.objects.get(pk=reservation.pk).status != "ended":
+                time.sleep(0.05)
+
+        def steps(reservation):
+            job = Job.objects.filter(opcode="vm.create", params__vm=reservation.vm_id).first()
+            times = [(s["name"], timezone.datetime.fromisoformat(s["ended"])) for s in job.steps]
+            out, before = {}, job.started
+            for name, ended in times:
+                out[name] = (ended - before).total_seconds()
+                before = ended
+            ready_at = reservation.history.filter(status="ready").first().at
+            out["settle"] = (ready_at - VM.objects.get(pk=reservation.vm_id).updated).total_seconds()
+            out["queued"] = (job.started - job.received).total_seconds()
+            return out
+
+        serial, breakdown = [], []
+        for n in range(args.runs):
+            reservation, ready = reserve(users[0])
+            serial.append(ready)
+            breakdown.append(steps(reservation))
+            end(reservation)
+            if n == 0:
+                staged = HostImage.objects.get()
+                cold = (staged.staged_at - staged.started).total_seconds()
+        with ThreadPoolExecutor(args.together) as ex:
+            together = list(ex.map(reserve, users))
+        for reservation, _ in together:
+            end(reservation)
+        cached = statistics.median(b["stage"] for b in breakdown[1:]) if len(breakdown) > 1 else None
+        print(json.dumps({
+            "first": serial[0], "serial": serial, "together": [t for _, t in together], "stage_cold": cold,
+            "stage_cached": cached,
+            "steps": {k: statistics.median(b[k] for b in breakdown[1:] or breakdown) for k in breakdown[0]},
+        }))  # fmt: skip
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, 9)
+            worker.wait()
+        pool.close()
+        conn.close()
+        daemon.release()
+
+
+def vclmgr_rows(args):
+    with tempfile.TemporaryDirectory(prefix="vclmgr-bench-") as tmp:
+        env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp}/db.sqlite3", "DEBUG": "1", "REDIS_URL": "",
+               "VCLMGR_QUEUE_NAME": f"bench-{os.getpid()}"}  # fmt: skip
+        child = subprocess.run(
+            [sys.executable, __file__, "--vclmgr-child", "--runs", str(args.runs), "--together", str(args.together)],
+            env=env, cwd=realvm.ROOT, capture_output=True, text=True, timeout=3600,
+        )  # fmt: skip
+    if child.returncode:
+        raise SystemExit(f"vclmgr bench failed:\n{child.stderr[-4000:]}")
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--boot", default="disk,kernel")
     parser.add_argument("--together", type=int, default=3)
+    parser.add_argument("--no-vclmgr", action="store_true", help="only the raw boot")
+    parser.add_argument("--vclmgr-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.vclmgr_child:
+        return vclmgr_child(args)
 
     import libvirt
 
@@ -81,6 +215,18 @@ def main():
     print(f"{'seconds from define+start':<28} {'agent ping':>10} {'SSH banner':>10} {'SSH login':>12}")
     for line in lines:
         print(line)
+    if args.no_vclmgr:
+        return None
+    got = vclmgr_rows(args)
+    print("\nvclmgr (disk boot, user-mode network): API reserve → ready (SSH banner), then an SSH login")
+    print(f"{'reserve → ready, first (cold image)':<40} {got['first']:>8.2f} s")
+    print(f"{f'reserve → ready, one at a time (p50 of {args.runs})':<40} {statistics.median(got['serial']):>8.2f} s")
+    print(f"{f'reserve → ready, {args.together} at once (p50)':<40} {statistics.median(got['together']):>8.2f} s")
+    print(f"{f'reserve → ready, {args.together} at once (max)':<40} {max(got['together']):>8.2f} s")
+    cached = f"{got['stage_cached']:.2f}" if got["stage_cached"] is not None else "-"
+    print(f"{'staging: cold / cached':<40} {got['stage_cold']:>8.2f} s / {cached} s")
+    print("where the time goes (p50, s): " + ", ".join(f"{k} {v:.2f}" for k, v in got["steps"].items()))
+    return None
 
 
 if __name__ == "__main__":

@@ -192,6 +192,11 @@ class Hypervisor(models.Model):
     state_changed_at = models.DateTimeField(null=True, blank=True)
 
     tags = TaggableManager(blank=True)
+    driver_options = models.JSONField(
+        default=dict, blank=True,
+        help_text='Options for this host\'s driver, over VCLMGR_DRIVER_OPTIONS (libvirt: {"domain_type": "qemu", '
+        '"pool": "vms", "network": "default", "cpu_mode": "host-model"}).',
+    )  # fmt: skip
     facts = models.JSONField(default=dict, blank=True, help_text="As last reported by the driver.")
     facts_updated_at = models.DateTimeField(null=True, blank=True, help_text="When the driver last reported.")
 

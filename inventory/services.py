@@ -42,7 +42,7 @@ IN_USE_CHECKERS = []
 HOST_FIELDS = [
     "name", "address", "driver", "uri", "credential", "blade_center", "slot", "group",
     "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
-    "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles",
+    "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles", "driver_options",
 ]  # fmt: skip
 CREDENTIAL_FIELDS = ["name", "username", "description"]
 GROUP_FIELDS = ["name", "alloc_policy", "exclusive_storage", "placement_policy", "iallocator", "description"]

@@ -28,6 +28,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from provisioning.capacity import services as capacity
+from provisioning.drivers import cloudinit
 from provisioning.jobs import services as jobs
 from provisioning.placement import refusals as placement_reasons
 from provisioning.placement.result import format_time
@@ -320,6 +321,9 @@ def provision(reservation_id, reason="building the VM", *, actor):
     if reservation is None:
         return None
     with transaction.atomic():
+        # The guest is given the login at its first boot, so it is made before the VM (once: a retry keeps it).
+        login = _login(reservation)
+        Reservation.objects.filter(pk=reservation.pk).update(**login)
         reservation.attempts += 1
         vm, job = vms.request_vm(
             actor=actor,
@@ -392,17 +396,12 @@ def _retry_elsewhere(reservation, failed_hosts, why, *, actor):
 
 
 def _ready(reservation, vm, *, actor):
-    password = "" if reservation.ssh_key else secrets.token_urlsafe(12)
-    probe = Reservation(connect_secret="")
-    probe.set_password(password)
-    user = reservation.user.get_username() if reservation.user else "vcl"
     done = _move(
         reservation.pk,
         S.PROVISIONING,
         S.READY,
         f"ready on {vm.host.name if vm.host else '?'} at {vm.address or 'an unknown address'}",
-        connect_user=_login_name(user),
-        connect_secret=probe.connect_secret,
+        **_login(reservation),
         error="",
     )
     if done is not None and reservation.image.revert_on_end:
@@ -412,9 +411,18 @@ def _ready(reservation, vm, *, actor):
     return {"status": S.READY, "vm": vm.pk, "address": vm.address}
 
 
-def _login_name(name):
-    cleaned = "".join(c if c.isalnum() or c in "._-" else "_" for c in name.lower())[:32]
-    return cleaned or "vcl"
+def _login(reservation):
+    """The login fields the reservation lacks: its POSIX user name, and a one-time password
+    when it has no SSH key (kept encrypted; the VM's seed carries only its hash)."""
+    values = {}
+    if not reservation.connect_user:
+        user = reservation.user.get_username() if reservation.user else "vcl"
+        values["connect_user"] = cloudinit.login_name(user)
+    if not reservation.ssh_key and not reservation.connect_secret:
+        probe = Reservation(connect_secret="")
+        probe.set_password(secrets.token_urlsafe(12))
+        values["connect_secret"] = probe.connect_secret
+    return values
 
 
 def _release(reservation, reason, *, actor):
@@ -541,14 +549,20 @@ def connection(reservation):
     if reservation.status != S.READY or vm is None:
         return None
     address = vm.address or ""
-    rdp = "windows" in (reservation.image.os or "").lower()
+    rdp = vms.login_protocol(reservation.image) == "rdp"
+    port = vm.port or vms.login_port(reservation.image)
+    if rdp:
+        command = f"mstsc /v:{address}" + (f":{port}" if port != 3389 else "")
+    else:
+        command = f"ssh {'' if port == 22 else f'-p {port} '}{reservation.connect_user}@{address}"
     return {
         "address": address,
+        "port": port,
         "user": reservation.connect_user,
         "password": reservation.get_password(),
         "ssh_key": bool(reservation.ssh_key),
         "protocol": "rdp" if rdp else "ssh",
-        "command": f"ssh {reservation.connect_user}@{address}" if not rdp else f"mstsc /v:{address}",
+        "command": command,
     }
 
 
@@ -556,7 +570,9 @@ def rdp_file(reservation):
     details = connection(reservation)
     if details is None:
         return None
-    return f"full address:s:{details['address']}\r\nusername:s:{details['user']}\r\nprompt for credentials:i:1\r\n"
+    custom = details["protocol"] == "rdp" and details["port"] != 3389
+    where = details["address"] + (f":{details['port']}" if custom else "")
+    return f"full address:s:{where}\r\nusername:s:{details['user']}\r\nprompt for credentials:i:1\r\n"
 
 
 # --- block allocations ------------------------------------------------------------------

@@ -228,7 +228,7 @@ def guest_image():
 class Pool:
     """A transient directory pool holding the staged base image, overlays and seeds."""
 
-    def __init__(self, conn, image, name=None):
+    def __init__(self, conn, image, name=None, stage=True):
         import libvirt
 
         self.conn = conn
@@ -243,7 +243,8 @@ class Pool:
             conn.storagePoolLookupByName(self.name).destroy()
         xml = f"<pool type='dir'><name>{self.name}</name><target><path>{self.path}</path></target></pool>"
         self.pool = conn.storagePoolCreateXML(xml, 0)
-        self.base = self.stage("disk.qcow2", "base.qcow2")
+        # stage=False: an empty pool, for vclmgr's own driver to stage the image into.
+        self.base = self.stage("disk.qcow2", "base.qcow2") if stage else None
 
     def stage(self, src_name, dst_name):
         """Copy a file of the image into the pool once (what a driver's stage_image does)."""
@@ -473,10 +474,10 @@ def seed_for(user):
     return cloudinit.seed_iso(cloudinit.seed_files(guest))
 
 
-def ssh_run(port, login, command, **auth):
+def ssh_run(port, login, command, host="127.0.0.1", **auth):
     client = paramiko.SSHClient()
     client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a fresh guest: its host key is new
-    client.connect("127.0.0.1", port=port, username=login, timeout=30, banner_timeout=30, auth_timeout=60,
+    client.connect(host, port=port, username=login, timeout=30, banner_timeout=30, auth_timeout=60,
                    allow_agent=False, look_for_keys=False, **auth)
     try:
         _, stdout, stderr = client.exec_command(command, timeout=60)

@@ -112,7 +112,7 @@ class HypervisorSerializer(ServiceSerializer):
         fields = [
             "id", "name", "address", "driver", "hypervisor_type", "uri", "credential", "blade_center", "slot",
             "group", "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
-            "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles",
+            "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles", "driver_options",
             "state", "state_reason", "state_changed_by", "state_changed_at", "tags", "facts", "facts_updated_at",
             "created", "updated",
         ]

@@ -135,7 +135,9 @@ class ImageVariantSpec:
 class VMSpec:
     """What to create. ``network``: a libvirt network (or ``bridge:<name>``), a vSphere port
     group, or a sim DHCP pool name. ``extra``: driver-specific knobs, e.g.
-    ``{"vmware.extra_config": {...}, "vmware.guest_id": "ubuntu64Guest"}``."""
+    ``{"vmware.extra_config": {...}, "vmware.guest_id": "ubuntu64Guest"}``; ``guest_port``:
+    the port of the guest's login service (22, or 3389 for RDP), which a driver that
+    forwards ports forwards."""
 
     key: str
     vcpus: int
@@ -207,6 +209,9 @@ class Driver:
     """Base class; see the module docstring for the contract every method keeps."""
 
     kind = ""  # its name in provisioning/drivers/registry.py, which says what the kind runs
+    # Its VMs run a real guest OS: a VM is ready only once its login service answers (the
+    # simulators' VMs are ready when they have an address).
+    boots_guests = False
 
     @property
     def hypervisor_type(self):
@@ -286,6 +291,11 @@ class Driver:
 
     def address(self, key) -> str | None:
         raise NotImplementedError
+
+    def port(self, key, guest_port):
+        """Where the guest's ``guest_port`` is reached at ``address(key)``: itself, unless the
+        driver forwards it (libvirt's user-mode network: a port on the host's 127.0.0.1)."""
+        return guest_port
 
     def state(self, key) -> VMState:
         raise NotImplementedError

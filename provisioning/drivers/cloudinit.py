@@ -34,6 +34,7 @@ LABEL = "cidata"
 HASH_ROUNDS = 5000
 
 _LOGIN = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_LOGIN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*$")
 _HASH = re.compile(r"^\$6\$(rounds=\d+\$)?[./0-9A-Za-z]{1,16}\$[./0-9A-Za-z]{86}$")
@@ -74,6 +75,18 @@ class GuestLogin:
             raise SeedError("the login needs a password hash or at least one SSH key")
         if not self.instance_id or "\n" in self.instance_id:
             raise SeedError("instance_id: must be one non-empty line")
+
+
+def login_name(name, fallback="vcl"):
+    """A POSIX user name for ``name`` (a vclmgr username): lower-case ASCII letters, digits,
+    '_' and '-', starting with a letter or '_', at most 32; ``fallback`` when nothing is left
+    or the name is root. The reservation page shows the same name the guest is given."""
+    cleaned = "".join(c if c in _LOGIN_CHARS else "_" for c in name.lower())[:32]
+    if cleaned and not (cleaned[0].isalpha() or cleaned[0] == "_"):
+        cleaned = ("u" + cleaned)[:32]
+    if not cleaned.strip("_") or cleaned == "root":
+        return fallback
+    return cleaned
 
 
 def password_hash(password, rounds=HASH_ROUNDS):

@@ -104,16 +104,22 @@ def options_for(name):
 
 
 def driver_for(host):
-    """The driver of an inventory host, with its credential and its kind's options."""
+    """The driver of an inventory host, with its credential and options: its kind's
+    (``VCLMGR_DRIVER_OPTIONS``), then the host's own ``driver_options``, then the kind's
+    ``options_setting`` (the simulator's test knobs)."""
     from django.conf import settings
 
     spec = kind(host.driver)
     credentials = None
     if host.credential_id:
         credentials = {"username": host.credential.username, "password": host.credential.get_secret()}
+    own = getattr(host, "driver_options", None) or {}
+    if not isinstance(own, dict):
+        raise Invalid(f"host {host.name}: driver_options must be a JSON object, not {type(own).__name__}")
     options = {
         **options_for(spec.name),
         **{field: getattr(host, field) for field in spec.host_options},
+        **own,
         **(getattr(settings, spec.options_setting) if spec.options_setting else {}),
     }
     return get_driver(spec.name, host.connection_uri, credentials, options)

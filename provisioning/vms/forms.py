@@ -39,10 +39,11 @@ class ImageForm(forms.ModelForm):
     class Meta:
         model = Image
         fields = [*services.IMAGE_FIELDS, "groups"]
-        widgets = {"description": forms.Textarea(attrs={"rows": 3})}
+        widgets = {"description": forms.Textarea(attrs={"rows": 3}), "user_data": forms.Textarea(attrs={"rows": 4})}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["ready_timeout"].required = False  # blank: the model's default
         parents = Image.objects.order_by("name")
         if self.instance.pk:
             parents = parents.exclude(pk=self.instance.pk)
@@ -51,6 +52,8 @@ class ImageForm(forms.ModelForm):
     def service_fields(self):
         """(fields, groups) for ``services.create_image`` / ``update_image``."""
         data = dict(self.cleaned_data)
+        if data.get("ready_timeout") is None:
+            data["ready_timeout"] = Image._meta.get_field("ready_timeout").default
         return {name: data[name] for name in services.IMAGE_FIELDS}, data["groups"]
 
 

@@ -38,6 +38,15 @@ class Image(models.Model):
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="derived")
     revert_on_end = models.BooleanField(default=False, help_text="Revert to a snapshot instead of destroying.")
     active = models.BooleanField(default=True, help_text="Inactive images cannot be used for new VMs.")
+    user_data = models.TextField(
+        blank=True,
+        help_text="The image's own #cloud-config, merged into every VM's seed (it cannot change the user's login).",
+    )
+    ready_timeout = models.PositiveIntegerField(
+        default=120,
+        validators=[MinValueValidator(1)],
+        help_text="Seconds a booted guest has to answer on its login port before the VM counts as failed.",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -138,6 +147,10 @@ class VM(models.Model):
     disk_gib = models.PositiveIntegerField()
     end = models.DateTimeField(null=True, blank=True, help_text="When the claim ends (blank: open).")
     address = models.GenericIPAddressField(null=True, blank=True)
+    port = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The login port at the address (blank: the usual one, 22 or 3389)."
+    )
+    ssh_key = models.TextField(blank=True, help_text="A public key the guest lets its owner in with.")
     snapshots = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
     created = models.DateTimeField(auto_now_add=True)

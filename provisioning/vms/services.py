@@ -23,7 +23,8 @@ from vclmgr.errors import Conflict, InUse
 
 IMAGE_FIELDS = (
     "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib", "default_vcpus",
-    "default_memory_mib", "default_disk_gib", "visibility", "parent", "revert_on_end", "active",
+    "default_memory_mib", "default_disk_gib", "visibility", "parent", "revert_on_end", "active", "user_data",
+    "ready_timeout",
 )  # fmt: skip
 VARIANT_FIELDS = ("hypervisor_type", "format", "location", "checksum", "size_gib")
 ACTIONS = ("start", "stop", "suspend", "resume", "destroy")
@@ -178,6 +179,16 @@ def spec(variant):
     )
 
 
+def login_protocol(image):
+    """How a user logs into the image's VMs: ``rdp`` for Windows, else ``ssh``."""
+    return "rdp" if "windows" in (image.os or "").lower() else "ssh"
+
+
+def login_port(image):
+    """The guest port of that login service (a VM's own ``port`` says where it is reached)."""
+    return 3389 if login_protocol(image) == "rdp" else 22
+
+
 def _image_event(image):
     return {"id": image.pk, "name": image.name, "active": image.active}
 
@@ -186,11 +197,14 @@ def _image_event(image):
 
 
 def request_vm(
-    *, actor, owner, image, vcpus=None, memory_mib=None, disk_gib=None, name="", end=None, allocation=None, reason=""
-):
+    *, actor, owner, image, vcpus=None, memory_mib=None, disk_gib=None, name="", end=None, allocation=None, reason="",
+    ssh_key="",
+):  # fmt: skip
     """Record a VM and submit the ``vm.create`` job that builds it; returns ``(vm, job)``.
 
     ``allocation``: an existing claim to build it on (a reservation's); None: claim now.
+    ``ssh_key``: a public key the guest lets the owner in with (a reservation's VM is given
+    the reservation's login instead).
     """
     errors = {}
     if owner is not None and not visible_images(owner).filter(pk=image.pk).exists():
@@ -212,7 +226,9 @@ def request_vm(
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
-        vm = VM.objects.create(name=name, image=image, owner=owner, end=end, allocation=allocation, **size)
+        vm = VM.objects.create(
+            name=name, image=image, owner=owner, end=end, allocation=allocation, ssh_key=ssh_key.strip(), **size
+        )
         changelog.record(vm, "create", actor, reason=reason or "requested")
         _emit(vm)
         job = jobs.submit("vm.create", {"vm": vm.pk}, actor=actor, submitter=owner, reason=reason or f"create {vm.key}")

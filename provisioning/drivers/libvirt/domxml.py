@@ -8,7 +8,10 @@ import uuid
 import xml.etree.ElementTree as ET
 
 NAMESPACE = "https://vclmgr.example.org/xmlns/libvirt/1"
+QEMU_NAMESPACE = "http://libvirt.org/schemas/domain/qemu/1.0"
 ET.register_namespace("vclmgr", NAMESPACE)
+ET.register_namespace("qemu", QEMU_NAMESPACE)
+USER_NETWORK = "user"  # the network option for QEMU user-mode networking (one-machine setups)
 _UUID_NS = uuid.UUID("3c4d1a6e-6f0b-4a55-9d7e-5b1d0d1f6a01")
 
 
@@ -31,18 +34,30 @@ def _sub(parent, tag, text=None, **attrs):
     return element
 
 
-def domain_xml(spec, *, domain_type, disk_path, disk_format="qcow2"):
-    """The persistent definition of the VM: vcpus, memory, the overlay disk, one NIC, a serial console."""
+def domain_xml(
+    spec, *, domain_type, disk_path, disk_format="qcow2", seed_path=None, cpu_mode=None, network=None,
+    forward_port=None,
+):  # fmt: skip
+    """The persistent definition of the VM: vcpus, memory, the overlay disk, the NoCloud seed
+    as a read-only CD-ROM (``seed_path``), one NIC, a serial console, the guest agent channel.
+
+    ``cpu_mode``: ``host-model``, ``host-passthrough``, ``maximum`` or ``custom:<model>``;
+    None: QEMU's default CPU. ``network`` (default ``spec.network``): a libvirt network,
+    ``bridge:<name>``, or ``user``: QEMU user-mode networking with ``restrict=on`` (no route
+    out of the guest, not even to the host) and one forward, ``127.0.0.1:forward_port`` to the
+    guest's ``spec.extra["guest_port"]`` (libvirt 9's ``<interface type='user'>`` cannot
+    forward without passt, hence ``<qemu:commandline>``).
+    """
+    network = network or spec.network
     root = ET.Element("domain", {"type": domain_type})
     _sub(root, "name", spec.key)
     _sub(root, "uuid", domain_uuid(spec))
     _sub(root, "title", f"vclmgr {spec.key} ({spec.image.name})")
     metadata = _sub(root, "metadata")
-    ET.SubElement(
-        metadata,
-        f"{{{NAMESPACE}}}vm",
-        {"key": spec.key, "fingerprint": spec.fingerprint(), "image": spec.image.name},
-    )
+    mine = {"key": spec.key, "fingerprint": spec.fingerprint(), "image": spec.image.name}
+    if forward_port:
+        mine["port"] = str(forward_port)
+    ET.SubElement(metadata, f"{{{NAMESPACE}}}vm", mine)
     _sub(root, "memory", spec.memory_mib, unit="MiB")
     _sub(root, "currentMemory", spec.memory_mib, unit="MiB")
     _sub(root, "vcpu", spec.vcpus, placement="static")
@@ -52,8 +67,11 @@ def domain_xml(spec, *, domain_type, disk_path, disk_format="qcow2"):
     features = _sub(root, "features")
     _sub(features, "acpi")  # graceful shutdown is an ACPI power button press
     _sub(features, "apic")
-    if domain_type in ("kvm", "qemu"):
-        _sub(root, "cpu", mode="host-model")  # migratable between unlike hosts, unlike passthrough
+    if cpu_mode and cpu_mode.startswith("custom:"):
+        cpu = _sub(root, "cpu", mode="custom", match="exact")
+        _sub(cpu, "model", cpu_mode.removeprefix("custom:"), fallback="allow")
+    elif cpu_mode:
+        _sub(root, "cpu", mode=cpu_mode)
     _sub(root, "clock", offset="utc")
     _sub(root, "on_poweroff", "destroy")
     _sub(root, "on_reboot", "restart")
@@ -64,14 +82,31 @@ def domain_xml(spec, *, domain_type, disk_path, disk_format="qcow2"):
     _sub(disk, "driver", name="qemu", type=disk_format, cache="none")
     _sub(disk, "source", file=disk_path)
     _sub(disk, "target", dev="vda", bus="virtio")
-    devices.append(interface_xml(spec.network, mac_address(spec.key)))
+    if seed_path:
+        cdrom = _sub(devices, "disk", type="file", device="cdrom")
+        _sub(cdrom, "driver", name="qemu", type="raw")
+        _sub(cdrom, "source", file=seed_path)
+        _sub(cdrom, "target", dev="hdc", bus="ide")
+        _sub(cdrom, "readonly")
+    if network != USER_NETWORK:
+        devices.append(interface_xml(network, mac_address(spec.key)))
     serial = _sub(devices, "serial", type="pty")
     _sub(serial, "target", port=0)
     console = _sub(devices, "console", type="pty")
     _sub(console, "target", type="serial", port=0)
     agent = _sub(devices, "channel", type="unix")  # the guest agent reports addresses without DHCP
     _sub(agent, "target", type="virtio", name="org.qemu.guest_agent.0")
+    if network == USER_NETWORK:
+        root.append(user_network_xml(forward_port, spec.extra.get("guest_port", 22), mac_address(spec.key)))
     return ET.tostring(root, encoding="unicode")
+
+
+def user_network_xml(port, guest_port, mac):
+    args = ET.Element(f"{{{QEMU_NAMESPACE}}}commandline")
+    netdev = f"user,id=vclnet0,restrict=on,hostfwd=tcp:127.0.0.1:{int(port)}-:{int(guest_port)}"
+    for value in ("-netdev", netdev, "-device", f"virtio-net-pci,netdev=vclnet0,mac={mac},addr=0x10"):
+        ET.SubElement(args, f"{{{QEMU_NAMESPACE}}}arg", {"value": value})
+    return args
 
 
 def interface_xml(network, mac):

@@ -1,10 +1,21 @@
 """The libvirt driver (KVM/QEMU, and libvirt's own ``test://`` driver in tests).
 
-``LibvirtDriver(uri, credentials={"username", "password"}, options={...})``. Options:
-``pool`` (storage pool for images and disks; default ``default``, or the only pool),
+``LibvirtDriver(uri, credentials={"username", "password"}, options={...})``. Options (per
+driver in ``VCLMGR_DRIVER_OPTIONS["libvirt"]``, per host in ``Hypervisor.driver_options``):
+``pool`` (storage pool for images, disks and seeds; default ``default``, or the only pool),
 ``name`` (host name to report; default the node's host name, or the node file's name for
-``test:///…xml``), ``domain_type`` (default ``kvm``; ``test`` on the test driver),
+``test:///…xml``), ``domain_type`` (``kvm``, default; ``qemu`` for software emulation;
+``test`` on the test driver), ``cpu_mode`` (``host-model``, the default under ``kvm``;
+``host-passthrough``, ``maximum``, ``custom:<model>``, or ``none`` for QEMU's default, the
+default under ``qemu``, which cannot use a host CPU mode), ``network`` (a libvirt network,
+``bridge:<name>``, or ``user``: QEMU user-mode networking, the guest's login port forwarded
+from a free port on the host's 127.0.0.1, for a one-machine setup; default the spec's),
 ``stop_timeout`` (seconds a graceful stop may take, default 120).
+
+The guest: a spec with ``guest`` gets a cloud-init NoCloud seed (``cloudinit.seed_iso``),
+uploaded as the volume ``<key>-seed.iso`` beside its overlay and attached as a read-only
+CD-ROM. The seed is part of the VM: a retried create adopts the domain and makes no second
+seed, ``destroy`` deletes it with the overlay (it holds the password hash).
 
 Images: ``stage_image`` uploads a verified qcow2/raw file into the pool as
 ``<image>-<checksum12>.<fmt>`` (uploaded under ``.part`` and copied into place, so a transfer
@@ -24,16 +35,18 @@ state, so that state lives exactly as long as this process.
 """
 
 import os
+import socket
 import urllib.parse
 
 import libvirt
 
-from provisioning.drivers import base
+from provisioning.drivers import base, cloudinit
 from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, VMInfo, VMState
 from provisioning.drivers.libvirt import domxml
 from provisioning.drivers.libvirt.connection import NOT_FOUND, connections, translate, translated
 
 GIB = 1 << 30
+CPU_MODES = ("host-model", "host-passthrough", "maximum", "none")
 
 
 class LibvirtDriver(base.Driver):
@@ -44,6 +57,27 @@ class LibvirtDriver(base.Driver):
         if not uri or "://" not in uri:
             raise Invalid(f"{uri!r} is not a libvirt URI (e.g. qemu+ssh://root@host/system)")
         self.emulated = uri.startswith("test:")
+        self.boots_guests = not self.emulated
+        self._check_options()
+
+    def _check_options(self):
+        domain_type, cpu_mode = self._domain_type(), self.options.get("cpu_mode")
+        if not isinstance(domain_type, str) or not domain_type:  # libvirt itself refuses an unknown type
+            raise Invalid(f"libvirt option domain_type {domain_type!r}: e.g. kvm or qemu")
+        if cpu_mode is not None and not (
+            cpu_mode in CPU_MODES or (isinstance(cpu_mode, str) and cpu_mode.startswith("custom:") and cpu_mode[7:])
+        ):
+            raise Invalid(f"libvirt option cpu_mode {cpu_mode!r}: one of {', '.join(CPU_MODES)} or custom:<model>")
+        if domain_type == "qemu" and str(cpu_mode).startswith("host-"):
+            raise Invalid(f"libvirt option cpu_mode {cpu_mode!r} needs domain_type kvm (emulation has no host CPU)")
+        for name in ("pool", "network"):
+            value = self.options.get(name)
+            if value is not None and (not isinstance(value, str) or not value or any(c in value for c in "<>&'\" \n")):
+                raise Invalid(f"libvirt option {name} {value!r}: not a name")
+
+    def _cpu_mode(self):
+        mode = self.options.get("cpu_mode", "host-model" if self._domain_type() == "kvm" else "none")
+        return None if mode == "none" else mode  # host-model: migratable between unlike hosts, unlike passthrough
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -185,6 +219,10 @@ class LibvirtDriver(base.Driver):
         return final.path()
 
     def _upload(self, vol, path, size):
+        with open(path, "rb") as handle:
+            self._send(vol, iter(lambda: handle.read(1 << 20), b""), size)
+
+    def _send(self, vol, chunks, size):
         stream = self.conn.newStream(0)
         try:
             vol.upload(stream, 0, size, 0)
@@ -193,8 +231,8 @@ class LibvirtDriver(base.Driver):
                 return  # the test driver keeps no volume content; the checksum was verified already
             raise translate(exc, f"upload to {vol.name()}") from exc
         try:
-            with open(path, "rb") as handle:
-                stream.sendAll(lambda _stream, nbytes, fh: fh.read(nbytes), handle)
+            for chunk in chunks:
+                stream.send(chunk)
             stream.finish()
         except libvirt.libvirtError as exc:
             stream.abort()
@@ -214,17 +252,44 @@ class LibvirtDriver(base.Driver):
         if base_vol is None:
             raise NotFound(f"image {spec.image.name} is not staged on {self.host_name}; stage it first")
         overlay, made = self._overlay(pool, spec, base_vol)
-        xml = domxml.domain_xml(spec, domain_type=self._domain_type(), disk_path=overlay.path())
+        seed = None
         try:
+            seed = self._seed(pool, spec) if spec.guest is not None else None
+            network = self.options.get("network") or spec.network
+            xml = domxml.domain_xml(
+                spec, domain_type=self._domain_type(), disk_path=overlay.path(), cpu_mode=self._cpu_mode(),
+                seed_path=seed.path() if seed is not None else None, network=network,
+                forward_port=_free_port() if network == domxml.USER_NETWORK else None,
+            )  # fmt: skip
             dom = self._call(f"define {spec.key}", self.conn.defineXML, xml)
-        except DriverError:
+        except (DriverError, cloudinit.SeedError) as exc:
             existing = self._find_domain(spec.key)  # a concurrent create won the race
             if existing is not None:
                 return self._adopt(existing, spec)
+            if seed is not None:
+                seed.delete(0)
             if made:
                 overlay.delete(0)  # no orphan disk
+            if isinstance(exc, cloudinit.SeedError):
+                raise Invalid(f"{spec.key}: {exc}") from None
             raise
         return self._info(dom)
+
+    def _seed(self, pool, spec):
+        """The NoCloud seed volume of the VM, written afresh (one left by an attempt that died
+        before defining the domain may hold another login)."""
+        data = cloudinit.seed_iso(cloudinit.seed_files(spec.guest))
+        name = f"{spec.key}-seed.iso"
+        stale = self._volume(pool, name)
+        if stale is not None:
+            self._call(f"delete stale seed of {spec.key}", stale.delete, 0)
+        vol = self._call(f"create seed of {spec.key}", pool.createXML, domxml.volume_xml(name, len(data), "raw"), 0)
+        try:
+            self._send(vol, [data], len(data))
+        except BaseException:
+            vol.delete(0)
+            raise
+        return vol
 
     def _adopt(self, dom, spec):
         if domxml.metadata_of(dom.XMLDesc(0)).get("fingerprint") != spec.fingerprint():
@@ -307,9 +372,11 @@ class LibvirtDriver(base.Driver):
             except libvirt.libvirtError as exc:
                 if exc.get_error_code() not in NOT_FOUND:
                     raise translate(exc, f"undefine {key}") from exc
-        vol = self._volume(self._pool(), f"{key}.qcow2")
-        if vol is not None:  # also after a create that died between disk and definition
-            self._call(f"delete disk of {key}", vol.delete, 0)
+        pool = self._pool()
+        for name, what in ((f"{key}.qcow2", "disk"), (f"{key}-seed.iso", "seed")):
+            vol = self._volume(pool, name)
+            if vol is not None:  # also after a create that died between disk and definition
+                self._call(f"delete {what} of {key}", vol.delete, 0)
 
     @translated
     def snapshot(self, key, name):
@@ -399,6 +466,8 @@ class LibvirtDriver(base.Driver):
         dom = self._domain(key)
         if not dom.isActive() or self._paused(dom):
             return None
+        if _forward_port(dom):
+            return "127.0.0.1"  # user-mode networking: the guest is reached through the host's forward
         sources = [libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE, libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT]
         for source in sources:
             try:
@@ -415,6 +484,24 @@ class LibvirtDriver(base.Driver):
     def state(self, key):
         dom = self._find_domain(key)
         return VMState.ABSENT if dom is None else self._state(dom)
+
+
+    @translated
+    def port(self, key, guest_port):
+        return _forward_port(self._domain(key)) or guest_port
+
+
+def _forward_port(dom):
+    port = domxml.metadata_of(dom.XMLDesc(0)).get("port")
+    return int(port) if port else None
+
+
+def _free_port():
+    # QEMU binds it when the domain starts; a port taken meanwhile fails the start, which the
+    # create job retries (the retry defines the VM afresh with another port).
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _version(number):

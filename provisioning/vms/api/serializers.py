@@ -26,7 +26,7 @@ class ImageSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib",
             "default_vcpus", "default_memory_mib", "default_disk_gib", "visibility", "groups", "parent",
-            "revert_on_end", "active", "variants", "created", "updated",
+            "revert_on_end", "active", "user_data", "ready_timeout", "variants", "created", "updated",
         ]  # fmt: skip
         read_only_fields = ["created", "updated"]
 
@@ -48,7 +48,7 @@ class VMSerializer(serializers.ModelSerializer):
         model = VM
         fields = [
             "id", "key", "name", "image", "variant", "host", "host_name", "allocation", "owner", "state", "vcpus",
-            "memory_mib", "disk_gib", "end", "address", "snapshots", "error", "created", "updated",
+            "memory_mib", "disk_gib", "end", "address", "port", "snapshots", "error", "created", "updated",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -60,6 +60,10 @@ class VMCreateSerializer(serializers.Serializer):
     memory_mib = serializers.IntegerField(min_value=16, max_value=16 * 1024 * 1024, required=False)
     disk_gib = serializers.IntegerField(min_value=0, max_value=1024 * 1024, required=False)
     end = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    ssh_key = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=4000,
+        help_text="A public key the guest lets its owner in with (blank: the image's own login).",
+    )  # fmt: skip
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

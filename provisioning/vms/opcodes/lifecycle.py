@@ -14,6 +14,7 @@ from provisioning.jobs import reasons as job_reasons
 from provisioning.jobs.registry import opcode
 from provisioning.vms import services
 from provisioning.vms.models import VM
+from provisioning.vms.opcodes import guest
 from provisioning.vms.opcodes.common import (
     POLL_SECONDS,
     Refused,
@@ -160,16 +161,22 @@ def claim(vm_id, exclude=(), *, actor):
 
 
 def vm_spec(vm):
+    """What the driver is asked for; ``guest`` carries secrets (a password hash), so the spec
+    is made for the call and never stored, logged or put in a job result."""
     return base.VMSpec(
-        key=vm.key, vcpus=vm.vcpus, memory_mib=vm.memory_mib, disk_gib=vm.disk_gib, image=services.spec(vm.variant)
-    )
+        key=vm.key, vcpus=vm.vcpus, memory_mib=vm.memory_mib, disk_gib=vm.disk_gib, image=services.spec(vm.variant),
+        extra={"guest_port": services.login_port(vm.image)}, guest=guest.guest_login(vm),
+    )  # fmt: skip
 
 
 def define(vm_id, *, actor):
     services.set_state(vm_id, S.DEFINING, "defining on the host", actor=actor)
     vm = load_vm(vm_id)
-    info = drivers.driver_for(vm.host).create(vm_spec(vm))
-    return {"key": info.key, "host": info.host}
+    driver = drivers.driver_for(vm.host)
+    info = driver.create(vm_spec(vm))
+    port = driver.port(vm.key, services.login_port(vm.image))
+    VM.objects.filter(pk=vm_id).update(port=port)
+    return {"key": info.key, "host": info.host, "port": port}
 
 
 def boot(vm_id, *, actor):
@@ -179,18 +186,23 @@ def boot(vm_id, *, actor):
 
 
 def wait_address(vm_id):
+    """The VM's address, once its guest answers there (drivers that boot real guests: ready
+    means reachable; the simulators' VMs are ready when they have an address)."""
     vm = load_vm(vm_id)
     driver = drivers.driver_for(vm.host)
     deadline = time.monotonic() + settings.VCLMGR_ADDRESS_TIMEOUT
     while True:
         address = driver.address(vm.key)
         if address:
-            return address
+            break
         if time.monotonic() > deadline:
             raise base.DriverError(
                 f"{vm.key} got no address within {settings.VCLMGR_ADDRESS_TIMEOUT} s", permanent=False
             )
         time.sleep(POLL_SECONDS)
+    if driver.boots_guests:
+        guest.wait_answer(vm, address)
+    return address
 
 
 def ready(vm_id, address, *, actor):

@@ -246,3 +246,95 @@ def test_it_stages_an_image_from_a_repository_over_http(lv, image_server):
     with pytest.raises(NotFound, match="404") as caught:
         lv.source.stage_image(dataclasses.replace(image, location=f"{base_url}/missing.qcow2", checksum=""))
     assert caught.value.permanent
+
+
+# --- the guest: NoCloud seed, per-host options, user-mode networking --------------------------
+
+
+def login():
+    from provisioning.drivers import cloudinit
+
+    return cloudinit.GuestLogin(
+        instance_id="vcl-1-abc", hostname="vcl-1", login="alice", password_hash=cloudinit.password_hash("s3cret-pw"),
+        ssh_keys=("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGJ0ZXN0 alice@laptop",),
+    )  # fmt: skip
+
+
+def volumes(driver):
+    return sorted(vol.name() for vol in driver._pool().listAllVolumes())
+
+
+def test_a_guest_login_becomes_a_seed_volume_attached_as_a_read_only_cdrom(lv):
+    lv.source.stage_image(lv.image)
+    spec = lv.spec(guest=login())
+    lv.source.create(spec)
+    lv.source.create(spec)  # a retried create adopts the domain: no second seed
+
+    assert volumes(lv.source).count(f"{spec.key}-seed.iso") == 1
+    cdrom = defined_xml(lv.source, spec.key).find("devices/disk[@device='cdrom']")
+    assert cdrom.find("source").get("file").endswith(f"/{spec.key}-seed.iso") and cdrom.find("readonly") is not None
+    root = defined_xml(lv.source, spec.key)
+    assert root.find("features/acpi") is not None
+    assert root.find("devices/channel/target").get("name") == "org.qemu.guest_agent.0"
+
+    lv.source.destroy(spec.key)
+    assert not [name for name in volumes(lv.source) if name.startswith(spec.key)]
+
+
+def test_a_spec_without_a_guest_gets_no_seed(lv):
+    lv.source.stage_image(lv.image)
+    spec = lv.spec()
+    lv.source.create(spec)
+    assert f"{spec.key}-seed.iso" not in volumes(lv.source)
+    assert defined_xml(lv.source, spec.key).find("devices/disk[@device='cdrom']") is None
+
+
+def test_a_bad_image_user_data_leaves_no_disk_and_no_seed(lv):
+    lv.source.stage_image(lv.image)
+    bad = dataclasses.replace(login(), image_user_data="#cloud-config\nhostname: elsewhere\n")
+    spec = lv.spec(guest=bad)
+    with pytest.raises(Invalid, match="hostname is set by the reservation"):
+        lv.source.create(spec)
+    assert not [name for name in volumes(lv.source) if name.startswith(spec.key)]
+
+
+def test_user_mode_networking_forwards_the_login_port_from_the_hosts_loopback(libvirt_nodes, lv):
+    from provisioning.drivers.libvirt.driver import LibvirtDriver
+
+    driver = LibvirtDriver(libvirt_nodes["kvm-small"], options={"network": "user"})
+    driver.stage_image(lv.image)
+    spec = lv.spec(extra={"guest_port": 22})
+    driver.create(spec)
+    port = driver.port(spec.key, 22)
+    assert port != 22 and defined_xml(driver, spec.key).find("devices/interface") is None
+    # libvirt's test driver drops <qemu:commandline>: the XML the driver authors shows the forward.
+    root = ET.fromstring(domxml.domain_xml(spec, domain_type="qemu", disk_path="/d", network="user", forward_port=port))
+    args = [arg.get("value") for arg in root.iter(f"{{{domxml.QEMU_NAMESPACE}}}arg")]
+    assert f"user,id=vclnet0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:22" in args
+    driver.start(spec.key)
+    assert driver.address(spec.key) == "127.0.0.1"
+    driver.destroy(spec.key)
+
+
+@pytest.mark.parametrize(
+    ("options", "cpu"),
+    [({}, "host-model"), ({"domain_type": "qemu"}, None), ({"domain_type": "qemu", "cpu_mode": "custom:qemu64"},
+     "custom"), ({"cpu_mode": "host-passthrough"}, "host-passthrough")],
+)  # fmt: skip
+def test_the_cpu_mode_follows_the_host_options(lv, options, cpu):
+    from provisioning.drivers.libvirt.driver import LibvirtDriver
+
+    driver = LibvirtDriver("test:///default", options={"domain_type": "kvm", **options})
+    text = domxml.domain_xml(lv.spec(), domain_type=driver._domain_type(), disk_path="/d", cpu_mode=driver._cpu_mode())
+    root = ET.fromstring(text)
+    assert (root.find("cpu").get("mode") if root.find("cpu") is not None else None) == cpu
+
+
+@pytest.mark.parametrize("mode", ["host-model", "host-passthrough"])
+def test_software_emulation_refuses_a_host_cpu_mode(mode):
+    from provisioning.drivers.libvirt.driver import LibvirtDriver
+
+    with pytest.raises(Invalid, match="needs domain_type kvm"):
+        LibvirtDriver("test:///default", options={"domain_type": "qemu", "cpu_mode": mode})
+    with pytest.raises(Invalid, match="cpu_mode"):
+        LibvirtDriver("test:///default", options={"cpu_mode": "fast"})

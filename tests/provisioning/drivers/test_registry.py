@@ -63,3 +63,16 @@ def test_driver_for_passes_credentials_and_the_kinds_options(settings):
 def test_driver_options_must_be_an_object_of_objects_by_kind(value, message):
     assert message in registry.options_errors(value)
     assert registry.options_errors({"vmware": {"insecure": True}, "libvirt": {}}) is None
+
+
+def test_a_hosts_own_driver_options_win_over_the_kinds(settings, db):
+    from inventory.models import Hypervisor
+    from provisioning.drivers import registry
+
+    settings.VCLMGR_DRIVER_OPTIONS = {"libvirt": {"pool": "vms", "domain_type": "kvm"}}
+    host = Hypervisor(name="kvm-1", address="10.0.0.1", driver="libvirt", uri="test:///default", cpus=4,
+                      memory_mib=4096, disk_gib=10, driver_options={"domain_type": "qemu"})  # fmt: skip
+    assert registry.driver_for(host).options == {"pool": "vms", "domain_type": "qemu"}
+    host.driver_options = ["qemu"]
+    with pytest.raises(registry.Invalid, match="driver_options must be a JSON object"):
+        registry.driver_for(host)

@@ -1,0 +1,70 @@
+"""The guest side of a VM: the login its first boot is given, and whether it answers.
+
+- ``guest_login(vm)``: the ``GuestLogin`` for ``VMSpec.guest``. A reservation's VM gets the
+  reservation's login (the name its page shows, its SSH key, the hash of its one-time
+  password, which is made here from the encrypted clear one and never stored); an image may
+  add its own cloud-config (``Image.user_data``). The instance id is fresh for every seed, so
+  cloud-init applies each seed once. A VM asked for directly gets its owner's login with the
+  SSH key its request gave; without a key, None (the image's own login).
+- ``wait_answer(...)``: "ready means reachable". A VM is ready when its login service
+  answers at its address and port with a real greeting (an ``SSH-`` banner; for RDP, an
+  X.224 connection confirm), because QEMU user-mode networking accepts a TCP connection
+  itself before the guest is up, so a bare connect proves nothing.
+"""
+
+import secrets
+import socket
+import time
+
+from provisioning.drivers import base, cloudinit
+from provisioning.vms import services
+
+# An X.224 Connection Request (TPKT header + CR TPDU, RDP negotiation request for TLS).
+_RDP_HELLO = bytes.fromhex("030000130ee000000000000100080003000000")
+
+
+def guest_login(vm):
+    reservation = vm.reservations.order_by("-pk").first()
+    if reservation is not None:
+        password, key = reservation.get_password(), reservation.ssh_key
+        login = reservation.connect_user or cloudinit.login_name(reservation.user.get_username())
+    elif vm.owner is not None:  # a VM asked for directly: its owner, by the key the request gave
+        password, key, login = "", vm.ssh_key, cloudinit.login_name(vm.owner.get_username())
+    else:
+        return None
+    keys = tuple(line for line in key.splitlines() if line.strip())
+    if not password and not keys:
+        return None
+    return cloudinit.GuestLogin(
+        instance_id=f"{vm.key}-{secrets.token_hex(8)}",
+        hostname=vm.key,
+        login=login,
+        password_hash=cloudinit.password_hash(password) if password else None,
+        ssh_keys=keys,
+        image_user_data=vm.image.user_data or None,
+    )
+
+
+def answers(address, port, protocol, timeout=2.0):
+    """True when a login service greets us at ``address:port``."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as conn:
+            conn.settimeout(timeout)
+            if protocol == "rdp":
+                conn.sendall(_RDP_HELLO)
+                return conn.recv(4)[:1] == b"\x03"
+            return conn.recv(64).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def wait_answer(vm, address, poll=0.2):
+    """Until the VM's login service answers; a temporary DriverError after the image's timeout."""
+    protocol, guest_port = services.login_protocol(vm.image), services.login_port(vm.image)
+    port = vm.port or guest_port
+    timeout = vm.image.ready_timeout
+    deadline = time.monotonic() + timeout
+    while not answers(address, port, protocol):
+        if time.monotonic() > deadline:
+            raise base.DriverError(f"guest did not answer on port {guest_port} within {timeout} s", permanent=False)
+        time.sleep(poll)
