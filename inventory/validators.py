@@ -98,4 +98,4 @@ def uri_errors(uri, driver):
         return f"scheme {parts.scheme!r} does not suit the {driver} driver (use {schemes})"
     if driver in drivers.KINDS and drivers.KINDS[driver].uri_needs_host and not parts.hostname:
         return f"{uri!r} names no host"
-    return None
+    return drivers.uri_errors(driver, uri)

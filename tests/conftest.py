@@ -18,6 +18,18 @@ TEST = Actor(name="test")
 _numbers = itertools.count(1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _close_database_pools(django_db_setup):
+    """On PostgreSQL the test process pools its connections too (as web processes do); close
+    the pool before the test database is dropped, or the drop finds it still in use."""
+    yield
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if conn.alias in getattr(type(conn), "_connection_pools", {}):  # (reading .pool would open one)
+            conn.close_pool()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_throttle():
     caches["throttle"].clear()

@@ -104,6 +104,16 @@ class Libvirtd:
         self.uri = f"qemu:///system?socket={self.sock_dir}/libvirt-sock"
         self.user = STATE / "users" / str(os.getpid())
 
+    def trust_socket(self):
+        """vclmgr accepts ``?socket=`` in a libvirt URI only for sockets the operator lists in
+        ``VCLMGR_LIBVIRT_SOCKETS``: list ours, for this process and the workers it starts."""
+        path = str(self.sock_dir / "libvirt-sock")
+        os.environ["VCLMGR_LIBVIRT_SOCKETS"] = path
+        from django.conf import settings
+
+        if settings.configured:
+            settings.VCLMGR_LIBVIRT_SOCKETS = [path]
+
     # pids of the processes we started (None when not running)
     def _ours(self, name):
         pid = _read_pid(STATE / f"{name}.pid")
@@ -116,6 +126,7 @@ class Libvirtd:
         # Polling the guest agent fails until it is up; libvirt would print each failure.
         libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
         self = cls()
+        self.trust_socket()
         with _locked():
             if self._ours("libvirtd") is None:
                 self._start(timeout)

@@ -279,6 +279,8 @@ FACTS_REFRESH_MINUTES = env.int("FACTS_REFRESH_MINUTES", 10, minimum=0)
 
 # --- hypervisor drivers and VMs ------------------------------------------------------
 # Options for every host of a driver kind, as JSON: {"vmware": {"insecure": true}, "libvirt": {...}}.
+# Sockets of local libvirt daemons a libvirt URI may name with ?socket= (comma-separated paths).
+VCLMGR_LIBVIRT_SOCKETS = env.list("VCLMGR_LIBVIRT_SOCKETS", [])
 VCLMGR_DRIVER_OPTIONS = env.json("VCLMGR_DRIVER_OPTIONS", {}, check=_driver_options_errors)
 # Options for every simulated host that win over its own capacity fields, e.g. {"delay": 0.5}.
 VCLMGR_SIM_OPTIONS = env.json(

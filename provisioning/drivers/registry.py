@@ -35,6 +35,11 @@ class Kind:
     host_options: tuple = ()  # host fields handed to the driver as options
     options_setting: str = ""  # a setting of options that win over the host's own fields
     discoverable: bool = False  # its driver can list the hosts behind one URI (``discover``)
+    # URI transports (``qemu+ssh`` → ssh; "" = local) and query parameters it may use; None: any.
+    # libvirt's ``ext`` transport and its ``command=``/``socket=``/``keyfile=`` parameters make
+    # the worker run a program or open a file named in the inventory, so they are not on the list.
+    transports: frozenset | None = None
+    uri_params: frozenset | None = None
 
 
 _TABLE = (
@@ -49,6 +54,8 @@ _TABLE = (
         hypervisor_type="kvm", hypervisor_label="KVM/QEMU (libvirt)", image_formats=("qcow2", "raw"),
         schemes=frozenset({"qemu", "test", "xen", "lxc", "bhyve", "ch", "vz"}),
         default_uri="qemu+ssh://root@{address}/system", discoverable=True,
+        transports=frozenset({"", "ssh", "tls", "tcp"}),
+        uri_params=frozenset({"no_verify", "no_tty", "sshauth", "known_hosts_verify", "socket"}),
     ),
     Kind(
         name="vmware", label="VMware ESXi / vCenter", driver="provisioning.drivers.vmware.driver.VMwareDriver",
@@ -123,6 +130,39 @@ def driver_for(host):
         **(getattr(settings, spec.options_setting) if spec.options_setting else {}),
     }
     return get_driver(spec.name, host.connection_uri, credentials, options)
+
+
+def uri_errors(name, uri):
+    """Why the driver of kind ``name`` may not be pointed at ``uri`` (its transport or parameters),
+    or None. Checked where a URI is accepted (inventory, import, discovery) and again by the
+    driver right before it connects, whatever path the URI came by."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    spec = KINDS.get(name)
+    if spec is None:
+        return None
+    parts = urlsplit(uri)
+    transport = parts.scheme.partition("+")[2]
+    if spec.transports is not None and transport not in spec.transports:
+        allowed = ", ".join(sorted(f"+{t}" if t else "local" for t in spec.transports))
+        return f"transport {transport!r} is not allowed for {name} (use {allowed})"
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    if spec.uri_params is not None:
+        for key, value in params:
+            if key not in spec.uri_params:
+                allowed = ", ".join(sorted(spec.uri_params))
+                return f"URI parameter {key!r} is not allowed for {name} (allowed: {allowed})"
+            if key == "socket" and not _trusted_socket(parts, value):
+                return "URI parameter 'socket' is allowed only in a local URI, for a socket in VCLMGR_LIBVIRT_SOCKETS"
+    return None
+
+
+def _trusted_socket(parts, path):
+    # A private libvirtd's socket (one machine, or the test suite's) is named by the operator in
+    # the environment, never by whoever edits the inventory.
+    from django.conf import settings
+
+    return not parts.netloc and not parts.scheme.partition("+")[2] and path in settings.VCLMGR_LIBVIRT_SOCKETS
 
 
 def options_errors(value):

@@ -99,6 +99,11 @@ class _Connections:
 
 
 def _open(uri, credentials):
+    from provisioning.drivers import registry
+
+    refused = registry.uri_errors("libvirt", uri)
+    if refused:  # the last gate: a URI that reached the driver by any path is checked here too
+        raise Invalid(f"{uri.split('?')[0]}: {refused}")
     if not credentials:
         return libvirt.open(uri)
 
