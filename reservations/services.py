@@ -582,6 +582,14 @@ def may_manage_blocks(user):
     return user.is_staff or user.has_perm("reservations.add_blockallocation")
 
 
+def managed_blocks(user):
+    """The blocks ``user`` may cancel: staff any, an instructor only the ones they created."""
+    blocks = BlockAllocation.objects.select_related("image", "group")
+    if user.is_staff:
+        return blocks
+    return blocks.filter(created_by=user) if may_manage_blocks(user) else blocks.none()
+
+
 def create_block(*, actor, name, image, group, seats, start, end, weeks=1, created_by=None, now=None):
     """Reserve ``seats`` of ``image`` for ``group`` each week; all occurrences claimed at once or none."""
     actor = Actor.of(actor)

@@ -215,11 +215,6 @@ def rdp(request, pk):
 # --- block allocations ------------------------------------------------------------------
 
 
-def _managed_blocks(user):
-    blocks = BlockAllocation.objects.select_related("image", "group")
-    return blocks if user.is_staff else blocks.filter(created_by=user)
-
-
 @login_required
 def blocks(request):
     manager = services.may_manage_blocks(request.user)
@@ -237,7 +232,8 @@ def blocks(request):
     elif request.method == "POST":
         raise PermissionDenied
     now = timezone.now()
-    managed = [(b, services.block_usage(b, now)) for b in _managed_blocks(request.user)[:PAGE_SIZE]] if manager else []
+    managed_blocks = services.managed_blocks(request.user)[:PAGE_SIZE] if manager else []
+    managed = [(b, services.block_usage(b, now)) for b in managed_blocks]
     classes = (
         BlockAllocation.objects.filter(group__in=request.user.groups.all(), canceled=False)
         .filter(seat_reservations__end__gt=now).distinct().select_related("image", "group").order_by("start")
@@ -267,7 +263,7 @@ def take_seat(request, pk):
 def cancel_block(request, pk):
     if not services.may_manage_blocks(request.user):
         raise PermissionDenied
-    block = get_object_or_404(_managed_blocks(request.user), pk=min(pk, MAX_ID))
+    block = get_object_or_404(services.managed_blocks(request.user), pk=min(pk, MAX_ID))
     services.cancel_block(block, actor=request.user, reason=f"block canceled by {request.user.get_username()}")
     messages.success(request, f"Block {block.name} canceled.")
     return redirect("reservations:blocks")

@@ -7,6 +7,7 @@ job and its URL; the connection password goes to the reservation's own user only
 
 from django.core.exceptions import ValidationError
 from django.db.models import Q
+from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -175,9 +176,10 @@ class BlockAllocationViewSet(
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         """Cancel the block: every seat still active is ended or canceled."""
-        block = self.get_object()
         if not services.may_manage_blocks(request.user):
             raise PermissionDenied("only staff and instructors may cancel block allocations")
+        # Another instructor's block is not found, as on the page (members can see it, not cancel it).
+        block = get_object_or_404(services.managed_blocks(request.user), pk=self.get_object().pk)
         services.cancel_block(block, "canceled through the API", actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 

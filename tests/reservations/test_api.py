@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from provisioning.capacity.models import Allocation
 from reservations import services
-from reservations.models import QuotaRule, Reservation
+from reservations.models import BlockAllocation, QuotaRule, Reservation
 from tests.api_suite import ApiCrudSuite
 
 URL = "/api/v1/reservations/"
@@ -170,3 +170,21 @@ def test_list_query_budget(sim_host, image, alice, api, django_assert_max_num_qu
     client = api(alice)
     with django_assert_max_num_queries(12):
         assert client.get(url).status_code == 200
+
+
+def test_an_instructor_cannot_cancel_another_instructors_block(sim_host, image, admin_user, api, django_user_model):
+    from django.contrib.auth.models import Permission
+
+    klass = Group.objects.create(name="cs101")
+    start = timezone.now() + 24 * H
+    body = {"name": "CS101", "image": image.pk, "group": "cs101", "seats": 1, "start": iso(start),
+            "end": iso(start + H), "weeks": 1}
+    ivy, max_ = (django_user_model.objects.create_user(name) for name in ("ivy", "max"))
+    for instructor in (ivy, max_):
+        instructor.user_permissions.add(Permission.objects.get(codename="add_blockallocation"))
+        instructor.groups.add(klass)
+    block_id = api(ivy).post("/api/v1/block-allocations/", body, format="json").json()["id"]
+    assert api(max_).post(f"/api/v1/block-allocations/{block_id}/cancel/").status_code == 404
+    assert not BlockAllocation.objects.get(pk=block_id).canceled
+    assert api(ivy).post(f"/api/v1/block-allocations/{block_id}/cancel/").status_code == 204
+    assert BlockAllocation.objects.get(pk=block_id).canceled
