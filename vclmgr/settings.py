@@ -89,6 +89,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "vclmgr.api.errors.ApiJsonErrorsMiddleware",
+    "vclmgr.no_store.NoStoreMiddleware",
 ]
 
 ROOT_URLCONF = "vclmgr.urls"
