@@ -8,8 +8,8 @@ URI validator, the inventory's messages and ``driver_for`` all read this table: 
 is one folder under ``provisioning/drivers/`` and one entry in ``_TABLE`` (plus the migration
 Django generates for the changed model choices).
 
-This module imports no Django models and reads ``settings`` only inside ``options_for`` and
-``driver_for``, so settings and models can import it.
+This module imports no Django models and reads ``settings`` only inside functions
+(``options_for``, ``driver_for``, ``uri_errors``), so settings and models can import it.
 """
 
 from dataclasses import dataclass
