@@ -42,7 +42,6 @@ from vclmgr.errors import Conflict
 S = Reservation.Status
 START_GRACE = timedelta(minutes=2)  # a form filled in at 10:00 and sent at 10:01 still means "now"
 MAX_ATTEMPTS = 2  # a VM that fails to build is retried once on another host
-CLEAN_SNAPSHOT = vms.CLEAN_SNAPSHOT
 
 
 # --- who sees what ----------------------------------------------------------------------
@@ -441,10 +440,9 @@ def end(reservation, reason="ended by the user", *, actor):
         if vm is None or vm.state not in VM.LIVE:
             _finish(moved, "nothing to tear down", actor=actor)
             return None
-        if moved.image.revert_on_end and _has_snapshot(vm, CLEAN_SNAPSHOT) and vm.state in VM.BUILT:
-            job = jobs.submit(
-                "vm.park", {"vm": vm.pk}, actor=actor, submitter=moved.user, reason=f"reservation {moved.pk} ended"
-            )
+        if moved.image.revert_on_end and vms.has_clean_snapshot(vm) and vm.state in VM.BUILT:
+            # The system's job: it ends with the VM owned by no one (a re-run must not be refused).
+            job = jobs.submit("vm.park", {"vm": vm.pk}, actor=actor, reason=f"reservation {moved.pk} ended")
         else:
             job = jobs.submit(
                 "vm.destroy", {"vm": vm.pk}, actor=actor, submitter=moved.user, reason=f"reservation {moved.pk} ended"
@@ -454,10 +452,6 @@ def end(reservation, reason="ended by the user", *, actor):
             reason=f"reservation {moved.pk}: after teardown", depends=[(job.pk, [])],
         )  # fmt: skip
     return job
-
-
-def _has_snapshot(vm, name):
-    return any((s.get("name") if isinstance(s, dict) else s) == name for s in vm.snapshots or [])
 
 
 def finish(reservation_id, *, actor):

@@ -236,6 +236,12 @@ def request_vm(
     return vm, job
 
 
+def has_clean_snapshot(vm):
+    """The VM has the clean snapshot ``vm.create`` takes before the first boot (one taken
+    later, by an older vclmgr, would hold its first user's login: never reused)."""
+    return any(s.get("name") == CLEAN_SNAPSHOT and s.get("state") == VM.State.STOPPED for s in vm.snapshots or [])
+
+
 def parked(image, host, size):
     """VMs of ``image`` on ``host`` of ``size`` waiting for a next user: back at their clean
     snapshot (``vm.park``), stopped, their last claim released."""
@@ -251,7 +257,7 @@ def reuse_parked(*, actor, owner, image, size, allocation, name="", end=None, re
     ``vm.reuse`` job that reseeds and boots it; ``(vm, job)``, or None when no VM is parked
     there. Of two callers racing for one VM, one gets it (a conditional UPDATE)."""
     for vm in parked(image, allocation.host, size)[:5]:
-        if not any(s.get("name") == CLEAN_SNAPSHOT for s in vm.snapshots or []):
+        if not has_clean_snapshot(vm):
             continue
         with transaction.atomic():
             taken = VM.objects.filter(pk=vm.pk, state=VM.State.STOPPED, allocation_id=vm.allocation_id).update(

@@ -97,7 +97,8 @@ def test_the_next_user_of_a_revert_on_end_image_gets_the_parked_vm_with_a_fresh_
     services.end(fresh(first), actor=alice)
     sync_jobs.drain()
     assert SimVM.objects.get(key=vm.key).seed == {}  # the last user's seed is not left on the host
-    assert VM.objects.get(pk=vm.pk).state == "stopped"
+    parked = VM.objects.get(pk=vm.pk)
+    assert parked.state == "stopped" and parked.owner is None and not vms.visible_vms(alice).exists()
 
     second = reserve_now(bob, image)
     sync_jobs.drain()

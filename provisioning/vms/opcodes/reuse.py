@@ -3,10 +3,10 @@
 The clean snapshot is taken by ``vm.create`` after the VM is defined and before its first
 boot (``lifecycle.clean_snapshot``), so it holds no user's login, files or memory.
 
-- ``vm.park``: revert to that snapshot (stopped, as before the first boot), power off should
-  the snapshot have left it running, and remove the last user's seed (it holds their password
-  hash). The VM stays on its host, stopped, waiting for its next user; its claim is released
-  by whoever ends the use (a reservation's end).
+- ``vm.park``: power off, revert to that snapshot (stopped, as before the first boot), and
+  remove the last user's seed (it holds their password hash). The VM stays on its host,
+  stopped and owned by no one, waiting for its next user; its claim is released by whoever
+  ends the use (a reservation's end).
 - ``vm.reuse``: a parked VM handed to a new owner (``services.reuse_parked`` attached the new
   claim): a fresh seed with the new user's login and a new instance id (the guest applies a
   seed once per instance id), boot, and ready once the guest answers — as ``vm.create`` does.
@@ -29,12 +29,15 @@ def vm_park(job):
     """Revert a VM to its clean snapshot, stopped and without the last user's seed."""
     vm = load_vm(job.params["vm"])
     authorise(job, vm)
-    if not any(s.get("name") == services.CLEAN_SNAPSHOT for s in vm.snapshots or []):
-        raise Refused(f"{vm.key} has no clean snapshot to revert to")
-    job.expect(3)
-    job.step("revert", revert, vm.pk, services.CLEAN_SNAPSHOT, actor=job.actor)
+    if not services.has_clean_snapshot(vm):
+        raise Refused(f"{vm.key} has no clean snapshot taken before its first boot to revert to")
+    job.expect(5)
+    # Off first: a suspended VM's saved memory would outlive the revert of its disk.
     job.step("stop", _power_off, vm.pk, actor=job.actor)
+    job.step("revert", revert, vm.pk, services.CLEAN_SNAPSHOT, actor=job.actor)
+    job.step("stopped", _power_off, vm.pk, actor=job.actor)
     job.step("unseed", reseed, vm.pk, None, actor=job.actor)
+    job.step("park", _park, vm.pk, actor=job.actor)
     return {"vm": vm.pk, "state": S.STOPPED}
 
 
@@ -65,6 +68,11 @@ def _power_off(vm_id, *, actor):
     if driver.state(vm.key) != base.VMState.STOPPED:
         driver.stop(vm.key, force=True)  # the user's session is over: nothing in it is kept
     services.set_state(vm_id, S.STOPPED, "stopped at its clean state", address=None, actor=actor)
+
+
+def _park(vm_id, *, actor):
+    # No one owns it while it waits: its last user can neither see nor start it any more.
+    services.set_state(vm_id, S.STOPPED, "parked, clean, for its next user", owner=None, actor=actor)
 
 
 def reseed(vm_id, whose, *, actor):
