@@ -108,8 +108,10 @@ def test_revert_on_end_hands_the_next_user_a_clean_vm_with_a_fresh_seed(
     assert client.post(f"{URL}{first}/end/").status_code == 202
     wait_until(lambda: Reservation.objects.get(pk=first).status == "ended", JOB_TIMEOUT, "the end", worker)
 
-    assert dom.state()[0] == libvirt.VIR_DOMAIN_SHUTOFF and VM.objects.get(pk=vm.pk).state == "stopped"
+    parked = VM.objects.get(pk=vm.pk)
+    assert dom.state()[0] == libvirt.VIR_DOMAIN_SHUTOFF and parked.state == "stopped" and parked.owner is None
     assert f"{vm.key}-seed.iso" not in pool.volumes()  # the last user's password hash left the host
+    assert "-seed.iso" not in dom.XMLDesc(0)  # an empty CD-ROM tray
     assert Allocation.objects.get(pk=Reservation.objects.get(pk=first).allocation_id).released is not None
 
     next_client = api(bob)
