@@ -42,7 +42,6 @@ from vclmgr.errors import Conflict
 S = Reservation.Status
 START_GRACE = timedelta(minutes=2)  # a form filled in at 10:00 and sent at 10:01 still means "now"
 MAX_ATTEMPTS = 2  # a VM that fails to build is retried once on another host
-CLEAN_SNAPSHOT = "clean"
 
 
 # --- who sees what ----------------------------------------------------------------------
@@ -325,18 +324,14 @@ def provision(reservation_id, reason="building the VM", *, actor):
         login = _login(reservation)
         Reservation.objects.filter(pk=reservation.pk).update(**login)
         reservation.attempts += 1
-        vm, job = vms.request_vm(
-            actor=actor,
-            owner=reservation.user,
-            image=reservation.image,
-            vcpus=reservation.vcpus,
-            memory_mib=reservation.memory_mib,
-            disk_gib=reservation.disk_gib,
-            name=f"res-{reservation.pk}",
-            end=reservation.end,
-            allocation=reservation.allocation,
-            reason=f"reservation {reservation.pk}",
-        )
+        size = {"vcpus": reservation.vcpus, "memory_mib": reservation.memory_mib, "disk_gib": reservation.disk_gib}
+        common = {
+            "actor": actor, "owner": reservation.user, "image": reservation.image, "name": f"res-{reservation.pk}",
+            "end": reservation.end, "allocation": reservation.allocation, "reason": f"reservation {reservation.pk}",
+        }  # fmt: skip
+        # The VM is set on the reservation before the reused one reads its login from it (on commit).
+        reused = vms.reuse_parked(size=size, **common) if reservation.image.revert_on_end else None
+        vm, job = reused or vms.request_vm(**size, **common)
         reservation.vm = vm
         reservation.save(update_fields=["vm", "attempts"])
         jobs.submit(
@@ -396,7 +391,7 @@ def _retry_elsewhere(reservation, failed_hosts, why, *, actor):
 
 
 def _ready(reservation, vm, *, actor):
-    done = _move(
+    _move(
         reservation.pk,
         S.PROVISIONING,
         S.READY,
@@ -404,10 +399,6 @@ def _ready(reservation, vm, *, actor):
         **_login(reservation),
         error="",
     )
-    if done is not None and reservation.image.revert_on_end:
-        vms.submit_action(
-            vm, "snapshot", name=CLEAN_SNAPSHOT, reason=f"reservation {reservation.pk}: clean state", actor=actor
-        )
     return {"status": S.READY, "vm": vm.pk, "address": vm.address}
 
 
@@ -449,14 +440,9 @@ def end(reservation, reason="ended by the user", *, actor):
         if vm is None or vm.state not in VM.LIVE:
             _finish(moved, "nothing to tear down", actor=actor)
             return None
-        if moved.image.revert_on_end and _has_snapshot(vm, CLEAN_SNAPSHOT) and vm.state == VM.State.RUNNING:
-            first = vms.submit_action(
-                vm, "revert", actor=actor, name=CLEAN_SNAPSHOT, reason=f"reservation {moved.pk} ended"
-            )
-            job = jobs.submit(
-                "vm.stop", {"vm": vm.pk, "force": True}, actor=actor, submitter=moved.user,
-                reason=f"reservation {moved.pk} ended", depends=[(first.pk, [])],
-            )  # fmt: skip
+        if moved.image.revert_on_end and vms.has_clean_snapshot(vm) and vm.state in VM.BUILT:
+            # The system's job: it ends with the VM owned by no one (a re-run must not be refused).
+            job = jobs.submit("vm.park", {"vm": vm.pk}, actor=actor, reason=f"reservation {moved.pk} ended")
         else:
             job = jobs.submit(
                 "vm.destroy", {"vm": vm.pk}, actor=actor, submitter=moved.user, reason=f"reservation {moved.pk} ended"
@@ -466,10 +452,6 @@ def end(reservation, reason="ended by the user", *, actor):
             reason=f"reservation {moved.pk}: after teardown", depends=[(job.pk, [])],
         )  # fmt: skip
     return job
-
-
-def _has_snapshot(vm, name):
-    return any((s.get("name") if isinstance(s, dict) else s) == name for s in vm.snapshots or [])
 
 
 def finish(reservation_id, *, actor):

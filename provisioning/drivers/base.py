@@ -15,6 +15,11 @@ Contract (every driver, tested by ``tests/provisioning/drivers/test_contract.py`
 - ``capture`` needs a stopped VM. ``stop(force=False)`` asks the guest; ``force=True`` pulls the
   plug (and discards a suspended VM's saved state). After ``revert`` the VM is in the state it
   had when the snapshot was taken (or stopped, where the driver cannot restore memory).
+- ``reseed(key, guest)`` replaces the first-boot configuration of a stopped VM (``guest``: a
+  ``cloudinit.GuestLogin``; None removes it), for a VM reverted to a clean snapshot and handed
+  to its next user. A different seed must bring a new ``instance_id`` (the guest applies a
+  seed once per instance id), else ``Invalid``; the seed it already has is left alone; a VM
+  that is not stopped is a ``Conflict``.
 - Errors are ``DriverError``s that say whether retrying the same call can help
   (``permanent=False``: transport trouble, a busy host) or not (``permanent=True``: invalid
   request, missing object, wrong state).
@@ -283,6 +288,10 @@ class Driver:
     def revert(self, key, name):
         raise NotImplementedError
 
+    def reseed(self, key, guest: GuestLogin | None):
+        """Give the stopped VM ``key`` the seed of ``guest`` (None: no seed); see the module docstring."""
+        raise NotImplementedError
+
     def capture(self, key, new_image_name) -> ImageVariantSpec:
         raise NotImplementedError
 
@@ -346,6 +355,16 @@ def wait_until(done, what, timeout, poll=0.5):
         if time.monotonic() > deadline:
             raise DriverError(f"{what} did not happen within {float(timeout):g} s", permanent=False)
         time.sleep(poll)
+
+
+def check_reseed(key, state, old_instance_id, guest, same_seed):
+    """The refusals every driver's ``reseed`` shares (see the module docstring)."""
+    if state != VMState.STOPPED:
+        raise Conflict(f"cannot reseed {key}: it is {state}; the guest reads its seed at boot, so stop it first")
+    if guest is not None and old_instance_id == guest.instance_id and not same_seed:
+        raise Invalid(
+            f"cannot reseed {key}: the new seed keeps instance id {old_instance_id!r}, so the guest would not apply it"
+        )
 
 
 def check_key(key):

@@ -13,6 +13,7 @@ Contract (pure Python, no Django, no I/O):
 - ``seed_iso(files)`` packs the files into an ISO 9660 image labelled ``cidata`` (Joliet and
   Rock Ridge, so the guest sees the exact names), the form cloud-init's NoCloud datasource
   reads from a CD-ROM.
+- ``seed_digest(files)`` names a seed's content without revealing it (drivers compare seeds).
 - ``password_hash(password)`` makes the ``$6$`` hash with libpass (the maintained fork of
   passlib), not the ``crypt`` module Python 3.13 removed.
 
@@ -20,6 +21,7 @@ The YAML is written in PyYAML's block style, one value per line; vclmgr's test g
 (``tools/guest-image``) parses exactly that form, as does cloud-init.
 """
 
+import hashlib
 import io
 import re
 from dataclasses import dataclass, field
@@ -127,6 +129,12 @@ def seed_files(guest):
         "user-data": user_data(guest).encode(),
         "network-config": network_config().encode(),
     }
+
+
+def seed_digest(files):
+    """Names a seed's content (to tell two seeds apart) without revealing it."""
+    body = b"".join(hashlib.sha256(files[name]).digest() for name in sorted(files))
+    return hashlib.sha256(body).hexdigest()[:32]
 
 
 def seed_iso(files):

@@ -120,6 +120,7 @@ class VM(models.Model):
 
     # States in which the VM exists (or may exist) on a hypervisor.
     LIVE = ("staging", "defining", "starting", "running", "stopped", "suspended", "migrating")
+    BUILT = ("running", "stopped", "suspended")  # made, and not in the middle of a job's change
 
     name = models.CharField(max_length=100, blank=True)
     image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="vms")

@@ -28,6 +28,7 @@ IMAGE_FIELDS = (
 )  # fmt: skip
 VARIANT_FIELDS = ("hypervisor_type", "format", "location", "checksum", "size_gib")
 ACTIONS = ("start", "stop", "suspend", "resume", "destroy")
+CLEAN_SNAPSHOT = "clean"  # a revert_on_end VM's state before its first boot (opcodes/reuse.py)
 NEEDS_BUILT = ("start", "stop", "suspend", "resume", "snapshot", "revert", "migrate", "capture")  # not mid-create
 
 
@@ -233,6 +234,45 @@ def request_vm(
         _emit(vm)
         job = jobs.submit("vm.create", {"vm": vm.pk}, actor=actor, submitter=owner, reason=reason or f"create {vm.key}")
     return vm, job
+
+
+def has_clean_snapshot(vm):
+    """The VM has the clean snapshot ``vm.create`` takes before the first boot (one taken
+    later, by an older vclmgr, would hold its first user's login: never reused)."""
+    return any(s.get("name") == CLEAN_SNAPSHOT and s.get("state") == VM.State.STOPPED for s in vm.snapshots or [])
+
+
+def parked(image, host, size):
+    """VMs of ``image`` on ``host`` of ``size`` waiting for a next user: back at their clean
+    snapshot (``vm.park``), stopped, their last claim released."""
+    return (
+        VM.objects.filter(image=image, host=host, state=VM.State.STOPPED, **size)
+        .filter(Q(allocation__isnull=True) | Q(allocation__released__isnull=False))
+        .order_by("pk")
+    )
+
+
+def reuse_parked(*, actor, owner, image, size, allocation, name="", end=None, reason=""):
+    """Hand a parked VM on ``allocation``'s host to ``owner`` on that claim and submit the
+    ``vm.reuse`` job that reseeds and boots it; ``(vm, job)``, or None when no VM is parked
+    there. Of two callers racing for one VM, one gets it (a conditional UPDATE)."""
+    for vm in parked(image, allocation.host, size)[:5]:
+        if not has_clean_snapshot(vm):
+            continue
+        with transaction.atomic():
+            taken = VM.objects.filter(pk=vm.pk, state=VM.State.STOPPED, allocation_id=vm.allocation_id).update(
+                allocation=allocation, owner=owner, end=end, name=name or vm.name, error="", updated=timezone.now()
+            )
+            if not taken:
+                continue
+            vm.refresh_from_db()
+            changelog.record(vm, "update", actor, {"owner": [None, getattr(owner, "pk", None)]}, reason or "reused")
+            _emit(vm)
+            job = jobs.submit(
+                "vm.reuse", {"vm": vm.pk}, actor=actor, submitter=owner, reason=reason or f"reuse {vm.key}"
+            )
+        return vm, job
+    return None
 
 
 def size_for(image, vcpus=None, memory_mib=None, disk_gib=None):

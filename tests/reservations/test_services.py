@@ -10,6 +10,7 @@ from django.utils import timezone
 from provisioning.capacity.models import Allocation
 from provisioning.drivers.sim import services as sim
 from provisioning.drivers.sim.models import SimVM
+from provisioning.jobs.models import Job
 from provisioning.vms import services as vms
 from provisioning.vms.models import VM
 from reservations import services
@@ -70,6 +71,64 @@ def test_a_revert_on_end_image_is_rolled_back_not_destroyed(sim_host, image, ali
     reservation = fresh(reservation)
     assert reservation.status == "ended", reservation.history.last().reason
     assert reservation.vm.state == "stopped" and "reverted" in reservation.history.last().reason
+
+
+def test_a_revert_on_end_vm_is_snapshotted_clean_before_its_first_boot(sim_host, image, alice, sync_jobs):
+    """The clean state holds no one's login: taken while the VM is defined and stopped."""
+    vms.update_image(image, actor="test", revert_on_end=True)
+    reservation = reserve_now(alice, image)
+    sync_jobs.drain()
+    vm = fresh(reservation).vm
+    create = Job.objects.get(opcode="vm.create", params__vm=vm.pk)
+    steps = [step["name"] for step in create.steps]
+    assert steps.index("clean") < steps.index("start")
+    snap = SimVM.objects.get(key=vm.key).snapshots[0]
+    assert snap["name"] == "clean" and snap["state"] == "stopped" and snap["seed"]["instance_id"]
+
+
+def test_the_next_user_of_a_revert_on_end_image_gets_the_parked_vm_with_a_fresh_seed(
+    sim_host, image, alice, bob, sync_jobs
+):
+    vms.update_image(image, actor="test", revert_on_end=True)
+    first = reserve_now(alice, image)
+    sync_jobs.drain()
+    vm = fresh(first).vm
+    first_seed = SimVM.objects.get(key=vm.key).seed
+    services.end(fresh(first), actor=alice)
+    sync_jobs.drain()
+    assert SimVM.objects.get(key=vm.key).seed == {}  # the last user's seed is not left on the host
+    parked = VM.objects.get(pk=vm.pk)
+    assert parked.state == "stopped" and parked.owner is None and not vms.visible_vms(alice).exists()
+
+    second = reserve_now(bob, image)
+    sync_jobs.drain()
+    second = fresh(second)
+    assert second.status == "ready", second.error
+    assert second.vm_id == vm.pk and second.vm.owner == bob and second.vm.allocation_id == second.allocation_id
+    seed = SimVM.objects.get(key=vm.key).seed
+    assert seed["instance_id"] != first_seed["instance_id"] and seed["digest"] != first_seed["digest"]
+    assert not Allocation.objects.filter(pk=first.allocation_id, released__isnull=True).exists()
+    assert VM.objects.filter(image=image).count() == 1
+
+
+def test_a_reused_vm_that_fails_is_destroyed_and_the_reservation_retried_with_a_new_vm(
+    make_host, image, alice, bob, sync_jobs
+):
+    make_host("sim-1", cpus=8, memory_mib=8192, disk_gib=200)
+    make_host("sim-2", cpus=8, memory_mib=8192, disk_gib=200)
+    vms.update_image(image, actor="test", revert_on_end=True)
+    first = reserve_now(alice, image)
+    sync_jobs.drain()
+    services.end(fresh(first), actor=alice)
+    sync_jobs.drain()
+    parked = fresh(first).vm
+    sim.set_fault(parked.host.name, "reseed", "fail")
+    second = reserve_now(bob, image)
+    sync_jobs.drain()
+    second = fresh(second)
+    assert VM.objects.get(pk=parked.pk).state == "failed" and not SimVM.objects.filter(key=parked.key).exists()
+    assert Job.objects.get(opcode="vm.reuse", params__vm=parked.pk).status == "error"
+    assert second.status == "ready" and second.vm_id != parked.pk, second.error
 
 
 def test_a_future_reservation_holds_capacity_and_starts_at_its_lead_time(sim_host, image, alice, sync_jobs):

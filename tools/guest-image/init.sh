@@ -95,6 +95,7 @@ valid_host "$host" || host=localhost
 hostname "$host"; echo "$host" > /etc/hostname; echo "127.0.1.1 $host" >> /etc/hosts
 
 uid=1000
+members=
 for u in $S/users/*; do
   [ -f "$u/name" ] || continue
   name=$(cat "$u/name")
@@ -113,6 +114,7 @@ for u in $S/users/*; do
   home=/home/$name
   echo "$name:x:$uid:$uid::$home:$shell" >> /etc/passwd
   echo "$name:x:$uid:" >> /etc/group
+  members="$members${members:+,}$name"
   echo "$name:$hash:19000:0:99999:7:::" >> /etc/shadow
   mkdir -p "$home/.ssh"
   [ -f "$u/ssh_authorized_keys" ] && cp "$u/ssh_authorized_keys" "$home/.ssh/authorized_keys"
@@ -121,6 +123,12 @@ for u in $S/users/*; do
   say "user $name ($(grep -c . "$home/.ssh/authorized_keys" 2>/dev/null || echo 0) keys)"
   uid=$((uid + 1))
 done
+
+# The root filesystem is this RAM disk, so nothing a user does survives a reboot except what
+# is written to the disk itself: the users may write it raw (group disk), so a test can leave a
+# mark there that only a revert of the VM's disk removes.
+echo "disk:x:6:$members" >> /etc/group
+[ -b /dev/vda ] && chgrp 6 /dev/vda && chmod 660 /dev/vda
 
 dropbearkey -t ed25519 -f /etc/dropbear/dropbear_ed25519_host_key 2>/dev/null | grep -i fingerprint
 pw=-s

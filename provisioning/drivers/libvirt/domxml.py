@@ -36,7 +36,7 @@ def _sub(parent, tag, text=None, **attrs):
 
 def domain_xml(
     spec, *, domain_type, disk_path, disk_format="qcow2", seed_path=None, cpu_mode=None, network=None,
-    forward_port=None,
+    forward_port=None, seed_digest=None,
 ):  # fmt: skip
     """The persistent definition of the VM: vcpus, memory, the overlay disk, the NoCloud seed
     as a read-only CD-ROM (``seed_path``), one NIC, a serial console, the guest agent channel.
@@ -57,6 +57,10 @@ def domain_xml(
     mine = {"key": spec.key, "fingerprint": spec.fingerprint(), "image": spec.image.name}
     if forward_port:
         mine["port"] = str(forward_port)
+    if spec.guest is not None:  # which seed the VM boots with (reseed compares); no secret in it
+        mine["instance"] = spec.guest.instance_id
+    if seed_digest:
+        mine["seed"] = seed_digest
     ET.SubElement(metadata, f"{{{NAMESPACE}}}vm", mine)
     _sub(root, "memory", spec.memory_mib, unit="MiB")
     _sub(root, "currentMemory", spec.memory_mib, unit="MiB")
@@ -83,11 +87,7 @@ def domain_xml(
     _sub(disk, "source", file=disk_path)
     _sub(disk, "target", dev="vda", bus="virtio")
     if seed_path:
-        cdrom = _sub(devices, "disk", type="file", device="cdrom")
-        _sub(cdrom, "driver", name="qemu", type="raw")
-        _sub(cdrom, "source", file=seed_path)
-        _sub(cdrom, "target", dev="hdc", bus="ide")
-        _sub(cdrom, "readonly")
+        devices.append(seed_cdrom_xml(seed_path))
     if network != USER_NETWORK:
         devices.append(interface_xml(network, mac_address(spec.key)))
     serial = _sub(devices, "serial", type="pty")
@@ -98,6 +98,38 @@ def domain_xml(
     _sub(agent, "target", type="virtio", name="org.qemu.guest_agent.0")
     if network == USER_NETWORK:
         root.append(user_network_xml(forward_port, spec.extra.get("guest_port", 22), mac_address(spec.key)))
+    return ET.tostring(root, encoding="unicode")
+
+
+def seed_cdrom_xml(seed_path):
+    """The NoCloud seed's drive: a read-only CD-ROM; ``seed_path`` None: an empty tray."""
+    cdrom = ET.Element("disk", {"type": "file", "device": "cdrom"})
+    _sub(cdrom, "driver", name="qemu", type="raw")
+    if seed_path:
+        _sub(cdrom, "source", file=seed_path)
+    _sub(cdrom, "target", dev="hdc", bus="ide")
+    _sub(cdrom, "readonly")
+    return cdrom
+
+
+def with_seed(xml_text, seed_path, instance_id, digest):
+    """The domain definition ``xml_text`` with its seed CD-ROM holding ``seed_path`` (None: an
+    empty tray) and the metadata naming the seed's ``instance_id`` and ``digest`` (None: no seed)."""
+    root = ET.fromstring(xml_text)
+    devices = root.find("devices")
+    old = next((d for d in devices.findall("disk") if d.get("device") == "cdrom"
+                and d.find("target") is not None and d.find("target").get("dev") == "hdc"), None)  # fmt: skip
+    new = seed_cdrom_xml(seed_path)
+    if old is None:
+        devices.insert(1 + max((i for i, d in enumerate(devices) if d.tag == "disk"), default=-1), new)
+    else:
+        devices[list(devices).index(old)] = new
+    mine = root.find(f"metadata/{{{NAMESPACE}}}vm")
+    if mine is not None:
+        for name, value in (("instance", instance_id), ("seed", digest)):
+            mine.attrib.pop(name, None)
+            if value:
+                mine.set(name, value)
     return ET.tostring(root, encoding="unicode")
 
 

@@ -15,7 +15,9 @@ from a free port on the host's 127.0.0.1, for a one-machine setup; default the s
 The guest: a spec with ``guest`` gets a cloud-init NoCloud seed (``cloudinit.seed_iso``),
 uploaded as the volume ``<key>-seed.iso`` beside its overlay and attached as a read-only
 CD-ROM. The seed is part of the VM: a retried create adopts the domain and makes no second
-seed, ``destroy`` deletes it with the overlay (it holds the password hash).
+seed, ``destroy`` deletes it with the overlay (it holds the password hash). ``reseed`` writes
+it afresh for a VM's next user (the domain's metadata names the seed's instance id) or, with
+no guest, deletes it and leaves the CD-ROM tray empty.
 
 Images: ``stage_image`` uploads a verified qcow2/raw file into the pool as
 ``<image>-<checksum12>.<fmt>`` (uploaded under ``.part`` and copied into place, so a transfer
@@ -259,6 +261,7 @@ class LibvirtDriver(base.Driver):
             xml = domxml.domain_xml(
                 spec, domain_type=self._domain_type(), disk_path=overlay.path(), cpu_mode=self._cpu_mode(),
                 seed_path=seed.path() if seed is not None else None, network=network,
+                seed_digest=cloudinit.seed_digest(cloudinit.seed_files(spec.guest)) if spec.guest else None,
                 forward_port=_free_port() if network == domxml.USER_NETWORK else None,
             )  # fmt: skip
             dom = self._call(f"define {spec.key}", self.conn.defineXML, xml)
@@ -278,12 +281,15 @@ class LibvirtDriver(base.Driver):
     def _seed(self, pool, spec):
         """The NoCloud seed volume of the VM, written afresh (one left by an attempt that died
         before defining the domain may hold another login)."""
-        data = cloudinit.seed_iso(cloudinit.seed_files(spec.guest))
-        name = f"{spec.key}-seed.iso"
+        return self._write_seed(pool, spec.key, spec.guest)
+
+    def _write_seed(self, pool, key, guest):
+        data = cloudinit.seed_iso(cloudinit.seed_files(guest))
+        name = f"{key}-seed.iso"
         stale = self._volume(pool, name)
         if stale is not None:
-            self._call(f"delete stale seed of {spec.key}", stale.delete, 0)
-        vol = self._call(f"create seed of {spec.key}", pool.createXML, domxml.volume_xml(name, len(data), "raw"), 0)
+            self._call(f"delete stale seed of {key}", stale.delete, 0)
+        vol = self._call(f"create seed of {key}", pool.createXML, domxml.volume_xml(name, len(data), "raw"), 0)
         try:
             self._send(vol, [data], len(data))
         except BaseException:
@@ -392,6 +398,31 @@ class LibvirtDriver(base.Driver):
         dom = self._domain(key)
         snap = self._call(f"snapshot {name!r} of {key}", dom.snapshotLookupByName, name, 0)
         self._call(f"revert {key} to {name!r}", dom.revertToSnapshot, snap, 0)
+
+    @translated
+    def reseed(self, key, guest):
+        """Write the stopped VM's seed volume afresh for ``guest`` and point its CD-ROM at it
+        (None: delete the volume and empty the tray). The domain's metadata names the seed's
+        instance id; a revert restores the snapshot's definition, so a reseed follows it."""
+        dom = self._domain(key)
+        xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+        base.check_reseed(key, self._state(dom), None, None, True)
+        pool = self._pool()
+        if guest is None:
+            self._call(f"eject the seed of {key}", self.conn.defineXML, domxml.with_seed(xml, None, None, None))
+            vol = self._volume(pool, f"{key}-seed.iso")
+            if vol is not None:  # it holds the last user's password hash
+                self._call(f"delete seed of {key}", vol.delete, 0)
+            return
+        try:
+            digest = cloudinit.seed_digest(cloudinit.seed_files(guest))
+        except cloudinit.SeedError as exc:
+            raise Invalid(f"{key}: {exc}") from None
+        mine = domxml.metadata_of(xml)
+        base.check_reseed(key, VMState.STOPPED, mine.get("instance"), guest, mine.get("seed") == digest)
+        vol = self._write_seed(pool, key, guest)  # always: a revert may have left another seed in the volume
+        new_xml = domxml.with_seed(xml, vol.path(), guest.instance_id, digest)
+        self._call(f"reseed {key}", self.conn.defineXML, new_xml)
 
     @translated
     def capture(self, key, new_image_name):

@@ -22,7 +22,7 @@ import urllib.parse
 from django.db import IntegrityError, transaction
 from django.db.models import Q, Sum
 
-from provisioning.drivers import base
+from provisioning.drivers import base, cloudinit
 from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, Unreachable, VMInfo, VMState
 from provisioning.drivers.sim import services, steps
 from provisioning.drivers.sim.models import SimFault, SimHost, SimImage, SimVM
@@ -187,6 +187,7 @@ class SimDriver(base.Driver):
                         "image_format": spec.image.format,
                         "network": spec.network,
                         "fingerprint": fingerprint,
+                        "seed": _seed(spec.key, spec.guest),
                     },
                 )
         except IntegrityError:  # a concurrent create of the same key won: judge its VM below
@@ -220,7 +221,7 @@ class SimDriver(base.Driver):
             vm = self._vm(key, lock=True)
             if any(snap["name"] == name for snap in vm.snapshots):
                 return
-            vm.snapshots = [*vm.snapshots, {"name": name, "state": vm.state, "created": time.time()}]
+            vm.snapshots = [*vm.snapshots, {"name": name, "state": vm.state, "created": time.time(), "seed": vm.seed}]
             vm.save(update_fields=["snapshots", "updated"])
 
     def revert(self, key, name):
@@ -232,9 +233,22 @@ class SimDriver(base.Driver):
             if snap is None:
                 raise NotFound(f"{key} has no snapshot {name!r}")
             vm.state = snap["state"]
+            vm.seed = snap.get("seed", vm.seed)  # as a real disk and definition are restored
             if vm.state == SimVM.State.RUNNING and vm.address is None:
                 _lease(vm, self.host())
-            vm.save(update_fields=["state", "address", "updated"])
+            vm.save(update_fields=["state", "seed", "address", "updated"])
+
+    def reseed(self, key, guest):
+        base.check_key(key)
+        self._step("reseed")
+        wanted = _seed(key, guest)
+        with transaction.atomic():
+            vm = self._vm(key, lock=True)
+            base.check_reseed(key, VMState(vm.state), vm.seed.get("instance_id"), guest, vm.seed == wanted)
+            if vm.seed == wanted:
+                return
+            vm.seed = wanted
+            vm.save(update_fields=["seed", "updated"])
 
     def capture(self, key, new_image_name):
         base.check_image_name(new_image_name)
@@ -291,6 +305,16 @@ class SimDriver(base.Driver):
         self._step("state")
         vm = SimVM.objects.filter(key=key, host=self.host()).first()
         return VMState(vm.state) if vm else VMState.ABSENT
+
+
+def _seed(key, guest):
+    """What the simulator keeps of a seed: its instance id and digest (the login stays out of the database)."""
+    if guest is None:
+        return {}
+    try:
+        return {"instance_id": guest.instance_id, "digest": cloudinit.seed_digest(cloudinit.seed_files(guest))}
+    except cloudinit.SeedError as exc:
+        raise Invalid(f"{key}: {exc}") from None
 
 
 def _lease(vm, host, attempts=5):

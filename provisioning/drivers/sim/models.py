@@ -84,7 +84,10 @@ class SimVM(models.Model):
     network = models.CharField(max_length=100)
     fingerprint = models.CharField(max_length=64)
     address = models.GenericIPAddressField(null=True, blank=True, unique=True, protocol="IPv4")
-    snapshots = models.JSONField(default=list, blank=True, help_text='[{"name", "state", "created"}]')
+    snapshots = models.JSONField(default=list, blank=True, help_text='[{"name", "state", "created", "seed"}]')
+    seed = models.JSONField(
+        default=dict, blank=True, help_text='Its seed: {"instance_id", "digest"} (never the login itself).'
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 

@@ -2,7 +2,7 @@
 
 STEPS = (
     "facts", "list_vms", "stage_image", "create", "start", "stop", "suspend", "resume",
-    "destroy", "snapshot", "revert", "capture", "migrate", "address", "state",
+    "destroy", "snapshot", "revert", "reseed", "capture", "migrate", "address", "state",
 )  # fmt: skip
 ANY = "*"
 CHOICES = [(ANY, "every step")] + [(step, step) for step in STEPS]

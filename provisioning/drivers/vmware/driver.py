@@ -413,18 +413,12 @@ class VMwareDriver(base.Driver):
         password under the old id would silently never reach the guest.
         """
         vm = self._vm(key)
-        state = self._state(vm)
-        if state != VMState.STOPPED:
-            raise Conflict(f"cannot reseed {key}: it is {state}; the guest reads its seed at boot, so stop it first")
+        base.check_reseed(key, self._state(vm), None, None, True)
         wanted = guestinfo.cleared() if guest is None else _seed(key, guest)
         current = self._extra(vm)
         if guestinfo.seed_of(current) == wanted[guestinfo.DIGEST]:
             return
-        old_id = guestinfo.instance_id(current)
-        if guest is not None and old_id == guest.instance_id:
-            raise Invalid(
-                f"cannot reseed {key}: the new seed keeps instance id {old_id!r}, so cloud-init would not apply it"
-            )
+        base.check_reseed(key, VMState.STOPPED, guestinfo.instance_id(current), guest, False)
         spec = vim.vm.ConfigSpec(extraConfig=_options(wanted))
         self._wait(self._call(f"reseed {key}", vm.ReconfigVM_Task, spec=spec), f"reseed {key}")
 

@@ -28,12 +28,13 @@ from provisioning.vms.opcodes.common import (
 from provisioning.vms.opcodes.params import SnapshotParams, StopParams, VMParams, vm_lock
 from provisioning.vms.opcodes.staging import stage
 
-RETRY_STEPS = ("claim", "define", "start", "address")  # a failure here is retried once on another host
+RETRY_STEPS = ("claim", "define", "clean", "start", "address")  # a failure here is retried once on another host
 
 
 @opcode("vm.create", params=VMParams, locks=vm_lock, staff_only=False)
 def vm_create(job):
-    """Create a VM: claim capacity, stage its image, define, boot, wait for its address.
+    """Create a VM: claim capacity, stage its image, define, snapshot it clean (an image that
+    reverts on end), boot, wait for its address.
 
     A placement or boot failure (a claim that lost every race, or a failure to define, start
     or address the VM) is retried once on another host, after the first host is cleaned and
@@ -46,7 +47,7 @@ def vm_create(job):
         return {"vm": vm_id, "host": vm.host_id, "address": vm.address, "already": True}
     if vm.state == S.DESTROYED:
         raise Refused(f"{vm.key} is destroyed: request a new VM")
-    job.expect(6)
+    job.expect(7)
     retried = job._done.get("retry")  # a re-run after the retry began goes straight to the second attempt
     first = None
     if retried is None:
@@ -67,7 +68,7 @@ def vm_create(job):
                     raise
                 undo_create(vm_id, fail_reason(exc), actor=job.actor)
                 raise exc from cleanup
-    job.expect(len(job._done) + 6)
+    job.expect(len(job._done) + 7)
     attempt = Attempt(job, vm_id, suffix="-retry", exclude=retried["exclude"])
     try:
         return attempt.run()
@@ -98,6 +99,8 @@ class Attempt:
         self.placed = self.step("claim", claim, vm_id, self.exclude, actor=actor)
         self.step("stage", stage, vm_id, self.placed["host"], self.job.job_id)
         self.step("define", define, vm_id, actor=actor)
+        if load_vm(vm_id).image.revert_on_end:
+            self.step("clean", clean_snapshot, vm_id, actor=actor)
         self.step("start", boot, vm_id, actor=actor)
         address = self.step("address", wait_address, vm_id)
         self.step("ready", ready, vm_id, address, actor=actor)
@@ -177,6 +180,16 @@ def define(vm_id, *, actor):
     port = driver.port(vm.key, services.login_port(vm.image))
     VM.objects.filter(pk=vm_id).update(port=port)
     return {"key": info.key, "host": info.host, "port": port}
+
+
+def clean_snapshot(vm_id, *, actor):
+    """The state a ``revert_on_end`` VM returns to after each user: defined, never booted, so
+    it holds no one's login (a snapshot after the first boot would keep the first user's)."""
+    vm = load_vm(vm_id)
+    drivers.driver_for(vm.host).snapshot(vm.key, services.CLEAN_SNAPSHOT)
+    clean = {"name": services.CLEAN_SNAPSHOT, "state": S.STOPPED, "created": timezone.now().isoformat()}
+    others = [s for s in vm.snapshots if s.get("name") != services.CLEAN_SNAPSHOT]
+    VM.objects.filter(pk=vm_id).update(snapshots=[*others, clean])
 
 
 def boot(vm_id, *, actor):

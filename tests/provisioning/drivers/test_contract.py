@@ -220,6 +220,35 @@ def test_calls_in_the_wrong_state_are_conflicts(peer):
     assert source.state(spec.key) == VMState.STOPPED
 
 
+def login(instance_id, password="first-pw-123"):
+    from provisioning.drivers import cloudinit
+
+    return cloudinit.GuestLogin(
+        instance_id=instance_id, hostname="vcl-guest", login="alice", password_hash=cloudinit.password_hash(password)
+    )
+
+
+def test_reseed_gives_a_stopped_vm_its_next_users_seed(peer):
+    spec = staged(peer, guest=login("i-1"))
+    peer.source.create(spec)
+    peer.source.start(spec.key)
+    with pytest.raises(Conflict, match="stop it first"):
+        peer.source.reseed(spec.key, login("i-2"))
+    peer.source.stop(spec.key, force=True)
+
+    nextone = login("i-2", "next-pw-456")
+    peer.source.reseed(spec.key, nextone)
+    peer.source.reseed(spec.key, nextone)  # a retried reseed
+    with pytest.raises(Invalid, match="keeps instance id"):
+        peer.source.reseed(spec.key, login("i-2", "other-pw-789"))
+    peer.source.reseed(spec.key, None)
+    peer.source.reseed(spec.key, None)
+    peer.source.start(spec.key)  # a VM without a seed still boots
+    assert peer.source.state(spec.key) == VMState.RUNNING
+    with pytest.raises(NotFound):
+        peer.source.reseed("vcl-absent-1", None)
+
+
 def test_migrate_moves_the_vm(peer):
     spec = staged(peer)
     peer.target.stage_image(peer.image)

@@ -281,6 +281,25 @@ def test_a_guest_login_becomes_a_seed_volume_attached_as_a_read_only_cdrom(lv):
     assert not [name for name in volumes(lv.source) if name.startswith(spec.key)]
 
 
+def test_reseed_rewrites_the_seed_volume_and_none_empties_the_cdrom_tray(lv):
+    lv.source.stage_image(lv.image)
+    spec = lv.spec(guest=login())
+    lv.source.create(spec)
+    nextone = dataclasses.replace(login(), instance_id="vcl-1-def")
+
+    lv.source.reseed(spec.key, None)
+    cdrom = defined_xml(lv.source, spec.key).find("devices/disk[@device='cdrom']")
+    assert cdrom.find("source") is None and f"{spec.key}-seed.iso" not in volumes(lv.source)
+    assert "instance" not in domxml.metadata_of(lv.source.conn.lookupByName(spec.key).XMLDesc(0))
+
+    lv.source.reseed(spec.key, nextone)
+    cdrom = defined_xml(lv.source, spec.key).find("devices/disk[@device='cdrom']")
+    assert cdrom.find("source").get("file").endswith(f"/{spec.key}-seed.iso")
+    assert volumes(lv.source).count(f"{spec.key}-seed.iso") == 1
+    meta = domxml.metadata_of(lv.source.conn.lookupByName(spec.key).XMLDesc(0))
+    assert meta["instance"] == "vcl-1-def" and meta["fingerprint"] == spec.fingerprint()
+
+
 def test_a_spec_without_a_guest_gets_no_seed(lv):
     lv.source.stage_image(lv.image)
     spec = lv.spec()

@@ -1,0 +1,84 @@
+"""Reusing a VM of a ``revert_on_end`` image: ``vm.park`` after one user, ``vm.reuse`` for the next.
+
+The clean snapshot is taken by ``vm.create`` after the VM is defined and before its first
+boot (``lifecycle.clean_snapshot``), so it holds no user's login, files or memory.
+
+- ``vm.park``: power off, revert to that snapshot (stopped, as before the first boot), and
+  remove the last user's seed (it holds their password hash). The VM stays on its host,
+  stopped and owned by no one, waiting for its next user; its claim is released by whoever
+  ends the use (a reservation's end).
+- ``vm.reuse``: a parked VM handed to a new owner (``services.reuse_parked`` attached the new
+  claim): a fresh seed with the new user's login and a new instance id (the guest applies a
+  seed once per instance id), boot, and ready once the guest answers — as ``vm.create`` does.
+  On failure the VM is destroyed and its claim released, as a failed create, so the caller's
+  retry path builds a new VM.
+"""
+
+from provisioning.drivers import base
+from provisioning.drivers import registry as drivers
+from provisioning.jobs.registry import opcode
+from provisioning.vms import services
+from provisioning.vms.opcodes import guest
+from provisioning.vms.opcodes.common import Refused, S, authorise, fail_reason, load_vm, passes_through
+from provisioning.vms.opcodes.lifecycle import boot, ready, revert, undo_create, wait_address
+from provisioning.vms.opcodes.params import VMParams, vm_lock
+
+
+@opcode("vm.park", params=VMParams, locks=vm_lock, staff_only=False)
+def vm_park(job):
+    """Revert a VM to its clean snapshot, stopped and without the last user's seed."""
+    vm = load_vm(job.params["vm"])
+    authorise(job, vm)
+    if not services.has_clean_snapshot(vm):
+        raise Refused(f"{vm.key} has no clean snapshot taken before its first boot to revert to")
+    job.expect(5)
+    # Off first: a suspended VM's saved memory would outlive the revert of its disk.
+    job.step("stop", _power_off, vm.pk, actor=job.actor)
+    job.step("revert", revert, vm.pk, services.CLEAN_SNAPSHOT, actor=job.actor)
+    job.step("stopped", _power_off, vm.pk, actor=job.actor)
+    job.step("unseed", reseed, vm.pk, None, actor=job.actor)
+    job.step("park", _park, vm.pk, actor=job.actor)
+    return {"vm": vm.pk, "state": S.STOPPED}
+
+
+@opcode("vm.reuse", params=VMParams, locks=vm_lock, staff_only=False)
+def vm_reuse(job):
+    """Give a parked VM its new owner's login (a fresh seed), boot it and wait until it answers."""
+    vm_id = job.params["vm"]
+    vm = load_vm(vm_id)
+    authorise(job, vm)
+    if vm.state != S.STOPPED and "reseed" not in job._done:
+        raise Refused(f"cannot reuse {vm.key}: it is {vm.state}")
+    job.expect(4)
+    try:
+        job.step("reseed", reseed, vm_id, "owner", actor=job.actor)
+        job.step("start", boot, vm_id, actor=job.actor)
+        address = job.step("address", wait_address, vm_id)
+        job.step("ready", ready, vm_id, address, actor=job.actor)
+    except Exception as exc:
+        if not passes_through(exc):
+            undo_create(vm_id, fail_reason(exc), actor=job.actor)
+        raise
+    return {"vm": vm_id, "host": vm.host_id, "address": address, "reused": True}
+
+
+def _power_off(vm_id, *, actor):
+    vm = load_vm(vm_id)
+    driver = drivers.driver_for(vm.host)
+    if driver.state(vm.key) != base.VMState.STOPPED:
+        driver.stop(vm.key, force=True)  # the user's session is over: nothing in it is kept
+    services.set_state(vm_id, S.STOPPED, "stopped at its clean state", address=None, actor=actor)
+
+
+def _park(vm_id, *, actor):
+    # No one owns it while it waits: its last user can neither see nor start it any more.
+    services.set_state(vm_id, S.STOPPED, "parked, clean, for its next user", owner=None, actor=actor)
+
+
+def reseed(vm_id, whose, *, actor):
+    """``whose``: "owner" (the login of the VM's current user) or None (no seed)."""
+    vm = load_vm(vm_id)
+    login = guest.guest_login(vm) if whose == "owner" else None
+    drivers.driver_for(vm.host).reseed(vm.key, login)
+    note = "seeded for its next user" if login is not None else "the last user's seed removed"
+    services.set_state(vm_id, S.STOPPED, note, actor=actor)
