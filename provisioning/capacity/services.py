@@ -1,4 +1,4 @@
-"""Plan, claim, extend and release capacity. One function per verb.
+"""Plan, claim, extend, hold and release capacity. One function per verb.
 
 ``claim`` is the only writer of Allocation rows. It decides on the process's snapshot,
 then, in one short transaction, locks the chosen host's row, re-checks that host against
@@ -41,7 +41,7 @@ class NoCapacity(Exception):
     """No host fits; ``result`` explains why and when it would."""
 
     def __init__(self, result):
-        super().__init__(str(result))
+        super().__init__(result.explained())
         self.result = result
 
 
@@ -251,6 +251,31 @@ def release(allocation, *, actor, reason=""):
             changelog.record(allocation, "delete", actor, reason=reason or "released")
             events.emit("allocation.released", _event(allocation), [f"hypervisor.{allocation.host_id}", "admin"])
     return bool(updated)
+
+
+def hold(allocation, *, actor, reason):
+    """Keep a claim counted with no end, because what it stands for (a VM whose removal
+    failed) may still be on the host whatever its end said. Returns the open-ended claim.
+
+    A fresh row replaces the old one (released in the same transaction): snapshots catch up
+    on new and released rows, never on an edited end. No capacity check: this records a fact,
+    not a request, and a host that ends up overcommitted by it really is. Released rows are
+    held again too (a VM found on a host is there whether or not its claim was let go)."""
+    if allocation.released is None and allocation.end is None:
+        return allocation
+    now = timezone.now()
+    with transaction.atomic():
+        Hypervisor.objects.select_for_update().get(pk=allocation.host_id)
+        Allocation.objects.filter(pk=allocation.pk, released__isnull=True).update(released=now)
+        held = Allocation.objects.create(
+            host_id=allocation.host_id, owner_id=allocation.owner_id, purpose=allocation.purpose,
+            vcpus=allocation.vcpus, memory_mib=allocation.memory_mib, disk_gib=allocation.disk_gib,
+            extras=dict(allocation.extras), start=min(allocation.start, now), end=None,
+            anti_affinity=allocation.anti_affinity,
+        )  # fmt: skip
+        changelog.record(held, "create", actor, reason=f"held: {reason}"[:500])
+        events.emit("allocation.claimed", _event(held), [f"hypervisor.{held.host_id}", "admin"])
+    return held
 
 
 def demand_of(allocation, **changes):
