@@ -272,3 +272,15 @@ def test_a_held_claim_counts_with_no_end_and_the_snapshot_sees_it(make_host):
     assert capacity.hold(held, actor=TEST, reason="again") == held  # open-ended already: nothing to do
     capacity.release(held, actor=TEST)
     assert capacity.claim(later, actor=TEST).active
+
+
+def test_a_host_tag_change_alone_reaches_the_snapshot(make_host):
+    """Tags bind real claims (#13 item 12): a tag written without touching the host row (as
+    the bulk import writes them) must still be seen by the next decision."""
+    host = make_host("h1")
+    gpu = demand(required_tags=frozenset({"gpu"}))
+    assert not capacity.plan(gpu).ok
+    host.tags.add("gpu")
+    snapshot.expire()  # as after the version-check interval
+    assert capacity.plan(gpu).host == "h1"
+    assert capacity.claim(gpu, actor=TEST).host == host
