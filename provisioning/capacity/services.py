@@ -63,6 +63,7 @@ class Demand:
     required_tags: frozenset = frozenset()
     forbidden_tags: frozenset = frozenset()
     anti_affinity: str = ""
+    exclusive_storage: bool = False
     policy: str | None = None
     groups: frozenset | None = None
     purpose: str = ""
@@ -79,6 +80,7 @@ class Demand:
             required_tags=frozenset(self.required_tags),
             forbidden_tags=frozenset(self.forbidden_tags),
             anti_affinity=self.anti_affinity or None,
+            exclusive_storage=self.exclusive_storage,
             policy=core.Policy(self.policy) if self.policy else None,
             groups=frozenset(self.groups) if self.groups else None,
         )

@@ -53,6 +53,9 @@ class Image(models.Model):
         blank=True,
         help_text="A group name: two VMs of this group (of any image) never share a host at overlapping times.",
     )
+    exclusive_storage = models.BooleanField(
+        default=False, help_text="Its VMs go only to hosts of node groups with exclusive storage (own disks)."
+    )
     ready_timeout = models.PositiveIntegerField(
         default=120,
         validators=[MinValueValidator(1)],

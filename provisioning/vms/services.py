@@ -26,7 +26,7 @@ from vclmgr.errors import Conflict, InUse
 IMAGE_FIELDS = (
     "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib", "default_vcpus",
     "default_memory_mib", "default_disk_gib", "visibility", "parent", "revert_on_end", "active", "user_data",
-    "ready_timeout", "required_tags", "forbidden_tags", "anti_affinity",
+    "ready_timeout", "required_tags", "forbidden_tags", "anti_affinity", "exclusive_storage",
 )  # fmt: skip
 MAX_TAGS = 20
 GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
@@ -280,10 +280,11 @@ def size_for(image, vcpus=None, memory_mib=None, disk_gib=None):
 def demand_for(image, size, *, start, end, purpose, formats=None, exclude_hosts=(), prefer_cached=True):
     """The placement ``Demand`` of one VM of ``image`` and ``size`` over ``[start, end)``.
 
-    The one builder for VMs and reservations: the image's required and forbidden host tags and
-    its anti-affinity group go with it, so every claim honours them. ``formats``: the image
-    formats the VM can run from (default: every variant's); ``exclude_hosts``: host ids it must not go to;
-    ``prefer_cached``: try the hosts that have the image staged first.
+    The one builder for VMs and reservations: the image's required and forbidden host tags, its
+    anti-affinity group and its need for exclusive storage go with it, so every claim honours
+    them. ``formats``: the image formats the VM can run from (default: every variant's);
+    ``exclude_hosts``: host ids it must not go to; ``prefer_cached``: try the hosts that have
+    the image staged first.
     """
     formats = frozenset(image.variants.values_list("format", flat=True) if formats is None else formats)
     return capacity.Demand(
@@ -291,7 +292,7 @@ def demand_for(image, size, *, start, end, purpose, formats=None, exclude_hosts=
         formats=formats, purpose=purpose, exclude_hosts=frozenset(exclude_hosts),
         prefer_hosts=hosts_with(image) if prefer_cached else frozenset(),
         required_tags=frozenset(image.required_tags), forbidden_tags=frozenset(image.forbidden_tags),
-        anti_affinity=image.anti_affinity,
+        anti_affinity=image.anti_affinity, exclusive_storage=image.exclusive_storage,
     )  # fmt: skip
 
 

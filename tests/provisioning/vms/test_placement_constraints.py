@@ -113,3 +113,16 @@ def test_the_admin_shows_them(client, admin_user, image):
     client.force_login(admin_user)
     page = client.get(f"/admin/vms/image/{image.pk}/change/").content.decode()
     assert 'name="required_tags"' in page and 'value="gpu, nvme"' in page and 'name="anti_affinity"' in page
+
+
+def test_an_exclusive_storage_image_builds_only_in_such_a_group(make_host, image, alice, sync_jobs, api):
+    from inventory.models import NodeGroup
+
+    make_host("shared-1", cpus=64, memory_mib=262144)
+    own = make_host("own-1", group=NodeGroup.objects.create(name="spindles", exclusive_storage=True))
+    services.update_image(image, actor="test", exclusive_storage=True)
+    vm, job = build(alice, image, sync_jobs)
+    assert job.status == "success" and vm.host == own
+    too_big = {"vcpus": 1, "memory_mib": 100_000, "exclusive_storage": True}  # shared-1 has room, own-1 not
+    answer = api(alice).post("/api/v1/placement/plan/", too_big, format="json").json()
+    assert not answer["fits"] and answer["reasons"] == {"exclusive_storage": 1, "lacks_memory_mib": 1}
