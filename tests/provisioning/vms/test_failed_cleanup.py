@@ -47,6 +47,9 @@ def test_staff_find_error_vms_in_the_admin(client, admin_user, sim_host, image, 
     client.force_login(admin_user)
     page = client.get("/admin/vms/vm/?state__exact=error").content.decode()
     assert VM.objects.get(pk=vm.pk).key in page and "error: may still be on its host" in page
+    listed = client.get("/vms/?state=error").content.decode()  # the VM list, with a destroy button
+    assert VM.objects.get(pk=vm.pk).key in listed
+    assert client.get("/api/v1/vms/?state=error").json()["count"] == 1
 
 
 def test_a_failed_create_whose_cleanup_fails_keeps_its_claim(sim_host, image, alice, sync_jobs):
