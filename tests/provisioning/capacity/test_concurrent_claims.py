@@ -37,18 +37,24 @@ RACER = textwrap.dedent(
 )
 
 
-def test_two_processes_racing_for_the_last_slots_never_overcommit(transactional_db, make_host):
-    hosts = [make_host(f"race{i}", cpus=3, cpu_ratio=2.0, memory_mib=65536) for i in range(4)]
-    capacity = 4 * 3 * 2
+def race(script, processes=2):
+    """Run ``script`` in that many processes at once; their outputs (each must exit 0)."""
     racers = [
-        subprocess.Popen([sys.executable, "-c", RACER, str(n)], cwd=ROOT, env=child_env(),
+        subprocess.Popen([sys.executable, "-c", script, str(n)], cwd=ROOT, env=child_env(),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for n in range(2)
+        for n in range(processes)
     ]  # fmt: skip
     results = [racer.communicate(timeout=120) for racer in racers]
     for racer, (_out, err) in zip(racers, results, strict=True):
         assert racer.returncode == 0, err[-3000:]
-    won = [int(out.strip().splitlines()[-1]) for out, _ in results]
+    return [out for out, _err in results]
+
+
+def test_two_processes_racing_for_the_last_slots_never_overcommit(transactional_db, make_host):
+    hosts = [make_host(f"race{i}", cpus=3, cpu_ratio=2.0, memory_mib=65536) for i in range(4)]
+    capacity = 4 * 3 * 2
+    results = race(RACER)
+    won = [int(out.strip().splitlines()[-1]) for out in results]
     assert sum(won) == capacity
     assert Allocation.objects.count() == capacity
     for host in hosts:
@@ -96,15 +102,8 @@ def test_concurrent_claims_of_one_anti_affinity_group_never_share_a_host(transac
     hosts = [make_host(f"aa{i}", cpus=64, memory_mib=262144) for i in range(3)]  # room for many, one per group
     image = vms.create_image(actor="test", name="replica", anti_affinity="replicas")
     vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/replica")
-    racers = [
-        subprocess.Popen([sys.executable, "-c", GROUP_RACER, str(n)], cwd=ROOT, env=child_env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for n in range(2)
-    ]  # fmt: skip
-    results = [racer.communicate(timeout=120) for racer in racers]
-    for racer, (_out, err) in zip(racers, results, strict=True):
-        assert racer.returncode == 0, err[-3000:]
-    assert sum(int(out.strip().splitlines()[-1]) for out, _ in results) == len(hosts)
-    assert all("anti-affinity" in out for out, _ in results), results
+    results = race(GROUP_RACER)
+    assert sum(int(out.strip().splitlines()[-1]) for out in results) == len(hosts)
+    assert all("anti-affinity" in out for out in results), results
     per_host = [Allocation.objects.filter(host=host, anti_affinity="replicas").count() for host in hosts]
     assert per_host == [1, 1, 1]
