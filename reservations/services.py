@@ -168,7 +168,7 @@ class Fit:
 
 def _plain(result):
     """A placement refusal in words a user understands."""
-    why = placement_reasons.summarize(result.reasons) or result.note or "no hosts"
+    why = "; ".join(n for n in (placement_reasons.summarize(result.reasons), result.note) if n) or "no hosts"
     return f"no host has room then ({why})"
 
 
@@ -353,7 +353,7 @@ def settle(reservation_id, *, actor):
         return {"status": reservation.status, "note": "nothing to settle"}
     if vm.state == VM.State.RUNNING:
         return _ready(reservation, vm, actor=actor)
-    if vm.state in VM.LIVE:  # still building (a settle run early): wait for the next one
+    if vm.state in VM.LIVE and vm.state != VM.State.ERROR:  # still building (a settle run early): wait
         return {"status": reservation.status, "vm": vm.state}
     failed = [*reservation.failed_hosts, *([vm.host_id] if vm.host_id else [])]
     why = vm.error or f"the VM ended {vm.state}"
@@ -464,8 +464,18 @@ def finish(reservation_id, *, actor):
     if vm is not None and vm.state == VM.State.STOPPED and reservation.image.revert_on_end:
         note = "VM reverted to its clean state and stopped"
     with transaction.atomic():
+        if vm is not None and _teardown_failed(vm):  # its claim stays with the VM (error) for repair
+            if vm.state != VM.State.ERROR:
+                vms.cleanup_failed(vm.pk, f"reservation {reservation.pk} ended but its VM is {vm.state}", actor=actor)
+            note = "the VM could not be removed; its capacity stays claimed until it is"
         _finish(reservation, note, actor=actor)
     return {"status": S.ENDED, "note": note}
+
+
+def _teardown_failed(vm):
+    """Is the VM still there after its teardown job (anything but destroyed, cleaned up after
+    a failed build, or reverted and stopped, which keeps it defined without a claim)?"""
+    return vm.state not in (VM.State.DESTROYED, VM.State.FAILED, VM.State.REQUESTED, VM.State.STOPPED)
 
 
 def _finish(reservation, note, *, actor):

@@ -6,7 +6,8 @@ class Allocation(models.Model):
     """A claim on a host's resources over ``[start, end)`` (``end`` null = open-ended).
 
     Written by ``capacity.services.claim`` only, in the transaction that re-checked the
-    host's capacity under its row lock. A released claim keeps its row for history.
+    host's capacity under its row lock (``hold`` aside: it records a VM that could not be
+    removed, without a check). A released claim keeps its row for history.
     """
 
     # Live claims keep their host from being deleted (an in-use check in inventory);

@@ -1,4 +1,4 @@
-"""Plan, claim, extend and release capacity. One function per verb.
+"""Plan, claim, extend, hold and release capacity. One function per verb.
 
 ``claim`` is the only writer of Allocation rows. It decides on the process's snapshot,
 then, in one short transaction, locks the chosen host's row, re-checks that host against
@@ -41,7 +41,7 @@ class NoCapacity(Exception):
     """No host fits; ``result`` explains why and when it would."""
 
     def __init__(self, result):
-        super().__init__(str(result))
+        super().__init__(result.explained())
         self.result = result
 
 
@@ -63,6 +63,7 @@ class Demand:
     required_tags: frozenset = frozenset()
     forbidden_tags: frozenset = frozenset()
     anti_affinity: str = ""
+    exclusive_storage: bool = False
     policy: str | None = None
     groups: frozenset | None = None
     purpose: str = ""
@@ -79,6 +80,7 @@ class Demand:
             required_tags=frozenset(self.required_tags),
             forbidden_tags=frozenset(self.forbidden_tags),
             anti_affinity=self.anti_affinity or None,
+            exclusive_storage=self.exclusive_storage,
             policy=core.Policy(self.policy) if self.policy else None,
             groups=frozenset(self.groups) if self.groups else None,
         )
@@ -251,6 +253,31 @@ def release(allocation, *, actor, reason=""):
             changelog.record(allocation, "delete", actor, reason=reason or "released")
             events.emit("allocation.released", _event(allocation), [f"hypervisor.{allocation.host_id}", "admin"])
     return bool(updated)
+
+
+def hold(allocation, *, actor, reason):
+    """Keep a claim counted with no end, because what it stands for (a VM whose removal
+    failed) may still be on the host whatever its end said. Returns the open-ended claim.
+
+    A fresh row replaces the old one (released in the same transaction): snapshots catch up
+    on new and released rows, never on an edited end. No capacity check: this records a fact,
+    not a request, and a host that ends up overcommitted by it really is. Released rows are
+    held again too (a VM found on a host is there whether or not its claim was let go)."""
+    if allocation.released is None and allocation.end is None:
+        return allocation
+    now = timezone.now()
+    with transaction.atomic():
+        Hypervisor.objects.select_for_update().get(pk=allocation.host_id)
+        Allocation.objects.filter(pk=allocation.pk, released__isnull=True).update(released=now)
+        held = Allocation.objects.create(
+            host_id=allocation.host_id, owner_id=allocation.owner_id, purpose=allocation.purpose,
+            vcpus=allocation.vcpus, memory_mib=allocation.memory_mib, disk_gib=allocation.disk_gib,
+            extras=dict(allocation.extras), start=min(allocation.start, now), end=None,
+            anti_affinity=allocation.anti_affinity,
+        )  # fmt: skip
+        changelog.record(held, "create", actor, reason=f"held: {reason}"[:500])
+        events.emit("allocation.claimed", _event(held), [f"hypervisor.{held.host_id}", "admin"])
+    return held
 
 
 def demand_of(allocation, **changes):

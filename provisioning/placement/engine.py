@@ -19,7 +19,7 @@ import math
 
 from . import refusals
 from .earliest import earliest_fit as _earliest_fit
-from .explain import explain, unknown_resources
+from .explain import explain, tag_note, unknown_resources
 from .filters import StaticView, static_view
 from .model import Allocation, Cluster, Policy, Request, window_end
 from .options import PlacementOptions
@@ -97,6 +97,8 @@ class PlacementEngine:
         self, request: Request, window: Window, view: StaticView, note: str = ""
     ) -> PlacementResult:
         counts, misses = explain(self.state, request, window, view, self.options.closest_misses)
+        if counts.get(refusals.MISSING_TAG):
+            note = "; ".join(n for n in (note, tag_note(self.state, request)) if n)
         fit = None
         external = [i for tier in view.tiers for i in tier.get(Policy.EXTERNAL, ())]
         if external:

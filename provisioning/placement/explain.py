@@ -68,3 +68,18 @@ def _check_order(nslots: int) -> list[int]:
 
 def unknown_resources(state: ClusterState, request: Request) -> list[str]:
     return sorted(name for name in request.resources.extras if name not in state.space.index)
+
+
+def tag_note(state: ClusterState, request: Request) -> str:
+    """What the per-host counts cannot say about required tags: which of them no host
+    carries at all (``no host has tag gpu``), or that none carries them all together."""
+    wanted = request.required_tags
+    if not wanted:
+        return ""
+    carried = set().union(*(slot.host.tags for slot in state.slots))
+    missing = sorted(wanted - carried)
+    if missing:
+        return f"no host has tag{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+    if not any(wanted <= slot.host.tags for slot in state.slots):
+        return f"no host has all of the tags {', '.join(sorted(wanted))}"
+    return ""

@@ -89,6 +89,13 @@ class PlacementResult:
             text += "; never fits" if fit.start is None else f"; {fit}"
         return text
 
+    def explained(self) -> str:
+        """The one line, with the note when the counts do not say it all (``no host has tag gpu``)."""
+        text = str(self)
+        if self.host is None and self.note and self.reasons and self.note not in text:
+            text += f" ({self.note})"
+        return text
+
     def to_dict(self) -> dict:
         return {
             "request": self.request.id,

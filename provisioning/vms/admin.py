@@ -7,6 +7,7 @@ their state changes only through jobs, so the hypervisor and the database never 
 from django.contrib import admin
 
 from provisioning.vms import services
+from provisioning.vms.forms import ImageTagsMixin
 from provisioning.vms.models import VM, HostImage, Image, ImageVariant
 
 
@@ -18,7 +19,8 @@ class ImageVariantInline(admin.TabularInline):
 
 @admin.register(Image)
 class ImageAdmin(admin.ModelAdmin):
-    list_display = ["name", "os", "platform", "visibility", "active", "parent", "revert_on_end"]
+    form = ImageTagsMixin
+    list_display = ["name", "os", "platform", "visibility", "active", "parent", "revert_on_end", "anti_affinity"]
     list_filter = ["visibility", "active", "platform"]
     search_fields = ["name", "os", "description"]
     filter_horizontal = ["groups"]

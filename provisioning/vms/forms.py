@@ -33,7 +33,26 @@ class ImageFilterForm(forms.Form):
         return images
 
 
-class ImageForm(forms.ModelForm):
+class TagsField(forms.CharField):
+    """Host tag names typed comma-separated; the service checks and normalises them."""
+
+    def __init__(self, **kwargs):
+        kwargs.pop("encoder", None), kwargs.pop("decoder", None)  # a JSONField's own form field options
+        super().__init__(max_length=2000, required=False, **kwargs)
+
+    def prepare_value(self, value):
+        return ", ".join(value) if isinstance(value, (list, tuple)) else value
+
+    def to_python(self, value):
+        return [name.strip() for name in (value or "").split(",") if name.strip()]
+
+
+class ImageTagsMixin(forms.ModelForm):
+    required_tags = TagsField(help_text=Image._meta.get_field("required_tags").help_text + " Comma-separated.")
+    forbidden_tags = TagsField(help_text=Image._meta.get_field("forbidden_tags").help_text + " Comma-separated.")
+
+
+class ImageForm(ImageTagsMixin, forms.ModelForm):
     groups = forms.ModelMultipleChoiceField(queryset=Group.objects.order_by("name"), required=False)
 
     class Meta:

@@ -42,6 +42,20 @@ class Image(models.Model):
         blank=True,
         help_text="The image's own #cloud-config, merged into every VM's seed (it cannot change the user's login).",
     )
+    required_tags = models.JSONField(
+        default=list, blank=True, help_text="Host tags its VMs need (e.g. gpu): they go only to hosts with all of them."
+    )
+    forbidden_tags = models.JSONField(
+        default=list, blank=True, help_text="Host tags its VMs avoid: never on a host with any of them."
+    )
+    anti_affinity = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="A group name: two VMs of this group (of any image) never share a host at overlapping times.",
+    )
+    exclusive_storage = models.BooleanField(
+        default=False, help_text="Its VMs go only to hosts of node groups with exclusive storage (own disks)."
+    )
     ready_timeout = models.PositiveIntegerField(
         default=120,
         validators=[MinValueValidator(1)],
@@ -117,9 +131,12 @@ class VM(models.Model):
         MIGRATING = "migrating", "migrating"
         DESTROYED = "destroyed", "destroyed"
         FAILED = "failed", "failed"
+        ERROR = "error", "error: may still be on its host"
 
-    # States in which the VM exists (or may exist) on a hypervisor.
-    LIVE = ("staging", "defining", "starting", "running", "stopped", "suspended", "migrating")
+    # States in which the VM exists (or may exist) on a hypervisor. ``error``: removing it
+    # failed (or a migration lost track of it); it keeps its claims, with no end, until a
+    # vm.destroy succeeds or verify/repair settles it; ``error`` says why.
+    LIVE = ("staging", "defining", "starting", "running", "stopped", "suspended", "migrating", "error")
     BUILT = ("running", "stopped", "suspended")  # made, and not in the middle of a job's change
 
     name = models.CharField(max_length=100, blank=True)

@@ -8,6 +8,8 @@ something still used raises ``InUse``. The acting user is always the keyword ``a
 ``demand_for``/``vm_demand`` build every VM's placement ``Demand`` (VMs and reservations).
 """
 
+import re
+
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -24,8 +26,10 @@ from vclmgr.errors import Conflict, InUse
 IMAGE_FIELDS = (
     "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib", "default_vcpus",
     "default_memory_mib", "default_disk_gib", "visibility", "parent", "revert_on_end", "active", "user_data",
-    "ready_timeout",
+    "ready_timeout", "required_tags", "forbidden_tags", "anti_affinity", "exclusive_storage",
 )  # fmt: skip
+MAX_TAGS = 20
+GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
 VARIANT_FIELDS = ("hypervisor_type", "format", "location", "checksum", "size_gib")
 ACTIONS = ("start", "stop", "suspend", "resume", "destroy")
 CLEAN_SNAPSHOT = "clean"  # a revert_on_end VM's state before its first boot (opcodes/reuse.py)
@@ -81,8 +85,37 @@ def _check_image(image):
             errors[default] = [f"must be at least {low} ({getattr(image, low)})"]
     if image.parent_id and image.pk and image.parent_id == image.pk:
         errors["parent"] = ["an image cannot be its own parent"]
+    for name in ("required_tags", "forbidden_tags"):
+        try:
+            setattr(image, name, clean_tags(getattr(image, name)))
+        except ValueError as exc:
+            errors[name] = [str(exc)]
+    both = set(image.required_tags) & set(image.forbidden_tags) if "required_tags" not in errors else set()
+    if both and "forbidden_tags" not in errors:
+        errors["forbidden_tags"] = [f"required and forbidden at once: {', '.join(sorted(both))}"]
+    image.anti_affinity = (image.anti_affinity or "").strip()
+    if image.anti_affinity and not GROUP_RE.match(image.anti_affinity):
+        errors["anti_affinity"] = ["a group name: letters, digits, '.', '_', ':' and '-'"]
     if errors:
         raise ValidationError(errors)
+
+
+def clean_tags(tags):
+    """Host tag names as stored (stripped, unique, sorted); ValueError saying what is wrong.
+    A comma-separated string is accepted too (forms, the CLI)."""
+    if tags in (None, ""):
+        return []
+    if isinstance(tags, str):
+        tags = tags.split(",")
+    if not isinstance(tags, (list, tuple)) or not all(isinstance(tag, str) for tag in tags):
+        raise ValueError("a list of tag names")
+    names = sorted({tag.strip() for tag in tags if tag.strip()})
+    for name in names:
+        if len(name) > 100 or "," in name or not name.isprintable():
+            raise ValueError(f"{name[:20]!r} is not a tag name (at most 100 printable characters, no comma)")
+    if len(names) > MAX_TAGS:
+        raise ValueError(f"at most {MAX_TAGS} tags")
+    return names
 
 
 def create_image(*, actor, groups=(), reason="", **fields):
@@ -287,15 +320,19 @@ def size_for(image, vcpus=None, memory_mib=None, disk_gib=None):
 def demand_for(image, size, *, start, end, purpose, formats=None, exclude_hosts=(), prefer_cached=True):
     """The placement ``Demand`` of one VM of ``image`` and ``size`` over ``[start, end)``.
 
-    The one builder for VMs and reservations. ``formats``: the image formats the VM can run
-    from (default: every variant's); ``exclude_hosts``: host ids it must not go to;
-    ``prefer_cached``: try the hosts that have the image staged first.
+    The one builder for VMs and reservations: the image's required and forbidden host tags, its
+    anti-affinity group and its need for exclusive storage go with it, so every claim honours
+    them. ``formats``: the image formats the VM can run from (default: every variant's);
+    ``exclude_hosts``: host ids it must not go to; ``prefer_cached``: try the hosts that have
+    the image staged first.
     """
     formats = frozenset(image.variants.values_list("format", flat=True) if formats is None else formats)
     return capacity.Demand(
         vcpus=size["vcpus"], memory_mib=size["memory_mib"], disk_gib=size["disk_gib"], start=start, end=end,
         formats=formats, purpose=purpose, exclude_hosts=frozenset(exclude_hosts),
         prefer_hosts=hosts_with(image) if prefer_cached else frozenset(),
+        required_tags=frozenset(image.required_tags), forbidden_tags=frozenset(image.forbidden_tags),
+        anti_affinity=image.anti_affinity, exclusive_storage=image.exclusive_storage,
     )  # fmt: skip
 
 
@@ -352,6 +389,22 @@ def set_state(vm_id, state, reason="", *, actor, **fields):
             changelog.record(vm, "update", actor, changes, reason)
             _emit(vm)
     return vm
+
+
+def cleanup_failed(vm_id, reason, *, actor):
+    """A VM that may still be on its host although removing it failed (the driver's destroy
+    raised, the host did not answer) or a migration lost track of where it is: state
+    ``error`` with the reason, and its claims kept with no end (``capacity.hold``), so its
+    room is never counted as free. Only a vm.destroy that succeeds (the driver removed it, or
+    says it is not there) releases them."""
+    with transaction.atomic():  # hosts first, then the VM row (set_state): the order claims lock them in
+        vm = VM.objects.get(pk=vm_id)
+        held = {}
+        for name in ("allocation", "target_allocation"):
+            allocation = getattr(vm, name)
+            if allocation is not None:
+                held[name] = capacity.hold(allocation, actor=actor, reason=f"{vm.key}: {reason}")
+        return set_state(vm_id, VM.State.ERROR, "cleanup failed", error=reason[:4000], **held, actor=actor)
 
 
 def _emit(vm):

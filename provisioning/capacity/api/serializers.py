@@ -25,6 +25,7 @@ class PlanRequestSerializer(serializers.Serializer):
     required_tags = serializers.ListField(child=_name(), default=list, max_length=50)
     forbidden_tags = serializers.ListField(child=_name(), default=list, max_length=50)
     anti_affinity = serializers.CharField(max_length=100, default="", allow_blank=True)
+    exclusive_storage = serializers.BooleanField(default=False, help_text="Only node groups with exclusive storage.")
     policy = serializers.ChoiceField(choices=[p.value for p in core.Policy], required=False)
     groups = serializers.ListField(child=_name(), required=False, max_length=100)
 

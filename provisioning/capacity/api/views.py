@@ -23,6 +23,7 @@ def demand_from(data):
         required_tags=frozenset(data.get("required_tags", ())),
         forbidden_tags=frozenset(data.get("forbidden_tags", ())),
         anti_affinity=data.get("anti_affinity", ""),
+        exclusive_storage=data.get("exclusive_storage", False),
         policy=data.get("policy"),
         groups=frozenset(data["groups"]) if data.get("groups") else None,
     )

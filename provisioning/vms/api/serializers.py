@@ -19,6 +19,12 @@ class ImageVariantSerializer(serializers.ModelSerializer):
 
 class ImageSerializer(serializers.ModelSerializer):
     groups = serializers.PrimaryKeyRelatedField(queryset=Group.objects.all(), many=True, required=False)
+    required_tags = serializers.ListField(
+        child=serializers.CharField(max_length=100), max_length=20, required=False, help_text="Host tags its VMs need."
+    )
+    forbidden_tags = serializers.ListField(
+        child=serializers.CharField(max_length=100), max_length=20, required=False, help_text="Host tags its VMs avoid."
+    )
     variants = serializers.SerializerMethodField()
 
     class Meta:
@@ -26,7 +32,8 @@ class ImageSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib",
             "default_vcpus", "default_memory_mib", "default_disk_gib", "visibility", "groups", "parent",
-            "revert_on_end", "active", "user_data", "ready_timeout", "variants", "created", "updated",
+            "revert_on_end", "active", "user_data", "ready_timeout", "required_tags", "forbidden_tags",
+            "anti_affinity", "exclusive_storage", "variants", "created", "updated",
         ]  # fmt: skip
         read_only_fields = ["created", "updated"]
 

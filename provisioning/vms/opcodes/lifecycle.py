@@ -223,28 +223,33 @@ def ready(vm_id, address, *, actor):
 
 
 def undo_create(vm_id, reason, *, actor):
-    """Destroy whatever a failed create made on the host and release its claim."""
+    """Destroy whatever a failed create made on the host and release its claim; if the
+    host cannot be cleaned, the VM is ``error`` and keeps its claim (``cleanup_failed``)."""
     vm = load_vm(vm_id)
-    error = reason
     if vm.host_id:
         try:
             drivers.driver_for(vm.host).destroy(vm.key)
         except Exception as exc:  # noqa: BLE001 (keep the claim: the VM may still use the host)
-            error = f"{reason}; cleanup failed, run vm.destroy: {exc}"
-            services.set_state(vm_id, S.FAILED, "create failed", error=error[:4000], actor=actor)
+            services.cleanup_failed(vm_id, f"{reason}; cleanup failed, run vm.destroy: {exc}", actor=actor)
             return
     if vm.allocation_id:
         capacity.release(vm.allocation, actor=actor, reason=f"{vm.key}: create failed")
-    services.set_state(vm_id, S.FAILED, "create failed", error=error[:4000], address=None, actor=actor)
+    services.set_state(vm_id, S.FAILED, "create failed", error=reason[:4000], address=None, actor=actor)
 
 
 @opcode("vm.destroy", params=VMParams, locks=vm_lock, staff_only=False)
 def vm_destroy(job):
-    """Destroy a VM on its host and release its claim."""
+    """Destroy a VM on its host and release its claim. If the host's driver fails (an error,
+    no answer), the claim stays and the VM is ``error`` until a later destroy succeeds."""
     vm = load_vm(job.params["vm"])
     authorise(job, vm)
     job.expect(2)
-    job.step("destroy", destroy_on_host, vm.pk)
+    try:
+        job.step("destroy", destroy_on_host, vm.pk)
+    except Exception as exc:
+        if not passes_through(exc):
+            services.cleanup_failed(vm.pk, f"destroy failed: {fail_reason(exc)}", actor=job.actor)
+        raise
     job.step("release", release, vm.pk, actor=job.actor)
     return {"vm": vm.pk}
 

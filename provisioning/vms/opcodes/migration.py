@@ -105,8 +105,10 @@ def undo_migrate(vm_id, state, reason, *, actor):
     target = vm.target_allocation.host
     try:
         arrived = drivers.driver_for(target).state(vm.key) != base.VMState.ABSENT
-    except Exception:  # noqa: BLE001 (cannot tell: assume it stayed, keep the error)
-        arrived = False
+    except Exception as exc:  # noqa: BLE001 (cannot tell where it is: keep both claims for repair)
+        why = f"{reason}; cannot tell whether it reached {target.name} ({fail_reason(exc)}): both claims kept"
+        services.cleanup_failed(vm_id, why, actor=actor)
+        return
     if arrived:  # the move itself happened: finish it rather than lose track of the VM
         switch(vm_id, state, actor=actor)
         return

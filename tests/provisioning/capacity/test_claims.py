@@ -254,3 +254,33 @@ def test_node_groups_name_iallocators_from_the_settings_only():
 
     with pytest.raises(ValidationError, match="unknown IAllocator 'rm -rf'"):
         inventory.create_node_group(actor=TEST, name="evil", placement_policy="external", iallocator="rm -rf")
+
+
+def test_a_held_claim_counts_with_no_end_and_the_snapshot_sees_it(make_host):
+    """#13 item 6: a VM that could not be removed keeps its room past its claim's end."""
+    make_host("only", cpus=2, cpu_ratio=1.0)
+    now = timezone.now()
+    first = capacity.claim(demand(vcpus=2, start=now, hours=1), actor=TEST)
+    assert capacity.plan(demand(vcpus=2, start=now + timedelta(hours=2))).ok  # the snapshot is warm
+    held = capacity.hold(first, actor=TEST, reason="vm 1: cleanup failed")
+    assert held.pk != first.pk and held.end is None and held.released is None and held.host_id == first.host_id
+    assert Allocation.objects.get(pk=first.pk).released is not None
+    later = demand(vcpus=2, start=now + timedelta(hours=2))
+    assert not capacity.plan(later).ok  # caught up incrementally, no reload
+    with pytest.raises(capacity.NoCapacity):
+        capacity.claim(later, actor=TEST)
+    assert capacity.hold(held, actor=TEST, reason="again") == held  # open-ended already: nothing to do
+    capacity.release(held, actor=TEST)
+    assert capacity.claim(later, actor=TEST).active
+
+
+def test_a_host_tag_change_alone_reaches_the_snapshot(make_host):
+    """Tags bind real claims (#13 item 12): a tag written without touching the host row (as
+    the bulk import writes them) must still be seen by the next decision."""
+    host = make_host("h1")
+    gpu = demand(required_tags=frozenset({"gpu"}))
+    assert not capacity.plan(gpu).ok
+    host.tags.add("gpu")
+    snapshot.expire()  # as after the version-check interval
+    assert capacity.plan(gpu).host == "h1"
+    assert capacity.claim(gpu, actor=TEST).host == host

@@ -35,6 +35,21 @@ def test_it_rejects_hosts_missing_a_required_tag():
     assert dict(result.reasons) == {"missing_tag": 2}
 
 
+def test_a_refusal_names_the_required_tag_no_host_has():
+    c = cluster(host("a", tags=frozenset({"ssd"})), host("b"))
+    result = place(c, request(required_tags=frozenset({"gpu"})))
+    assert result.note == "no host has tag gpu" and "no host has tag gpu" in result.explained()
+    result = place(c, request(required_tags=frozenset({"gpu", "ssd", "tpu"})))
+    assert result.note == "no host has tags gpu, tpu"
+    c = cluster(host("a", tags=frozenset({"ssd"})), host("b", tags=frozenset({"gpu"})))
+    result = place(c, request(required_tags=frozenset({"gpu", "ssd"})))
+    assert result.note == "no host has all of the tags gpu, ssd"
+    # A tag that exists, on a host that is merely full, needs no note: the counts say it.
+    c = cluster(host("a", tags=frozenset({"gpu"}), allocations=(alloc("x", vcpus=16),)), host("b"))
+    result = place(c, request(required_tags=frozenset({"gpu"})))
+    assert not result.ok and result.note == ""
+
+
 def test_it_never_uses_unallocatable_groups():
     c = cluster(host("h", group="g"), groups=[group("g", "unallocatable")])
     assert refusal(c, request()) == {"group_unallocatable": 1}

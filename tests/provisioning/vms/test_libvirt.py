@@ -67,3 +67,32 @@ def test_a_checksum_mismatch_fails_cleanly_on_libvirt(kvm_host, kvm_image, alice
     assert VM.objects.get(pk=vm.pk).state == "failed"
     assert drivers.driver_for(kvm_host).state(vm.key) == "absent"
     assert not Allocation.objects.filter(released__isnull=True).exists()
+
+
+def test_a_destroy_libvirt_cannot_reach_keeps_the_claim(kvm_host, kvm_image, alice, sync_jobs):
+    """#13 item 6 on a real driver: the host's daemon stops answering (its URI now leads to a
+    closed loopback port), so the destroy fails and the claim stays; once it answers, it goes."""
+    import socket
+
+    from inventory.models import Hypervisor
+
+    vm, _ = services.request_vm(actor=alice, owner=alice, image=kvm_image)
+    sync_jobs.drain()
+    assert VM.objects.get(pk=vm.pk).state == "running"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    uri = kvm_host.uri
+    Hypervisor.objects.filter(pk=kvm_host.pk).update(uri=f"qemu+tcp://127.0.0.1:{closed}/system")
+    services.submit_action(VM.objects.get(pk=vm.pk), "destroy", actor=alice)
+    sync_jobs.drain()
+    vm = VM.objects.get(pk=vm.pk)
+    assert vm.state == "error" and "destroy failed" in vm.error, vm.error
+    assert vm.allocation.released is None and vm.allocation.end is None
+    Hypervisor.objects.filter(pk=kvm_host.pk).update(uri=uri)
+    assert drivers.driver_for(Hypervisor.objects.get(pk=kvm_host.pk)).state(vm.key) == "running"  # still there
+    services.submit_action(vm, "destroy", actor=alice)
+    sync_jobs.drain()
+    assert VM.objects.get(pk=vm.pk).state == "destroyed"
+    assert drivers.driver_for(kvm_host).state(vm.key) == "absent"
+    assert not Allocation.objects.filter(released__isnull=True).exists()
