@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='simvm',
             name='seed',
-            field=models.JSONField(blank=True, default=dict, help_text='The seed it boots with: {"instance_id", "digest"} (never the login itself).'),
+            field=models.JSONField(blank=True, default=dict, help_text='Its seed: {"instance_id", "digest"} (never the login itself).'),
         ),
         migrations.AlterField(
             model_name='simfault',
