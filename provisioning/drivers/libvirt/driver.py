@@ -44,9 +44,9 @@ from provisioning.drivers import base, cloudinit
 from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, VMInfo, VMState
 from provisioning.drivers.libvirt import domxml
 from provisioning.drivers.libvirt.connection import NOT_FOUND, connections, translate, translated
+from provisioning.drivers.libvirt.options import CPU_MODES
 
 GIB = 1 << 30
-CPU_MODES = ("host-model", "host-passthrough", "maximum", "none")
 
 
 class LibvirtDriver(base.Driver):
