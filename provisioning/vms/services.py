@@ -24,7 +24,7 @@ from vclmgr.errors import Conflict, InUse
 IMAGE_FIELDS = (
     "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib", "default_vcpus",
     "default_memory_mib", "default_disk_gib", "visibility", "parent", "revert_on_end", "active", "user_data",
-    "ready_timeout",
+    "ready_timeout", "readiness",
 )  # fmt: skip
 VARIANT_FIELDS = ("hypervisor_type", "format", "location", "checksum", "size_gib")
 ACTIONS = ("start", "stop", "suspend", "resume", "destroy")

@@ -490,6 +490,21 @@ class LibvirtDriver(base.Driver):
     def port(self, key, guest_port):
         return _forward_port(self._domain(key)) or guest_port
 
+    @translated
+    def agent_answers(self, key):
+        """The QEMU guest agent's ``guest-ping`` through libvirt (its virtio channel); False
+        until the agent in the guest is up."""
+        import libvirt_qemu  # ships with libvirt-python; only this call needs it
+
+        dom = self._domain(key)
+        if not dom.isActive():
+            return False
+        try:
+            libvirt_qemu.qemuAgentCommand(dom, '{"execute":"guest-ping"}', 2, 0)
+        except libvirt.libvirtError:
+            return False
+        return True
+
 
 def _forward_port(dom):
     port = domxml.metadata_of(dom.XMLDesc(0)).get("port")
