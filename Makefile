@@ -17,7 +17,7 @@ PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 REDIS_TEST_URL ?= redis://127.0.0.1:6379/0
 PYTEST_ARGS ?= -n auto
 
-.PHONY: run test test-sqlite test-postgres bench lint services system-run system-test install install-dev clean vcsim \
+.PHONY: run run-kvm system-kvm test test-sqlite test-postgres bench lint services system-run system-test install install-dev clean vcsim \
   guest-image
 
 define apt_ensure
@@ -37,6 +37,9 @@ system-run:
 
 system-test:
 	$(call apt_ensure,$(APT_TEST))
+
+system-kvm:
+	$(call apt_ensure,$(APT_RUN) $(APT_REALVM))
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +61,15 @@ run: install
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py migrate --no-input -v 0
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py demo
 	DEBUG=$${DEBUG:-1} exec $(BIN)/python manage.py serve --host $(HOST) --port $(PORT)
+
+# `make run` plus a real VM host: this machine's own private libvirtd (root; no other libvirtd
+# running) and the test guest image, registered as kvm-local and debian-guest (kvm_demo).
+run-kvm: install system-kvm
+	@$(PYTHON) tools/guest-image/build.py >/dev/null
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py relabel_jobs
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py migrate --no-input -v 0
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py demo
+	DEBUG=$${DEBUG:-1} exec $(BIN)/python manage.py kvm_demo --host $(HOST) --port $(PORT)
 
 lint: install-dev
 	$(BIN)/ruff check .

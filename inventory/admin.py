@@ -200,6 +200,7 @@ class HypervisorAdmin(ServiceAdmin, ImportExportModelAdmin):
                        "facts_updated_at", "change_log")
     fieldsets = (
         (None, {"fields": ("name", "address", "driver", "hypervisor_type", "uri", "credential", "tags")}),
+        ("Driver options", {"fields": ("driver_options",)}),
         ("Placement", {"fields": ("blade_center", "slot", "group")}),
         ("Capacity", {"fields": (("cpus", "memory_mib", "disk_gib"), ("cpu_ratio", "memory_ratio", "disk_ratio"),
                                  ("reserved_cpus", "reserved_memory_mib", "reserved_disk_gib"),
@@ -215,6 +216,12 @@ class HypervisorAdmin(ServiceAdmin, ImportExportModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).prefetch_related("tags")
+
+    def service_values(self, form):
+        values = super().service_values(form)
+        if "driver_options" in values and values["driver_options"] in (None, ""):
+            values["driver_options"] = {}  # an emptied box: no options of the host's own
+        return values
 
     def get_urls(self):
         view = self.admin_site.admin_view(lambda request: discover_view(self, request))

@@ -266,6 +266,9 @@ def cross_field_errors(hv, chassis):
         message = uri_errors(hv.uri, hv.driver)
         if message:
             errors["uri"] = message
+        problems = drivers.host_options_errors(hv.driver, hv.driver_options, hv.connection_uri)
+        if problems:
+            errors["driver_options"] = "; ".join(f"{key} {text}".strip() for key, text in problems.items())
     if chassis is None and hv.slot is not None:
         errors["slot"] = "a slot needs a blade_center"
     elif chassis is not None and hv.slot is None:

@@ -309,6 +309,10 @@ class Driver:
     def state(self, key) -> VMState:
         raise NotImplementedError
 
+    def agent_answers(self, key) -> bool:
+        """True when the VM's guest agent answers a ping (readiness by agent, not by port)."""
+        raise Invalid(f"{self.kind} hosts cannot reach a guest agent: use readiness by port")
+
     # helpers shared by drivers
     def check_image(self, image):
         """Validate ``image`` and refuse a format this hypervisor cannot run (images are not portable)."""

@@ -40,6 +40,8 @@ class Kind:
     # the worker run a program or open a file named in the inventory, so they are not on the list.
     transports: frozenset | None = None
     uri_params: frozenset | None = None
+    # dotted path of ``errors(options, uri) -> {option: message}`` for a host's driver_options
+    option_rules: str = ""
 
 
 _TABLE = (
@@ -56,6 +58,7 @@ _TABLE = (
         default_uri="qemu+ssh://root@{address}/system", discoverable=True,
         transports=frozenset({"", "ssh", "tls", "tcp"}),
         uri_params=frozenset({"no_verify", "no_tty", "sshauth", "known_hosts_verify", "socket"}),
+        option_rules="provisioning.drivers.libvirt.options.errors",
     ),
     Kind(
         name="vmware", label="VMware ESXi / vCenter", driver="provisioning.drivers.vmware.driver.VMwareDriver",
@@ -163,6 +166,16 @@ def _trusted_socket(parts, path):
     from django.conf import settings
 
     return not parts.netloc and not parts.scheme.partition("+")[2] and path in settings.VCLMGR_LIBVIRT_SOCKETS
+
+
+def host_options_errors(name, options, uri=""):
+    """``{option: message}`` for a host's ``driver_options`` of kind ``name`` (empty: fine)."""
+    if not isinstance(options, dict):
+        return {"": f"must be a JSON object, not {type(options).__name__}"}
+    spec = KINDS.get(name)
+    if spec is None or not spec.option_rules:
+        return {}
+    return import_string(spec.option_rules)(options, uri)
 
 
 def options_errors(value):

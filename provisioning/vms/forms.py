@@ -63,6 +63,7 @@ class ImageForm(ImageTagsMixin, forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["ready_timeout"].required = False  # blank: the model's default
+        self.fields["readiness"].required = False
         parents = Image.objects.order_by("name")
         if self.instance.pk:
             parents = parents.exclude(pk=self.instance.pk)
@@ -73,6 +74,7 @@ class ImageForm(ImageTagsMixin, forms.ModelForm):
         data = dict(self.cleaned_data)
         if data.get("ready_timeout") is None:
             data["ready_timeout"] = Image._meta.get_field("ready_timeout").default
+        data["readiness"] = data.get("readiness") or Image.Readiness.PORT
         return {name: data[name] for name in services.IMAGE_FIELDS}, data["groups"]
 
 

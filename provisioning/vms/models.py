@@ -21,6 +21,10 @@ class Image(models.Model):
         PUBLIC = "public", "public (every user)"
         RESTRICTED = "restricted", "restricted to groups"
 
+    class Readiness(models.TextChoices):
+        PORT = "port", "the login port answers"
+        AGENT = "agent", "the guest agent answers (QEMU guest agent)"
+
     name = models.CharField(max_length=100, unique=True, help_text=NAME_HELP)
     os = models.CharField("OS", max_length=100, blank=True)
     platform = models.CharField(max_length=50, default="x86_64")
@@ -60,6 +64,12 @@ class Image(models.Model):
         default=120,
         validators=[MinValueValidator(1)],
         help_text="Seconds a booted guest has to answer on its login port before the VM counts as failed.",
+    )
+    readiness = models.CharField(
+        max_length=10,
+        choices=Readiness.choices,
+        default=Readiness.PORT,
+        help_text="What makes a booted VM ready: its login port answers (SSH/RDP), or its guest agent does.",
     )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)

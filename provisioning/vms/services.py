@@ -26,7 +26,7 @@ from vclmgr.errors import Conflict, InUse
 IMAGE_FIELDS = (
     "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib", "default_vcpus",
     "default_memory_mib", "default_disk_gib", "visibility", "parent", "revert_on_end", "active", "user_data",
-    "ready_timeout", "required_tags", "forbidden_tags", "anti_affinity", "exclusive_storage",
+    "ready_timeout", "readiness", "required_tags", "forbidden_tags", "anti_affinity", "exclusive_storage",
 )  # fmt: skip
 MAX_TAGS = 20
 GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")

@@ -6,9 +6,13 @@
 #   meta-data       instance-id, local-hostname
 #   user-data       #cloud-config, block-style YAML: hostname; users: a list of mappings with
 #                   name, passwd (crypt hash), lock_passwd, shell, ssh_authorized_keys (a list);
-#                   ssh_pwauth. Other keys and "- default" user entries are ignored.
+#                   ssh_pwauth; bootcmd: a list of shell commands, run as root before the
+#                   services start (an image's own user-data may add them; the test suite's
+#                   guest that never answers removes dropbear this way). Other keys and
+#                   "- default" user entries are ignored.
 #   network-config  version 2; DHCPv4 on every ethernet interface (anything else: DHCP too).
-# Values never pass through eval: awk writes each one to its own file, the shell reads them.
+# Values never pass through eval (bootcmd apart, which is meant to run): awk writes each one
+# to its own file, the shell reads them.
 export PATH=/sbin:/bin:/usr/sbin:/usr/bin
 say() { echo "vclmgr-guest: $*"; }
 
@@ -70,6 +74,7 @@ if [ -n "$seed" ]; then
       if (key == "ssh_pwauth") put(out "/ssh_pwauth", unq(val))
       next
     }
+    section == "bootcmd" && /^[ \t]*- / { v = $0; sub(/^[ \t]*- /, "", v); print unq(v) >> (out "/bootcmd"); close(out "/bootcmd"); next }
     section != "users" { next }
     {
       line = $0; match(line, /^ */); ind = RLENGTH; line = substr(line, ind + 1)
@@ -129,6 +134,10 @@ done
 # mark there that only a revert of the VM's disk removes.
 echo "disk:x:6:$members" >> /etc/group
 [ -b /dev/vda ] && chgrp 6 /dev/vda && chmod 660 /dev/vda
+
+if [ -f $S/bootcmd ]; then
+  while read -r cmd; do say "bootcmd: $cmd"; sh -c "$cmd" </dev/null; done < $S/bootcmd
+fi
 
 dropbearkey -t ed25519 -f /etc/dropbear/dropbear_ed25519_host_key 2>/dev/null | grep -i fingerprint
 pw=-s

@@ -46,9 +46,9 @@ from provisioning.drivers import base, cloudinit
 from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, VMInfo, VMState
 from provisioning.drivers.libvirt import domxml
 from provisioning.drivers.libvirt.connection import NOT_FOUND, connections, translate, translated
+from provisioning.drivers.libvirt.options import CPU_MODES
 
 GIB = 1 << 30
-CPU_MODES = ("host-model", "host-passthrough", "maximum", "none")
 
 
 class LibvirtDriver(base.Driver):
@@ -520,6 +520,21 @@ class LibvirtDriver(base.Driver):
     @translated
     def port(self, key, guest_port):
         return _forward_port(self._domain(key)) or guest_port
+
+    @translated
+    def agent_answers(self, key):
+        """The QEMU guest agent's ``guest-ping`` through libvirt (its virtio channel); False
+        until the agent in the guest is up."""
+        import libvirt_qemu  # ships with libvirt-python; only this call needs it
+
+        dom = self._domain(key)
+        if not dom.isActive():
+            return False
+        try:
+            libvirt_qemu.qemuAgentCommand(dom, '{"execute":"guest-ping"}', 2, 0)
+        except libvirt.libvirtError:
+            return False
+        return True
 
 
 def _forward_port(dom):

@@ -9,7 +9,10 @@
 - ``wait_answer(...)``: "ready means reachable". A VM is ready when its login service
   answers at its address and port with a real greeting (an ``SSH-`` banner; for RDP, an
   X.224 connection confirm), because QEMU user-mode networking accepts a TCP connection
-  itself before the guest is up, so a bare connect proves nothing.
+  itself before the guest is up, so a bare connect proves nothing. An image with
+  ``readiness = agent`` is ready when its guest agent answers a ping instead (a guest with no
+  login service reachable from the workers). Either way a VM that stops meanwhile (its QEMU
+  killed, a crash) fails at once rather than at the timeout.
 """
 
 import secrets
@@ -58,13 +61,27 @@ def answers(address, port, protocol, timeout=2.0):
         return False
 
 
-def wait_answer(vm, address, poll=0.2):
-    """Until the VM's login service answers; a temporary DriverError after the image's timeout."""
+def wait_answer(vm, address, driver, poll=0.2):
+    """Until the VM's login service (or guest agent) answers; a temporary DriverError after the
+    image's timeout, or as soon as the VM is no longer running."""
     protocol, guest_port = services.login_protocol(vm.image), services.login_port(vm.image)
     port = vm.port or guest_port
     timeout = vm.image.ready_timeout
+    if vm.image.readiness == vm.image.Readiness.AGENT:
+        answered, silence = (lambda: driver.agent_answers(vm.key)), f"guest agent did not answer within {timeout} s"
+    else:
+        answered = lambda: answers(address, port, protocol)  # noqa: E731
+        silence = f"guest did not answer on port {guest_port} within {timeout} s"
     deadline = time.monotonic() + timeout
-    while not answers(address, port, protocol):
+    while not answered():
+        check_running(vm, driver)
         if time.monotonic() > deadline:
-            raise base.DriverError(f"guest did not answer on port {guest_port} within {timeout} s", permanent=False)
+            raise base.DriverError(silence, permanent=False)
         time.sleep(poll)
+
+
+def check_running(vm, driver):
+    """A VM that stopped while booting will never answer: say so now (the retry path follows)."""
+    state = driver.state(vm.key)
+    if state != base.VMState.RUNNING:
+        raise base.DriverError(f"{vm.key} stopped while booting (it is {state})", permanent=False)

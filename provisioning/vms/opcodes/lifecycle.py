@@ -208,13 +208,15 @@ def wait_address(vm_id):
         address = driver.address(vm.key)
         if address:
             break
+        if driver.boots_guests:
+            guest.check_running(vm, driver)
         if time.monotonic() > deadline:
             raise base.DriverError(
                 f"{vm.key} got no address within {settings.VCLMGR_ADDRESS_TIMEOUT} s", permanent=False
             )
         time.sleep(POLL_SECONDS)
     if driver.boots_guests:
-        guest.wait_answer(vm, address)
+        guest.wait_answer(vm, address, driver)
     return address
 
 

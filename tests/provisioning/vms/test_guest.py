@@ -128,8 +128,17 @@ def test_wait_answer_names_the_guest_port_and_the_timeout(listener, image, db):
     services.update_image(image, actor="test", ready_timeout=1)
     vm = VM(image=image, port=listener.port, vcpus=1, memory_mib=256, disk_gib=1)
     with pytest.raises(DriverError, match=r"^guest did not answer on port 22 within 1 s$") as caught:
-        guest.wait_answer(vm, "127.0.0.1", poll=0.1)
+        guest.wait_answer(vm, "127.0.0.1", AlwaysRunning(), poll=0.1)
     assert not caught.value.permanent  # the retry-on-another-host path runs
+
+
+class AlwaysRunning:
+    """A host whose VM keeps running (so only the silence of the guest ends the wait)."""
+
+    def state(self, key):
+        from provisioning.drivers.base import VMState
+
+        return VMState.RUNNING
 
 
 def test_a_guest_that_never_answers_is_retried_then_fails_with_the_reason(
