@@ -12,8 +12,8 @@ from django import forms
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
+from provisioning.vms import quotas
 from provisioning.vms import services as vms
-from reservations import services
 
 DURATIONS = (30, 60, 90, 120, 180, 240, 360, 480, 720, 1440)  # minutes offered, up to the user's limit
 EXTENSIONS = (15, 30, 60, 120, 240)
@@ -67,7 +67,7 @@ class ReserveForm(forms.Form):
         self.user = user
         self.fields["image"].queryset = vms.visible_images(user).order_by("name")
         self.fields["start"].help_text = f"Time zone {timezone.get_current_timezone_name()}."
-        self.limits = services.limits_for(user, self._chosen_image())
+        self.limits = quotas.limits_for(user, self._chosen_image())
         self.fields["duration"].choices = duration_choices(self.limits.max_minutes)
         self.fields["duration"].help_text = (
             f"At most {human_minutes(self.limits.max_minutes)} ({self.limits.max_minutes_rule})."

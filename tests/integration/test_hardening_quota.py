@@ -10,7 +10,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from reservations.models import QuotaRule, Reservation
+from provisioning.vms.models import QuotaRule
+from reservations.models import Reservation
 from tests import processes
 from vclmgr import tokens
 
