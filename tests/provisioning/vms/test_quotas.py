@@ -179,3 +179,24 @@ def test_the_admin_form_refuses_a_rule_above_the_default(db, admin_user, client)
     page = client.post("/admin/vms/quotarule/add/", {"name": "generous", "max_duration_minutes": 600})
     assert page.status_code == 200 and "a rule can only tighten it" in page.content.decode()
     assert not QuotaRule.objects.exists()
+
+
+@pytest.fixture
+def fast_clock_worker(transactional_db, tmp_path):
+    from tests import processes
+
+    child = processes.start_worker(tmp_path, RESERVATION_TICK_SECONDS=5)
+    yield child
+    child.stop()
+
+
+@pytest.mark.slow
+def test_a_workers_vm_clock_destroys_an_overdue_vm(fast_clock_worker, make_host, image, alice):
+    from tests.provisioning.jobs.helpers import wait_until
+
+    make_host("sim-clock")
+    vm = request(alice, image)
+    wait_until(lambda: VM.objects.get(pk=vm.pk).state == "running", 60, "the VM to be built", fast_clock_worker)
+    VM.objects.filter(pk=vm.pk).update(end=timezone.now() - timedelta(seconds=1))
+    wait_until(lambda: VM.objects.get(pk=vm.pk).state == "destroyed", 60, "the clock to end it", fast_clock_worker)
+    assert VM.objects.get(pk=vm.pk).allocation.released is not None
