@@ -68,14 +68,7 @@ def holdings(window):
     """The quota engine's holder for reservations (registered at start-up): each active one
     overlapping the window, as ``(vcpus, memory_mib)``."""
     rows = Reservation.objects.filter(status__in=Reservation.ACTIVE, start__lt=window.end, end__gt=window.start)
-    if window.user_id is not None:
-        rows = rows.filter(user_id=window.user_id)
-    if window.group_id is not None:
-        rows = rows.filter(user__groups=window.group_id)
-    if window.image_id is not None:
-        rows = rows.filter(image_id=window.image_id)
-    if window.exclude is not None and window.exclude[0] == "reservation":
-        rows = rows.exclude(pk=window.exclude[1])
+    rows = window.narrow(rows, "reservation")
     return rows.values_list("vcpus", "memory_mib")
 
 

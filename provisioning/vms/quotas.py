@@ -48,6 +48,16 @@ class Window:
     image_id: int | None = None
     exclude: tuple | None = None
 
+    def narrow(self, rows, kind, user="user_id", group="user__groups"):
+        """A holder's ``rows`` of the window's user, group and image, without the holding of
+        ``kind`` being re-checked; ``user``/``group``: the lookups of its owner and their groups."""
+        for lookup, value in ((user, self.user_id), (group, self.group_id), ("image_id", self.image_id)):
+            if value is not None:
+                rows = rows.filter(**{lookup: value})
+        if self.exclude is not None and self.exclude[0] == kind:
+            rows = rows.exclude(pk=self.exclude[1])
+        return rows
+
 
 def register(kind, holdings):
     """``holdings(window)`` → ``(vcpus, memory_mib)`` of each of ``kind`` held in the window."""
@@ -196,14 +206,7 @@ def vm_holdings(window):
         rows = rows.filter(created__lt=window.end)
     if window.start > timezone.now():  # an overdue VM still exists now, not in the future
         rows = rows.filter(Q(end__isnull=True) | Q(end__gt=window.start))
-    if window.user_id is not None:
-        rows = rows.filter(owner_id=window.user_id)
-    if window.group_id is not None:
-        rows = rows.filter(owner__groups=window.group_id)
-    if window.image_id is not None:
-        rows = rows.filter(image_id=window.image_id)
-    if window.exclude is not None and window.exclude[0] == "vm":
-        rows = rows.exclude(pk=window.exclude[1])
+    rows = window.narrow(rows, "vm", user="owner_id", group="owner__groups")
     return rows.values_list("vcpus", "memory_mib")
 
 

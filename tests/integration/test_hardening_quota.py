@@ -66,6 +66,15 @@ def burst(urls, token, body, count, path="/api/v1/reservations/"):
     return answers
 
 
+def assert_exactly_the_quota(answers, accepted):
+    statuses = sorted(status for status, _ in answers)
+    assert statuses.count(accepted) == LIMIT, answers
+    assert statuses.count(400) == BURST - LIMIT, answers
+    for status, answer in answers:
+        if status == 400:
+            assert "rule 'two at a time'" in json.dumps(answer), answer
+
+
 def _image(make_host):
     from provisioning.vms import services as vms
 
@@ -84,12 +93,7 @@ def test_a_burst_of_one_users_vm_requests_gets_exactly_the_quota(servers, make_h
 
     answers = burst([server.url for server in servers], token, {"image": image.pk}, BURST, path="/api/v1/vms/")
 
-    statuses = sorted(status for status, _ in answers)
-    assert statuses.count(202) == LIMIT, answers
-    assert statuses.count(400) == BURST - LIMIT, answers
-    for status, answer in answers:
-        if status == 400:
-            assert "rule 'two at a time'" in json.dumps(answer), answer
+    assert_exactly_the_quota(answers, 202)
     assert VM.objects.filter(owner=alice).count() == LIMIT
     assert not VM.objects.filter(owner=alice, end__isnull=True).exists()
 
@@ -102,10 +106,5 @@ def test_a_burst_of_one_users_requests_gets_exactly_the_quota(servers, make_host
 
     answers = burst([server.url for server in servers], token, body, BURST)
 
-    statuses = sorted(status for status, _ in answers)
-    assert statuses.count(201) == LIMIT, answers
-    assert statuses.count(400) == BURST - LIMIT, answers
-    for status, answer in answers:
-        if status == 400:
-            assert "rule 'two at a time'" in json.dumps(answer), answer
+    assert_exactly_the_quota(answers, 201)
     assert Reservation.objects.filter(user=alice).count() == LIMIT
