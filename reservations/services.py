@@ -67,7 +67,9 @@ def may_see(user, rest):
 def holdings(window):
     """The quota engine's holder for reservations (registered at start-up): each active one
     overlapping the window, as ``(vcpus, memory_mib)``."""
-    rows = Reservation.objects.filter(status__in=Reservation.ACTIVE, start__lt=window.end, end__gt=window.start)
+    rows = Reservation.objects.filter(status__in=Reservation.ACTIVE, end__gt=window.start)
+    if window.end is not None:  # None: open-ended (a staff VM's), every later one overlaps
+        rows = rows.filter(start__lt=window.end)
     rows = window.narrow(rows, "reservation")
     return rows.values_list("vcpus", "memory_mib")
 
