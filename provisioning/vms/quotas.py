@@ -18,6 +18,9 @@ user's row, then the groups whose totals bind in id order, then the image if it 
 cap. Every path (reserve, extend, request a VM, a class block's seats) takes them in this order,
 so one user's parallel requests are counted one after the other, never all against one count,
 and never deadlock. (SQLite's immediate write transactions serialise every writer already.)
+Taking a class seat is never refused by a member's quota: the instructor's block is the group's
+allotment (its seats are counted against the image's licence cap when the block is made), and
+the seat counts among the member's holdings from then on.
 """
 
 from dataclasses import dataclass, field

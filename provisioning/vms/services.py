@@ -6,6 +6,9 @@ events in that transaction. Verbs that touch a hypervisor do not call it: they *
 (``provisioning.vms.opcodes``) and return it. State conflicts raise ``Conflict``; deleting
 something still used raises ``InUse``. The acting user is always the keyword ``actor=``.
 ``demand_for``/``vm_demand`` build every VM's placement ``Demand`` (VMs and reservations).
+An ad-hoc VM (not a reservation's) has its own end and quota (``request_vm``, ``quotas``) and
+is destroyed when its end passes (``end_overdue``, run by the VM clock in ``tasks``); no VM
+runs without a live claim or past its end (``run_refusal``).
 """
 
 from datetime import timedelta
