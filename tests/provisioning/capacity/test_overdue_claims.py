@@ -63,3 +63,14 @@ def test_the_core_sees_an_overdue_claim_as_open_ended(make_host):
     row = next(iter(loaders.live_allocations(now, [hold(host, now - timedelta(seconds=1)).host_id])))
     assert loaders.allocation_from_row(row, now).end is None
     assert loaders.allocation_from_row(row).end is not None  # without a clock: as stored
+
+
+def test_a_host_holding_an_overdue_claim_cannot_be_deleted(make_host):
+    from inventory import services as inventory
+
+    host = make_host("busy")
+    held = hold(host, timezone.now() - timedelta(minutes=1))
+    with pytest.raises(inventory.InUse, match="1 live allocation"):
+        inventory.delete_hypervisor(host, actor=TEST)
+    capacity.release(held, actor=TEST)
+    inventory.delete_hypervisor(host, actor=TEST)
