@@ -21,18 +21,11 @@ SSH_KEY_TYPES = ("ssh-", "ecdsa-", "sk-ssh-", "sk-ecdsa-")
 DATETIME_INPUT = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
 
 
-def human_minutes(minutes):
-    hours, rest = divmod(int(minutes), 60)
-    if not hours:
-        return f"{rest} min"
-    return f"{hours} h" + (f" {rest} min" if rest else "")
-
-
 def duration_choices(limit):
     offered = [m for m in DURATIONS if m <= limit]
     if limit not in offered:
         offered.append(limit)
-    return [(m, human_minutes(m)) for m in offered]
+    return [(m, quotas.human_minutes(m)) for m in offered]
 
 
 def as_input(moment):
@@ -70,7 +63,7 @@ class ReserveForm(forms.Form):
         self.limits = quotas.limits_for(user, self._chosen_image())
         self.fields["duration"].choices = duration_choices(self.limits.max_minutes)
         self.fields["duration"].help_text = (
-            f"At most {human_minutes(self.limits.max_minutes)} ({self.limits.max_minutes_rule})."
+            f"At most {quotas.human_minutes(self.limits.max_minutes)} ({self.limits.max_minutes_rule})."
         )
         if not self.is_bound and "request_key" not in self.initial:
             self.initial["request_key"] = uuid.uuid4()
@@ -107,7 +100,7 @@ class ReserveForm(forms.Form):
 
 class ExtendForm(forms.Form):
     minutes = forms.TypedChoiceField(
-        coerce=int, label="Extend by", choices=[(m, human_minutes(m)) for m in EXTENSIONS]
+        coerce=int, label="Extend by", choices=[(m, quotas.human_minutes(m)) for m in EXTENSIONS]
     )
 
 
