@@ -1,13 +1,13 @@
-"""Admin for reservations, block allocations and quota rules.
+"""Admin for reservations and block allocations (quota rules: the VM app's admin).
 
 Reservations and blocks are read-only here: their lifecycle goes through ``reservations.services``
 (claims, jobs, history, events), which a plain admin save would bypass. The one-time password is
-never shown, only whether one is set. Quota rules are plain rows and edited here.
+never shown, only whether one is set.
 """
 
 from django.contrib import admin
 
-from reservations.models import BlockAllocation, QuotaRule, Reservation, ReservationHistory
+from reservations.models import BlockAllocation, Reservation, ReservationHistory
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -55,9 +55,3 @@ class BlockAllocationAdmin(ReadOnlyAdmin):
     search_fields = ["name"]
     list_select_related = ["image", "group", "created_by"]
 
-
-@admin.register(QuotaRule)
-class QuotaRuleAdmin(admin.ModelAdmin):
-    list_display = ["name", "group", "image", "max_duration_minutes", "max_per_user", "max_per_group"]
-    list_filter = ["group", "image"]
-    search_fields = ["name"]

@@ -10,9 +10,9 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from provisioning.vms.models import Image
+from provisioning.vms.models import Image, QuotaRule
 from reservations import services
-from reservations.models import BlockAllocation, QuotaRule
+from reservations.models import BlockAllocation
 
 BLOCK = "Intro to Linux (lab)"
 

@@ -12,8 +12,8 @@ from django import forms
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
+from provisioning.vms import quotas
 from provisioning.vms import services as vms
-from reservations import services
 
 DURATIONS = (30, 60, 90, 120, 180, 240, 360, 480, 720, 1440)  # minutes offered, up to the user's limit
 EXTENSIONS = (15, 30, 60, 120, 240)
@@ -21,18 +21,11 @@ SSH_KEY_TYPES = ("ssh-", "ecdsa-", "sk-ssh-", "sk-ecdsa-")
 DATETIME_INPUT = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
 
 
-def human_minutes(minutes):
-    hours, rest = divmod(int(minutes), 60)
-    if not hours:
-        return f"{rest} min"
-    return f"{hours} h" + (f" {rest} min" if rest else "")
-
-
 def duration_choices(limit):
     offered = [m for m in DURATIONS if m <= limit]
     if limit not in offered:
         offered.append(limit)
-    return [(m, human_minutes(m)) for m in offered]
+    return [(m, quotas.human_minutes(m)) for m in offered]
 
 
 def as_input(moment):
@@ -67,10 +60,10 @@ class ReserveForm(forms.Form):
         self.user = user
         self.fields["image"].queryset = vms.visible_images(user).order_by("name")
         self.fields["start"].help_text = f"Time zone {timezone.get_current_timezone_name()}."
-        self.limits = services.limits_for(user, self._chosen_image())
+        self.limits = quotas.limits_for(user, self._chosen_image())
         self.fields["duration"].choices = duration_choices(self.limits.max_minutes)
         self.fields["duration"].help_text = (
-            f"At most {human_minutes(self.limits.max_minutes)} ({self.limits.max_minutes_rule})."
+            f"At most {quotas.human_minutes(self.limits.max_minutes)} ({self.limits.max_minutes_rule})."
         )
         if not self.is_bound and "request_key" not in self.initial:
             self.initial["request_key"] = uuid.uuid4()
@@ -107,7 +100,7 @@ class ReserveForm(forms.Form):
 
 class ExtendForm(forms.Form):
     minutes = forms.TypedChoiceField(
-        coerce=int, label="Extend by", choices=[(m, human_minutes(m)) for m in EXTENSIONS]
+        coerce=int, label="Extend by", choices=[(m, quotas.human_minutes(m)) for m in EXTENSIONS]
     )
 
 

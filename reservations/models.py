@@ -5,7 +5,8 @@ accepted (so a future reservation is as sure as one for now), gets a ``VM`` buil
 ahead of its start, and ends at its end. Its status history is ``ReservationHistory``.
 A ``BlockAllocation`` is an instructor's N seats of an image for a user group over a window,
 repeated weekly if asked; each occurrence becomes N seat reservations that members take.
-``QuotaRule`` rows limit durations and concurrency per group (and per image).
+Quotas (``QuotaRule``) live with the VMs, below this app, so that reservations and ad-hoc VMs
+are limited by one engine (``provisioning.vms.quotas``).
 """
 
 from django.conf import settings
@@ -131,27 +132,3 @@ class BlockAllocation(models.Model):
     def __str__(self):
         return self.name
 
-
-class QuotaRule(models.Model):
-    """Limits for the members of a group (blank group: everybody), for one image or all.
-
-    Every rule that applies to a user and image binds: the strictest limit wins, and a refusal
-    names the rule. Without any rule the settings' defaults apply.
-    """
-
-    name = models.CharField(max_length=100, unique=True)
-    group = models.ForeignKey("auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
-    image = models.ForeignKey("vms.Image", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
-    max_duration_minutes = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
-    max_per_user = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Concurrent reservations of one member."
-    )
-    max_per_group = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Concurrent reservations of all members together."
-    )
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self):
-        return self.name

@@ -20,21 +20,21 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from provisioning.capacity import services as capacity
+from provisioning.capacity.models import Allocation
 from provisioning.drivers import cloudinit
 from provisioning.jobs import services as jobs
 from provisioning.placement import refusals as placement_reasons
 from provisioning.placement.result import format_time
+from provisioning.vms import quotas
 from provisioning.vms import services as vms
 from provisioning.vms.models import VM
-from reservations.models import BlockAllocation, QuotaRule, Reservation, ReservationHistory
+from reservations.models import BlockAllocation, Reservation, ReservationHistory
 from vclmgr import changelog, events, topics
 from vclmgr.changelog import Actor
 from vclmgr.errors import Conflict
@@ -60,89 +60,17 @@ def may_see(user, rest):
     return user.is_staff or Reservation.objects.filter(pk=int(rest), user=user).exists()
 
 
-# --- limits -----------------------------------------------------------------------------
+# --- limits: the one quota engine (``provisioning.vms.quotas``) counts reservations as one holder
 
 
-@dataclass
-class Limits:
-    """What applies to one user and image, each limit with the rule that set it."""
-
-    max_minutes: int
-    max_minutes_rule: str
-    per_user: int
-    per_user_rule: str
-    per_group: list = field(default_factory=list)  # [(rule name, group, limit)]
-
-
-def limits_for(user, image):
-    limits = Limits(
-        settings.RESERVATION_MAX_MINUTES, "the site default", settings.RESERVATION_MAX_PER_USER, "the site default"
-    )
-    if user is None:
-        return limits
-    rules = QuotaRule.objects.filter(
-        Q(group__isnull=True) | Q(group__in=user.groups.all()), Q(image__isnull=True) | Q(image=image)
-    ).select_related("group")
-    for rule in rules:  # every rule binds: the strictest wins
-        if rule.max_duration_minutes is not None and rule.max_duration_minutes < limits.max_minutes:
-            limits.max_minutes, limits.max_minutes_rule = rule.max_duration_minutes, f"rule '{rule.name}'"
-        if rule.max_per_user is not None and rule.max_per_user < limits.per_user:
-            limits.per_user, limits.per_user_rule = rule.max_per_user, f"rule '{rule.name}'"
-        if rule.max_per_group is not None and rule.group is not None:
-            limits.per_group.append((rule.name, rule.group, rule.max_per_group))
-    return limits
-
-
-def _human(minutes):
-    hours, rest = divmod(int(minutes), 60)
-    if not hours:
-        return f"{rest} min"
-    return f"{hours} h" + (f" {rest} min" if rest else "")
-
-
-def _overlapping(queryset, start, end, exclude=None):
-    found = queryset.filter(status__in=Reservation.ACTIVE, start__lt=end, end__gt=start)
-    return found.exclude(pk=exclude.pk) if exclude is not None else found
-
-
-def _check_quota(errors, user, image, start, end, limits, exclude=None):
-    minutes = (end - start).total_seconds() / 60
-    if minutes > limits.max_minutes:
-        errors.setdefault("end", []).append(
-            f"at most {_human(limits.max_minutes)} for {image.name} ({limits.max_minutes_rule}); "
-            f"this is {_human(minutes)}"
-        )
-    if user is None:
-        return
-    mine = _overlapping(Reservation.objects.filter(user=user), start, end, exclude).count()
-    if mine >= limits.per_user:
-        errors.setdefault("start", []).append(
-            f"you already have {mine} reservations at that time; at most {limits.per_user} ({limits.per_user_rule})"
-        )
-    for name, group, limit in limits.per_group:
-        theirs = _overlapping(Reservation.objects.filter(user__groups=group), start, end, exclude).count()
-        if theirs >= limit:
-            errors.setdefault("start", []).append(
-                f"group {group.name} already has {theirs} reservations at that time; at most {limit} (rule '{name}')"
-            )
-
-
-def _check_quota_locked(user, image, start, end):
-    """The quota again, counted under a lock on the user (and the groups whose limits bind),
-    inside the caller's transaction that then creates the reservation: one user's parallel
-    requests are counted one after the other, never all against the same count. (On SQLite
-    the immediate write transaction already serialises every writer; the lock is a no-op.)"""
-    limits = limits_for(user, image)
-    if user is not None:
-        users = get_user_model().objects.select_for_update(no_key=True)
-        list(users.filter(pk=user.pk).values_list("pk", flat=True))
-        groups = sorted(group.pk for _name, group, _limit in limits.per_group)
-        if groups:  # after the user, in id order: every request takes the same locks in the same order
-            list(Group.objects.select_for_update(no_key=True).filter(pk__in=groups).order_by("pk").values_list("pk"))
-    errors = {}
-    _check_quota(errors, user, image, start, end, limits)
-    if errors:
-        raise ValidationError(errors)
+def holdings(window):
+    """The quota engine's holder for reservations (registered at start-up): each active one
+    overlapping the window, as ``(vcpus, memory_mib)``."""
+    rows = Reservation.objects.filter(status__in=Reservation.ACTIVE, end__gt=window.start)
+    if window.end is not None:  # None: open-ended (a staff VM's), every later one overlaps
+        rows = rows.filter(start__lt=window.end)
+    rows = window.narrow(rows, "reservation")
+    return rows.values_list("vcpus", "memory_mib")
 
 
 # --- checking and placing ---------------------------------------------------------------
@@ -193,7 +121,7 @@ def check_fit(image, start, end, **size):
     return Fit(False, _no_capacity_message(result, start), earliest, dict(result.reasons))
 
 
-def validate(user, image, start, end, now=None, exclude=None):
+def validate(user, image, start, end, now=None, size=None):
     """Per-field errors for a reservation request (empty: acceptable, capacity aside)."""
     now = now or timezone.now()
     errors = {}
@@ -211,8 +139,7 @@ def validate(user, image, start, end, now=None, exclude=None):
         errors["end"] = ["the end must be after the start"]
     if errors:
         return errors
-    _check_quota(errors, user, image, start, end, limits_for(user, image), exclude)
-    return errors
+    return quotas.check(user, image, start, end, vms.size_for(image, **(size or {})))
 
 
 def reserve(
@@ -234,13 +161,13 @@ def reserve(
         if duration is None:
             raise ValidationError({"end": ["give an end or a duration"]})
         end = start + duration
-    errors = validate(user, image, start, end, now)
+    errors = validate(user, image, start, end, now, size)
     if errors:
         raise ValidationError(errors)
     start = max(start, now)  # within the grace period: "now" (capacity is claimed from now)
     try:
         with transaction.atomic():
-            _check_quota_locked(user, image, start, end)
+            quotas.check_locked(user, image, start, end, vms.size_for(image, **(size or {})))
             reservation = _create(user, image, start, end, ssh_key, request_key, size or {}, actor=actor)
     except IntegrityError:  # the same form, submitted twice at once: the other one won
         existing = Reservation.objects.filter(user=user, request_key=request_key).first()
@@ -417,9 +344,13 @@ def _login(reservation):
 
 
 def _release(reservation, reason, *, actor):
-    if reservation.allocation_id:
-        reservation.allocation.refresh_from_db()
-        capacity.release(reservation.allocation, actor=actor, reason=reason)
+    """Give back the reservation's claim, and its VM's if that is another (a migrated VM claimed
+    on its new host): a VM left defined (reverted) must hold no claim, so it cannot run."""
+    held = {reservation.allocation_id}
+    if reservation.vm_id:
+        held.add(VM.objects.filter(pk=reservation.vm_id).values_list("allocation_id", flat=True).first())
+    for allocation in Allocation.objects.filter(pk__in=held - {None}):
+        capacity.release(allocation, actor=actor, reason=reason)
 
 
 def end(reservation, reason="ended by the user", *, actor):
@@ -505,13 +436,13 @@ def extend(reservation, new_end, *, actor):
         raise Conflict(f"reservation {reservation.pk} is {reservation.status}: it cannot be extended")
     if new_end <= reservation.end:
         raise ValidationError({"end": ["the new end must be later than the current one"]})
-    errors = {}
-    _check_quota(errors, None, reservation.image, reservation.start, new_end,
-                 limits_for(reservation.user, reservation.image))  # fmt: skip
-    if errors:
-        raise ValidationError(errors)
     allocation = reservation.allocation
+    size = {"vcpus": reservation.vcpus, "memory_mib": reservation.memory_mib}
     with transaction.atomic():
+        # The new window is a new holding: counted against every limit (the reservation's own
+        # old window aside) under the same locks as ``reserve``, in this transaction.
+        quotas.check_locked(reservation.user, reservation.image, reservation.start, new_end, size,
+                            exclude=("reservation", reservation.pk))  # fmt: skip
         try:
             fresh = capacity.extend(allocation, new_end, actor=actor)
         except capacity.NoCapacity as exc:
@@ -609,6 +540,8 @@ def create_block(*, actor, name, image, group, seats, start, end, weeks=1, creat
             for seat in range(int(seats)):
                 user = members[seat] if seat < len(members) else None
                 try:
+                    if image.max_concurrent is not None:  # seats are the instructor's: only the licence cap binds
+                        quotas.check_locked(None, image, start + shift, end + shift, vms.size_for(image))
                     _create(user, image, start + shift, end + shift, "", "", {}, block, week, actor=actor)
                 except ValidationError as exc:  # all or nothing: roll every claim back
                     detail = "; ".join(exc.message_dict.get("start", exc.messages))

@@ -313,9 +313,13 @@ VCLMGR_SAVE_REFUSED_DECISIONS = env.str("VCLMGR_SAVE_REFUSED_DECISIONS", "")
 # --- reservations ---------------------------------------------------------------------
 # VCL's preload: a future reservation's VM is built this long before its start.
 RESERVATION_LEAD_MINUTES = env.int("RESERVATION_LEAD_MINUTES", 10, minimum=0)
-# Defaults where no quota rule applies.
+# The site's quota defaults (``provisioning.vms.quotas``; rules can only tighten them): the longest
+# reservation or ad-hoc VM, and how many of them one user may hold at once.
 RESERVATION_MAX_MINUTES = env.int("RESERVATION_MAX_MINUTES", 8 * 60, minimum=1)
 RESERVATION_MAX_PER_USER = env.int("RESERVATION_MAX_PER_USER", 3, minimum=1)
+# A non-staff user's ad-hoc VM asked for without an end is destroyed after this long (at most
+# the longest time the quota allows).
+VM_DEFAULT_MINUTES = env.int("VM_DEFAULT_MINUTES", 2 * 60, minimum=1)
 # How far ahead a reservation may start, and when the "ending soon" warning goes out.
 RESERVATION_HORIZON_DAYS = env.int("RESERVATION_HORIZON_DAYS", 90, minimum=1)
 RESERVATION_WARN_MINUTES = env.int("RESERVATION_WARN_MINUTES", 10, minimum=0)

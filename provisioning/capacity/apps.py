@@ -13,13 +13,8 @@ class CapacityConfig(AppConfig):
 
 
 def _live_allocations(hypervisor):
-    from django.db.models import Q
-    from django.utils import timezone
-
     from provisioning.capacity.models import Allocation
 
-    live = Allocation.objects.filter(host=hypervisor, released__isnull=True).filter(
-        Q(end__isnull=True) | Q(end__gt=timezone.now())
-    )
-    count = live.count()
+    # Over its end or not: a claim is held until released, when its VM is known to be gone.
+    count = Allocation.objects.filter(host=hypervisor, released__isnull=True).count()
     return f"{count} live allocation{'s' if count != 1 else ''} (VMs or reservations)" if count else None

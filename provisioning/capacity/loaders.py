@@ -29,33 +29,41 @@ def ts(moment):
     return None if moment is None else moment.timestamp()
 
 
-def allocation_from_row(row):
+def allocation_from_row(row, now=None):
+    """The core's allocation of a row. A claim still held after its end (``end`` ≤ ``now``: its
+    VM is not gone yet, so it is not released) holds its room open-ended until it is released."""
     alloc_id, _host, vcpus, memory, disk, extras, start, end, anti = row
+    overdue = now is not None and end is not None and end <= now
     return core.Allocation(
         id=str(alloc_id),
         resources=core.Resources(vcpus, memory, disk, extras or {}),
         start=ts(start),
-        end=ts(end),
+        end=None if overdue else ts(end),
         anti_affinity=anti or None,
     )
 
 
 def live_allocations(now, host_ids=None):
-    """Allocations that still matter: not released and not over by ``now``."""
-    rows = Allocation.objects.filter(released__isnull=True).filter(Q(end__isnull=True) | Q(end__gt=now))
+    """Allocations that still matter: every one not released — over by ``now`` or not, because
+    a claim is released only when its VM is gone (``allocation_from_row`` keeps it open)."""
+    rows = Allocation.objects.filter(released__isnull=True)
     if host_ids is not None:
         rows = rows.filter(host_id__in=host_ids)
     return rows.values_list(*ALLOCATION_COLUMNS)
 
 
-def allocation_changes(after_id, released_since):
-    """Rows a snapshot may have missed: ids above ``after_id`` and rows released since
-    ``released_since``, each as ``ALLOCATION_COLUMNS + (released,)``, unordered.
+def allocation_changes(after_id, released_since, now=None):
+    """Rows a snapshot may have missed: ids above ``after_id``, rows released since
+    ``released_since`` and (with ``now``) live rows whose end passed since then, each as
+    ``ALLOCATION_COLUMNS + (released,)``, unordered.
 
     One round trip on two indexes (primary key, ``allocation_live``); whether a row is
     still live is decided by the caller, so the planner is never asked to combine the
     live filter with the id range (it would scan every live row)."""
-    rows = Allocation.objects.filter(Q(id__gt=after_id) | Q(released__gte=released_since)).order_by()
+    changed = Q(id__gt=after_id) | Q(released__gte=released_since)
+    if now is not None:
+        changed |= Q(released__isnull=True, end__gte=released_since, end__lte=now)
+    rows = Allocation.objects.filter(changed).order_by()
     return rows.values_list(*ALLOCATION_COLUMNS, "released")
 
 
@@ -102,7 +110,7 @@ def load_host(host_id, now, lock=False, tags=True):
     row = rows.values_list(*HOST_COLUMNS, "group__alloc_policy", "group__placement_policy").first()
     if row is None:
         return None
-    allocations = [allocation_from_row(a) for a in live_allocations(now, [host_id])]
+    allocations = [allocation_from_row(a, now) for a in live_allocations(now, [host_id])]
     names = host_tags([host_id]).get(host_id, ()) if tags else ()
     host = host_from_row(row[: len(HOST_COLUMNS)], names, allocations)
     alloc_policy, policy = row[len(HOST_COLUMNS) :]
@@ -131,7 +139,7 @@ def load_cluster(now, host_ids=None):
     """
     per_host = defaultdict(list)
     for row in live_allocations(now, host_ids):
-        per_host[row[1]].append(allocation_from_row(row))
+        per_host[row[1]].append(allocation_from_row(row, now))
     tags = host_tags(host_ids)
     rows = Hypervisor.objects.all()
     if host_ids is not None:

@@ -43,6 +43,7 @@ class _Loaded:
     engine: core.PlacementEngine
     ids: dict[str, int]
     known: set[int]
+    open: set[int]  # held open-ended: open claims, and claims still held after their end
     high_water: int
     synced_at: datetime
     loaded_at: float
@@ -130,7 +131,8 @@ class Snapshot:
         engine.warm()
         known = {int(a.id) for h in cluster.hosts for a in h.allocations}
         high_water = max(known, default=Allocation.objects.aggregate(m=Max("id"))["m"] or 0)
-        return _Loaded(version, engine, ids, known, high_water, now, started)
+        held_open = {int(a.id) for h in cluster.hosts for a in h.allocations if a.end is None}
+        return _Loaded(version, engine, ids, known, held_open, high_water, now, started)
 
     def _install(self, loaded: _Loaded):
         self.version = loaded.version
@@ -139,22 +141,30 @@ class Snapshot:
         self.ids = loaded.ids
         self.names = {pk: name for name, pk in loaded.ids.items()}
         self.known = loaded.known
+        self.open = loaded.open
         self.high_water = loaded.high_water
         self.synced_at = loaded.synced_at
         self.loaded_at = loaded.loaded_at
 
     def _catch_up(self, now):
-        changes = loaders.allocation_changes(self.high_water - LOOKBACK_IDS, self.synced_at - CLOCK_SKEW)
+        changes = loaders.allocation_changes(self.high_water - LOOKBACK_IDS, self.synced_at - CLOCK_SKEW, now)
         for row in changes:
             alloc_id, host_id, end, released = row[0], row[1], row[7], row[-1]
-            live = released is None and (end is None or end > now)
+            live = released is None  # over by now or not: held until released (its VM may still run)
+            overdue = live and end is not None and end <= now
+            stale = alloc_id not in self.known or (overdue and alloc_id not in self.open)
             self.high_water = max(self.high_water, alloc_id)
-            if live and alloc_id not in self.known and host_id in self.names:
-                self.engine.add_allocation(self.names[host_id], loaders.allocation_from_row(row[:-1]))
+            if live and host_id in self.names and stale:
+                if alloc_id in self.known:  # its end just passed: from now on it holds its room open-ended
+                    self.engine.remove_allocation(str(alloc_id))
+                self.engine.add_allocation(self.names[host_id], loaders.allocation_from_row(row[:-1], now))
                 self.known.add(alloc_id)
+                if overdue:
+                    self.open.add(alloc_id)
             elif not live and alloc_id in self.known:
                 self.engine.remove_allocation(str(alloc_id))
                 self.known.discard(alloc_id)
+                self.open.discard(alloc_id)
         self.synced_at = now
 
 

@@ -1,14 +1,15 @@
-"""Admin for images, variants, the host image cache and VMs.
+"""Admin for images, variants, the host image cache, VMs and quota rules.
 
 Images and variants are written through the services (change log). VMs are read-only here:
 their state changes only through jobs, so the hypervisor and the database never disagree.
+Quota rules are plain rows and edited here (the form runs the rule's own checks).
 """
 
 from django.contrib import admin
 
 from provisioning.vms import services
 from provisioning.vms.forms import ImageTagsMixin
-from provisioning.vms.models import VM, HostImage, Image, ImageVariant
+from provisioning.vms.models import VM, HostImage, Image, ImageVariant, QuotaRule
 
 
 class ImageVariantInline(admin.TabularInline):
@@ -20,7 +21,9 @@ class ImageVariantInline(admin.TabularInline):
 @admin.register(Image)
 class ImageAdmin(admin.ModelAdmin):
     form = ImageTagsMixin
-    list_display = ["name", "os", "platform", "visibility", "active", "parent", "revert_on_end", "anti_affinity"]
+    list_display = [
+        "name", "os", "platform", "visibility", "active", "parent", "revert_on_end", "anti_affinity", "max_concurrent",
+    ]  # fmt: skip
     list_filter = ["visibility", "active", "platform"]
     search_fields = ["name", "os", "description"]
     filter_horizontal = ["groups"]
@@ -60,3 +63,13 @@ class VMAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(QuotaRule)
+class QuotaRuleAdmin(admin.ModelAdmin):
+    list_display = [
+        "name", "group", "image", "max_duration_minutes", "max_per_user", "max_per_group", "max_vcpus",
+        "max_memory_mib",
+    ]  # fmt: skip
+    list_filter = ["group", "image"]
+    search_fields = ["name"]

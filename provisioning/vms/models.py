@@ -3,10 +3,12 @@
 An ``Image`` is what users pick; it has one ``ImageVariant`` per hypervisor type, because
 images are not portable across hypervisors. ``HostImage`` records which variant is cached on
 which host (staging it is done once per host, and throttled). A ``VM`` is the database's view
-of one virtual machine; the hypervisor knows it by ``key`` (``vcl-<id>``).
+of one virtual machine; the hypervisor knows it by ``key`` (``vcl-<id>``). ``QuotaRule`` rows
+limit what the members of a group may hold at once (reservations and VMs, ``quotas.py``).
 """
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
@@ -71,6 +73,10 @@ class Image(models.Model):
         default=Readiness.PORT,
         help_text="What makes a booted VM ready: its login port answers (SSH/RDP), or its guest agent does.",
     )
+    max_concurrent = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Licence cap: reservations and VMs of this image at once, over all users (blank: no cap).",
+    )  # fmt: skip
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -174,6 +180,10 @@ class VM(models.Model):
     memory_mib = models.PositiveIntegerField(validators=[MinValueValidator(16)])
     disk_gib = models.PositiveIntegerField()
     end = models.DateTimeField(null=True, blank=True, help_text="When the claim ends (blank: open).")
+    adhoc = models.BooleanField(
+        default=True,
+        help_text="Requested on its own: its end and quota are its own (no: built on a reservation's claim).",
+    )
     address = models.GenericIPAddressField(null=True, blank=True)
     port = models.PositiveIntegerField(
         null=True, blank=True, help_text="The login port at the address (blank: the usual one, 22 or 3389)."
@@ -199,3 +209,57 @@ class VM(models.Model):
     @property
     def resources(self):
         return {"vcpus": self.vcpus, "memory_mib": self.memory_mib, "disk_gib": self.disk_gib}
+
+
+class QuotaRule(models.Model):
+    """Limits for the members of a group (blank group: everybody), for one image or all.
+
+    Every rule that applies to a user and image binds, next to the site defaults: a rule can
+    only tighten a default (a rule above one is refused when saved), and an image's rule counts
+    only that image's reservations and VMs. A refusal names the rule (``quotas.py``).
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    group = models.ForeignKey("auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    image = models.ForeignKey(Image, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    max_duration_minutes = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    max_per_user = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Concurrent reservations and VMs of one member."
+    )
+    max_per_group = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Concurrent reservations and VMs of all members together."
+    )
+    max_vcpus = models.PositiveIntegerField(
+        null=True, blank=True, help_text="vCPUs of all members' concurrent reservations and VMs together."
+    )
+    max_memory_mib = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Memory (MiB) of all members' concurrent reservations and VMs together."
+    )
+
+    # Limits that exist per user at the site level, and the setting that holds each default.
+    SITE_DEFAULTS = {"max_duration_minutes": "RESERVATION_MAX_MINUTES", "max_per_user": "RESERVATION_MAX_PER_USER"}
+    GROUP_LIMITS = ("max_per_group", "max_vcpus", "max_memory_mib")
+
+    class Meta:
+        db_table = "reservations_quotarule"  # moved here from the reservations app, rows and all
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    def clean(self):
+        """A rule tightens the site defaults, never raises them; a group's total needs a group.
+        (Plain checks on the row itself: the admin's form and the API's serializer run them.)"""
+        errors = {}
+        for field, setting in self.SITE_DEFAULTS.items():
+            value, default = getattr(self, field), getattr(settings, setting)
+            if value is not None and value > default:
+                errors[field] = [
+                    f"at most the site default {default} ({setting}): a rule can only tighten it, never raise it"
+                ]
+        if self.group_id is None:
+            for field in self.GROUP_LIMITS:
+                if getattr(self, field) is not None:
+                    errors[field] = ["a limit for all members together needs a group"]
+        if errors:
+            raise ValidationError(errors)

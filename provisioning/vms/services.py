@@ -6,18 +6,26 @@ events in that transaction. Verbs that touch a hypervisor do not call it: they *
 (``provisioning.vms.opcodes``) and return it. State conflicts raise ``Conflict``; deleting
 something still used raises ``InUse``. The acting user is always the keyword ``actor=``.
 ``demand_for``/``vm_demand`` build every VM's placement ``Demand`` (VMs and reservations).
+An ad-hoc VM (not a reservation's) has its own end and quota (``request_vm``, ``quotas``) and
+is destroyed when its end passes (``end_overdue``, run by the VM clock in ``tasks``); no VM
+runs without a live claim or past its end (``run_refusal``).
 """
 
 import re
+from datetime import timedelta
 
-from django.core.exceptions import ValidationError
+from django.conf import settings
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from provisioning.capacity import services as capacity
 from provisioning.drivers import base
+from provisioning.drivers.base import vm_key
 from provisioning.jobs import services as jobs
+from provisioning.jobs.models import Job
+from provisioning.vms import quotas
 from provisioning.vms.models import VM, HostImage, Image, ImageVariant
 from vclmgr import changelog, events, topics
 from vclmgr.changelog import Actor
@@ -27,12 +35,15 @@ IMAGE_FIELDS = (
     "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib", "default_vcpus",
     "default_memory_mib", "default_disk_gib", "visibility", "parent", "revert_on_end", "active", "user_data",
     "ready_timeout", "readiness", "required_tags", "forbidden_tags", "anti_affinity", "exclusive_storage",
+    "max_concurrent",
 )  # fmt: skip
 MAX_TAGS = 20
 GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
 VARIANT_FIELDS = ("hypervisor_type", "format", "location", "checksum", "size_gib")
 ACTIONS = ("start", "stop", "suspend", "resume", "destroy")
 CLEAN_SNAPSHOT = "clean"  # a revert_on_end VM's state before its first boot (opcodes/reuse.py)
+POWER_ON = ("start", "resume", "revert")  # actions that may make a VM run: a live claim needed
+END_RETRY = timedelta(minutes=10)
 NEEDS_BUILT = ("start", "stop", "suspend", "resume", "snapshot", "revert", "migrate", "capture")  # not mid-create
 
 
@@ -236,11 +247,21 @@ def request_vm(
 ):  # fmt: skip
     """Record a VM and submit the ``vm.create`` job that builds it; returns ``(vm, job)``.
 
-    ``allocation``: an existing claim to build it on (a reservation's); None: claim now.
+    ``allocation``: an existing claim to build it on (a reservation's, whose quota and end
+    govern it); None: an ad-hoc VM, which claims when built. A non-staff owner's ad-hoc VM
+    always has an end (``end``, else ``VM_DEFAULT_MINUTES`` from now; at most the longest
+    time the quota allows) and counts against the owner's quotas (``quotas.check_locked``).
     ``ssh_key``: a public key the guest lets the owner in with (a reservation's VM is given
     the reservation's login instead).
     """
     errors = {}
+    now = timezone.now()
+    adhoc = allocation is None
+    limited = adhoc and owner is not None and not owner.is_staff
+    if adhoc and end is not None and end <= now:
+        errors["end"] = ["the end is in the past"]
+    elif limited and end is None:
+        end = now + timedelta(minutes=min(settings.VM_DEFAULT_MINUTES, quotas.limits_for(owner, image).max_minutes))
     if owner is not None and not visible_images(owner).filter(pk=image.pk).exists():
         errors["image"] = ["no such image, or you may not use it"]
     elif not image.active:
@@ -257,12 +278,17 @@ def request_vm(
             errors[field] = [f"{image.name} needs at least {low}"]
     if allocation is not None and allocation.released is not None:
         errors["allocation"] = ["this allocation was released"]
+    if limited and not errors:
+        errors = quotas.check(owner, image, now, end, size, when_field=NON_FIELD_ERRORS)
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
+        if limited:  # counted again under the quota locks, in the transaction that records the VM
+            quotas.check_locked(owner, image, now, end, size, when_field=NON_FIELD_ERRORS)
         vm = VM.objects.create(
-            name=name, image=image, owner=owner, end=end, allocation=allocation, ssh_key=ssh_key.strip(), **size
-        )
+            name=name, image=image, owner=owner, end=end, allocation=allocation, adhoc=adhoc, ssh_key=ssh_key.strip(),
+            **size,
+        )  # fmt: skip
         changelog.record(vm, "create", actor, reason=reason or "requested")
         _emit(vm)
         job = jobs.submit("vm.create", {"vm": vm.pk}, actor=actor, submitter=owner, reason=reason or f"create {vm.key}")
@@ -347,6 +373,9 @@ def submit_action(vm, action, *, actor, reason="", submitter=None, **params):
     migrate, capture). ``capture`` takes ``image_name`` (a new image's name) and ``force``."""
     if vm.state == VM.State.DESTROYED:
         raise Conflict(f"{vm} is destroyed")
+    refusal = run_refusal(vm, action)
+    if refusal:
+        raise Conflict(refusal)
     if action in NEEDS_BUILT and vm.state not in (
         VM.State.RUNNING,
         VM.State.STOPPED,
@@ -363,6 +392,43 @@ def submit_action(vm, action, *, actor, reason="", submitter=None, **params):
         submitter=submitter or actor.user or vm.owner,
         reason=reason or f"{action} {vm.key}",
     )
+
+
+def run_refusal(vm, action, now=None):
+    """Why ``vm`` may not be powered on by ``action`` now, or None. A VM runs only on a live
+    claim (one reverted at its reservation's end stays defined, its claim given back) and
+    only until its end; a revert may bring a running snapshot back, so it needs the claim too."""
+    if action not in POWER_ON:
+        return None
+    allocation = vm.allocation
+    if allocation is None or allocation.released is not None:
+        return f"{vm} holds no claim on a host any more (its time is over): it cannot run; request a new one"
+    if action != "revert" and vm.end is not None and vm.end <= (now or timezone.now()):
+        return f"{vm}'s time ended at {vm.end:%Y-%m-%d %H:%M} UTC: it cannot run again; request a new one"
+    return None
+
+
+def overdue_vms(now=None):
+    """Ad-hoc VMs whose end has passed and that still exist (or may): the VM clock ends them."""
+    return VM.objects.filter(adhoc=True, end__lte=now or timezone.now(), state__in=(VM.State.REQUESTED, *VM.LIVE))
+
+
+def end_overdue(now=None, *, actor):
+    """Submit ``vm.destroy`` for each overdue ad-hoc VM that has none pending, running or tried
+    in the last ``END_RETRY`` (a host that cannot destroy is asked again, not every minute).
+    Its claim is released by that job once the VM is gone, and counted until then."""
+    now = now or timezone.now()
+    overdue = list(overdue_vms(now).values_list("pk", flat=True))
+    recent = Q(status__in=(*Job.PENDING, Job.Status.RUNNING)) | Q(received__gt=now - END_RETRY)
+    busy = set(
+        Job.objects.filter(recent, opcode="vm.destroy", params__vm__in=overdue).values_list("params__vm", flat=True)
+    )
+    submitted = 0
+    for pk in overdue:
+        if pk not in busy:
+            jobs.submit("vm.destroy", {"vm": pk}, actor=actor, reason=f"{vm_key(pk)}: its time is over")
+            submitted += 1
+    return {"overdue": len(overdue), "submitted": submitted}
 
 
 def _check_capture_name(name):

@@ -1,4 +1,4 @@
-"""The periodic facts refresh: a django-q2 Schedule that re-reads every host's facts.
+"""Periodic work of the VM app: the facts refresh, and the VM clock that ends ad-hoc VMs.
 
 Every ``FACTS_REFRESH_MINUTES`` (setting, default 10; 0 turns it off) the schedule runs
 ``refresh_all``, which submits one ``hypervisor.refresh`` job per online or drained host that
@@ -9,6 +9,11 @@ until it answers again (see ``opcodes.hypervisor_refresh``).
 
 The Schedule is created by a data migration and made to match the setting (created, re-timed
 or removed) whenever a worker starts (django-q2 ``post_spawn``).
+
+The VM clock (``end_overdue``) destroys every ad-hoc VM whose end has passed (its claim is
+released by the destroy job, once the VM is gone, and counted until then). It runs in a daemon
+thread of every worker each ``RESERVATION_TICK_SECONDS`` (the reservations clock's period) and
+from a once-a-minute Schedule as a safety net; several at once are harmless (see the service).
 """
 
 import logging
@@ -27,6 +32,8 @@ REFRESH_FUNC = "provisioning.vms.tasks.refresh_all"
 REFRESH_AT_ONCE = 8
 REFRESH_REASON = f"rate-limit:{REFRESH_AT_ONCE}:facts refresh"
 ACTOR = Actor(name="facts refresh")
+END_SCHEDULE = "vclmgr: VM ends"
+END_FUNC = "provisioning.vms.tasks.end_overdue"
 
 
 def refresh_all():
@@ -65,6 +72,17 @@ def on_worker_start(**kwargs):
         ensure_schedule()
     except Exception:  # a worker must start even if the database is briefly away; the migration made it
         log.exception("could not ensure the facts refresh schedule")
+    periodic.start_daemon(
+        "vm-clock", end_overdue, lambda: settings.RESERVATION_TICK_SECONDS,
+        setup=lambda: periodic.ensure_schedule(END_SCHEDULE, END_FUNC, 1), wait_first=True,
+    )  # fmt: skip
+
+
+def end_overdue():
+    """The VM clock's round: destroy the ad-hoc VMs whose time is over."""
+    from provisioning.vms import services
+
+    return services.end_overdue(actor=Actor(name="VM clock"))
 
 
 def submit_prestage(image_id, group_id):

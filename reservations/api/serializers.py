@@ -6,7 +6,7 @@ from rest_framework.reverse import reverse
 
 from provisioning.vms.models import Image
 from reservations import services
-from reservations.models import BlockAllocation, QuotaRule, Reservation
+from reservations.models import BlockAllocation, Reservation
 
 
 class ReservationSerializer(serializers.ModelSerializer):
@@ -95,12 +95,3 @@ class BlockAllocationSerializer(serializers.ModelSerializer):
     def get_usage(self, block) -> dict:
         return services.block_usage(block)
 
-
-class QuotaRuleSerializer(serializers.ModelSerializer):
-    group = serializers.SlugRelatedField(
-        slug_field="name", queryset=Group.objects.all(), allow_null=True, required=False
-    )
-
-    class Meta:
-        model = QuotaRule
-        fields = ["id", "name", "group", "image", "max_duration_minutes", "max_per_user", "max_per_group"]

@@ -22,14 +22,13 @@ from reservations.api.serializers import (
     ExtendSerializer,
     FitCheckSerializer,
     FitSerializer,
-    QuotaRuleSerializer,
     ReservationAcceptedSerializer,
     ReservationCreateSerializer,
     ReservationSerializer,
     job_url,
 )
-from reservations.models import BlockAllocation, QuotaRule, Reservation
-from vclmgr.api.permissions import IsAuthenticatedWithTokenScope, IsStaffWithTokenScope
+from reservations.models import BlockAllocation, Reservation
+from vclmgr.api.permissions import IsAuthenticatedWithTokenScope
 
 CONFLICT = OpenApiResponse(description="Conflict with the current state")
 
@@ -183,10 +182,3 @@ class BlockAllocationViewSet(
         services.cancel_block(block, "canceled through the API", actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-
-class QuotaRuleViewSet(viewsets.ModelViewSet):
-    """Quota rules (staff only): duration and concurrency limits per group and image."""
-
-    queryset = QuotaRule.objects.select_related("group", "image").order_by("name")
-    serializer_class = QuotaRuleSerializer
-    permission_classes = [IsStaffWithTokenScope]

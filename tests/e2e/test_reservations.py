@@ -17,7 +17,8 @@ from playwright.sync_api import expect
 
 from provisioning.drivers.sim import services as sim
 from provisioning.vms import services as vms
-from reservations.models import QuotaRule, Reservation
+from provisioning.vms.models import QuotaRule
+from reservations.models import Reservation
 from vclmgr import events
 
 pytestmark = pytest.mark.slow

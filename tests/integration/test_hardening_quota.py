@@ -1,5 +1,6 @@
 """The quota holds under a burst: one user's parallel requests through real HTTP, over several
-server processes, get exactly the limit and the rest are refused naming the rule (issue #13, 1)."""
+server processes, get exactly the limit and the rest are refused naming the rule (issue #13, 1),
+for reservations and ad-hoc VMs alike (9)."""
 
 import json
 import threading
@@ -10,7 +11,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from reservations.models import QuotaRule, Reservation
+from provisioning.vms.models import VM, QuotaRule
+from reservations.models import Reservation
 from tests import processes
 from vclmgr import tokens
 
@@ -47,14 +49,14 @@ def _post(url, token, body):
         return exc.code, json.loads(exc.read() or b"{}")
 
 
-def burst(urls, token, body, count):
+def burst(urls, token, body, count, path="/api/v1/reservations/"):
     """``count`` requests released at once, spread over the servers; [(status, body)]."""
     answers = [None] * count
     gate = threading.Barrier(count)
 
     def send(i):
         gate.wait()
-        answers[i] = _post(f"{urls[i % len(urls)]}/api/v1/reservations/", token, body)
+        answers[i] = _post(f"{urls[i % len(urls)]}{path}", token, body)
 
     threads = [threading.Thread(target=send, args=(i,)) for i in range(count)]
     for thread in threads:
@@ -64,7 +66,16 @@ def burst(urls, token, body, count):
     return answers
 
 
-def test_a_burst_of_one_users_requests_gets_exactly_the_quota(servers, make_host, alice):
+def assert_exactly_the_quota(answers, accepted):
+    statuses = sorted(status for status, _ in answers)
+    assert statuses.count(accepted) == LIMIT, answers
+    assert statuses.count(400) == BURST - LIMIT, answers
+    for status, answer in answers:
+        if status == 400:
+            assert "rule 'two at a time'" in json.dumps(answer), answer
+
+
+def _image(make_host):
     from provisioning.vms import services as vms
 
     make_host("burst-1", cpus=64, memory_mib=262144, disk_gib=2000)
@@ -73,16 +84,27 @@ def test_a_burst_of_one_users_requests_gets_exactly_the_quota(servers, make_host
     vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://deb", checksum="",
                     size_gib=1)  # fmt: skip
     QuotaRule.objects.create(name="two at a time", max_per_user=LIMIT)
+    return image
+
+
+def test_a_burst_of_one_users_vm_requests_gets_exactly_the_quota(servers, make_host, alice):
+    image = _image(make_host)
+    _, token = tokens.issue(alice, "burst", write_enabled=True)
+
+    answers = burst([server.url for server in servers], token, {"image": image.pk}, BURST, path="/api/v1/vms/")
+
+    assert_exactly_the_quota(answers, 202)
+    assert VM.objects.filter(owner=alice).count() == LIMIT
+    assert not VM.objects.filter(owner=alice, end__isnull=True).exists()
+
+
+def test_a_burst_of_one_users_requests_gets_exactly_the_quota(servers, make_host, alice):
+    image = _image(make_host)
     _, token = tokens.issue(alice, "burst", write_enabled=True)
     start = (timezone.now() + timedelta(hours=5)).replace(microsecond=0)
     body = {"image": image.pk, "start": start.isoformat(), "end": (start + timedelta(hours=1)).isoformat()}
 
     answers = burst([server.url for server in servers], token, body, BURST)
 
-    statuses = sorted(status for status, _ in answers)
-    assert statuses.count(201) == LIMIT, answers
-    assert statuses.count(400) == BURST - LIMIT, answers
-    for status, answer in answers:
-        if status == 400:
-            assert "rule 'two at a time'" in json.dumps(answer), answer
+    assert_exactly_the_quota(answers, 201)
     assert Reservation.objects.filter(user=alice).count() == LIMIT

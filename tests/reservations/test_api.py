@@ -7,8 +7,9 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from provisioning.capacity.models import Allocation
+from provisioning.vms.models import QuotaRule
 from reservations import services
-from reservations.models import BlockAllocation, QuotaRule, Reservation
+from reservations.models import BlockAllocation, Reservation
 from tests.api_suite import ApiCrudSuite
 
 URL = "/api/v1/reservations/"

@@ -2,7 +2,8 @@ from io import StringIO
 
 from django.core.management import call_command
 
-from reservations.models import BlockAllocation, QuotaRule, Reservation
+from provisioning.vms.models import QuotaRule
+from reservations.models import BlockAllocation, Reservation
 
 
 def test_the_whole_demo_runs_twice_and_makes_a_class_block(db, settings, tmp_path):

@@ -11,8 +11,9 @@ from django.test import Client
 from django.utils import timezone
 
 from provisioning.vms import services as vms
+from provisioning.vms.models import QuotaRule
 from reservations import services
-from reservations.models import BlockAllocation, QuotaRule, Reservation
+from reservations.models import BlockAllocation, Reservation
 
 pytestmark = pytest.mark.django_db
 H = timedelta(hours=1)
@@ -418,4 +419,4 @@ def test_the_admin_lists_reservations_and_never_shows_the_password(client, ready
     assert "set (encrypted)" in html and "ready on sim-1" in html
     assert ready.connect_secret not in html and ready.get_password() not in html
     assert client.get("/admin/reservations/blockallocation/").status_code == 200
-    assert client.get("/admin/reservations/quotarule/add/").status_code == 200
+    assert client.get("/admin/vms/quotarule/add/").status_code == 200

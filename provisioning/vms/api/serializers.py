@@ -1,4 +1,7 @@
+import copy
+
 from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
 from inventory.api.serializers import as_drf  # noqa: F401 (re-exported for the views)
@@ -6,7 +9,7 @@ from inventory.models import NodeGroup
 from provisioning.drivers.sim import steps
 from provisioning.drivers.sim.models import SimFault
 from provisioning.vms import services
-from provisioning.vms.models import VM, Image, ImageVariant
+from provisioning.vms.models import VM, Image, ImageVariant, QuotaRule
 
 
 class ImageVariantSerializer(serializers.ModelSerializer):
@@ -33,7 +36,7 @@ class ImageSerializer(serializers.ModelSerializer):
             "id", "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib",
             "default_vcpus", "default_memory_mib", "default_disk_gib", "visibility", "groups", "parent",
             "revert_on_end", "active", "user_data", "ready_timeout", "readiness", "required_tags", "forbidden_tags",
-            "anti_affinity", "exclusive_storage", "variants", "created", "updated",
+            "anti_affinity", "exclusive_storage", "max_concurrent", "variants", "created", "updated",
         ]  # fmt: skip
         read_only_fields = ["created", "updated"]
 
@@ -55,7 +58,7 @@ class VMSerializer(serializers.ModelSerializer):
         model = VM
         fields = [
             "id", "key", "name", "image", "variant", "host", "host_name", "allocation", "owner", "state", "vcpus",
-            "memory_mib", "disk_gib", "end", "address", "port", "snapshots", "error", "created", "updated",
+            "memory_mib", "disk_gib", "end", "adhoc", "address", "port", "snapshots", "error", "created", "updated",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -66,7 +69,11 @@ class VMCreateSerializer(serializers.Serializer):
     vcpus = serializers.IntegerField(min_value=1, max_value=1024, required=False)
     memory_mib = serializers.IntegerField(min_value=16, max_value=16 * 1024 * 1024, required=False)
     disk_gib = serializers.IntegerField(min_value=0, max_value=1024 * 1024, required=False)
-    end = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    end = serializers.DateTimeField(
+        required=False, allow_null=True, default=None,
+        help_text="When it is destroyed (blank: the site's default time; staff: no end). At most the longest time "
+        "a reservation may take.",
+    )  # fmt: skip
     ssh_key = serializers.CharField(
         required=False, allow_blank=True, default="", max_length=4000,
         help_text="A public key the guest lets its owner in with (blank: the image's own login).",
@@ -112,3 +119,27 @@ class PrestageSerializer(serializers.Serializer):
 class PrestageAcceptedSerializer(serializers.Serializer):
     job = serializers.IntegerField(allow_null=True)
     schedule = serializers.IntegerField(allow_null=True)
+
+
+class QuotaRuleSerializer(serializers.ModelSerializer):
+    group = serializers.SlugRelatedField(
+        slug_field="name", queryset=Group.objects.all(), allow_null=True, required=False
+    )
+
+    class Meta:
+        model = QuotaRule
+        fields = [
+            "id", "name", "group", "image", "max_duration_minutes", "max_per_user", "max_per_group", "max_vcpus",
+            "max_memory_mib",
+        ]  # fmt: skip
+
+    def validate(self, attrs):
+        """The rule's own checks (never above a site default; group totals need a group), as the admin runs them."""
+        rule = copy.copy(self.instance) if self.instance is not None else QuotaRule()
+        for name, value in attrs.items():
+            setattr(rule, name, value)
+        try:
+            rule.clean()
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
+        return attrs

@@ -1,12 +1,13 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from provisioning.vms.api.views import ImageVariantViewSet, ImageViewSet, SimFaultView, VMViewSet
+from provisioning.vms.api.views import ImageVariantViewSet, ImageViewSet, QuotaRuleViewSet, SimFaultView, VMViewSet
 
 router = SimpleRouter(trailing_slash=True)
 router.register("images", ImageViewSet, basename="image")
 router.register("image-variants", ImageVariantViewSet, basename="imagevariant")
 router.register("vms", VMViewSet, basename="vm")
+router.register("quota-rules", QuotaRuleViewSet, basename="quotarule")
 
 urlpatterns = [
     path("hypervisors/<int:pk>/sim-faults/", SimFaultView.as_view(), name="hypervisor-sim-faults"),

@@ -22,6 +22,7 @@ from provisioning.vms.api.serializers import (
     JobAcceptedSerializer,
     PrestageAcceptedSerializer,
     PrestageSerializer,
+    QuotaRuleSerializer,
     SimFaultSerializer,
     VMCaptureSerializer,
     VMCreatedSerializer,
@@ -29,7 +30,7 @@ from provisioning.vms.api.serializers import (
     VMSerializer,
     as_drf,
 )
-from provisioning.vms.models import VM, Image, ImageVariant
+from provisioning.vms.models import VM, Image, ImageVariant, QuotaRule
 from vclmgr.api.permissions import IsAuthenticatedWithTokenScope, IsStaffOrReadOnly, IsStaffWithTokenScope
 from vclmgr.errors import Conflict
 
@@ -185,6 +186,14 @@ class VMViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gener
         body = VMCaptureSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         return self._act(request, "capture", **body.validated_data)
+
+
+class QuotaRuleViewSet(viewsets.ModelViewSet):
+    """Quota rules (staff only): limits per group and image on reservations and VMs held at once."""
+
+    queryset = QuotaRule.objects.select_related("group", "image").order_by("name")
+    serializer_class = QuotaRuleSerializer
+    permission_classes = [IsStaffWithTokenScope]
 
 
 class SimFaultView(APIView):

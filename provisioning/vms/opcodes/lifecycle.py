@@ -294,6 +294,9 @@ def power(vm_id, action, force, *, actor):
     vm = load_vm(vm_id)
     if vm.state not in (S.RUNNING, S.STOPPED, S.SUSPENDED):
         raise Refused(f"cannot {action} {vm.key}: it is {vm.state}")
+    refusal = services.run_refusal(vm, action)  # again here: the claim may have gone since it was asked
+    if refusal:
+        raise Refused(refusal)
     driver = drivers.driver_for(vm.host)
     if action == "stop":
         driver.stop(vm.key, force=force)
@@ -340,6 +343,9 @@ def vm_revert(job):
 
 def revert(vm_id, name, *, actor):
     vm = load_vm(vm_id)
+    refusal = services.run_refusal(vm, "revert")
+    if refusal:
+        raise Refused(refusal)
     driver = drivers.driver_for(vm.host)
     driver.revert(vm.key, name)
     state = {base.VMState.RUNNING: S.RUNNING, base.VMState.SUSPENDED: S.SUSPENDED}.get(driver.state(vm.key), S.STOPPED)
