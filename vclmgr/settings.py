@@ -7,6 +7,7 @@ in-memory channel layer, a file cache; nothing to install) and the scaled-out on
 
 import secrets
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -69,6 +70,7 @@ INSTALLED_APPS = [
     "import_export",
     "django_htmx",
     "taggit",
+    "axes",
     "vclmgr.apps.VclmgrConfig",
     "inventory.apps.InventoryConfig",
     "provisioning.jobs.apps.JobsConfig",
@@ -90,6 +92,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "vclmgr.api.errors.ApiJsonErrorsMiddleware",
     "vclmgr.no_store.NoStoreMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "vclmgr.urls"
@@ -218,6 +221,17 @@ if env.bool("VCLMGR_TEST_FAST_HASHER", False):
         "django.contrib.auth.hashers.PBKDF2PasswordHasher",
         "django.contrib.auth.hashers.MD5PasswordHasher",
     ]
+AUTHENTICATION_BACKENDS = ["vclmgr.lockout.LockoutBackend", "django.contrib.auth.backends.ModelBackend"]
+# Sign-in lockout (vclmgr/lockout.py): per username and client address.
+AXES_ENABLED = env.bool("LOGIN_LOCKOUT", True)
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# Client addresses (lockout, API throttles) come from X-Forwarded-For only behind this many
+# trusted reverse proxies; otherwise a client could pick its own address per request.
+TRUSTED_PROXIES = env.int("TRUSTED_PROXIES", 0, minimum=0)
+AXES_CLIENT_IP_CALLABLE = "vclmgr.lockout.client_address"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -226,6 +240,8 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "vclmgr.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
+        # Last: counts every request the others did not authenticate against the anon rate.
+        "vclmgr.api.throttling.UnauthenticatedThrottle",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["vclmgr.api.permissions.IsAuthenticatedWithTokenScope"],
     "DEFAULT_PAGINATION_CLASS": "vclmgr.api.pagination.Pagination",
@@ -237,15 +253,13 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "vclmgr.api.errors.exception_handler",
-    "DEFAULT_THROTTLE_CLASSES": [
-        "vclmgr.api.throttling.AnonThrottle",
-        "vclmgr.api.throttling.UserThrottle",
-    ],
+    "DEFAULT_THROTTLE_CLASSES": ["vclmgr.api.throttling.UserThrottle"],
     "DEFAULT_THROTTLE_RATES": {
         "anon": env.str("API_THROTTLE_ANON", "120/min"),
         "user": env.str("API_THROTTLE_USER", "6000/min"),
     },
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
+    "NUM_PROXIES": TRUSTED_PROXIES,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "vclmgr API",

@@ -5,6 +5,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from vclmgr import tokens
+from vclmgr.api.throttling import count_unauthenticated
 
 
 def _bearer(header_value):
@@ -23,9 +24,11 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
             return None
         clear = _bearer(header)
         if clear is None:
+            count_unauthenticated(request)
             raise exceptions.AuthenticationFailed("Malformed Authorization header; use 'Bearer <token>'.")
         row = tokens.resolve(clear)
         if row is None:
+            count_unauthenticated(request)
             raise exceptions.AuthenticationFailed("Invalid or expired token.")
         return row.user, row
 
