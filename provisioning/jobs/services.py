@@ -43,6 +43,13 @@ def may_act_on(user, job):
     return user.is_staff or (job.submitter_id is not None and job.submitter_id == user.pk)
 
 
+def _check_may_cancel(user, job):
+    # Jobs the system runs for a user (reservation.settle after a build) carry the user as
+    # submitter but an opcode only staff may submit: canceling one would strand what it settles.
+    if user is not None and not user.is_staff and not registry.may_submit(user, job.opcode):
+        raise Conflict(f"job {job.pk} ({job.opcode}) is run by the system; only staff may cancel it")
+
+
 # --- submit ---------------------------------------------------------------------------
 def submit(
     opcode,
@@ -378,6 +385,7 @@ def _initial_state(job, depends):
 def cancel(job, *, actor, reason=""):
     """Queued and waiting jobs end at once; running ones stop between steps. Returns the job."""
     actor = Actor.of(actor)
+    _check_may_cancel(actor.user, job)
     why = f"canceled by {actor.label}" + (f": {reason}" if reason else "")
     with transaction.atomic():
         QueueSettings.lock()

@@ -205,3 +205,17 @@ def test_out_of_range_reads_are_refused_not_crashed(api, admin_user, url):
 )
 def test_out_of_range_submissions_are_refused(api, admin_user, body, sync_jobs):
     assert api(admin_user).post("/api/v1/jobs/", body, format="json").status_code == 400
+
+
+def test_a_user_cannot_cancel_a_job_the_system_runs_for_them(api, alice, admin_user, client, sync_jobs):
+    """reservation.settle runs for the reservation's user; canceling it stranded the reservation."""
+    job = services.submit("test.fail", {}, actor="system", submitter=alice)
+
+    response = api(alice).post(f"/api/v1/jobs/{job.pk}/cancel/")
+
+    assert response.status_code == 409
+    assert "only staff may cancel it" in response.json()["error"]["message"]
+    client.force_login(alice)
+    client.post(f"/provisioning/jobs/{job.pk}/cancel/")
+    assert refresh(job).status == Job.Status.QUEUED
+    assert api(admin_user).post(f"/api/v1/jobs/{job.pk}/cancel/").status_code == 202
