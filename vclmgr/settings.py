@@ -15,12 +15,13 @@ from django.core.exceptions import ImproperlyConfigured
 
 from provisioning.drivers.registry import options_errors as _driver_options_errors
 from vclmgr.env import Env
+from vclmgr.private_files import private_dir, write_private
 
 env = Env()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env.str("VCLMGR_VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+private_dir(VAR_DIR)
 
 # Test runs in parallel (pytest-xdist) and the worker processes they start share one
 # machine; this suffix keeps their queues, caches and stats apart.
@@ -40,8 +41,7 @@ def _secret_key():
         )
     path = VAR_DIR / "secret_key"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        write_private(path, secrets.token_urlsafe(50))
     return path.read_text().strip()
 
 
