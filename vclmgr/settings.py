@@ -345,6 +345,8 @@ VCLMGR_JOBS_MAX_PENDING_PER_USER = env.int("VCLMGR_JOBS_MAX_PENDING_PER_USER", 1
 # --- events ---------------------------------------------------------------------------
 EVENTS_POLL_SECONDS = env.float("EVENTS_POLL_SECONDS", 0.2, minimum=0.01)
 EVENTS_RETENTION_DAYS = env.int("EVENTS_RETENTION_DAYS", 7, minimum=1)
+# How often a websocket opened with an API token checks that the token still works.
+WS_TOKEN_RECHECK_SECONDS = env.float("WS_TOKEN_RECHECK_SECONDS", 30.0, minimum=0.1)
 HEALTHZ_REQUIRE_WORKERS = env.bool("HEALTHZ_REQUIRE_WORKERS", True)
 
 # --- i18n, static ---------------------------------------------------------------------
