@@ -19,7 +19,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from provisioning.jobs import dispatcher, locks, reasons, registry, transitions, wake
-from provisioning.jobs.models import Job, JobDependency, QueueSettings
+from provisioning.jobs.models import Job, JobDependency, JobLog, QueueSettings
 from vclmgr import changelog, events
 from vclmgr.changelog import Actor
 from vclmgr.errors import Conflict
@@ -37,6 +37,13 @@ def visible_to(user):
     if user.is_staff:
         return Job.objects.all()
     return Job.objects.filter(submitter=user)
+
+
+def log_visible_to(user, job):
+    """The job's log lines this user may read: debug lines (tracebacks) are for staff only;
+    users read the one-line reason in the job's error."""
+    entries = job.log_entries.all()
+    return entries if user.is_staff else entries.exclude(level__in=JobLog.STAFF_ONLY_LEVELS)
 
 
 def may_act_on(user, job):

@@ -62,7 +62,7 @@ def job_detail(request, pk):
     job = _visible_job(request.user, pk, related)
     context = {
         "job": job,
-        "log": list(job.log_entries.order_by("id")[:2000]),
+        "log": list(services.log_visible_to(request.user, job).order_by("id")[:2000]),
         "children": job.children.order_by("id").only("id", "opcode", "status"),
         "dependencies": job.dependencies.select_related("on").order_by("id"),
         "retries": job.retries.order_by("id").only("id", "status"),

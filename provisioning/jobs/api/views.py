@@ -147,7 +147,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         job = self.get_object()
         after = _int_param(request, "after", 0, 0, 2**62)
         limit = _int_param(request, "limit", MAX_LOG, 1, MAX_LOG)
-        entries = job.log_entries.filter(id__gt=after).order_by("id")[:limit]
+        entries = services.log_visible_to(request.user, job).filter(id__gt=after).order_by("id")[:limit]
         return Response(JobLogSerializer(entries, many=True).data)
 
 

@@ -219,3 +219,19 @@ def test_a_user_cannot_cancel_a_job_the_system_runs_for_them(api, alice, admin_u
     client.post(f"/provisioning/jobs/{job.pk}/cancel/")
     assert refresh(job).status == Job.Status.QUEUED
     assert api(admin_user).post(f"/api/v1/jobs/{job.pk}/cancel/").status_code == 202
+
+
+def test_tracebacks_in_a_job_log_are_for_staff_only(api, alice, admin_user, client, sync_jobs):
+    job = services.submit("test.fail", {}, actor="system", submitter=alice)
+    sync_jobs.drain()
+    from vclmgr.models import Event
+
+    theirs = api(alice).get(f"/api/v1/jobs/{job.pk}/log/").json()
+    staff = api(admin_user).get(f"/api/v1/jobs/{job.pk}/log/").json()
+    assert any("Traceback" in entry["message"] for entry in staff)
+    assert theirs and not any("Traceback" in entry["message"] for entry in theirs)
+    assert "Traceback" not in str(api(alice).get(f"/api/v1/jobs/{job.pk}/").json())
+    client.force_login(alice)
+    assert "Traceback" not in client.get(f"/provisioning/jobs/{job.pk}/").content.decode()
+    streamed = {e.topic for e in Event.objects.filter(kind="job.log") if "Traceback" in str(e.data)}
+    assert streamed == {"admin"}
