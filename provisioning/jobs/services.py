@@ -515,8 +515,9 @@ def set_queue_settings(*, actor, limit=None, lease_seconds=None, max_attempts=No
     return row
 
 
-def queue_state(row=None):
-    """The tunables and what the queue holds now."""
+def queue_state(row=None, *, viewer=None):
+    """The tunables and what the queue holds now. A user ``viewer`` sees counts of everyone's
+    jobs but only the rate-limit buckets (labels from their reasons) of their own."""
     row = row or QueueSettings.get()
     counts = dict(
         Job.objects.filter(status__in=[S.QUEUED, S.WAITING, S.RUNNING])
@@ -524,7 +525,10 @@ def queue_state(row=None):
         .annotate(n=Count("id"))
         .values_list("status", "n")
     )
-    running = Job.objects.filter(status=S.RUNNING).values_list("buckets", flat=True)
+    running = Job.objects.filter(status=S.RUNNING)
+    if viewer is not None and not viewer.is_staff:
+        running = running.filter(submitter=viewer)
+    running = running.values_list("buckets", flat=True)
     in_bucket = {}
     for buckets in running:
         for key, n in buckets:

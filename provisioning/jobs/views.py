@@ -50,7 +50,7 @@ def job_list(request):
         "queue_form": QueueForm(
             initial={"limit": queue.limit, "lease_seconds": queue.lease_seconds, "max_attempts": queue.max_attempts}
         ),
-        "queue": services.queue_state(queue),
+        "queue": services.queue_state(queue, viewer=request.user),
         "topics": "admin" if request.user.is_staff else f"user.{request.user.pk}",
     }
     return render(request, "jobs/job_list.html", context)

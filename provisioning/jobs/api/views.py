@@ -171,7 +171,7 @@ class QueueView(APIView):
 
     @extend_schema(responses=QueueSerializer)
     def get(self, request):
-        return Response(QueueSerializer(services.queue_state()).data)
+        return Response(QueueSerializer(services.queue_state(viewer=request.user)).data)
 
     @extend_schema(request=QueueSerializer, responses=QueueSerializer)
     def put(self, request):

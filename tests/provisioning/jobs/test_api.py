@@ -235,3 +235,18 @@ def test_tracebacks_in_a_job_log_are_for_staff_only(api, alice, admin_user, clie
     assert "Traceback" not in client.get(f"/provisioning/jobs/{job.pk}/").content.decode()
     streamed = {e.topic for e in Event.objects.filter(kind="job.log") if "Traceback" in str(e.data)}
     assert streamed == {"admin"}
+
+
+def test_the_queue_shows_users_only_their_own_jobs_buckets(api, alice, admin_user, client, sync_jobs):
+    from provisioning.jobs import dispatcher
+
+    services.submit("test.sleep", {}, actor=admin_user, reason="rate-limit:2:evacuating rack 4 for the audit")
+    dispatcher.claim_next()
+
+    theirs = api(alice).get("/api/v1/queue/").json()
+    assert theirs["running"] == 1 and theirs["buckets"] == []
+    assert [b["label"] for b in api(admin_user).get("/api/v1/queue/").json()["buckets"]] == [
+        "evacuating rack 4 for the audit"
+    ]
+    client.force_login(alice)
+    assert "evacuating rack 4" not in client.get("/provisioning/jobs/").content.decode()
