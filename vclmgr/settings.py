@@ -266,6 +266,12 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Self-service virtual computing lab and cluster virtualization manager.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["vclmgr.api.permissions.SchemaAccess"],
+    # The ways to sign in (the throttle at the end of the authentication classes is none).
+    "AUTHENTICATION_WHITELIST": [
+        "vclmgr.api.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -361,6 +367,10 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # --- security -------------------------------------------------------------------------
+# Who sees /healthz's per-check details (the status code is public): staff or public.
+HEALTHZ_DETAILS = env.choice("HEALTHZ_DETAILS", ("staff", "public"), "staff")
+# Who may read /api/v1/schema/ and /api/v1/docs/: users (signed in), staff or public.
+API_SCHEMA_ACCESS = env.choice("API_SCHEMA_ACCESS", ("users", "staff", "public"), "users")
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", not DEBUG)
