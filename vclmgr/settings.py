@@ -232,8 +232,9 @@ AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_COOLOFF_MINUTES", 15, minim
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 # Client addresses (lockout, API throttles) come from X-Forwarded-For only behind this many
-# trusted reverse proxies; otherwise a client could pick its own address per request.
-TRUSTED_PROXIES = env.int("TRUSTED_PROXIES", 0, minimum=0)
+# trusted reverse proxies; otherwise a client could pick its own address per request. Behind
+# a TLS-terminating proxy (TRUST_X_FORWARDED_PROTO) the default is that one proxy.
+TRUSTED_PROXIES = env.int("TRUSTED_PROXIES", 1 if env.bool("TRUST_X_FORWARDED_PROTO", False) else 0, minimum=0)
 AXES_CLIENT_IP_CALLABLE = "vclmgr.lockout.client_address"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"

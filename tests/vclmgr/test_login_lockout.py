@@ -77,3 +77,14 @@ def test_a_valid_token_is_not_held_back_by_its_addresss_failures(api, alice, ano
     for _ in range(5):
         anonymous.get("/api/v1/reservations/")
     assert api(alice).get("/api/v1/reservations/").status_code == 200
+
+
+def test_behind_a_trusted_proxy_the_forwarded_address_counts(admin_user, settings):
+    settings.TRUSTED_PROXIES = 1
+    for n in range(settings.AXES_FAILURE_LIMIT):
+        Client(HTTP_X_FORWARDED_FOR="10.2.0.1").post("/login/", {"username": "admin", "password": f"x{n}"})
+
+    another_client = Client(HTTP_X_FORWARDED_FOR="10.2.0.2")
+    assert another_client.post("/login/", {"username": "admin", "password": "admin-pass-1"}).status_code == 302
+    same_client = Client(HTTP_X_FORWARDED_FOR="10.2.0.1")
+    assert same_client.post("/login/", {"username": "admin", "password": "admin-pass-1"}).status_code == 429
