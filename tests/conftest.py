@@ -127,12 +127,13 @@ class WsClient:
 
 @pytest.fixture
 def ws_connect(asgi_server):
-    """``ws_connect(path, cookie=None, headers=None)`` → a connected WsClient."""
+    """``ws_connect(path, cookie=None, headers=None, origin=None, no_origin=False)`` → a connected
+    WsClient (sending this server's Origin unless told another or none)."""
     from websockets.sync.client import connect
 
     opened = []
 
-    def make(path="/ws/events/", cookie=None, headers=None, origin=None):
+    def make(path="/ws/events/", cookie=None, headers=None, origin=None, no_origin=False):
         extra = dict(headers or {})
         if cookie:
             extra["Cookie"] = cookie
@@ -140,7 +141,7 @@ def ws_connect(asgi_server):
             connect(
                 f"ws://127.0.0.1:{asgi_server.port}{path}",
                 additional_headers=extra,
-                origin=origin or f"http://127.0.0.1:{asgi_server.port}",
+                origin=None if no_origin else origin or f"http://127.0.0.1:{asgi_server.port}",
                 open_timeout=10,
             )
         )

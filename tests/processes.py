@@ -49,6 +49,11 @@ def free_port():
         return s.getsockname()[1]
 
 
+def listens(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 class Child:
     """A child process in its own session, killed with everything it spawned."""
 
@@ -129,11 +134,22 @@ def start_asgi(tmp_path, **env):
         tmp_path / "asgi.log",
     )
 
-    def listening():
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
-
-    wait_for(listening, 30, "daphne to listen", child)
+    wait_for(lambda: listens(port), 30, "daphne to listen", child)
     child.url = f"http://127.0.0.1:{port}"
     child.port = port
+    return child
+
+
+def start_redis(tmp_path):
+    """A private redis-server on a free loopback port (no disk writes); ``.url`` to reach it."""
+    port = free_port()
+    child = Child(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)],
+        dict(os.environ),
+        tmp_path / "redis.log",
+    )  # fmt: skip
+
+    wait_for(lambda: listens(port), 15, "redis-server to listen", child)
+    child.url = f"redis://127.0.0.1:{port}/0"
     return child

@@ -24,7 +24,8 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 
 
 @pytest.fixture
-def api_schema(db):
+def api_schema(db, settings):
+    settings.API_SCHEMA_ACCESS = "public"  # schemathesis reads the schema without credentials
     # As Django's test client does: a finished request must not close the test's connection.
     for signal in (request_started, request_finished):
         signal.disconnect(close_old_connections)

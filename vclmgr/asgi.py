@@ -16,11 +16,12 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from vclmgr.api.authentication import TokenWebsocketMiddleware  # noqa: E402
 from vclmgr.routing import websocket_urlpatterns  # noqa: E402
 
+_sockets = URLRouter(websocket_urlpatterns)
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(TokenWebsocketMiddleware(URLRouter(websocket_urlpatterns)))
+        "websocket": TokenWebsocketMiddleware(
+            token_app=_sockets, cookie_app=AllowedHostsOriginValidator(AuthMiddlewareStack(_sockets))
         ),
     }
 )

@@ -21,8 +21,9 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
-from vclmgr import events, topics
+from vclmgr import events, tokens, topics
 from vclmgr.relay import _max_id, relay
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ class EventConsumer(AsyncJsonWebsocketConsumer):
         self.sink = self.mailbox.put_nowait
         self.turn = asyncio.Lock()  # replay and live delivery, one at a time
         self.pump = asyncio.get_running_loop().create_task(self._pump())
+        if "api_token_id" in self.scope:
+            self.token_watch = asyncio.get_running_loop().create_task(self._watch_token(self.scope["api_token_id"]))
         await self.accept()
         query = parse_qs(self.scope.get("query_string", b"").decode())
         wanted = [t for value in query.get("topics", []) for t in value.split(",") if t]
@@ -60,6 +63,8 @@ class EventConsumer(AsyncJsonWebsocketConsumer):
             self._leave(topic)
         if hasattr(self, "pump"):
             self.pump.cancel()
+        if hasattr(self, "token_watch"):
+            self.token_watch.cancel()
 
     async def receive_json(self, content, **kwargs):
         if not isinstance(content, dict):
@@ -103,6 +108,14 @@ class EventConsumer(AsyncJsonWebsocketConsumer):
                     await self._deliver(event)
                 except Exception:  # keep the socket's stream going; the client can resume
                     log.exception("sending an event failed")
+
+    async def _watch_token(self, token_id):
+        # A revoked or expired token ends the stream it opened (within one period).
+        while True:
+            await asyncio.sleep(settings.WS_TOKEN_RECHECK_SECONDS)
+            if not await database_sync_to_async(tokens.is_live)(token_id):
+                await self.close(code=CLOSE_UNAUTHENTICATED)
+                return
 
     async def _deliver(self, event):
         topic, event_id = event["topic"], event["id"]

@@ -52,6 +52,12 @@ class Env:
             return False
         raise ImproperlyConfigured(f"{name}: expected a boolean (1/0, true/false, yes/no), got {value!r}")
 
+    def choice(self, name, choices, default):
+        value = self.str(name, default).strip().lower()
+        if value not in choices:
+            raise ImproperlyConfigured(f"{name}: expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
     def int(self, name, default, minimum=None, maximum=None):
         value = self.raw(name)
         if value is None:

@@ -1,4 +1,7 @@
-"""``/healthz``: is every part this process depends on up? 200 when yes, 503 when not."""
+"""``/healthz``: is every part this process depends on up? 200 when yes, 503 when not.
+
+The status code is for everyone (load balancers); the checks' details (versions, queue
+sizes, error texts) only for staff unless ``HEALTHZ_DETAILS=public``."""
 
 import asyncio
 import uuid
@@ -73,4 +76,7 @@ def healthz(request):
     if checks["workers"]["status"] == "down":
         checks["workers"]["count"] = 0
     healthy = all(c["status"] == "ok" for c in checks.values())
-    return JsonResponse({"status": "ok" if healthy else "down", "checks": checks}, status=200 if healthy else 503)
+    body = {"status": "ok" if healthy else "down"}
+    if settings.HEALTHZ_DETAILS == "public" or request.user.is_staff:
+        body["checks"] = checks
+    return JsonResponse(body, status=200 if healthy else 503)

@@ -7,19 +7,22 @@ in-memory channel layer, a file cache; nothing to install) and the scaled-out on
 
 import secrets
 import sys
+from datetime import timedelta
 from pathlib import Path
 
+import csp.constants as _csp
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from provisioning.drivers.registry import options_errors as _driver_options_errors
 from vclmgr.env import Env
+from vclmgr.private_files import private_dir, write_private
 
 env = Env()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env.str("VCLMGR_VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+private_dir(VAR_DIR)
 
 # Test runs in parallel (pytest-xdist) and the worker processes they start share one
 # machine; this suffix keeps their queues, caches and stats apart.
@@ -39,8 +42,7 @@ def _secret_key():
         )
     path = VAR_DIR / "secret_key"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        write_private(path, secrets.token_urlsafe(50))
     return path.read_text().strip()
 
 
@@ -68,7 +70,9 @@ INSTALLED_APPS = [
     "channels",
     "import_export",
     "django_htmx",
+    "csp",
     "taggit",
+    "axes",
     "vclmgr.apps.VclmgrConfig",
     "inventory.apps.InventoryConfig",
     "provisioning.jobs.apps.JobsConfig",
@@ -80,6 +84,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -90,6 +95,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "vclmgr.api.errors.ApiJsonErrorsMiddleware",
     "vclmgr.no_store.NoStoreMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "vclmgr.urls"
@@ -218,6 +224,18 @@ if env.bool("VCLMGR_TEST_FAST_HASHER", False):
         "django.contrib.auth.hashers.PBKDF2PasswordHasher",
         "django.contrib.auth.hashers.MD5PasswordHasher",
     ]
+AUTHENTICATION_BACKENDS = ["vclmgr.lockout.LockoutBackend", "django.contrib.auth.backends.ModelBackend"]
+# Sign-in lockout (vclmgr/lockout.py): per username and client address.
+AXES_ENABLED = env.bool("LOGIN_LOCKOUT", True)
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# Client addresses (lockout, API throttles) come from X-Forwarded-For only behind this many
+# trusted reverse proxies; otherwise a client could pick its own address per request. Behind
+# a TLS-terminating proxy (TRUST_X_FORWARDED_PROTO) the default is that one proxy.
+TRUSTED_PROXIES = env.int("TRUSTED_PROXIES", 1 if env.bool("TRUST_X_FORWARDED_PROTO", False) else 0, minimum=0)
+AXES_CLIENT_IP_CALLABLE = "vclmgr.lockout.client_address"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -226,6 +244,8 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "vclmgr.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
+        # Last: counts every request the others did not authenticate against the anon rate.
+        "vclmgr.api.throttling.UnauthenticatedThrottle",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["vclmgr.api.permissions.IsAuthenticatedWithTokenScope"],
     "DEFAULT_PAGINATION_CLASS": "vclmgr.api.pagination.Pagination",
@@ -237,21 +257,25 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "vclmgr.api.errors.exception_handler",
-    "DEFAULT_THROTTLE_CLASSES": [
-        "vclmgr.api.throttling.AnonThrottle",
-        "vclmgr.api.throttling.UserThrottle",
-    ],
+    "DEFAULT_THROTTLE_CLASSES": ["vclmgr.api.throttling.UserThrottle"],
     "DEFAULT_THROTTLE_RATES": {
         "anon": env.str("API_THROTTLE_ANON", "120/min"),
         "user": env.str("API_THROTTLE_USER", "6000/min"),
     },
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
+    "NUM_PROXIES": TRUSTED_PROXIES,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "vclmgr API",
     "DESCRIPTION": "Self-service virtual computing lab and cluster virtualization manager.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["vclmgr.api.permissions.SchemaAccess"],
+    # The ways to sign in (the throttle at the end of the authentication classes is none).
+    "AUTHENTICATION_WHITELIST": [
+        "vclmgr.api.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -335,6 +359,8 @@ VCLMGR_JOBS_MAX_PENDING_PER_USER = env.int("VCLMGR_JOBS_MAX_PENDING_PER_USER", 1
 # --- events ---------------------------------------------------------------------------
 EVENTS_POLL_SECONDS = env.float("EVENTS_POLL_SECONDS", 0.2, minimum=0.01)
 EVENTS_RETENTION_DAYS = env.int("EVENTS_RETENTION_DAYS", 7, minimum=1)
+# How often a websocket opened with an API token checks that the token still works.
+WS_TOKEN_RECHECK_SECONDS = env.float("WS_TOKEN_RECHECK_SECONDS", 30.0, minimum=0.1)
 HEALTHZ_REQUIRE_WORKERS = env.bool("HEALTHZ_REQUIRE_WORKERS", True)
 
 # --- i18n, static ---------------------------------------------------------------------
@@ -349,6 +375,10 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # --- security -------------------------------------------------------------------------
+# Who sees /healthz's per-check details (the status code is public): staff or public.
+HEALTHZ_DETAILS = env.choice("HEALTHZ_DETAILS", ("staff", "public"), "staff")
+# Who may read /api/v1/schema/ and /api/v1/docs/: users (signed in), staff or public.
+API_SCHEMA_ACCESS = env.choice("API_SCHEMA_ACCESS", ("users", "staff", "public"), "users")
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", not DEBUG)
@@ -360,6 +390,23 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not 
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", not DEBUG)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy (django-csp): only this origin's files run, inline scripts, styles
+# and handlers never do (templates use static/js/ and data attributes). 'self' also covers
+# the same origin's ws:/wss: websocket (CSP level 3).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [_csp.SELF],
+        "script-src": [_csp.SELF],
+        "style-src": [_csp.SELF],
+        "img-src": [_csp.SELF, "data:"],
+        "font-src": [_csp.SELF],
+        "connect-src": [_csp.SELF],
+        "object-src": [_csp.NONE],
+        "base-uri": [_csp.SELF],
+        "form-action": [_csp.SELF],
+        "frame-ancestors": [_csp.NONE],
+    },
+}
 if env.bool("TRUST_X_FORWARDED_PROTO", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SILENCED_SYSTEM_CHECKS = env.list("SILENCED_SYSTEM_CHECKS", [])

@@ -44,6 +44,12 @@ def resolve(clear):
     return row
 
 
+def is_live(token_id):
+    """Is this token still usable (not revoked, not expired, its user active)?"""
+    now = timezone.now()
+    return ApiToken.objects.filter(pk=token_id, user__is_active=True).exclude(expires__lte=now).exists()
+
+
 def revoke(user, token_id):
     deleted, _ = ApiToken.objects.filter(user=user, pk=token_id).delete()
     return deleted > 0

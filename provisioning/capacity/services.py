@@ -305,12 +305,14 @@ def _event(allocation):
     }
 
 
-def image_formats(name):
+def image_formats(name, user=None):
     """The formats an image's variants exist in (placement restricts hosts to them);
-    LookupError when there is no such image."""
+    LookupError when there is no such image — or none ``user`` may use: the same answer, so
+    restricted image names cannot be probed."""
     from django.apps import apps
 
-    image = apps.get_model("vms", "Image").objects.filter(name=name).first()
+    images = apps.get_model("vms", "Image").objects
+    image = (images if user is None else images.visible_to(user)).filter(name=name).first()
     if image is None:
         raise LookupError(f"no image named {name!r}")
     return frozenset(image.variants.values_list("format", flat=True))

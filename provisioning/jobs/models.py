@@ -170,6 +170,9 @@ class JobLog(models.Model):
         WARNING = "warning"
         ERROR = "error"
 
+    # Lines users do not see (tracebacks name code paths, hosts and parameters).
+    STAFF_ONLY_LEVELS = (Level.DEBUG,)
+
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_entries")
     time = models.DateTimeField(default=timezone.now)
     level = models.CharField(max_length=10, choices=Level.choices, default=Level.INFO)

@@ -19,7 +19,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from provisioning.jobs import dispatcher, locks, reasons, registry, transitions, wake
-from provisioning.jobs.models import Job, JobDependency, QueueSettings
+from provisioning.jobs.models import Job, JobDependency, JobLog, QueueSettings
 from vclmgr import changelog, events
 from vclmgr.changelog import Actor
 from vclmgr.errors import Conflict
@@ -39,8 +39,22 @@ def visible_to(user):
     return Job.objects.filter(submitter=user)
 
 
+def log_visible_to(user, job):
+    """The job's log lines this user may read: debug lines (tracebacks) are for staff only;
+    users read the one-line reason in the job's error."""
+    entries = job.log_entries.all()
+    return entries if user.is_staff else entries.exclude(level__in=JobLog.STAFF_ONLY_LEVELS)
+
+
 def may_act_on(user, job):
     return user.is_staff or (job.submitter_id is not None and job.submitter_id == user.pk)
+
+
+def _check_may_cancel(user, job):
+    # Jobs the system runs for a user (reservation.settle after a build) carry the user as
+    # submitter but an opcode only staff may submit: canceling one would strand what it settles.
+    if user is not None and not user.is_staff and not registry.may_submit(user, job.opcode):
+        raise Conflict(f"job {job.pk} ({job.opcode}) is run by the system; only staff may cancel it")
 
 
 # --- submit ---------------------------------------------------------------------------
@@ -378,6 +392,7 @@ def _initial_state(job, depends):
 def cancel(job, *, actor, reason=""):
     """Queued and waiting jobs end at once; running ones stop between steps. Returns the job."""
     actor = Actor.of(actor)
+    _check_may_cancel(actor.user, job)
     why = f"canceled by {actor.label}" + (f": {reason}" if reason else "")
     with transaction.atomic():
         QueueSettings.lock()
@@ -500,8 +515,9 @@ def set_queue_settings(*, actor, limit=None, lease_seconds=None, max_attempts=No
     return row
 
 
-def queue_state(row=None):
-    """The tunables and what the queue holds now."""
+def queue_state(row=None, *, viewer=None):
+    """The tunables and what the queue holds now. A user ``viewer`` sees counts of everyone's
+    jobs but only the rate-limit buckets (labels from their reasons) of their own."""
     row = row or QueueSettings.get()
     counts = dict(
         Job.objects.filter(status__in=[S.QUEUED, S.WAITING, S.RUNNING])
@@ -509,7 +525,10 @@ def queue_state(row=None):
         .annotate(n=Count("id"))
         .values_list("status", "n")
     )
-    running = Job.objects.filter(status=S.RUNNING).values_list("buckets", flat=True)
+    running = Job.objects.filter(status=S.RUNNING)
+    if viewer is not None and not viewer.is_staff:
+        running = running.filter(submitter=viewer)
+    running = running.values_list("buckets", flat=True)
     in_bucket = {}
     for buckets in running:
         for key, n in buckets:

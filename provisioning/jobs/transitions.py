@@ -141,14 +141,15 @@ def log(job, message, level="info"):
     In a ``batched()`` block the row is inserted at the block's end (its id is set then).
     """
     row = JobLog(job_id=job.id, level=level, message=str(message)[:10000], time=timezone.now())
+    to = ["admin"] if level in JobLog.STAFF_ONLY_LEVELS else topics(job.id, job.submitter_id)
     batch = _batch()
     if batch is not None:
         batch.logs.append(row)
-        batch.items.append(("job.log", row, topics(job.id, job.submitter_id)))
+        batch.items.append(("job.log", row, to))
         return row
     with transaction.atomic(savepoint=False):
         row.save(force_insert=True)
-        events.emit("job.log", _log_data(row), topics(job.id, job.submitter_id))
+        events.emit("job.log", _log_data(row), to)
     return row
 
 

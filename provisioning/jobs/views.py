@@ -50,7 +50,7 @@ def job_list(request):
         "queue_form": QueueForm(
             initial={"limit": queue.limit, "lease_seconds": queue.lease_seconds, "max_attempts": queue.max_attempts}
         ),
-        "queue": services.queue_state(queue),
+        "queue": services.queue_state(queue, viewer=request.user),
         "topics": "admin" if request.user.is_staff else f"user.{request.user.pk}",
     }
     return render(request, "jobs/job_list.html", context)
@@ -62,7 +62,7 @@ def job_detail(request, pk):
     job = _visible_job(request.user, pk, related)
     context = {
         "job": job,
-        "log": list(job.log_entries.order_by("id")[:2000]),
+        "log": list(services.log_visible_to(request.user, job).order_by("id")[:2000]),
         "children": job.children.order_by("id").only("id", "opcode", "status"),
         "dependencies": job.dependencies.select_related("on").order_by("id"),
         "retries": job.retries.order_by("id").only("id", "status"),

@@ -18,6 +18,16 @@ from provisioning.drivers.base import FORMATS, vm_key
 NAME_HELP = "Letters, digits, '.', '_' and '-' (becomes a file name on the hosts)."
 
 
+class ImageQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        """Images a user may use: all for staff; active public ones and their groups' otherwise.
+        (On the model so that layers below vms — capacity's plan — apply the same rule.)"""
+        if user.is_staff:
+            return self.all()
+        mine = models.Q(visibility=Image.Visibility.PUBLIC) | models.Q(groups__in=user.groups.all())
+        return self.filter(mine, active=True).distinct()
+
+
 class Image(models.Model):
     class Visibility(models.TextChoices):
         PUBLIC = "public", "public (every user)"
@@ -79,6 +89,8 @@ class Image(models.Model):
     )  # fmt: skip
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
+
+    objects = ImageQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]

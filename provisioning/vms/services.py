@@ -52,10 +52,7 @@ NEEDS_BUILT = ("start", "stop", "suspend", "resume", "snapshot", "revert", "migr
 
 def visible_images(user):
     """Images a user may use: all for staff; active public ones and their groups' otherwise."""
-    if user.is_staff:
-        return Image.objects.all()
-    mine = Q(visibility=Image.Visibility.PUBLIC) | Q(groups__in=user.groups.all())
-    return Image.objects.filter(mine, active=True).distinct()
+    return Image.objects.visible_to(user)
 
 
 def visible_vms(user):

@@ -72,7 +72,7 @@ def test_the_chassis_page_draws_every_slot_and_subscribes_to_its_topic(db, staff
     assert page.count('<li class="slot ') == 16
     assert 'class="slot online" data-slot="2"' in page and 'class="slot drained" data-slot="5"' in page
     assert 'class="slot empty" data-slot="1"' in page
-    assert f'data-topic="bladecenter.{chassis.pk}"' in page and "vclEvents.subscribe" in page
+    assert f'data-topic="bladecenter.{chassis.pk}"' in page and "js/pages/bladecenter_detail.js" in page
     listing = staff_client.get("/inventory/blade-centers/").content.decode()
     assert "bc1" in listing
 

@@ -93,7 +93,8 @@ def test_lists_are_paginated(api, alice):
     assert body["count"] == 4 and len(body["results"]) == 2 and body["next"]
 
 
-def test_the_schema_and_docs_are_served_from_local_assets(client):
+def test_the_schema_and_docs_are_served_from_local_assets(client, alice):
+    client.force_login(alice)
     schema = client.get("/api/v1/schema/?format=json")
     assert schema.status_code == 200
     assert "/api/v1/tokens/" in schema.json()["paths"]
@@ -102,6 +103,17 @@ def test_the_schema_and_docs_are_served_from_local_assets(client):
     html = docs.content.decode()
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in html
     assert "cdn" not in html.lower()
+
+
+@pytest.mark.parametrize(
+    ("access", "anonymous", "user", "staff"),
+    [("users", 401, 200, 200), ("staff", 401, 403, 200), ("public", 200, 200, 200)],
+)
+def test_who_may_read_the_schema_is_a_setting(access, anonymous, user, staff, api, alice, admin_user, settings):
+    """The schema maps every endpoint: by default signed-in users (integrations) only."""
+    settings.API_SCHEMA_ACCESS = access
+    answers = [client.get("/api/v1/schema/?format=json").status_code for client in (api(), api(alice), api(admin_user))]
+    assert answers == [anonymous, user, staff]
 
 
 def test_api_calls_are_throttled(api, alice, monkeypatch):

@@ -9,6 +9,13 @@ from tests.processes import ROOT
 from vclmgr.env import Env
 
 
+def test_it_reads_a_choice_strictly():
+    assert Env({"A": " Staff "}).choice("A", ("staff", "public"), "public") == "staff"
+    assert Env({}).choice("A", ("staff", "public"), "public") == "public"
+    with pytest.raises(ImproperlyConfigured, match=r"^A: expected one of staff, public, got 'all'"):
+        Env({"A": "all"}).choice("A", ("staff", "public"), "public")
+
+
 def test_it_reads_typed_values():
     env = Env({"A": "yes", "B": "42", "C": "a, b,,c", "D": "1.5"})
     assert env.bool("A", False) is True

@@ -1,3 +1,4 @@
+from django.conf import settings
 from rest_framework import permissions
 
 from vclmgr.models import ApiToken
@@ -33,3 +34,14 @@ class IsStaffOrReadOnly(permissions.BasePermission):
         if not (user and user.is_authenticated and token_allows(request)):
             return False
         return request.method in permissions.SAFE_METHODS or user.is_staff
+
+
+class SchemaAccess(permissions.BasePermission):
+    """Who may read the API schema and docs: ``API_SCHEMA_ACCESS`` = public, users or staff."""
+
+    def has_permission(self, request, view):
+        access = settings.API_SCHEMA_ACCESS
+        if access == "public":
+            return True
+        user = request.user
+        return bool(user and user.is_authenticated and (access == "users" or user.is_staff))

@@ -41,7 +41,8 @@ class PlanRequestSerializer(serializers.Serializer):
             if "formats" in data:
                 raise serializers.ValidationError({"image": ["give image or formats, not both"]})
             try:
-                data["formats"] = sorted(services.image_formats(data.pop("image")))
+                user = self.context["request"].user
+                data["formats"] = sorted(services.image_formats(data.pop("image"), user))
             except LookupError as error:
                 raise serializers.ValidationError({"image": [str(error)]}) from None
         return data

@@ -55,7 +55,7 @@ class PlanView(APIView):
 
     @extend_schema(request=PlanRequestSerializer, responses=PlanResultSerializer)
     def post(self, request):
-        serializer = PlanRequestSerializer(data=request.data)
+        serializer = PlanRequestSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         result = services.plan(demand_from(serializer.validated_data))
         return Response(PlanResultSerializer(plan_payload(result, request.user.is_staff)).data)

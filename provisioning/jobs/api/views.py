@@ -147,7 +147,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         job = self.get_object()
         after = _int_param(request, "after", 0, 0, 2**62)
         limit = _int_param(request, "limit", MAX_LOG, 1, MAX_LOG)
-        entries = job.log_entries.filter(id__gt=after).order_by("id")[:limit]
+        entries = services.log_visible_to(request.user, job).filter(id__gt=after).order_by("id")[:limit]
         return Response(JobLogSerializer(entries, many=True).data)
 
 
@@ -171,7 +171,7 @@ class QueueView(APIView):
 
     @extend_schema(responses=QueueSerializer)
     def get(self, request):
-        return Response(QueueSerializer(services.queue_state()).data)
+        return Response(QueueSerializer(services.queue_state(viewer=request.user)).data)
 
     @extend_schema(request=QueueSerializer, responses=QueueSerializer)
     def put(self, request):

@@ -16,7 +16,7 @@ Rules every opcode keeps:
 - ``vm.create`` leaves nothing half-made: on any failure it destroys what it defined and
   releases the claim, then fails with the reason (the VM row stays, ``failed``, with it).
 - A user may only act on their own VMs, also when submitting through the generic jobs API
-  (``common.authorise``); staff and system submitters act on any.
+  (``common.authorised_vm``); staff and system submitters act on any.
 - Helpers take the acting user as a keyword, ``actor=``.
 """
 

@@ -6,7 +6,7 @@ from provisioning.drivers import registry as drivers
 from provisioning.jobs.registry import opcode
 from provisioning.vms import services
 from provisioning.vms.models import Image
-from provisioning.vms.opcodes.common import Refused, authorise, load_vm
+from provisioning.vms.opcodes.common import Refused, authorised_vm, load_vm
 from provisioning.vms.opcodes.lifecycle import power
 from provisioning.vms.opcodes.params import CaptureParams, capture_locks
 
@@ -20,8 +20,7 @@ def vm_capture(job):
     staff (or the system) capture; a user's capture is restricted to staff until published,
     so a user's VM contents never become visible to others on their own.
     """
-    vm = load_vm(job.params["vm"])
-    authorise(job, vm)
+    vm = authorised_vm(job)
     name = job.params["image_name"]
     if "capture" not in job._done and Image.objects.filter(name=name).exists():  # before stopping the VM
         raise Refused(f"an image named {name} exists already")

@@ -20,10 +20,18 @@ def load_vm(vm_id):
     )
 
 
-def authorise(job, vm):
+def authorised_vm(job):
+    """The job's VM (``params["vm"]``) if its submitter may act on it. Another user's VM is
+    refused in the words used for a missing one, so job errors cannot probe for VM ids."""
+    vm_id = job.params["vm"]
+    try:
+        vm = load_vm(vm_id)
+    except VM.DoesNotExist:
+        vm = None
     submitter = job.job.submitter
-    if submitter is not None and not submitter.is_staff and vm.owner_id != submitter.pk:
-        raise Refused(f"{submitter.get_username()} may not act on {vm.key}")
+    if vm is None or (submitter is not None and not submitter.is_staff and vm.owner_id != submitter.pk):
+        raise Refused(f"VM {vm_id} does not exist")
+    return vm
 
 
 def fail_reason(exc):

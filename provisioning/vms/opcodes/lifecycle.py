@@ -19,7 +19,7 @@ from provisioning.vms.opcodes.common import (
     POLL_SECONDS,
     Refused,
     S,
-    authorise,
+    authorised_vm,
     fail_reason,
     load_vm,
     passes_through,
@@ -40,9 +40,8 @@ def vm_create(job):
     or address the VM) is retried once on another host, after the first host is cleaned and
     its claim released; the retry is recorded in the job's reason trail and log.
     """
-    vm_id = job.params["vm"]
-    vm = load_vm(vm_id)
-    authorise(job, vm)
+    vm = authorised_vm(job)
+    vm_id = vm.pk
     if vm.state in (S.RUNNING, S.STOPPED, S.SUSPENDED, S.MIGRATING):  # a repeated create: it exists
         return {"vm": vm_id, "host": vm.host_id, "address": vm.address, "already": True}
     if vm.state == S.DESTROYED:
@@ -243,8 +242,7 @@ def undo_create(vm_id, reason, *, actor):
 def vm_destroy(job):
     """Destroy a VM on its host and release its claim. If the host's driver fails (an error,
     no answer), the claim stays and the VM is ``error`` until a later destroy succeeds."""
-    vm = load_vm(job.params["vm"])
-    authorise(job, vm)
+    vm = authorised_vm(job)
     job.expect(2)
     try:
         job.step("destroy", destroy_on_host, vm.pk)
@@ -282,8 +280,7 @@ def _power_opcode(action):
         description=f"{action.capitalize()} a VM.",
     )
     def run(job):
-        vm = load_vm(job.params["vm"])
-        authorise(job, vm)
+        vm = authorised_vm(job)
         state = job.step(action, power, vm.pk, action, job.params.get("force", False), actor=job.actor)
         return {"vm": vm.pk, "state": state}
 
@@ -314,8 +311,7 @@ for _action in POWER:
 @opcode("vm.snapshot", params=SnapshotParams, locks=vm_lock, staff_only=False)
 def vm_snapshot(job):
     """Take a named snapshot of a VM."""
-    vm = load_vm(job.params["vm"])
-    authorise(job, vm)
+    vm = authorised_vm(job)
     job.step("snapshot", snapshot, vm.pk, job.params["name"], actor=job.actor)
     return {"vm": vm.pk, "snapshot": job.params["name"]}
 
@@ -335,8 +331,7 @@ def snapshot(vm_id, name, *, actor):
 @opcode("vm.revert", params=SnapshotParams, locks=vm_lock, staff_only=False)
 def vm_revert(job):
     """Roll a VM back to a named snapshot."""
-    vm = load_vm(job.params["vm"])
-    authorise(job, vm)
+    vm = authorised_vm(job)
     state = job.step("revert", revert, vm.pk, job.params["name"], actor=job.actor)
     return {"vm": vm.pk, "state": state}
 

@@ -19,7 +19,7 @@ from provisioning.drivers import registry as drivers
 from provisioning.jobs.registry import opcode
 from provisioning.vms import services
 from provisioning.vms.opcodes import guest
-from provisioning.vms.opcodes.common import Refused, S, authorise, fail_reason, load_vm, passes_through
+from provisioning.vms.opcodes.common import Refused, S, authorised_vm, fail_reason, load_vm, passes_through
 from provisioning.vms.opcodes.lifecycle import boot, ready, revert, undo_create, wait_address
 from provisioning.vms.opcodes.params import VMParams, vm_lock
 
@@ -27,8 +27,7 @@ from provisioning.vms.opcodes.params import VMParams, vm_lock
 @opcode("vm.park", params=VMParams, locks=vm_lock, staff_only=False)
 def vm_park(job):
     """Revert a VM to its clean snapshot, stopped and without the last user's seed."""
-    vm = load_vm(job.params["vm"])
-    authorise(job, vm)
+    vm = authorised_vm(job)
     if not services.has_clean_snapshot(vm):
         raise Refused(f"{vm.key} has no clean snapshot taken before its first boot to revert to")
     job.expect(5)
@@ -45,8 +44,7 @@ def vm_park(job):
 def vm_reuse(job):
     """Give a parked VM its new owner's login (a fresh seed), boot it and wait until it answers."""
     vm_id = job.params["vm"]
-    vm = load_vm(vm_id)
-    authorise(job, vm)
+    vm = authorised_vm(job)
     if vm.state != S.STOPPED and "reseed" not in job._done:
         raise Refused(f"cannot reuse {vm.key}: it is {vm.state}")
     job.expect(4)

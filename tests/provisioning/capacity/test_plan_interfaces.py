@@ -112,3 +112,22 @@ def test_place_save_writes_an_input_that_replays_to_the_same_answer(make_host, c
         call_command("place", "--vcpus", "64", "--memory", "512", "--save", str(refused))
     record = json.loads(refused.read_text())
     assert replay(record) == record["expected"] and record["expected"][0]["host"] is None
+
+
+def test_a_restricted_image_name_answers_as_an_unknown_one(api, alice, admin_user, make_host):
+    """Users must not learn which restricted images exist (issue #13, Low)."""
+    from provisioning.vms import services as vms
+
+    make_host("h1")
+    secret = vms.create_image(actor="test", name="secret-lab", min_memory_mib=256, default_memory_mib=512,
+                              visibility="restricted")  # fmt: skip
+    vms.add_variant(secret, actor="test", hypervisor_type="sim", format="sim", location="sim://s", size_gib=1)
+    plan = {"vcpus": 1, "memory_mib": 512}
+
+    restricted = api(alice).post("/api/v1/placement/plan/", {**plan, "image": "secret-lab"})
+    unknown = api(alice).post("/api/v1/placement/plan/", {**plan, "image": "no-such-lab"})
+
+    assert (restricted.status_code, unknown.status_code) == (400, 400)
+    fields = restricted.json()["error"]["fields"]["image"], unknown.json()["error"]["fields"]["image"]
+    assert fields[0] == [m.replace("no-such-lab", "secret-lab") for m in fields[1]]
+    assert api(admin_user).post("/api/v1/placement/plan/", {**plan, "image": "secret-lab"}).status_code == 200

@@ -205,3 +205,48 @@ def test_out_of_range_reads_are_refused_not_crashed(api, admin_user, url):
 )
 def test_out_of_range_submissions_are_refused(api, admin_user, body, sync_jobs):
     assert api(admin_user).post("/api/v1/jobs/", body, format="json").status_code == 400
+
+
+def test_a_user_cannot_cancel_a_job_the_system_runs_for_them(api, alice, admin_user, client, sync_jobs):
+    """reservation.settle runs for the reservation's user; canceling it stranded the reservation."""
+    job = services.submit("test.fail", {}, actor="system", submitter=alice)
+
+    response = api(alice).post(f"/api/v1/jobs/{job.pk}/cancel/")
+
+    assert response.status_code == 409
+    assert "only staff may cancel it" in response.json()["error"]["message"]
+    client.force_login(alice)
+    client.post(f"/provisioning/jobs/{job.pk}/cancel/")
+    assert refresh(job).status == Job.Status.QUEUED
+    assert api(admin_user).post(f"/api/v1/jobs/{job.pk}/cancel/").status_code == 202
+
+
+def test_tracebacks_in_a_job_log_are_for_staff_only(api, alice, admin_user, client, sync_jobs):
+    job = services.submit("test.fail", {}, actor="system", submitter=alice)
+    sync_jobs.drain()
+    from vclmgr.models import Event
+
+    theirs = api(alice).get(f"/api/v1/jobs/{job.pk}/log/").json()
+    staff = api(admin_user).get(f"/api/v1/jobs/{job.pk}/log/").json()
+    assert any("Traceback" in entry["message"] for entry in staff)
+    assert theirs and not any("Traceback" in entry["message"] for entry in theirs)
+    assert "Traceback" not in str(api(alice).get(f"/api/v1/jobs/{job.pk}/").json())
+    client.force_login(alice)
+    assert "Traceback" not in client.get(f"/provisioning/jobs/{job.pk}/").content.decode()
+    streamed = {e.topic for e in Event.objects.filter(kind="job.log") if "Traceback" in str(e.data)}
+    assert streamed == {"admin"}
+
+
+def test_the_queue_shows_users_only_their_own_jobs_buckets(api, alice, admin_user, client, sync_jobs):
+    from provisioning.jobs import dispatcher
+
+    services.submit("test.sleep", {}, actor=admin_user, reason="rate-limit:2:evacuating rack 4 for the audit")
+    dispatcher.claim_next()
+
+    theirs = api(alice).get("/api/v1/queue/").json()
+    assert theirs["running"] == 1 and theirs["buckets"] == []
+    assert [b["label"] for b in api(admin_user).get("/api/v1/queue/").json()["buckets"]] == [
+        "evacuating rack 4 for the audit"
+    ]
+    client.force_login(alice)
+    assert "evacuating rack 4" not in client.get("/provisioning/jobs/").content.decode()

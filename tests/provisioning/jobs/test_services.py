@@ -162,20 +162,20 @@ def test_a_child_may_not_depend_on_its_parent_or_what_waits_for_it(sync_jobs):
         services.submit("noop", {}, actor="test", parent=parent, depends=[waits_for_parent.pk])
 
 
-def test_cancel_of_a_queued_job_is_immediate_and_fails_strict_dependents(sync_jobs, bob):
+def test_cancel_of_a_queued_job_is_immediate_and_fails_strict_dependents(sync_jobs, admin_user):
     job = submit("test.sleep", {"seconds": 0})
     strict = submit(depends=[job.pk])
     lenient = submit(depends=[[job.pk, ["canceled"]]])
-    services.cancel(job, actor=bob, reason="not needed")
+    services.cancel(job, actor=admin_user, reason="not needed")
     job = refresh(job)
     assert job.status == "canceled"
-    assert job.error_message == "canceled by bob: not needed"
+    assert job.error_message == "canceled by admin: not needed"
     assert refresh(strict).status == "error"
     assert refresh(lenient).status == "waiting"
     sync_jobs.drain()
     assert refresh(lenient).status == "success"
     with pytest.raises(services.Conflict, match="already ended"):
-        services.cancel(job, actor=bob)
+        services.cancel(job, actor=admin_user)
 
 
 def test_cancel_of_a_running_job_is_a_request(sync_jobs):

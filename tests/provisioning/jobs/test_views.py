@@ -33,7 +33,7 @@ def test_the_detail_page_has_the_log_trail_and_live_topic(client, alice, bob, sy
     client.force_login(alice)
     page = client.get(f"/provisioning/jobs/{job.pk}/").content.decode()
     assert "step 1/1 &#x27;sleep 1&#x27; done" in page
-    assert "because" in page and f'data-id="{job.pk}"' in page and "vclEvents.subscribe" in page
+    assert "because" in page and f'data-id="{job.pk}"' in page and "js/pages/job_detail.js" in page
     assert "Retry as a new job" not in page  # it succeeded
     client.force_login(bob)
     assert client.get(f"/provisioning/jobs/{job.pk}/").status_code == 404

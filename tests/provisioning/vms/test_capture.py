@@ -70,7 +70,7 @@ def test_capture_refuses_a_taken_name_and_a_strangers_vm(sim_host, image, alice,
     job = Job.objects.get(pk=job.pk)
     assert job.status == "error" and "exists already" in job.error_message and job.steps == []
     job = capture(bob, vm, "stolen", sync_jobs)
-    assert job.status == "error" and "may not act" in job.error_message
+    assert job.status == "error" and f"VM {vm.pk} does not exist" in job.error_message
     assert not Image.objects.filter(name="stolen").exists()
     assert VM.objects.get(pk=vm.pk).state == "running"
 

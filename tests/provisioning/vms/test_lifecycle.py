@@ -139,8 +139,24 @@ def test_it_refuses_a_user_acting_on_someone_elses_vm(sim_host, image, alice, bo
     sync_jobs.drain()
     job = jobs.submit("vm.destroy", {"vm": vm.pk}, actor=bob)
     sync_jobs.drain()
-    assert job_of(job).status == "error" and "may not act" in job_of(job).error_message
+    assert job_of(job).status == "error" and f"VM {vm.pk} does not exist" in job_of(job).error_message
     assert vm_of(vm).state == "running"
+
+
+def test_another_users_vm_and_a_missing_one_fail_alike(sim_host, image, alice, bob, sync_jobs):
+    """Job errors must not tell bob which VM ids exist (issue #13, Low: id probing)."""
+    from provisioning.jobs import services as jobs
+
+    vm, _ = create(alice, image)
+    sync_jobs.drain()
+    missing = vm.pk + 1000
+    theirs = jobs.submit("vm.start", {"vm": vm.pk}, actor=bob)
+    absent = jobs.submit("vm.start", {"vm": missing}, actor=bob)
+    sync_jobs.drain()
+
+    theirs, absent = job_of(theirs), job_of(absent)
+    assert theirs.error_message.replace(str(vm.pk), "N") == absent.error_message.replace(str(missing), "N")
+    assert (theirs.error_kind, theirs.status) == (absent.error_kind, absent.status) == (absent.error_kind, "error")
 
 
 def test_migrate_moves_the_vm_and_its_claim(make_host, image, alice, sync_jobs):

@@ -207,7 +207,7 @@ def test_an_image_in_use_is_not_deleted(client, admin_user, running_vm):
 def test_the_vm_list_shows_own_vms_and_subscribes_to_the_users_topic(client, running_vm, alice, admin_user):
     listing = page(client, alice, "/vms/")
     assert f'id="vm-{running_vm.pk}"' in listing and running_vm.address in listing
-    assert f'data-topics="user.{alice.pk}"' in listing and "vm.changed" in listing
+    assert f'data-topics="user.{alice.pk}"' in listing and "js/pages/vm_list.js" in listing
     listing = page(client, admin_user, "/vms/?state=running")
     assert f'id="vm-{running_vm.pk}"' in listing and 'data-topics="admin"' in listing
     assert f'id="vm-{running_vm.pk}"' not in page(client, admin_user, "/vms/?state=stopped")
@@ -217,7 +217,7 @@ def test_the_vm_page_shows_state_host_address_history_and_jobs(client, running_v
     detail = page(client, alice, f"/vms/{running_vm.pk}/")
     assert running_vm.host.name in detail and running_vm.address in detail
     assert "staging" in detail and "Change log" in detail  # the history of its states
-    assert f'data-id="{running_vm.pk}"' in detail and "vm.${box.dataset.id}" in detail and "vm.create" in detail
+    assert f'data-id="{running_vm.pk}"' in detail and "js/pages/vm_detail.js" in detail and "vm.create" in detail
     for action in ("Stop", "Suspend", "Snapshot", "Destroy"):
         assert f">{action}</button>" in detail
     assert ">Start</button>" not in detail and ">Revert</button>" not in detail  # nothing to revert to yet
