@@ -345,11 +345,17 @@ def _login(reservation):
 
 def _release(reservation, reason, *, actor):
     """Give back the reservation's claim, and its VM's if that is another (a migrated VM claimed
-    on its new host): a VM left defined (reverted) must hold no claim, so it cannot run."""
+    on its new host): a VM left defined (reverted) must hold no claim, so it cannot run. A VM
+    in ``error`` may still be on its host: its claims stay for verify/repair."""
     held = {reservation.allocation_id}
+    kept = set()  # a VM whose removal failed (error) keeps its claims until a destroy succeeds
     if reservation.vm_id:
-        held.add(VM.objects.filter(pk=reservation.vm_id).values_list("allocation_id", flat=True).first())
-    for allocation in Allocation.objects.filter(pk__in=held - {None}):
+        vm = VM.objects.filter(pk=reservation.vm_id).values("allocation_id", "target_allocation_id", "state").first()
+        if vm is not None:
+            held.add(vm["allocation_id"])
+            if vm["state"] == VM.State.ERROR:
+                kept = {vm["allocation_id"], vm["target_allocation_id"]}
+    for allocation in Allocation.objects.filter(pk__in=held - kept - {None}):
         capacity.release(allocation, actor=actor, reason=reason)
 
 

@@ -231,6 +231,7 @@ AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_COOLOFF_MINUTES", 15, minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False  # its start-up banner and per-login INFO lines would fill every command's output
 # Client addresses (lockout, API throttles) come from X-Forwarded-For only behind this many
 # trusted reverse proxies; otherwise a client could pick its own address per request. Behind
 # a TLS-terminating proxy (TRUST_X_FORWARDED_PROTO) the default is that one proxy.

@@ -100,6 +100,7 @@ def test_the_form_takes_comma_separated_tags(client, admin_user, image):
     page = client.get(f"/vms/images/{image.pk}/edit/")
     assert page.status_code == 200 and 'name="required_tags"' in page.content.decode()
     data = {name: getattr(image, name) for name in services.IMAGE_FIELDS if name not in ("parent", "user_data")}
+    data = {name: "" if value is None else value for name, value in data.items()}
     data.update(required_tags="gpu, nvme", forbidden_tags="", anti_affinity="lab", revert_on_end="", active="on")
     response = client.post(f"/vms/images/{image.pk}/edit/", data)
     assert response.status_code == 302, response.content.decode()[:2000]
