@@ -246,7 +246,16 @@ REST_FRAMEWORK = {
         "user": env.str("API_THROTTLE_USER", "6000/min"),
     },
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
+    "DEFAULT_PARSER_CLASSES": [
+        "vclmgr.api.parsers.JSONParser",
+        "vclmgr.api.parsers.FormParser",
+        "vclmgr.api.parsers.MultiPartParser",
+    ],
 }
+# A JSON or form body over this size is refused with 413 before it is parsed (bulk imports take
+# INVENTORY_IMPORT_MAX_BYTES instead); JSON nested deeper than this is refused with 400.
+API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", 2_621_440, minimum=1024)
+API_MAX_JSON_DEPTH = env.int("API_MAX_JSON_DEPTH", 32, minimum=2, maximum=500)
 SPECTACULAR_SETTINGS = {
     "TITLE": "vclmgr API",
     "DESCRIPTION": "Self-service virtual computing lab and cluster virtualization manager.",

@@ -7,6 +7,7 @@ from rest_framework.reverse import reverse
 from provisioning.vms.models import Image
 from reservations import services
 from reservations.models import BlockAllocation, QuotaRule, Reservation
+from vclmgr.api.serializers import RefuseUnknownFields
 
 
 class ReservationSerializer(serializers.ModelSerializer):
@@ -36,7 +37,7 @@ class ReservationSerializer(serializers.ModelSerializer):
         return [{"status": h.status, "reason": h.reason, "at": h.at} for h in reservation.history.all()]
 
 
-class ReservationCreateSerializer(serializers.Serializer):
+class ReservationCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     image = serializers.PrimaryKeyRelatedField(queryset=Image.objects.all())
     start = serializers.DateTimeField(required=False, allow_null=True, default=None, help_text="Blank: now.")
     end = serializers.DateTimeField(required=False, allow_null=True, default=None)
@@ -69,7 +70,7 @@ class FitSerializer(serializers.Serializer):
     reasons = serializers.DictField(child=serializers.IntegerField())
 
 
-class ExtendSerializer(serializers.Serializer):
+class ExtendSerializer(RefuseUnknownFields, serializers.Serializer):
     end = serializers.DateTimeField()
 
 
@@ -83,7 +84,7 @@ def job_url(job, request):
     return None if job is None else reverse("job-detail", args=[job.pk], request=request)
 
 
-class BlockAllocationSerializer(serializers.ModelSerializer):
+class BlockAllocationSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     group = serializers.SlugRelatedField(slug_field="name", queryset=Group.objects.all())
     usage = serializers.SerializerMethodField()
 
@@ -96,7 +97,7 @@ class BlockAllocationSerializer(serializers.ModelSerializer):
         return services.block_usage(block)
 
 
-class QuotaRuleSerializer(serializers.ModelSerializer):
+class QuotaRuleSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     group = serializers.SlugRelatedField(
         slug_field="name", queryset=Group.objects.all(), allow_null=True, required=False
     )

@@ -10,12 +10,14 @@ dotted paths (``disks.0.size``).
 
 import logging
 
+from django.core.exceptions import BadRequest, RequestDataTooBig, SuspiciousOperation
 from django.db import OperationalError
 from django.http import HttpResponse, JsonResponse
 from rest_framework import status
-from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from vclmgr.api.exceptions import TooLarge
 from vclmgr.errors import Conflict
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,10 @@ def _flatten(detail, prefix=""):
 def exception_handler(exc, context):
     if isinstance(exc, Conflict):
         exc = ConflictError(str(exc) or None)
+    elif isinstance(exc, RequestDataTooBig):
+        exc = TooLarge(str(exc) or None)
+    elif isinstance(exc, (SuspiciousOperation, BadRequest)):  # Django's refusals of a malformed request
+        exc = ParseError(str(exc) or None)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

@@ -5,6 +5,19 @@ from rest_framework import serializers
 from vclmgr.models import ApiToken, Event
 
 
+class RefuseUnknownFields:
+    """Mixin for every serializer that reads a request body: a field it does not know is refused
+    (400 naming it) rather than ignored, so a misspelt ``duraton_minutes`` never silently means
+    "the default". Read-only fields sent back (a GET body PUT again) are still ignored."""
+
+    def to_internal_value(self, data):
+        if hasattr(data, "keys"):
+            unknown = sorted(set(data.keys()) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
+        return super().to_internal_value(data)
+
+
 class UserSerializer(serializers.ModelSerializer):
     class Meta:
         model = get_user_model()
@@ -12,7 +25,7 @@ class UserSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ApiTokenSerializer(serializers.ModelSerializer):
+class ApiTokenSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     class Meta:
         model = ApiToken
         fields = ["id", "name", "prefix", "write_enabled", "created", "expires", "last_used"]

@@ -6,13 +6,14 @@ from rest_framework import serializers
 from provisioning import placement as core
 from provisioning.capacity import services
 from provisioning.capacity.durations import parse_duration
+from vclmgr.api.serializers import RefuseUnknownFields
 
 
 def _name():
     return serializers.CharField(max_length=100)
 
 
-class PlanRequestSerializer(serializers.Serializer):
+class PlanRequestSerializer(RefuseUnknownFields, serializers.Serializer):
     vcpus = serializers.FloatField(min_value=0.01, max_value=10_000)
     memory_mib = serializers.FloatField(min_value=1, max_value=1e9)
     disk_gib = serializers.FloatField(min_value=0, max_value=1e7, default=0)
@@ -27,13 +28,6 @@ class PlanRequestSerializer(serializers.Serializer):
     anti_affinity = serializers.CharField(max_length=100, default="", allow_blank=True)
     policy = serializers.ChoiceField(choices=[p.value for p in core.Policy], required=False)
     groups = serializers.ListField(child=_name(), required=False, max_length=100)
-
-    def to_internal_value(self, data):
-        # A misspelt field would otherwise be ignored and the plan answer a different question.
-        unknown = sorted(set(data) - set(self.fields)) if hasattr(data, "keys") else []
-        if unknown:
-            raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
-        return super().to_internal_value(data)
 
     def validate(self, data):
         if "image" in data:

@@ -7,9 +7,10 @@ from provisioning.drivers.sim import steps
 from provisioning.drivers.sim.models import SimFault
 from provisioning.vms import services
 from provisioning.vms.models import VM, Image, ImageVariant
+from vclmgr.api.serializers import RefuseUnknownFields
 
 
-class ImageVariantSerializer(serializers.ModelSerializer):
+class ImageVariantSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     class Meta:
         model = ImageVariant
         fields = ["id", "image", "hypervisor_type", "format", "location", "checksum", "size_gib", "created"]
@@ -17,7 +18,7 @@ class ImageVariantSerializer(serializers.ModelSerializer):
         validators = []  # the service reports a duplicate type with a clear message
 
 
-class ImageSerializer(serializers.ModelSerializer):
+class ImageSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     groups = serializers.PrimaryKeyRelatedField(queryset=Group.objects.all(), many=True, required=False)
     variants = serializers.SerializerMethodField()
 
@@ -53,7 +54,7 @@ class VMSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class VMCreateSerializer(serializers.Serializer):
+class VMCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     image = serializers.PrimaryKeyRelatedField(queryset=Image.objects.all())
     name = serializers.CharField(max_length=100, required=False, default="", allow_blank=True)
     vcpus = serializers.IntegerField(min_value=1, max_value=1024, required=False)
@@ -77,7 +78,7 @@ class JobAcceptedSerializer(serializers.Serializer):
     vm = serializers.IntegerField()
 
 
-class VMCaptureSerializer(serializers.Serializer):
+class VMCaptureSerializer(RefuseUnknownFields, serializers.Serializer):
     image_name = serializers.CharField(max_length=100, help_text="Name of the new image (must not exist).")
     force = serializers.BooleanField(default=False, help_text="Power the VM off instead of a guest shutdown.")
 
@@ -86,7 +87,7 @@ class VMCreatedSerializer(JobAcceptedSerializer):
     detail = VMSerializer()
 
 
-class SimFaultSerializer(serializers.ModelSerializer):
+class SimFaultSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     step = serializers.ChoiceField(choices=steps.CHOICES)
     mode = serializers.ChoiceField(choices=SimFault.Mode.choices)
     seconds = serializers.FloatField(min_value=0, max_value=86400, required=False, allow_null=True, default=None)
@@ -97,7 +98,7 @@ class SimFaultSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "created"]
 
 
-class PrestageSerializer(serializers.Serializer):
+class PrestageSerializer(RefuseUnknownFields, serializers.Serializer):
     group = serializers.PrimaryKeyRelatedField(queryset=NodeGroup.objects.all())
     at = serializers.DateTimeField(required=False, allow_null=True, default=None, help_text="Blank: now.")
 
