@@ -8,9 +8,11 @@ something still used raises ``InUse``. The acting user is always the keyword ``a
 ``demand_for``/``vm_demand`` build every VM's placement ``Demand`` (VMs and reservations).
 """
 
+from collections import Counter
+
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import ProtectedError, Q, RestrictedError
 from django.utils import timezone
 
 from provisioning.capacity import services as capacity
@@ -121,10 +123,16 @@ def update_image(image, *, actor, groups=None, reason="", **fields):
 def delete_image(image, reason="", *, actor):
     if image.vms.exists():
         raise InUse(f"image {image.name} is used by {image.vms.count()} VMs; deactivate it instead")
-    with transaction.atomic():
-        changelog.record(image, "delete", actor, reason=reason)
-        events.emit("image.deleted", _image_event(image), ["admin"])
-        image.delete()
+    try:
+        with transaction.atomic():
+            changelog.record(image, "delete", actor, reason=reason)
+            events.emit("image.deleted", _image_event(image), ["admin"])
+            image.delete()
+    except (ProtectedError, RestrictedError) as exc:
+        # Apps above this one (reservations, blocks) protect their images; name what holds it.
+        users = Counter(type(obj)._meta.verbose_name_plural for obj in exc.args[1])
+        held = ", ".join(f"{n} {kind}" for kind, n in sorted(users.items()))
+        raise InUse(f"image {image.name} is used by {held}; deactivate it instead") from None
 
 
 def add_variant(image, reason="", *, actor, **fields):

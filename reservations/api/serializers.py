@@ -7,7 +7,7 @@ from rest_framework.reverse import reverse
 from provisioning.vms.models import Image
 from reservations import services
 from reservations.models import BlockAllocation, QuotaRule, Reservation
-from vclmgr.api.serializers import RefuseUnknownFields
+from vclmgr.api.serializers import HORIZON_MINUTES, MomentField, RefuseUnknownFields
 
 
 class ReservationSerializer(serializers.ModelSerializer):
@@ -39,9 +39,11 @@ class ReservationSerializer(serializers.ModelSerializer):
 
 class ReservationCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     image = serializers.PrimaryKeyRelatedField(queryset=Image.objects.all())
-    start = serializers.DateTimeField(required=False, allow_null=True, default=None, help_text="Blank: now.")
-    end = serializers.DateTimeField(required=False, allow_null=True, default=None)
-    duration_minutes = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+    start = MomentField(required=False, allow_null=True, default=None, help_text="Blank: now.")
+    end = MomentField(required=False, allow_null=True, default=None)
+    duration_minutes = serializers.IntegerField(
+        min_value=1, max_value=HORIZON_MINUTES, required=False, allow_null=True, default=None
+    )
     ssh_key = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
     request_key = serializers.CharField(
         required=False, allow_blank=True, default="", max_length=64,
@@ -71,7 +73,7 @@ class FitSerializer(serializers.Serializer):
 
 
 class ExtendSerializer(RefuseUnknownFields, serializers.Serializer):
-    end = serializers.DateTimeField()
+    end = MomentField()
 
 
 class ReservationAcceptedSerializer(serializers.Serializer):
@@ -86,6 +88,8 @@ def job_url(job, request):
 
 class BlockAllocationSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     group = serializers.SlugRelatedField(slug_field="name", queryset=Group.objects.all())
+    start = MomentField(help_text="Start of the first occurrence.")
+    end = MomentField(help_text="End of the first occurrence.")
     usage = serializers.SerializerMethodField()
 
     class Meta:

@@ -1,3 +1,5 @@
+from datetime import timedelta
+
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 from rest_framework import serializers
@@ -16,6 +18,22 @@ class RefuseUnknownFields:
             if unknown:
                 raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
         return super().to_internal_value(data)
+
+
+HORIZON = timedelta(days=36525)  # 100 years
+HORIZON_MINUTES = int(HORIZON.total_seconds() // 60)
+
+
+class MomentField(serializers.DateTimeField):
+    """A date and time at most 100 years from now: beyond it nothing is meant, and adding a
+    duration to a time near year 9999 overflows (a server error instead of a 400)."""
+
+    def to_internal_value(self, value):
+        moment = super().to_internal_value(value)
+        now = timezone.now()
+        if not now - HORIZON <= moment <= now + HORIZON:
+            raise serializers.ValidationError("must be within 100 years of now")
+        return moment
 
 
 class UserSerializer(serializers.ModelSerializer):

@@ -6,7 +6,7 @@ from rest_framework import serializers
 from provisioning import placement as core
 from provisioning.capacity import services
 from provisioning.capacity.durations import parse_duration
-from vclmgr.api.serializers import RefuseUnknownFields
+from vclmgr.api.serializers import MomentField, RefuseUnknownFields
 
 
 def _name():
@@ -17,7 +17,7 @@ class PlanRequestSerializer(RefuseUnknownFields, serializers.Serializer):
     vcpus = serializers.FloatField(min_value=0.01, max_value=10_000)
     memory_mib = serializers.FloatField(min_value=1, max_value=1e9)
     disk_gib = serializers.FloatField(min_value=0, max_value=1e7, default=0)
-    start = serializers.DateTimeField(required=False, help_text="Default: now.")
+    start = MomentField(required=False, help_text="Default: now.")
     duration = serializers.CharField(required=False, max_length=20, help_text="e.g. 2h, 90m; default open-ended.")
     formats = serializers.ListField(child=_name(), required=False, max_length=10, help_text="Image formats available.")
     image = serializers.CharField(

@@ -1,4 +1,5 @@
 from django.contrib.auth.models import Group
+from django.utils import timezone
 from rest_framework import serializers
 
 from inventory.api.serializers import as_drf  # noqa: F401 (re-exported for the views)
@@ -7,7 +8,7 @@ from provisioning.drivers.sim import steps
 from provisioning.drivers.sim.models import SimFault
 from provisioning.vms import services
 from provisioning.vms.models import VM, Image, ImageVariant
-from vclmgr.api.serializers import RefuseUnknownFields
+from vclmgr.api.serializers import MomentField, RefuseUnknownFields
 
 
 class ImageVariantSerializer(RefuseUnknownFields, serializers.ModelSerializer):
@@ -60,7 +61,7 @@ class VMCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     vcpus = serializers.IntegerField(min_value=1, max_value=1024, required=False)
     memory_mib = serializers.IntegerField(min_value=16, max_value=16 * 1024 * 1024, required=False)
     disk_gib = serializers.IntegerField(min_value=0, max_value=1024 * 1024, required=False)
-    end = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    end = MomentField(required=False, allow_null=True, default=None)
     ssh_key = serializers.CharField(
         required=False, allow_blank=True, default="", max_length=4000,
         help_text="A public key the guest lets its owner in with (blank: the image's own login).",
@@ -71,6 +72,12 @@ class VMCreateSerializer(RefuseUnknownFields, serializers.Serializer):
         request = self.context.get("request")
         if request is not None and request.user.is_authenticated:
             self.fields["image"].queryset = services.visible_images(request.user)
+
+    def validate_end(self, value):
+        # A VM whose end has passed would be built only to be destroyed by the next clock tick.
+        if value is not None and value <= timezone.now():
+            raise serializers.ValidationError("must be in the future")
+        return value
 
 
 class JobAcceptedSerializer(serializers.Serializer):
@@ -100,7 +107,7 @@ class SimFaultSerializer(RefuseUnknownFields, serializers.ModelSerializer):
 
 class PrestageSerializer(RefuseUnknownFields, serializers.Serializer):
     group = serializers.PrimaryKeyRelatedField(queryset=NodeGroup.objects.all())
-    at = serializers.DateTimeField(required=False, allow_null=True, default=None, help_text="Blank: now.")
+    at = MomentField(required=False, allow_null=True, default=None, help_text="Blank: now.")
 
 
 class PrestageAcceptedSerializer(serializers.Serializer):
