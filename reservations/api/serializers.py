@@ -11,9 +11,9 @@ from vclmgr.api.serializers import HORIZON_MINUTES, MomentField, RefuseUnknownFi
 
 
 class ReservationSerializer(serializers.ModelSerializer):
-    user = serializers.CharField(source="user.username", read_only=True, default=None)
+    user = serializers.CharField(source="user.username", read_only=True, default=None, allow_null=True)
     image_name = serializers.CharField(source="image.name", read_only=True)
-    vm_state = serializers.CharField(source="vm.state", read_only=True, default=None)
+    vm_state = serializers.CharField(source="vm.state", read_only=True, default=None, allow_null=True)
     connection = serializers.SerializerMethodField()
     history = serializers.SerializerMethodField()
 

@@ -37,6 +37,9 @@ class MomentField(serializers.DateTimeField):
 
 
 class UserSerializer(serializers.ModelSerializer):
+    # Not an EmailField: a user without an address has "" (no valid "email"-format string).
+    email = serializers.CharField(read_only=True, help_text="Blank when the user has none.")
+
     class Meta:
         model = get_user_model()
         fields = ["id", "username", "first_name", "last_name", "email", "is_staff"]
