@@ -231,7 +231,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "vclmgr.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "vclmgr.api.filtering.FilterBackend",
         "rest_framework.filters.SearchFilter",
         "rest_framework.filters.OrderingFilter",
     ],
