@@ -54,3 +54,9 @@ def test_it_refuses_nul_anywhere_in_json_naming_the_field(db, api, alice):
 def test_a_malformed_form_body_gets_a_json_400(db, api, alice, content_type, body):
     error = error_of(api(alice).generic("POST", URL, body.encode(), content_type=content_type), 400)
     assert error["code"] == "parse_error" and error["message"]
+
+
+@pytest.mark.parametrize("query", ["search=a%00b", "opcode=%00", "ordering=%00id", "page=%00"])
+def test_a_nul_in_the_query_string_is_a_400_naming_the_parameter(db, api, alice, query):
+    error = error_of(api(alice).get(f"{URL}?{query}"), 400)
+    assert query.split("=")[0] in error["fields"]

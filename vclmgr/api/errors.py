@@ -84,6 +84,11 @@ class ApiJsonErrorsMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
+        if request.path.startswith("/api/") and (refused := _nul_parameters(request)):
+            # PostgreSQL cannot compare text with NUL in it (a 500 deep in a filter); say which.
+            fields = {name: ["Null characters are not allowed."] for name in refused}
+            return JsonResponse(error_body(400, "invalid", f"{refused[0]}: Null characters are not allowed.", fields),
+                                status=400)
         response = self.get_response(request)
         if (
             request.path.startswith("/api/")
@@ -102,6 +107,11 @@ class ApiJsonErrorsMiddleware:
             return None
         log.exception("unhandled API error on %s %s", request.method, request.path)
         return JsonResponse(error_body(500, "server_error", "Internal server error."), status=500)
+
+
+def _nul_parameters(request):
+    return sorted({name.replace("\x00", "\\0") for name, values in request.GET.lists()
+                   if "\x00" in name or any("\x00" in value for value in values)})
 
 
 def is_overload(exc):
