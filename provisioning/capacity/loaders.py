@@ -59,12 +59,9 @@ def allocation_changes(after_id, released_since):
     return rows.values_list(*ALLOCATION_COLUMNS, "released")
 
 
-def host_tag_rows():
-    return TaggedItem.objects.filter(content_type=ContentType.objects.get_for_model(Hypervisor))
-
-
 def host_tags(host_ids=None):
-    rows = host_tag_rows()
+    content_type = ContentType.objects.get_for_model(Hypervisor)
+    rows = TaggedItem.objects.filter(content_type=content_type)
     if host_ids is not None:
         rows = rows.filter(object_id__in=host_ids)
     tags = defaultdict(set)

@@ -3,8 +3,8 @@
 Loading every host and allocation costs seconds at 10,000 hosts, far too slow per claim.
 Each process keeps one engine and brings it up to date before each decision: new
 allocations (by id, re-reading a window below the high-water mark for late commits) and
-released ones (by release time) are applied incrementally; a change to any host, host tag
-or node group triggers a full reload at once. Age alone triggers one too (a safety net against
+released ones (by release time) are applied incrementally; a change to any host or node
+group triggers a full reload at once. Age alone triggers one too (a safety net against
 drift), but that one is built by a background thread and swapped in when ready, then
 caught up like any other: no claim waits for it. A stale snapshot is never unsafe: every
 claim re-checks its host under a row lock, and a conflict just refreshes and retries.
@@ -109,10 +109,7 @@ class Snapshot:
     def _version(self):
         hosts = Hypervisor.objects.aggregate(n=Max("updated"), c=Max("id"), k=Count("id"))
         groups = NodeGroup.objects.aggregate(n=Max("updated"), c=Max("id"), k=Count("id"))
-        # Host tags bind claims (an image's required tags): a tag change alone, as an import
-        # writes it (rows replaced, the host row untouched), must reload too.
-        tags = loaders.host_tag_rows().aggregate(c=Max("id"), k=Count("id"))
-        return tuple(hosts.values()) + tuple(groups.values()) + tuple(tags.values())
+        return tuple(hosts.values()) + tuple(groups.values())
 
     def _hosts_changed(self):
         if time.monotonic() - self.version_checked < VERSION_CHECK_SECONDS:
