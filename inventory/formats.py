@@ -30,6 +30,8 @@ CONTENT_TYPES = {
     "yaml": "application/yaml",
 }
 SPREADSHEETS = {"csv", "xlsx"}
+MAX_XLSX_COLUMNS = 200  # the export has about 25; a sheet's width multiplies the cells read
+MAX_XLSX_ROW_BYTES = 4096  # XML per row allowed on average; an exported row takes about 1 KiB
 
 _FORMULA = re.compile(r"^'*[=+\-@\t\r]")
 _ESCAPED = re.compile(r"^'+[=+\-@\t\r]")
@@ -92,6 +94,7 @@ def load(data, fmt):
     if not rows:
         raise FileError("the file has a header but no rows" if any(headers) else "the file has no rows")
     headers = _clean_headers(headers)
+    _refuse_nul(headers, rows)
     if fmt in SPREADSHEETS:
         rows = [[unescape_cell(cell) for cell in row] for row in rows]
     dataset = tablib.Dataset(headers=headers)
@@ -99,10 +102,29 @@ def load(data, fmt):
     return dataset
 
 
-def _too_many_rows():
+def _refuse_nul(headers, rows):
+    """No database stores a NUL character in text the same way (PostgreSQL refuses it): say where."""
+    for number, row in enumerate(rows, 1):
+        for header, cell in zip(headers, row, strict=False):
+            if _has_nul(cell):
+                raise FileError(f"row {number} {header}: contains a NUL character (\\0); remove it")
+
+
+def _has_nul(value):
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple, set)):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def _too_many_rows(blank_too=False):
     limit = max_rows()
+    counted = " (blank rows count too)" if blank_too else ""
     return FileError(
-        f"the file has more than {limit:,} rows, the limit for one import "
+        f"the file has more than {limit:,} rows{counted}, the limit for one import "
         "(INVENTORY_IMPORT_MAX_ROWS): split it into smaller files"
     )
 
@@ -166,25 +188,32 @@ def _load_csv(data):
 
 
 def _load_xlsx(data):
+    """Read-only and bounded: a few compressed megabytes can hold millions of (blank) rows or
+    cells, so blank rows count toward the row limit, reading stops one row past it, and a row
+    is read only one cell past the header's width (enough to refuse a ragged row) — the
+    sheet's own dimensions are not trusted."""
     import openpyxl
 
+    limit = max_rows()
+    data = _with_dimensions(data, limit)
     try:
         book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     except (zipfile.BadZipFile, KeyError, OSError, ValueError, TypeError):
         raise FileError("the file is not an XLSX workbook") from None
     try:
         sheet = book.worksheets[0]
-        values = sheet.iter_rows(values_only=True)
-        headers = list(next(values, ()))
+        headers = list(next(sheet.iter_rows(max_row=1, max_col=MAX_XLSX_COLUMNS + 1, values_only=True), ()))
         while headers and headers[-1] in (None, ""):
             headers.pop()
-        rows, limit = [], max_rows()
-        for record in values:
-            if _blank(record):
-                continue
-            if len(rows) >= limit:
-                raise _too_many_rows()
-            rows.append(_fit([_xlsx_value(v) for v in record], len(headers), len(rows) + 1))
+        if len(headers) > MAX_XLSX_COLUMNS:
+            raise FileError(f"the header row has more than {MAX_XLSX_COLUMNS} columns")
+        rows = []
+        records = sheet.iter_rows(min_row=2, max_row=limit + 2, max_col=max(len(headers), 1) + 1, values_only=True)
+        for scanned, record in enumerate(records):
+            if scanned >= limit:
+                raise _too_many_rows(blank_too=True)
+            if not _blank(record):
+                rows.append(_fit([_xlsx_value(v) for v in record], len(headers), len(rows) + 1))
     except FileError:
         raise
     except Exception:  # openpyxl raises many types for a damaged sheet
@@ -192,6 +221,46 @@ def _load_xlsx(data):
     finally:
         book.close()
     return headers, rows
+
+
+_SHEET_DATA = re.compile(rb"<(\w+:)?sheetData[\s>/]")
+
+
+def _with_dimensions(data, limit):
+    """The workbook with a ``<dimension>`` in every worksheet that has none.
+
+    Without one, openpyxl's read-only mode parses the whole sheet just to learn its size, before
+    a single row is read (seconds of CPU per compressed megabyte of blank rows). The dimension
+    given reaches one row past the limit, so reading also stops there. The sheets' XML is first
+    bounded in size: a zip can inflate a small upload a thousandfold."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        sheets = [i for i in archive.infolist() if re.fullmatch(r"xl/worksheets/[^/]+\.xml", i.filename)]
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return data  # openpyxl says what is wrong with it
+    budget = (limit + 1) * MAX_XLSX_ROW_BYTES
+    if sum(info.file_size for info in sheets) > budget:
+        raise FileError(f"the workbook's sheets are over {budget:,} bytes of XML uncompressed: "
+                        "more cells than an import may hold; split it into smaller files")
+    missing = [info for info in sheets if b"<dimension" not in _opening(archive, info)]
+    if not missing:
+        return data
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as copy:
+        for info in archive.infolist():
+            content = archive.read(info)
+            if info in missing and (found := _SHEET_DATA.search(content)):
+                tag = b'<%sdimension ref="A1:XFD%d"/>' % (found.group(1) or b"", limit + 2)
+                content = content[: found.start()] + tag + content[found.start() :]
+            copy.writestr(info.filename, content)
+    return out.getvalue()
+
+
+def _opening(archive, info):
+    """The sheet's XML up to its data (where a dimension, if any, is)."""
+    with archive.open(info) as sheet:
+        head = sheet.read(64 * 1024)
+    return head.split(b"sheetData", 1)[0]
 
 
 def _xlsx_value(value):

@@ -129,7 +129,7 @@ def start_worker(tmp_path, workers=1, **env):
 def start_asgi(tmp_path, **env):
     port = free_port()
     child = Child(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "vclmgr.asgi:application"],
+        [sys.executable, "-m", "vclmgr.asgi_server", "-b", "127.0.0.1", "-p", str(port), "vclmgr.asgi:application"],
         child_env(**env),
         tmp_path / "asgi.log",
     )

@@ -252,7 +252,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "vclmgr.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "vclmgr.api.filtering.FilterBackend",
         "rest_framework.filters.SearchFilter",
         "rest_framework.filters.OrderingFilter",
     ],
@@ -265,7 +265,16 @@ REST_FRAMEWORK = {
     },
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "NUM_PROXIES": TRUSTED_PROXIES,
+    "DEFAULT_PARSER_CLASSES": [
+        "vclmgr.api.parsers.JSONParser",
+        "vclmgr.api.parsers.FormParser",
+        "vclmgr.api.parsers.MultiPartParser",
+    ],
 }
+# A JSON or form body over this size is refused with 413 before it is parsed (bulk imports take
+# INVENTORY_IMPORT_MAX_BYTES instead); JSON nested deeper than this is refused with 400.
+API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", 2_621_440, minimum=1024)
+API_MAX_JSON_DEPTH = env.int("API_MAX_JSON_DEPTH", 32, minimum=2, maximum=500)
 SPECTACULAR_SETTINGS = {
     "TITLE": "vclmgr API",
     "DESCRIPTION": "Self-service virtual computing lab and cluster virtualization manager.",

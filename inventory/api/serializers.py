@@ -8,6 +8,7 @@ from rest_framework import serializers
 from inventory import formats, services
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
 from inventory.validators import FIRST_SLOT, HOST_MINIMUMS, INT_MAX, MAX_SLOTS, RATIO_MAX, RATIO_MIN
+from vclmgr.api.serializers import RefuseUnknownFields
 from vclmgr.models import ObjectChange
 
 
@@ -19,7 +20,7 @@ def as_drf(exc):
     return serializers.ValidationError(exc.messages)
 
 
-class ServiceSerializer(serializers.ModelSerializer):
+class ServiceSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     """ModelSerializer whose writes are ``service_create`` / ``service_update`` calls."""
 
     service_create = service_update = None
@@ -121,7 +122,7 @@ class HypervisorSerializer(ServiceSerializer):
         validators = []  # name and slot uniqueness: the service checks them (case-insensitive names)
 
 
-class StateChangeSerializer(serializers.Serializer):
+class StateChangeSerializer(RefuseUnknownFields, serializers.Serializer):
     state = serializers.ChoiceField(choices=Hypervisor.State.choices)
     reason = serializers.CharField(max_length=500, help_text="Why; required, kept in the change log.")
 
@@ -143,7 +144,7 @@ class SlotSerializer(serializers.Serializer):
 # --- bulk import ----------------------------------------------------------------------
 
 
-class ImportRequestSerializer(serializers.Serializer):
+class ImportRequestSerializer(RefuseUnknownFields, serializers.Serializer):
     file = serializers.FileField(required=False, help_text="A CSV, XLSX, JSON or YAML file (multipart).")
     data = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False,
                                  help_text="Or the file's text (CSV, JSON or YAML) in a JSON body.")
@@ -209,7 +210,7 @@ class ImportFailureSerializer(serializers.Serializer):
 # --- blade-center registration -------------------------------------------------------
 
 
-class RegistrationRequestSerializer(serializers.Serializer):
+class RegistrationRequestSerializer(RefuseUnknownFields, serializers.Serializer):
     name = serializers.CharField(max_length=100)
     site = serializers.CharField(max_length=100, required=False, allow_blank=True)
     model = serializers.CharField(max_length=100, required=False, allow_blank=True)

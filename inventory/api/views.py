@@ -10,8 +10,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import renderers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, ParseError
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.exceptions import ParseError
 from rest_framework.response import Response
 
 from inventory import formats, services
@@ -35,13 +34,9 @@ from inventory.api.serializers import (
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
 from vclmgr import changelog
 from vclmgr.api.errors import error_body
+from vclmgr.api.exceptions import TooLarge
+from vclmgr.api.parsers import FormParser, ImportJSONParser, MultiPartParser
 from vclmgr.api.permissions import IsStaffWithTokenScope
-
-
-class TooLarge(APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_code = "too_large"
-    default_detail = "Request too large."
 
 
 class InventoryViewSet(viewsets.ModelViewSet):
@@ -203,7 +198,7 @@ class HypervisorViewSet(InventoryViewSet):
         filters=False,
     )
     @action(detail=False, methods=["post"], url_path="import", filter_backends=[],
-            parser_classes=[MultiPartParser, FormParser, JSONParser])
+            parser_classes=[MultiPartParser, FormParser, ImportJSONParser])
     def import_(self, request):
         """Import hypervisors from a file (or rows): all rows or none.
 

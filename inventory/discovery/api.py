@@ -17,9 +17,10 @@ from inventory.discovery import services
 from inventory.models import Hypervisor
 from vclmgr.api.errors import error_body
 from vclmgr.api.permissions import IsStaffWithTokenScope
+from vclmgr.api.serializers import RefuseUnknownFields
 
 
-class DiscoverRequestSerializer(serializers.Serializer):
+class DiscoverRequestSerializer(RefuseUnknownFields, serializers.Serializer):
     # The inventory's choices (one enum in the schema); simulated hosts are made, not discovered.
     driver = serializers.ChoiceField(choices=Hypervisor.Driver.choices, help_text="vmware (vCenter/ESXi) or libvirt.")
     uri = serializers.CharField(

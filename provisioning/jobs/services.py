@@ -245,9 +245,9 @@ def _clean_depends(raw):
         raise serializers.ValidationError([f"at most {MAX_DEPENDS} dependencies"])
     out, seen = [], set()
     for item in raw:
-        target, statuses = (item, ["success"]) if not isinstance(item, (list, tuple)) else (tuple(item) + (None,))[:2]
         if isinstance(item, (list, tuple)) and len(item) != 2:
-            raise serializers.ValidationError([f"{item!r}: expected [job id, [statuses]]"])
+            raise serializers.ValidationError([f"{str(item)[:60]}: expected [job id, [statuses]]"])
+        target, statuses = item if isinstance(item, (list, tuple)) else (item, ["success"])
         if isinstance(target, bool) or not (
             (isinstance(target, int) and 0 < target <= MAX_ID) or (isinstance(target, str) and target.startswith("@"))
         ):

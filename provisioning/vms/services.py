@@ -12,12 +12,13 @@ runs without a live claim or past its end (``run_refusal``).
 """
 
 import re
+from collections import Counter
 from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import ProtectedError, Q, RestrictedError
 from django.utils import timezone
 
 from provisioning.capacity import services as capacity
@@ -163,10 +164,16 @@ def update_image(image, *, actor, groups=None, reason="", **fields):
 def delete_image(image, reason="", *, actor):
     if image.vms.exists():
         raise InUse(f"image {image.name} is used by {image.vms.count()} VMs; deactivate it instead")
-    with transaction.atomic():
-        changelog.record(image, "delete", actor, reason=reason)
-        events.emit("image.deleted", _image_event(image), ["admin"])
-        image.delete()
+    try:
+        with transaction.atomic():
+            changelog.record(image, "delete", actor, reason=reason)
+            events.emit("image.deleted", _image_event(image), ["admin"])
+            image.delete()
+    except (ProtectedError, RestrictedError) as exc:
+        # Apps above this one (reservations, blocks) protect their images; name what holds it.
+        users = Counter(type(obj)._meta.verbose_name_plural for obj in exc.args[1])
+        held = ", ".join(f"{n} {kind}" for kind, n in sorted(users.items()))
+        raise InUse(f"image {image.name} is used by {held}; deactivate it instead") from None
 
 
 def add_variant(image, reason="", *, actor, **fields):

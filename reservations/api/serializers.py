@@ -7,12 +7,13 @@ from rest_framework.reverse import reverse
 from provisioning.vms.models import Image
 from reservations import services
 from reservations.models import BlockAllocation, Reservation
+from vclmgr.api.serializers import HORIZON_MINUTES, MomentField, RefuseUnknownFields
 
 
 class ReservationSerializer(serializers.ModelSerializer):
-    user = serializers.CharField(source="user.username", read_only=True, default=None)
+    user = serializers.CharField(source="user.username", read_only=True, default=None, allow_null=True)
     image_name = serializers.CharField(source="image.name", read_only=True)
-    vm_state = serializers.CharField(source="vm.state", read_only=True, default=None)
+    vm_state = serializers.CharField(source="vm.state", read_only=True, default=None, allow_null=True)
     connection = serializers.SerializerMethodField()
     history = serializers.SerializerMethodField()
 
@@ -36,11 +37,13 @@ class ReservationSerializer(serializers.ModelSerializer):
         return [{"status": h.status, "reason": h.reason, "at": h.at} for h in reservation.history.all()]
 
 
-class ReservationCreateSerializer(serializers.Serializer):
+class ReservationCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     image = serializers.PrimaryKeyRelatedField(queryset=Image.objects.all())
-    start = serializers.DateTimeField(required=False, allow_null=True, default=None, help_text="Blank: now.")
-    end = serializers.DateTimeField(required=False, allow_null=True, default=None)
-    duration_minutes = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+    start = MomentField(required=False, allow_null=True, default=None, help_text="Blank: now.")
+    end = MomentField(required=False, allow_null=True, default=None)
+    duration_minutes = serializers.IntegerField(
+        min_value=1, max_value=HORIZON_MINUTES, required=False, allow_null=True, default=None
+    )
     ssh_key = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
     request_key = serializers.CharField(
         required=False, allow_blank=True, default="", max_length=64,
@@ -69,8 +72,8 @@ class FitSerializer(serializers.Serializer):
     reasons = serializers.DictField(child=serializers.IntegerField())
 
 
-class ExtendSerializer(serializers.Serializer):
-    end = serializers.DateTimeField()
+class ExtendSerializer(RefuseUnknownFields, serializers.Serializer):
+    end = MomentField()
 
 
 class ReservationAcceptedSerializer(serializers.Serializer):
@@ -83,8 +86,10 @@ def job_url(job, request):
     return None if job is None else reverse("job-detail", args=[job.pk], request=request)
 
 
-class BlockAllocationSerializer(serializers.ModelSerializer):
+class BlockAllocationSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     group = serializers.SlugRelatedField(slug_field="name", queryset=Group.objects.all())
+    start = MomentField(help_text="Start of the first occurrence.")
+    end = MomentField(help_text="End of the first occurrence.")
     usage = serializers.SerializerMethodField()
 
     class Meta:

@@ -1,7 +1,9 @@
 """Bulk import of hypervisors: every bad input gets a clear message and writes nothing."""
 
+import io
 import json
 import time
+import zipfile
 
 import openpyxl
 import pytest
@@ -327,6 +329,77 @@ def test_the_row_limit_is_configurable_and_counts_xlsx_rows_too(db):
     rows = [host_row(i) for i in range(4)]
     data = formats._DUMPERS["xlsx"](list(rows[0]), [list(r.values()) for r in rows])
     assert_refused(lambda: services.import_hypervisors(data, "xlsx", actor=TEST), "more than 3 rows")
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_a_nul_character_is_refused_naming_row_and_column(db, fmt):
+    rows = [host_row(1), host_row(2, state_reason="bad\x00reason")]
+    data = json.dumps(rows).encode() if fmt == "json" else yaml.dump(rows, Dumper=yaml.CSafeDumper).encode()
+    assert_refused(lambda: services.import_hypervisors(data, fmt, actor=TEST), "row 2 state_reason: contains a NUL")
+
+
+def test_a_nul_character_in_a_csv_is_refused(db):
+    data = to_csv([host_row(1, state_reason="bad\x00reason")])
+    assert_refused(lambda: services.import_hypervisors(data, "csv", actor=TEST), "NUL")
+
+
+def test_a_nul_character_in_imported_text_through_the_api_is_a_400(db, api, admin_user):
+    text = json.dumps([host_row(1, state_reason="bad\x00reason")])
+    response = api(admin_user).post("/api/v1/hypervisors/import/", {"data": text, "format": "json"}, format="json")
+    assert response.status_code == 400, response.content[:300]
+    assert "row 1 state_reason: contains a NUL" in response.content.decode()
+    assert Hypervisor.objects.count() == 0
+
+
+def xlsx_with_blank_rows(blank):
+    """An XLSX workbook (written directly: openpyxl is too slow to make a big one) with a header,
+    one host and then ``blank`` rows holding only a space: small compressed, long to read."""
+    sheet = [b'<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="http://schemas.openxmlformats.org/'
+             b'spreadsheetml/2006/main"><sheetData>']
+    for number, row in enumerate([["name", "address"], ["h1", "10.0.0.1"]] + [[" "]] * blank, 1):
+        cells = "".join(f'<c r="{"AB"[i]}{number}" t="inlineStr"><is><t>{v}</t></is></c>' for i, v in enumerate(row))
+        sheet.append(f'<row r="{number}">{cells}</row>'.encode())
+    sheet.append(b"</sheetData></worksheet>")
+    ns = "http://schemas.openxmlformats.org"
+    rel = f"{ns}/officeDocument/2006/relationships"
+    parts = {
+        "[Content_Types].xml": f'<Types xmlns="{ns}/package/2006/content-types">'
+        '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+        '<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.'
+        'spreadsheetml.sheet.main+xml"/><Override PartName="/xl/worksheets/sheet1.xml" ContentType="application/'
+        'vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/></Types>',
+        "_rels/.rels": f'<Relationships xmlns="{ns}/package/2006/relationships"><Relationship Id="r1" '
+        f'Type="{rel}/officeDocument" Target="xl/workbook.xml"/></Relationships>',
+        "xl/workbook.xml": f'<workbook xmlns="{ns}/spreadsheetml/2006/main" xmlns:r="{rel}"><sheets>'
+        '<sheet name="hosts" sheetId="1" r:id="r1"/></sheets></workbook>',
+        "xl/_rels/workbook.xml.rels": f'<Relationships xmlns="{ns}/package/2006/relationships"><Relationship '
+        f'Id="r1" Type="{rel}/worksheet" Target="worksheets/sheet1.xml"/></Relationships>',
+        "xl/worksheets/sheet1.xml": b"".join(sheet),
+    }
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as book:
+        for name, text in parts.items():
+            book.writestr(name, text)
+    return out.getvalue()
+
+
+@override_settings(INVENTORY_IMPORT_MAX_ROWS=1000)
+@pytest.mark.parametrize(
+    ("blank", "message"),
+    [(50_000, "more than 1,000 rows (blank rows count too)"), (300_000, "bytes of XML uncompressed")],
+    ids=["rows", "inflated"],
+)
+def test_a_small_xlsx_of_many_blank_rows_is_refused_quickly(db, blank, message):
+    data = xlsx_with_blank_rows(blank)
+    assert len(data) < 3 * 1024 * 1024  # the size of the upload that took 22 s of CPU
+    start = time.monotonic()
+    assert_refused(lambda: services.import_hypervisors(data, "xlsx", actor=TEST), message)
+    assert time.monotonic() - start < 2
+
+
+def test_a_few_blank_xlsx_rows_are_still_skipped(db):
+    report = services.import_hypervisors(xlsx_with_blank_rows(5), "xlsx", actor=TEST, dry_run=True)
+    assert [row.name for row in report.rows] == ["h1"], report.messages()
 
 
 def test_ragged_csv_rows_get_a_clear_message(db):

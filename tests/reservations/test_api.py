@@ -189,3 +189,44 @@ def test_an_instructor_cannot_cancel_another_instructors_block(sim_host, image, 
     assert not BlockAllocation.objects.get(pk=block_id).canceled
     assert api(ivy).post(f"/api/v1/block-allocations/{block_id}/cancel/").status_code == 204
     assert BlockAllocation.objects.get(pk=block_id).canceled
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"start": "9999-12-31T23:00:00Z", "duration_minutes": 60}, "start"),
+        ({"end": "9999-12-31T23:59:59Z"}, "end"),
+        ({"duration_minutes": 10**12}, "duration_minutes"),
+        ({"duration_minutes": 10**15}, "duration_minutes"),
+    ],
+    ids=["start-9999", "end-9999", "duration-1e12", "duration-1e15"],
+)
+def test_a_time_or_duration_past_any_calendar_is_a_400(sim_host, image, alice, api, body, field):
+    response = api(alice).post(URL, {"image": image.pk, **body}, format="json")
+    assert response.status_code == 400, response.content[:300]
+    assert field in response.json()["error"]["fields"]
+    assert not Reservation.objects.exists()
+
+
+def test_extending_to_year_9999_is_a_400(sim_host, image, alice, api):
+    start = timezone.now() + 5 * H
+    reservation = services.reserve(alice, image, start=start, end=start + H, actor=alice)
+    response = api(alice).post(f"{URL}{reservation.pk}/extend/", {"end": "9999-12-31T23:59:59Z"}, format="json")
+    assert response.status_code == 400 and "end" in response.json()["error"]["fields"], response.content[:300]
+
+
+def test_a_block_in_year_9999_is_a_400(sim_host, image, admin_user, api):
+    group = Group.objects.create(name="class-9999")
+    body = {"name": "far", "image": image.pk, "group": group.name, "seats": 1, "weeks": 52,
+            "start": "9999-12-01T10:00:00Z", "end": "9999-12-01T12:00:00Z"}
+    response = api(admin_user).post("/api/v1/block-allocations/", body, format="json")
+    assert response.status_code == 400 and "start" in response.json()["error"]["fields"], response.content[:300]
+
+
+def test_deleting_an_image_a_reservation_uses_is_a_409_saying_why(sim_host, image, alice, admin_user, api):
+    start = timezone.now() + 5 * H
+    services.reserve(alice, image, start=start, end=start + H, actor=alice)
+    response = api(admin_user).delete(f"/api/v1/images/{image.pk}/")
+    assert response.status_code == 409, response.content[:300]
+    assert "1 reservations" in response.json()["error"]["message"]
+    assert type(image).objects.filter(pk=image.pk).exists()

@@ -10,12 +10,14 @@ dotted paths (``disks.0.size``).
 
 import logging
 
+from django.core.exceptions import BadRequest, RequestDataTooBig, SuspiciousOperation
 from django.db import OperationalError
 from django.http import HttpResponse, JsonResponse
 from rest_framework import status
-from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from vclmgr.api.exceptions import TooLarge
 from vclmgr.errors import Conflict
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,10 @@ def _flatten(detail, prefix=""):
 def exception_handler(exc, context):
     if isinstance(exc, Conflict):
         exc = ConflictError(str(exc) or None)
+    elif isinstance(exc, RequestDataTooBig):
+        exc = TooLarge(str(exc) or None)
+    elif isinstance(exc, (SuspiciousOperation, BadRequest)):  # Django's refusals of a malformed request
+        exc = ParseError(str(exc) or None)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
@@ -78,6 +84,11 @@ class ApiJsonErrorsMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
+        if request.path.startswith("/api/") and (refused := _nul_parameters(request)):
+            # PostgreSQL cannot compare text with NUL in it (a 500 deep in a filter); say which.
+            fields = {name: ["Null characters are not allowed."] for name in refused}
+            return JsonResponse(error_body(400, "invalid", f"{refused[0]}: Null characters are not allowed.", fields),
+                                status=400)
         response = self.get_response(request)
         if (
             request.path.startswith("/api/")
@@ -96,6 +107,11 @@ class ApiJsonErrorsMiddleware:
             return None
         log.exception("unhandled API error on %s %s", request.method, request.path)
         return JsonResponse(error_body(500, "server_error", "Internal server error."), status=500)
+
+
+def _nul_parameters(request):
+    return sorted({name.replace("\x00", "\\0") for name, values in request.GET.lists()
+                   if "\x00" in name or any("\x00" in value for value in values)})
 
 
 def is_overload(exc):

@@ -31,6 +31,7 @@ DESCRIPTIONS = {
     "413": "Request too large",
     "415": "Unsupported media type",
     "429": "Too many requests",
+    "503": "Overloaded: retry after the Retry-After seconds",
 }
 
 
@@ -41,12 +42,14 @@ def add_error_responses(result, generator, request, public):
         for method, operation in operations.items():
             if method not in {"get", "post", "put", "patch", "delete"}:
                 continue
-            codes = ["400", "401", "403", "404", "405", "409", "429"]
+            codes = ["400", "401", "403", "404", "405", "409", "429", "503"]
             if method in {"post", "put", "patch"}:
                 codes += ["413", "415"]
             responses = operation.setdefault("responses", {})
             for code in codes:
-                responses.setdefault(
-                    code, {"description": DESCRIPTIONS[code], "content": {"application/json": {"schema": ref}}}
-                )
+                responses.setdefault(code, {"description": DESCRIPTIONS[code]})
+            for code, response in responses.items():
+                # An error a view declared by description only (discovery's 502) has the one format too.
+                if code.isdigit() and int(code) >= 400 and "content" not in response:
+                    response["content"] = {"application/json": {"schema": ref}}
     return result

@@ -1,3 +1,5 @@
+from datetime import timedelta
+
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 from rest_framework import serializers
@@ -5,14 +7,46 @@ from rest_framework import serializers
 from vclmgr.models import ApiToken, Event
 
 
+class RefuseUnknownFields:
+    """Mixin for every serializer that reads a request body: a field it does not know is refused
+    (400 naming it) rather than ignored, so a misspelt ``duraton_minutes`` never silently means
+    "the default". Read-only fields sent back (a GET body PUT again) are still ignored."""
+
+    def to_internal_value(self, data):
+        if hasattr(data, "keys"):
+            unknown = sorted(set(data.keys()) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
+        return super().to_internal_value(data)
+
+
+HORIZON = timedelta(days=36525)  # 100 years
+HORIZON_MINUTES = int(HORIZON.total_seconds() // 60)
+
+
+class MomentField(serializers.DateTimeField):
+    """A date and time at most 100 years from now: beyond it nothing is meant, and adding a
+    duration to a time near year 9999 overflows (a server error instead of a 400)."""
+
+    def to_internal_value(self, value):
+        moment = super().to_internal_value(value)
+        now = timezone.now()
+        if not now - HORIZON <= moment <= now + HORIZON:
+            raise serializers.ValidationError("must be within 100 years of now")
+        return moment
+
+
 class UserSerializer(serializers.ModelSerializer):
+    # Not an EmailField: a user without an address has "" (no valid "email"-format string).
+    email = serializers.CharField(read_only=True, help_text="Blank when the user has none.")
+
     class Meta:
         model = get_user_model()
         fields = ["id", "username", "first_name", "last_name", "email", "is_staff"]
         read_only_fields = fields
 
 
-class ApiTokenSerializer(serializers.ModelSerializer):
+class ApiTokenSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     class Meta:
         model = ApiToken
         fields = ["id", "name", "prefix", "write_enabled", "created", "expires", "last_used"]

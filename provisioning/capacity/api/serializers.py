@@ -6,17 +6,18 @@ from rest_framework import serializers
 from provisioning import placement as core
 from provisioning.capacity import services
 from provisioning.capacity.durations import parse_duration
+from vclmgr.api.serializers import MomentField, RefuseUnknownFields
 
 
 def _name():
     return serializers.CharField(max_length=100)
 
 
-class PlanRequestSerializer(serializers.Serializer):
+class PlanRequestSerializer(RefuseUnknownFields, serializers.Serializer):
     vcpus = serializers.FloatField(min_value=0.01, max_value=10_000)
     memory_mib = serializers.FloatField(min_value=1, max_value=1e9)
     disk_gib = serializers.FloatField(min_value=0, max_value=1e7, default=0)
-    start = serializers.DateTimeField(required=False, help_text="Default: now.")
+    start = MomentField(required=False, help_text="Default: now.")
     duration = serializers.CharField(required=False, max_length=20, help_text="e.g. 2h, 90m; default open-ended.")
     formats = serializers.ListField(child=_name(), required=False, max_length=10, help_text="Image formats available.")
     image = serializers.CharField(
@@ -28,13 +29,6 @@ class PlanRequestSerializer(serializers.Serializer):
     exclusive_storage = serializers.BooleanField(default=False, help_text="Only node groups with exclusive storage.")
     policy = serializers.ChoiceField(choices=[p.value for p in core.Policy], required=False)
     groups = serializers.ListField(child=_name(), required=False, max_length=100)
-
-    def to_internal_value(self, data):
-        # A misspelt field would otherwise be ignored and the plan answer a different question.
-        unknown = sorted(set(data) - set(self.fields)) if hasattr(data, "keys") else []
-        if unknown:
-            raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
-        return super().to_internal_value(data)
 
     def validate(self, data):
         if "image" in data:

@@ -5,6 +5,7 @@ from rest_framework.reverse import reverse
 
 from provisioning.jobs import registry
 from provisioning.jobs.models import Job, JobLog, QueueSettings
+from vclmgr.api.serializers import RefuseUnknownFields
 
 STATUSES = [choice[0] for choice in Job.Status.choices]
 
@@ -136,7 +137,7 @@ class JobSerializer(serializers.ModelSerializer):
         return {"kind": job.error_kind, "message": job.error_message}
 
 
-class JobSubmitSerializer(serializers.Serializer):
+class JobSubmitSerializer(RefuseUnknownFields, serializers.Serializer):
     opcode = serializers.CharField(max_length=64)
     params = serializers.DictField(required=False, default=dict)
     reason = serializers.CharField(max_length=1000, required=False, allow_blank=False)
@@ -171,11 +172,11 @@ class JobBatchItemSerializer(JobSubmitSerializer):
     )
 
 
-class JobBatchSerializer(serializers.Serializer):
+class JobBatchSerializer(RefuseUnknownFields, serializers.Serializer):
     jobs = JobBatchItemSerializer(many=True, min_length=1, max_length=1000)
 
 
-class JobActionSerializer(serializers.Serializer):
+class JobActionSerializer(RefuseUnknownFields, serializers.Serializer):
     reason = serializers.CharField(max_length=1000, required=False, allow_blank=True, default="")
 
 
@@ -192,7 +193,7 @@ class QueueBucketSerializer(serializers.Serializer):
     running = serializers.IntegerField()
 
 
-class QueueSerializer(serializers.Serializer):
+class QueueSerializer(RefuseUnknownFields, serializers.Serializer):
     limit = serializers.IntegerField(
         min_value=QueueSettings.LIMIT_RANGE[0],
         max_value=QueueSettings.LIMIT_RANGE[1],

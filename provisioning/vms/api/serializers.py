@@ -2,6 +2,7 @@ import copy
 
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils import timezone
 from rest_framework import serializers
 
 from inventory.api.serializers import as_drf  # noqa: F401 (re-exported for the views)
@@ -10,9 +11,10 @@ from provisioning.drivers.sim import steps
 from provisioning.drivers.sim.models import SimFault
 from provisioning.vms import services
 from provisioning.vms.models import VM, Image, ImageVariant, QuotaRule
+from vclmgr.api.serializers import MomentField, RefuseUnknownFields
 
 
-class ImageVariantSerializer(serializers.ModelSerializer):
+class ImageVariantSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     class Meta:
         model = ImageVariant
         fields = ["id", "image", "hypervisor_type", "format", "location", "checksum", "size_gib", "created"]
@@ -20,7 +22,7 @@ class ImageVariantSerializer(serializers.ModelSerializer):
         validators = []  # the service reports a duplicate type with a clear message
 
 
-class ImageSerializer(serializers.ModelSerializer):
+class ImageSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     groups = serializers.PrimaryKeyRelatedField(queryset=Group.objects.all(), many=True, required=False)
     required_tags = serializers.ListField(
         child=serializers.CharField(max_length=100), max_length=20, required=False, help_text="Host tags its VMs need."
@@ -63,13 +65,13 @@ class VMSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class VMCreateSerializer(serializers.Serializer):
+class VMCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     image = serializers.PrimaryKeyRelatedField(queryset=Image.objects.all())
     name = serializers.CharField(max_length=100, required=False, default="", allow_blank=True)
     vcpus = serializers.IntegerField(min_value=1, max_value=1024, required=False)
     memory_mib = serializers.IntegerField(min_value=16, max_value=16 * 1024 * 1024, required=False)
     disk_gib = serializers.IntegerField(min_value=0, max_value=1024 * 1024, required=False)
-    end = serializers.DateTimeField(
+    end = MomentField(
         required=False, allow_null=True, default=None,
         help_text="When it is destroyed (blank: the site's default time; staff: no end). At most the longest time "
         "a reservation may take.",
@@ -85,13 +87,19 @@ class VMCreateSerializer(serializers.Serializer):
         if request is not None and request.user.is_authenticated:
             self.fields["image"].queryset = services.visible_images(request.user)
 
+    def validate_end(self, value):
+        # A VM whose end has passed would be built only to be destroyed by the next clock tick.
+        if value is not None and value <= timezone.now():
+            raise serializers.ValidationError("must be in the future")
+        return value
+
 
 class JobAcceptedSerializer(serializers.Serializer):
     job = serializers.IntegerField()
     vm = serializers.IntegerField()
 
 
-class VMCaptureSerializer(serializers.Serializer):
+class VMCaptureSerializer(RefuseUnknownFields, serializers.Serializer):
     image_name = serializers.CharField(max_length=100, help_text="Name of the new image (must not exist).")
     force = serializers.BooleanField(default=False, help_text="Power the VM off instead of a guest shutdown.")
 
@@ -100,7 +108,7 @@ class VMCreatedSerializer(JobAcceptedSerializer):
     detail = VMSerializer()
 
 
-class SimFaultSerializer(serializers.ModelSerializer):
+class SimFaultSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     step = serializers.ChoiceField(choices=steps.CHOICES)
     mode = serializers.ChoiceField(choices=SimFault.Mode.choices)
     seconds = serializers.FloatField(min_value=0, max_value=86400, required=False, allow_null=True, default=None)
@@ -111,9 +119,9 @@ class SimFaultSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "created"]
 
 
-class PrestageSerializer(serializers.Serializer):
+class PrestageSerializer(RefuseUnknownFields, serializers.Serializer):
     group = serializers.PrimaryKeyRelatedField(queryset=NodeGroup.objects.all())
-    at = serializers.DateTimeField(required=False, allow_null=True, default=None, help_text="Blank: now.")
+    at = MomentField(required=False, allow_null=True, default=None, help_text="Blank: now.")
 
 
 class PrestageAcceptedSerializer(serializers.Serializer):
@@ -121,7 +129,7 @@ class PrestageAcceptedSerializer(serializers.Serializer):
     schedule = serializers.IntegerField(allow_null=True)
 
 
-class QuotaRuleSerializer(serializers.ModelSerializer):
+class QuotaRuleSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     group = serializers.SlugRelatedField(
         slug_field="name", queryset=Group.objects.all(), allow_null=True, required=False
     )

@@ -31,6 +31,7 @@ from provisioning.vms.api.serializers import (
     as_drf,
 )
 from provisioning.vms.models import VM, Image, ImageVariant, QuotaRule
+from vclmgr.api.negotiation import FormatIsAFilter
 from vclmgr.api.permissions import IsAuthenticatedWithTokenScope, IsStaffOrReadOnly, IsStaffWithTokenScope
 from vclmgr.errors import Conflict
 
@@ -101,6 +102,7 @@ class ImageVariantViewSet(
     queryset = ImageVariant.objects.select_related("image").order_by("image__name", "hypervisor_type")
     serializer_class = ImageVariantSerializer
     permission_classes = [IsStaffWithTokenScope]
+    content_negotiation_class = FormatIsAFilter
     filterset_fields = ["image", "hypervisor_type", "format"]
     ordering_fields = ["image", "hypervisor_type"]
 

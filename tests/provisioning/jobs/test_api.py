@@ -201,6 +201,9 @@ def test_out_of_range_reads_are_refused_not_crashed(api, admin_user, url):
         {"opcode": "noop", "depends": [[1.5, []]]},
         {"opcode": "noop", "priority": 99999999999999999999},
         {"opcode": "test.sleep", "params": {"steps": 99999999999999999999}},
+        {"opcode": "noop", "depends": [[]]},
+        {"opcode": "noop", "depends": [[1]]},
+        {"opcode": "noop", "depends": [[1, [], 3]]},
     ],
 )
 def test_out_of_range_submissions_are_refused(api, admin_user, body, sync_jobs):

@@ -1,7 +1,10 @@
 """The VM and image API: who sees what, actions answer 202 with a job, bad input gets 400."""
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import Group
+from django.utils import timezone
 
 from provisioning.drivers.sim.models import SimFault
 from provisioning.jobs.models import Job
@@ -103,3 +106,18 @@ def test_staff_inject_and_clear_sim_faults(api, alice, admin_user, sim_host, mak
     assert not SimFault.objects.exists()
     kvm = make_host("kvm-1", driver="libvirt")
     assert clients[admin_user].get(f"/api/v1/hypervisors/{kvm.pk}/sim-faults/").status_code == 409
+
+
+def test_a_vm_with_an_end_in_the_past_is_refused(api, alice, image):
+    past = (timezone.now() - timedelta(hours=1)).isoformat()
+    response = api(alice).post("/api/v1/vms/", {"image": image.pk, "end": past}, format="json")
+    assert response.status_code == 400 and "end" in response.json()["error"]["fields"], response.content[:300]
+    assert not VM.objects.exists()
+
+
+def test_variants_filter_by_format_and_the_parameter_does_not_pick_a_renderer(api, admin_user, image):
+    services.add_variant(image, actor=admin_user, hypervisor_type="kvm", format="qcow2", location="/i.qcow2")
+    response = api(admin_user).get("/api/v1/image-variants/?format=qcow2")
+    assert response.status_code == 200, response.content[:300]
+    assert [v["format"] for v in response.json()["results"]] == ["qcow2"]
+    assert api(admin_user).get("/api/v1/image-variants/?format=raw").json()["results"] == []

@@ -49,7 +49,8 @@ class Command(BaseCommand):
         env = dict(os.environ)
         if workers:
             env["VCLMGR_WORKERS"] = str(workers)
-        commands = {"web": [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "vclmgr.asgi:application"]}
+        web = [sys.executable, "-m", "vclmgr.asgi_server", "-b", host, "-p", str(port), "vclmgr.asgi:application"]
+        commands = {"web": web}
         if not no_workers:
             commands["workers"] = [sys.executable, "manage.py", "qcluster"]
         children = {
