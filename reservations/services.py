@@ -345,8 +345,9 @@ def _login(reservation):
 
 def _release(reservation, reason, *, actor):
     """Give back the reservation's claim, and its VM's if that is another (a migrated VM claimed
-    on its new host): a VM left defined (reverted) must hold no claim, so it cannot run. A VM
-    in ``error`` may still be on its host: its claims stay for verify/repair."""
+    on its new host): a VM left defined (reverted) must hold no claim it could run on. A VM
+    in ``error`` may still be on its host: its claims stay for verify/repair; a parked VM's
+    claim of its disk stays with it (``vms.park``)."""
     held = {reservation.allocation_id}
     kept = set()  # a VM whose removal failed (error) keeps its claims until a destroy succeeds
     if reservation.vm_id:
@@ -356,7 +357,8 @@ def _release(reservation, reason, *, actor):
             if vm["state"] == VM.State.ERROR:
                 kept = {vm["allocation_id"], vm["target_allocation_id"]}
     for allocation in Allocation.objects.filter(pk__in=held - kept - {None}):
-        capacity.release(allocation, actor=actor, reason=reason)
+        if not vms.is_parked_claim(allocation):
+            capacity.release(allocation, actor=actor, reason=reason)
 
 
 def end(reservation, reason="ended by the user", *, actor):

@@ -280,6 +280,23 @@ def hold(allocation, *, actor, reason):
     return held
 
 
+def claim_disk(host_id, disk_gib, *, purpose, actor, replaces=None):
+    """Claim only disk on a host, with no end, in place of ``replaces`` (released in the same
+    transaction): what a VM kept stopped on its host (a parked one) still occupies there.
+    A fresh row, as ``hold`` writes, and no capacity check: the disk is on the host already."""
+    now = timezone.now()
+    with transaction.atomic():
+        Hypervisor.objects.select_for_update().get(pk=host_id)
+        if replaces is not None:
+            release(replaces, actor=actor, reason=f"replaced: {purpose}"[:500])
+        claimed = Allocation.objects.create(
+            host_id=host_id, purpose=purpose[:200], vcpus=0, memory_mib=0, disk_gib=disk_gib, start=now, end=None
+        )
+        changelog.record(claimed, "create", actor, reason=purpose)
+        events.emit("allocation.claimed", _event(claimed), [f"hypervisor.{host_id}", "admin"])
+    return claimed
+
+
 def demand_of(allocation, **changes):
     values = {
         "vcpus": allocation.vcpus,

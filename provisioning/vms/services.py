@@ -305,12 +305,38 @@ def has_clean_snapshot(vm):
     return any(s.get("name") == CLEAN_SNAPSHOT and s.get("state") == VM.State.STOPPED for s in vm.snapshots or [])
 
 
+PARKED_CLAIM = "parked "  # how a parked VM's disk-only claim's purpose begins
+
+
+def is_parked_claim(allocation):
+    """Is this the disk-only claim of a parked VM (which no one may run it on)?"""
+    return allocation is not None and allocation.purpose.startswith(PARKED_CLAIM)
+
+
+def park(vm_id, reason, *, actor):
+    """A VM waiting on its host for its next user, owned by no one: its disk stays there, so
+    its claim is replaced by one for that disk alone, with no end, until it is reused or
+    destroyed (``run_refusal`` will not let it run on that claim)."""
+    with transaction.atomic():  # hosts first, then the VM row (set_state): the order claims lock them in
+        vm = VM.objects.select_related("allocation").get(pk=vm_id)
+        fields = {"owner": None}
+        if not (is_parked_claim(vm.allocation) and vm.allocation.released is None):
+            fields["allocation"] = capacity.claim_disk(
+                vm.host_id, vm.disk_gib, purpose=f"{PARKED_CLAIM}{vm.key}", actor=actor, replaces=vm.allocation
+            )
+        return set_state(vm_id, VM.State.STOPPED, reason, **fields, actor=actor)
+
+
 def parked(image, host, size):
     """VMs of ``image`` on ``host`` of ``size`` waiting for a next user: back at their clean
-    snapshot (``vm.park``), stopped, their last claim released."""
+    snapshot (``vm.park``), stopped, on their parked claim (or none: parked before there was one)."""
     return (
         VM.objects.filter(image=image, host=host, state=VM.State.STOPPED, **size)
-        .filter(Q(allocation__isnull=True) | Q(allocation__released__isnull=False))
+        .filter(
+            Q(allocation__isnull=True)
+            | Q(allocation__released__isnull=False)
+            | Q(allocation__purpose__startswith=PARKED_CLAIM)
+        )
         .order_by("pk")
     )
 
@@ -328,6 +354,8 @@ def reuse_parked(*, actor, owner, image, size, allocation, name="", end=None, re
             )
             if not taken:
                 continue
+            if is_parked_claim(vm.allocation):  # the new claim counts its disk from now
+                capacity.release(vm.allocation, actor=actor, reason=f"{vm.key} reused")
             vm.refresh_from_db()
             changelog.record(vm, "update", actor, {"owner": [None, getattr(owner, "pk", None)]}, reason or "reused")
             _emit(vm)
@@ -407,6 +435,8 @@ def run_refusal(vm, action, now=None):
     allocation = vm.allocation
     if allocation is None or allocation.released is not None:
         return f"{vm} holds no claim on a host any more (its time is over): it cannot run; request a new one"
+    if is_parked_claim(allocation):
+        return f"{vm} is parked for its next user (only its disk is claimed): it cannot run; request a new one"
     if action != "revert" and vm.end is not None and vm.end <= (now or timezone.now()):
         return f"{vm}'s time ended at {vm.end:%Y-%m-%d %H:%M} UTC: it cannot run again; request a new one"
     return None

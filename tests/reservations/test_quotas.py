@@ -114,6 +114,6 @@ def test_a_vm_reverted_at_its_reservations_end_cannot_be_started(sim_host, image
     services.end(fresh(reservation), actor=alice)
     sync_jobs.drain()
     vm = VM.objects.select_related("allocation").get(pk=fresh(reservation).vm_id)
-    assert vm.state == "stopped" and vm.allocation.released is not None
-    with pytest.raises(Conflict, match="holds no claim on a host any more"):
+    assert vm.state == "stopped" and vm.allocation.vcpus == 0  # only its disk is claimed: it is parked
+    with pytest.raises(Conflict, match="is parked for its next user"):
         vms.submit_action(vm, "start", actor=alice)

@@ -1,5 +1,6 @@
 """Reservations through their services, VM jobs run in this process on the simulator."""
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -7,6 +8,7 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from provisioning.capacity import services as capacity
 from provisioning.capacity.models import Allocation
 from provisioning.drivers.sim import services as sim
 from provisioning.drivers.sim.models import SimVM
@@ -333,3 +335,57 @@ def test_reservation_topics_are_authorised(sim_host, image, alice, bob, admin_us
     assert not topics.may_subscribe(bob, f"reservation.{reservation.pk}")
     assert topics.may_subscribe(admin_user, f"reservation.{reservation.pk}")
     assert not topics.may_subscribe(bob, "reservation.x")
+
+
+def _park_one(image, user, sync_jobs):
+    vms.update_image(image, actor="test", revert_on_end=True)
+    reservation = reserve_now(user, image)
+    sync_jobs.drain()
+    services.end(fresh(reservation), actor=user)
+    sync_jobs.drain()
+    return fresh(reservation), VM.objects.get(pk=fresh(reservation).vm_id)
+
+
+def _live(host):
+    return list(Allocation.objects.filter(host=host, released__isnull=True))
+
+
+def test_a_parked_vm_keeps_its_disk_claimed_on_its_host(sim_host, image, alice, sync_jobs):
+    reservation, parked = _park_one(image, alice, sync_jobs)
+    assert reservation.status == "ended" and parked.state == "stopped" and parked.owner is None
+    [claim] = _live(sim_host)
+    assert (claim.vcpus, claim.memory_mib, claim.disk_gib) == (0, 0, parked.disk_gib)
+    assert claim.end is None and claim.owner is None and parked.allocation_id == claim.pk
+    assert claim.pk != reservation.allocation_id and reservation.allocation.released is not None
+    # 200 GiB on the host, 10 of them the parked VM's disk: 195 more do not fit.
+    now = timezone.now()
+    needs_disk = capacity.Demand(vcpus=1, memory_mib=256, disk_gib=195, start=now, end=now + H, purpose="probe")
+    with pytest.raises(capacity.NoCapacity):
+        capacity.claim_on_host(sim_host, needs_disk, actor="test")
+    assert capacity.claim_on_host(sim_host, replace(needs_disk, disk_gib=190), actor="test")
+
+
+def test_a_parked_vm_cannot_be_started_on_its_disk_claim(sim_host, image, alice, admin_user, sync_jobs):
+    _, parked = _park_one(image, alice, sync_jobs)
+    assert vms.run_refusal(parked, "start") and vms.run_refusal(parked, "revert")
+    with pytest.raises(services.Conflict):
+        vms.submit_action(parked, "start", actor=admin_user)
+    assert vms.run_refusal(parked, "stop") is None
+
+
+def test_reusing_a_parked_vm_releases_its_disk_claim_for_the_new_one(sim_host, image, alice, bob, sync_jobs):
+    _, parked = _park_one(image, alice, sync_jobs)
+    parked_claim = parked.allocation
+    second = reserve_now(bob, image)
+    sync_jobs.drain()
+    second = fresh(second)
+    assert second.status == "ready" and second.vm_id == parked.pk, second.error
+    assert Allocation.objects.get(pk=parked_claim.pk).released is not None
+    assert [a.pk for a in _live(sim_host)] == [second.allocation_id] == [second.vm.allocation_id]
+
+
+def test_destroying_a_parked_vm_releases_its_disk_claim(sim_host, image, alice, admin_user, sync_jobs):
+    _, parked = _park_one(image, alice, sync_jobs)
+    vms.submit_action(parked, "destroy", actor=admin_user)
+    sync_jobs.drain()
+    assert VM.objects.get(pk=parked.pk).state == "destroyed" and _live(sim_host) == []

@@ -5,13 +5,13 @@ boot (``lifecycle.clean_snapshot``), so it holds no user's login, files or memor
 
 - ``vm.park``: power off, revert to that snapshot (stopped, as before the first boot), and
   remove the last user's seed (it holds their password hash). The VM stays on its host,
-  stopped and owned by no one, waiting for its next user; its claim is released by whoever
-  ends the use (a reservation's end).
+  stopped and owned by no one, waiting for its next user, on a claim of its disk alone
+  (``services.park``: it may not run on it) in place of the one it ran on.
 - ``vm.reuse``: a parked VM handed to a new owner (``services.reuse_parked`` attached the new
-  claim): a fresh seed with the new user's login and a new instance id (the guest applies a
-  seed once per instance id), boot, and ready once the guest answers — as ``vm.create`` does.
-  On failure the VM is destroyed and its claim released, as a failed create, so the caller's
-  retry path builds a new VM.
+  claim and released the parked one): a fresh seed with the new user's login and a new
+  instance id (the guest applies a seed once per instance id), boot, and ready once the
+  guest answers — as ``vm.create`` does. On failure the VM is destroyed and its claim
+  released, as a failed create, so the caller's retry path builds a new VM.
 """
 
 from provisioning.drivers import base
@@ -70,7 +70,7 @@ def _power_off(vm_id, *, actor):
 
 def _park(vm_id, *, actor):
     # No one owns it while it waits: its last user can neither see nor start it any more.
-    services.set_state(vm_id, S.STOPPED, "parked, clean, for its next user", owner=None, actor=actor)
+    services.park(vm_id, "parked, clean, for its next user", actor=actor)
 
 
 def reseed(vm_id, whose, *, actor):
