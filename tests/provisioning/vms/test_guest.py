@@ -235,3 +235,12 @@ def yaml_users(text):
     import yaml
 
     return yaml.safe_load(text)["users"]
+
+
+def test_one_time_passwords_meet_windows_default_policy():
+    from reservations.services import _one_time_password
+
+    for _ in range(300):
+        word = _one_time_password()
+        assert len(word) == 16 and any(c.isupper() for c in word) and any(c.islower() for c in word)
+        assert any(c.isdigit() for c in word)
