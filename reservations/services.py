@@ -330,17 +330,31 @@ def _ready(reservation, vm, *, actor):
 
 
 def _login(reservation):
-    """The login fields the reservation lacks: its POSIX user name, and a one-time password
-    when it has no SSH key (kept encrypted; the VM's seed carries only its hash)."""
+    """The login fields the reservation lacks: its user name (POSIX, or Windows for an RDP
+    image), and a one-time password when it has no SSH key or logs in over RDP, which needs
+    one (kept encrypted; a Linux VM's seed carries only its hash, a Windows one the password)."""
     values = {}
+    flavour = vms.guest_flavour(reservation.image)
     if not reservation.connect_user:
         user = reservation.user.get_username() if reservation.user else "vcl"
-        values["connect_user"] = cloudinit.login_name(user)
-    if not reservation.ssh_key and not reservation.connect_secret:
+        values["connect_user"] = cloudinit.login_name(user, flavour=flavour)
+    rdp = flavour == cloudinit.CLOUDBASE_INIT
+    if (rdp or not reservation.ssh_key) and not reservation.connect_secret:
         probe = Reservation(connect_secret="")
-        probe.set_password(secrets.token_urlsafe(12))
+        probe.set_password(_one_time_password())
         values["connect_secret"] = probe.connect_secret
     return values
+
+
+def _one_time_password():
+    # Windows' default password policy wants three of upper case, lower case, digits and
+    # symbols; a random token can lack them, and cloudbase-init would then fail to set it.
+    while True:
+        candidate = secrets.token_urlsafe(12)
+        if any(c.isupper() for c in candidate) and any(c.islower() for c in candidate) and any(
+            c.isdigit() for c in candidate
+        ):
+            return candidate
 
 
 def _release(reservation, reason, *, actor):

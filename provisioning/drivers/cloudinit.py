@@ -2,10 +2,18 @@
 
 Contract (pure Python, no Django, no I/O):
 
+- A guest has a flavour. ``cloud-init`` (Linux, the default) gets the password only as a hash.
+  ``cloudbase-init`` (Windows, VCL's RDP case) gets the clear ``password``, because Windows
+  has no way to take a crypt(3) hash; each flavour refuses the other's password field.
 - ``seed_files(...)`` returns the three NoCloud files, ``meta-data``, ``user-data`` (a
   ``#cloud-config`` document) and ``network-config`` (version 2, DHCP on every ethernet NIC).
   The user-data creates exactly one login for the reservation: its name, a crypt(3) SHA-512
   password hash (never the clear password), its authorised SSH keys, and the hostname.
+  For ``cloudbase-init`` the user-data is the cloud-config subset cloudbase-init's
+  UserDataPlugin reads (``set_hostname``; a ``users`` entry with ``name``, ``groups``
+  Administrators and Remote Desktop Users, the clear ``passwd``, ``ssh_authorized_keys``);
+  its NoCloudConfigDriveService reads the same ``cidata`` volume, its VMwareGuestInfoService
+  the same guestinfo keys.
 - An image may bring its own cloud-config (``image_user_data``); it is merged in, but it can
   neither drop nor replace the reservation's login, nor change the keys the reservation owns
   (hostname, password authentication): such a document is refused with ``SeedError``, because
@@ -35,7 +43,17 @@ LABEL = "cidata"
 # login, possibly under software emulation: crypt(3)'s default round count is enough.
 HASH_ROUNDS = 5000
 
+CLOUD_INIT, CLOUDBASE_INIT = "cloud-init", "cloudbase-init"
+FLAVOURS = (CLOUD_INIT, CLOUDBASE_INIT)
+# The groups that let a Windows user log in over RDP and administer the machine, as VCL's
+# Linux users get sudo.
+WINDOWS_GROUPS = ("Administrators", "Remote Desktop Users")
+
 _LOGIN = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+# Windows logon names: at most 20 characters, none of these nor control characters, not only
+# dots and spaces; the built-in accounts cannot be the reservation's login.
+_WINDOWS_LOGIN = re.compile(r'^[^"/\\\[\]:;|=,+*?<>@\x00-\x1f]{1,20}$')
+_WINDOWS_BUILTIN = frozenset({"administrator", "guest"})
 _LOGIN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*$")
@@ -60,33 +78,64 @@ class GuestLogin:
     shell: str = "/bin/bash"
     sudo: str | None = "ALL=(ALL) NOPASSWD:ALL"
     image_user_data: str | None = field(default=None, repr=False)
+    flavour: str = CLOUD_INIT
+    password: str | None = field(default=None, repr=False)  # cloudbase-init only: Windows takes no hash
 
     def __post_init__(self):
-        if not _LOGIN.match(self.login) or self.login == "root":
-            raise SeedError(f"login {self.login!r}: must be a lower-case POSIX user name, not root")
+        if self.flavour not in FLAVOURS:
+            raise SeedError(f"flavour {self.flavour!r}: must be one of {', '.join(FLAVOURS)}")
+        if self.windows:
+            self._check_windows()
+        else:
+            self._check_linux()
         if not _HOSTNAME.match(self.hostname):
             raise SeedError(f"hostname {self.hostname!r}: not a valid host name")
-        if self.password_hash is not None and not _HASH.match(self.password_hash):
-            raise SeedError("password_hash: must be a crypt(3) SHA-512 hash ($6$…), never a clear password")
         # A key read from a .pub file keeps its newline; anything more is not one key.
         object.__setattr__(self, "ssh_keys", tuple(key.strip() for key in self.ssh_keys))
         for key in self.ssh_keys:
             if not key or "\n" in key or "\r" in key:
                 raise SeedError("ssh_keys: each key must be one non-empty line")
-        if not self.password_hash and not self.ssh_keys:
-            raise SeedError("the login needs a password hash or at least one SSH key")
+        if not self.password_hash and not self.password and not self.ssh_keys:
+            raise SeedError("the login needs a password or at least one SSH key")
         if not self.instance_id or "\n" in self.instance_id:
             raise SeedError("instance_id: must be one non-empty line")
 
+    @property
+    def windows(self):
+        return self.flavour == CLOUDBASE_INIT
 
-def login_name(name, fallback="vcl"):
+    def _check_linux(self):
+        if not _LOGIN.fullmatch(self.login) or self.login == "root":
+            raise SeedError(f"login {self.login!r}: must be a lower-case POSIX user name, not root")
+        if self.password is not None:
+            raise SeedError("password: a clear password is only for cloudbase-init guests; cloud-init gets the hash")
+        if self.password_hash is not None and not _HASH.match(self.password_hash):
+            raise SeedError("password_hash: must be a crypt(3) SHA-512 hash ($6$…), never a clear password")
+
+    def _check_windows(self):
+        name = self.login
+        if not _WINDOWS_LOGIN.fullmatch(name) or not name.strip(". ") or name.lower() in _WINDOWS_BUILTIN:
+            raise SeedError(
+                f"login {name!r}: must be a Windows user name (at most 20 characters, none of "
+                '"/\\[]:;|=,+*?<>@), not a built-in account'
+            )
+        if self.password_hash is not None:
+            raise SeedError("password_hash: Windows cannot take a hash; a cloudbase-init guest gets the password")
+        if self.password is not None and (not self.password or any(ord(c) < 32 for c in self.password)):
+            raise SeedError("password: must be non-empty, without control characters")
+
+
+def login_name(name, fallback="vcl", flavour=CLOUD_INIT):
     """A POSIX user name for ``name`` (a vclmgr username): lower-case ASCII letters, digits,
     '_' and '-', starting with a letter or '_', at most 32; ``fallback`` when nothing is left
-    or the name is root. The reservation page shows the same name the guest is given."""
-    cleaned = "".join(c if c in _LOGIN_CHARS else "_" for c in name.lower())[:32]
+    or the name is root. The reservation page shows the same name the guest is given.
+    For ``cloudbase-init`` the same characters (valid on Windows too), at most 20, and not a
+    built-in Windows account."""
+    limit, reserved = (20, _WINDOWS_BUILTIN) if flavour == CLOUDBASE_INIT else (32, {"root"})
+    cleaned = "".join(c if c in _LOGIN_CHARS else "_" for c in name.lower())[:limit]
     if cleaned and not (cleaned[0].isalpha() or cleaned[0] == "_"):
-        cleaned = ("u" + cleaned)[:32]
-    if not cleaned.strip("_") or cleaned == "root":
+        cleaned = ("u" + cleaned)[:limit]
+    if not cleaned.strip("_") or cleaned in reserved:
         return fallback
     return cleaned
 
@@ -104,6 +153,18 @@ def network_config():
 
 
 def user_data(guest):
+    doc = _windows_config(guest) if guest.windows else _linux_config(guest)
+    image = _image_config(guest.image_user_data)
+    _refuse_login_changes(image, doc, guest)
+    for key, value in image.items():
+        if key == "users":
+            doc["users"] += value
+        elif key not in doc:
+            doc[key] = value
+    return "#cloud-config\n" + _dump(doc)
+
+
+def _linux_config(guest):
     user = {"name": guest.login, "lock_passwd": guest.password_hash is None}
     if guest.password_hash:
         user["passwd"] = guest.password_hash
@@ -112,15 +173,18 @@ def user_data(guest):
     user["shell"] = guest.shell
     if guest.sudo:
         user["sudo"] = guest.sudo
-    doc = {"hostname": guest.hostname, "users": [user], "ssh_pwauth": guest.password_hash is not None}
-    image = _image_config(guest.image_user_data)
-    _refuse_login_changes(image, doc, guest.login)
-    for key, value in image.items():
-        if key == "users":
-            doc["users"] += value
-        elif key not in doc:
-            doc[key] = value
-    return "#cloud-config\n" + _dump(doc)
+    return {"hostname": guest.hostname, "users": [user], "ssh_pwauth": guest.password_hash is not None}
+
+
+def _windows_config(guest):
+    # cloudbase-init's dialect: no sudo, shell, lock_passwd or ssh_pwauth (it has none), and
+    # without a passwd it sets a random one, which suits a key-only login.
+    user = {"name": guest.login, "groups": list(WINDOWS_GROUPS)}
+    if guest.password:
+        user["passwd"] = guest.password
+    if guest.ssh_keys:
+        user["ssh_authorized_keys"] = list(guest.ssh_keys)
+    return {"set_hostname": guest.hostname, "users": [user]}
 
 
 def seed_files(guest):
@@ -174,22 +238,25 @@ def _image_config(text):
     return doc
 
 
-def _refuse_login_changes(image, doc, login):
-    for key in ("hostname", "ssh_pwauth"):
+def _refuse_login_changes(image, doc, guest):
+    login = guest.login
+    # Windows user names are case-insensitive: ALICE would be the same account as alice.
+    same = (lambda name: str(name).lower() == login.lower()) if guest.windows else (lambda name: name == login)
+    for key in ("set_hostname",) if guest.windows else ("hostname", "ssh_pwauth"):
         if key in image and image[key] != doc[key]:
             raise SeedError(f"image user-data: {key} is set by the reservation and cannot be changed")
-    if "fqdn" in image and not str(image["fqdn"]).startswith(doc["hostname"] + "."):
+    if "fqdn" in image and not str(image["fqdn"]).startswith(guest.hostname + "."):
         raise SeedError("image user-data: fqdn must start with the reservation's hostname")
     for entry in image.get("users", []):
         name = entry.get("name") if isinstance(entry, dict) else entry
-        if name == login:
+        if same(name):
             raise SeedError(f"image user-data: users may not redefine the reservation's login {login!r}")
     default_user = image.get("user")
     if default_user is not None:
         name = default_user.get("name") if isinstance(default_user, dict) else default_user
-        if name == login:
+        if same(name):
             raise SeedError(f"image user-data: user may not redefine the reservation's login {login!r}")
-    if "chpasswd" in image and _names_in_chpasswd(image["chpasswd"]) & {login}:
+    if "chpasswd" in image and any(same(name) for name in _names_in_chpasswd(image["chpasswd"])):
         raise SeedError(f"image user-data: chpasswd may not change the password of {login!r}")
 
 

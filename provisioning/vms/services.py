@@ -22,7 +22,7 @@ from django.db.models import ProtectedError, Q, RestrictedError
 from django.utils import timezone
 
 from provisioning.capacity import services as capacity
-from provisioning.drivers import base
+from provisioning.drivers import base, cloudinit
 from provisioning.drivers.base import vm_key
 from provisioning.jobs import services as jobs
 from provisioning.jobs.models import Job
@@ -231,6 +231,12 @@ def spec(variant):
 def login_protocol(image):
     """How a user logs into the image's VMs: ``rdp`` for Windows, else ``ssh``."""
     return "rdp" if "windows" in (image.os or "").lower() else "ssh"
+
+
+def guest_flavour(image):
+    """Which first-boot agent the image runs: cloudbase-init on Windows (the RDP images), else
+    cloud-init. The guest's seed is written in its dialect (``cloudinit.GuestLogin.flavour``)."""
+    return cloudinit.CLOUDBASE_INIT if login_protocol(image) == "rdp" else cloudinit.CLOUD_INIT
 
 
 def login_port(image):

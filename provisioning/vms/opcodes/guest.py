@@ -5,7 +5,9 @@
   password, which is made here from the encrypted clear one and never stored); an image may
   add its own cloud-config (``Image.user_data``). The instance id is fresh for every seed, so
   cloud-init applies each seed once. A VM asked for directly gets its owner's login with the
-  SSH key its request gave; without a key, None (the image's own login).
+  SSH key its request gave; without a key, None (the image's own login). A Windows image
+  (``services.guest_flavour``) gets the cloudbase-init flavour, and with it the clear
+  one-time password, since Windows cannot take a hash; no other image ever gets it.
 - ``wait_answer(...)``: "ready means reachable". A VM is ready when its login service
   answers at its address and port with a real greeting (an ``SSH-`` banner; for RDP, an
   X.224 connection confirm), because QEMU user-mode networking accepts a TCP connection
@@ -27,24 +29,29 @@ _RDP_HELLO = bytes.fromhex("030000130ee000000000000100080003000000")
 
 
 def guest_login(vm):
+    flavour = services.guest_flavour(vm.image)
     reservation = vm.reservations.order_by("-pk").first()
     if reservation is not None:
         password, key = reservation.get_password(), reservation.ssh_key
-        login = reservation.connect_user or cloudinit.login_name(reservation.user.get_username())
+        login = reservation.connect_user or cloudinit.login_name(reservation.user.get_username(), flavour=flavour)
     elif vm.owner is not None:  # a VM asked for directly: its owner, by the key the request gave
-        password, key, login = "", vm.ssh_key, cloudinit.login_name(vm.owner.get_username())
+        password, key = "", vm.ssh_key
+        login = cloudinit.login_name(vm.owner.get_username(), flavour=flavour)
     else:
         return None
     keys = tuple(line for line in key.splitlines() if line.strip())
     if not password and not keys:
         return None
+    windows = flavour == cloudinit.CLOUDBASE_INIT
     return cloudinit.GuestLogin(
         instance_id=f"{vm.key}-{secrets.token_hex(8)}",
         hostname=vm.key,
         login=login,
-        password_hash=cloudinit.password_hash(password) if password else None,
+        password_hash=cloudinit.password_hash(password) if password and not windows else None,
+        password=password if password and windows else None,
         ssh_keys=keys,
         image_user_data=vm.image.user_data or None,
+        flavour=flavour,
     )
 
 

@@ -152,3 +152,93 @@ def test_the_iso_reads_back_as_a_cidata_volume_with_exact_names():
 def test_the_iso_refuses_files_nocloud_does_not_read():
     with pytest.raises(SeedError):
         cloudinit.seed_iso({"vendor-secrets": b"x"})
+
+
+# --- the cloudbase-init flavour (Windows images) ----------------------------------------------
+
+CLEAR = "One-time-Secret-9"
+
+
+def windows(**over):
+    fields = {"instance_id": "vm-43", "hostname": "lab-43", "login": "alice", "password": CLEAR,
+              "ssh_keys": (KEY,), "flavour": "cloudbase-init"}
+    return GuestLogin(**{**fields, **over})
+
+
+def test_a_windows_guest_gets_its_user_with_the_clear_password_in_the_rdp_groups():
+    doc = cloud_config(cloudinit.user_data(windows()))
+    assert doc == {
+        "set_hostname": "lab-43",
+        "users": [{"name": "alice", "groups": ["Administrators", "Remote Desktop Users"], "passwd": CLEAR,
+                   "ssh_authorized_keys": [KEY]}],
+    }  # cloudbase-init's dialect: nothing it does not read (sudo, shell, lock_passwd, ssh_pwauth)
+    assert "$6$" not in cloudinit.user_data(windows())
+    assert yaml.safe_load(cloudinit.meta_data(windows())) == {"instance-id": "vm-43", "local-hostname": "lab-43"}
+
+
+def test_the_windows_user_data_passes_cloud_inits_schema_check_too(tmp_path):
+    # cloud-init's schema accepts this document (set_hostname is a key it ignores; passwd a
+    # string); the check guards the YAML's shape. cloud-init itself would take that passwd for a
+    # hash, which is why only the cloudbase-init flavour ever carries the clear password.
+    check = schema_check(tmp_path, cloudinit.user_data(windows()))
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_key_only_windows_login_has_no_passwd():
+    [user] = cloud_config(cloudinit.user_data(windows(password=None)))["users"]
+    assert "passwd" not in user and user["ssh_authorized_keys"] == [KEY]
+
+
+def test_the_password_is_not_in_the_repr():
+    assert CLEAR not in repr(windows()) and "password=" not in repr(windows())
+    assert HASH not in repr(guest())
+
+
+def test_a_linux_guest_refuses_a_clear_password():
+    with pytest.raises(SeedError, match="only for cloudbase-init"):
+        guest(password_hash=None, password=CLEAR)
+    with pytest.raises(SeedError, match="only for cloudbase-init"):
+        guest(password=CLEAR)
+
+
+def test_a_windows_guest_refuses_a_hash():
+    with pytest.raises(SeedError, match="Windows cannot take a hash"):
+        windows(password_hash=HASH)
+
+
+def test_an_unknown_flavour_is_refused():
+    with pytest.raises(SeedError, match="flavour"):
+        guest(flavour="sysprep")
+
+
+@pytest.mark.parametrize("login", ["Jörg Müller", "first.last", "a" * 20, "ALICE-1"])
+def test_windows_login_names_windows_allows(login):
+    assert windows(login=login).login == login
+
+
+@pytest.mark.parametrize(
+    "login", ["", "a" * 21, "Administrator", "guest", "a/b", "a\\b", "a@b", "a:b", "a*b", 'a"b', "...", "  ",
+              "alice\n", "tab\tbed"],
+)
+def test_windows_login_names_windows_refuses(login):
+    with pytest.raises(SeedError, match="Windows user name"):
+        windows(login=login)
+
+
+def test_a_posix_login_with_a_trailing_newline_is_refused():
+    with pytest.raises(SeedError, match="POSIX"):
+        guest(login="alice\n")
+
+
+def test_a_windows_login_name_is_at_most_20_and_never_administrator():
+    assert cloudinit.login_name("a-very-long-user-name@example.org", flavour="cloudbase-init") == "a-very-long-user-nam"
+    assert cloudinit.login_name("Administrator", flavour="cloudbase-init") == "vcl"
+    assert cloudinit.login_name("Administrator") == "administrator"  # a fine name on Linux
+
+
+def test_the_image_cannot_take_the_windows_login_or_hostname():
+    for image in ("#cloud-config\nset_hostname: other\n", "#cloud-config\nusers:\n  - name: ALICE\n    passwd: x\n"):
+        with pytest.raises(SeedError, match="set_hostname|reservation's login"):
+            cloudinit.user_data(windows(image_user_data=image))
+    doc = cloud_config(cloudinit.user_data(windows(image_user_data="#cloud-config\nset_timezone: UTC\n")))
+    assert doc["set_timezone"] == "UTC" and doc["users"][0]["passwd"] == CLEAR

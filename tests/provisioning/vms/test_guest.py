@@ -173,3 +173,74 @@ def test_the_reservation_page_shows_a_forwarded_port(sim_host, image, alice, cli
     client.force_login(alice)
     page = client.get(f"/reservations/{reservation.pk}/").content.decode()
     assert 'id="connect-port">40222<' in page and "ssh -p 40222 alice@" in page
+
+
+@pytest.fixture
+def windows_image(db):
+    image = services.create_image(actor="test", name="win-2022", os="Windows Server 2022", min_memory_mib=256,
+                                  default_memory_mib=512, default_disk_gib=5)
+    services.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/win-2022",
+                         checksum="", size_gib=2)
+    return image
+
+
+def secrets_shown(password):
+    """Where a password must never appear: jobs, events, the change log, the history, ``vm list``."""
+    import io
+
+    from django.core.management import call_command
+
+    from reservations.models import ReservationHistory
+    from vclmgr.models import Event, ObjectChange
+
+    out = io.StringIO()
+    call_command("vm", "list", stdout=out)
+    texts = [out.getvalue()]
+    assert Job.objects.exists() and Event.objects.exists() and VM.objects.get().key in texts[0]  # not vacuous
+    texts += [str(job.steps) + str(job.result) + str(job.params) for job in Job.objects.all()]
+    texts += [str(event.data) for event in Event.objects.all()]
+    texts += [str(vars(row)) for model in (ObjectChange, ReservationHistory) for row in model.objects.all()]
+    return [text for text in texts if password in text]
+
+
+def test_a_windows_reservation_gets_the_cloudbase_init_flavour_with_the_clear_password(
+    sim_host, windows_image, django_user_model, sync_jobs
+):
+    from provisioning.drivers import cloudinit
+
+    user = django_user_model.objects.create_user("Student.With.A.Long.Name", "s@example.org", "pw-123456789")
+    reservation = reserve(user, windows_image, sync_jobs, ssh_key=KEY)
+    assert reservation.status == "ready"
+    password = reservation.get_password()
+    assert password, "RDP needs a password even when the user gave a key"
+    spec = vm_spec(built(reservation.vm))
+    login = spec.guest
+    assert (login.flavour, login.password, login.password_hash) == ("cloudbase-init", password, None)
+    assert login.login == reservation.connect_user == "student_with_a_long_" and login.ssh_keys == (KEY,)
+    [entry] = yaml_users(cloudinit.user_data(login))
+    assert entry["passwd"] == password and entry["groups"] == ["Administrators", "Remote Desktop Users"]
+    assert password not in repr(spec)
+    assert reservations.connection(reservation)["user"] == "student_with_a_long_"
+    assert not secrets_shown(password)
+
+
+def test_a_linux_reservation_never_gets_the_clear_password(sim_host, image, alice, sync_jobs):
+    reservation = reserve(alice, image, sync_jobs)
+    login = vm_spec(built(reservation.vm)).guest
+    assert (login.flavour, login.password) == ("cloud-init", None)
+    assert sha512_crypt.verify(reservation.get_password(), login.password_hash)
+
+
+def yaml_users(text):
+    import yaml
+
+    return yaml.safe_load(text)["users"]
+
+
+def test_one_time_passwords_meet_windows_default_policy():
+    from reservations.services import _one_time_password
+
+    for _ in range(300):
+        word = _one_time_password()
+        assert len(word) == 16 and any(c.isupper() for c in word) and any(c.islower() for c in word)
+        assert any(c.isdigit() for c in word)

@@ -85,3 +85,55 @@ def test_the_lifecycle_on_vcsim(esx_host, vmdk_image, admin_user, sync_jobs, tmp
     finally:
         for made in VM.objects.all():
             driver.destroy(made.key)
+
+
+def test_a_windows_reservation_on_vcsim_gets_cloudbase_inits_guestinfo(esx_host, tmp_path, alice, sync_jobs, caplog):
+    import io
+    import json
+    import logging
+    from datetime import timedelta
+
+    import yaml
+    from django.core.management import call_command
+
+    from provisioning.drivers.vmware import guestinfo
+    from reservations import services as reservations
+    from reservations.models import Reservation
+    from vclmgr.models import Event
+
+    content = f"windows vmdk of {tmp_path.name}\n".encode()
+    path = tmp_path / "win.vmdk"
+    path.write_bytes(content)
+    image = services.create_image(actor="test", name="win-vmware", os="Windows Server 2022", min_memory_mib=256,
+                                  default_memory_mib=512, default_disk_gib=10)
+    services.add_variant(image, actor="test", hypervisor_type="vmware", format="vmdk", location=str(path),
+                         checksum="sha256:" + hashlib.sha256(content).hexdigest(), size_gib=1)
+    driver = drivers.driver_for(esx_host)
+    caplog.set_level(logging.DEBUG)
+    reservation = reservations.reserve(alice, image, actor=alice, duration=timedelta(hours=1))
+    sync_jobs.drain()
+    reservation = Reservation.objects.get(pk=reservation.pk)
+    try:
+        assert reservation.status == "ready", reservation.error
+        password, key = reservation.get_password(), reservation.vm.key
+        extra = driver._extra(driver._vm(key))
+        # What cloudbase-init's VMwareGuestInfoService reads: the same keys and encodings as cloud-init's.
+        user = yaml.safe_load(guestinfo.decode(extra["guestinfo.userdata"], extra["guestinfo.userdata.encoding"]))
+        meta = json.loads(guestinfo.decode(extra["guestinfo.metadata"], extra["guestinfo.metadata.encoding"]))
+        assert user["set_hostname"] == meta["local-hostname"] == key
+        assert user["users"] == [{"name": "alice", "groups": ["Administrators", "Remote Desktop Users"],
+                                  "passwd": password}]
+        listing = io.StringIO()
+        call_command("vm", "list", stdout=listing)
+        assert key in listing.getvalue() and password not in listing.getvalue()
+        assert password not in repr(driver.list_vms()) and password not in repr(driver._info(driver._vm(key)))
+        assert not [event for event in Event.objects.all() if password in str(event.data)]
+        assert not [job for job in Job.objects.all() if password in str(job.steps) + str(job.result)]
+        assert password not in caplog.text
+        reservations.end(reservation, actor=alice)
+        sync_jobs.drain()
+        # The password leaves the host with the VM (or with its seed, for a VM kept for reuse).
+        assert driver.state(key) == "absent" or not driver._extra(driver._vm(key)).get("guestinfo.userdata")
+    finally:
+        for made in VM.objects.all():
+            driver.destroy(made.key)
