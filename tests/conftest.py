@@ -10,6 +10,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from inventory import services as inventory_services
+from provisioning.capacity.snapshot import snapshot
 from tests import processes
 from vclmgr import tokens
 from vclmgr.changelog import Actor
@@ -33,6 +34,15 @@ def _close_database_pools(django_db_setup):
 @pytest.fixture(autouse=True)
 def _fresh_throttle():
     caches["throttle"].clear()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_snapshot():
+    """Each process keeps one placement snapshot; a test starts and ends with an empty one, so
+    no test sees hosts another test made."""
+    snapshot.reset()
+    yield
+    snapshot.reset()
 
 
 @pytest.fixture(autouse=True)

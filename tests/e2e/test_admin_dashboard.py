@@ -16,8 +16,7 @@ from tests.conftest import TEST
 from tests.provisioning.jobs.helpers import wait_until
 from tests.reservations import conftest as reservation_fixtures
 
-# A fresh placement snapshot per test (autouse) and a simulated image, as the reservations tests have them.
-_fresh_snapshot = reservation_fixtures._fresh_snapshot
+# A simulated image, as the reservations tests have it.
 image = reservation_fixtures.image
 
 pytestmark = pytest.mark.slow

@@ -2,16 +2,8 @@
 
 import pytest
 
-from provisioning.capacity.snapshot import snapshot
 from provisioning.vms import services as vms
 from tests.provisioning.jobs.conftest import SyncJobs
-
-
-@pytest.fixture(autouse=True)
-def _fresh_snapshot():
-    snapshot.reset()
-    yield
-    snapshot.reset()
 
 
 @pytest.fixture

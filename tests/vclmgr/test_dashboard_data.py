@@ -17,8 +17,7 @@ from tests.conftest import TEST
 from tests.reservations import conftest as reservation_fixtures
 from vclmgr import dashboard
 
-# A fresh placement snapshot per test (autouse) and a simulated image, as the reservations tests have them.
-_fresh_snapshot = reservation_fixtures._fresh_snapshot
+# A simulated image, as the reservations tests have it.
 image = reservation_fixtures.image
 
 H = timedelta(hours=1)

@@ -14,13 +14,6 @@ from tests.conftest import TEST
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _fresh_snapshot():
-    snapshot.reset()
-    yield
-    snapshot.reset()
-
-
 def demand(hours=2, start=None, **fields):
     start = start or timezone.now()
     values = {"vcpus": 2, "memory_mib": 4096, "disk_gib": 20, "start": start, "end": start + timedelta(hours=hours)}

@@ -10,17 +10,9 @@ from django.utils import timezone
 from provisioning.capacity import loaders
 from provisioning.capacity import services as capacity
 from provisioning.capacity.models import Allocation
-from provisioning.capacity.snapshot import snapshot
 from tests.conftest import TEST
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _fresh_snapshot():
-    snapshot.reset()
-    yield
-    snapshot.reset()
 
 
 def whole_host(hours=1):

@@ -7,17 +7,9 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from provisioning.capacity import services as capacity
-from provisioning.capacity.snapshot import snapshot
 from tests.conftest import TEST
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _fresh_snapshot():
-    snapshot.reset()
-    yield
-    snapshot.reset()
 
 
 def test_the_api_plans_without_claiming(api, admin_user, make_host):

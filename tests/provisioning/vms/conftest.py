@@ -3,16 +3,8 @@
 import pytest
 
 from inventory.models import Hypervisor
-from provisioning.capacity.snapshot import snapshot
 from provisioning.vms import services
 from tests.provisioning.jobs.conftest import SyncJobs
-
-
-@pytest.fixture(autouse=True)
-def _fresh_snapshot():
-    snapshot.reset()
-    yield
-    snapshot.reset()
 
 
 @pytest.fixture
