@@ -56,17 +56,34 @@ def check_host(host):
             message = f"{where} but vclmgr {_why_not_known(int(match[1]), host)}"
         else:
             message = f"{where}; not a vclmgr name (made outside vclmgr?)"
-        findings.append(_finding("unknown", message, host=host.name, key=key, ours=bool(match),
-                                 host_state=str(info.state)))
+        findings.append(
+            _finding("unknown", message, host=host.name, key=key, ours=bool(match), host_state=str(info.state))
+        )
     for key, vm in sorted(known.items()):
         info = running.get(key)
         if info is None:
-            findings.append(_finding("absent", f"{key} is {vm.state} in vclmgr but absent on {host.name}",
-                                     host=host.name, key=key, vm=vm.pk, db_state=vm.state))
+            findings.append(
+                _finding(
+                    "absent",
+                    f"{key} is {vm.state} in vclmgr but absent on {host.name}",
+                    host=host.name,
+                    key=key,
+                    vm=vm.pk,
+                    db_state=vm.state,
+                )
+            )
         elif vm.state in VM.BUILT and str(info.state) != vm.state:
-            findings.append(_finding("drift", f"{key} is {vm.state} in vclmgr but {info.state} on {host.name}",
-                                     host=host.name, key=key, vm=vm.pk, db_state=vm.state,
-                                     host_state=str(info.state)))
+            findings.append(
+                _finding(
+                    "drift",
+                    f"{key} is {vm.state} in vclmgr but {info.state} on {host.name}",
+                    host=host.name,
+                    key=key,
+                    vm=vm.pk,
+                    db_state=vm.state,
+                    host_state=str(info.state),
+                )
+            )
     return findings
 
 
@@ -89,14 +106,25 @@ def check_claims():
     )
     orphans = Allocation.objects.filter(released__isnull=True).exclude(held).select_related("host").order_by("pk")
     findings = [
-        _finding("orphan_claim", f"claim {a.pk} on {a.host.name} ({a.purpose}) is held by no live VM or reservation",
-                 host=a.host.name, allocation=a.pk, purpose=a.purpose)
+        _finding(
+            "orphan_claim",
+            f"claim {a.pk} on {a.host.name} ({a.purpose}) is held by no live VM or reservation",
+            host=a.host.name,
+            allocation=a.pk,
+            purpose=a.purpose,
+        )
         for a in orphans.distinct()
     ]
     unclaimed = live.filter(Q(allocation__isnull=True) | Q(allocation__released__isnull=False)).select_related("host")
     findings += [
-        _finding("unclaimed_vm", f"{vm.key} is {vm.state} on {vm.host or 'no host'} without an unreleased claim",
-                 host=vm.host.name if vm.host else "", key=vm.key, vm=vm.pk, db_state=vm.state)
+        _finding(
+            "unclaimed_vm",
+            f"{vm.key} is {vm.state} on {vm.host or 'no host'} without an unreleased claim",
+            host=vm.host.name if vm.host else "",
+            key=vm.key,
+            vm=vm.pk,
+            db_state=vm.state,
+        )
         for vm in unclaimed.order_by("pk")
     ]
     return findings

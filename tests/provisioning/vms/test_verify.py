@@ -164,3 +164,42 @@ def test_the_schedule_follows_the_setting_and_does_not_pile_up(db, admin_user):
     first = tasks.submit_verify()
     assert first and tasks.submit_verify() is None
     assert Job.objects.get(pk=first).opcode == "cluster.verify"
+
+
+def test_the_api_shows_runs_and_releases_for_staff_only(sim_host, image, alice, admin_user, api, sync_jobs):
+    orphan = Allocation.objects.create(host=sim_host, purpose="vm 424242", vcpus=1, memory_mib=256, disk_gib=1,
+                                       start=timezone.now())
+    assert api(admin_user).get("/api/v1/verify/").status_code == 404  # no report yet
+    response = api(admin_user).post("/api/v1/verify/")
+    assert response.status_code == 202, response.content
+    sync_jobs.drain()
+    assert Job.objects.get(pk=response.json()["job"]).opcode == "cluster.verify"
+    body = api(admin_user).get("/api/v1/verify/").json()
+    assert body["job_id"] == response.json()["job"]
+    assert [f["kind"] for f in body["findings"]] == ["orphan_claim"]
+    for call in (lambda c: c.get("/api/v1/verify/"), lambda c: c.post("/api/v1/verify/"),
+                 lambda c: c.post(f"/api/v1/verify/claims/{orphan.pk}/release/")):
+        assert call(api(alice)).status_code in (403, 404)
+    assert Job.objects.filter(opcode="cluster.verify").count() == 1  # alice's POST submitted nothing
+    assert Allocation.objects.get(pk=orphan.pk).released is None
+    assert api(admin_user).post(f"/api/v1/verify/claims/{orphan.pk}/release/").status_code == 200
+    assert Allocation.objects.get(pk=orphan.pk).released is not None
+    assert api(admin_user).post(f"/api/v1/verify/claims/{orphan.pk}/release/").status_code == 409
+
+
+def test_the_page_lists_findings_for_staff_only(client, sim_host, image, alice, admin_user, sync_jobs):
+    orphan = Allocation.objects.create(host=sim_host, purpose="vm 424242", vcpus=1, memory_mib=256, disk_gib=1,
+                                       start=timezone.now())
+    client.force_login(alice)
+    for response in (client.get("/vms/verify/"), client.post("/vms/verify/run/"),
+                     client.post(f"/vms/verify/claims/{orphan.pk}/release/")):
+        assert response.status_code in (403, 404)
+    assert not Job.objects.filter(opcode="cluster.verify").exists()
+    client.force_login(admin_user)
+    assert "No report yet" in client.get("/vms/verify/").content.decode()
+    client.post("/vms/verify/run/")
+    sync_jobs.drain()
+    page = client.get("/vms/verify/").content.decode()
+    assert f"claim {orphan.pk} on sim-1 (vm 424242) is held by no live VM or reservation" in page
+    client.post(f"/vms/verify/claims/{orphan.pk}/release/")
+    assert Allocation.objects.get(pk=orphan.pk).released is not None
