@@ -29,6 +29,7 @@ from vclmgr.errors import Conflict
 OUR_KEY = re.compile(rf"^{re.escape(base.VM_KEY_PREFIX)}(\d+)$")
 # Defined on the host by now; staging/defining may not be yet, migrating is on two hosts at once.
 CHECKED = ("starting", "running", "stopped", "suspended", "error")
+KEEP_REPORTS = 100
 # Reservation statuses that hold their claim (reservations.models.Reservation.ACTIVE; the VM
 # layer may not import reservations, so it names them through the reverse relation only).
 HOLDING_RESERVATION = ("requested", "pending", "placing", "provisioning", "ready")
@@ -141,7 +142,11 @@ def run(*, actor, job_id=None):
     )
     findings = [f for host in hosts for f in check_host(host)]  # no transaction across driver calls
     findings += check_claims()
-    return VerifyReport.objects.create(job_id=job_id, hosts_checked=len(hosts), findings=findings)
+    report = VerifyReport.objects.create(job_id=job_id, hosts_checked=len(hosts), findings=findings)
+    # an hourly schedule would otherwise keep every report forever; jobs keep their own history
+    keep = list(VerifyReport.objects.order_by("-pk").values_list("pk", flat=True)[:KEEP_REPORTS])
+    VerifyReport.objects.exclude(pk__in=keep).delete()
+    return report
 
 
 def latest():

@@ -203,3 +203,10 @@ def test_the_page_lists_findings_for_staff_only(client, sim_host, image, alice, 
     assert f"claim {orphan.pk} on sim-1 (vm 424242) is held by no live VM or reservation" in page
     client.post(f"/vms/verify/claims/{orphan.pk}/release/")
     assert Allocation.objects.get(pk=orphan.pk).released is not None
+
+
+def test_only_the_latest_reports_are_kept(db, monkeypatch):
+    monkeypatch.setattr(verify, "KEEP_REPORTS", 2)
+    made = [verify.run(actor="test").pk for _ in range(3)]
+    assert list(VerifyReport.objects.values_list("pk", flat=True)) == made[:0:-1]
+    assert verify.latest().pk == made[-1]
