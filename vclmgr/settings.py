@@ -311,6 +311,8 @@ INVENTORY_IMPORT_MAX_BYTES = env.int("INVENTORY_IMPORT_MAX_BYTES", 20 * 1024 * 1
 INVENTORY_IMPORT_MAX_ROWS = env.int("INVENTORY_IMPORT_MAX_ROWS", 20_000, minimum=1)
 # How often every online or drained host's facts are re-read from its driver (0: never).
 FACTS_REFRESH_MINUTES = env.int("FACTS_REFRESH_MINUTES", 10, minimum=0)
+# How often cluster.verify compares the database with every hypervisor (0: never on its own).
+VERIFY_MINUTES = env.int("VERIFY_MINUTES", 60, minimum=0)
 
 # --- hypervisor drivers and VMs ------------------------------------------------------
 # Options for every host of a driver kind, as JSON: {"vmware": {"insecure": true}, "libvirt": {...}}.

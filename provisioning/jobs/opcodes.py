@@ -151,13 +151,20 @@ class VerifyFailed(Exception):
     pass
 
 
+# Checks other apps add (name -> fn(job) returning {"problems": [...], ...}): the jobs layer may
+# not import them, so they register themselves (the VM app's hypervisor check, in its ready()).
+VERIFY_CHECKS = {}
+
+
 @opcode("cluster.verify", params=VerifyParams, locks=lambda p: [("cluster", SHARED)])
 def cluster_verify(job):
-    """Check the cluster's bookkeeping (jobs and queue now; more as the cluster grows)."""
+    """Check the cluster's bookkeeping (jobs and queue) and every registered check (hypervisors)."""
     checks = {
         "jobs": job.step("jobs", _verify_jobs, job.params["stale_minutes"]),
         "queue": job.step("queue", _verify_queue),
     }
+    for name, check in VERIFY_CHECKS.items():
+        checks[name] = job.step(name, check, job)
     problems = [p for check in checks.values() for p in check["problems"]]
     for problem in problems:
         job.log(problem, "warning")

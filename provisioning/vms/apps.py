@@ -11,7 +11,8 @@ class VmsConfig(AppConfig):
         from django_q.signals import post_spawn
 
         from inventory import services as inventory
-        from provisioning.vms import services, tasks
+        from provisioning.jobs import opcodes as job_opcodes
+        from provisioning.vms import services, tasks, verify
         from vclmgr import topics
 
         post_spawn.connect(tasks.on_worker_start, dispatch_uid="provisioning.vms.facts_refresh")
@@ -19,3 +20,4 @@ class VmsConfig(AppConfig):
         if services.in_use_reason not in inventory.IN_USE_CHECKERS:
             inventory.IN_USE_CHECKERS.append(services.in_use_reason)
         topics.register("vm", services.may_see_vm)
+        job_opcodes.VERIFY_CHECKS["hypervisors"] = verify.job_check

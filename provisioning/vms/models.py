@@ -275,3 +275,19 @@ class QuotaRule(models.Model):
                     errors[field] = ["a limit for all members together needs a group"]
         if errors:
             raise ValidationError(errors)
+
+
+class VerifyReport(models.Model):
+    """One run of the hypervisor check of ``cluster.verify`` (``provisioning.vms.verify``):
+    what each host runs against what the database says, and claims against what holds them."""
+
+    created = models.DateTimeField(auto_now_add=True)
+    job_id = models.PositiveBigIntegerField(null=True, blank=True, help_text="The cluster.verify job that ran it.")
+    hosts_checked = models.PositiveIntegerField(default=0)
+    findings = models.JSONField(default=list, blank=True, help_text='[{"kind", "message", "host", "vm", ...}]')
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self):
+        return f"verify {self.created:%Y-%m-%d %H:%M}: {len(self.findings)} findings"

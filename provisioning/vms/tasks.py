@@ -34,6 +34,9 @@ REFRESH_REASON = f"rate-limit:{REFRESH_AT_ONCE}:facts refresh"
 ACTOR = Actor(name="facts refresh")
 END_SCHEDULE = "vclmgr: VM ends"
 END_FUNC = "provisioning.vms.tasks.end_overdue"
+VERIFY_SCHEDULE = "vclmgr: cluster verify"
+VERIFY_FUNC = "provisioning.vms.tasks.submit_verify"
+VERIFY_ACTOR = Actor(name="scheduled verify")
 
 
 def refresh_all():
@@ -70,8 +73,9 @@ def on_worker_start(**kwargs):
     """django-q2 ``post_spawn`` receiver."""
     try:
         ensure_schedule()
+        ensure_verify_schedule()
     except Exception:  # a worker must start even if the database is briefly away; the migration made it
-        log.exception("could not ensure the facts refresh schedule")
+        log.exception("could not ensure the facts refresh or verify schedule")
     periodic.start_daemon(
         "vm-clock", end_overdue, lambda: settings.RESERVATION_TICK_SECONDS,
         setup=lambda: periodic.ensure_schedule(END_SCHEDULE, END_FUNC, 1), wait_first=True,
@@ -93,3 +97,16 @@ def submit_prestage(image_id, group_id):
 
     image, group = Image.objects.get(pk=image_id), NodeGroup.objects.get(pk=group_id)
     return services.prestage(image, group, actor=Actor(name="scheduled pre-stage")).pk
+
+
+def ensure_verify_schedule(minutes=None):
+    """Make the verify Schedule match ``VERIFY_MINUTES`` (idempotent; 0 removes it)."""
+    minutes = settings.VERIFY_MINUTES if minutes is None else minutes
+    return periodic.ensure_schedule(VERIFY_SCHEDULE, VERIFY_FUNC, minutes)
+
+
+def submit_verify():
+    """Submit ``cluster.verify`` unless one is queued or running (a slow host must not pile them up)."""
+    if Job.objects.filter(opcode="cluster.verify", status__in=(*Job.PENDING, Job.Status.RUNNING)).exists():
+        return None
+    return jobs.submit("cluster.verify", {}, actor=VERIFY_ACTOR, source="vclmgr:schedule").pk

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from provisioning.vms import views
+from provisioning.vms import verify_views, views
 
 app_name = "vms"
 
@@ -14,5 +14,8 @@ urlpatterns = [
     path("images/<int:pk>/edit/", views.image_edit, name="image-edit"),
     path("images/<int:pk>/delete/", views.image_delete, name="image-delete"),
     path("images/<int:pk>/variants/", views.variant_add, name="variant-add"),
+    path("verify/", verify_views.report, name="verify"),
+    path("verify/run/", verify_views.run_now, name="verify-run"),
+    path("verify/claims/<int:pk>/release/", verify_views.release_claim, name="verify-release-claim"),
     path("variants/<int:pk>/delete/", views.variant_delete, name="variant-delete"),
 ]

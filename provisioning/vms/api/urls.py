@@ -1,6 +1,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
+from provisioning.vms.api.verify import ReleaseClaimView, VerifyView
 from provisioning.vms.api.views import ImageVariantViewSet, ImageViewSet, QuotaRuleViewSet, SimFaultView, VMViewSet
 
 router = SimpleRouter(trailing_slash=True)
@@ -10,6 +11,8 @@ router.register("vms", VMViewSet, basename="vm")
 router.register("quota-rules", QuotaRuleViewSet, basename="quotarule")
 
 urlpatterns = [
+    path("verify/", VerifyView.as_view(), name="verify"),
+    path("verify/claims/<int:pk>/release/", ReleaseClaimView.as_view(), name="verify-release-claim"),
     path("hypervisors/<int:pk>/sim-faults/", SimFaultView.as_view(), name="hypervisor-sim-faults"),
     *router.urls,
 ]
