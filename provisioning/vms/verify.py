@@ -30,9 +30,14 @@ OUR_KEY = re.compile(rf"^{re.escape(base.VM_KEY_PREFIX)}(\d+)$")
 # Defined on the host by now; staging/defining may not be yet, migrating is on two hosts at once.
 CHECKED = ("starting", "running", "stopped", "suspended", "error")
 KEEP_REPORTS = 100
-# Reservation statuses that hold their claim (reservations.models.Reservation.ACTIVE; the VM
-# layer may not import reservations, so it names them through the reverse relation only).
-HOLDING_RESERVATION = ("requested", "pending", "placing", "provisioning", "ready")
+# What else holds a claim, as Q objects on Allocation, registered at start-up by the layers
+# above this one (reservations: its active reservations), so a claim nobody holds is an orphan.
+CLAIM_HOLDERS = []
+
+
+def register_claim_holder(holds):
+    """``holds()``: a Q on Allocation matching the claims its app holds."""
+    CLAIM_HOLDERS.append(holds)
 
 
 def _finding(kind, message, **fields):
@@ -103,8 +108,9 @@ def check_claims():
     held = (
         Q(vms__state__in=VM.LIVE)
         | Q(pk__in=live.filter(target_allocation__isnull=False).values("target_allocation"))
-        | Q(reservations__status__in=HOLDING_RESERVATION)
     )
+    for holds in CLAIM_HOLDERS:
+        held |= holds()
     orphans = Allocation.objects.filter(released__isnull=True).exclude(held).select_related("host").order_by("pk")
     findings = [
         _finding(
