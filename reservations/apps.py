@@ -8,10 +8,16 @@ class ReservationsConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
+        from inventory import services as inventory
+        from provisioning.capacity import services as capacity
         from provisioning.vms import quotas
         from reservations import services, tasks
         from vclmgr import topics
 
         topics.register("reservation", services.may_see)
         quotas.register("reservation", services.holdings)
+        if services.follow_claim not in capacity.ON_MOVED:
+            capacity.ON_MOVED.append(services.follow_claim)
+        if services.host_left_service not in inventory.ON_STATE_CHANGE:
+            inventory.ON_STATE_CHANGE.append(services.host_left_service)
         post_spawn.connect(tasks.start_clock, dispatch_uid="reservations.clock")

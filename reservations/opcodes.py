@@ -28,3 +28,23 @@ def reservation_settle(job):
 def reservation_finish(job):
     """After the teardown: mark the reservation ended and give its capacity back."""
     return job.step("finish", services.finish, job.params["reservation"], actor=job.actor)
+
+
+class HostParams(serializers.Serializer):
+    hypervisor = serializers.IntegerField(min_value=1)
+
+
+def host_lock(params):
+    return [f"replace-reservations:{params['hypervisor']}"]
+
+
+@opcode("node.replace_reservations", params=HostParams, locks=host_lock, staff_only=True)
+def node_replace_reservations(job):
+    """Move the future reservations' claims off a drained or offline host, one step (and one
+    transaction) each; what finds no room elsewhere is flagged and its user and the admins told."""
+    host = job.params["hypervisor"]
+    ids = job.step("list", services.future_on_host, host)
+    job.expect(len(ids) + 1)
+    moved = [job.step(f"replace-{rid}", services.replace_off_host, rid, host, actor=job.actor) for rid in ids]
+    return {"hypervisor": host, "moved": sum(1 for m in moved if m.get("moved")), "degraded": [
+        m["reservation"] for m in moved if m.get("degraded")]}
