@@ -68,7 +68,9 @@ def test_draining_a_host_moves_its_three_future_reservations(make_host, image, a
     assert built.count() == 3 and {vm.host.name for vm in built} == {"sim-b"}
 
 
-def test_a_reservation_with_no_room_elsewhere_is_flagged_and_both_told(make_host, image, alice, admin_user, sync_jobs):
+def test_a_reservation_with_no_room_elsewhere_is_flagged_and_both_told(
+    make_host, image, alice, admin_user, client, sync_jobs
+):
     doomed = make_host("sim-a", cpus=8, memory_mib=8192, disk_gib=200)
     start = timezone.now() + 5 * H
     reservation = services.reserve(alice, image, actor=alice, start=start, end=start + H)
@@ -85,6 +87,9 @@ def test_a_reservation_with_no_room_elsewhere_is_flagged_and_both_told(make_host
         assert event.data["id"] == reservation.pk and "power supply died" in event.data["reason"]
     body = services_api_detail(alice, reservation)
     assert "sim-a is offline" in body["degraded"]
+    client.force_login(alice)
+    page = client.get(f"/reservations/{reservation.pk}/").content.decode()
+    assert "Endangered" in page and "power supply died" in page
 
 
 def services_api_detail(user, reservation):
@@ -111,3 +116,18 @@ def test_a_build_on_a_host_that_went_offline_is_re_placed(make_host, image, alic
     assert reservation.status == "ready", reservation.error
     assert reservation.vm.host.name == "sim-b" and reservation.allocation.host.name == "sim-b"
     assert reservation.vm.allocation_id == reservation.allocation_id and live_hosts() == ["sim-b"]
+
+
+def test_re_placing_again_changes_nothing_and_an_online_host_keeps_its_claims(make_host, image, alice, admin_user):
+    host = make_host("sim-a", cpus=8, memory_mib=8192, disk_gib=200)
+    start = timezone.now() + 5 * H
+    reservation = services.reserve(alice, image, actor=alice, start=start, end=start + H)
+    make_host("sim-b", cpus=8, memory_mib=8192, disk_gib=200)
+    snapshot.expire()
+    assert services.replace_off_host(reservation.pk, host.pk, actor="test")["note"]  # online: stays
+    inventory.set_state(host, "drained", "new disks", actor=admin_user)  # the job is queued, run by hand here
+    assert services.replace_off_host(reservation.pk, host.pk, actor="test")["moved"]
+    assert services.replace_off_host(reservation.pk, host.pk, actor="test")["note"]  # a retried step
+    assert live_hosts() == ["sim-b"] and Allocation.objects.count() == 2
+    inventory.set_state(host, "online", "disks in", actor=admin_user)
+    assert Job.objects.filter(opcode="node.replace_reservations").count() == 1
