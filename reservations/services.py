@@ -503,7 +503,15 @@ def follow_claim(old, new, *, actor):
 def host_left_service(hv, old_state, *, actor):
     """A host was drained or taken offline: submit the job that re-places its future
     reservations (registered in ``inventory.services.ON_STATE_CHANGE``; runs in its transaction)."""
-    if hv.state == "online" or not future_on_host(hv.pk):
+    if hv.state == "online":
+        # Back in service: what was flagged for it is safe again where it is.
+        for reservation in Reservation.objects.filter(allocation__host_id=hv.pk, allocation__released__isnull=True,
+                                                      status__in=NOT_BUILT).exclude(degraded=""):  # fmt: skip
+            Reservation.objects.filter(pk=reservation.pk).update(degraded="", updated=timezone.now())
+            reservation.degraded = ""
+            _history(reservation, f"safe again: {hv.name} is back online")
+        return None
+    if not future_on_host(hv.pk):
         return None
     return jobs.submit(
         "node.replace_reservations", {"hypervisor": hv.pk}, actor=actor,

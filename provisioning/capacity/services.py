@@ -257,11 +257,12 @@ def moved(old, new, *, actor):
 def replace_claim(old, demand, *, actor, reason):
     """Claim ``demand`` elsewhere and release ``old`` in one transaction (never both counted
     after it, never neither), then repoint its holders; ``NoCapacity``/``TryAgain`` change nothing."""
+    if old.released is not None:
+        raise Released("this allocation was released")
     with transaction.atomic():
-        if not Allocation.objects.filter(pk=old.pk, released__isnull=True).exists():
-            raise Released("this allocation was released")
         fresh = claim(demand, actor=actor, owner=old.owner)
-        release(old, actor=actor, reason=f"{reason}: moved to {fresh.host.name}"[:500])
+        if not release(old, actor=actor, reason=f"{reason}: moved to {fresh.host.name}"[:500]):
+            raise Released("this allocation was released")  # meanwhile: rolls the fresh claim back
         moved(old, fresh, actor=actor)
     return fresh
 

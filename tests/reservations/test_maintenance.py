@@ -90,6 +90,9 @@ def test_a_reservation_with_no_room_elsewhere_is_flagged_and_both_told(
     client.force_login(alice)
     page = client.get(f"/reservations/{reservation.pk}/").content.decode()
     assert "Endangered" in page and "power supply died" in page
+    inventory.set_state(doomed, "online", "power supply replaced", actor=admin_user)
+    reservation = Reservation.objects.get(pk=reservation.pk)
+    assert not reservation.degraded and reservation.history.last().reason == "safe again: sim-a is back online"
 
 
 def services_api_detail(user, reservation):

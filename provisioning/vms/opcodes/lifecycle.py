@@ -172,9 +172,12 @@ def replace_off(vm, *, actor):
     old = vm.allocation
     why = f"{old.host.name} is {old.host.state}"
     demand = services.vm_demand(vm, purpose=f"vm {vm.pk}", exclude_hosts=[old.host_id])
-    with transaction.atomic():
-        fresh = capacity.replace_claim(old, demand, actor=actor, reason=f"vm {vm.pk}: {why}")
-        VM.objects.filter(pk=vm.pk).update(allocation=fresh, host=fresh.host, variant=None)  # chosen for the new host
+    try:
+        with transaction.atomic():
+            fresh = capacity.replace_claim(old, demand, actor=actor, reason=f"vm {vm.pk}: {why}")
+            VM.objects.filter(pk=vm.pk).update(allocation=fresh, host=fresh.host, variant=None)  # chosen there
+    except capacity.NoCapacity as exc:
+        raise Refused(f"{why} and no other host has room: {exc}") from None
     return fresh
 
 
