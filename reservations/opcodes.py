@@ -1,4 +1,5 @@
-"""Reservation jobs: the steps that follow a VM job (``vm.create`` → settle, teardown → finish).
+"""Reservation jobs: the steps that follow a VM job (``vm.create`` → settle, teardown → finish),
+and ``node.replace_reservations`` (a host drained or taken offline: move its future claims).
 
 Each runs after the VM job it depends on ended, whatever its status, and reads the outcome
 from the database; both are idempotent, so a retried job changes nothing twice.
@@ -45,6 +46,7 @@ def node_replace_reservations(job):
     host = job.params["hypervisor"]
     ids = job.step("list", services.future_on_host, host)
     job.expect(len(ids) + 1)
-    moved = [job.step(f"replace-{rid}", services.replace_off_host, rid, host, actor=job.actor) for rid in ids]
-    return {"hypervisor": host, "moved": sum(1 for m in moved if m.get("moved")), "degraded": [
-        m["reservation"] for m in moved if m.get("degraded")]}
+    outcomes = [job.step(f"replace-{rid}", services.replace_off_host, rid, host, actor=job.actor) for rid in ids]
+    moved = [o["reservation"] for o in outcomes if o.get("moved")]
+    degraded = [o["reservation"] for o in outcomes if o.get("degraded")]
+    return {"hypervisor": host, "moved": moved, "degraded": degraded}
