@@ -1,8 +1,8 @@
 """Reservation jobs: the steps that follow a VM job (``vm.create`` → settle, teardown → finish),
 and ``node.replace_reservations`` (a host drained or taken offline: move its future claims).
 
-Each runs after the VM job it depends on ended, whatever its status, and reads the outcome
-from the database; both are idempotent, so a retried job changes nothing twice.
+The first two run after the VM job they depend on ended, whatever its status, and read the outcome
+from the database; all are idempotent, so a retried job changes nothing twice.
 """
 
 from rest_framework import serializers
