@@ -7,7 +7,9 @@ as outbox rows in that same transaction. Invalid input raises Django's
 
 ``IN_USE_CHECKERS`` lets other apps veto deleting a hypervisor: provisioning appends a
 function ``(hypervisor) -> str | None`` in its ``AppConfig.ready()`` that returns why the
-host is still in use (VMs running on it), or None.
+host is still in use (VMs running on it), or None. ``ON_STATE_CHANGE`` likewise: functions
+``(hypervisor, old_state, *, actor)`` called inside ``set_state``'s transaction (reservations
+submits the job that moves its future claims off a drained or offline host).
 """
 
 import ipaddress
@@ -38,6 +40,7 @@ from vclmgr import bulk, changelog, events
 from vclmgr.errors import InUse
 
 IN_USE_CHECKERS = []
+ON_STATE_CHANGE = []
 
 HOST_FIELDS = [
     "name", "address", "driver", "uri", "credential", "blade_center", "slot", "group",
@@ -295,6 +298,8 @@ def set_state(hv, state, reason, *, actor):
     hv.state, hv.state_reason, hv.state_changed_by, hv.state_changed_at = state, reason, actor.label[:150], now
     changelog.record(hv, "state", actor, changes, reason)
     _emit("hypervisor.state", host_data(hv, by=actor.label), _host_topics(hv))
+    for hook in ON_STATE_CHANGE:
+        hook(hv, locked.state, actor=actor)
     return True
 
 

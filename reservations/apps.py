@@ -6,15 +6,19 @@ class ReservationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from django.db.models import Q
         from django_q.signals import post_spawn
 
+        from inventory import services as inventory
+        from provisioning.capacity import services as capacity
         from provisioning.vms import quotas, verify
         from reservations import services, tasks
-        from reservations.models import Reservation
         from vclmgr import topics
 
         topics.register("reservation", services.may_see)
         quotas.register("reservation", services.holdings)
-        verify.register_claim_holder(lambda: Q(reservations__status__in=Reservation.ACTIVE))
+        verify.register_claim_holder(services.held_claims)
+        if services.follow_claim not in capacity.ON_MOVED:
+            capacity.ON_MOVED.append(services.follow_claim)
+        if services.host_left_service not in inventory.ON_STATE_CHANGE:
+            inventory.ON_STATE_CHANGE.append(services.host_left_service)
         post_spawn.connect(tasks.start_clock, dispatch_uid="reservations.clock")

@@ -59,6 +59,10 @@ class Reservation(models.Model):
     request_key = models.CharField(max_length=64, blank=True, help_text="The form's one-time key (double submits).")
     warned = models.BooleanField(default=False, help_text="The end-of-reservation warning was sent.")
     error = models.TextField(blank=True)
+    degraded = models.CharField(
+        max_length=500, blank=True,
+        help_text="Why its claim stays on a host taken out of service (no other host had room); blank: fine.",
+    )  # fmt: skip
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 

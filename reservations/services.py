@@ -23,6 +23,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from provisioning.capacity import services as capacity
@@ -216,6 +217,7 @@ def _emit(reservation, reason=""):
         "vm": reservation.vm_id,
         "reason": reason,
         "error": reservation.error,
+        "degraded": reservation.degraded,
     }
     targets = [f"reservation.{reservation.pk}", "admin"]
     if reservation.user_id:
@@ -357,6 +359,11 @@ def _one_time_password():
             return candidate
 
 
+def held_claims():
+    """The claims reservations hold, as a Q on Allocation (verify: a claim nobody holds is an orphan)."""
+    return Q(reservations__status__in=Reservation.ACTIVE)
+
+
 def _release(reservation, reason, *, actor):
     """Give back the reservation's claim, and its VM's if that is another (a migrated VM claimed
     on its new host): a VM left defined (reverted) must hold no claim it could run on. A VM
@@ -486,6 +493,93 @@ def extend(reservation, new_end, *, actor):
         changelog.record(reservation, "update", actor, {"end": [str(allocation.end), str(new_end)]}, "extended")
         _history(reservation, f"extended to {new_end:%Y-%m-%d %H:%M} UTC")
     return reservation
+
+
+# --- claims that move ----------------------------------------------------------------------
+
+NOT_BUILT = (S.REQUESTED, S.PENDING)
+
+
+def follow_claim(old, new, *, actor):
+    """A claim moved (a migration, a build re-placed off a host that left service): the
+    reservation holding it points at the one that counts now (registered in ``capacity.ON_MOVED``)."""
+    Reservation.objects.filter(allocation_id=old.pk).update(allocation=new, degraded="", updated=timezone.now())
+
+
+def host_left_service(hv, old_state, *, actor):
+    """A host was drained or taken offline: submit the job that re-places its future
+    reservations (registered in ``inventory.services.ON_STATE_CHANGE``; runs in its transaction)."""
+    if hv.state == "online":
+        # Back in service: what was flagged for it is safe again where it is.
+        for reservation in Reservation.objects.filter(allocation__host_id=hv.pk, allocation__released__isnull=True,
+                                                      status__in=NOT_BUILT).exclude(degraded=""):  # fmt: skip
+            Reservation.objects.filter(pk=reservation.pk).update(degraded="", updated=timezone.now())
+            reservation.degraded = ""
+            _history(reservation, f"safe again: {hv.name} is back online")
+        return None
+    if not future_on_host(hv.pk):
+        return None
+    return jobs.submit(
+        "node.replace_reservations", {"hypervisor": hv.pk}, actor=actor,
+        reason=f"{hv.name} is {hv.state}: {hv.state_reason}"[:500],
+    )  # fmt: skip
+
+
+def future_on_host(host_id, now=None):
+    """Ids of the accepted, not yet built reservations whose live claim is on the host."""
+    return list(
+        Reservation.objects.filter(
+            status__in=NOT_BUILT, vm__isnull=True, start__gt=now or timezone.now(),
+            allocation__host_id=host_id, allocation__released__isnull=True,
+        ).order_by("start", "pk").values_list("pk", flat=True)
+    )  # fmt: skip
+
+
+def replace_off_host(reservation_id, host_id, *, actor):
+    """Move one future reservation's claim off a host that left service, under the same
+    capacity checks as a new one, in one transaction; flag it (and tell its user and the
+    admins) when no other host has room. Idempotent: a claim moved already is left alone."""
+    from inventory.models import Hypervisor
+
+    host = Hypervisor.objects.get(pk=host_id)
+    with transaction.atomic():
+        # Locked: a cancel or an end racing this waits, and never leaves a fresh claim behind.
+        reservation = Reservation.objects.select_for_update().select_related("image").get(pk=reservation_id)
+        allocation = reservation.allocation
+        if (
+            reservation.status not in NOT_BUILT or allocation is None or allocation.released is not None
+            or allocation.host_id != host_id or host.state == Hypervisor.State.ONLINE
+        ):  # fmt: skip
+            return {"reservation": reservation_id, "note": "not on that host (or the host is back)"}
+        size = {"vcpus": reservation.vcpus, "memory_mib": reservation.memory_mib, "disk_gib": reservation.disk_gib}
+        demand = vms.demand_for(
+            reservation.image, size, start=reservation.start, end=reservation.end,
+            purpose=f"reservation {reservation.pk}", exclude_hosts=[host_id],
+        )  # fmt: skip
+        why = f"{host.name} is {host.state} ({host.state_reason})"
+        try:
+            fresh = capacity.replace_claim(allocation, demand, actor=actor, reason=f"reservation {reservation.pk}")
+        except (capacity.NoCapacity, capacity.TryAgain) as exc:
+            text = _plain(exc.result) if isinstance(exc, capacity.NoCapacity) else str(exc)
+            return _degrade(reservation, f"{why}; tried every other host: {text}")
+        reservation.refresh_from_db()
+        _history(reservation, f"moved from {host.name} to {fresh.host.name}: {why}")
+        changelog.record(reservation, "update", actor, {"host": [host.name, fresh.host.name]}, why)
+    return {"reservation": reservation_id, "moved": True, "host": fresh.host_id}
+
+
+def _degrade(reservation, why):
+    """Keep the claim where it is (the host may come back before the start), and say so."""
+    why = why[:500]
+    Reservation.objects.filter(pk=reservation.pk).update(degraded=why, updated=timezone.now())
+    reservation.degraded = why
+    _history(reservation, f"endangered: {why}")
+    targets = [f"reservation.{reservation.pk}", "admin"]
+    if reservation.user_id:
+        targets.append(topics.user_topic(reservation.user_id))
+    events.emit("reservation.degraded", {"id": reservation.pk, "reason": why, "start": reservation.start.isoformat()},
+                targets)  # fmt: skip
+    return {"reservation": reservation.pk, "degraded": True, "reason": why}
 
 
 def connection(reservation):

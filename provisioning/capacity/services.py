@@ -32,6 +32,10 @@ from vclmgr.errors import Conflict
 
 MAX_ATTEMPTS = 5
 
+# Who else points at a claim (a reservation, above this layer) registers ``(old, new, actor)``
+# in its ``AppConfig.ready()``; ``moved`` calls each, inside the transaction that moved it.
+ON_MOVED = []
+
 
 class Released(Conflict):
     """The allocation was released already (perhaps after the caller read it)."""
@@ -241,6 +245,25 @@ def extend(allocation, new_end, *, actor):
         if fresh is None:
             raise NoCapacity(_host_check(allocation.host_id, request))  # rolls the release back
         changelog.record(allocation, "update", actor, {"end": [str(allocation.end), str(new_end)]}, "extended")
+    return fresh
+
+
+def moved(old, new, *, actor):
+    """Tell every registered holder that what ``old`` stood for is now counted by ``new``."""
+    for follow in ON_MOVED:
+        follow(old, new, actor=actor)
+
+
+def replace_claim(old, demand, *, actor, reason):
+    """Claim ``demand`` elsewhere and release ``old`` in one transaction (never both counted
+    after it, never neither), then repoint its holders; ``NoCapacity``/``TryAgain`` change nothing."""
+    if old.released is not None:
+        raise Released("this allocation was released")
+    with transaction.atomic():
+        fresh = claim(demand, actor=actor, owner=old.owner)
+        if not release(old, actor=actor, reason=f"{reason}: moved to {fresh.host.name}"[:500]):
+            raise Released("this allocation was released")  # meanwhile: rolls the fresh claim back
+        moved(old, fresh, actor=actor)
     return fresh
 
 

@@ -37,7 +37,8 @@ CLAIM_HOLDERS = []
 
 def register_claim_holder(holds):
     """``holds()``: a Q on Allocation matching the claims its app holds."""
-    CLAIM_HOLDERS.append(holds)
+    if holds not in CLAIM_HOLDERS:
+        CLAIM_HOLDERS.append(holds)
 
 
 def _finding(kind, message, **fields):

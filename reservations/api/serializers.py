@@ -21,7 +21,8 @@ class ReservationSerializer(serializers.ModelSerializer):
         model = Reservation
         fields = [
             "id", "user", "image", "image_name", "start", "end", "status", "vcpus", "memory_mib", "disk_gib",
-            "vm", "vm_state", "block", "attempts", "error", "warned", "connection", "history", "created", "updated",
+            "vm", "vm_state", "block", "attempts", "error", "degraded", "warned", "connection", "history", "created",
+            "updated",
         ]  # fmt: skip
         read_only_fields = fields
 

@@ -241,3 +241,24 @@ def test_the_demo_step_registers_bc1_once(db):
     assert sorted(chassis.hypervisors.values_list("name", flat=True)) == [f"bc1-s{i:02d}" for i in range(1, 17)]
     assert set(chassis.hypervisors.values_list("driver", flat=True)) == {"sim"}
     assert NodeGroup.objects.filter(name="lab").count() == 1
+
+
+def test_a_state_change_tells_the_registered_hooks_inside_its_transaction(db, make_host, monkeypatch):
+    host = make_host(name="maint")
+    seen = []
+
+    def hook(hv, old_state, *, actor):
+        seen.append((hv.name, old_state, hv.state, Hypervisor.objects.get(pk=hv.pk).state))
+
+    monkeypatch.setattr(services, "ON_STATE_CHANGE", [hook])
+    services.set_state(host, "drained", "new disks", actor=TEST)
+    services.set_state(host, "drained", "new disks", actor=TEST)  # nothing changed: no call
+    assert seen == [("maint", "online", "drained", "drained")]
+
+    def refuse(hv, old_state, *, actor):
+        raise ValidationError({"state": ["the hook refused"]})
+
+    monkeypatch.setattr(services, "ON_STATE_CHANGE", [refuse])
+    with pytest.raises(ValidationError):
+        services.set_state(host, "offline", "power", actor=TEST)
+    assert Hypervisor.objects.get(pk=host.pk).state == "drained"  # the hook's failure rolls the change back

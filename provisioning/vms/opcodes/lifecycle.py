@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from inventory.models import Hypervisor
 from provisioning.capacity import services as capacity
 from provisioning.drivers import base
 from provisioning.drivers import registry as drivers
@@ -148,6 +149,9 @@ def claim(vm_id, exclude=(), *, actor):
     ``exclude``: ids of hosts not to use (where a first attempt failed).
     """
     vm = load_vm(vm_id)
+    if vm.allocation_id and vm.allocation.released is None and vm.allocation.host.state != Hypervisor.State.ONLINE:
+        replace_off(vm, actor=actor)  # a reservation's claim on a host drained or taken offline since
+        vm = load_vm(vm_id)
     if vm.allocation_id and vm.allocation.released is None:
         host = vm.allocation.host
         variant = vm.variant or variant_for(vm, host)
@@ -160,6 +164,21 @@ def claim(vm_id, exclude=(), *, actor):
         VM.objects.filter(pk=vm_id).update(allocation=allocation, host=allocation.host, variant=variant)
     services.set_state(vm_id, S.STAGING, f"placed on {allocation.host.name}", actor=actor)
     return {"host": allocation.host_id, "allocation": allocation.pk, "variant": variant.pk}
+
+
+def replace_off(vm, *, actor):
+    """Move the VM's adopted claim off its host, which no longer takes VMs, before building
+    (its holders, the reservation, follow through ``capacity.moved``). ``NoCapacity`` fails the build."""
+    old = vm.allocation
+    why = f"{old.host.name} is {old.host.state}"
+    demand = services.vm_demand(vm, purpose=f"vm {vm.pk}", exclude_hosts=[old.host_id])
+    try:
+        with transaction.atomic():
+            fresh = capacity.replace_claim(old, demand, actor=actor, reason=f"vm {vm.pk}: {why}")
+            VM.objects.filter(pk=vm.pk).update(allocation=fresh, host=fresh.host, variant=None)  # chosen there
+    except capacity.NoCapacity as exc:
+        raise Refused(f"{why} and no other host has room: {exc}") from None
+    return fresh
 
 
 def vm_spec(vm):

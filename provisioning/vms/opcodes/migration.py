@@ -95,6 +95,7 @@ def switch(vm_id, state, *, actor):
         )
         if old is not None:
             capacity.release(old, actor=actor, reason=f"{vm.key} migrated to {target.name}")
+            capacity.moved(old, vm.target_allocation, actor=actor)
 
 
 def undo_migrate(vm_id, state, reason, *, actor):

@@ -281,3 +281,29 @@ def test_a_host_that_has_the_image_cached_is_preferred(make_host, image, alice, 
     sync_jobs.drain()
     assert vm_of(second).host == cached_on
     assert job_of(job).steps[1]["result"] == {"cached": True}
+
+
+def test_a_vm_given_a_claim_on_a_host_out_of_service_is_built_elsewhere(make_host, image, alice, sync_jobs):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from inventory.models import Hypervisor
+    from provisioning.capacity import services as capacity
+
+    gone = make_host("sim-a")
+    end = timezone.now() + timedelta(hours=2)
+    demand = services.demand_for(image, {"vcpus": 1, "memory_mib": 512, "disk_gib": 5}, start=timezone.now(),
+                                 end=end, purpose="held ahead")  # fmt: skip
+    claim = capacity.claim(demand, actor="test", owner=alice)
+    make_host("sim-b")
+    Hypervisor.objects.filter(pk=gone.pk).update(state="drained")
+    snapshot.expire()
+    vm, job = create(alice, image, vcpus=1, memory_mib=512, disk_gib=5, end=end, allocation=claim)
+    sync_jobs.drain()
+    assert job_of(job).status == "success", job_of(job).error_message
+    vm = vm_of(vm)
+    assert vm.host.name == "sim-b" and vm.allocation.host.name == "sim-b" and vm.state == "running"
+    assert Allocation.objects.get(pk=claim.pk).released is not None
+    assert list(Allocation.objects.filter(released__isnull=True).values_list("host__name", flat=True)) == ["sim-b"]
+    assert not SimVM.objects.filter(host__name="sim-a").exists()
