@@ -25,6 +25,7 @@ BAD = [
     ({"pool": "<x>"}, "pool '<x>': not a storage pool name"),
     ({"stop_timeout": -1}, "stop_timeout -1: seconds, a positive number"),
     ({"shared_storage": "yes"}, "shared_storage 'yes': true or false"),
+    ({"disk_cache": "fast"}, "disk_cache 'fast': one of none, writeback, writethrough, directsync, unsafe, default"),
 ]
 
 
@@ -37,6 +38,7 @@ def test_the_known_forms_are_accepted():
     assert options.errors(GOOD) == {}
     assert options.errors({"network": "user", "cpu_mode": "custom:qemu64", "domain_type": "kvm"}) == {}
     assert options.errors({"network": "default", "cpu_mode": "host-model"}) == {}
+    assert options.errors({"domain_type": "qemu", "disk_cache": "default"}) == {}
     assert options.errors({"domain_type": "test"}, "test:///default") == {}
 
 

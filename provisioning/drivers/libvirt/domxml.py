@@ -36,13 +36,14 @@ def _sub(parent, tag, text=None, **attrs):
 
 def domain_xml(
     spec, *, domain_type, disk_path, disk_format="qcow2", seed_path=None, cpu_mode=None, network=None,
-    forward_port=None, seed_digest=None,
+    forward_port=None, seed_digest=None, disk_cache="none",
 ):  # fmt: skip
     """The persistent definition of the VM: vcpus, memory, the overlay disk, the NoCloud seed
     as a read-only CD-ROM (``seed_path``), one NIC, a serial console, the guest agent channel.
 
     ``cpu_mode``: ``host-model``, ``host-passthrough``, ``maximum`` or ``custom:<model>``;
-    None: QEMU's default CPU. ``network`` (default ``spec.network``): a libvirt network,
+    None: QEMU's default CPU. ``disk_cache``: the overlay's libvirt cache mode (None: QEMU's
+    default). ``network`` (default ``spec.network``): a libvirt network,
     ``bridge:<name>``, or ``user``: QEMU user-mode networking with ``restrict=on`` (no route
     out of the guest, not even to the host) and one forward, ``127.0.0.1:forward_port`` to the
     guest's ``spec.extra["guest_port"]`` (libvirt 9's ``<interface type='user'>`` cannot
@@ -83,7 +84,7 @@ def domain_xml(
 
     devices = _sub(root, "devices")
     disk = _sub(devices, "disk", type="file", device="disk")
-    _sub(disk, "driver", name="qemu", type=disk_format, cache="none")
+    _sub(disk, "driver", name="qemu", type=disk_format, **({"cache": disk_cache} if disk_cache else {}))
     _sub(disk, "source", file=disk_path)
     _sub(disk, "target", dev="vda", bus="virtio")
     if seed_path:

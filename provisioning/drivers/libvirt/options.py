@@ -9,7 +9,9 @@ import re
 
 DOMAIN_TYPES = ("kvm", "qemu")  # ``test`` only for libvirt's test:// driver
 CPU_MODES = ("host-model", "host-passthrough", "maximum", "none")
-OPTIONS = ("pool", "name", "domain_type", "cpu_mode", "network", "stop_timeout", "shared_storage")
+# ``default``: QEMU's own (writeback through the host page cache); the others are libvirt's.
+DISK_CACHES = ("none", "writeback", "writethrough", "directsync", "unsafe", "default")
+OPTIONS = ("pool", "name", "domain_type", "cpu_mode", "disk_cache", "network", "stop_timeout", "shared_storage")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # pools and networks: no spaces, no XML
 BRIDGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$")  # a Linux interface name (IFNAMSIZ 16)
 
@@ -31,6 +33,8 @@ def errors(options, uri=""):
             found["cpu_mode"] = f"{cpu_mode!r}: one of {', '.join(CPU_MODES)} or custom:<model>"
         elif domain_type == "qemu" and cpu_mode.startswith("host-"):
             found["cpu_mode"] = f"{cpu_mode!r} needs domain_type kvm (software emulation has no host CPU)"
+    if "disk_cache" in options and options["disk_cache"] not in DISK_CACHES:
+        found["disk_cache"] = f"{options['disk_cache']!r}: one of {', '.join(DISK_CACHES)}"
     if "pool" in options and not _name(options["pool"]):
         found["pool"] = f"{options['pool']!r}: not a storage pool name"
     if "name" in options and not (isinstance(options["name"], str) and options["name"].strip()):
