@@ -26,10 +26,15 @@ def sim_host(make_host):
     return make_host("sim-1")
 
 
+def sim_image(name, os):
+    """An image with one simulated variant, sized like a small Linux (or Windows) guest."""
+    image = services.create_image(actor="test", name=name, os=os, min_memory_mib=256, default_memory_mib=512,
+                                  default_disk_gib=5)  # fmt: skip
+    services.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location=f"sim://library/{name}",
+                         checksum="", size_gib=2)  # fmt: skip
+    return image
+
+
 @pytest.fixture
 def image(db):
-    image = services.create_image(actor="test", name="debian-12", os="Debian 12", min_memory_mib=256,
-                                  default_memory_mib=512, default_disk_gib=5)
-    services.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/debian-12",
-                         checksum="", size_gib=2)
-    return image
+    return sim_image("debian-12", "Debian 12")

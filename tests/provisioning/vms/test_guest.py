@@ -16,6 +16,7 @@ from provisioning.vms.opcodes import guest
 from provisioning.vms.opcodes.lifecycle import vm_spec
 from reservations import services as reservations
 from reservations.models import Reservation
+from tests.provisioning.vms.conftest import sim_image
 
 H = 3600
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGJ0ZXN0a2V5Zm9ydmNsbWdyZ3Vlc3RzAAAAAAAAAA alice@laptop"
@@ -177,11 +178,7 @@ def test_the_reservation_page_shows_a_forwarded_port(sim_host, image, alice, cli
 
 @pytest.fixture
 def windows_image(db):
-    image = services.create_image(actor="test", name="win-2022", os="Windows Server 2022", min_memory_mib=256,
-                                  default_memory_mib=512, default_disk_gib=5)
-    services.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/win-2022",
-                         checksum="", size_gib=2)
-    return image
+    return sim_image("win-2022", "Windows Server 2022")
 
 
 def secrets_shown(password):
