@@ -6,18 +6,25 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # Debian packages: build deps of libvirt-python, libvirt's test driver, Go + govmomi for
-# VMware's vSphere simulator, Ganeti's htools (comparison peer), Chromium (browser tests),
+# VMware's vSphere simulator, Ganeti's htools (comparison peer) and RAPI client (drives /2/),
+# Chromium (browser tests),
 # a real libvirtd + QEMU with the tools that build the test guest (tools/guest-image) and
-# cloud-init for its schema checker.
-APT_RUN := python3-venv python3-dev gcc pkg-config libvirt-dev
+# cloud-init for its schema checker; systemd for systemd-analyze (tests/test_deploy.py);
+# prometheus for promtool (checks /metrics);
+# the OpenLDAP headers python-ldap builds against, and slapd + ldap-utils (LDAP sign-on tests);
+# the topology test's machines (tests/integration/test_topology.py): network namespaces (iproute2),
+# their own PostgreSQL 15 and Redis, haproxy in front of the web machines, curl for probes;
+# xmlsec1, which pysaml2 runs to sign and check SAML messages (SAML sign-on).
+APT_RUN := python3-venv python3-dev gcc pkg-config libvirt-dev libldap2-dev libsasl2-dev xmlsec1
 APT_REALVM := qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients dnsmasq-base \
   mtools syslinux syslinux-common cloud-init openssh-client
-APT_TEST := $(APT_RUN) golang-go golang-github-vmware-govmomi-dev ganeti-htools-3.0 chromium $(APT_REALVM)
+APT_TEST := $(APT_RUN) golang-go golang-github-vmware-govmomi-dev ganeti-htools-3.0 python3-ganeti-rapi chromium \
+  systemd prometheus slapd ldap-utils iproute2 curl haproxy postgresql-15 redis-server $(APT_REALVM)
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 REDIS_TEST_URL ?= redis://127.0.0.1:6379/0
 PYTEST_ARGS ?= -n auto
 
-.PHONY: run run-kvm system-kvm test test-sqlite test-postgres bench lint services system-run system-test install install-dev clean vcsim \
+.PHONY: vendor-novnc run run-kvm system-kvm test test-sqlite test-postgres bench lint services system-run system-test install install-dev clean vcsim \
   guest-image
 
 define apt_ensure
@@ -90,8 +97,9 @@ vcsim: system-test
 guest-image: system-test
 	@$(PYTHON) tools/guest-image/build.py >/dev/null
 
+# The topology test (marker topology) brings its own PostgreSQL: it runs on the second leg only.
 test-sqlite: install-dev vcsim guest-image
-	DEBUG=1 DATABASE_URL= REDIS_URL= $(BIN)/pytest $(PYTEST_ARGS)
+	DEBUG=1 DATABASE_URL= REDIS_URL= $(BIN)/pytest -m "not topology" $(PYTEST_ARGS)
 
 test-postgres: install-dev services vcsim guest-image
 	DEBUG=1 DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) $(BIN)/pytest $(PYTEST_ARGS)
@@ -106,3 +114,12 @@ bench: install-dev guest-image
 
 clean:
 	rm -rf $(VENV) var
+
+# noVNC (the web console's VNC client), vendored under static/ from its npm package: run by hand
+# to upgrade it (never at run or test time; the files are committed). NOVNC=<version>.
+NOVNC ?= 1.7.0
+vendor-novnc:
+	rm -rf static/vendor/novnc-$(NOVNC) && mkdir -p static/vendor/novnc-$(NOVNC)
+	cd static/vendor/novnc-$(NOVNC) && npm pack --silent @novnc/novnc@$(NOVNC) >/dev/null && \
+	  tar xzf novnc-novnc-$(NOVNC).tgz --strip-components=1 package/core package/vendor package/LICENSE.txt \
+	    package/AUTHORS package/docs && mv docs/LICENSE.* . && rm -rf docs novnc-novnc-$(NOVNC).tgz

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -169,3 +171,67 @@ def hbal_rows(
                 Row(label, ours, theirs, ours_t.wall, theirs_s, note, ours_t.cpu, theirs_cpu)
             )
         return rows
+
+
+# ---------------------------------------------------------------------- whole processes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "tests", "data", "placement", "ganeti")
+
+
+@dataclass
+class ProcessCase:
+    """One command line given to Ganeti's tool and to ``manage.py`` (``ours_extra``: our
+    flags on top, e.g. hbal's ``--strategy steepest``, Ganeti's own path)."""
+
+    label: str
+    tool: str
+    args: list[str]
+    ours_extra: tuple[str, ...] = ()
+    runs: int = 5
+
+
+def hbal_file(nodes: int, instances: int, directory: str) -> str:
+    path = os.path.join(directory, f"hbal-{nodes}.txt")
+    with open(path, "w") as handle:
+        handle.write(text_backend.serialize(unbalanced_cluster(nodes, instances, seed=nodes)))
+    return path
+
+
+def _ours_env() -> dict:
+    """As installed: byte-compiled modules (this machine's environment turns the cache off,
+    which would add the compilation of every module to each run)."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "provisioning")], env=env, check=True)
+    return env
+
+
+def _timed(argv, runs: int, timeout: float, env=None):
+    """(stdout of the first run, median wall s, median CPU s), or Nones on a timeout."""
+    walls, cpus, first = [], [], None
+    for _ in range(runs):
+        start, cpu = time.perf_counter(), _children_cpu()
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            return None, None, None
+        walls.append(time.perf_counter() - start)
+        cpus.append(_children_cpu() - cpu)
+        first = done.stdout if first is None else first
+    return first, statistics.median(walls), statistics.median(cpus)
+
+
+def process_row(case: ProcessCase, timeout: float) -> Row:
+    env = _ours_env()
+    ours_argv = [sys.executable, os.path.join(ROOT, "manage.py"), case.tool, *case.args, *case.ours_extra]
+    ours, ours_s, ours_cpu = _timed(ours_argv, case.runs, timeout, env)
+    theirs, theirs_s, theirs_cpu = _timed([tool(case.tool), *case.args], case.runs, timeout)
+    if ours is None:
+        return Row(case.label, f"no answer in {timeout:.0f}s", "", float("nan"), theirs_s)
+    if theirs is None:
+        return Row(case.label, "ok", f"no answer in {timeout:.0f}s", ours_s, None, "", ours_cpu)
+    # hbal too: its text is Ganeti's byte for byte (tests/provisioning/capacity/test_hbal_text.py).
+    note = "identical stdout" if ours == theirs else "stdout differs"
+    note += f"; median of {case.runs}"
+    return Row(case.label, "", "", ours_s, theirs_s, note, ours_cpu, theirs_cpu)

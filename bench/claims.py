@@ -64,7 +64,7 @@ def setup(args):
                     size_gib=1)  # fmt: skip
     users = get_user_model().objects
     clear = [
-        tokens.issue(users.create_user(f"user{n:03d}", password=None), "bench", write_enabled=True)[1]
+        tokens.issue(users.create_user(f"user{n:03d}", password=None), "bench", scopes="all")[1]
         for n in range(args.users)
     ]
     start = (timezone.now() + timedelta(hours=2)).replace(second=0, microsecond=0)

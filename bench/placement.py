@@ -17,6 +17,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -130,7 +131,7 @@ def bench_vcl(blades: int, reservations: int) -> list[list[str]]:
     return rows
 
 
-SECTIONS = ("single", "consecutive", "hspace", "hbal", "vcl")
+SECTIONS = ("single", "consecutive", "hspace", "hbal", "process", "vcl")
 
 #: (hosts, allocations, samples, consecutive placements, hspace nodes, hbal runs, VCL
 #: reservations) per size. hbal runs: (nodes, instances, our strategies, move cap or -1).
@@ -146,6 +147,55 @@ SIZES = {
     "quick": (2000, 20000, 300, 2000, (10, 20), ((10, 100, _BOTH, -1),), 3000),
     "smoke": (200, 2000, 50, 200, (10,), ((6, 40, _BOTH, -1),), 300),
 }  # fmt: skip
+
+
+def process_cases(mode: str, tmp: str) -> list:
+    """Whole processes, as a user runs them: ``manage.py hspace|hbal`` (no Django for a file
+    or a simulation) against Ganeti's binary, the same arguments, several runs each."""
+    sim = "--disk-template=plain --tiered-alloc=102400,16384,8 --standard-alloc=20480,4096,2 --machine-readable"
+    chain = "--disk-template=plain --standard-alloc=10240,1024,1 --tiered-alloc=102400,8192,4 --machine-readable"
+    C = side.ProcessCase
+    cases = [
+        C("hspace mixed-states.txt (tiered chain)", "hspace", ["-t", f"{side.DATA}/mixed-states.txt", *chain.split()]),
+        C(
+            "hspace two-minmax-specs.txt",
+            "hspace",
+            ["-t", f"{side.DATA}/two-minmax-specs.txt", "--disk-template=file", "--machine-readable"],
+        ),
+        C(
+            "hspace 3 nodes drbd (seed)",
+            "hspace",
+            [
+                "--simulate=p,3,34052480,65523,24",
+                "--disk-template=drbd",
+                "--tiered-alloc=1048576,1024,8",
+                "--machine-readable",
+            ],
+        ),
+        C("hbal drbd-8-nodes.txt", "hbal", ["-t", f"{side.DATA}/drbd-8-nodes.txt"], ("--strategy", "steepest")),
+    ]
+    if mode == "smoke":
+        return cases
+    cases += [
+        C("hspace 10 nodes", "hspace", ["--simulate=p,10,2000000,131072,32", *sim.split()], runs=3),
+        C(
+            "hspace 20 nodes (no N+1)",
+            "hspace",
+            ["--simulate=p,20,2000000,131072,32", *sim.split(), "--no-capacity-checks"],
+            runs=3,
+        ),
+        C("hbal 16 nodes / 160 drbd", "hbal", ["-t", side.hbal_file(16, 160, tmp)], ("--strategy", "steepest"), 3),
+    ]
+    if mode == "full":
+        cases.append(
+            C(
+                "hspace 30 nodes (no N+1)",
+                "hspace",
+                ["--simulate=p,30,2000000,131072,32", *sim.split(), "--no-capacity-checks"],
+                runs=1,
+            )
+        )
+    return cases  # fmt: skip
 
 
 def main(argv=None) -> None:
@@ -195,6 +245,10 @@ def main(argv=None) -> None:
             for row in side.hbal_rows(n, i, timeout=ganeti_timeout, strategies=strategies, max_moves=cap)
         ]
         _side_table("hbal: final `hinfo --ignore-dynu` score (lower is better), same input", rows)
+    if "process" in only:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = [side.process_row(case, ganeti_timeout) for case in process_cases(mode, tmp)]
+        _side_table("whole processes: manage.py (ours) against Ganeti's binary, median wall/CPU s", rows)
     if "vcl" in only:
         table(
             "VCL static slots vs resource-based placement (accepted reservations)",

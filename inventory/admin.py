@@ -20,7 +20,7 @@ from inventory.forms import (
 )
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
 from inventory.resources import HypervisorResource
-from vclmgr import changelog
+from vclmgr import access, changelog
 
 
 def change_log_table(obj):
@@ -160,7 +160,7 @@ class BladeCenterAdmin(ServiceAdmin):
 
     def register_view(self, request):
         """One form → preview (dry run) → confirm: the chassis and its hypervisors at once."""
-        if not self.has_add_permission(request) or not request.user.is_staff:
+        if not self.has_add_permission(request) or not access.is_admin(request.user):
             raise PermissionDenied
         form = BladeCenterRegistrationForm(request.POST or None)
         context = {**self.admin_site.each_context(request), "opts": self.model._meta, "form": form,
@@ -197,7 +197,7 @@ class HypervisorAdmin(ServiceAdmin, ImportExportModelAdmin):
     list_select_related = ("group", "blade_center")
     search_fields = ("name", "address", "state_reason")
     readonly_fields = ("hypervisor_type", "state", "state_reason", "state_changed_by", "state_changed_at", "facts",
-                       "facts_updated_at", "change_log")
+                       "facts_updated_at", "power_state", "power_state_at", "power_standby", "change_log")
     fieldsets = (
         (None, {"fields": ("name", "address", "driver", "hypervisor_type", "uri", "credential", "tags")}),
         ("Driver options", {"fields": ("driver_options",)}),
@@ -206,6 +206,8 @@ class HypervisorAdmin(ServiceAdmin, ImportExportModelAdmin):
                                  ("reserved_cpus", "reserved_memory_mib", "reserved_disk_gib"),
                                  ("max_vms", "spindles"))}),
         ("State", {"fields": ("state", "state_reason", "state_changed_by", "state_changed_at")}),
+        ("BMC (Redfish power)", {"fields": ("bmc_address", "bmc_credential", "bmc_system", "bmc_verify_tls",
+                                            ("power_state", "power_state_at", "power_standby"))}),
         ("Reported by the driver", {"fields": ("facts", "facts_updated_at"), "classes": ("collapse",)}),
         ("Change log", {"fields": ("change_log",)}),
     )

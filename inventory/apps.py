@@ -9,9 +9,9 @@ class InventoryConfig(AppConfig):
     def ready(self):
         from vclmgr import topics
 
-        # Live updates of one host or one chassis: administrators only.
-        topics.register("hypervisor", topics.staff_only)
-        topics.register("bladecenter", topics.staff_only)
+        # Live updates of one host or one chassis: operators and auditors.
+        topics.register("hypervisor", topics.cluster_readers)
+        topics.register("bladecenter", topics.cluster_readers)
         checks.register(credential_key_check, checks.Tags.security, deploy=True)
 
 

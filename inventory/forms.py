@@ -17,6 +17,11 @@ class StateForm(forms.Form):
     reason = forms.CharField(max_length=500, help_text=REASON_HELP)
 
 
+class ScheduleForm(forms.Form):
+    state = forms.ChoiceField(choices=[("drained", "drained"), ("offline", "offline")])
+    reason = forms.CharField(max_length=400, help_text=REASON_HELP)
+
+
 class StateActionForm(ActionForm):
     """The admin's action bar, with the reason a state change needs."""
 
@@ -72,6 +77,12 @@ class BladeCenterRegistrationForm(forms.Form):
     model = forms.CharField(max_length=100, required=False)
     slot_count = forms.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS, initial=16)
     management_address = forms.CharField(max_length=253, required=False)
+    bmc_address = forms.CharField(
+        label="BMC address", max_length=500, required=False,
+        help_text="The chassis' Redfish service (https://…), for host power; each blade's system is set per host.",
+    )  # fmt: skip
+    bmc_credential = forms.ModelChoiceField(Credential.objects.all(), required=False, to_field_name="name",
+                                            label="BMC credential")  # fmt: skip
     first_slot = forms.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS, initial=FIRST_SLOT)
     last_slot = forms.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS, initial=16)
     hostname_pattern = forms.CharField(
@@ -98,6 +109,6 @@ class BladeCenterRegistrationForm(forms.Form):
     def spec(self):
         """The cleaned form as the service's registration spec."""
         spec = dict(self.cleaned_data)
-        for key in ("credential", "group"):
+        for key in ("credential", "group", "bmc_credential"):
             spec[key] = spec[key].name if spec.get(key) else None
         return spec

@@ -5,6 +5,8 @@ amounts, state, group policy, tags); loaders in provisioning turn these rows int
 placement core's plain data. Writes go through ``inventory.services``.
 """
 
+from dataclasses import dataclass
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -21,6 +23,7 @@ from inventory.validators import (
     ratio_validators,
     uri_errors,
     validate_address,
+    validate_bmc_address,
     validate_name,
 )
 from provisioning.drivers import registry as drivers
@@ -118,6 +121,15 @@ class BladeCenter(models.Model):
         default=16, validators=[MinValueValidator(FIRST_SLOT), MaxValueValidator(MAX_SLOTS)]
     )
     management_address = models.CharField(max_length=253, blank=True, validators=[validate_address])
+    # One Redfish service for the whole chassis; each blade is a System in it (its host's bmc_system).
+    bmc_address = models.CharField(
+        max_length=500, blank=True, validators=[validate_bmc_address],
+        help_text="Redfish service of the chassis (https://…); its blades use it unless they have their own.",
+    )  # fmt: skip
+    bmc_credential = models.ForeignKey(
+        Credential, null=True, blank=True, on_delete=models.PROTECT, related_name="bmc_blade_centers"
+    )
+    bmc_verify_tls = models.BooleanField(default=True, help_text="Check the BMC's TLS certificate.")
     notes = models.TextField(blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -145,6 +157,11 @@ class Hypervisor(models.Model):
         ONLINE = "online", "online"
         DRAINED = "drained", "drained (takes no new VMs)"
         OFFLINE = "offline", "offline (takes nothing)"
+
+    class PowerState(models.TextChoices):
+        ON = "on", "on"
+        OFF = "off", "off"
+        UNKNOWN = "unknown", "unknown"
 
     # Hypervisor type per driver, and the image formats it runs (None: any, emulated).
     HV_TYPES = drivers.HV_TYPES
@@ -190,6 +207,37 @@ class Hypervisor(models.Model):
     state_reason = models.CharField(max_length=500, blank=True)
     state_changed_by = models.CharField(max_length=150, blank=True)
     state_changed_at = models.DateTimeField(null=True, blank=True)
+    # A state change to make once its current reservations end (VCL's "after reservations").
+    # From the moment it is scheduled the host takes nothing that outlasts ``scheduled_until``.
+    scheduled_state = models.CharField(
+        max_length=10, blank=True, choices=[(s, s) for s in ("drained", "offline")],
+        help_text="Drained or offline once its current reservations end (blank: nothing scheduled).",
+    )  # fmt: skip
+    scheduled_reason = models.CharField(max_length=500, blank=True)
+    scheduled_until = models.DateTimeField(
+        null=True, blank=True, help_text="When its current reservations end: it takes nothing that lasts longer."
+    )
+    scheduled_by = models.CharField(max_length=150, blank=True)
+
+    # The host's BMC (Redfish). Blank address: the blade center's, when it has one.
+    bmc_address = models.CharField(
+        max_length=500, blank=True, validators=[validate_bmc_address],
+        help_text="Redfish service of this host's BMC (https://…); blank: its blade center's.",
+    )  # fmt: skip
+    bmc_credential = models.ForeignKey(
+        Credential, null=True, blank=True, on_delete=models.PROTECT, related_name="bmc_hosts",
+        help_text="Blank: the blade center's BMC credential.",
+    )  # fmt: skip
+    bmc_system = models.CharField(
+        max_length=300, blank=True,
+        help_text="Redfish System of this host: its id or /redfish/v1/Systems/… path; blank: the BMC's only one.",
+    )  # fmt: skip
+    bmc_verify_tls = models.BooleanField(default=True, help_text="Check the BMC's TLS certificate.")
+    power_state = models.CharField(max_length=10, choices=PowerState.choices, default=PowerState.UNKNOWN)
+    power_state_at = models.DateTimeField(null=True, blank=True, help_text="When the BMC last reported it.")
+    power_standby = models.BooleanField(
+        default=False, help_text="vclmgr powered it off: it may be powered on again when demand needs it."
+    )
 
     tags = TaggableManager(blank=True)
     driver_options = models.JSONField(
@@ -252,11 +300,34 @@ class Hypervisor(models.Model):
     def usable_disk_gib(self):
         return max(0, self.disk_gib - self.reserved_disk_gib) * self.disk_ratio
 
+    def bmc(self):
+        """The BMC to power this host through (its own, else its blade center's), or None."""
+        chassis = self.blade_center if self.blade_center_id else None
+        own = bool(self.bmc_address)
+        address = self.bmc_address or (chassis.bmc_address if chassis else "")
+        if not address:
+            return None
+        credential = self.bmc_credential if self.bmc_credential_id else None
+        if credential is None and chassis is not None and chassis.bmc_credential_id:
+            credential = chassis.bmc_credential
+        verify = self.bmc_verify_tls if own or chassis is None else chassis.bmc_verify_tls and self.bmc_verify_tls
+        return BMC(address=address, credential=credential, system=self.bmc_system, verify_tls=verify)
+
     def clean(self):
         """Rules across fields; no queries beyond loading the chassis."""
         errors = cross_field_errors(self, self.blade_center if self.blade_center_id else None)
         if errors:
             raise ValidationError(errors)
+
+
+@dataclass(frozen=True)
+class BMC:
+    """Where and as whom to reach a host's Redfish service (the secret stays in the credential)."""
+
+    address: str
+    credential: Credential | None
+    system: str
+    verify_tls: bool
 
 
 def cross_field_errors(hv, chassis):

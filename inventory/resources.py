@@ -38,6 +38,7 @@ from inventory.validators import (
     RATIO_MAX,
     RATIO_MIN,
     validate_address,
+    validate_bmc_address,
     validate_name,
 )
 from vclmgr import bulk, changelog, events
@@ -47,6 +48,7 @@ COLUMNS = [
     "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
     "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles",
     "state", "state_reason", "tags",
+    "bmc_address", "bmc_credential", "bmc_system", "bmc_verify_tls",
 ]  # fmt: skip
 REQUIRED_FOR_CREATE = ["name", "address", "cpus", "memory_mib", "disk_gib"]
 # Model attributes an import may change (tags apart), in the order rows are compared.
@@ -55,8 +57,10 @@ ATTRS = [
     "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
     "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles",
     "state", "state_reason",
+    "bmc_address", "bmc_credential_id", "bmc_system", "bmc_verify_tls",
 ]  # fmt: skip
-LOG_NAMES = {"credential_id": "credential", "blade_center_id": "blade_center", "group_id": "group"}
+LOG_NAMES = {"credential_id": "credential", "blade_center_id": "blade_center", "group_id": "group",
+             "bmc_credential_id": "bmc_credential"}
 _INT_RE = re.compile(r"^[+-]?\d{1,15}$")
 
 
@@ -158,6 +162,24 @@ class ChoiceWidget(widgets.Widget):
 
     def render(self, value, obj=None, **kwargs):
         return value or ""
+
+
+class BoolWidget(ChoiceWidget):
+    """true/false (also yes/no, 1/0); blank: the column's default."""
+
+    WORDS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
+
+    def __init__(self, label):
+        super().__init__([(word, word) for word in self.WORDS], label)
+
+    def clean(self, value, row=None, **kwargs):
+        if isinstance(value, bool):
+            return value
+        text = super().clean(value, row, **kwargs)
+        return None if text is None else self.WORDS[text]
+
+    def render(self, value, obj=None, **kwargs):
+        return "true" if value else "false"
 
 
 class NameWidget(widgets.Widget):
@@ -268,6 +290,10 @@ class HypervisorResource(resources.ModelResource):
     state = _field("state", ChoiceWidget(Hypervisor.State.choices, "state"), default=Hypervisor.State.ONLINE)
     state_reason = _field("state_reason", TextWidget(500))
     tags = TagsField(attribute="tags", column_name="tags", widget=TagsWidget())
+    bmc_address = _field("bmc_address", TextWidget(500))
+    bmc_credential = _field("bmc_credential", NameWidget(Credential, "credential"))
+    bmc_system = _field("bmc_system", TextWidget(300))
+    bmc_verify_tls = _field("bmc_verify_tls", BoolWidget("bmc_verify_tls value"), default=True)
 
     class Meta:
         model = Hypervisor
@@ -303,7 +329,7 @@ class HypervisorResource(resources.ModelResource):
         )
 
     def before_import(self, dataset, **kwargs):
-        for name in ("credential", "blade_center", "group"):
+        for name in ("credential", "blade_center", "group", "bmc_credential"):
             self.fields[name].widget.load()
         self.chassis_by_id = {c.pk: c for c in self.fields["blade_center"].widget.by_name.values()}
         self.columns = set(dataset.headers)
@@ -344,7 +370,7 @@ class HypervisorResource(resources.ModelResource):
             query = Hypervisor.objects.filter(id__in=ids[chunk: chunk + 500]) | Hypervisor.objects.filter(
                 name__in=names[chunk: chunk + 500]
             )
-            found.extend(query.select_related("credential", "blade_center", "group"))
+            found.extend(query.select_related("credential", "blade_center", "group", "bmc_credential"))
         self.existing = {hv.pk: hv for hv in found}
         self.existing_by_name = {hv.name: hv for hv in found}
         self.tags_before = _tags_of(list(self.existing))
@@ -414,7 +440,8 @@ class HypervisorResource(resources.ModelResource):
         for attr in REQUIRED_FOR_CREATE:
             if attr not in errors and getattr(instance, attr) in (None, ""):
                 errors[attr] = ["required" if attr in self.columns else f"required: add a {attr!r} column"]
-        for attr, check in (("name", validate_name), ("address", validate_address)):
+        checks = (("name", validate_name), ("address", validate_address), ("bmc_address", validate_bmc_address))
+        for attr, check in checks:
             if attr not in errors:
                 try:
                     check(getattr(instance, attr))
@@ -546,11 +573,12 @@ class HypervisorResource(resources.ModelResource):
     # --- export ---------------------------------------------------------------------
 
     def get_queryset(self):
-        return Hypervisor.objects.select_related("credential", "blade_center", "group").order_by("name")
+        related = ("credential", "blade_center", "group", "bmc_credential")
+        return Hypervisor.objects.select_related(*related).order_by("name")
 
     def export(self, queryset=None, **kwargs):
         queryset = self.get_queryset() if queryset is None else queryset
-        queryset = queryset.select_related("credential", "blade_center", "group")
+        queryset = queryset.select_related("credential", "blade_center", "group", "bmc_credential")
         self.export_tags = _tags_of(list(queryset.values_list("id", flat=True)))
         return super().export(queryset.prefetch_related(None), **kwargs)
 

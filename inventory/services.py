@@ -41,15 +41,19 @@ from vclmgr.errors import InUse
 
 IN_USE_CHECKERS = []
 ON_STATE_CHANGE = []
+# ``(hypervisor_id) -> datetime``: when what the host holds ends (capacity registers its claims).
+CLAIMS_END = []
 
 HOST_FIELDS = [
     "name", "address", "driver", "uri", "credential", "blade_center", "slot", "group",
     "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
     "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles", "driver_options",
+    "bmc_address", "bmc_credential", "bmc_system", "bmc_verify_tls",
 ]  # fmt: skip
 CREDENTIAL_FIELDS = ["name", "username", "description"]
 GROUP_FIELDS = ["name", "alloc_policy", "exclusive_storage", "placement_policy", "iallocator", "description"]
-CHASSIS_FIELDS = ["name", "site", "model", "slot_count", "management_address", "notes"]
+CHASSIS_FIELDS = ["name", "site", "model", "slot_count", "management_address", "notes",
+                  "bmc_address", "bmc_credential", "bmc_verify_tls"]
 
 
 # --- shared plumbing ------------------------------------------------------------------
@@ -116,6 +120,10 @@ def delete_credential(credential, *, actor, reason=""):
     used = credential.hypervisors.count()
     if used:
         raise InUse(f"credential {credential.name} is used by {used} hypervisor(s); give them another first")
+    bmcs = credential.bmc_hosts.count() + credential.bmc_blade_centers.count()
+    if bmcs:
+        raise InUse(f"credential {credential.name} logs in to {bmcs} BMC(s) (hosts or blade centers); "
+                    "give them another first")  # fmt: skip
     _delete(actor, credential, reason, "credential.changed")
 
 
@@ -297,9 +305,73 @@ def set_state(hv, state, reason, *, actor):
     )
     hv.state, hv.state_reason, hv.state_changed_by, hv.state_changed_at = state, reason, actor.label[:150], now
     changelog.record(hv, "state", actor, changes, reason)
+    if locked.scheduled_state and state in (locked.scheduled_state, Hypervisor.State.OFFLINE):
+        _clear_schedule(hv)  # done (or overtaken): it no longer waits for its reservations
     _emit("hypervisor.state", host_data(hv, by=actor.label), _host_topics(hv))
     for hook in ON_STATE_CHANGE:
         hook(hv, locked.state, actor=actor)
+    return True
+
+
+SCHEDULE_FIELDS = ("scheduled_state", "scheduled_reason", "scheduled_until", "scheduled_by")
+
+
+def _clear_schedule(hv):
+    Hypervisor.objects.filter(pk=hv.pk).update(
+        scheduled_state="", scheduled_reason="", scheduled_until=None, scheduled_by="", updated=timezone.now()
+    )
+    hv.scheduled_state, hv.scheduled_reason, hv.scheduled_until, hv.scheduled_by = "", "", None, ""
+
+
+@transaction.atomic
+def schedule_state(hv, state, reason, *, actor):
+    """Schedule ``state`` (drained or offline) for when the host's current reservations end
+    (the moment comes from ``CLAIMS_END``, registered by capacity, under the host's row lock).
+    From now on placement gives it nothing that outlasts that moment; the reservations clock
+    makes the change once the last has ended (``capacity.services.apply_scheduled``)."""
+    hv = Hypervisor.objects.select_for_update().get(pk=hv.pk)
+    errors = {}
+    if state not in (Hypervisor.State.DRAINED, Hypervisor.State.OFFLINE):
+        errors["state"] = [f"only drained or offline can be scheduled, not {str(state)[:30]!r}"]
+    reason = (reason or "").strip()
+    if not reason:
+        errors["reason"] = ["required: say why the state changes"]
+    elif len(reason) > 400:
+        errors["reason"] = ["at most 400 characters"]
+    if (
+        not errors
+        and hv.state != Hypervisor.State.ONLINE
+        and not (hv.state == Hypervisor.State.DRAINED and state == Hypervisor.State.OFFLINE)
+    ):
+        errors["state"] = [f"{hv.name} is {hv.state} already"]
+    if errors:
+        raise ValidationError(errors)
+    actor = changelog.Actor.of(actor)
+    until = max([timezone.now(), *(moment(hv.pk) for moment in CLAIMS_END)])
+    before = {name: getattr(hv, name) for name in SCHEDULE_FIELDS}
+    Hypervisor.objects.filter(pk=hv.pk).update(
+        scheduled_state=state, scheduled_reason=reason, scheduled_until=until, scheduled_by=actor.label[:150],
+        updated=timezone.now(),
+    )  # fmt: skip
+    hv.scheduled_state, hv.scheduled_reason, hv.scheduled_until, hv.scheduled_by = state, reason, until, actor.label
+    after = {name: getattr(hv, name) for name in SCHEDULE_FIELDS}
+    changelog.record(hv, "update", actor, changelog.diff(before, after, list(SCHEDULE_FIELDS)), reason)
+    _emit("hypervisor.state", host_data(hv, by=actor.label, scheduled_state=state,
+                                        scheduled_until=until.isoformat()), _host_topics(hv))  # fmt: skip
+    return hv
+
+
+@transaction.atomic
+def cancel_schedule(hv, reason="", *, actor):
+    """Drop a scheduled state change; the host takes long reservations again. Idempotent."""
+    locked = Hypervisor.objects.select_for_update().get(pk=hv.pk)
+    if not locked.scheduled_state:
+        return False
+    actor = changelog.Actor.of(actor)
+    changelog.record(hv, "update", actor, {"scheduled_state": [locked.scheduled_state, ""]},
+                     reason or "scheduled state change canceled")  # fmt: skip
+    _clear_schedule(hv)
+    _emit("hypervisor.state", host_data(hv, by=actor.label, scheduled_state=""), _host_topics(hv))
     return True
 
 
@@ -508,7 +580,8 @@ def _registration_plan(spec):
         values[key] = default if value is None else value
     if (spec.get("driver") or "sim") not in Hypervisor.Driver.values:
         errors["driver"] = [f"unknown driver {str(spec.get('driver'))[:30]!r} (use {drivers.names_text()})"]
-    for key, model, label in (("credential", Credential, "credential"), ("group", NodeGroup, "node group")):
+    for key, model, label in (("credential", Credential, "credential"), ("group", NodeGroup, "node group"),
+                              ("bmc_credential", Credential, "credential")):
         wanted = spec.get(key)
         if wanted and not model.objects.filter(name=wanted).exists():
             errors[key] = [f"no {label} named {wanted!r}"]
@@ -520,8 +593,10 @@ def _registration_plan(spec):
     if errors:
         raise ValidationError(errors)
 
-    chassis = {key: spec.get(key) or "" for key in ("site", "model", "management_address", "notes")}
+    chassis = {key: spec.get(key) or "" for key in ("site", "model", "management_address", "notes", "bmc_address")}
     chassis.update(name=name, slot_count=count)
+    if spec.get("bmc_credential"):
+        chassis["bmc_credential"] = Credential.objects.get(name=spec["bmc_credential"])
     rows = []
     for index, slot in enumerate(range(first, last + 1), 1):
         fill = {"slot": slot, "index": index, "chassis": name}
@@ -538,7 +613,8 @@ def _registration_plan(spec):
 def register_blade_center(spec, *, actor, dry_run=False):
     """Create a blade center and one hypervisor per slot in its range, all or nothing.
 
-    ``spec``: name, slot_count, optional site/model/management_address/notes, first_slot and
+    ``spec``: name, slot_count, optional site/model/management_address/notes/bmc_address (the
+    chassis' Redfish service) and bmc_credential (by name), first_slot and
     last_slot (default: all), hostname_pattern (default ``{chassis}-s{slot:02d}``),
     first_address (consecutive addresses follow), driver, uri_template (placeholders
     ``{address} {name} {slot} {index} {chassis}``), credential and group by name, per-host

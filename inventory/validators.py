@@ -99,3 +99,20 @@ def uri_errors(uri, driver):
     if driver in drivers.KINDS and drivers.KINDS[driver].uri_needs_host and not parts.hostname:
         return f"{uri!r} names no host"
     return drivers.uri_errors(driver, uri)
+
+
+def validate_bmc_address(value):
+    """A Redfish service's base URL: ``https://host[:port]`` (or http), no credentials in it."""
+    if not value:
+        return
+    if SPACE_RE.search(value):
+        raise ValidationError("must not contain spaces", code="invalid")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (raises ValueError for a bad port)
+    except ValueError as exc:
+        raise ValidationError(f"cannot parse {value[:100]!r}: {exc}", code="invalid") from None
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ValidationError("expected https://host[:port] (or http://)", code="invalid")
+    if parts.username or parts.password:
+        raise ValidationError("put the login in the BMC credential, not in the address", code="invalid")

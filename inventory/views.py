@@ -1,10 +1,7 @@
-"""Inventory pages for administrators: hypervisor list, host page, blade centers as chassis."""
-
-from functools import wraps
+"""Inventory pages for operators (and auditors, reading): hypervisor list, host page, blade centers as chassis."""
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
@@ -12,23 +9,13 @@ from django.views.decorators.http import require_POST
 
 from inventory import services
 from inventory.api.filters import HypervisorFilterSet
-from inventory.forms import StateForm
+from inventory.forms import ScheduleForm, StateForm
 from inventory.models import BladeCenter, Hypervisor
 from vclmgr import changelog
+from vclmgr.access import operator_page
 
 
-def staff_required(view):
-    @login_required
-    @wraps(view)
-    def wrapper(request, *args, **kwargs):
-        if not request.user.is_staff:
-            raise PermissionDenied
-        return view(request, *args, **kwargs)
-
-    return wrapper
-
-
-@staff_required
+@operator_page
 def hypervisor_list(request):
     queryset = Hypervisor.objects.select_related("group", "blade_center").prefetch_related("tags")
     filterset = HypervisorFilterSet(request.GET or None, queryset=queryset)
@@ -42,7 +29,7 @@ def hypervisor_list(request):
     })
 
 
-@staff_required
+@operator_page
 def hypervisor_detail(request, pk):
     host = get_object_or_404(Hypervisor.objects.select_related("group", "blade_center", "credential"), pk=pk)
     return render(request, "inventory/hypervisor_detail.html", {
@@ -53,7 +40,7 @@ def hypervisor_detail(request, pk):
     })
 
 
-@staff_required
+@operator_page
 @require_POST
 def hypervisor_state(request, pk):
     host = get_object_or_404(Hypervisor, pk=pk)
@@ -72,13 +59,41 @@ def hypervisor_state(request, pk):
     return redirect("inventory:hypervisor", pk=pk)
 
 
-@staff_required
+@operator_page
+@require_POST
+def hypervisor_schedule(request, pk):
+    """Schedule drained/offline for when the host's current reservations end."""
+    host = get_object_or_404(Hypervisor, pk=pk)
+    form = ScheduleForm(request.POST)
+    try:
+        if not form.is_valid():
+            raise ValidationError(form.errors)
+        host = services.schedule_state(host, form.cleaned_data["state"], form.cleaned_data["reason"],
+                                       actor=request.user)  # fmt: skip
+    except ValidationError as exc:
+        messages.error(request, "; ".join(exc.messages))
+    else:
+        when = f"{host.scheduled_until:%Y-%m-%d %H:%M} UTC"
+        messages.success(request, f"{host.name} goes {host.scheduled_state} when its reservations end (by {when}).")
+    return redirect("inventory:hypervisor", pk=pk)
+
+
+@operator_page
+@require_POST
+def hypervisor_schedule_cancel(request, pk):
+    host = get_object_or_404(Hypervisor, pk=pk)
+    changed = services.cancel_schedule(host, "canceled in the web UI", actor=request.user)
+    messages.success(request, "Scheduled change canceled." if changed else "Nothing was scheduled.")
+    return redirect("inventory:hypervisor", pk=pk)
+
+
+@operator_page
 def blade_center_list(request):
     chassis = BladeCenter.objects.annotate(hosts=Count("hypervisors")).order_by("name")
     return render(request, "inventory/bladecenter_list.html", {"chassis_list": chassis})
 
 
-@staff_required
+@operator_page
 def blade_center_detail(request, pk):
     chassis = get_object_or_404(BladeCenter, pk=pk)
     return render(request, "inventory/bladecenter_detail.html", {

@@ -7,7 +7,7 @@ never shown, only whether one is set.
 
 from django.contrib import admin
 
-from reservations.models import BlockAllocation, Reservation, ReservationHistory
+from reservations.models import BlockAllocation, IdlePolicy, Reservation, ReservationHistory
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -55,3 +55,11 @@ class BlockAllocationAdmin(ReadOnlyAdmin):
     search_fields = ["name"]
     list_select_related = ["image", "group", "created_by"]
 
+
+
+@admin.register(IdlePolicy)
+class IdlePolicyAdmin(admin.ModelAdmin):
+    """Idle reclamation per image or group (a setting, like quota rules; read at each ready)."""
+
+    list_display = ["__str__", "image", "group", "no_show_minutes", "idle_minutes", "warn_minutes"]
+    list_filter = ["group", "image"]

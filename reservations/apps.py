@@ -10,7 +10,7 @@ class ReservationsConfig(AppConfig):
 
         from inventory import services as inventory
         from provisioning.capacity import services as capacity
-        from provisioning.vms import quotas, verify
+        from provisioning.vms import quotas, repair, verify
         from reservations import services, tasks
         from vclmgr import topics
 
@@ -21,4 +21,6 @@ class ReservationsConfig(AppConfig):
             capacity.ON_MOVED.append(services.follow_claim)
         if services.host_left_service not in inventory.ON_STATE_CHANGE:
             inventory.ON_STATE_CHANGE.append(services.host_left_service)
+        if services.vm_gone not in repair.ON_GONE:
+            repair.ON_GONE.append(services.vm_gone)
         post_spawn.connect(tasks.start_clock, dispatch_uid="reservations.clock")

@@ -9,11 +9,11 @@ import uuid
 from datetime import timedelta
 
 from django import forms
-from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from provisioning.vms import quotas
 from provisioning.vms import services as vms
+from reservations import services
 
 DURATIONS = (30, 60, 90, 120, 180, 240, 360, 480, 720, 1440)  # minutes offered, up to the user's limit
 EXTENSIONS = (15, 30, 60, 120, 240)
@@ -116,5 +116,5 @@ class BlockForm(forms.Form):
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["image"].queryset = vms.visible_images(user).order_by("name")
-        groups = Group.objects.all() if user.is_staff else user.groups.all()
+        groups = services.teaching_groups(user)
         self.fields["group"].queryset = groups.order_by("name")

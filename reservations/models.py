@@ -63,15 +63,32 @@ class Reservation(models.Model):
         max_length=500, blank=True,
         help_text="Why its claim stays on a host taken out of service (no other host had room); blank: fine.",
     )  # fmt: skip
+    # Idle reclamation (``reservations.idle``): the idle clock runs from ``idle_since`` (ready,
+    # then the last activity seen); ``idle_check_at`` is when the guest is asked next (None: no
+    # policy applies, never asked).
+    idle_since = models.DateTimeField(null=True, blank=True)
+    connected_at = models.DateTimeField(null=True, blank=True, help_text="When a login was first seen in the guest.")
+    idle_warned_at = models.DateTimeField(null=True, blank=True)
+    idle_check_at = models.DateTimeField(null=True, blank=True)
+    idle_deadline = models.DateTimeField(null=True, blank=True, help_text="Reclaimed then unless someone logs in.")
+    idle_kind = models.CharField(max_length=10, blank=True, help_text="What the deadline is for: no_show or idle.")
+    reclaimed = models.CharField(
+        max_length=10, blank=True, choices=[("no_show", "no-show"), ("idle", "idle")],
+        help_text="Ended early by idle reclamation, and why.",
+    )  # fmt: skip
+    reclaimed_at = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-start", "-id"]
         indexes = [
+            models.Index(fields=["status", "idle_check_at"], name="reservation_idle_due"),
+            models.Index(fields=["reclaimed_at"], name="reservation_reclaimed"),
             models.Index(fields=["status", "start"], name="reservation_status_start"),
             models.Index(fields=["status", "end"], name="reservation_status_end"),
             models.Index(fields=["user", "status"], name="reservation_user_status"),
+            models.Index(fields=["end"], name="reservation_end"),  # usage: what was held on a day
         ]
         constraints = [
             models.UniqueConstraint(
@@ -96,6 +113,41 @@ class Reservation(models.Model):
 
     def get_password(self):
         return crypto.decrypt(self.connect_secret) if self.connect_secret else ""
+
+
+class IdlePolicy(models.Model):
+    """When an image's or a group's ready reservations are reclaimed (``reservations.idle``).
+
+    Exactly one of ``image`` / ``group``. The image's policy wins over the group's; the group
+    is the reservation's usage group (its block's, else its user's first). 0 turns a limit off.
+    """
+
+    image = models.OneToOneField(
+        "vms.Image", null=True, blank=True, on_delete=models.CASCADE, related_name="idle_policy"
+    )
+    group = models.OneToOneField(
+        "auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="idle_policy"
+    )
+    no_show_minutes = models.PositiveIntegerField(
+        default=15, help_text="Ended when nobody logged in within this many minutes of ready (0: never)."
+    )
+    idle_minutes = models.PositiveIntegerField(
+        default=60, help_text="Ended after this many minutes without a login or input (0: never)."
+    )
+    warn_minutes = models.PositiveIntegerField(default=10, help_text="The idle warning comes this long before.")
+
+    class Meta:
+        verbose_name_plural = "idle policies"
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(image__isnull=False) & models.Q(group__isnull=True))
+                | (models.Q(image__isnull=True) & models.Q(group__isnull=False)),
+                name="idlepolicy_image_or_group",
+            ),
+        ]
+
+    def __str__(self):
+        return f"idle policy of {self.image or self.group}"
 
 
 class ReservationHistory(models.Model):
@@ -136,3 +188,61 @@ class BlockAllocation(models.Model):
     def __str__(self):
         return self.name
 
+
+
+class UsageDay(models.Model):
+    """One UTC day of reservation use for one image and group (``reservations.usage`` fills it).
+
+    Additive figures only, so any filter sums rows. The group of a reservation is its block's
+    group, else its user's first group (lowest id), else "" (no group). Names, not keys: a
+    deleted image or group keeps its history.
+    """
+
+    day = models.DateField()
+    image = models.CharField(max_length=100)
+    group = models.CharField(max_length=150, blank=True)
+    seconds = models.BigIntegerField(default=0, help_text="Seconds a ready machine was held, clipped to the day.")
+    reservations = models.PositiveIntegerField(default=0, help_text="Reservations whose use started that day.")
+    ready_count = models.PositiveIntegerField(default=0, help_text="Reservations that became ready that day.")
+    ready_seconds = models.BigIntegerField(default=0, help_text="Their summed waits from wanted to ready.")
+
+    class Meta:
+        ordering = ["day", "image", "group"]
+        constraints = [models.UniqueConstraint(fields=["day", "image", "group"], name="usage_day_once")]
+
+    def __str__(self):
+        return f"{self.day} {self.image} {self.group or '-'}"
+
+
+class UsagePeak(models.Model):
+    """The most machines held at once on one UTC day; ``image`` / ``group`` None: any."""
+
+    day = models.DateField()
+    image = models.CharField(max_length=100, null=True, blank=True)
+    group = models.CharField(max_length=150, null=True, blank=True)
+    peak = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["day"]
+        indexes = [models.Index(fields=["day", "image", "group"], name="usage_peak_day")]
+
+    def __str__(self):
+        return f"{self.day} peak {self.peak}"
+
+
+class Refusal(models.Model):
+    """A reservation refused (for want of capacity, over a quota, a full class): what the usage
+    report counts by reason."""
+
+    at = models.DateTimeField(db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    image = models.CharField(max_length=100)
+    group = models.CharField(max_length=150, blank=True)
+    reason = models.CharField(max_length=64, help_text="The code most hosts were refused for.")
+    reasons = models.JSONField(default=dict, blank=True, help_text="Hosts refused per reason code.")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self):
+        return f"refusal {self.reason} at {self.at:%Y-%m-%d %H:%M}"

@@ -1,5 +1,8 @@
 """Reservation jobs: the steps that follow a VM job (``vm.create`` → settle, teardown → finish),
-and ``node.replace_reservations`` (a host drained or taken offline: move its future claims).
+``reservation.idle_check`` (ask the guests of the ready reservations due for it who is logged in;
+warn or reclaim the idle ones, see ``reservations.idle``),
+``node.replace_reservations`` (a host drained or taken offline: move its future claims) and
+``node.reprovision`` (a host that stopped answering: rebuild its reservations' VMs elsewhere).
 
 The first two run after the VM job they depend on ended, whatever its status, and read the outcome
 from the database; all are idempotent, so a retried job changes nothing twice.
@@ -8,7 +11,7 @@ from the database; all are idempotent, so a retried job changes nothing twice.
 from rest_framework import serializers
 
 from provisioning.jobs.registry import opcode
-from reservations import services
+from reservations import idle, services
 
 
 class ReservationParams(serializers.Serializer):
@@ -22,7 +25,8 @@ def reservation_lock(params):
 @opcode("reservation.settle", params=ReservationParams, locks=reservation_lock)
 def reservation_settle(job):
     """After the VM build: mark the reservation ready, retry once on another host, or fail it."""
-    return job.step("settle", services.settle, job.params["reservation"], actor=job.actor)
+    # Database only: the reservation's change commits with the step's lease-fenced record.
+    return job.db_step("settle", services.settle, job.params["reservation"], actor=job.actor)
 
 
 @opcode("reservation.finish", params=ReservationParams, locks=reservation_lock)
@@ -50,3 +54,33 @@ def node_replace_reservations(job):
     moved = [o["reservation"] for o in outcomes if o.get("moved")]
     degraded = [o["reservation"] for o in outcomes if o.get("degraded")]
     return {"hypervisor": host, "moved": moved, "degraded": degraded}
+
+
+@opcode("node.reprovision", params=HostParams, locks=host_lock, staff_only=True)
+def node_reprovision(job):
+    """A host that stopped answering is offline: rebuild the reservations whose VMs ran on it
+    on other hosts from their images (or fail them, per image), one step (one transaction) each."""
+    host = job.params["hypervisor"]
+    ids = job.step("list", services.on_dead_host, host)
+    job.expect(len(ids) + 1)
+    outcomes = [job.step(f"rebuild-{rid}", services.reprovision_off_host, rid, host, actor=job.actor) for rid in ids]
+    return {
+        "hypervisor": host,
+        "rebuilt": [o["reservation"] for o in outcomes if o.get("rebuilt")],
+        "failed": [o["reservation"] for o in outcomes if o.get("failed")],
+    }
+
+
+@opcode("reservation.idle_check", locks=lambda params: ["reservation-idle-check"], staff_only=True)
+def reservation_idle_check(job):
+    """Ask the guests of the ready reservations due for an idle check who is logged in; warn
+    or end the idle ones (one step each: a driver call, then one short transaction)."""
+    ids = job.step("list", idle.due)
+    job.expect(len(ids) + 1)
+    outcomes = [job.step(f"check-{rid}", idle.check, rid, actor=job.actor) for rid in ids]
+    return {
+        "checked": len(ids),
+        "warned": [o["reservation"] for o in outcomes if o["action"] == "warn"],
+        "ended": [o["reservation"] for o in outcomes if o["action"] == "end"],
+        "unknown": [o["reservation"] for o in outcomes if o.get("unknown") or o["action"] == "disarmed"],
+    }

@@ -15,13 +15,14 @@ One function per verb; the web pages, the API, the CLI and the jobs call these. 
   the other gets ``Conflict`` and writes nothing. The acting user is the keyword ``actor=``.
 """
 
+import logging
 import secrets
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import Group
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -30,16 +31,20 @@ from provisioning.capacity import services as capacity
 from provisioning.capacity.models import Allocation
 from provisioning.drivers import cloudinit
 from provisioning.jobs import services as jobs
+from provisioning.jobs import transitions
 from provisioning.placement import refusals as placement_reasons
 from provisioning.placement.result import format_time
 from provisioning.vms import quotas
 from provisioning.vms import services as vms
 from provisioning.vms.models import VM
-from reservations.models import BlockAllocation, Reservation, ReservationHistory
-from vclmgr import changelog, events, topics
+from provisioning.vms.opcodes import host_ops as vm_host_ops
+from reservations import idle, usage
+from reservations.models import BlockAllocation, Refusal, Reservation, ReservationHistory
+from vclmgr import access, changelog, events, topics
 from vclmgr.changelog import Actor
 from vclmgr.errors import Conflict
 
+log = logging.getLogger(__name__)
 S = Reservation.Status
 START_GRACE = timedelta(minutes=2)  # a form filled in at 10:00 and sent at 10:01 still means "now"
 MAX_ATTEMPTS = 2  # a VM that fails to build is retried once on another host
@@ -49,16 +54,20 @@ MAX_ATTEMPTS = 2  # a VM that fails to build is retried once on another host
 
 
 def visible(user):
-    if user.is_staff:
+    """A user's own reservations; an instructor's also those of their groups' blocks; all for
+    auditors and administrators."""
+    if access.can(user, "see_all"):
         return Reservation.objects.all()
+    if access.can(user, "teach"):
+        return Reservation.objects.filter(Q(user=user) | Q(block__group__in=access.teaching_groups(user))).distinct()
     return Reservation.objects.filter(user=user)
 
 
 def may_see(user, rest):
-    """Topic authoriser for ``reservation.<id>``: its user and staff."""
+    """Topic authoriser for ``reservation.<id>``: whoever may see it (``visible``)."""
     if not rest.isdigit() or len(rest) > 18:
         return False
-    return user.is_staff or Reservation.objects.filter(pk=int(rest), user=user).exists()
+    return visible(user).filter(pk=int(rest)).exists()
 
 
 # --- limits: the one quota engine (``provisioning.vms.quotas``) counts reservations as one holder
@@ -115,15 +124,30 @@ def check_fit(image, start, end, **size):
 
     result = capacity.plan(vms.demand_for(image, vms.size_for(image, **size), start=start, end=end, purpose="check"))
     if result.ok:
-        return Fit(True, "fits: a host has room for the whole time")
+        woken = result.note.startswith(capacity.WAKE_NOTE)
+        return Fit(True, f"{result.note}" if woken else "fits: a host has room for the whole time")
     earliest = None
     if result.earliest_fit is not None and result.earliest_fit.start is not None:
         earliest = datetime.fromtimestamp(result.earliest_fit.start, UTC)
     return Fit(False, _no_capacity_message(result, start), earliest, dict(result.reasons))
 
 
-def validate(user, image, start, end, now=None, size=None):
-    """Per-field errors for a reservation request (empty: acceptable, capacity aside)."""
+class QuotaRefused(ValidationError):
+    """A request over a quota (internal to ``validate``: the usage report counts it)."""
+
+
+def validate(user, image, start, end, now=None, size=None, *, quota=True):
+    """Per-field errors for a reservation request (empty: acceptable, capacity aside).
+
+    ``quota`` False: the quotas are left out (``reserve`` counts them once, under their locks).
+    """
+    try:
+        return _validate(user, image, start, end, now, size, quota=quota)
+    except QuotaRefused as exc:
+        return exc.message_dict
+
+
+def _validate(user, image, start, end, now=None, size=None, *, quota=True):
     now = now or timezone.now()
     errors = {}
     if user is not None and not vms.visible_images(user).filter(pk=image.pk).exists():
@@ -138,9 +162,12 @@ def validate(user, image, start, end, now=None, size=None):
         errors["start"] = [f"at most {settings.RESERVATION_HORIZON_DAYS} days ahead"]
     if end <= start:
         errors["end"] = ["the end must be after the start"]
-    if errors:
+    if errors or not quota:
         return errors
-    return quotas.check(user, image, start, end, vms.size_for(image, **(size or {})))
+    quota = quotas.check(user, image, start, end, vms.size_for(image, **(size or {})))
+    if quota:
+        raise QuotaRefused(quota)
+    return {}
 
 
 def reserve(
@@ -162,23 +189,55 @@ def reserve(
         if duration is None:
             raise ValidationError({"end": ["give an end or a duration"]})
         end = start + duration
-    errors = validate(user, image, start, end, now, size)
+    # The quotas are counted once, under their locks (check_locked), not also before them.
+    errors = validate(user, image, start, end, now, size, quota=False)
     if errors:
         raise ValidationError(errors)
     start = max(start, now)  # within the grace period: "now" (capacity is claimed from now)
     try:
-        with transaction.atomic():
-            quotas.check_locked(user, image, start, end, vms.size_for(image, **(size or {})))
+        # One transaction: the claim, the reservation and (when it starts now) its VM and build
+        # jobs commit together; a crash leaves either all of it or nothing. Its change-log rows,
+        # events and job log lines go in at its end, one INSERT per table.
+        with transaction.atomic(), transitions.batched():
+            try:
+                quotas.check_locked(user, image, start, end, vms.size_for(image, **(size or {})))
+            except ValidationError as exc:
+                raise QuotaRefused(exc.message_dict) from None
             reservation = _create(user, image, start, end, ssh_key, request_key, size or {}, actor=actor)
+            if start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) <= now:
+                provision(reservation, actor=actor, savepoint=False)
+    except NoRoom as exc:
+        _refused(user, image, exc.reasons, now)
+        raise
+    except QuotaRefused as exc:
+        _refused(user, image, {QUOTA: 1}, now)
+        raise ValidationError(exc.message_dict) from None
     except IntegrityError:  # the same form, submitted twice at once: the other one won
         existing = Reservation.objects.filter(user=user, request_key=request_key).first()
         if request_key and existing is not None:
             return existing
         raise
-    if start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) <= now:
-        provision(reservation.pk, actor=actor)
-        reservation.refresh_from_db()
     return reservation
+
+
+class NoRoom(ValidationError):
+    """A refusal for want of capacity; ``reasons``: hosts refused per reason code."""
+
+    def __init__(self, message, reasons):
+        super().__init__(message)
+        self.reasons = reasons
+
+
+# Refusals that are not for want of capacity, as the usage report counts them.
+QUOTA, SEATS = "quota", "seats_taken"
+
+
+def _refused(user, image, reasons, now, group=None):
+    """Count the refusal for the usage report (outside the rolled-back reservation)."""
+    Refusal.objects.create(
+        at=now, user=user, image=image.name, group=usage.group_of_user(user) if group is None else group,
+        reason=usage.top_reason(reasons), reasons=reasons,
+    )  # fmt: skip
 
 
 def _create(user, image, start, end, ssh_key, request_key, size, block=None, occurrence=0, *, actor):
@@ -191,14 +250,16 @@ def _create(user, image, start, end, ssh_key, request_key, size, block=None, occ
         demand = vms.demand_for(image, size, start=start, end=end, purpose=f"reservation {reservation.pk}")
         allocation = capacity.claim(demand, actor=actor, owner=user)
     except capacity.NoCapacity as exc:
-        raise ValidationError({"start": [_no_capacity_message(exc.result, start)]}) from None
+        raise NoRoom({"start": [_no_capacity_message(exc.result, start)]}, dict(exc.result.reasons)) from None
     except capacity.TryAgain as exc:
-        raise ValidationError({"start": [str(exc)]}) from None
+        raise NoRoom({"start": [str(exc)]}, {"try_again": 1}) from None
     reservation.allocation = allocation
     reservation.status = S.PENDING
     reservation.save(update_fields=["allocation", "status"])
     changelog.record(reservation, "create", actor, reason="reserved")
-    _history(reservation, f"reserved on {allocation.host.name}, {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC")
+    woken = f" ({allocation.placement_note})" if getattr(allocation, "placement_note", "") else ""
+    window = f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
+    _history(reservation, f"reserved on {allocation.host.name}{woken}, {window}")
     return reservation
 
 
@@ -225,17 +286,28 @@ def _emit(reservation, reason=""):
     events.emit("reservation.changed", data, targets)
 
 
-def _move(reservation_id, old, new, reason, **values):
+def _move(reservation, old, new, reason, *, savepoint=True, **values):
     """Change status ``old`` → ``new`` if it still is ``old`` (a conditional UPDATE: two
-    schedulers or a user and the scheduler never both act). Returns the row or None."""
+    schedulers or a user and the scheduler never both act). Returns the row or None.
+
+    ``reservation``: an id (the row is read back after the UPDATE), or a row the caller has
+    just read or written in its transaction, which is brought up to date in memory instead.
+    """
     olds = old if isinstance(old, (tuple, list)) else (old,)
-    with transaction.atomic():
+    known = isinstance(reservation, Reservation)
+    reservation_id = reservation.pk if known else reservation
+    now = timezone.now()
+    with transaction.atomic(savepoint=savepoint):
         updated = Reservation.objects.filter(pk=reservation_id, status__in=olds).update(
-            status=new, updated=timezone.now(), **values
+            status=new, updated=now, **values
         )
         if not updated:
             return None
-        reservation = Reservation.objects.select_related("image").get(pk=reservation_id)
+        if known:
+            for name, value in {"status": new, "updated": now, **values}.items():
+                setattr(reservation, name, value)
+        else:
+            reservation = Reservation.objects.select_related("image").get(pk=reservation_id)
         _history(reservation, reason)
     return reservation
 
@@ -243,15 +315,26 @@ def _move(reservation_id, old, new, reason, **values):
 # --- the lifecycle ----------------------------------------------------------------------
 
 
-def provision(reservation_id, reason="building the VM", *, actor):
-    """Build the reservation's VM on its claim (a ``vm.create`` job, then ``reservation.settle``)."""
-    reservation = _move(reservation_id, (S.PENDING, S.PLACING), S.PROVISIONING, reason)
-    if reservation is None:
-        return None
-    with transaction.atomic():
-        # The guest is given the login at its first boot, so it is made before the VM (once: a retry keeps it).
-        login = _login(reservation)
-        Reservation.objects.filter(pk=reservation.pk).update(**login)
+def provision(reservation, reason="building the VM", *, actor, savepoint=True):
+    """Build the reservation's VM on its claim (a ``vm.create`` job, then ``reservation.settle``).
+
+    ``reservation``: an id, or the row as just written in the caller's transaction (``reserve``;
+    it is kept up to date in memory). ``savepoint`` False: the caller's transaction is all or
+    nothing anyway, so no savepoint of its own.
+    """
+    with transaction.atomic(savepoint=savepoint):
+        # The guest is given the login at its first boot, so it is made before the VM (once: a
+        # retry keeps it); it is written with the status change.
+        known = reservation if isinstance(reservation, Reservation) else None
+        login = _login(known) if known is not None else {}
+        reservation = _move(reservation, (S.PENDING, S.PLACING), S.PROVISIONING, reason, savepoint=False, **login)
+        if reservation is None:
+            return None
+        if known is None:
+            login = _login(reservation)
+            Reservation.objects.filter(pk=reservation.pk).update(**login)
+            for name, value in login.items():
+                setattr(reservation, name, value)
         reservation.attempts += 1
         size = {"vcpus": reservation.vcpus, "memory_mib": reservation.memory_mib, "disk_gib": reservation.disk_gib}
         common = {
@@ -260,7 +343,7 @@ def provision(reservation_id, reason="building the VM", *, actor):
         }  # fmt: skip
         # The VM is set on the reservation before the reused one reads its login from it (on commit).
         reused = vms.reuse_parked(size=size, **common) if reservation.image.revert_on_end else None
-        vm, job = reused or vms.request_vm(**size, **common)
+        vm, job = reused or vms.request_vm(**size, **common, checked=known is not None, savepoint=False)
         reservation.vm = vm
         reservation.save(update_fields=["vm", "attempts"])
         jobs.submit(
@@ -269,7 +352,8 @@ def provision(reservation_id, reason="building the VM", *, actor):
             actor=actor,
             submitter=reservation.user,
             reason=f"reservation {reservation.pk}: when {vm.key} is built",
-            depends=[(job.pk, [])],
+            depends=[(job, [])],
+            savepoint=False,
         )
     return job
 
@@ -321,11 +405,13 @@ def _retry_elsewhere(reservation, failed_hosts, why, *, actor):
 
 def _ready(reservation, vm, *, actor):
     _move(
-        reservation.pk,
+        reservation,
         S.PROVISIONING,
         S.READY,
         f"ready on {vm.host.name if vm.host else '?'} at {vm.address or 'an unknown address'}",
+        savepoint=False,  # in the settle step's transaction, which catches nothing
         **_login(reservation),
+        **idle.arm(reservation, timezone.now()),
         error="",
     )
     return {"status": S.READY, "vm": vm.pk, "address": vm.address}
@@ -517,12 +603,114 @@ def host_left_service(hv, old_state, *, actor):
             reservation.degraded = ""
             _history(reservation, f"safe again: {hv.name} is back online")
         return None
+    if hv.state == "offline" and hv.state_reason.startswith(vm_host_ops.AUTO_OFFLINE) and on_dead_host(hv.pk):
+        jobs.submit(
+            "node.reprovision", {"hypervisor": hv.pk}, actor=actor,
+            reason=f"{hv.name} stopped answering: {hv.state_reason}"[:500],
+        )  # fmt: skip
     if not future_on_host(hv.pk):
         return None
     return jobs.submit(
         "node.replace_reservations", {"hypervisor": hv.pk}, actor=actor,
         reason=f"{hv.name} is {hv.state}: {hv.state_reason}"[:500],
     )  # fmt: skip
+
+
+# --- a host that died: its reservations' VMs rebuilt elsewhere (Ganeti's harep) ---------------
+
+BUILDING_OR_READY = (S.PROVISIONING, S.READY)
+
+
+def on_dead_host(host_id):
+    """Ids of the reservations being built or ready whose VM is (was) on the host."""
+    return list(
+        Reservation.objects.filter(status__in=BUILDING_OR_READY, vm__host_id=host_id, vm__state__in=VM.LIVE)
+        .order_by("start", "pk").values_list("pk", flat=True)
+    )  # fmt: skip
+
+
+def reprovision_off_host(reservation_id, host_id, *, actor):
+    """The host of the reservation's VM stopped answering and is offline: the VM is ``lost``
+    (its claims released; the row stays for verify to clean up if the host returns) and, per
+    its image's ``on_host_failure``, the reservation is rebuilt from its image on another host
+    (a new claim to the same end, then ``vm.create``) or fails with the reason. One
+    transaction: on any error nothing is changed. Idempotent: a reservation already moved on
+    is left alone. Its user is told (history, ``reservation.host_lost``)."""
+    from inventory.models import Hypervisor
+
+    host = Hypervisor.objects.get(pk=host_id)
+    with transaction.atomic():
+        rows = Reservation.objects.select_for_update(of=("self",)).select_related("image", "vm")
+        reservation = rows.get(pk=reservation_id)
+        vm = reservation.vm
+        if (
+            reservation.status not in BUILDING_OR_READY or vm is None or vm.host_id != host_id
+            or vm.state not in VM.LIVE or host.state != Hypervisor.State.OFFLINE
+        ):  # fmt: skip
+            return {"reservation": reservation_id, "note": "not on that host any more (or the host is back)"}
+        why = f"its host {host.name} stopped answering ({host.state_reason})"
+        vms.mark_lost(vm.pk, f"lost with its host {host.name}"[:500], actor=actor)
+        if reservation.allocation_id and reservation.allocation_id != vm.allocation_id:
+            capacity.release(reservation.allocation, actor=actor, reason=f"reservation {reservation.pk}: {why}"[:500])
+        if reservation.image.on_host_failure == "fail":
+            return _lost(reservation, f"{why}; its image's policy is to fail, not to rebuild", host)
+        if reservation.end <= timezone.now():
+            return _lost(reservation, f"{why}; its time is over", host)
+        try:
+            with transaction.atomic():
+                return _rebuild(reservation, host, why, actor=actor)
+        except (capacity.NoCapacity, capacity.TryAgain, ValidationError) as exc:
+            if isinstance(exc, capacity.NoCapacity):
+                text = _plain(exc.result)
+            else:
+                text = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
+            return _lost(reservation, f"{why}; it could not be rebuilt elsewhere: {text}", host)
+
+
+def _rebuild(reservation, host, why, *, actor):
+    size = {"vcpus": reservation.vcpus, "memory_mib": reservation.memory_mib, "disk_gib": reservation.disk_gib}
+    failed = sorted({*reservation.failed_hosts, host.pk})
+    demand = vms.demand_for(
+        reservation.image, size, start=max(reservation.start, timezone.now()), end=reservation.end,
+        purpose=f"reservation {reservation.pk}", exclude_hosts=failed,
+    )  # fmt: skip
+    allocation = capacity.claim(demand, actor=actor, owner=reservation.user)
+    moved = _move(reservation.pk, BUILDING_OR_READY, S.PLACING, f"rebuilding on {allocation.host.name}: {why}",
+                  allocation=allocation, vm=None, attempts=0, failed_hosts=failed, error="")  # fmt: skip
+    if moved is None:
+        raise Conflict(f"reservation {reservation.pk} changed meanwhile")
+    changelog.record(moved, "update", actor, {"host": [host.name, allocation.host.name]}, why)
+    _host_lost_event(moved, host, why, "rebuilding")
+    provision(moved.pk, f"rebuilding from image {moved.image.name} on {allocation.host.name}", actor=actor)
+    return {"reservation": moved.pk, "rebuilt": True, "host": allocation.host_id}
+
+
+def _lost(reservation, why, host):
+    why = why[:500]
+    moved = _move(reservation.pk, BUILDING_OR_READY, S.FAILED, f"failed: {why}", error=why, connect_secret="")
+    _host_lost_event(moved or reservation, host, why, "failed")
+    return {"reservation": reservation.pk, "failed": True, "reason": why}
+
+
+def _host_lost_event(reservation, host, why, outcome):
+    """For others to hook (e-mail): the reservation's VM was lost with its host; ``outcome``
+    says what happens now (``rebuilding`` or ``failed``)."""
+    targets = [f"reservation.{reservation.pk}", "admin"]
+    if reservation.user_id:
+        targets.append(topics.user_topic(reservation.user_id))
+    events.emit("reservation.host_lost", {"id": reservation.pk, "host": host.name, "outcome": outcome,
+                                          "reason": why, "user": reservation.user_id}, targets)  # fmt: skip
+
+
+def vm_gone(vm, reason, *, actor):
+    """A VM found gone from its host (verify's repair; registered in ``repair.ON_GONE``):
+    its reservation ends with the reason (its claims were released with the VM)."""
+    for reservation in Reservation.objects.filter(vm=vm, status__in=(*Reservation.ACTIVE, S.ENDING)):
+        done = _move(reservation.pk, (*Reservation.ACTIVE, S.ENDING), S.ENDED, f"ended: {reason}",
+                     error=reason[:4000], connect_secret="")  # fmt: skip
+        if done is not None:
+            _release(done, f"reservation ended: {reason}"[:500], actor=actor)
+            changelog.record(done, "update", actor, {"status": [reservation.status, S.ENDED]}, reason[:500])
 
 
 def future_on_host(host_id, now=None):
@@ -564,6 +752,8 @@ def replace_off_host(reservation_id, host_id, *, actor):
             return _degrade(reservation, f"{why}; tried every other host: {text}")
         reservation.refresh_from_db()
         _history(reservation, f"moved from {host.name} to {fresh.host.name}: {why}")
+        events.emit("reservation.moved", {"id": reservation.pk, "reason": why, "allocation": fresh.pk,
+                                          "start": reservation.start.isoformat()}, _targets(reservation))  # fmt: skip
         changelog.record(reservation, "update", actor, {"host": [host.name, fresh.host.name]}, why)
     return {"reservation": reservation_id, "moved": True, "host": fresh.host_id}
 
@@ -574,12 +764,17 @@ def _degrade(reservation, why):
     Reservation.objects.filter(pk=reservation.pk).update(degraded=why, updated=timezone.now())
     reservation.degraded = why
     _history(reservation, f"endangered: {why}")
-    targets = [f"reservation.{reservation.pk}", "admin"]
-    if reservation.user_id:
-        targets.append(topics.user_topic(reservation.user_id))
+    targets = _targets(reservation)
     events.emit("reservation.degraded", {"id": reservation.pk, "reason": why, "start": reservation.start.isoformat()},
                 targets)  # fmt: skip
     return {"reservation": reservation.pk, "degraded": True, "reason": why}
+
+
+def _targets(reservation):
+    targets = [f"reservation.{reservation.pk}", "admin"]
+    if reservation.user_id:
+        targets.append(topics.user_topic(reservation.user_id))
+    return targets
 
 
 def connection(reservation):
@@ -618,15 +813,23 @@ def rdp_file(reservation):
 
 
 def may_manage_blocks(user):
-    return user.is_staff or user.has_perm("reservations.add_blockallocation")
+    """Instructors (``vclmgr.access``; the older ``add_blockallocation`` permission counts too)."""
+    return access.can(user, "teach") or user.has_perm("reservations.add_blockallocation")
 
 
 def managed_blocks(user):
-    """The blocks ``user`` may cancel: staff any, an instructor only the ones they created."""
+    """The blocks ``user`` may cancel: administrators any, an instructor those of their groups."""
     blocks = BlockAllocation.objects.select_related("image", "group")
-    if user.is_staff:
+    if access.is_admin(user):
         return blocks
-    return blocks.filter(created_by=user) if may_manage_blocks(user) else blocks.none()
+    return blocks.filter(group__in=teaching_groups(user)) if may_manage_blocks(user) else blocks.none()
+
+
+def teaching_groups(user):
+    """``access.teaching_groups``, for the older permission too: never a role group."""
+    if access.is_admin(user):
+        return Group.objects.all()
+    return access.own_groups(user) if may_manage_blocks(user) else Group.objects.none()
 
 
 def create_block(*, actor, name, image, group, seats, start, end, weeks=1, created_by=None, now=None):
@@ -645,6 +848,9 @@ def create_block(*, actor, name, image, group, seats, start, end, weeks=1, creat
     errors.update({k: v for k, v in validate(None, image, start, end, now).items() if k not in errors})
     if errors:
         raise ValidationError(errors)
+    if created_by is not None and not teaching_groups(created_by).filter(pk=group.pk).exists():
+        log.warning("block for group %s refused to %s: not one of their groups", group.name, created_by)
+        raise PermissionDenied(f"you may only make blocks for your own groups, not {group.name}")
     members = list(group.user_set.filter(is_active=True).order_by("username")) if isinstance(group, Group) else []
     with transaction.atomic():
         block = BlockAllocation.objects.create(
@@ -689,6 +895,7 @@ def take_seat(user, block, now=None, *, actor):
                 seat.refresh_from_db()
                 _history(seat, f"seat taken by {user.get_username()}")
                 return seat
+    _refused(user, block.image, {SEATS: 1}, now, group=block.group.name)
     raise ValidationError({"block": ["every seat is taken"]})
 
 
@@ -746,6 +953,10 @@ def tick(now=None, *, actor=None):
                 events.emit("reservation.ending", {"id": reservation.pk, "minutes": minutes,
                                                    "end": reservation.end.isoformat()}, targets)  # fmt: skip
                 done["warned"] += 1
+    # A host scheduled to leave service "after its reservations" goes once the last has ended.
+    left = capacity.apply_scheduled(now, actor=actor)
+    if left:
+        done["hosts_left_service"] = left
     return done
 
 

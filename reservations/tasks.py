@@ -3,6 +3,7 @@
 Run by a daemon thread in every django-q2 worker process (started on ``post_spawn``) every
 ``RESERVATION_TICK_SECONDS``, and by a once-a-minute django-q2 ``Schedule`` as a safety net
 visible in admin. Several clocks at once are harmless: every change is a conditional UPDATE.
+The idle round (``idle_round``) runs likewise every ``IDLE_CHECK_SECONDS`` in its own thread.
 """
 
 from django.conf import settings
@@ -11,6 +12,14 @@ from vclmgr import periodic
 
 TICK_SCHEDULE = "vclmgr: reservations clock"
 TICK_FUNC = "reservations.tasks.tick"
+# Usage: yesterday and the day before are stored hourly (re-done: late ends are picked up).
+USAGE_SCHEDULE = "vclmgr: usage aggregation"
+USAGE_FUNC = "reservations.tasks.aggregate_usage"
+USAGE_MINUTES = 60
+# Idle reclamation: a round submits one reservation.idle_check job when a guest is due.
+IDLE_SCHEDULE = "vclmgr: idle reclamation"
+IDLE_FUNC = "reservations.tasks.idle_round"
+IDLE_ACTOR_NAME = "idle reclamation"
 
 
 def tick():
@@ -19,12 +28,37 @@ def tick():
     return services.tick()
 
 
+def aggregate_usage():
+    from reservations import usage
+
+    return [day.isoformat() for day in usage.aggregate_missing()]
+
+
+def idle_round(now=None):
+    """Submit ``reservation.idle_check`` if a ready reservation's guest is due to be asked and no
+    such job is queued or running (one indexed query when nothing is due). Returns its id."""
+    from provisioning.jobs import services as jobs
+    from provisioning.jobs.models import Job
+    from reservations import idle
+    from vclmgr.changelog import Actor
+
+    if not idle.due(now, limit=1):
+        return None
+    if Job.objects.filter(opcode="reservation.idle_check", status__in=(*Job.PENDING, Job.Status.RUNNING)).exists():
+        return None
+    job = jobs.submit("reservation.idle_check", {}, actor=Actor(name=IDLE_ACTOR_NAME), source="vclmgr:schedule")
+    return job.pk
+
+
 def ensure_schedule():
+    periodic.ensure_schedule(USAGE_SCHEDULE, USAGE_FUNC, USAGE_MINUTES)
+    periodic.ensure_schedule(IDLE_SCHEDULE, IDLE_FUNC, 1)
     return periodic.ensure_schedule(TICK_SCHEDULE, TICK_FUNC, 1)
 
 
 def start_clock(**kwargs):
     """django-q2 ``post_spawn`` receiver: one clock thread per worker process."""
+    periodic.start_daemon("reservations-idle", idle_round, lambda: settings.IDLE_CHECK_SECONDS, wait_first=True)
     return periodic.start_daemon(
         "reservations-clock", tick, lambda: settings.RESERVATION_TICK_SECONDS, setup=ensure_schedule, wait_first=True
     )

@@ -18,4 +18,6 @@ urlpatterns = [
     path("blocks/", views.blocks, name="blocks"),
     path("blocks/<int:pk>/seat/", views.take_seat, name="take-seat"),
     path("blocks/<int:pk>/cancel/", views.cancel_block, name="cancel-block"),
+    path("usage/", views.usage_page, name="usage"),
+    path("usage.csv", views.usage_csv, name="usage-csv"),
 ]

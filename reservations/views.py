@@ -22,10 +22,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from provisioning.vms import services as vms
 from provisioning.vms.forms import ImageFilterForm
-from reservations import services
+from reservations import home, idle, services, usage
 from reservations.forms import BlockForm, ExtendForm, ReserveForm, add_service_errors, as_input
 from reservations.models import BlockAllocation, Reservation
-from vclmgr import topics
+from vclmgr import access, topics
 
 PAGE_SIZE = 50
 MAX_ID = 2**63 - 1
@@ -103,7 +103,9 @@ def fit(request):
 @login_required
 def reservation_list(request):
     show = request.GET.get("show") if request.GET.get("show") in SHOWS else "active"
-    everyone = request.user.is_staff and request.GET.get("everyone") == "1"
+    everyone = (access.can(request.user, "see_all") or services.may_manage_blocks(request.user)) and (
+        request.GET.get("everyone") == "1"
+    )
     reservations = services.visible(request.user).select_related("image", "vm", "user")
     if not everyone:
         reservations = reservations.filter(user=request.user)
@@ -112,7 +114,8 @@ def reservation_list(request):
     page = Paginator(reservations, PAGE_SIZE).get_page(request.GET.get("page"))
     query = urlencode({"show": show, **({"everyone": 1} if everyone else {})})
     context = {"page": page, "query": query, "show": show, "shows": list(SHOWS), "everyone": everyone,
-               "topics": "admin" if everyone else topics.user_topic(request.user)}  # fmt: skip
+               "topics": "admin" if everyone and access.can(request.user, "see_all")
+               else topics.user_topic(request.user)}  # fmt: skip
     return render(request, "reservations/reservation_list.html", context)
 
 
@@ -134,6 +137,7 @@ def _panel_context(reservation):
         "ending_soon": reservation.status == Reservation.Status.READY and reservation.end - now <= warn,
         "extend_form": ExtendForm(),
         "warn_minutes": settings.RESERVATION_WARN_MINUTES,
+        "idle": idle.countdown(reservation, now),
         # its own topic (status, end warnings) and its owner's (the VM's build steps)
         "live_topics": ",".join([f"reservation.{reservation.pk}", topics.user_topic(reservation.user_id)]
                                 if reservation.user_id else [f"reservation.{reservation.pk}"]),
@@ -234,15 +238,7 @@ def blocks(request):
     now = timezone.now()
     managed_blocks = services.managed_blocks(request.user)[:PAGE_SIZE] if manager else []
     managed = [(b, services.block_usage(b, now)) for b in managed_blocks]
-    classes = (
-        BlockAllocation.objects.filter(group__in=request.user.groups.all(), canceled=False)
-        .filter(seat_reservations__end__gt=now).distinct().select_related("image", "group").order_by("start")
-    )  # fmt: skip
-    held = dict(
-        Reservation.objects.filter(user=request.user, block__in=classes, status__in=Reservation.ACTIVE, end__gt=now)
-        .order_by("-start").values_list("block_id", "pk")
-    )  # fmt: skip
-    context = {"form": form, "managed": managed, "classes": [(b, held.get(b.pk)) for b in classes]}
+    context = {"form": form, "managed": managed, "classes": home.classes_of(request.user, now)}
     return render(request, "reservations/blocks.html", context)
 
 
@@ -267,3 +263,42 @@ def cancel_block(request, pk):
     services.cancel_block(block, actor=request.user, reason=f"block canceled by {request.user.get_username()}")
     messages.success(request, f"Block {block.name} canceled.")
     return redirect("reservations:blocks")
+
+
+# --- usage reports (staff) -------------------------------------------------------------------
+
+
+def _usage_report(request):
+    if not access.can(request.user, "see_all"):
+        raise PermissionDenied
+    try:
+        first, last, image, group = usage.filters(request.GET)
+    except ValueError as exc:
+        return None, HttpResponse(str(exc), status=400, content_type="text/plain")
+    return usage.report(first, last, image=image, group=group), None
+
+
+@login_required
+@require_GET
+def usage_page(request):
+    """Staff: hours per image, group and day, peak concurrency, refusals, time to ready."""
+    data, error = _usage_report(request)
+    if error is not None:
+        return error
+    images, groups = usage.choices()
+    return render(request, "reservations/usage.html", {
+        "report": data, "images": images, "groups": groups, "query": request.GET.urlencode(),
+    })  # fmt: skip
+
+
+@login_required
+@require_GET
+def usage_csv(request):
+    data, error = _usage_report(request)
+    if error is not None:
+        return error
+    response = HttpResponse(usage.csv_text(data), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="usage-{data["from"]}-{data["to"]}.csv"'
+    return response
+
+

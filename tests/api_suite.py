@@ -19,9 +19,15 @@ plain user) and anonymous clients are refused; an administrator's *read-only* to
 but every write is refused and changes nothing. Set ``user_can_read = True`` for endpoints
 where any signed-in user may read (``IsStaffOrReadOnly``), ``user_can_write = True`` where
 plain users may also write, and ``deletable = False`` where DELETE is not offered.
+
+Roles (``vclmgr.access``): every role is tried on every operation with a token carrying every
+scope the role allows; ``role_reads`` / ``role_writes`` name the roles besides admin that may
+read / write (e.g. ``("operator", "auditor")`` and ``("operator",)`` for the inventory).
 """
 
 import pytest
+
+from vclmgr import access
 
 OPERATIONS = ["list", "detail", "create", "update", "delete"]
 WRITES = ["create", "update", "delete"]
@@ -34,6 +40,8 @@ class ApiCrudSuite:
     user_can_write = False
     deletable = True
     write_only_fields = ()  # sent on create but never returned (e.g. secrets)
+    role_reads = ()  # roles (besides admin) that may read
+    role_writes = ()  # roles (besides admin) that may write
 
     # --- data, supplied per model -------------------------------------------------------
 
@@ -174,3 +182,20 @@ class ApiCrudSuite:
         response = self.call(api(admin_user, write=False), operation, obj)
         self.assert_error_format(response, 403)
         assert self.snapshot(obj) == before and type(obj).objects.count() == count
+
+    @pytest.mark.parametrize("operation", OPERATIONS)
+    @pytest.mark.parametrize("role", list(access.ROLES))
+    def test_each_role(self, db, api, django_user_model, role, operation):
+        user = django_user_model.objects.create_user(f"as-{role}")
+        access.set_roles(user, [role], actor="test")
+        response, obj, before, count = self.run_operation(api(user), operation)
+        allowed = role in (self.role_writes if operation in WRITES else self.role_reads) or (
+            operation not in WRITES and self.user_can_read
+        )
+        if allowed and operation == "delete" and not self.deletable:
+            assert response.status_code == 405, response.content[:500]
+        elif allowed:
+            self.assert_done(operation, response, obj, before, count)
+        else:
+            self.assert_error_format(response, 403)
+            assert self.snapshot(obj) == before and type(obj).objects.count() == count

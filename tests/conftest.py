@@ -75,7 +75,7 @@ def api():
     def make(user=None, write=True):
         client = APIClient()
         if user is not None:
-            _, clear = tokens.issue(user, f"test-{next(_numbers)}", write_enabled=write)
+            _, clear = tokens.issue(user, f"test-{next(_numbers)}", scopes="all" if write else ("read",))
             client.credentials(HTTP_AUTHORIZATION=f"Bearer {clear}")
         return client
 
@@ -192,3 +192,39 @@ def make_host(db):
         return inventory_services.create_hypervisor(actor=TEST, tags=tags, **values)
 
     return make
+
+
+# --- a Redfish BMC: sushy-emulator, one per test (it starts in ~0.5 s) ---------------------
+
+@pytest.fixture
+def redfish_bmc(tmp_path):
+    """``redfish_bmc({"node-1": "on", ...}, tls=True)`` → a running ``tests.redfish.Emulator``
+    whose fake systems have those names and power states; stopped by PID after the test."""
+    from tests.redfish import Emulator
+
+    started = []
+
+    def start(systems, tls=True, min_delay=0):
+        emulator = Emulator(tmp_path / f"bmc{len(started)}", dict(systems), tls=tls, min_delay=min_delay)
+        started.append(emulator)
+        return emulator.start()
+
+    yield start
+    for emulator in started:
+        emulator.stop()
+
+
+@pytest.fixture
+def bmc_host(db):
+    """``bmc_host(host, emulator, system_name, password=…)``: point a host at an emulator's system."""
+    from tests import redfish
+
+    def point(host, emulator, name, password=redfish.PASSWORD, **fields):
+        credential = inventory_services.create_credential(
+            actor=TEST, name=f"bmc-{host.name}-{next(_numbers)}", username=redfish.USERNAME, secret=password
+        )
+        values = {"bmc_address": emulator.url, "bmc_credential": credential, "bmc_system": emulator.systems[name],
+                  "bmc_verify_tls": False, **fields}  # fmt: skip
+        return inventory_services.update_hypervisor(host, actor=TEST, **values)
+
+    return point

@@ -13,6 +13,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
+from vclmgr import lifeline
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -55,14 +57,22 @@ def listens(port):
 
 
 class Child:
-    """A child process in its own session, killed with everything it spawned."""
+    """A child process in its own session, killed with everything it spawned; and if the test
+    process dies before it can (a run killed by a timeout), the whole tree stops by itself:
+    it watches a lifeline pipe whose only write end this process holds (``vclmgr.lifeline``,
+    as ``serve``'s children do)."""
 
     def __init__(self, args, env, log_path):
         self.log_path = log_path
         self.log = open(log_path, "wb")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        read_fd, self._lifeline, value = lifeline.open_pipe()
+        try:
+            self.proc = subprocess.Popen(
+                args, cwd=ROOT, env={**env, lifeline.ENV: value}, stdout=self.log, stderr=subprocess.STDOUT,
+                start_new_session=True, pass_fds=(read_fd,),
+            )  # fmt: skip
+        finally:
+            os.close(read_fd)
 
     @property
     def pid(self):
@@ -98,6 +108,9 @@ class Child:
                 break
             time.sleep(0.05)
         self.log.close()
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
 
 
 def wait_for(predicate, timeout, what, child=None):
@@ -126,16 +139,23 @@ def start_worker(tmp_path, workers=1, **env):
     return child
 
 
-def start_asgi(tmp_path, **env):
-    port = free_port()
+def start_asgi(tmp_path, tls=None, port=None, **env):
+    """daphne on a free loopback port (or ``port``, for a server that must know its URL before
+    it starts); ``tls=(cert_file, key_file)`` serves HTTPS (Twisted's TLS)."""
+    port = port or free_port()
+    if tls:
+        cert, key = tls
+        listen = ["-e", f"ssl:{port}:interface=127.0.0.1:privateKey={key}:certKey={cert}"]
+    else:
+        listen = ["-b", "127.0.0.1", "-p", str(port)]
     child = Child(
-        [sys.executable, "-m", "vclmgr.asgi_server", "-b", "127.0.0.1", "-p", str(port), "vclmgr.asgi:application"],
+        [sys.executable, "-m", "vclmgr.asgi_server", *listen, "vclmgr.asgi:application"],
         child_env(**env),
         tmp_path / "asgi.log",
     )
 
     wait_for(lambda: listens(port), 30, "daphne to listen", child)
-    child.url = f"http://127.0.0.1:{port}"
+    child.url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     child.port = port
     return child
 

@@ -71,7 +71,7 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 def bearer(user):
-    return {"Authorization": f"Bearer {tokens.issue(user, 'fuzz', write_enabled=True)[1]}"}
+    return {"Authorization": f"Bearer {tokens.issue(user, 'fuzz', scopes='all')[1]}"}
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
 """Regenerate docs/screenshot.png: serve the demo, log in as the demo admin, capture a page.
 
-Run: ``DEBUG=1 .venv/bin/python tools/screenshot.py [PATH]`` (default: the admin dashboard).
+Run: ``DEBUG=1 .venv/bin/python tools/screenshot.py [PATH] [OUT]`` (default: the admin dashboard,
+into docs/screenshot.png). For ``/reservations/usage/`` the demo also gets 30 days of synthetic
+history, stored per day (``docs/screenshots/usage.png``).
 Uses a throwaway var directory, Debian's Chromium and a free port. Before serving, ``SCENE``
 gives the demo cluster something to show: reservations now and in the next days, some load
 on the hosts, a drained and an offline host.
@@ -29,9 +31,9 @@ from reservations import services as reservations
 now = timezone.now()
 desktop = Image.objects.get(name="ubuntu-24.04-desktop")
 for user in get_user_model().objects.filter(username__in=["admin", "demo"]):
-    reservations.reserve(user, user, desktop, duration=timedelta(hours=3))
-    reservations.reserve(user, user, desktop, start=now + timedelta(hours=20), duration=timedelta(hours=4))
-    reservations.reserve(user, user, desktop, start=now + timedelta(hours=44), duration=timedelta(hours=3))
+    reservations.reserve(user, desktop, actor=user, duration=timedelta(hours=3))
+    reservations.reserve(user, desktop, actor=user, start=now + timedelta(hours=20), duration=timedelta(hours=4))
+    reservations.reserve(user, desktop, actor=user, start=now + timedelta(hours=44), duration=timedelta(hours=3))
 hosts = list(Hypervisor.objects.filter(blade_center__isnull=False).order_by("slot"))
 for i, host in enumerate(hosts):  # some load, unevenly spread
     share = (i * 37 % 90) / 100
@@ -43,14 +45,24 @@ inventory.set_state(hosts[5], "drained", "demo: firmware update", actor="demo")
 inventory.set_state(hosts[12], "offline", "demo: power supply failed", actor="demo")
 """
 
+USAGE_SCENE = """
+from datetime import timedelta
+from django.utils import timezone
+from reservations import demo, usage
+demo.usage_history(30, 40)
+usage.backfill(timezone.now().date() - timedelta(days=30), timezone.now().date())
+"""
 
-def main(path="/"):
+
+def main(path="/", out="docs/screenshot.png"):
     var = tempfile.mkdtemp(prefix="vclmgr-shot-")
     env = {**os.environ, "DEBUG": "1", "VCLMGR_VAR_DIR": var, "DATABASE_URL": "", "REDIS_URL": ""}
     run = [sys.executable, "manage.py"]
     subprocess.run([*run, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
     subprocess.run([*run, "demo"], cwd=ROOT, env=env, check=True, capture_output=True)
     subprocess.run([*run, "shell", "-c", SCENE], cwd=ROOT, env=env, check=True)
+    if path.startswith("/reservations/usage/"):
+        subprocess.run([*run, "shell", "-c", USAGE_SCENE], cwd=ROOT, env=env, check=True)
     password = dict(line.split(":", 1) for line in (Path(var) / "demo_credentials.txt").read_text().split())["admin"]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -75,8 +87,8 @@ def main(path="/"):
             page.wait_for_url("**/")
             page.goto(path)
             page.wait_for_timeout(4000)  # the reservations made by SCENE come up meanwhile
-            (ROOT / "docs").mkdir(exist_ok=True)
-            page.screenshot(path=str(ROOT / "docs" / "screenshot.png"))
+            (ROOT / out).parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ROOT / out), full_page=out != "docs/screenshot.png")
             browser.close()
     finally:
         server.terminate()

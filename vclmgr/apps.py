@@ -1,5 +1,6 @@
 from django.apps import AppConfig
 from django.db.backends.signals import connection_created
+from django.db.models.signals import post_migrate
 
 from vclmgr.private_files import tighten_sqlite
 
@@ -9,10 +10,19 @@ class VclmgrConfig(AppConfig):
     verbose_name = "vclmgr core"
 
     def ready(self):
-        from vclmgr import topics
+        from axes.signals import user_locked_out
+        from django_q.signals import post_spawn
+
+        from vclmgr import access, events, lifeline, lockout, metrics, topics, worker_health
+
+        post_migrate.connect(access.ensure_roles, sender=self, dispatch_uid="vclmgr.access.roles")
 
         topics.register_builtin_topics()
+        events.listen("job.status", metrics.on_job_status)
+        lifeline.watch()  # a process of `serve`'s tree ends when the supervisor does
         connection_created.connect(_private_sqlite_file)
+        post_spawn.connect(worker_health.start, dispatch_uid="vclmgr.worker_health")
+        user_locked_out.connect(lockout.log_lockout, dispatch_uid="vclmgr.lockout.log")
 
 
 def _private_sqlite_file(sender, connection, **kwargs):

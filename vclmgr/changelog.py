@@ -6,6 +6,7 @@ job are logged as faithfully as those made in the browser. ``Actor`` says who ac
 caller's transaction just as ``record()`` does.
 """
 
+import threading
 from dataclasses import dataclass
 
 from django.contrib.contenttypes.models import ContentType
@@ -13,6 +14,8 @@ from django.utils import timezone
 
 from vclmgr import bulk
 from vclmgr.models import ObjectChange
+
+_local = threading.local()  # .sink: a batch collecting this thread's rows (see ``deferred_to``)
 
 SECRET_FIELDS = {"secret", "password", "encrypted_secret"}
 
@@ -73,7 +76,27 @@ def _row(obj, action, actor, changes, reason):
 
 
 def record(obj, action, actor, changes=None, reason=""):
-    return ObjectChange.objects.create(**_row(obj, action, Actor.of(actor), changes, reason))
+    """One change-log row; in a batch (``deferred_to``) written with the batch (returns None)."""
+    row = _row(obj, action, Actor.of(actor), changes, reason)
+    sink = getattr(_local, "sink", None)
+    if sink is not None and sink(row):
+        return None
+    return ObjectChange.objects.create(**row)
+
+
+def deferred_to(sink):
+    """While set, ``record`` hands each row's columns to ``sink(columns)``; True: it took the
+    row (and writes it with ``write_rows`` before its transaction commits). Returns the previous."""
+    previous = getattr(_local, "sink", None)
+    _local.sink = sink
+    return previous
+
+
+def write_rows(rows):
+    """INSERT change-log rows (columns as ``record`` makes them), all at this time, in one statement."""
+    if rows:
+        now = timezone.now()
+        bulk.insert_rows(ObjectChange, ["time", *rows[0]], [(now, *row.values()) for row in rows])
 
 
 def record_many(entries, *, actor, reason=""):

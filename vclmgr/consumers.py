@@ -23,7 +23,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from vclmgr import events, tokens, topics
+from vclmgr import events, metrics, tokens, topics
 from vclmgr.relay import _max_id, relay
 
 log = logging.getLogger(__name__)
@@ -53,12 +53,17 @@ class EventConsumer(AsyncJsonWebsocketConsumer):
         if "api_token_id" in self.scope:
             self.token_watch = asyncio.get_running_loop().create_task(self._watch_token(self.scope["api_token_id"]))
         await self.accept()
+        self.counted = True
+        metrics.WS_CLIENTS.inc()
         query = parse_qs(self.scope.get("query_string", b"").decode())
         wanted = [t for value in query.get("topics", []) for t in value.split(",") if t]
         if wanted:
             await self.subscribe(wanted, _parse_since(query.get("since", [None])[0]))
 
     async def disconnect(self, code):
+        if getattr(self, "counted", False):
+            self.counted = False
+            metrics.WS_CLIENTS.dec()
         for topic in list(getattr(self, "baseline", {})):
             self._leave(topic)
         if hasattr(self, "pump"):
@@ -96,8 +101,11 @@ class EventConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "subscribed", "topics": allowed, "denied": denied, "last_id": latest})
             if fresh:
                 # Also without ``since``: what was committed between reading ``latest`` and
-                # the relay taking over is read here, not lost.
-                for event in await database_sync_to_async(events.since)(fresh, start):
+                # the relay taking over is read here, not lost. Only up to what the relay has
+                # handed on: newer rows reach this socket live, in id order, so the client's
+                # newest id stays a safe resume point.
+                through = relay.delivered_through
+                for event in await database_sync_to_async(events.since)(fresh, start, through=through):
                     await self._deliver(event.as_message())
 
     async def _pump(self):

@@ -72,7 +72,7 @@ class Env:
             raise ImproperlyConfigured(f"{name}: must be at most {maximum}, got {number}")
         return number
 
-    def float(self, name, default, minimum=None):
+    def float(self, name, default, minimum=None, maximum=None):
         value = self.raw(name)
         if value is None:
             return default
@@ -82,6 +82,8 @@ class Env:
             raise ImproperlyConfigured(f"{name}: expected a number, got {value!r}") from None
         if minimum is not None and number < minimum:
             raise ImproperlyConfigured(f"{name}: must be at least {minimum}, got {number}")
+        if maximum is not None and number > maximum:
+            raise ImproperlyConfigured(f"{name}: must be at most {maximum}, got {number}")
         return number
 
     def list(self, name, default):

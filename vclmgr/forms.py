@@ -1,17 +1,22 @@
 from django import forms
 from django.utils import timezone
 
+from vclmgr import access
 from vclmgr.models import ApiToken
 
 
 class ApiTokenForm(forms.Form):
     name = forms.CharField(max_length=100)
-    write_enabled = forms.BooleanField(required=False, label="Allow writes")
+    scopes = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple, help_text="read is always given",
+    )  # fmt: skip
     expires = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.user = user
+        allowed = access.allowed_scopes(user)
+        self.fields["scopes"].choices = [(s, s) for s in access.SCOPES if s in allowed and s != "read"]
 
     def clean_name(self):
         name = self.cleaned_data["name"]

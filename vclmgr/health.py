@@ -1,4 +1,11 @@
-"""``/healthz``: is every part this process depends on up? 200 when yes, 503 when not.
+"""Health checks: 200 when yes, 503 when not.
+
+* ``/healthz``: is every part this installation depends on up (database, broker, channel
+  layer, a live job worker anywhere)?
+* ``/healthz/live``: this web process answers (a supervisor restarts it when not); no I/O.
+* ``/healthz/ready``: this web process can serve (a load balancer sends it traffic): the
+  database answers, every migration is applied, and Redis answers when configured. Job
+  workers are not its business (``manage.py worker_check`` is theirs).
 
 The status code is for everyone (load balancers); the checks' details (versions, queue
 sizes, error texts) only for staff unless ``HEALTHZ_DETAILS=public``."""
@@ -10,10 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 from django_q.brokers import get_broker
 from django_q.status import Stat
+
+from vclmgr import access
 
 
 def _check(fn):
@@ -27,6 +37,36 @@ def _database():
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return {"vendor": connection.vendor}
+
+
+_migrated = []  # once every migration is applied it stays so for this process's code
+
+
+def migrations():
+    """Raises unless every migration this code knows is applied to the database."""
+    if _migrated:
+        return {}
+    executor = MigrationExecutor(connection)
+    plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    if plan:
+        names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in plan[:3])
+        raise RuntimeError(f"{len(plan)} migrations not applied ({names}{', …' if len(plan) > 3 else ''})")
+    _migrated.append(True)
+    return {}
+
+
+def redis():
+    """Raises if Redis is configured and does not answer; None when it is not configured."""
+    if not settings.REDIS_URL:
+        return None
+    import redis as redis_client
+
+    client = redis_client.Redis.from_url(settings.REDIS_URL, socket_timeout=3, socket_connect_timeout=3)
+    try:
+        client.ping()
+    finally:
+        client.close()
+    return {}
 
 
 def _broker():
@@ -65,6 +105,31 @@ def _workers():
     return {"count": count}
 
 
+def _answer(request, checks):
+    healthy = all(c["status"] == "ok" for c in checks.values())
+    body = {"status": "ok" if healthy else "down"}
+    if settings.HEALTHZ_DETAILS == "public" or access.can(request.user, "see_cluster"):
+        body["checks"] = checks
+    return JsonResponse(body, status=200 if healthy else 503)
+
+
+@never_cache
+def live(request):
+    return JsonResponse({"status": "ok"})
+
+
+def ready_checks():
+    checks = {"database": _check(_database), "migrations": _check(migrations)}
+    if settings.REDIS_URL:
+        checks["redis"] = _check(redis)
+    return checks
+
+
+@never_cache
+def ready(request):
+    return _answer(request, ready_checks())
+
+
 @never_cache
 def healthz(request):
     checks = {
@@ -75,8 +140,4 @@ def healthz(request):
     }
     if checks["workers"]["status"] == "down":
         checks["workers"]["count"] = 0
-    healthy = all(c["status"] == "ok" for c in checks.values())
-    body = {"status": "ok" if healthy else "down"}
-    if settings.HEALTHZ_DETAILS == "public" or request.user.is_staff:
-        body["checks"] = checks
-    return JsonResponse(body, status=200 if healthy else 503)
+    return _answer(request, checks)

@@ -1,9 +1,14 @@
 """Sign-in lockout (django-axes): after ``LOGIN_FAILURE_LIMIT`` wrong passwords for one
 username from one address, that pair is refused (429) for ``LOGIN_COOLOFF_MINUTES``, even
-with the right password — on ``/login/`` and ``/admin/login/`` alike."""
+with the right password — on ``/login/`` and ``/admin/login/`` alike. Each refusal from a
+locked-out pair is logged (``vclmgr.lockout``, WARNING) with the username and address."""
+
+import logging
 
 from axes.backends import AxesStandaloneBackend
 from django.conf import settings
+
+log = logging.getLogger(__name__)
 
 
 class LockoutBackend(AxesStandaloneBackend):
@@ -11,7 +16,9 @@ class LockoutBackend(AxesStandaloneBackend):
     (the test client, management commands), never from someone guessing over HTTP."""
 
     def authenticate(self, request, username=None, password=None, **kwargs):
-        if request is None:
+        # Sign-on callbacks (OpenID Connect) carry no username: their failures are logged by
+        # vclmgr/oidc.py, and counting them per address would lock a whole campus NAT out.
+        if request is None or username is None:
             return None
         return super().authenticate(request, username=username, password=password, **kwargs)
 
@@ -24,3 +31,17 @@ def client_address(request):
         hops = [hop.strip() for hop in forwarded.split(",")]
         return hops[-min(proxies, len(hops))]
     return request.META.get("REMOTE_ADDR")
+
+
+def log_lockout(sender, request, username, ip_address, **kwargs):
+    """axes' ``user_locked_out``: one line an operator can act on (whom to unlock, or block).
+
+    axes logs lockouts too, but masks the username and address (``AXES_SENSITIVE_PARAMETERS``,
+    lest a password typed into the username field reach the log); a lockout needs the same
+    username ``LOGIN_FAILURE_LIMIT`` times, so it is an account name, and %r keeps control
+    characters out of the log."""
+    log.warning(
+        "sign-in refused, locked out: username %r from %s on %s after %s wrong passwords (for %s)",
+        (username or "")[:150], ip_address, getattr(request, "path", "?"),
+        getattr(request, "axes_failures_since_start", "repeated"), settings.AXES_COOLOFF_TIME,
+    )  # fmt: skip

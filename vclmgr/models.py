@@ -32,6 +32,10 @@ class Event(models.Model):
         }
 
 
+def default_scopes():
+    return ["read"]
+
+
 class ApiToken(models.Model):
     """An API token for integrations. Only a SHA-256 digest is stored; the token is shown once.
 
@@ -43,7 +47,10 @@ class ApiToken(models.Model):
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=16, help_text="The first characters, to recognise a token.")
     digest = models.CharField(max_length=64, unique=True)
-    write_enabled = models.BooleanField(default=False)
+    scopes = models.JSONField(
+        default=default_scopes,
+        help_text="What the token may do: read, reserve, run, operate, admin (never more than its user's roles).",
+    )
     created = models.DateTimeField(auto_now_add=True)
     expires = models.DateTimeField(null=True, blank=True)
     last_used = models.DateTimeField(null=True, blank=True)
@@ -54,6 +61,23 @@ class ApiToken(models.Model):
 
     def __str__(self):
         return f"{self.name} ({self.prefix}…)"
+
+
+class Access(models.Model):
+    """No rows: it only holds the role permissions (``vclmgr.access`` owns the rules)."""
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = [
+            ("teach", "Instructor: block allocations for their groups"),
+            ("maintain_images", "Image maintainer: capture, publish, retire their groups' images"),
+            ("operate", "Operator: node states, evacuations, plans"),
+            ("audit", "Auditor: read everything"),
+        ]
+
+    def __str__(self):
+        return "access"
 
 
 class ObjectChange(models.Model):

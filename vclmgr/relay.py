@@ -12,8 +12,15 @@ expires after a day. Consumers register a sink per topic (``subscribe``) and the
 it with each committed event of that topic; sinks must not block (a consumer queues it).
 
 Ids are assigned at insert but committed in any order, so a row with a smaller id may
-appear after a larger one was relayed: the relay remembers the ids below its high-water mark
+appear after a larger one was read: the relay remembers the ids below its high-water mark
 it has not seen yet (gaps, at most ``LOOKBACK`` ids back) and asks for them on each poll.
+It hands rows on in id order: a row waits behind a gap younger than ``ORDER_WAIT`` seconds
+(a transaction still committing), so a client's newest id is a safe resume point
+(``since``) — resuming from it on another web machine loses no event committed late. A gap
+older than that is taken for a rolled-back insert: rows behind it go on, and if it commits
+after all it is still handed on (late, out of order). ``delivered_through`` is the id up to
+which rows have been handed on; a subscriber replays from the outbox up to it only
+(``events.since(..., through=)``), and the rest reaches it live.
 
 Contract for a subscriber: once ``await relay.subscribe(topic, sink)`` returns, every event
 of ``topic`` committed from then on reaches ``sink`` (at most ``LOOKBACK`` ids late); what
@@ -22,6 +29,7 @@ was committed before, the subscriber reads from the outbox itself (``events.sinc
 
 import asyncio
 import logging
+import time
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -33,12 +41,18 @@ log = logging.getLogger(__name__)
 
 LOOKBACK = 500  # ids below the high-water mark still awaited when they were skipped
 BATCH = 5000  # rows read per poll at most
+ORDER_WAIT = 2.0  # seconds a row waits behind a smaller id not committed yet
 
 
 class Relay:
     def __init__(self):
         self.high_water = None  # every id up to here was read, except the gaps
         self.gaps = set()
+        self.gap_seen = {}  # gap id -> when it was first seen (clock seconds)
+        self.held = {}  # id -> row read but waiting behind a young gap
+        self.delivered_through = 0  # rows up to this id were handed on (or are given up gaps)
+        self.clock = time.monotonic
+        self.settled = False  # a poll has read rows since the start
         self.subscribers = {}  # topic -> {sink: None}, an ordered set of callables
         self.task = None
         self._starting = asyncio.Lock()
@@ -60,6 +74,9 @@ class Relay:
         async with self._starting:
             if self.high_water is None:
                 self.high_water, self.gaps = await database_sync_to_async(_starting_point)()
+                # Ids missing at the start are mostly long gone (rolled back, pruned): no wait.
+                self.gap_seen = dict.fromkeys(self.gaps, self.clock() - ORDER_WAIT)
+                self.delivered_through = self._barrier()
             if self.task is None or self.task.done():
                 self.task = asyncio.get_running_loop().create_task(self.run())
 
@@ -79,7 +96,11 @@ class Relay:
         read = database_sync_to_async(_rows_after, thread_sensitive=False)
         rows = await read(self.high_water, sorted(self.gaps))
         self.advance([row["id"] for row in rows])
-        for row in rows:
+        self.held.update((row["id"], row) for row in rows)
+        barrier = self._barrier()
+        ready = sorted(i for i in self.held if i <= barrier)
+        self.delivered_through = barrier
+        for row in (self.held.pop(i) for i in ready):
             for sink in list(self.subscribers.get(row["topic"], ())):
                 try:
                     sink(row)
@@ -93,7 +114,18 @@ class Relay:
         skipped = range(max(self.high_water, floor) + 1, top + 1)
         self.gaps = (self.gaps | set(skipped)) - set(read_ids)
         self.gaps = {i for i in self.gaps if i > floor}
+        # The first rows read after the start may jump over ids long gone (a pruned or new
+        # table's starting point lies below the sequence): like the starting gaps, no wait.
+        now = self.clock() - (0 if self.settled else ORDER_WAIT)
+        self.gap_seen = {i: self.gap_seen.get(i, now) for i in self.gaps}
+        self.settled = self.settled or bool(read_ids)
         self.high_water = top
+
+    def _barrier(self):
+        """The id up to which rows may go on: below the smallest gap still young, else all read."""
+        deadline = self.clock() - ORDER_WAIT
+        young = [i for i, seen in self.gap_seen.items() if seen > deadline]
+        return min(young) - 1 if young else self.high_water
 
 
 def _max_id():

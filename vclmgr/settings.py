@@ -5,6 +5,8 @@ in-memory channel layer, a file cache; nothing to install) and the scaled-out on
 (``DATABASE_URL`` to PostgreSQL, ``REDIS_URL`` for broker, channel layer and cache).
 """
 
+import ipaddress
+import os
 import secrets
 import sys
 from datetime import timedelta
@@ -16,7 +18,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 from provisioning.drivers.registry import options_errors as _driver_options_errors
 from vclmgr.env import Env
+from vclmgr.ldap_config import ldap_settings
 from vclmgr.private_files import private_dir, write_private
+from vclmgr.saml_config import saml_settings
 
 env = Env()
 
@@ -80,6 +84,11 @@ INSTALLED_APPS = [
     "provisioning.capacity.apps.CapacityConfig",
     "provisioning.vms.apps.VmsConfig",
     "reservations.apps.ReservationsConfig",
+    "runs.apps.RunsConfig",
+    "vclmgr.rapi.apps.RapiConfig",
+    "notifications.apps.NotificationsConfig",
+    "monitoring.apps.MonitoringConfig",
+    "console.apps.ConsoleConfig",
 ]
 
 MIDDLEWARE = [
@@ -112,6 +121,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "vclmgr.access.context",
             ],
         },
     },
@@ -225,6 +235,18 @@ if env.bool("VCLMGR_TEST_FAST_HASHER", False):
         "django.contrib.auth.hashers.MD5PasswordHasher",
     ]
 AUTHENTICATION_BACKENDS = ["vclmgr.lockout.LockoutBackend", "django.contrib.auth.backends.ModelBackend"]
+# Sign-on (vclmgr/signon.py). LDAP / Active Directory: the AUTH_LDAP_* settings of
+# django-auth-ldap, read by vclmgr/ldap_config.py; off without AUTH_LDAP_SERVER_URI. Local
+# accounts are asked first, so the admin signs in at once while the directory is down.
+globals().update(ldap_settings(env))
+if globals().get("AUTH_LDAP_SERVER_URI"):
+    AUTHENTICATION_BACKENDS.append("vclmgr.signon.DirectoryBackend")
+# Local accounts only for staff (admins); everyone else through a sign-on method.
+LOCAL_LOGIN_STAFF_ONLY = env.bool("LOCAL_LOGIN_STAFF_ONLY", False)
+if LOCAL_LOGIN_STAFF_ONLY:
+    AUTHENTICATION_BACKENDS[AUTHENTICATION_BACKENDS.index("django.contrib.auth.backends.ModelBackend")] = (
+        "vclmgr.signon.StaffOnlyModelBackend"
+    )
 # Sign-in lockout (vclmgr/lockout.py): per username and client address.
 AXES_ENABLED = env.bool("LOGIN_LOCKOUT", True)
 AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
@@ -240,6 +262,68 @@ AXES_CLIENT_IP_CALLABLE = "vclmgr.lockout.client_address"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+
+# Sign-on methods the login page offers besides its form (label, URL name), each appended below.
+SIGN_ON_METHODS = []
+
+# --- single sign-on: OpenID Connect (vclmgr/oidc.py), on when OIDC_RP_CLIENT_ID is set --------
+# Variable names are mozilla-django-oidc's own, so its documentation applies.
+OIDC_RP_CLIENT_ID = env.str("OIDC_RP_CLIENT_ID", "")
+OIDC_ENABLED = bool(OIDC_RP_CLIENT_ID)
+if OIDC_ENABLED:
+    OIDC_RP_CLIENT_SECRET = env.str("OIDC_RP_CLIENT_SECRET")
+    OIDC_OP_DISCOVERY_URL = env.url("OIDC_OP_DISCOVERY_URL", {"https", "http"})
+    # Unset endpoints are read from the discovery document on first use (vclmgr/oidc.py).
+    OIDC_OP_AUTHORIZATION_ENDPOINT = env.url("OIDC_OP_AUTHORIZATION_ENDPOINT", {"https", "http"})
+    OIDC_OP_TOKEN_ENDPOINT = env.url("OIDC_OP_TOKEN_ENDPOINT", {"https", "http"})
+    OIDC_OP_USER_ENDPOINT = env.url("OIDC_OP_USER_ENDPOINT", {"https", "http"})
+    OIDC_OP_JWKS_ENDPOINT = env.url("OIDC_OP_JWKS_ENDPOINT", {"https", "http"})
+    # The ID token's iss must be this (else the discovery document's issuer): without it a token
+    # the provider's keys signed for another of its realms or tenants would pass.
+    OIDC_OP_ISSUER = env.str("OIDC_OP_ISSUER", "")
+    OIDC_RP_SIGN_ALGO = env.choice("OIDC_RP_SIGN_ALGO", ["rs256", "es256", "hs256"], "rs256").upper()
+    if not OIDC_OP_DISCOVERY_URL:
+        _missing = [
+            name
+            for name in ("OIDC_OP_ISSUER", "OIDC_OP_AUTHORIZATION_ENDPOINT", "OIDC_OP_TOKEN_ENDPOINT",
+                         "OIDC_OP_USER_ENDPOINT")
+            + (("OIDC_OP_JWKS_ENDPOINT",) if OIDC_RP_SIGN_ALGO != "HS256" else ())
+            if not globals()[name]
+        ]
+        if _missing:
+            raise ImproperlyConfigured(f"OIDC_RP_CLIENT_ID is set: set OIDC_OP_DISCOVERY_URL or {', '.join(_missing)}")
+    OIDC_RP_SCOPES = env.str("OIDC_RP_SCOPES", "openid email profile")
+    OIDC_USE_PKCE = env.bool("OIDC_USE_PKCE", True)
+    OIDC_VERIFY_SSL = env.bool("OIDC_VERIFY_SSL", True)
+    OIDC_TIMEOUT = env.float("OIDC_TIMEOUT", 10.0, minimum=0.1)
+    OIDC_GROUPS_CLAIM = env.str("OIDC_GROUPS_CLAIM", "groups")
+    OIDC_GROUP_MAP = env.json(
+        "OIDC_GROUP_MAP",
+        {},
+        check=lambda v: (
+            None
+            if isinstance(v, dict) and all(isinstance(k, str) and isinstance(g, str) and g for k, g in v.items())
+            else 'expected an object of claim value → group name, e.g. {"cs101-students": "cs101"}'
+        ),
+    )
+    OIDC_PROVIDER_NAME = env.str("OIDC_PROVIDER_NAME", "OpenID Connect")
+    OIDC_AUTHENTICATE_CLASS = "vclmgr.oidc.RequestView"
+    OIDC_CALLBACK_CLASS = "vclmgr.oidc.CallbackView"
+    AUTHENTICATION_BACKENDS.append("vclmgr.oidc.Backend")
+    SIGN_ON_METHODS.append({"label": f"Sign in with {OIDC_PROVIDER_NAME}", "url_name": "oidc_authentication_init"})
+
+# --- single sign-on: SAML 2.0 / Shibboleth (vclmgr/saml.py), on when the IdP's metadata is set --
+# djangosaml2's and pysaml2's names (SAML_*), read and checked by vclmgr/saml_config.py.
+globals().update(saml_settings(env, debug=DEBUG))
+SAML_ENABLED = "SAML_CONFIG" in globals()
+if SAML_ENABLED:
+    INSTALLED_APPS.append("djangosaml2")
+    # Its own session (cookie saml_session) keeps the outstanding requests and the subject
+    # for single logout across the IdP round trip.
+    MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.sessions.middleware.SessionMiddleware") + 1,
+                      "djangosaml2.middleware.SamlSessionMiddleware")  # fmt: skip
+    AUTHENTICATION_BACKENDS.append("vclmgr.saml.Backend")
+    SIGN_ON_METHODS.append({"label": f"Sign in with {globals()['SAML_PROVIDER_NAME']}", "url_name": "saml2_login"})
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -288,6 +372,10 @@ SPECTACULAR_SETTINGS = {
     ],
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "DeliveryStateEnum": "notifications.models.Delivery.State",
+        "StateEnum": "inventory.models.Hypervisor.State",  # its name before deliveries had states too
+    },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
@@ -313,6 +401,9 @@ INVENTORY_IMPORT_MAX_ROWS = env.int("INVENTORY_IMPORT_MAX_ROWS", 20_000, minimum
 FACTS_REFRESH_MINUTES = env.int("FACTS_REFRESH_MINUTES", 10, minimum=0)
 # How often cluster.verify compares the database with every hypervisor (0: never on its own).
 VERIFY_MINUTES = env.int("VERIFY_MINUTES", 60, minimum=0)
+# After this many failed facts refreshes in a row an unreachable host is marked offline and the
+# reservations whose VMs ran on it are rebuilt elsewhere (the first failure drains it; 0: never).
+HOST_OFFLINE_AFTER_CHECKS = env.int("HOST_OFFLINE_AFTER_CHECKS", 3, minimum=0)
 
 # --- hypervisor drivers and VMs ------------------------------------------------------
 # Options for every host of a driver kind, as JSON: {"vmware": {"insecure": true}, "libvirt": {...}}.
@@ -329,6 +420,14 @@ VCLMGR_STAGE_PER_CHASSIS = env.int("VCLMGR_STAGE_PER_CHASSIS", 4, minimum=1)
 VCLMGR_STAGE_GLOBAL = env.int("VCLMGR_STAGE_GLOBAL", 16, minimum=1)
 # How long vm.create waits for a booted VM to report its address, in seconds.
 VCLMGR_ADDRESS_TIMEOUT = env.int("VCLMGR_ADDRESS_TIMEOUT", 120, minimum=1)
+
+# Host power through Redfish: seconds per BMC request, the wait for a graceful shutdown
+# before it is forced, the wait for the BMC to report On/Off after a reset, and the wait
+# for a powered-on host's hypervisor to answer before it goes back online.
+VCLMGR_BMC_TIMEOUT = env.int("VCLMGR_BMC_TIMEOUT", 10, minimum=1)
+VCLMGR_BMC_GRACEFUL_SECONDS = env.int("VCLMGR_BMC_GRACEFUL_SECONDS", 60, minimum=0)
+VCLMGR_BMC_POWER_SECONDS = env.int("VCLMGR_BMC_POWER_SECONDS", 120, minimum=1)
+VCLMGR_POWER_ON_BOOT_SECONDS = env.int("VCLMGR_POWER_ON_BOOT_SECONDS", 600, minimum=1)
 
 # --- placement ------------------------------------------------------------------------
 # IAllocator programs the "external" placement policy may run, by name:
@@ -361,6 +460,47 @@ RESERVATION_HORIZON_DAYS = env.int("RESERVATION_HORIZON_DAYS", 90, minimum=1)
 RESERVATION_WARN_MINUTES = env.int("RESERVATION_WARN_MINUTES", 10, minimum=0)
 # The scheduler's tick (starts, ends, warnings, block seats), in seconds.
 RESERVATION_TICK_SECONDS = env.int("RESERVATION_TICK_SECONDS", 30, minimum=5)
+# Idle reclamation (``reservations.idle``): the site's policy where no image or group has its
+# own (0: off): end a ready reservation nobody logged in to within IDLE_NO_SHOW_MINUTES, or one
+# without a login or input for IDLE_MINUTES (warned IDLE_WARN_MINUTES before). Guests are asked
+# at most every IDLE_CHECK_SECONDS.
+IDLE_NO_SHOW_MINUTES = env.int("IDLE_NO_SHOW_MINUTES", 0, minimum=0)
+IDLE_MINUTES = env.int("IDLE_MINUTES", 0, minimum=0)
+IDLE_WARN_MINUTES = env.int("IDLE_WARN_MINUTES", 10, minimum=0)
+IDLE_CHECK_SECONDS = env.int("IDLE_CHECK_SECONDS", 60, minimum=1)
+
+# --- batch runs (runs/) ----------------------------------------------------------------
+# The range a run's time limit may take (seconds), and the default.
+RUN_MIN_SECONDS = env.int("RUN_MIN_SECONDS", 10, minimum=1)
+RUN_MAX_SECONDS = env.int("RUN_MAX_SECONDS", 6 * 3600, minimum=1)
+RUN_DEFAULT_SECONDS = env.int("RUN_DEFAULT_SECONDS", 30 * 60, minimum=1)
+# Output kept per run (the rest is counted, dropped, and the log says so); input files per run
+# (all together); one artifact; the longest command (bytes of argv or script).
+RUN_OUTPUT_MAX_BYTES = env.int("RUN_OUTPUT_MAX_BYTES", 4 << 20, minimum=1024)
+RUN_INPUT_MAX_BYTES = env.int("RUN_INPUT_MAX_BYTES", 16 << 20, minimum=0)
+RUN_ARTIFACT_MAX_BYTES = env.int("RUN_ARTIFACT_MAX_BYTES", 64 << 20, minimum=0)
+RUN_COMMAND_MAX_BYTES = env.int("RUN_COMMAND_MAX_BYTES", 64 << 10, minimum=16)
+# The work directory in the guest (inputs go in, artifact patterns are relative to it).
+RUN_WORKDIR = env.str("RUN_WORKDIR", "/tmp/vclmgr-run")
+# How long one step of a run's job waits on the command before recording its place (seconds;
+# a step must stay well inside the task timeout), and how often it asks the guest meanwhile.
+RUN_STEP_SECONDS = env.float("RUN_STEP_SECONDS", 10, minimum=0)
+RUN_POLL_SECONDS = env.float("RUN_POLL_SECONDS", 0.5, minimum=0)
+# Time allowed to build and boot a run's VM, on top of its time limit, in its claim.
+RUN_BOOT_MINUTES = env.int("RUN_BOOT_MINUTES", 15, minimum=1)
+# The longest a failed run's VM may be kept stopped for inspection (minutes; 0: never kept).
+RUN_KEEP_FAILED_MAX_MINUTES = env.int("RUN_KEEP_FAILED_MAX_MINUTES", 24 * 60, minimum=0)
+# Days an ended run's output, input files and artifacts are kept (0: for ever); the run's row stays.
+RUNS_RETENTION_DAYS = env.int("RUNS_RETENTION_DAYS", 30, minimum=0)
+# Where inputs and artifacts are kept: Django's storage API (any backend; files under var/ by default).
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "runs": {
+        "BACKEND": env.str("RUN_STORAGE_BACKEND", "django.core.files.storage.FileSystemStorage"),
+        "OPTIONS": {"location": env.str("RUN_STORAGE_DIR", str(VAR_DIR / "runs"))},
+    },
+}
 
 # --- jobs -----------------------------------------------------------------------------
 # Queued + waiting jobs one user may have submitted through the web or the API at once: one
@@ -373,7 +513,74 @@ EVENTS_POLL_SECONDS = env.float("EVENTS_POLL_SECONDS", 0.2, minimum=0.01)
 EVENTS_RETENTION_DAYS = env.int("EVENTS_RETENTION_DAYS", 7, minimum=1)
 # How often a websocket opened with an API token checks that the token still works.
 WS_TOKEN_RECHECK_SECONDS = env.float("WS_TOKEN_RECHECK_SECONDS", 30.0, minimum=0.1)
+# --- web console ----------------------------------------------------------------------
+# How long a one-time console ticket may wait for its websocket (the page asks for one right
+# before it connects, so a few seconds suffice; a spent ticket is never valid again).
+CONSOLE_TICKET_SECONDS = env.int("CONSOLE_TICKET_SECONDS", 30, minimum=1, maximum=600)
+# How often an open console socket records that it is still open (idle reclamation counts an
+# open console as activity; one whose beats stopped, its web process gone, ended at its last beat).
+CONSOLE_HEARTBEAT_SECONDS = env.int("CONSOLE_HEARTBEAT_SECONDS", 60, minimum=1, maximum=3600)
 HEALTHZ_REQUIRE_WORKERS = env.bool("HEALTHZ_REQUIRE_WORKERS", True)
+
+# --- e-mail notifications, webhooks (notifications/) ----------------------------------
+# Django's own e-mail settings. Without EMAIL_HOST mail goes to files under var/mail (nothing
+# leaves the machine until SMTP is configured); EMAIL_BACKEND picks one explicitly.
+EMAIL_HOST = env.str("EMAIL_HOST", "")
+EMAIL_PORT = env.int("EMAIL_PORT", 25, minimum=1, maximum=65535)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", False)
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL: set one of them, not both")
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", 10, minimum=1)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", "vclmgr@localhost")
+_email_backend = env.choice(
+    "EMAIL_BACKEND", ("smtp", "filebased", "console", "dummy"), "smtp" if EMAIL_HOST else "filebased"
+)
+EMAIL_BACKEND = f"django.core.mail.backends.{_email_backend}.EmailBackend"
+EMAIL_FILE_PATH = str(VAR_DIR / "mail")
+# "Ending soon" mails go this many minutes before a reservation's end (0: none).
+NOTIFY_ENDING_MINUTES = env.int("NOTIFY_ENDING_MINUTES", 15, minimum=0)
+# Mail and webhook deliveries: tries, the first retry's delay (doubling each time), how often
+# each worker looks for due ones, and a webhook request's timeout.
+NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", 5, minimum=1, maximum=50)
+NOTIFY_RETRY_SECONDS = env.float("NOTIFY_RETRY_SECONDS", 30.0, minimum=0.1)
+NOTIFY_POLL_SECONDS = env.float("NOTIFY_POLL_SECONDS", 5.0, minimum=0.1)
+# Sending runs on the workers that run jobs: one round sends for at most this long and queues
+# the rest again, so slow receivers hold a job slot no longer (kept well inside the send task's
+# 60 s timeout). A webhook try has this whole time, connect to answer; it must fit in a round.
+NOTIFY_SEND_BUDGET_SECONDS = env.float("NOTIFY_SEND_BUDGET_SECONDS", 15.0, minimum=0.5, maximum=30)
+WEBHOOK_TIMEOUT_SECONDS = env.float("WEBHOOK_TIMEOUT_SECONDS", 3.0, minimum=0.1, maximum=10)
+if WEBHOOK_TIMEOUT_SECONDS > NOTIFY_SEND_BUDGET_SECONDS:
+    raise ImproperlyConfigured(
+        "WEBHOOK_TIMEOUT_SECONDS: must be at most NOTIFY_SEND_BUDGET_SECONDS (a try fits a round)"
+    )
+# How long each process trusts its list of active webhooks before reading it again.
+WEBHOOK_CACHE_SECONDS = env.float("WEBHOOK_CACHE_SECONDS", 10.0, minimum=0)
+
+# --- metrics (monitoring/) ------------------------------------------------------------
+# /metrics answers a request with "Authorization: Bearer METRICS_TOKEN" or from an address in
+# METRICS_ALLOWED_NETWORKS (CIDRs); with neither set it answers nobody (403).
+METRICS_TOKEN = env.str("METRICS_TOKEN", "")
+METRICS_ALLOWED_NETWORKS = env.list("METRICS_ALLOWED_NETWORKS", [])
+for _net in METRICS_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_net, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(f"METRICS_ALLOWED_NETWORKS: {_net!r} is not a network (e.g. 10.0.0.0/8)") from None
+# Counters and histograms of every process on this machine (prometheus_client multiprocess
+# mode): read before prometheus_client is first imported, so it is set here for the children too.
+# A default exported by a parent process (the test runner before its parallel workers) is
+# worked out again: each test worker keeps its own counters.
+PROMETHEUS_MULTIPROC_DIR = env.str("PROMETHEUS_MULTIPROC_DIR", "")
+if not PROMETHEUS_MULTIPROC_DIR or PROMETHEUS_MULTIPROC_DIR == os.environ.get("VCLMGR_DEFAULT_METRICS_DIR"):
+    PROMETHEUS_MULTIPROC_DIR = str(VAR_DIR / ("metrics" + (f"-{_ISOLATION}" if _ISOLATION else "")))
+    os.environ["VCLMGR_DEFAULT_METRICS_DIR"] = PROMETHEUS_MULTIPROC_DIR
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = PROMETHEUS_MULTIPROC_DIR
+# 0700: prometheus_client creates its per-process files with the umask's bits; the folder keeps
+# everyone else out of them.
+private_dir(PROMETHEUS_MULTIPROC_DIR)
 
 # --- i18n, static ---------------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
@@ -382,7 +589,9 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+# Where collectstatic puts the static files whitenoise serves; the container image keeps them in
+# the image (deploy/Containerfile), since its var/ is a per-container tmpfs.
+STATIC_ROOT = Path(env.str("STATIC_ROOT", str(VAR_DIR / "staticfiles")))
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
@@ -395,8 +604,11 @@ SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", not DEBUG)
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", not DEBUG)
+# The IdP posts its answer from another site: the SAML session cookie must travel with that
+# POST (SameSite=None, which browsers accept only on a Secure cookie; Lax on plain-HTTP dev).
+SAML_SESSION_COOKIE_SAMESITE = "None" if SESSION_COOKIE_SECURE else "Lax"
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", not DEBUG)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz(/live|/ready)?$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", not DEBUG)

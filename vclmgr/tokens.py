@@ -1,12 +1,16 @@
 """API tokens: issue, resolve and revoke. The only place that sees a token in clear."""
 
 import hashlib
+import logging
 import secrets
 
 from django.db import transaction
 from django.utils import timezone
 
+from vclmgr import access
 from vclmgr.models import ApiToken
+
+log = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "vcl_"  # noqa: S105 (a marker, not a secret)
 
@@ -16,15 +20,25 @@ def digest(token):
 
 
 @transaction.atomic
-def issue(user, name, write_enabled=False, expires=None):
-    """Create a token; returns (row, clear_token). The clear token is never stored."""
+def issue(user, name, scopes=("read",), expires=None):
+    """Create a token; returns (row, clear_token). The clear token is never stored. Scopes are
+    kept in ``access.SCOPES`` order; ``read`` is always among them; ``"all"`` means every scope
+    the user's roles allow now."""
+    if scopes == "all":
+        scopes = access.allowed_scopes(user)
+    unknown = set(scopes) - set(access.SCOPES)
+    if unknown:
+        raise ValueError(f"unknown scopes {sorted(unknown)}")
+    beyond = set(scopes) - access.allowed_scopes(user) - {"read"}
+    if beyond:  # a token never has more than its user
+        raise ValueError(f"{user} may not have a token with {sorted(beyond)}")
     clear = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = ApiToken.objects.create(
         user=user,
         name=name,
         prefix=clear[: len(TOKEN_PREFIX) + 6],
         digest=digest(clear),
-        write_enabled=write_enabled,
+        scopes=[scope for scope in access.SCOPES if scope in {"read", *scopes}],
         expires=expires,
     )
     return row, clear
@@ -37,6 +51,8 @@ def resolve(clear):
     row = ApiToken.objects.select_related("user").filter(digest=digest(clear)).first()
     now = timezone.now()
     if row is None or not row.user.is_active or (row.expires and row.expires <= now):
+        if row is not None:  # the prefix only: never the token
+            log.warning("API token %s… (%r) of %s refused: expired or user inactive", row.prefix, row.name, row.user)
         return None
     if row.last_used is None or (now - row.last_used).total_seconds() > 60:
         # Throttled so a busy integration doesn't turn every read into a write.

@@ -9,6 +9,8 @@ refused. Authorisers run the ORM: call them from async code through
 
 import re
 
+from vclmgr import access
+
 _AUTHORISERS = {}
 TOPIC_RE = re.compile(r"^[a-z][a-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")
 
@@ -18,7 +20,18 @@ def register(prefix, authoriser):
 
 
 def staff_only(user, rest):
-    return user.is_staff
+    """Administrators only."""
+    return access.is_admin(user)
+
+
+def cluster_readers(user, rest):
+    """The cluster's topics (hosts, chassis, plans, the dashboard): operators and auditors."""
+    return access.can(user, "see_cluster")
+
+
+def everything_readers(user, rest):
+    """Topics with users' data: auditors (and administrators)."""
+    return access.can(user, "see_all")
 
 
 def may_subscribe(user, topic):
@@ -30,12 +43,12 @@ def may_subscribe(user, topic):
 
 
 def _own_user_topic(user, rest):
-    return user.is_staff or rest == str(user.pk)
+    return rest == str(user.pk) or access.can(user, "see_all")
 
 
 def register_builtin_topics():
     register("user", _own_user_topic)
-    register("admin", staff_only)
+    register("admin", cluster_readers)
 
 
 def user_topic(user_or_id):

@@ -1,9 +1,10 @@
+from django.conf import settings
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from vclmgr import health, views
+from monitoring.views import metrics_view
+from vclmgr import health, signon, views
 
 api_v1 = [
     path("", include("vclmgr.api.urls")),
@@ -12,6 +13,8 @@ api_v1 = [
     path("", include("provisioning.capacity.api.urls")),
     path("", include("provisioning.vms.api.urls")),
     path("", include("reservations.api.urls")),
+    path("", include("runs.api.urls")),
+    path("", include("notifications.api.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves its start-up script as a file (no inline script for the CSP).
     path(
@@ -23,16 +26,30 @@ api_v1 = [
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("home/panel/", views.home_panel, name="home-panel"),
     path("dashboard/data/", views.dashboard_data, name="dashboard-data"),
     path("healthz", health.healthz, name="healthz"),
+    path("healthz/live", health.live, name="healthz-live"),
+    path("healthz/ready", health.ready, name="healthz-ready"),
+    path("metrics", metrics_view, name="metrics"),
+    path("notifications/", include("notifications.urls")),
     path("tokens/", views.api_tokens, name="api-tokens"),
     path("tokens/<int:token_id>/revoke/", views.revoke_api_token, name="api-token-revoke"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/", signon.LoginView.as_view(), name="login"),
+    path("logout/", signon.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("inventory/", include("inventory.urls")),
     path("provisioning/", include("provisioning.jobs.urls")),
     path("reservations/", include("reservations.urls")),
+    path("runs/", include("runs.urls")),
     path("vms/", include("provisioning.vms.urls")),
+    path("vms/", include("console.urls")),
+    # Ganeti's Remote API (plain Django views: outside the /api/v1 schema).
+    path("", include("vclmgr.rapi.urls")),
 ]
+
+if settings.OIDC_ENABLED:
+    urlpatterns.append(path("oidc/", include("mozilla_django_oidc.urls")))
+if settings.SAML_ENABLED:
+    urlpatterns.append(path("saml2/", include("vclmgr.saml")))

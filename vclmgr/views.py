@@ -3,23 +3,40 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
-from vclmgr import dashboard, tokens
+from reservations import home as user_home
+from runs import home as run_home
+from vclmgr import access, dashboard, tokens
 from vclmgr.forms import ApiTokenForm
 
 
 @login_required
 def home(request):
-    """Everyone: their live activity. Staff also: the cluster dashboard (kept live by dashboard.js)."""
-    context = {"dashboard": dashboard.gather()} if request.user.is_staff else {}
+    """Everyone: their live activity. Staff: the cluster dashboard (kept live by dashboard.js); others:
+    their reservations and classes with the next action (refreshed on their events by home.js)."""
+    if access.can(request.user, "see_cluster"):
+        context = {"dashboard": dashboard.gather()}
+    else:
+        context = {"mine": _mine(request.user)}
     return render(request, "home.html", context)
+
+
+def _mine(user):
+    return {**user_home.for_user(user), "runs": run_home.runs_of(user)}
+
+
+@login_required
+@require_GET
+def home_panel(request):
+    """The home page's own reservations, classes and runs (an htmx fragment, refreshed on events)."""
+    return render(request, "reservations/_home.html", _mine(request.user))
 
 
 @login_required
 def dashboard_data(request):
     """The dashboard's panels as JSON, for staff only (dashboard.js refetches it on events)."""
-    if not request.user.is_staff:
+    if not access.can(request.user, "see_cluster"):
         raise PermissionDenied
     response = JsonResponse(dashboard.gather())
     response["Cache-Control"] = "no-store"
@@ -34,7 +51,9 @@ def api_tokens(request):
     if request.method == "POST" and form.is_valid():
         _, new_token = tokens.issue(request.user, **form.cleaned_data)
         form = ApiTokenForm(user=request.user)
-    listed = request.user.api_tokens.all()
+    listed = list(request.user.api_tokens.all())
+    for token in listed:
+        token.effective = access.effective_scopes(token)
     return render(request, "tokens.html", {"form": form, "tokens": listed, "new_token": new_token})
 
 

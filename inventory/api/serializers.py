@@ -89,12 +89,14 @@ class NodeGroupSerializer(HypervisorCountMixin, ServiceSerializer):
 
 
 class BladeCenterSerializer(HypervisorCountMixin, ServiceSerializer):
+    bmc_credential = NameField(Credential.objects.all())
     service_create = staticmethod(services.create_blade_center)
     service_update = staticmethod(services.update_blade_center)
 
     class Meta:
         model = BladeCenter
         fields = ["id", "name", "site", "model", "slot_count", "management_address", "notes",
+                  "bmc_address", "bmc_credential", "bmc_verify_tls",
                   "hypervisor_count", "created", "updated"]
         read_only_fields = ["created", "updated"]
 
@@ -103,8 +105,10 @@ class HypervisorSerializer(ServiceSerializer):
     credential = NameField(Credential.objects.all())
     blade_center = NameField(BladeCenter.objects.all())
     group = NameField(NodeGroup.objects.all())
+    bmc_credential = NameField(Credential.objects.all())
     tags = TagListField(required=False, max_length=100)
     hypervisor_type = serializers.CharField(read_only=True)
+    scheduled_state = serializers.CharField(read_only=True, help_text="drained, offline, or blank: nothing scheduled")
     service_create = staticmethod(services.create_hypervisor)
     service_update = staticmethod(services.update_hypervisor)
 
@@ -115,16 +119,31 @@ class HypervisorSerializer(ServiceSerializer):
             "group", "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
             "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles", "driver_options",
             "state", "state_reason", "state_changed_by", "state_changed_at", "tags", "facts", "facts_updated_at",
-            "created", "updated",
+            "bmc_address", "bmc_credential", "bmc_system", "bmc_verify_tls", "power_state", "power_state_at",
+            "power_standby", "created", "updated",
         ]
+        fields += ["scheduled_state", "scheduled_reason", "scheduled_until", "scheduled_by"]
         read_only_fields = ["state", "state_reason", "state_changed_by", "state_changed_at", "facts",
-                            "facts_updated_at", "created", "updated"]
+                            "facts_updated_at", "power_state", "power_state_at", "power_standby", "created", "updated"]
+        read_only_fields += ["scheduled_state", "scheduled_reason", "scheduled_until", "scheduled_by"]
         validators = []  # name and slot uniqueness: the service checks them (case-insensitive names)
 
 
 class StateChangeSerializer(RefuseUnknownFields, serializers.Serializer):
     state = serializers.ChoiceField(choices=Hypervisor.State.choices)
     reason = serializers.CharField(max_length=500, help_text="Why; required, kept in the change log.")
+
+
+class PowerStateSerializer(serializers.Serializer):
+    power_state = serializers.ChoiceField(choices=Hypervisor.PowerState.choices, read_only=True)
+    power_state_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    power_standby = serializers.BooleanField(read_only=True)
+
+
+class ScheduleSerializer(RefuseUnknownFields, serializers.Serializer):
+    # Plain strings (the service checks them): an enum named "state" would collide in the schema.
+    state = serializers.CharField(max_length=10, help_text="drained or offline")
+    reason = serializers.CharField(max_length=400, help_text="Why; required, kept in the change log.")
 
 
 class ObjectChangeSerializer(serializers.ModelSerializer):
@@ -216,6 +235,10 @@ class RegistrationRequestSerializer(RefuseUnknownFields, serializers.Serializer)
     model = serializers.CharField(max_length=100, required=False, allow_blank=True)
     slot_count = serializers.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS)
     management_address = serializers.CharField(max_length=253, required=False, allow_blank=True)
+    bmc_address = serializers.CharField(max_length=500, required=False, allow_blank=True,
+                                        help_text="The chassis' Redfish service (https://…), for host power.")
+    bmc_credential = serializers.CharField(max_length=100, required=False, allow_null=True,
+                                           help_text="The BMC's credential, by name.")
     notes = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
     first_slot = serializers.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS, required=False)
     last_slot = serializers.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS, required=False)
@@ -253,6 +276,7 @@ class RegisteredChassisSerializer(serializers.Serializer):
     model = serializers.CharField(allow_blank=True)
     slot_count = serializers.IntegerField()
     management_address = serializers.CharField(allow_blank=True)
+    bmc_address = serializers.CharField(allow_blank=True)
     notes = serializers.CharField(allow_blank=True)
 
 

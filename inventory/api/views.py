@@ -13,7 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ParseError
 from rest_framework.response import Response
 
-from inventory import formats, services
+from inventory import formats, power, services
 from inventory.api import filters
 from inventory.api.serializers import (
     BladeCenterSerializer,
@@ -24,9 +24,11 @@ from inventory.api.serializers import (
     ImportRequestSerializer,
     NodeGroupSerializer,
     ObjectChangeSerializer,
+    PowerStateSerializer,
     RegistrationFailureSerializer,
     RegistrationRequestSerializer,
     RegistrationSerializer,
+    ScheduleSerializer,
     SlotSerializer,
     StateChangeSerializer,
     as_drf,
@@ -36,13 +38,13 @@ from vclmgr import changelog
 from vclmgr.api.errors import error_body
 from vclmgr.api.exceptions import TooLarge
 from vclmgr.api.parsers import FormParser, ImportJSONParser, MultiPartParser
-from vclmgr.api.permissions import IsStaffWithTokenScope
+from vclmgr.api.permissions import OperatorOrAuditor
 
 
 class InventoryViewSet(viewsets.ModelViewSet):
     """CRUD through the serializers' service calls; delete through ``delete_service``."""
 
-    permission_classes = [IsStaffWithTokenScope]
+    permission_classes = [OperatorOrAuditor]
     delete_service = None
 
     def perform_destroy(self, instance):
@@ -191,6 +193,36 @@ class HypervisorViewSet(InventoryViewSet):
         except DjangoValidationError as exc:
             raise as_drf(exc) from None
         return Response(HypervisorSerializer(self.get_queryset().get(pk=hypervisor.pk)).data)
+
+    @extend_schema(request=ScheduleSerializer, responses=HypervisorSerializer, filters=False)
+    @action(detail=True, methods=["post", "delete"], filter_backends=[])
+    def schedule(self, request, pk=None):
+        """POST: go drained/offline once the current reservations end (``scheduled_until``: that
+        moment; until then nothing that lasts longer is placed here). DELETE: cancel it."""
+        hypervisor = self.get_object()
+        if request.method == "DELETE":
+            services.cancel_schedule(hypervisor, "canceled through the API", actor=request.user)
+        else:
+            serializer = ScheduleSerializer(data=request.data)
+            serializer.is_valid(raise_exception=True)
+            try:
+                services.schedule_state(hypervisor, actor=request.user, **serializer.validated_data)
+            except DjangoValidationError as exc:
+                raise as_drf(exc) from None
+        return Response(HypervisorSerializer(self.get_queryset().get(pk=hypervisor.pk)).data)
+
+    @extend_schema(
+        responses={200: PowerStateSerializer, 409: OpenApiResponse(description="no BMC"),
+                   502: OpenApiResponse(description="the BMC refused the credential or did not answer")},
+        filters=False,
+    )
+    @action(detail=True, methods=["get"], filter_backends=[], pagination_class=None)
+    def power(self, request, pk=None):
+        """Read the host's power state from its BMC now (on / off / unknown) and store it.
+        To change it, submit the ``node.power_on`` / ``node.power_off`` job (``/api/v1/jobs/``)."""
+        hypervisor = self.get_object()
+        power.read_power(hypervisor, actor=request.user)
+        return Response(PowerStateSerializer(Hypervisor.objects.get(pk=hypervisor.pk)).data)
 
     @extend_schema(
         request={"multipart/form-data": ImportRequestSerializer, "application/json": ImportRequestSerializer},

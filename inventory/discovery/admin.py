@@ -12,6 +12,7 @@ from django.template.response import TemplateResponse
 
 from inventory.discovery import services
 from inventory.models import NodeGroup
+from vclmgr import access
 
 
 class DiscoveryForm(forms.Form):
@@ -30,7 +31,7 @@ class DiscoveryForm(forms.Form):
 
 
 def discover_view(model_admin, request):
-    if not (request.user.is_staff and model_admin.has_add_permission(request)):
+    if not (access.is_admin(request.user) and model_admin.has_add_permission(request)):
         raise PermissionDenied
     form = DiscoveryForm(request.POST or None)
     context = {**model_admin.admin_site.each_context(request), "opts": model_admin.model._meta, "form": form,

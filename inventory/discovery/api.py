@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from inventory.discovery import services
 from inventory.models import Hypervisor
 from vclmgr.api.errors import error_body
-from vclmgr.api.permissions import IsStaffWithTokenScope
+from vclmgr.api.permissions import OperatorOrAuditor
 from vclmgr.api.serializers import RefuseUnknownFields
 
 
@@ -83,7 +83,7 @@ class DiscoveryResultSerializer(serializers.Serializer):
 class DiscoverView(APIView):
     """Find hypervisors through their own API; preview, or register/update them via the bulk import."""
 
-    permission_classes = [IsStaffWithTokenScope]
+    permission_classes = [OperatorOrAuditor]
 
     @extend_schema(
         request=DiscoverRequestSerializer,

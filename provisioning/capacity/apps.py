@@ -8,8 +8,11 @@ class CapacityConfig(AppConfig):
 
     def ready(self):
         from inventory import services as inventory
+        from provisioning.capacity import services
 
         inventory.IN_USE_CHECKERS.append(_live_allocations)
+        if services.claims_end not in inventory.CLAIMS_END:
+            inventory.CLAIMS_END.append(services.claims_end)
 
 
 def _live_allocations(hypervisor):

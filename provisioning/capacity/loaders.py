@@ -19,7 +19,7 @@ DEFAULT_GROUP = "default"
 HOST_COLUMNS = (
     "id", "name", "state", "driver", "group__name", "group__exclusive_storage",
     "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
-    "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles",
+    "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles", "scheduled_until",
 )  # fmt: skip
 ALLOCATION_COLUMNS = ("id", "host_id", "vcpus", "memory_mib", "disk_gib", "extras", "start", "end", "anti_affinity")
 
@@ -83,7 +83,7 @@ def host_tags(host_ids=None):
 
 def host_from_row(row, tags, allocations):
     (_id, name, state, driver, group, exclusive, cpus, memory, disk, cpu_ratio, memory_ratio, disk_ratio,
-     reserved_cpus, reserved_memory, reserved_disk, max_vms, spindles) = row  # fmt: skip
+     reserved_cpus, reserved_memory, reserved_disk, max_vms, spindles, until) = row  # fmt: skip
     return core.Host(
         name=name,
         total=core.Resources(cpus, memory, disk),
@@ -97,6 +97,7 @@ def host_from_row(row, tags, allocations):
         max_vms=max_vms,
         spindles=spindles or 1,
         allocations=tuple(allocations),
+        available_until=ts(until),
     )
 
 

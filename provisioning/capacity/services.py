@@ -22,15 +22,20 @@ from datetime import datetime
 from django.db import OperationalError, transaction
 from django.utils import timezone
 
+from inventory import power as inventory_power
 from inventory.models import Hypervisor
 from provisioning import placement as core
 from provisioning.capacity import decisions, loaders
 from provisioning.capacity.models import Allocation
 from provisioning.capacity.snapshot import snapshot
-from vclmgr import changelog, events
+from provisioning.jobs import services as jobs
+from provisioning.jobs.models import Job
+from vclmgr import changelog, events, metrics
 from vclmgr.errors import Conflict
 
 MAX_ATTEMPTS = 5
+WAKE_NOTE = "fits after powering on host"  # a placement's note when a standby host would take it
+POWER_ON = "node.power_on"  # provisioning.vms.opcodes.power (above this layer: by name)
 
 # Who else points at a claim (a reservation, above this layer) registers ``(old, new, actor)``
 # in its ``AppConfig.ready()``; ``moved`` calls each, inside the transaction that moved it.
@@ -95,11 +100,15 @@ def plan(demand, save_to=None):
     to the database; ``save_to``: a file for the decision's input (`decisions.save`)."""
     request = demand.request()
     with snapshot.lock:
-        engine, _ = snapshot.current()
+        engine, ids = snapshot.current()
         result = engine.place(request)
         if save_to is not None:
             decisions.save(save_to, engine, request, result, note="manage.py place --save")
-        return result
+    if not result.ok:
+        woken = _place_on_standby(demand, request)
+        if woken is not None:
+            return woken
+    return result
 
 
 def earliest_fit(demand, not_before=None):
@@ -121,6 +130,10 @@ def claim(demand, *, actor, owner=None, max_attempts=MAX_ATTEMPTS):
             if not result.ok:
                 decisions.save_refused(_without(engine, ids, demand.exclude_hosts), request, result)
         if not result.ok:
+            allocation = _claim_standby(demand, request, actor, owner)
+            if allocation is not None:
+                return allocation
+            metrics.placement_refused(result.reasons)
             raise NoCapacity(result)
         try:
             allocation = _claim_on(ids[result.host], demand, request, actor, owner)
@@ -146,14 +159,70 @@ def _decide(engine, ids, demand, request):
     return engine.place(request)
 
 
-def _among(engine, ids, host_ids):
-    """A small engine over just these hosts (cheap: a handful of hosts), or None."""
+def _among(engine, ids, host_ids, wake=False):
+    """A small engine over just these hosts (cheap: a handful of hosts), or None; ``wake``
+    counts them online (standby hosts, as if powered on)."""
     state = engine.state
     names = [name for name, pk in ids.items() if pk in host_ids and name in state.by_name]
     if not names:
         return None
-    hosts = tuple(replace(state.slots[state.by_name[n]].host, allocations=state.allocations_on(n)) for n in names)
+    changes = {"state": core.HostState.ONLINE} if wake else {}
+    hosts = tuple(
+        replace(state.slots[state.by_name[n]].host, allocations=state.allocations_on(n), **changes) for n in names
+    )
     return core.PlacementEngine(replace(state.cluster, hosts=hosts), snapshot.options)
+
+
+# --- power on for demand: a standby host (vclmgr powered it off) as the last candidate ----
+
+
+def _place_on_standby(demand, request):
+    """Where the demand would go among the standby hosts, as if powered on; None if nowhere."""
+    standby = inventory_power.standby_hosts() - set(demand.exclude_hosts)
+    if not standby:
+        return None
+    with snapshot.lock:
+        engine, ids = snapshot.current()
+        woken = _among(engine, ids, standby, wake=True)
+    if woken is None:
+        return None
+    result = woken.place(request)
+    if not result.ok:
+        return None
+    return replace(result, note=f"{WAKE_NOTE} {result.host}")
+
+
+def _claim_standby(demand, request, actor, owner):
+    """Claim on a standby host and submit ``node.power_on`` for it (in the caller's transaction,
+    so the claim and the job commit together); None when no standby host fits."""
+    for _attempt in range(MAX_ATTEMPTS):
+        result = _place_on_standby(demand, request)
+        if result is None:
+            return None
+        host = Hypervisor.objects.only("pk", "name").get(name=result.host)
+        allocation = _claim_on(host.pk, demand, request, actor, owner, wake=True)
+        if allocation is not None:
+            allocation.placement_note = result.note
+            allocation.power_on_job = power_on_for(host, demand.purpose, actor=actor)
+            return allocation
+        snapshot.expire()
+    return None
+
+
+def power_on_for(host, purpose, *, actor):
+    """The id of the pending ``node.power_on`` of this standby host, or of a new one."""
+    pending = Job.objects.filter(
+        opcode=POWER_ON, params__node=host.name, status__in=(Job.Status.QUEUED, Job.Status.WAITING, Job.Status.RUNNING)
+    ).values_list("pk", flat=True).first()  # fmt: skip
+    if pending is not None:
+        return pending
+    reason = f"demand: {purpose or 'a claim'} fits only after powering on {host.name}"[:400]
+    return jobs.submit(POWER_ON, {"node": host.name, "reason": reason}, actor=actor, reason=reason).pk
+
+
+def last_power_on(host):
+    """The host's latest ``node.power_on`` job, or None."""
+    return Job.objects.filter(opcode=POWER_ON, params__node=host.name).order_by("-pk").first()
 
 
 def _without(engine, ids, exclude):
@@ -177,12 +246,17 @@ def claim_on_host(host, demand, *, actor, owner=None):
     return allocation
 
 
-def _host_check(host_id, request, lock=False):
-    """Does the request fit this host, by the database? (Locks the host row when asked.)"""
+def _host_check(host_id, request, lock=False, wake=False):
+    """Does the request fit this host, by the database? (Locks the host row when asked.)
+    ``wake``: a host still on standby counts as online (it is about to be powered on)."""
     tags = bool(request.required_tags or request.forbidden_tags)
     cluster = loaders.load_host(host_id, timezone.now(), lock=lock, tags=tags)
     if cluster is None:
         return core.PlacementResult(request, None, note="the host was deleted")
+    if wake:
+        if host_id not in inventory_power.standby_hosts([host_id]):
+            return core.PlacementResult(request, None, note="the host is no longer on standby")
+        cluster = replace(cluster, hosts=tuple(replace(h, state=core.HostState.ONLINE) for h in cluster.hosts))
     # Capacity only: on one host every policy agrees, and an external program must not run again.
     request = replace(request, policy=core.Policy.BALANCED)
     return core.PlacementEngine(cluster, core.PlacementOptions(earliest_fit=False)).place(request)
@@ -199,16 +273,16 @@ class _Full(Exception):
     """The host no longer fits: rolls the attempt's savepoint back, and with it its row lock."""
 
 
-def _claim_on(host_id, demand, request, actor, owner):
+def _claim_on(host_id, demand, request, actor, owner, wake=False):
     try:
-        return _claim_locked(host_id, demand, request, actor, owner)
+        return _claim_locked(host_id, demand, request, actor, owner, wake)
     except _Full:
         return None
 
 
-def _claim_locked(host_id, demand, request, actor, owner):
+def _claim_locked(host_id, demand, request, actor, owner, wake=False):
     with transaction.atomic():
-        if not _host_check(host_id, request, lock=True).ok:
+        if not _host_check(host_id, request, lock=True, wake=wake).ok:
             raise _Full
         allocation = Allocation.objects.create(
             host_id=host_id,
@@ -265,6 +339,46 @@ def replace_claim(old, demand, *, actor, reason):
             raise Released("this allocation was released")  # meanwhile: rolls the fresh claim back
         moved(old, fresh, actor=actor)
     return fresh
+
+
+def claims_end(host_id):
+    """When the host's current claims end: the latest end of its unreleased claims (now if
+    none; an open-ended VM has no end to wait for, it stays on the drained host). Registered
+    in ``inventory.services.CLAIMS_END``; called under the host's row lock, so a claim racing
+    a scheduled drain is either counted in the moment or sees the limit."""
+    ends = Allocation.objects.filter(host_id=host_id, released__isnull=True, end__isnull=False)
+    return max([timezone.now(), *ends.values_list("end", flat=True)])
+
+
+def scheduled_due(now=None):
+    """Hosts whose scheduled state change is due: no unreleased claim ends after ``now``."""
+    now = now or timezone.now()
+    scheduled = list(Hypervisor.objects.exclude(scheduled_state="").order_by("pk"))  # every tick: usually none
+    if not scheduled:
+        return []
+    ids = [host.pk for host in scheduled]
+    pending = set(Allocation.objects.filter(host_id__in=ids, released__isnull=True, end__gt=now).values_list(
+        "host_id", flat=True
+    ))  # fmt: skip
+    return [host for host in scheduled if host.pk not in pending]
+
+
+def apply_scheduled(now=None, *, actor):
+    """Make each due scheduled state change (the reservations clock calls this). Returns the
+    host names changed. Idempotent: ``set_state`` clears the schedule it fulfils."""
+    from inventory import services as inventory
+
+    done = []
+    for host in scheduled_due(now):
+        with transaction.atomic():
+            locked = Hypervisor.objects.select_for_update().get(pk=host.pk)
+            later = Allocation.objects.filter(host_id=host.pk, released__isnull=True, end__gt=now or timezone.now())
+            if not locked.scheduled_state or later.exists():  # canceled, or claimed meanwhile: not yet
+                continue
+            why = f"{locked.scheduled_reason} (scheduled by {locked.scheduled_by}: its reservations have ended)"
+            inventory.set_state(locked, locked.scheduled_state, why[:500], actor=actor)
+        done.append(host.name)
+    return done
 
 
 def release(allocation, *, actor, reason=""):

@@ -23,10 +23,27 @@ Contract (every driver, tested by ``tests/provisioning/drivers/test_contract.py`
 - Errors are ``DriverError``s that say whether retrying the same call can help
   (``permanent=False``: transport trouble, a busy host) or not (``permanent=True``: invalid
   request, missing object, wrong state).
+- The guest command channel (batch runs): ``guest_exec(key, tag, argv, env, workdir)`` starts a
+  command in the running guest and returns at once; it is idempotent by ``tag`` (a second call
+  with the same tag starts nothing), so a retried step never runs a command twice.
+  ``guest_exec_status(key, tag, offset)`` returns an ``ExecStatus``: whether it ended, its
+  exit status, and the output (stdout and stderr together, as bytes) from ``offset`` on, so
+  output is read as it is produced and a reader that lost its place asks again. Killing it is
+  destroying the VM (the caller's time limit). ``guest_put_file`` / ``guest_get_file`` move
+  a file in and out (``guest_get_file`` refuses a file over ``limit`` bytes), ``guest_glob``
+  lists the regular files under a directory that match shell patterns. Paths are absolute
+  paths in the guest; the caller keeps them inside its work directory.
+- ``guest_sessions(key)`` lists who is logged in to the running guest (``GuestSession``: user,
+  login time, seconds since the last input where the guest reports it, else None); ``Invalid``
+  where the hypervisor cannot tell (the caller then applies no idle policy), a temporary error
+  when the guest's agent does not answer, ``Conflict`` when the VM is not running.
+- Every contract call is fenced (``vclmgr.fencing``): made by a job that lost its lease, it
+  raises ``LeaseLost`` before it starts, and after it returns (the step goes no further).
 """
 
 import contextlib
 import enum
+import functools
 import hashlib
 import json
 import os
@@ -41,6 +58,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from provisioning.drivers.cloudinit import GuestLogin
+from vclmgr import fencing
 
 VM_KEY_PREFIX = "vcl-"
 # Safe as a libvirt domain name, a vSphere VM name, a file name and a DNS label.
@@ -92,6 +110,11 @@ class Unreachable(DriverError):
     """The hypervisor cannot be reached or did not answer (temporary unless credentials are bad)."""
 
     permanent = False
+
+
+class NoConsole(DriverError):
+    """The VM has no console vclmgr can reach (a simulated VM, a driver without one, a
+    console that listens where vclmgr cannot connect)."""
 
 
 class VMState(enum.StrEnum):
@@ -207,11 +230,66 @@ class VMInfo:
     managed: bool = True  # created by vclmgr (named vcl-…) rather than found on the host
 
 
+@dataclass(frozen=True)
+class ExecStatus:
+    """A guest command's progress: ``output`` is what it printed from the asked offset on."""
+
+    exited: bool
+    exit_status: int | None = None
+    output: bytes = b""
+
+
+@dataclass(frozen=True)
+class GuestSession:
+    """One login inside a guest. ``login_time``: seconds since the epoch (None: not told);
+    ``idle_seconds``: since the session's last input (None: the guest does not say; an open
+    session then counts as active)."""
+
+    user: str
+    login_time: float | None = None
+    idle_seconds: float | None = None
+
+    def as_dict(self):
+        return asdict(self)
+
+
 # --- the interface --------------------------------------------------------------------------
+
+
+# The calls fenced by a job's lease (``Driver.__init_subclass__`` wraps each where it is defined).
+FENCED_CALLS = (
+    "facts", "discover", "list_vms", "stage_image", "create", "start", "stop", "suspend", "resume",
+    "destroy", "snapshot", "revert", "reseed", "capture", "migrate", "address", "port", "state",
+    "agent_answers", "guest_exec", "guest_exec_status", "guest_put_file", "guest_get_file", "guest_glob",
+    "guest_sessions",
+)  # fmt: skip
+
+
+def _fenced(method):
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        fencing.check()
+        result = method(self, *args, **kwargs)
+        fencing.check()
+        return result
+
+    call.fenced = True
+    return call
+
+
+def _fence_calls(cls):
+    for name in FENCED_CALLS:
+        method = cls.__dict__.get(name)
+        if callable(method) and not getattr(method, "fenced", False):
+            setattr(cls, name, _fenced(method))
 
 
 class Driver:
     """Base class; see the module docstring for the contract every method keeps."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _fence_calls(cls)
 
     kind = ""  # its name in provisioning/drivers/registry.py, which says what the kind runs
     # Its VMs run a real guest OS: a VM is ready only once its login service answers (the
@@ -309,9 +387,40 @@ class Driver:
     def state(self, key) -> VMState:
         raise NotImplementedError
 
+    def console_address(self, key) -> tuple[str, int]:
+        """Where the running VM's VNC server is reached from vclmgr: ``(host, port)``, plain RFB
+        (the web console's websocket proxy connects there). ``NoConsole`` when it has none."""
+        raise NoConsole(f"{self.kind} hosts give no graphical console")
+
+    def serial_console(self, key):
+        """An open byte stream to the running VM's first serial port: an object with blocking
+        ``read() -> bytes`` (b"" at its end), ``write(data)`` and ``close()`` (which ends a
+        ``read`` waiting in another thread). ``NoConsole`` when it has none."""
+        raise NoConsole(f"{self.kind} hosts give no serial console")
+
     def agent_answers(self, key) -> bool:
         """True when the VM's guest agent answers a ping (readiness by agent, not by port)."""
         raise Invalid(f"{self.kind} hosts cannot reach a guest agent: use readiness by port")
+
+    # the guest command channel (see the module docstring)
+    def guest_exec(self, key, tag, argv, env=None, workdir="/") -> None:
+        raise Invalid(f"{self.kind} hosts have no guest command channel")
+
+    def guest_exec_status(self, key, tag, offset=0, limit=1 << 20) -> ExecStatus:
+        raise Invalid(f"{self.kind} hosts have no guest command channel")
+
+    def guest_put_file(self, key, path, data: bytes):
+        raise Invalid(f"{self.kind} hosts have no guest command channel")
+
+    def guest_get_file(self, key, path, limit) -> bytes:
+        raise Invalid(f"{self.kind} hosts have no guest command channel")
+
+    def guest_glob(self, key, directory, patterns) -> list[str]:
+        raise Invalid(f"{self.kind} hosts have no guest command channel")
+
+    def guest_sessions(self, key) -> list[GuestSession]:
+        """Who is logged in to the guest now (see the module docstring)."""
+        raise Invalid(f"{self.kind} hosts do not report the guest's logins")
 
     # helpers shared by drivers
     def check_image(self, image):
@@ -325,6 +434,9 @@ class Driver:
     def _same_kind(self, target):
         if type(target) is not type(self):
             raise Invalid(f"cannot migrate from a {self.kind} host to a {getattr(target, 'kind', target)!r} host")
+
+
+_fence_calls(Driver)  # the base's own defaults (discover, port) too
 
 
 # The power state machine every driver keeps: action → (state it reaches, states it acts on).
@@ -375,6 +487,20 @@ def check_key(key):
     if not isinstance(key, str) or not VM_KEY_RE.match(key):
         raise Invalid(f"VM key {key!r}: 1–63 letters, digits and '-', starting with a letter or digit")
     return key
+
+
+EXEC_TAG_RE = re.compile(r"^[a-z0-9-]{1,40}$")
+
+
+def check_exec(tag, argv, env=None):
+    """The channel's own checks (callers validate users' input before; this guards the guest)."""
+    if not EXEC_TAG_RE.match(str(tag)):
+        raise Invalid(f"bad exec tag {str(tag)[:50]!r}")
+    if not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
+        raise Invalid("a command is a non-empty list of strings without NUL")
+    for name in env or {}:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise Invalid(f"bad environment variable name {name[:50]!r}")
 
 
 def check_snapshot_name(name):

@@ -19,9 +19,7 @@ class JobsConfig(AppConfig):
 
 
 def _may_watch_job(user, rest):
-    """``job.<id>``: the job's submitter, or staff."""
-    if user.is_staff:
-        return rest.isdigit()
-    from provisioning.jobs.models import Job
+    """``job.<id>``: whoever may see the job (``services.visible_to``)."""
+    from provisioning.jobs import services
 
-    return rest.isdigit() and len(rest) < 19 and Job.objects.filter(pk=int(rest), submitter=user).exists()
+    return rest.isdigit() and len(rest) < 19 and services.visible_to(user).filter(pk=int(rest)).exists()

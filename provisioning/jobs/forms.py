@@ -4,6 +4,7 @@ from django import forms
 
 from provisioning.jobs import registry
 from provisioning.jobs.models import Job, QueueSettings
+from vclmgr import access
 
 
 class JobSubmitForm(forms.Form):
@@ -23,8 +24,8 @@ class JobSubmitForm(forms.Form):
 
     def clean_priority(self):
         priority = self.cleaned_data["priority"]
-        if priority > 0 and not self.user.is_staff:
-            raise forms.ValidationError("only staff may raise the priority above 0")
+        if priority > 0 and not access.can(self.user, "operate"):
+            raise forms.ValidationError("only operators may raise the priority above 0")
         return priority
 
     def clean_params(self):

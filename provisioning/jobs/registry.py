@@ -31,6 +31,8 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from rest_framework import serializers
 
+from vclmgr import access
+
 _REGISTRY = {}
 
 
@@ -46,12 +48,16 @@ class Opcode:
     locks: Any = None
     staff_only: bool = True
     description: str = ""
+    #: what submitting it through an interface needs (``vclmgr.access``): None = any signed-in user
+    capability: str | None = "operate"
+    #: the API token scope a submission needs
+    scope: str = "operate"
 
     def lock_list(self, params):
         return list(self.locks(params)) if self.locks else []
 
 
-def opcode(name, *, params=None, locks=None, staff_only=True, description=None):
+def opcode(name, *, params=None, locks=None, staff_only=True, description=None, capability=None):
     """Decorator: register ``func`` as the implementation of opcode ``name``."""
 
     def register(func):
@@ -65,6 +71,9 @@ def opcode(name, *, params=None, locks=None, staff_only=True, description=None):
             locks=locks,
             staff_only=staff_only,
             description=description or (doc[0] if doc else ""),
+            # staff_only keeps its old spelling: such opcodes are the operators' (or ``capability``'s)
+            capability=capability or ("operate" if staff_only else None),
+            scope={"admin": "admin", None: "operate" if staff_only else "run"}.get(capability, "operate"),
         )
         return func
 
@@ -91,7 +100,14 @@ def all_opcodes():
 def may_submit(user, name):
     """May this user submit the opcode through an interface (web, API)?"""
     op = _REGISTRY.get(name)
-    return bool(op and user is not None and user.is_authenticated and (user.is_staff or not op.staff_only))
+    if not (op and user is not None and user.is_authenticated):
+        return False
+    return op.capability is None or access.can(user, op.capability)
+
+
+def operator_opcodes():
+    """The opcodes that need ``operate`` to submit: the cluster's jobs an operator sees."""
+    return [name for name, op in _REGISTRY.items() if op.capability == "operate"]
 
 
 def clean_params(op, params):

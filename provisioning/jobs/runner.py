@@ -1,12 +1,20 @@
-"""Run one claimed job in a worker: steps, lease, cancellation, hand-off, expansion.
+"""Run one claimed job in a worker: steps, lease, fencing, cancellation, hand-off, expansion.
 
-``execute(job_id, token, deadline)`` calls the opcode with a ``JobContext``. Every step's
-completion is one conditional UPDATE guarded by the lease token: it records the step's
-result, the progress, and renews the lease. If the UPDATE matches nothing, the job is no
-longer ours (recovered after a lost lease, or ended elsewhere) and the run stops quietly.
-A heartbeat thread renews the lease while the job runs. Between steps the runner checks
-for a cancel request, and for its time budget: past ``deadline`` it hands the job to a
-fresh django-q2 task instead of risking django-q2's timeout (which would kill the worker).
+``execute(job_id, token, deadline)`` calls the opcode with a ``JobContext``. The run holds a
+``Lease``: the job's token (fresh at each claim) and its generation (the job's ``attempt``,
+raised by one at every claim, so a takeover after a lost lease always raises it). Every
+write of the run is conditional on both, in the statement that makes it: the check before
+each step (which also renews the lease), each step's record (result, progress, reason
+trail), each log line, the heartbeat, and the job's end. A write that matches no row means
+the job is no longer ours (recovered after a lost lease, taken over by another worker, or
+ended elsewhere): the run raises ``LeaseLost`` and stops quietly, writing nothing more.
+Hypervisor calls are fenced by the same lease (``vclmgr.fencing``, checked before and after
+every driver call): a worker that was frozen or cut off past its lease makes no further
+driver call when it comes back. A heartbeat thread renews the lease while the job runs.
+
+Between steps the runner checks for a cancel request, and for its time budget: past
+``deadline`` it hands the job to a fresh django-q2 task instead of risking django-q2's
+timeout (which would kill the worker).
 """
 
 import json
@@ -24,18 +32,16 @@ from django.utils import timezone
 from django_q.exceptions import TimeoutException
 
 from provisioning.jobs import reasons, registry, transitions, wake
-from provisioning.jobs.models import Job, QueueSettings
+from provisioning.jobs.models import Job, QueueSettings, update_returning
+from vclmgr import fencing
 from vclmgr.changelog import Actor
+from vclmgr.fencing import LeaseLost
 
 log = logging.getLogger(__name__)
 S = Job.Status
 
 
 class Canceled(Exception):
-    pass
-
-
-class LeaseLost(Exception):
     pass
 
 
@@ -55,25 +61,67 @@ def jsonable(value, what):
         raise TypeError(f"{what} is not JSON-serializable: {exc}") from None
 
 
+class Lease:
+    """A run's hold on its job: ``held()`` is the job's row while (and only while) it is ours.
+
+    ``confirmed`` is when (monotonic, taken before the statement was sent) a conditional write
+    last proved the lease ours; for ``trusted`` seconds after it (two thirds of the lease, the
+    rest a margin for clock skew between machines) nobody else can have taken the job over.
+    ``check()`` (the driver fence) trusts that window and otherwise confirms with a write.
+    """
+
+    def __init__(self, job_id, token, generation, lease_seconds, confirmed=None):
+        self.job_id, self.token, self.generation = job_id, token, generation
+        self.lease_seconds = lease_seconds
+        self.trusted = lease_seconds * 2 / 3
+        self.confirmed = time.monotonic() if confirmed is None else confirmed
+        self.lost = False
+
+    def held(self):
+        return Job.objects.filter(pk=self.job_id, status=S.RUNNING, lease_token=self.token, attempt=self.generation)
+
+    def until(self, now=None):
+        return (now or timezone.now()) + timedelta(seconds=self.lease_seconds)
+
+    def confirm(self, sent, matched):
+        """Record the outcome of a conditional write sent at ``sent``; raise ``LeaseLost`` if it matched nothing."""
+        if not matched:
+            self.lost = True
+            raise LeaseLost(f"job {self.job_id}: lease {self.generation} lost")
+        self.confirmed = max(self.confirmed, sent)
+
+    def renew(self, **fields):
+        """Extend the lease (writing ``fields`` with it) or raise ``LeaseLost``."""
+        sent = time.monotonic()
+        self.confirm(sent, self.held().update(lease_until=self.until(), **fields))
+
+    def check(self):
+        if self.lost:
+            raise LeaseLost(f"job {self.job_id}: lease {self.generation} lost")
+        if time.monotonic() - self.confirmed >= self.trusted:
+            self.renew()
+
+
 class Heartbeat:
     """Renews the lease every lease/3 seconds while the job runs.
 
     One daemon thread per process (its own DB connection) renews the leases of every job
     the process runs; a job registers for the time it runs. Only a live process renews, so
     a lease expires exactly when the worker is gone (or cut off from the database): that
-    is what recovery keys on. (One long-lived thread, not one per job: starting and joining
-    a thread per job cost more than a tiny job itself.)
+    is what recovery keys on. A renewal that matches nothing marks the lease lost, so the
+    run's next driver call or write stops it. (One long-lived thread, not one per job:
+    starting and joining a thread per job cost more than a tiny job itself.)
     """
 
     _lock = threading.Lock()  # guards _jobs
     _busy = threading.Lock()  # held by the thread while it renews (and has a DB connection)
-    _jobs = {}  # job id -> [token, lease seconds, next renewal (monotonic)]
+    _jobs = {}  # job id -> [lease, next renewal (monotonic)]
     _thread = None
     _pid = None
 
-    def __init__(self, job_id, token, lease_seconds):
-        self.job_id, self.token, self.lease_seconds = job_id, token, lease_seconds
-        self.interval = max(0.5, lease_seconds / 3)
+    def __init__(self, lease):
+        self.lease = lease
+        self.interval = max(0.5, lease.lease_seconds / 3)
 
     def __enter__(self):
         cls = type(self)
@@ -81,27 +129,31 @@ class Heartbeat:
             cls._lock, cls._busy, cls._jobs = threading.Lock(), threading.Lock(), {}
             cls._thread, cls._pid = None, os.getpid()
         with cls._lock:
-            cls._jobs[self.job_id] = [self.token, self.lease_seconds, time.monotonic() + self.interval]
+            cls._jobs[self.lease.job_id] = [self.lease, time.monotonic() + self.interval]
             if cls._thread is None or not cls._thread.is_alive():
                 cls._thread = threading.Thread(target=cls._run, name="jobs-heartbeat", daemon=True)
                 cls._thread.start()
         return self
 
     def __exit__(self, *exc):
-        with self._lock:
-            entry = self._jobs.get(self.job_id)
-            if entry is not None and entry[0] == self.token:
-                del self._jobs[self.job_id]
+        self._forget(self.lease)
         with self._busy:  # a renewal in flight ends (and closes its connection) before the job does
             pass
+
+    @classmethod
+    def _forget(cls, lease):
+        with cls._lock:
+            entry = cls._jobs.get(lease.job_id)
+            if entry is not None and entry[0] is lease:
+                del cls._jobs[lease.job_id]
 
     @classmethod
     def _due(cls):
         now = time.monotonic()
         with cls._lock:
-            due = [(job_id, entry[0], entry[1]) for job_id, entry in cls._jobs.items() if entry[2] <= now]
-            for job_id, _, lease_seconds in due:
-                cls._jobs[job_id][2] = now + max(0.5, lease_seconds / 3)
+            due = [entry[0] for entry in cls._jobs.values() if entry[1] <= now]
+            for lease in due:
+                cls._jobs[lease.job_id][1] = now + max(0.5, lease.lease_seconds / 3)
         return due
 
     @classmethod
@@ -113,11 +165,12 @@ class Heartbeat:
                 if not due:
                     continue
                 try:
-                    for job_id, token, lease_seconds in due:
-                        lease_until = timezone.now() + timedelta(seconds=lease_seconds)
-                        Job.objects.filter(pk=job_id, status=S.RUNNING, lease_token=token).update(
-                            lease_until=lease_until
-                        )
+                    for lease in due:
+                        try:
+                            lease.renew()
+                        except LeaseLost:  # the run stops at its next write or driver call
+                            log.warning("job %s: lease %s lost", lease.job_id, lease.generation)
+                            cls._forget(lease)
                 except Exception:  # the step goes on; a lost lease is noticed at the next checkpoint
                     log.exception("job heartbeat failed")
                 finally:
@@ -129,16 +182,18 @@ class Heartbeat:
 class JobContext:
     """What an opcode function gets: its params, steps, log, progress and children."""
 
-    def __init__(self, job, token, deadline, lease_seconds):
+    def __init__(self, job, lease, deadline):
         self.job = job
         self.job_id = job.id
         self.params = job.params
         self.attempt = job.attempt
         self.reason = job.reason
         self.actor = Actor(name=f"job {job.id}")
-        self.token = token
+        self.lease = lease
+        self.token = lease.token
+        self.generation = lease.generation  # orders the runs of this job: a later run has a higher one
         self.deadline = deadline
-        self.lease_seconds = lease_seconds
+        self.lease_seconds = lease.lease_seconds
         self.total = (job.progress or {}).get("total")
         self._steps = list(job.steps)
         self._done = {s["name"]: s["result"] for s in job.steps}
@@ -160,7 +215,10 @@ class JobContext:
         return result
 
     def log(self, message, level="info"):
-        transitions.log(self.job, message, level)
+        """A line in the job's log, written only while the lease is ours (else ``LeaseLost``)."""
+        with transaction.atomic(), transitions.batched():
+            self.lease.renew()
+            transitions.log(self.job, message, level)
 
     def expect(self, total):
         """Declare how many steps there will be (for progress bars)."""
@@ -179,6 +237,7 @@ class JobContext:
         existing = Job.objects.filter(parent_id=self.job_id, child_key=key).values_list("id", flat=True).first()
         if existing:
             return existing
+        self.lease.check()
         try:
             child = services.submit(
                 opcode,
@@ -197,33 +256,65 @@ class JobContext:
         return child.id
 
     # --- internals ---------------------------------------------------------------------
+    def db_step(self, name, fn, *args, **kwargs):
+        """``step`` for a step that only reads and writes the database (no driver call, no
+        waiting): it runs in the transaction of its own record, so its writes commit exactly
+        when the record does, which is conditional on the lease. A run that lost its lease, or
+        whose job was asked to cancel, rolls the step back whole: as strict as the check before
+        a ``step`` (which it needs no write for) and exactly once even across a crash.
+        """
+        if name in self._seen:
+            raise ValueError(f"step name {name!r} used twice in one run")
+        self._seen.add(name)
+        if name in self._done:
+            return self._done[name]
+        if self.lease.lost:
+            raise LeaseLost(f"job {self.job_id}: lease {self.lease.generation} lost")
+        if self._ran and time.monotonic() > self.deadline:
+            raise Handoff()
+        with transaction.atomic(), transitions.batched():
+            result = jsonable(fn(*args, **kwargs), f"the result of step {name!r}")
+            if self._write_record(name, result):
+                raise Canceled()  # asked before the step committed: none of it happened
+        self._recorded(name, result)
+        return result
+
     def checkpoint(self):
-        row = Job.objects.filter(pk=self.job_id).values("status", "lease_token", "cancel_requested").first()
-        if row is None or row["status"] != S.RUNNING or row["lease_token"] != self.token:
-            raise LeaseLost()
-        if row["cancel_requested"]:
+        """Before a step: renew the lease (the write proves it ours), then cancel and time budget."""
+        sent = time.monotonic()
+        rows = update_returning(self.lease.held(), ["cancel_requested"], lease_until=self.lease.until())
+        self.lease.confirm(sent, rows)
+        if rows[0].cancel_requested:
             raise Canceled()
         if self._ran and time.monotonic() > self.deadline:
             raise Handoff()
 
     def _record(self, name, result):
-        now = timezone.now()
-        steps = [*self._steps, {"name": name, "result": result, "ended": now.isoformat()}]
-        progress = {"done": len(steps), "total": self.total, "step": name}
         with transaction.atomic(), transitions.batched():
-            updated = Job.objects.filter(pk=self.job_id, status=S.RUNNING, lease_token=self.token).update(
-                steps=steps,
-                progress=progress,
-                reason=self.job.reason,
-                lease_until=now + timedelta(seconds=self.lease_seconds),
-            )
-            if not updated:
-                raise LeaseLost()
-            self.job.progress = progress
-            transitions.emit_progress(self.job)
-            total = f"/{self.total}" if self.total else ""
-            transitions.log(self.job, f"step {len(steps)}{total} {name!r} done")
-        self._steps = steps
+            self._write_record(name, result)
+        self._recorded(name, result)
+
+    def _write_record(self, name, result):
+        """The step's record, conditional on the lease (else ``LeaseLost``), in the caller's
+        transaction and batch; returns whether a cancel was requested."""
+        steps = [*self._steps, {"name": name, "result": result, "ended": timezone.now().isoformat()}]
+        progress = {"done": len(steps), "total": self.total, "step": name}
+        sent = time.monotonic()
+        rows = update_returning(
+            self.lease.held(), ["cancel_requested"], lease_until=self.lease.until(), steps=steps, progress=progress,
+            reason=self.job.reason,
+        )  # fmt: skip
+        self.lease.confirm(sent, rows)
+        self.job.progress = progress
+        transitions.emit_progress(self.job)
+        total = f"/{self.total}" if self.total else ""
+        transitions.log(self.job, f"step {len(steps)}{total} {name!r} done")
+        self._pending_steps = steps
+        return rows[0].cancel_requested
+
+    def _recorded(self, name, result):
+        """After the record committed: the run's memory of its steps."""
+        self._steps = self._pending_steps
         self._done[name] = result
         self._ran += 1
 
@@ -242,58 +333,72 @@ def execute_then_claim(job_id, token, deadline, job=None, lease_seconds=None, th
     Returns ``(outcome, claim or None)``. Ending one job and starting the next under one
     queue lock saves a write transaction per job on the hot path.
     """
-    if job is None:
+    continued = job is None
+    if continued:
         job = Job.objects.filter(pk=job_id, status=S.RUNNING, lease_token=token).select_related("submitter").first()
     if job is None:
         return "stale", None
-    end = _Ender(job, token, then_claim and deadline)
+    lease = Lease(job.id, token, job.attempt, lease_seconds or QueueSettings.get().lease_seconds)
+    end = _Ender(job, lease, then_claim and deadline)
     try:
         op = registry.get(job.opcode)
     except LookupError as exc:
         return end(S.ERROR, error=str(exc), kind="invalid")
     _note_execution(job)
-    ctx = JobContext(job, token, deadline, lease_seconds or QueueSettings.get().lease_seconds)
+    ctx = JobContext(job, lease, deadline)
     try:
-        with Heartbeat(job.id, token, ctx.lease_seconds):  # also covers code between steps
+        if continued:  # handed off: the lease was granted to the task before; prove it is still ours
+            lease.renew()
+        with Heartbeat(lease), fencing.holding(lease):  # also covers code between steps
             value = op.func(ctx)
         value = jsonable(value, "the job's result")
     except Canceled:
         after = f" after step {ctx._steps[-1]['name']!r}" if ctx._steps else " before its first step"
         return end(S.CANCELED, error=f"canceled{after}", kind="canceled")
     except LeaseLost:
-        log.warning("job %s: lease lost; another worker owns it now", job_id)
+        log.warning("job %s: lease %s lost; another worker owns it now", job_id, lease.generation)
         return "lost", None
     except Handoff:
-        return _handoff(job, token), None
+        return _handoff(job, lease), None
     except TimeoutException:
         message = f"a step ran past the task timeout ({settings.Q_CLUSTER['timeout']} s); split it into shorter steps"
-        _Ender(job, token, None)(S.ERROR, error=message, kind="timeout")
+        _Ender(job, lease, None)(S.ERROR, error=message, kind="timeout")
         raise
     except Exception as exc:
-        transitions.log(job, traceback.format_exc()[-4000:], "debug")
-        return end(S.ERROR, error=f"{type(exc).__name__}: {exc}", kind="exception")
+        trace = traceback.format_exc()[-4000:]
+        return end(S.ERROR, error=f"{type(exc).__name__}: {exc}", kind="exception", trace=trace)
     if ctx._child_seq or job.attempt > 1:  # it may have children (this run or an earlier one)
-        expanded = _expand(job, token, value)
+        expanded = _expand(job, lease, value)
         if expanded:
             return expanded, None
     return end(S.SUCCESS, result=value)
 
 
 class _Ender:
-    """End the job (token-guarded) and optionally claim the next, in one locked transaction."""
+    """End the job (lease-guarded) and optionally claim the next, in one locked transaction."""
 
     OUTCOME = {S.SUCCESS: "success", S.ERROR: "error", S.CANCELED: "canceled"}
 
-    def __init__(self, job, token, claim_until):
+    def __init__(self, job, lease, claim_until):
         """``claim_until``: a monotonic deadline for claiming the next job, or None (do not)."""
-        self.job, self.token, self.claim_until = job, token, claim_until
+        self.job, self.lease, self.claim_until = job, lease, claim_until
 
-    def __call__(self, status, **fields):
+    def __call__(self, status, trace=None, **fields):
+        """``trace``: a traceback for the staff-only log, written only if the job was still ours."""
         from provisioning.jobs import dispatcher
 
         with transaction.atomic(), transitions.batched():
             queue = QueueSettings.lock()
-            done = transitions.finish(self.job.id, self.token, status, locked=True, reason=self.job.reason, **fields)
+            done = transitions.finish(
+                self.job.id,
+                self.lease.token,
+                status,
+                locked=True,
+                reason=self.job.reason,
+                where={"attempt": self.lease.generation},
+                trace=trace,
+                **fields,
+            )
             claim = None
             if self.claim_until and time.monotonic() < self.claim_until:
                 claim = dispatcher.claim_locked(queue)
@@ -311,7 +416,7 @@ def _note_execution(job):
         job.reason = [*job.reason, reasons.entry(source, "executed")]
 
 
-def _expand(job, token, value):
+def _expand(job, lease, value):
     """If the job submitted children: wait for them ("expanded"); None when it has none."""
     with transaction.atomic(), transitions.batched():
         QueueSettings.lock()
@@ -319,7 +424,7 @@ def _expand(job, token, value):
         if not children:
             return None
         updated = transitions.update(
-            Job.objects.filter(pk=job.id, status=S.RUNNING, lease_token=token),
+            lease.held(),
             reason=job.reason,
             status=S.WAITING,
             awaiting_children=True,
@@ -337,12 +442,10 @@ def _expand(job, token, value):
     return "expanded"
 
 
-def _handoff(job, token):
+def _handoff(job, lease):
     grace = timedelta(seconds=settings.Q_CLUSTER["retry"])
-    if not Job.objects.filter(pk=job.id, status=S.RUNNING, lease_token=token).update(
-        lease_until=timezone.now() + grace, reason=job.reason
-    ):
+    if not lease.held().update(lease_until=timezone.now() + grace, reason=job.reason):
         return "lost"
     transitions.log(job, "continuing in a fresh task (this one used half of the task timeout)", "debug")
-    wake.continue_job(job.id, token)
+    wake.continue_job(job.id, lease.token)
     return "handoff"

@@ -14,13 +14,13 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.utils import timezone
 from rest_framework import serializers
 
 from provisioning.jobs import dispatcher, locks, reasons, registry, transitions, wake
 from provisioning.jobs.models import Job, JobDependency, JobLog, QueueSettings
-from vclmgr import changelog, events
+from vclmgr import access, changelog, events
 from vclmgr.changelog import Actor
 from vclmgr.errors import Conflict
 from vclmgr.models import ObjectChange
@@ -33,9 +33,12 @@ MAX_ID = 2**63 - 1
 
 
 def visible_to(user):
-    """Jobs a user may see: all for staff, their own otherwise."""
-    if user.is_staff:
+    """Jobs a user may see: all for auditors and administrators; an operator's own and the
+    cluster's (opcodes that need ``operate``); their own otherwise."""
+    if access.can(user, "see_all"):
         return Job.objects.all()
+    if access.can(user, "operate"):
+        return Job.objects.filter(Q(submitter=user) | Q(opcode__in=registry.operator_opcodes()))
     return Job.objects.filter(submitter=user)
 
 
@@ -43,17 +46,19 @@ def log_visible_to(user, job):
     """The job's log lines this user may read: debug lines (tracebacks) are for staff only;
     users read the one-line reason in the job's error."""
     entries = job.log_entries.all()
-    return entries if user.is_staff else entries.exclude(level__in=JobLog.STAFF_ONLY_LEVELS)
+    return entries if access.can(user, "see_cluster") else entries.exclude(level__in=JobLog.STAFF_ONLY_LEVELS)
 
 
 def may_act_on(user, job):
-    return user.is_staff or (job.submitter_id is not None and job.submitter_id == user.pk)
+    if access.is_admin(user) or (job.submitter_id is not None and job.submitter_id == user.pk):
+        return True
+    return access.can(user, "operate") and job.opcode in registry.operator_opcodes()
 
 
 def _check_may_cancel(user, job):
     # Jobs the system runs for a user (reservation.settle after a build) carry the user as
     # submitter but an opcode only staff may submit: canceling one would strand what it settles.
-    if user is not None and not user.is_staff and not registry.may_submit(user, job.opcode):
+    if user is not None and not access.is_admin(user) and not registry.may_submit(user, job.opcode):
         raise Conflict(f"job {job.pk} ({job.opcode}) is run by the system; only staff may cancel it")
 
 
@@ -73,6 +78,7 @@ def submit(
     trail=None,
     retry_of=None,
     capped=False,
+    savepoint=True,
 ):
     """Queue one job; returns it. See ``submit_batch`` for the arguments."""
     spec = {"opcode": opcode, "params": params, "reason": reason, "priority": priority, "depends": list(depends)}
@@ -87,6 +93,7 @@ def submit(
             trail=trail,
             retry_of=retry_of,
             capped=capped,
+            savepoint=savepoint,
         )[0]
     except serializers.ValidationError as exc:
         detail = exc.detail
@@ -96,8 +103,9 @@ def submit(
 
 
 def submit_batch(
-    specs, *, actor, submitter=None, source=None, parent=None, child_key="", trail=None, retry_of=None, capped=False
-):
+    specs, *, actor, submitter=None, source=None, parent=None, child_key="", trail=None, retry_of=None, capped=False,
+    savepoint=True,
+):  # fmt: skip
     """Queue several jobs at once, all or none.
 
     Each spec: ``opcode``, ``params`` (dict), ``reason`` (a string or a list of them),
@@ -107,6 +115,9 @@ def submit_batch(
     ``trail`` entries go before the specs' reasons; ``parent`` makes them child jobs.
     ``capped``: a user's own request (web, API): refused when their queued and waiting jobs
     would exceed ``VCLMGR_JOBS_MAX_PENDING_PER_USER`` (staff are not capped).
+    A dependency may also be a ``Job`` row the caller holds (from code, e.g. one it submitted in
+    its transaction): its status is taken from the row, not read again. ``savepoint`` False:
+    inside a caller's transaction that is all or nothing anyway (no savepoint of its own).
     """
     actor = Actor.of(actor)
     if submitter is None:
@@ -129,16 +140,18 @@ def submit_batch(
         raise serializers.ValidationError({"jobs": ["a child key names one job"]})
     order, names = _batch_order(cleaned)
     _check_cycles(cleaned, parent)
-    with transaction.atomic(), transitions.batched():
+    with transaction.atomic(savepoint=savepoint), transitions.batched():
         if capped:
             _check_backlog(submitter, len(cleaned))
         created = {}
         for index in order:
-            depends = [
-                (created[names[t[1:]]].pk if isinstance(t, str) else t, statuses)
-                for t, statuses in cleaned[index]["depends"]
-            ]
-            created[index] = _create(cleaned[index], depends, actor, submitter, base_trail, parent, child_key, retry_of)
+            specs_depends = cleaned[index]["depends"]
+            rows = [(created[names[t[1:]]] if isinstance(t, str) else t, statuses) for t, statuses in specs_depends]
+            known = {row.pk: row.status for row, _ in rows if isinstance(row, Job)}
+            depends = [(row.pk if isinstance(row, Job) else row, statuses) for row, statuses in rows]
+            created[index] = _create(
+                cleaned[index], depends, actor, submitter, base_trail, parent, child_key, retry_of, known
+            )
         pending = sum(1 for job in created.values() if job.is_pending)
         if pending:
             wake.after_commit(pending)
@@ -148,7 +161,7 @@ def submit_batch(
 def _check_backlog(user, adding):
     """Refuse a user's jobs past their cap, counted under a lock on the user so that parallel
     submissions are counted one after the other (on SQLite the write transaction serialises)."""
-    if user is None or user.is_staff:
+    if user is None or access.can(user, "operate"):
         return
     cap = settings.VCLMGR_JOBS_MAX_PENDING_PER_USER
     list(get_user_model().objects.select_for_update(no_key=True).filter(pk=user.pk).values_list("pk"))
@@ -249,7 +262,9 @@ def _clean_depends(raw):
             raise serializers.ValidationError([f"{str(item)[:60]}: expected [job id, [statuses]]"])
         target, statuses = item if isinstance(item, (list, tuple)) else (item, ["success"])
         if isinstance(target, bool) or not (
-            (isinstance(target, int) and 0 < target <= MAX_ID) or (isinstance(target, str) and target.startswith("@"))
+            (isinstance(target, int) and 0 < target <= MAX_ID)
+            or (isinstance(target, str) and target.startswith("@"))
+            or (isinstance(target, Job) and target.pk)
         ):
             raise serializers.ValidationError([f"{str(target)[:40]!r}: a job id (positive integer) or @name"])
         if not isinstance(statuses, list) or any(s not in Job.FINAL for s in statuses):
@@ -260,7 +275,7 @@ def _clean_depends(raw):
             raise serializers.ValidationError([f"job {target} is listed twice"])
         seen.add(target)
         out.append((target, sorted(set(statuses))))
-    ids = {t for t, _ in out if isinstance(t, int)}
+    ids = {t for t, _ in out if isinstance(t, int) and not isinstance(t, bool)}
     found = set(Job.objects.filter(pk__in=ids).values_list("pk", flat=True)) if ids else set()
     missing = sorted(ids - found)
     if missing:
@@ -326,12 +341,17 @@ def _check_cycles(cleaned, parent):
         frontier = reached - seen
 
 
-def _create(spec, depends, actor, submitter, base_trail, parent, child_key, retry_of):
+def _create(spec, depends, actor, submitter, base_trail, parent, child_key, retry_of, known=None):
     trail = [*base_trail]
     if parent is not None:
         trail.append(reasons.entry(f"vclmgr:expand:job {parent.pk}", f"child of job {parent.pk} ({parent.opcode})"))
     trail += spec["reasons"]
     trail.append(reasons.entry("vclmgr:submit", f"submitted by {actor.label}"))
+    known = known or {}
+    # Dependencies whose status the caller holds, all unfinished: the job starts waiting (no
+    # read of their status, no second write of its own).
+    waits = bool(depends) and all(known.get(on) in Job.PENDING or known.get(on) == S.RUNNING for on, _ in depends)
+    initial = {"status": S.WAITING, "waiting_for": _waiting_for([on for on, _ in depends])} if waits else {}
     job = Job.objects.create(
         opcode=spec["op"].name,
         params=spec["params"],
@@ -345,6 +365,7 @@ def _create(spec, depends, actor, submitter, base_trail, parent, child_key, retr
         retry_of=retry_of,
         progress={"done": 0, "total": None, "step": None},
         has_deps=bool(depends),
+        **initial,
     )
     if depends:
         JobDependency.objects.bulk_create([JobDependency(job=job, on_id=on, accepted=s) for on, s in depends])
@@ -357,8 +378,18 @@ def _create(spec, depends, actor, submitter, base_trail, parent, child_key, retr
         reason=spec["reasons"][-1][1] if spec["reasons"] else "",
     )
     transitions.log(job, f"queued by {actor.label}: {job.opcode}")
-    _initial_state(job, depends)
+    if waits:
+        transitions.emit_status(job)
+    else:
+        _initial_state(job, depends)
     return job
+
+
+def _waiting_for(unfinished):
+    # No status in the text: the dispatcher does not look at the job again until its
+    # dependencies have ended, so it would go stale.
+    more = f" and {len(unfinished) - 1} more" if len(unfinished) > 1 else ""
+    return f"dependency: job {unfinished[0]}{more}"
 
 
 def _initial_state(job, depends):
@@ -380,10 +411,7 @@ def _initial_state(job, depends):
             return
     unfinished = [on for on, _ in depends if states[on] not in Job.FINAL]
     if unfinished:
-        # No status in the text: the dispatcher does not look at the job again until its
-        # dependencies have ended, so it would go stale.
-        more = f" and {len(unfinished) - 1} more" if len(unfinished) > 1 else ""
-        job.status, job.waiting_for = S.WAITING, f"dependency: job {unfinished[0]}{more}"
+        job.status, job.waiting_for = S.WAITING, _waiting_for(unfinished)
         Job.objects.filter(pk=job.pk).update(status=job.status, waiting_for=job.waiting_for)
     transitions.emit_status(job)
 
@@ -526,7 +554,7 @@ def queue_state(row=None, *, viewer=None):
         .values_list("status", "n")
     )
     running = Job.objects.filter(status=S.RUNNING)
-    if viewer is not None and not viewer.is_staff:
+    if viewer is not None and not access.can(viewer, "see_cluster"):
         running = running.filter(submitter=viewer)
     running = running.values_list("buckets", flat=True)
     in_bucket = {}

@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from provisioning.jobs.models import Job, JobDependency, JobLog, QueueSettings, update_returning
-from vclmgr import bulk, events
+from vclmgr import bulk, changelog, events
 from vclmgr.changelog import Actor
 
 S = Job.Status
@@ -68,6 +68,19 @@ class _Batch:
         self.depth = len(connection.savepoint_ids)
         self.logs = []
         self.items = []  # [kind, data or a JobLog row, topics]
+        self.changes = []  # change-log rows (``changelog.record``'s columns)
+
+    def take_event(self, kind, data, where):
+        if not self.active():
+            return False
+        self.items.append((kind, data, where))
+        return True
+
+    def take_change(self, row):
+        if not self.active():
+            return False
+        self.changes.append(row)
+        return True
 
     def active(self):
         # Inside a savepoint opened since the batch began, write at once: a rollback to
@@ -84,6 +97,7 @@ class _Batch:
             for row, pk in zip(self.logs, bulk.insert_rows(JobLog, names, values, returning="id"), strict=True):
                 row.id = pk
                 row._state.adding = False
+        changelog.write_rows(self.changes)
         items = [
             (kind, _log_data(data) if isinstance(data, JobLog) else data, where) for kind, data, where in self.items
         ]
@@ -92,7 +106,9 @@ class _Batch:
 
 @contextmanager
 def batched():
-    """Collect log lines and events written in this block; insert them at its end (two INSERTs).
+    """Collect the log lines, events (also ``vclmgr.events.emit``'s) and change-log rows
+    (``vclmgr.changelog.record``'s) written in this block; insert them at its end (one INSERT
+    per table).
 
     Use it inside the transaction that makes the changes (the rows are written before it
     commits). Nested use joins the outer batch. On an exception nothing is written: the
@@ -102,10 +118,14 @@ def batched():
         yield
         return
     batch = _local.batch = _Batch()
+    events_before = events.deferred_to(batch.take_event)
+    changes_before = changelog.deferred_to(batch.take_change)
     try:
         yield
     finally:
         _local.batch = None
+        events.deferred_to(events_before)
+        changelog.deferred_to(changes_before)
     batch.flush()
 
 
@@ -194,11 +214,15 @@ def update(queryset, **values):
     return rows[0] if rows else None
 
 
-def finish(job_id, token, status, *, result=None, error="", kind="", message=None, locked=False, where=None, **extra):
+def finish(
+    job_id, token, status, *, result=None, error="", kind="", message=None, locked=False, where=None, trace=None,
+    **extra,
+):  # fmt: skip
     """A running job ends (guarded by its lease token). The job, or None if it was not ours.
 
     ``locked``: the caller already holds the queue lock in its transaction. ``where``: more
-    conditions the row must meet; ``extra``: more fields to write.
+    conditions the row must meet (the runner's lease generation); ``extra``: more fields to
+    write; ``trace``: a staff-only log line written before the end's own, only if it ended.
     """
     with transaction.atomic(savepoint=False):
         if not locked:
@@ -217,6 +241,8 @@ def finish(job_id, token, status, *, result=None, error="", kind="", message=Non
         )
         if job is None:
             return None
+        if trace:
+            log(job, trace, "debug")
         announce(job, message or (f"{status}: {error}" if error else status), LEVEL_OF.get(status, "info"))
         settle(job)
     return job

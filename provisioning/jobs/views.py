@@ -12,6 +12,7 @@ from rest_framework import serializers
 from provisioning.jobs import registry, services
 from provisioning.jobs.forms import JobActionForm, JobSubmitForm, QueueForm
 from provisioning.jobs.models import Job, QueueSettings
+from vclmgr import access
 
 PAGE_SIZE = 50
 
@@ -51,7 +52,7 @@ def job_list(request):
             initial={"limit": queue.limit, "lease_seconds": queue.lease_seconds, "max_attempts": queue.max_attempts}
         ),
         "queue": services.queue_state(queue, viewer=request.user),
-        "topics": "admin" if request.user.is_staff else f"user.{request.user.pk}",
+        "topics": "admin" if access.can(request.user, "see_cluster") else f"user.{request.user.pk}",
     }
     return render(request, "jobs/job_list.html", context)
 
@@ -133,7 +134,7 @@ def job_retry(request, pk):
 @login_required
 @require_POST
 def queue_update(request):
-    if not request.user.is_staff:
+    if not access.can(request.user, "operate"):
         raise PermissionDenied
     form = QueueForm(request.POST)
     if form.is_valid():

@@ -11,40 +11,34 @@ program when asked). Loaders at the edge build a `Cluster` snapshot; this packag
   consolidation (hsqueeze).
 """
 
-from .engine import PlacementEngine
-from .model import (
-    Allocation,
-    AllocPolicy,
-    Cluster,
-    Host,
-    HostState,
-    NodeGroup,
-    Policy,
-    Request,
-)
-from .oneshot import earliest_fit, place, place_many
-from .options import PlacementOptions
-from .result import EarliestFit, Miss, MultiPlacementResult, PlacementResult, format_time
-from .vectors import Resources
+#: Public name -> its module. Imported on first use (PEP 562), so that a tool using one
+#: corner of the package (``python -m provisioning.placement.ganeti.cli hspace``) does not
+#: pay for the engine and numpy at start-up.
+_EXPORTS = {
+    "PlacementEngine": "engine",
+    **dict.fromkeys(
+        ("Allocation", "AllocPolicy", "Cluster", "Host", "HostState", "NodeGroup", "Policy", "Request"),
+        "model",
+    ),
+    **dict.fromkeys(("earliest_fit", "place", "place_many"), "oneshot"),
+    "PlacementOptions": "options",
+    **dict.fromkeys(("EarliestFit", "Miss", "MultiPlacementResult", "PlacementResult", "format_time"), "result"),
+    "Resources": "vectors",
+}
 
-__all__ = [
-    "Allocation",
-    "AllocPolicy",
-    "Cluster",
-    "EarliestFit",
-    "Host",
-    "HostState",
-    "Miss",
-    "MultiPlacementResult",
-    "NodeGroup",
-    "PlacementEngine",
-    "PlacementOptions",
-    "PlacementResult",
-    "Policy",
-    "Request",
-    "Resources",
-    "earliest_fit",
-    "format_time",
-    "place",
-    "place_many",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

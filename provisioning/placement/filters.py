@@ -22,6 +22,8 @@ def static_reason(state: ClusterState, slot: HostSlot, request: Request) -> str 
         return refusals.OFFLINE
     if host.state == HostState.DRAINED:
         return refusals.DRAINED
+    if host.available_until is not None and (request.end is None or request.end > host.available_until):
+        return refusals.RETIRING
     if state.groups[host.group].alloc_policy == AllocPolicy.UNALLOCATABLE:
         return refusals.GROUP_UNALLOCATABLE
     if request.groups is not None and host.group not in request.groups:
@@ -57,6 +59,8 @@ def static_view(state: ClusterState, request: Request) -> StaticView:
         request.exclusive_storage,
         request.groups,
         request.policy,
+        # only a cluster with a host leaving service makes the view depend on the window's end
+        request.end if state.retiring else None,
     )
     cached = state.static_cache.get(key)
     if cached is not None:

@@ -94,6 +94,9 @@ class Host:
     max_vms: int | None = None
     spindles: int = 1
     allocations: tuple[Allocation, ...] = ()
+    #: Takes nothing that would still run after this moment (epoch seconds; None: no limit):
+    #: a state change scheduled for when its current reservations end.
+    available_until: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.overcommit, MappingProxyType):

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 OFFLINE = "offline"
 DRAINED = "drained"
+RETIRING = "retiring"
 GROUP_UNALLOCATABLE = "group_unallocatable"
 NOT_IN_GROUP = "not_in_group"
 WRONG_HYPERVISOR = "wrong_hypervisor"
@@ -26,6 +27,7 @@ NOT_FREE = "not_free"
 CHECK_ORDER = (
     OFFLINE,
     DRAINED,
+    RETIRING,
     GROUP_UNALLOCATABLE,
     NOT_IN_GROUP,
     WRONG_HYPERVISOR,
@@ -40,6 +42,7 @@ CHECK_ORDER = (
 _PHRASES = {
     OFFLINE: "offline",
     DRAINED: "drained",
+    RETIRING: "leaving service before the end",
     GROUP_UNALLOCATABLE: "in an unallocatable group",
     NOT_IN_GROUP: "outside the requested groups",
     WRONG_HYPERVISOR: "wrong hypervisor type",

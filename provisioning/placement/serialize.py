@@ -45,7 +45,7 @@ def allocation_from_dict(d: dict) -> Allocation:
 
 
 def host_to_dict(h: Host) -> dict:
-    return {
+    d = {
         "name": h.name,
         "total": _res(h.total),
         "reserved": _res(h.reserved),
@@ -59,6 +59,9 @@ def host_to_dict(h: Host) -> dict:
         "spindles": h.spindles,
         "allocations": [allocation_to_dict(a) for a in h.allocations],
     }
+    if h.available_until is not None:  # only then: older decision records stay byte for byte
+        d["available_until"] = h.available_until
+    return d
 
 
 def host_from_dict(d: dict) -> Host:
@@ -75,6 +78,7 @@ def host_from_dict(d: dict) -> Host:
         d.get("max_vms"),
         d.get("spindles", 1),
         tuple(allocation_from_dict(a) for a in d.get("allocations", ())),
+        d.get("available_until"),
     )
 
 

@@ -118,6 +118,7 @@ class ClusterState:
         # Per host: `future_fill` (NaN = unknown) and capacity class, for array-wide bounds.
         self.fill = np.full(len(self.slots), np.nan)
         self.static_cache: dict[tuple, object] = {}
+        self.retiring = any(h.available_until is not None for h in cluster.hosts)
         self._updates = 0
         self._build_classes()
         self.klass = np.array([s.klass for s in self.slots], dtype=np.int64)

@@ -9,7 +9,7 @@ from django.contrib import admin
 
 from provisioning.vms import services
 from provisioning.vms.forms import ImageTagsMixin
-from provisioning.vms.models import VM, HostImage, Image, ImageVariant, QuotaRule
+from provisioning.vms.models import VM, HostImage, Image, ImageVariant, Plan, QuotaRule
 
 
 class ImageVariantInline(admin.TabularInline):
@@ -22,7 +22,8 @@ class ImageVariantInline(admin.TabularInline):
 class ImageAdmin(admin.ModelAdmin):
     form = ImageTagsMixin
     list_display = [
-        "name", "os", "platform", "visibility", "active", "parent", "revert_on_end", "anti_affinity", "max_concurrent",
+        "name", "os", "platform", "visibility", "active", "parent", "revert_on_end", "pool_size", "anti_affinity",
+        "max_concurrent",
     ]  # fmt: skip
     list_filter = ["visibility", "active", "platform"]
     search_fields = ["name", "os", "description"]
@@ -73,3 +74,18 @@ class QuotaRuleAdmin(admin.ModelAdmin):
     ]  # fmt: skip
     list_filter = ["group", "image"]
     search_fields = ["name"]
+
+
+@admin.register(Plan)
+class PlanAdmin(admin.ModelAdmin):
+    """Read-only: plans are computed, executed and canceled through their page, API or CLI."""
+
+    list_display = ["__str__", "state", "score_before", "score_after", "created", "created_by"]
+    list_filter = ["kind", "state"]
+    readonly_fields = [field.name for field in Plan._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -20,4 +20,5 @@ class VmsConfig(AppConfig):
         if services.in_use_reason not in inventory.IN_USE_CHECKERS:
             inventory.IN_USE_CHECKERS.append(services.in_use_reason)
         topics.register("vm", services.may_see_vm)
+        topics.register("plan", topics.cluster_readers)
         job_opcodes.VERIFY_CHECKS["hypervisors"] = verify.job_check

@@ -9,7 +9,13 @@ from provisioning.vms import services
 from provisioning.vms.models import Image
 
 IMAGES = [
-    {"name": "debian-12", "os": "Debian 12", "description": "Plain Debian for labs.", "default_memory_mib": 1024},
+    {
+        "name": "debian-12",
+        "os": "Debian 12",
+        "description": "Plain Debian for labs.",
+        "default_memory_mib": 1024,
+        "pool_size": 2,  # public: finished runs' VMs are reverted and kept for the next run
+    },
     {
         "name": "ubuntu-24.04-desktop",
         "os": "Ubuntu 24.04",

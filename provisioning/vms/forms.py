@@ -51,6 +51,14 @@ class ImageTagsMixin(forms.ModelForm):
     required_tags = TagsField(help_text=Image._meta.get_field("required_tags").help_text + " Comma-separated.")
     forbidden_tags = TagsField(help_text=Image._meta.get_field("forbidden_tags").help_text + " Comma-separated.")
 
+    def clean(self):
+        data = super().clean()
+        visibility = data.get("visibility", self.instance.visibility)
+        refusal = services.pool_refusal(visibility, data.get("pool_size", self.instance.pool_size))
+        if refusal:
+            self.add_error("pool_size" if "pool_size" in self.fields else None, refusal)
+        return data
+
 
 class ImageForm(ImageTagsMixin, forms.ModelForm):
     groups = forms.ModelMultipleChoiceField(queryset=Group.objects.order_by("name"), required=False)
@@ -64,6 +72,8 @@ class ImageForm(ImageTagsMixin, forms.ModelForm):
         super().__init__(*args, **kwargs)
         self.fields["ready_timeout"].required = False  # blank: the model's default
         self.fields["readiness"].required = False
+        self.fields["on_host_failure"].required = False
+        self.fields["pool_size"].required = False  # blank: no pool
         parents = Image.objects.order_by("name")
         if self.instance.pk:
             parents = parents.exclude(pk=self.instance.pk)
@@ -75,6 +85,8 @@ class ImageForm(ImageTagsMixin, forms.ModelForm):
         if data.get("ready_timeout") is None:
             data["ready_timeout"] = Image._meta.get_field("ready_timeout").default
         data["readiness"] = data.get("readiness") or Image.Readiness.PORT
+        data["on_host_failure"] = data.get("on_host_failure") or "rebuild"
+        data["pool_size"] = data.get("pool_size") or 0
         return {name: data[name] for name in services.IMAGE_FIELDS}, data["groups"]
 
 

@@ -11,9 +11,11 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
+from taggit.managers import TaggableManager
 
 from provisioning.drivers import registry as drivers
 from provisioning.drivers.base import FORMATS, vm_key
+from vclmgr import access
 
 NAME_HELP = "Letters, digits, '.', '_' and '-' (becomes a file name on the hosts)."
 
@@ -22,9 +24,11 @@ class ImageQuerySet(models.QuerySet):
     def visible_to(self, user):
         """Images a user may use: all for staff; active public ones and their groups' otherwise.
         (On the model so that layers below vms — capacity's plan — apply the same rule.)"""
-        if user.is_staff:
+        if access.can(user, "see_all"):
             return self.all()
         mine = models.Q(visibility=Image.Visibility.PUBLIC) | models.Q(groups__in=user.groups.all())
+        if access.can(user, "maintain_images"):  # their groups' images, retired ones included
+            return self.filter(models.Q(mine, active=True) | models.Q(groups__in=user.groups.all())).distinct()
         return self.filter(mine, active=True).distinct()
 
 
@@ -53,6 +57,11 @@ class Image(models.Model):
     )
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="derived")
     revert_on_end = models.BooleanField(default=False, help_text="Revert to a snapshot instead of destroying.")
+    pool_size = models.PositiveIntegerField(
+        default=0,
+        help_text="Batch runs: finished runs' VMs, reverted clean, kept per host for the next run (0: no pool; "
+        "public images only).",
+    )
     active = models.BooleanField(default=True, help_text="Inactive images cannot be used for new VMs.")
     user_data = models.TextField(
         blank=True,
@@ -86,6 +95,11 @@ class Image(models.Model):
     max_concurrent = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)],
         help_text="Licence cap: reservations and VMs of this image at once, over all users (blank: no cap).",
+    )  # fmt: skip
+    on_host_failure = models.CharField(
+        max_length=10, choices=[("rebuild", "rebuild on another host"), ("fail", "fail the reservation")],
+        default="rebuild",
+        help_text="When the host of a reservation's VM dies: rebuild it elsewhere from this image, or fail it.",
     )  # fmt: skip
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -160,6 +174,7 @@ class VM(models.Model):
         DESTROYED = "destroyed", "destroyed"
         FAILED = "failed", "failed"
         ERROR = "error", "error: may still be on its host"
+        LOST = "lost", "lost: its host died (verify destroys it if the host returns)"
 
     # States in which the VM exists (or may exist) on a hypervisor. ``error``: removing it
     # failed (or a migration lost track of it); it keeps its claims, with no end, until a
@@ -203,6 +218,11 @@ class VM(models.Model):
     ssh_key = models.TextField(blank=True, help_text="A public key the guest lets its owner in with.")
     snapshots = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
+    tags = TaggableManager(blank=True, help_text="Free labels (Ganeti's instance tags, set through the RAPI).")
+    host_key = models.CharField(
+        max_length=200, blank=True,
+        help_text="The hypervisor's name of a VM adopted by verify/repair (blank: vcl-<id>, made by vclmgr).",
+    )  # fmt: skip
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -216,6 +236,8 @@ class VM(models.Model):
 
     @property
     def key(self):
+        if self.host_key:
+            return self.host_key
         return vm_key(self.pk) if self.pk else ""
 
     @property
@@ -291,3 +313,56 @@ class VerifyReport(models.Model):
 
     def __str__(self):
         return f"verify {self.created:%Y-%m-%d %H:%M}: {len(self.findings)} findings"
+
+
+class Plan(models.Model):
+    """A move plan computed as a dry run (``provisioning.vms.plans``): balance (hbal), squeeze
+    (hsqueeze), evacuate a node or a node group. Executing it submits one ``vm.migrate`` job per
+    move; the row keeps the moves, the scores, the hosts to power off or on, the claims it
+    touches and what the cluster looked like (``basis``) so a stale plan is refused."""
+
+    class Kind(models.TextChoices):
+        BALANCE = "balance", "balance (hbal)"
+        SQUEEZE = "squeeze", "squeeze (hsqueeze)"
+        EVACUATE_NODE = "evacuate-node", "evacuate a node"
+        EVACUATE_GROUP = "evacuate-group", "evacuate a node group"
+
+    class State(models.TextChoices):
+        COMPUTED = "computed", "computed (dry run)"
+        EXECUTING = "executing", "executing"
+        DONE = "done", "done"
+        FAILED = "failed", "failed (some moves did not happen)"
+        CANCELED = "canceled", "canceled"
+
+    FINAL = ("done", "failed", "canceled")
+
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.COMPUTED)
+    target = models.CharField(max_length=100, blank=True, help_text="The node or node group it is about.")
+    options = models.JSONField(default=dict, blank=True)
+    reason = models.CharField(max_length=1000, blank=True)
+    rate_limit = models.PositiveIntegerField(default=4, validators=[MinValueValidator(1)])
+    score_before = models.FloatField(null=True, blank=True)
+    score_after = models.FloatField(null=True, blank=True)
+    moves = models.JSONField(default=list, blank=True, help_text='[{"vm", "from", "to", "depends", "job", ...}]')
+    power_off = models.JSONField(default=list, blank=True, help_text="Hosts emptied and then powered off.")
+    power_on = models.JSONField(default=list, blank=True, help_text="Hosts to bring back first.")
+    claims = models.JSONField(default=list, blank=True, help_text="Future claims it touches, and how.")
+    basis = models.JSONField(default=dict, blank=True, help_text="Per host: state and live claims at compute.")
+    utilisation = models.JSONField(default=dict, blank=True, help_text='{"before": [...], "after": [...]}')
+    notes = models.JSONField(default=list, blank=True)
+    jobs = models.JSONField(default=list, blank=True, help_text="Other jobs it submitted (power, re-placing).")
+    created = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150, blank=True)
+    executed = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self):
+        return f"plan {self.pk} {self.kind} {self.target}".strip()
+
+    @property
+    def bucket(self):
+        return f"rate-limit:{self.rate_limit}:plan-{self.pk}"

@@ -28,15 +28,15 @@ from provisioning.jobs import services as jobs
 from provisioning.jobs.models import Job
 from provisioning.vms import quotas
 from provisioning.vms.models import VM, HostImage, Image, ImageVariant
-from vclmgr import changelog, events, topics
+from vclmgr import access, changelog, events, topics
 from vclmgr.changelog import Actor
 from vclmgr.errors import Conflict, InUse
 
 IMAGE_FIELDS = (
     "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib", "default_vcpus",
-    "default_memory_mib", "default_disk_gib", "visibility", "parent", "revert_on_end", "active", "user_data",
-    "ready_timeout", "readiness", "required_tags", "forbidden_tags", "anti_affinity", "exclusive_storage",
-    "max_concurrent",
+    "default_memory_mib", "default_disk_gib", "visibility", "parent", "revert_on_end", "pool_size", "active",
+    "user_data", "ready_timeout", "readiness", "required_tags", "forbidden_tags", "anti_affinity", "exclusive_storage",
+    "max_concurrent", "on_host_failure",
 )  # fmt: skip
 MAX_TAGS = 20
 GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
@@ -57,14 +57,14 @@ def visible_images(user):
 
 
 def visible_vms(user):
-    if user.is_staff:
+    if access.can(user, "see_all"):
         return VM.objects.all()
     return VM.objects.filter(owner=user)
 
 
 def may_see_vm(user, vm_id):
-    """Topic authoriser for ``vm.<id>``: the owner and staff."""
-    if user.is_staff:
+    """Topic authoriser for ``vm.<id>``: the owner, auditors and administrators."""
+    if access.can(user, "see_all"):
         return True
     return str(vm_id).isdigit() and VM.objects.filter(pk=int(vm_id), owner=user).exists()
 
@@ -105,8 +105,20 @@ def _check_image(image):
     image.anti_affinity = (image.anti_affinity or "").strip()
     if image.anti_affinity and not GROUP_RE.match(image.anti_affinity):
         errors["anti_affinity"] = ["a group name: letters, digits, '.', '_', ':' and '-'"]
+    refusal = pool_refusal(image.visibility, image.pool_size)
+    if refusal:
+        errors["pool_size"] = [refusal]
     if errors:
         raise ValidationError(errors)
+
+
+def pool_refusal(visibility, pool_size):
+    """Why an image of ``visibility`` may not keep a pool of ``pool_size`` VMs, or None: a
+    pooled VM goes to the next run of anyone allowed, so an access-controlled image never pools
+    (DRM: secure jobs get their VM rolled back and destroyed, not handed on)."""
+    if pool_size and visibility != Image.Visibility.PUBLIC:
+        return "a restricted (access-controlled) image never pools its VMs: pool size must be 0"
+    return None
 
 
 def clean_tags(tags):
@@ -253,9 +265,12 @@ def _image_event(image):
 
 def request_vm(
     *, actor, owner, image, vcpus=None, memory_mib=None, disk_gib=None, name="", end=None, allocation=None, reason="",
-    ssh_key="",
+    ssh_key="", checked=False, savepoint=True,
 ):  # fmt: skip
     """Record a VM and submit the ``vm.create`` job that builds it; returns ``(vm, job)``.
+
+    ``checked``: the caller validated the image for ``owner`` in this request (not read again).
+    ``savepoint`` False: in a caller's transaction that is all or nothing (no savepoint of its own).
 
     ``allocation``: an existing claim to build it on (a reservation's, whose quota and end
     govern it); None: an ad-hoc VM, which claims when built. A non-staff owner's ad-hoc VM
@@ -267,12 +282,14 @@ def request_vm(
     errors = {}
     now = timezone.now()
     adhoc = allocation is None
-    limited = adhoc and owner is not None and not owner.is_staff
+    limited = adhoc and owner is not None and not access.is_admin(owner)
     if adhoc and end is not None and end <= now:
         errors["end"] = ["the end is in the past"]
     elif limited and end is None:
         end = now + timedelta(minutes=min(settings.VM_DEFAULT_MINUTES, quotas.limits_for(owner, image).max_minutes))
-    if owner is not None and not visible_images(owner).filter(pk=image.pk).exists():
+    if checked:
+        pass  # the caller has just validated the image for this owner (``reservations.reserve``)
+    elif owner is not None and not visible_images(owner).filter(pk=image.pk).exists():
         errors["image"] = ["no such image, or you may not use it"]
     elif not image.active:
         errors["image"] = [f"image {image.name} is inactive"]
@@ -292,7 +309,7 @@ def request_vm(
         errors = quotas.check(owner, image, now, end, size, when_field=NON_FIELD_ERRORS)
     if errors:
         raise ValidationError(errors)
-    with transaction.atomic():
+    with transaction.atomic(savepoint=savepoint):
         if limited:  # counted again under the quota locks, in the transaction that records the VM
             quotas.check_locked(owner, image, now, end, size, when_field=NON_FIELD_ERRORS)
         vm = VM.objects.create(
@@ -301,7 +318,10 @@ def request_vm(
         )  # fmt: skip
         changelog.record(vm, "create", actor, reason=reason or "requested")
         _emit(vm)
-        job = jobs.submit("vm.create", {"vm": vm.pk}, actor=actor, submitter=owner, reason=reason or f"create {vm.key}")
+        job = jobs.submit(
+            "vm.create", {"vm": vm.pk}, actor=actor, submitter=owner, reason=reason or f"create {vm.key}",
+            savepoint=False,
+        )  # fmt: skip
     return vm, job
 
 
@@ -319,32 +339,51 @@ def is_parked_claim(allocation):
     return allocation is not None and allocation.purpose.startswith(PARKED_CLAIM)
 
 
+KEPT_CLAIM = "kept "  # a failed run's VM kept stopped for inspection: disk only, never pooled
+
+
+def is_kept_claim(allocation):
+    """Is this the disk-only claim of a VM kept stopped for inspection (``keep_stopped``)?"""
+    return allocation is not None and allocation.purpose.startswith(KEPT_CLAIM)
+
+
 def park(vm_id, reason, *, actor):
     """A VM waiting on its host for its next user, owned by no one: its disk stays there, so
     its claim is replaced by one for that disk alone, with no end, until it is reused or
     destroyed (``run_refusal`` will not let it run on that claim)."""
+    return _on_disk_claim(vm_id, reason, PARKED_CLAIM, actor=actor, owner=None)
+
+
+def keep_stopped(vm_id, reason, *, actor):
+    """A stopped VM kept on its host for inspection (a failed run's) until it is destroyed: its
+    claim becomes one for its disk alone, as a parked VM's, but it stays its owner's and is
+    never in a pool (``parked`` looks for parked claims only); ``run_refusal`` keeps it off."""
+    return _on_disk_claim(vm_id, reason, KEPT_CLAIM, actor=actor)
+
+
+def _on_disk_claim(vm_id, reason, prefix, *, actor, **fields):
     with transaction.atomic():  # hosts first, then the VM row (set_state): the order claims lock them in
         vm = VM.objects.select_related("allocation").get(pk=vm_id)
-        fields = {"owner": None}
-        if not (is_parked_claim(vm.allocation) and vm.allocation.released is None):
+        held = vm.allocation
+        if not (held is not None and held.purpose.startswith(prefix) and held.released is None):
             fields["allocation"] = capacity.claim_disk(
-                vm.host_id, vm.disk_gib, purpose=f"{PARKED_CLAIM}{vm.key}", actor=actor, replaces=vm.allocation
+                vm.host_id, vm.disk_gib, purpose=f"{prefix}{vm.key}", actor=actor, replaces=held
             )
         return set_state(vm_id, VM.State.STOPPED, reason, **fields, actor=actor)
 
 
-def parked(image, host, size):
-    """VMs of ``image`` on ``host`` of ``size`` waiting for a next user: back at their clean
-    snapshot (``vm.park``), stopped, on their parked claim (or none: parked before there was one)."""
-    return (
-        VM.objects.filter(image=image, host=host, state=VM.State.STOPPED, **size)
-        .filter(
-            Q(allocation__isnull=True)
-            | Q(allocation__released__isnull=False)
-            | Q(allocation__purpose__startswith=PARKED_CLAIM)
-        )
-        .order_by("pk")
-    )
+def parked(image, host=None, size=None):
+    """VMs of ``image`` (on ``host``, of ``size``, when given) waiting for a next user: back at
+    their clean snapshot (``vm.park``), stopped, on their parked claim (or none: parked before
+    there was one)."""
+    rows = VM.objects.filter(image=image, state=VM.State.STOPPED, **(size or {}))
+    if host is not None:
+        rows = rows.filter(host=host)
+    return rows.filter(
+        Q(allocation__isnull=True)
+        | Q(allocation__released__isnull=False)
+        | Q(allocation__purpose__startswith=PARKED_CLAIM)
+    ).order_by("pk")
 
 
 def reuse_parked(*, actor, owner, image, size, allocation, name="", end=None, reason=""):
@@ -355,21 +394,61 @@ def reuse_parked(*, actor, owner, image, size, allocation, name="", end=None, re
         if not has_clean_snapshot(vm):
             continue
         with transaction.atomic():
-            taken = VM.objects.filter(pk=vm.pk, state=VM.State.STOPPED, allocation_id=vm.allocation_id).update(
-                allocation=allocation, owner=owner, end=end, name=name or vm.name, error="", updated=timezone.now()
-            )
-            if not taken:
+            if not take_parked(vm, actor=actor, owner=owner, allocation=allocation, name=name, end=end, reason=reason):
                 continue
-            if is_parked_claim(vm.allocation):  # the new claim counts its disk from now
-                capacity.release(vm.allocation, actor=actor, reason=f"{vm.key} reused")
-            vm.refresh_from_db()
-            changelog.record(vm, "update", actor, {"owner": [None, getattr(owner, "pk", None)]}, reason or "reused")
-            _emit(vm)
             job = jobs.submit(
                 "vm.reuse", {"vm": vm.pk}, actor=actor, submitter=owner, reason=reason or f"reuse {vm.key}"
             )
         return vm, job
     return None
+
+
+def take_parked(vm, *, actor, owner, allocation, name="", end=None, reason=""):
+    """Give the parked ``vm`` to ``owner`` on ``allocation`` (a claim on its host), releasing
+    its parked claim; False when someone else took it first (a conditional UPDATE). ``vm`` is
+    refreshed. Booting it is the caller's (``opcodes.reuse.bring_up``)."""
+    with transaction.atomic():
+        taken = VM.objects.filter(pk=vm.pk, state=VM.State.STOPPED, allocation_id=vm.allocation_id).update(
+            allocation=allocation, owner=owner, end=end, name=name or vm.name, error="", ssh_key="",
+            updated=timezone.now(),
+        )  # fmt: skip
+        if not taken:
+            return False
+        if is_parked_claim(vm.allocation):  # the new claim counts its disk from now
+            capacity.release(vm.allocation, actor=actor, reason=f"{vm.key} reused")
+        vm.refresh_from_db()
+        changelog.record(vm, "update", actor, {"owner": [None, getattr(owner, "pk", None)]}, reason or "reused")
+        _emit(vm)
+    return True
+
+
+def pool_room(vm):
+    """May ``vm`` (a finished run's) join its image's pool on its host? The image pools (a
+    public one with a pool size), the VM can go back to its clean snapshot, nothing went wrong
+    with it, and the pool there is below its size. Read again under a lock by ``park_in_pool``."""
+    image = vm.image
+    if not image.pool_size or pool_refusal(image.visibility, image.pool_size):
+        return False
+    if vm.state not in (VM.State.RUNNING, VM.State.STOPPED, VM.State.SUSPENDED) or vm.error:
+        return False
+    if not has_clean_snapshot(vm) or vm.host_id is None:
+        return False
+    return parked(image, vm.host).exclude(pk=vm.pk).count() < image.pool_size
+
+
+def park_in_pool(vm_id, reason, *, actor):
+    """Park a rolled-back run VM in its image's pool (``park``) if the pool on its host still
+    has room, counted under the image's row lock so that two runs ending at once never fill it
+    past its size; False (nothing changed): the caller destroys the VM."""
+    with transaction.atomic():
+        vm = VM.objects.select_related("image").get(pk=vm_id)
+        image = Image.objects.select_for_update().get(pk=vm.image_id)
+        if not image.pool_size or pool_refusal(image.visibility, image.pool_size):
+            return False
+        if parked(image, vm.host).exclude(pk=vm_id).count() >= image.pool_size:
+            return False
+        park(vm_id, reason, actor=actor)
+    return True
 
 
 def size_for(image, vcpus=None, memory_mib=None, disk_gib=None):
@@ -443,6 +522,8 @@ def run_refusal(vm, action, now=None):
         return f"{vm} holds no claim on a host any more (its time is over): it cannot run; request a new one"
     if is_parked_claim(allocation):
         return f"{vm} is parked for its next user (only its disk is claimed): it cannot run; request a new one"
+    if is_kept_claim(allocation):
+        return f"{vm} is kept stopped for inspection (only its disk is claimed): it cannot run"
     if action != "revert" and vm.end is not None and vm.end <= (now or timezone.now()):
         return f"{vm}'s time ended at {vm.end:%Y-%m-%d %H:%M} UTC: it cannot run again; request a new one"
     return None
@@ -481,8 +562,10 @@ def _check_capture_name(name):
 
 
 def set_state(vm_id, state, reason="", *, actor, **fields):
-    """Record a VM's new state (and fields such as host, address, error); emits ``vm.changed``."""
-    with transaction.atomic():
+    """Record a VM's new state (and fields such as host, address, error); emits ``vm.changed``.
+
+    In a caller's transaction it adds no savepoint (it catches nothing, so it needs none)."""
+    with transaction.atomic(savepoint=False):
         vm = VM.objects.select_for_update().get(pk=vm_id)
         before = {"state": vm.state, **{name: getattr(vm, name) for name in fields}}
         vm.state = state
@@ -495,6 +578,23 @@ def set_state(vm_id, state, reason="", *, actor, **fields):
             changelog.record(vm, "update", actor, changes, reason)
             _emit(vm)
     return vm
+
+
+def set_tags(vm, tags, *, actor, reason=""):
+    """Replace a VM's tags (free labels; Ganeti's instance tags). ``ValidationError`` on a bad
+    name. Returns True when they changed."""
+    try:
+        tags = clean_tags(tags)
+    except ValueError as exc:
+        raise ValidationError({"tags": [str(exc)]}) from None
+    with transaction.atomic():
+        locked = VM.objects.select_for_update().get(pk=vm.pk)
+        before = sorted(locked.tags.names())
+        if before == tags:
+            return False
+        locked.tags.set(tags, clear=True)
+        changelog.record(locked, "update", actor, {"tags": [before, tags]}, reason)
+    return True
 
 
 def cleanup_failed(vm_id, reason, *, actor):
@@ -517,6 +617,21 @@ def _emit(vm):
     data = {"id": vm.pk, "key": vm.key, "state": vm.state, "host": vm.host_id, "address": vm.address, "error": vm.error}
     targets = [f"vm.{vm.pk}", "admin"] + ([topics.user_topic(vm.owner_id)] if vm.owner_id else [])
     events.emit("vm.changed", data, targets)
+
+
+emit_vm = _emit  # for a VM row written outside these functions (adopted by verify/repair)
+
+
+def mark_lost(vm_id, reason, *, actor):
+    """Its host died (offline after failed checks): the VM is ``lost`` and its claims are
+    released, since nothing is placed on an offline host. The row stays, with its host, so
+    that verify shows the VM if the host returns and the destroy repair removes it."""
+    with transaction.atomic():
+        vm = VM.objects.select_related("allocation", "target_allocation").get(pk=vm_id)
+        for allocation in (vm.allocation, vm.target_allocation):
+            if allocation is not None:
+                capacity.release(allocation, actor=actor, reason=f"{vm.key}: {reason}"[:500])
+        return set_state(vm_id, VM.State.LOST, reason, error=reason[:4000], actor=actor)
 
 
 # --- host image cache -------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Every ``FACTS_REFRESH_MINUTES`` (setting, default 10; 0 turns it off) the schedule runs
 ``refresh_all``, which submits one ``hypervisor.refresh`` job per online or drained host that
-has none queued or running (offline hosts are left alone: an administrator took them out).
+has none queued or running (offline hosts are left alone: an administrator took them out —
+except one the refresh itself took offline, whose return it has to notice).
 The jobs carry a ``rate-limit`` reason, so a refresh of thousands of hosts never occupies more
 than ``REFRESH_AT_ONCE`` workers, and ``drain_unreachable``: an unreachable host is drained
 until it answers again (see ``opcodes.hypervisor_refresh``).
@@ -19,6 +20,7 @@ from a once-a-minute Schedule as a safety net; several at once are harmless (see
 import logging
 
 from django.conf import settings
+from django.db.models import Q
 
 from inventory.models import Hypervisor
 from provisioning.jobs import services as jobs
@@ -40,9 +42,13 @@ VERIFY_ACTOR = Actor(name="scheduled verify")
 
 
 def refresh_all():
-    """Submit ``hypervisor.refresh`` for every online or drained host not being refreshed already."""
+    """Submit ``hypervisor.refresh`` for every online or drained host not being refreshed already
+    (and an offline one this refresh took offline, so that its return is noticed)."""
+    from provisioning.vms.opcodes.host_ops import AUTO_OFFLINE
+
+    in_service = Q(state__in=(Hypervisor.State.ONLINE, Hypervisor.State.DRAINED))
     hosts = list(
-        Hypervisor.objects.filter(state__in=(Hypervisor.State.ONLINE, Hypervisor.State.DRAINED))
+        Hypervisor.objects.filter(in_service | Q(state=Hypervisor.State.OFFLINE, state_reason__startswith=AUTO_OFFLINE))
         .order_by("pk")
         .values_list("pk", flat=True)
     )

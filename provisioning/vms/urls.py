@@ -1,6 +1,6 @@
 from django.urls import path
 
-from provisioning.vms import verify_views, views
+from provisioning.vms import plan_views, verify_views, views
 
 app_name = "vms"
 
@@ -17,5 +17,10 @@ urlpatterns = [
     path("verify/", verify_views.report, name="verify"),
     path("verify/run/", verify_views.run_now, name="verify-run"),
     path("verify/claims/<int:pk>/release/", verify_views.release_claim, name="verify-release-claim"),
+    path("verify/repair/<slug:action>/", verify_views.repair_finding, name="verify-repair"),
+    path("plans/", plan_views.plan_list, name="plans"),
+    path("plans/new/", plan_views.plan_create, name="plan-new"),
+    path("plans/<int:pk>/", plan_views.plan_detail, name="plan"),
+    path("plans/<int:pk>/action/", plan_views.plan_action, name="plan-action"),
     path("variants/<int:pk>/delete/", views.variant_delete, name="variant-delete"),
 ]

@@ -1,24 +1,29 @@
-"""The staff page of cluster.verify's latest report: its findings, a run now, and releasing an
-orphan claim (the one repair offered; an admin confirms it with the button)."""
+"""The staff page of cluster.verify's latest report: its findings, a run now, and the repairs
+(release an orphan claim now; adopt, destroy, take the host's state, mark gone as jobs), each
+confirmed by the admin with its button."""
 
 from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from inventory.views import staff_required
 from provisioning.jobs import services as jobs
-from provisioning.vms import verify
+from provisioning.vms import repair, verify
+from vclmgr import access
+from vclmgr.access import operator_page
 from vclmgr.errors import Conflict
 
+admin_page = access.page(read="admin", write="admin")
 
-@staff_required
+
+@operator_page
 def report(request):
     latest = verify.latest()
     findings = sorted(latest.findings, key=lambda f: (f["kind"], f.get("host", ""))) if latest else []
     return render(request, "vms/verify.html", {"report": latest, "findings": findings})
 
 
-@staff_required
+@operator_page
 @require_POST
 def run_now(request):
     job = jobs.submit("cluster.verify", {}, actor=request.user, source=f"web:{request.user.get_username()}")
@@ -26,7 +31,7 @@ def run_now(request):
     return redirect("vms:verify")
 
 
-@staff_required
+@operator_page
 @require_POST
 def release_claim(request, pk):
     try:
@@ -35,4 +40,19 @@ def release_claim(request, pk):
         messages.error(request, str(exc) or f"no claim {pk}")
     else:
         messages.success(request, f"Claim {pk} released.")
+    return redirect("vms:verify")
+
+
+@admin_page  # repairs destroy and adopt VMs (users' data): administrators only
+@require_POST
+def repair_finding(request, action):
+    """Submit the job of one repair (``repair.submit`` resolves and checks the fields)."""
+    fields = {name: request.POST.get(name, "") for name in ("host", "key", "owner", "vm")}
+    fields["force"] = request.POST.get("force") == "1"
+    try:
+        job = repair.submit(action, fields, actor=request.user, source=f"web:{request.user.get_username()}")
+    except ValidationError as exc:
+        messages.error(request, "; ".join(exc.messages))
+    else:
+        messages.success(request, f"repair.{action} submitted as job {job.pk}; verify again when it has ended.")
     return redirect("vms:verify")

@@ -16,12 +16,13 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 from rest_framework import serializers
 
-from inventory.views import staff_required
 from provisioning.jobs import services as jobs
 from provisioning.vms import services
 from provisioning.vms.forms import ActionForm, ImageFilterForm, ImageForm, VariantForm
 from provisioning.vms.models import VM, Image, ImageVariant
-from vclmgr import changelog
+from vclmgr import access, changelog
+
+maintainer_page = access.page(read="maintain_images", write="maintain_images")
 
 PAGE_SIZE = 50
 MAX_ID = 2**63 - 1
@@ -73,17 +74,19 @@ def image_detail(request, pk):
         "derived": visible.filter(parent=image).order_by("name"),
         "vm_count": image.vms.filter(state__in=VM.LIVE).count(),
     }
-    if request.user.is_staff:
-        context.update(variant_form=VariantForm(), changes=changelog.history(image))
+    if access.can_maintain_image(request.user, image):
+        context.update(variant_form=VariantForm(), changes=changelog.history(image), maintains=True)
     return render(request, "vms/image_detail.html", context)
 
 
-@staff_required
+@maintainer_page
 def image_edit(request, pk=None):
     image = _get(Image.objects.all(), pk) if pk is not None else None
+    access.check_image_maintenance(request.user, image)
     form = ImageForm(request.POST or None, instance=image)
     if request.method == "POST" and form.is_valid():
         fields, groups = form.service_fields()
+        access.check_image_maintenance(request.user, image, groups)
         try:
             if image is None:
                 image = services.create_image(actor=request.user, groups=groups, reason="web UI", **fields)
@@ -100,10 +103,11 @@ def image_edit(request, pk=None):
     return render(request, "vms/image_form.html", {"form": form, "image": image})
 
 
-@staff_required
+@maintainer_page
 @require_POST
 def image_delete(request, pk):
     image = _get(Image.objects.all(), pk)
+    access.check_image_maintenance(request.user, image)
     try:
         services.delete_image(image, actor=request.user, reason="deleted in the web UI")
     except services.InUse as exc:
@@ -116,10 +120,11 @@ def image_delete(request, pk):
     return redirect("vms:images")
 
 
-@staff_required
+@maintainer_page
 @require_POST
 def variant_add(request, pk):
     image = _get(Image.objects.all(), pk)
+    access.check_image_maintenance(request.user, image)
     form = VariantForm(request.POST)
     if form.is_valid():
         try:
@@ -133,10 +138,11 @@ def variant_add(request, pk):
     return redirect("vms:image", pk=pk)
 
 
-@staff_required
+@maintainer_page
 @require_POST
 def variant_delete(request, pk):
     variant = _get(ImageVariant.objects.select_related("image"), pk)
+    access.check_image_maintenance(request.user, variant.image)
     try:
         services.delete_variant(variant, actor=request.user, reason="deleted in the web UI")
     except services.InUse as exc:
@@ -160,7 +166,7 @@ def vm_list(request):
         "page": page,
         "state": state,
         "states": VM.State.values,
-        "topics": "admin" if request.user.is_staff else f"user.{request.user.pk}",
+        "topics": "admin" if access.can(request.user, "see_all") else f"user.{request.user.pk}",
     }
     return render(request, "vms/vm_list.html", context)
 

@@ -5,7 +5,7 @@ from rest_framework import serializers
 from rest_framework.reverse import reverse
 
 from provisioning.vms.models import Image
-from reservations import services
+from reservations import idle, services
 from reservations.models import BlockAllocation, Reservation
 from vclmgr.api.serializers import HORIZON_MINUTES, MomentField, RefuseUnknownFields
 
@@ -16,13 +16,14 @@ class ReservationSerializer(serializers.ModelSerializer):
     vm_state = serializers.CharField(source="vm.state", read_only=True, default=None, allow_null=True)
     connection = serializers.SerializerMethodField()
     history = serializers.SerializerMethodField()
+    idle = serializers.SerializerMethodField()
 
     class Meta:
         model = Reservation
         fields = [
             "id", "user", "image", "image_name", "start", "end", "status", "vcpus", "memory_mib", "disk_gib",
             "vm", "vm_state", "block", "attempts", "error", "degraded", "warned", "connection", "history", "created",
-            "updated",
+            "updated", "idle", "connected_at", "reclaimed", "reclaimed_at",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -33,6 +34,10 @@ class ReservationSerializer(serializers.ModelSerializer):
         if details is not None and (request is None or request.user.pk != reservation.user_id):
             details.pop("password", None)
         return details
+
+    def get_idle(self, reservation) -> dict | None:
+        """The idle reclamation countdown: ``{"kind": "no_show"|"idle", "at", "minutes", "warned"}``."""
+        return idle.countdown(reservation)
 
     def get_history(self, reservation) -> list[dict]:
         return [{"status": h.status, "reason": h.reason, "at": h.at} for h in reservation.history.all()]
@@ -101,3 +106,81 @@ class BlockAllocationSerializer(RefuseUnknownFields, serializers.ModelSerializer
     def get_usage(self, block) -> dict:
         return services.block_usage(block)
 
+
+
+# --- usage reports -----------------------------------------------------------------------------
+
+
+class UsageQuerySerializer(serializers.Serializer):
+    """The usage report's filters: UTC days ``from``..``to`` (default: the last 30 days)."""
+
+    image = serializers.CharField(required=False, allow_blank=True, max_length=100)
+    group = serializers.CharField(required=False, allow_blank=True, max_length=150)
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["from"] = serializers.DateField(required=False, allow_null=True)
+        fields["to"] = serializers.DateField(required=False, allow_null=True)
+        return fields
+
+
+class UsageDaySerializer(serializers.Serializer):
+    day = serializers.DateField()
+    hours = serializers.FloatField()
+    reservations = serializers.IntegerField()
+    peak = serializers.IntegerField()
+    refusals = serializers.IntegerField()
+
+
+class UsageImageSerializer(serializers.Serializer):
+    image = serializers.CharField()
+    hours = serializers.FloatField()
+
+
+class UsageGroupSerializer(serializers.Serializer):
+    group = serializers.CharField(allow_blank=True)
+    hours = serializers.FloatField()
+
+
+class UsageRefusalSerializer(serializers.Serializer):
+    reason = serializers.CharField()
+    label = serializers.CharField()
+    count = serializers.IntegerField()
+
+
+class UsageTotalsSerializer(serializers.Serializer):
+    hours = serializers.FloatField()
+    reservations = serializers.IntegerField()
+    refusals = serializers.IntegerField()
+
+
+class UsagePeakSerializer(serializers.Serializer):
+    value = serializers.IntegerField()
+    day = serializers.DateField(allow_null=True)
+
+
+class UsageReadySerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    mean_seconds = serializers.FloatField(allow_null=True)
+
+
+class UsageFiltersSerializer(serializers.Serializer):
+    image = serializers.CharField(allow_null=True)
+    group = serializers.CharField(allow_null=True, allow_blank=True)
+
+
+class UsageReportSerializer(serializers.Serializer):
+    filters = UsageFiltersSerializer()
+    totals = UsageTotalsSerializer()
+    days = UsageDaySerializer(many=True)
+    images = UsageImageSerializer(many=True)
+    groups = UsageGroupSerializer(many=True)
+    peak = UsagePeakSerializer()
+    refusals = UsageRefusalSerializer(many=True)
+    time_to_ready = UsageReadySerializer()
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["from"] = serializers.DateField()
+        fields["to"] = serializers.DateField()
+        return fields

@@ -1,7 +1,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from reservations.api.views import BlockAllocationViewSet, FitCheckView, ReservationViewSet
+from reservations.api.views import BlockAllocationViewSet, FitCheckView, ReservationViewSet, UsageCSVView, UsageView
 
 router = SimpleRouter(trailing_slash=True)
 router.register("reservations", ReservationViewSet, basename="reservation")
@@ -9,5 +9,7 @@ router.register("block-allocations", BlockAllocationViewSet, basename="blockallo
 
 urlpatterns = [
     path("reservations/check/", FitCheckView.as_view(), name="reservation-check"),
+    path("usage/", UsageView.as_view(), name="usage"),
+    path("usage/csv/", UsageCSVView.as_view(), name="usage-csv"),
     *router.urls,
 ]

@@ -25,10 +25,12 @@ from reservations.api.serializers import (
     ReservationAcceptedSerializer,
     ReservationCreateSerializer,
     ReservationSerializer,
+    UsageQuerySerializer,
+    UsageReportSerializer,
     job_url,
 )
 from reservations.models import BlockAllocation, Reservation
-from vclmgr.api.permissions import IsAuthenticatedWithTokenScope
+from vclmgr.api.permissions import AuditorOrAdmin, IsAuthenticatedWithTokenScope
 
 CONFLICT = OpenApiResponse(description="Conflict with the current state")
 
@@ -49,6 +51,7 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
 
     serializer_class = ReservationSerializer
     permission_classes = [IsAuthenticatedWithTokenScope]
+    write_scope = "reserve"
     filterset_fields = ["status", "image", "block"]
     ordering_fields = ["start", "end", "created", "status"]
 
@@ -116,6 +119,7 @@ class FitCheckView(APIView):
     """Would a reservation fit? If not: why, and the earliest start that would. Writes nothing."""
 
     permission_classes = [IsAuthenticatedWithTokenScope]
+    write_scope = "reserve"
 
     @extend_schema(request=FitCheckSerializer, responses={200: FitSerializer})
     def post(self, request):
@@ -140,6 +144,7 @@ class BlockAllocationViewSet(
 
     serializer_class = BlockAllocationSerializer
     permission_classes = [IsAuthenticatedWithTokenScope]
+    write_scope = "reserve"
     filterset_fields = ["group", "image", "canceled"]
 
     def get_queryset(self):
@@ -182,3 +187,43 @@ class BlockAllocationViewSet(
         services.cancel_block(block, "canceled through the API", actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
+        services.cancel_block(block, "canceled through the API", actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class UsageView(APIView):
+    """Staff: the usage report (hours per image, group and day, peak concurrency, refusals by
+    reason, mean time to ready) for UTC days ``from``..``to``; past days come pre-aggregated."""
+
+    permission_classes = [AuditorOrAdmin]
+
+    def _report(self, request):
+        from reservations import usage
+
+        query = UsageQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        params = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in query.validated_data.items() if v}
+        try:
+            first, last, image, group = usage.filters(params)
+        except ValueError as exc:
+            raise as_drf(ValidationError({"from": [str(exc)]})) from None
+        return usage.report(first, last, image=image, group=group)
+
+    @extend_schema(parameters=[UsageQuerySerializer], responses={200: UsageReportSerializer})
+    def get(self, request):
+        return Response(self._report(request))
+
+
+class UsageCSVView(UsageView):
+    """The same report as CSV (outside the JSON schema)."""
+
+    @extend_schema(exclude=True)
+    def get(self, request):
+        from django.http import HttpResponse
+
+        from reservations import usage
+
+        data = self._report(request)
+        response = HttpResponse(usage.csv_text(data), content_type="text/csv")
+        response["Content-Disposition"] = f'attachment; filename="usage-{data["from"]}-{data["to"]}.csv"'
+        return response

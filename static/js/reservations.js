@@ -74,6 +74,8 @@
         else if (!vm && ["placing", "provisioning"].includes(panel().dataset.status)) refresh(); // its VM is new
       } else if (event.kind === "reservation.ending" && d.id === id) {
         warn(d.minutes);
+      } else if (event.kind === "reservation.idle" && d.id === id) {
+        refresh(); // the idle warning: the panel shows it as a banner with its countdown
       }
     });
     // What changed between rendering this page and the subscription is not replayed: fetch

@@ -42,6 +42,17 @@ def page(browser, asgi_server):
 
 
 @pytest.fixture
+def sso_page(browser, vclmgr):
+    """A page on the test module's own ``vclmgr`` server (the sign-on tests start one beside
+    their identity provider)."""
+    context = browser.new_context(base_url=vclmgr.url)
+    page = context.new_page()
+    page.set_default_timeout(20000)
+    yield page
+    context.close()
+
+
+@pytest.fixture
 def login(page):
     def do(username, password):
         page.goto("/login/")

@@ -89,7 +89,7 @@ def _image(make_host):
 
 def test_a_burst_of_one_users_vm_requests_gets_exactly_the_quota(servers, make_host, alice):
     image = _image(make_host)
-    _, token = tokens.issue(alice, "burst", write_enabled=True)
+    _, token = tokens.issue(alice, "burst", scopes="all")
 
     answers = burst([server.url for server in servers], token, {"image": image.pk}, BURST, path="/api/v1/vms/")
 
@@ -100,7 +100,7 @@ def test_a_burst_of_one_users_vm_requests_gets_exactly_the_quota(servers, make_h
 
 def test_a_burst_of_one_users_requests_gets_exactly_the_quota(servers, make_host, alice):
     image = _image(make_host)
-    _, token = tokens.issue(alice, "burst", write_enabled=True)
+    _, token = tokens.issue(alice, "burst", scopes="all")
     start = (timezone.now() + timedelta(hours=5)).replace(microsecond=0)
     body = {"image": image.pk, "start": start.isoformat(), "end": (start + timedelta(hours=1)).isoformat()}
 

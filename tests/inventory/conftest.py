@@ -22,6 +22,7 @@ def host_row(i, **overrides):
         "group": "", "cpus": 32, "memory_mib": 131072, "disk_gib": 2000, "cpu_ratio": 4.0, "memory_ratio": 1.0,
         "disk_ratio": 1.0, "reserved_cpus": 0, "reserved_memory_mib": 0, "reserved_disk_gib": 0, "max_vms": "",
         "spindles": 1, "state": "online", "state_reason": "", "tags": "",
+        "bmc_address": "", "bmc_credential": "", "bmc_system": "", "bmc_verify_tls": "true",
     }
     row.update(overrides)
     return row

@@ -15,6 +15,7 @@ from vclmgr.models import Event
 
 
 class TestNodeGroupApi(ApiCrudSuite):
+    role_reads, role_writes = ("operator", "auditor"), ("operator",)
     url = "/api/v1/node-groups/"
 
     def make(self):
@@ -28,6 +29,7 @@ class TestNodeGroupApi(ApiCrudSuite):
 
 
 class TestBladeCenterApi(ApiCrudSuite):
+    role_reads, role_writes = ("operator", "auditor"), ("operator",)
     url = "/api/v1/blade-centers/"
 
     def make(self):
@@ -41,6 +43,7 @@ class TestBladeCenterApi(ApiCrudSuite):
 
 
 class TestCredentialApi(ApiCrudSuite):
+    role_reads, role_writes = ("operator", "auditor"), ("operator",)
     url = "/api/v1/credentials/"
     write_only_fields = ("secret",)
 
@@ -55,6 +58,7 @@ class TestCredentialApi(ApiCrudSuite):
 
 
 class TestHypervisorApi(ApiCrudSuite):
+    role_reads, role_writes = ("operator", "auditor"), ("operator",)
     url = "/api/v1/hypervisors/"
 
     def make(self):

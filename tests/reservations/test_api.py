@@ -183,7 +183,8 @@ def test_an_instructor_cannot_cancel_another_instructors_block(sim_host, image, 
     ivy, max_ = (django_user_model.objects.create_user(name) for name in ("ivy", "max"))
     for instructor in (ivy, max_):
         instructor.user_permissions.add(Permission.objects.get(codename="add_blockallocation"))
-        instructor.groups.add(klass)
+    ivy.groups.add(klass)  # max teaches another class: cs101's blocks are not his
+    max_.groups.add(Group.objects.create(name="cs102"))
     block_id = api(ivy).post("/api/v1/block-allocations/", body, format="json").json()["id"]
     assert api(max_).post(f"/api/v1/block-allocations/{block_id}/cancel/").status_code == 404
     assert not BlockAllocation.objects.get(pk=block_id).canceled

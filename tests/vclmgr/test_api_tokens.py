@@ -11,7 +11,7 @@ pytestmark = pytest.mark.django_db
 
 def test_a_new_token_is_shown_once_and_stored_only_as_a_digest(client, alice):
     client.force_login(alice)
-    response = client.post("/api/v1/tokens/", {"name": "ci", "write_enabled": True}, content_type="application/json")
+    response = client.post("/api/v1/tokens/", {"name": "ci", "scopes": ["reserve"]}, content_type="application/json")
     assert response.status_code == 201
     clear = response.json()["token"]
     assert clear.startswith("vcl_")
@@ -48,7 +48,7 @@ def test_a_read_only_token_cannot_write(api, alice):
     assert client.get("/api/v1/tokens/").status_code == 200
     response = client.post("/api/v1/tokens/", {"name": "x"})
     assert response.status_code == 403
-    assert response.json()["error"]["message"] == "This token is read-only."
+    assert response.json()["error"]["message"] == "This token does not carry the scope this request needs."
 
 
 def test_users_see_and_revoke_only_their_own_tokens(api, alice, bob):

@@ -45,3 +45,48 @@ def test_the_suite_runs_on_the_database_it_was_asked_for():
 
     if os.environ.get("REDIS_URL"):
         assert settings.Q_CLUSTER.get("redis") and "Redis" in settings.CHANNEL_LAYERS["default"]["BACKEND"]
+
+
+@pytest.mark.django_db
+def test_live_answers_without_touching_anything(client, django_assert_num_queries):
+    with django_assert_num_queries(0):
+        response = client.get("/healthz/live")
+    assert (response.status_code, response.json()) == (200, {"status": "ok"})
+
+
+@pytest.mark.django_db
+def test_ready_needs_the_database_and_migrations_but_no_worker(client, settings):
+    settings.HEALTHZ_DETAILS = "public"
+    response = client.get("/healthz/ready")
+    assert response.status_code == 200, response.json()
+    assert response.json()["checks"]["migrations"] == {"status": "ok"}
+
+
+@pytest.mark.django_db
+def test_ready_is_down_when_the_configured_redis_does_not_answer(client, settings):
+    from tests.processes import free_port
+
+    settings.HEALTHZ_DETAILS = "public"
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    response = client.get("/healthz/ready")
+    assert response.status_code == 503
+    assert response.json()["checks"]["redis"]["status"] == "down"
+
+
+@pytest.mark.django_db
+def test_ready_is_down_while_a_migration_is_unapplied(client, settings):
+    from django.db.migrations.recorder import MigrationRecorder
+
+    from vclmgr import health
+
+    health._migrated.clear()
+    settings.HEALTHZ_DETAILS = "public"
+    last = MigrationRecorder.Migration.objects.filter(app="jobs").order_by("-id").first()
+    last.delete()  # the database now lacks the record of one migration this code has
+    try:
+        response = client.get("/healthz/ready")
+        assert response.status_code == 503
+        assert f"jobs.{last.name}" in response.json()["checks"]["migrations"]["error"]
+    finally:
+        MigrationRecorder.Migration.objects.create(app=last.app, name=last.name)
+        health._migrated.clear()

@@ -2,6 +2,8 @@
 from one address after LOGIN_FAILURE_LIMIT wrong passwords, on the site's and the admin's
 sign-in pages; the API counts unauthenticated calls before it answers 401."""
 
+import logging
+
 import pytest
 from django.conf import settings
 from django.test import Client
@@ -88,3 +90,18 @@ def test_behind_a_trusted_proxy_the_forwarded_address_counts(admin_user, setting
     assert another_client.post("/login/", {"username": "admin", "password": "admin-pass-1"}).status_code == 302
     same_client = Client(HTTP_X_FORWARDED_FOR="10.2.0.1")
     assert same_client.post("/login/", {"username": "admin", "password": "admin-pass-1"}).status_code == 429
+
+
+def test_a_lockout_on_the_web_login_is_logged(admin_user, caplog):
+    caplog.set_level(logging.WARNING)
+    client = Client()
+    _guess(client, "/login/", "admin", settings.AXES_FAILURE_LIMIT - 1)
+    assert not any(r.name == "vclmgr.lockout" for r in caplog.records)  # not yet locked out
+    _guess(client, "/login/", "admin", 1)
+    assert client.post("/login/", {"username": "admin", "password": "admin-pass-1"}).status_code == 429
+
+    lockouts = [r for r in caplog.records if r.name == "vclmgr.lockout"]
+    # The lockout and the refused right password: whom, from where, on which page.
+    assert len(lockouts) == 2 and all(r.levelno == logging.WARNING for r in lockouts), caplog.text
+    assert "username 'admin' from 127.0.0.1 on /login/" in lockouts[0].getMessage()
+    assert "admin-pass-1" not in caplog.text and "wrong-0" not in caplog.text

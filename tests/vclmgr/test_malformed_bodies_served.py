@@ -20,7 +20,7 @@ CASES = [
 
 
 def test_malformed_bodies_get_a_json_4xx_from_the_server(asgi_server, alice):
-    token = tokens.issue(alice, "t", write_enabled=True)[1]
+    token = tokens.issue(alice, "t", scopes="all")[1]
     for content_type, body in CASES:
         connection = http.client.HTTPConnection("127.0.0.1", asgi_server.port, timeout=20)
         connection.request("POST", "/api/v1/reservations/", body,

@@ -41,7 +41,7 @@ def redis_and_server(transactional_db, tmp_path):
 
 def test_the_api_answers_while_redis_is_down(redis_and_server, alice):
     redis, server = redis_and_server
-    _, token = tokens.issue(alice, "while redis is down", write_enabled=True)
+    _, token = tokens.issue(alice, "while redis is down", scopes="all")
     assert _get(f"{server.url}/api/v1/reservations/", token)[0] == 200
     assert _get(f"{server.url}/api/v1/images/")[0] == 401  # anonymous: the throttle's other path
 

@@ -8,7 +8,7 @@ import pytest
 
 from vclmgr import events
 from vclmgr.models import Event
-from vclmgr.relay import LOOKBACK, Relay
+from vclmgr.relay import LOOKBACK, ORDER_WAIT, Relay
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -18,6 +18,16 @@ def _run(coroutine):
     left an event loop running on the main thread (Playwright's sync API keeps one there)."""
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coroutine).result()
+
+
+def _relay(clock=None):
+    """A relay past its first read (which waits for no gap: ids an earlier test used are none)."""
+    relay = Relay()
+    relay.clock = clock or relay.clock
+    _run(relay.ensure_running())
+    events.emit("warm-up", {}, ["nobody"])
+    _poll(relay)
+    return relay
 
 
 def _collect(relay, topic):
@@ -32,7 +42,7 @@ def _poll(relay):
 
 def test_it_forwards_rows_committed_after_subscribing_to_that_topic_only():
     events.emit("old", {}, ["user.1"])
-    relay = Relay()
+    relay = _relay()
     mine, theirs = _collect(relay, "user.1"), _collect(relay, "user.2")
     events.emit("first", {}, ["user.1"])
     _poll(relay)
@@ -44,20 +54,48 @@ def test_it_forwards_rows_committed_after_subscribing_to_that_topic_only():
     assert [e["kind"] for e in theirs] == ["both"]
 
 
-def test_a_row_committed_after_a_larger_id_is_forwarded_once():
-    relay = Relay()
+def test_a_row_committed_after_a_larger_id_is_forwarded_once_and_in_order():
+    relay = _relay()
     got = _collect(relay, "user.1")
     _, late, _ = (events.emit("step", {"n": n}, ["user.1"])[0] for n in (1, 2, 3))
     late_id = late.id
     late.delete()  # as if its transaction had not committed yet when the relay read
     _poll(relay)
-    assert [e["data"]["n"] for e in got] == [1, 3]
-    assert late_id in relay.gaps
+    # 3 waits behind 2: a client holding 3 could resume from it elsewhere and never get 2.
+    assert [e["data"]["n"] for e in got] == [1]
+    assert late_id in relay.gaps and relay.delivered_through == late_id - 1
     Event.objects.create(id=late_id, topic="user.1", kind="step", data={"n": 2})  # commits now
     _poll(relay)
     _poll(relay)
-    assert [e["data"]["n"] for e in got] == [1, 3, 2]
-    assert late_id not in relay.gaps
+    assert [e["data"]["n"] for e in got] == [1, 2, 3]
+    assert late_id not in relay.gaps and relay.delivered_through == late_id + 1
+
+
+def test_rows_stop_waiting_behind_a_gap_older_than_order_wait():
+    now = [1000.0]
+    relay = _relay(clock=lambda: now[0])
+    got = _collect(relay, "user.1")
+    _, gone, _ = (events.emit("step", {"n": n}, ["user.1"])[0] for n in (1, 2, 3))
+    gone_id = gone.id
+    gone.delete()  # a rolled-back insert: its id never commits
+    _poll(relay)
+    assert [e["data"]["n"] for e in got] == [1]
+    now[0] += ORDER_WAIT + 0.1
+    _poll(relay)
+    assert [e["data"]["n"] for e in got] == [1, 3]
+    Event.objects.create(id=gone_id, topic="user.1", kind="step", data={"n": 2})  # committed after all
+    _poll(relay)
+    assert [e["data"]["n"] for e in got] == [1, 3, 2]  # late, but not lost
+
+
+def test_a_resumed_subscriber_replays_only_what_the_relay_handed_on():
+    relay = _relay()
+    _collect(relay, "user.1")
+    first, late, third = (events.emit("step", {"n": n}, ["user.1"])[0] for n in (1, 2, 3))
+    late.delete()
+    _poll(relay)
+    replayed = events.since(["user.1"], 0, through=relay.delivered_through)
+    assert [e.id for e in replayed] == [first.id]  # 3 comes live, after 2
 
 
 def test_it_stops_waiting_for_ids_more_than_lookback_behind():
@@ -70,7 +108,7 @@ def test_it_stops_waiting_for_ids_more_than_lookback_behind():
 
 
 def test_one_failing_sink_does_not_starve_the_others():
-    relay = Relay()
+    relay = _relay()
 
     def broken(event):
         raise RuntimeError("socket gone")
@@ -83,7 +121,7 @@ def test_one_failing_sink_does_not_starve_the_others():
 
 
 def test_unsubscribed_sinks_get_nothing_more():
-    relay = Relay()
+    relay = _relay()
     got = _collect(relay, "admin")
     relay.unsubscribe("admin", got.append)
     events.emit("step", {}, ["admin"])

@@ -8,10 +8,10 @@ pytestmark = pytest.mark.django_db
 
 def test_a_user_creates_a_token_and_sees_it_once(client, alice):
     client.force_login(alice)
-    response = client.post("/tokens/", {"name": "laptop", "write_enabled": "on"})
+    response = client.post("/tokens/", {"name": "laptop", "scopes": ["reserve", "run"]})
     assert response.status_code == 200
     row = ApiToken.objects.get(user=alice, name="laptop")
-    assert row.write_enabled
+    assert row.scopes == ["read", "reserve", "run"]
     html = response.content.decode()
     clear = html.split('<code id="new-token">')[1].split("</code>")[0]
     assert tokens.resolve(clear) == row

@@ -1,6 +1,7 @@
 #!/bin/sh
 # vclmgr test guest, run once by busybox init: apply the cloud-init NoCloud seed found on the
-# CD-ROM labelled "cidata", then start the QEMU guest agent, SSH (dropbear) and DHCP.
+# CD-ROM labelled "cidata", then start the QEMU guest agent, SSH (dropbear) and DHCP. SSH
+# sessions with a terminal are recorded in /run/utmp (the agent's guest-get-users).
 #
 # Only the cloud-config vclmgr emits is understood (provisioning/drivers/cloudinit.py):
 #   meta-data       instance-id, local-hostname
@@ -139,6 +140,11 @@ if [ -f $S/bootcmd ]; then
   while read -r cmd; do say "bootcmd: $cmd"; sh -c "$cmd" </dev/null; done < $S/bootcmd
 fi
 
+# Logins go to utmp (glibc's login(), called by dropbear for a session with a terminal), which
+# the guest agent's guest-get-users reads: how vclmgr's idle reclamation sees who is connected.
+# glibc never creates the file itself.
+: > /run/utmp
+chmod 644 /run/utmp
 dropbearkey -t ed25519 -f /etc/dropbear/dropbear_ed25519_host_key 2>/dev/null | grep -i fingerprint
 pw=-s
 [ "$(cat $S/ssh_pwauth 2>/dev/null)" = true ] && pw=

@@ -3,7 +3,8 @@
     {"error": {"status": 400, "code": "invalid", "message": "…", "fields": {"name": ["…"]}}}
 
 A service's ``vclmgr.errors.Conflict`` (``InUse`` too) is answered here, and only here, with
-409 ``conflict`` and its message: views let it through.
+409 ``conflict`` and its message: views let it through. ``Upstream`` (a BMC that refused or
+did not answer) is 502 ``upstream``.
 ``fields`` appears for validation errors only; nested serializer errors are flattened to
 dotted paths (``disks.0.size``).
 """
@@ -18,12 +19,18 @@ from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from vclmgr.api.exceptions import TooLarge
-from vclmgr.errors import Conflict
+from vclmgr.errors import Conflict, Upstream
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_SECONDS = 2
 # PostgreSQL's "too many connections" and "cannot connect now" (server starting or stopping).
 _OVERLOAD_SQLSTATES = {"53300", "57P03"}
+
+
+class UpstreamError(APIException):
+    status_code = status.HTTP_502_BAD_GATEWAY
+    default_code = "upstream"
+    default_detail = "A system vclmgr drives did not answer."
 
 
 class ConflictError(APIException):
@@ -55,7 +62,9 @@ def _flatten(detail, prefix=""):
 
 
 def exception_handler(exc, context):
-    if isinstance(exc, Conflict):
+    if isinstance(exc, Upstream):
+        exc = UpstreamError(str(exc) or None)
+    elif isinstance(exc, Conflict):
         exc = ConflictError(str(exc) or None)
     elif isinstance(exc, RequestDataTooBig):
         exc = TooLarge(str(exc) or None)
@@ -87,8 +96,9 @@ class ApiJsonErrorsMiddleware:
         if request.path.startswith("/api/") and (refused := _nul_parameters(request)):
             # PostgreSQL cannot compare text with NUL in it (a 500 deep in a filter); say which.
             fields = {name: ["Null characters are not allowed."] for name in refused}
-            return JsonResponse(error_body(400, "invalid", f"{refused[0]}: Null characters are not allowed.", fields),
-                                status=400)
+            return JsonResponse(
+                error_body(400, "invalid", f"{refused[0]}: Null characters are not allowed.", fields), status=400
+            )
         response = self.get_response(request)
         if (
             request.path.startswith("/api/")
@@ -110,8 +120,13 @@ class ApiJsonErrorsMiddleware:
 
 
 def _nul_parameters(request):
-    return sorted({name.replace("\x00", "\\0") for name, values in request.GET.lists()
-                   if "\x00" in name or any("\x00" in value for value in values)})
+    return sorted(
+        {
+            name.replace("\x00", "\\0")
+            for name, values in request.GET.lists()
+            if "\x00" in name or any("\x00" in value for value in values)
+        }
+    )
 
 
 def is_overload(exc):

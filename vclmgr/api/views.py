@@ -1,3 +1,6 @@
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -5,8 +8,15 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from vclmgr import events, tokens, topics
-from vclmgr.api.serializers import ApiTokenSerializer, EventSerializer, NewApiTokenSerializer, UserSerializer
+from vclmgr import access, events, tokens, topics
+from vclmgr.api.permissions import IsStaffWithTokenScope
+from vclmgr.api.serializers import (
+    ApiTokenSerializer,
+    EventSerializer,
+    NewApiTokenSerializer,
+    UserRolesSerializer,
+    UserSerializer,
+)
 from vclmgr.models import ApiToken
 
 
@@ -17,7 +27,10 @@ class MeView(APIView):
 
 
 class ApiTokenViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
     viewsets.GenericViewSet,
 ):
     """Your own API tokens. The token itself is returned once, by create."""
@@ -40,6 +53,29 @@ class ApiTokenViewSet(
 
     def perform_destroy(self, instance):
         tokens.revoke(self.request.user, instance.pk)
+
+
+class UserRolesView(APIView):
+    """A user's roles (administrators): GET them, PUT the whole list (admin, operator, auditor,
+    instructor, image-maintainer). Their tokens follow at their next request."""
+
+    permission_classes = [IsStaffWithTokenScope]
+
+    @extend_schema(responses=UserRolesSerializer)
+    def get(self, request, pk):
+        user = get_object_or_404(get_user_model(), pk=min(pk, 2**63 - 1))
+        return Response({"roles": access.roles(user)})
+
+    @extend_schema(request=UserRolesSerializer, responses=UserRolesSerializer)
+    def put(self, request, pk):
+        user = get_object_or_404(get_user_model(), pk=min(pk, 2**63 - 1))
+        body = UserRolesSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            roles = access.set_roles(user, body.validated_data["roles"], actor=request.user)
+        except DjangoValidationError as exc:
+            raise ValidationError(exc.message_dict) from None
+        return Response({"roles": roles})
 
 
 class EventListView(APIView):

@@ -4,11 +4,13 @@
     manage.py node modify NAME --drained=yes --reason "firmware upgrade"
     manage.py node modify NAME --offline=yes --reason "PSU failure"
     manage.py node modify NAME --drained=no --reason "back in service"   (→ online)
+    manage.py node evacuate NAME [--dry-run] [--reason "rate-limit:4:maintenance"]
 
 Exit status 0 when done (also when nothing needed changing), 1 on an error.
 """
 
 from django.core.exceptions import ValidationError
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from inventory import services
@@ -33,8 +35,17 @@ class Command(BaseCommand):
         modify.add_argument("--drained", choices=YES_NO, help="yes: take no new VMs; no: back online")
         modify.add_argument("--offline", choices=YES_NO, help="yes: take nothing; no: back online")
         modify.add_argument("--reason", required=True, help="why (kept in the change log)")
+        evacuate = sub.add_parser("evacuate", help="move every VM (and future claim) off a node, as a plan")
+        evacuate.add_argument("name")
+        evacuate.add_argument("--dry-run", action="store_true", help="show the plan, move nothing")
+        evacuate.add_argument("--reason", default="", help="rate-limit:N:label caps the migrations at N at once")
 
     def handle(self, *args, **options):
+        if options["command"] == "evacuate":
+            # Plans and VMs are in the layer above: reached by command name, never imported.
+            extra = ["--dry-run"] if options["dry_run"] else []
+            return call_command("plan", "evacuate-node", options["name"], "--reason", options["reason"], *extra,
+                                stdout=self.stdout, stderr=self.stderr)  # fmt: skip
         if options["command"] == "list":
             self.list(options)
         else:
@@ -54,8 +65,18 @@ class Command(BaseCommand):
         self.stdout.write(line.format("Node", "State", "Group", "Chassis/slot", "CPUs", "MemMiB", "DiskGiB", "Reason"))
         for host in hosts:
             where = f"{host.blade_center.name}/{host.slot}" if host.blade_center else "-"
-            self.stdout.write(line.format(host.name[:24], host.state, (host.group.name if host.group else "-")[:14],
-                                          where[:14], host.cpus, host.memory_mib, host.disk_gib, host.state_reason))
+            self.stdout.write(
+                line.format(
+                    host.name[:24],
+                    host.state,
+                    (host.group.name if host.group else "-")[:14],
+                    where[:14],
+                    host.cpus,
+                    host.memory_mib,
+                    host.disk_gib,
+                    host.state_reason,
+                )
+            )
 
     def modify(self, options):
         drained, offline = options["drained"], options["offline"]

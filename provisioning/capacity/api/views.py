@@ -7,6 +7,7 @@ from rest_framework.views import APIView
 from provisioning.capacity import services
 from provisioning.capacity.api.serializers import PlanRequestSerializer, PlanResultSerializer
 from provisioning.capacity.durations import parse_moment
+from vclmgr import access
 
 
 def demand_from(data):
@@ -58,4 +59,4 @@ class PlanView(APIView):
         serializer = PlanRequestSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         result = services.plan(demand_from(serializer.validated_data))
-        return Response(PlanResultSerializer(plan_payload(result, request.user.is_staff)).data)
+        return Response(PlanResultSerializer(plan_payload(result, access.can(request.user, "see_cluster"))).data)

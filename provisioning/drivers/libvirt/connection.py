@@ -98,6 +98,16 @@ class _Connections:
                     pass
 
 
+def open_own(uri, credentials):
+    """A connection of the caller's own, outside the pool (closed by the caller): for a console
+    stream, whose blocking read holds its connection for as long as the guest says nothing, so
+    the pool's calls (a VNC address, a state read) would wait behind it."""
+    try:
+        return _open(uri, credentials)
+    except libvirt.libvirtError as exc:
+        raise translate(exc, f"cannot connect to {uri}") from exc
+
+
 def _open(uri, credentials):
     from provisioning.drivers import registry
 

@@ -36,10 +36,12 @@ def _sub(parent, tag, text=None, **attrs):
 
 def domain_xml(
     spec, *, domain_type, disk_path, disk_format="qcow2", seed_path=None, cpu_mode=None, network=None,
-    forward_port=None, seed_digest=None, disk_cache="none",
+    forward_port=None, seed_digest=None, disk_cache="none", vnc_listen="127.0.0.1",
 ):  # fmt: skip
     """The persistent definition of the VM: vcpus, memory, the overlay disk, the NoCloud seed
-    as a read-only CD-ROM (``seed_path``), one NIC, a serial console, the guest agent channel.
+    as a read-only CD-ROM (``seed_path``), one NIC, a serial console, the guest agent channel,
+    and a VNC display on ``vnc_listen`` (the host's loopback by default: only vclmgr's console
+    proxy on that host reaches it; None: no display), its port picked by libvirt at start.
 
     ``cpu_mode``: ``host-model``, ``host-passthrough``, ``maximum`` or ``custom:<model>``;
     None: QEMU's default CPU. ``disk_cache``: the overlay's libvirt cache mode (None: QEMU's
@@ -95,11 +97,32 @@ def domain_xml(
     _sub(serial, "target", port=0)
     console = _sub(devices, "console", type="pty")
     _sub(console, "target", type="serial", port=0)
+    if vnc_listen:
+        devices.append(vnc_xml(vnc_listen))
     agent = _sub(devices, "channel", type="unix")  # the guest agent reports addresses without DHCP
     _sub(agent, "target", type="virtio", name="org.qemu.guest_agent.0")
     if network == USER_NETWORK:
         root.append(user_network_xml(forward_port, spec.extra.get("guest_port", 22), mac_address(spec.key)))
     return ET.tostring(root, encoding="unicode")
+
+
+def vnc_xml(listen):
+    """A VNC display without a password: whoever reaches the port has the screen, so it
+    listens on the host's loopback (vclmgr's proxy hands it out per one-time ticket)."""
+    graphics = ET.Element("graphics", {"type": "vnc", "port": "-1", "autoport": "yes", "listen": listen})
+    _sub(graphics, "listen", type="address", address=listen)
+    return graphics
+
+
+def vnc_port(xml_text):
+    """The port of the running domain's VNC display (from its live XML), or None."""
+    for graphics in ET.fromstring(xml_text).iterfind("devices/graphics"):
+        port = graphics.get("port", "-1")
+        if graphics.get("type") == "vnc" and port.isdigit() and int(port) > 0:
+            listen = graphics.find("listen")
+            address = listen.get("address") if listen is not None else None
+            return address or graphics.get("listen") or "127.0.0.1", int(port)
+    return None
 
 
 def seed_cdrom_xml(seed_path):

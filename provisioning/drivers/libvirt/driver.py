@@ -10,7 +10,15 @@ driver in ``VCLMGR_DRIVER_OPTIONS["libvirt"]``, per host in ``Hypervisor.driver_
 default under ``qemu``, which cannot use a host CPU mode), ``network`` (a libvirt network,
 ``bridge:<name>``, or ``user``: QEMU user-mode networking, the guest's login port forwarded
 from a free port on the host's 127.0.0.1, for a one-machine setup; default the spec's),
-``stop_timeout`` (seconds a graceful stop may take, default 120).
+``stop_timeout`` (seconds a graceful stop may take, default 120), ``vnc_listen`` (the address
+the VMs' VNC displays listen on, default the host's ``127.0.0.1``; ``none``: no display).
+
+The web console: ``console_address`` is the running domain's VNC display (libvirt picks its
+port at start, so it follows the VM through a migration). A display on the host's loopback is
+reachable only when vclmgr runs on that host (a ``qemu:///…`` or ``qemu+unix`` URI); for a
+remote host, ``vnc_listen`` must be an address of a management network vclmgr reaches.
+``serial_console`` is the domain's console stream through the libvirt connection itself
+(``virDomainOpenConsole``; works over ``qemu+ssh`` too, needs no port).
 
 The guest: a spec with ``guest`` gets a cloud-init NoCloud seed (``cloudinit.seed_iso``),
 uploaded as the volume ``<key>-seed.iso`` beside its overlay and attached as a read-only
@@ -44,9 +52,9 @@ import libvirt
 
 from provisioning.drivers import base, cloudinit
 from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, VMInfo, VMState
-from provisioning.drivers.libvirt import domxml
-from provisioning.drivers.libvirt.connection import NOT_FOUND, connections, translate, translated
-from provisioning.drivers.libvirt.options import CPU_MODES, DISK_CACHES
+from provisioning.drivers.libvirt import agent, domxml
+from provisioning.drivers.libvirt.connection import NOT_FOUND, connections, open_own, translate, translated
+from provisioning.drivers.libvirt.options import CPU_MODES, DISK_CACHES, vnc_listen_error
 
 GIB = 1 << 30
 
@@ -72,12 +80,17 @@ class LibvirtDriver(base.Driver):
             raise Invalid(f"libvirt option cpu_mode {cpu_mode!r}: one of {', '.join(CPU_MODES)} or custom:<model>")
         if domain_type == "qemu" and str(cpu_mode).startswith("host-"):
             raise Invalid(f"libvirt option cpu_mode {cpu_mode!r} needs domain_type kvm (emulation has no host CPU)")
+        if vnc_listen_error(self._vnc_listen()):
+            raise Invalid(f"libvirt option {vnc_listen_error(self._vnc_listen())}")
         if self.options.get("disk_cache", "none") not in DISK_CACHES:
             raise Invalid(f"libvirt option disk_cache {self.options['disk_cache']!r}: one of {', '.join(DISK_CACHES)}")
         for name in ("pool", "network"):
             value = self.options.get(name)
             if value is not None and (not isinstance(value, str) or not value or any(c in value for c in "<>&'\" \n")):
                 raise Invalid(f"libvirt option {name} {value!r}: not a name")
+
+    def _vnc_listen(self):
+        return self.options.get("vnc_listen", "127.0.0.1")
 
     def _disk_cache(self):
         """``none`` (O_DIRECT) on KVM: what live migration over shared storage needs. Under
@@ -274,6 +287,7 @@ class LibvirtDriver(base.Driver):
                 seed_path=seed.path() if seed is not None else None, network=network,
                 seed_digest=cloudinit.seed_digest(cloudinit.seed_files(spec.guest)) if spec.guest else None,
                 forward_port=_free_port() if network == domxml.USER_NETWORK else None,
+                vnc_listen=None if self._vnc_listen() == "none" else self._vnc_listen(),
             )  # fmt: skip
             dom = self._call(f"define {spec.key}", self.conn.defineXML, xml)
         except (DriverError, cloudinit.SeedError) as exc:
@@ -527,10 +541,49 @@ class LibvirtDriver(base.Driver):
         dom = self._find_domain(key)
         return VMState.ABSENT if dom is None else self._state(dom)
 
-
     @translated
     def port(self, key, guest_port):
         return _forward_port(self._domain(key)) or guest_port
+
+    @translated
+    def console_address(self, key):
+        dom = self._domain(key)
+        if not dom.isActive():
+            raise base.NoConsole(f"{key} is not running: its display is there while it runs")
+        found = domxml.vnc_port(dom.XMLDesc(0))
+        if found is None:
+            raise base.NoConsole(f"{key} has no VNC display (made before the console existed, or vnc_listen is none)")
+        address, port = found
+        loopback = address in ("127.0.0.1", "::1", "localhost")
+        if address in ("0.0.0.0", "::"):  # every address of the host: reach it by the URI's host
+            address = urllib.parse.urlsplit(self.uri).hostname or "127.0.0.1"
+        elif loopback and not _local(self.uri):
+            raise base.NoConsole(
+                f"{key}'s display listens on {self.host_name}'s loopback, which vclmgr does not reach from here: "
+                "set the host's vnc_listen option to an address on a management network"
+            )
+        return address, port
+
+    @translated
+    def serial_console(self, key):
+        base.check_key(key)
+        # The stream's own connection (open_own says why); libvirt's test driver keeps its world
+        # per connection, so there the pooled one is the only one that knows the domain.
+        own = not self.emulated
+        conn = open_own(self.uri, self.credentials) if own else self.conn
+        try:
+            dom = self._call(f"{key} on {self.host_name}", conn.lookupByName, key)
+            if not dom.isActive():
+                raise base.NoConsole(f"{key} is not running: its serial console is there while it runs")
+            stream = self._call(f"console stream of {key}", conn.newStream, 0)
+            # FORCE: a second viewer takes the console over from the first (virsh console's --force);
+            # the first one's stream then ends.
+            self._call(f"serial console of {key}", dom.openConsole, None, stream, libvirt.VIR_DOMAIN_CONSOLE_FORCE)
+        except BaseException:
+            if own:
+                _close_quietly(conn)
+            raise
+        return SerialStream(stream, key, conn if own else None)
 
     @translated
     def agent_answers(self, key):
@@ -546,6 +599,105 @@ class LibvirtDriver(base.Driver):
         except libvirt.libvirtError:
             return False
         return True
+
+    # --- the guest command channel, through the guest agent (libvirt/agent.py) ------------------
+
+    def _agent_domain(self, key):
+        dom = self._domain(key)
+        if not dom.isActive():
+            raise base.Conflict(f"{key} is not running: its guest agent cannot answer")
+        return dom
+
+    @translated
+    def guest_exec(self, key, tag, argv, env=None, workdir="/"):
+        agent.start(self._agent_domain(key), tag, list(argv), dict(env or {}), workdir)
+
+    @translated
+    def guest_exec_status(self, key, tag, offset=0, limit=1 << 20):
+        return agent.status(self._agent_domain(key), tag, offset, limit)
+
+    @translated
+    def guest_put_file(self, key, path, data):
+        agent.put(self._agent_domain(key), path, bytes(data))
+
+    @translated
+    def guest_get_file(self, key, path, limit):
+        return agent.get(self._agent_domain(key), path, limit)
+
+    @translated
+    def guest_glob(self, key, directory, patterns):
+        return agent.glob(self._agent_domain(key), directory, list(patterns))
+
+
+    @translated
+    def guest_sessions(self, key):
+        """The guest's logins from the QEMU guest agent's ``guest-get-users`` (through libvirt's
+        guest info: user, login time in ms); the agent cannot tell idle time."""
+        dom = self._domain(key)
+        if not dom.isActive() or self._paused(dom):
+            raise Conflict(f"{key} is not running: nobody can be logged in")
+        try:
+            info = dom.guestInfo(libvirt.VIR_DOMAIN_GUEST_INFO_USERS, 0)
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == libvirt.VIR_ERR_NO_SUPPORT:
+                raise Invalid(f"{self.uri} cannot read guest logins (no guest info support)") from exc
+            # No agent channel, agent not up yet or gone: only the guest can fix that, a retry may see it.
+            raise DriverError(f"{key}: the guest agent did not list logins: {exc}", permanent=False) from exc
+        sessions = []
+        for i in range(int(info.get("user.count", 0))):
+            login_ms = info.get(f"user.{i}.login-time")
+            sessions.append(
+                base.GuestSession(user=str(info.get(f"user.{i}.name", "?")),
+                                  login_time=login_ms / 1000 if login_ms is not None else None)
+            )  # fmt: skip
+        return sessions
+
+
+class SerialStream:
+    """A domain's console stream: blocking reads (one reader thread), writes from any thread."""
+
+    def __init__(self, stream, key, conn=None):
+        self.stream, self.key, self.conn = stream, key, conn  # conn: its own, closed with it
+        self.closed = False
+
+    def read(self):
+        if self.closed:
+            return b""
+        try:
+            data = self.stream.recv(4096)
+        except libvirt.libvirtError:  # closed by close(), by a forcing viewer, or the domain stopped
+            return b""
+        return data if isinstance(data, bytes) else b""
+
+    def write(self, data):
+        try:
+            self.stream.send(data)
+        except libvirt.libvirtError as exc:
+            raise base.NoConsole(f"the serial console of {self.key} closed: {exc}") from None
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            try:
+                self.stream.abort()  # also ends a read() waiting in another thread
+            except libvirt.libvirtError:
+                pass
+            if self.conn is not None:
+                _close_quietly(self.conn)
+
+
+def _close_quietly(conn):
+    try:
+        conn.close()
+    except libvirt.libvirtError:
+        pass
+
+
+def _local(uri):
+    """True when a libvirt URI reaches a daemon on this machine (so its loopback is ours)."""
+    parts = urllib.parse.urlsplit(uri)
+    transport = parts.scheme.partition("+")[2]
+    return transport in ("", "unix") and parts.hostname in (None, "", "localhost", "127.0.0.1")
 
 
 def _forward_port(dom):

@@ -5,13 +5,24 @@ this module does not import libvirt, so a web process can validate without it.
 ``errors(options, uri)`` → ``{option: message}``, empty when all is well.
 """
 
+import ipaddress
 import re
 
 DOMAIN_TYPES = ("kvm", "qemu")  # ``test`` only for libvirt's test:// driver
 CPU_MODES = ("host-model", "host-passthrough", "maximum", "none")
 # ``default``: QEMU's own (writeback through the host page cache); the others are libvirt's.
 DISK_CACHES = ("none", "writeback", "writethrough", "directsync", "unsafe", "default")
-OPTIONS = ("pool", "name", "domain_type", "cpu_mode", "disk_cache", "network", "stop_timeout", "shared_storage")
+OPTIONS = (
+    "pool",
+    "name",
+    "domain_type",
+    "cpu_mode",
+    "disk_cache",
+    "network",
+    "stop_timeout",
+    "shared_storage",
+    "vnc_listen",
+)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # pools and networks: no spaces, no XML
 BRIDGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$")  # a Linux interface name (IFNAMSIZ 16)
 
@@ -49,7 +60,20 @@ def errors(options, uri=""):
         found["stop_timeout"] = f"{timeout!r}: seconds, a positive number"
     if "shared_storage" in options and not isinstance(options["shared_storage"], bool):
         found["shared_storage"] = f"{options['shared_storage']!r}: true or false"
+    if "vnc_listen" in options and vnc_listen_error(options["vnc_listen"]):
+        found["vnc_listen"] = vnc_listen_error(options["vnc_listen"])
     return found
+
+
+def vnc_listen_error(value):
+    """``vnc_listen``: the address the VMs' VNC displays listen on (an IP address), or ``none``."""
+    if value == "none":
+        return None
+    try:
+        ipaddress.ip_address(value if isinstance(value, str) else None)
+    except (TypeError, ValueError):
+        return f"{value!r}: an IP address for the VNC displays (default 127.0.0.1), or none"
+    return None
 
 
 def network_error(value):
@@ -65,4 +89,3 @@ def network_error(value):
 
 def _name(value):
     return isinstance(value, str) and bool(NAME_RE.match(value))
-

@@ -8,7 +8,7 @@ from django import forms
 from django.contrib import admin
 
 from provisioning.drivers.sim import services
-from provisioning.drivers.sim.models import SimFault, SimHost, SimImage, SimVM
+from provisioning.drivers.sim.models import SimExecProfile, SimFault, SimHost, SimImage, SimVM
 
 
 class SimFaultInline(admin.TabularInline):
@@ -117,3 +117,11 @@ class SimImageAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+@admin.register(SimExecProfile)
+class SimExecProfileAdmin(admin.ModelAdmin):
+    """What commands "run" in simulated guests of an image give back (never run for real)."""
+
+    list_display = ["image", "exit_status", "seconds", "repeat"]
+    search_fields = ["image"]

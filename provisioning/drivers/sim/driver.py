@@ -24,7 +24,7 @@ from django.db.models import Q, Sum
 
 from provisioning.drivers import base, cloudinit
 from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, Unreachable, VMInfo, VMState
-from provisioning.drivers.sim import services, steps
+from provisioning.drivers.sim import guest, services, steps
 from provisioning.drivers.sim.models import SimFault, SimHost, SimImage, SimVM
 
 VERSION = "vclmgr-sim 1"
@@ -108,7 +108,9 @@ class SimDriver(base.Driver):
             vm.state = base.POWER_ACTIONS[action][0]
             if vm.state == SimVM.State.RUNNING and vm.address is None:
                 _lease(vm, self.host())
-            vm.save(update_fields=["state", "address", "updated"])
+            if vm.state != SimVM.State.RUNNING:
+                vm.sessions = []  # a stopped guest has nobody logged in
+            vm.save(update_fields=["state", "address", "sessions", "updated"])
 
     # --- host -----------------------------------------------------------------------------
 
@@ -295,16 +297,54 @@ class SimDriver(base.Driver):
                     _lease(vm, vm.host)
             vm.save(update_fields=["host", "address", "updated"])
 
+    def console_address(self, key):
+        raise base.NoConsole(f"{key} is a simulated VM: it has no screen, so there is no console to show")
+
+    def serial_console(self, key):
+        raise base.NoConsole(f"{key} is a simulated VM: it has no serial port, so there is no console to show")
+
     def address(self, key):
         self._step("address")
         vm = self._vm(key)
         return vm.address if vm.state == SimVM.State.RUNNING else None
+
+    def guest_sessions(self, key):
+        """The sessions set by ``services.set_sessions`` (none by default: nobody connects)."""
+        self._step("guest_sessions")
+        vm = self._vm(key)
+        if vm.state != SimVM.State.RUNNING:
+            raise Conflict(f"{key} is {vm.state}: nobody can be logged in")
+        return [
+            base.GuestSession(s.get("user", "?"), s.get("login_time"), s.get("idle_seconds")) for s in vm.sessions or []
+        ]
 
     def state(self, key):
         base.check_key(key)
         self._step("state")
         vm = SimVM.objects.filter(key=key, host=self.host()).first()
         return VMState(vm.state) if vm else VMState.ABSENT
+
+    # --- the guest command channel (emulated: sim/guest.py) ----------------------------------
+
+    def guest_exec(self, key, tag, argv, env=None, workdir="/"):
+        self._step("guest_exec")
+        guest.exec_(self, key, tag, list(argv), dict(env or {}), workdir)
+
+    def guest_exec_status(self, key, tag, offset=0, limit=1 << 20):
+        self._step("guest_exec_status")
+        return guest.status(self, key, tag, offset, limit)
+
+    def guest_put_file(self, key, path, data):
+        self._step("guest_put_file")
+        guest.put_file(self, key, path, bytes(data))
+
+    def guest_get_file(self, key, path, limit):
+        self._step("guest_get_file")
+        return guest.get_file(self, key, path, limit)
+
+    def guest_glob(self, key, directory, patterns):
+        self._step("guest_glob")
+        return guest.glob(self, key, directory, list(patterns))
 
 
 def _seed(key, guest):

@@ -88,6 +88,15 @@ class SimVM(models.Model):
     seed = models.JSONField(
         default=dict, blank=True, help_text='Its seed: {"instance_id", "digest"} (never the login itself).'
     )
+    guest = models.JSONField(
+        default=dict, blank=True,
+        help_text='The emulated guest: {"files": {path: base64}, "execs": {tag: {...}}} (never runs anything).',
+    )  # fmt: skip
+    # Who is "logged in" to the emulated guest (``services.set_sessions``): what the driver's
+    # guest_sessions reports while the VM runs, so idle reclamation can be tested without a guest.
+    sessions = models.JSONField(
+        default=list, blank=True, help_text='[{"user", "login_time", "idle_seconds"}]; emptied when it stops.'
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -121,3 +130,26 @@ class SimFault(models.Model):
 
     def __str__(self):
         return f"{self.step}: {self.mode}"
+
+
+class SimExecProfile(models.Model):
+    """What a command "run" in a simulated guest of one image gives back (the simulator never
+    runs a user's command): its output, exit status, how long it takes and the files it leaves
+    in the work directory. Without a profile, a command prints one line naming itself and exits 0."""
+
+    image = models.CharField(max_length=100, unique=True, help_text="The image's name.")
+    output = models.TextField(blank=True, help_text="Printed as the command runs (before `repeat`).")
+    output_hex = models.TextField(blank=True, help_text="Raw bytes (hex) printed after `output`: non-UTF-8 output.")
+    repeat = models.PositiveIntegerField(default=1, help_text="The output printed this many times.")
+    exit_status = models.IntegerField(default=0)
+    seconds = models.FloatField(default=0, validators=[MinValueValidator(0)], help_text="How long it runs.")
+    files = models.JSONField(
+        default=dict, blank=True, help_text='Left in the work directory when it ends: {"relative/path": "text"}.'
+    )
+
+    class Meta:
+        ordering = ["image"]
+        verbose_name = "simulated command profile"
+
+    def __str__(self):
+        return self.image

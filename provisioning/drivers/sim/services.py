@@ -110,3 +110,24 @@ def clear_fault(host, step=None, *, actor=None, reason=""):
         if removed:
             changelog.record(host, "update", actor or "sim", {name: ["set", None] for name in removed}, reason)
     return len(removed)
+
+
+def set_sessions(key, sessions, *, actor=None, reason="guest sessions set"):
+    """Who is logged in to the simulated VM ``key`` (a list of ``{"user", "login_time",
+    "idle_seconds"}``; [] logs everybody out): what its guest reports to idle reclamation."""
+    from provisioning.drivers.sim.models import SimVM
+
+    rows = []
+    for s in sessions:
+        if not isinstance(s, dict) or not str(s.get("user", "")).strip():
+            raise ValidationError({"sessions": ['each session is {"user": name, ...}']})
+        idle = s.get("idle_seconds")
+        if idle is not None and (not isinstance(idle, (int, float)) or idle < 0):
+            raise ValidationError({"sessions": ["idle_seconds: a number >= 0, or null (not told)"]})
+        rows.append({"user": str(s["user"]), "login_time": s.get("login_time"), "idle_seconds": idle})
+    with transaction.atomic():
+        vm = SimVM.objects.select_for_update().get(key=key)
+        old, vm.sessions = vm.sessions, rows
+        vm.save(update_fields=["sessions", "updated"])
+        changelog.record(vm, "update", actor or "sim", {"sessions": [old, rows]}, reason)
+    return vm

@@ -26,6 +26,12 @@ template's seed (a template captured from a VM would otherwise hand out that VM'
 ``capture`` clears it from the new template. ``reseed(key, guest)`` replaces it on a stopped VM
 (after a revert, which restores the snapshot's extraConfig with its seed). ``info()`` and
 ``list_vms()`` never carry extraConfig values; errors name keys, never values.
+
+Console: vSphere's own is WebMKS (``VirtualMachine.AcquireTicket("webmks")`` gives host, port
+and a one-time ticket for ``wss://<esx>:<port>/ticket/<ticket>``, spoken by VMware's HTML
+console SDK, not by noVNC); vclmgr does not proxy it yet, so ``console_address`` and
+``serial_console`` answer ``NoConsole`` and say so. (ESXi dropped its built-in VNC server in
+7.0, so ``RemoteDisplay.vnc.*`` settings are no way around it.)
 """
 
 import contextlib
@@ -656,6 +662,15 @@ class VMwareDriver(base.Driver):
             f"migrate {key}", vm.RelocateVM_Task, spec=spec, priority=vim.VirtualMachine.MovePriority.defaultPriority
         )
         self._wait(task, f"migrate {key} to {host.name}")
+
+    def console_address(self, key):
+        raise base.NoConsole(
+            f"{key} is a VMware VM: its console is VMware's WebMKS (vSphere Client or a WebMKS ticket), "
+            "which vclmgr's noVNC console does not speak yet"
+        )
+
+    def serial_console(self, key):
+        raise base.NoConsole(f"{key} is a VMware VM: vclmgr gives no serial console for VMware hosts")
 
     @translated
     def address(self, key):

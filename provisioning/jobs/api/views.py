@@ -25,7 +25,8 @@ from provisioning.jobs.api.serializers import (
     QueueSerializer,
 )
 from provisioning.jobs.models import Job
-from vclmgr.api.permissions import IsStaffOrReadOnly
+from vclmgr import access
+from vclmgr.api.permissions import role_required
 
 MAX_LOG = 1000
 
@@ -74,9 +75,11 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
     def _check_submit(self, user, spec):
         if not registry.may_submit(user, spec["opcode"]):
-            raise PermissionDenied(f"only staff may submit {spec['opcode']} jobs")
-        if spec.get("priority", 0) > 0 and not user.is_staff:
-            raise ValidationError({"priority": ["only staff may raise the priority above 0"]})
+            raise PermissionDenied(f"your role may not submit {spec['opcode']} jobs")
+        if not access.token_permits(self.request, registry.get(spec["opcode"]).scope, f"job {spec['opcode']}"):
+            raise PermissionDenied(f"this token does not carry the scope {spec['opcode']} jobs need")
+        if spec.get("priority", 0) > 0 and not access.can(user, "operate"):
+            raise ValidationError({"priority": ["only operators may raise the priority above 0"]})
         ids = set(_depend_ids(spec.get("depends", [])))
         visible = set(services.visible_to(user).filter(pk__in=ids).values_list("pk", flat=True))
         hidden = sorted(ids - visible)
@@ -167,7 +170,7 @@ def _int_param(request, name, default, low, high):
 class QueueView(APIView):
     """The job queue: its tunables (limit of running jobs, lease, attempts) and what it holds."""
 
-    permission_classes = [IsStaffOrReadOnly]
+    permission_classes = [role_required(read=None, write="operate", scope="operate")]
 
     @extend_schema(responses=QueueSerializer)
     def get(self, request):

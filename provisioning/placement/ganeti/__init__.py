@@ -7,37 +7,36 @@
 - `run_hspace` (capacity planning), `balance` (hbal), `squeeze` (hsqueeze);
 - `to_ganeti(cluster, at)`: our time-aware `Cluster` seen as a Ganeti cluster at one instant.
 
-Pure Python and stdlib only, like the rest of `provisioning.placement`.
+Pure Python (numpy where it pays), like the rest of `provisioning.placement`. Names are
+imported on first use, so the command-line tools (`cli`) start without what they do not need.
 """
 
-from .allocation import AllocError
-from .bridge import iallocator_request, to_ganeti
-from .cluster import GCluster
-from .external import run_iallocator
-from .hbal import HbalOptions, HbalResult, balance
-from .hspace import HSpaceError, HSpaceOptions, HSpaceResult, Spec, run_hspace
-from .hsqueeze import squeeze
-from .iallocator import IAllocatorError, dumps_response, handle_iallocator_request, loads_request
-from .simulate import simulated_cluster
+_EXPORTS = {
+    "AllocError": "allocation",
+    "iallocator_request": "bridge",
+    "to_ganeti": "bridge",
+    "GCluster": "cluster",
+    "run_iallocator": "external",
+    **dict.fromkeys(("HbalOptions", "HbalResult", "balance"), "hbal"),
+    **dict.fromkeys(("HSpaceError", "HSpaceOptions", "HSpaceResult", "Spec", "run_hspace"), "hspace"),
+    "squeeze": "hsqueeze",
+    **dict.fromkeys(("IAllocatorError", "dumps_response", "handle_iallocator_request", "loads_request"), "iallocator"),
+    "simulated_cluster": "simulate",
+}
 
-__all__ = [
-    "AllocError",
-    "GCluster",
-    "HSpaceError",
-    "HSpaceOptions",
-    "HSpaceResult",
-    "HbalOptions",
-    "HbalResult",
-    "IAllocatorError",
-    "Spec",
-    "balance",
-    "dumps_response",
-    "handle_iallocator_request",
-    "iallocator_request",
-    "loads_request",
-    "run_hspace",
-    "run_iallocator",
-    "simulated_cluster",
-    "squeeze",
-    "to_ganeti",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

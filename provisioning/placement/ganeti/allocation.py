@@ -15,39 +15,55 @@ re-scoring exactly only the candidates whose incremental scores are near ties.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-
 from . import types as T
-from .cluster import GCluster
-from .instance import NO_NODE, Instance, check_policy
-from .metrics import ClusterStats, ValueRows, score
+from .instance import NO_NODE, check_policy
+from .metrics import ClusterStats, node_values, rows_of, score, stats_of
 from .n_plus_one import redundant
-from .node import Node
 from .quick_checks import primary_failures
+from .records import Frozen, Record, replace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from .cluster import GCluster
+    from .instance import Instance
+    from .metrics import ValueRows
+    from .node import Node
 
 FailMode = T.FailMode
+_set = object.__setattr__
 
 
-@dataclass(frozen=True, slots=True)
-class AllocOptions:
+class AllocOptions(Frozen):
     """The subset of htools' AlgorithmOptions that allocation reads."""
 
-    capacity: bool = True
-    ignore_soft_errors: bool = False
-    restrict_to_nodes: frozenset[str] | None = None
-    accept_existing: bool = False
-    exact: bool = False
+    __slots__ = ("capacity", "ignore_soft_errors", "restrict_to_nodes", "accept_existing", "exact")
+
+    def __init__(
+        self,
+        capacity: bool = True,
+        ignore_soft_errors: bool = False,
+        restrict_to_nodes: frozenset[str] | None = None,
+        accept_existing: bool = False,
+        exact: bool = False,
+    ) -> None:
+        _set(self, "capacity", capacity)
+        _set(self, "ignore_soft_errors", ignore_soft_errors)
+        _set(self, "restrict_to_nodes", restrict_to_nodes)
+        _set(self, "accept_existing", accept_existing)
+        _set(self, "exact", exact)
 
 
-@dataclass(slots=True)
-class Candidate:
+class Candidate(Record):
     """An allocation element: the changed nodes, the placed instance, the score."""
 
-    nodes: tuple[tuple[int, Node], ...]
-    inst: Instance
-    score: float
+    __slots__ = ("nodes", "inst", "score")
+
+    def __init__(self, nodes: tuple[tuple[int, Node], ...], inst: Instance, score: float) -> None:
+        self.nodes = nodes
+        self.inst = inst
+        self.score = score
 
     def apply(self, cluster: GCluster) -> GCluster:
         nodes = list(cluster.nodes)
@@ -65,17 +81,27 @@ class Candidate:
         return [node.name for _, node in self.nodes]
 
 
-@dataclass(slots=True)
-class AllocSolution:
-    failures: list[FailMode] = field(default_factory=list)
-    allocs: int = 0
-    solution: Candidate | None = None
-    log: list[str] = field(default_factory=list)
+class AllocSolution(Record):
+    __slots__ = ("failures", "allocs", "solution", "log")
+
+    def __init__(
+        self,
+        failures: list[FailMode] | None = None,
+        allocs: int = 0,
+        solution: Candidate | None = None,
+        log: list[str] | None = None,
+    ) -> None:
+        self.failures = [] if failures is None else failures
+        self.allocs = allocs
+        self.solution = solution
+        self.log = [] if log is None else log
 
     def failure_stats(self) -> list[tuple[FailMode, int]]:
         """`collapseFailures`: a count for every mode, in FailMode order."""
-        counts = Counter(self.failures)
-        return [(mode, counts.get(mode, 0)) for mode in FailMode]
+        counts = [0] * len(FailMode)
+        for mode in self.failures:
+            counts[mode] += 1
+        return list(zip(FailMode, counts, strict=True))
 
     def describe(self) -> str:
         freasons = ", ".join(f"{m.label}: {n}" for m, n in self.failure_stats() if n > 0)
@@ -144,7 +170,7 @@ def allocate_on_single(
         value = score(nodes if scope is None else [nodes[i] for i in scope])
     else:
         base = stats if isinstance(stats, ClusterStats) else stats()
-        value = base.replace(node, new).score()
+        value = base.score_replaced(node, new)
     return Candidate(((ndx, new),), placed, value)
 
 
@@ -180,11 +206,25 @@ def _policy_check(cluster: GCluster, inst: Instance) -> Callable[[Node], FailMod
         try:
             return verdicts[key]
         except KeyError:
-            verdict = check_policy(inst, cluster.groups[node.group].ipolicy, node.excl_storage)
-            verdicts[key] = verdict
+            verdict = verdicts[key] = _policy_verdict(inst, cluster.groups[node.group].ipolicy, node.excl_storage)
             return verdict
 
     return check
+
+
+def _policy_verdict(inst: Instance, ipol: T.IPolicy, excl: bool) -> FailMode | None:
+    """`check_policy`, remembered per policy and instance shape: hspace's shrink loops ask
+    about the same few specs on every step."""
+    key = (id(ipol), excl, inst.mem, tuple(inst.disks), inst.vcpus, inst.spindle_use, inst.disk_template)
+    found = _VERDICTS.get(key)
+    if found is None or found[0] is not ipol:
+        if len(_VERDICTS) >= 4096:
+            _VERDICTS.clear()
+        found = _VERDICTS[key] = (ipol, check_policy(inst, ipol, excl))  # ipol held: its id keys
+    return found[1]
+
+
+_VERDICTS: dict[tuple, tuple] = {}
 
 
 #: Largest possible gap between an incrementally updated score and htools' two-pass one
@@ -275,69 +315,180 @@ def try_alloc(
 
     def stats() -> ClusterStats:
         if not computed:
-            computed.append(ClusterStats.compute(universe))
+            computed.append(stats_of(universe))
         return computed[0]
 
     def rows() -> ValueRows:
         if not value_rows:
-            value_rows.append(ValueRows(universe))
+            value_rows.append(rows_of(universe))
         return value_rows[0]
 
     keep = (lambda c: n1_check(c.apply(cluster))) if n1_check is not None else None
     if not two_nodes:
         return _single_solution(opts, cluster, inst, alloc_nodes, scope, policy, stats, rows, keep)
+    return _pair_solution(opts, cluster, inst, alloc_nodes, policy, stats, keep)
+
+
+class _PairCandidate:
+    """A node pair's score, its nodes built only if it is looked at (`candidate`): the
+    values after the adds come from `fast_moves.node_values_after`, without copying the
+    nodes, and the primary's add is done once for all its secondaries."""
+
+    __slots__ = ("score", "s", "primary", "built")
+
+    def __init__(self, score: float, s: int, primary: list) -> None:
+        self.score = score
+        self.s = s
+        self.primary = primary  # [cluster, inst, p, force, new primary node or None]
+        self.built = None
+
+    def candidate(self) -> Candidate:
+        if self.built is None:
+            cluster, inst, p, force, new_p = self.primary
+            if new_p is None:
+                new_p = self.primary[4] = cluster.nodes[p].add_pri(inst, force=force)
+            new_s = cluster.nodes[self.s].add_sec(inst, p)
+            placed = inst.copy()
+            placed.pnode, placed.snode = p, self.s
+            self.built = Candidate(((p, new_p), (self.s, new_s)), placed, self.score)
+        return self.built
+
+    def apply(self, cluster: GCluster) -> GCluster:
+        return self.candidate().apply(cluster)
+
+
+def _pair_solution(opts, cluster, inst, alloc_nodes, policy, stats, keep) -> AllocSolution:
+    """`try_alloc` on node pairs: per primary, `allocate_on_pair` for each secondary (the
+    same checks in the same order, the same score to the bit)."""
+    from .fast_moves import node_values_after
+
+    nodes = cluster.nodes
+    force = opts.ignore_soft_errors
+    add_pri = (("ap", force),)
     total = AllocSolution()
     for p, secondaries in alloc_nodes:
+        tgt_p = nodes[p]
+        fail = policy(tgt_p)
+        if fail is None:
+            try:
+                values_p = node_values_after(tgt_p, inst, add_pri)
+            except T.AllocFailure as exc:
+                fail = exc.mode
+        if fail is not None:  # every pair with this primary fails the same way
+            total = _sum_allocs(total, AllocSolution([fail] * len(secondaries), 0, None))
+            continue
+        base = stats().replace_values(tgt_p.offline, node_values(tgt_p), values_p)
+        primary = [cluster, inst, p, force, None]
+        add_sec = (("as", p, False),)
         candidates = []
         failures = []
         for s in secondaries:
+            tgt_s = nodes[s]
             try:
-                candidates.append(allocate_on_pair(opts, cluster, stats, inst, p, s, policy))
+                values_s = node_values_after(tgt_s, inst, add_sec)
             except T.AllocFailure as exc:
                 failures.append(exc.mode)
+                continue
+            value = base.score_replaced_values(tgt_s.offline, node_values(tgt_s), values_s)
+            candidates.append(_PairCandidate(value, s, primary))
         failures.reverse()
         if keep is None:
             part = AllocSolution(failures, len(candidates), _best_only(candidates))
         else:
             part = _collect(candidates, failures, keep)
         total = _sum_allocs(total, part)
+    if total.solution is not None:
+        total.solution = total.solution.candidate()
     return total
 
 
 def _single_solution(opts, cluster, inst, alloc_nodes, scope, policy, stats, rows, keep) -> AllocSolution:
-    """`try_alloc` on single nodes (``stats``/``rows``: the lazily built score tables)."""
-    candidates: list[Candidate] = []
+    """`try_alloc` on single nodes (``stats``/``rows``: the lazily built score tables):
+    `allocate_on_single` for each node, its checks in its order and its score to the bit,
+    from the node's values after the add (no node is built unless it is looked at)."""
+    from .fast_moves import node_values_after
+
+    candidates: list[_SingleCandidate] = []
     failures: list[FailMode] = []
     known = _known_failures(opts, cluster, inst, alloc_nodes, policy)
+    nodes = cluster.nodes
+    force = opts.ignore_soft_errors
+    add_pri = (("ap", force),)
     for ndx, mode in zip(alloc_nodes, known, strict=True):
+        if mode is None:
+            node = nodes[ndx]
+            mode = policy(node)  # None when the quick checks passed; kept for ignore_soft_errors
+            if mode is None:
+                try:
+                    values = node_values_after(node, inst, add_pri)
+                except T.AllocFailure as exc:
+                    mode = exc.mode
         if mode is not None:
             failures.append(mode)
             continue
-        try:
-            candidates.append(allocate_on_single(opts, cluster, stats, inst, ndx, scope, policy))
-        except T.AllocFailure as exc:
-            failures.append(exc.mode)
+        score = stats().score_replaced_values(node.offline, node_values(node), values)
+        candidates.append(_SingleCandidate(score, ndx, values, cluster, inst, force))
     failures.reverse()  # htools prepends each failure
     # htools scores each single-node candidate with a full two-pass computation; the
     # incremental scores rank them the same except within near ties, which `exact`
     # settles (to the last bit, as ties break on it).
-    exact = (lambda cs: rows().score_many([c.nodes[0][1] for c in cs])) if opts.exact else None
+    exact = (lambda cs: rows().score_many([c.after for c in cs])) if opts.exact else None
     if keep is None:
-        return AllocSolution(failures, len(candidates), _best_only(candidates, exact))
-    return _collect(candidates, failures, keep, exact)
+        sol = AllocSolution(failures, len(candidates), _best_only(candidates, exact))
+    else:
+        sol = _collect(candidates, failures, keep, exact)
+    if sol.solution is not None:
+        sol.solution = sol.solution.candidate()
+    return sol
+
+
+class _After:
+    """A node's index and values after an add: what `metrics.ValueRows` reads of a node."""
+
+    __slots__ = ("idx", "score_values")
+
+    def __init__(self, idx: int, values: tuple) -> None:
+        self.idx = idx
+        self.score_values = values
+
+
+class _SingleCandidate:
+    """A single node's score; its node is built only if looked at (`candidate`)."""
+
+    __slots__ = ("score", "after", "cluster", "inst", "force", "built")
+
+    def __init__(self, score: float, ndx: int, values: tuple, cluster, inst, force: bool) -> None:
+        self.score = score
+        self.after = _After(ndx, values)
+        self.cluster = cluster
+        self.inst = inst
+        self.force = force
+        self.built = None
+
+    def candidate(self) -> Candidate:
+        if self.built is None:
+            ndx = self.after.idx
+            new = self.cluster.nodes[ndx].add_pri(self.inst, force=self.force)
+            placed = self.inst.copy()
+            placed.pnode, placed.snode = ndx, NO_NODE
+            self.built = Candidate(((ndx, new),), placed, self.score)
+        return self.built
+
+    def apply(self, cluster: GCluster) -> GCluster:
+        return self.candidate().apply(cluster)
 
 
 def _known_failures(opts, cluster, inst, alloc_nodes, policy) -> list[FailMode | None]:
     """Per candidate node, the failure `allocate_on_single` would raise, where the
-    array-wide first checks already tell (see `quick_checks`); None: ask it."""
-    if opts.ignore_soft_errors or len(alloc_nodes) < QUICK_CHECK_NODES:
+    first checks already tell (see `quick_checks`); None: ask it."""
+    if opts.ignore_soft_errors:
         return [None] * len(alloc_nodes)
     nodes = [cluster.nodes[i] for i in alloc_nodes]
-    return primary_failures(nodes, inst, [policy(n) for n in nodes])
-
-
-#: Below this many candidate nodes, the array set-up costs more than it saves.
-QUICK_CHECK_NODES = 8
+    if len({(n.group, n.excl_storage) for n in nodes}) == 1:  # the usual case: one verdict
+        modes = [policy(nodes[0])] * len(nodes)
+    else:
+        modes = [policy(n) for n in nodes]
+    return primary_failures(nodes, inst, modes)
 
 
 def _sum_allocs(a: AllocSolution, b: AllocSolution) -> AllocSolution:

@@ -9,25 +9,37 @@ instances split across groups as immovable.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable
-
 from . import types as T
 from .instance import NO_NODE, Instance
 from .metrics import score
 from .node import Node
+from .records import Record, replace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 EXCLUSION_TAG_PREFIX = "htools:iextags:"
 
 
-@dataclasses.dataclass
-class GCluster:
-    groups: list[T.Group]
-    nodes: list[Node]
-    instances: list[Instance]
-    tags: list[str] = dataclasses.field(default_factory=list)
-    ipolicy: T.IPolicy = T.DEFAULT_IPOLICY
-    name: str = "cluster"
+class GCluster(Record):
+    __slots__ = ("groups", "nodes", "instances", "tags", "ipolicy", "name")
+
+    def __init__(
+        self,
+        groups: list[T.Group],
+        nodes: list[Node],
+        instances: list[Instance],
+        tags: list[str] | None = None,
+        ipolicy: T.IPolicy = T.DEFAULT_IPOLICY,
+        name: str = "cluster",
+    ) -> None:
+        self.groups = groups
+        self.nodes = nodes
+        self.instances = instances
+        self.tags = [] if tags is None else tags
+        self.ipolicy = ipolicy
+        self.name = name
 
     @classmethod
     def build(
@@ -91,7 +103,7 @@ class GCluster:
         return score(self.nodes)
 
     def replaced(self, nodes: list[Node], instances: list[Instance]) -> GCluster:
-        return dataclasses.replace(self, nodes=nodes, instances=instances)
+        return GCluster(self.groups, nodes, instances, self.tags, self.ipolicy, self.name)
 
     def clear_dynu(self) -> GCluster:
         """The same cluster with dynamic utilisation ignored (``--ignore-dynu``)."""
@@ -138,7 +150,7 @@ def rebuild(cluster: GCluster, ignore_dynu: bool = False) -> GCluster:
         clone = inst.copy()
         clone.extra = {k: v for k, v in inst.extra.items() if k != "util"}
         instances.append(clone)
-    groups = [dataclasses.replace(g) for g in cluster.groups]
+    groups = [replace(g) for g in cluster.groups]
     built = GCluster.build(
         groups,
         nodes,

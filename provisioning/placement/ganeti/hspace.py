@@ -12,9 +12,6 @@ its way of choosing what to shrink), because those details decide the exact coun
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-
 from . import types as T
 from .allocation import AllocError, AllocOptions, AllocSolution, gen_alloc_nodes, try_alloc
 from .cluster import GCluster
@@ -22,20 +19,29 @@ from .hsformat import hts_lines, show_double
 from .instance import Instance, shrink
 from .metrics import score
 from .n_plus_one import redundant
-from .node import Node
+from .records import Frozen, Record, replace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+
+    from .node import Node
 
 FailMode = T.FailMode
 FailStats = list[tuple[FailMode, int]]
+_set = object.__setattr__
 
 
-@dataclass(frozen=True, slots=True)
-class Spec:
+class Spec(Frozen):
     """An instance spec as hspace takes it on the command line: ``DISK,MEM,CPU[,SPN]``."""
 
-    disk: int
-    mem: int
-    cpu: int
-    spindles: int = 1
+    __slots__ = ("disk", "mem", "cpu", "spindles")
+
+    def __init__(self, disk: int, mem: int, cpu: int, spindles: int = 1) -> None:
+        _set(self, "disk", disk)
+        _set(self, "mem", mem)
+        _set(self, "cpu", cpu)
+        _set(self, "spindles", spindles)
 
     @classmethod
     def parse(cls, text: str) -> Spec:
@@ -64,47 +70,40 @@ class Spec:
         return cls(ispec.disk, ispec.mem, ispec.cpu, ispec.spindle_use)
 
 
-@dataclass(frozen=True, slots=True)
-class HSpaceOptions:
-    disk_template: str | None = None  # None: the cluster policy's first template
-    tiered: Spec | None = None  # None: each min/max pair's max spec
-    standard: Spec | None = None  # None: the policy's std spec
-    capacity: bool = True
-    spindle_use: int | None = None
-    max_length: int = -1
-    accept_existing: bool = False
-    independent_groups: bool = False
-    offline: tuple[str, ...] = ()
-    max_cpu: float | None = None
-    min_disk: float | None = None
-    exact: bool = True  # rank by htools' two-pass scores (near ties re-scored exactly)
+class HSpaceOptions(Frozen):
+    __slots__ = ("disk_template", "tiered", "standard", "capacity", "spindle_use", "max_length", "accept_existing",
+                 "independent_groups", "offline", "max_cpu", "min_disk", "exact")  # fmt: skip
+
+    def __init__(
+        self,
+        disk_template: str | None = None,  # None: the cluster policy's first template
+        tiered: Spec | None = None,  # None: each min/max pair's max spec
+        standard: Spec | None = None,  # None: the policy's std spec
+        capacity: bool = True,
+        spindle_use: int | None = None,
+        max_length: int = -1,
+        accept_existing: bool = False,
+        independent_groups: bool = False,
+        offline: tuple[str, ...] = (),
+        max_cpu: float | None = None,
+        min_disk: float | None = None,
+        exact: bool = True,  # rank by htools' two-pass scores (near ties re-scored exactly)
+    ) -> None:
+        values = (disk_template, tiered, standard, capacity, spindle_use, max_length, accept_existing,
+                  independent_groups, offline, max_cpu, min_disk, exact)  # fmt: skip
+        for name, value in zip(self.__slots__, values, strict=True):
+            _set(self, name, value)
 
 
-@dataclass(slots=True)
-class CStats:
-    fmem: int = 0
-    fdsk: int = 0
-    fspn: int = 0
-    amem: int = 0
-    adsk: int = 0
-    acpu: int = 0
-    mmem: int = 0
-    mdsk: int = 0
-    mcpu: int = 0
-    imem: int = 0
-    idsk: int = 0
-    ispn: int = 0
-    icpu: int = 0
-    tmem: float = 0.0
-    tdsk: float = 0.0
-    tspn: float = 0.0
-    tcpu: float = 0.0
-    vcpu: int = 0
-    ncpu: float = 0.0
-    xmem: int = 0
-    nmem: int = 0
-    score: float = 0.0
-    ninst: int = 0
+class CStats(Record):
+    __slots__ = ("fmem", "fdsk", "fspn", "amem", "adsk", "acpu", "mmem", "mdsk", "mcpu", "imem", "idsk", "ispn",
+                 "icpu", "tmem", "tdsk", "tspn", "tcpu", "vcpu", "ncpu", "xmem", "nmem", "score", "ninst")  # fmt: skip
+
+    def __init__(self, **values) -> None:
+        for name in self.__slots__:
+            setattr(self, name, values.pop(name, 0.0 if name in _FLOAT_STATS else 0))
+        if values:
+            raise TypeError(f"CStats has no field {next(iter(values))!r}")
 
     def efficiency(self) -> dict[str, float]:
         return {
@@ -113,6 +112,9 @@ class CStats:
             "vcpu": self.icpu / self.vcpu,
             "spindles": self.ispn / self.tspn,
         }
+
+
+_FLOAT_STATS = frozenset({"tmem", "tdsk", "tspn", "tcpu", "ncpu", "score"})
 
 
 def total_resources(nodes: Sequence[Node]) -> CStats:
@@ -175,14 +177,16 @@ def _stats_pairs(kind: str, cs: CStats) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------------- allocation loops
 
 
-@dataclass(slots=True)
-class AllocRun:
+class AllocRun(Record):
     """What an allocation loop returns: failure stats of the last refusal, the cluster,
     and the instances placed (oldest first)."""
 
-    failures: FailStats
-    cluster: GCluster
-    placed: list[Instance] = field(default_factory=list)
+    __slots__ = ("failures", "cluster", "placed")
+
+    def __init__(self, failures: FailStats, cluster: GCluster, placed: list[Instance] | None = None) -> None:
+        self.failures = failures
+        self.cluster = cluster
+        self.placed = [] if placed is None else placed
 
 
 class _Allocator:
@@ -190,6 +194,11 @@ class _Allocator:
         self.opts = opts
         self.alloc_nodes = alloc_nodes
         self.requires = requires
+        #: With capacity checks, `iterate` places a batch, and when the batch breaks N+1
+        #: places again from the same state in smaller batches, then one by one: the same
+        #: placements, recomputed. (cluster id, placed so far, options, shape) -> (the
+        #: chain of placements of that shape from that state, position in it).
+        self._chains: dict[tuple, tuple[_Chain, int]] = {}
 
     def try_alloc(self, opts: AllocOptions, cluster: GCluster, inst: Instance) -> AllocSolution:
         n1 = (lambda cl: redundant(cl, accept_existing=opts.accept_existing)) if opts.capacity else None
@@ -206,14 +215,33 @@ class _Allocator:
                 opts.exact,
             )
         cluster, placed = run.cluster, list(run.placed)
+        chain, k, tail = None, 0, None
+        if self.opts.capacity:  # see `_chains`; without capacity checks nothing repeats
+            tail = (opts, _shape(template))
+            chain, k = self._chains.get((id(cluster), len(placed), tail), (None, 0))
+            if chain is None or chain.states[k] is not cluster:
+                chain, k = _Chain(cluster), 0
+                self._chains[(id(cluster), len(placed), tail)] = (chain, 0)
         while True:
-            inst = template.copy()
-            inst.name = f"new-{len(placed)}"
-            inst.idx = len(cluster.instances)
-            sol = self.try_alloc(opts, cluster, inst)
+            if chain is not None and k < len(chain.attempts):
+                sol = chain.attempts[k]
+            else:
+                inst = template.copy()
+                inst.name = f"new-{len(placed)}"
+                inst.idx = len(cluster.instances)
+                sol = self.try_alloc(opts, cluster, inst)
+                if chain is not None:
+                    chain.attempts.append(sol)
             if sol.solution is None or limit == 0:
                 return AllocRun(sol.failure_stats(), cluster, placed)
-            cluster = sol.solution.apply(cluster)
+            if chain is None:
+                cluster = sol.solution.apply(cluster)
+            else:
+                k += 1
+                if k == len(chain.states):
+                    chain.states.append(sol.solution.apply(cluster))
+                    self._chains[(id(chain.states[k]), len(placed) + 1, tail)] = (chain, k)
+                cluster = chain.states[k]
             placed.append(sol.solution.inst)
             if limit is not None:
                 limit -= 1
@@ -249,13 +277,25 @@ class _Allocator:
             return self.small_steps(opts, run, limit, template)
 
     def alloc_fn(self, cluster: GCluster) -> Callable[[Instance], AllocSolution]:
+        """`tryAlloc` on one cluster state, remembered per instance shape: the big-step
+        pass walks every level's shrink chain, and each chain ends in the next level's
+        (the same sizes on the same cluster), which made the pass quadratic in the chain's
+        length (34,000 allocations for 250 levels on 20 nodes; now one per size)."""
+        seen: dict[tuple, AllocSolution] = {}
+
         def fn(inst: Instance) -> AllocSolution:
+            key = _shape(inst)
+            found = seen.get(key)
+            if found is not None:
+                return found
             inst = inst.copy()
             inst.idx = len(cluster.instances)
             try:
-                return self.try_alloc(self.opts, cluster, inst)
+                found = self.try_alloc(self.opts, cluster, inst)
             except AllocError:
-                return AllocSolution()
+                found = AllocSolution()
+            seen[key] = found
+            return found
 
         return fn
 
@@ -306,6 +346,25 @@ class _Allocator:
                 return res
 
 
+class _Chain:
+    """Placements of one shape, one after the other, from ``states[0]``: ``attempts[k]``
+    is the allocation tried on ``states[k]`` (the states are held: their ids key
+    `_Allocator._chains`)."""
+
+    __slots__ = ("states", "attempts")
+
+    def __init__(self, start: GCluster) -> None:
+        self.states = [start]
+        self.attempts: list[AllocSolution] = []
+
+
+def _shape(inst: Instance) -> tuple:
+    """What `try_alloc` reads of a new instance (its name and index aside)."""
+    return (inst.mem, inst.dsk, inst.vcpus, tuple(inst.disks), inst.spindle_use, inst.status,
+            inst.disk_template, inst.auto_balance, inst.forthcoming, tuple(inst.tags),
+            tuple(inst.excl_tags))  # fmt: skip
+
+
 def _most_frequent(failures: FailStats) -> FailMode:
     """``last . sortBy (comparing snd)``: the largest count, ties to the later mode."""
     return sorted(failures, key=lambda fm: fm[1])[-1][0] if failures else FailMode.INTERNAL
@@ -318,14 +377,12 @@ def _guess_bigstep(nodes: Sequence[Node], inst: Instance) -> int:
     return 20 if guess < 20 else guess
 
 
-def _shrinks(inst: Instance, mode: FailMode) -> list[Instance]:
-    """`iterateOk (shrinkByType mode) inst`: the instance, then each smaller one."""
-    out = [inst]
-    while True:
-        nxt = shrink(out[-1], mode)
-        if nxt is None:
-            return out
-        out.append(nxt)
+def _shrinks(inst: Instance, mode: FailMode) -> Iterator[Instance]:
+    """`iterateOk (shrinkByType mode) inst`: the instance, then each smaller one (lazily:
+    the first fit usually comes long before the minimum)."""
+    while inst is not None:
+        yield inst
+        inst = shrink(inst, mode)
 
 
 def _suffices_shrinking(alloc, inst: Instance, mode: FailMode) -> Instance | None:
@@ -374,19 +431,37 @@ def _initial_pairs(cluster: GCluster, ini: CStats) -> list[tuple[str, str]]:
     return pairs + _stats_pairs("INI", ini)
 
 
-@dataclass(slots=True)
-class HSpaceResult:
-    cluster: GCluster
-    disk_template: str
-    tiered_spec: Spec
-    standard_spec: Spec
-    initial: CStats
-    tiered_cluster: GCluster
-    tiered_placed: list[Instance]
-    tiered_failures: FailStats
-    standard_cluster: GCluster
-    standard_placed: list[Instance]
-    standard_failures: FailStats
+class HSpaceResult(Record):
+    __slots__ = (
+        "cluster", "disk_template", "tiered_spec", "standard_spec", "initial", "tiered_cluster", "tiered_placed",
+        "tiered_failures", "standard_cluster", "standard_placed", "standard_failures",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        cluster: GCluster,
+        disk_template: str,
+        tiered_spec: Spec,
+        standard_spec: Spec,
+        initial: CStats,
+        tiered_cluster: GCluster,
+        tiered_placed: list[Instance],
+        tiered_failures: FailStats,
+        standard_cluster: GCluster,
+        standard_placed: list[Instance],
+        standard_failures: FailStats,
+    ) -> None:
+        self.cluster = cluster
+        self.disk_template = disk_template
+        self.tiered_spec = tiered_spec
+        self.standard_spec = standard_spec
+        self.initial = initial
+        self.tiered_cluster = tiered_cluster
+        self.tiered_placed = tiered_placed
+        self.tiered_failures = tiered_failures
+        self.standard_cluster = standard_cluster
+        self.standard_placed = standard_placed
+        self.standard_failures = standard_failures
 
     @property
     def tiered_counts(self) -> list[tuple[tuple[int, int, int, int], int]]:
@@ -456,8 +531,7 @@ class HSpaceResult:
         s = self.standard_spec
         lines += [
             "Standard (fixed-size) instance spec is:",
-            f"  MEM {s.mem}, DSK {s.disk}, CPU {s.cpu}, "
-            f"using disk template '{self.disk_template}'.",
+            f"  MEM {s.mem}, DSK {s.disk}, CPU {s.cpu}, using disk template '{self.disk_template}'.",
             "Normal (fixed-size) allocation results:",
             f"  - {self.standard_count:3d} instances allocated",
         ]
@@ -660,6 +734,4 @@ def _allocate_both(
 
 
 def _unallocable(group: T.Group) -> T.Group:
-    from dataclasses import replace
-
     return replace(group, alloc_policy="unallocable")

@@ -6,38 +6,70 @@ nodes, disk template, spindle use and tags; plus the predicates htools derives f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from . import types as T
+from .records import Record
 
 NO_NODE = -1
 
 
-@dataclass(slots=True)
-class Instance:
-    name: str
-    mem: int
-    dsk: int
-    vcpus: int
-    status: str = "running"
-    auto_balance: bool = True
-    pnode: int = NO_NODE
-    snode: int = NO_NODE
-    disk_template: str = "plain"
-    tags: list[str] = field(default_factory=list)
-    spindle_use: int = 1
-    #: Per-disk (size MiB, spindles or None); text files carry one disk of ``dsk``.
-    disks: list[tuple[int, int | None]] = field(default_factory=list)
-    forthcoming: bool = False
-    movable: bool = True
-    excl_tags: list[str] = field(default_factory=list)
-    idx: int = -1
-    extra: dict = field(default_factory=dict)
+class Instance(Record):
+    __slots__ = (
+        "name",
+        "mem",
+        "dsk",
+        "vcpus",
+        "status",
+        "auto_balance",
+        "pnode",
+        "snode",
+        "disk_template",
+        "tags",
+        "spindle_use",
+        "disks",  # per disk (size MiB, spindles or None); text files carry one disk of ``dsk``
+        "forthcoming",
+        "movable",
+        "excl_tags",
+        "idx",
+        "extra",
+    )
 
-    def __post_init__(self) -> None:
-        if not self.disks and self.disk_template != "diskless":
-            self.disks = [(self.dsk, None)]
-        self.movable = self.movable and self.disk_template in T.MOVABLE
+    def __init__(
+        self,
+        name: str,
+        mem: int,
+        dsk: int,
+        vcpus: int,
+        status: str = "running",
+        auto_balance: bool = True,
+        pnode: int = NO_NODE,
+        snode: int = NO_NODE,
+        disk_template: str = "plain",
+        tags: list[str] | None = None,
+        spindle_use: int = 1,
+        disks: list[tuple[int, int | None]] | None = None,
+        forthcoming: bool = False,
+        movable: bool = True,
+        excl_tags: list[str] | None = None,
+        idx: int = -1,
+        extra: dict | None = None,
+    ) -> None:
+        self.name = name
+        self.mem = mem
+        self.dsk = dsk
+        self.vcpus = vcpus
+        self.status = status
+        self.auto_balance = auto_balance
+        self.pnode = pnode
+        self.snode = snode
+        self.disk_template = disk_template
+        self.tags = [] if tags is None else tags
+        self.spindle_use = spindle_use
+        self.disks = [(dsk, None)] if not disks and disk_template != "diskless" else ([] if disks is None else disks)
+        self.forthcoming = forthcoming
+        self.movable = movable and disk_template in T.MOVABLE
+        self.excl_tags = [] if excl_tags is None else excl_tags
+        self.idx = idx
+        self.extra = {} if extra is None else extra
 
     def copy(self) -> Instance:
         # Spelled out (not a loop over __slots__): allocation copies instances in hot loops.

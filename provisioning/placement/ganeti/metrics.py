@@ -12,13 +12,15 @@ our hbal for every move).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from functools import reduce
-from operator import add, mul
+import sys
+from itertools import repeat
+from operator import mul, sub
 
-import numpy as np
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
-from .node import Node
+    from .node import Node
 
 STD, SUM = 0, 1
 
@@ -53,7 +55,15 @@ NCOMP = len(COMPONENTS)
 
 
 def node_values(node: Node) -> tuple[float, ...]:
-    """`compDetailedCVNode`: this node's value for every component."""
+    """`compDetailedCVNode`: this node's value for every component (kept on the node:
+    updates return new nodes, so a node's values never change once it is scored)."""
+    values = node.score_values
+    if values is None:
+        values = node.score_values = _node_values(node)
+    return values
+
+
+def _node_values(node: Node) -> tuple[float, ...]:
     n_pri = len(node.plist)
     n_sec = len(node.slist)
     t_mem = node.t_mem
@@ -94,10 +104,11 @@ def _ratio(a: float, b: float) -> float:
 class ClusterStats:
     """Per component: [count, sum, variance] (standard deviation) or [sum]."""
 
-    __slots__ = ("stats",)
+    __slots__ = ("stats", "terms")
 
     def __init__(self, stats: list[list[float]]) -> None:
         self.stats = stats
+        self.terms: list[float] | None = None  # each component's weighted term, on demand
 
     @classmethod
     def compute(cls, nodes: Iterable[Node]) -> ClusterStats:
@@ -143,6 +154,20 @@ class ClusterStats:
                 stats[c] = [n, s + ds, max(0.0, var + dnnvar / (n * n))]
         return ClusterStats(stats)
 
+    def score_replaced(self, old: Node, new: Node) -> float:
+        """``self.replace(old, new).score()``, bit for bit, faster."""
+        terms = self.terms
+        if terms is None:
+            terms = self.terms = [_term(c, st) for c, st in enumerate(self.stats)]
+        return _score_replacing(self.stats, terms, old.offline, node_values(old), node_values(new))
+
+    def score_replaced_values(self, offline: bool, old: Sequence[float], new: Sequence[float]) -> float:
+        """`score_replaced` from the nodes' `node_values` (``offline``: the old node's)."""
+        terms = self.terms
+        if terms is None:
+            terms = self.terms = [_term(c, st) for c, st in enumerate(self.stats)]
+        return _score_replacing(self.stats, terms, offline, old, new)
+
     def values(self) -> list[float]:
         return [math.sqrt(st[2]) if KINDS[c] == STD else st[0] for c, st in enumerate(self.stats)]
 
@@ -153,22 +178,118 @@ class ClusterStats:
         return total
 
 
+class ColumnStats:
+    """`ClusterStats.compute(nodes)`, bit for bit, kept up to date while nodes are replaced
+    one at a time (the global N+1 check re-creates instances one by one and scores every
+    target each time): a replacement recomputes, from the whole column as `compute` does,
+    only the components whose value changed on that node.
+
+    `score_replacing(pos, values)` is ``stats.replace(old, new).score()`` (``values``:
+    the new node's `node_values`) with the same float operations, reusing the unchanged
+    components' terms."""
+
+    __slots__ = ("columns", "offline", "rows", "slot", "stats", "terms")
+
+    def __init__(self, nodes: Sequence[Node] | None) -> None:
+        if nodes is None:
+            return
+        self.rows = [node_values(n) for n in nodes]
+        self.offline = [n.offline for n in nodes]
+        online = [i for i, off in enumerate(self.offline) if not off]
+        offline = [i for i, off in enumerate(self.offline) if off]
+        self.columns = [[self.rows[i][c] for i in (online if ONLINE[c] else offline)] for c in range(NCOMP)]
+        self.slot = {i: k for group in (online, offline) for k, i in enumerate(group)}
+        self.stats = [
+            _std_stat(self.columns[c]) if KINDS[c] == STD else _sum_stat(self.columns[c]) for c in range(NCOMP)
+        ]
+        self.terms = [_term(c, st) for c, st in enumerate(self.stats)]
+
+    def copy(self) -> ColumnStats:
+        new = ColumnStats(None)
+        new.rows = list(self.rows)
+        new.offline = self.offline
+        new.columns = [list(col) for col in self.columns]
+        new.slot = self.slot
+        new.stats = list(self.stats)
+        new.terms = list(self.terms)
+        return new
+
+    def set(self, pos: int, node: Node) -> None:
+        old, new = self.rows[pos], node_values(node)
+        off = self.offline[pos]
+        self.rows[pos] = new
+        k = self.slot[pos]
+        for c in range(NCOMP):
+            if ONLINE[c] != off and new[c] != old[c]:
+                column = self.columns[c]
+                column[k] = new[c]
+                st = self.stats[c] = _std_stat(column) if KINDS[c] == STD else _sum_stat(column)
+                self.terms[c] = _term(c, st)
+
+    def score_replacing(self, pos: int, new: Sequence[float]) -> float:
+        return _score_replacing(self.stats, self.terms, self.offline[pos], self.rows[pos], new)
+
+
+def _term(c: int, st: list[float]) -> float:
+    return WEIGHTS[c] * (math.sqrt(st[2]) if KINDS[c] == STD else st[0])
+
+
+def _score_replacing(stats, terms, off: bool, old: Sequence[float], new: Sequence[float]) -> float:
+    """``ClusterStats(stats).replace_values(off, old, new).score()``, bit for bit, with
+    the unchanged components' ``terms`` reused."""
+    total = 0.0
+    for c in range(NCOMP):
+        x, x2 = old[c], new[c]
+        if ONLINE[c] == off or x == x2:
+            total += terms[c]
+            continue
+        stat = stats[c]
+        if KINDS[c] == SUM:
+            total += WEIGHTS[c] * (stat[0] + x2 - x)
+        else:  # `ClusterStats.replace_values`' update, then `score`'s term
+            n, s, var = stat
+            ds = x2 - x
+            dss = x2 * x2 - x * x
+            dnnvar = (n * dss - 2 * s * ds) - ds * ds
+            total += WEIGHTS[c] * math.sqrt(max(0.0, var + dnnvar / (n * n)))
+    return total
+
+
+if sys.version_info < (3, 12):
+    # Up to 3.11, sum() adds floats left to right in a C double: reduce(add, ..., 0.0)'s
+    # exact arithmetic, three times faster. From 3.12 on it compensates (other bits).
+    def _plain_sum(values) -> float:
+        return sum(values, 0.0)
+
+else:  # pragma: no cover - the project runs 3.11
+    from functools import reduce
+    from operator import add
+
+    def _plain_sum(values) -> float:
+        return reduce(add, values, 0.0)
+
+
 def _std_stat(values: list[float]) -> list[float]:
-    # Ganeti's `calculate`: count and sum in one pass, then the centred sum of squares.
-    # reduce(add, ..., 0.0) is the same left-to-right float addition as a loop (unlike
-    # sum(), which compensates from Python 3.12 on), only faster.
+    # Ganeti's `calculate`: count and sum in one pass, then the centred sum of squares,
+    # each added left to right (`_plain_sum`).
     n = float(len(values))
     if not n:
         return [0.0, 0.0, math.nan]
-    s = reduce(add, values, 0.0)
+    s = _plain_sum(values)
     mean = s / n
-    deviations = [x - mean for x in values]
-    nvar = reduce(add, map(mul, deviations, deviations), 0.0)
+    # Σ (x − mean)², each deviation squared as (x − mean) * (x − mean), all in C (no
+    # Python-level loop: this runs for every exactly scored candidate).
+    nvar = _plain_sum(map(mul, map(sub, values, repeat(mean)), map(sub, values, repeat(mean))))
     return [n, s, nvar / n]
 
 
 def _sum_stat(values: list[float]) -> list[float]:
-    return [reduce(add, values, 0.0)]
+    return [_plain_sum(values)]
+
+
+#: Candidates from which the bulk re-scoring pays even for numpy's import (about 0.1 s, as
+#: much as Ganeti's whole hspace run on ten nodes); once imported, 8 suffice.
+NUMPY_IMPORT_PAYS = 64
 
 
 class ValueRows:
@@ -178,7 +299,7 @@ class ValueRows:
     Components a replacement leaves unchanged keep the base statistics (bit-identical by
     construction); only the changed columns are recomputed, in node order."""
 
-    __slots__ = ("base", "columns", "arrays", "offline", "position", "rows", "slot")
+    __slots__ = ("base", "columns", "arrays", "offline", "position", "rows", "slot", "terms")
 
     def __init__(self, nodes: Sequence[Node]) -> None:
         self.rows = [node_values(n) for n in nodes]
@@ -192,7 +313,8 @@ class ValueRows:
         ]
         # A node's index within the online (or offline) columns.
         self.slot = {i: k for group in (online, offline) for k, i in enumerate(group)}
-        self.arrays: list[np.ndarray | None] = [None] * NCOMP  # columns as arrays, on demand
+        self.arrays: list = [None] * NCOMP  # columns as numpy arrays, on demand
+        self.terms: list[float] | None = None  # each base component's weighted term, on demand
 
     def score_many(self, replacements: Sequence[Node]) -> list[float]:
         """``[score_with(node) for node in replacements]``, bit for bit, in bulk: each
@@ -202,8 +324,10 @@ class ValueRows:
         re-scores every near-tied candidate exactly, and on identical nodes that is
         all of them: O(nodes²) per placement, which this keeps out of Python."""
         count = len(replacements)
-        if count < 8:
+        if count < 8 or (count < NUMPY_IMPORT_PAYS and "numpy" not in sys.modules):
             return [self.score_with(node) for node in replacements]
+        import numpy as np  # only here: a small run is done before numpy would be imported
+
         slots, news = [], []
         for node in replacements:
             pos = self.position[node.idx]
@@ -237,6 +361,8 @@ class ValueRows:
         return total.tolist()
 
     def score_with(self, *replacements: Node) -> float:
+        if len(replacements) == 1:
+            return self._score_with_one(replacements[0])
         changed: dict[int, dict[int, float]] = {}
         for node in replacements:
             pos = self.position[node.idx]
@@ -255,6 +381,61 @@ class ValueRows:
                 st = self.base[c]
             total += WEIGHTS[c] * (math.sqrt(st[2]) if KINDS[c] == STD else st[0])
         return total
+
+
+    def _score_with_one(self, node: Node) -> float:
+        """`score_with` of one node (hspace's single-node candidates): the same float
+        operations, without its bookkeeping."""
+        pos = self.position[node.idx]
+        old, new, off = self.rows[pos], node_values(node), self.offline[pos]
+        k = self.slot[pos]
+        terms = self.terms
+        if terms is None:
+            terms = self.terms = [_term(c, st) for c, st in enumerate(self.base)]
+        total = 0.0
+        for c in range(NCOMP):
+            x = new[c]
+            if ONLINE[c] == off or x == old[c]:
+                total += terms[c]
+                continue
+            column = self.columns[c].copy()
+            column[k] = x
+            if KINDS[c] != STD:
+                total += WEIGHTS[c] * _plain_sum(column)
+                continue
+            # `_std_stat` inline (never empty: this node is in the column).
+            n = float(len(column))
+            mean = _plain_sum(column) / n
+            nvar = _plain_sum(map(mul, map(sub, column, repeat(mean)), map(sub, column, repeat(mean))))
+            total += WEIGHTS[c] * math.sqrt(nvar / n)
+        return total
+
+
+def stats_of(nodes: Sequence[Node]) -> ClusterStats:
+    """`ClusterStats.compute(nodes)`, remembered for these node objects: hspace scores the
+    same cluster state again for every spec it tries (statistics are never changed in
+    place, and neither are nodes once scored)."""
+    return _remembered(_STATS, nodes, ClusterStats.compute)
+
+
+def rows_of(nodes: Sequence[Node]) -> ValueRows:
+    """`ValueRows(nodes)`, remembered like `stats_of`."""
+    return _remembered(_ROWS, nodes, ValueRows)
+
+
+_STATS: dict[tuple[int, ...], tuple] = {}
+_ROWS: dict[tuple[int, ...], tuple] = {}
+
+
+def _remembered(cache: dict, nodes: Sequence[Node], build):
+    key = tuple(map(id, nodes))
+    found = cache.get(key)
+    if found is None:
+        if len(cache) >= 16:
+            cache.pop(next(iter(cache)))
+        nodes = tuple(nodes)  # held, so the ids keying the cache stay theirs
+        found = cache[key] = (nodes, build(nodes))
+    return found[1]
 
 
 def score(nodes: Iterable[Node]) -> float:

@@ -16,11 +16,14 @@ Migration tags (``htools:migration:``) are not modelled.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from .records import Frozen
 
-from .instance import Instance
-from .node import Node
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .instance import Instance
+    from .node import Node
 
 FAILOVER = "f"
 FAILOVER_ANY = "fa"
@@ -29,11 +32,15 @@ REPLACE_PRIMARY = "frf"
 REPLACE_AND_FAILOVER = "rf"
 FAILOVER_AND_REPLACE = "fr"
 
+_set = object.__setattr__
 
-@dataclass(frozen=True, slots=True)
-class Move:
-    kind: str
-    target: int = -1
+
+class Move(Frozen):
+    __slots__ = ("kind", "target")
+
+    def __init__(self, kind: str, target: int = -1) -> None:
+        _set(self, "kind", kind)
+        _set(self, "target", target)
 
     def describe(self, target_name: str = "") -> str:
         return {

@@ -70,6 +70,7 @@ class Node:
         "load_forth",
         "p_tags",
         "extra",
+        "score_values",
     )
 
     def __init__(
@@ -128,6 +129,8 @@ class Node:
         self.load_forth = [0.0, 0.0, 0.0, 0.0]
         self.p_tags: dict[str, int] = {}
         self.extra: dict = {}
+        #: `metrics.node_values`, once asked (nodes are not changed once scored).
+        self.score_values: tuple[float, ...] | None = None
         self.set_policy(T.DEFAULT_IPOLICY)
 
     # ------------------------------------------------------------------ setup
@@ -175,6 +178,7 @@ class Node:
         c.load_forth = self.load_forth.copy()
         c.p_tags = self.p_tags.copy() if self.p_tags else {}
         c.extra = self.extra
+        c.score_values = None
         return c
 
     def set_policy(self, ipol: T.IPolicy) -> None:

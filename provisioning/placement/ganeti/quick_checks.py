@@ -14,17 +14,24 @@ node; here it is a few dozen array operations per attempt. The arithmetic is add
 integer memory, float disk and CPU comparisons, which numpy evaluates identically
 (`tests/.../test_vectorised_checks.py` compares the two on generated clusters with
 exclusive storage, tags, offline nodes and forthcoming instances).
+
+Below `NUMPY_NODES` nodes the same checks run as one plain loop (`scalar_failures`: no
+exception, no copy, no array set-up — cheaper than numpy there, and numpy is then not
+imported at all); the tests hold both to add_pri.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
+import sys
 
 from . import types as T
-from .instance import Instance
-from .node import Node
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .instance import Instance
+    from .node import Node
 
 FailMode = T.FailMode
 
@@ -43,12 +50,19 @@ _FIELDS = (
 )
 
 
+#: From this many nodes on the array version pays (measured: at 30 nodes one numpy call
+#: costs more than the plain loop; numpy's import, when not loaded yet, costs ~0.1 s).
+NUMPY_NODES = 128
+
+
 class NodeColumns:
     """The node fields the checks read, one array per field, for one list of nodes."""
 
     __slots__ = ("nodes", *_FIELDS)
 
     def __init__(self, nodes: Sequence[Node]) -> None:
+        import numpy as np
+
         self.nodes = list(nodes)  # held, so the ids keying the cache stay theirs
         self.free_base = np.array(
             [int(n.t_mem) - n.n_mem - n.i_mem - max(0, n.x_mem) for n in nodes], dtype=np.int64
@@ -89,6 +103,82 @@ def primary_failures(
 ) -> list[FailMode | None]:
     """Per node, the mode of the first leading check ``add_pri(inst)`` fails, else None."""
     if inst.forthcoming:  # add_pri checks only the forthcoming values: left to it
+        return list(policy_modes)
+    if len(nodes) < NUMPY_NODES and "numpy" not in sys.modules or len(nodes) < 8:
+        return scalar_failures(nodes, inst, policy_modes)
+    return numpy_failures(nodes, inst, policy_modes)
+
+
+def scalar_failures(
+    nodes: Sequence[Node], inst: Instance, policy_modes: Sequence[FailMode | None]
+) -> list[FailMode | None]:
+    """`primary_failures` as one loop (same checks, same order, same arithmetic)."""
+    if inst.forthcoming:
+        return list(policy_modes)
+    mem = inst.mem if inst.uses_memory else 0
+    uses_disk = inst.local_storage
+    dsk = inst.dsk
+    use = inst.spindle_use
+    vcpus = 0 if inst.offline else inst.vcpus
+    out: list[FailMode | None] = []
+    for row, mode in zip(_rows(nodes), policy_modes, strict=True):
+        if mode is not None:
+            out.append(mode)
+            continue
+        free_base, f_dsk, lo_dsk, excl, inst_sp, hi_sp, r_mem, fail_n1, u_cpu, ratio, t_cpu = row
+        free = free_base - mem
+        if free <= 0:
+            out.append(FailMode.MEM)
+            continue
+        if uses_disk:
+            new_dsk = f_dsk - dsk
+            if new_dsk <= 0 or new_dsk < lo_dsk:
+                out.append(FailMode.DISK)
+                continue
+            if excl:  # a spindle check comes third there: left to add_pri
+                out.append(None)
+                continue
+        if t_cpu == 0:
+            out.append(None)
+        elif uses_disk and inst_sp + use > hi_sp:
+            out.append(FailMode.DISK)
+        elif free <= r_mem and not fail_n1:
+            out.append(FailMode.MEM)
+        elif ratio >= 0 and ratio < (u_cpu + vcpus) / t_cpu:
+            out.append(FailMode.CPU)
+        else:
+            out.append(None)
+    return out
+
+
+_ROWS: dict[tuple[int, ...], tuple[list, list]] = {}
+
+
+def _rows(nodes: Sequence[Node]) -> list[tuple]:
+    """Per node, the fields the checks read (`_FIELDS`), cached like `columns`."""
+    key = tuple(map(id, nodes))
+    found = _ROWS.get(key)
+    if found is None:
+        if len(_ROWS) >= _CACHE_SIZE:
+            _ROWS.pop(next(iter(_ROWS)))
+        rows = [
+            (
+                int(n.t_mem) - n.n_mem - n.i_mem - max(0, n.x_mem), n.f_dsk, n.lo_dsk, n.excl_storage,
+                n.inst_spindles, n.hi_spindles, n.r_mem, n.fail_n1, n.u_cpu, n.vcpu_ratio, n.t_cpu,
+            )
+            for n in nodes
+        ]  # fmt: skip
+        found = _ROWS[key] = (list(nodes), rows)  # the nodes held: their ids key the cache
+    return found[1]
+
+
+def numpy_failures(
+    nodes: Sequence[Node], inst: Instance, policy_modes: Sequence[FailMode | None]
+) -> list[FailMode | None]:
+    """`primary_failures` for every node at once, in numpy."""
+    import numpy as np
+
+    if inst.forthcoming:
         return list(policy_modes)
     col = columns(nodes)
     free = col.free_base - (inst.mem if inst.uses_memory else 0)

@@ -9,45 +9,54 @@ with htools' repeated option, the *last* spec becomes ``group-01``.
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Sequence
-from fractions import Fraction
-
 from . import types as T
 from .cluster import GCluster
 from .node import Node
 
-_UNITS = {
-    "": Fraction(1),
-    "m": Fraction(1),
-    "MIB": Fraction(1),
-    "g": Fraction(1024),
-    "GIB": Fraction(1024),
-    "t": Fraction(1024 * 1024),
-    "TIB": Fraction(1024 * 1024),
-}
-_SI = Fraction(1000, 1024) ** 2  # 1 MB in MiB
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+#: Unit -> MiB as (numerator, denominator): integer arithmetic, truncated like htools.
+_MIB = (1, 1)
+_GIB = (1024, 1)
+_TIB = (1024 * 1024, 1)
+_MB = (1000 * 1000, 1024 * 1024)  # 1 MB in MiB
 
 
 def parse_unit(text: str) -> int:
-    match = re.fullmatch(r"\s*(-?\d+)\s*([A-Za-z]*)\s*", text)
-    if not match:
-        raise ValueError(f"Can't parse string '{text}'")
-    value, unit = int(match.group(1)), match.group(2)
-    if unit in ("m", "g", "t"):
-        scale = _UNITS[unit]
-    elif unit.upper() in ("MIB", "GIB", "TIB") or unit == "":
-        scale = _UNITS[unit.upper()]
+    value, unit = _number_and_unit(text)
+    if unit in ("", "m") or unit.upper() == "MIB":
+        scale = _MIB
+    elif unit == "g" or unit.upper() == "GIB":
+        scale = _GIB
+    elif unit == "t" or unit.upper() == "TIB":
+        scale = _TIB
     elif unit == "M" or unit.upper() == "MB":
-        scale = _SI
+        scale = _MB
     elif unit == "G" or unit.upper() == "GB":
-        scale = _SI * 1000
+        scale = (_MB[0] * 1000, _MB[1])
     elif unit == "T" or unit.upper() == "TB":
-        scale = _SI * 1000 * 1000
+        scale = (_MB[0] * 1000 * 1000, _MB[1])
     else:
         raise ValueError(f"Unknown unit '{unit}'")
-    return math.trunc(value * scale)
+    whole = abs(value) * scale[0] // scale[1]  # truncated toward zero, as math.trunc
+    return -whole if value < 0 else whole
+
+
+def _number_and_unit(text: str) -> tuple[int, str]:
+    """``\\s*(-?\\d+)\\s*([A-Za-z]*)\\s*`` matched by hand (`re` costs start-up time)."""
+    rest = text.strip()
+    sign = ""
+    if rest.startswith("-"):
+        sign, rest = "-", rest[1:]
+    end = 0
+    while end < len(rest) and rest[end].isdecimal():
+        end += 1
+    unit = rest[end:].lstrip()
+    if not end or unit and not (unit.isascii() and unit.isalpha()):
+        raise ValueError(f"Can't parse string '{text}'")
+    return int(sign + rest[:end]), unit
 
 
 _POLICY_ABBREV = {"p": "preferred", "a": "last_resort", "u": "unallocable"}

@@ -8,38 +8,77 @@ first), and allocation policies sort preferred < last_resort < unallocable.
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field, replace
+from .records import Frozen, Record, replace
+
+_set = object.__setattr__
 
 
-class FailMode(enum.IntEnum):
-    MEM = 0
-    DISK = 1
-    CPU = 2
-    N1 = 3
-    TAGS = 4
-    MIG = 5
-    DISKCOUNT = 6
-    SPINDLES = 7
-    INTERNAL = 8
+class _FailModes(type):
+    """What `FailMode` takes from `enum.IntEnum`: iteration in value order, ``FailMode(3)``
+    and ``FailMode["N1"]`` (without importing `enum`, which the start-up cannot afford)."""
+
+    def __iter__(cls):
+        return iter(cls._members)
+
+    def __len__(cls) -> int:
+        return len(cls._members)
+
+    def __call__(cls, value):
+        if isinstance(value, int) and 0 <= value < len(cls._members):
+            return cls._members[value]
+        raise ValueError(f"{value!r} is not a valid FailMode")
+
+    def __getitem__(cls, name: str):
+        return cls._by_name[name]
+
+
+class FailMode(int, metaclass=_FailModes):
+    """Ganeti's ``FailMode``: an int (so modes sort and count in Ganeti's order) with a
+    ``name`` and Ganeti's ``label``, one object per mode."""
+
+    __slots__ = ()
+    _members: tuple = ()
+    _by_name: dict = {}
+
+    @property
+    def name(self) -> str:
+        return _FAIL_NAMES[self]
+
+    @property
+    def value(self) -> int:
+        return int(self)
 
     @property
     def label(self) -> str:
         """Ganeti's ``show``: FailMem, FailDisk, FailCPU, FailN1, ..."""
         return _FAIL_LABELS[self]
 
+    def __repr__(self) -> str:
+        return f"<FailMode.{self.name}: {int(self)}>"
 
-_FAIL_LABELS = {
-    FailMode.MEM: "FailMem",
-    FailMode.DISK: "FailDisk",
-    FailMode.CPU: "FailCPU",
-    FailMode.N1: "FailN1",
-    FailMode.TAGS: "FailTags",
-    FailMode.MIG: "FailMig",
-    FailMode.DISKCOUNT: "FailDiskCount",
-    FailMode.SPINDLES: "FailSpindles",
-    FailMode.INTERNAL: "FailInternal",
-}
+    __str__ = int.__repr__  # as IntEnum's, from Python 3.11 on
+
+    def __reduce__(self):
+        return FailMode, (int(self),)
+
+
+_FAIL_NAMES = ("MEM", "DISK", "CPU", "N1", "TAGS", "MIG", "DISKCOUNT", "SPINDLES", "INTERNAL")
+_FAIL_LABELS = (
+    "FailMem",
+    "FailDisk",
+    "FailCPU",
+    "FailN1",
+    "FailTags",
+    "FailMig",
+    "FailDiskCount",
+    "FailSpindles",
+    "FailInternal",
+)
+FailMode._members = tuple(int.__new__(FailMode, value) for value in range(len(_FAIL_NAMES)))
+FailMode._by_name = dict(zip(_FAIL_NAMES, FailMode._members, strict=True))
+for _mode in FailMode._members:
+    setattr(FailMode, _mode.name, _mode)
+del _mode
 
 
 class AllocFailure(Exception):
@@ -116,14 +155,17 @@ UNIT_CPU = 1
 UNIT_SPINDLE = 1
 
 
-@dataclass(frozen=True, slots=True)
-class ISpec:
-    mem: int
-    cpu: int
-    disk: int
-    disk_count: int = 1
-    nic_count: int = 1
-    spindle_use: int = 1
+class ISpec(Frozen):
+    __slots__ = ("mem", "cpu", "disk", "disk_count", "nic_count", "spindle_use")
+
+    def __init__(self, mem: int, cpu: int, disk: int, disk_count: int = 1, nic_count: int = 1,
+                 spindle_use: int = 1) -> None:  # fmt: skip
+        _set(self, "mem", mem)
+        _set(self, "cpu", cpu)
+        _set(self, "disk", disk)
+        _set(self, "disk_count", disk_count)
+        _set(self, "nic_count", nic_count)
+        _set(self, "spindle_use", spindle_use)
 
     def to_text(self) -> str:
         return ",".join(
@@ -172,13 +214,22 @@ DEFAULT_MAX = ISpec(32768, 8, 1048576, 16, 8, 12)
 DEFAULT_STD = ISpec(128, 1, 1024, 1, 1, 1)
 
 
-@dataclass(frozen=True, slots=True)
-class IPolicy:
-    minmax: tuple[tuple[ISpec, ISpec], ...] = ((DEFAULT_MIN, DEFAULT_MAX),)
-    std: ISpec = DEFAULT_STD
-    disk_templates: tuple[str, ...] = DISK_TEMPLATES
-    vcpu_ratio: float = 4.0
-    spindle_ratio: float = 32.0
+class IPolicy(Frozen):
+    __slots__ = ("minmax", "std", "disk_templates", "vcpu_ratio", "spindle_ratio")
+
+    def __init__(
+        self,
+        minmax: tuple[tuple[ISpec, ISpec], ...] = ((DEFAULT_MIN, DEFAULT_MAX),),
+        std: ISpec = DEFAULT_STD,
+        disk_templates: tuple[str, ...] = DISK_TEMPLATES,
+        vcpu_ratio: float = 4.0,
+        spindle_ratio: float = 32.0,
+    ) -> None:
+        _set(self, "minmax", minmax)
+        _set(self, "std", std)
+        _set(self, "disk_templates", disk_templates)
+        _set(self, "vcpu_ratio", vcpu_ratio)
+        _set(self, "spindle_ratio", spindle_ratio)
 
     def with_vcpu_ratio(self, ratio: float) -> IPolicy:
         return replace(self, vcpu_ratio=ratio)
@@ -212,15 +263,26 @@ class IPolicy:
 DEFAULT_IPOLICY = IPolicy()
 
 
-@dataclass(slots=True)
-class Group:
-    name: str
-    uuid: str
-    alloc_policy: str = "preferred"
-    tags: list[str] = field(default_factory=list)
-    networks: list[str] = field(default_factory=list)
-    ipolicy: IPolicy = DEFAULT_IPOLICY
-    idx: int = 0
+class Group(Record):
+    __slots__ = ("name", "uuid", "alloc_policy", "tags", "networks", "ipolicy", "idx")
+
+    def __init__(
+        self,
+        name: str,
+        uuid: str,
+        alloc_policy: str = "preferred",
+        tags: list[str] | None = None,
+        networks: list[str] | None = None,
+        ipolicy: IPolicy = DEFAULT_IPOLICY,
+        idx: int = 0,
+    ) -> None:
+        self.name = name
+        self.uuid = uuid
+        self.alloc_policy = alloc_policy
+        self.tags = [] if tags is None else tags
+        self.networks = [] if networks is None else networks
+        self.ipolicy = ipolicy
+        self.idx = idx
 
     @property
     def allocable(self) -> bool:

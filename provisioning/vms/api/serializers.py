@@ -37,8 +37,9 @@ class ImageSerializer(RefuseUnknownFields, serializers.ModelSerializer):
         fields = [
             "id", "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib",
             "default_vcpus", "default_memory_mib", "default_disk_gib", "visibility", "groups", "parent",
-            "revert_on_end", "active", "user_data", "ready_timeout", "readiness", "required_tags", "forbidden_tags",
-            "anti_affinity", "exclusive_storage", "max_concurrent", "variants", "created", "updated",
+            "revert_on_end", "pool_size", "active", "user_data", "ready_timeout", "readiness", "required_tags",
+            "forbidden_tags", "anti_affinity", "exclusive_storage", "max_concurrent", "on_host_failure", "variants",
+            "created", "updated",
         ]  # fmt: skip
         read_only_fields = ["created", "updated"]
 

@@ -1,6 +1,7 @@
-"""``/api/v1/verify/``: the latest cluster.verify report (staff only), a run now, and the one
-repair it offers: releasing a claim that nothing holds."""
+"""``/api/v1/verify/``: the latest cluster.verify report (staff only), a run now, releasing a
+claim that nothing holds, and the repairs that run as jobs (``POST /api/v1/verify/repairs/``)."""
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -8,9 +9,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from provisioning.jobs import services as jobs
-from provisioning.vms import verify
+from provisioning.vms import repair, verify
 from provisioning.vms.models import VerifyReport
-from vclmgr.api.permissions import IsStaffWithTokenScope
+from vclmgr.api.permissions import IsStaffWithTokenScope, OperatorOrAuditor
+from vclmgr.api.serializers import RefuseUnknownFields
 
 
 class VerifyReportSerializer(serializers.ModelSerializer):
@@ -29,7 +31,7 @@ class ReleasedSerializer(serializers.Serializer):
 
 
 class VerifyView(APIView):
-    permission_classes = [IsStaffWithTokenScope]
+    permission_classes = [OperatorOrAuditor]
 
     @extend_schema(responses={200: VerifyReportSerializer})
     def get(self, request):
@@ -47,7 +49,7 @@ class VerifyView(APIView):
 
 
 class ReleaseClaimView(APIView):
-    permission_classes = [IsStaffWithTokenScope]
+    permission_classes = [OperatorOrAuditor]
 
     @extend_schema(request=None, responses={200: ReleasedSerializer})
     def post(self, request, pk):
@@ -57,3 +59,31 @@ class ReleaseClaimView(APIView):
         except verify.Allocation.DoesNotExist:
             raise Http404(f"no claim {pk}") from None
         return Response({"allocation": allocation.pk, "released": allocation.released})
+
+
+class RepairSerializer(RefuseUnknownFields, serializers.Serializer):
+    action = serializers.ChoiceField(choices=repair.ACTIONS)
+    host = serializers.CharField(max_length=100, required=False, help_text="adopt, destroy: the host's name.")
+    key = serializers.CharField(max_length=200, required=False, help_text="adopt, destroy: the VM's name there.")
+    owner = serializers.CharField(max_length=150, required=False, help_text="adopt: a user name (default: you).")
+    force = serializers.BooleanField(default=False, help_text="destroy: also a name that is not vclmgr's.")
+    vm = serializers.IntegerField(min_value=1, required=False, help_text="drift, absent: the VM's id.")
+
+
+class RepairView(APIView):
+    permission_classes = [IsStaffWithTokenScope]  # repairs destroy and adopt VMs: administrators only
+
+    @extend_schema(request=RepairSerializer, responses={202: VerifyAcceptedSerializer})
+    def post(self, request):
+        """Submit one repair of a finding as a job (``repair.<action>``; it checks the host again)."""
+        serializer = RepairSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        try:
+            job = repair.submit(data.pop("action"), data, actor=request.user,
+                                source=f"api:{request.user.get_username()}")  # fmt: skip
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(
+                exc.message_dict if hasattr(exc, "error_dict") else exc.messages
+            ) from None
+        return Response({"job": job.pk}, status=status.HTTP_202_ACCEPTED)

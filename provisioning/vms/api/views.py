@@ -31,19 +31,29 @@ from provisioning.vms.api.serializers import (
     as_drf,
 )
 from provisioning.vms.models import VM, Image, ImageVariant, QuotaRule
+from vclmgr import access
 from vclmgr.api.negotiation import FormatIsAFilter
-from vclmgr.api.permissions import IsAuthenticatedWithTokenScope, IsStaffOrReadOnly, IsStaffWithTokenScope
+from vclmgr.api.permissions import (
+    IsAuthenticatedWithTokenScope,
+    IsStaffWithTokenScope,
+    OperatorOrAuditor,
+    role_required,
+)
 from vclmgr.errors import Conflict
 
+#: images: every user reads the ones they may use; image maintainers (of the image's groups) write
+ImageMaintainerOrReadOnly = role_required(read=None, write="maintain_images", scope="run")
+ImageMaintainer = role_required(read="maintain_images", write="maintain_images", scope="run")
 CONFLICT = OpenApiResponse(description="Conflict with the current state")
 
 
 @extend_schema_view(destroy=extend_schema(responses={204: None, 409: CONFLICT}))
 class ImageViewSet(viewsets.ModelViewSet):
-    """The image library: users list the images they may use; staff manage all."""
+    """The image library: users list the images they may use; image maintainers manage their
+    groups' images (capture, publish, retire), administrators all."""
 
     serializer_class = ImageSerializer
-    permission_classes = [IsStaffOrReadOnly]
+    permission_classes = [ImageMaintainerOrReadOnly]
     search_fields = ["name", "os", "description"]
     ordering_fields = ["name", "created"]
     filterset_fields = ["visibility", "active", "platform"]
@@ -55,6 +65,7 @@ class ImageViewSet(viewsets.ModelViewSet):
 
     def perform_create(self, serializer):
         data = dict(serializer.validated_data)
+        access.check_image_maintenance(self.request.user, None, data.get("groups", []))
         try:
             serializer.instance = services.create_image(actor=self.request.user, groups=data.pop("groups", []), **data)
         except ValidationError as exc:
@@ -63,18 +74,20 @@ class ImageViewSet(viewsets.ModelViewSet):
     def perform_update(self, serializer):
         data = dict(serializer.validated_data)
         groups = data.pop("groups", None)
+        access.check_image_maintenance(self.request.user, serializer.instance, groups)
         try:
             services.update_image(serializer.instance, actor=self.request.user, groups=groups, reason="API", **data)
         except ValidationError as exc:
             raise as_drf(exc) from None
 
     def perform_destroy(self, instance):
+        access.check_image_maintenance(self.request.user, instance)
         services.delete_image(instance, actor=self.request.user, reason="deleted through the API")
 
     @extend_schema(
         request=PrestageSerializer, responses={202: PrestageAcceptedSerializer, 201: PrestageAcceptedSerializer}
     )
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"], permission_classes=[OperatorOrAuditor])
     def prestage(self, request, pk=None):
         """Stage the image onto a node group's hosts now (202 + job) or at ``at`` (201 + schedule)."""
         image = self.get_object()
@@ -97,23 +110,31 @@ class ImageVariantViewSet(
     mixins.DestroyModelMixin,
     viewsets.GenericViewSet,
 ):
-    """Image variants, one per hypervisor type (staff only). Replace one by deleting it."""
+    """Image variants, one per hypervisor type (image maintainers: their images'). Replace one by deleting it."""
 
     queryset = ImageVariant.objects.select_related("image").order_by("image__name", "hypervisor_type")
     serializer_class = ImageVariantSerializer
-    permission_classes = [IsStaffWithTokenScope]
+    permission_classes = [ImageMaintainer]
     content_negotiation_class = FormatIsAFilter
     filterset_fields = ["image", "hypervisor_type", "format"]
     ordering_fields = ["image", "hypervisor_type"]
 
+    def get_queryset(self):
+        rows = super().get_queryset()
+        if access.is_admin(self.request.user):
+            return rows
+        return rows.filter(image__groups__in=access.maintained_groups(self.request.user)).distinct()
+
     def perform_create(self, serializer):
         data = dict(serializer.validated_data)
+        access.check_image_maintenance(self.request.user, data["image"])
         try:
             serializer.instance = services.add_variant(data.pop("image"), actor=self.request.user, **data)
         except ValidationError as exc:
             raise as_drf(exc) from None
 
     def perform_destroy(self, instance):
+        access.check_image_maintenance(self.request.user, instance.image)
         services.delete_variant(instance, actor=self.request.user, reason="deleted through the API")
 
 

@@ -9,6 +9,7 @@ from provisioning.vms.models import Image
 from provisioning.vms.opcodes.common import Refused, authorised_vm, load_vm
 from provisioning.vms.opcodes.lifecycle import power
 from provisioning.vms.opcodes.params import CaptureParams, capture_locks
+from vclmgr import access
 
 
 @opcode("vm.capture", params=CaptureParams, locks=capture_locks, staff_only=False)
@@ -16,9 +17,9 @@ def vm_capture(job):
     """Capture a VM's disk as a new image (derived from the VM's image); the VM is stopped first.
 
     Every driver captures a stopped VM only, so a running VM is shut down (``force``: powered
-    off) and left stopped. The new image inherits its parent's visibility and groups when
-    staff (or the system) capture; a user's capture is restricted to staff until published,
-    so a user's VM contents never become visible to others on their own.
+    off) and left stopped. Who sees the new image is ``access.capture_access``'s: the parent's
+    visibility and groups when an administrator (or the system) captures; an image maintainer's
+    groups, restricted, for theirs; staff only until published for anyone else's.
     """
     vm = authorised_vm(job)
     name = job.params["image_name"]
@@ -27,9 +28,8 @@ def vm_capture(job):
     job.expect(3)
     job.step("stop", power, vm.pk, "stop", job.params["force"], actor=job.actor)
     captured = job.step("capture", capture_on_host, vm.pk, name)
-    submitter = job.job.submitter
-    inherit = submitter is None or submitter.is_staff
-    image = job.step("register", register_capture, vm.pk, captured, inherit, actor=job.actor)
+    visibility, groups = access.capture_access(job.job.submitter, vm.image)
+    image = job.step("register", register_capture, vm.pk, captured, visibility, groups, actor=job.actor)
     return {"vm": vm.pk, "image": image["image"], "variant": image["variant"], "name": name}
 
 
@@ -38,7 +38,7 @@ def capture_on_host(vm_id, name):
     return drivers.driver_for(vm.host).capture(vm.key, name).as_dict()
 
 
-def register_capture(vm_id, captured, inherit, *, actor):
+def register_capture(vm_id, captured, visibility, groups, *, actor):
     """Record the captured image and its one variant (for the VM's host type) in the library."""
     vm = load_vm(vm_id)
     parent = vm.image
@@ -63,9 +63,9 @@ def register_capture(vm_id, captured, inherit, *, actor):
             default_vcpus=vm.vcpus,
             default_memory_mib=vm.memory_mib,
             default_disk_gib=max(vm.disk_gib, parent.min_disk_gib),
-            visibility=parent.visibility if inherit else Image.Visibility.RESTRICTED,
+            visibility=visibility,
             parent=parent,
-            groups=list(parent.groups.all()) if inherit else [],
+            groups=groups,
             reason=reason,
         )
         variant = services.add_variant(image, actor=actor, reason=reason, **fields)

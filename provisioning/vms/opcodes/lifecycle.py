@@ -27,6 +27,7 @@ from provisioning.vms.opcodes.common import (
     variant_for,
 )
 from provisioning.vms.opcodes.params import SnapshotParams, StopParams, VMParams, vm_lock
+from provisioning.vms.opcodes.power import AFTER_POWER_ON, host_for_vm
 from provisioning.vms.opcodes.staging import stage
 
 RETRY_STEPS = ("claim", "define", "clean", "start", "address")  # a failure here is retried once on another host
@@ -51,7 +52,7 @@ def vm_create(job):
     retried = job._done.get("retry")  # a re-run after the retry began goes straight to the second attempt
     first = None
     if retried is None:
-        attempt = Attempt(job, vm_id)
+        attempt = Attempt(job, vm_id, loaded=vm)
         try:
             return attempt.run()
         except Exception as exc:
@@ -85,8 +86,10 @@ def vm_create(job):
 class Attempt:
     """One try at building the VM; ``at`` is the step it reached (the one that failed, on failure)."""
 
-    def __init__(self, job, vm_id, suffix="", exclude=()):
+    def __init__(self, job, vm_id, suffix="", exclude=(), loaded=None):
+        """``loaded``: the VM as the job just read it (its claim step starts from it, no read again)."""
         self.job, self.vm_id, self.suffix, self.exclude = job, vm_id, suffix, exclude
+        self.loaded = loaded
         self.at = None
         self.placed = None
 
@@ -94,17 +97,36 @@ class Attempt:
         self.at = name
         return self.job.step(name + self.suffix, fn, *args, **kwargs)
 
+    def db_step(self, name, fn, *args, **kwargs):
+        """A step that only touches the database: its writes commit with its lease-fenced record."""
+        self.at = name
+        return self.job.db_step(name + self.suffix, fn, *args, **kwargs)
+
     def run(self):
         vm_id, actor = self.vm_id, self.job.actor
-        self.placed = self.step("claim", claim, vm_id, self.exclude, actor=actor)
+        self.placed = self.db_step("claim", claim, vm_id, self.exclude, actor=actor, loaded=self.loaded)
+        woken = None
+        if self.placed.get("standby"):  # recorded by the claim step, so a replay takes the same path
+            woken = self.step("power", host_for_vm, self.placed["host"], vm_id, not self.continued(), actor=actor)
+        if woken:  # the host is being powered on: go on in a child that waits for that job (any end)
+            child = self.job.submit_child(
+                "vm.create", {"vm": vm_id}, depends=[[woken["power_on_job"], []]], key=AFTER_POWER_ON
+            )
+            return {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"],
+                    "after_power_on": woken["power_on_job"], "continued_by": child}  # fmt: skip
         self.step("stage", stage, vm_id, self.placed["host"], self.job.job_id)
         self.step("define", define, vm_id, actor=actor)
-        if load_vm(vm_id).image.revert_on_end:
+        image = (self.loaded or load_vm(vm_id)).image
+        if image.revert_on_end or image.pool_size:  # an image's, set when it is made (a pool reverts too)
             self.step("clean", clean_snapshot, vm_id, actor=actor)
         self.step("start", boot, vm_id, actor=actor)
         address = self.step("address", wait_address, vm_id)
-        self.step("ready", ready, vm_id, address, actor=actor)
+        self.db_step("ready", ready, vm_id, address, actor=actor)
         return {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"], "address": address}
+
+    def continued(self):
+        """Is this vm.create the one continued after its host's power-on?"""
+        return self.job.job.child_key == AFTER_POWER_ON and self.job.job.parent_id is not None
 
     def retryable(self, exc):
         if self.at not in RETRY_STEPS or isinstance(exc, Refused):
@@ -143,27 +165,39 @@ def retry_elsewhere(vm_id, step, reason, *, actor):
     return {"exclude": [failed_host.pk] if failed_host else [], "failed": step, "reason": reason[:1000]}
 
 
-def claim(vm_id, exclude=(), *, actor):
+def claim(vm_id, exclude=(), *, actor, loaded=None):
     """Claim capacity for the VM (or adopt the allocation it came with) and pick its variant.
 
-    ``exclude``: ids of hosts not to use (where a first attempt failed).
+    ``exclude``: ids of hosts not to use (where a first attempt failed). ``loaded``: the VM as
+    read by this run just before (``load_vm``), else it is read here.
     """
-    vm = load_vm(vm_id)
-    if vm.allocation_id and vm.allocation.released is None and vm.allocation.host.state != Hypervisor.State.ONLINE:
+    vm = loaded or load_vm(vm_id)
+    held = vm.allocation if vm.allocation_id and vm.allocation.released is None else None
+    # A standby host is being powered on for this claim (the "power" step waits for it).
+    if held is not None and held.host.state != Hypervisor.State.ONLINE and not held.host.power_standby:
         replace_off(vm, actor=actor)  # a reservation's claim on a host drained or taken offline since
         vm = load_vm(vm_id)
     if vm.allocation_id and vm.allocation.released is None:
         host = vm.allocation.host
         variant = vm.variant or variant_for(vm, host)
         VM.objects.filter(pk=vm_id).update(host=host, variant=variant)
-        return {"host": host.pk, "allocation": vm.allocation_id, "variant": variant.pk, "adopted": True}
+        placed = {"host": host.pk, "allocation": vm.allocation_id, "variant": variant.pk, "adopted": True}
+        return {**placed, **_standby(host)}
     demand = services.vm_demand(vm, purpose=f"vm {vm_id}", exclude_hosts=exclude)
     with transaction.atomic():  # the claim and its record on the VM commit together
         allocation = capacity.claim(demand, actor=actor, owner=vm.owner)
         variant = variant_for(vm, allocation.host)
         VM.objects.filter(pk=vm_id).update(allocation=allocation, host=allocation.host, variant=variant)
     services.set_state(vm_id, S.STAGING, f"placed on {allocation.host.name}", actor=actor)
-    return {"host": allocation.host_id, "allocation": allocation.pk, "variant": variant.pk}
+    return {"host": allocation.host_id, "allocation": allocation.pk, "variant": variant.pk, **_standby(allocation.host)}
+
+
+def _standby(host):
+    """``{"standby": True}`` when the claim is on a host vclmgr powered off (being powered on for it).
+
+    ``host`` was read in this claim step's transaction (with the VM, or by the claim), so its
+    state is current."""
+    return {"standby": True} if host.state != Hypervisor.State.ONLINE and host.power_standby else {}
 
 
 def replace_off(vm, *, actor):
@@ -201,7 +235,7 @@ def define(vm_id, *, actor):
 
 
 def clean_snapshot(vm_id, *, actor):
-    """The state a ``revert_on_end`` VM returns to after each user: defined, never booted, so
+    """The state a ``revert_on_end`` (or pooled) VM returns to after each user: defined, never booted, so
     it holds no one's login (a snapshot after the first boot would keep the first user's)."""
     vm = load_vm(vm_id)
     drivers.driver_for(vm.host).snapshot(vm.key, services.CLEAN_SNAPSHOT)

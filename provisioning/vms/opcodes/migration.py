@@ -8,7 +8,7 @@ from provisioning.capacity import services as capacity
 from provisioning.drivers import base
 from provisioning.drivers import registry as drivers
 from provisioning.jobs.registry import opcode
-from provisioning.vms import services
+from provisioning.vms import plans, services
 from provisioning.vms.models import VM
 from provisioning.vms.opcodes.common import Refused, S, fail_reason, load_vm, passes_through
 from provisioning.vms.opcodes.params import MigrateParams, vm_lock
@@ -21,7 +21,7 @@ def vm_migrate(job):
     vm = load_vm(job.params["vm"])
     if vm.state not in (S.RUNNING, S.STOPPED, S.SUSPENDED, S.MIGRATING):
         raise Refused(f"cannot migrate {vm.key}: it is {vm.state}")
-    job.expect(4)
+    job.expect(5 if job.params.get("plan") else 4)
     try:
         plan = job.step("claim-target", claim_target, vm.pk, job.params.get("target"), actor=job.actor)
         job.step("stage-target", stage, vm.pk, plan["target"], job.job_id)
@@ -30,8 +30,12 @@ def vm_migrate(job):
         if passes_through(exc):
             raise
         undo_migrate(vm.pk, plan_state(job, vm), fail_reason(exc), actor=job.actor)
+        if job.params.get("plan"):
+            plans.record_move(job.params["plan"], job.job_id, "error", fail_reason(exc))
         raise
     job.step("switch", switch, vm.pk, plan["state"], actor=job.actor)
+    if job.params.get("plan"):
+        job.step("plan", plans.record_move, job.params["plan"], job.job_id, "success")
     return {"vm": vm.pk, "from": vm.host_id, "to": plan["target"]}
 
 

@@ -24,6 +24,9 @@ class CaptureParams(VMParams):
 
 class MigrateParams(VMParams):
     target = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+    plan = serializers.IntegerField(
+        min_value=1, required=False, allow_null=True, default=None, help_text="The plan this move belongs to."
+    )
 
 
 class HostParams(serializers.Serializer):

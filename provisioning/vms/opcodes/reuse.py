@@ -31,13 +31,19 @@ def vm_park(job):
     if not services.has_clean_snapshot(vm):
         raise Refused(f"{vm.key} has no clean snapshot taken before its first boot to revert to")
     job.expect(5)
-    # Off first: a suspended VM's saved memory would outlive the revert of its disk.
-    job.step("stop", _power_off, vm.pk, actor=job.actor)
-    job.step("revert", revert, vm.pk, services.CLEAN_SNAPSHOT, actor=job.actor)
-    job.step("stopped", _power_off, vm.pk, actor=job.actor)
-    job.step("unseed", reseed, vm.pk, None, actor=job.actor)
+    roll_back(job.step, vm.pk, actor=job.actor)
     job.step("park", _park, vm.pk, actor=job.actor)
     return {"vm": vm.pk, "state": S.STOPPED}
+
+
+def roll_back(step, vm_id, *, actor):
+    """Back to the clean snapshot, stopped, with no one's seed: the steps of ``vm.park`` before
+    the claim changes (a run's job takes them too, to pool its VM). ``step(name, fn, *args)``."""
+    # Off first: a suspended VM's saved memory would outlive the revert of its disk.
+    step("stop", _power_off, vm_id, actor=actor)
+    step("revert", revert, vm_id, services.CLEAN_SNAPSHOT, actor=actor)
+    step("stopped", _power_off, vm_id, actor=actor)
+    step("unseed", reseed, vm_id, None, actor=actor)
 
 
 @opcode("vm.reuse", params=VMParams, locks=vm_lock, staff_only=False)
@@ -48,16 +54,24 @@ def vm_reuse(job):
     if vm.state != S.STOPPED and "reseed" not in job._done:
         raise Refused(f"cannot reuse {vm.key}: it is {vm.state}")
     job.expect(4)
+    address = bring_up(job.step, vm_id, actor=job.actor)
+    return {"vm": vm_id, "host": vm.host_id, "address": address, "reused": True}
+
+
+def bring_up(step, vm_id, *, actor):
+    """A parked VM's new seed (its owner's login, a new instance id), boot, and ready once the
+    guest answers; the address. On failure it is destroyed and its claim released, as a failed
+    create (``vm.reuse``'s steps; a run's job takes them too, on a pooled VM)."""
     try:
-        job.step("reseed", reseed, vm_id, "owner", actor=job.actor)
-        job.step("start", boot, vm_id, actor=job.actor)
-        address = job.step("address", wait_address, vm_id)
-        job.step("ready", ready, vm_id, address, actor=job.actor)
+        step("reseed", reseed, vm_id, "owner", actor=actor)
+        step("start", boot, vm_id, actor=actor)
+        address = step("address", wait_address, vm_id)
+        step("ready", ready, vm_id, address, actor=actor)
     except Exception as exc:
         if not passes_through(exc):
-            undo_create(vm_id, fail_reason(exc), actor=job.actor)
+            undo_create(vm_id, fail_reason(exc), actor=actor)
         raise
-    return {"vm": vm_id, "host": vm.host_id, "address": address, "reused": True}
+    return address
 
 
 def _power_off(vm_id, *, actor):

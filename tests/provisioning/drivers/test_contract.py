@@ -308,3 +308,31 @@ def unreachable_driver(peer, request):
         return LibvirtDriver(f"qemu+tcp://127.0.0.1:{port}/system")
     vcsim = request.getfixturevalue("vcsim")
     return type(peer.source)(f"http://127.0.0.1:{port}/sdk", vcsim.credentials, {"host": "any"})
+
+
+def test_guest_sessions_are_listed_where_the_hypervisor_can_tell(peer):
+    """The simulator reports the sessions it was given; libvirt's test driver has no guest agent
+    and vcsim's VMware Tools report no logins: both say so permanently (``Invalid``), so idle
+    reclamation is not applied rather than guessing. (The QEMU guest agent's real answer is
+    tested on a real VM: tests/integration/test_idle_real_vm.py.)"""
+    spec = staged(peer)
+    source = peer.source
+    source.create(spec)
+    if source.kind == "sim":
+        with pytest.raises(Conflict):
+            source.guest_sessions(spec.key)  # stopped: nobody can be logged in
+    source.start(spec.key)
+    if source.kind != "sim":
+        with pytest.raises(Invalid) as caught:
+            source.guest_sessions(spec.key)
+        assert caught.value.permanent
+        return
+    from provisioning.drivers.sim import services as sim
+
+    assert source.guest_sessions(spec.key) == []
+    sim.set_sessions(spec.key, [{"user": "alice", "login_time": 1.5e9, "idle_seconds": 30}], actor="test")
+    [session] = source.guest_sessions(spec.key)
+    assert (session.user, session.login_time, session.idle_seconds) == ("alice", 1.5e9, 30)
+    source.stop(spec.key, force=True)
+    source.start(spec.key)
+    assert source.guest_sessions(spec.key) == []  # a reboot logs everybody out

@@ -86,7 +86,7 @@ def test_submit_refuses_bad_input_with_field_errors(api, alice, admin_user, payl
 def test_staff_only_opcodes_and_read_only_tokens(api, alice, admin_user, sync_jobs):
     response = api(alice).post("/api/v1/jobs/", {"opcode": "cluster.verify"}, format="json")
     assert response.status_code == 403
-    assert "only staff" in response.json()["error"]["message"]
+    assert "your role may not" in response.json()["error"]["message"]
     assert api(admin_user).post("/api/v1/jobs/", {"opcode": "cluster.verify"}, format="json").status_code == 202
     assert api(alice, write=False).post("/api/v1/jobs/", {"opcode": "noop"}, format="json").status_code == 403
 

@@ -39,7 +39,9 @@ def in_browser(base_url, cookie, scenario):
 
 
 def test_the_job_page_and_the_list_update_live(alice, session_cookie, start_workers, asgi_server):
-    job = services.submit("test.sleep", {"steps": 3, "seconds": 0.6}, actor=alice)
+    # Running long enough to be seen: the relay may hold an event up to ORDER_WAIT (2 s) behind a
+    # gap, and a shorter job's running and success then arrived together (the page skipped running).
+    job = services.submit("test.sleep", {"steps": 3, "seconds": 2}, actor=alice)
 
     def scenario(page):
         page.goto(f"/provisioning/jobs/{job.pk}/")

@@ -88,7 +88,8 @@ def test_one_heartbeat_thread_renews_the_leases_of_running_jobs():
     soon = timezone.now() + timedelta(seconds=1)
     for index, job in enumerate(jobs):
         Job.objects.filter(pk=job.pk).update(status="running", lease_token=f"t{index}", lease_until=soon)
-    with runner.Heartbeat(jobs[0].pk, "t0", 2), runner.Heartbeat(jobs[1].pk, "t1", 2):
+    leases = [runner.Lease(job.pk, f"t{index}", 0, 2) for index, job in enumerate(jobs)]
+    with runner.Heartbeat(leases[0]), runner.Heartbeat(leases[1]):
         # Renewed every lease/3 (0.67 s): both within a few seconds, by the one thread.
         wait_until(lambda: all(refresh(job).lease_until > soon for job in jobs), 10, "both leases renewed")
         assert sum(1 for thread in threading.enumerate() if thread.name == "jobs-heartbeat") == 1

@@ -207,9 +207,10 @@ def test_expansion_fails_with_a_summary_and_a_parent_waits_meanwhile(sync_jobs, 
 def test_resubmitting_children_on_a_retried_attempt_is_idempotent(sync_jobs, admin_user):
     parent = services.submit("test.expand", {"children": [{"opcode": "noop"}]}, actor=admin_user)
     claim = dispatcher.claim_next()
-    ctx = runner.JobContext(refresh(parent), claim.token, time.monotonic() + 60, 30)
+    lease = runner.Lease(parent.pk, claim.token, claim.job.attempt, 30)
+    ctx = runner.JobContext(refresh(parent), lease, time.monotonic() + 60)
     first = ctx.submit_child("noop", {})
-    again = runner.JobContext(refresh(parent), claim.token, time.monotonic() + 60, 30).submit_child("noop", {})
+    again = runner.JobContext(refresh(parent), lease, time.monotonic() + 60).submit_child("noop", {})
     assert first == again
     assert Job.objects.filter(parent=parent).count() == 1
 

@@ -18,7 +18,7 @@ HOSTILE = [
 def test_it_refuses_a_plain_users_lock_grab_and_queues_nothing(api, alice, spec, sync_jobs):
     response = api(alice).post("/api/v1/jobs/", spec, format="json")
     assert response.status_code == 403, response.json()
-    assert response.json()["error"]["message"] == f"only staff may submit {spec['opcode']} jobs"
+    assert response.json()["error"]["message"] == f"your role may not submit {spec['opcode']} jobs"
     response = api(alice).post("/api/v1/jobs/batch/", {"jobs": [{"opcode": "noop"}, spec]}, format="json")
     assert response.status_code == 403
     assert Job.objects.count() == 0

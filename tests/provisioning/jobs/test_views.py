@@ -60,7 +60,7 @@ def test_submit_cancel_retry_through_the_pages(client, alice, sync_jobs):
         ({"opcode": "cluster.verify", "params": "{}", "priority": "0"}, "opcode"),
         ({"opcode": "test.sleep", "params": "{nope", "priority": "0"}, "not valid JSON"),
         ({"opcode": "test.sleep", "params": '{"steps": -1}', "priority": "0"}, "steps"),
-        ({"opcode": "noop", "params": "{}", "priority": "3"}, "only staff"),
+        ({"opcode": "noop", "params": "{}", "priority": "3"}, "only operators"),
     ],
 )
 def test_bad_submissions_show_errors_and_queue_nothing(client, alice, data, message, sync_jobs):

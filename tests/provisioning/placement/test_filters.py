@@ -130,3 +130,17 @@ def test_explain_counts_rejections_on_success_too():
     assert quiet.host == loud.host == "b"
     assert dict(quiet.reasons) == {}
     assert dict(loud.reasons) == {"drained": 1}
+
+
+def test_a_host_leaving_service_takes_only_what_ends_by_then():
+    leaving = host("leaving", available_until=100.0)
+    c = cluster(leaving)
+    engine = PlacementEngine(c)
+    assert engine.place(request(start=0, end=100)).host == "leaving"
+    # the static view is cached per engine: a later end in the same engine is still refused
+    assert dict(engine.place(request(start=0, end=101)).reasons) == {"retiring": 1}
+    assert dict(engine.place(request(start=0, end=None)).reasons) == {"retiring": 1}
+    assert "1 leaving service before the end" in engine.place(request(start=0, end=500)).explained()
+    assert engine.earliest_fit(request(start=0, end=500), 500, 0).start is None
+    both = cluster(leaving, host("staying"))
+    assert place(both, request(start=0, end=500)).host == "staying"

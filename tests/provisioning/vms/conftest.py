@@ -4,7 +4,7 @@ import pytest
 
 from inventory.models import Hypervisor
 from provisioning.vms import services
-from tests.provisioning.jobs.conftest import SyncJobs
+from tests.provisioning.jobs.conftest import SyncJobs, start_workers  # noqa: F401 (a fixture for the plan tests)
 
 
 @pytest.fixture

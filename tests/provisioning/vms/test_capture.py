@@ -13,6 +13,7 @@ from provisioning.jobs.models import Job
 from provisioning.vms import services
 from provisioning.vms.models import VM, Image
 from tests.provisioning.vms.test_libvirt import kvm_host, kvm_image  # noqa: F401 (fixtures)
+from vclmgr import access
 
 
 def built(owner, image, sync_jobs):
@@ -54,6 +55,49 @@ def test_a_users_capture_is_kept_from_other_users(sim_host, image, alice, bob, s
     job = capture(alice, vm, "alice-work", sync_jobs)
     assert job.status == "success", job.error_message
     new = Image.objects.get(name="alice-work")
+    assert new.visibility == "restricted" and not new.groups.exists()
+    assert not services.visible_images(bob).filter(pk=new.pk).exists()
+
+
+@pytest.fixture
+def maintainer(django_user_model):
+    """An image maintainer of ``lab`` (through the ``image-maintainer`` role group)."""
+    user = django_user_model.objects.create_user("maya")
+    access.set_roles(user, ["image-maintainer"], actor="test")
+    user.groups.add(Group.objects.create(name="lab"))
+    return user
+
+
+def test_a_maintainers_capture_of_their_groups_image_keeps_only_their_groups(sim_host, image, maintainer, bob,
+                                                                             sync_jobs):  # fmt: skip
+    lab, other = Group.objects.get(name="lab"), Group.objects.create(name="other-course")
+    services.update_image(image, actor="test", visibility="restricted", groups=[lab, other])
+    job = capture(maintainer, built(maintainer, image, sync_jobs), "lab-custom", sync_jobs)
+    assert job.status == "success", job.error_message
+    new = Image.objects.get(name="lab-custom")
+    # What they could give it by hand (access.check_image_maintenance): their groups, only those.
+    assert new.visibility == "restricted" and list(new.groups.all()) == [lab]
+    assert access.can_maintain_image(maintainer, new)
+    other.user_set.add(bob)
+    assert not services.visible_images(bob).filter(pk=new.pk).exists()
+
+
+def test_a_maintainers_capture_of_a_public_image_never_becomes_public(sim_host, image, maintainer, bob, sync_jobs):
+    assert image.visibility == "public" and not image.groups.exists()
+    job = capture(maintainer, built(maintainer, image, sync_jobs), "lab-from-public", sync_jobs)
+    assert job.status == "success", job.error_message
+    new = Image.objects.get(name="lab-from-public")
+    # Their own groups, not the role group every maintainer is in; theirs to publish or retire.
+    assert new.visibility == "restricted" and list(new.groups.values_list("name", flat=True)) == ["lab"]
+    assert access.can_maintain_image(maintainer, new)
+    assert not services.visible_images(bob).filter(pk=new.pk).exists()
+
+
+def test_a_maintainer_with_no_group_of_their_own_captures_as_any_user(sim_host, image, maintainer, bob, sync_jobs):
+    maintainer.groups.remove(Group.objects.get(name="lab"))
+    job = capture(maintainer, built(maintainer, image, sync_jobs), "nobodys", sync_jobs)
+    assert job.status == "success", job.error_message
+    new = Image.objects.get(name="nobodys")
     assert new.visibility == "restricted" and not new.groups.exists()
     assert not services.visible_images(bob).filter(pk=new.pk).exists()
 

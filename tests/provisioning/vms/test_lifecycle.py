@@ -40,8 +40,7 @@ def test_it_creates_a_vm_end_to_end(sim_host, image, alice, sync_jobs):
 def test_every_action_runs_as_a_job(sim_host, image, alice, sync_jobs):
     vm, _ = create(alice, image)
     sync_jobs.drain()
-    for action, state in (("suspend", "suspended"), ("resume", "running"), ("stop", "stopped"),
-                          ("start", "running")):
+    for action, state in (("suspend", "suspended"), ("resume", "running"), ("stop", "stopped"), ("start", "running")):
         job = services.submit_action(vm_of(vm), action, actor=alice)
         sync_jobs.drain()
         assert job_of(job).status == "success", job_of(job).error_message
@@ -203,7 +202,7 @@ def test_migrate_to_a_drained_host_fails_cleanly(make_host, image, alice, sync_j
     assert list(Allocation.objects.filter(released__isnull=True).values_list("host", flat=True)) == [source.pk]
 
 
-def test_evacuate_expands_into_one_migrate_per_vm(make_host, image, alice, sync_jobs):
+def test_evacuate_runs_as_a_plan_of_one_migrate_per_vm(make_host, image, alice, sync_jobs):
     from provisioning.jobs import services as jobs
 
     source = make_host("sim-a")
@@ -215,7 +214,8 @@ def test_evacuate_expands_into_one_migrate_per_vm(make_host, image, alice, sync_
     sync_jobs.drain()
     job = job_of(job)
     assert job.status == "success", job.error_message
-    children = Job.objects.filter(parent=job)
+    assert job.result["plan"]
+    children = Job.objects.filter(pk__in=job.result["jobs"])
     assert sorted(c.params["vm"] for c in children) == sorted(vm.pk for vm in vms)
     details = [(c.opcode, c.status, c.error_message) for c in children]
     assert {c.opcode for c in children} == {"vm.migrate"} and {c.status for c in children} == {"success"}, details

@@ -10,6 +10,7 @@ DEMO_STEPS = [
     "inventory.demo.blade_center",
     "provisioning.vms.demo.images",
     "reservations.demo.reservations",
+    "runs.demo.runs",
     "provisioning.jobs.demo.jobs",
 ]
 

@@ -1,10 +1,18 @@
-"""``manage.py serve``: the ASGI server and the job workers, together, as one command.
+"""``manage.py serve [--role web|worker|all]``: the ASGI server and/or the job workers.
 
-A small supervisor: it starts daphne (HTTP, websockets, static files) and django-q2's
-cluster as child processes (forking a worker pool inside an event loop is asking for
-trouble), streams their output, and stops both on Ctrl-C or SIGTERM. If either child
-dies, the other is stopped too and serve exits non-zero, so a process manager restarts
-the pair.
+A small supervisor: it starts daphne (HTTP, websockets, static files; role ``web``) and
+django-q2's cluster (role ``worker``) as child processes (forking a worker pool inside an
+event loop is asking for trouble), streams their output, and stops them on Ctrl-C or
+SIGTERM. ``all`` (the default) runs both: one machine. If a child dies, the others are
+stopped too and serve exits non-zero, so a process manager restarts the set.
+
+Its children never outlive it, however it dies (SIGKILL included): each gets SIGTERM from
+the kernel when the supervisor dies, and every process of the tree, grandchildren too,
+watches a lifeline pipe only the supervisor can hold open (``vclmgr.lifeline``).
+
+It keeps ``PROMETHEUS_MULTIPROC_DIR`` as prometheus_client asks: cleared when it starts (before
+any child), and each child that ends, killed or not, forgotten (its live gauges go, so a pid
+given again never counts a dead daphne's websockets); see ``vclmgr.metrics``.
 """
 
 import os
@@ -16,7 +24,10 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
+from vclmgr import lifeline, metrics
+
 GRACE_SECONDS = 10
+ROLES = ("all", "web", "worker")
 
 
 def port_is_free(host, port):
@@ -31,33 +42,47 @@ def port_is_free(host, port):
 
 
 class Command(BaseCommand):
-    help = "Run the web/API/websocket server and the job workers together."
+    help = "Run the web/API/websocket server (role web), the job workers (role worker), or both (all)."
 
     def add_arguments(self, parser):
+        parser.add_argument("--role", choices=ROLES, default="all", help="what this machine runs (default: all)")
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--workers", type=int, default=None, help="job worker processes")
-        parser.add_argument("--no-workers", action="store_true", help="serve only (workers run elsewhere)")
+        parser.add_argument("--no-workers", action="store_true", help="the same as --role web")
 
-    def handle(self, *args, host, port, workers, no_workers, **options):
+    def handle(self, *args, role, host, port, workers, no_workers, **options):
+        if no_workers:
+            if role == "worker":
+                raise CommandError("--no-workers contradicts --role worker")
+            role = "web"
         if not 0 < port < 65536:
             raise CommandError(f"--port must be between 1 and 65535, got {port}")
         if workers is not None and workers < 1:
             raise CommandError("--workers must be at least 1")
-        if not port_is_free(host, port):
+        if role != "worker" and not port_is_free(host, port):
             raise CommandError(f"{host}:{port} is busy: another process is listening there (choose --port)")
-        env = dict(os.environ)
+        self.metrics_lock = metrics.claim_directory()  # held (shared) while serve runs
+        read_fd, write_fd, lifeline_env = lifeline.open_pipe()
+        env = {**os.environ, lifeline.ENV: lifeline_env}
         if workers:
             env["VCLMGR_WORKERS"] = str(workers)
-        web = [sys.executable, "-m", "vclmgr.asgi_server", "-b", host, "-p", str(port), "vclmgr.asgi:application"]
-        commands = {"web": web}
-        if not no_workers:
+        commands = {}
+        if role in ("all", "web"):
+            commands["web"] = [sys.executable, "-m", "vclmgr.asgi_server", "-b", host, "-p", str(port),
+                               "vclmgr.asgi:application"]  # fmt: skip
+        if role in ("all", "worker"):
             commands["workers"] = [sys.executable, "manage.py", "qcluster"]
         children = {
-            name: subprocess.Popen(cmd, env=env, start_new_session=True) for name, cmd in commands.items()
+            name: subprocess.Popen(
+                cmd, env=env, start_new_session=True, pass_fds=(read_fd,), preexec_fn=lifeline.preexec(os.getpid())
+            )
+            for name, cmd in commands.items()
         }
-        self.stdout.write(f"vclmgr serving on http://{host}:{port}/ (pids: "
-                          + ", ".join(f"{n} {p.pid}" for n, p in children.items()) + ")")
+        os.close(read_fd)  # the children hold it; write_fd stays open as long as this process lives
+        pids = ", ".join(f"{name} {child.pid}" for name, child in children.items())
+        where = f" on http://{host}:{port}/" if "web" in children else ""
+        self.stdout.write(f"vclmgr {role} serving{where} (pids: {pids})")
         self.stdout.flush()
         stopping = []
 
@@ -75,6 +100,7 @@ class Command(BaseCommand):
                 break
             time.sleep(0.2)
         self._stop(children)
+        os.close(write_fd)
         if exit_code:
             raise CommandError("a child process died")
 
@@ -97,3 +123,5 @@ class Command(BaseCommand):
             except ProcessLookupError:
                 pass
             child.wait()
+            metrics.forget(child.pid)  # killed, it ran no exit handler of its own
+        metrics.forget_dead_processes()  # qcluster's pool, stopped with it

@@ -1,43 +1,28 @@
 """Where the Ganeti-style commands get their cluster: the live inventory (at a moment, with
-its reservations), a Ganeti htools text-backend file, or ``--simulate`` specs."""
+its reservations), a Ganeti htools text-backend file, or ``--simulate`` specs (those two in
+`provisioning.capacity.htools`, which also runs without Django)."""
 
 import re
 from collections import Counter
-from pathlib import Path
 
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from provisioning.capacity import loaders
+from provisioning.capacity import htools, loaders
 from provisioning.capacity.durations import parse_moment
 from provisioning.capacity.models import Allocation
-from provisioning.placement.ganeti import bridge, simulate, text_backend
-
-
-def add_source_arguments(parser, simulate_option=False):
-    parser.add_argument("-t", "--ganeti-file", help="a Ganeti htools text-backend cluster file")
-    parser.add_argument("--at", help="answer for this moment, given the reservations ('2026-12-01 14:00', UTC)")
-    if simulate_option:
-        parser.add_argument("--simulate", action="append", default=[], metavar="p,NODES,DISK,MEM,CPUS",
-                            help="a simulated node group (repeatable), as Ganeti's hspace")  # fmt: skip
+from provisioning.placement.ganeti import bridge
 
 
 def ganeti_cluster(options, template="plain", hold_future=False):
     """``hold_future``: for plans that must hold from then on (hbal, hsqueeze), pin each
     host's later reservations in place (see `bridge.to_ganeti`)."""
-    if options.get("simulate"):
-        try:
-            return simulate.simulated_cluster(options["simulate"])
-        except ValueError as error:
-            raise CommandError(f"--simulate: {error}") from None
-    if options.get("ganeti_file"):
-        path = Path(options["ganeti_file"])
-        try:
-            return text_backend.parse(path.read_text())
-        except OSError as error:
-            raise CommandError(f"cannot read {path}: {error.strerror}") from None
-        except ValueError as error:
-            raise CommandError(f"{path}: {error}") from None
+    try:
+        cluster = htools.file_cluster(options)
+    except htools.CommandFailed as error:
+        raise CommandError(str(error)) from None
+    if cluster is not None:
+        return cluster
     try:
         moment = parse_moment(options.get("at") or "now")
     except ValueError as error:

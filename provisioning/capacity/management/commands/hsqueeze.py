@@ -1,42 +1,36 @@
-"""``manage.py hsqueeze``: which hosts can be emptied and powered off at low load, and how."""
+"""``manage.py hsqueeze``: which hosts can be emptied and powered off at low load, and how.
 
-import json
+The work is `provisioning.capacity.htools` (shared with the Django-free path that manage.py
+takes for ``-t FILE``); this adds the live inventory as a source."""
 
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from provisioning.placement.ganeti.hsqueeze import squeeze
+from provisioning.capacity import htools
 
-from ._ganeti_input import add_source_arguments, ganeti_cluster
+from ._ganeti_input import ganeti_cluster
 
 
 class Command(BaseCommand):
     help = "Consolidate: the hosts to empty (or bring back) and the move plan."
 
     def add_arguments(self, parser):
-        add_source_arguments(parser)
-        # --target-resources is hsqueeze's spelling; --target-util is kept as an alias.
-        parser.add_argument("--target-resources", "--target-util", dest="target_resources", type=float, default=2.0,
-                            help="free capacity to keep, in standard instances per host (as hsqueeze)")  # fmt: skip
-        parser.add_argument("--minimal-resources", type=float, default=2.0,
-                            help="below this free capacity per host, bring hosts back (as hsqueeze)")  # fmt: skip
-        parser.add_argument("--json", action="store_true")
+        htools.add_arguments("hsqueeze", parser)
+        parser.add_argument("-X", "--exec", dest="execute", action="store_true",
+                            help="execute: move the VMs, then power the emptied hosts off")  # fmt: skip
+        parser.add_argument("--reason", default="", help="with -X: why; rate-limit:N:label caps moves at once")
 
     def handle(self, *args, **opts):
-        for option in ("target_resources", "minimal_resources"):
-            value = opts[option]
-            if not value > 0 or value == float("inf"):  # also refuses nan and inf
-                raise CommandError(f"--{option.replace('_', '-')} must be a positive number, got {value}")
-        cluster = ganeti_cluster(opts, template="ext", hold_future=True)
-        result = squeeze(
-            cluster, target_resources=opts["target_resources"], minimal_resources=opts["minimal_resources"]
-        )
-        if opts["json"]:
-            self.stdout.write(json.dumps(result.to_dict(), indent=2))
-            return
-        if result.action == "none":
-            self.stdout.write("Nothing to do: no host can be emptied, none needs to come back.")
-            return
-        verb = "Power off" if result.action == "offline" else "Bring back online"
-        self.stdout.write(f"{verb}: {', '.join(result.nodes)}")
-        for number, step in enumerate(result.moves, start=1):
-            self.stdout.write(step.line(number))
+        if opts["execute"]:
+            if opts["ganeti_file"] or opts["at"]:
+                raise CommandError("-X executes on the live cluster now: not with -t/--ganeti-file or --at")
+            return call_command("plan", "squeeze", "-X", "--reason", opts["reason"], stdout=self.stdout,
+                                stderr=self.stderr)  # fmt: skip
+
+        def load(template, hold_future):
+            return ganeti_cluster(opts, template=template, hold_future=hold_future)
+
+        try:
+            htools.run("hsqueeze", opts, load, self.stdout.write)
+        except htools.CommandFailed as error:
+            raise CommandError(str(error)) from None

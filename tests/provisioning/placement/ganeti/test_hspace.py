@@ -82,6 +82,22 @@ SIMULATIONS = [
         "--standard-alloc=10240,512,2",
         "--no-capacity-checks",
     ],
+    # bench/placement.py's cases: N+1-checked batches placed again from the same state
+    # (`_Allocator._chains`), and a shrink chain of 250 levels whose big steps share their
+    # sizes (`_Allocator.alloc_fn`).
+    [
+        "--simulate=p,10,2000000,131072,32",
+        "--disk-template=plain",
+        "--tiered-alloc=102400,16384,8",
+        "--standard-alloc=20480,4096,2",
+    ],
+    [
+        "--simulate=p,20,2000000,131072,32",
+        "--disk-template=plain",
+        "--tiered-alloc=102400,16384,8",
+        "--standard-alloc=20480,4096,2",
+        "--no-capacity-checks",
+    ],
 ]
 
 

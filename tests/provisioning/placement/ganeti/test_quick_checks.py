@@ -1,12 +1,15 @@
-"""The array-wide first checks agree with `Node.add_pri` on every node they judge."""
+"""The first checks (array-wide and as one loop) agree with `Node.add_pri` on every node
+they judge, and with each other."""
 
 import random
 from collections import Counter
 
+import pytest
+
 from provisioning.placement.ganeti import types as T
 from provisioning.placement.ganeti.generate import unbalanced_cluster
 from provisioning.placement.ganeti.instance import Instance
-from provisioning.placement.ganeti.quick_checks import primary_failures
+from provisioning.placement.ganeti.quick_checks import numpy_failures, primary_failures, scalar_failures
 from provisioning.placement.ganeti.simulate import simulated_cluster
 
 
@@ -29,7 +32,8 @@ def random_instance(rng, template):
     )
 
 
-def test_every_judged_node_fails_exactly_as_add_pri_says():
+@pytest.mark.parametrize("checks", [numpy_failures, scalar_failures, primary_failures])
+def test_every_judged_node_fails_exactly_as_add_pri_says(checks):
     rng = random.Random(11)
     clusters = [
         unbalanced_cluster(12, 90, seed=3),
@@ -41,7 +45,9 @@ def test_every_judged_node_fails_exactly_as_add_pri_says():
         cluster = rng.choice(clusters)
         inst = random_instance(rng, rng.choice(["plain", "drbd", "diskless", "file", "ext"]))
         nodes = [n for n in cluster.nodes if not n.offline]
-        quick = primary_failures(nodes, inst, [None] * len(nodes))
+        quick = checks(nodes, inst, [None] * len(nodes))
+        if checks is scalar_failures:
+            assert quick == numpy_failures(nodes, inst, [None] * len(nodes))
         for node, mode in zip(nodes, quick, strict=True):
             try:
                 node.add_pri(inst)
@@ -58,8 +64,9 @@ def test_every_judged_node_fails_exactly_as_add_pri_says():
     assert seen[(None, None)] > 50  # and nodes that take the instance are left alone
 
 
-def test_a_policy_verdict_comes_first():
+@pytest.mark.parametrize("checks", [numpy_failures, scalar_failures])
+def test_a_policy_verdict_comes_first(checks):
     cluster = unbalanced_cluster(6, 20, seed=1)
     inst = random_instance(random.Random(1), "plain")
-    modes = primary_failures(cluster.nodes, inst, [T.FailMode.INTERNAL] * len(cluster.nodes))
+    modes = checks(cluster.nodes, inst, [T.FailMode.INTERNAL] * len(cluster.nodes))
     assert modes == [T.FailMode.INTERNAL] * len(cluster.nodes)

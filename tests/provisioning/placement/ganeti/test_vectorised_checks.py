@@ -2,7 +2,7 @@
 `node.sec_added`, through `Node.add_pri`/`add_sec`) on generated clusters that have
 exclusive storage, exclusion tags, offline nodes and instances, and forthcoming instances:
 
-- `quick_checks.primary_failures` (numpy, every node at once) against `Node.add_pri`;
+- `quick_checks.numpy_failures` (every node at once) and `scalar_failures` against `Node.add_pri`;
 - `fast_moves.move_values` (scratch records) against `moves.apply_move` + `node_values`;
 - `fast_moves.node_outcome` + `steepest`'s per-peer finish against `node_values_after`;
 - `steepest.steepest_descent` against the plain reference on the same clusters.
@@ -19,7 +19,7 @@ from provisioning.placement.ganeti.fast_moves import move_values, node_effects, 
 from provisioning.placement.ganeti.hbal import HbalOptions
 from provisioning.placement.ganeti.metrics import node_values
 from provisioning.placement.ganeti.moves import apply_move, possible_moves
-from provisioning.placement.ganeti.quick_checks import primary_failures
+from provisioning.placement.ganeti.quick_checks import numpy_failures, scalar_failures
 
 from .reference_balance import steepest_balance
 from .test_steepest import _assert_same, _finish
@@ -53,7 +53,8 @@ def test_array_checks_fail_exactly_as_add_pri(seed):
     seen = Counter()
     for _ in range(60):
         inst = probe(rng, rng.choice(TEMPLATES), forthcoming=rng.random() < 0.2)
-        quick = primary_failures(nodes, inst, [None] * len(nodes))
+        quick = numpy_failures(nodes, inst, [None] * len(nodes))
+        assert scalar_failures(nodes, inst, [None] * len(nodes)) == quick
         for node, mode in zip(nodes, quick, strict=True):
             actual = _outcome(node.add_pri, inst)
             actual = None if isinstance(actual, type(node)) else actual

@@ -1,0 +1,71 @@
+"""Gauges of state read from the database at scrape time (the same from any process).
+
+Capacity is the dashboard's (``vclmgr.dashboard``): usable = (total − reserved) × overcommit
+as placement computes it, allocated = live claims now; offline hosts count in neither.
+A handful of grouped queries whatever the size of the inventory.
+"""
+
+from django.db.models import Count
+from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily
+
+from inventory.models import Hypervisor
+from notifications.models import Notification, WebhookDelivery
+from provisioning.jobs.models import Job
+from provisioning.vms.models import VM
+from reservations.models import Reservation
+from vclmgr import dashboard
+
+PENDING_STATES = ("queued", "sending", "retry", "failed")
+
+
+class StateCollector:
+    def collect(self):
+        yield from self._capacity()
+        yield _counted("vclmgr_hosts", "Hypervisors by state.", "state", Hypervisor, "state", Hypervisor.State.values)
+        yield _counted("vclmgr_reservations", "Reservations by status.", "status", Reservation, "status",
+                       Reservation.Status.values)  # fmt: skip
+        yield _counted("vclmgr_vms", "VMs by state.", "state", VM, "state", VM.State.values)
+        queue = GaugeMetricFamily("vclmgr_jobs", "Unfinished jobs by status and opcode.", labels=["status", "opcode"])
+        rows = (
+            Job.objects.exclude(status__in=Job.FINAL).order_by().values_list("status", "opcode").annotate(n=Count("id"))
+        )
+        seen = {status: 0 for status in ("queued", "waiting", "running")}
+        for status, opcode, n in rows:
+            queue.add_metric([status, opcode], n)
+            seen[status] = seen.get(status, 0) + n
+        yield queue
+        depth = GaugeMetricFamily("vclmgr_job_queue_depth", "Unfinished jobs by status.", labels=["status"])
+        for status, n in seen.items():
+            depth.add_metric([status], n)
+        yield depth
+        outbox = GaugeMetricFamily("vclmgr_deliveries", "Mails and webhook deliveries not sent (yet).",
+                                   labels=["channel", "state"])  # fmt: skip
+        for channel, model in (("mail", Notification), ("webhook", WebhookDelivery)):
+            counts = dict(model.objects.filter(state__in=PENDING_STATES).order_by().values_list("state")
+                          .annotate(n=Count("id")))  # fmt: skip
+            for state in PENDING_STATES:
+                outbox.add_metric([channel, state], counts.get(state, 0))
+        yield outbox
+
+    def _capacity(self):
+        usage = dashboard.utilisation(dashboard.hosts(timezone.now()))
+        usable = GaugeMetricFamily("vclmgr_capacity_usable", "Usable capacity of hosts in service.",
+                                   labels=["group", "resource"])  # fmt: skip
+        allocated = GaugeMetricFamily(
+            "vclmgr_capacity_allocated", "Capacity claimed now.", labels=["group", "resource"]
+        )
+        for group in usage["groups"]:
+            for resource in dashboard.RESOURCES:
+                usable.add_metric([group["name"], resource], group[resource]["usable"])
+                allocated.add_metric([group["name"], resource], group[resource]["used"])
+        yield usable
+        yield allocated
+
+
+def _counted(name, doc, label, model, field, values):
+    family = GaugeMetricFamily(name, doc, labels=[label])
+    counts = dict(model.objects.order_by().values_list(field).annotate(n=Count("id")))
+    for value in dict.fromkeys([*values, *counts]):
+        family.add_metric([value], counts.get(value, 0))
+    return family

@@ -1,0 +1,17 @@
+from django.apps import AppConfig
+
+
+class NotificationsConfig(AppConfig):
+    name = "notifications"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from django_q.signals import post_spawn
+
+        from notifications import services, tasks
+        from vclmgr import events
+
+        for kind in services.RULES:
+            events.listen(kind, services.on_event, ids=True)
+        events.listen("*", services.on_any_event)
+        post_spawn.connect(tasks.start_sender, dispatch_uid="notifications.sender")

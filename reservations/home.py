@@ -1,0 +1,74 @@
+"""A signed-in user's home: their reservations (live) and classes, each with the next thing to
+do (their runs: ``runs.home``; the page puts both together). Read-only.
+
+Contract: ``for_user(user, now)`` gives the user's own reservations that are active, ending, or
+failed within ``FAILED_SHOWN`` (never anyone else's), each with ``next_action``: ``connect``
+(ready), ``wait`` (booked, being built, ending), ``why`` (failed: the reason); and the classes
+of their groups with a session now or later, with their seat or the offer to take one.
+"""
+
+from datetime import timedelta
+
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+
+from reservations import idle
+from reservations.models import BlockAllocation, Reservation
+from vclmgr.next_action import Action
+
+S = Reservation.Status
+FAILED_SHOWN = timedelta(hours=24)
+SHOWN = 20
+
+
+def next_action(reservation):
+    detail = reverse("reservations:detail", args=[reservation.pk])
+    status = reservation.status
+    if status == S.READY:
+        return Action("connect", "Connect", detail + "#connection", _idle_note(reservation))
+    if status in (S.REQUESTED, S.PENDING):
+        return Action("wait", f"Wait: starts {reservation.start:%Y-%m-%d %H:%M} UTC", detail)
+    if status in (S.PLACING, S.PROVISIONING):
+        return Action("wait", "Wait: the machine is being built", detail)
+    if status == S.ENDING:
+        return Action("wait", "Wait: ending", detail)
+    if status == S.FAILED:
+        first_line = (reservation.error or "see its history").splitlines()[0][:200]
+        return Action("why", f"See why it failed: {first_line}", detail)
+    return Action("open", "Open", detail)
+
+
+def _idle_note(reservation):
+    left = idle.countdown(reservation)
+    if left is None:
+        return ""
+    if left["kind"] == idle.NO_SHOW:
+        return f"ended at {left['at']:%H:%M} UTC (in about {left['minutes']} min) unless you connect"
+    return f"idle: ended at {left['at']:%H:%M} UTC (in about {left['minutes']} min) unless used"
+
+
+def reservations_of(user, now=None):
+    now = now or timezone.now()
+    shown = Q(status__in=(*Reservation.ACTIVE, S.ENDING)) | Q(status=S.FAILED, updated__gte=now - FAILED_SHOWN)
+    rows = Reservation.objects.filter(shown, user=user).select_related("image").order_by("start", "pk")[:SHOWN]
+    return [(r, next_action(r)) for r in rows]
+
+
+def classes_of(user, now=None):
+    """The classes of the user's groups with a session now or later: ``[(block, seat_id|None)]``."""
+    now = now or timezone.now()
+    classes = (
+        BlockAllocation.objects.filter(group__in=user.groups.all(), canceled=False)
+        .filter(seat_reservations__end__gt=now).distinct().select_related("image", "group").order_by("start")
+    )  # fmt: skip
+    held = dict(
+        Reservation.objects.filter(user=user, block__in=classes, status__in=Reservation.ACTIVE, end__gt=now)
+        .order_by("-start").values_list("block_id", "pk")
+    )  # fmt: skip
+    return [(b, held.get(b.pk)) for b in classes]
+
+
+def for_user(user, now=None):
+    now = now or timezone.now()
+    return {"reservations": reservations_of(user, now), "classes": classes_of(user, now)}

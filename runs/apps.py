@@ -1,0 +1,18 @@
+from django.apps import AppConfig
+
+
+class RunsConfig(AppConfig):
+    name = "runs"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from django_q.signals import post_spawn
+
+        from provisioning.vms import quotas
+        from runs import services, tasks
+        from vclmgr import events, topics
+
+        topics.register("run", services.may_see)
+        quotas.register("run", services.holdings)
+        events.listen("job.status", services.job_ended)
+        post_spawn.connect(tasks.on_worker_start, dispatch_uid="runs.housekeeping")

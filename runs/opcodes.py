@@ -1,0 +1,396 @@
+"""``run.execute``: one batch run from its VM's build to its destruction.
+
+Steps (each idempotent; a retried job replays the recorded ones and goes on from the run's
+row): ``vm`` (record the VM of the run's image and size), then ``vm.create``'s own steps
+(claim, stage, define, start, address, ready: ``lifecycle.Attempt``, the same code), ``inputs``
+(the input files and the script into the work directory), ``exec`` (start the command through
+the guest command channel; idempotent by its tag ``run-<id>``), ``wait-<n>`` (read its output
+from the run's place in it until it ends, its time limit passes or a cancel is asked; each step
+at most ``RUN_STEP_SECONDS``, so no step nears the task timeout and a long run hands off
+between steps), ``artifacts``, ``teardown`` (destroy the VM, release its claim), ``finish``.
+
+Whatever the end — a failed build, a time limit, a cancel (the run's or its job's), an error
+anywhere — the VM is destroyed and the claim released before the run ends (a teardown that
+fails leaves the VM ``error`` holding its claim, as every failed destroy does, and says so).
+A worker that dies mid-run leaves the job to be retried by the janitor: it continues where the
+record stands (the command keeps running in the guest meanwhile).
+"""
+
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+from rest_framework import serializers
+
+from provisioning.capacity import services as capacity
+from provisioning.drivers import base
+from provisioning.drivers import registry as drivers
+from provisioning.jobs.registry import opcode
+from provisioning.jobs.runner import Canceled
+from provisioning.vms import services as vms
+from provisioning.vms.models import VM
+from provisioning.vms.opcodes import capture as captures
+from provisioning.vms.opcodes import lifecycle, reuse
+from provisioning.vms.opcodes.common import fail_reason, load_vm, passes_through
+from runs import pooling, services, validation
+from runs.models import Run, RunFile
+from vclmgr import access
+
+S = Run.State
+SCRIPT = "/tmp/vclmgr-run-script.sh"  # noqa: S108 (a path in the run's own throwaway guest)
+MARKER = ".vclmgr-run"  # makes the work directory (a dot file: no artifact pattern's * matches it)
+KILLED_FOR_TIME = "time limit"
+TRANSIENT_TRIES = 5  # temporary channel errors in a row one wait step rides out
+
+
+class RunParams(serializers.Serializer):
+    run = serializers.IntegerField(min_value=1)
+
+
+class RunEnded(Exception):
+    """The run ended before its command finished (time limit, cancel, failed build)."""
+
+    def __init__(self, state, message, exit_status=None):
+        super().__init__(message)
+        self.state, self.message, self.exit_status = state, message, exit_status
+
+
+def tag(run_id):
+    return f"run-{run_id}"
+
+
+@opcode("run.execute", params=RunParams, locks=lambda p: [f"run:{p['run']}"], staff_only=True)
+def run_execute(job):
+    """Build a fresh VM, run the command in it, keep its output and files, destroy the VM."""
+    run_id = job.params["run"]
+    run = Run.objects.get(pk=run_id)
+    if run.is_final:
+        return {"run": run_id, "state": run.state, "already": True}
+    job.expect(12)
+    try:
+        outcome = _drive(job, run_id)
+    except Exception as exc:
+        if passes_through(exc):
+            raise
+        state, message = (S.CANCELED, "canceled") if isinstance(exc, Canceled) else (S.ERROR, fail_reason(exc))
+        if isinstance(exc, RunEnded):
+            state, message = exc.state, exc.message
+        # The run's own end (time limit, cancel) once its command ran: its VM is sound, it may pool.
+        ran = Run.objects.filter(pk=run_id, started__isnull=False).exists()
+        own_end = ran and isinstance(exc, (RunEnded, Canceled))
+        _teardown_now(run_id, message, job.actor, poolable=own_end, keepable=own_end and state == S.ERROR)
+        services.finish(run_id, state, message, actor=job.actor, exit_status=getattr(exc, "exit_status", None),
+                        error="" if state == S.CANCELED else message)  # fmt: skip
+        if isinstance(exc, RunEnded):  # the run's own end: the job did its work
+            return {"run": run_id, "state": state, "reason": message}
+        raise
+    return outcome
+
+
+def _drive(job, run_id):
+    actor = job.actor
+    made = job.db_step("vm", make_vm, run_id, actor=actor)
+    # An int: the step recorded before pools (a job retried across the upgrade).
+    vm_id, pooled = (made, False) if isinstance(made, int) else (made["vm"], made["pooled"])
+    built = _start_pooled(job, vm_id) if pooled else _build(job, vm_id)
+    if built.get("continued_by"):  # a standby host must be powered on first: not for runs (yet)
+        raise RunEnded(S.ERROR, "its VM was placed on a host that is powered off; runs do not wait for a power-on")
+    job.step("inputs", put_inputs, run_id)
+    job.step("exec", start, run_id, actor=actor)
+    n = 0
+    while True:
+        state = job.step(f"wait-{n}", wait, run_id)
+        n += 1
+        job.expect(max(12, n + 8))
+        if state["end"]:
+            break
+    if state["end"] == "cancel":
+        raise RunEnded(S.CANCELED, "canceled while running")
+    if state["end"] == KILLED_FOR_TIME:
+        limit = Run.objects.get(pk=run_id).time_limit
+        raise RunEnded(S.ERROR, f"killed: past its time limit of {limit} s (its VM destroyed)")
+    job.step("artifacts", collect, run_id, actor=actor)
+    code = state["exit_status"]
+    # A failed build's VM may be kept stopped for inspection (never pooled, destroyed later).
+    kept = code != 0 and job.step("keep", keep_failed, run_id, actor=actor)
+    if not kept and not keep_in_pool(_pool_steps(job), run_id, actor=actor, log=job.log):
+        job.step("teardown", teardown, run_id, actor=actor)
+    final = S.SUCCESS if code == 0 else S.ERROR
+    message = f"exited with status {code}"
+    job.step("finish", end, run_id, final, message, actor=actor, exit_status=code)
+    return {"run": run_id, "state": final, "exit_status": code}
+
+
+def end(run_id, state, message, *, actor, exit_status):
+    services.finish(run_id, state, message, actor=actor, exit_status=exit_status,
+                    error="" if state == S.SUCCESS else message)  # fmt: skip
+
+
+def _build(job, vm_id):
+    attempt = lifecycle.Attempt(job, vm_id)
+    try:
+        return attempt.run()
+    except Exception as exc:
+        if passes_through(exc) or isinstance(exc, Canceled):
+            raise
+        why = f"no capacity: {exc}" if isinstance(exc, capacity.NoCapacity) else fail_reason(exc)
+        raise RunEnded(S.ERROR, f"its VM could not be built ({attempt.at} failed): {why}") from exc
+
+
+def _start_pooled(job, vm_id):
+    """A pooled VM (taken with its claim by ``make_vm``): ``vm.reuse``'s steps, a fresh seed and
+    a boot of the disk reverted to its clean snapshot (not a resume: see ``pooling``)."""
+    try:
+        address = reuse.bring_up(job.step, vm_id, actor=job.actor)
+    except Exception as exc:
+        if passes_through(exc) or isinstance(exc, Canceled):
+            raise
+        raise RunEnded(S.ERROR, f"its pooled VM could not be started: {fail_reason(exc)}") from exc
+    return {"vm": vm_id, "address": address, "pooled": True}
+
+
+def make_vm(run_id, *, actor):
+    """The run's VM (chosen once, in the step's own transaction): a pooled one of its image and
+    size where the run fits (taken with a claim on its host), else a new row to build, its
+    claim's end the run's latest end. ``adhoc=False``: the run is what counts against the
+    owner's quotas, not its VM. ``{"vm": id, "pooled": bool}``."""
+    run = Run.objects.select_related("image", "owner").get(pk=run_id)
+    if run.cancel_requested:
+        raise RunEnded(S.CANCELED, "canceled before its VM was built")
+    if run.vm_id:
+        return {"vm": run.vm_id, "pooled": False}
+    end = timezone.now() + (run.hold_until - run.created)
+    vm = pooling.take(run, end, actor=actor)
+    if vm is not None:
+        Run.objects.filter(pk=run_id).update(vm=vm)
+        services.set_state(run_id, S.WAITING, f"started on a pooled VM {vm.key} on {vm.host.name} (reverted to "
+                           "its clean snapshot, a fresh seed)", actor=actor)  # fmt: skip
+        return {"vm": vm.pk, "pooled": True}
+    vm = VM.objects.create(
+        name=f"run-{run_id}", image=run.image, owner=run.owner, adhoc=False, vcpus=run.vcpus,
+        memory_mib=run.memory_mib, disk_gib=run.disk_gib, end=end,
+    )  # fmt: skip
+    Run.objects.filter(pk=run_id).update(vm=vm)
+    services.set_state(run_id, S.WAITING, f"building its VM {vm.key} ({run.image.name})", actor=actor)
+    return {"vm": vm.pk, "pooled": False}
+
+
+def _channel(run):
+    vm = load_vm(run.vm_id)
+    return drivers.driver_for(vm.host), vm.key
+
+
+def put_inputs(run_id):
+    run = Run.objects.get(pk=run_id)
+    driver, key = _channel(run)
+    workdir = settings.RUN_WORKDIR
+    driver.guest_put_file(key, f"{workdir}/{MARKER}", str(run_id).encode())
+    for item in run.files.filter(kind=RunFile.Kind.INPUT):
+        with services.storage().open(item.stored, "rb") as handle:
+            driver.guest_put_file(key, f"{workdir}/{item.path}", handle.read())
+    if run.script:
+        driver.guest_put_file(key, SCRIPT, run.script.encode())
+
+
+def start(run_id, *, actor):
+    run = Run.objects.get(pk=run_id)
+    if run.cancel_requested:
+        raise RunEnded(S.CANCELED, "canceled before its command started")
+    driver, key = _channel(run)
+    argv = ["/bin/sh", SCRIPT] if run.script else run.argv
+    driver.guest_exec(key, tag(run_id), argv, run.env, settings.RUN_WORKDIR)
+    vm = load_vm(run.vm_id)
+    services.set_state(run_id, S.RUNNING, f"running on {vm.host.name}", actor=actor, started=timezone.now())
+
+
+def wait(run_id):
+    """Read output until the command ends, the time limit passes, a cancel is asked, or this
+    step's share of time is up; ``{"end": None | "exited" | "time limit" | "cancel", ...}``."""
+    run = Run.objects.get(pk=run_id)
+    driver, key = _channel(run)
+    step_end = time.monotonic() + settings.RUN_STEP_SECONDS
+    deadline = run.started.timestamp() + run.time_limit
+    offset = run.output_seen
+    blips = 0
+    while True:
+        try:
+            status = driver.guest_exec_status(key, tag(run_id), offset)
+        except base.DriverError as exc:  # a blip of the channel must not end a long run: ask again
+            blips += 1
+            if exc.permanent or blips > TRANSIENT_TRIES:
+                raise
+            time.sleep(settings.RUN_POLL_SECONDS)
+            continue
+        if status.output:
+            offset = services.append_output(run_id, offset, status.output)
+        if status.exited:
+            return {"end": "exited", "exit_status": status.exit_status}
+        if time.time() >= deadline:
+            return {"end": KILLED_FOR_TIME}
+        if Run.objects.filter(pk=run_id, cancel_requested=True).exists():
+            return {"end": "cancel"}
+        if time.monotonic() >= step_end:
+            return {"end": None}
+        if not status.output:
+            time.sleep(min(settings.RUN_POLL_SECONDS, max(0.0, deadline - time.time())))
+
+
+def collect(run_id, *, actor):
+    run = Run.objects.get(pk=run_id)
+    if not run.artifacts:
+        return []
+    driver, key = _channel(run)
+    workdir = settings.RUN_WORKDIR
+    found = driver.guest_glob(key, workdir, run.artifacts)
+    kept = []
+    for path in found:
+        try:
+            validation.artifact_path(path)
+        except ValidationError:  # a name we will not store: say so in the trail, go on
+            services.set_state(run_id, run.state, f"artifact {path[:100]!r} skipped: not a plain path", actor=actor)
+            continue
+        data = driver.guest_get_file(key, f"{workdir}/{path}", settings.RUN_ARTIFACT_MAX_BYTES)
+        services.store_artifact(run_id, path, data)
+        kept.append(path)
+    return kept
+
+
+def teardown(run_id, *, actor):
+    """Destroy the run's VM on its host and release its claim (idempotent)."""
+    run = Run.objects.get(pk=run_id)
+    if run.vm_id is None:
+        return
+    lifecycle.destroy_on_host(run.vm_id)
+    lifecycle.release(run.vm_id, actor=actor)
+
+
+def _pool_steps(job):
+    return lambda name, fn, *args, **kwargs: job.step(f"pool-{name}", fn, *args, **kwargs)
+
+
+def _now(name, fn, *args, **kwargs):
+    return fn(*args, **kwargs)
+
+
+def keep_in_pool(step, run_id, *, actor, log):
+    """Roll the run's VM back to its clean snapshot and park it in its image's pool, if the
+    image pools and the pool on its host has room; True when it was kept (no teardown then).
+    A rollback that fails leaves the VM to the teardown, which destroys it."""
+    vm_id = Run.objects.values_list("vm_id", flat=True).get(pk=run_id)
+    if vm_id is None or not step("check", _pool_room, vm_id):
+        return False
+    try:
+        reuse.roll_back(step, vm_id, actor=actor)
+    except Exception as exc:
+        if passes_through(exc) or isinstance(exc, Canceled):
+            raise
+        log(f"rolling {load_vm(vm_id).key} back for the pool failed ({fail_reason(exc)}); destroying it", "warning")
+        return False
+    kept = step("park", vms.park_in_pool, vm_id, f"pooled after run {run_id}", actor=actor)
+    if kept:
+        services.set_state(run_id, Run.objects.get(pk=run_id).state, f"its VM {load_vm(vm_id).key} reverted to "
+                           "its clean snapshot and kept in the pool", actor=actor)  # fmt: skip
+    return kept
+
+
+def _pool_room(vm_id):
+    return vms.pool_room(load_vm(vm_id))
+
+
+def _teardown_now(run_id, message, actor, poolable=False, keepable=False):
+    """The teardown outside a step (the job is ending anyway); a failure keeps the VM ``error``
+    with its claim, and the run's error says so. ``poolable``: the run ended by its own rule
+    (time limit, cancel) after its command started, so its VM may be rolled back into the pool;
+    never after a failed build or a fault of the VM, its guest or its host. ``keepable``: that
+    end is an error (its time limit), so its VM may be kept for inspection instead."""
+    try:
+        if keepable and keep_failed(run_id, actor=actor):
+            return
+        if poolable and keep_in_pool(_now, run_id, actor=actor, log=lambda *a: None):
+            return
+        teardown(run_id, actor=actor)
+    except Exception as exc:  # noqa: BLE001
+        vm_id = Run.objects.get(pk=run_id).vm_id
+        vms.cleanup_failed(vm_id, f"{message}; destroying it failed, run vm.destroy: {exc}", actor=actor)
+        services.set_state(run_id, S.ERROR, f"its VM could not be destroyed: {exc}", actor=actor)
+
+
+@opcode("run.cleanup", params=RunParams, locks=lambda p: [f"run:{p['run']}"], staff_only=True)
+def run_cleanup(job):
+    """After a run's job ended without ending the run (its worker lost on every attempt): destroy
+    its VM, release the claim, end the run as an error with the job's reason."""
+    run_id = job.params["run"]
+    job.step("teardown", teardown, run_id, actor=job.actor)
+    run = Run.objects.get(pk=run_id)
+    if not run.is_final:
+        from provisioning.jobs.models import Job
+
+        ended = Job.objects.filter(pk=run.job).values_list("error_message", flat=True).first() or "it ended"
+        message = f"its job ended before the run did ({ended[:500]}); its VM destroyed"
+        job.step("finish", end, run_id, S.ERROR, message, actor=job.actor, exit_status=None)
+    return {"run": run_id}
+
+
+# --- a failed run's VM kept for inspection (post-build analysis, after ETICS) ------------------
+
+
+def keep_failed(run_id, *, actor):
+    """Keep a failed run's VM (a non-zero exit, or its time limit: the run's own failure, never a
+    fault of the VM, its guest or its host, which the callers never pass here) powered off on a
+    disk-only claim for ``keep_failed_minutes``, if the run asks; True when kept (idempotent).
+    ``run.discard`` (the housekeeping's, or the owner's) captures it if asked and destroys it."""
+    run = Run.objects.get(pk=run_id)
+    if run.vm_id is None or not (run.keep_failed_minutes or run.capture_failed):
+        return False
+    vm = load_vm(run.vm_id)
+    if vm.state not in (VM.State.RUNNING, VM.State.STOPPED, VM.State.SUSPENDED) or vm.error:
+        return False
+    driver = drivers.driver_for(vm.host)
+    if driver.state(vm.key) != base.VMState.STOPPED:
+        driver.stop(vm.key, force=True)  # the command is over: nothing running in it is kept
+    until = timezone.now() + timedelta(minutes=run.keep_failed_minutes)
+    vms.keep_stopped(vm.pk, f"kept stopped for inspection after run {run_id} failed", actor=actor)
+    what = "captured and destroyed" if run.capture_failed else "destroyed"
+    services.kept(run_id, until, f"its VM {vm.key} kept stopped for inspection until {until:%Y-%m-%d %H:%M} UTC, "
+                  f"then {what}", actor=actor)  # fmt: skip
+    return True
+
+
+@opcode("run.discard", params=RunParams, locks=lambda p: [f"run:{p['run']}"], staff_only=True)
+def run_discard(job):
+    """A failed run's kept VM: captured as an image of the run's owner (if the run asked; a
+    failed capture is in the trail and does not keep the VM), then destroyed, its claim released."""
+    run_id = job.params["run"]
+    run = Run.objects.select_related("vm").get(pk=run_id)
+    if services.kept_vm(run) is None:
+        return {"run": run_id, "already": True}
+    job.expect(4)
+    if run.capture_failed and run.captured_image_id is None:
+        try:
+            _capture(job, run)
+        except Exception as exc:
+            if passes_through(exc) or isinstance(exc, Canceled):
+                raise
+            services.set_state(run_id, run.state, f"capturing its VM failed: {fail_reason(exc)}; destroying it",
+                               actor=job.actor, unless_final=False)  # fmt: skip
+    job.step("teardown", teardown, run_id, actor=job.actor)
+    services.set_state(run_id, run.state, f"its kept VM {run.vm.key} destroyed", actor=job.actor, unless_final=False)
+    return {"run": run_id, "vm": run.vm_id, "image": Run.objects.get(pk=run_id).captured_image_id}
+
+
+def _capture(job, run):
+    name = f"{run.image.name}-run-{run.pk}"[:100]
+    captured = job.step("capture", captures.capture_on_host, run.vm_id, name)
+    # The owner's image, as when they capture a VM themselves: restricted, to their groups only.
+    visibility, groups = access.capture_access(run.owner, run.image)
+    image = job.step("register", captures.register_capture, run.vm_id, captured, visibility, groups,
+                     actor=job.actor)  # fmt: skip
+    job.step("captured", _captured, run.pk, image["image"], name, actor=job.actor)
+
+
+def _captured(run_id, image_id, name, *, actor):
+    Run.objects.filter(pk=run_id).update(captured_image=image_id)
+    services.set_state(run_id, Run.objects.get(pk=run_id).state, f"its VM captured as the image {name}",
+                       actor=actor, unless_final=False)  # fmt: skip

@@ -1,0 +1,60 @@
+"""The public pool of run VMs (issue #15, after the DRM article's public VMs and secure rollback).
+
+An image with a ``pool_size`` above 0 (public images only: ``vms.pool_refusal``) keeps up to
+that many VMs per host for its next runs. A run whose command ran to its end (any exit status,
+or killed by its time limit or a cancel) has its VM rolled back to the clean snapshot taken
+before its first boot and parked there (``opcodes.reuse.roll_back``, ``vms.park_in_pool``: the
+same steps and claim as a ``revert_on_end`` reservation's VM, a disk-only claim while it waits).
+A failed build, or a fault of the VM, its guest or its host, is never pooled: that VM is
+destroyed. The next run of the image and size takes a parked VM on a host where it fits
+(``take``, with a claim there) and boots it with a fresh seed (``opcodes.reuse.bring_up``).
+
+"Warm" here is: staged, defined, clean and claimed on its host, with no image copy and no
+define — but still booted. The clean snapshot is of a VM never booted (so it holds no one's
+login): there is no memory state to resume. A start without a boot would need a snapshot of
+a booted guest with no login in it (memory included) and the login delivered after the resume
+through the guest channel; not done yet.
+"""
+
+from django.db import transaction
+from django.utils import timezone
+
+from provisioning.capacity import services as capacity
+from provisioning.vms import services as vms
+
+CANDIDATES = 5  # parked VMs tried (each on its host) before building a new one
+
+
+def take(run, end, *, actor):
+    """A parked VM of the run's image and size, now the run's on a fresh claim on its host, or
+    None (no pool, none parked, none where the run fits, or all taken meanwhile). Only VMs no
+    reservation used: a reservation's VM would be seeded with that reservation's login."""
+    image = run.image
+    if not image.pool_size or vms.pool_refusal(image.visibility, image.pool_size):
+        return None
+    size = {"vcpus": run.vcpus, "memory_mib": run.memory_mib, "disk_gib": run.disk_gib}
+    rows = vms.parked(image, size=size).filter(reservations__isnull=True).select_related("host", "allocation")
+    for vm in rows[:CANDIDATES]:
+        if vms.has_clean_snapshot(vm) and _take_one(vm, run, size, end, actor=actor):
+            return vm
+    return None
+
+
+def _take_one(vm, run, size, end, *, actor):
+    demand = vms.demand_for(image := run.image, size, start=timezone.now(), end=end, purpose=f"vm {vm.pk}",
+                            prefer_cached=False)  # fmt: skip
+    try:
+        with transaction.atomic():
+            if vms.is_parked_claim(vm.allocation):  # its disk is counted once: by the run's claim from now
+                capacity.release(vm.allocation, actor=actor, reason=f"{vm.key} taken from the {image.name} pool")
+            allocation = capacity.claim_on_host(vm.host, demand, actor=actor, owner=run.owner)
+            if not vms.take_parked(vm, actor=actor, owner=run.owner, allocation=allocation, name=f"run-{run.pk}",
+                                   end=end, reason=f"run {run.pk}: from the {image.name} pool"):  # fmt: skip
+                raise _Taken
+    except (_Taken, capacity.NoCapacity):  # rolled back: its parked claim stands again
+        return False
+    return True
+
+
+class _Taken(Exception):
+    """Another run took this VM first."""

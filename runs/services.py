@@ -1,0 +1,391 @@
+"""Every write of batch runs: one function per verb (``actor=`` keyword-only).
+
+``submit`` validates everything (platform → image, size, command, environment, input files,
+artifact patterns, time limit, quotas) before anything is written, then records the run, its
+input files and the ``run.execute`` job in one transaction (files stored first and removed
+again if it fails). ``cancel`` ends a queued run at once and asks a running one to stop (its
+job destroys the VM). The job's steps (``opcodes.py``) write through ``set_state``,
+``append_output``, ``store_artifact`` and ``finish``, each idempotent, so a retried step
+changes nothing twice. Each change is in the run's reason trail and emitted as an event on
+``run.<id>`` (and the owner's ``user.<id>``) after commit (the outbox).
+"""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.core.files.base import ContentFile
+from django.core.files.storage import storages
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from provisioning.jobs import reasons
+from provisioning.jobs import services as jobs
+from provisioning.jobs.models import Job
+from provisioning.vms import quotas
+from provisioning.vms import services as vms
+from provisioning.vms.models import VM
+from runs import platforms, validation
+from runs.models import ACTIVE, FINAL, Run, RunFile, RunOutput
+from vclmgr import access, changelog, events
+from vclmgr.changelog import Actor
+from vclmgr.errors import Conflict
+
+# Job priority of each run class: below interactive work (reservations' jobs run at 0).
+JOB_PRIORITY = {"low": -10, "batch": -5, "high": 0}
+S = Run.State
+EVENT_TEXT_BYTES = 64 << 10  # output pushed in an event; a bigger chunk is read from the log API
+
+
+def storage():
+    return storages["runs"]
+
+
+def visible(user):
+    """The runs ``user`` may read: their own; an auditor's or admin's: all."""
+    if access.can(user, "see_all"):
+        return Run.objects.all()
+    return Run.objects.filter(owner=user)
+
+
+def changeable(user):
+    """The runs ``user`` may cancel: their own; an admin's: all (an auditor changes nothing)."""
+    if access.is_admin(user):
+        return Run.objects.all()
+    return Run.objects.filter(owner=user)
+
+
+def may_see(user, rest):
+    """Topic authoriser for ``run.<id>``: its owner, auditors and admins."""
+    if not rest.isdigit() or len(rest) > 18:
+        return False
+    return access.can(user, "see_all") or Run.objects.filter(pk=int(rest), owner=user).exists()
+
+
+def holdings(window):
+    """The quota engine's holder for runs: each active one that may still hold a VM in the
+    window (its VM is not counted as an ad-hoc VM: it is the run's)."""
+    rows = Run.objects.filter(state__in=ACTIVE, hold_until__gt=window.start)
+    if window.end is not None:
+        rows = rows.filter(created__lt=window.end)
+    rows = window.narrow(rows, "run", user="owner_id", group="owner__groups")
+    return rows.values_list("vcpus", "memory_mib")
+
+
+# --- submit -----------------------------------------------------------------------------
+
+
+def resolve(owner, platform="", image=None):
+    """The image a run uses: the named one (if the owner may use it) or the first image that
+    provides the platform and that some online host can run. ``ValidationError`` otherwise."""
+    if bool(platform) == (image is not None):
+        raise ValidationError({"platform": ["give a platform or an image, one of them"]})
+    try:
+        if image is not None:
+            if not vms.visible_images(owner).filter(pk=image.pk, active=True).exists():
+                raise platforms.NoPlatform("no such image, or you may not use it")
+            return platforms.usable([image])[0]
+        return platforms.usable(platforms.images_for(owner, platform))[0]
+    except platforms.NoPlatform as exc:
+        raise ValidationError({"image" if image is not None else "platform": [str(exc)]}) from None
+
+
+def _inputs(inputs):
+    """``[(path, bytes)]`` from ``{path: bytes | file}`` or pairs, checked against the limits."""
+    items = list(inputs.items() if isinstance(inputs, dict) else inputs or [])
+    if len(items) > validation.MAX_INPUTS:
+        raise ValidationError({"inputs": [f"at most {validation.MAX_INPUTS} input files"]})
+    cleaned, total = [], 0
+    for path, content in items:
+        try:
+            path = validation.input_path(path)
+        except ValidationError as exc:
+            raise ValidationError({"inputs": exc.messages}) from None
+        size = len(content) if isinstance(content, bytes) else content.size
+        total += size
+        if total > settings.RUN_INPUT_MAX_BYTES:
+            raise ValidationError({"inputs": [
+                f"input files are over the limit of {settings.RUN_INPUT_MAX_BYTES} bytes (RUN_INPUT_MAX_BYTES)"
+            ]})  # fmt: skip
+        cleaned.append((path, content if isinstance(content, bytes) else content.read()))
+    if len({p for p, _ in cleaned}) != len(cleaned):
+        raise ValidationError({"inputs": ["two input files have the same path"]})
+    return cleaned
+
+
+def submit(*, actor, owner, platform="", image=None, argv=None, script="", env=None, artifacts=(), inputs=(),
+           time_limit=None, priority="batch", vcpus=None, memory_mib=None, disk_gib=None, keep_failed_minutes=0,
+           capture_failed=False, reason=""):  # fmt: skip
+    """Validate and record a run and queue its ``run.execute`` job; returns the run.
+
+    Nothing is created when anything is refused (``ValidationError`` per field; a quota's
+    refusal names its rule)."""
+    image = resolve(owner, platform, image)
+    argv, script = validation.command(argv, script)
+    env = validation.environment(env)
+    artifacts = validation.artifact_patterns(artifacts)
+    time_limit = validation.time_limit(time_limit)
+    keep_failed_minutes, capture_failed = validation.keep_failed(keep_failed_minutes, capture_failed)
+    if priority not in JOB_PRIORITY:
+        raise ValidationError({"priority": [f"one of {', '.join(JOB_PRIORITY)}"]})
+    files = _inputs(inputs)
+    size = vms.size_for(image, vcpus, memory_mib, disk_gib)
+    errors = {f: [f"{image.name} needs at least {low}"] for f, low in
+              (("vcpus", image.min_vcpus), ("memory_mib", image.min_memory_mib), ("disk_gib", image.min_disk_gib))
+              if size[f] < low}  # fmt: skip
+    if errors:
+        raise ValidationError(errors)
+    now = timezone.now()
+    hold_until = now + timedelta(minutes=settings.RUN_BOOT_MINUTES, seconds=time_limit)
+    limited = not access.is_admin(owner)
+    if limited:
+        errors = quotas.check(owner, image, now, hold_until, size, when_field=NON_FIELD_ERRORS)
+        errors.pop("end", None)  # a run's length is its time limit, checked above, not a reservation's
+        if errors:
+            raise ValidationError(errors)
+    stored = []
+    try:
+        with transaction.atomic():
+            if limited:
+                try:
+                    quotas.check_locked(owner, image, now, hold_until, size, when_field=NON_FIELD_ERRORS)
+                except ValidationError as exc:
+                    if set(exc.message_dict) - {"end"}:
+                        raise ValidationError({k: v for k, v in exc.message_dict.items() if k != "end"}) from None
+            trail = [reasons.entry(f"vclmgr:run:{Actor.of(actor).label}"[:64], reason or "submitted")]
+            run = Run.objects.create(
+                owner=owner, platform=platform or "", image=image, argv=argv, script=script, env=env,
+                artifacts=artifacts, time_limit=time_limit, priority=priority, hold_until=hold_until, reason=trail,
+                keep_failed_minutes=keep_failed_minutes, capture_failed=capture_failed, **size,
+            )  # fmt: skip
+            for path, data in files:
+                name = storage().save(f"{run.pk}/input/{path}", ContentFile(data))
+                stored.append(name)
+                RunFile.objects.create(run=run, kind=RunFile.Kind.INPUT, path=path, size=len(data), stored=name)
+            job = jobs.submit(
+                "run.execute", {"run": run.pk}, actor=actor, submitter=owner, priority=JOB_PRIORITY[priority],
+                reason=reason or f"run {run.pk}",
+            )  # fmt: skip
+            Run.objects.filter(pk=run.pk).update(job=job.pk)
+            run.job = job.pk
+            changelog.record(run, "create", actor, reason=reason or "submitted")
+            _emit(run)
+    except BaseException:
+        for name in stored:
+            storage().delete(name)
+        raise
+    return run
+
+
+# --- state, output, files (the job's writes) -----------------------------------------------
+
+
+def _emit(run, kind="run.changed", data=None):
+    payload = data or {"run": run.pk, "state": run.state, "exit_status": run.exit_status, "error": run.error}
+    events.emit(kind, payload, [f"run.{run.pk}", f"user.{run.owner_id}"])
+
+
+def set_state(run_id, state, message, *, actor, unless_final=True, **fields):
+    """Move the run to ``state`` (with ``fields``) and add ``message`` to its trail; a final
+    run is left alone (returns None), so a late step cannot undo an end."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if unless_final and run.is_final:
+            return None
+        before = run.state
+        run.state = state
+        for name, value in fields.items():
+            setattr(run, name, value)
+        run.reason = [*run.reason, reasons.entry("vclmgr:run", message)]
+        run.save()
+        changelog.record(run, "state", actor, {"state": [before, state]}, reason=message)
+        _emit(run)
+        if run.is_final and before not in FINAL:  # told once, by mail if the owner wants it
+            finished = {"id": run.pk, "status": state, "exit_status": run.exit_status, "reason": message}
+            events.emit("run.finished", finished, [f"user.{run.owner_id}"])
+    return run
+
+
+def append_output(run_id, offset, data):
+    """Add output printed from ``offset`` on; idempotent (what was already added is skipped).
+    Past ``RUN_OUTPUT_MAX_BYTES`` bytes are counted and dropped."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        skip = run.output_seen - offset
+        if skip >= len(data) or skip < 0:
+            return run.output_seen
+        data = data[skip:]
+        keep = data[: max(0, settings.RUN_OUTPUT_MAX_BYTES - run.output_kept)]
+        fields = {"output_seen": F("output_seen") + len(data)}
+        if keep:
+            seq = run.output_chunks
+            RunOutput.objects.create(run=run, seq=seq, offset=run.output_kept, data=keep)
+            fields.update(output_kept=F("output_kept") + len(keep), output_chunks=F("output_chunks") + 1)
+            # A big chunk is not pushed whole: the page fetches it from the log API (``more``).
+            text = keep.decode("utf-8", "replace") if len(keep) <= EVENT_TEXT_BYTES else ""
+            _emit(run, "run.output", {"run": run.pk, "seq": seq, "text": text, "more": not text})
+        Run.objects.filter(pk=run.pk).update(**fields)
+        return run.output_seen + len(data)
+
+
+def store_artifact(run_id, path, data):
+    """Keep one artifact (idempotent per path)."""
+    path = validation.artifact_path(path)
+    if RunFile.objects.filter(run_id=run_id, kind=RunFile.Kind.ARTIFACT, path=path).exists():
+        return
+    name = storage().save(f"{run_id}/artifact/{path}", ContentFile(data))
+    RunFile.objects.create(run_id=run_id, kind=RunFile.Kind.ARTIFACT, path=path, size=len(data), stored=name)
+
+
+def finish(run_id, state, message, *, actor, exit_status=None, error=""):
+    return set_state(run_id, state, message, actor=actor, exit_status=exit_status, error=error[:4000],
+                     ended=timezone.now())  # fmt: skip
+
+
+def cancel(run, *, actor, reason=""):
+    """A queued run ends at once; a running one stops at its job's next look (its VM destroyed)."""
+    run.refresh_from_db()
+    if run.is_final:
+        raise Conflict(f"run {run.pk} already ended ({run.state})")
+    who = Actor.of(actor).label
+    why = f"canceled by {who}" + (f": {reason}" if reason else "")
+    Run.objects.filter(pk=run.pk).update(cancel_requested=True)
+    job = Job.objects.filter(pk=run.job).first() if run.job else None
+    if job is not None and not job.is_final:
+        try:
+            # As the run's own agent: the user may cancel the run, not the system's job directly.
+            # A queued job ends at once; a running one stops at its next step, and its handler
+            # destroys the VM (a waiting command also sees cancel_requested at its next look).
+            jobs.cancel(job, actor=f"run {run.pk} ({who})", reason=reason or "run canceled")
+        except Conflict:
+            pass  # it ended or is being canceled meanwhile
+        job.refresh_from_db()
+    if job is not None and job.status == Job.Status.CANCELED and run.vm_id is None:
+        finish(run.pk, S.CANCELED, why, actor=actor)  # never started: nothing to tear down
+    else:
+        set_state(run.pk, run.state, f"{why}; stopping", actor=actor)
+    run.refresh_from_db()
+    return run
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def log(run, after=-1, limit=100):
+    """Output chunks after sequence number ``after``: ``(chunks, next_after)``."""
+    chunks = list(RunOutput.objects.filter(run=run, seq__gt=after).order_by("seq")[:limit])
+    return chunks, (chunks[-1].seq if chunks else after)
+
+
+def truncation_note(run):
+    if run.files_removed:
+        return RETENTION_NOTE
+    if not run.truncated:
+        return ""
+    return (f"[vclmgr: output truncated: {run.output_kept} bytes kept of {run.output_seen} "
+            f"(RUN_OUTPUT_MAX_BYTES)]")  # fmt: skip
+
+
+# --- a run whose job ended without ending it ----------------------------------------------------
+
+
+def job_ended(kind, data, topics, ids):
+    """Listener of ``job.status``: a ``run.execute`` job that ended (a lost worker on its last
+    attempt, an error outside its own handling) while its run had not ended gets a
+    ``run.cleanup`` job, submitted once this commits: the VM never outlives its run."""
+    if data.get("opcode") != "run.execute" or data.get("status") not in (Job.Status.ERROR, Job.Status.CANCELED):
+        return
+    run = Run.objects.filter(job=data["id"]).exclude(state__in=FINAL).only("pk", "owner_id").first()
+    if run is None:
+        return
+    transaction.on_commit(lambda: jobs.submit("run.cleanup", {"run": run.pk}, actor=f"run {run.pk}",
+                                              reason=f"run {run.pk}: its job {data['id']} ended"))  # fmt: skip
+
+
+# --- retention ------------------------------------------------------------------------------
+
+RETENTION_NOTE = "[vclmgr: its output and files were removed by retention (RUNS_RETENTION_DAYS)]"
+RETENTION_BATCH = 200  # runs per round: a first round after a long pause must not hold a worker long
+
+
+def expire_files(*, actor, now=None):
+    """Remove the output, input files and artifacts of runs that ended more than
+    ``RUNS_RETENTION_DAYS`` ago (0: never); the run's row stays, marked ``files_removed``.
+    Idempotent: a run is done once; a file already gone is skipped. Returns how many runs."""
+    days = settings.RUNS_RETENTION_DAYS
+    if days <= 0:
+        return 0
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    old = Run.objects.filter(state__in=FINAL, ended__lt=cutoff, files_removed__isnull=True).order_by("pk")
+    ids = list(old.values_list("pk", flat=True)[:RETENTION_BATCH])
+    for run_id in ids:
+        _remove_files(run_id, days, actor=actor)
+    return len(ids)
+
+
+def _remove_files(run_id, days, *, actor):
+    # Files first, outside the transaction (storage is not transactional); a crash between the
+    # two leaves rows whose files are gone, and the next round deletes them again (a no-op).
+    for name in RunFile.objects.filter(run_id=run_id).values_list("stored", flat=True):
+        storage().delete(name)
+    message = f"its output and files removed by retention ({days} days after its end)"
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.files_removed:
+            return
+        RunFile.objects.filter(run_id=run_id).delete()
+        RunOutput.objects.filter(run_id=run_id).delete()
+        run.files_removed = timezone.now()
+        run.reason = [*run.reason, reasons.entry("vclmgr:run", message)]
+        run.save(update_fields=["files_removed", "reason"])
+        changelog.record(run, "update", actor, {"files_removed": [None, str(run.files_removed)]}, reason=message)
+
+
+# --- a failed run's VM kept for inspection (post-build analysis, after ETICS) ------------------
+
+KEEP_RETRY = timedelta(minutes=10)  # a discard that failed is tried again after this, not every round
+
+
+def kept(run_id, until, message, *, actor):
+    """The job kept the run's VM stopped (``vms.keep_stopped``) until ``until``: say so."""
+    return set_state(run_id, Run.objects.get(pk=run_id).state, message, actor=actor, unless_final=False,
+                     kept_until=until)  # fmt: skip
+
+
+def kept_vm(run):
+    """The id of the run's VM while it is kept for inspection, else None."""
+    if run.kept_until is None or run.vm_id is None or run.vm.state == VM.State.DESTROYED:
+        return None
+    return run.vm_id
+
+
+def _kept():
+    return Run.objects.filter(kept_until__isnull=False, vm__isnull=False).exclude(vm__state=VM.State.DESTROYED)
+
+
+def discard_kept(run, *, actor, reason=""):
+    """Destroy a kept VM now (its owner, or staff): the ``run.discard`` job (capture first, when
+    asked). ``Conflict`` when the run keeps none."""
+    if not _kept().filter(pk=run.pk).exists():
+        raise Conflict(f"run {run.pk} keeps no VM")
+    who = Actor.of(actor).label
+    return _submit_discard(run.pk, f"run {run.pk} ({who})", reason or f"run {run.pk}: its kept VM discarded by {who}")
+
+
+def discard_expired(*, actor, now=None):
+    """Submit ``run.discard`` for each run whose VM's keeping time is over and that has no such
+    job pending, running or tried within ``KEEP_RETRY``. Returns how many were submitted."""
+    now = now or timezone.now()
+    due = list(_kept().filter(kept_until__lte=now).values_list("pk", flat=True))
+    recent = Q(status__in=(*Job.PENDING, Job.Status.RUNNING)) | Q(received__gt=now - KEEP_RETRY)
+    jobs_of_due = Job.objects.filter(recent, opcode="run.discard", params__run__in=due)
+    busy = set(jobs_of_due.values_list("params__run", flat=True))
+    todo = [pk for pk in due if pk not in busy]
+    for pk in todo:
+        _submit_discard(pk, actor, f"run {pk}: its failed VM's keeping time is over")
+    return len(todo)
+
+
+def _submit_discard(run_id, actor, reason):
+    return jobs.submit("run.discard", {"run": run_id}, actor=actor, reason=reason)

@@ -1,0 +1,102 @@
+"""Idle reclamation on real QEMU VMs (issue #18): two reservations of the test guest through the
+API, a real worker process whose idle round asks the guests every 2 s through the QEMU guest
+agent (``guest-get-users``, i.e. the guest's utmp). Nobody logs in to the first: it is ended as a
+no-show after the (one-minute) limit. The second has an interactive SSH session open: it is kept
+past that limit, the agent lists its login, and once the session is closed it is reclaimed as idle."""
+
+import time
+from datetime import timedelta
+
+import paramiko
+import pytest
+
+from provisioning.drivers import registry
+from provisioning.vms import services as vms
+from reservations import idle
+from reservations.models import Reservation
+from tests.integration.test_reserve_real_vm import kvm_host, reserve, vm_ids, wait_ready  # noqa: F401
+from tests.provisioning.jobs.helpers import wait_until
+from tests.realvm import new_login
+
+pytestmark = pytest.mark.slow
+URL = "/api/v1/reservations/"
+
+
+@pytest.fixture
+def guest(guest_image):
+    """The test guest, with room to boot two at once on a loaded machine (software emulation)."""
+    image = vms.create_image(
+        actor="test", name="guest-idle", os="Debian 12 test guest", min_memory_mib=128, default_memory_mib=256,
+        min_disk_gib=0, default_disk_gib=1, ready_timeout=280,
+    )  # fmt: skip
+    vms.add_variant(
+        image, actor="test", hypervisor_type="kvm", format="qcow2", location=str(guest_image["dir"] / "disk.qcow2")
+    )
+    return image
+
+
+def open_shell(details, pkey):
+    """An interactive session (a terminal: dropbear records it in utmp), kept open by the caller."""
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a fresh guest: its host key is new
+    client.connect(details["address"], port=details["port"], username=details["user"], pkey=pkey, timeout=30,
+                   banner_timeout=30, auth_timeout=60, allow_agent=False, look_for_keys=False)  # fmt: skip
+    shell = client.invoke_shell()
+    shell.send(b"echo hello-$((6*7))\n")
+    seen = b""
+    deadline = time.monotonic() + 30
+    while b"hello-42" not in seen and time.monotonic() < deadline:
+        if shell.recv_ready():
+            seen += shell.recv(4096)
+        time.sleep(0.1)
+    assert b"hello-42" in seen, seen
+    return client
+
+
+def status(rid):
+    return Reservation.objects.get(pk=rid).status
+
+
+def test_a_no_show_is_reclaimed_and_a_reservation_with_an_ssh_session_is_not(
+    transactional_db, tmp_path, api, alice, kvm_host, guest, libvirt_conn  # noqa: F811 (an imported fixture)
+):  # fmt: skip
+    from tests import processes
+
+    host, _pool = kvm_host
+    idle.set_policy(actor="test", image=guest, no_show_minutes=1, idle_minutes=1, warn_minutes=0)
+    child = processes.start_worker(tmp_path, workers=2, IDLE_CHECK_SECONDS=2)
+    shell = None
+    try:
+        client = api(alice)
+        login = new_login()
+        nobody, used = reserve(client, guest, ssh_key=login["public"]), reserve(client, guest, ssh_key=login["public"])
+        details = wait_ready(client, used, child)["connection"]
+        shell = open_shell(details, login["pkey"])
+        used_vm = Reservation.objects.get(pk=used).vm
+        sessions = registry.driver_for(host).guest_sessions(used_vm.key)
+        assert [s.user for s in sessions] == ["alice"] and sessions[0].login_time > time.time() - 600
+        wait_ready(client, nobody, child)
+
+        wait_until(lambda: status(nobody) == "ended", 240, "the no-show to be reclaimed", child, interval=0.5)
+        gone = Reservation.objects.get(pk=nobody)
+        assert gone.reclaimed == "no_show" and gone.connected_at is None
+        assert gone.history.filter(reason__startswith="reclaimed: no-show").exists()
+        assert gone.vm.key not in [d.name() for d in libvirt_conn.listAllDomains()]
+
+        kept = Reservation.objects.get(pk=used)
+        ready_at = kept.history.filter(status="ready").first().at
+        wait_until(
+            lambda: Reservation.objects.get(pk=used).idle_since > ready_at + timedelta(minutes=1.2),
+            120, "the kept reservation's idle clock to move past both limits", child, interval=0.5,
+        )  # fmt: skip
+        kept = Reservation.objects.get(pk=used)
+        assert kept.status == "ready" and kept.connected_at is not None and not kept.reclaimed
+
+        shell.close()  # logged out: dropbear marks the utmp entry dead; the idle clock now runs
+        shell = None
+        wait_until(lambda: status(used) == "ended", 240, "the idle reservation to be reclaimed", child, interval=0.5)
+        assert Reservation.objects.get(pk=used).reclaimed == "idle"
+    finally:
+        if shell is not None:
+            shell.close()
+        child.stop()

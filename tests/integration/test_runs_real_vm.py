@@ -1,0 +1,143 @@
+"""Batch runs on a real QEMU VM (issue #15): a real worker builds the test guest on the private
+libvirtd, runs the command through the QEMU guest agent (guest-exec, guest-file-*), keeps its
+output and artifacts, and destroys the VM. After each: no domain, no volume, no live claim."""
+
+import time
+
+import pytest
+
+from provisioning.capacity.models import Allocation
+from provisioning.vms import services as vms
+from runs import services
+from runs.models import Run
+from tests import processes
+from tests.integration import test_reserve_real_vm as reserve_real
+from tests.provisioning.jobs.helpers import wait_until
+
+pytestmark = pytest.mark.slow
+kvm_host, vm_ids = reserve_real.kvm_host, reserve_real.vm_ids  # the reservation tests' host and VM ids
+RUN_TIMEOUT = 400  # s: a boot takes ~10 s alone, but the two cores may be shared with a whole test run
+
+
+@pytest.fixture
+def storage_dir(settings, tmp_path):
+    where = tmp_path / "runs"
+    settings.STORAGES = {**settings.STORAGES, "runs": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(where)}}}  # fmt: skip
+    return where
+
+
+@pytest.fixture
+def run_worker(transactional_db, tmp_path, storage_dir):
+    child = processes.start_worker(
+        tmp_path, RUN_STORAGE_DIR=str(storage_dir), RUN_STEP_SECONDS=2, RUN_POLL_SECONDS=0.2, RUN_MIN_SECONDS=5
+    )
+    yield child
+    child.stop()
+
+
+@pytest.fixture
+def guest_os(guest_image):
+    image = vms.create_image(
+        actor="test", name="guest-debian", os="Debian 12 test guest", min_memory_mib=128, default_memory_mib=256,
+        min_disk_gib=0, default_disk_gib=1, readiness="agent", default_vcpus=1,
+    )  # fmt: skip
+    vms.add_variant(
+        image, actor="test", hypervisor_type="kvm", format="qcow2", location=str(guest_image["dir"] / "disk.qcow2")
+    )
+    return image
+
+
+def run_to_end(run, worker):
+    def ended():
+        fresh = Run.objects.get(pk=run.pk)
+        return fresh if fresh.is_final else None
+
+    return wait_until(ended, RUN_TIMEOUT, f"run {run.pk} to end", worker, interval=0.3)
+
+
+def output(run):
+    return b"".join(bytes(c.data) for c in run.output.order_by("seq"))
+
+
+def assert_left_nothing(run, conn, pool):
+    vm = run.vm
+    assert vm is not None and vm.state == "destroyed", vm and vm.error
+    assert vm.key not in [d.name() for d in conn.listAllDomains()]
+    pool.pool.refresh(0)
+    assert [v.name() for v in pool.pool.listAllVolumes() if v.name().startswith(vm.key)] == []
+    assert not Allocation.objects.filter(released__isnull=True).exists()
+
+
+def submit(user, **kwargs):
+    kwargs.setdefault("time_limit", 120)
+    return services.submit(actor=user, owner=user, platform="debian-12-test-guest", **kwargs)
+
+
+def test_runs_exit_0_and_3_with_their_output_and_leave_nothing(run_worker, alice, kvm_host, guest_os, libvirt_conn):
+    _host, pool = kvm_host
+    started = time.monotonic()
+    ok = run_to_end(submit(alice, argv=["/bin/sh", "-c", "echo hello from $(uname -s); echo $GREETING"],
+                           env={"GREETING": "hi there"}), run_worker)  # fmt: skip
+    first = time.monotonic() - started
+    assert ok.state == "success", (ok.reason, run_worker.output()[-3000:])
+    assert ok.exit_status == 0
+    assert output(ok) == b"hello from Linux\nhi there\n"
+    assert_left_nothing(ok, libvirt_conn, pool)
+
+    failed = run_to_end(submit(alice, script="echo failing >&2\nexit 3\n"), run_worker)
+    assert failed.state == "error" and failed.exit_status == 3, failed.reason
+    assert output(failed) == b"failing\n" and "exited with status 3" in failed.error
+    assert_left_nothing(failed, libvirt_conn, pool)
+    print(f"\nsubmit to end of the first run (image staged): {first:.1f} s")
+
+
+def test_an_input_file_goes_in_and_an_artifact_comes_out(run_worker, alice, kvm_host, guest_os, libvirt_conn):
+    _host, pool = kvm_host
+    script = "mkdir -p out && tr a-z A-Z < data/in.txt > out/result.xml && printf '\\377\\376 raw\\n'"
+    run = run_to_end(
+        submit(alice, argv=["/bin/sh", "-c", script], inputs={"data/in.txt": b"shout\n"}, artifacts=["out/*.xml"]),
+        run_worker,
+    )
+    assert run.state == "success", (run.reason, run_worker.output()[-3000:])
+    assert output(run) == b"\xff\xfe raw\n"  # not UTF-8: kept as bytes
+    [artifact] = run.files.filter(kind="artifact")
+    assert artifact.path == "out/result.xml"
+    assert services.storage().open(artifact.stored).read() == b"SHOUT\n"
+    assert_left_nothing(run, libvirt_conn, pool)
+
+
+def test_a_run_past_its_time_limit_is_killed_and_its_vm_destroyed(run_worker, alice, kvm_host, guest_os, libvirt_conn):
+    _host, pool = kvm_host
+    run = run_to_end(submit(alice, argv=["/bin/sh", "-c", "echo started; sleep 600"], time_limit=10), run_worker)
+    assert run.state == "error" and run.exit_status is None, run.reason
+    assert "time limit of 10 s" in run.error and output(run) == b"started\n"
+    assert_left_nothing(run, libvirt_conn, pool)
+
+
+def test_a_pooled_images_second_run_starts_on_the_reverted_vm(run_worker, alice, bob, kvm_host, guest_os,
+                                                              libvirt_conn):  # fmt: skip
+    """The first run writes a file and ends; its VM is reverted to the clean snapshot (taken
+    before its first boot) and parked; the second run (another user) gets that VM, and the file
+    is gone. Then the parked VM is destroyed: nothing left."""
+    from provisioning.vms.models import VM
+    from tests.integration.test_real_vm_ops import run_job
+
+    _host, pool = kvm_host
+    vms.update_image(guest_os, actor="test", pool_size=1)
+    first = run_to_end(submit(alice, argv=["/bin/sh", "-c", "echo secret > /root/left-behind; sync; echo wrote"]),
+                       run_worker)  # fmt: skip
+    assert first.state == "success", (first.reason, run_worker.output()[-3000:])
+    parked = VM.objects.get(pk=first.vm_id)
+    assert parked.state == "stopped" and parked.owner is None and vms.is_parked_claim(parked.allocation)
+    assert parked.key in [d.name() for d in libvirt_conn.listAllDomains()]  # kept defined, shut off
+    check = "test -e /root/left-behind && echo still there || echo gone"
+    second = run_to_end(submit(bob, argv=["/bin/sh", "-c", check]), run_worker)
+    assert second.state == "success", (second.reason, run_worker.output()[-3000:])
+    assert second.vm_id == first.vm_id
+    assert any(entry[1].startswith(f"started on a pooled VM {parked.key}") for entry in second.reason)
+    assert output(second) == b"gone\n"
+    live = Allocation.objects.filter(released__isnull=True)
+    assert [a.pk for a in live] == [VM.objects.get(pk=parked.pk).allocation_id]  # its disk claim alone
+    run_job(vms.submit_action(VM.objects.get(pk=parked.pk), "destroy", actor="test").pk, run_worker)
+    assert_left_nothing(Run.objects.get(pk=second.pk), libvirt_conn, pool)

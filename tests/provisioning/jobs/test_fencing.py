@@ -1,0 +1,174 @@
+"""Fencing in-process: once another run took the job over, the old run writes nothing more
+(no step record, no log line, no end) and makes no further driver call.
+
+A takeover here is what the janitor and a second worker do: the lease is let expire (its
+``lease_until`` moved into the past, as when the heartbeat stops), ``recover_expired``
+requeues the job and a new claim raises its generation. The cross-process version, with a
+worker frozen by SIGSTOP in the middle of a real ``vm.create``, is
+tests/provisioning/vms/test_fencing.py.
+"""
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from inventory.models import Hypervisor
+from provisioning.drivers import registry as drivers
+from provisioning.drivers.sim.driver import SimDriver
+from provisioning.jobs import dispatcher, runner, tasks
+from provisioning.jobs.models import Gauge, Job, JobLog
+from tests.provisioning.jobs.helpers import refresh, submit
+from vclmgr import fencing
+
+pytestmark = pytest.mark.django_db
+
+
+def _take_over(job):
+    """Expire the lease, let the janitor requeue the job and a second worker claim it."""
+    Job.objects.filter(pk=job.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+    assert tasks.recover_expired() == 1
+    claim = dispatcher.claim_next(runner="second:1")
+    assert claim is not None and claim.id == job.pk
+    return claim
+
+
+def _first_run(sync_jobs):
+    job = submit("test.sleep", {"steps": 3, "seconds": 0})
+    claim = dispatcher.claim_next(runner="first:1")
+    lease = runner.Lease(claim.id, claim.token, claim.job.attempt, claim.lease_seconds)
+    return job, claim, lease, runner.JobContext(claim.job, lease, time.monotonic() + 60)
+
+
+def test_every_takeover_raises_the_generation(sync_jobs):
+    job, claim, lease, _ = _first_run(sync_jobs)
+    assert lease.generation == 1
+    second = _take_over(job)
+    assert second.job.attempt == 2 and second.token != claim.token
+
+
+def test_the_old_run_can_neither_step_nor_log_nor_end(sync_jobs):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    ctx.step("one", lambda: 1)
+    _take_over(job)
+    before = (refresh(job).steps, JobLog.objects.filter(job=job).count())
+    ran = []
+    with pytest.raises(runner.LeaseLost):
+        ctx.step("two", ran.append, 2)  # the check before the step is a conditional write
+    assert ran == []
+    with pytest.raises(runner.LeaseLost):
+        ctx.log("the old run still talking")
+    with pytest.raises(runner.LeaseLost):
+        ctx._record("two", 2)
+    ended = runner._Ender(ctx.job, lease, None)(Job.Status.SUCCESS, result={"by": "the old run"})
+    assert ended == ("lost", None)
+    job = refresh(job)
+    assert (job.steps, JobLog.objects.filter(job=job).count()) == before
+    assert job.status == "running" and job.result is None and job.runner == "second:1"
+    assert not JobLog.objects.filter(job=job, message__contains="old run").exists()
+
+
+def test_the_new_run_finishes_with_its_own_result(sync_jobs):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    ctx.step("one", lambda: 1)
+    second = _take_over(job)
+    assert runner.execute(second.id, second.token, time.monotonic() + 60, second.job, second.lease_seconds) == "success"
+    assert runner._Ender(ctx.job, lease, None)(Job.Status.ERROR, error="late", trace="old traceback") == ("lost", None)
+    job = refresh(job)
+    assert job.status == "success" and job.attempt == 2 and job.error_message == ""
+    assert not JobLog.objects.filter(job=job, message="old traceback").exists()
+
+
+@pytest.fixture
+def sim_driver(db):
+    host = Hypervisor.objects.create(name="sim-f", address="sim-f.example.org", driver="sim", cpus=8,
+                                     memory_mib=8192, disk_gib=100)  # fmt: skip
+    return drivers.driver_for(host)
+
+
+@pytest.fixture
+def sim_calls(monkeypatch):
+    """Every call that reaches the simulated hypervisor (a spy on the real driver)."""
+    calls = []
+    real = SimDriver._step
+
+    def spy(self, step):
+        calls.append(step)
+        return real(self, step)
+
+    monkeypatch.setattr(SimDriver, "_step", spy)
+    return calls
+
+
+def test_a_driver_call_after_the_takeover_never_reaches_the_host(sync_jobs, sim_driver, sim_calls):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    with fencing.holding(lease):
+        sim_driver.facts()
+        assert sim_calls == ["facts"]
+        _take_over(job)
+        # Within the trusted window nobody can have taken over (the clocks agree): to stand
+        # for a worker that was frozen past its lease, age the last confirmation.
+        lease.confirmed -= lease.lease_seconds
+        with pytest.raises(runner.LeaseLost):
+            sim_driver.facts()
+        assert lease.lost
+        with pytest.raises(runner.LeaseLost):  # and it stays lost, without asking again
+            sim_driver.list_vms()
+    assert sim_calls == ["facts"]
+    sim_driver.facts()  # outside a run nothing is fenced
+    assert sim_calls == ["facts", "facts"]
+
+
+def test_a_driver_call_within_the_trusted_window_costs_no_statement(sync_jobs, sim_driver, django_assert_num_queries):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    sim_driver.facts()  # the simulated host row exists now
+    with fencing.holding(lease), django_assert_num_queries(0):
+        lease.check()
+        lease.check()
+
+
+def test_a_renewal_that_matches_nothing_marks_the_lease_lost(sync_jobs):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    _take_over(job)
+    with pytest.raises(runner.LeaseLost):
+        lease.renew()
+    assert lease.lost
+    assert refresh(job).runner == "second:1"
+
+
+def test_a_database_step_of_the_old_run_is_rolled_back_whole(sync_jobs):
+    # A database-only step runs in its record's transaction: the record, conditional on the
+    # lease, matches nothing for the old run, and the step's own writes go with it.
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    ctx.step("one", lambda: 1)
+    _take_over(job)
+    before = refresh(job).steps
+    with pytest.raises(runner.LeaseLost):
+        ctx.db_step("two", lambda: Gauge.objects.create(name="written by the old run").pk)
+    assert not Gauge.objects.filter(name="written by the old run").exists()
+    assert refresh(job).steps == before
+    with pytest.raises(runner.LeaseLost):  # and nothing more from it, even without a write
+        ctx.db_step("three", lambda: Gauge.objects.create(name="later").pk)
+    assert not Gauge.objects.filter(name="later").exists()
+
+
+def test_a_cancel_asked_while_a_database_step_runs_undoes_the_step(sync_jobs):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+
+    def step():
+        Gauge.objects.create(name="made by the step")
+        Job.objects.filter(pk=job.pk).update(cancel_requested=True)  # a user's cancel, meanwhile
+        return 1
+
+    with pytest.raises(runner.Canceled):
+        ctx.db_step("one", step)
+    assert not Gauge.objects.filter(name="made by the step").exists()
+    assert refresh(job).steps == [] and ctx._steps == []
+
+
+def test_a_database_step_commits_with_its_record(sync_jobs):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    assert ctx.db_step("one", lambda: Gauge.objects.create(name="kept").pk) == Gauge.objects.get(name="kept").pk
+    assert [s["name"] for s in refresh(job).steps] == ["one"]
+    assert ctx.db_step("one-again", lambda: 2) == 2 and len(refresh(job).steps) == 2
