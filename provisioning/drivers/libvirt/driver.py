@@ -423,6 +423,11 @@ class LibvirtDriver(base.Driver):
         dom = self._domain(key)
         snap = self._call(f"snapshot {name!r} of {key}", dom.snapshotLookupByName, name, 0)
         self._call(f"revert {key} to {name!r}", dom.revertToSnapshot, snap, 0)
+        if dom.isActive():  # resumed from memory: the guest's clock is the snapshot's; its agent re-reads the RTC
+            try:
+                dom.setTime(None, libvirt.VIR_DOMAIN_TIME_SYNC)
+            except libvirt.libvirtError as exc:  # no agent (yet): the clock catches up by itself (NTP)
+                log.info("%s: guest clock not synced after the revert: %s", key, exc)
 
     @translated
     def reseed(self, key, guest):
