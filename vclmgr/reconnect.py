@@ -6,8 +6,8 @@ is its own) the lost statement did not commit, so it is safe to send once more o
 connection, and the request goes on instead of answering 500. Inside ``atomic`` the
 transaction is gone with the session: that error stands (the caller's transaction failed
 whole, nothing of it committed). Installed on every PostgreSQL connection as an execute
-wrapper (``vclmgr.apps``); pooled connections are also checked when taken from the pool
-(``settings``), which catches most dead ones before any statement.
+wrapper (``vclmgr.apps``). Pooled connections are also checked when taken from the pool
+(Django does it with ``CONN_HEALTH_CHECKS``); this covers a session dropped while in use.
 """
 
 import logging
