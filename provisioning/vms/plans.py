@@ -421,11 +421,15 @@ def compute(kind, *, actor, target="", group=None, reason="", rate_limit=None, o
         raise Conflict(f"a {kind} plan needs a target ({'node' if kind == K.EVACUATE_NODE else 'group'} name)")
     try:
         reason = reasons.check(reason) if reason else ""
-        limit = rate_limit or rate_limit_of(reason, DEFAULT_RATE_LIMIT)
+        said = rate_limit_of(reason)
     except reasons.BadReason as exc:
         raise Conflict(f"reason: {exc}") from None
+    # 0 is a number given, not "none given": refused below rather than read as the default.
+    limit = rate_limit if rate_limit is not None else said or DEFAULT_RATE_LIMIT
     if not 1 <= int(limit) <= 10000:
         raise Conflict("rate_limit must be between 1 and 10000")
+    if said is not None and int(limit) != said:
+        raise Conflict(f"the reason says rate-limit {said}, rate_limit says {limit}: give one of them")
     actor = Actor.of(actor)
     plan = Plan(kind=kind, target=target or "", reason=reason, rate_limit=int(limit),
                 options={**(options or {}), "group": group}, created_by=actor.label[:150])  # fmt: skip
