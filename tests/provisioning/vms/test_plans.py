@@ -154,6 +154,32 @@ def test_a_group_evacuation_drains_its_hosts_and_moves_their_future_reservations
     assert not Allocation.objects.filter(host__in=hosts, released__isnull=True).exists()
 
 
+def test_a_plan_ends_with_its_last_job_without_being_read(
+    make_host, image, admin_user, alice, sync_jobs, django_capture_on_commit_callbacks
+):
+    from reservations import services as reservations
+    from vclmgr.models import Event
+
+    hosts, _ = build_cluster(make_host, image, admin_user, sync_jobs, full=1, empty=2, vms=2)
+    for other in hosts[1:]:
+        inventory.set_state(other, "drained", "the reservation goes to h00", actor="test")
+    later = timezone.now() + timedelta(hours=3)
+    booked = reservations.reserve(alice, image, start=later, end=later + timedelta(hours=1), actor=alice)
+    for other in hosts[1:]:
+        inventory.set_state(other, "online", "back", actor="test")
+    snapshot.expire()
+    plan = plans.execute(plans.compute("evacuate-node", actor=admin_user, target="h00"), actor=admin_user)
+    assert [j["opcode"] for j in plan.jobs] == ["node.replace_reservations"]
+    with django_capture_on_commit_callbacks(execute=True):
+        sync_jobs.drain()
+    plan = Plan.objects.get(pk=plan.pk)  # not refreshed: the jobs' ends brought it up to date
+    assert plan.state == "done" and {r["status"] for r in [*plan.moves, *plan.jobs]} == {"success"}
+    last = Event.objects.filter(topic=plans.topic(plan.pk), kind="plan.status").latest("id")
+    assert last.data == {"plan": plan.pk, "state": "done", "moves": 2, "done": 2}
+    booked.refresh_from_db()
+    assert booked.allocation.host_id != hosts[0].pk
+
+
 # --- refusals: nothing changed -------------------------------------------------------------------
 
 
