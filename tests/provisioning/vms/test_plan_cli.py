@@ -189,6 +189,28 @@ def test_hsqueeze_x_passes_its_thresholds_to_the_plan(make_host, image, admin_us
     assert not migrations(plan).exists()
 
 
+# --- node evacuate -------------------------------------------------------------------------------
+
+
+def test_node_evacuate_executes_unless_dry_run(make_host, image, admin_user, sync_jobs):
+    hosts, made = build_cluster(make_host, image, admin_user, sync_jobs, full=1, empty=2, vms=4)
+    dry = run("node", "evacuate", "h00", "--dry-run")
+    assert "Solution length=4" in dry and Plan.objects.get().state == "computed"
+    assert Hypervisor.objects.get(name="h00").state == "online" and not Job.objects.filter(opcode="vm.migrate")
+    out = run("node", "evacuate", "h00", "--reason", "rate-limit:1:firmware")
+    plan = Plan.objects.first()
+    assert (plan.kind, plan.target, plan.rate_limit) == ("evacuate-node", "h00", 1)
+    assert f"plan {plan.pk}: executing, 4 jobs under rate-limit:1:plan-{plan.pk}" in out
+    assert Hypervisor.objects.get(name="h00").state_reason == f"evacuating: plan {plan.pk}"
+    sync_jobs.drain()
+    assert settled(plan).state == "done"
+    assert set(where().values()) <= {"h01", "h02"}
+    run("node", "modify", "h02", "--drained=yes", "--reason", "psu")
+    with pytest.raises(CommandError, match="cannot evacuate h01: it is the last online host of the cluster"):
+        run("node", "evacuate", "h01")
+    assert Plan.objects.count() == 2 and Hypervisor.objects.get(name="h01").state == "online"
+
+
 # --- group evacuate --------------------------------------------------------------------------------
 
 
