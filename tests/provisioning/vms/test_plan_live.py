@@ -40,7 +40,9 @@ def test_staff_follow_a_plan_move_by_move_and_a_user_is_refused(
 ):
     from reservations import services as reservations
 
-    slow = {"driver_options": {"delay": {"migrate": 0.3}}}
+    # A second per migration: the relay (polling every 0.2 s) has time to hand each move on
+    # before the next one ends, also on a loaded machine.
+    slow = {"driver_options": {"delay": {"migrate": 1.0}}}
     hosts, made = built(make_host, image, admin_user, full=1, empty=2, vms=4, **slow)
     # A future reservation on the host: its evacuation also re-places it (one more job to wait for).
     for other in hosts[1:]:
