@@ -44,6 +44,7 @@ Connections are pooled per process and URI. A ``test:///file.xml`` connection ha
 state, so that state lives exactly as long as this process.
 """
 
+import logging
 import os
 import socket
 import urllib.parse
@@ -55,6 +56,8 @@ from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid,
 from provisioning.drivers.libvirt import agent, domxml
 from provisioning.drivers.libvirt.connection import NOT_FOUND, connections, open_own, translate, translated
 from provisioning.drivers.libvirt.options import CPU_MODES, DISK_CACHES, vnc_listen_error
+
+log = logging.getLogger(__name__)
 
 GIB = 1 << 30
 
