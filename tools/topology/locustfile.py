@@ -172,6 +172,17 @@ class SignedIn(HttpUser):
                 RECORD["errors"].append(f"{self.account['username']}: login answered {why}")
                 self.socket = None
                 raise StopUser()
+        self.socket = Socket(self, self.topics(), self.account["username"])
+        if not self.socket.wait_subscribed():
+            RECORD["errors"].append(f"{self.account['username']}: socket never subscribed")
+
+    def topics(self):
+        """What its socket follows: its own events."""
+        return [f"user.{self.account['id']}"]
+
+    def on_stop(self):
+        if getattr(self, "socket", None):
+            self.socket.close()
 
     def api(self, method, path, name, body=None, tries=6):
         """An API call; a lost answer or a 5xx (a web machine going away) is tried again."""
@@ -195,15 +206,11 @@ class Student(SignedIn):
     wait_time = between(0.5, 2)
 
     def on_start(self):
-        super().on_start()
         self.cycles = 0
-        self.socket = Socket(self, [f"user.{self.account['id']}"], self.account["username"])
-        if not self.socket.wait_subscribed():
-            RECORD["errors"].append(f"{self.account['username']}: socket never subscribed")
+        super().on_start()
 
     def on_stop(self):
-        if getattr(self, "socket", None):
-            self.socket.close()
+        super().on_stop()
         STUDENTS_LEFT[0] -= 1
 
     @task
@@ -241,16 +248,6 @@ class Builder(SignedIn):
     kind = "builder"
     wait_time = between(0.5, 1.5)
 
-    def on_start(self):
-        super().on_start()
-        self.socket = Socket(self, [f"user.{self.account['id']}"], self.account["username"])
-        if not self.socket.wait_subscribed():
-            RECORD["errors"].append(f"{self.account['username']}: socket never subscribed")
-
-    def on_stop(self):
-        if getattr(self, "socket", None):
-            self.socket.close()
-
     @task
     def build(self):
         if STUDENTS_LEFT[0] <= 0:
@@ -276,15 +273,12 @@ class Admin(SignedIn):
     wait_time = between(2, 4)
     weight = 0  # spawned by count: fixed_count below
 
+    def topics(self):
+        return ["admin"]
+
     def on_start(self):
         super().on_start()
-        self.socket = Socket(self, ["admin"], self.account["username"])
-        self.socket.wait_subscribed()
         self.client.get("/", name="dashboard")
-
-    def on_stop(self):
-        if getattr(self, "socket", None):
-            self.socket.close()
 
     @task
     def look(self):
