@@ -96,6 +96,12 @@ def finish_commands():
         SimVM.objects.filter(pk=vm.pk).update(guest=guest)
 
 
+def started_at(run):
+    """When the simulated guest's command started, by its own clock."""
+    [(_, command)] = SimVM.objects.get(key=run.vm.key).guest["execs"].items()
+    return command["started"]
+
+
 def running_runs(sync_jobs, owner, n=3, **kwargs):
     runs = [submit(owner, priority="low", time_limit=600, **kwargs) for _ in range(n)]
     step_until(sync_jobs, lambda: states(runs) == ["running"] * n)
@@ -104,6 +110,24 @@ def running_runs(sync_jobs, owner, n=3, **kwargs):
 
 def reserve(user, image):
     return reservations.reserve(user, image, actor=user, duration=HOUR)
+
+
+def status(reservation):
+    return Reservation.objects.get(pk=reservation.pk).status
+
+
+def made_room(sync_jobs, owner, user, desk):
+    """Three low runs fill the host; ``user`` reserves a desk that fits once two are suspended,
+    and it is ready. ``(runs, reservation)``."""
+    runs = running_runs(sync_jobs, owner)
+    reservation = reserve(user, desk)
+    step_until(sync_jobs, lambda: status(reservation) == "ready")
+    return runs, reservation
+
+
+def end(sync_jobs, reservation, user):
+    reservations.end(Reservation.objects.get(pk=reservation.pk), actor=user)
+    step_until(sync_jobs, lambda: status(reservation) == "ended")
 
 
 def test_a_reservation_that_fits_only_if_two_runs_are_suspended_suspends_them_and_they_resume_after_it(
@@ -117,7 +141,7 @@ def test_a_reservation_that_fits_only_if_two_runs_are_suspended_suspends_them_an
     asked = [run for run in runs if fresh(run).suspend_requested]
     assert len(asked) == 2 and all("to be suspended (low class)" in " ".join(trail(r)) for r in asked)
 
-    step_until(sync_jobs, lambda: Reservation.objects.get(pk=reservation.pk).status == "ready")
+    step_until(sync_jobs, lambda: status(reservation) == "ready")
     assert sorted(states(runs)) == ["running", "suspended", "suspended"]
     suspended = [run for run in runs if fresh(run).state == "suspended"]
     assert {fresh(r).vm.state for r in suspended} == {"suspended"}
@@ -130,8 +154,7 @@ def test_a_reservation_that_fits_only_if_two_runs_are_suspended_suspends_them_an
         assert (claim.vcpus, claim.memory_mib, claim.disk_gib) == (0, 0, 10)
     assert Job.objects.get(pk=fresh(suspended[0]).job).status == "success"  # its job ended: no worker held
 
-    reservations.end(Reservation.objects.get(pk=reservation.pk), actor=bob)
-    step_until(sync_jobs, lambda: Reservation.objects.get(pk=reservation.pk).status == "ended")
+    end(sync_jobs, reservation, bob)
     assert tasks.housekeeping()["resumed"] == 2
     step_until(sync_jobs, lambda: states(runs) == ["running"] * 3)
     finish_commands()
@@ -151,18 +174,17 @@ def test_a_suspended_runs_command_does_not_go_on_and_its_time_limit_does_not_cou
     small_host, image, desk, alice, bob, profile, sync_jobs
 ):
     profile(output="done\n", seconds=3600)
-    runs = running_runs(sync_jobs, alice)
-    reservation = reserve(bob, desk)
-    step_until(sync_jobs, lambda: Reservation.objects.get(pk=reservation.pk).status == "ready")
+    runs, reservation = made_room(sync_jobs, alice, bob, desk)
     [victim, *_] = [run for run in runs if fresh(run).state == "suspended"]
     # An hour spent suspended, with a time limit of 10 minutes: it started an hour ago.
     back = fresh(victim)
     Run.objects.filter(pk=victim.pk).update(started=back.started - HOUR, suspended_at=back.suspended_at - HOUR)
-    reservations.end(Reservation.objects.get(pk=reservation.pk), actor=bob)
-    step_until(sync_jobs, lambda: Reservation.objects.get(pk=reservation.pk).status == "ended")
+    clock = started_at(back)
+    end(sync_jobs, reservation, bob)
     services.resume_suspended(actor="test")
     step_until(sync_jobs, lambda: fresh(victim).state == "running")
     assert fresh(victim).suspended_seconds >= 3600
+    assert started_at(back) > clock  # the guest's command was paused: its clock moved on by the time suspended
     for _ in range(20):  # its wait goes on: not killed for time
         step(sync_jobs)
     assert fresh(victim).state == "running", trail(victim)
@@ -175,11 +197,8 @@ def test_a_failed_resume_ends_the_run_with_the_reason_and_destroys_its_vm(
     small_host, image, desk, alice, bob, profile, sync_jobs
 ):
     profile(output="x\n", seconds=3600)
-    runs = running_runs(sync_jobs, alice)
-    reservation = reserve(bob, desk)
-    step_until(sync_jobs, lambda: Reservation.objects.get(pk=reservation.pk).status == "ready")
-    reservations.end(Reservation.objects.get(pk=reservation.pk), actor=bob)
-    step_until(sync_jobs, lambda: Reservation.objects.get(pk=reservation.pk).status == "ended")
+    runs, reservation = made_room(sync_jobs, alice, bob, desk)
+    end(sync_jobs, reservation, bob)
     sim.set_fault("sim-1", "resume", "fail", actor="test")
     services.resume_suspended(actor="test")
     suspended = [run for run in runs if fresh(run).state == "suspended"]
@@ -198,7 +217,7 @@ def test_a_failed_suspension_ends_that_run_and_the_reservation_is_still_built(
     runs = running_runs(sync_jobs, alice)
     sim.set_fault("sim-1", "suspend", "fail", actor="test")
     reservation = reserve(bob, desk)
-    step_until(sync_jobs, lambda: Reservation.objects.get(pk=reservation.pk).status == "ready")
+    step_until(sync_jobs, lambda: status(reservation) == "ready")
     ended = [fresh(run) for run in runs if fresh(run).is_final]
     assert len(ended) == 2
     for run in ended:  # never kept or pooled: destroyed, its disk claim released
@@ -211,9 +230,7 @@ def test_a_run_canceled_while_suspended_is_canceled_and_its_vm_destroyed(
     small_host, image, desk, alice, bob, profile, sync_jobs
 ):
     profile(output="x\n", seconds=3600)
-    runs = running_runs(sync_jobs, alice)
-    reservation = reserve(bob, desk)
-    step_until(sync_jobs, lambda: Reservation.objects.get(pk=reservation.pk).status == "ready")
+    runs, reservation = made_room(sync_jobs, alice, bob, desk)
     victim = next(run for run in runs if fresh(run).state == "suspended")
     services.cancel(fresh(victim), actor=alice)
     step_until(sync_jobs, lambda: fresh(victim).is_final)
@@ -225,16 +242,15 @@ def test_a_run_canceled_while_suspended_is_canceled_and_its_vm_destroyed(
     assert fresh(victim).state == "canceled"
 
 
-def test_a_run_canceled_while_its_resume_is_queued_is_canceled(small_host, image, desk, alice, bob, profile, sync_jobs):
+def test_a_run_canceled_while_its_resume_is_queued_is_canceled(small_host, image, desk, alice, bob, profile, sync_jobs,
+                                                               django_capture_on_commit_callbacks):  # fmt: skip
     profile(output="x\n", seconds=3600)
-    runs = running_runs(sync_jobs, alice)
-    reservation = reserve(bob, desk)
-    step_until(sync_jobs, lambda: Reservation.objects.get(pk=reservation.pk).status == "ready")
-    reservations.end(Reservation.objects.get(pk=reservation.pk), actor=bob)
-    step_until(sync_jobs, lambda: Reservation.objects.get(pk=reservation.pk).status == "ended")
+    runs, reservation = made_room(sync_jobs, alice, bob, desk)
+    end(sync_jobs, reservation, bob)
     assert services.resume_suspended(actor="test") == 2
     victim = next(run for run in runs if fresh(run).state == "suspended")
-    services.cancel(fresh(victim), actor=alice)
+    with django_capture_on_commit_callbacks(execute=True):  # its canceled job's run.cleanup, once that commits
+        services.cancel(fresh(victim), actor=alice)
     step_until(sync_jobs, lambda: fresh(victim).is_final)
     assert fresh(victim).state == "canceled"
     assert not SimVM.objects.filter(key=fresh(victim).vm.key).exists()
@@ -246,9 +262,7 @@ def test_a_suspended_run_whose_host_went_offline_ends_with_the_reason(
     from inventory import services as inventory
 
     profile(output="x\n", seconds=3600)
-    runs = running_runs(sync_jobs, alice)
-    reservation = reserve(bob, desk)
-    step_until(sync_jobs, lambda: Reservation.objects.get(pk=reservation.pk).status == "ready")
+    runs, reservation = made_room(sync_jobs, alice, bob, desk)
     suspended = [run for run in runs if fresh(run).state == "suspended"]
     inventory.set_state(small_host, "offline", "the host died", actor="test")
     services.resume_suspended(actor="test")
@@ -263,12 +277,9 @@ def test_a_drained_host_does_not_resume_its_suspended_runs(small_host, image, de
     from inventory import services as inventory
 
     profile(output="x\n", seconds=3600)
-    runs = running_runs(sync_jobs, alice)
-    reservation = reserve(bob, desk)
-    step_until(sync_jobs, lambda: Reservation.objects.get(pk=reservation.pk).status == "ready")
+    runs, reservation = made_room(sync_jobs, alice, bob, desk)
     inventory.set_state(small_host, "drained", "maintenance", actor="test")
-    reservations.end(Reservation.objects.get(pk=reservation.pk), actor=bob)
-    step_until(sync_jobs, lambda: Reservation.objects.get(pk=reservation.pk).status == "ended")
+    end(sync_jobs, reservation, bob)
     assert services.resume_suspended(actor="test") == 0
     assert sorted(states(runs)) == ["running", "suspended", "suspended"]
 
@@ -333,12 +344,10 @@ def test_a_released_claim_resumes_suspended_runs_once_it_commits(
     small_host, image, desk, alice, bob, profile, sync_jobs, django_capture_on_commit_callbacks
 ):
     profile(output="x\n", seconds=3600)
-    runs = running_runs(sync_jobs, alice)
-    reservation = reserve(bob, desk)
-    step_until(sync_jobs, lambda: Reservation.objects.get(pk=reservation.pk).status == "ready")
+    runs, reservation = made_room(sync_jobs, alice, bob, desk)
     reservations.end(Reservation.objects.get(pk=reservation.pk), actor=bob)
     with django_capture_on_commit_callbacks(execute=True):
-        step_until(sync_jobs, lambda: Reservation.objects.get(pk=reservation.pk).status == "ended")
+        step_until(sync_jobs, lambda: status(reservation) == "ended")
     resumes = Job.objects.filter(opcode="run.resume")
     assert resumes.count() == 2
     step_until(sync_jobs, lambda: states(runs) == ["running"] * 3)
@@ -350,7 +359,7 @@ def test_suspended_runs_move_to_another_host_with_room_and_resume_there(
     profile(output="42\n", seconds=3600)
     runs = running_runs(sync_jobs, alice)
     reservation = reserve(bob, desk)  # in use: it stays on sim-1
-    step_until(sync_jobs, lambda: Reservation.objects.get(pk=reservation.pk).status == "ready")
+    step_until(sync_jobs, lambda: status(reservation) == "ready")
     suspended = [run for run in runs if fresh(run).state == "suspended"]
     assert services.resume_suspended(actor="test") == 0  # no room anywhere yet
     make_host("sim-2", driver="sim", cpus=8, memory_mib=2048, disk_gib=200)
