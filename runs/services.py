@@ -390,7 +390,7 @@ def resume_suspended(*, actor):
                      "ending it", actor=actor)  # fmt: skip
         elif host.state == host.State.ONLINE and _attempt(_resume_one, run, actor=actor):
             done += 1
-        elif drivers.driver_for(host).moves_suspended and _attempt(_move_one, run, actor=actor):
+        elif drivers.driver_class(host.driver).moves_suspended and _attempt(_move_one, run, actor=actor):
             done += 1  # its host is full or drained: resumed where it fits, moved there with its memory
     return done
 
