@@ -149,7 +149,7 @@ def test_a_pooled_images_second_run_starts_on_the_reverted_vm(run_worker, alice,
 # Each run remembers its guest's boot id and a value in its shell across a long sleep: after a
 # suspend to disk and a resume, the same boot and the value prove it was not rebooted or rerun.
 BOOT = "echo boot $(cat /proc/sys/kernel/random/boot_id)"
-SLEEPER = f"{BOOT}; n=6; sleep 45; {BOOT}; echo $((n * 7))\n"
+SLEEPER = f"{BOOT}; n=6; sleep 100; {BOOT}; echo $((n * 7))\n"
 
 
 @pytest.fixture
