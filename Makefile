@@ -99,7 +99,7 @@ guest-image: system-test
 
 # The topology test (marker topology) brings its own PostgreSQL: it runs on the second leg only.
 test-sqlite: install-dev vcsim guest-image
-	DEBUG=1 DATABASE_URL= REDIS_URL= $(BIN)/pytest -m "not topology" $(PYTEST_ARGS)
+	DEBUG=1 DATABASE_URL= REDIS_URL= $(BIN)/pytest -m "not topology and not postgres" $(PYTEST_ARGS)
 
 test-postgres: install-dev services vcsim guest-image
 	DEBUG=1 DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) $(BIN)/pytest $(PYTEST_ARGS)

@@ -3,7 +3,7 @@
     python bench/operations.py [--workers 4] [--evacuate-vms 100] [--hosts 200] [--vms 2000]
         [--max-moves N] [--ganeti-timeout S] [--only evacuate|hbal] [--smoke]
 
-1. evacuate: one sim host holding ``--evacuate-vms`` VMs, ten empty ones; ``node evacuate`` as a
+1. evacuate: one sim host holding ``--evacuate-vms`` VMs (sized to fit on it), ten empty ones; ``node evacuate`` as a
    plan under ``rate-limit:4:…``: time from execute to the host being empty, and the largest
    number of migrations running at once (from the job rows' start and end times).
 2. hbal: ``--hosts`` hosts, half of them holding ``--vms`` VMs, half empty: plan time
@@ -23,7 +23,6 @@ Each run uses a fresh SQLite database in a temporary directory (ORM broker, no R
 import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,7 +31,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-GANETI_HBAL = "/usr/lib/ganeti/3.0/usr/bin/hbal"
 
 
 def wait_for(predicate, timeout, what):
@@ -158,7 +156,8 @@ def evacuate(args):
     from provisioning.vms.models import VM
 
     call_command("migrate", verbosity=0)
-    admin, hosts = seed(11, 1, args.evacuate_vms)
+    # The VMs must fit on the one host (64 GiB, memory ratio 1): 100 VMs of 512 MiB.
+    admin, hosts = seed(11, 1, args.evacuate_vms, memory_mib=min(1024, 65536 // max(1, args.evacuate_vms) // 256 * 256))
     worker = start_workers(args.workers)
     try:
         t0 = time.monotonic()
@@ -170,7 +169,8 @@ def evacuate(args):
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
     return {
-        "vms": args.evacuate_vms, "moves": len(plan.moves), "plan_s": round(plan_s, 2),
+        "vms": args.evacuate_vms, "vm_memory_mib": VM.objects.first().memory_mib, "moves": len(plan.moves),
+        "plan_s": round(plan_s, 2),
         "empty_after_s": round(elapsed, 2), "peak_running": peak_running(rows), "left_on_host": left,
         "failed": len(failed), "first_error": failed[0][:200] if failed else "",
     }  # fmt: skip
@@ -191,9 +191,12 @@ def hbal(args):
     path = Path(os.environ["VCLMGR_VAR_DIR"]) / "cluster.txt"
     path.write_text(text_backend.serialize(plans.live().gcluster))
     bound = ["-l", str(limit)] if limit > 0 else []
+    from bench._ganeti_side_by_side import tool  # Ganeti's binaries where bench/placement.py finds them
+
+    ganeti_hbal = tool("hbal")
     ganeti = (
-        _timed([GANETI_HBAL, "-t", str(path), *bound], args.ganeti_timeout)
-        if shutil.which(GANETI_HBAL) else ("not installed", None, None)
+        _timed([ganeti_hbal, "-t", str(path), *bound], args.ganeti_timeout)
+        if ganeti_hbal else ("not installed (make's test tools: ganeti-htools-3.0)", None, None)
     )  # fmt: skip
     bound = ["--max-moves", str(limit)] if limit > 0 else []
     ours = _timed([sys.executable, "manage.py", "hbal", "--ganeti-file", str(path), *bound], args.ganeti_timeout)

@@ -34,8 +34,8 @@ invocation and interleaved so that both see the same load, ``--real-runs`` times
      is ``tests/realvm.domain_xml``, vclmgr's its libvirt driver's).
 Then the image gets ``pool_size`` 1: one more fresh run fills the pool (counted among the fresh
 runs' starts; the first fresh run also stages the image, its time is shown apart) and
-``--real-runs`` runs start on the reverted VM: submit → command started, pooled against fresh
-(a pooled VM is still booted: ``runs/pooling.py``).
+``--real-runs`` runs start on the pooled VM: submit → command started, pooled against fresh
+(a pooled VM resumes its warm snapshot, taken after its first boot: no boot; ``runs/pooling.py``).
 
 ``--smoke``: 10 runs, 2 hosts (seconds); with ``--real``, one run of each kind (three boots).
 Targets are printed beside the figures; a missed one does not fail the script, an error does

@@ -117,6 +117,8 @@ def _drive(job, run_id):
     built = _start_pooled(job, vm_id) if pooled else _build(job, vm_id)
     if built.get("continued_by"):  # a standby host must be powered on first: not for runs (yet)
         raise RunEnded(S.ERROR, "its VM was placed on a host that is powered off; runs do not wait for a power-on")
+    if not pooled:
+        job.step("warm", pooling.warm_up, vm_id, actor=actor)
     job.step("inputs", put_inputs, run_id)
     job.step("exec", start, run_id, actor=actor)
     return _follow(job, run_id)
@@ -198,15 +200,24 @@ def _build(job, vm_id):
 
 
 def _start_pooled(job, vm_id):
-    """A pooled VM (taken with its claim by ``make_vm``): ``vm.reuse``'s steps, a fresh seed and
-    a boot of the disk reverted to its clean snapshot (not a resume: see ``pooling``)."""
+    """A pooled VM (taken with its claim by ``make_vm``): back to its warm snapshot, running
+    without a boot; or, with none (its first run could not take one), ``vm.reuse``'s steps: a
+    fresh seed and a boot of the disk reverted to its clean snapshot (see ``pooling``)."""
+    warm = job.step("warm-start", _has_warm_snapshot, vm_id)
     try:
-        address = reuse.bring_up(job.step, vm_id, actor=job.actor)
+        if warm:
+            address = reuse.resume_warm(job.step, vm_id, actor=job.actor)
+        else:
+            address = reuse.bring_up(job.step, vm_id, actor=job.actor)
     except Exception as exc:
         if passes_through(exc) or isinstance(exc, Canceled):
             raise
         raise RunEnded(S.ERROR, f"its pooled VM could not be started: {fail_reason(exc)}") from exc
     return {"vm": vm_id, "address": address, "pooled": True}
+
+
+def _has_warm_snapshot(vm_id):
+    return vms.has_warm_snapshot(load_vm(vm_id))
 
 
 def make_vm(run_id, *, actor):
@@ -223,8 +234,9 @@ def make_vm(run_id, *, actor):
     vm = pooling.take(run, end, actor=actor)
     if vm is not None:
         Run.objects.filter(pk=run_id).update(vm=vm)
+        how = "its warm snapshot: no boot" if vms.has_warm_snapshot(vm) else "its clean snapshot, a fresh seed"
         services.set_state(run_id, S.WAITING, f"started on a pooled VM {vm.key} on {vm.host.name} (reverted to "
-                           "its clean snapshot, a fresh seed)", actor=actor)  # fmt: skip
+                           f"{how})", actor=actor)  # fmt: skip
         return {"vm": vm.pk, "pooled": True}
     vm = VM.objects.create(
         name=f"run-{run_id}", image=run.image, owner=run.owner, adhoc=False, vcpus=run.vcpus,

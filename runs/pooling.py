@@ -9,18 +9,28 @@ A failed build, or a fault of the VM, its guest or its host, is never pooled: th
 destroyed. The next run of the image and size takes a parked VM on a host where it fits
 (``take``, with a claim there) and boots it with a fresh seed (``opcodes.reuse.bring_up``).
 
-"Warm" here is: staged, defined, clean and claimed on its host, with no image copy and no
-define — but still booted. The clean snapshot is of a VM never booted (so it holds no one's
-login): there is no memory state to resume. A start without a boot would need a snapshot of
-a booted guest with no login in it (memory included) and the login delivered after the resume
-through the guest channel; not done yet.
+Warm: a pooled image's new run VM, once booted and answering and before anything of its run
+goes in, gets a second snapshot, running, memory included (``warm_up``: the ``warm`` step of
+``run.execute``). A run's VM is seeded with no login (it is driven through the guest command
+channel), so that snapshot holds no one's secrets or files. Parked, the VM is still reverted
+to its clean snapshot and powered off (nothing of its last run is kept, on a disk-only claim);
+the next run reverts it to the warm snapshot, which resumes the booted guest: no boot. A VM
+whose warm snapshot could not be taken (a driver or guest that cannot save memory) still
+pools, and boots from the clean snapshot as before.
 """
+
+import logging
 
 from django.db import transaction
 from django.utils import timezone
 
 from provisioning.capacity import services as capacity
+from provisioning.drivers import base
 from provisioning.vms import services as vms
+from provisioning.vms.opcodes import guest, lifecycle
+from provisioning.vms.opcodes.common import load_vm
+
+log = logging.getLogger(__name__)
 
 CANDIDATES = 5  # parked VMs tried (each on its host) before building a new one
 
@@ -58,3 +68,21 @@ def _take_one(vm, run, size, end, *, actor):
 
 class _Taken(Exception):
     """Another run took this VM first."""
+
+
+def warm_up(vm_id, *, actor):
+    """Take the warm snapshot of a run's new VM if its image pools and the VM holds no login;
+    True when taken. A driver that cannot (or a guest whose memory it cannot save) costs the
+    pool its no-boot start, not the run: False, and the run goes on."""
+    vm = load_vm(vm_id)
+    image = vm.image
+    if not image.pool_size or vms.pool_refusal(image.visibility, image.pool_size) or vms.has_warm_snapshot(vm):
+        return vms.has_warm_snapshot(vm)
+    if vm.reservations.exists() or guest.guest_login(vm) is not None:
+        return False  # a login in the guest would be in the snapshot, and so in the next user's VM
+    try:
+        lifecycle.warm_snapshot(vm_id, actor=actor)
+    except base.DriverError as exc:
+        log.warning("no warm snapshot of %s (its next runs will boot): %s", vm.key, exc)
+        return False
+    return True

@@ -13,7 +13,7 @@ class VclmgrConfig(AppConfig):
         from axes.signals import user_locked_out
         from django_q.signals import post_spawn
 
-        from vclmgr import access, events, lifeline, lockout, metrics, topics, worker_health
+        from vclmgr import access, events, lifeline, lockout, metrics, reconnect, topics, worker_health
 
         post_migrate.connect(access.ensure_roles, sender=self, dispatch_uid="vclmgr.access.roles")
 
@@ -21,6 +21,7 @@ class VclmgrConfig(AppConfig):
         events.listen("job.status", metrics.on_job_status)
         lifeline.watch()  # a process of `serve`'s tree ends when the supervisor does
         connection_created.connect(_private_sqlite_file)
+        connection_created.connect(reconnect.install, dispatch_uid="vclmgr.reconnect")
         post_spawn.connect(worker_health.start, dispatch_uid="vclmgr.worker_health")
         user_locked_out.connect(lockout.log_lockout, dispatch_uid="vclmgr.lockout.log")
 

@@ -105,6 +105,7 @@ MIDDLEWARE = [
     "vclmgr.api.errors.ApiJsonErrorsMiddleware",
     "vclmgr.no_store.NoStoreMiddleware",
     "axes.middleware.AxesMiddleware",
+    "vclmgr.reconnect.RetryLostSessionMiddleware",  # innermost: it runs the view again
 ]
 
 ROOT_URLCONF = "vclmgr.urls"

@@ -12,8 +12,8 @@ class VmsConfig(AppConfig):
 
         from inventory import services as inventory
         from provisioning.jobs import opcodes as job_opcodes
-        from provisioning.vms import services, tasks, verify
-        from vclmgr import topics
+        from provisioning.vms import plans, services, tasks, verify
+        from vclmgr import events, topics
 
         post_spawn.connect(tasks.on_worker_start, dispatch_uid="provisioning.vms.facts_refresh")
 
@@ -21,4 +21,5 @@ class VmsConfig(AppConfig):
             inventory.IN_USE_CHECKERS.append(services.in_use_reason)
         topics.register("vm", services.may_see_vm)
         topics.register("plan", topics.cluster_readers)
+        events.listen("job.status", plans.job_ended)
         job_opcodes.VERIFY_CHECKS["hypervisors"] = verify.job_check

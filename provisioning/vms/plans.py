@@ -24,7 +24,9 @@ Contract:
   (``node.replace_reservations``). The plan is done once its moves and those jobs ended.
   Executing twice is refused.
 - `cancel(plan, *, actor)`: cancels its jobs that have not started.
-- Progress: ``plan.status`` and ``plan.move`` events on topic ``plan.<id>`` (staff only).
+- Progress: ``plan.status`` and ``plan.move`` events on topic ``plan.<id>`` (staff only): a
+  move reports itself (`record_move`); the plan's other jobs, and moves that never ran, through
+  the ``job.status`` listener `job_ended`, so the plan ends when its last job does.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ POWER_OFF = "node.power_off"
 POWER_ON = "node.power_on"
 REPLACE_RESERVATIONS = "node.replace_reservations"
 BATCH = 500  # jobs per submit_batch call (its own limit is 1000)
+PLAN_OPCODES = ("vm.migrate", POWER_OFF, POWER_ON, REPLACE_RESERVATIONS)
 
 
 def topic(plan_id):
@@ -421,11 +424,15 @@ def compute(kind, *, actor, target="", group=None, reason="", rate_limit=None, o
         raise Conflict(f"a {kind} plan needs a target ({'node' if kind == K.EVACUATE_NODE else 'group'} name)")
     try:
         reason = reasons.check(reason) if reason else ""
-        limit = rate_limit or rate_limit_of(reason, DEFAULT_RATE_LIMIT)
+        said = rate_limit_of(reason)
     except reasons.BadReason as exc:
         raise Conflict(f"reason: {exc}") from None
+    # 0 is a number given, not "none given": refused below rather than read as the default.
+    limit = rate_limit if rate_limit is not None else said or DEFAULT_RATE_LIMIT
     if not 1 <= int(limit) <= 10000:
         raise Conflict("rate_limit must be between 1 and 10000")
+    if said is not None and int(limit) != said:
+        raise Conflict(f"the reason says rate-limit {said}, rate_limit says {limit}: give one of them")
     actor = Actor.of(actor)
     plan = Plan(kind=kind, target=target or "", reason=reason, rate_limit=int(limit),
                 options={**(options or {}), "group": group}, created_by=actor.label[:150])  # fmt: skip
@@ -602,19 +609,47 @@ def record_move(plan_id, job_id, status, message="", *, actor=None):
 
 
 def refresh(plan):
-    """Bring the moves' statuses (and the plan's state) up to date from their jobs."""
+    """Bring the moves' statuses (and the plan's state) up to date from their jobs; a move that
+    ended since is told to the plan's page (a move canceled before it ran never told it)."""
     if plan.state != Plan.State.EXECUTING:
         return plan
     with transaction.atomic():
         plan = Plan.objects.select_for_update().get(pk=plan.pk)
+        if plan.state != Plan.State.EXECUTING:
+            return plan
         ids = [m["job"] for m in plan.moves if m["job"]] + [j["job"] for j in plan.jobs]
         statuses = dict(Job.objects.filter(pk__in=ids).values_list("pk", "status"))
-        for row in [*plan.moves, *plan.jobs]:
-            if row["job"] in statuses:
+        for rows, is_move in ((plan.moves, True), (plan.jobs, False)):
+            for row in rows:
+                # A final status stays: ``record_move`` writes the move's outcome in the job's
+                # last step, a moment before the job's own row ends.
+                if row["job"] not in statuses or row["status"] in Job.FINAL:
+                    continue
                 row["status"] = statuses[row["job"]]
+                if is_move and row["status"] in Job.FINAL:
+                    events.emit("plan.move", {"plan": plan.pk, **row}, [topic(plan.pk), "admin"])
         _settle(plan)
         plan.save(update_fields=["moves", "jobs", "state", "finished"])
     return plan
+
+
+def job_ended(kind, data, topics, ids):
+    """Listener of ``job.status``: when one of a plan's jobs ends that ``record_move`` does not
+    report (a power or re-placing job, a move that failed or was canceled before it ran), the
+    plan is brought up to date once that commits, so it ends (and says so on ``plan.<id>``)
+    without anyone reading it. A successful move reported itself in its last step."""
+    if data.get("status") not in Job.FINAL or data.get("opcode") not in PLAN_OPCODES:
+        return
+    if data["opcode"] == "vm.migrate" and data["status"] == Job.Status.SUCCESS:
+        return
+    job_id = data["id"]
+    transaction.on_commit(lambda: _refresh_plans_of(job_id), robust=True)
+
+
+def _refresh_plans_of(job_id):
+    for plan in Plan.objects.filter(state=Plan.State.EXECUTING).only("pk", "state", "moves", "jobs"):
+        if any(row["job"] == job_id for row in [*plan.moves, *plan.jobs]):
+            refresh(plan)
 
 
 def _settle(plan):

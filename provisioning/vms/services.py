@@ -43,6 +43,7 @@ GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
 VARIANT_FIELDS = ("hypervisor_type", "format", "location", "checksum", "size_gib")
 ACTIONS = ("start", "stop", "suspend", "resume", "destroy")
 CLEAN_SNAPSHOT = "clean"  # a revert_on_end VM's state before its first boot (opcodes/reuse.py)
+WARM_SNAPSHOT = "warm"  # a pooled run VM booted, memory included, before any run's input (opcodes/reuse.py)
 POWER_ON = ("start", "resume", "revert")  # actions that may make a VM run: a live claim needed
 END_RETRY = timedelta(minutes=10)
 NEEDS_BUILT = ("start", "stop", "suspend", "resume", "snapshot", "revert", "migrate", "capture")  # not mid-create
@@ -330,6 +331,13 @@ def has_clean_snapshot(vm):
     """The VM has the clean snapshot ``vm.create`` takes before the first boot (one taken
     later, by an older vclmgr, would hold its first user's login: never reused)."""
     return any(s.get("name") == CLEAN_SNAPSHOT and s.get("state") == VM.State.STOPPED for s in vm.snapshots or [])
+
+
+def has_warm_snapshot(vm):
+    """The VM has a warm snapshot: booted, its guest answering, nothing of anyone's in it yet (taken
+    by a run's job on a pooled image's new VM, which is seeded with no login): a run on it
+    starts by reverting there, without a boot."""
+    return any(s.get("name") == WARM_SNAPSHOT and s.get("state") == VM.State.RUNNING for s in vm.snapshots or [])
 
 
 PARKED_CLAIM = "parked "  # how a parked VM's disk-only claim's purpose begins

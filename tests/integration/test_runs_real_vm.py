@@ -2,6 +2,7 @@
 libvirtd, runs the command through the QEMU guest agent (guest-exec, guest-file-*), keeps its
 output and artifacts, and destroys the VM. After each: no domain, no volume, no live claim."""
 
+import signal
 import time
 from datetime import timedelta
 
@@ -118,30 +119,41 @@ def test_a_run_past_its_time_limit_is_killed_and_its_vm_destroyed(run_worker, al
 
 def test_a_pooled_images_second_run_starts_on_the_reverted_vm(run_worker, alice, bob, kvm_host, guest_os,
                                                               libvirt_conn):  # fmt: skip
-    """The first run writes a file and ends; its VM is reverted to the clean snapshot (taken
-    before its first boot) and parked; the second run (another user) gets that VM, and the file
-    is gone. Then the parked VM is destroyed: nothing left."""
+    """The first run's VM is booted, snapshotted warm (memory included, nothing of the run in it
+    yet), runs its command (which writes a file), and is reverted to its clean snapshot and
+    parked; the second run (another user) gets that VM back at its warm snapshot: the same boot
+    (its boot id), without the file. Then the parked VM is destroyed: nothing left."""
     from provisioning.vms.models import VM
     from tests.integration.test_real_vm_ops import run_job
 
     _host, pool = kvm_host
     vms.update_image(guest_os, actor="test", pool_size=1)
-    first = run_to_end(submit(alice, argv=["/bin/sh", "-c", "echo secret > /root/left-behind; sync; echo wrote"]),
+    boot_id = "cat /proc/sys/kernel/random/boot_id"
+    began = time.monotonic()
+    first = run_to_end(submit(alice, argv=["/bin/sh", "-c", f"echo secret > /root/left-behind; sync; {boot_id}"]),
                        run_worker)  # fmt: skip
+    fresh_s = time.monotonic() - began
     assert first.state == "success", (first.reason, run_worker.output()[-3000:])
     parked = VM.objects.get(pk=first.vm_id)
     assert parked.state == "stopped" and parked.owner is None and vms.is_parked_claim(parked.allocation)
+    assert vms.has_warm_snapshot(parked), parked.snapshots
     assert parked.key in [d.name() for d in libvirt_conn.listAllDomains()]  # kept defined, shut off
-    check = "test -e /root/left-behind && echo still there || echo gone"
+    check = f"test -e /root/left-behind && echo still there || echo gone; {boot_id}"
+    began = time.monotonic()
     second = run_to_end(submit(bob, argv=["/bin/sh", "-c", check]), run_worker)
+    pooled_s = time.monotonic() - began
     assert second.state == "success", (second.reason, run_worker.output()[-3000:])
     assert second.vm_id == first.vm_id
-    assert any(entry[1].startswith(f"started on a pooled VM {parked.key}") for entry in second.reason)
-    assert output(second) == b"gone\n"
+    assert any(entry[1].startswith(f"started on a pooled VM {parked.key}") and "no boot" in entry[1]
+               for entry in second.reason), second.reason  # fmt: skip
+    gone, second_boot = output(second).decode().split()
+    assert gone == "gone"
+    assert second_boot == output(first).decode().strip()  # the same boot: resumed, not booted again
     live = Allocation.objects.filter(released__isnull=True)
     assert [a.pk for a in live] == [VM.objects.get(pk=parked.pk).allocation_id]  # its disk claim alone
     run_job(vms.submit_action(VM.objects.get(pk=parked.pk), "destroy", actor="test").pk, run_worker)
     assert_left_nothing(Run.objects.get(pk=second.pk), libvirt_conn, pool)
+    print(f"\nsubmit to end: fresh VM (boot + warm snapshot) {fresh_s:.1f} s, pooled VM (no boot) {pooled_s:.1f} s")
 
 
 # --- suspend instead of preempt (issue #15) -------------------------------------------------
@@ -213,3 +225,73 @@ def test_a_reservation_that_fits_only_if_two_runs_are_suspended_gets_its_vm_and_
     assert Reservation.objects.get(pk=reservation.pk).status == "ended"
     print(f"\nruns running after {booted - started:.1f} s; reservation ready {reserved - booted:.1f} s later "
           f"(two runs suspended); runs done {done - reserved:.1f} s after that")  # fmt: skip
+
+
+def wait_running(run, worker, printed=b""):
+    """Until the command runs in the guest and has printed ``printed``."""
+
+    def running():
+        fresh = Run.objects.get(pk=run.pk)
+        assert not fresh.is_final, fresh.reason
+        return fresh if fresh.state == "running" and output(fresh).startswith(printed) and fresh.output_seen else None
+
+    return wait_until(running, RUN_TIMEOUT, f"run {run.pk} to print {printed!r}", worker, interval=0.3)
+
+
+def test_two_megabytes_of_output_are_counted_and_kept_up_to_the_limit(
+    transactional_db, alice, kvm_host, guest_os, libvirt_conn, tmp_path, storage_dir
+):
+    """The guest prints 2 MiB; the worker keeps 1 MiB (its limit) and counts every byte."""
+    _host, pool = kvm_host
+    worker = processes.start_worker(tmp_path, RUN_STORAGE_DIR=str(storage_dir), RUN_STEP_SECONDS=2,
+                                    RUN_POLL_SECONDS=0.2, RUN_MIN_SECONDS=5, RUN_OUTPUT_MAX_BYTES=1 << 20)  # fmt: skip
+    try:
+        run = run_to_end(submit(alice, argv=["/bin/sh", "-c", "head -c 2097152 /dev/zero | tr '\\000' x"]), worker)
+        assert run.state == "success", (run.reason, worker.output()[-3000:])
+    finally:
+        worker.stop()
+    assert run.output_seen == 2 << 20 and run.output_kept == 1 << 20 and run.truncated
+    assert output(run) == b"x" * (1 << 20)
+    assert_left_nothing(run, libvirt_conn, pool)
+
+
+def test_a_run_canceled_while_its_command_runs_ends_canceled_and_leaves_nothing(run_worker, alice, kvm_host,
+                                                                                 guest_os, libvirt_conn):  # fmt: skip
+    _host, pool = kvm_host
+    run = submit(alice, argv=["/bin/sh", "-c", "echo started; sleep 600"], time_limit=900)
+    wait_running(run, run_worker, b"started\n")
+    services.cancel(run, actor=alice)
+    run = run_to_end(run, run_worker)
+    assert run.state == "canceled" and run.exit_status is None, run.reason
+    assert output(run) == b"started\n"
+    assert any("canceled" in entry[1] for entry in run.reason), run.reason
+    assert_left_nothing(run, libvirt_conn, pool)
+
+
+def test_a_run_whose_worker_is_sigkilled_resumes_on_another_and_prints_everything_once(
+    transactional_db, alice, kvm_host, guest_os, libvirt_conn, tmp_path, storage_dir
+):
+    """SIGKILL the whole worker (every process of its group) while the command runs; a new
+    worker recovers the job once its lease expires, reads on from the recorded offset (the
+    command went on in the guest meanwhile) and destroys the VM."""
+    from provisioning.jobs import services as jobs
+
+    _host, pool = kvm_host
+    jobs.set_queue_settings(actor="test", lease_seconds=4)
+    env = {"RUN_STORAGE_DIR": str(storage_dir), "RUN_STEP_SECONDS": 2, "RUN_POLL_SECONDS": 0.2, "RUN_MIN_SECONDS": 5}
+    (tmp_path / "first").mkdir()
+    first = processes.start_worker(tmp_path / "first", **env)
+    try:
+        run = submit(alice, argv=["/bin/sh", "-c", "echo one; sleep 12; echo two"], time_limit=300)
+        wait_running(run, first, b"one\n")
+    finally:
+        first.stop(signal.SIGKILL)  # the leader and then its whole group: no clean shutdown
+    assert Run.objects.get(pk=run.pk).state == "running"
+    second = processes.start_worker(tmp_path, **env)
+    try:
+        run = run_to_end(run, second)
+    finally:
+        second.stop()
+    assert run.state == "success" and run.exit_status == 0, (run.reason, second.output()[-3000:])
+    assert output(run) == b"one\ntwo\n"  # nothing lost, nothing read twice
+    assert_left_nothing(run, libvirt_conn, pool)

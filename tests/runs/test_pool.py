@@ -176,3 +176,65 @@ def test_a_pooled_vm_on_a_full_host_is_left_and_a_new_vm_built_elsewhere(make_ho
     assert second.vm_id != first.vm_id and second.vm.host.name == "sim-2"  # never onto a full host
     parked = VM.objects.get(pk=first.vm_id)
     assert parked.state == "stopped" and parked.allocation.released is None  # its parked claim stands
+
+
+# --- warm: the second run starts without a boot -------------------------------------------------
+
+
+def job_steps(run):
+    from provisioning.jobs.models import Job
+
+    return [step["name"] for step in Job.objects.get(pk=fresh(run).job).steps]
+
+
+def test_a_pooled_run_resumes_the_warm_snapshot_without_a_boot(sim_host, pooled, alice, bob, profile, sync_jobs):
+    profile(output="ok\n", exit_status=0)
+    first = run_to_end(alice, sync_jobs)
+    vm = VM.objects.get(pk=first.vm_id)
+    assert "warm" in job_steps(first) and vms.has_warm_snapshot(vm) and vms.has_clean_snapshot(vm)
+    assert [s["state"] for s in SimVM.objects.get().snapshots] == ["stopped", "running"]  # clean, then warm
+    assert vm.state == "stopped"  # parked off, as before: the warm snapshot is where the next run starts
+
+    second = run_to_end(bob, sync_jobs)
+    assert second.state == "success" and second.vm_id == vm.pk, second.reason
+    steps = job_steps(second)
+    assert "warm" in steps and "start" not in steps and "reseed" not in steps, steps
+    assert any(line.endswith("(reverted to its warm snapshot: no boot)") for line in trail(second))
+    assert SimVM.objects.get().seed == {}  # the warm snapshot's: no one's login
+
+
+def test_a_vm_whose_warm_snapshot_failed_still_pools_and_boots_its_next_run(sim_host, pooled, alice, bob,
+                                                                             sync_jobs):  # fmt: skip
+    first = submit(alice)
+    for _ in range(30):  # up to the VM's ready, one step at a time; then its warm snapshot fails
+        sync_jobs.run_one(budget=0) if not sync_jobs.handoffs else sync_jobs.drain(limit=1, budget=0)
+        if fresh(first).vm and fresh(first).vm.state == "running":
+            break
+    sim.set_fault("sim-1", "snapshot", "fail", actor="test")
+    sync_jobs.drain()
+    first = fresh(first)
+    assert first.state == "success", first.reason
+    assert not vms.has_warm_snapshot(first.vm) and first.vm.state == "stopped"  # pooled all the same
+
+    second = run_to_end(bob, sync_jobs)
+    assert second.state == "success" and second.vm_id == first.vm_id, second.reason
+    assert "start" in job_steps(second)  # booted from the clean snapshot
+    assert any(line.endswith("(reverted to its clean snapshot, a fresh seed)") for line in trail(second))
+
+
+def test_a_vm_with_a_login_in_it_never_gets_a_warm_snapshot(sim_host, pooled, alice, sync_jobs):
+    from runs import pooling
+
+    first = submit(alice)
+    for _ in range(30):
+        sync_jobs.run_one(budget=0) if not sync_jobs.handoffs else sync_jobs.drain(limit=1, budget=0)
+        if fresh(first).vm and fresh(first).vm.state == "running":
+            break
+    vm = fresh(first).vm
+    VM.objects.filter(pk=vm.pk).update(
+        ssh_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice"
+    )
+    assert pooling.warm_up(vm.pk, actor="test") is False
+    assert not vms.has_warm_snapshot(VM.objects.get(pk=vm.pk))
+    assert all(s["name"] != "warm" for s in SimVM.objects.get().snapshots)
+    sync_jobs.drain()

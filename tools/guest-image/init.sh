@@ -24,6 +24,9 @@ mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs run /run
 mount -t tmpfs tmp /tmp
+# The kernel makes its boot id on first read: read it now, as systemd does, so that it names
+# this boot (a VM resumed from a snapshot taken later keeps it; a new boot gets another).
+cat /proc/sys/kernel/random/boot_id > /run/boot-id
 ip link set lo up
 while read -r ko; do insmod "/lib/modules/$ko"; done < /lib/modules/load.list
 

@@ -3,9 +3,10 @@
     python -m tools.topology.app setup IN.json OUT.json   # migrate, hosts, image, users
     python -m tools.topology.app check IN.json OUT.json   # the invariants, read from the rows
 
-``setup`` takes ``{"hosts", "students", "admins", "lease_seconds", "limit"}`` and writes the
-users (name, password, id), the image id. ``check`` takes what the load generator recorded
-(``{"accepted": [ids], "sockets": [...]}``) and writes one entry per invariant:
+``setup`` takes ``{"hosts", "students", "admins", "builders", "lease_seconds", "limit"}`` and
+writes the users (name, password, id), the image id; the image's simulated command prints
+``RUN_OUTPUT`` for ``RUN_SECONDS`` and exits 0. ``check`` takes what the load generator
+recorded (``{"accepted": [ids], "sockets": [...]}``) and writes one entry per invariant:
 ``{"name": {"ok": bool, "detail": str, ...}}``.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 HOST_CPUS, HOST_MEMORY, HOST_DISK = 8, 16384, 400  # room for 8 VMs of 1 vCPU, 1 GiB, 20 GiB
 VM_SIZE = {"vcpus": 1, "memory_mib": 1024, "disk_gib": 20}
+RUN_OUTPUT, RUN_REPEAT, RUN_SECONDS = "compiling unit {n}\n", 40, 4.0
 
 
 def django_setup():
@@ -35,6 +37,7 @@ def setup(spec):
     from django.core.management import call_command
 
     from inventory import services as inventory
+    from provisioning.drivers.sim.models import SimExecProfile
     from provisioning.jobs import services as jobs
     from provisioning.vms import services as vms
 
@@ -62,16 +65,26 @@ def setup(spec):
     vms.add_variant(
         image, actor="topology", hypervisor_type="sim", format="sim", location="sim://library/lab-linux", size_gib=2
     )
+    # A build prints 40 lines over 4 s: a worker's death mid-run must neither lose nor repeat one.
+    SimExecProfile.objects.create(image="lab-linux", output=expected_output(), seconds=RUN_SECONDS)
     jobs.set_queue_settings(actor="topology", limit=spec["limit"], lease_seconds=spec["lease_seconds"])
     password = secrets.token_urlsafe(12)
     hashed = make_password(password)  # one hash for every account: each login still verifies it
     users = get_user_model().objects
-    made = {"students": [], "admins": []}
-    for kind, count, staff in (("students", spec["students"], False), ("admins", spec["admins"], True)):
+    made = {"students": [], "admins": [], "builders": []}
+    for kind, count, staff in (
+        ("students", spec["students"], False),
+        ("admins", spec["admins"], True),
+        ("builders", spec.get("builders", 0), False),
+    ):
         for n in range(count):
             user = users.create(username=f"{kind[:-1]}{n:03d}", password=hashed, is_staff=staff, is_superuser=staff)
             made[kind].append({"username": user.username, "password": password, "id": user.pk})
     return {**made, "image": image.pk}
+
+
+def expected_output():
+    return "".join(RUN_OUTPUT.format(n=n) for n in range(RUN_REPEAT))
 
 
 # --- the invariants ----------------------------------------------------------------------
@@ -80,6 +93,7 @@ def setup(spec):
 def check(recorded):
     return {
         "reservations settled": _settled(recorded["accepted"]),
+        "runs ended, output whole": _runs(recorded.get("runs", [])),
         "no host overcommitted": _overcommit(),
         "no VM created twice": _vms_match_hosts(),
         "no claim leaked": _claims(),
@@ -121,6 +135,40 @@ def _settled(accepted):
         "silent_failures": failed_silent,
         "failure_reasons": dict(reasons),
     }
+
+
+def _runs(recorded):
+    """Every run in the database (a submission whose answer was lost included) ended; a
+    success printed the build's output exactly once; any other end says why."""
+    from runs.models import Run
+
+    runs = list(Run.objects.all())
+    want = expected_output().encode()
+    unfinished = sorted(r.pk for r in runs if not r.is_final)
+    silent = sorted(r.pk for r in runs if r.state != "success" and r.is_final and not r.error.strip())
+    garbled = sorted(r.pk for r in runs if r.state == "success" and _output(r) != want)
+    lost = sorted(set(recorded) - {r.pk for r in runs})
+    states = defaultdict(int)
+    reasons = defaultdict(int)
+    for r in runs:
+        states[r.state] += 1
+        if r.state != "success" and r.error:
+            reasons[r.error[:80]] += 1
+    return {
+        "ok": not unfinished and not silent and not garbled and not lost,
+        "detail": f"{len(runs)} runs ({len(recorded)} answered): {dict(states)}; {len(unfinished)} not ended, "
+        f"{len(garbled)} with output lost or repeated, {len(silent)} ended without a reason",
+        "runs": len(runs),
+        "success": states.get("success", 0),
+        "unfinished": unfinished[:20],
+        "garbled": garbled[:20],
+        "silent": silent[:20],
+        "reasons": dict(reasons),
+    }
+
+
+def _output(run):
+    return b"".join(bytes(chunk.data) for chunk in run.output.order_by("seq"))
 
 
 def r_error(reservation):

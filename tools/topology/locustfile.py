@@ -4,8 +4,11 @@ Students sign in through the login page, open the live-events socket on their ow
 (``user.<id>``), and for each of ``TOPO_CYCLES`` rounds reserve the lab image for now
 (``POST /api/v1/reservations/`` with a request key, retried with the same key when the answer
 was lost), wait on the socket for it to be ready (or failed), extend it, use it a moment and
-end it, and wait on the socket for it to have ended. Admins sign in, open the dashboard and
-poll its data, with a socket on the ``admin`` topic, until the students are done.
+end it, and wait on the socket for it to have ended; past those rounds they go on while the
+file ``TOPO_HOLD`` exists (the faults are not over yet: every fault strikes under load).
+Builders submit batch runs of the lab image (``POST /api/v1/runs/``) one after the other and
+wait on the socket for each to end. Admins sign in, open the dashboard and poll its data, with
+a socket on the ``admin`` topic, until the students are done.
 
 Each socket resumes after a lost connection (a web machine restarting) from the last event
 id it got, through the load balancer to whichever web machine answers; every session is
@@ -27,14 +30,22 @@ from locust.exception import StopUser
 
 SPEC = json.loads(open(os.environ["TOPO_SPEC"]).read())  # noqa: SIM115 (read at import)
 CYCLES = int(os.environ.get("TOPO_CYCLES", "2"))
+HOLD = os.environ.get("TOPO_HOLD", "")
 READY_TIMEOUT = float(os.environ.get("TOPO_READY_TIMEOUT", "150"))
-RECORD = {"accepted": [], "ready": [], "failed": [], "sockets": [], "errors": [], "unanswered": 0}
-ACCOUNTS = {"student": Queue(), "admin": Queue()}
-for _account in SPEC["students"]:
-    ACCOUNTS["student"].put(_account)
-for _account in SPEC["admins"]:
-    ACCOUNTS["admin"].put(_account)
+RECORD = {
+    "accepted": [], "ready": [], "failed": [], "sockets": [], "errors": [], "unanswered": 0,
+    "runs": [], "runs_ended": [],
+}  # fmt: skip
+ACCOUNTS = {"student": Queue(), "admin": Queue(), "builder": Queue()}
+for _kind in ACCOUNTS:
+    for _account in SPEC.get(f"{_kind}s", []):
+        ACCOUNTS[_kind].put(_account)
 STUDENTS_LEFT = [len(SPEC["students"])]
+
+
+def held():
+    """The load must go on: the faults are not over."""
+    return bool(HOLD) and os.path.exists(HOLD)
 
 
 class Socket:
@@ -98,7 +109,7 @@ class Socket:
             gevent.sleep(0.05)
         return self.since is not None
 
-    def wait_for(self, reservation_id, statuses, timeout):
+    def wait_for(self, reservation_id, statuses, timeout, kind="reservation.changed", key="id", field="status"):
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -109,8 +120,8 @@ class Socket:
             except Empty:
                 return None
             data = message.get("data", {})
-            if message.get("kind") == "reservation.changed" and data.get("id") == reservation_id:
-                if data.get("status") in statuses:
+            if message.get("kind") == kind and data.get(key) == reservation_id:
+                if data.get(field) in statuses:
                     return data
 
     def close(self, grace=2.0):
@@ -161,6 +172,17 @@ class SignedIn(HttpUser):
                 RECORD["errors"].append(f"{self.account['username']}: login answered {why}")
                 self.socket = None
                 raise StopUser()
+        self.socket = Socket(self, self.topics(), self.account["username"])
+        if not self.socket.wait_subscribed():
+            RECORD["errors"].append(f"{self.account['username']}: socket never subscribed")
+
+    def topics(self):
+        """What its socket follows: its own events."""
+        return [f"user.{self.account['id']}"]
+
+    def on_stop(self):
+        if getattr(self, "socket", None):
+            self.socket.close()
 
     def api(self, method, path, name, body=None, tries=6):
         """An API call; a lost answer or a 5xx (a web machine going away) is tried again."""
@@ -184,20 +206,16 @@ class Student(SignedIn):
     wait_time = between(0.5, 2)
 
     def on_start(self):
-        super().on_start()
         self.cycles = 0
-        self.socket = Socket(self, [f"user.{self.account['id']}"], self.account["username"])
-        if not self.socket.wait_subscribed():
-            RECORD["errors"].append(f"{self.account['username']}: socket never subscribed")
+        super().on_start()
 
     def on_stop(self):
-        if getattr(self, "socket", None):
-            self.socket.close()
+        super().on_stop()
         STUDENTS_LEFT[0] -= 1
 
     @task
     def cycle(self):
-        if self.cycles >= CYCLES:
+        if self.cycles >= CYCLES and not held():
             raise StopUser()
         self.cycles += 1
         body = {"image": SPEC["image"], "duration_minutes": 60, "request_key": uuid.uuid4().hex}
@@ -224,20 +242,43 @@ class Student(SignedIn):
             RECORD["errors"].append(f"reservation {rid}: no ended event within {READY_TIMEOUT}s")
 
 
+class Builder(SignedIn):
+    """A build farm's client: one batch run after another while the students work."""
+
+    kind = "builder"
+    wait_time = between(0.5, 1.5)
+
+    @task
+    def build(self):
+        if STUDENTS_LEFT[0] <= 0:
+            raise StopUser()
+        body = {"image": SPEC["image"], "argv": ["make", "test"], "time_limit": 300, "reason": "topology build"}
+        # No retry: a run has no request key, so a lost answer is not sent again (the check
+        # counts every run in the database, recorded or not).
+        answer = self.api("POST", "/api/v1/runs/", "run", body, tries=1)
+        if answer is None or answer.status_code != 202:
+            return
+        run = answer.json()["run"]["id"]
+        RECORD["runs"].append(run)
+        got = self.socket.wait_for(run, ("success", "error", "canceled"), READY_TIMEOUT * 2, kind="run.changed",
+                                   key="run", field="state")  # fmt: skip
+        if got is None:
+            RECORD["errors"].append(f"run {run}: no end event within {READY_TIMEOUT * 2}s")
+            return
+        RECORD["runs_ended"].append({"id": run, "state": got["state"], "exit_status": got.get("exit_status")})
+
+
 class Admin(SignedIn):
     kind = "admin"
     wait_time = between(2, 4)
     weight = 0  # spawned by count: fixed_count below
 
+    def topics(self):
+        return ["admin"]
+
     def on_start(self):
         super().on_start()
-        self.socket = Socket(self, ["admin"], self.account["username"])
-        self.socket.wait_subscribed()
         self.client.get("/", name="dashboard")
-
-    def on_stop(self):
-        if getattr(self, "socket", None):
-            self.socket.close()
 
     @task
     def look(self):
@@ -248,6 +289,7 @@ class Admin(SignedIn):
 
 Admin.fixed_count = len(SPEC["admins"])
 Student.fixed_count = len(SPEC["students"])
+Builder.fixed_count = len(SPEC.get("builders", []))
 
 
 def _quit_when_done(environment):

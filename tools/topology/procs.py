@@ -2,21 +2,31 @@
 
 Each is started with ``ip netns exec <ns>`` (which execs: the Popen pid is the process's own)
 and stopped by its pid; ``Cluster.close`` then SIGKILLs by pid whatever still runs in a
-machine's namespace. PostgreSQL runs as the ``postgres`` user (``setpriv``, which also execs),
-from ``initdb`` in a private directory, started and stopped with ``pg_ctl`` and known by the pid
-in its ``postmaster.pid``.
+machine's namespace. If the run's own process dies before it can (SIGKILL, a CI timeout), its
+processes go too: each asks the kernel for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``,
+``vclmgr.lifeline``), and vclmgr's ``serve`` also holds the run's lifeline pipe, so that its own
+children follow it. PDEATHSIG fires when the *thread* that forked ends, so every process is
+forked by one thread that lives as long as the run's process (``_Spawner``), whichever thread
+asks (the fault and supervisor threads restart machines).
+
+PostgreSQL runs as the ``postgres`` user (``setpriv``, which also execs), from ``initdb`` in a
+private directory, started and stopped with ``pg_ctl`` and known by the pid in its
+``postmaster.pid``.
 """
 
 import os
 import pwd
+import queue
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
+from vclmgr import lifeline
 from vclmgr.lifeline import pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,22 +65,73 @@ def stop_pid(pid, sig=signal.SIGTERM, timeout=15):
         pass
 
 
-class Proc:
-    """A process in a namespace, its output in ``log_path``."""
+class _Spawner:
+    """One long-lived thread that forks every process of the run (see the module's docstring)."""
 
-    def __init__(self, ns, args, log_path, env=None, user=None):
+    def __init__(self):
+        self.requests = queue.Queue()
+        self.pipe = None
+        threading.Thread(target=self._serve, name="topology-spawner", daemon=True).start()
+
+    def _serve(self):
+        while True:
+            kwargs, answer = self.requests.get()
+            try:
+                answer.put((subprocess.Popen(**kwargs), None))
+            except BaseException as exc:  # noqa: BLE001 (handed to the caller)
+                answer.put((None, exc))
+
+    def lifeline(self):
+        """The run's lifeline pipe ``(read_fd, env value)``: its write end is held until exit."""
+        if self.pipe is None:
+            read_fd, _write_fd, value = lifeline.open_pipe()
+            self.pipe = (read_fd, value)
+        return self.pipe
+
+    def popen(self, args, *, lifeline_pipe=False, **kwargs):
+        kwargs.update(args=args, preexec_fn=lifeline.preexec(os.getpid()))
+        if lifeline_pipe:
+            read_fd, value = self.lifeline()
+            kwargs["pass_fds"] = (read_fd,)
+            kwargs["env"] = {**kwargs["env"], lifeline.ENV: value}
+        answer = queue.Queue()
+        self.requests.put((kwargs, answer))
+        proc, error = answer.get()
+        if error is not None:
+            raise error
+        return proc
+
+
+_spawner = None
+_spawner_lock = threading.Lock()
+
+
+def spawner():
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = _Spawner()
+    return _spawner
+
+
+class Proc:
+    """A process in a namespace, its output in ``log_path``; ``lifeline_pipe``: it inherits the
+    run's lifeline (vclmgr's processes watch it and stop their own children when it closes)."""
+
+    def __init__(self, ns, args, log_path, env=None, user=None, lifeline_pipe=False):
         self.log_path = Path(log_path)
         self.log = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop)
         prefix = ["ip", "netns", "exec", ns]
-        if user:
+        if user:  # (setpriv's change of user clears PDEATHSIG; pg_ctl's postgres is stopped by close)
             prefix += ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--"]
-        self.proc = subprocess.Popen(
+        self.proc = spawner().popen(
             [*prefix, *args],
             cwd=ROOT,
             env=env or dict(os.environ),
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            lifeline_pipe=lifeline_pipe,
         )
         self.pid = self.proc.pid
 
@@ -275,9 +336,12 @@ backend web
     option httpchk
     http-check send meth GET uri /healthz/ready hdr Host {address}
     http-check expect status 200
-    # A busy web machine's probe may take a while: only a machine that stops answering is out.
-    timeout check 5s
-    default-server inter 1s fall 3 rise 2
+    # A busy web machine's probe may take a while (a burst of sign-ins is PBKDF2 on every core):
+    # only a machine that stops answering is out; with both out, haproxy could only answer 503.
+    # A stopped machine refuses connections, and those are redispatched to the other at once.
+    timeout check 10s
+    timeout queue 60s
+    default-server inter 2s fall 4 rise 2
     http-response set-header X-Served-By %s
 {servers}
 """
@@ -328,7 +392,7 @@ class Machine:
 
     def start(self):
         self.starts += 1
-        self.proc = Proc(self.ns, self.command(), self.var / "serve.log", env=self.env)
+        self.proc = Proc(self.ns, self.command(), self.var / "serve.log", env=self.env, lifeline_pipe=True)
         return self.proc
 
     def ready(self):

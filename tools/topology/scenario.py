@@ -52,6 +52,7 @@ class Config:
     hosts: int = 20
     students: int = 12
     admins: int = 2
+    builders: int = 2  # batch runs, one after the other each, while the students work
     cycles: int = 2
     web_machines: int = 2
     worker_machines: int = 3
@@ -107,6 +108,7 @@ class Cluster:
                 "hosts": c.hosts,
                 "students": c.students,
                 "admins": c.admins,
+                "builders": c.builders,
                 "lease_seconds": c.lease_seconds,
                 "limit": c.limit,
             },
@@ -305,6 +307,7 @@ def run(config):
 def _load(cluster, config):
     rng = random.Random(config.seed)
     out = Path(config.workdir) / "locust-record.json"
+    hold = Path(config.workdir) / "faults-pending"  # the students go on while it exists
     spec = Path(config.workdir) / "users.json"
     spec.write_text(json.dumps(cluster.spec))
     locust_env = {
@@ -313,9 +316,12 @@ def _load(cluster, config):
         "TOPO_SPEC": str(spec),
         "TOPO_OUT": str(out),
         "TOPO_CYCLES": str(config.cycles),
+        "TOPO_HOLD": str(hold),
         "PYTHONUNBUFFERED": "1",
     }
-    users = config.students + config.admins
+    users = config.students + config.admins + config.builders
+    if config.faults:
+        hold.touch()
     locust = procs.Proc(
         cluster.client_ns,
         [
@@ -344,7 +350,7 @@ def _load(cluster, config):
     )
     started = time.time()
     timeline = []
-    faults = threading.Thread(target=_strike, args=(cluster, config, rng, started, timeline), daemon=True)
+    faults = threading.Thread(target=_strike, args=(cluster, config, rng, started, timeline, hold), daemon=True)
     if config.faults:
         faults.start()
     try:
@@ -358,7 +364,10 @@ def _load(cluster, config):
         raise RuntimeError(f"locust wrote no record:\n{locust.tail()}")
     record = json.loads(out.read_text())
     settled = _settle(cluster, config, record)
-    checks = cluster._phase("check", {"accepted": record["accepted"], "sockets": record["sockets"]})
+    checks = cluster._phase(
+        "check", {"accepted": record["accepted"], "sockets": record["sockets"], "runs": record["runs"]}
+    )
+    checks["every fault under load"] = _under_load(timeline, load_seconds, config)
     checks["no 5xx but a restarting web machine's"] = _five_hundreds(cluster.lb.log_path, timeline)
     cluster.sample_cpu_once({m.name: m.role for m in cluster.machines()} | {"db": "db"})
     return {
@@ -368,14 +377,23 @@ def _load(cluster, config):
         "load_seconds": round(load_seconds, 1),
         "settle_seconds": settled,
         "restarts": cluster.restarts,
-        "figures": _figures(record, config, cluster),
+        "figures": _figures(record, config, cluster, checks),
         "errors": record["errors"][:30],
         "locust_exit": locust.proc.returncode,
     }
 
 
-def _strike(cluster, config, rng, started, timeline):
-    """Each fault once, in random order, each at a random moment in the fault window."""
+def _strike(cluster, config, rng, started, timeline, hold):
+    """Each fault once, in random order, each at a random moment in the fault window; then, a
+    lease later (the work a fault disturbed is retried meanwhile), the load may end."""
+    try:
+        _strike_each(cluster, config, rng, started, timeline)
+    finally:
+        time.sleep(config.lease_seconds)
+        hold.unlink(missing_ok=True)
+
+
+def _strike_each(cluster, config, rng, started, timeline):
     order = list(FAULTS)
     rng.shuffle(order)
     low, high = config.fault_window
@@ -421,12 +439,25 @@ def _settle(cluster, config, record):
     probe = Path(config.workdir) / "settle.json"
     deadline = began + config.settle_seconds
     while time.monotonic() < deadline:
-        got = cluster._phase("check", {"accepted": record["accepted"], "sockets": []})
+        got = cluster._phase("check", {"accepted": record["accepted"], "sockets": [], "runs": record["runs"]})
         probe.write_text(json.dumps(got, default=str))
-        if got["no job stuck"]["ok"] and got["reservations settled"]["ok"]:
+        if got["no job stuck"]["ok"] and got["reservations settled"]["ok"] and got["runs ended, output whole"]["ok"]:
             break
         time.sleep(3)
     return round(time.monotonic() - began, 1)
+
+
+def _under_load(timeline, load_seconds, config):
+    """Each fault struck, and was over, while the load still ran (a fault after the load proves nothing)."""
+    if not config.faults:
+        return {"ok": True, "detail": "no faults in this run"}
+    late = [t["fault"] for t in timeline if t["at"] + t["seconds"] > load_seconds]
+    return {
+        "ok": len(timeline) == len(FAULTS) and not late,
+        "detail": f"{len(timeline)} of {len(FAULTS)} faults struck; the load ran {load_seconds:.0f}s; "
+        f"{len(late)} ended after it",
+        "late": late,
+    }
 
 
 def _five_hundreds(log_path, timeline):
@@ -461,8 +492,9 @@ def _percentile(values, fraction):
     return values[min(len(values) - 1, int(round(fraction * (len(values) - 1))))]
 
 
-def _figures(record, config, cluster):
+def _figures(record, config, cluster, checks):
     ready = record["ready"]
+    runs = checks.get("runs ended, output whole", {})
     waits = [r["ready"] - r["accepted"] for r in ready]
     span = (max(r["ready"] for r in ready) - min(r["accepted"] for r in ready)) if ready else float("nan")
     api = _locust_latency(Path(config.workdir) / "locust_stats.csv")
@@ -471,6 +503,10 @@ def _figures(record, config, cluster):
     return {
         "ready": len(ready),
         "accepted": len(record["accepted"]),
+        "failed": len(record["failed"]),
+        "runs": runs.get("runs", 0),
+        "runs_success": runs.get("success", 0),
+        "load_errors": len(record["errors"]),
         "throughput_per_s": round(len(ready) / span, 2) if ready else 0.0,
         "reserve_to_ready_p50_s": round(_percentile(waits, 0.5), 2),
         "reserve_to_ready_p99_s": round(_percentile(waits, 0.99), 2),

@@ -44,6 +44,7 @@ Connections are pooled per process and URI. A ``test:///file.xml`` connection ha
 state, so that state lives exactly as long as this process.
 """
 
+import logging
 import os
 import socket
 import urllib.parse
@@ -55,6 +56,8 @@ from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid,
 from provisioning.drivers.libvirt import agent, domxml
 from provisioning.drivers.libvirt.connection import NOT_FOUND, connections, open_own, translate, translated
 from provisioning.drivers.libvirt.options import CPU_MODES, DISK_CACHES, vnc_listen_error
+
+log = logging.getLogger(__name__)
 
 GIB = 1 << 30
 
@@ -423,6 +426,11 @@ class LibvirtDriver(base.Driver):
         dom = self._domain(key)
         snap = self._call(f"snapshot {name!r} of {key}", dom.snapshotLookupByName, name, 0)
         self._call(f"revert {key} to {name!r}", dom.revertToSnapshot, snap, 0)
+        if dom.isActive():  # resumed from memory: the guest's clock is the snapshot's; its agent re-reads the RTC
+            try:
+                dom.setTime(None, libvirt.VIR_DOMAIN_TIME_SYNC)
+            except libvirt.libvirtError as exc:  # no agent (yet): the clock catches up by itself (NTP)
+                log.info("%s: guest clock not synced after the revert: %s", key, exc)
 
     @translated
     def reseed(self, key, guest):

@@ -74,6 +74,21 @@ def bring_up(step, vm_id, *, actor):
     return address
 
 
+def resume_warm(step, vm_id, *, actor):
+    """A parked VM with a warm snapshot back to that moment, running, its guest already booted
+    (no seed: a run's VM has no login); ready once its guest answers; the address. On failure
+    it is destroyed and its claim released, as ``bring_up``."""
+    try:
+        step("warm", revert, vm_id, services.WARM_SNAPSHOT, actor=actor)
+        address = step("address", wait_address, vm_id)
+        step("ready", ready, vm_id, address, actor=actor)
+    except Exception as exc:
+        if not passes_through(exc):
+            undo_create(vm_id, fail_reason(exc), actor=actor)
+        raise
+    return address
+
+
 def _power_off(vm_id, *, actor):
     vm = load_vm(vm_id)
     driver = drivers.driver_for(vm.host)

@@ -16,7 +16,7 @@ def sync_jobs(monkeypatch):
 def make_host(db):
     def make(name, driver="sim", cpus=16, memory_mib=65536, disk_gib=1000, **fields):
         return Hypervisor.objects.create(name=name, address=f"{name}.example.org", driver=driver, cpus=cpus,
-                                         memory_mib=memory_mib, disk_gib=disk_gib, **fields)
+                                         memory_mib=memory_mib, disk_gib=disk_gib, **fields)  # fmt: skip
 
     return make
 
@@ -38,3 +38,16 @@ def sim_image(name, os):
 @pytest.fixture
 def image(db):
     return sim_image("debian-12", "Debian 12")
+
+
+@pytest.fixture
+def built():
+    """``built(make_host, image, owner, **sizes)``: `plan_helpers.build_cluster` with its jobs
+    run in this process (fast), before a test starts real workers."""
+    from tests.provisioning.vms.plan_helpers import build_cluster
+
+    def make(*args, **kwargs):
+        with pytest.MonkeyPatch.context() as patch:
+            return build_cluster(*args, sync_jobs=SyncJobs(patch), **kwargs)
+
+    return make

@@ -7,28 +7,14 @@ from django.utils import timezone
 
 from inventory import services as inventory
 from inventory.models import Hypervisor, NodeGroup
-from provisioning.capacity import services as capacity
 from provisioning.capacity.models import Allocation
 from provisioning.capacity.snapshot import snapshot
 from provisioning.jobs.models import Job
 from provisioning.vms import plans, services
 from provisioning.vms.models import VM, Plan
-from tests.provisioning.jobs.conftest import SyncJobs
 from tests.provisioning.jobs.helpers import wait_until
+from tests.provisioning.vms.plan_helpers import build_cluster, future_claim, max_running_at_once, overcommits, wait_plan
 from vclmgr.errors import Conflict
-
-
-def build_cluster(make_host, image, owner, sync_jobs, full=3, empty=3, vms=12, group=None, prefix="h", **size):
-    """``full`` hosts holding ``vms`` VMs between them, then ``empty`` hosts added: unbalanced."""
-    size = {"cpus": 16, "memory_mib": 32768, "disk_gib": 500, **size}
-    hosts = [make_host(f"{prefix}{i:02d}", group=group, **size) for i in range(full)]
-    snapshot.expire()
-    made = [services.request_vm(actor=owner, owner=owner, image=image, memory_mib=2048)[0] for _ in range(vms)]
-    sync_jobs.drain()
-    assert set(VM.objects.filter(pk__in=[v.pk for v in made]).values_list("state", flat=True)) == {"running"}
-    hosts += [make_host(f"{prefix}{i:02d}", group=group, **size) for i in range(full, full + empty)]
-    snapshot.expire()
-    return hosts, made
 
 
 def test_a_balance_plan_is_a_dry_run_then_runs_as_jobs(make_host, image, admin_user, sync_jobs):
@@ -46,66 +32,6 @@ def test_a_balance_plan_is_a_dry_run_then_runs_as_jobs(make_host, image, admin_u
     plan = plans.refresh(Plan.objects.get(pk=plan.pk))
     assert plan.state == "done", plan.moves
     assert plans.live_score(plan.options["score_group"]) == pytest.approx(plan.score_after, abs=1e-9)
-
-
-# --- helpers for the worker tests ---------------------------------------------------------------
-
-
-def future_claim(host, hours=2, memory_mib=24576):
-    """An accepted future reservation's claim on ``host`` (most of its memory, later)."""
-    start = timezone.now() + timedelta(hours=hours)
-    demand = capacity.Demand(2, memory_mib, 10, start, start + timedelta(hours=1), purpose="reservation (future)")
-    return capacity.claim_on_host(host, demand, actor="test")
-
-
-def overcommits(host):
-    """Moments at which the host's claims (as they existed over time) exceed its memory: each
-    row counts from its creation until its release, over its own window."""
-    rows = list(Allocation.objects.filter(host=host))
-    limit = host.memory_mib * host.memory_ratio - host.reserved_memory_mib
-    found = []
-    for moment in sorted({r.created for r in rows} | {r.released for r in rows if r.released}):
-        alive = [r for r in rows if r.created <= moment and (r.released is None or r.released > moment)]
-        edges = sorted({r.start for r in alive} | {r.end for r in alive if r.end})
-        for t in edges:
-            used = sum(r.memory_mib for r in alive if r.start <= t and (r.end is None or t < r.end))
-            if used > limit:
-                found.append((moment, t, used))
-    return found
-
-
-def max_running_at_once(job_rows):
-    edges = []
-    for job in job_rows:
-        assert job.started and job.ended, (job.pk, job.status, job.error_message)
-        edges += [(job.started, 1), (job.ended, -1)]
-    running = peak = 0
-    for _, step in sorted(edges, key=lambda e: (e[0], e[1])):
-        running += step
-        peak = max(peak, running)
-    return peak
-
-
-def wait_plan(plan, child, timeout=120):
-    def ended():
-        # The plan is done once its last move switched; that move's job ends a moment later.
-        ids = [m["job"] for m in Plan.objects.get(pk=plan.pk).moves]
-        settled = not Job.objects.filter(pk__in=ids).exclude(status__in=Job.FINAL).exists()
-        return settled and plans.refresh(Plan.objects.get(pk=plan.pk)).state in Plan.FINAL
-
-    wait_until(ended, timeout, f"plan {plan.pk} to end", child)
-    return Plan.objects.get(pk=plan.pk)
-
-
-@pytest.fixture
-def built(monkeypatch):
-    """Builds the cluster with jobs run in this process (fast), before the workers start."""
-
-    def make(*args, **kwargs):
-        with pytest.MonkeyPatch.context() as patch:
-            return build_cluster(*args, sync_jobs=SyncJobs(patch), **kwargs)
-
-    return make
 
 
 @pytest.mark.slow
@@ -226,6 +152,32 @@ def test_a_group_evacuation_drains_its_hosts_and_moves_their_future_reservations
         assert reservation.allocation.released is None, reservation.error
         assert reservation.allocation.host_id in {h.pk for h in others}
     assert not Allocation.objects.filter(host__in=hosts, released__isnull=True).exists()
+
+
+def test_a_plan_ends_with_its_last_job_without_being_read(
+    make_host, image, admin_user, alice, sync_jobs, django_capture_on_commit_callbacks
+):
+    from reservations import services as reservations
+    from vclmgr.models import Event
+
+    hosts, _ = build_cluster(make_host, image, admin_user, sync_jobs, full=1, empty=2, vms=2)
+    for other in hosts[1:]:
+        inventory.set_state(other, "drained", "the reservation goes to h00", actor="test")
+    later = timezone.now() + timedelta(hours=3)
+    booked = reservations.reserve(alice, image, start=later, end=later + timedelta(hours=1), actor=alice)
+    for other in hosts[1:]:
+        inventory.set_state(other, "online", "back", actor="test")
+    snapshot.expire()
+    plan = plans.execute(plans.compute("evacuate-node", actor=admin_user, target="h00"), actor=admin_user)
+    assert [j["opcode"] for j in plan.jobs] == ["node.replace_reservations"]
+    with django_capture_on_commit_callbacks(execute=True):
+        sync_jobs.drain()
+    plan = Plan.objects.get(pk=plan.pk)  # not refreshed: the jobs' ends brought it up to date
+    assert plan.state == "done" and {r["status"] for r in [*plan.moves, *plan.jobs]} == {"success"}
+    last = Event.objects.filter(topic=plans.topic(plan.pk), kind="plan.status").latest("id")
+    assert last.data == {"plan": plan.pk, "state": "done", "moves": 2, "done": 2}
+    booked.refresh_from_db()
+    assert booked.allocation.host_id != hosts[0].pk
 
 
 # --- refusals: nothing changed -------------------------------------------------------------------

@@ -24,8 +24,10 @@ class Command(BaseCommand):
         if opts["execute"]:
             if opts["ganeti_file"] or opts["at"]:
                 raise CommandError("-X executes on the live cluster now: not with -t/--ganeti-file or --at")
-            return call_command("plan", "squeeze", "-X", "--reason", opts["reason"], stdout=self.stdout,
-                                stderr=self.stderr)  # fmt: skip
+            thresholds = ["--target-resources", str(opts["target_resources"]),
+                          "--minimal-resources", str(opts["minimal_resources"])]  # fmt: skip
+            return call_command("plan", "squeeze", "-X", "--reason", opts["reason"], *thresholds,
+                                stdout=self.stdout, stderr=self.stderr)  # fmt: skip
 
         def load(template, hold_future):
             return ganeti_cluster(opts, template=template, hold_future=hold_future)

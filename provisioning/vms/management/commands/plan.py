@@ -3,7 +3,8 @@
     plan list
     plan show ID [--json]
     plan balance [-G GROUP] [--max-moves N] [-X] [--reason R]      (hbal -L [-X])
-    plan squeeze [-G GROUP] [-X] [--reason R]                        (hsqueeze [-X])
+    plan squeeze [-G GROUP] [-X] [--target-resources N] [--minimal-resources N] [--reason R]
+                                                                     (hsqueeze [-X])
     plan evacuate-node NAME [--dry-run] [--reason rate-limit:N:…]    (gnt-node evacuate)
     plan evacuate-group NAME [--dry-run] [--reason rate-limit:N:…]   (gnt-group evacuate)
     plan execute ID [--recompute] [--wait]
@@ -29,6 +30,7 @@ from vclmgr.errors import Conflict
 CLI = Actor(name="cli")
 KINDS = {"balance": "balance", "squeeze": "squeeze", "evacuate-node": "evacuate-node",
          "evacuate-group": "evacuate-group"}  # fmt: skip
+SQUEEZE_OPTIONS = ("target_resources", "minimal_resources")
 
 
 class Command(BaseCommand):
@@ -50,6 +52,11 @@ class Command(BaseCommand):
                 make.add_argument("-X", "--exec", dest="execute", action="store_true", help="execute the plan")
             if kind == "balance":
                 make.add_argument("--max-moves", type=int, default=-1)
+            if kind == "squeeze":
+                make.add_argument("--target-resources", type=float,
+                                  help="free capacity to keep, in standard instances per host (default 2)")  # fmt: skip
+                make.add_argument("--minimal-resources", type=float,
+                                  help="below this free capacity per host, bring hosts back (default 2)")  # fmt: skip
             make.add_argument("--reason", default="", help="why; rate-limit:N:label caps concurrent moves at N")
             make.add_argument("--rate-limit", type=int, help="at most N migrations at once (default 4)")
             make.add_argument("--wait", action="store_true", help="wait until the jobs have ended")
@@ -89,6 +96,7 @@ class Command(BaseCommand):
 
     def make(self, kind, opts):
         options = {"max_moves": opts["max_moves"]} if opts.get("max_moves", -1) != -1 else {}
+        options.update({key: opts[key] for key in SQUEEZE_OPTIONS if opts.get(key) is not None})
         plan = plans.compute(
             kind, actor=CLI, target=opts.get("name", ""), group=opts.get("group"), reason=opts["reason"],
             rate_limit=opts["rate_limit"], options=options,
@@ -123,7 +131,8 @@ class Command(BaseCommand):
                           f"under {plan.bucket}")  # fmt: skip
         if not opts.get("wait"):
             return
-        ids = [m["job"] for m in plan.moves if m["job"]]
+        # The moves and the plan's other jobs (power, re-placing): the plan ends with the last.
+        ids = [m["job"] for m in plan.moves if m["job"]] + [j["job"] for j in plan.jobs]
         while Job.objects.filter(pk__in=ids).exclude(status__in=Job.FINAL).exists():
             time.sleep(0.2)
         plan = plans.refresh(plan)
