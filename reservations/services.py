@@ -17,7 +17,7 @@ One function per verb; the web pages, the API, the CLI and the jobs call these. 
 
 import logging
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from django.conf import settings
@@ -27,6 +27,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from provisioning.capacity import preemption
 from provisioning.capacity import services as capacity
 from provisioning.capacity.models import Allocation
 from provisioning.drivers import cloudinit
@@ -122,10 +123,14 @@ def check_fit(image, start, end, **size):
     """Would an ``image`` VM fit over ``[start, end)``? Writes nothing."""
     from datetime import UTC, datetime
 
-    result = capacity.plan(vms.demand_for(image, vms.size_for(image, **size), start=start, end=end, purpose="check"))
+    demand = vms.demand_for(image, vms.size_for(image, **size), start=start, end=end, purpose="check")
+    result = capacity.plan(replace(demand, rank=_rank(start)))
     if result.ok:
         woken = result.note.startswith(capacity.WAKE_NOTE)
         return Fit(True, f"{result.note}" if woken else "fits: a host has room for the whole time")
+    suspending = capacity.preemption_note(result)
+    if suspending:
+        return Fit(True, suspending)
     earliest = None
     if result.earliest_fit is not None and result.earliest_fit.start is not None:
         earliest = datetime.fromtimestamp(result.earliest_fit.start, UTC)
@@ -203,8 +208,10 @@ def reserve(
                 quotas.check_locked(user, image, start, end, vms.size_for(image, **(size or {})))
             except ValidationError as exc:
                 raise QuotaRefused(exc.message_dict) from None
-            reservation = _create(user, image, start, end, ssh_key, request_key, size or {}, actor=actor)
-            if start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) <= now:
+            starts_now = start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) <= now
+            reservation = _create(user, image, start, end, ssh_key, request_key, size or {}, actor=actor,
+                                  rank=_rank(start, now))  # fmt: skip
+            if starts_now:
                 provision(reservation, actor=actor, savepoint=False)
     except NoRoom as exc:
         _refused(user, image, exc.reasons, now)
@@ -218,6 +225,15 @@ def reserve(
             return existing
         raise
     return reservation
+
+
+def _rank(start, now=None):
+    """The priority class a reservation claims with: ``RESERVATION_PRIORITY`` when it starts now
+    (it may suspend runs of a lower class to make room), none for later (nothing is suspended
+    ahead of time: runs end, and a later one is placed where there is room then)."""
+    if start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) > (now or timezone.now()):
+        return None
+    return preemption.rank(settings.RESERVATION_PRIORITY)
 
 
 class NoRoom(ValidationError):
@@ -240,7 +256,7 @@ def _refused(user, image, reasons, now, group=None):
     )  # fmt: skip
 
 
-def _create(user, image, start, end, ssh_key, request_key, size, block=None, occurrence=0, *, actor):
+def _create(user, image, start, end, ssh_key, request_key, size, block=None, occurrence=0, *, actor, rank=None):
     size = vms.size_for(image, **size)
     reservation = Reservation.objects.create(
         user=user, image=image, start=start, end=end, ssh_key=ssh_key.strip(), request_key=request_key,
@@ -248,7 +264,7 @@ def _create(user, image, start, end, ssh_key, request_key, size, block=None, occ
     )  # fmt: skip
     try:
         demand = vms.demand_for(image, size, start=start, end=end, purpose=f"reservation {reservation.pk}")
-        allocation = capacity.claim(demand, actor=actor, owner=user)
+        allocation = capacity.claim(replace(demand, rank=rank), actor=actor, owner=user)
     except capacity.NoCapacity as exc:
         raise NoRoom({"start": [_no_capacity_message(exc.result, start)]}, dict(exc.result.reasons)) from None
     except capacity.TryAgain as exc:
@@ -341,9 +357,11 @@ def provision(reservation, reason="building the VM", *, actor, savepoint=True):
             "actor": actor, "owner": reservation.user, "image": reservation.image, "name": f"res-{reservation.pk}",
             "end": reservation.end, "allocation": reservation.allocation, "reason": f"reservation {reservation.pk}",
         }  # fmt: skip
+        # Its claim suspended runs to make room (``reserve``): the build waits for their jobs' end.
+        waits = [(pk, []) for pk in getattr(reservation.allocation, "preempt_jobs", ())]
         # The VM is set on the reservation before the reused one reads its login from it (on commit).
-        reused = vms.reuse_parked(size=size, **common) if reservation.image.revert_on_end else None
-        vm, job = reused or vms.request_vm(**size, **common, checked=known is not None, savepoint=False)
+        reused = vms.reuse_parked(size=size, **common, depends=waits) if reservation.image.revert_on_end else None
+        vm, job = reused or vms.request_vm(**size, **common, checked=known is not None, savepoint=False, depends=waits)
         reservation.vm = vm
         reservation.save(update_fields=["vm", "attempts"])
         jobs.submit(

@@ -8,6 +8,7 @@ class RunsConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
+        from provisioning.capacity import preemption
         from provisioning.vms import quotas
         from runs import services, tasks
         from vclmgr import events, topics
@@ -15,4 +16,6 @@ class RunsConfig(AppConfig):
         topics.register("run", services.may_see)
         quotas.register("run", services.holdings)
         events.listen("job.status", services.job_ended)
+        events.listen("allocation.released", services.room_returned)
+        preemption.register(preemption.Holder(services.preemptible, services.suspend_for, noun="run"))
         post_spawn.connect(tasks.on_worker_start, dispatch_uid="runs.housekeeping")

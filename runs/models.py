@@ -5,7 +5,9 @@ architecture, ``Image.platform``) or an image; its VM is built, the command run 
 guest command channel, the output kept (``RunOutput`` chunks, bytes as printed, up to
 ``RUN_OUTPUT_MAX_BYTES``), the artifacts copied out (``RunFile``, through the ``runs``
 storage), and the VM destroyed whatever the end. States follow the job model, plus
-``suspended``. ``reason`` is the trail: ``[[source, message, when], …]``.
+``suspended`` (its VM suspended to disk to make room for work of a higher class, resumed when
+room returns: ``services.suspend_for``, ``services.resume_suspended``). ``reason`` is the
+trail: ``[[source, message, when], …]``.
 """
 
 from django.conf import settings
@@ -49,6 +51,13 @@ class Run(models.Model):
     reason = models.JSONField(default=list, blank=True)
     job = models.PositiveBigIntegerField(null=True, blank=True, help_text="The run.execute job.")
     cancel_requested = models.BooleanField(default=False)
+    suspend_requested = models.BooleanField(
+        default=False, help_text="Work of a higher class took its CPU and memory: its job suspends its VM."
+    )
+    suspended_at = models.DateTimeField(null=True, blank=True, help_text="When it was last suspended.")
+    suspended_seconds = models.FloatField(
+        default=0, help_text="Time spent suspended (its time limit and its hold do not count it)."
+    )
     output_seen = models.PositiveBigIntegerField(default=0, help_text="Bytes the command printed so far.")
     output_kept = models.PositiveBigIntegerField(default=0, help_text="Bytes kept (up to the limit).")
     output_chunks = models.PositiveIntegerField(default=0)

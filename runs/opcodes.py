@@ -32,8 +32,9 @@ from provisioning.jobs.runner import Canceled
 from provisioning.vms import services as vms
 from provisioning.vms.models import VM
 from provisioning.vms.opcodes import capture as captures
-from provisioning.vms.opcodes import lifecycle, reuse
+from provisioning.vms.opcodes import lifecycle, migration, reuse
 from provisioning.vms.opcodes.common import fail_reason, load_vm, passes_through
+from provisioning.vms.opcodes.staging import stage
 from runs import pooling, services, validation
 from runs.models import Run, RunFile
 from vclmgr import access
@@ -42,6 +43,8 @@ S = Run.State
 SCRIPT = "/tmp/vclmgr-run-script.sh"  # noqa: S108 (a path in the run's own throwaway guest)
 MARKER = ".vclmgr-run"  # makes the work directory (a dot file: no artifact pattern's * matches it)
 KILLED_FOR_TIME = "time limit"
+SUSPEND = "suspend"  # a wait's end: asked to make room (``services.suspend_for``)
+RESUME_ANSWER_SECONDS = 60  # a resumed guest's channel answers again within this
 TRANSIENT_TRIES = 5  # temporary channel errors in a row one wait step rides out
 
 
@@ -57,20 +60,37 @@ class RunEnded(Exception):
         self.state, self.message, self.exit_status = state, message, exit_status
 
 
+class Unsound(RunEnded):
+    """The run ended by a fault of its VM (not suspended, not resumed) or while it was suspended:
+    its VM is destroyed, never pooled or kept."""
+
+
 def tag(run_id):
     return f"run-{run_id}"
 
 
 @opcode("run.execute", params=RunParams, locks=lambda p: [f"run:{p['run']}"], staff_only=True)
 def run_execute(job):
-    """Build a fresh VM, run the command in it, keep its output and files, destroy the VM."""
+    """Build a fresh VM, run the command in it, keep its output and files, destroy the VM
+    (or, asked to make room, suspend the VM and end: ``run.resume`` goes on later)."""
+    return _driven(job, _drive)
+
+
+@opcode("run.resume", params=RunParams, locks=lambda p: [f"run:{p['run']}"], staff_only=True)
+def run_resume(job):
+    """Resume a suspended run's VM (its claim is back: ``services.resume_suspended``) and go on
+    as ``run.execute`` does from its wait for the command: output, artifacts, teardown, finish."""
+    return _driven(job, _resume_and_follow)
+
+
+def _driven(job, drive):
     run_id = job.params["run"]
     run = Run.objects.get(pk=run_id)
     if run.is_final:
         return {"run": run_id, "state": run.state, "already": True}
     job.expect(12)
     try:
-        outcome = _drive(job, run_id)
+        outcome = drive(job, run_id)
     except Exception as exc:
         if passes_through(exc):
             raise
@@ -79,7 +99,7 @@ def run_execute(job):
             state, message = exc.state, exc.message
         # The run's own end (time limit, cancel) once its command ran: its VM is sound, it may pool.
         ran = Run.objects.filter(pk=run_id, started__isnull=False).exists()
-        own_end = ran and isinstance(exc, (RunEnded, Canceled))
+        own_end = ran and isinstance(exc, (RunEnded, Canceled)) and not isinstance(exc, Unsound)
         _teardown_now(run_id, message, job.actor, poolable=own_end, keepable=own_end and state == S.ERROR)
         services.finish(run_id, state, message, actor=job.actor, exit_status=getattr(exc, "exit_status", None),
                         error="" if state == S.CANCELED else message)  # fmt: skip
@@ -101,6 +121,41 @@ def _drive(job, run_id):
         job.step("warm", pooling.warm_up, vm_id, actor=actor)
     job.step("inputs", put_inputs, run_id)
     job.step("exec", start, run_id, actor=actor)
+    return _follow(job, run_id)
+
+
+def _resume_and_follow(job, run_id):
+    target = job.step("target", move_target, run_id)
+    if target is not None:
+        _move(job, run_id, target)
+    job.step("resume", resume, run_id, actor=job.actor)
+    return _follow(job, run_id)
+
+
+def move_target(run_id):
+    """The host the suspended run's VM is to move to before it resumes (``services._move_one``), or None."""
+    vm = load_vm(Run.objects.values_list("vm_id", flat=True).get(pk=run_id))
+    held = vm.target_allocation
+    return held.host_id if held is not None and held.released is None else None
+
+
+def _move(job, run_id, target):
+    """``vm.migrate``'s own steps, for the suspended VM (its saved memory goes with it)."""
+    vm_id = Run.objects.values_list("vm_id", flat=True).get(pk=run_id)
+    try:
+        job.step("stage-target", stage, vm_id, target, job.job_id)
+        job.step("migrate", migration.move, vm_id, target, actor=job.actor)
+    except Exception as exc:
+        if passes_through(exc) or isinstance(exc, Canceled):
+            raise
+        migration.undo_migrate(vm_id, VM.State.SUSPENDED, fail_reason(exc), actor=job.actor)
+        raise Unsound(S.ERROR, f"its suspended VM could not be moved to resume elsewhere: {fail_reason(exc)}") from exc
+    job.step("switch", migration.switch, vm_id, VM.State.SUSPENDED, actor=job.actor)
+
+
+def _follow(job, run_id):
+    """From the running command to the run's end, or to its suspension (the job ends then)."""
+    actor = job.actor
     n = 0
     while True:
         state = job.step(f"wait-{n}", wait, run_id)
@@ -108,6 +163,9 @@ def _drive(job, run_id):
         job.expect(max(12, n + 8))
         if state["end"]:
             break
+    if state["end"] == SUSPEND:
+        job.step("suspend", suspend, run_id, actor=actor)
+        return {"run": run_id, "state": S.SUSPENDED}
     if state["end"] == "cancel":
         raise RunEnded(S.CANCELED, "canceled while running")
     if state["end"] == KILLED_FOR_TIME:
@@ -127,7 +185,7 @@ def _drive(job, run_id):
 
 def end(run_id, state, message, *, actor, exit_status):
     services.finish(run_id, state, message, actor=actor, exit_status=exit_status,
-                    error="" if state == S.SUCCESS else message)  # fmt: skip
+                    error="" if state in (S.SUCCESS, S.CANCELED) else message)  # fmt: skip
 
 
 def _build(job, vm_id):
@@ -223,7 +281,7 @@ def wait(run_id):
     run = Run.objects.get(pk=run_id)
     driver, key = _channel(run)
     step_end = time.monotonic() + settings.RUN_STEP_SECONDS
-    deadline = run.started.timestamp() + run.time_limit
+    deadline = run.started.timestamp() + run.time_limit + run.suspended_seconds  # suspended time is not its
     offset = run.output_seen
     blips = 0
     while True:
@@ -241,12 +299,61 @@ def wait(run_id):
             return {"end": "exited", "exit_status": status.exit_status}
         if time.time() >= deadline:
             return {"end": KILLED_FOR_TIME}
-        if Run.objects.filter(pk=run_id, cancel_requested=True).exists():
+        asked = Run.objects.filter(pk=run_id).values_list("cancel_requested", "suspend_requested").get()
+        if asked[0]:
             return {"end": "cancel"}
+        if asked[1]:
+            return {"end": SUSPEND}
         if time.monotonic() >= step_end:
             return {"end": None}
         if not status.output:
             time.sleep(min(settings.RUN_POLL_SECONDS, max(0.0, deadline - time.time())))
+
+
+def suspend(run_id, *, actor):
+    """Suspend the run's VM to disk (its claim is its disk's alone already: ``services.suspend_for``);
+    idempotent. A VM that cannot be suspended ends the run (the handler destroys it)."""
+    run = Run.objects.get(pk=run_id)
+    vm = load_vm(run.vm_id)
+    try:
+        drivers.driver_for(vm.host).suspend(vm.key)
+    except base.DriverError as exc:
+        raise Unsound(S.ERROR, f"its VM could not be suspended to make room: {exc}") from exc
+    vms.set_state(vm.pk, VM.State.SUSPENDED, "suspended to disk to make room", actor=actor)
+    services.suspended(run_id, actor=actor)
+
+
+def resume(run_id, *, actor):
+    """Resume the run's VM on its host (idempotent: a replay finds it running)."""
+    run = Run.objects.get(pk=run_id)
+    if run.cancel_requested:
+        raise Unsound(S.CANCELED, "canceled while suspended")
+    if run.state != S.SUSPENDED:
+        return
+    vm = load_vm(run.vm_id)
+    driver = drivers.driver_for(vm.host)
+    try:
+        driver.resume(vm.key)
+    except base.DriverError as exc:
+        raise Unsound(S.ERROR, f"its suspended VM could not be resumed on {vm.host.name}: {exc}") from exc
+    if driver.boots_guests:
+        _answering(driver, vm.key)
+    vms.set_state(vm.pk, VM.State.RUNNING, "resumed", actor=actor)
+    services.resumed(run_id, actor=actor)
+
+
+def _answering(driver, key):
+    """After a restore the guest's channel may take a moment to answer again: wait for it."""
+    deadline = time.monotonic() + RESUME_ANSWER_SECONDS
+    while True:
+        try:
+            if driver.agent_answers(key):
+                return
+        except base.Invalid:
+            return  # no agent to ask (the wait's own retries ride out a slow channel)
+        if time.monotonic() > deadline:
+            raise Unsound(S.ERROR, f"its guest did not answer within {RESUME_ANSWER_SECONDS} s of its resume")
+        time.sleep(max(settings.RUN_POLL_SECONDS, 0.1))
 
 
 def collect(run_id, *, actor):
@@ -334,15 +441,27 @@ def run_cleanup(job):
     """After a run's job ended without ending the run (its worker lost on every attempt): destroy
     its VM, release the claim, end the run as an error with the job's reason."""
     run_id = job.params["run"]
-    job.step("teardown", teardown, run_id, actor=job.actor)
-    run = Run.objects.get(pk=run_id)
-    if not run.is_final:
-        from provisioning.jobs.models import Job
-
-        ended = Job.objects.filter(pk=run.job).values_list("error_message", flat=True).first() or "it ended"
-        message = f"its job ended before the run did ({ended[:500]}); its VM destroyed"
-        job.step("finish", end, run_id, S.ERROR, message, actor=job.actor, exit_status=None)
+    run = Run.objects.select_related("vm__host").get(pk=run_id)
+    state, message = _cleanup_end(run)
+    if run.state == S.SUSPENDED:  # its host may be gone: a failed destroy keeps the VM ``error``, the run ends
+        job.step("teardown", _teardown_now, run_id, message, job.actor)
+    else:
+        job.step("teardown", teardown, run_id, actor=job.actor)
+    if not Run.objects.get(pk=run_id).is_final:
+        job.step("finish", end, run_id, state, message, actor=job.actor, exit_status=None)
     return {"run": run_id}
+
+
+def _cleanup_end(run):
+    """How a run that ``run.cleanup`` ends ends: ``(state, message)``."""
+    if run.state == S.SUSPENDED and run.cancel_requested:
+        return S.CANCELED, "canceled while suspended; its VM destroyed"
+    if run.state == S.SUSPENDED and run.vm is not None and run.vm.host.state == run.vm.host.State.OFFLINE:
+        return S.ERROR, f"its host {run.vm.host.name} went offline while it was suspended; its VM destroyed"
+    from provisioning.jobs.models import Job
+
+    ended = Job.objects.filter(pk=run.job).values_list("error_message", flat=True).first() or "it ended"
+    return S.ERROR, f"its job ended before the run did ({ended[:500]}); its VM destroyed"
 
 
 # --- a failed run's VM kept for inspection (post-build analysis, after ETICS) ------------------

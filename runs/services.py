@@ -10,6 +10,8 @@ changes nothing twice. Each change is in the run's reason trail and emitted as a
 ``run.<id>`` (and the owner's ``user.<id>``) after commit (the outbox).
 """
 
+import logging
+from dataclasses import replace
 from datetime import timedelta
 
 from django.conf import settings
@@ -20,6 +22,9 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from provisioning.capacity import preemption
+from provisioning.capacity import services as capacity
+from provisioning.drivers import registry as drivers
 from provisioning.jobs import reasons
 from provisioning.jobs import services as jobs
 from provisioning.jobs.models import Job
@@ -32,6 +37,7 @@ from vclmgr import access, changelog, events
 from vclmgr.changelog import Actor
 from vclmgr.errors import Conflict
 
+log_ = logging.getLogger(__name__)
 # Job priority of each run class: below interactive work (reservations' jobs run at 0).
 JOB_PRIORITY = {"low": -10, "batch": -5, "high": 0}
 S = Run.State
@@ -252,7 +258,10 @@ def cancel(run, *, actor, reason=""):
     why = f"canceled by {who}" + (f": {reason}" if reason else "")
     Run.objects.filter(pk=run.pk).update(cancel_requested=True)
     job = Job.objects.filter(pk=run.job).first() if run.job else None
-    if job is not None and not job.is_final:
+    # Suspended with no job to drive it (a pending resume canceled below gets run.cleanup from
+    # ``job_ended``): a job of its own destroys its VM.
+    idle = run.state == S.SUSPENDED and (job is None or job.is_final)
+    if job is not None and not job.is_final and job.opcode in DRIVING:  # a run.cleanup ends it anyway
         try:
             # As the run's own agent: the user may cancel the run, not the system's job directly.
             # A queued job ends at once; a running one stops at its next step, and its handler
@@ -263,6 +272,9 @@ def cancel(run, *, actor, reason=""):
         job.refresh_from_db()
     if job is not None and job.status == Job.Status.CANCELED and run.vm_id is None:
         finish(run.pk, S.CANCELED, why, actor=actor)  # never started: nothing to tear down
+    elif idle:
+        set_state(run.pk, run.state, f"{why}; destroying its suspended VM", actor=actor)
+        jobs.submit("run.cleanup", {"run": run.pk}, actor=f"run {run.pk} ({who})", reason=f"run {run.pk}: {why}")
     else:
         set_state(run.pk, run.state, f"{why}; stopping", actor=actor)
     run.refresh_from_db()
@@ -294,13 +306,166 @@ def job_ended(kind, data, topics, ids):
     """Listener of ``job.status``: a ``run.execute`` job that ended (a lost worker on its last
     attempt, an error outside its own handling) while its run had not ended gets a
     ``run.cleanup`` job, submitted once this commits: the VM never outlives its run."""
-    if data.get("opcode") != "run.execute" or data.get("status") not in (Job.Status.ERROR, Job.Status.CANCELED):
+    if data.get("opcode") not in DRIVING or data.get("status") not in (Job.Status.ERROR, Job.Status.CANCELED):
         return
     run = Run.objects.filter(job=data["id"]).exclude(state__in=FINAL).only("pk", "owner_id").first()
     if run is None:
         return
     transaction.on_commit(lambda: jobs.submit("run.cleanup", {"run": run.pk}, actor=f"run {run.pk}",
                                               reason=f"run {run.pk}: its job {data['id']} ended"))  # fmt: skip
+
+
+DRIVING = ("run.execute", "run.resume")  # the jobs that drive a run (``Run.job``)
+
+
+# --- suspend instead of preempt (issue #15) ---------------------------------------------------
+# A reservation (or other claim of a higher class: ``provisioning.capacity.preemption``) that
+# fits nowhere may take the CPU and memory of running runs of a lower class: ``suspend_for``,
+# in the claiming transaction, shrinks each run's claim to its disk and asks its job to suspend
+# its VM (the job's wait step sees ``suspend_requested``, suspends, and ends; the claimer's
+# build waits for that job). ``resume_suspended`` (the housekeeping's, and after any claim is
+# released) claims a suspended run's size back on its host where it fits again and submits
+# ``run.resume``, which resumes the VM and goes on waiting for the command where it was.
+
+
+def preemptible():
+    """The claims of runs whose command runs and which may be suspended now:
+    ``(allocation id, host id, class)`` (``preemption.Holder.candidates``)."""
+    rows = Run.objects.filter(
+        state=S.RUNNING, started__isnull=False, cancel_requested=False, suspend_requested=False,
+        vm__state=VM.State.RUNNING, vm__allocation__released__isnull=True,
+    ).exclude(vm__allocation__vcpus=0, vm__allocation__memory_mib=0)  # fmt: skip
+    return list(rows.values_list("vm__allocation_id", "vm__host_id", "priority"))
+
+
+def suspend_for(allocation_ids, *, actor, reason):
+    """Suspend the runs holding these claims (``preemption.Holder.suspend``; in the claimer's
+    transaction): each claim becomes one for its disk alone, each run is asked to suspend.
+    The ids of their jobs (whose end means the VM is suspended, or gone). ``preemption.Gone``
+    when one of them can no longer be suspended."""
+    rows = Run.objects.select_for_update(of=("self",)).filter(vm__allocation_id__in=allocation_ids)
+    runs = list(rows.filter(state=S.RUNNING, cancel_requested=False, suspend_requested=False))
+    if len(runs) != len(set(allocation_ids)):
+        raise preemption.Gone(f"{len(set(allocation_ids)) - len(runs)} of the runs to suspend ended or changed")
+    for run in runs:
+        vms.suspend_claim(run.vm_id, f"its CPU and memory given back to suspend it: {reason}", actor=actor)
+        set_state(run.pk, run.state, f"to be suspended ({run.priority} class): {reason}", actor=actor,
+                  suspend_requested=True)  # fmt: skip
+    return [run.job for run in runs if run.job]
+
+
+def suspended(run_id, *, actor):
+    """The run's job suspended its VM (to disk): the run is ``suspended`` from now."""
+    run = Run.objects.select_related("vm__host").get(pk=run_id)
+    return set_state(run_id, S.SUSPENDED, f"suspended: its VM {run.vm.key} saved to disk on {run.vm.host.name}",
+                     actor=actor, suspend_requested=False, suspended_at=timezone.now())  # fmt: skip
+
+
+def resumed(run_id, *, actor):
+    """The run's VM runs again: the time it spent suspended is added to what its limit ignores."""
+    run = Run.objects.select_related("vm__host").get(pk=run_id)
+    away = (timezone.now() - run.suspended_at).total_seconds() if run.suspended_at else 0.0
+    return set_state(run_id, S.RUNNING, f"resumed on {run.vm.host.name} after {away:.0f} s suspended", actor=actor,
+                     suspended_seconds=run.suspended_seconds + away, suspended_at=None)  # fmt: skip
+
+
+def _resumable():
+    """Suspended runs no job is about to resume, the highest class and the longest waiting first."""
+    rows = Run.objects.filter(state=S.SUSPENDED, cancel_requested=False, vm__isnull=False)
+    rows = rows.order_by("suspended_at", "pk")
+    busy = set(Job.objects.filter(pk__in=rows.values("job")).exclude(status__in=Job.FINAL).values_list("pk", flat=True))
+    waiting = [run for run in rows.select_related("vm", "vm__host") if run.job not in busy]
+    return sorted(waiting, key=lambda run: -preemption.RANKS[run.priority])
+
+
+def resume_suspended(*, actor):
+    """Resume each suspended run whose size fits its host again: its claim back (until its
+    latest end, moved on by the time it spent suspended) and a ``run.resume`` job, in one
+    transaction; of two callers racing for a run, one does it. Returns how many."""
+    done = 0
+    for run in _resumable():
+        host = run.vm.host
+        if host.state == host.State.OFFLINE:  # its memory and disk went with the host
+            _attempt(_hand_over, run, "run.cleanup", f"its host {host.name} went offline while it was suspended: "
+                     "ending it", actor=actor)  # fmt: skip
+        elif host.state == host.State.ONLINE and _attempt(_resume_one, run, actor=actor):
+            done += 1
+        elif drivers.driver_class(host.driver).moves_suspended and _attempt(_move_one, run, actor=actor):
+            done += 1  # its host is full or drained: resumed where it fits, moved there with its memory
+    return done
+
+
+def _attempt(fn, *args, **kwargs):
+    """True when ``fn`` did it; False when there is no room or another caller was first."""
+    try:
+        fn(*args, **kwargs)
+    except (capacity.NoCapacity, capacity.TryAgain, capacity.Released, _Raced):
+        return False
+    return True
+
+
+def _latest_end(run):
+    """The run's latest end, moved on by the time it has spent suspended so far."""
+    return run.hold_until + (timezone.now() - (run.suspended_at or timezone.now()))
+
+
+def _resume_one(run, *, actor):
+    hold_until = _latest_end(run)
+    with transaction.atomic():
+        vms.resume_claim(run.vm_id, hold_until, f"room returned: resuming run {run.pk}", actor=actor)
+        _hand_over(run, "run.resume", f"room returned on {run.vm.host.name}: resuming", actor=actor,
+                   hold_until=hold_until)  # fmt: skip
+
+
+def _move_one(run, *, actor):
+    """Claim the run's size on another host (its VM's target: ``run.resume`` moves it there,
+    suspended, then resumes it), or ``NoCapacity``."""
+    vm, hold_until = run.vm, _latest_end(run)
+    demand = vms.vm_demand(vm, purpose=f"vm {vm.pk} (resumed elsewhere)", formats=[vm.variant.format],
+                           exclude_hosts=[vm.host_id], prefer_cached=False)  # fmt: skip
+    with transaction.atomic():
+        target = capacity.claim(replace(demand, end=hold_until), actor=actor, owner=vm.owner)
+        if target.host.driver != vm.host.driver or getattr(target, "power_on_job", None):
+            raise _Raced  # no move between kinds, nor onto a host still to be powered on: rolled back
+        vms.set_state(vm.pk, vm.state, f"to be moved to {target.host.name} to resume there", actor=actor,
+                      target_allocation=target, end=hold_until)  # fmt: skip
+        _hand_over(run, "run.resume", f"room on {target.host.name}: moving it there to resume", actor=actor,
+                   hold_until=hold_until)  # fmt: skip
+
+
+def _hand_over(run, opcode, message, *, actor, **fields):
+    """Submit the job that takes the suspended run on and make it the run's, if no one did
+    first (a conditional UPDATE; ``_Raced`` rolls the caller's transaction back)."""
+    with transaction.atomic():
+        job = jobs.submit(opcode, {"run": run.pk}, actor=actor, submitter=run.owner,
+                          priority=JOB_PRIORITY[run.priority], reason=f"run {run.pk}: {message}")  # fmt: skip
+        if not Run.objects.filter(pk=run.pk, state=S.SUSPENDED, job=run.job).update(job=job.pk, **fields):
+            raise _Raced
+        set_state(run.pk, S.SUSPENDED, f"{message} (job {job.pk})", actor=actor)
+
+
+class _Raced(Exception):
+    """Another caller resumed (or ended) the run first: roll this attempt back."""
+
+
+def room_returned(kind, data, topics, ids):
+    """Listener of ``allocation.released``: once that commits, suspended runs may fit again.
+    (Not for a suspended run's own disk claim being swapped back: that is a resume already.)"""
+    if str(data.get("purpose", "")).startswith(vms.SUSPENDED_CLAIM):
+        return
+    if not Run.objects.filter(state=S.SUSPENDED).exists():
+        return
+    transaction.on_commit(_resume_quietly)
+
+
+def _resume_quietly():
+    try:
+        resume_suspended(actor=RESUME_ACTOR)
+    except Exception:  # the housekeeping tries again within a minute; the releaser must not fail
+        log_.exception("resuming suspended runs failed")
+
+
+RESUME_ACTOR = Actor(name="runs resume")
 
 
 # --- retention ------------------------------------------------------------------------------

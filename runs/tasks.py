@@ -1,7 +1,10 @@
-"""Periodic work of batch runs: failed runs' kept VMs, and retention of ended runs' files.
+"""Periodic work of batch runs: suspended runs' resumption, failed runs' kept VMs, and
+retention of ended runs' files.
 
 A once-a-minute Schedule (made when a worker starts, django-q2 ``post_spawn``) runs
-``housekeeping``, which submits ``run.discard`` for each failed run's VM whose keeping time is
+``housekeeping``, which resumes suspended runs where room has returned
+(``services.resume_suspended``; a released claim also triggers it at once), submits
+``run.discard`` for each failed run's VM whose keeping time is
 over (``services.discard_expired``) and removes the output and files of runs ended more than
 ``RUNS_RETENTION_DAYS`` ago (``services.expire_files``; the run's row stays and says so).
 Several at once are harmless.
@@ -24,6 +27,7 @@ def housekeeping():
     from runs import services
 
     return {
+        "resumed": services.resume_suspended(actor=services.RESUME_ACTOR),
         "discarded": services.discard_expired(actor=KEEP_ACTOR),
         "files_removed": services.expire_files(actor=ACTOR),
     }

@@ -459,6 +459,10 @@ VM_DEFAULT_MINUTES = env.int("VM_DEFAULT_MINUTES", 2 * 60, minimum=1)
 # How far ahead a reservation may start, and when the "ending soon" warning goes out.
 RESERVATION_HORIZON_DAYS = env.int("RESERVATION_HORIZON_DAYS", 90, minimum=1)
 RESERVATION_WARN_MINUTES = env.int("RESERVATION_WARN_MINUTES", 10, minimum=0)
+# The priority class of interactive reservations, on the runs' ladder (low < batch < high): a
+# reservation starting now that does not fit may suspend runs of a lower class to make room
+# (high: low and batch runs; low: never).
+RESERVATION_PRIORITY = env.choice("RESERVATION_PRIORITY", ("low", "batch", "high"), "high")
 # The scheduler's tick (starts, ends, warnings, block seats), in seconds.
 RESERVATION_TICK_SECONDS = env.int("RESERVATION_TICK_SECONDS", 30, minimum=5)
 # Idle reclamation (``reservations.idle``): the site's policy where no image or group has its

@@ -25,11 +25,12 @@ from django.utils import timezone
 from inventory import power as inventory_power
 from inventory.models import Hypervisor
 from provisioning import placement as core
-from provisioning.capacity import decisions, loaders
+from provisioning.capacity import decisions, loaders, preemption
 from provisioning.capacity.models import Allocation
 from provisioning.capacity.snapshot import snapshot
 from provisioning.jobs import services as jobs
 from provisioning.jobs.models import Job
+from provisioning.placement import preempt
 from vclmgr import changelog, events, metrics
 from vclmgr.errors import Conflict
 
@@ -78,6 +79,7 @@ class Demand:
     purpose: str = ""
     exclude_hosts: frozenset = frozenset()  # hypervisor ids not to place on (a retry after a failed boot)
     prefer_hosts: frozenset = frozenset()  # hypervisor ids tried first (they have the image cached)
+    rank: int | None = None  # its priority class (``preemption.RANKS``): may suspend claims of lower ones
 
     def request(self, request_id="request"):
         return core.Request(
@@ -108,6 +110,9 @@ def plan(demand, save_to=None):
         woken = _place_on_standby(demand, request)
         if woken is not None:
             return woken
+        found = find_preemption(demand, request)
+        if found is not None:  # still no host: a claim would suspend these first
+            return replace(result, note="; ".join(n for n in (result.note, found.note()) if n))
     return result
 
 
@@ -131,6 +136,9 @@ def claim(demand, *, actor, owner=None, max_attempts=MAX_ATTEMPTS):
                 decisions.save_refused(_without(engine, ids, demand.exclude_hosts), request, result)
         if not result.ok:
             allocation = _claim_standby(demand, request, actor, owner)
+            if allocation is not None:
+                return allocation
+            allocation = _claim_preempting(demand, request, actor, owner)
             if allocation is not None:
                 return allocation
             metrics.placement_refused(result.reasons)
@@ -206,6 +214,61 @@ def _claim_standby(demand, request, actor, owner):
             allocation.power_on_job = power_on_for(host, demand.purpose, actor=actor)
             return allocation
         snapshot.expire()
+    return None
+
+
+# --- suspend instead of preempt: lower-class claims shrunk to their disk (``preemption``) ----
+
+
+def find_preemption(demand, request=None):
+    """Where the demand would fit once lower-class claims are suspended (a ``preemption.Found``
+    naming the fewest), or None: no rank, no candidates, or no host where it would help."""
+    if demand.rank is None or not preemption.HOLDERS:
+        return None
+    candidates = [c for c in preemption.candidates() if c[0] not in demand.exclude_hosts]
+    if not candidates:
+        return None
+    request = request or demand.request()
+    with snapshot.lock:
+        engine, ids = snapshot.current()
+        hosts = _among(engine, ids, {host_id for host_id, _, _ in candidates})
+        if hosts is None:
+            return None
+        found = preempt.plan(hosts.snapshot(), request, demand.rank, [victim for _, victim, _ in candidates])
+    if found is None:
+        return None
+    holders = {victim.allocation: holder for _, victim, holder in candidates}
+    return preemption.Found(found, ids[found.host], holders)
+
+
+def preemption_note(result):
+    """``fits if 2 batch runs are suspended`` when ``plan`` found that a claim would suspend
+    runs to fit (a refusal still: nothing is suspended by a plan), else ""."""
+    for part in (result.note or "").split("; "):
+        if part.startswith(preempt.NOTE):
+            return part
+    return ""
+
+
+def _claim_preempting(demand, request, actor, owner):
+    """Suspend the fewest lower-class claims that make room and claim there, in one savepoint
+    (the caller's transaction commits both or neither); the claim carries ``preempt_jobs``
+    (what must end before its VM is built) and its ``placement_note``. None when nothing helps."""
+    for _attempt in range(MAX_ATTEMPTS):
+        found = find_preemption(demand, request)
+        if found is None:
+            return None
+        why = f"{demand.purpose or 'a claim'} of a higher class: {found.note()}"
+        try:
+            with transaction.atomic():
+                waits = preemption.suspend(found, actor=actor, reason=why[:400])
+                allocation = _claim_locked(found.host_id, demand, request, actor, owner)
+        except (_Full, preemption.Gone):  # rolled back, the suspensions too: look again
+            snapshot.expire()
+            continue
+        allocation.placement_note = f"suspending {found.plan.what()}"
+        allocation.preempt_jobs = waits
+        return allocation
     return None
 
 

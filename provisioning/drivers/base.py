@@ -295,6 +295,9 @@ class Driver:
     # Its VMs run a real guest OS: a VM is ready only once its login service answers (the
     # simulators' VMs are ready when they have an address).
     boots_guests = False
+    # ``migrate`` moves a suspended VM with its saved memory (libvirt's managed save stays on the
+    # source host, so a suspended VM is resumed where it is).
+    moves_suspended = False
 
     @property
     def hypervisor_type(self):

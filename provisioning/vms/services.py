@@ -266,7 +266,7 @@ def _image_event(image):
 
 def request_vm(
     *, actor, owner, image, vcpus=None, memory_mib=None, disk_gib=None, name="", end=None, allocation=None, reason="",
-    ssh_key="", checked=False, savepoint=True,
+    ssh_key="", checked=False, savepoint=True, depends=(),
 ):  # fmt: skip
     """Record a VM and submit the ``vm.create`` job that builds it; returns ``(vm, job)``.
 
@@ -278,7 +278,8 @@ def request_vm(
     always has an end (``end``, else ``VM_DEFAULT_MINUTES`` from now; at most the longest
     time the quota allows) and counts against the owner's quotas (``quotas.check_locked``).
     ``ssh_key``: a public key the guest lets the owner in with (a reservation's VM is given
-    the reservation's login instead).
+    the reservation's login instead). ``depends``: jobs to wait for before building (those
+    suspending runs to make room on the claim's host: ``[(job id, [])]``, any end).
     """
     errors = {}
     now = timezone.now()
@@ -321,7 +322,7 @@ def request_vm(
         _emit(vm)
         job = jobs.submit(
             "vm.create", {"vm": vm.pk}, actor=actor, submitter=owner, reason=reason or f"create {vm.key}",
-            savepoint=False,
+            savepoint=False, depends=depends,
         )  # fmt: skip
     return vm, job
 
@@ -353,6 +354,45 @@ KEPT_CLAIM = "kept "  # a failed run's VM kept stopped for inspection: disk only
 def is_kept_claim(allocation):
     """Is this the disk-only claim of a VM kept stopped for inspection (``keep_stopped``)?"""
     return allocation is not None and allocation.purpose.startswith(KEPT_CLAIM)
+
+
+SUSPENDED_CLAIM = "suspended "  # a VM suspended to disk to make room: only its disk is claimed
+
+
+def is_suspended_claim(allocation):
+    """Is this the disk-only claim of a VM suspended to make room (``suspend_claim``)?"""
+    return allocation is not None and allocation.purpose.startswith(SUSPENDED_CLAIM)
+
+
+def suspend_claim(vm_id, reason, *, actor):
+    """Give back a VM's CPU and memory and keep its disk claimed: it is being suspended to disk
+    to make room for work of a higher class. Its state is left to whoever suspends it (a run's
+    job, after the hypervisor did); ``run_refusal`` keeps anyone else from resuming it."""
+    with transaction.atomic():  # hosts first, then the VM row: the order claims lock them in
+        vm = VM.objects.select_related("allocation").get(pk=vm_id)
+        held = vm.allocation
+        if is_suspended_claim(held) and held.released is None:
+            return held
+        claimed = capacity.claim_disk(
+            vm.host_id, vm.disk_gib, purpose=f"{SUSPENDED_CLAIM}{vm.key}", actor=actor, replaces=held
+        )
+        set_state(vm_id, vm.state, reason, allocation=claimed, actor=actor)
+    return claimed
+
+
+def resume_claim(vm_id, end, reason, *, actor):
+    """Claim a suspended VM's whole size back on its host until ``end`` (its disk claim
+    replaced in the same transaction); ``NoCapacity`` changes nothing."""
+    with transaction.atomic():
+        vm = VM.objects.select_related("allocation", "host", "image").get(pk=vm_id)
+        held = vm.allocation
+        size = {"vcpus": vm.vcpus, "memory_mib": vm.memory_mib, "disk_gib": vm.disk_gib}
+        demand = demand_for(vm.image, size, start=timezone.now(), end=end, purpose=f"vm {vm.pk}", prefer_cached=False)
+        if held is not None:
+            capacity.release(held, actor=actor, reason=f"{vm.key}: {reason}"[:500])
+        claimed = capacity.claim_on_host(vm.host, demand, actor=actor, owner=vm.owner)
+        set_state(vm_id, vm.state, reason, allocation=claimed, end=end, actor=actor)
+    return claimed
 
 
 def park(vm_id, reason, *, actor):
@@ -394,10 +434,11 @@ def parked(image, host=None, size=None):
     ).order_by("pk")
 
 
-def reuse_parked(*, actor, owner, image, size, allocation, name="", end=None, reason=""):
+def reuse_parked(*, actor, owner, image, size, allocation, name="", end=None, reason="", depends=()):
     """Hand a parked VM on ``allocation``'s host to ``owner`` on that claim and submit the
-    ``vm.reuse`` job that reseeds and boots it; ``(vm, job)``, or None when no VM is parked
-    there. Of two callers racing for one VM, one gets it (a conditional UPDATE)."""
+    ``vm.reuse`` job that reseeds and boots it (after the jobs ``depends`` names, if any);
+    ``(vm, job)``, or None when no VM is parked there. Of two callers racing for one VM, one
+    gets it (a conditional UPDATE)."""
     for vm in parked(image, allocation.host, size)[:5]:
         if not has_clean_snapshot(vm):
             continue
@@ -405,7 +446,8 @@ def reuse_parked(*, actor, owner, image, size, allocation, name="", end=None, re
             if not take_parked(vm, actor=actor, owner=owner, allocation=allocation, name=name, end=end, reason=reason):
                 continue
             job = jobs.submit(
-                "vm.reuse", {"vm": vm.pk}, actor=actor, submitter=owner, reason=reason or f"reuse {vm.key}"
+                "vm.reuse", {"vm": vm.pk}, actor=actor, submitter=owner, reason=reason or f"reuse {vm.key}",
+                depends=depends,
             )
         return vm, job
     return None
@@ -532,6 +574,8 @@ def run_refusal(vm, action, now=None):
         return f"{vm} is parked for its next user (only its disk is claimed): it cannot run; request a new one"
     if is_kept_claim(allocation):
         return f"{vm} is kept stopped for inspection (only its disk is claimed): it cannot run"
+    if is_suspended_claim(allocation):
+        return f"{vm} is suspended to make room for work of a higher class: its run resumes it when room returns"
     if action != "revert" and vm.end is not None and vm.end <= (now or timezone.now()):
         return f"{vm}'s time ended at {vm.end:%Y-%m-%d %H:%M} UTC: it cannot run again; request a new one"
     return None

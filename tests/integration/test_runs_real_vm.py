@@ -4,6 +4,7 @@ output and artifacts, and destroys the VM. After each: no domain, no volume, no 
 
 import signal
 import time
+from datetime import timedelta
 
 import pytest
 
@@ -153,6 +154,77 @@ def test_a_pooled_images_second_run_starts_on_the_reverted_vm(run_worker, alice,
     run_job(vms.submit_action(VM.objects.get(pk=parked.pk), "destroy", actor="test").pk, run_worker)
     assert_left_nothing(Run.objects.get(pk=second.pk), libvirt_conn, pool)
     print(f"\nsubmit to end: fresh VM (boot + warm snapshot) {fresh_s:.1f} s, pooled VM (no boot) {pooled_s:.1f} s")
+
+
+# --- suspend instead of preempt (issue #15) -------------------------------------------------
+
+# Each run remembers its guest's boot id and a value in its shell across a long sleep: after a
+# suspend to disk and a resume, the same boot and the value prove it was not rebooted or rerun.
+BOOT = "echo boot $(cat /proc/sys/kernel/random/boot_id)"
+SLEEPER = f"{BOOT}; n=6; sleep 100; {BOOT}; echo $((n * 7))\n"
+
+
+@pytest.fixture
+def workers(transactional_db, tmp_path, storage_dir):
+    """Three workers: two runs wait on their commands while the reservation's jobs go on."""
+    child = processes.start_worker(tmp_path, workers=3, RUN_STORAGE_DIR=str(storage_dir), RUN_STEP_SECONDS=2,
+                                   RUN_POLL_SECONDS=0.2, RUN_MIN_SECONDS=5)  # fmt: skip
+    yield child
+    child.stop()
+
+
+def test_a_reservation_that_fits_only_if_two_runs_are_suspended_gets_its_vm_and_the_runs_resume_after_it(
+    workers, alice, bob, kvm_host, guest_os, libvirt_conn
+):
+    """The host (768 MiB here) holds two low runs of 320 MiB; a reservation of 512 MiB fits only
+    once both are suspended: it becomes ready with both suspended to disk (managedsave), and
+    when it ends they resume on the same host and print what they were going to print."""
+    from inventory import services as inventory
+    from reservations import services as reservations
+    from reservations.models import Reservation
+
+    host, pool = kvm_host
+    inventory.update_hypervisor(host, actor="test", memory_mib=768)
+    started = time.monotonic()
+    runs = [submit(alice, script=SLEEPER, priority="low", memory_mib=320, time_limit=300) for _ in range(2)]
+
+    def all_running():
+        return all(Run.objects.get(pk=r.pk).state == "running" for r in runs) or None
+
+    wait_until(all_running, RUN_TIMEOUT, "both runs to run", workers, interval=0.3)
+    booted = time.monotonic()
+    reservation = reservations.reserve(bob, guest_os, actor=bob, duration=timedelta(hours=1),
+                                       size={"memory_mib": 512})  # fmt: skip
+    assert any("suspending 2 low runs" in h.reason for h in reservation.history.all())
+
+    def ready():
+        fresh = Reservation.objects.get(pk=reservation.pk)
+        assert fresh.status not in ("failed", "canceled"), fresh.error
+        return fresh if fresh.status == "ready" else None
+
+    wait_until(ready, RUN_TIMEOUT, "the reservation to be ready", workers, interval=0.3)
+    reserved = time.monotonic()
+    for run in runs:
+        run = Run.objects.get(pk=run.pk)
+        assert run.state == "suspended", (run.reason, workers.output()[-3000:])
+        assert libvirt_conn.lookupByName(run.vm.key).hasManagedSaveImage(0)  # its memory is on disk
+        assert vms.is_suspended_claim(run.vm.allocation)
+
+    reservations.end(Reservation.objects.get(pk=reservation.pk), actor=bob)
+    ends = [run_to_end(run, workers) for run in runs]
+    done = time.monotonic()
+    for run in ends:
+        assert run.state == "success", (run.reason, workers.output()[-3000:])
+        first, second, value = output(run).decode().splitlines()
+        assert first == second and first.startswith("boot ") and value == "42"  # the same boot, the same shell
+        trail = " ".join(entry[1] for entry in run.reason)
+        for said in ("to be suspended (low class)", "suspended: its VM", "resumed on kvm-local"):
+            assert said in trail, run.reason
+        assert run.suspended_seconds > 0
+        assert_left_nothing(run, libvirt_conn, pool)
+    assert Reservation.objects.get(pk=reservation.pk).status == "ended"
+    print(f"\nruns running after {booted - started:.1f} s; reservation ready {reserved - booted:.1f} s later "
+          f"(two runs suspended); runs done {done - reserved:.1f} s after that")  # fmt: skip
 
 
 def wait_running(run, worker, printed=b""):

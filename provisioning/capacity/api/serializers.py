@@ -4,7 +4,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from provisioning import placement as core
-from provisioning.capacity import services
+from provisioning.capacity import preemption, services
 from provisioning.capacity.durations import parse_duration
 from vclmgr.api.serializers import MomentField, RefuseUnknownFields
 
@@ -29,6 +29,11 @@ class PlanRequestSerializer(RefuseUnknownFields, serializers.Serializer):
     exclusive_storage = serializers.BooleanField(default=False, help_text="Only node groups with exclusive storage.")
     policy = serializers.ChoiceField(choices=[p.value for p in core.Policy], required=False)
     groups = serializers.ListField(child=_name(), required=False, max_length=100)
+    priority = serializers.ChoiceField(
+        choices=list(preemption.RANKS), required=False,
+        help_text="The priority class it claims with: it may suspend runs of a lower class to fit (default: an "
+        "interactive reservation's, RESERVATION_PRIORITY, when it starts now; none for a later start).",
+    )  # fmt: skip
 
     def validate(self, data):
         if "image" in data:
@@ -69,3 +74,7 @@ class PlanResultSerializer(serializers.Serializer):
     reasons = serializers.DictField(child=serializers.IntegerField())
     closest_misses = serializers.ListField(child=serializers.DictField(), help_text="Administrators only.")
     earliest_fit = EarliestFitSerializer(allow_null=True)
+    suspend = serializers.CharField(
+        allow_blank=True, help_text="When it fits only if runs of a lower class are suspended: how many "
+        "('fits if 2 batch runs are suspended'); a claim (a reservation starting now) would suspend them.",
+    )  # fmt: skip

@@ -1,10 +1,11 @@
 from datetime import UTC, datetime
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from provisioning.capacity import services
+from provisioning.capacity import preemption, services
 from provisioning.capacity.api.serializers import PlanRequestSerializer, PlanResultSerializer
 from provisioning.capacity.durations import parse_moment
 from vclmgr import access
@@ -27,6 +28,7 @@ def demand_from(data):
         exclusive_storage=data.get("exclusive_storage", False),
         policy=data.get("policy"),
         groups=frozenset(data["groups"]) if data.get("groups") else None,
+        rank=preemption.rank(data.get("priority") or ("" if data.get("start") else settings.RESERVATION_PRIORITY)),
     )
 
 
@@ -40,11 +42,13 @@ def plan_payload(result, staff):
             "host": fit.host if staff else None,
             "summary": str(fit),
         }
+    suspend = services.preemption_note(result)
     return {
         "fits": result.ok,
         "host": result.host if staff else None,
         "policy": result.policy,
-        "summary": str(result) if (staff or not result.ok) else "fits",
+        "summary": (str(result) + (f"; {suspend}" if suspend else "")) if (staff or not result.ok) else "fits",
+        "suspend": suspend,
         "reasons": dict(result.reasons),
         "closest_misses": [m.to_dict() for m in result.closest_misses] if staff else [],
         "earliest_fit": earliest,

@@ -33,6 +33,7 @@ HANG_POLL_SECONDS = 0.2
 
 class SimDriver(base.Driver):
     kind = "sim"
+    moves_suspended = True  # a simulated VM moves with its state
 
     def __init__(self, uri, credentials=None, options=None):
         super().__init__(uri, credentials, options)
@@ -105,12 +106,13 @@ class SimDriver(base.Driver):
             vm = self._vm(key, lock=True)
             if not base.needs(action, key, VMState(vm.state), force):
                 return
-            vm.state = base.POWER_ACTIONS[action][0]
+            before, vm.state = vm.state, base.POWER_ACTIONS[action][0]
             if vm.state == SimVM.State.RUNNING and vm.address is None:
                 _lease(vm, self.host())
             if vm.state != SimVM.State.RUNNING:
                 vm.sessions = []  # a stopped guest has nobody logged in
-            vm.save(update_fields=["state", "address", "sessions", "updated"])
+            vm.guest = guest.paused(vm.guest, before, vm.state)
+            vm.save(update_fields=["state", "address", "sessions", "guest", "updated"])
 
     # --- host -----------------------------------------------------------------------------
 

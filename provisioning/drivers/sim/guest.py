@@ -37,6 +37,18 @@ def _profile(vm, argv):
             "seconds": profile.seconds, "files": profile.files}  # fmt: skip
 
 
+def paused(state, before, after):
+    """The guest's commands do not go on while it is suspended (its memory is on disk): on a
+    resume their clocks move on by the time it spent suspended. Returns the guest's new state."""
+    state = dict(state or {})
+    if after == SimVM.State.SUSPENDED and before == SimVM.State.RUNNING:
+        state["suspended_at"] = time.time()
+    elif after == SimVM.State.RUNNING and "suspended_at" in state:
+        away = time.time() - state.pop("suspended_at")
+        state["execs"] = {tag: {**run, "started": run["started"] + away} for tag, run in state.get("execs", {}).items()}
+    return state
+
+
 def _running(driver, key, lock=False):
     vm = driver._vm(key, lock=lock)
     if vm.state != SimVM.State.RUNNING:

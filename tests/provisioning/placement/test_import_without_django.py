@@ -20,6 +20,7 @@ MODULES = [
     "provisioning.placement.ganeti.bridge",
     "provisioning.placement.serialize",
     "provisioning.placement.oneshot",
+    "provisioning.placement.preempt",
     "provisioning.placement.ganeti.n_plus_one",
     "provisioning.placement.ganeti.greedy",
     "provisioning.placement.ganeti.steepest",
