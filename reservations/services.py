@@ -496,11 +496,12 @@ def end(reservation, reason="ended by the user", *, actor):
         raise Conflict(f"reservation {reservation.pk} is already {reservation.status}")
     if reservation.status in (S.REQUESTED, S.PENDING):
         return cancel(reservation, reason, actor=actor)
-    moved = _move(reservation.pk, Reservation.ACTIVE, S.ENDING, reason)
-    if moved is None:
-        raise Conflict(f"reservation {reservation.pk} changed meanwhile; reload")
-    vm = moved.vm
+    # One transaction: "ending" with no teardown queued would be a reservation nothing ends.
     with transaction.atomic():
+        moved = _move(reservation.pk, Reservation.ACTIVE, S.ENDING, reason, savepoint=False)
+        if moved is None:
+            raise Conflict(f"reservation {reservation.pk} changed meanwhile; reload")
+        vm = moved.vm
         if vm is None or vm.state not in VM.LIVE:
             _finish(moved, "nothing to tear down", actor=actor)
             return None

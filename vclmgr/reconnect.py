@@ -11,6 +11,7 @@ wrapper (``vclmgr.apps``). Pooled connections are also checked when taken from t
 """
 
 import logging
+from contextlib import contextmanager
 
 from django.db import OperationalError
 
@@ -78,6 +79,20 @@ def _count_commits(connection):
 
 def commits(connection):
     return getattr(connection, "vclmgr_commits", 0)
+
+
+@contextmanager
+def repeatable():
+    """Writes in it are safe to make twice (a token's last use): they do not stop a request
+    from running again."""
+    from django.db import connection
+
+    mark = commits(connection)
+    try:
+        yield
+    finally:
+        if hasattr(connection, "vclmgr_commits"):
+            connection.vclmgr_commits = mark
 
 
 def _written(connection, sql):

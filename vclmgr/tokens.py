@@ -7,7 +7,7 @@ import secrets
 from django.db import transaction
 from django.utils import timezone
 
-from vclmgr import access
+from vclmgr import access, reconnect
 from vclmgr.models import ApiToken
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,8 @@ def resolve(clear):
         return None
     if row.last_used is None or (now - row.last_used).total_seconds() > 60:
         # Throttled so a busy integration doesn't turn every read into a write.
-        ApiToken.objects.filter(pk=row.pk).update(last_used=now)
+        with reconnect.repeatable():
+            ApiToken.objects.filter(pk=row.pk).update(last_used=now)
     return row
 
 
