@@ -24,6 +24,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from rest_framework import serializers
 
+from provisioning.capacity import preemption
 from provisioning.capacity import services as capacity
 from provisioning.drivers import base
 from provisioning.drivers import registry as drivers
@@ -90,7 +91,7 @@ def _driven(job, drive):
         return {"run": run_id, "state": run.state, "already": True}
     job.expect(12)
     try:
-        outcome = drive(job, run_id)
+        outcome = drive(job, run)
     except Exception as exc:
         if passes_through(exc):
             raise
@@ -109,12 +110,12 @@ def _driven(job, drive):
     return outcome
 
 
-def _drive(job, run_id):
-    actor = job.actor
+def _drive(job, run):
+    actor, run_id = job.actor, run.pk
     made = job.db_step("vm", make_vm, run_id, actor=actor)
     # An int: the step recorded before pools (a job retried across the upgrade).
     vm_id, pooled = (made, False) if isinstance(made, int) else (made["vm"], made["pooled"])
-    built = _start_pooled(job, vm_id) if pooled else _build(job, vm_id)
+    built = _start_pooled(job, vm_id) if pooled else _build(job, vm_id, run.priority)
     if built.get("continued_by"):  # a standby host must be powered on first: not for runs (yet)
         raise RunEnded(S.ERROR, "its VM was placed on a host that is powered off; runs do not wait for a power-on")
     if not pooled:
@@ -124,7 +125,8 @@ def _drive(job, run_id):
     return _follow(job, run_id)
 
 
-def _resume_and_follow(job, run_id):
+def _resume_and_follow(job, run):
+    run_id = run.pk
     target = job.step("target", move_target, run_id)
     if target is not None:
         _move(job, run_id, target)
@@ -188,8 +190,9 @@ def end(run_id, state, message, *, actor, exit_status):
                     error="" if state in (S.SUCCESS, S.CANCELED) else message)  # fmt: skip
 
 
-def _build(job, vm_id):
-    attempt = lifecycle.Attempt(job, vm_id)
+def _build(job, vm_id, priority):
+    # Its class's rank: a run of a higher class may suspend lower-class runs to fit.
+    attempt = lifecycle.Attempt(job, vm_id, rank=preemption.rank(priority))
     try:
         return attempt.run()
     except Exception as exc:

@@ -377,3 +377,37 @@ def test_suspended_runs_move_to_another_host_with_room_and_resume_there(
     finish_commands()
     step_until(sync_jobs, lambda: all(fresh(run).is_final for run in runs))
     assert [output(fresh(run)) for run in runs] == [b"42\n"] * 3 and states(runs) == ["success"] * 3
+
+
+def test_a_high_class_run_that_fits_only_if_a_low_run_is_suspended_suspends_it_and_it_resumes_after(
+    small_host, image, alice, bob, profile, sync_jobs
+):
+    profile(output="7\n", seconds=3600)
+    runs = running_runs(sync_jobs, alice)
+    urgent = submit(bob, priority="high", time_limit=600)
+    step_until(sync_jobs, lambda: fresh(urgent).state == "running")
+    assert sorted(states(runs)) == ["running", "running", "suspended"]
+    [victim] = [run for run in runs if fresh(run).state == "suspended"]
+    assert f"to be suspended (low class): vm {fresh(urgent).vm_id} of a higher class" in " ".join(trail(victim))
+    assert SimVM.objects.get(key=fresh(victim).vm.key).state == "suspended"
+
+    finish_commands()
+    step_until(sync_jobs, lambda: fresh(urgent).is_final)
+    assert fresh(urgent).state == "success" and output(fresh(urgent)) == b"7\n"
+    tasks.housekeeping()
+    step_until(sync_jobs, lambda: fresh(victim).state == "running")
+    finish_commands()
+    step_until(sync_jobs, lambda: all(fresh(run).is_final for run in runs))
+    for run in runs:
+        assert fresh(run).state == "success" and output(fresh(run)) == b"7\n", trail(run)
+    assert "resumed on sim-1 after" in " ".join(trail(victim))
+    assert not Allocation.objects.filter(released__isnull=True).exists()
+
+
+def test_a_run_of_the_same_class_suspends_nothing_and_fails_for_room(small_host, image, alice, bob, profile, sync_jobs):
+    profile(output="7\n", seconds=3600)
+    runs = running_runs(sync_jobs, alice)
+    late = submit(bob, priority="low", time_limit=600)
+    step_until(sync_jobs, lambda: fresh(late).is_final)
+    assert fresh(late).state == "error" and "no capacity" in fresh(late).error, fresh(late).error
+    assert states(runs) == ["running"] * 3

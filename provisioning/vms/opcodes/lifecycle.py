@@ -2,6 +2,7 @@
 (``vm.start``/``stop``/``suspend``/``resume``), ``vm.snapshot`` and ``vm.revert``."""
 
 import time
+from dataclasses import replace
 
 from django.conf import settings
 from django.db import transaction
@@ -12,6 +13,7 @@ from provisioning.capacity import services as capacity
 from provisioning.drivers import base
 from provisioning.drivers import registry as drivers
 from provisioning.jobs import reasons as job_reasons
+from provisioning.jobs.models import Job
 from provisioning.jobs.registry import opcode
 from provisioning.vms import services
 from provisioning.vms.models import VM
@@ -86,10 +88,12 @@ def vm_create(job):
 class Attempt:
     """One try at building the VM; ``at`` is the step it reached (the one that failed, on failure)."""
 
-    def __init__(self, job, vm_id, suffix="", exclude=(), loaded=None):
-        """``loaded``: the VM as the job just read it (its claim step starts from it, no read again)."""
+    def __init__(self, job, vm_id, suffix="", exclude=(), loaded=None, rank=None):
+        """``loaded``: the VM as the job just read it (its claim step starts from it, no read again).
+        ``rank``: the class of what the VM is for (``preemption.RANKS``): its claim may suspend
+        lower-class claims to fit, and the VM is built once they are suspended."""
         self.job, self.vm_id, self.suffix, self.exclude = job, vm_id, suffix, exclude
-        self.loaded = loaded
+        self.loaded, self.rank = loaded, rank
         self.at = None
         self.placed = None
 
@@ -104,7 +108,13 @@ class Attempt:
 
     def run(self):
         vm_id, actor = self.vm_id, self.job.actor
-        self.placed = self.db_step("claim", claim, vm_id, self.exclude, actor=actor, loaded=self.loaded)
+        self.placed = self.db_step("claim", claim, vm_id, self.exclude, actor=actor, loaded=self.loaded, rank=self.rank)
+        for n in range(ROOM_STEPS):  # their memory is given back on the host only when they are suspended
+            if not self.placed.get("after") or self.step(f"room-{n}", suspensions_ended, self.placed["after"]):
+                break
+        else:
+            waited = ROOM_STEPS * ROOM_STEP_SECONDS
+            raise Refused(f"the claims suspended to make room for it were not suspended within {waited} s")
         woken = None
         if self.placed.get("standby"):  # recorded by the claim step, so a replay takes the same path
             woken = self.step("power", host_for_vm, self.placed["host"], vm_id, not self.continued(), actor=actor)
@@ -165,11 +175,13 @@ def retry_elsewhere(vm_id, step, reason, *, actor):
     return {"exclude": [failed_host.pk] if failed_host else [], "failed": step, "reason": reason[:1000]}
 
 
-def claim(vm_id, exclude=(), *, actor, loaded=None):
+def claim(vm_id, exclude=(), *, actor, loaded=None, rank=None):
     """Claim capacity for the VM (or adopt the allocation it came with) and pick its variant.
 
     ``exclude``: ids of hosts not to use (where a first attempt failed). ``loaded``: the VM as
-    read by this run just before (``load_vm``), else it is read here.
+    read by this run just before (``load_vm``), else it is read here. ``rank``: the claim's
+    class; when it fits only by suspending lower-class claims, ``after`` lists the jobs that
+    suspend them.
     """
     vm = loaded or load_vm(vm_id)
     held = vm.allocation if vm.allocation_id and vm.allocation.released is None else None
@@ -183,13 +195,31 @@ def claim(vm_id, exclude=(), *, actor, loaded=None):
         VM.objects.filter(pk=vm_id).update(host=host, variant=variant)
         placed = {"host": host.pk, "allocation": vm.allocation_id, "variant": variant.pk, "adopted": True}
         return {**placed, **_standby(host)}
-    demand = services.vm_demand(vm, purpose=f"vm {vm_id}", exclude_hosts=exclude)
+    demand = replace(services.vm_demand(vm, purpose=f"vm {vm_id}", exclude_hosts=exclude), rank=rank)
     with transaction.atomic():  # the claim and its record on the VM commit together
         allocation = capacity.claim(demand, actor=actor, owner=vm.owner)
         variant = variant_for(vm, allocation.host)
         VM.objects.filter(pk=vm_id).update(allocation=allocation, host=allocation.host, variant=variant)
-    services.set_state(vm_id, S.STAGING, f"placed on {allocation.host.name}", actor=actor)
-    return {"host": allocation.host_id, "allocation": allocation.pk, "variant": variant.pk, **_standby(allocation.host)}
+    after = list(getattr(allocation, "preempt_jobs", ()))
+    how = f" ({allocation.placement_note})" if after else ""
+    services.set_state(vm_id, S.STAGING, f"placed on {allocation.host.name}{how}", actor=actor)
+    placed = {"host": allocation.host_id, "allocation": allocation.pk, "variant": variant.pk}
+    return {**placed, **_standby(allocation.host), **({"after": after} if after else {})}
+
+
+ROOM_STEP_SECONDS = 10
+ROOM_STEPS = 60  # the suspensions a claim waits for: each ends within a wait step of its run, and a suspend
+
+
+def suspensions_ended(job_ids):
+    """Have the jobs that suspend lower-class VMs for this claim ended (their VMs suspended, or
+    gone)? Asked for up to a step's share of time."""
+    until = time.monotonic() + ROOM_STEP_SECONDS
+    while Job.objects.filter(pk__in=job_ids).exclude(status__in=Job.FINAL).exists():
+        if time.monotonic() >= until:
+            return False
+        time.sleep(POLL_SECONDS)
+    return True
 
 
 def _standby(host):
