@@ -972,11 +972,37 @@ def tick(now=None, *, actor=None):
                 events.emit("reservation.ending", {"id": reservation.pk, "minutes": minutes,
                                                    "end": reservation.end.isoformat()}, targets)  # fmt: skip
                 done["warned"] += 1
+    done["refinished"] = _finish_stalled_endings(now, actor=actor)
     # A host scheduled to leave service "after its reservations" goes once the last has ended.
     left = capacity.apply_scheduled(now, actor=actor)
     if left:
         done["hosts_left_service"] = left
     return done
+
+
+STALLED_ENDING = timedelta(minutes=10)
+
+
+def _finish_stalled_endings(now, *, actor):
+    """Queue ``reservation.finish`` again for a reservation still ending a while after its
+    last job (an admin canceled its finish job, or it failed): idempotent, it settles it.
+    Returns how many."""
+    from provisioning.jobs.models import Job
+
+    stalled = Reservation.objects.filter(status=S.ENDING, updated__lte=now - STALLED_ENDING)
+    ids = list(stalled.values_list("pk", flat=True)[:100])  # every tick: usually none
+    if not ids:
+        return 0
+    # Not while one of its jobs is unfinished, nor again soon after one (a finish that keeps
+    # failing is tried once every STALLED_ENDING, not at every tick).
+    mine = Job.objects.filter(params__reservation__in=ids)
+    busy = mine.exclude(status__in=Job.FINAL) | mine.filter(received__gt=now - STALLED_ENDING)
+    busy_ids = set(busy.values_list("params__reservation", flat=True))
+    for rid in ids:
+        if rid not in busy_ids:
+            jobs.submit("reservation.finish", {"reservation": rid}, actor=actor,
+                        reason=f"reservation {rid}: still ending {STALLED_ENDING} after its teardown")  # fmt: skip
+    return len(set(ids) - busy_ids)
 
 
 def build_job(reservation):

@@ -389,3 +389,22 @@ def test_destroying_a_parked_vm_releases_its_disk_claim(sim_host, image, alice, 
     vms.submit_action(parked, "destroy", actor=admin_user)
     sync_jobs.drain()
     assert VM.objects.get(pk=parked.pk).state == "destroyed" and _live(sim_host) == []
+
+
+def test_a_reservation_left_ending_by_a_canceled_finish_job_is_finished_by_the_clock(
+    sim_host, image, alice, sync_jobs
+):
+    reservation = services.reserve(alice, image, actor=alice, duration=H)
+    sync_jobs.drain()
+    services.end(Reservation.objects.get(pk=reservation.pk), actor=alice)
+    finish = Job.objects.get(opcode="reservation.finish", params__reservation=reservation.pk)
+    Job.objects.filter(pk=finish.pk).update(status=Job.Status.CANCELED)  # an admin canceled it
+    sync_jobs.drain()  # the teardown runs; the finish does not
+    assert Reservation.objects.get(pk=reservation.pk).status == "ending"
+    now = timezone.now()
+    assert services.tick(now)["refinished"] == 0  # not yet: its jobs are recent
+    later = now + timedelta(minutes=11)
+    assert services.tick(later)["refinished"] == 1
+    assert services.tick(later)["refinished"] == 0  # once: a finish is queued
+    sync_jobs.drain()
+    assert Reservation.objects.get(pk=reservation.pk).status == "ended"

@@ -13,4 +13,4 @@ def test_the_clock_schedule_is_made_once(db):
 
 
 def test_the_scheduled_function_ticks(db):
-    assert tasks.tick() == {"started": 0, "ended": 0, "warned": 0, "expired": 0}
+    assert tasks.tick() == {"started": 0, "ended": 0, "warned": 0, "expired": 0, "refinished": 0}
