@@ -13,7 +13,9 @@ it with each committed event of that topic; sinks must not block (a consumer que
 
 Ids are assigned at insert but committed in any order, so a row with a smaller id may
 appear after a larger one was read: the relay remembers the ids below its high-water mark
-it has not seen yet (gaps, at most ``LOOKBACK`` ids back) and asks for them on each poll.
+it has not seen yet (gaps) and asks for them on each poll, for ``GAP_KEEP_SECONDS`` — by
+time, not by a count of ids: under load a few hundred events commit in the seconds a slow
+transaction takes, and a window of ids would give up on its events before they commit.
 It hands rows on in id order: a row waits behind a gap younger than ``ORDER_WAIT`` seconds
 (a transaction still committing), so a client's newest id is a safe resume point
 (``since``) — resuming from it on another web machine loses no event committed late. A gap
@@ -23,7 +25,7 @@ which rows have been handed on; a subscriber replays from the outbox up to it on
 (``events.since(..., through=)``), and the rest reaches it live.
 
 Contract for a subscriber: once ``await relay.subscribe(topic, sink)`` returns, every event
-of ``topic`` committed from then on reaches ``sink`` (at most ``LOOKBACK`` ids late); what
+of ``topic`` committed from then on reaches ``sink`` (within ``GAP_KEEP_SECONDS`` of its id); what
 was committed before, the subscriber reads from the outbox itself (``events.since``).
 """
 
@@ -39,7 +41,9 @@ from vclmgr.models import Event
 
 log = logging.getLogger(__name__)
 
-LOOKBACK = 500  # ids below the high-water mark still awaited when they were skipped
+LOOKBACK = 500  # at the start: ids below the high-water mark still awaited (mostly long gone)
+GAP_KEEP_SECONDS = 600.0  # a skipped id is awaited this long: a transaction open longer is lost to sockets
+MAX_GAPS = 20_000  # the newest kept beyond that (rolled-back ids pile up only under faults)
 BATCH = 5000  # rows read per poll at most
 ORDER_WAIT = 2.0  # seconds a row waits behind a smaller id not committed yet
 
@@ -108,16 +112,22 @@ class Relay:
                     log.exception("event sink failed")
 
     def advance(self, read_ids):
-        """Move the high-water mark past ``read_ids``; ids skipped on the way become gaps."""
+        """Move the high-water mark past ``read_ids``; ids skipped on the way become gaps,
+        awaited for ``GAP_KEEP_SECONDS``."""
         top = max([self.high_water, *read_ids])
-        floor = top - LOOKBACK
-        skipped = range(max(self.high_water, floor) + 1, top + 1)
-        self.gaps = (self.gaps | set(skipped)) - set(read_ids)
-        self.gaps = {i for i in self.gaps if i > floor}
+        skipped = range(max(self.high_water, top - MAX_GAPS) + 1, top + 1)
         # The first rows read after the start may jump over ids long gone (a pruned or new
         # table's starting point lies below the sequence): like the starting gaps, no wait.
-        now = self.clock() - (0 if self.settled else ORDER_WAIT)
-        self.gap_seen = {i: self.gap_seen.get(i, now) for i in self.gaps}
+        clock = self.clock()
+        now = clock - (0 if self.settled else ORDER_WAIT)
+        given_up = clock - GAP_KEEP_SECONDS
+        gaps = (self.gaps | set(skipped)) - set(read_ids)
+        seen = {i: self.gap_seen.get(i, now) for i in gaps}
+        self.gap_seen = {i: at for i, at in seen.items() if at > given_up}
+        if len(self.gap_seen) > MAX_GAPS:
+            kept = sorted(self.gap_seen)[-MAX_GAPS:]
+            self.gap_seen = {i: self.gap_seen[i] for i in kept}
+        self.gaps = set(self.gap_seen)
         self.settled = self.settled or bool(read_ids)
         self.high_water = top
 

@@ -8,7 +8,7 @@ import pytest
 
 from vclmgr import events
 from vclmgr.models import Event
-from vclmgr.relay import LOOKBACK, ORDER_WAIT, Relay
+from vclmgr.relay import GAP_KEEP_SECONDS, MAX_GAPS, ORDER_WAIT, Relay
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -98,13 +98,40 @@ def test_a_resumed_subscriber_replays_only_what_the_relay_handed_on():
     assert [e.id for e in replayed] == [first.id]  # 3 comes live, after 2
 
 
-def test_it_stops_waiting_for_ids_more_than_lookback_behind():
+def test_it_awaits_a_skipped_id_for_gap_keep_seconds_however_many_ids_come_after_it():
+    now = [1000.0]
     relay = Relay()
-    relay.high_water = 10
+    relay.clock = lambda: now[0]
+    relay.high_water, relay.settled = 10, True
     relay.advance([12, 13])
     assert (relay.high_water, relay.gaps) == (13, {11})
-    relay.advance([13 + LOOKBACK + 5])
-    assert relay.gaps == set(range(14 + 5, 13 + LOOKBACK + 5))
+    relay.advance(list(range(14, 3014)))  # a slow transaction's id, 3,000 ids later: still awaited
+    now[0] += GAP_KEEP_SECONDS - 1
+    relay.advance([3014])
+    assert relay.gaps == {11}
+    now[0] += 2
+    relay.advance([3015])
+    assert relay.gaps == set()  # given up: taken for a rolled-back insert
+
+
+def test_a_late_commit_thousands_of_ids_behind_still_arrives():
+    relay = _relay()
+    got = _collect(relay, "user.1")
+    slow = events.emit("step", {"n": 0}, ["user.1"])[0]
+    slow_id = slow.id
+    slow.delete()  # not committed yet, as far as the relay can tell
+    Event.objects.bulk_create(Event(topic="other", kind="step", data={}) for _ in range(2000))
+    _poll(relay)
+    Event.objects.create(id=slow_id, topic="user.1", kind="step", data={"n": 0})  # it commits now
+    _poll(relay)
+    assert [e["id"] for e in got] == [slow_id]
+
+
+def test_the_gaps_kept_are_bounded():
+    relay = Relay()
+    relay.high_water, relay.settled = 0, True
+    relay.advance([MAX_GAPS * 3])
+    assert MAX_GAPS - 1 <= len(relay.gaps) <= MAX_GAPS and max(relay.gaps) == MAX_GAPS * 3 - 1  # the newest
 
 
 def test_one_failing_sink_does_not_starve_the_others():
