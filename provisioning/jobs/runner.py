@@ -14,7 +14,11 @@ driver call when it comes back. A heartbeat thread renews the lease while the jo
 
 Between steps the runner checks for a cancel request, and for its time budget: past
 ``deadline`` it hands the job to a fresh django-q2 task instead of risking django-q2's
-timeout (which would kill the worker).
+timeout (which would kill the worker). The write that ended the step before (its record, or
+the claim before the first step) is that check when it was sent less than ``FRESH_SECONDS``
+ago: it proved the lease ours and read the cancel flag, and no one can take a job over
+within its lease (the driver fence trusts a longer window on the same ground), so the
+check costs no statement on the hot path.
 """
 
 import json
@@ -39,6 +43,7 @@ from vclmgr.fencing import LeaseLost
 
 log = logging.getLogger(__name__)
 S = Job.Status
+FRESH_SECONDS = 1.0  # a step starting this soon after the last write that checked the job needs no check of its own
 
 
 class Canceled(Exception):
@@ -182,7 +187,8 @@ class Heartbeat:
 class JobContext:
     """What an opcode function gets: its params, steps, log, progress and children."""
 
-    def __init__(self, job, lease, deadline):
+    def __init__(self, job, lease, deadline, checked=False):
+        """``checked``: the lease was just granted by a claim (which clears the cancel flag)."""
         self.job = job
         self.job_id = job.id
         self.params = job.params
@@ -200,6 +206,8 @@ class JobContext:
         self._seen = set()
         self._ran = 0
         self._child_seq = 0
+        # (monotonic time, cancel flag) read by the last write that proved the lease ours
+        self._checked = (lease.confirmed, False) if checked else None
 
     # --- for opcode functions ----------------------------------------------------------
     def step(self, name, fn, *args, **kwargs):
@@ -280,11 +288,18 @@ class JobContext:
         return result
 
     def checkpoint(self):
-        """Before a step: renew the lease (the write proves it ours), then cancel and time budget."""
-        sent = time.monotonic()
-        rows = update_returning(self.lease.held(), ["cancel_requested"], lease_until=self.lease.until())
-        self.lease.confirm(sent, rows)
-        if rows[0].cancel_requested:
+        """Before a step: renew the lease (the write proves it ours), then cancel and time budget.
+
+        A record or claim sent within ``FRESH_SECONDS`` did both already (see the module)."""
+        checked, self._checked = self._checked, None
+        if self.lease.lost:
+            raise LeaseLost(f"job {self.job_id}: lease {self.lease.generation} lost")
+        if checked is None or time.monotonic() - checked[0] >= FRESH_SECONDS:
+            sent = time.monotonic()
+            rows = update_returning(self.lease.held(), ["cancel_requested"], lease_until=self.lease.until())
+            self.lease.confirm(sent, rows)
+            checked = (sent, rows[0].cancel_requested)
+        if checked[1]:
             raise Canceled()
         if self._ran and time.monotonic() > self.deadline:
             raise Handoff()
@@ -305,6 +320,7 @@ class JobContext:
             reason=self.job.reason,
         )  # fmt: skip
         self.lease.confirm(sent, rows)
+        self._checked = (sent, rows[0].cancel_requested)
         self.job.progress = progress
         transitions.emit_progress(self.job)
         total = f"/{self.total}" if self.total else ""
@@ -330,8 +346,9 @@ def execute(job_id, token, deadline, job=None, lease_seconds=None):
 def execute_then_claim(job_id, token, deadline, job=None, lease_seconds=None, then_claim=True):
     """``execute``, and — in the transaction that ends the job — claim the next one.
 
-    Returns ``(outcome, claim or None)``. Ending one job and starting the next under one
-    queue lock saves a write transaction per job on the hot path.
+    Returns ``(outcome, claim)``: the next job's claim, False when the end found none
+    startable under its lock, None when it did not look. Ending one job and starting the next
+    under one queue lock saves a write transaction per job on the hot path.
     """
     continued = job is None
     if continued:
@@ -345,7 +362,7 @@ def execute_then_claim(job_id, token, deadline, job=None, lease_seconds=None, th
     except LookupError as exc:
         return end(S.ERROR, error=str(exc), kind="invalid")
     _note_execution(job)
-    ctx = JobContext(job, lease, deadline)
+    ctx = JobContext(job, lease, deadline, checked=not continued)
     try:
         if continued:  # handed off: the lease was granted to the task before; prove it is still ours
             lease.renew()
@@ -401,7 +418,7 @@ class _Ender:
             )
             claim = None
             if self.claim_until and time.monotonic() < self.claim_until:
-                claim = dispatcher.claim_locked(queue)
+                claim = dispatcher.claim_locked(queue) or False
         return (self.OUTCOME[status] if done else "lost"), claim
 
 

@@ -30,8 +30,8 @@ def authorised_vm(job):
         vm = load_vm(vm_id)
     except VM.DoesNotExist:
         vm = None
-    submitter = job.job.submitter
-    if vm is None or (submitter is not None and not access.is_admin(submitter) and vm.owner_id != submitter.pk):
+    submitter = job.job.submitter_id  # read only when not the owner (an admin acting on another's VM)
+    if vm is None or (submitter is not None and vm.owner_id != submitter and not access.is_admin(job.job.submitter)):
         raise Refused(f"VM {vm_id} does not exist")
     return vm
 
