@@ -4,6 +4,7 @@ the variant a host runs."""
 from provisioning.capacity import services as capacity
 from provisioning.drivers import base
 from provisioning.jobs.runner import Handoff, LeaseLost
+from provisioning.vms import services
 from provisioning.vms.models import VM
 from vclmgr import access
 
@@ -17,9 +18,7 @@ class Refused(Exception):
 
 def load_vm(vm_id):
     """The VM with what the opcodes read of it in one query (its host, image, variant, claim)."""
-    return VM.objects.select_related(
-        "host", "host__credential", "image", "variant", "variant__image", "allocation", "allocation__host"
-    ).get(pk=vm_id)
+    return VM.objects.select_related(*services.LOADED).get(pk=vm_id)
 
 
 def authorised_vm(job):

@@ -115,11 +115,11 @@ class Attempt:
             return {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"],
                     "after_power_on": woken["power_on_job"], "continued_by": child}  # fmt: skip
         self.step("stage", stage, vm_id, self.placed["host"], self.job.job_id)
-        self.step("define", define, vm_id, actor=actor)
+        defined = self.step("define", define, vm_id, actor=actor)
         image = (self.loaded or load_vm(vm_id)).image
         if image.revert_on_end or image.pool_size:  # an image's, set when it is made (a pool reverts too)
             self.step("clean", clean_snapshot, vm_id, actor=actor)
-        self.step("start", boot, vm_id, actor=actor)
+        self.step("start", boot, vm_id, actor=actor, port=defined["port"])
         address = self.step("address", wait_address, vm_id)
         self.db_step("ready", ready, vm_id, address, actor=actor)
         return {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"], "address": address}
@@ -225,12 +225,10 @@ def vm_spec(vm):
 
 
 def define(vm_id, *, actor):
-    services.set_state(vm_id, S.DEFINING, "defining on the host", actor=actor)
-    vm = load_vm(vm_id)
+    vm = services.set_state(vm_id, S.DEFINING, "defining on the host", actor=actor)
     driver = drivers.driver_for(vm.host)
     info = driver.create(vm_spec(vm))
-    port = driver.port(vm.key, services.login_port(vm.image))
-    VM.objects.filter(pk=vm_id).update(port=port)
+    port = driver.port(vm.key, services.login_port(vm.image))  # written with the boot's state (no write of its own)
     return {"key": info.key, "host": info.host, "port": port}
 
 
@@ -255,9 +253,9 @@ def warm_snapshot(vm_id, *, actor):
     VM.objects.filter(pk=vm_id).update(snapshots=[*others, warm])
 
 
-def boot(vm_id, *, actor):
-    services.set_state(vm_id, S.STARTING, "booting", actor=actor)
-    vm = load_vm(vm_id)
+def boot(vm_id, *, actor, **fields):
+    """``fields``: more to write with the state (the port ``define`` found)."""
+    vm = services.set_state(vm_id, S.STARTING, "booting", actor=actor, **fields)
     drivers.driver_for(vm.host).start(vm.key)
 
 
