@@ -115,7 +115,8 @@ class SimDriver(base.Driver):
     def _power(self, action, key, force=False):
         """Apply one action of the power state machine (``base.needs``) to the VM row."""
         self._step(action)
-        with transaction.atomic():
+
+        def change():
             vm = self._vm(key, lock=True)
             if not base.needs(action, key, VMState(vm.state), force):
                 return
@@ -124,6 +125,8 @@ class SimDriver(base.Driver):
                 vm.sessions = []  # a stopped guest has nobody logged in
             vm.guest = guest.paused(vm.guest, before, vm.state)
             _save(vm, self.host(), ["state", "address", "sessions", "guest", "updated"])
+
+        _leasing(change)
 
     # --- host -----------------------------------------------------------------------------
 
@@ -236,7 +239,8 @@ class SimDriver(base.Driver):
     def revert(self, key, name):
         base.check_snapshot_name(name)
         self._step("revert")
-        with transaction.atomic():
+
+        def change():
             vm = self._vm(key, lock=True)
             snap = next((snap for snap in vm.snapshots if snap["name"] == name), None)
             if snap is None:
@@ -244,6 +248,8 @@ class SimDriver(base.Driver):
             vm.state = snap["state"]
             vm.seed = snap.get("seed", vm.seed)  # as a real disk and definition are restored
             _save(vm, self.host(), ["state", "seed", "address", "updated"])
+
+        _leasing(change)
 
     def reseed(self, key, guest):
         base.check_key(key)
@@ -289,7 +295,8 @@ class SimDriver(base.Driver):
         base.check_key(key)
         self._step("migrate")
         target._step("migrate")
-        with transaction.atomic():
+
+        def change():
             vm = SimVM.objects.select_for_update().filter(key=key).first()
             if vm is not None and vm.host_id == target.host().pk:
                 return  # already there (a retried migrate)
@@ -299,6 +306,8 @@ class SimDriver(base.Driver):
             if vm.address and ipaddress.ip_address(vm.address) not in ipaddress.ip_network(vm.host.dhcp_pool):
                 vm.address = None
             _save(vm, vm.host, ["host", "address", "updated"])
+
+        _leasing(change)
 
     def console_address(self, key):
         raise base.NoConsole(f"{key} is a simulated VM: it has no screen, so there is no console to show")
@@ -360,24 +369,27 @@ def _seed(key, guest):
         raise Invalid(f"{key}: {exc}") from None
 
 
-def _save(vm, host, fields, attempts=5):
-    """Save ``fields`` of ``vm``; a running VM with no address leases the lowest free one of the
-    host's pool (unique across all hosts) in the same UPDATE."""
-    if vm.state != SimVM.State.RUNNING or vm.address is not None:
-        vm.save(update_fields=fields)
-        return
-    pool = ipaddress.IPv4Network(host.dhcp_pool)
+def _leasing(change, attempts=5):
+    """``change()`` in a transaction, tried again while an address it leased (``_save``) was
+    taken meanwhile: addresses are unique across hosts, and another worker may lease the same
+    one between our read and our write. The whole change is tried again, so it needs no
+    savepoint of its own."""
     for _ in range(attempts):
-        taken = set(SimVM.objects.filter(address__isnull=False).values_list("address", flat=True))
-        free = next((str(ip) for i, ip in enumerate(pool.hosts()) if i > 0 and str(ip) not in taken), None)
-        if free is None:
-            raise Conflict(f"DHCP pool {pool} of {host.name} is exhausted")
-        vm.address = free
         try:
             with transaction.atomic():
-                vm.save(update_fields=fields)
-            return
-        except IntegrityError:  # another worker leased it between our read and write
+                return change()
+        except IntegrityError:
             continue
-    vm.address = None
-    raise DriverError(f"could not lease an address for {vm.key} from {pool}", permanent=False)
+    raise DriverError(f"could not lease an address: taken by another VM {attempts} times in a row", permanent=False)
+
+
+def _save(vm, host, fields):
+    """Save ``fields`` of ``vm`` (in ``_leasing``); a running VM with no address leases the
+    lowest free one of the host's pool in the same UPDATE."""
+    if vm.state == SimVM.State.RUNNING and vm.address is None:
+        pool = ipaddress.IPv4Network(host.dhcp_pool)
+        taken = set(SimVM.objects.filter(address__isnull=False).values_list("address", flat=True))
+        vm.address = next((str(ip) for i, ip in enumerate(pool.hosts()) if i > 0 and str(ip) not in taken), None)
+        if vm.address is None:
+            raise Conflict(f"DHCP pool {pool} of {host.name} is exhausted")
+    vm.save(update_fields=fields)
