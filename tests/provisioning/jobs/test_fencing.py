@@ -40,7 +40,8 @@ def _first_run(sync_jobs):
     job = submit("test.sleep", {"steps": 3, "seconds": 0})
     claim = dispatcher.claim_next(runner="first:1")
     lease = runner.Lease(claim.id, claim.token, claim.job.attempt, claim.lease_seconds)
-    return job, claim, lease, runner.JobContext(claim.job, lease, time.monotonic() + 60)
+    end = runner._Ender(claim.job, lease, None)
+    return job, claim, lease, runner.JobContext(claim.job, lease, time.monotonic() + 60, end=end)
 
 
 def test_every_takeover_raises_the_generation(sync_jobs):
@@ -190,3 +191,38 @@ def test_a_database_step_commits_with_its_record(sync_jobs):
     assert ctx.db_step("one", lambda: Gauge.objects.create(name="kept").pk) == Gauge.objects.get(name="kept").pk
     assert [s["name"] for s in refresh(job).steps] == ["one"]
     assert ctx.db_step("one-again", lambda: 2) == 2 and len(refresh(job).steps) == 2
+
+
+def test_a_last_database_step_commits_with_the_end_of_its_job(sync_jobs):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    ctx.step("one", lambda: 1)
+    assert ctx.last_db_step("two", lambda: Gauge.objects.create(name="kept").pk) == Gauge.objects.get(name="kept").pk
+    assert ctx.ended == ("success", None)
+    job = refresh(job)
+    assert job.status == "success" and job.result == Gauge.objects.get(name="kept").pk
+    assert [s["name"] for s in job.steps] == ["one", "two"] and job.progress["step"] == "two"
+    lines = list(JobLog.objects.filter(job=job).order_by("id").values_list("message", flat=True))
+    assert lines[-2:] == ["step 2 'two' done", "success"]
+
+
+def test_a_cancel_asked_while_a_last_database_step_runs_undoes_it(sync_jobs):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+
+    def step():
+        Gauge.objects.create(name="made by the step")
+        Job.objects.filter(pk=job.pk).update(cancel_requested=True)  # a user's cancel, meanwhile
+        return 1
+
+    with pytest.raises(runner.Canceled):
+        ctx.last_db_step("one", step)
+    assert not Gauge.objects.filter(name="made by the step").exists()
+    assert refresh(job).status == "running" and refresh(job).steps == [] and ctx.ended is None
+
+
+def test_a_last_database_step_of_the_old_run_is_rolled_back_whole(sync_jobs):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    _take_over(job)
+    with pytest.raises(runner.LeaseLost):
+        ctx.last_db_step("one", lambda: Gauge.objects.create(name="written by the old run").pk)
+    assert not Gauge.objects.filter(name="written by the old run").exists()
+    assert refresh(job).status == "running" and refresh(job).runner == "second:1"
