@@ -54,6 +54,9 @@ class Handoff(Exception):
     pass
 
 
+_STEP = object()  # (last_db_step: the job's result is the step's)
+
+
 class _NotEnded(Exception):
     """Rolls back a last step whose job could not end (see ``JobContext.last_db_step``)."""
 
@@ -293,11 +296,12 @@ class JobContext:
         self._recorded(name, result)
         return result
 
-    def last_db_step(self, name, fn, *args, **kwargs):
-        """``db_step`` for the job's last step, whose result the opcode returns as the job's
-        (an opcode that submits no children): it runs in the transaction that ends the job, so
-        its writes commit exactly when the job's success does, conditional on the lease, with
-        its record in the same UPDATE (a job of one database step costs one transaction)."""
+    def last_db_step(self, name, fn, *args, job_result=_STEP, **kwargs):
+        """``db_step`` for the job's last step (of an opcode that submits no children): it runs
+        in the transaction that ends the job, so its writes commit exactly when the job's
+        success does, conditional on the lease, with its record in the same UPDATE (a job of one
+        database step costs one transaction). The opcode returns at once what it returns, which
+        is the job's result: ``job_result``, else the step's."""
         if self._child_seq:
             raise ValueError("a job with children ends when they do: use db_step")
         if name in self._seen or name in self._done:  # (cannot be done: the job would have ended)
@@ -313,8 +317,9 @@ class JobContext:
                 queue = QueueSettings.lock()  # first, as every status change: the step's rows after it
                 result = jsonable(fn(*args, **kwargs), f"the result of step {name!r}")
                 steps[-1]["result"] = result
+                value = result if job_result is _STEP else jsonable(job_result, "the job's result")
                 ended = self._end.locked(
-                    queue, S.SUCCESS, result=result, steps=steps, progress=progress,
+                    queue, S.SUCCESS, result=value, steps=steps, progress=progress,
                     where={"cancel_requested": False}, then=lambda job: self._note_record(job, name, steps),
                 )  # fmt: skip
                 if ended[0] == "lost":  # a cancel asked before the end, or the lease lost: none of it happened
@@ -326,7 +331,7 @@ class JobContext:
             raise LeaseLost(f"job {self.job_id}: lease {self.lease.generation} lost") from None
         self.ended = ended
         self._recorded(name, result)
-        return result
+        return value
 
     def checkpoint(self):
         """Before a step: renew the lease (the write proves it ours), then cancel and time budget.

@@ -52,7 +52,7 @@ def vm_create(job):
     retried = job._done.get("retry")  # a re-run after the retry began goes straight to the second attempt
     first = None
     if retried is None:
-        attempt = Attempt(job, vm_id, loaded=vm)
+        attempt = Attempt(job, vm_id, loaded=vm, last=True)
         try:
             return attempt.run()
         except Exception as exc:
@@ -70,7 +70,7 @@ def vm_create(job):
                 undo_create(vm_id, fail_reason(exc), actor=job.actor)
                 raise exc from cleanup
     job.expect(len(job._done) + 7)
-    attempt = Attempt(job, vm_id, suffix="-retry", exclude=retried["exclude"])
+    attempt = Attempt(job, vm_id, suffix="-retry", exclude=retried["exclude"], last=True)
     try:
         return attempt.run()
     except Exception as exc:
@@ -86,10 +86,11 @@ def vm_create(job):
 class Attempt:
     """One try at building the VM; ``at`` is the step it reached (the one that failed, on failure)."""
 
-    def __init__(self, job, vm_id, suffix="", exclude=(), loaded=None):
-        """``loaded``: the VM as the job just read it (its claim step starts from it, no read again)."""
+    def __init__(self, job, vm_id, suffix="", exclude=(), loaded=None, last=False):
+        """``loaded``: the VM as the job just read it (its claim step starts from it, no read again);
+        ``last``: the job ends with the attempt's result (its ready step ends the job, in one transaction)."""
         self.job, self.vm_id, self.suffix, self.exclude = job, vm_id, suffix, exclude
-        self.loaded = loaded
+        self.loaded, self.last = loaded, last
         self.at = None
         self.placed = None
 
@@ -121,8 +122,12 @@ class Attempt:
             self.step("clean", clean_snapshot, vm_id, actor=actor)
         self.step("start", boot, vm_id, actor=actor, port=defined["port"])
         address = self.step("address", wait_address, vm_id)
+        built = {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"], "address": address}
+        if self.last:
+            self.at = "ready"
+            return self.job.last_db_step("ready" + self.suffix, ready, vm_id, address, actor=actor, job_result=built)
         self.db_step("ready", ready, vm_id, address, actor=actor)
-        return {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"], "address": address}
+        return built
 
     def continued(self):
         """Is this vm.create the one continued after its host's power-on?"""
