@@ -91,6 +91,7 @@ class Attempt:
         ``last``: the job ends with the attempt's result (its ready step ends the job, in one transaction)."""
         self.job, self.vm_id, self.suffix, self.exclude = job, vm_id, suffix, exclude
         self.loaded, self.last = loaded, last
+        self.booted = None
         self.at = None
         self.placed = None
 
@@ -120,14 +121,18 @@ class Attempt:
         image = (self.loaded or load_vm(vm_id)).image
         if image.revert_on_end or image.pool_size:  # an image's, set when it is made (a pool reverts too)
             self.step("clean", clean_snapshot, vm_id, actor=actor)
-        self.step("start", boot, vm_id, actor=actor, port=defined["port"])
-        address = self.step("address", wait_address, vm_id)
+        self.step("start", self._boot, vm_id, actor=actor, port=defined["port"])
+        address = self.step("address", wait_address, vm_id, loaded=self.booted)
         built = {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"], "address": address}
         if self.last:
             self.at = "ready"
             return self.job.last_db_step("ready" + self.suffix, ready, vm_id, address, actor=actor, job_result=built)
         self.db_step("ready", ready, vm_id, address, actor=actor)
         return built
+
+    def _boot(self, vm_id, **kwargs):
+        """``boot``, keeping the VM as it wrote it for the address step (no read again)."""
+        self.booted = booted(vm_id, **kwargs)
 
     def continued(self):
         """Is this vm.create the one continued after its host's power-on?"""
@@ -260,14 +265,21 @@ def warm_snapshot(vm_id, *, actor):
 
 def boot(vm_id, *, actor, **fields):
     """``fields``: more to write with the state (the port ``define`` found)."""
+    booted(vm_id, actor=actor, **fields)
+
+
+def booted(vm_id, *, actor, **fields):
+    """``boot``; returns the VM as written (``load_vm``'s)."""
     vm = services.set_state(vm_id, S.STARTING, "booting", actor=actor, **fields)
     drivers.driver_for(vm.host).start(vm.key)
+    return vm
 
 
-def wait_address(vm_id):
+def wait_address(vm_id, loaded=None):
     """The VM's address, once its guest answers there (drivers that boot real guests: ready
-    means reachable; the simulators' VMs are ready when they have an address)."""
-    vm = load_vm(vm_id)
+    means reachable; the simulators' VMs are ready when they have an address). ``loaded``: the
+    VM as this run just wrote it, else it is read."""
+    vm = loaded or load_vm(vm_id)
     driver = drivers.driver_for(vm.host)
     deadline = time.monotonic() + settings.VCLMGR_ADDRESS_TIMEOUT
     while True:
