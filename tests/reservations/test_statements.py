@@ -22,11 +22,11 @@ from vclmgr.models import Event, ObjectChange
 pytestmark = pytest.mark.django_db
 
 # Measured in a test (its transaction turns BEGIN/COMMIT into savepoints; SyncJobs runs the
-# settle job in a claim of its own): 36 to accept and 126 to build and settle on SQLite, 35 and
-# 115 on PostgreSQL. A budget, not a target: it fails when a change adds statements to every
+# settle job in a claim of its own): 36 to accept and 99 to build and settle on SQLite, 35 and
+# 90 on PostgreSQL. A budget, not a target: it fails when a change adds statements to every
 # reservation.
-ACCEPT_BUDGET = 37
-BUILD_BUDGET = 128
+ACCEPT_BUDGET = 36
+BUILD_BUDGET = 99
 
 
 def _reserve(user, image):
