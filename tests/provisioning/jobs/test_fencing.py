@@ -172,7 +172,8 @@ def test_a_database_step_of_the_old_run_is_rolled_back_whole(sync_jobs):
     assert not Gauge.objects.filter(name="later").exists()
 
 
-def test_a_cancel_asked_while_a_database_step_runs_undoes_the_step(sync_jobs):
+@pytest.mark.parametrize("kind", ["db_step", "last_db_step"])
+def test_a_cancel_asked_while_a_database_step_runs_undoes_the_step(sync_jobs, kind):
     job, claim, lease, ctx = _first_run(sync_jobs)
 
     def step():
@@ -181,9 +182,9 @@ def test_a_cancel_asked_while_a_database_step_runs_undoes_the_step(sync_jobs):
         return 1
 
     with pytest.raises(runner.Canceled):
-        ctx.db_step("one", step)
+        getattr(ctx, kind)("one", step)
     assert not Gauge.objects.filter(name="made by the step").exists()
-    assert refresh(job).steps == [] and ctx._steps == []
+    assert refresh(job).status == "running" and refresh(job).steps == [] and ctx._steps == [] and ctx.ended is None
 
 
 def test_a_database_step_commits_with_its_record(sync_jobs):
@@ -203,20 +204,6 @@ def test_a_last_database_step_commits_with_the_end_of_its_job(sync_jobs):
     assert [s["name"] for s in job.steps] == ["one", "two"] and job.progress["step"] == "two"
     lines = list(JobLog.objects.filter(job=job).order_by("id").values_list("message", flat=True))
     assert lines[-2:] == ["step 2 'two' done", "success"]
-
-
-def test_a_cancel_asked_while_a_last_database_step_runs_undoes_it(sync_jobs):
-    job, claim, lease, ctx = _first_run(sync_jobs)
-
-    def step():
-        Gauge.objects.create(name="made by the step")
-        Job.objects.filter(pk=job.pk).update(cancel_requested=True)  # a user's cancel, meanwhile
-        return 1
-
-    with pytest.raises(runner.Canceled):
-        ctx.last_db_step("one", step)
-    assert not Gauge.objects.filter(name="made by the step").exists()
-    assert refresh(job).status == "running" and refresh(job).steps == [] and ctx.ended is None
 
 
 def test_a_last_database_step_of_the_old_run_is_rolled_back_whole(sync_jobs):
