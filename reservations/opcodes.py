@@ -25,8 +25,8 @@ def reservation_lock(params):
 @opcode("reservation.settle", params=ReservationParams, locks=reservation_lock)
 def reservation_settle(job):
     """After the VM build: mark the reservation ready, retry once on another host, or fail it."""
-    # Database only: the reservation's change commits with the step's lease-fenced record.
-    return job.db_step("settle", services.settle, job.params["reservation"], actor=job.actor)
+    # Database only: the reservation's change commits with the job's lease-fenced end.
+    return job.last_db_step("settle", services.settle, job.params["reservation"], actor=job.actor)
 
 
 @opcode("reservation.finish", params=ReservationParams, locks=reservation_lock)

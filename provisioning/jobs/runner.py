@@ -14,7 +14,11 @@ driver call when it comes back. A heartbeat thread renews the lease while the jo
 
 Between steps the runner checks for a cancel request, and for its time budget: past
 ``deadline`` it hands the job to a fresh django-q2 task instead of risking django-q2's
-timeout (which would kill the worker).
+timeout (which would kill the worker). The write that ended the step before (its record, or
+the claim before the first step) is that check when it was sent less than ``FRESH_SECONDS``
+ago: it proved the lease ours and read the cancel flag, and no one can take a job over
+within its lease (the driver fence trusts a longer window on the same ground), so the
+check costs no statement on the hot path.
 """
 
 import json
@@ -39,6 +43,7 @@ from vclmgr.fencing import LeaseLost
 
 log = logging.getLogger(__name__)
 S = Job.Status
+FRESH_SECONDS = 1.0  # a step starting this soon after the last write that checked the job needs no check of its own
 
 
 class Canceled(Exception):
@@ -47,6 +52,13 @@ class Canceled(Exception):
 
 class Handoff(Exception):
     pass
+
+
+_STEP = object()  # (last_db_step: the job's result is the step's)
+
+
+class _NotEnded(Exception):
+    """Rolls back a last step whose job could not end (see ``JobContext.last_db_step``)."""
 
 
 def slice_seconds():
@@ -182,8 +194,11 @@ class Heartbeat:
 class JobContext:
     """What an opcode function gets: its params, steps, log, progress and children."""
 
-    def __init__(self, job, lease, deadline):
+    def __init__(self, job, lease, deadline, checked=False, end=None):
+        """``checked``: the lease was just granted by a claim (which clears the cancel flag);
+        ``end``: the run's ``_Ender`` (``last_db_step`` ends the job with it)."""
         self.job = job
+        self._end, self.ended = end, None
         self.job_id = job.id
         self.params = job.params
         self.attempt = job.attempt
@@ -200,6 +215,8 @@ class JobContext:
         self._seen = set()
         self._ran = 0
         self._child_seq = 0
+        # (monotonic time, cancel flag) read by the last write that proved the lease ours
+        self._checked = (lease.confirmed, False) if checked else None
 
     # --- for opcode functions ----------------------------------------------------------
     def step(self, name, fn, *args, **kwargs):
@@ -279,12 +296,56 @@ class JobContext:
         self._recorded(name, result)
         return result
 
+    def last_db_step(self, name, fn, *args, job_result=_STEP, **kwargs):
+        """``db_step`` for the job's last step (of an opcode that submits no children): it runs
+        in the transaction that ends the job, so its writes commit exactly when the job's
+        success does, conditional on the lease, with its record in the same UPDATE (a job of one
+        database step costs one transaction). The opcode returns at once what it returns, which
+        is the job's result: ``job_result``, else the step's."""
+        if self._child_seq:
+            raise ValueError("a job with children ends when they do: use db_step")
+        if name in self._seen or name in self._done:  # (cannot be done: the job would have ended)
+            raise ValueError(f"step name {name!r} used twice")
+        self._seen.add(name)
+        if self.lease.lost:
+            raise LeaseLost(f"job {self.job_id}: lease {self.lease.generation} lost")
+        if self._ran and time.monotonic() > self.deadline:
+            raise Handoff()
+        steps, progress = self._next_record(name, None)
+        try:
+            with transaction.atomic(), transitions.batched():
+                queue = QueueSettings.lock()  # first, as every status change: the step's rows after it
+                result = jsonable(fn(*args, **kwargs), f"the result of step {name!r}")
+                steps[-1]["result"] = result
+                value = result if job_result is _STEP else jsonable(job_result, "the job's result")
+                ended = self._end.locked(
+                    queue, S.SUCCESS, result=value, steps=steps, progress=progress,
+                    where={"cancel_requested": False}, then=lambda job: self._note_record(job, name, steps),
+                )  # fmt: skip
+                if ended[0] == "lost":  # a cancel asked before the end, or the lease lost: none of it happened
+                    raise _NotEnded(self.lease.held().filter(cancel_requested=True).exists())
+        except _NotEnded as not_ended:
+            if not_ended.args[0]:
+                raise Canceled() from None
+            self.lease.lost = True
+            raise LeaseLost(f"job {self.job_id}: lease {self.lease.generation} lost") from None
+        self.ended = ended
+        self._recorded(name, result)
+        return value
+
     def checkpoint(self):
-        """Before a step: renew the lease (the write proves it ours), then cancel and time budget."""
-        sent = time.monotonic()
-        rows = update_returning(self.lease.held(), ["cancel_requested"], lease_until=self.lease.until())
-        self.lease.confirm(sent, rows)
-        if rows[0].cancel_requested:
+        """Before a step: renew the lease (the write proves it ours), then cancel and time budget.
+
+        A record or claim sent within ``FRESH_SECONDS`` did both already (see the module)."""
+        checked, self._checked = self._checked, None
+        if self.lease.lost:
+            raise LeaseLost(f"job {self.job_id}: lease {self.lease.generation} lost")
+        if checked is None or time.monotonic() - checked[0] >= FRESH_SECONDS:
+            sent = time.monotonic()
+            rows = update_returning(self.lease.held(), ["cancel_requested"], lease_until=self.lease.until())
+            self.lease.confirm(sent, rows)
+            checked = (sent, rows[0].cancel_requested)
+        if checked[1]:
             raise Canceled()
         if self._ran and time.monotonic() > self.deadline:
             raise Handoff()
@@ -297,20 +358,29 @@ class JobContext:
     def _write_record(self, name, result):
         """The step's record, conditional on the lease (else ``LeaseLost``), in the caller's
         transaction and batch; returns whether a cancel was requested."""
-        steps = [*self._steps, {"name": name, "result": result, "ended": timezone.now().isoformat()}]
-        progress = {"done": len(steps), "total": self.total, "step": name}
+        steps, progress = self._next_record(name, result)
         sent = time.monotonic()
         rows = update_returning(
             self.lease.held(), ["cancel_requested"], lease_until=self.lease.until(), steps=steps, progress=progress,
             reason=self.job.reason,
         )  # fmt: skip
         self.lease.confirm(sent, rows)
+        self._checked = (sent, rows[0].cancel_requested)
         self.job.progress = progress
-        transitions.emit_progress(self.job)
-        total = f"/{self.total}" if self.total else ""
-        transitions.log(self.job, f"step {len(steps)}{total} {name!r} done")
-        self._pending_steps = steps
+        self._note_record(self.job, name, steps)
         return rows[0].cancel_requested
+
+    def _next_record(self, name, result):
+        """The job's steps and progress once step ``name`` is recorded."""
+        steps = [*self._steps, {"name": name, "result": result, "ended": timezone.now().isoformat()}]
+        return steps, {"done": len(steps), "total": self.total, "step": name}
+
+    def _note_record(self, job, name, steps):
+        """A step's progress event and log line (``job`` as recorded), in the record's batch."""
+        transitions.emit_progress(job)
+        total = f"/{self.total}" if self.total else ""
+        transitions.log(job, f"step {len(steps)}{total} {name!r} done")
+        self._pending_steps = steps
 
     def _recorded(self, name, result):
         """After the record committed: the run's memory of its steps."""
@@ -330,8 +400,9 @@ def execute(job_id, token, deadline, job=None, lease_seconds=None):
 def execute_then_claim(job_id, token, deadline, job=None, lease_seconds=None, then_claim=True):
     """``execute``, and — in the transaction that ends the job — claim the next one.
 
-    Returns ``(outcome, claim or None)``. Ending one job and starting the next under one
-    queue lock saves a write transaction per job on the hot path.
+    Returns ``(outcome, claim)``: the next job's claim, False when the end found none
+    startable under its lock, None when it did not look. Ending one job and starting the next
+    under one queue lock saves a write transaction per job on the hot path.
     """
     continued = job is None
     if continued:
@@ -345,7 +416,7 @@ def execute_then_claim(job_id, token, deadline, job=None, lease_seconds=None, th
     except LookupError as exc:
         return end(S.ERROR, error=str(exc), kind="invalid")
     _note_execution(job)
-    ctx = JobContext(job, lease, deadline)
+    ctx = JobContext(job, lease, deadline, checked=not continued, end=end)
     try:
         if continued:  # handed off: the lease was granted to the task before; prove it is still ours
             lease.renew()
@@ -367,6 +438,8 @@ def execute_then_claim(job_id, token, deadline, job=None, lease_seconds=None, th
     except Exception as exc:
         trace = traceback.format_exc()[-4000:]
         return end(S.ERROR, error=f"{type(exc).__name__}: {exc}", kind="exception", trace=trace)
+    if ctx.ended:  # its last step ended it (``last_db_step``)
+        return ctx.ended
     if ctx._child_seq or job.attempt > 1:  # it may have children (this run or an earlier one)
         expanded = _expand(job, lease, value)
         if expanded:
@@ -385,23 +458,29 @@ class _Ender:
 
     def __call__(self, status, trace=None, **fields):
         """``trace``: a traceback for the staff-only log, written only if the job was still ours."""
+        with transaction.atomic(), transitions.batched():
+            return self.locked(QueueSettings.lock(), status, trace=trace, **fields)
+
+    def locked(self, queue, status, trace=None, where=None, then=None, **fields):
+        """``__call__`` in the caller's transaction, which holds ``queue`` (the locked row).
+        ``where``: more conditions on the job's row; ``then(job)``: called with the ended job
+        before its end is logged (only if it was still ours)."""
         from provisioning.jobs import dispatcher
 
-        with transaction.atomic(), transitions.batched():
-            queue = QueueSettings.lock()
-            done = transitions.finish(
-                self.job.id,
-                self.lease.token,
-                status,
-                locked=True,
-                reason=self.job.reason,
-                where={"attempt": self.lease.generation},
-                trace=trace,
-                **fields,
-            )
-            claim = None
-            if self.claim_until and time.monotonic() < self.claim_until:
-                claim = dispatcher.claim_locked(queue)
+        done = transitions.finish(
+            self.job.id,
+            self.lease.token,
+            status,
+            locked=True,
+            reason=self.job.reason,
+            where={"attempt": self.lease.generation, **(where or {})},
+            trace=trace,
+            then=then,
+            **fields,
+        )
+        claim = None
+        if done and self.claim_until and time.monotonic() < self.claim_until:
+            claim = dispatcher.claim_locked(queue) or False
         return (self.OUTCOME[status] if done else "lost"), claim
 
 

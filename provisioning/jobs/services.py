@@ -152,9 +152,11 @@ def submit_batch(
             created[index] = _create(
                 cleaned[index], depends, actor, submitter, base_trail, parent, child_key, retry_of, known
             )
-        pending = sum(1 for job in created.values() if job.is_pending)
-        if pending:
-            wake.after_commit(pending)
+        # A job waiting for its dependencies needs no token now: the end of the last of them
+        # claims it in the same transaction, or wakes a worker (``tasks.run_next``, ``cancel``).
+        startable = sum(1 for job in created.values() if job.status == S.QUEUED)
+        if startable:
+            wake.after_commit(startable)
     return [created[i] for i in range(len(cleaned))]
 
 

@@ -39,8 +39,8 @@ def run_next():
         # The next claim happens in the job's final transaction, if within the time slice.
         _, following = runner.execute_then_claim(claim.id, claim.token, deadline, claim.job, claim.lease_seconds)
         ran += 1
-        if following is not None:
-            claim = following
+        if following is not None:  # the end looked for the next job (False: none startable)
+            claim = following or None
         elif time.monotonic() < deadline:
             claim = dispatcher.claim_next()
         else:

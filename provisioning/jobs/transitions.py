@@ -216,13 +216,14 @@ def update(queryset, **values):
 
 def finish(
     job_id, token, status, *, result=None, error="", kind="", message=None, locked=False, where=None, trace=None,
-    **extra,
+    then=None, **extra,
 ):  # fmt: skip
     """A running job ends (guarded by its lease token). The job, or None if it was not ours.
 
     ``locked``: the caller already holds the queue lock in its transaction. ``where``: more
     conditions the row must meet (the runner's lease generation); ``extra``: more fields to
-    write; ``trace``: a staff-only log line written before the end's own, only if it ended.
+    write; ``trace``: a staff-only log line written before the end's own, only if it ended;
+    ``then(job)``: called likewise (the runner logs a last step recorded with the end).
     """
     with transaction.atomic(savepoint=False):
         if not locked:
@@ -241,6 +242,8 @@ def finish(
         )
         if job is None:
             return None
+        if then is not None:
+            then(job)
         if trace:
             log(job, trace, "debug")
         announce(job, message or (f"{status}: {error}" if error else status), LEVEL_OF.get(status, "info"))

@@ -613,12 +613,17 @@ def _check_capture_name(name):
         raise ValidationError({"image_name": [f"an image named {name} exists already"]})
 
 
+# What the VM opcodes read with a VM (``load_vm``, ``set_state``'s result): one query, no more.
+LOADED = ("host", "host__credential", "image", "variant", "variant__image", "allocation", "allocation__host")
+
+
 def set_state(vm_id, state, reason="", *, actor, **fields):
     """Record a VM's new state (and fields such as host, address, error); emits ``vm.changed``.
+    Returns the VM as written, with what ``LOADED`` names (a step goes on from it, no read again).
 
     In a caller's transaction it adds no savepoint (it catches nothing, so it needs none)."""
     with transaction.atomic(savepoint=False):
-        vm = VM.objects.select_for_update().get(pk=vm_id)
+        vm = VM.objects.select_for_update(of=("self",)).select_related(*LOADED).get(pk=vm_id)
         before = {"state": vm.state, **{name: getattr(vm, name) for name in fields}}
         vm.state = state
         for name, value in fields.items():

@@ -14,13 +14,14 @@ first boots, keeps the lease until the VM is destroyed, and verifies the checksu
 staged from local files.
 """
 
+import contextlib
 import hashlib
 import ipaddress
 import time
 import urllib.parse
 
-from django.db import IntegrityError, transaction
-from django.db.models import Q, Sum
+from django.db import IntegrityError, connection, transaction
+from django.db.models import OuterRef, Q, Subquery, Sum
 
 from provisioning.drivers import base, cloudinit
 from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, Unreachable, VMInfo, VMState
@@ -57,14 +58,26 @@ class SimDriver(base.Driver):
 
     def _step(self, step):
         """Apply this host's injected fault for ``step``, then the configured delay."""
-        host = self.host()
-        fault = SimFault.objects.filter(host=host, step__in=[step, steps.ANY]).order_by("-step").first()
+        fault_id = self._fault_id(step)
+        fault = SimFault.objects.filter(pk=fault_id).first() if fault_id is not None else None
         if fault is not None:
             self._apply(fault, step)
         delay = self.options.get("delay", 0)
         delay = delay.get(step, 0) if isinstance(delay, dict) else delay
         if delay:
             time.sleep(float(delay))
+
+    def _fault_id(self, step):
+        """The id of this host's fault for ``step``, or None; on a driver's first call the host's
+        row is read with it (every call needs both, and most drivers make one call)."""
+        faults = SimFault.objects.filter(step__in=[step, steps.ANY]).order_by("-step").values("pk")
+        if self._host is None:
+            host = SimHost.objects.filter(name=self.host_name).annotate(fault_id=Subquery(
+                faults.filter(host=OuterRef("pk"))[:1])).first()  # fmt: skip
+            if host is not None:
+                self._host = host
+                return host.fault_id
+        return faults.filter(host=self.host()).values_list("pk", flat=True).first()
 
     def _apply(self, fault, step):
         where = f"{self.host_name}/{step}"
@@ -102,17 +115,18 @@ class SimDriver(base.Driver):
     def _power(self, action, key, force=False):
         """Apply one action of the power state machine (``base.needs``) to the VM row."""
         self._step(action)
-        with transaction.atomic():
+
+        def change():
             vm = self._vm(key, lock=True)
             if not base.needs(action, key, VMState(vm.state), force):
                 return
             before, vm.state = vm.state, base.POWER_ACTIONS[action][0]
-            if vm.state == SimVM.State.RUNNING and vm.address is None:
-                _lease(vm, self.host())
             if vm.state != SimVM.State.RUNNING:
                 vm.sessions = []  # a stopped guest has nobody logged in
             vm.guest = guest.paused(vm.guest, before, vm.state)
-            vm.save(update_fields=["state", "address", "sessions", "guest", "updated"])
+            _save(vm, self.host(), ["state", "address", "sessions", "guest", "updated"])
+
+        _leasing(change)
 
     # --- host -----------------------------------------------------------------------------
 
@@ -178,23 +192,17 @@ class SimDriver(base.Driver):
         if not SimImage.objects.filter(host=host, name=staged).exists():
             raise NotFound(f"image {spec.image.name} is not staged on {self.host_name}; stage it first")
         fingerprint = spec.fingerprint()
+        fields = {
+            "key": spec.key, "host": host, "vcpus": spec.vcpus, "memory_mib": spec.memory_mib,
+            "disk_gib": spec.disk_gib, "image": staged, "image_format": spec.image.format, "network": spec.network,
+            "fingerprint": fingerprint, "seed": _seed(spec.key, spec.guest),
+        }  # fmt: skip
         try:
-            with transaction.atomic():
-                vm, created = SimVM.objects.get_or_create(
-                    key=spec.key,
-                    defaults={
-                        "host": host,
-                        "vcpus": spec.vcpus,
-                        "memory_mib": spec.memory_mib,
-                        "disk_gib": spec.disk_gib,
-                        "image": staged,
-                        "image_format": spec.image.format,
-                        "network": spec.network,
-                        "fingerprint": fingerprint,
-                        "seed": _seed(spec.key, spec.guest),
-                    },
-                )
-        except IntegrityError:  # a concurrent create of the same key won: judge its VM below
+            # The INSERT alone (a repeated create is the rare case): a savepoint only when a
+            # caller's transaction must survive the duplicate key.
+            with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
+                vm, created = SimVM.objects.create(**fields), True
+        except IntegrityError:  # made by an earlier or a concurrent create of the same key: judge it below
             vm, created = SimVM.objects.get(key=spec.key), False
         if not created and (vm.fingerprint != fingerprint or vm.host_id != host.pk):
             where = self.host_name if vm.host_id == host.pk else f"host {vm.host.name}"
@@ -231,16 +239,17 @@ class SimDriver(base.Driver):
     def revert(self, key, name):
         base.check_snapshot_name(name)
         self._step("revert")
-        with transaction.atomic():
+
+        def change():
             vm = self._vm(key, lock=True)
             snap = next((snap for snap in vm.snapshots if snap["name"] == name), None)
             if snap is None:
                 raise NotFound(f"{key} has no snapshot {name!r}")
             vm.state = snap["state"]
             vm.seed = snap.get("seed", vm.seed)  # as a real disk and definition are restored
-            if vm.state == SimVM.State.RUNNING and vm.address is None:
-                _lease(vm, self.host())
-            vm.save(update_fields=["state", "seed", "address", "updated"])
+            _save(vm, self.host(), ["state", "seed", "address", "updated"])
+
+        _leasing(change)
 
     def reseed(self, key, guest):
         base.check_key(key)
@@ -286,7 +295,8 @@ class SimDriver(base.Driver):
         base.check_key(key)
         self._step("migrate")
         target._step("migrate")
-        with transaction.atomic():
+
+        def change():
             vm = SimVM.objects.select_for_update().filter(key=key).first()
             if vm is not None and vm.host_id == target.host().pk:
                 return  # already there (a retried migrate)
@@ -295,9 +305,9 @@ class SimDriver(base.Driver):
             vm.host = target.host()
             if vm.address and ipaddress.ip_address(vm.address) not in ipaddress.ip_network(vm.host.dhcp_pool):
                 vm.address = None
-                if vm.state == SimVM.State.RUNNING:
-                    _lease(vm, vm.host)
-            vm.save(update_fields=["host", "address", "updated"])
+            _save(vm, vm.host, ["host", "address", "updated"])
+
+        _leasing(change)
 
     def console_address(self, key):
         raise base.NoConsole(f"{key} is a simulated VM: it has no screen, so there is no console to show")
@@ -359,19 +369,27 @@ def _seed(key, guest):
         raise Invalid(f"{key}: {exc}") from None
 
 
-def _lease(vm, host, attempts=5):
-    """Give ``vm`` the lowest free address of the host's pool (unique across all hosts)."""
-    pool = ipaddress.IPv4Network(host.dhcp_pool)
+def _leasing(change, attempts=5):
+    """``change()`` in a transaction, tried again while an address it leased (``_save``) was
+    taken meanwhile: addresses are unique across hosts, and another worker may lease the same
+    one between our read and our write. The whole change is tried again, so it needs no
+    savepoint of its own."""
     for _ in range(attempts):
-        taken = set(SimVM.objects.filter(address__isnull=False).values_list("address", flat=True))
-        free = next((str(ip) for i, ip in enumerate(pool.hosts()) if i > 0 and str(ip) not in taken), None)
-        if free is None:
-            raise Conflict(f"DHCP pool {pool} of {host.name} is exhausted")
-        vm.address = free
         try:
             with transaction.atomic():
-                SimVM.objects.filter(pk=vm.pk).update(address=free)
-            return
-        except IntegrityError:  # another worker leased it between our read and write
+                return change()
+        except IntegrityError:
             continue
-    raise DriverError(f"could not lease an address for {vm.key} from {pool}", permanent=False)
+    raise DriverError(f"could not lease an address: taken by another VM {attempts} times in a row", permanent=False)
+
+
+def _save(vm, host, fields):
+    """Save ``fields`` of ``vm`` (in ``_leasing``); a running VM with no address leases the
+    lowest free one of the host's pool in the same UPDATE."""
+    if vm.state == SimVM.State.RUNNING and vm.address is None:
+        pool = ipaddress.IPv4Network(host.dhcp_pool)
+        taken = set(SimVM.objects.filter(address__isnull=False).values_list("address", flat=True))
+        vm.address = next((str(ip) for i, ip in enumerate(pool.hosts()) if i > 0 and str(ip) not in taken), None)
+        if vm.address is None:
+            raise Conflict(f"DHCP pool {pool} of {host.name} is exhausted")
+    vm.save(update_fields=fields)

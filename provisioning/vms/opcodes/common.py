@@ -4,6 +4,7 @@ the variant a host runs."""
 from provisioning.capacity import services as capacity
 from provisioning.drivers import base
 from provisioning.jobs.runner import Handoff, LeaseLost
+from provisioning.vms import services
 from provisioning.vms.models import VM
 from vclmgr import access
 
@@ -17,9 +18,7 @@ class Refused(Exception):
 
 def load_vm(vm_id):
     """The VM with what the opcodes read of it in one query (its host, image, variant, claim)."""
-    return VM.objects.select_related(
-        "host", "host__credential", "image", "variant", "variant__image", "allocation", "allocation__host"
-    ).get(pk=vm_id)
+    return VM.objects.select_related(*services.LOADED).get(pk=vm_id)
 
 
 def authorised_vm(job):
@@ -30,8 +29,8 @@ def authorised_vm(job):
         vm = load_vm(vm_id)
     except VM.DoesNotExist:
         vm = None
-    submitter = job.job.submitter
-    if vm is None or (submitter is not None and not access.is_admin(submitter) and vm.owner_id != submitter.pk):
+    submitter = job.job.submitter_id  # read only when not the owner (an admin acting on another's VM)
+    if vm is None or (submitter is not None and vm.owner_id != submitter and not access.is_admin(job.job.submitter)):
         raise Refused(f"VM {vm_id} does not exist")
     return vm
 

@@ -54,7 +54,7 @@ def vm_create(job):
     retried = job._done.get("retry")  # a re-run after the retry began goes straight to the second attempt
     first = None
     if retried is None:
-        attempt = Attempt(job, vm_id, loaded=vm)
+        attempt = Attempt(job, vm_id, loaded=vm, last=True)
         try:
             return attempt.run()
         except Exception as exc:
@@ -72,7 +72,7 @@ def vm_create(job):
                 undo_create(vm_id, fail_reason(exc), actor=job.actor)
                 raise exc from cleanup
     job.expect(len(job._done) + 7)
-    attempt = Attempt(job, vm_id, suffix="-retry", exclude=retried["exclude"])
+    attempt = Attempt(job, vm_id, suffix="-retry", exclude=retried["exclude"], last=True)
     try:
         return attempt.run()
     except Exception as exc:
@@ -88,12 +88,14 @@ def vm_create(job):
 class Attempt:
     """One try at building the VM; ``at`` is the step it reached (the one that failed, on failure)."""
 
-    def __init__(self, job, vm_id, suffix="", exclude=(), loaded=None, rank=None):
-        """``loaded``: the VM as the job just read it (its claim step starts from it, no read again).
+    def __init__(self, job, vm_id, suffix="", exclude=(), loaded=None, rank=None, last=False):
+        """``loaded``: the VM as the job just read it (its claim step starts from it, no read again);
         ``rank``: the class of what the VM is for (``preemption.RANKS``): its claim may suspend
-        lower-class claims to fit, and the VM is built once they are suspended."""
+        lower-class claims to fit, and the VM is built once they are suspended; ``last``: the job
+        ends with the attempt's result (its ready step ends the job, in one transaction)."""
         self.job, self.vm_id, self.suffix, self.exclude = job, vm_id, suffix, exclude
-        self.loaded, self.rank = loaded, rank
+        self.loaded, self.rank, self.last = loaded, rank, last
+        self.booted = None
         self.at = None
         self.placed = None
 
@@ -125,14 +127,22 @@ class Attempt:
             return {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"],
                     "after_power_on": woken["power_on_job"], "continued_by": child}  # fmt: skip
         self.step("stage", stage, vm_id, self.placed["host"], self.job.job_id)
-        self.step("define", define, vm_id, actor=actor)
+        defined = self.step("define", define, vm_id, actor=actor)
         image = (self.loaded or load_vm(vm_id)).image
         if image.revert_on_end or image.pool_size:  # an image's, set when it is made (a pool reverts too)
             self.step("clean", clean_snapshot, vm_id, actor=actor)
-        self.step("start", boot, vm_id, actor=actor)
-        address = self.step("address", wait_address, vm_id)
+        self.step("start", self._boot, vm_id, actor=actor, port=defined["port"])
+        address = self.step("address", wait_address, vm_id, loaded=self.booted)
+        built = {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"], "address": address}
+        if self.last:
+            self.at = "ready"
+            return self.job.last_db_step("ready" + self.suffix, ready, vm_id, address, actor=actor, job_result=built)
         self.db_step("ready", ready, vm_id, address, actor=actor)
-        return {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"], "address": address}
+        return built
+
+    def _boot(self, vm_id, **kwargs):
+        """``boot``, keeping the VM as it wrote it for the address step (no read again)."""
+        self.booted = booted(vm_id, **kwargs)
 
     def continued(self):
         """Is this vm.create the one continued after its host's power-on?"""
@@ -255,12 +265,10 @@ def vm_spec(vm):
 
 
 def define(vm_id, *, actor):
-    services.set_state(vm_id, S.DEFINING, "defining on the host", actor=actor)
-    vm = load_vm(vm_id)
+    vm = services.set_state(vm_id, S.DEFINING, "defining on the host", actor=actor)
     driver = drivers.driver_for(vm.host)
     info = driver.create(vm_spec(vm))
-    port = driver.port(vm.key, services.login_port(vm.image))
-    VM.objects.filter(pk=vm_id).update(port=port)
+    port = driver.port(vm.key, services.login_port(vm.image))  # written with the boot's state (no write of its own)
     return {"key": info.key, "host": info.host, "port": port}
 
 
@@ -285,16 +293,23 @@ def warm_snapshot(vm_id, *, actor):
     VM.objects.filter(pk=vm_id).update(snapshots=[*others, warm])
 
 
-def boot(vm_id, *, actor):
-    services.set_state(vm_id, S.STARTING, "booting", actor=actor)
-    vm = load_vm(vm_id)
+def boot(vm_id, *, actor, **fields):
+    """``fields``: more to write with the state (the port ``define`` found)."""
+    booted(vm_id, actor=actor, **fields)
+
+
+def booted(vm_id, *, actor, **fields):
+    """``boot``; returns the VM as written (``load_vm``'s)."""
+    vm = services.set_state(vm_id, S.STARTING, "booting", actor=actor, **fields)
     drivers.driver_for(vm.host).start(vm.key)
+    return vm
 
 
-def wait_address(vm_id):
+def wait_address(vm_id, loaded=None):
     """The VM's address, once its guest answers there (drivers that boot real guests: ready
-    means reachable; the simulators' VMs are ready when they have an address)."""
-    vm = load_vm(vm_id)
+    means reachable; the simulators' VMs are ready when they have an address). ``loaded``: the
+    VM as this run just wrote it, else it is read."""
+    vm = loaded or load_vm(vm_id)
     driver = drivers.driver_for(vm.host)
     deadline = time.monotonic() + settings.VCLMGR_ADDRESS_TIMEOUT
     while True:

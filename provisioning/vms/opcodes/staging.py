@@ -28,13 +28,15 @@ STAGE_WAIT_SECONDS = 120
 
 def stage(vm_id, host_id, job_id):
     """Get the VM's image variant onto the host (see ``stage_variant``)."""
-    return stage_variant(host_id, load_vm(vm_id).variant, job_id)
+    vm = load_vm(vm_id)  # placed on the host by the claim step: its row comes with the VM's
+    host = vm.host if vm.host_id == host_id else Hypervisor.objects.select_related("credential").get(pk=host_id)
+    return stage_variant(host, vm.variant, job_id)
 
 
-def stage_variant(host_id, variant, job_id):
-    """Copy a variant onto a host, once per host, within the transfer limits (per host, per
-    chassis, in all): a mass boot waits for a slot instead of flooding the network."""
-    host = Hypervisor.objects.select_related("credential").get(pk=host_id)
+def stage_variant(host, variant, job_id):
+    """Copy a variant onto a host (its ``Hypervisor`` row, with its credential), once per host,
+    within the transfer limits (per host, per chassis, in all): a mass boot waits for a slot
+    instead of flooding the network."""
     if services.cached(host, variant):  # the common case, read without a write transaction (SQLite's lock)
         return {"cached": True}
     deadline = time.monotonic() + STAGE_WAIT_SECONDS
@@ -91,10 +93,10 @@ def _take_stage_slot(host, variant, job_id):
 def image_stage(job):
     """Copy an image's variant for the host's type onto one host (within the transfer limits)."""
     image = Image.objects.get(pk=job.params["image"])
-    host = Hypervisor.objects.get(pk=job.params["hypervisor"])
+    host = Hypervisor.objects.select_related("credential").get(pk=job.params["hypervisor"])
     probe = VM(image=image)
     variant = variant_for(probe, host)
-    return job.step("stage", stage_variant, host.pk, variant, job.job_id)
+    return job.step("stage", stage_variant, host, variant, job.job_id)
 
 
 @opcode("image.prestage", params=PrestageParams, staff_only=True)

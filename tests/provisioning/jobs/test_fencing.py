@@ -12,6 +12,8 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from inventory.models import Hypervisor
@@ -38,7 +40,8 @@ def _first_run(sync_jobs):
     job = submit("test.sleep", {"steps": 3, "seconds": 0})
     claim = dispatcher.claim_next(runner="first:1")
     lease = runner.Lease(claim.id, claim.token, claim.job.attempt, claim.lease_seconds)
-    return job, claim, lease, runner.JobContext(claim.job, lease, time.monotonic() + 60)
+    end = runner._Ender(claim.job, lease, None)
+    return job, claim, lease, runner.JobContext(claim.job, lease, time.monotonic() + 60, end=end)
 
 
 def test_every_takeover_raises_the_generation(sync_jobs):
@@ -48,9 +51,12 @@ def test_every_takeover_raises_the_generation(sync_jobs):
     assert second.job.attempt == 2 and second.token != claim.token
 
 
-def test_the_old_run_can_neither_step_nor_log_nor_end(sync_jobs):
+def test_the_old_run_can_neither_step_nor_log_nor_end(sync_jobs, monkeypatch):
     job, claim, lease, ctx = _first_run(sync_jobs)
     ctx.step("one", lambda: 1)
+    # A real takeover comes a lease after the old run's last write, far past the window in
+    # which a step trusts the record before it.
+    monkeypatch.setattr(runner, "FRESH_SECONDS", 0)
     _take_over(job)
     before = (refresh(job).steps, JobLog.objects.filter(job=job).count())
     ran = []
@@ -67,6 +73,19 @@ def test_the_old_run_can_neither_step_nor_log_nor_end(sync_jobs):
     assert (job.steps, JobLog.objects.filter(job=job).count()) == before
     assert job.status == "running" and job.result is None and job.runner == "second:1"
     assert not JobLog.objects.filter(job=job, message__contains="old run").exists()
+
+
+def test_a_step_right_after_a_record_trusts_it_and_one_later_checks_again(sync_jobs, monkeypatch):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    ctx.step("one", lambda: 1)
+    with CaptureQueriesContext(connection) as right_after:
+        ctx.checkpoint()  # the record proved the lease ours and read the cancel flag just now
+    assert len(right_after) == 0
+    ctx.step("two", lambda: 2)
+    monkeypatch.setattr(runner, "FRESH_SECONDS", 0)
+    Job.objects.filter(pk=job.pk).update(cancel_requested=True)
+    with pytest.raises(runner.Canceled):
+        ctx.checkpoint()
 
 
 def test_the_new_run_finishes_with_its_own_result(sync_jobs):
@@ -153,7 +172,8 @@ def test_a_database_step_of_the_old_run_is_rolled_back_whole(sync_jobs):
     assert not Gauge.objects.filter(name="later").exists()
 
 
-def test_a_cancel_asked_while_a_database_step_runs_undoes_the_step(sync_jobs):
+@pytest.mark.parametrize("kind", ["db_step", "last_db_step"])
+def test_a_cancel_asked_while_a_database_step_runs_undoes_the_step(sync_jobs, kind):
     job, claim, lease, ctx = _first_run(sync_jobs)
 
     def step():
@@ -162,9 +182,9 @@ def test_a_cancel_asked_while_a_database_step_runs_undoes_the_step(sync_jobs):
         return 1
 
     with pytest.raises(runner.Canceled):
-        ctx.db_step("one", step)
+        getattr(ctx, kind)("one", step)
     assert not Gauge.objects.filter(name="made by the step").exists()
-    assert refresh(job).steps == [] and ctx._steps == []
+    assert refresh(job).status == "running" and refresh(job).steps == [] and ctx._steps == [] and ctx.ended is None
 
 
 def test_a_database_step_commits_with_its_record(sync_jobs):
@@ -172,3 +192,24 @@ def test_a_database_step_commits_with_its_record(sync_jobs):
     assert ctx.db_step("one", lambda: Gauge.objects.create(name="kept").pk) == Gauge.objects.get(name="kept").pk
     assert [s["name"] for s in refresh(job).steps] == ["one"]
     assert ctx.db_step("one-again", lambda: 2) == 2 and len(refresh(job).steps) == 2
+
+
+def test_a_last_database_step_commits_with_the_end_of_its_job(sync_jobs):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    ctx.step("one", lambda: 1)
+    assert ctx.last_db_step("two", lambda: Gauge.objects.create(name="kept").pk) == Gauge.objects.get(name="kept").pk
+    assert ctx.ended == ("success", None)
+    job = refresh(job)
+    assert job.status == "success" and job.result == Gauge.objects.get(name="kept").pk
+    assert [s["name"] for s in job.steps] == ["one", "two"] and job.progress["step"] == "two"
+    lines = list(JobLog.objects.filter(job=job).order_by("id").values_list("message", flat=True))
+    assert lines[-2:] == ["step 2 'two' done", "success"]
+
+
+def test_a_last_database_step_of_the_old_run_is_rolled_back_whole(sync_jobs):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    _take_over(job)
+    with pytest.raises(runner.LeaseLost):
+        ctx.last_db_step("one", lambda: Gauge.objects.create(name="written by the old run").pk)
+    assert not Gauge.objects.filter(name="written by the old run").exists()
+    assert refresh(job).status == "running" and refresh(job).runner == "second:1"

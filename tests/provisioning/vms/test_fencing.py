@@ -124,6 +124,6 @@ def test_a_lost_lease_in_a_stage_leaves_the_host_image_to_the_new_run(db, sim_ho
 
     job = jobs.submit("noop", actor=alice)
     with fencing.holding(_LostLease()), pytest.raises(runner.LeaseLost):
-        stage_variant(sim_host.pk, image.variants.get(), job.pk)
+        stage_variant(sim_host, image.variants.get(), job.pk)
     # The slot stays this job's: the run that owns the job now stages (or has staged) it.
     assert list(HostImage.objects.values_list("state", "staging_job")) == [(HostImage.State.STAGING, job.pk)]
