@@ -11,8 +11,8 @@ from django.test.utils import CaptureQueriesContext
 
 from provisioning.capacity import snapshot as capacity_snapshot
 from provisioning.capacity.models import Allocation
-from provisioning.jobs import services as jobs
 from provisioning.jobs import runner, wake
+from provisioning.jobs import services as jobs
 from provisioning.jobs.models import Job, JobLog
 from provisioning.vms.models import VM
 from reservations import services
