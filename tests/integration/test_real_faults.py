@@ -179,9 +179,9 @@ def test_a_seed_gone_before_the_start_fails_on_each_host_naming_the_seed(
 ):
     hosts = kvm_hosts(2)
     img = image(guest_image, "guest-debian")
-    real_boot, deleted = lifecycle.boot, []
+    real_boot, deleted = lifecycle.booted, []
 
-    def boot_without_seed(vm_id, *, actor):
+    def boot_without_seed(vm_id, *, actor, **fields):
         key = VM.objects.get(pk=vm_id).key
         for _, pool in hosts:
             pool.pool.refresh(0)
@@ -189,9 +189,9 @@ def test_a_seed_gone_before_the_start_fails_on_each_host_naming_the_seed(
                 if vol.name() == f"{key}-seed.iso":
                     vol.delete(0)
                     deleted.append(pool.name)
-        return real_boot(vm_id, actor=actor)
+        return real_boot(vm_id, actor=actor, **fields)
 
-    monkeypatch.setattr(lifecycle, "boot", boot_without_seed)
+    monkeypatch.setattr(lifecycle, "booted", boot_without_seed)
     vm, job = create(alice, img, sync_jobs, key=new_login()["public"])
     assert sorted(deleted) == sorted(pool.name for _, pool in hosts)  # the retry ran on the other host
     assert job.status == "error" and vm.state == "failed"
