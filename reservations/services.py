@@ -990,14 +990,18 @@ def _finish_stalled_endings(now, *, actor):
     from provisioning.jobs.models import Job
 
     stalled = Reservation.objects.filter(status=S.ENDING, updated__lte=now - STALLED_ENDING)
-    ids = list(stalled.values_list("pk", flat=True)[:100])  # every tick: usually none
+    vms_of = dict(stalled.values_list("pk", "vm_id")[:100])  # every tick: usually none
+    ids = list(vms_of)
     if not ids:
         return 0
-    # Not while one of its jobs is unfinished, nor again soon after one (a finish that keeps
-    # failing is tried once every STALLED_ENDING, not at every tick).
+    # Not while one of its jobs or its VM's is unfinished (a slow teardown), nor again soon after
+    # one of its own (a finish that keeps failing is tried once every STALLED_ENDING).
     mine = Job.objects.filter(params__reservation__in=ids)
     busy = mine.exclude(status__in=Job.FINAL) | mine.filter(received__gt=now - STALLED_ENDING)
     busy_ids = set(busy.values_list("params__reservation", flat=True))
+    tearing = Job.objects.filter(params__vm__in=[v for v in vms_of.values() if v]).exclude(status__in=Job.FINAL)
+    busy_vms = set(tearing.values_list("params__vm", flat=True))
+    busy_ids |= {rid for rid, vm_id in vms_of.items() if vm_id in busy_vms}
     for rid in ids:
         if rid not in busy_ids:
             jobs.submit("reservation.finish", {"reservation": rid}, actor=actor,

@@ -399,6 +399,7 @@ def test_a_reservation_left_ending_by_a_canceled_finish_job_is_finished_by_the_c
     services.end(Reservation.objects.get(pk=reservation.pk), actor=alice)
     finish = Job.objects.get(opcode="reservation.finish", params__reservation=reservation.pk)
     Job.objects.filter(pk=finish.pk).update(status=Job.Status.CANCELED)  # an admin canceled it
+    assert services.tick(timezone.now() + timedelta(minutes=11))["refinished"] == 0  # its VM's teardown is pending
     sync_jobs.drain()  # the teardown runs; the finish does not
     assert Reservation.objects.get(pk=reservation.pk).status == "ending"
     now = timezone.now()
