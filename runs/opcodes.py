@@ -24,6 +24,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from rest_framework import serializers
 
+from inventory.models import Hypervisor
 from provisioning.capacity import preemption
 from provisioning.capacity import services as capacity
 from provisioning.drivers import base
@@ -128,8 +129,10 @@ def _drive(job, run):
 def _resume_and_follow(job, run):
     run_id = run.pk
     target = job.step("target", move_target, run_id)
-    if target is not None:
-        _move(job, run_id, target)
+    if target is not None and not _move(job, run_id, target):
+        job.step("stay", stay_suspended, run_id, target, actor=job.actor)
+        # ``refused_by``: its next move is not tried there (``services._move_one``).
+        return {"run": run_id, "state": S.SUSPENDED, "refused_by": target}
     job.step("resume", resume, run_id, actor=job.actor)
     return _follow(job, run_id)
 
@@ -142,8 +145,14 @@ def move_target(run_id):
 
 
 def _move(job, run_id, target):
-    """``vm.migrate``'s own steps, for the suspended VM (its saved memory goes with it)."""
+    """``vm.migrate``'s own steps, for the suspended VM (its saved memory goes with it); True
+    when it is on ``target`` now. A move that fails and leaves the VM suspended where it was
+    (its driver undoes what it did) is False: the run waits there for room. A VM the failure
+    left in any other state ends the run (``Unsound``)."""
     vm_id = Run.objects.values_list("vm_id", flat=True).get(pk=run_id)
+    vm = load_vm(vm_id)
+    if vm.host_id != target and vm.target_allocation_id is None:
+        return False  # an earlier attempt of this job failed to move it and undid the move
     try:
         job.step("stage-target", stage, vm_id, target, job.job_id)
         job.step("migrate", migration.move, vm_id, target, actor=job.actor)
@@ -151,8 +160,32 @@ def _move(job, run_id, target):
         if passes_through(exc) or isinstance(exc, Canceled):
             raise
         migration.undo_migrate(vm_id, VM.State.SUSPENDED, fail_reason(exc), actor=job.actor)
-        raise Unsound(S.ERROR, f"its suspended VM could not be moved to resume elsewhere: {fail_reason(exc)}") from exc
+        if load_vm(vm_id).host_id != target:  # (else it got there after all: undo_migrate switched)
+            if _suspended_where_it_is(vm_id):
+                return False
+            why = fail_reason(exc)
+            raise Unsound(S.ERROR, f"its suspended VM could not be moved to resume elsewhere: {why}") from exc
     job.step("switch", migration.switch, vm_id, VM.State.SUSPENDED, actor=job.actor)
+    return True
+
+
+def _suspended_where_it_is(vm_id):
+    vm = load_vm(vm_id)
+    if vm.state != VM.State.SUSPENDED:
+        return False
+    try:
+        return drivers.driver_for(vm.host).state(vm.key) == base.VMState.SUSPENDED
+    except base.DriverError:
+        return False
+
+
+def stay_suspended(run_id, target_id, *, actor):
+    """The run's VM could not be moved to ``target_id``, and is suspended where it was: the run
+    stays suspended, its trail says why (the VM's error, from ``undo_migrate``)."""
+    vm = load_vm(Run.objects.values_list("vm_id", flat=True).get(pk=run_id))
+    target = Hypervisor.objects.values_list("name", flat=True).get(pk=target_id)
+    services.set_state(run_id, S.SUSPENDED, f"its VM could not be moved to {target} ({vm.error or 'failed'}); "
+                       f"still suspended on {vm.host.name}, it resumes when room returns", actor=actor)  # fmt: skip
 
 
 def _follow(job, run_id):
@@ -341,7 +374,7 @@ def resume(run_id, *, actor):
         raise Unsound(S.ERROR, f"its suspended VM could not be resumed on {vm.host.name}: {exc}") from exc
     if driver.boots_guests:
         _answering(driver, vm.key)
-    vms.set_state(vm.pk, VM.State.RUNNING, "resumed", actor=actor)
+    vms.set_state(vm.pk, VM.State.RUNNING, "resumed", actor=actor, error="")  # (a failed move's error)
     services.resumed(run_id, actor=actor)
 
 

@@ -374,7 +374,7 @@ def _resumable():
     rows = Run.objects.filter(state=S.SUSPENDED, cancel_requested=False, vm__isnull=False)
     rows = rows.order_by("suspended_at", "pk")
     busy = set(Job.objects.filter(pk__in=rows.values("job")).exclude(status__in=Job.FINAL).values_list("pk", flat=True))
-    waiting = [run for run in rows.select_related("vm", "vm__host") if run.job not in busy]
+    waiting = [run for run in rows.select_related("vm", "vm__host__credential") if run.job not in busy]
     return sorted(waiting, key=lambda run: -preemption.RANKS[run.priority])
 
 
@@ -390,7 +390,7 @@ def resume_suspended(*, actor):
                      "ending it", actor=actor)  # fmt: skip
         elif host.state == host.State.ONLINE and _attempt(_resume_one, run, actor=actor):
             done += 1
-        elif drivers.driver_class(host.driver).moves_suspended and _attempt(_move_one, run, actor=actor):
+        elif drivers.driver_for(host).moves_suspended and _attempt(_move_one, run, actor=actor):
             done += 1  # its host is full or drained: resumed where it fits, moved there with its memory
     return done
 
@@ -419,10 +419,13 @@ def _resume_one(run, *, actor):
 
 def _move_one(run, *, actor):
     """Claim the run's size on another host (its VM's target: ``run.resume`` moves it there,
-    suspended, then resumes it), or ``NoCapacity``."""
+    suspended, then resumes it), or ``NoCapacity``. Not the host its last move failed to reach
+    (its last job's ``refused_by``): tried once, then others, or its own host when room returns."""
     vm, hold_until = run.vm, _latest_end(run)
+    last = Job.objects.filter(pk=run.job).values_list("result", flat=True).first()
+    refused = [last["refused_by"]] if isinstance(last, dict) and last.get("refused_by") else []
     demand = vms.vm_demand(vm, purpose=f"vm {vm.pk} (resumed elsewhere)", formats=[vm.variant.format],
-                           exclude_hosts=[vm.host_id], prefer_cached=False)  # fmt: skip
+                           exclude_hosts=[vm.host_id, *refused], prefer_cached=False)  # fmt: skip
     with transaction.atomic():
         target = capacity.claim(replace(demand, end=hold_until), actor=actor, owner=vm.owner)
         if target.host.driver != vm.host.driver or getattr(target, "power_on_job", None):

@@ -295,8 +295,8 @@ class Driver:
     # Its VMs run a real guest OS: a VM is ready only once its login service answers (the
     # simulators' VMs are ready when they have an address).
     boots_guests = False
-    # ``migrate`` moves a suspended VM with its saved memory (libvirt's managed save stays on the
-    # source host, so a suspended VM is resumed where it is).
+    # ``migrate`` moves a suspended VM with its saved memory, so a suspended run may resume on
+    # another host (sim, libvirt but not from shared storage; VMware: not yet).
     moves_suspended = False
 
     @property

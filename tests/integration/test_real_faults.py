@@ -49,7 +49,10 @@ def sync_jobs(monkeypatch):
 @pytest.fixture
 def kvm_hosts(libvirtd, libvirt_conn, guest_image, vm_ids):  # noqa: F811
     """``kvm_hosts(n)``: n inventory hosts on the one private libvirtd, each with its own empty
-    pool (a VM's disk and seed on one host are invisible to the other)."""
+    pool (a VM's disk and seed on one host are invisible to the other; a domain is the host's
+    whose pool holds its disk)."""
+    import libvirt
+
     made = []
 
     def make(n):
@@ -70,7 +73,7 @@ def kvm_hosts(libvirtd, libvirt_conn, guest_image, vm_ids):  # noqa: F811
         if dom.name().startswith("vcl-") and any(p in dom.XMLDesc(0) for p in pools):
             with contextlib.suppress(Exception):
                 dom.destroy()
-            dom.undefine()
+            dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)  # (a suspended run's VM too)
     for _, pool in made:
         pool.close()
     connections.forget(libvirtd.uri)

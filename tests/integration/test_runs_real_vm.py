@@ -13,11 +13,13 @@ from provisioning.vms import services as vms
 from runs import services
 from runs.models import Run
 from tests import processes
+from tests.integration import test_real_faults as real_faults
 from tests.integration import test_reserve_real_vm as reserve_real
 from tests.provisioning.jobs.helpers import wait_until
 
 pytestmark = pytest.mark.slow
 kvm_host, vm_ids = reserve_real.kvm_host, reserve_real.vm_ids  # the reservation tests' host and VM ids
+kvm_hosts = real_faults.kvm_hosts  # kvm_hosts(n): n hosts on the one private libvirtd, a pool each
 RUN_TIMEOUT = 400  # s: a boot takes ~10 s alone, but the two cores may be shared with a whole test run
 
 
@@ -295,3 +297,82 @@ def test_a_run_whose_worker_is_sigkilled_resumes_on_another_and_prints_everythin
     assert run.state == "success" and run.exit_status == 0, (run.reason, second.output()[-3000:])
     assert output(run) == b"one\ntwo\n"  # nothing lost, nothing read twice
     assert_left_nothing(run, libvirt_conn, pool)
+
+
+def test_a_suspended_run_resumes_on_another_host_after_one_refused_it_and_prints_what_it_kept(
+    workers, alice, bob, kvm_hosts, guest_os, libvirt_conn
+):
+    """A low run on kvm-0 (room for one run) is suspended by a high run; kvm-0 is drained, so
+    it is to resume elsewhere. kvm-1 refuses it (its storage pool is gone): the run stays
+    suspended on kvm-0, intact, and its trail says why; kvm-2 then takes it: its VM moves there
+    with its saved memory (libvirt cannot migrate a managed save: the memory goes through the
+    pools), resumes, and the command prints what it kept across the sleep. Nothing is left on
+    any host: no domain, no volume (no saved memory either), no claim."""
+    from inventory import services as inventory
+    from provisioning.capacity.snapshot import snapshot
+    from provisioning.jobs.models import Job
+
+    hosts = kvm_hosts(3)
+    (first, _pool0), (refusing, pool1), (spare, _pool2) = hosts
+    inventory.update_hypervisor(first, actor="test", memory_mib=600)
+    for host in (refusing, spare):
+        inventory.set_state(host, "drained", "not yet", actor="test")
+    low = submit(alice, script=SLEEPER.replace("sleep 100", "sleep 40"), priority="low", memory_mib=320,
+                 time_limit=300)  # fmt: skip
+    wait_running(low, workers, b"boot ")
+    high = submit(bob, argv=["/bin/sh", "-c", "sleep 5; echo high"], priority="high", memory_mib=320)
+
+    def suspended():
+        run = Run.objects.get(pk=low.pk)
+        assert not run.is_final, (run.reason, workers.output()[-3000:])
+        return run if run.state == "suspended" else None
+
+    def resumed_by_a_new_job(last):
+        """Until a new ``run.resume`` job has the run (ours, or a worker's housekeeping's)."""
+
+        def handed_over():
+            snapshot.expire()
+            services.resume_suspended(actor="test")  # none while the last job has not ended yet
+            job = Run.objects.get(pk=low.pk).job
+            return job if job != last and Job.objects.filter(pk=job, opcode="run.resume").exists() else None
+
+        return wait_until(handed_over, 60, "a run.resume job", workers, interval=0.5)
+
+    suspending = wait_until(suspended, RUN_TIMEOUT, "the low run to be suspended", workers, interval=0.3).job
+    inventory.set_state(first, "drained", "maintenance: its suspended run resumes elsewhere", actor="test")
+    pool1.pool.destroy()  # its storage pool gone: kvm-1 can take nothing
+    inventory.set_state(refusing, "online", "back", actor="test")
+    refused_job = resumed_by_a_new_job(suspending)
+
+    def refused():
+        run = Run.objects.get(pk=low.pk)
+        return run if Job.objects.get(pk=refused_job).is_final else None
+
+    run = wait_until(refused, RUN_TIMEOUT, "the move to kvm-1 to fail", workers, interval=0.3)
+    assert "could not be moved to kvm-1" in run.reason[-1][1], run.reason
+    assert run.state == "suspended" and "storage pool" in run.reason[-1][1], run.reason
+    assert run.reason[-1][1].endswith("still suspended on kvm-0, it resumes when room returns")
+    vm = run.vm
+    assert vm.host == first and vm.state == "suspended" and vms.is_suspended_claim(vm.allocation)
+    assert libvirt_conn.lookupByName(vm.key).hasManagedSaveImage(0)  # its memory where it was
+    assert [v for v in hosts[0][1].volumes() if v.startswith(vm.key)] == [f"{vm.key}.qcow2"]  # no saved memory
+    assert not Allocation.objects.filter(released__isnull=True, host=refusing).exists()
+
+    inventory.set_state(spare, "online", "back", actor="test")
+    resumed_by_a_new_job(refused_job)  # not kvm-1 again: kvm-2
+    run = run_to_end(low, workers)
+    assert run.state == "success", (run.reason, workers.output()[-3000:])
+    first_boot, second_boot, value = output(run).decode().splitlines()
+    assert first_boot == second_boot and value == "42"  # the same boot, the same shell, on another host
+    trail = " ".join(entry[1] for entry in run.reason)
+    for said in ("to be suspended (low class)", "room on kvm-2: moving it there to resume", "resumed on kvm-2"):
+        assert said in trail, run.reason
+    assert run.vm.host == spare
+    other = run_to_end(high, workers)
+    assert other.state == "success" and output(other) == b"high\n", other.reason
+    for done in (run, other):
+        assert done.vm.state == "destroyed"
+        assert done.vm.key not in [d.name() for d in libvirt_conn.listAllDomains()]
+        for _host, pool in hosts[::2]:  # (kvm-1's pool is gone)
+            assert [v for v in pool.volumes() if v.startswith(done.vm.key)] == [], pool.name
+    assert not Allocation.objects.filter(released__isnull=True).exists()

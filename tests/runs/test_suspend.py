@@ -379,6 +379,39 @@ def test_suspended_runs_move_to_another_host_with_room_and_resume_there(
     assert [output(fresh(run)) for run in runs] == [b"42\n"] * 3 and states(runs) == ["success"] * 3
 
 
+def test_a_failed_move_leaves_the_run_suspended_where_it_was_and_it_resumes_there_when_room_returns(
+    small_host, make_host, image, desk, alice, bob, profile, sync_jobs
+):
+    profile(output="42\n", seconds=3600)
+    runs = running_runs(sync_jobs, alice)
+    reservation = reserve(bob, desk)
+    step_until(sync_jobs, lambda: status(reservation) == "ready")
+    suspended = [run for run in runs if fresh(run).state == "suspended"]
+    other = make_host("sim-2", driver="sim", cpus=8, memory_mib=2048, disk_gib=200)
+    snapshot.expire()
+    sim.set_fault("sim-2", "migrate", "fail", actor="test")
+    assert services.resume_suspended(actor="test") == 2
+    moves = [fresh(run).job for run in suspended]
+    step_until(sync_jobs, lambda: all(Job.objects.get(pk=job).is_final for job in moves))
+    for run in suspended:
+        run = fresh(run)
+        assert run.state == "suspended", trail(run)
+        assert trail(run)[-1].startswith("its VM could not be moved to sim-2 (") and trail(run)[-1].endswith(
+            "still suspended on sim-1, it resumes when room returns"), trail(run)  # fmt: skip
+        assert run.vm.host.name == "sim-1" and SimVM.objects.get(key=run.vm.key).state == "suspended"
+        assert vms.is_suspended_claim(run.vm.allocation) and run.vm.target_allocation_id is None
+        assert Job.objects.get(pk=run.job).result["refused_by"] == other.pk
+    assert not Allocation.objects.filter(released__isnull=True, host__name="sim-2").exists()
+    assert services.resume_suspended(actor="test") == 0  # not sim-2 again: it refused them
+    end(sync_jobs, reservation, bob)
+    assert services.resume_suspended(actor="test") == 2  # room on sim-1 again
+    step_until(sync_jobs, lambda: states(suspended) == ["running"] * 2)
+    finish_commands()
+    step_until(sync_jobs, lambda: all(fresh(run).is_final for run in runs))
+    assert [output(fresh(run)) for run in runs] == [b"42\n"] * 3 and states(runs) == ["success"] * 3
+    assert all(fresh(run).vm.error == "" for run in suspended)
+
+
 def test_a_high_class_run_that_fits_only_if_a_low_run_is_suspended_suspends_it_and_it_resumes_after(
     small_host, image, alice, bob, profile, sync_jobs
 ):

@@ -178,11 +178,14 @@ def interface_xml(network, mac):
     return nic
 
 
-def volume_xml(name, capacity_bytes, fmt, backing_path=None, backing_format=None):
-    """A storage volume; with ``backing_path`` a copy-on-write overlay of that (base) image."""
+def volume_xml(name, capacity_bytes, fmt, backing_path=None, backing_format=None, allocation_bytes=None):
+    """A storage volume; with ``backing_path`` a copy-on-write overlay of that (base) image;
+    ``allocation_bytes`` 0: sparse (libvirt otherwise allocates a raw file's whole capacity)."""
     root = ET.Element("volume")
     _sub(root, "name", name)
     _sub(root, "capacity", capacity_bytes, unit="bytes")
+    if allocation_bytes is not None:
+        _sub(root, "allocation", allocation_bytes, unit="bytes")
     target = _sub(root, "target")
     _sub(target, "format", type=fmt)
     if backing_path:
@@ -190,6 +193,23 @@ def volume_xml(name, capacity_bytes, fmt, backing_path=None, backing_format=None
         _sub(backing, "path", backing_path)
         _sub(backing, "format", type=backing_format or fmt)
     return ET.tostring(root, encoding="unicode")
+
+
+def repathed(xml_text, paths):
+    """``xml_text`` (a domain's or a snapshot's) with each file path in ``paths`` replaced by
+    the path it maps to (disks, CD-ROMs, backing stores: every ``file`` attribute)."""
+    root = ET.fromstring(xml_text)
+    for element in root.iter():
+        path = element.get("file")
+        if path in paths:
+            element.set("file", paths[path])
+    return ET.tostring(root, encoding="unicode")
+
+
+def disk_paths(xml_text):
+    """The file paths of a domain's disks and CD-ROMs (from its XML), in order."""
+    root = ET.fromstring(xml_text)
+    return [s.get("file") for s in root.iterfind("devices/disk/source") if s.get("file")]
 
 
 def snapshot_xml(name):

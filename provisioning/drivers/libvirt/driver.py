@@ -35,10 +35,15 @@ storage) is used as it is. Each VM gets a qcow2 overlay ``<key>.qcow2`` backed b
 flattens it).
 
 Suspend is a managed save (memory to disk, host RAM freed). Migrate uses virDomainMigrate
-(live when running, persistent on the target, copying non-shared disks); libvirt's test
-driver does not implement migration (VIR_ERR_NO_SUPPORT), so between two ``test://``
-connections it is emulated: copy the overlay volume, define on the target, start there if it
-ran, then destroy and undefine on the source. Snapshots travel with it (redefined).
+(live when running, persistent on the target, copying non-shared disks); a suspended VM moves
+with its saved memory through the pools instead (``moving.py``: libvirt cannot migrate a
+managed save). libvirt's test driver does not implement migration (not even offline), so
+between two ``test://`` connections it is emulated: copy the overlay volume, define on the
+target, start there if it ran (and suspend it there again if it was suspended), then destroy
+and undefine on the source. Snapshots travel with it (redefined).
+
+Two hosts may be two pools of one libvirtd (the real-QEMU tests): a domain then belongs to
+the host whose pool holds its disk (``state`` and ``destroy`` leave another host's alone).
 
 Connections are pooled per process and URI. A ``test:///file.xml`` connection has private
 state, so that state lives exactly as long as this process.
@@ -53,7 +58,7 @@ import libvirt
 
 from provisioning.drivers import base, cloudinit
 from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, VMInfo, VMState
-from provisioning.drivers.libvirt import agent, domxml
+from provisioning.drivers.libvirt import agent, domxml, moving
 from provisioning.drivers.libvirt.connection import NOT_FOUND, connections, open_own, translate, translated
 from provisioning.drivers.libvirt.options import CPU_MODES, DISK_CACHES, vnc_listen_error
 
@@ -64,6 +69,7 @@ GIB = 1 << 30
 
 class LibvirtDriver(base.Driver):
     kind = "libvirt"
+    moves_suspended = True  # its saved memory goes with it (moving.py)
 
     def __init__(self, uri, credentials=None, options=None):
         super().__init__(uri, credentials, options)
@@ -71,6 +77,7 @@ class LibvirtDriver(base.Driver):
             raise Invalid(f"{uri!r} is not a libvirt URI (e.g. qemu+ssh://root@host/system)")
         self.emulated = uri.startswith("test:")
         self.boots_guests = not self.emulated
+        self.moves_suspended = not self.options.get("shared_storage")  # (moving.py: not yet there)
         self._check_options()
 
     def _check_options(self):
@@ -128,6 +135,27 @@ class LibvirtDriver(base.Driver):
             return self._domain(key)
         except NotFound:
             return None
+
+    def _own_domain(self, key):
+        """The domain ``key`` if it is this host's (see ``_elsewhere``), else None."""
+        dom = self._find_domain(key)
+        return None if dom is None or self._elsewhere(dom) else dom
+
+    def _elsewhere(self, dom):
+        """True when the domain's disk is in another storage pool of this libvirtd than the
+        host's: two hosts sharing one libvirtd (two pools; the tests do) see each other's
+        domains, and a domain belongs to the host whose pool holds its disk."""
+        wanted = self.options.get("pool")
+        if not wanted:
+            return False  # the host has the libvirtd's pool to itself
+        disk = f"{dom.name()}.qcow2"
+        for path in domxml.disk_paths(self._call(f"definition of {dom.name()}", dom.XMLDesc, 0)):
+            if os.path.basename(path) == disk:
+                try:
+                    return self.conn.storageVolLookupByPath(path).storagePoolLookupByVolume().name() != wanted
+                except libvirt.libvirtError:
+                    return False  # in no pool (any more): it cannot be another host's
+        return False
 
     @property
     def host_name(self):
@@ -396,7 +424,7 @@ class LibvirtDriver(base.Driver):
 
     @translated
     def destroy(self, key):
-        dom = self._find_domain(key)
+        dom = self._own_domain(key)
         if dom is not None:
             if dom.isActive():
                 self._call(f"power off {key}", dom.destroy)
@@ -407,7 +435,8 @@ class LibvirtDriver(base.Driver):
                 if exc.get_error_code() not in NOT_FOUND:
                     raise translate(exc, f"undefine {key}") from exc
         pool = self._pool()
-        for name, what in ((f"{key}.qcow2", "disk"), (f"{key}-seed.iso", "seed")):
+        names = ((f"{key}.qcow2", "disk"), (f"{key}-seed.iso", "seed"), (moving.save_name(key), "saved memory"))
+        for name, what in names:
             vol = self._volume(pool, name)
             if vol is not None:  # also after a create that died between disk and definition
                 self._call(f"delete {what} of {key}", vol.delete, 0)
@@ -480,6 +509,9 @@ class LibvirtDriver(base.Driver):
     @translated
     def migrate(self, key, target):
         self._same_kind(target)
+        if not (self.emulated or target.emulated) and moving.wanted(self, target, key):
+            moving.move(self, target, key)  # suspended: its saved memory moves through the pools
+            return
         dom = self._find_domain(key)
         if dom is None:
             if target._find_domain(key) is not None:
@@ -490,12 +522,10 @@ class LibvirtDriver(base.Driver):
         flags |= libvirt.VIR_MIGRATE_LIVE if running else libvirt.VIR_MIGRATE_OFFLINE
         if not self.options.get("shared_storage"):
             flags |= libvirt.VIR_MIGRATE_NON_SHARED_INC
-        try:
-            dom.migrate(target.conn, flags, None, None, 0)
-        except libvirt.libvirtError as exc:
-            if not (exc.get_error_code() == libvirt.VIR_ERR_NO_SUPPORT and self.emulated and target.emulated):
-                raise translate(exc, f"migrate {key} to {target.host_name}") from exc
+        if self.emulated and target.emulated:  # the test driver migrates nothing (not even offline)
             self._emulate_migration(dom, target)
+        else:
+            self._call(f"migrate {key} to {target.host_name}", dom.migrate, target.conn, flags, None, None, 0)
         if not self.options.get("shared_storage"):
             self._delete_left_disk(key)
 
@@ -517,6 +547,9 @@ class LibvirtDriver(base.Driver):
                 )
         if dom.isActive():
             target._call(f"start {key} on {target.host_name}", moved.create)
+        elif dom.hasManagedSaveImage(0):  # its memory goes with it (the test driver keeps it in the process)
+            target._call(f"start {key} on {target.host_name}", moved.create)
+            target._call(f"suspend {key} on {target.host_name}", moved.managedSave, 0)
         self.destroy(key)
 
     def _delete_left_disk(self, key):
@@ -546,7 +579,7 @@ class LibvirtDriver(base.Driver):
 
     @translated
     def state(self, key):
-        dom = self._find_domain(key)
+        dom = self._own_domain(key)
         return VMState.ABSENT if dom is None else self._state(dom)
 
     @translated

@@ -264,6 +264,24 @@ def test_migrate_moves_the_vm(peer):
     assert peer.target.address(spec.key)
 
 
+def test_a_suspended_vm_moves_suspended_where_the_driver_can(peer):
+    if not peer.source.moves_suspended:
+        pytest.skip(f"{peer.source.kind} resumes a suspended VM where it is")
+    spec = staged(peer)
+    peer.target.stage_image(peer.image)
+    peer.source.create(spec)
+    peer.source.start(spec.key)
+    peer.source.suspend(spec.key)
+
+    peer.source.migrate(spec.key, peer.target)
+    peer.source.migrate(spec.key, peer.target)
+
+    assert spec.key in keys(peer.target) and spec.key not in keys(peer.source)
+    assert peer.target.state(spec.key) == VMState.SUSPENDED
+    peer.target.resume(spec.key)
+    assert peer.target.state(spec.key) == VMState.RUNNING
+
+
 def test_migrate_of_an_absent_vm_is_not_found(peer):
     with pytest.raises(NotFound):
         peer.source.migrate(peer.spec().key, peer.target)

@@ -80,6 +80,20 @@ def test_domain_xml_escapes_every_value(lv):
     assert bridge.find("devices/interface/source").get("bridge") == "br0"
 
 
+def test_a_moved_definition_names_the_target_pools_files_and_keeps_the_rest(lv):
+    spec = lv.spec()
+    text = domxml.domain_xml(spec, domain_type="qemu", disk_path="/pool-a/vcl-9.qcow2", seed_path="/pool-a/s&d.iso",
+                             network="user", forward_port=40000)  # fmt: skip
+    paths = {"/pool-a/vcl-9.qcow2": "/pool-b/vcl-9.qcow2", "/pool-a/s&d.iso": "/pool-b/s&d.iso"}
+
+    moved = domxml.repathed(text, paths)
+
+    assert domxml.disk_paths(moved) == ["/pool-b/vcl-9.qcow2", "/pool-b/s&d.iso"]
+    assert domxml.metadata_of(moved) == domxml.metadata_of(text)  # its port, fingerprint, seed: as they were
+    assert ET.fromstring(moved).find(f"{{{domxml.QEMU_NAMESPACE}}}commandline") is not None
+    assert domxml.repathed(moved, paths) == moved  # a second pass changes nothing
+
+
 def test_the_vm_disk_is_a_qcow2_overlay_of_the_staged_image(lv):
     base_path = lv.source.stage_image(lv.image)
     spec = lv.spec()
@@ -205,6 +219,13 @@ def test_a_missing_pool_option_is_not_found(libvirt_nodes):
 
     with pytest.raises(NotFound, match="no-pool"):
         LibvirtDriver(libvirt_nodes["kvm-small"], options={"pool": "no-pool"}).facts()
+
+
+def test_a_suspended_vm_moves_unless_its_host_is_on_shared_storage():
+    from provisioning.drivers.libvirt.driver import LibvirtDriver
+
+    assert LibvirtDriver("test:///default").moves_suspended
+    assert not LibvirtDriver("test:///default", options={"shared_storage": True}).moves_suspended
 
 
 def test_migrating_between_kinds_is_refused(lv, sim_peer):
