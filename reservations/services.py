@@ -33,6 +33,7 @@ from provisioning.capacity.models import Allocation
 from provisioning.drivers import cloudinit
 from provisioning.jobs import services as jobs
 from provisioning.jobs import transitions
+from provisioning.jobs.models import Job
 from provisioning.placement import refusals as placement_reasons
 from provisioning.placement.result import format_time
 from provisioning.vms import quotas
@@ -408,7 +409,7 @@ def provision(reservation, reason="building the VM", *, actor, savepoint=True, u
             reservation.vm = vm
             reservation.save(update_fields=["vm", "attempts"])
         jobs.submit(
-            "reservation.settle",
+            SETTLE,
             {"reservation": reservation.pk},
             actor=actor,
             submitter=reservation.user,
@@ -436,6 +437,27 @@ def settle(reservation_id, *, actor):
         _release(reservation, "reservation failed", actor=actor)
         return {"status": S.FAILED, "error": why}
     return _retry_elsewhere(reservation, failed, why, actor=actor)
+
+
+SETTLE = "reservation.settle"
+
+
+def settle_built(vm, job_id, *, actor):
+    """A ``vm.create`` succeeded (``lifecycle.ON_BUILT``: in the transaction of its last step,
+    which ends it, holding the queue lock): the ``reservation.settle`` job waiting for it is
+    done there instead of in a claim and a run of its own; the reservation turns ready and that
+    job ends in success in the build's transaction, or neither does (a lost lease rolls both
+    back). A failed build (or one continued in a child job) leaves it to that job, as before."""
+    waiting = (
+        Job.objects.filter(opcode=SETTLE, status__in=Job.PENDING, dependencies__on_id=job_id)
+        .values_list("id", "params")
+        .first()
+    )
+    if waiting is None:
+        return
+    settle_id, params = waiting
+    result = settle(params["reservation"], actor=Actor(name=f"job {settle_id}"))
+    transitions.end_done_elsewhere(settle_id, result, f"settled by job {job_id}, which built {vm.key}")
 
 
 def _retry_elsewhere(reservation, failed_hosts, why, *, actor):

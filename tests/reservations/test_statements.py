@@ -88,3 +88,16 @@ def test_a_failure_while_provisioning_leaves_nothing_behind(sim_host, image, ali
     after = (Reservation.objects.count(), Allocation.objects.count(), VM.objects.count(), Job.objects.count(),
              ObjectChange.objects.count(), Event.objects.count())  # fmt: skip
     assert after == counts  # one transaction: the claim, the rows, their trail and events, or none of them
+
+
+def test_a_built_vm_settles_its_reservation_in_the_build_s_last_transaction(sim_host, image, alice, sync_jobs):
+    reservation = _reserve(alice, image)
+    sync_jobs.drain()
+    build = Job.objects.get(opcode="vm.create")
+    settle = Job.objects.get(opcode="reservation.settle")
+    assert Reservation.objects.get(pk=reservation.pk).status == "ready"
+    assert build.status == "success" and settle.status == "success"
+    assert settle.attempt == 0 and settle.started == settle.ended  # never claimed: it ended with the build
+    assert build.started < settle.ended <= build.ended
+    assert settle.result["status"] == "ready"
+    assert JobLog.objects.filter(job=settle, message__contains=f"settled by job {build.pk}").exists()
