@@ -136,7 +136,9 @@ class Attempt:
         if image.revert_on_end or image.pool_size:  # an image's, set when it is made (a pool reverts too)
             self.step("clean", clean_snapshot, vm_id, actor=actor)
         self.step("start", self._boot, vm_id, actor=actor, port=defined["port"])
-        address = self.step("address", wait_address, vm_id, loaded=self.booted)
+        # Followed by the ready step only: its record goes in that step's transaction.
+        self.at = "address"
+        address = self.job.step_recorded_later("address" + self.suffix, wait_address, vm_id, loaded=self.booted)
         built = {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"], "address": address}
         if self.last:
             self.at = "ready"
