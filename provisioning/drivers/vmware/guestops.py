@@ -208,6 +208,7 @@ class GuestChannel:
         self._call(f"start command {tag}", self.processes.StartProgramInGuest, spec=spec)
 
     def status(self, tag, offset, limit):
+        base.check_exec(tag, ["status"])  # the tag names a guest path: the same rule as at its start
         where = f"{EXEC_DIR}/{tag}"
         code = self.read(f"{where}/status", 0, 32)  # first: all its output is written when this exists
         output = self.read(f"{where}/out", offset, limit)
@@ -227,7 +228,9 @@ class GuestChannel:
             return None
         processes = self._call("list processes", self.processes.ListProcessesInGuest, pids=[int(pid)]) or []
         info = next((p for p in processes if p.pid == int(pid)), None)
-        if info is None or info.endTime is None:
+        if info is None:  # gone, and long enough ago that Tools forgot it (they keep 5 min): killed
+            return -1
+        if info.endTime is None:
             return None
         return info.exitCode if info.exitCode is not None else -1
 

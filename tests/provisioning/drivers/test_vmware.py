@@ -188,6 +188,9 @@ def test_process_and_listing_calls_vcsim_lacks_are_named(vmware_peer):
     # The status reads its files first: the transfer is where vcsim stops.
     with pytest.raises(DriverError, match="do not offer guest operations"):
         driver.guest_exec_status(key, "run-1", 0)
+    # A tag names a path in the guest: one that could leave the exec directory is refused.
+    with pytest.raises(Invalid, match="bad exec tag"):
+        driver.guest_exec_status(key, "../../etc", 0)
 
 
 def test_guest_calls_on_vcsim_without_a_guest_login_are_refused(vmware_peer):
