@@ -11,6 +11,7 @@ class ReservationsConfig(AppConfig):
         from inventory import services as inventory
         from provisioning.capacity import services as capacity
         from provisioning.vms import quotas, repair, verify
+        from provisioning.vms.opcodes import lifecycle
         from reservations import services, tasks
         from vclmgr import topics
 
@@ -23,4 +24,6 @@ class ReservationsConfig(AppConfig):
             inventory.ON_STATE_CHANGE.append(services.host_left_service)
         if services.vm_gone not in repair.ON_GONE:
             repair.ON_GONE.append(services.vm_gone)
+        if services.settle_built not in lifecycle.ON_BUILT:
+            lifecycle.ON_BUILT.append(services.settle_built)
         post_spawn.connect(tasks.start_clock, dispatch_uid="reservations.clock")

@@ -33,6 +33,7 @@ from provisioning.capacity.models import Allocation
 from provisioning.drivers import cloudinit
 from provisioning.jobs import services as jobs
 from provisioning.jobs import transitions
+from provisioning.jobs.models import Job
 from provisioning.placement import refusals as placement_reasons
 from provisioning.placement.result import format_time
 from provisioning.vms import quotas
@@ -209,10 +210,12 @@ def reserve(
             except ValidationError as exc:
                 raise QuotaRefused(exc.message_dict) from None
             starts_now = start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) <= now
+            unsaved = _Unsaved()
             reservation = _create(user, image, start, end, ssh_key, request_key, size or {}, actor=actor,
-                                  rank=_rank(start, now))  # fmt: skip
+                                  rank=_rank(start, now), unsaved=unsaved)  # fmt: skip
             if starts_now:
-                provision(reservation, actor=actor, savepoint=False)
+                provision(reservation, actor=actor, savepoint=False, unsaved=unsaved)
+            unsaved.write(reservation)
     except NoRoom as exc:
         _refused(user, image, exc.reasons, now)
         raise
@@ -256,7 +259,32 @@ def _refused(user, image, reasons, now, group=None):
     )  # fmt: skip
 
 
-def _create(user, image, start, end, ssh_key, request_key, size, block=None, occurrence=0, *, actor, rank=None):
+class _Unsaved:
+    """The writes to a reservation just inserted in the caller's transaction, kept until its
+    acceptance is done (``write``): its changed fields in one UPDATE and its history rows in
+    one INSERT, instead of one of each per status it passes through (pending, provisioning).
+    Its events are emitted as the statuses change (the transaction's batch writes them)."""
+
+    def __init__(self):
+        self.fields, self.history = set(), []
+
+    def change(self, reservation, **values):
+        for name, value in values.items():
+            setattr(reservation, name, value)
+        self.fields.update(values)
+
+    def write(self, reservation):
+        if self.fields:
+            reservation.save(update_fields=sorted(self.fields))
+        if self.history:
+            ReservationHistory.objects.bulk_create(self.history)
+        self.fields, self.history = set(), []
+
+
+def _create(
+    user, image, start, end, ssh_key, request_key, size, block=None, occurrence=0, *, actor, rank=None, unsaved=None
+):  # fmt: skip
+    """``unsaved``: an ``_Unsaved`` keeping its writes after the INSERT (the caller writes them)."""
     size = vms.size_for(image, **size)
     reservation = Reservation.objects.create(
         user=user, image=image, start=start, end=end, ssh_key=ssh_key.strip(), request_key=request_key,
@@ -269,18 +297,24 @@ def _create(user, image, start, end, ssh_key, request_key, size, block=None, occ
         raise NoRoom({"start": [_no_capacity_message(exc.result, start)]}, dict(exc.result.reasons)) from None
     except capacity.TryAgain as exc:
         raise NoRoom({"start": [str(exc)]}, {"try_again": 1}) from None
-    reservation.allocation = allocation
-    reservation.status = S.PENDING
-    reservation.save(update_fields=["allocation", "status"])
+    pending = _Unsaved() if unsaved is None else unsaved
+    pending.change(reservation, allocation=allocation, status=S.PENDING)
     changelog.record(reservation, "create", actor, reason="reserved")
     woken = f" ({allocation.placement_note})" if getattr(allocation, "placement_note", "") else ""
     window = f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
-    _history(reservation, f"reserved on {allocation.host.name}{woken}, {window}")
+    _history(reservation, f"reserved on {allocation.host.name}{woken}, {window}", pending)
+    if unsaved is None:
+        pending.write(reservation)
     return reservation
 
 
-def _history(reservation, reason):
-    ReservationHistory.objects.create(reservation=reservation, status=reservation.status, reason=reason[:500])
+def _history(reservation, reason, unsaved=None):
+    """A history row (kept in ``unsaved`` when given, else written now) and its event."""
+    row = ReservationHistory(reservation=reservation, status=reservation.status, reason=reason[:500])
+    if unsaved is None:
+        row.save(force_insert=True)
+    else:
+        unsaved.history.append(row)
     _emit(reservation, reason)
 
 
@@ -331,19 +365,26 @@ def _move(reservation, old, new, reason, *, savepoint=True, **values):
 # --- the lifecycle ----------------------------------------------------------------------
 
 
-def provision(reservation, reason="building the VM", *, actor, savepoint=True):
+def provision(reservation, reason="building the VM", *, actor, savepoint=True, unsaved=None):
     """Build the reservation's VM on its claim (a ``vm.create`` job, then ``reservation.settle``).
 
     ``reservation``: an id, or the row as just written in the caller's transaction (``reserve``;
     it is kept up to date in memory). ``savepoint`` False: the caller's transaction is all or
-    nothing anyway, so no savepoint of its own.
+    nothing anyway, so no savepoint of its own. ``unsaved``: the row was inserted in the
+    caller's transaction, which writes what is kept there (``_Unsaved``) after this returns:
+    its status change, VM and history go there too (no conditional UPDATE: the row is the
+    caller's own, not yet visible to anyone).
     """
     with transaction.atomic(savepoint=savepoint):
         # The guest is given the login at its first boot, so it is made before the VM (once: a
         # retry keeps it); it is written with the status change.
         known = reservation if isinstance(reservation, Reservation) else None
         login = _login(known) if known is not None else {}
-        reservation = _move(reservation, (S.PENDING, S.PLACING), S.PROVISIONING, reason, savepoint=False, **login)
+        if unsaved is not None:
+            unsaved.change(known, status=S.PROVISIONING, updated=timezone.now(), **login)
+            _history(known, reason, unsaved)
+        else:
+            reservation = _move(reservation, (S.PENDING, S.PLACING), S.PROVISIONING, reason, savepoint=False, **login)
         if reservation is None:
             return None
         if known is None:
@@ -362,10 +403,13 @@ def provision(reservation, reason="building the VM", *, actor, savepoint=True):
         # The VM is set on the reservation before the reused one reads its login from it (on commit).
         reused = vms.reuse_parked(size=size, **common, depends=waits) if reservation.image.revert_on_end else None
         vm, job = reused or vms.request_vm(**size, **common, checked=known is not None, savepoint=False, depends=waits)
-        reservation.vm = vm
-        reservation.save(update_fields=["vm", "attempts"])
+        if unsaved is not None:
+            unsaved.change(reservation, vm=vm, attempts=reservation.attempts)
+        else:
+            reservation.vm = vm
+            reservation.save(update_fields=["vm", "attempts"])
         jobs.submit(
-            "reservation.settle",
+            SETTLE,
             {"reservation": reservation.pk},
             actor=actor,
             submitter=reservation.user,
@@ -393,6 +437,27 @@ def settle(reservation_id, *, actor):
         _release(reservation, "reservation failed", actor=actor)
         return {"status": S.FAILED, "error": why}
     return _retry_elsewhere(reservation, failed, why, actor=actor)
+
+
+SETTLE = "reservation.settle"
+
+
+def settle_built(vm, job_id, *, actor):
+    """A ``vm.create`` succeeded (``lifecycle.ON_BUILT``: in the transaction of its last step,
+    which ends it, holding the queue lock): the ``reservation.settle`` job waiting for it is
+    done there instead of in a claim and a run of its own; the reservation turns ready and that
+    job ends in success in the build's transaction, or neither does (a lost lease rolls both
+    back). A failed build (or one continued in a child job) leaves it to that job, as before."""
+    waiting = (
+        Job.objects.filter(opcode=SETTLE, status__in=Job.PENDING, dependencies__on_id=job_id)
+        .values_list("id", "params")
+        .first()
+    )
+    if waiting is None:
+        return
+    settle_id, params = waiting
+    result = settle(params["reservation"], actor=Actor(name=f"job {settle_id}"))
+    transitions.end_done_elsewhere(settle_id, result, f"settled by job {job_id}, which built {vm.key}")
 
 
 def _retry_elsewhere(reservation, failed_hosts, why, *, actor):

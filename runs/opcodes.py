@@ -284,8 +284,10 @@ def make_vm(run_id, *, actor):
 
 
 def _channel(run):
+    """The run VM's driver with its image's guest login (VMware guest operations need one)."""
     vm = load_vm(run.vm_id)
-    return drivers.driver_for(vm.host), vm.key
+    variant = vm.variant or vm.image.variants.filter(hypervisor_type=vm.host.hypervisor_type).first()
+    return drivers.driver_for(vm.host, guest=variant.guest_login() if variant else None), vm.key
 
 
 def put_inputs(run_id):

@@ -113,16 +113,19 @@ def options_for(name):
     return dict(settings.VCLMGR_DRIVER_OPTIONS.get(name, {}))
 
 
-def driver_for(host):
+def driver_for(host, guest=None):
     """The driver of an inventory host, with its credential and options: its kind's
     (``VCLMGR_DRIVER_OPTIONS``), then the host's own ``driver_options``, then the kind's
-    ``options_setting`` (the simulator's test knobs)."""
+    ``options_setting`` (the simulator's test knobs). ``guest``: the login in a VM's guest
+    (``ImageVariant.guest_login()``) for a driver whose guest channel needs one (VMware)."""
     from django.conf import settings
 
     spec = kind(host.driver)
     credentials = None
     if host.credential_id:
         credentials = {"username": host.credential.username, "password": host.credential.get_secret()}
+    if guest:
+        credentials = {**(credentials or {}), "guest": dict(guest)}
     own = getattr(host, "driver_options", None) or {}
     if not isinstance(own, dict):
         raise Invalid(f"host {host.name}: driver_options must be a JSON object, not {type(own).__name__}")

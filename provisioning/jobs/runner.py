@@ -199,6 +199,8 @@ class JobContext:
         ``end``: the run's ``_Ender`` (``last_db_step`` ends the job with it)."""
         self.job = job
         self._end, self.ended = end, None
+        if end is not None:
+            end.ctx = self  # the end writes the step records this run kept first
         self.job_id = job.id
         self.params = job.params
         self.attempt = job.attempt
@@ -213,6 +215,7 @@ class JobContext:
         self._steps = list(job.steps)
         self._done = {s["name"]: s["result"] for s in job.steps}
         self._seen = set()
+        self._later = []  # records of steps done but not yet written (``step_recorded_later``)
         self._ran = 0
         self._child_seq = 0
         # (monotonic time, cancel flag) read by the last write that proved the lease ours
@@ -231,8 +234,34 @@ class JobContext:
         self._record(name, result)
         return result
 
+    def step_recorded_later(self, name, fn, *args, **kwargs):
+        """``step`` for a step that is only ever followed by a database step (``db_step``,
+        ``last_db_step``) or the job's end: its record is written in that step's transaction
+        (or the next write of the run, whichever comes first) instead of one of its own. A
+        crash in between runs it again, as a crash before any step's record would: it must be
+        as safe to repeat (a wait, a read)."""
+        if name in self._seen:
+            raise ValueError(f"step name {name!r} used twice in one run")
+        self._seen.add(name)
+        if name in self._done:
+            return self._done[name]
+        self.checkpoint()
+        result = jsonable(fn(*args, **kwargs), f"the result of step {name!r}")
+        self._later.append({"name": name, "result": result, "ended": timezone.now().isoformat()})
+        self._done[name] = result
+        self._ran += 1
+        return result
+
+    def flush(self):
+        """Write the records ``step_recorded_later`` kept, if any (a lease-checked write)."""
+        if self._later:
+            with transaction.atomic(), transitions.batched():
+                self._write_record(None, None)
+            self._recorded(None, None)
+
     def log(self, message, level="info"):
         """A line in the job's log, written only while the lease is ours (else ``LeaseLost``)."""
+        self.flush()
         with transaction.atomic(), transitions.batched():
             self.lease.renew()
             transitions.log(self.job, message, level)
@@ -254,6 +283,7 @@ class JobContext:
         existing = Job.objects.filter(parent_id=self.job_id, child_key=key).values_list("id", flat=True).first()
         if existing:
             return existing
+        self.flush()
         self.lease.check()
         try:
             child = services.submit(
@@ -336,7 +366,9 @@ class JobContext:
     def checkpoint(self):
         """Before a step: renew the lease (the write proves it ours), then cancel and time budget.
 
-        A record or claim sent within ``FRESH_SECONDS`` did both already (see the module)."""
+        A record or claim sent within ``FRESH_SECONDS`` did both already (see the module);
+        records kept by ``step_recorded_later`` are written first, as that record."""
+        self.flush()
         checked, self._checked = self._checked, None
         if self.lease.lost:
             raise LeaseLost(f"job {self.job_id}: lease {self.lease.generation} lost")
@@ -371,22 +403,29 @@ class JobContext:
         return rows[0].cancel_requested
 
     def _next_record(self, name, result):
-        """The job's steps and progress once step ``name`` is recorded."""
-        steps = [*self._steps, {"name": name, "result": result, "ended": timezone.now().isoformat()}]
-        return steps, {"done": len(steps), "total": self.total, "step": name}
+        """The job's steps and progress once step ``name`` is recorded (after those kept by
+        ``step_recorded_later``); ``name`` None: only those."""
+        steps = [*self._steps, *self._later]
+        if name is not None:
+            steps.append({"name": name, "result": result, "ended": timezone.now().isoformat()})
+        return steps, {"done": len(steps), "total": self.total, "step": steps[-1]["name"]}
 
     def _note_record(self, job, name, steps):
-        """A step's progress event and log line (``job`` as recorded), in the record's batch."""
+        """The steps' progress event and log lines (``job`` as recorded), in the record's batch."""
         transitions.emit_progress(job)
         total = f"/{self.total}" if self.total else ""
-        transitions.log(job, f"step {len(steps)}{total} {name!r} done")
+        for number in range(len(self._steps) + 1, len(steps) + 1):
+            transitions.log(job, f"step {number}{total} {steps[number - 1]['name']!r} done")
         self._pending_steps = steps
 
     def _recorded(self, name, result):
-        """After the record committed: the run's memory of its steps."""
+        """After the record committed: the run's memory of its steps (``name`` None: only
+        the kept ones were recorded)."""
         self._steps = self._pending_steps
-        self._done[name] = result
-        self._ran += 1
+        self._later = []
+        if name is not None:
+            self._done[name] = result
+            self._ran += 1
 
 
 def execute(job_id, token, deadline, job=None, lease_seconds=None):
@@ -424,13 +463,14 @@ def execute_then_claim(job_id, token, deadline, job=None, lease_seconds=None, th
             value = op.func(ctx)
         value = jsonable(value, "the job's result")
     except Canceled:
-        after = f" after step {ctx._steps[-1]['name']!r}" if ctx._steps else " before its first step"
+        done = [*ctx._steps, *ctx._later]  # (the kept records are written with the end)
+        after = f" after step {done[-1]['name']!r}" if done else " before its first step"
         return end(S.CANCELED, error=f"canceled{after}", kind="canceled")
     except LeaseLost:
         log.warning("job %s: lease %s lost; another worker owns it now", job_id, lease.generation)
         return "lost", None
     except Handoff:
-        return _handoff(job, lease), None
+        return _handoff(job, lease, ctx), None
     except TimeoutException:
         message = f"a step ran past the task timeout ({settings.Q_CLUSTER['timeout']} s); split it into shorter steps"
         _Ender(job, lease, None)(S.ERROR, error=message, kind="timeout")
@@ -441,10 +481,25 @@ def execute_then_claim(job_id, token, deadline, job=None, lease_seconds=None, th
     if ctx.ended:  # its last step ended it (``last_db_step``)
         return ctx.ended
     if ctx._child_seq or job.attempt > 1:  # it may have children (this run or an earlier one)
-        expanded = _expand(job, lease, value)
+        expanded = _expand(job, lease, value, ctx)
         if expanded:
             return expanded, None
     return end(S.SUCCESS, result=value)
+
+
+def _flushed(ctx):
+    """Write the step records ``step_recorded_later`` kept before the job ends or is handed
+    off (False: the lease was lost). Any other failure loses only those records: their steps
+    are safe to run again."""
+    if ctx is None:
+        return True
+    try:
+        ctx.flush()
+    except LeaseLost:
+        return False
+    except Exception:  # noqa: BLE001 (the job's end says what went wrong; this only loses a record)
+        log.exception("job %s: the records of its last steps could not be written", ctx.job_id)
+    return True
 
 
 class _Ender:
@@ -455,9 +510,12 @@ class _Ender:
     def __init__(self, job, lease, claim_until):
         """``claim_until``: a monotonic deadline for claiming the next job, or None (do not)."""
         self.job, self.lease, self.claim_until = job, lease, claim_until
+        self.ctx = None  # the run's JobContext, once it has one
 
     def __call__(self, status, trace=None, **fields):
         """``trace``: a traceback for the staff-only log, written only if the job was still ours."""
+        if not _flushed(self.ctx):
+            return "lost", None
         with transaction.atomic(), transitions.batched():
             return self.locked(QueueSettings.lock(), status, trace=trace, **fields)
 
@@ -495,8 +553,10 @@ def _note_execution(job):
         job.reason = [*job.reason, reasons.entry(source, "executed")]
 
 
-def _expand(job, lease, value):
+def _expand(job, lease, value, ctx):
     """If the job submitted children: wait for them ("expanded"); None when it has none."""
+    if not _flushed(ctx):
+        return "lost"
     with transaction.atomic(), transitions.batched():
         QueueSettings.lock()
         children = Job.objects.filter(parent_id=job.id).count()
@@ -521,7 +581,9 @@ def _expand(job, lease, value):
     return "expanded"
 
 
-def _handoff(job, lease):
+def _handoff(job, lease, ctx):
+    if not _flushed(ctx):
+        return "lost"
     grace = timedelta(seconds=settings.Q_CLUSTER["retry"])
     if not lease.held().update(lease_until=timezone.now() + grace, reason=job.reason):
         return "lost"

@@ -267,6 +267,28 @@ def end_pending(job_id, status, *, kind, message):
     return announce(job, f"{status}: {message}", LEVEL_OF.get(status, "info"))
 
 
+def end_done_elsewhere(job_id, result, message):
+    """A queued or waiting job whose work another job just did in its own transaction (a
+    listener of that job's last step) ends in success without running; None if it was no
+    longer pending. Caller holds the lock, in the transaction that did the work. It started
+    and ended then (its run time, 0, is counted like any job's)."""
+    now = timezone.now()
+    job = update(
+        Job.objects.filter(pk=job_id, status__in=Job.PENDING),
+        status=S.SUCCESS,
+        started=now,
+        ended=now,
+        result=result,
+        waiting_for="",
+        awaiting_children=False,
+    )
+    if job is None:
+        return None
+    announce(job, f"{S.SUCCESS}: {message}")
+    settle(job)
+    return job
+
+
 def request_cancel(job, *, actor, reason=""):
     """A running job stops at its next step boundary. Caller holds the lock."""
     updated = update(Job.objects.filter(pk=job.pk, status=S.RUNNING, cancel_requested=False), cancel_requested=True)

@@ -5,6 +5,7 @@ their state changes only through jobs, so the hypervisor and the database never 
 Quota rules are plain rows and edited here (the form runs the rule's own checks).
 """
 
+from django import forms
 from django.contrib import admin
 
 from provisioning.vms import services
@@ -12,10 +13,46 @@ from provisioning.vms.forms import ImageTagsMixin
 from provisioning.vms.models import VM, HostImage, Image, ImageVariant, Plan, QuotaRule
 
 
+class ImageVariantInlineForm(forms.ModelForm):
+    # Written, never shown back: blank keeps the stored password.
+    guest_password = forms.CharField(
+        required=False, strip=False, max_length=200, widget=forms.PasswordInput(render_value=False),
+        help_text="VMware guest operations: blank keeps the stored one.",
+    )  # fmt: skip
+
+    class Meta:
+        model = ImageVariant
+        fields = ["hypervisor_type", "format", "location", "checksum", "size_gib", "guest_username"]
+
+    def clean(self):
+        data = super().clean()
+        stored = self.instance.pk is not None and self.instance.has_guest_password
+        if data.get("guest_username") and not (data.get("guest_password") or stored):
+            self.add_error("guest_password", "a guest login needs both a user and a password")
+        return data
+
+    def save(self, commit=True):
+        variant = super().save(commit=False)
+        if not variant.guest_username:
+            variant.set_guest_password("")
+        elif self.cleaned_data.get("guest_password"):
+            variant.set_guest_password(self.cleaned_data["guest_password"])
+        if commit:
+            variant.save()
+        return variant
+
+
 class ImageVariantInline(admin.TabularInline):
     model = ImageVariant
+    form = ImageVariantInlineForm
     extra = 0
-    fields = ["hypervisor_type", "format", "location", "checksum", "size_gib"]
+    fields = ["hypervisor_type", "format", "location", "checksum", "size_gib", "guest_username", "guest_password",
+              "has_guest_password"]  # fmt: skip
+    readonly_fields = ["has_guest_password"]
+
+    @admin.display(boolean=True, description="guest password set")
+    def has_guest_password(self, obj):
+        return obj.has_guest_password
 
 
 @admin.register(Image)

@@ -91,6 +91,12 @@ class ImageForm(ImageTagsMixin, forms.ModelForm):
 
 
 class VariantForm(forms.ModelForm):
+    # Written, never shown back (the field is always empty on the page).
+    guest_password = forms.CharField(
+        required=False, strip=False, max_length=200, widget=forms.PasswordInput(render_value=False),
+        help_text="VMware: the guest user's password (stored encrypted; never shown again).",
+    )  # fmt: skip
+
     class Meta:
         model = ImageVariant
         fields = list(services.VARIANT_FIELDS)

@@ -124,6 +124,12 @@ class ImageVariant(models.Model):
     location = models.CharField(max_length=1000, help_text="Path, file:// or http(s):// URL, or template name.")
     checksum = models.CharField(max_length=200, blank=True, help_text="sha256:<hex> (blank: not verified).")
     size_gib = models.PositiveIntegerField(default=0)
+    # VMware guest operations (batch runs) log in to the guest as an account of the image (a
+    # service account of the template); its password is encrypted like the hosts' credentials.
+    guest_username = models.CharField(
+        max_length=150, blank=True, help_text="VMware: the guest account batch runs log in as (guest operations)."
+    )
+    encrypted_guest_password = models.TextField(blank=True, editable=False)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -134,6 +140,23 @@ class ImageVariant(models.Model):
 
     def __str__(self):
         return f"{self.image.name} ({self.hypervisor_type}, {self.format})"
+
+    @property
+    def has_guest_password(self):
+        return bool(self.encrypted_guest_password)
+
+    def set_guest_password(self, clear):
+        from inventory import crypto
+
+        self.encrypted_guest_password = crypto.encrypt(clear)
+
+    def guest_login(self):
+        """``{"username", "password"}`` for a driver about to log in to the guest, or None. Never show it."""
+        from inventory import crypto
+
+        if not self.guest_username or not self.encrypted_guest_password:
+            return None
+        return {"username": self.guest_username, "password": crypto.decrypt(self.encrypted_guest_password)}
 
 
 class HostImage(models.Model):

@@ -40,7 +40,7 @@ IMAGE_FIELDS = (
 )  # fmt: skip
 MAX_TAGS = 20
 GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
-VARIANT_FIELDS = ("hypervisor_type", "format", "location", "checksum", "size_gib")
+VARIANT_FIELDS = ("hypervisor_type", "format", "location", "checksum", "size_gib", "guest_username")
 ACTIONS = ("start", "stop", "suspend", "resume", "destroy")
 CLEAN_SNAPSHOT = "clean"  # a revert_on_end VM's state before its first boot (opcodes/reuse.py)
 WARM_SNAPSHOT = "warm"  # a pooled run VM booted, memory included, before any run's input (opcodes/reuse.py)
@@ -189,22 +189,55 @@ def delete_image(image, reason="", *, actor):
         raise InUse(f"image {image.name} is used by {held}; deactivate it instead") from None
 
 
-def add_variant(image, reason="", *, actor, **fields):
+def add_variant(image, reason="", *, actor, guest_password="", **fields):
+    """A new variant of ``image``. ``guest_password``: the password of its ``guest_username``
+    (VMware guest operations), stored encrypted and never shown again."""
     unknown = set(fields) - set(VARIANT_FIELDS)
     if unknown:
         raise ValidationError({name: ["unknown field"] for name in sorted(unknown)})
     variant = ImageVariant(image=image, **fields)
+    _check_guest_login(variant.guest_username, guest_password)
+    variant.set_guest_password(guest_password or "")
     _check_variant(variant)
     _validate(variant, exclude=["image"])
+    changes = {"guest_password": ["***", "***"]} if guest_password else None
     try:
         with transaction.atomic():
             variant.save()
-            changelog.record(variant, "create", actor, reason=reason)
+            changelog.record(variant, "create", actor, changes, reason=reason)
     except IntegrityError:
         raise ValidationError(
             {"hypervisor_type": [f"{image.name} already has a {variant.hypervisor_type} variant"]}
         ) from None
     return variant
+
+
+def set_guest_login(variant, *, actor, username, password=None, reason=""):
+    """Set the account VMware guest operations log in as. ``password=None`` keeps the stored
+    one; ``username=""`` removes the login (and its password)."""
+    if not username:
+        password = ""
+    elif password is None and not variant.has_guest_password:
+        password = ""
+    _check_guest_login(username, password if password is not None else "(kept)")
+    changes = {}
+    if username != variant.guest_username:
+        changes["guest_username"] = [variant.guest_username, username]
+    if password is not None and (password or variant.has_guest_password):
+        changes["guest_password"] = ["***", "***"]
+        variant.set_guest_password(password)
+    variant.guest_username = username
+    if changes:
+        with transaction.atomic():
+            variant.save(update_fields=["guest_username", "encrypted_guest_password"])
+            changelog.record(variant, "update", actor, changes, reason=reason)
+    return variant
+
+
+def _check_guest_login(username, password):
+    if bool(username) != bool(password):
+        which = "guest_password" if username else "guest_username"
+        raise ValidationError({which: ["a guest login needs both a user and a password"]})
 
 
 def delete_variant(variant, reason="", *, actor):

@@ -27,6 +27,11 @@ template's seed (a template captured from a VM would otherwise hand out that VM'
 (after a revert, which restores the snapshot's extraConfig with its seed). ``info()`` and
 ``list_vms()`` never carry extraConfig values; errors name keys, never values.
 
+The guest command channel (batch runs) is vSphere's guest operations (``vmware/guestops.py``),
+logged in as the image's service account: ``credentials["guest"]`` (``{"username",
+"password"}``, the vmware variant's guest login); a VM whose image has none is refused before
+any call.
+
 Console: vSphere's own is WebMKS (``VirtualMachine.AcquireTicket("webmks")`` gives host, port
 and a one-time ticket for ``wss://<esx>:<port>/ticket/<ticket>``, spoken by VMware's HTML
 console SDK, not by noVNC); vclmgr does not proxy it yet, so ``console_address`` and
@@ -47,7 +52,7 @@ from pyVmomi import vim, vmodl
 from provisioning.drivers import base
 from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, Unreachable, VMInfo, VMState
 from provisioning.drivers.cloudinit import SeedError
-from provisioning.drivers.vmware import guestinfo
+from provisioning.drivers.vmware import guestinfo, guestops
 from provisioning.drivers.vmware.session import sessions, translate, translated
 
 IMAGE_FOLDER = "vclmgr-images"
@@ -671,6 +676,40 @@ class VMwareDriver(base.Driver):
 
     def serial_console(self, key):
         raise base.NoConsole(f"{key} is a VMware VM: vclmgr gives no serial console for VMware hosts")
+
+    # --- the guest command channel (vmware/guestops.py) -------------------------------------
+
+    def _guest(self, key):
+        """The VM's guest operations as its image's service account; refused before any call
+        to vSphere when the image has none."""
+        base.check_key(key)
+        login = self.credentials.get("guest") or {}
+        if not login.get("username") or not login.get("password"):
+            raise Invalid(
+                f"{key}: VMware guest operations need a login in the guest, and its image has none (set the "
+                "vmware variant's guest user and password: a service account of the template)"
+            )
+        return guestops.GuestChannel(self, key, self._vm(key), login)
+
+    @translated
+    def guest_exec(self, key, tag, argv, env=None, workdir="/"):
+        self._guest(key).start(tag, list(argv), dict(env or {}), workdir)
+
+    @translated
+    def guest_exec_status(self, key, tag, offset=0, limit=1 << 20):
+        return self._guest(key).status(tag, offset, limit)
+
+    @translated
+    def guest_put_file(self, key, path, data):
+        self._guest(key).put(path, bytes(data))
+
+    @translated
+    def guest_get_file(self, key, path, limit):
+        return self._guest(key).get(path, limit)
+
+    @translated
+    def guest_glob(self, key, directory, patterns):
+        return self._guest(key).glob(directory, list(patterns))
 
     @translated
     def address(self, key):

@@ -15,9 +15,16 @@ from vclmgr.api.serializers import MomentField, RefuseUnknownFields
 
 
 class ImageVariantSerializer(RefuseUnknownFields, serializers.ModelSerializer):
+    guest_password = serializers.CharField(
+        write_only=True, required=False, allow_blank=True, max_length=200, trim_whitespace=False,
+        style={"input_type": "password"}, help_text="VMware: the guest user's password (write-only, stored encrypted).",
+    )  # fmt: skip
+    has_guest_password = serializers.BooleanField(read_only=True)
+
     class Meta:
         model = ImageVariant
-        fields = ["id", "image", "hypervisor_type", "format", "location", "checksum", "size_gib", "created"]
+        fields = ["id", "image", "hypervisor_type", "format", "location", "checksum", "size_gib", "guest_username",
+                  "guest_password", "has_guest_password", "created"]  # fmt: skip
         read_only_fields = ["created"]
         validators = []  # the service reports a duplicate type with a clear message
 

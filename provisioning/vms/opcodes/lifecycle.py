@@ -33,6 +33,10 @@ from provisioning.vms.opcodes.power import AFTER_POWER_ON, host_for_vm
 from provisioning.vms.opcodes.staging import stage
 
 RETRY_STEPS = ("claim", "define", "clean", "start", "address")  # a failure here is retried once on another host
+# What follows from a vm.create's success, registered by the apps above (reservations: its
+# reservation turns ready): ``hook(vm, job_id, actor=)`` in the transaction that makes the VM
+# ready and ends the job, which holds the queue lock; rolled back with it if the lease was lost.
+ON_BUILT = []
 
 
 @opcode("vm.create", params=VMParams, locks=vm_lock, staff_only=False)
@@ -132,11 +136,15 @@ class Attempt:
         if image.revert_on_end or image.pool_size:  # an image's, set when it is made (a pool reverts too)
             self.step("clean", clean_snapshot, vm_id, actor=actor)
         self.step("start", self._boot, vm_id, actor=actor, port=defined["port"])
-        address = self.step("address", wait_address, vm_id, loaded=self.booted)
+        # Followed by the ready step only: its record goes in that step's transaction.
+        self.at = "address"
+        address = self.job.step_recorded_later("address" + self.suffix, wait_address, vm_id, loaded=self.booted)
         built = {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"], "address": address}
         if self.last:
             self.at = "ready"
-            return self.job.last_db_step("ready" + self.suffix, ready, vm_id, address, actor=actor, job_result=built)
+            return self.job.last_db_step(
+                "ready" + self.suffix, ready, vm_id, address, actor=actor, job_id=self.job.job_id, job_result=built
+            )
         self.db_step("ready", ready, vm_id, address, actor=actor)
         return built
 
@@ -328,8 +336,12 @@ def wait_address(vm_id, loaded=None):
     return address
 
 
-def ready(vm_id, address, *, actor):
-    services.set_state(vm_id, S.RUNNING, "ready", address=address, error="", actor=actor)
+def ready(vm_id, address, *, actor, job_id=None):
+    """``job_id``: the vm.create job this is the last step of (``ON_BUILT`` is told)."""
+    vm = services.set_state(vm_id, S.RUNNING, "ready", address=address, error="", actor=actor)
+    if job_id is not None:
+        for hook in ON_BUILT:
+            hook(vm, job_id, actor=actor)
 
 
 def undo_create(vm_id, reason, *, actor):

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from provisioning.drivers.base import Conflict, Invalid, NotFound, Unreachable, VMState
+from provisioning.drivers.base import Conflict, DriverError, Invalid, NotFound, Unreachable, VMState
 
 pytestmark = pytest.mark.slow  # starts vcsim (once per session and worker)
 
@@ -146,3 +146,66 @@ def test_vms_of_other_hosts_are_not_listed(vmware_peer):
 
     assert spec.key in [vm.key for vm in vmware_peer.source.list_vms()]
     assert spec.key not in [vm.key for vm in vmware_peer.target.list_vms()]
+
+
+# --- the guest command channel (vSphere guest operations) -----------------------------------
+# Debian's vcsim runs guest operations only in a container (the VM's RUN.container, through
+# the docker CLI); without one it answers GuestOperationsUnavailable to the file transfers, and
+# its GuestProcessManager and the other GuestFileManager methods are not implemented at all.
+# So these tests reach exactly that far: the calls, their arguments and the faults' messages.
+
+GUEST = {"username": "vclmgr-svc", "password": "guest-secret-7f3a"}  # noqa: S105 (made up here)
+
+
+def running_vm(peer, **guest):
+    peer.source.stage_image(peer.image)
+    spec = peer.spec()
+    peer.source.create(spec)
+    peer.source.start(spec.key)
+    driver = type(peer.source)(peer.source.uri, {**peer.source.credentials, "guest": GUEST}, peer.source.options)
+    return driver, spec.key
+
+
+def test_file_transfers_without_guest_tools_say_that_tools_are_missing(vmware_peer):
+    driver, key = running_vm(vmware_peer)
+
+    for call in (lambda: driver.guest_put_file(key, "/tmp/vclmgr-run/in.txt", b"data"),
+                 lambda: driver.guest_get_file(key, "/tmp/vclmgr-run/out.xml", 1 << 20)):  # fmt: skip
+        with pytest.raises(DriverError, match=rf"VMware Tools on VM {key} do not offer guest operations") as caught:
+            call()
+        assert not caught.value.permanent  # Tools may still be starting: a retry may see them
+        assert GUEST["password"] not in str(caught.value)
+
+
+def test_process_and_listing_calls_vcsim_lacks_are_named(vmware_peer):
+    driver, key = running_vm(vmware_peer)
+
+    # A start first looks for the tag's directory (idempotence): ListFilesInGuest, which vcsim lacks.
+    with pytest.raises(Invalid, match="does not implement the guest operation ListFilesInGuest"):
+        driver.guest_exec(key, "run-1", ["make", "test"], {"CI": "1"}, "/tmp/vclmgr-run")
+    with pytest.raises(Invalid, match="ListFilesInGuest"):
+        driver.guest_glob(key, "/tmp/vclmgr-run", ["*.xml"])
+    # The status reads its files first: the transfer is where vcsim stops.
+    with pytest.raises(DriverError, match="do not offer guest operations"):
+        driver.guest_exec_status(key, "run-1", 0)
+    # A tag names a path in the guest: one that could leave the exec directory is refused.
+    with pytest.raises(Invalid, match="bad exec tag"):
+        driver.guest_exec_status(key, "../../etc", 0)
+
+
+def test_guest_calls_on_vcsim_without_a_guest_login_are_refused(vmware_peer):
+    vmware_peer.source.stage_image(vmware_peer.image)
+    spec = vmware_peer.spec()
+    vmware_peer.source.create(spec)
+    vmware_peer.source.start(spec.key)
+
+    with pytest.raises(Invalid, match="need a login in the guest, and its image has none"):
+        vmware_peer.source.guest_put_file(spec.key, "/tmp/x", b"x")
+
+
+def test_guest_calls_for_a_vm_that_is_not_there_are_not_found(vmware_peer):
+    driver = type(vmware_peer.source)(vmware_peer.source.uri, {**vmware_peer.source.credentials, "guest": GUEST},
+                                      vmware_peer.source.options)  # fmt: skip
+
+    with pytest.raises(NotFound, match="no VM vcl-999999"):
+        driver.guest_exec_status("vcl-999999", "run-1", 0)

@@ -213,3 +213,44 @@ def test_a_last_database_step_of_the_old_run_is_rolled_back_whole(sync_jobs):
         ctx.last_db_step("one", lambda: Gauge.objects.create(name="written by the old run").pk)
     assert not Gauge.objects.filter(name="written by the old run").exists()
     assert refresh(job).status == "running" and refresh(job).runner == "second:1"
+
+
+def test_a_step_recorded_later_is_recorded_with_the_database_step_after_it(sync_jobs):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    ctx.step("one", lambda: 1)
+    assert ctx.step_recorded_later("two", lambda: 2) == 2
+    assert [s["name"] for s in refresh(job).steps] == ["one"]  # kept, not written yet
+    with CaptureQueriesContext(connection) as queries:
+        ctx.last_db_step("three", lambda: Gauge.objects.create(name="kept").pk)
+    assert sum(q["sql"].lstrip().upper().startswith('UPDATE "JOBS_JOB"') for q in queries.captured_queries) == 1
+    job = refresh(job)
+    assert job.status == "success" and [s["name"] for s in job.steps] == ["one", "two", "three"]
+    assert job.steps[1]["result"] == 2 and job.progress == {"done": 3, "total": None, "step": "three"}
+    lines = list(JobLog.objects.filter(job=job).order_by("id").values_list("message", flat=True))
+    assert lines[-3:] == ["step 2 'two' done", "step 3 'three' done", "success"]
+
+
+def test_a_step_recorded_later_of_the_old_run_is_not_recorded(sync_jobs):
+    # Its record rides on the next write of the run, which is lease-conditional: the new owner
+    # runs the step again (it must be safe to repeat), and the old run's database step is undone.
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    ctx.step_recorded_later("one", lambda: 1)
+    _take_over(job)
+    with pytest.raises(runner.LeaseLost):
+        ctx.db_step("two", lambda: Gauge.objects.create(name="written by the old run").pk)
+    assert not Gauge.objects.filter(name="written by the old run").exists()
+    assert refresh(job).steps == []
+
+
+@pytest.mark.parametrize("then", ["step", "end", "fail"])
+def test_a_step_recorded_later_is_written_by_the_next_step_or_the_end(sync_jobs, then):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    ctx.step_recorded_later("one", lambda: 1)
+    if then == "step":
+        ctx.step("two", lambda: 2)
+        assert [s["name"] for s in refresh(job).steps] == ["one", "two"]
+        return
+    fields = {"result": 1} if then == "end" else {"error": "boom", "kind": "exception"}
+    assert ctx._end(runner.S.SUCCESS if then == "end" else runner.S.ERROR, **fields)[0] in ("success", "error")
+    job = refresh(job)
+    assert job.status in ("success", "error") and [s["name"] for s in job.steps] == ["one"]
