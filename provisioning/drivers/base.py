@@ -296,7 +296,7 @@ class Driver:
     # simulators' VMs are ready when they have an address).
     boots_guests = False
     # ``migrate`` moves a suspended VM with its saved memory, so a suspended run may resume on
-    # another host (sim, libvirt but not from shared storage; VMware: not yet).
+    # another host (sim, VMware, libvirt but not from shared storage).
     moves_suspended = False
 
     @property

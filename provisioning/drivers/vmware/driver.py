@@ -64,6 +64,7 @@ VM_PROPS = ["name", "runtime.host", "runtime.powerState", "config.template", "su
 
 class VMwareDriver(base.Driver):
     kind = "vmware"
+    moves_suspended = True  # a relocation (cold migration) carries a suspended VM's .vmss with it
 
     def __init__(self, uri, credentials=None, options=None):
         super().__init__(uri, credentials, options)
