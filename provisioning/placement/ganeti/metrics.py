@@ -426,19 +426,18 @@ class ValueRows:
             self.stats.terms = self.terms
         return self.stats
 
-    def score_class(self, positions: Sequence[int], off: bool, old: Sequence[float], new: Sequence[float]) -> list[float]:
+    def score_class(
+        self, positions: Sequence[int], off: bool, old: Sequence[float], new: Sequence[float]
+    ) -> list[float]:
         """``[score_with(n) for n in replacements]`` where each replacement takes the place
         of the node at one of ``positions``, all of which hold the values ``old`` (offline:
         ``off``) and become ``new`` — a class of identical candidates, as the nodes of a
         simulated cluster are. Bit for bit `_score_with_one`'s arithmetic, with the loops
-        over candidates in C: each changed column's sum is its running sum up to the
-        candidate, plus the new value, plus the rest of the column; the squared deviations
-        likewise, computed once per mean (the candidates of a class nearly always share it)."""
+        over candidates in C (`column_terms`), and twin columns computed once."""
         ks = [self.slot[p] for p in positions]
         count = len(ks)
         if count < 3:  # the set-up of the bulk path would cost more
             return [self._score_at(k, off, old, new) for k in ks]
-        tails = [slice(k + 1, None) for k in ks]
         totals = [0.0] * count
         done: dict[int, list[float]] = {}  # per component computed, its terms
         for c in range(NCOMP):
@@ -450,33 +449,39 @@ class ValueRows:
             if t in done and new[t] == x:  # an equal column, the same new value: the same terms
                 totals = list(map(add, totals, done[t]))
                 continue
-            column = self.columns[c]
-            prefix = self.prefixes[c]
-            if prefix is None:
-                prefix = self.prefixes[c] = list(accumulate(column, initial=0.0))
-            sums = list(map(_fold, map(column.__getitem__, tails), map(add, map(prefix.__getitem__, ks), repeat(x))))
-            w = WEIGHTS[c]
-            if KINDS[c] != STD:
-                terms = done[c] = list(map(mul, repeat(w), sums))
-                totals = list(map(add, totals, terms))
-                continue
-            n = float(len(column))
-            if sums.count(sums[0]) == count:
-                terms = self._std_terms(c, sums[0] / n, x, ks, tails, w)
-            else:  # the sums differ in their last bits with the position: a few means
-                terms = [0.0] * count
-                by_sum: dict[float, list[int]] = {}
-                for i, value in enumerate(sums):
-                    by_sum.setdefault(value, []).append(i)
-                for value, where in by_sum.items():
-                    part = self._std_terms(c, value / n, x, [ks[i] for i in where], [tails[i] for i in where], w)
-                    for i, term in zip(where, part, strict=True):
-                        terms[i] = term
-            done[c] = terms
+            terms = done[c] = self.column_terms(c, ks, x)
             totals = list(map(add, totals, terms))
         return totals
 
-    def _std_terms(self, c: int, mean: float, x: float, ks: list[int], tails: list[slice], w: float) -> list[float]:
+    def column_terms(self, c: int, ks: Sequence[int], x: float) -> list[float]:
+        """Component ``c``'s weighted term with ``x`` in place of the value at each of the
+        slots ``ks`` — `_score_with_one`'s term, bit for bit: the sum is the running sum up
+        to the slot, plus ``x``, plus the rest of the column; the squared deviations
+        likewise, once per mean (the sums, and so the means, may differ in their last bits
+        with the slot)."""
+        column = self.columns[c]
+        prefix = self.prefixes[c]
+        if prefix is None:
+            prefix = self.prefixes[c] = list(accumulate(column, initial=0.0))
+        tails = [slice(k + 1, None) for k in ks]
+        sums = list(map(_fold, map(column.__getitem__, tails), map(add, map(prefix.__getitem__, ks), repeat(x))))
+        w = WEIGHTS[c]
+        if KINDS[c] != STD:
+            return list(map(mul, repeat(w), sums))
+        n = float(len(column))
+        if sums.count(sums[0]) == len(sums):
+            return self._std_terms(c, sums[0] / n, x, ks, tails, w)
+        terms = [0.0] * len(sums)
+        by_sum: dict[float, list[int]] = {}
+        for i, value in enumerate(sums):
+            by_sum.setdefault(value, []).append(i)
+        for value, where in by_sum.items():
+            part = self._std_terms(c, value / n, x, [ks[i] for i in where], [tails[i] for i in where], w)
+            for i, term in zip(where, part, strict=True):
+                terms[i] = term
+        return terms
+
+    def _std_terms(self, c: int, mean: float, x: float, ks: Sequence[int], tails: list[slice], w: float) -> list[float]:
         """Component ``c``'s weighted standard deviation with ``x`` at each of the slots
         ``ks`` (``tails``: the slices after them), all with this ``mean``."""
         by_mean = self.deviations[c]
