@@ -319,11 +319,6 @@ def _sum_stat(values: list[float]) -> list[float]:
     return [_plain_sum(values)]
 
 
-#: Candidates from which the bulk re-scoring pays even for numpy's import (about 0.1 s, as
-#: much as Ganeti's whole hspace run on ten nodes); once imported, 8 suffice.
-NUMPY_IMPORT_PAYS = 64
-
-
 def _share_twins(columns: list[list[float]]) -> list[int]:
     """Per component, the first of its `TWINS` with an equal column (else itself); equal
     columns become one list (compared by identity next time). Equal lists hold equal
@@ -349,8 +344,8 @@ class ValueRows:
     two nodes away from a known one is `derive`d from it (its unchanged columns shared),
     as hspace's consecutive placements each change one node."""
 
-    __slots__ = ("nodes", "base", "columns", "arrays", "offline", "position", "rows", "slot", "terms",
-                 "prefixes", "deviations", "stats", "twin")  # fmt: skip
+    __slots__ = ("nodes", "base", "columns", "offline", "position", "rows", "slot", "terms", "prefixes",
+                 "deviations", "stats", "twin")  # fmt: skip
 
     def __init__(self, nodes: Sequence[Node] | None) -> None:
         if nodes is None:  # filled in by `derive`
@@ -373,7 +368,6 @@ class ValueRows:
             t = self.twin[c]
             base.append(base[t] if t != c else _std_stat(col) if KINDS[c] == STD else _sum_stat(col))
         self.terms = [_term(c, st) for c, st in enumerate(self.base)]  # each component's weighted term
-        self.arrays: list = [None] * NCOMP  # columns as numpy arrays, on demand
         self.prefixes: list = [None] * NCOMP  # running sums of the columns, on demand
         self.deviations: list = [None] * NCOMP  # per column, mean -> squared deviations, their running sums
         self.stats: ClusterStats | None = None
@@ -406,7 +400,7 @@ class ValueRows:
         new.columns = columns
         new.slot = self.slot
         new.base, new.terms = list(self.base), list(self.terms)
-        new.arrays, new.prefixes, new.deviations = list(self.arrays), list(self.prefixes), list(self.deviations)
+        new.prefixes, new.deviations = list(self.prefixes), list(self.deviations)
         new.twin = twin = _share_twins(columns)
         for c in sorted(fresh):
             t = twin[c]
@@ -415,7 +409,7 @@ class ValueRows:
             else:
                 st = new.base[c] = _std_stat(columns[c]) if KINDS[c] == STD else _sum_stat(columns[c])
                 new.terms[c] = _term(c, st)
-            new.arrays[c] = new.prefixes[c] = new.deviations[c] = None
+            new.prefixes[c] = new.deviations[c] = None
         new.stats = None
         return new
 
@@ -497,49 +491,6 @@ class ValueRows:
         nvars = map(_fold, map(squares.__getitem__, tails), map(add, map(prefix.__getitem__, ks), repeat(d * d)))
         n = float(len(squares))
         return list(map(mul, repeat(w), map(math.sqrt, map(truediv, nvars, repeat(n)))))
-
-    def score_many(self, replacements: Sequence[Node]) -> list[float]:
-        """``[score_with(node) for node in replacements]``, bit for bit, in bulk: each
-        changed column is rebuilt once per candidate as a row of a matrix, and the sums
-        are running sums along the rows (``cumsum`` adds left to right, as `_std_stat`'s
-        ``reduce``; numpy's ``sum`` would add pairwise and round differently). hspace
-        re-scores every near-tied candidate exactly, and on identical nodes that is
-        all of them: O(nodes²) per placement, which this keeps out of Python."""
-        count = len(replacements)
-        if count < 8 or (count < NUMPY_IMPORT_PAYS and "numpy" not in sys.modules):
-            return [self.score_with(node) for node in replacements]
-        import numpy as np  # only here: a small run is done before numpy would be imported
-
-        slots, news = [], []
-        for node in replacements:
-            pos = self.position[node.idx]
-            slots.append((self.slot[pos], self.offline[pos], self.rows[pos]))
-            news.append(node_values(node))
-        total = np.zeros(count)
-        for c in range(NCOMP):
-            term = self.terms[c]
-            which = [
-                k for k, (_, off, old) in enumerate(slots) if ONLINE[c] != off and news[k][c] != old[c]
-            ]
-            if not which:
-                total += term
-                continue
-            column = self.arrays[c]
-            if column is None:
-                column = self.arrays[c] = np.array(self.columns[c], dtype=float)
-            n = float(len(column))
-            matrix = np.tile(column, (len(which), 1))
-            matrix[np.arange(len(which)), [slots[k][0] for k in which]] = [news[k][c] for k in which]
-            sums = np.cumsum(matrix, axis=1)[:, -1]
-            if KINDS[c] == STD:
-                deviations = matrix - (sums / n)[:, None]
-                values = WEIGHTS[c] * np.sqrt(np.cumsum(deviations * deviations, axis=1)[:, -1] / n)
-            else:
-                values = WEIGHTS[c] * sums
-            terms = np.full(count, term)
-            terms[which] = values
-            total += terms
-        return total.tolist()
 
     def score_with(self, *replacements: Node) -> float:
         if len(replacements) == 1:
