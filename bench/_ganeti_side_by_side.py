@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -207,31 +206,50 @@ def _ours_env() -> dict:
     return env
 
 
-def _timed(argv, runs: int, timeout: float, env=None):
-    """(stdout of the first run, median wall s, median CPU s), or Nones on a timeout."""
-    walls, cpus, first = [], [], None
-    for _ in range(runs):
-        start, cpu = time.perf_counter(), _children_cpu()
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-        except subprocess.TimeoutExpired:
-            return None, None, None
-        walls.append(time.perf_counter() - start)
-        cpus.append(_children_cpu() - cpu)
-        first = done.stdout if first is None else first
-    return first, statistics.median(walls), statistics.median(cpus)
+@dataclass
+class ProcessRow:
+    """CPU seconds of each run of both processes (user + system, as the kernel counts
+    them: load from other processes stretches wall time far more than CPU time)."""
+
+    label: str
+    ours: list[float]
+    theirs: list[float] | None  # None: Ganeti's tool missing or too slow
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        """Ganeti's best CPU time over ours: above 1, ours is faster."""
+        if not self.ours or not self.theirs:
+            return None
+        return min(self.theirs) / max(min(self.ours), 1e-9)
 
 
-def process_row(case: ProcessCase, timeout: float) -> Row:
+def _run_once(argv, timeout: float, env=None):
+    """(stdout, CPU seconds), or (None, None) on a timeout."""
+    cpu = _children_cpu()
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return None, None
+    return done.stdout, _children_cpu() - cpu
+
+
+def process_row(case: ProcessCase, timeout: float) -> ProcessRow:
+    """``case.runs`` rounds, ours then Ganeti's in each (so both see the same load);
+    the first run of each is a warm-up of the file cache, and is not counted."""
     env = _ours_env()
     ours_argv = [sys.executable, os.path.join(ROOT, "manage.py"), case.tool, *case.args, *case.ours_extra]
-    ours, ours_s, ours_cpu = _timed(ours_argv, case.runs, timeout, env)
-    theirs, theirs_s, theirs_cpu = _timed([tool(case.tool), *case.args], case.runs, timeout)
-    if ours is None:
-        return Row(case.label, f"no answer in {timeout:.0f}s", "", float("nan"), theirs_s)
+    theirs_argv = None if tool(case.tool) is None else [tool(case.tool), *case.args]
+    ours_out, _ = _run_once(ours_argv, timeout, env)
+    if ours_out is None:
+        return ProcessRow(case.label, [], None, f"ours: no answer in {timeout:.0f}s")
+    theirs_out = None if theirs_argv is None else _run_once(theirs_argv, timeout)[0]
+    ours, theirs = [], [] if theirs_out is not None else None
+    for _ in range(case.runs):
+        ours.append(_run_once(ours_argv, timeout, env)[1])
+        if theirs is not None:
+            theirs.append(_run_once(theirs_argv, timeout)[1])
     if theirs is None:
-        return Row(case.label, "ok", f"no answer in {timeout:.0f}s", ours_s, None, "", ours_cpu)
+        return ProcessRow(case.label, ours, None, "Ganeti: missing or no answer")
     # hbal too: its text is Ganeti's byte for byte (tests/provisioning/capacity/test_hbal_text.py).
-    note = "identical stdout" if ours == theirs else "stdout differs"
-    note += f"; median of {case.runs}"
-    return Row(case.label, "", "", ours_s, theirs_s, note, ours_cpu, theirs_cpu)
+    return ProcessRow(case.label, ours, theirs, "identical stdout" if ours_out == theirs_out else "STDOUT DIFFERS")

@@ -378,6 +378,12 @@ def main(argv: list[str] | None = None, prog: str | None = None, from_manage: bo
         opts = _parse(name, argv[1:], prog, from_manage)
         if opts is None:
             return None
+    if "numpy" not in sys.modules:
+        # hbal's steepest descent imports numpy, whose OpenBLAS starts a thread per core at
+        # import (a third of numpy's import time); these commands never call BLAS.
+        import os  # already loaded by Python's start-up
+
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     out = sys.stdout
 
     def write(text: str) -> None:

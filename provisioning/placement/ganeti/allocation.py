@@ -16,7 +16,7 @@ re-scoring exactly only the candidates whose incremental scores are near ties.
 from __future__ import annotations
 
 from . import types as T
-from .instance import NO_NODE, check_policy
+from .instance import NO_NODE, policy_verdict, shape
 from .metrics import ClusterStats, node_values, rows_of, score, stats_of
 from .n_plus_one import redundant
 from .quick_checks import primary_failures
@@ -206,25 +206,10 @@ def _policy_check(cluster: GCluster, inst: Instance) -> Callable[[Node], FailMod
         try:
             return verdicts[key]
         except KeyError:
-            verdict = verdicts[key] = _policy_verdict(inst, cluster.groups[node.group].ipolicy, node.excl_storage)
+            verdict = verdicts[key] = policy_verdict(inst, cluster.groups[node.group].ipolicy, node.excl_storage)
             return verdict
 
     return check
-
-
-def _policy_verdict(inst: Instance, ipol: T.IPolicy, excl: bool) -> FailMode | None:
-    """`check_policy`, remembered per policy and instance shape: hspace's shrink loops ask
-    about the same few specs on every step."""
-    key = (id(ipol), excl, inst.mem, tuple(inst.disks), inst.vcpus, inst.spindle_use, inst.disk_template)
-    found = _VERDICTS.get(key)
-    if found is None or found[0] is not ipol:
-        if len(_VERDICTS) >= 4096:
-            _VERDICTS.clear()
-        found = _VERDICTS[key] = (ipol, check_policy(inst, ipol, excl))  # ipol held: its id keys
-    return found[1]
-
-
-_VERDICTS: dict[tuple, tuple] = {}
 
 
 #: Largest possible gap between an incrementally updated score and htools' two-pass one
@@ -242,7 +227,8 @@ def _collect(
     """`collectionToSolution`: best score first, ties to the later candidate.
 
     With ``exact``, scores are incremental estimates: runs of near-equal ones are
-    re-scored exactly and re-ranked, lazily, until a candidate is kept."""
+    re-scored exactly and re-ranked, lazily, until a candidate is kept (a candidate
+    without a near tie keeps its estimate: hspace, the one caller, never shows it)."""
     # (score, position in the reversed list): a stable sort of the reversed list.
     ordered = sorted(enumerate(reversed(candidates)), key=lambda item: item[1].score)
     dropped = 0
@@ -254,9 +240,10 @@ def _collect(
             while j < len(ordered) and ordered[j][1].score - ordered[j - 1][1].score <= NEAR_TIE:
                 j += 1
             run = ordered[i:j]
-            for (_, cand), value in zip(run, exact([cand for _, cand in run]), strict=True):
-                cand.score = value
-            run.sort(key=lambda item: (item[1].score, item[0]))
+            if j - i > 1:  # alone, its exact score would change nothing
+                for (_, cand), value in zip(run, exact([cand for _, cand in run]), strict=True):
+                    cand.score = value
+                run.sort(key=lambda item: (item[1].score, item[0]))
         else:
             run = ordered[i:j]
         for _, cand in run:
@@ -359,37 +346,41 @@ class _PairCandidate:
 
 def _pair_solution(opts, cluster, inst, alloc_nodes, policy, stats, keep) -> AllocSolution:
     """`try_alloc` on node pairs: per primary, `allocate_on_pair` for each secondary (the
-    same checks in the same order, the same score to the bit)."""
-    from .fast_moves import node_values_after
+    same checks in the same order, the same score to the bit). Each node's outcome of
+    the add is kept on the node (`fast_moves.primary_outcome`, `secondary_outcome`),
+    and pairs whose secondaries have the same values before and after share a score."""
+    from .fast_moves import primary_outcome, secondary_outcome
 
     nodes = cluster.nodes
     force = opts.ignore_soft_errors
-    add_pri = (("ap", force),)
+    key = (force, *shape(inst))
     total = AllocSolution()
     for p, secondaries in alloc_nodes:
         tgt_p = nodes[p]
         fail = policy(tgt_p)
         if fail is None:
-            try:
-                values_p = node_values_after(tgt_p, inst, add_pri)
-            except T.AllocFailure as exc:
-                fail = exc.mode
+            values_p = primary_outcome(tgt_p, inst, force, key)
+            if values_p.__class__ is not tuple:
+                fail = values_p
         if fail is not None:  # every pair with this primary fails the same way
             total = _sum_allocs(total, AllocSolution([fail] * len(secondaries), 0, None))
             continue
         base = stats().replace_values(tgt_p.offline, node_values(tgt_p), values_p)
         primary = [cluster, inst, p, force, None]
-        add_sec = (("as", p, False),)
         candidates = []
         failures = []
+        scores: dict[tuple, float] = {}
         for s in secondaries:
             tgt_s = nodes[s]
-            try:
-                values_s = node_values_after(tgt_s, inst, add_sec)
-            except T.AllocFailure as exc:
-                failures.append(exc.mode)
+            values_s = secondary_outcome(tgt_s, inst, p, key)
+            if values_s.__class__ is not tuple:
+                failures.append(values_s)
                 continue
-            value = base.score_replaced_values(tgt_s.offline, node_values(tgt_s), values_s)
+            old = node_values(tgt_s)
+            pair = (tgt_s.offline, id(old), id(values_s))
+            value = scores.get(pair)
+            if value is None:
+                value = scores[pair] = base.score_replaced_values(tgt_s.offline, old, values_s)
             candidates.append(_PairCandidate(value, s, primary))
         failures.reverse()
         if keep is None:
@@ -405,61 +396,108 @@ def _pair_solution(opts, cluster, inst, alloc_nodes, policy, stats, keep) -> All
 def _single_solution(opts, cluster, inst, alloc_nodes, scope, policy, stats, rows, keep) -> AllocSolution:
     """`try_alloc` on single nodes (``stats``/``rows``: the lazily built score tables):
     `allocate_on_single` for each node, its checks in its order and its score to the bit,
-    from the node's values after the add (no node is built unless it is looked at)."""
-    from .fast_moves import node_values_after
+    from the node's values after the add (no node is built unless it is looked at).
 
-    candidates: list[_SingleCandidate] = []
-    failures: list[FailMode] = []
-    known = _known_failures(opts, cluster, inst, alloc_nodes, policy)
+    Nodes whose values before and after the add are the same (`metrics.intern_values`
+    makes them the same objects) form a class: one incremental score serves all of it,
+    and the exact re-scoring of near ties runs per class (`ValueRows.score_class`)."""
     nodes = cluster.nodes
-    force = opts.ignore_soft_errors
-    add_pri = (("ap", force),)
-    for ndx, mode in zip(alloc_nodes, known, strict=True):
-        if mode is None:
-            node = nodes[ndx]
-            mode = policy(node)  # None when the quick checks passed; kept for ignore_soft_errors
-            if mode is None:
-                try:
-                    values = node_values_after(node, inst, add_pri)
-                except T.AllocFailure as exc:
-                    mode = exc.mode
-        if mode is not None:
-            failures.append(mode)
+    outcomes = _outcomes(nodes, alloc_nodes, inst, opts.ignore_soft_errors, policy)
+    failures: list[FailMode] = []
+    feasible: list[tuple[int, _Class]] = []
+    classes: dict[tuple, _Class] = {}
+    for ndx, outcome in zip(alloc_nodes, outcomes, strict=True):
+        if outcome.__class__ is not tuple:  # a FailMode
+            failures.append(outcome)
             continue
-        score = stats().score_replaced_values(node.offline, node_values(node), values)
-        candidates.append(_SingleCandidate(score, ndx, values, cluster, inst, force))
+        node = nodes[ndx]
+        old = node_values(node)
+        key = (node.offline, id(old), id(outcome))
+        cls = classes.get(key)
+        if cls is None:
+            cls = classes[key] = _Class(node.offline, old, outcome)
+        feasible.append((ndx, cls))
     failures.reverse()  # htools prepends each failure
+    if classes:
+        base = stats()
+        for cls in classes.values():
+            cls.score = base.score_replaced_values(cls.offline, cls.old, cls.new)
     # htools scores each single-node candidate with a full two-pass computation; the
     # incremental scores rank them the same except within near ties, which `exact`
     # settles (to the last bit, as ties break on it).
-    exact = (lambda cs: rows().score_many([c.after for c in cs])) if opts.exact else None
+    exact = (lambda cands: _exact_scores(rows(), cands)) if opts.exact else None
+    force = opts.ignore_soft_errors
     if keep is None:
-        sol = AllocSolution(failures, len(candidates), _best_only(candidates, exact))
+        best = _best_single(feasible, exact)
+        chosen = None if best is None else _SingleCandidate(best[1], best[0], cluster, inst, force, best[2])
+        sol = AllocSolution(failures, len(feasible), chosen)
     else:
+        candidates = [_SingleCandidate(cls, ndx, cluster, inst, force) for ndx, cls in feasible]
         sol = _collect(candidates, failures, keep, exact)
     if sol.solution is not None:
         sol.solution = sol.solution.candidate()
     return sol
 
 
-class _After:
-    """A node's index and values after an add: what `metrics.ValueRows` reads of a node."""
+class _Class:
+    """Candidates with the same values before and after the add (and the same offline
+    flag): the same incremental score."""
 
-    __slots__ = ("idx", "score_values")
+    __slots__ = ("offline", "old", "new", "score")
 
-    def __init__(self, idx: int, values: tuple) -> None:
-        self.idx = idx
-        self.score_values = values
+    def __init__(self, offline: bool, old: tuple, new: tuple) -> None:
+        self.offline = offline
+        self.old = old
+        self.new = new
+        self.score = 0.0
+
+
+def _best_single(feasible: list[tuple[int, _Class]], exact) -> tuple[int, _Class, float] | None:
+    """`_best_only` on ``(node index, class)`` candidates: ``(index, class, score)``."""
+    if not feasible:
+        return None
+    if exact is not None:
+        low = min([cls.score for _, cls in feasible])
+        near = [item for item in feasible if item[1].score <= low + NEAR_TIE]
+        # Alone, its exact score would change nothing (it keeps the estimate).
+        values = exact(near) if len(near) > 1 else [near[0][1].score]
+    else:
+        near = feasible
+        values = [cls.score for _, cls in feasible]
+    best, best_value = None, 0.0
+    for item, value in zip(near, values, strict=True):
+        if best is None or not (best_value < value):
+            best, best_value = item, value
+    return best[0], best[1], best_value
+
+
+def _exact_scores(rows: ValueRows, cands) -> list[float]:
+    """The exact two-pass score of each candidate (``(node index, class)`` pairs or
+    `_SingleCandidate`s), one `ValueRows.score_class` per class."""
+    by_class: dict[int, tuple[_Class, list[int], list[int]]] = {}
+    for i, cand in enumerate(cands):
+        ndx, cls = (cand.ndx, cand.cls) if cand.__class__ is _SingleCandidate else cand
+        found = by_class.get(id(cls))
+        if found is None:
+            found = by_class[id(cls)] = (cls, [], [])
+        found[1].append(i)
+        found[2].append(rows.position[ndx])
+    out = [0.0] * len(cands)
+    for cls, where, positions in by_class.values():
+        for i, value in zip(where, rows.score_class(positions, cls.offline, cls.old, cls.new), strict=True):
+            out[i] = value
+    return out
 
 
 class _SingleCandidate:
     """A single node's score; its node is built only if looked at (`candidate`)."""
 
-    __slots__ = ("score", "after", "cluster", "inst", "force", "built")
+    __slots__ = ("score", "cls", "ndx", "cluster", "inst", "force", "built")
 
-    def __init__(self, score: float, ndx: int, values: tuple, cluster, inst, force: bool) -> None:
-        self.score = score
-        self.after = _After(ndx, values)
+    def __init__(self, cls: _Class, ndx: int, cluster, inst, force: bool, score: float | None = None) -> None:
+        self.score = cls.score if score is None else score
+        self.cls = cls
+        self.ndx = ndx
         self.cluster = cluster
         self.inst = inst
         self.force = force
@@ -467,7 +505,7 @@ class _SingleCandidate:
 
     def candidate(self) -> Candidate:
         if self.built is None:
-            ndx = self.after.idx
+            ndx = self.ndx
             new = self.cluster.nodes[ndx].add_pri(self.inst, force=self.force)
             placed = self.inst.copy()
             placed.pnode, placed.snode = ndx, NO_NODE
@@ -478,17 +516,37 @@ class _SingleCandidate:
         return self.candidate().apply(cluster)
 
 
-def _known_failures(opts, cluster, inst, alloc_nodes, policy) -> list[FailMode | None]:
-    """Per candidate node, the failure `allocate_on_single` would raise, where the
-    first checks already tell (see `quick_checks`); None: ask it."""
-    if opts.ignore_soft_errors:
-        return [None] * len(alloc_nodes)
-    nodes = [cluster.nodes[i] for i in alloc_nodes]
-    if len({(n.group, n.excl_storage) for n in nodes}) == 1:  # the usual case: one verdict
-        modes = [policy(nodes[0])] * len(nodes)
-    else:
-        modes = [policy(n) for n in nodes]
-    return primary_failures(nodes, inst, modes)
+def _outcomes(nodes, alloc_nodes, inst: Instance, force: bool, policy) -> list:
+    """Per candidate node, what `allocate_on_single` meets: the `FailMode` it raises, or
+    the node's `node_values` after the add (`fast_moves.primary_outcome`, kept on the
+    node). The instance policy comes first."""
+    from .fast_moves import primary_outcome, remember_outcome
+
+    key = (force, *shape(inst))
+    out: list = []
+    missing: list[int] = []
+    for ndx in alloc_nodes:
+        node = nodes[ndx]
+        mode = policy(node)
+        if mode is None:
+            memo = node.outcomes
+            mode = None if memo is None else memo.get(key)
+            if mode is None:
+                missing.append(len(out))
+        out.append(mode)
+    if not missing:
+        return out
+    todo = [nodes[alloc_nodes[i]] for i in missing]
+    # Many new ones (a new shape, as in hspace's shrink loops): the leading checks at once,
+    # without an exception per failing node (`quick_checks`).
+    quick = primary_failures(todo, inst, [None] * len(todo)) if len(todo) > 3 and not force else None
+    for j, (i, node) in enumerate(zip(missing, todo, strict=True)):
+        if quick is not None and quick[j] is not None:
+            remember_outcome(node, key, quick[j])
+            out[i] = quick[j]
+        else:
+            out[i] = primary_outcome(node, inst, force, key)
+    return out
 
 
 def _sum_allocs(a: AllocSolution, b: AllocSolution) -> AllocSolution:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from . import types as T
 from .instance import Instance
+from .metrics import intern_values
 from .moves import (
     FAILOVER,
     FAILOVER_AND_REPLACE,
@@ -352,6 +353,50 @@ def node_values_after(node: Node, inst: Instance, ops: tuple) -> tuple[float, ..
     for op in ops:
         _replay(scratch, inst, op)
     return scratch.values()
+
+
+def primary_outcome(node: Node, inst: Instance, force: bool, key: tuple):
+    """`node_values_after` of adding ``inst`` as a primary (interned), or the `FailMode`
+    that add raises — kept on the node under ``key`` (``(force, *instance.shape(inst))``):
+    nodes are never changed once built, and hspace asks about the same node and shape
+    again at each placement and in each N+1 check."""
+    memo = node.outcomes
+    if memo is not None:
+        found = memo.get(key)
+        if found is not None:
+            return found
+    try:
+        result = intern_values(node_values_after(node, inst, (("ap", force),)))
+    except T.AllocFailure as exc:
+        result = exc.mode
+    remember_outcome(node, key, result)
+    return result
+
+
+def secondary_outcome(node: Node, inst: Instance, pdx: int, key: tuple):
+    """`primary_outcome` for adding ``inst`` as a secondary of primary ``pdx`` (strict,
+    as hspace's pairs add it), kept under ``(pdx, key)``."""
+    memo_key = (pdx, key)
+    memo = node.outcomes
+    if memo is not None:
+        found = memo.get(memo_key)
+        if found is not None:
+            return found
+    try:
+        result = intern_values(node_values_after(node, inst, (("as", pdx, False),)))
+    except T.AllocFailure as exc:
+        result = exc.mode
+    remember_outcome(node, memo_key, result)
+    return result
+
+
+def remember_outcome(node: Node, key: tuple, result) -> None:
+    memo = node.outcomes
+    if memo is None:
+        memo = node.outcomes = {}
+    elif len(memo) >= 256:
+        memo.clear()
+    memo[key] = result
 
 
 def _replay(scratch: _Scratch, inst: Instance, op: tuple) -> None:

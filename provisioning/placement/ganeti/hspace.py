@@ -282,6 +282,10 @@ class _Allocator:
         (the same sizes on the same cluster), which made the pass quadratic in the chain's
         length (34,000 allocations for 250 levels on 20 nodes; now one per size)."""
         seen: dict[tuple, AllocSolution] = {}
+        # Only whether something fits, and the failure modes, are read of these answers
+        # (`_suffices_shrinking`), not which candidate wins: near ties need no exact score.
+        o = self.opts
+        opts = AllocOptions(o.capacity, o.ignore_soft_errors, o.restrict_to_nodes, o.accept_existing, exact=False)
 
         def fn(inst: Instance) -> AllocSolution:
             key = _shape(inst)
@@ -291,7 +295,7 @@ class _Allocator:
             inst = inst.copy()
             inst.idx = len(cluster.instances)
             try:
-                found = self.try_alloc(self.opts, cluster, inst)
+                found = self.try_alloc(opts, cluster, inst)
             except AllocError:
                 found = AllocSolution()
             seen[key] = found

@@ -141,6 +141,15 @@ class Instance(Record):
         return (self.mem, self.dsk, self.vcpus, spn)
 
 
+def shape(inst: Instance) -> tuple:
+    """Everything of an instance that adding it to a node reads (the checks, the new
+    values), its name, index and nodes aside: equal shapes, equal outcomes on a node."""
+    util = inst.extra.get("util")
+    return (inst.mem, inst.dsk, inst.vcpus, inst.status, inst.auto_balance, inst.disk_template,
+            inst.spindle_use, tuple(inst.disks), inst.forthcoming, tuple(inst.excl_tags),
+            None if util is None else tuple(util))  # fmt: skip
+
+
 def check_policy(inst: Instance, ipol: T.IPolicy, excl_storage: bool) -> T.FailMode | None:
     """`instMatchesPolicy`: some min/max pair must admit the instance, and its template."""
     result: T.FailMode | None = T.FailMode.INTERNAL
@@ -160,6 +169,21 @@ def check_policy(inst: Instance, ipol: T.IPolicy, excl_storage: bool) -> T.FailM
     if inst.disk_template not in ipol.disk_templates:
         return T.FailMode.DISK
     return None
+
+
+def policy_verdict(inst: Instance, ipol: T.IPolicy, excl: bool) -> T.FailMode | None:
+    """`check_policy`, remembered per policy and instance shape: hspace's shrink loops and
+    N+1 checks ask about the same few specs again and again."""
+    key = (id(ipol), excl, inst.mem, tuple(inst.disks), inst.vcpus, inst.spindle_use, inst.disk_template)
+    found = _VERDICTS.get(key)
+    if found is None or found[0] is not ipol:
+        if len(_VERDICTS) >= 4096:
+            _VERDICTS.clear()
+        found = _VERDICTS[key] = (ipol, check_policy(inst, ipol, excl))  # ipol held: its id keys
+    return found[1]
+
+
+_VERDICTS: dict[tuple, tuple] = {}
 
 
 def _compare(inst: Instance, spec: T.ISpec, sign: int, excl: bool) -> T.FailMode | None:

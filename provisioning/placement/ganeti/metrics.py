@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 import sys
-from itertools import repeat
-from operator import mul, sub
+from itertools import accumulate, count, repeat
+from operator import add, mul, sub, truediv
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -52,6 +52,12 @@ WEIGHTS = tuple(c[1] for c in COMPONENTS)
 KINDS = tuple(c[2] for c in COMPONENTS)
 ONLINE = tuple(c[3] for c in COMPONENTS)
 NCOMP = len(COMPONENTS)
+#: Per component, the earlier ones computed alike (kind, weight, nodes counted): with equal
+#: columns, equal terms to the bit. By default the four load columns are the instance
+#: counts, and without forthcoming instances each "_forth" column is its twin's.
+TWINS = tuple(
+    tuple(d for d in range(c) if COMPONENTS[d][1:] == COMPONENTS[c][1:]) for c in range(NCOMP)
+)
 
 
 def node_values(node: Node) -> tuple[float, ...]:
@@ -59,8 +65,23 @@ def node_values(node: Node) -> tuple[float, ...]:
     updates return new nodes, so a node's values never change once it is scored)."""
     values = node.score_values
     if values is None:
-        values = node.score_values = _node_values(node)
+        values = node.score_values = intern_values(_node_values(node))
     return values
+
+
+def intern_values(values: tuple[float, ...]) -> tuple[float, ...]:
+    """One tuple object for equal values: nodes in the same state (a simulated cluster's,
+    say) then share their values by identity, which allocation uses to score such nodes
+    once (`allocation._single_solution`)."""
+    found = _INTERNED.get(values)
+    if found is None:
+        if len(_INTERNED) >= 100_000:
+            _INTERNED.clear()
+        found = _INTERNED[values] = values
+    return found
+
+
+_INTERNED: dict[tuple[float, ...], tuple[float, ...]] = {}
 
 
 def _node_values(node: Node) -> tuple[float, ...]:
@@ -219,12 +240,18 @@ class ColumnStats:
         off = self.offline[pos]
         self.rows[pos] = new
         k = self.slot[pos]
+        columns, stats, terms = self.columns, self.stats, self.terms
         for c in range(NCOMP):
             if ONLINE[c] != off and new[c] != old[c]:
-                column = self.columns[c]
+                column = columns[c]
                 column[k] = new[c]
-                st = self.stats[c] = _std_stat(column) if KINDS[c] == STD else _sum_stat(column)
-                self.terms[c] = _term(c, st)
+                for d in TWINS[c]:  # an equal twin column (up to date: d < c) has the statistics
+                    if columns[d] == column:
+                        stats[c], terms[c] = stats[d], terms[d]
+                        break
+                else:
+                    st = stats[c] = _std_stat(column) if KINDS[c] == STD else _sum_stat(column)
+                    terms[c] = _term(c, st)
 
     def score_replacing(self, pos: int, new: Sequence[float]) -> float:
         return _score_replacing(self.stats, self.terms, self.offline[pos], self.rows[pos], new)
@@ -261,12 +288,17 @@ if sys.version_info < (3, 12):
     def _plain_sum(values) -> float:
         return sum(values, 0.0)
 
+    #: ``_fold(values, start)``: ``start`` plus each value, left to right.
+    _fold = sum
+
 else:  # pragma: no cover - the project runs 3.11
     from functools import reduce
-    from operator import add
 
     def _plain_sum(values) -> float:
         return reduce(add, values, 0.0)
+
+    def _fold(values, start: float) -> float:
+        return reduce(add, values, start)
 
 
 def _std_stat(values: list[float]) -> list[float]:
@@ -287,9 +319,20 @@ def _sum_stat(values: list[float]) -> list[float]:
     return [_plain_sum(values)]
 
 
-#: Candidates from which the bulk re-scoring pays even for numpy's import (about 0.1 s, as
-#: much as Ganeti's whole hspace run on ten nodes); once imported, 8 suffice.
-NUMPY_IMPORT_PAYS = 64
+def _share_twins(columns: list[list[float]]) -> list[int]:
+    """Per component, the first of its `TWINS` with an equal column (else itself); equal
+    columns become one list (compared by identity next time). Equal lists hold equal
+    floats, and the one difference ``==`` ignores, the sign of a zero, changes no sum
+    that starts at +0.0 and no square."""
+    twin = list(range(NCOMP))
+    for c in range(NCOMP):
+        col = columns[c]
+        for d in TWINS[c]:
+            if twin[d] == d and (columns[d] is col or columns[d] == col):
+                twin[c] = d
+                columns[c] = columns[d]
+                break
+    return twin
 
 
 class ValueRows:
@@ -297,15 +340,20 @@ class ValueRows:
     the exact two-pass score of many candidates that each change one or two nodes.
 
     Components a replacement leaves unchanged keep the base statistics (bit-identical by
-    construction); only the changed columns are recomputed, in node order."""
+    construction); only the changed columns are recomputed, in node order. A state one or
+    two nodes away from a known one is `derive`d from it (its unchanged columns shared),
+    as hspace's consecutive placements each change one node."""
 
-    __slots__ = ("base", "columns", "arrays", "offline", "position", "rows", "slot", "terms")
+    __slots__ = ("nodes", "base", "columns", "offline", "position", "rows", "slot", "terms", "prefixes",
+                 "deviations", "stats", "twin")  # fmt: skip
 
-    def __init__(self, nodes: Sequence[Node]) -> None:
+    def __init__(self, nodes: Sequence[Node] | None) -> None:
+        if nodes is None:  # filled in by `derive`
+            return
+        self.nodes = tuple(nodes)
         self.rows = [node_values(n) for n in nodes]
         self.offline = [n.offline for n in nodes]
         self.position = {n.idx: i for i, n in enumerate(nodes)}
-        self.base = ClusterStats.from_rows(self.rows, self.offline).stats
         online = [i for i, off in enumerate(self.offline) if not off]
         offline = [i for i, off in enumerate(self.offline) if off]
         self.columns = [
@@ -313,52 +361,136 @@ class ValueRows:
         ]
         # A node's index within the online (or offline) columns.
         self.slot = {i: k for group in (online, offline) for k, i in enumerate(group)}
-        self.arrays: list = [None] * NCOMP  # columns as numpy arrays, on demand
-        self.terms: list[float] | None = None  # each base component's weighted term, on demand
+        self.twin = _share_twins(self.columns)
+        # `ClusterStats.from_rows`' statistics: the same columns, in the same order.
+        self.base = base = []
+        for c, col in enumerate(self.columns):
+            t = self.twin[c]
+            base.append(base[t] if t != c else _std_stat(col) if KINDS[c] == STD else _sum_stat(col))
+        self.terms = [_term(c, st) for c, st in enumerate(self.base)]  # each component's weighted term
+        self.prefixes: list = [None] * NCOMP  # running sums of the columns, on demand
+        self.deviations: list = [None] * NCOMP  # per column, mean -> squared deviations, their running sums
+        self.stats: ClusterStats | None = None
 
-    def score_many(self, replacements: Sequence[Node]) -> list[float]:
-        """``[score_with(node) for node in replacements]``, bit for bit, in bulk: each
-        changed column is rebuilt once per candidate as a row of a matrix, and the sums
-        are running sums along the rows (``cumsum`` adds left to right, as `_std_stat`'s
-        ``reduce``; numpy's ``sum`` would add pairwise and round differently). hspace
-        re-scores every near-tied candidate exactly, and on identical nodes that is
-        all of them: O(nodes²) per placement, which this keeps out of Python."""
-        count = len(replacements)
-        if count < 8 or (count < NUMPY_IMPORT_PAYS and "numpy" not in sys.modules):
-            return [self.score_with(node) for node in replacements]
-        import numpy as np  # only here: a small run is done before numpy would be imported
-
-        slots, news = [], []
-        for node in replacements:
-            pos = self.position[node.idx]
-            slots.append((self.slot[pos], self.offline[pos], self.rows[pos]))
-            news.append(node_values(node))
-        total = np.zeros(count)
-        for c in range(NCOMP):
-            base = self.base[c]
-            term = WEIGHTS[c] * (math.sqrt(base[2]) if KINDS[c] == STD else base[0])
-            which = [
-                k for k, (_, off, old) in enumerate(slots) if ONLINE[c] != off and news[k][c] != old[c]
-            ]
-            if not which:
-                total += term
-                continue
-            column = self.arrays[c]
-            if column is None:
-                column = self.arrays[c] = np.array(self.columns[c], dtype=float)
-            n = float(len(column))
-            matrix = np.tile(column, (len(which), 1))
-            matrix[np.arange(len(which)), [slots[k][0] for k in which]] = [news[k][c] for k in which]
-            sums = np.cumsum(matrix, axis=1)[:, -1]
-            if KINDS[c] == STD:
-                deviations = matrix - (sums / n)[:, None]
-                values = WEIGHTS[c] * np.sqrt(np.cumsum(deviations * deviations, axis=1)[:, -1] / n)
+    def derive(self, nodes: Sequence[Node], changed: Sequence[int]) -> ValueRows | None:
+        """`ValueRows(nodes)`, bit for bit, where ``nodes`` differ from this one's at the
+        positions ``changed`` only (None when a node there is another one, or went offline):
+        the changed columns are recomputed whole, as a fresh build does."""
+        rows = list(self.rows)
+        columns = list(self.columns)
+        fresh: set[int] = set()
+        for p in changed:
+            node, was = nodes[p], self.nodes[p]
+            if node.idx != was.idx or node.offline != was.offline:
+                return None
+            old, values = rows[p], node_values(node)
+            rows[p] = values
+            k, off = self.slot[p], was.offline
+            for c in range(NCOMP):
+                if ONLINE[c] != off and values[c] != old[c]:
+                    if c not in fresh:
+                        columns[c] = list(columns[c])
+                        fresh.add(c)
+                    columns[c][k] = values[c]
+        new = ValueRows(None)
+        new.nodes = tuple(nodes)
+        new.rows = rows
+        new.offline = self.offline
+        new.position = self.position
+        new.columns = columns
+        new.slot = self.slot
+        new.base, new.terms = list(self.base), list(self.terms)
+        new.prefixes, new.deviations = list(self.prefixes), list(self.deviations)
+        new.twin = twin = _share_twins(columns)
+        for c in sorted(fresh):
+            t = twin[c]
+            if t != c:  # an equal column's statistics (its own are up to date: t < c)
+                new.base[c], new.terms[c] = new.base[t], new.terms[t]
             else:
-                values = WEIGHTS[c] * sums
-            terms = np.full(count, term)
-            terms[which] = values
-            total += terms
-        return total.tolist()
+                st = new.base[c] = _std_stat(columns[c]) if KINDS[c] == STD else _sum_stat(columns[c])
+                new.terms[c] = _term(c, st)
+            new.prefixes[c] = new.deviations[c] = None
+        new.stats = None
+        return new
+
+    def cluster_stats(self) -> ClusterStats:
+        """`ClusterStats.compute` of these nodes (the same statistics)."""
+        if self.stats is None:
+            self.stats = ClusterStats(self.base)
+            self.stats.terms = self.terms
+        return self.stats
+
+    def score_class(
+        self, positions: Sequence[int], off: bool, old: Sequence[float], new: Sequence[float]
+    ) -> list[float]:
+        """``[score_with(n) for n in replacements]`` where each replacement takes the place
+        of the node at one of ``positions``, all of which hold the values ``old`` (offline:
+        ``off``) and become ``new`` — a class of identical candidates, as the nodes of a
+        simulated cluster are. Bit for bit `_score_with_one`'s arithmetic, with the loops
+        over candidates in C (`column_terms`), and twin columns computed once."""
+        ks = [self.slot[p] for p in positions]
+        count = len(ks)
+        if count < 3:  # the set-up of the bulk path would cost more
+            return [self._score_at(k, off, old, new) for k in ks]
+        totals = [0.0] * count
+        done: dict[int, list[float]] = {}  # per component computed, its terms
+        for c in range(NCOMP):
+            x = new[c]
+            if ONLINE[c] == off or x == old[c]:
+                totals = list(map(add, totals, repeat(self.terms[c], count)))
+                continue
+            t = self.twin[c]
+            if t in done and new[t] == x:  # an equal column, the same new value: the same terms
+                totals = list(map(add, totals, done[t]))
+                continue
+            terms = done[c] = self.column_terms(c, ks, x)
+            totals = list(map(add, totals, terms))
+        return totals
+
+    def column_terms(self, c: int, ks: Sequence[int], x: float) -> list[float]:
+        """Component ``c``'s weighted term with ``x`` in place of the value at each of the
+        slots ``ks`` — `_score_with_one`'s term, bit for bit: the sum is the running sum up
+        to the slot, plus ``x``, plus the rest of the column; the squared deviations
+        likewise, once per mean (the sums, and so the means, may differ in their last bits
+        with the slot)."""
+        column = self.columns[c]
+        prefix = self.prefixes[c]
+        if prefix is None:
+            prefix = self.prefixes[c] = list(accumulate(column, initial=0.0))
+        tails = [slice(k + 1, None) for k in ks]
+        sums = list(map(_fold, map(column.__getitem__, tails), map(add, map(prefix.__getitem__, ks), repeat(x))))
+        w = WEIGHTS[c]
+        if KINDS[c] != STD:
+            return list(map(mul, repeat(w), sums))
+        n = float(len(column))
+        if sums.count(sums[0]) == len(sums):
+            return self._std_terms(c, sums[0] / n, x, ks, tails, w)
+        terms = [0.0] * len(sums)
+        by_sum: dict[float, list[int]] = {}
+        for i, value in enumerate(sums):
+            by_sum.setdefault(value, []).append(i)
+        for value, where in by_sum.items():
+            part = self._std_terms(c, value / n, x, [ks[i] for i in where], [tails[i] for i in where], w)
+            for i, term in zip(where, part, strict=True):
+                terms[i] = term
+        return terms
+
+    def _std_terms(self, c: int, mean: float, x: float, ks: Sequence[int], tails: list[slice], w: float) -> list[float]:
+        """Component ``c``'s weighted standard deviation with ``x`` at each of the slots
+        ``ks`` (``tails``: the slices after them), all with this ``mean``."""
+        by_mean = self.deviations[c]
+        if by_mean is None:
+            by_mean = self.deviations[c] = {}
+        found = by_mean.get(mean)
+        if found is None:
+            column = self.columns[c]
+            squares = list(map(mul, map(sub, column, repeat(mean)), map(sub, column, repeat(mean))))
+            found = by_mean[mean] = (squares, list(accumulate(squares, initial=0.0)))
+        squares, prefix = found
+        d = x - mean
+        nvars = map(_fold, map(squares.__getitem__, tails), map(add, map(prefix.__getitem__, ks), repeat(d * d)))
+        n = float(len(squares))
+        return list(map(mul, repeat(w), map(math.sqrt, map(truediv, nvars, repeat(n)))))
 
     def score_with(self, *replacements: Node) -> float:
         if len(replacements) == 1:
@@ -382,32 +514,40 @@ class ValueRows:
             total += WEIGHTS[c] * (math.sqrt(st[2]) if KINDS[c] == STD else st[0])
         return total
 
-
     def _score_with_one(self, node: Node) -> float:
         """`score_with` of one node (hspace's single-node candidates): the same float
         operations, without its bookkeeping."""
         pos = self.position[node.idx]
-        old, new, off = self.rows[pos], node_values(node), self.offline[pos]
-        k = self.slot[pos]
+        return self._score_at(self.slot[pos], self.offline[pos], self.rows[pos], node_values(node))
+
+    def _score_at(self, k: int, off: bool, old: Sequence[float], new: Sequence[float]) -> float:
+        """`_score_with_one` of the node in slot ``k`` (values ``old``) replaced by one
+        with the values ``new``."""
         terms = self.terms
-        if terms is None:
-            terms = self.terms = [_term(c, st) for c, st in enumerate(self.base)]
+        twin = self.twin
+        done: dict[int, float] = {}  # per component computed, its term
         total = 0.0
         for c in range(NCOMP):
             x = new[c]
             if ONLINE[c] == off or x == old[c]:
                 total += terms[c]
                 continue
+            t = twin[c]
+            if t in done and new[t] == x:  # an equal column, the same new value
+                total += done[t]
+                continue
             column = self.columns[c].copy()
             column[k] = x
             if KINDS[c] != STD:
-                total += WEIGHTS[c] * _plain_sum(column)
+                term = done[c] = WEIGHTS[c] * _plain_sum(column)
+                total += term
                 continue
             # `_std_stat` inline (never empty: this node is in the column).
             n = float(len(column))
             mean = _plain_sum(column) / n
             nvar = _plain_sum(map(mul, map(sub, column, repeat(mean)), map(sub, column, repeat(mean))))
-            total += WEIGHTS[c] * math.sqrt(nvar / n)
+            term = done[c] = WEIGHTS[c] * math.sqrt(nvar / n)
+            total += term
         return total
 
 
@@ -415,27 +555,33 @@ def stats_of(nodes: Sequence[Node]) -> ClusterStats:
     """`ClusterStats.compute(nodes)`, remembered for these node objects: hspace scores the
     same cluster state again for every spec it tries (statistics are never changed in
     place, and neither are nodes once scored)."""
-    return _remembered(_STATS, nodes, ClusterStats.compute)
+    return rows_of(nodes).cluster_stats()
 
 
 def rows_of(nodes: Sequence[Node]) -> ValueRows:
-    """`ValueRows(nodes)`, remembered like `stats_of`."""
-    return _remembered(_ROWS, nodes, ValueRows)
-
-
-_STATS: dict[tuple[int, ...], tuple] = {}
-_ROWS: dict[tuple[int, ...], tuple] = {}
-
-
-def _remembered(cache: dict, nodes: Sequence[Node], build):
+    """`ValueRows(nodes)`, remembered for these node objects, and derived from the last
+    one built when only a few nodes differ (hspace places one instance after another)."""
     key = tuple(map(id, nodes))
-    found = cache.get(key)
-    if found is None:
-        if len(cache) >= 16:
-            cache.pop(next(iter(cache)))
-        nodes = tuple(nodes)  # held, so the ids keying the cache stay theirs
-        found = cache[key] = (nodes, build(nodes))
-    return found[1]
+    found = _ROWS.get(key)
+    if found is not None:
+        return found
+    last = _LAST_ROWS[0]
+    rows = None
+    if last is not None and len(last.nodes) == len(nodes):
+        changed = [i for i, a, b in zip(count(), nodes, last.nodes) if a is not b]
+        if len(changed) <= 2:
+            rows = last.derive(nodes, changed)
+    if rows is None:
+        rows = ValueRows(nodes)
+    if len(_ROWS) >= 16:
+        _ROWS.pop(next(iter(_ROWS)))
+    _ROWS[key] = rows  # it holds the nodes, so the ids keying the cache stay theirs
+    _LAST_ROWS[0] = rows
+    return rows
+
+
+_ROWS: dict[tuple[int, ...], ValueRows] = {}
+_LAST_ROWS: list[ValueRows | None] = [None]
 
 
 def score(nodes: Iterable[Node]) -> float:

@@ -10,8 +10,8 @@ ignored. hspace and hail check this after each placement unless told not to.
 from __future__ import annotations
 
 from . import types as T
-from .fast_moves import node_values_after
-from .instance import Instance, check_policy
+from .fast_moves import primary_outcome
+from .instance import Instance, policy_verdict, shape
 from .metrics import ClusterStats, ColumnStats, ValueRows
 from .moves import FAILOVER, FAILOVER_ANY, Move, apply_move
 
@@ -74,7 +74,7 @@ def can_evacuate_node(cluster: GCluster, ndx: int, exact: bool = False, base: li
     the same rounding as htools; slower). ``base``: empty, or the `ColumnStats` of the
     cluster's nodes, filled in for the next call on the same cluster."""
     nodes = list(cluster.nodes)
-    instances = list(cluster.instances)
+    instances = cluster.instances
     node = nodes[ndx]
     # htools prepends to a node's primary list: newest first (we append, so reverse).
     primaries = list(reversed(node.plist))
@@ -82,6 +82,8 @@ def can_evacuate_node(cluster: GCluster, ndx: int, exact: bool = False, base: li
     others = [i for i in primaries if instances[i].disk_template != "drbd"]
     shared = [i for i in others if instances[i].disk_template in T.FREELY_MOVABLE]
     fixed = [i for i in others if instances[i].disk_template not in T.FREELY_MOVABLE]
+    if drbd or shared:
+        instances = list(instances)  # moves are committed to it
     try:
         for i in drbd:
             changed, new_inst = apply_move(nodes, instances[i], Move(FAILOVER))
@@ -93,12 +95,15 @@ def can_evacuate_node(cluster: GCluster, ndx: int, exact: bool = False, base: li
                 return False
         if fixed and not _room_for(nodes, [instances[i] for i in fixed], escape):
             return False
-        column = None
+        stats = _Stats(cluster, nodes, base, moved=bool(drbd or shared))
         # sortBy (flip compare `on` mem) is a stable sort: equal memory keeps list order.
-        for inst in sorted((instances[i] for i in fixed), key=lambda x: -x.mem):
-            if column is None and not exact:
-                column = _start_stats(cluster, nodes, base, moved=bool(drbd or shared))
-            if not _recreate(cluster, nodes, instances, inst, escape, exact, column):
+        ordered = sorted((instances[i] for i in fixed), key=lambda x: -x.mem)
+        for k, inst in enumerate(ordered):
+            last = k == len(ordered) - 1
+            if exact:
+                if not _recreate_exact(cluster, nodes, inst, escape):
+                    return False
+            elif not _recreate(cluster, nodes, inst, escape, stats, last):
                 return False
     except T.AllocFailure:
         return False
@@ -123,14 +128,34 @@ def _room_for(nodes, fixed: list[Instance], escape) -> bool:
     return mem <= room_mem and dsk <= room_dsk
 
 
-def _start_stats(cluster: GCluster, nodes, base: list | None, moved: bool) -> ColumnStats:
-    """The statistics of ``nodes`` (exactly `ClusterStats.compute`'s), from ``base`` when
-    no instance has moved yet: every evacuation of one cluster starts from the same."""
-    if moved or base is None:
-        return ColumnStats(nodes)
-    if not base:
-        base.append(ColumnStats(cluster.nodes))
-    return base[0].copy()
+class _Stats:
+    """The statistics of ``nodes`` (exactly `ClusterStats.compute`'s), built when a
+    re-creation first has two targets to choose from (with one, none is scored), from
+    ``base`` when no instance has moved yet: every evacuation of one cluster starts from
+    the same."""
+
+    __slots__ = ("cluster", "nodes", "base", "moved", "column")
+
+    def __init__(self, cluster: GCluster, nodes: list, base: list | None, moved: bool) -> None:
+        self.cluster, self.nodes, self.base, self.moved = cluster, nodes, base, moved
+        self.column: ColumnStats | None = None
+
+    def get(self) -> ColumnStats:
+        if self.column is None:
+            if self.moved or self.base is None:
+                self.column = ColumnStats(self.nodes)
+            else:
+                if not self.base:
+                    self.base.append(ColumnStats(self.cluster.nodes))
+                self.column = self.base[0].copy()
+        return self.column
+
+    def set(self, pos: int, node) -> None:
+        self.nodes[pos] = node
+        if self.column is not None:
+            self.column.set(pos, node)
+        else:
+            self.moved = True  # ``nodes`` differ from the cluster's now
 
 
 def _commit(nodes, instances, changed, new_inst) -> None:
@@ -164,41 +189,61 @@ def _evacuate_shared(nodes, instances, inst: Instance, escape, group_nodes, exac
     return True
 
 
-def _recreate(cluster: GCluster, nodes, instances, inst: Instance, escape, exact, column=None) -> bool:
+def _recreate(cluster: GCluster, nodes, inst: Instance, escape, stats: _Stats, last: bool = False) -> bool:
     """Re-create ``inst`` on the best of ``escape`` (allocateOnSingle, soft errors ignored).
+    ``last``: nothing is re-created after it, so the target only has to exist.
 
-    Exact scores come straight from cached per-node values here: in these evacuations
-    most candidates are near ties, so estimating first would only add work."""
-    if not exact and column is None:
-        column = ColumnStats(nodes)
-    rows = ValueRows(nodes) if exact else None
-    best = None
-    verdicts: dict[tuple[int, bool], object] = {}  # the policy depends on these only
+    Scores come straight from cached per-node values (`fast_moves.primary_outcome`):
+    in these evacuations most candidates are near ties, so estimating first would only
+    add work; targets with the same values before and after score the same."""
+    shape_key = (True, *shape(inst))
+    groups = cluster.groups
+    feasible = []
     for t in escape:
         target = nodes[t]
-        key = (target.group, target.excl_storage)
-        if key not in verdicts:
-            verdicts[key] = check_policy(inst, cluster.groups[key[0]].ipolicy, key[1])
-        if verdicts[key] is not None:
+        if policy_verdict(inst, groups[target.group].ipolicy, target.excl_storage) is not None:
             continue
-        try:
-            if rows is not None:
-                # add_pri reads the instance's size and index only: no placed copy needed.
-                value = rows.score_with(target.add_pri(inst, force=True))
-            else:
-                # The values without building the node (most targets lose).
-                value = column.score_replacing(t, node_values_after(target, inst, _FORCED_ADD))
-        except T.AllocFailure:
-            continue
-        if best is None or not (best[0] < value):
-            best = (value, t)
-    if best is None:
+        after = primary_outcome(target, inst, True, shape_key)
+        if after.__class__ is tuple:  # else a FailMode
+            feasible.append((t, after))
+    if not feasible:
         return False
-    new = nodes[best[1]].add_pri(inst, force=True)
-    nodes[best[1]] = new
-    if column is not None:
-        column.set(best[1], new)
+    if len(feasible) == 1:
+        best = feasible[0][0]
+    else:
+        column = stats.get()
+        scores: dict[tuple, float] = {}
+        chosen = None
+        for t, after in feasible:
+            pair = (column.offline[t], id(column.rows[t]), id(after))
+            value = scores.get(pair)
+            if value is None:
+                value = scores[pair] = column.score_replacing(t, after)
+            if chosen is None or not (chosen[0] < value):
+                chosen = (value, t)
+        best = chosen[1]
+    if not last:
+        stats.set(best, nodes[best].add_pri(inst, force=True))
     return True
 
 
-_FORCED_ADD = (("ap", True),)  # `fast_moves` ops: add as primary, soft limits ignored
+def _recreate_exact(cluster: GCluster, nodes, inst: Instance, escape) -> bool:
+    """`_recreate` with htools' two-pass score for every target."""
+    rows = ValueRows(nodes)
+    best = None
+    for t in escape:
+        target = nodes[t]
+        if policy_verdict(inst, cluster.groups[target.group].ipolicy, target.excl_storage) is not None:
+            continue
+        try:
+            # add_pri reads the instance's size and index only: no placed copy needed.
+            new = target.add_pri(inst, force=True)
+        except T.AllocFailure:
+            continue
+        value = rows.score_with(new)
+        if best is None or not (best[0] < value):
+            best = (value, t, new)
+    if best is None:
+        return False
+    nodes[best[1]] = best[2]
+    return True

@@ -71,6 +71,7 @@ class Node:
         "p_tags",
         "extra",
         "score_values",
+        "outcomes",
     )
 
     def __init__(
@@ -131,6 +132,8 @@ class Node:
         self.extra: dict = {}
         #: `metrics.node_values`, once asked (nodes are not changed once scored).
         self.score_values: tuple[float, ...] | None = None
+        #: Per instance shape, what adding it as a primary gives (allocation's cache).
+        self.outcomes: dict | None = None
         self.set_policy(T.DEFAULT_IPOLICY)
 
     # ------------------------------------------------------------------ setup
@@ -179,6 +182,7 @@ class Node:
         c.p_tags = self.p_tags.copy() if self.p_tags else {}
         c.extra = self.extra
         c.score_values = None
+        c.outcomes = None
         return c
 
     def set_policy(self, ipol: T.IPolicy) -> None:
