@@ -224,14 +224,9 @@ class JobContext:
     # --- for opcode functions ----------------------------------------------------------
     def step(self, name, fn, *args, **kwargs):
         """Run ``fn(*args, **kwargs)`` once as step ``name``; replays the recorded result on retry."""
-        if name in self._seen:
-            raise ValueError(f"step name {name!r} used twice in one run")
-        self._seen.add(name)
-        if name in self._done:
-            return self._done[name]
-        self.checkpoint()
-        result = jsonable(fn(*args, **kwargs), f"the result of step {name!r}")
-        self._record(name, result)
+        ran, result = self._once(name, fn, args, kwargs)
+        if ran:
+            self._record(name, result)
         return result
 
     def step_recorded_later(self, name, fn, *args, **kwargs):
@@ -240,17 +235,22 @@ class JobContext:
         (or the next write of the run, whichever comes first) instead of one of its own. A
         crash in between runs it again, as a crash before any step's record would: it must be
         as safe to repeat (a wait, a read)."""
+        ran, result = self._once(name, fn, args, kwargs)
+        if ran:
+            self._later.append({"name": name, "result": result, "ended": timezone.now().isoformat()})
+            self._done[name] = result
+            self._ran += 1
+        return result
+
+    def _once(self, name, fn, args, kwargs):
+        """``(True, result)`` for a step run now, ``(False, result)`` for one replayed from its record."""
         if name in self._seen:
             raise ValueError(f"step name {name!r} used twice in one run")
         self._seen.add(name)
         if name in self._done:
-            return self._done[name]
+            return False, self._done[name]
         self.checkpoint()
-        result = jsonable(fn(*args, **kwargs), f"the result of step {name!r}")
-        self._later.append({"name": name, "result": result, "ended": timezone.now().isoformat()})
-        self._done[name] = result
-        self._ran += 1
-        return result
+        return True, jsonable(fn(*args, **kwargs), f"the result of step {name!r}")
 
     def flush(self):
         """Write the records ``step_recorded_later`` kept, if any (a lease-checked write)."""

@@ -9,16 +9,12 @@ from django import forms
 from django.contrib import admin
 
 from provisioning.vms import services
-from provisioning.vms.forms import ImageTagsMixin
+from provisioning.vms.forms import ImageTagsMixin, guest_password_field
 from provisioning.vms.models import VM, HostImage, Image, ImageVariant, Plan, QuotaRule
 
 
 class ImageVariantInlineForm(forms.ModelForm):
-    # Written, never shown back: blank keeps the stored password.
-    guest_password = forms.CharField(
-        required=False, strip=False, max_length=200, widget=forms.PasswordInput(render_value=False),
-        help_text="VMware guest operations: blank keeps the stored one.",
-    )  # fmt: skip
+    guest_password = guest_password_field("VMware guest operations: blank keeps the stored one.")
 
     class Meta:
         model = ImageVariant

@@ -90,12 +90,14 @@ class ImageForm(ImageTagsMixin, forms.ModelForm):
         return {name: data[name] for name in services.IMAGE_FIELDS}, data["groups"]
 
 
+def guest_password_field(help_text):
+    """A variant's guest password: written, never shown back (the field is always empty)."""
+    return forms.CharField(required=False, strip=False, max_length=200,
+                           widget=forms.PasswordInput(render_value=False), help_text=help_text)  # fmt: skip
+
+
 class VariantForm(forms.ModelForm):
-    # Written, never shown back (the field is always empty on the page).
-    guest_password = forms.CharField(
-        required=False, strip=False, max_length=200, widget=forms.PasswordInput(render_value=False),
-        help_text="VMware: the guest user's password (stored encrypted; never shown again).",
-    )  # fmt: skip
+    guest_password = guest_password_field("VMware: the guest user's password (stored encrypted; never shown again).")
 
     class Meta:
         model = ImageVariant
