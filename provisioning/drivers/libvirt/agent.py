@@ -34,6 +34,7 @@ GLOB = (
     'cd "$0" 2>/dev/null || exit 0; for p in "$@"; do for f in $p; do [ -f "$f" ] && printf \'%s\\n\' "$f"; done; done'
 )
 AGENT_TIMEOUT = 10  # s per agent call
+START_TIMEOUT = 60  # s for a started wrapper to make its directory
 READ_CHUNK = 1 << 20  # bytes per guest-file-read (the agent's own limit is far above)
 
 
@@ -46,10 +47,23 @@ def command(dom, name, timeout=AGENT_TIMEOUT, **arguments):
 
 
 def start(dom, tag, argv, env, workdir):
+    """Start the command under the wrapper; returns once its directory is there, since
+    ``guest-exec`` answers when the wrapper is spawned, not when it has run its ``mkdir``
+    (on a loaded emulated guest that takes seconds), and a status read in between would find
+    no command. A wrapper that already ended ran, or found the tag's directory of an earlier start."""
     base.check_exec(tag, argv, env)
     variables = {**DEFAULT_ENV, **(env or {})}
-    command(dom, "guest-exec", path="/bin/sh", arg=["-c", WRAPPER, tag, workdir, *argv],
-            env=[f"{k}={v}" for k, v in variables.items()])  # fmt: skip
+    pid = command(dom, "guest-exec", path="/bin/sh", arg=["-c", WRAPPER, tag, workdir, *argv],
+                  env=[f"{k}={v}" for k, v in variables.items()])["pid"]  # fmt: skip
+    where = f"{EXEC_DIR}/{tag}"
+    deadline = time.monotonic() + START_TIMEOUT
+    while not command(dom, "guest-exec-status", pid=pid).get("exited"):
+        if run(dom, ["/bin/sh", "-c", 'test -d "$0"', where])[0] == 0:
+            return
+        if time.monotonic() > deadline:
+            raise base.DriverError(f"command {tag} did not start within {START_TIMEOUT} s in the guest",
+                                   permanent=False)
+        time.sleep(0.1)
 
 
 def run(dom, argv, timeout=60):
