@@ -232,6 +232,25 @@ def start_guest(pool, name, seed_iso, boot="disk", attempts=3):
     raise AssertionError("unreachable")
 
 
+def remove_domains_on(conn, paths):
+    """Destroy and undefine every domain with a disk under ``paths`` (a test's pools), saved
+    memory and snapshot metadata included. The xdist workers share the daemon: a domain another
+    worker removes while this one lists them is skipped, not an error."""
+    import libvirt
+
+    flags = libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
+    for dom in conn.listAllDomains():
+        try:
+            if not any(str(path) in dom.XMLDesc(0) for path in paths):
+                continue
+            with contextlib.suppress(libvirt.libvirtError):  # not running (its QEMU killed by a test)
+                dom.destroy()
+            dom.undefineFlags(flags)
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                raise
+
+
 def remove_guest(pool, guest):
     import libvirt
 

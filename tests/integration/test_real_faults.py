@@ -51,7 +51,6 @@ def kvm_hosts(libvirtd, libvirt_conn, guest_image, vm_ids):  # noqa: F811
     """``kvm_hosts(n)``: n inventory hosts on the one private libvirtd, each with its own empty
     pool (a VM's disk and seed on one host are invisible to the other; a domain is the host's
     whose pool holds its disk)."""
-    import libvirt
 
     made = []
 
@@ -68,12 +67,7 @@ def kvm_hosts(libvirtd, libvirt_conn, guest_image, vm_ids):  # noqa: F811
         return made
 
     yield make
-    pools = [str(pool.path) for _, pool in made]
-    for dom in libvirt_conn.listAllDomains():
-        if dom.name().startswith("vcl-") and any(p in dom.XMLDesc(0) for p in pools):
-            with contextlib.suppress(Exception):
-                dom.destroy()
-            dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)  # (a suspended run's VM too)
+    realvm.remove_domains_on(libvirt_conn, [pool.path for _, pool in made])
     for _, pool in made:
         pool.close()
     connections.forget(libvirtd.uri)

@@ -9,7 +9,6 @@ again after the restore on B (the retried call goes on from there). At the end t
 destroyed on B: no domain, no volume of it in either pool.
 """
 
-import contextlib
 import os
 import time
 
@@ -41,12 +40,7 @@ def hosts(libvirtd, libvirt_conn, guest_image):
         options = {"domain_type": "qemu", "pool": pool.name, "network": "user", "name": f"kvm-{name}"}
         made.append((LibvirtDriver(libvirtd.uri, options=options), pool))
     yield made
-    paths = [str(pool.path) for _, pool in made]
-    for dom in libvirt_conn.listAllDomains():
-        if any(p in dom.XMLDesc(0) for p in paths):
-            with contextlib.suppress(libvirt.libvirtError):
-                dom.destroy()
-            dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA)
+    realvm.remove_domains_on(libvirt_conn, [pool.path for _, pool in made])
     for _, pool in made:
         pool.close()
     connections.forget(libvirtd.uri)

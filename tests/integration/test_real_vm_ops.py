@@ -25,6 +25,7 @@ from provisioning.jobs.models import Job
 from provisioning.vms import services as vms
 from provisioning.vms.models import VM, Image
 from reservations.models import Reservation
+from tests import realvm
 from tests.integration import test_reserve_real_vm as reserving
 from tests.integration.test_reserve_real_vm import URL, end_and_check_gone, reserve, wait_ready
 from tests.provisioning.jobs.helpers import wait_until
@@ -54,12 +55,7 @@ def leave_nothing(kvm_host, libvirt_conn):
     (kvm_host's own cleanup cannot undefine a domain that has snapshots)."""
     yield
     _host, pool = kvm_host
-    flags = libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
-    for dom in libvirt_conn.listAllDomains():
-        if dom.name().startswith("vcl-") and str(pool.path) in dom.XMLDesc(0):
-            if dom.isActive():
-                dom.destroy()
-            dom.undefineFlags(flags)
+    realvm.remove_domains_on(libvirt_conn, [pool.path])
 
 
 def run_job(job_id, worker):
