@@ -360,30 +360,23 @@ def primary_outcome(node: Node, inst: Instance, force: bool, key: tuple):
     that add raises — kept on the node under ``key`` (``(force, *instance.shape(inst))``):
     nodes are never changed once built, and hspace asks about the same node and shape
     again at each placement and in each N+1 check."""
-    memo = node.outcomes
-    if memo is not None:
-        found = memo.get(key)
-        if found is not None:
-            return found
-    try:
-        result = intern_values(node_values_after(node, inst, (("ap", force),)))
-    except T.AllocFailure as exc:
-        result = exc.mode
-    remember_outcome(node, key, result)
-    return result
+    return _outcome(node, inst, key, (("ap", force),))
 
 
 def secondary_outcome(node: Node, inst: Instance, pdx: int, key: tuple):
     """`primary_outcome` for adding ``inst`` as a secondary of primary ``pdx`` (strict,
     as hspace's pairs add it), kept under ``(pdx, key)``."""
-    memo_key = (pdx, key)
+    return _outcome(node, inst, (pdx, key), (("as", pdx, False),))
+
+
+def _outcome(node: Node, inst: Instance, memo_key: tuple, ops: tuple):
     memo = node.outcomes
     if memo is not None:
         found = memo.get(memo_key)
         if found is not None:
             return found
     try:
-        result = intern_values(node_values_after(node, inst, (("as", pdx, False),)))
+        result = intern_values(node_values_after(node, inst, ops))
     except T.AllocFailure as exc:
         result = exc.mode
     remember_outcome(node, memo_key, result)
