@@ -27,6 +27,7 @@ import os
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from datetime import timedelta
 
 from django.conf import settings
@@ -35,7 +36,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django_q.exceptions import TimeoutException
 
-from provisioning.jobs import reasons, registry, transitions, wake
+from provisioning.jobs import kept_records, reasons, registry, transitions, wake
 from provisioning.jobs.models import Job, QueueSettings, update_returning
 from vclmgr import fencing
 from vclmgr.changelog import Actor
@@ -216,6 +217,7 @@ class JobContext:
         self._done = {s["name"]: s["result"] for s in job.steps}
         self._seen = set()
         self._later = []  # records of steps done but not yet written (``step_recorded_later``)
+        self._writing = False  # in a database step's transaction, which writes its own record
         self._ran = 0
         self._child_seq = 0
         # (monotonic time, cancel flag) read by the last write that proved the lease ours
@@ -230,11 +232,12 @@ class JobContext:
         return result
 
     def step_recorded_later(self, name, fn, *args, **kwargs):
-        """``step`` for a step that is only ever followed by a database step (``db_step``,
-        ``last_db_step``) or the job's end: its record is written in that step's transaction
-        (or the next write of the run, whichever comes first) instead of one of its own. A
-        crash in between runs it again, as a crash before any step's record would: it must be
-        as safe to repeat (a wait, a read)."""
+        """``step`` whose record is kept and written by the run's next database write
+        (``kept_records``): a database step's transaction, the job's end, a block of the run's
+        own writes marked ``kept_records.carrying()`` (a VM's state change at the start of the
+        next step), or the check before a step when the last one is no longer fresh. A crash in
+        between runs it again, as a crash before any step's record would: it must be as safe
+        to repeat (a wait, a read, a driver call that finds its work done)."""
         ran, result = self._once(name, fn, args, kwargs)
         if ran:
             self._later.append({"name": name, "result": result, "ended": timezone.now().isoformat()})
@@ -251,6 +254,18 @@ class JobContext:
             return False, self._done[name]
         self.checkpoint()
         return True, jsonable(fn(*args, **kwargs), f"the result of step {name!r}")
+
+    def keeps_records(self):
+        """Does the run keep step records to write (and is it not writing one now)?"""
+        return bool(self._later) and not self._writing
+
+    def write_kept_records(self):
+        """The kept records, in the caller's transaction and batch (``kept_records.carrying``):
+        lease-checked (else ``LeaseLost``); a cancel it reads stops the run at its next check.
+        Taken as written at once: if the caller's transaction rolls back, the next record
+        (which writes the whole list) writes them, or their steps run again on a retry."""
+        self._write_record(None, None)
+        self._recorded(None, None)
 
     def flush(self):
         """Write the records ``step_recorded_later`` kept, if any (a lease-checked write)."""
@@ -319,7 +334,7 @@ class JobContext:
             raise LeaseLost(f"job {self.job_id}: lease {self.lease.generation} lost")
         if self._ran and time.monotonic() > self.deadline:
             raise Handoff()
-        with transaction.atomic(), transitions.batched():
+        with transaction.atomic(), transitions.batched(), self._own_record():
             result = jsonable(fn(*args, **kwargs), f"the result of step {name!r}")
             if self._write_record(name, result):
                 raise Canceled()  # asked before the step committed: none of it happened
@@ -343,7 +358,7 @@ class JobContext:
             raise Handoff()
         steps, progress = self._next_record(name, None)
         try:
-            with transaction.atomic(), transitions.batched():
+            with transaction.atomic(), transitions.batched(), self._own_record():
                 queue = QueueSettings.lock()  # first, as every status change: the step's rows after it
                 result = jsonable(fn(*args, **kwargs), f"the result of step {name!r}")
                 steps[-1]["result"] = result
@@ -366,21 +381,32 @@ class JobContext:
     def checkpoint(self):
         """Before a step: renew the lease (the write proves it ours), then cancel and time budget.
 
-        A record or claim sent within ``FRESH_SECONDS`` did both already (see the module);
-        records kept by ``step_recorded_later`` are written first, as that record."""
-        self.flush()
-        checked, self._checked = self._checked, None
+        A record, claim or check sent within ``FRESH_SECONDS`` did both already (see the
+        module), for every step starting in that time; past it, the records kept by
+        ``step_recorded_later`` are written, and their write is the check."""
+        if self._later and not _fresh(self._checked):
+            self.flush()
+        checked = self._checked
         if self.lease.lost:
             raise LeaseLost(f"job {self.job_id}: lease {self.lease.generation} lost")
-        if checked is None or time.monotonic() - checked[0] >= FRESH_SECONDS:
+        if not _fresh(checked):
             sent = time.monotonic()
             rows = update_returning(self.lease.held(), ["cancel_requested"], lease_until=self.lease.until())
             self.lease.confirm(sent, rows)
-            checked = (sent, rows[0].cancel_requested)
+            checked = self._checked = (sent, rows[0].cancel_requested)
         if checked[1]:
             raise Canceled()
         if self._ran and time.monotonic() > self.deadline:
             raise Handoff()
+
+    @contextmanager
+    def _own_record(self):
+        """A database step's transaction: it writes the kept records with its own."""
+        self._writing = True
+        try:
+            yield
+        finally:
+            self._writing = False
 
     def _record(self, name, result):
         with transaction.atomic(), transitions.batched():
@@ -428,6 +454,11 @@ class JobContext:
             self._ran += 1
 
 
+def _fresh(checked):
+    """Was the check (monotonic time, cancel flag) sent within ``FRESH_SECONDS``?"""
+    return checked is not None and time.monotonic() - checked[0] < FRESH_SECONDS
+
+
 def execute(job_id, token, deadline, job=None, lease_seconds=None):
     """Run a job this worker claimed. Returns what happened (for logs and tests).
 
@@ -459,7 +490,7 @@ def execute_then_claim(job_id, token, deadline, job=None, lease_seconds=None, th
     try:
         if continued:  # handed off: the lease was granted to the task before; prove it is still ours
             lease.renew()
-        with Heartbeat(lease), fencing.holding(lease):  # also covers code between steps
+        with Heartbeat(lease), fencing.holding(lease), kept_records.running(ctx):  # also covers code between steps
             value = op.func(ctx)
         value = jsonable(value, "the job's result")
     except Canceled:

@@ -24,6 +24,7 @@ from django.utils import timezone
 from provisioning.capacity import services as capacity
 from provisioning.drivers import base, cloudinit
 from provisioning.drivers.base import vm_key
+from provisioning.jobs import kept_records
 from provisioning.jobs import services as jobs
 from provisioning.jobs.models import Job
 from provisioning.vms import quotas
@@ -654,8 +655,10 @@ def set_state(vm_id, state, reason="", *, actor, **fields):
     """Record a VM's new state (and fields such as host, address, error); emits ``vm.changed``.
     Returns the VM as written, with what ``LOADED`` names (a step goes on from it, no read again).
 
-    In a caller's transaction it adds no savepoint (it catches nothing, so it needs none)."""
-    with transaction.atomic(savepoint=False):
+    In a caller's transaction it adds no savepoint (it catches nothing, so it needs none). In a
+    job's run it writes the step records the run keeps (``kept_records``): a step that starts
+    with a state change needs no transaction for the record of the step before it."""
+    with transaction.atomic(savepoint=False), kept_records.carrying():
         vm = VM.objects.select_for_update(of=("self",)).select_related(*LOADED).get(pk=vm_id)
         before = {"state": vm.state, **{name: getattr(vm, name) for name in fields}}
         vm.state = state

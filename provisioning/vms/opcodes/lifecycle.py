@@ -107,6 +107,11 @@ class Attempt:
         self.at = name
         return self.job.step(name + self.suffix, fn, *args, **kwargs)
 
+    def kept_step(self, name, fn, *args, **kwargs):
+        """A step whose record the next one's state change writes (``step_recorded_later``)."""
+        self.at = name
+        return self.job.step_recorded_later(name + self.suffix, fn, *args, **kwargs)
+
     def db_step(self, name, fn, *args, **kwargs):
         """A step that only touches the database: its writes commit with its lease-fenced record."""
         self.at = name
@@ -130,15 +135,16 @@ class Attempt:
             )
             return {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"],
                     "after_power_on": woken["power_on_job"], "continued_by": child}  # fmt: skip
-        self.step("stage", stage, vm_id, self.placed["host"], self.job.job_id)
-        defined = self.step("define", define, vm_id, actor=actor)
+        # Each step's record is written by the next one's state change (define's "defining",
+        # start's "booting") or by the ready step: a crash in between repeats the step, which
+        # finds its work done (a staged image, a defined or running domain).
+        self.kept_step("stage", stage, vm_id, self.placed["host"], self.job.job_id)
+        defined = self.kept_step("define", define, vm_id, actor=actor)
         image = (self.loaded or load_vm(vm_id)).image
         if image.revert_on_end or image.pool_size:  # an image's, set when it is made (a pool reverts too)
             self.step("clean", clean_snapshot, vm_id, actor=actor)
-        self.step("start", self._boot, vm_id, actor=actor, port=defined["port"])
-        # Followed by the ready step only: its record goes in that step's transaction.
-        self.at = "address"
-        address = self.job.step_recorded_later("address" + self.suffix, wait_address, vm_id, loaded=self.booted)
+        self.kept_step("start", self._boot, vm_id, actor=actor, port=defined["port"])
+        address = self.kept_step("address", wait_address, vm_id, loaded=self.booted)
         built = {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"], "address": address}
         if self.last:
             self.at = "ready"

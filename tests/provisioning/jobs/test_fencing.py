@@ -12,14 +12,14 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from inventory.models import Hypervisor
 from provisioning.drivers import registry as drivers
 from provisioning.drivers.sim.driver import SimDriver
-from provisioning.jobs import dispatcher, runner, tasks
+from provisioning.jobs import dispatcher, kept_records, runner, tasks
 from provisioning.jobs.models import Gauge, Job, JobLog
 from tests.provisioning.jobs.helpers import refresh, submit
 from vclmgr import fencing
@@ -254,3 +254,47 @@ def test_a_step_recorded_later_is_written_by_the_next_step_or_the_end(sync_jobs,
     assert ctx._end(runner.S.SUCCESS if then == "end" else runner.S.ERROR, **fields)[0] in ("success", "error")
     job = refresh(job)
     assert job.status in ("success", "error") and [s["name"] for s in job.steps] == ["one"]
+
+
+def _carried_write(ctx, name):
+    """A block of the run's own writes between steps (as a VM's state change at a step's start)."""
+    with kept_records.running(ctx), transaction.atomic(), kept_records.carrying():
+        return Gauge.objects.create(name=name).pk
+
+
+def test_kept_records_ride_on_the_runs_next_own_write(sync_jobs):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    ctx.step_recorded_later("one", lambda: 1)
+    with CaptureQueriesContext(connection) as queries:
+        assert ctx.step_recorded_later("two", lambda: 2) == 2  # the claim just checked the lease: no check
+    assert len(queries) == 0 and refresh(job).steps == []
+    with CaptureQueriesContext(connection) as queries:
+        _carried_write(ctx, "carrier")
+    sql = [q["sql"].lstrip().upper() for q in queries.captured_queries]
+    assert sum(s.startswith('UPDATE "JOBS_JOB"') for s in sql) == 1
+    assert [s["name"] for s in refresh(job).steps] == ["one", "two"] and not ctx.keeps_records()
+    with CaptureQueriesContext(connection) as queries:  # nothing kept: a plain block
+        _carried_write(ctx, "plain")
+    assert not any('"JOBS_JOB"' in q["sql"].upper() for q in queries.captured_queries)
+
+
+def test_a_carried_write_of_the_old_run_is_rolled_back(sync_jobs, monkeypatch):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    ctx.step_recorded_later("one", lambda: 1)
+    monkeypatch.setattr(runner, "FRESH_SECONDS", 0)
+    _take_over(job)
+    with pytest.raises(runner.LeaseLost):
+        _carried_write(ctx, "written by the old run")
+    assert not Gauge.objects.filter(name="written by the old run").exists()
+    assert refresh(job).steps == []
+
+
+def test_past_the_fresh_window_the_kept_records_are_the_check(sync_jobs, monkeypatch):
+    job, claim, lease, ctx = _first_run(sync_jobs)
+    ctx.step_recorded_later("one", lambda: 1)
+    monkeypatch.setattr(runner, "FRESH_SECONDS", 0)
+    Job.objects.filter(pk=job.pk).update(cancel_requested=True)
+    ran = []
+    with pytest.raises(runner.Canceled):
+        ctx.step("two", ran.append, 2)
+    assert ran == [] and [s["name"] for s in refresh(job).steps] == ["one"]
