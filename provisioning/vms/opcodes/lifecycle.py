@@ -138,7 +138,7 @@ class Attempt:
         # Each step's record is written by the next one's state change (define's "defining",
         # start's "booting") or by the ready step: a crash in between repeats the step, which
         # finds its work done (a staged image, a defined or running domain).
-        self.kept_step("stage", stage, vm_id, self.placed["host"], self.job.job_id)
+        self.kept_step("stage", stage, vm_id, self.placed["host"], self.job.job_id, loaded=self.loaded)
         defined = self.kept_step("define", define, vm_id, actor=actor)
         image = (self.loaded or load_vm(vm_id)).image
         if image.revert_on_end or image.pool_size:  # an image's, set when it is made (a pool reverts too)
@@ -217,6 +217,7 @@ def claim(vm_id, exclude=(), *, actor, loaded=None, rank=None):
         host = vm.allocation.host
         variant = vm.variant or variant_for(vm, host)
         VM.objects.filter(pk=vm_id).update(host=host, variant=variant)
+        vm.host, vm.variant = host, variant  # (``loaded`` goes on to the stage step as written)
         placed = {"host": host.pk, "allocation": vm.allocation_id, "variant": variant.pk, "adopted": True}
         return {**placed, **_standby(host)}
     demand = replace(services.vm_demand(vm, purpose=f"vm {vm_id}", exclude_hosts=exclude), rank=rank)
@@ -224,6 +225,7 @@ def claim(vm_id, exclude=(), *, actor, loaded=None, rank=None):
         allocation = capacity.claim(demand, actor=actor, owner=vm.owner)
         variant = variant_for(vm, allocation.host)
         VM.objects.filter(pk=vm_id).update(allocation=allocation, host=allocation.host, variant=variant)
+        vm.allocation, vm.host, vm.variant = allocation, allocation.host, variant
     after = list(getattr(allocation, "preempt_jobs", ()))
     how = f" ({allocation.placement_note})" if after else ""
     services.set_state(vm_id, S.STAGING, f"placed on {allocation.host.name}{how}", actor=actor)

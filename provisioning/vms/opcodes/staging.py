@@ -26,9 +26,10 @@ STAGE_STALE_SECONDS = 600  # a staging slot older than this belongs to a dead wo
 STAGE_WAIT_SECONDS = 120
 
 
-def stage(vm_id, host_id, job_id):
-    """Get the VM's image variant onto the host (see ``stage_variant``)."""
-    vm = load_vm(vm_id)  # placed on the host by the claim step: its row comes with the VM's
+def stage(vm_id, host_id, job_id, loaded=None):
+    """Get the VM's image variant onto the host (see ``stage_variant``). ``loaded``: the VM as
+    the claim step wrote it (placed on the host, its variant picked), else it is read."""
+    vm = loaded if loaded is not None and loaded.host_id == host_id and loaded.variant_id else load_vm(vm_id)
     host = vm.host if vm.host_id == host_id else Hypervisor.objects.select_related("credential").get(pk=host_id)
     return stage_variant(host, vm.variant, job_id)
 
