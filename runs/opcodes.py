@@ -119,10 +119,14 @@ def _drive(job, run):
     built = _start_pooled(job, vm_id) if pooled else _build(job, vm_id, run.priority)
     if built.get("continued_by"):  # a standby host must be powered on first: not for runs (yet)
         raise RunEnded(S.ERROR, "its VM was placed on a host that is powered off; runs do not wait for a power-on")
+    # From here each step's record rides on the run's next own write (``kept_records``): the
+    # run's state change when its command starts, its output, its VM's teardown, its end. A
+    # crash in between repeats the step, which is safe for each: the snapshot and the files are
+    # taken or put again, the command is started once per tag, output is appended by offset.
     if not pooled:
-        job.step("warm", pooling.warm_up, vm_id, actor=actor)
-    job.step("inputs", put_inputs, run_id)
-    job.step("exec", start, run_id, actor=actor)
+        job.step_recorded_later("warm", pooling.warm_up, vm_id, actor=actor)
+    job.step_recorded_later("inputs", put_inputs, run_id)
+    job.step_recorded_later("exec", start, run_id, actor=actor)
     return _follow(job, run_id)
 
 
@@ -193,7 +197,7 @@ def _follow(job, run_id):
     actor = job.actor
     n = 0
     while True:
-        state = job.step(f"wait-{n}", wait, run_id)
+        state = job.step_recorded_later(f"wait-{n}", wait, run_id)
         n += 1
         job.expect(max(12, n + 8))
         if state["end"]:
@@ -206,16 +210,18 @@ def _follow(job, run_id):
     if state["end"] == KILLED_FOR_TIME:
         limit = Run.objects.get(pk=run_id).time_limit
         raise RunEnded(S.ERROR, f"killed: past its time limit of {limit} s (its VM destroyed)")
-    job.step("artifacts", collect, run_id, actor=actor)
+    job.step_recorded_later("artifacts", collect, run_id, actor=actor)
     code = state["exit_status"]
     # A failed build's VM may be kept stopped for inspection (never pooled, destroyed later).
     kept = code != 0 and job.step("keep", keep_failed, run_id, actor=actor)
     if not kept and not keep_in_pool(_pool_steps(job), run_id, actor=actor, log=job.log):
-        job.step("teardown", teardown, run_id, actor=actor)
+        job.step_recorded_later("teardown", teardown, run_id, actor=actor)
     final = S.SUCCESS if code == 0 else S.ERROR
     message = f"exited with status {code}"
-    job.step("finish", end, run_id, final, message, actor=actor, exit_status=code)
-    return {"run": run_id, "state": final, "exit_status": code}
+    outcome = {"run": run_id, "state": final, "exit_status": code}
+    # The run's end and the job's in one transaction.
+    job.last_db_step("finish", end, run_id, final, message, actor=actor, exit_status=code, job_result=outcome)
+    return outcome
 
 
 def end(run_id, state, message, *, actor, exit_status):
@@ -424,7 +430,9 @@ def teardown(run_id, *, actor):
 
 
 def _pool_steps(job):
-    return lambda name, fn, *args, **kwargs: job.step(f"pool-{name}", fn, *args, **kwargs)
+    # Kept records (see ``_drive``): the check reads, the rollback reverts to the clean
+    # snapshot again, parking is idempotent.
+    return lambda name, fn, *args, **kwargs: job.step_recorded_later(f"pool-{name}", fn, *args, **kwargs)
 
 
 def _now(name, fn, *args, **kwargs):

@@ -25,7 +25,7 @@ from django.utils import timezone
 from provisioning.capacity import preemption
 from provisioning.capacity import services as capacity
 from provisioning.drivers import registry as drivers
-from provisioning.jobs import reasons
+from provisioning.jobs import kept_records, reasons
 from provisioning.jobs import services as jobs
 from provisioning.jobs.models import Job
 from provisioning.vms import quotas
@@ -194,8 +194,9 @@ def _emit(run, kind="run.changed", data=None):
 
 def set_state(run_id, state, message, *, actor, unless_final=True, **fields):
     """Move the run to ``state`` (with ``fields``) and add ``message`` to its trail; a final
-    run is left alone (returns None), so a late step cannot undo an end."""
-    with transaction.atomic():
+    run is left alone (returns None), so a late step cannot undo an end. In a job's run it
+    writes the step records the run keeps (``kept_records``)."""
+    with transaction.atomic(), kept_records.carrying():
         run = Run.objects.select_for_update().get(pk=run_id)
         if unless_final and run.is_final:
             return None
@@ -215,8 +216,9 @@ def set_state(run_id, state, message, *, actor, unless_final=True, **fields):
 
 def append_output(run_id, offset, data):
     """Add output printed from ``offset`` on; idempotent (what was already added is skipped).
-    Past ``RUN_OUTPUT_MAX_BYTES`` bytes are counted and dropped."""
-    with transaction.atomic():
+    Past ``RUN_OUTPUT_MAX_BYTES`` bytes are counted and dropped. In a job's run it writes the
+    step records the run keeps (``kept_records``)."""
+    with transaction.atomic(), kept_records.carrying():
         run = Run.objects.select_for_update().get(pk=run_id)
         skip = run.output_seen - offset
         if skip >= len(data) or skip < 0:

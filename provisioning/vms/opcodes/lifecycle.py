@@ -390,11 +390,13 @@ def destroy_on_host(vm_id):
 
 
 def release(vm_id, *, actor):
+    """Give the destroyed VM's claims back and mark it destroyed, in one transaction."""
     vm = load_vm(vm_id)
-    for allocation in (vm.allocation, vm.target_allocation):
-        if allocation is not None:
-            capacity.release(allocation, actor=actor, reason=f"{vm.key} destroyed")
-    services.set_state(vm_id, S.DESTROYED, "destroyed", address=None, target_allocation=None, actor=actor)
+    with transaction.atomic():
+        for allocation in (vm.allocation, vm.target_allocation):
+            if allocation is not None:
+                capacity.release(allocation, actor=actor, reason=f"{vm.key} destroyed")
+        services.set_state(vm_id, S.DESTROYED, "destroyed", address=None, target_allocation=None, actor=actor)
 
 
 POWER = {"start": S.RUNNING, "stop": S.STOPPED, "suspend": S.SUSPENDED, "resume": S.RUNNING}
