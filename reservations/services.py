@@ -148,19 +148,22 @@ def validate(user, image, start, end, now=None, size=None, *, quota=True):
     ``quota`` False: the quotas are left out (``reserve`` counts them once, under their locks).
     """
     try:
-        return _validate(user, image, start, end, now, size, quota=quota)
+        return _validate(user, image, start, end, now, size, quota=quota)[0]
     except QuotaRefused as exc:
         return exc.message_dict
 
 
 def _validate(user, image, start, end, now=None, size=None, *, quota=True):
+    """``validate``'s errors, and the image's ``vms.usable`` (read once: the claim uses it too)."""
     now = now or timezone.now()
     errors = {}
-    if user is not None and not vms.visible_images(user).filter(pk=image.pk).exists():
-        return {"image": ["no such image, or you may not use it"]}
+    usable = vms.usable(user, image)
+    # None: not the user's to use, or no variant; which of them is read again (a refusal).
+    if usable is None and user is not None and not vms.visible_images(user).filter(pk=image.pk).exists():
+        return {"image": ["no such image, or you may not use it"]}, None
     if not image.active:
         errors["image"] = [f"image {image.name} is inactive"]
-    elif not image.variants.exists():
+    elif usable is None:
         errors["image"] = [f"image {image.name} cannot be run yet: it has no variant for any hypervisor"]
     if start < now - START_GRACE:
         errors["start"] = ["the start is in the past"]
@@ -169,11 +172,11 @@ def _validate(user, image, start, end, now=None, size=None, *, quota=True):
     if end <= start:
         errors["end"] = ["the end must be after the start"]
     if errors or not quota:
-        return errors
+        return errors, usable
     quota = quotas.check(user, image, start, end, vms.size_for(image, **(size or {})))
     if quota:
         raise QuotaRefused(quota)
-    return {}
+    return {}, usable
 
 
 def reserve(
@@ -196,7 +199,7 @@ def reserve(
             raise ValidationError({"end": ["give an end or a duration"]})
         end = start + duration
     # The quotas are counted once, under their locks (check_locked), not also before them.
-    errors = validate(user, image, start, end, now, size, quota=False)
+    errors, usable = _validate(user, image, start, end, now, size, quota=False)
     if errors:
         raise ValidationError(errors)
     start = max(start, now)  # within the grace period: "now" (capacity is claimed from now)
@@ -212,7 +215,7 @@ def reserve(
             starts_now = start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) <= now
             unsaved = _Unsaved()
             reservation = _create(user, image, start, end, ssh_key, request_key, size or {}, actor=actor,
-                                  rank=_rank(start, now), unsaved=unsaved)  # fmt: skip
+                                  rank=_rank(start, now), unsaved=unsaved, usable=usable)  # fmt: skip
             if starts_now:
                 provision(reservation, actor=actor, savepoint=False, unsaved=unsaved)
             unsaved.write(reservation)
@@ -282,16 +285,19 @@ class _Unsaved:
 
 
 def _create(
-    user, image, start, end, ssh_key, request_key, size, block=None, occurrence=0, *, actor, rank=None, unsaved=None
+    user, image, start, end, ssh_key, request_key, size, block=None, occurrence=0, *, actor, rank=None, unsaved=None,
+    usable=None,
 ):  # fmt: skip
-    """``unsaved``: an ``_Unsaved`` keeping its writes after the INSERT (the caller writes them)."""
+    """``unsaved``: an ``_Unsaved`` keeping its writes after the INSERT (the caller writes them);
+    ``usable``: the image's ``vms.usable`` as the caller read it (else it is read here)."""
     size = vms.size_for(image, **size)
     reservation = Reservation.objects.create(
         user=user, image=image, start=start, end=end, ssh_key=ssh_key.strip(), request_key=request_key,
         block=block, occurrence=occurrence, **size,
     )  # fmt: skip
     try:
-        demand = vms.demand_for(image, size, start=start, end=end, purpose=f"reservation {reservation.pk}")
+        demand = vms.demand_for(image, size, start=start, end=end, purpose=f"reservation {reservation.pk}",
+                                usable=usable)  # fmt: skip
         allocation = capacity.claim(replace(demand, rank=rank), actor=actor, owner=user)
     except capacity.NoCapacity as exc:
         raise NoRoom({"start": [_no_capacity_message(exc.result, start)]}, dict(exc.result.reasons)) from None
@@ -302,7 +308,8 @@ def _create(
     changelog.record(reservation, "create", actor, reason="reserved")
     woken = f" ({allocation.placement_note})" if getattr(allocation, "placement_note", "") else ""
     window = f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
-    _history(reservation, f"reserved on {allocation.host.name}{woken}, {window}", pending)
+    host = getattr(allocation, "host_name", None) or allocation.host.name  # (as the claim checked it)
+    _history(reservation, f"reserved on {host}{woken}, {window}", pending)
     if unsaved is None:
         pending.write(reservation)
     return reservation
