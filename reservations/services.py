@@ -373,7 +373,10 @@ def _move(reservation, old, new, reason, *, savepoint=True, **values):
 
 
 def provision(reservation, reason="building the VM", *, actor, savepoint=True, unsaved=None):
-    """Build the reservation's VM on its claim (a ``vm.create`` job, then ``reservation.settle``).
+    """Build the reservation's VM on its claim (a ``vm.create`` job; its last step settles the
+    reservation, ``settle_built``; a build that ends otherwise queues ``reservation.settle``
+    as it ends, ``settle_unbuilt``). A parked VM reused instead (``vm.reuse``) is followed by a
+    ``reservation.settle`` job waiting for it.
 
     ``reservation``: an id, or the row as just written in the caller's transaction (``reserve``;
     it is kept up to date in memory). ``savepoint`` False: the caller's transaction is all or
@@ -415,26 +418,39 @@ def provision(reservation, reason="building the VM", *, actor, savepoint=True, u
         else:
             reservation.vm = vm
             reservation.save(update_fields=["vm", "attempts"])
-        jobs.submit(
-            SETTLE,
-            {"reservation": reservation.pk},
-            actor=actor,
-            submitter=reservation.user,
-            reason=f"reservation {reservation.pk}: when {vm.key} is built",
-            depends=[(job, [])],
-            savepoint=False,
-        )
+        if reused:
+            jobs.submit(
+                SETTLE,
+                {"reservation": reservation.pk},
+                actor=actor,
+                submitter=reservation.user,
+                reason=f"reservation {reservation.pk}: when {vm.key} is built",
+                depends=[(job, [])],
+                savepoint=False,
+            )
     return job
 
 
 def settle(reservation_id, *, actor):
     """After a ``vm.create`` ended: ready, retry on another host, or failed. Idempotent."""
-    reservation = Reservation.objects.select_related("vm", "vm__host", "image").get(pk=reservation_id)
+    return _settle(Reservation.objects.select_related("vm", "vm__host", "image").get(pk=reservation_id), actor=actor)
+
+
+BUILDING = (VM.State.STAGING, VM.State.DEFINING, VM.State.STARTING)
+
+
+def _settle(reservation, *, actor):
+    """``settle`` of the row as read (with its VM, the VM's host and its image)."""
     vm = reservation.vm
     if reservation.status != S.PROVISIONING or vm is None:
         return {"status": reservation.status, "note": "nothing to settle"}
     if vm.state == VM.State.RUNNING:
         return _ready(reservation, vm, actor=actor)
+    if vm.state in BUILDING and not _build_pending(vm):
+        # Its build ended without finishing it or cleaning up (canceled between steps, given up
+        # after its workers were lost): it may be half made on its host. In error it keeps its
+        # claims until a destroy removes it (verify, repair); the reservation goes on as below.
+        vm = vms.cleanup_failed(vm.pk, f"its build ended with the VM {vm.state}", actor=actor)
     if vm.state in VM.LIVE and vm.state != VM.State.ERROR:  # still building (a settle run early): wait
         return {"status": reservation.status, "vm": vm.state}
     failed = [*reservation.failed_hosts, *([vm.host_id] if vm.host_id else [])]
@@ -449,22 +465,48 @@ def settle(reservation_id, *, actor):
 SETTLE = "reservation.settle"
 
 
+def _build_pending(vm):
+    """Is a ``vm.create`` of this VM queued, waiting or running (its retry, its continuation)?"""
+    return Job.objects.filter(opcode="vm.create", params__vm=vm.pk).exclude(status__in=Job.FINAL).exists()
+
+
 def settle_built(vm, job_id, *, actor):
     """A ``vm.create`` succeeded (``lifecycle.ON_BUILT``: in the transaction of its last step,
-    which ends it, holding the queue lock): the ``reservation.settle`` job waiting for it is
-    done there instead of in a claim and a run of its own; the reservation turns ready and that
-    job ends in success in the build's transaction, or neither does (a lost lease rolls both
-    back). A failed build (or one continued in a child job) leaves it to that job, as before."""
-    waiting = (
-        Job.objects.filter(opcode=SETTLE, status__in=Job.PENDING, dependencies__on_id=job_id)
-        .values_list("id", "params")
-        .first()
+    which ends it, holding the queue lock): its reservation turns ready there, with no job of
+    its own; both commit or neither does (a lost lease rolls both back)."""
+    reservation = (
+        Reservation.objects.select_related("vm", "vm__host", "image").filter(vm_id=vm.pk, status=S.PROVISIONING).first()
     )
-    if waiting is None:
+    if reservation is not None:
+        _settle(reservation, actor=Actor(name=f"job {job_id}"))
+
+
+def settle_unbuilt(job):
+    """A ``vm.create`` ended other than in success (``transitions.on_end``: failed, canceled,
+    given up after lost workers; in the transaction that ends it): queue ``reservation.settle``
+    for the reservation it was building, then, so that it settles (retry elsewhere, or failed)
+    even if nothing else happens. (Its success settled it in its last step: ``settle_built``.)"""
+    if job.status == Job.Status.SUCCESS:
         return
-    settle_id, params = waiting
-    result = settle(params["reservation"], actor=Actor(name=f"job {settle_id}"))
-    transitions.end_done_elsewhere(settle_id, result, f"settled by job {job_id}, which built {vm.key}")
+    vm_id = Job.objects.filter(pk=job.id).values_list("params__vm", flat=True).first()
+    reservation = (
+        Reservation.objects.select_related("user").filter(vm_id=vm_id, status=S.PROVISIONING).first()
+        if vm_id
+        else None
+    )
+    if reservation is None:  # an ad-hoc VM's, or its reservation has moved on
+        return
+    queued = Job.objects.filter(opcode=SETTLE, status__in=Job.PENDING, params__reservation=reservation.pk)
+    if queued.exists():  # (a continued build's child and parent both end: once is enough)
+        return
+    jobs.submit(
+        SETTLE,
+        {"reservation": reservation.pk},
+        actor=Actor(name=f"job {job.id}"),
+        submitter=reservation.user,
+        reason=f"reservation {reservation.pk}: its build, job {job.id}, ended {job.status}",
+        savepoint=False,
+    )
 
 
 def _retry_elsewhere(reservation, failed_hosts, why, *, actor):

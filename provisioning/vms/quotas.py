@@ -64,7 +64,8 @@ class Window:
 
 
 def register(kind, holdings):
-    """``holdings(window)`` → ``(vcpus, memory_mib)`` of each of ``kind`` held in the window."""
+    """``holdings(window)`` → ``(vcpus, memory_mib)`` of each of ``kind`` held in the window, as a
+    ``values_list`` QuerySet (``held`` sends every holder's in one statement)."""
     _holders[kind] = holdings
 
 
