@@ -489,11 +489,9 @@ def settle_unbuilt(job):
     if job.status == Job.Status.SUCCESS:
         return
     vm_id = Job.objects.filter(pk=job.id).values_list("params__vm", flat=True).first()
-    reservation = (
-        Reservation.objects.select_related("user").filter(vm_id=vm_id, status=S.PROVISIONING).first()
-        if vm_id
-        else None
-    )
+    if not vm_id:
+        return
+    reservation = Reservation.objects.select_related("user").filter(vm_id=vm_id, status=S.PROVISIONING).first()
     if reservation is None:  # an ad-hoc VM's, or its reservation has moved on
         return
     queued = Job.objects.filter(opcode=SETTLE, status__in=Job.PENDING, params__reservation=reservation.pk)
