@@ -10,6 +10,7 @@ class ReservationsConfig(AppConfig):
 
         from inventory import services as inventory
         from provisioning.capacity import services as capacity
+        from provisioning.jobs import transitions
         from provisioning.vms import quotas, repair, verify
         from provisioning.vms.opcodes import lifecycle
         from reservations import services, tasks
@@ -26,4 +27,5 @@ class ReservationsConfig(AppConfig):
             repair.ON_GONE.append(services.vm_gone)
         if services.settle_built not in lifecycle.ON_BUILT:
             lifecycle.ON_BUILT.append(services.settle_built)
+        transitions.on_end("vm.create", services.settle_unbuilt)
         post_spawn.connect(tasks.start_clock, dispatch_uid="reservations.clock")

@@ -148,19 +148,22 @@ def validate(user, image, start, end, now=None, size=None, *, quota=True):
     ``quota`` False: the quotas are left out (``reserve`` counts them once, under their locks).
     """
     try:
-        return _validate(user, image, start, end, now, size, quota=quota)
+        return _validate(user, image, start, end, now, size, quota=quota)[0]
     except QuotaRefused as exc:
         return exc.message_dict
 
 
 def _validate(user, image, start, end, now=None, size=None, *, quota=True):
+    """``validate``'s errors, and the image's ``vms.usable`` (read once: the claim uses it too)."""
     now = now or timezone.now()
     errors = {}
-    if user is not None and not vms.visible_images(user).filter(pk=image.pk).exists():
-        return {"image": ["no such image, or you may not use it"]}
+    usable = vms.usable(user, image)
+    # None: not the user's to use, or no variant; which of them is read again (a refusal).
+    if usable is None and user is not None and not vms.visible_images(user).filter(pk=image.pk).exists():
+        return {"image": ["no such image, or you may not use it"]}, None
     if not image.active:
         errors["image"] = [f"image {image.name} is inactive"]
-    elif not image.variants.exists():
+    elif usable is None:
         errors["image"] = [f"image {image.name} cannot be run yet: it has no variant for any hypervisor"]
     if start < now - START_GRACE:
         errors["start"] = ["the start is in the past"]
@@ -169,11 +172,11 @@ def _validate(user, image, start, end, now=None, size=None, *, quota=True):
     if end <= start:
         errors["end"] = ["the end must be after the start"]
     if errors or not quota:
-        return errors
+        return errors, usable
     quota = quotas.check(user, image, start, end, vms.size_for(image, **(size or {})))
     if quota:
         raise QuotaRefused(quota)
-    return {}
+    return {}, usable
 
 
 def reserve(
@@ -196,7 +199,7 @@ def reserve(
             raise ValidationError({"end": ["give an end or a duration"]})
         end = start + duration
     # The quotas are counted once, under their locks (check_locked), not also before them.
-    errors = validate(user, image, start, end, now, size, quota=False)
+    errors, usable = _validate(user, image, start, end, now, size, quota=False)
     if errors:
         raise ValidationError(errors)
     start = max(start, now)  # within the grace period: "now" (capacity is claimed from now)
@@ -212,7 +215,7 @@ def reserve(
             starts_now = start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) <= now
             unsaved = _Unsaved()
             reservation = _create(user, image, start, end, ssh_key, request_key, size or {}, actor=actor,
-                                  rank=_rank(start, now), unsaved=unsaved)  # fmt: skip
+                                  rank=_rank(start, now), unsaved=unsaved, usable=usable)  # fmt: skip
             if starts_now:
                 provision(reservation, actor=actor, savepoint=False, unsaved=unsaved)
             unsaved.write(reservation)
@@ -282,16 +285,19 @@ class _Unsaved:
 
 
 def _create(
-    user, image, start, end, ssh_key, request_key, size, block=None, occurrence=0, *, actor, rank=None, unsaved=None
+    user, image, start, end, ssh_key, request_key, size, block=None, occurrence=0, *, actor, rank=None, unsaved=None,
+    usable=None,
 ):  # fmt: skip
-    """``unsaved``: an ``_Unsaved`` keeping its writes after the INSERT (the caller writes them)."""
+    """``unsaved``: an ``_Unsaved`` keeping its writes after the INSERT (the caller writes them);
+    ``usable``: the image's ``vms.usable`` as the caller read it (else it is read here)."""
     size = vms.size_for(image, **size)
     reservation = Reservation.objects.create(
         user=user, image=image, start=start, end=end, ssh_key=ssh_key.strip(), request_key=request_key,
         block=block, occurrence=occurrence, **size,
     )  # fmt: skip
     try:
-        demand = vms.demand_for(image, size, start=start, end=end, purpose=f"reservation {reservation.pk}")
+        demand = vms.demand_for(image, size, start=start, end=end, purpose=f"reservation {reservation.pk}",
+                                usable=usable)  # fmt: skip
         allocation = capacity.claim(replace(demand, rank=rank), actor=actor, owner=user)
     except capacity.NoCapacity as exc:
         raise NoRoom({"start": [_no_capacity_message(exc.result, start)]}, dict(exc.result.reasons)) from None
@@ -302,7 +308,8 @@ def _create(
     changelog.record(reservation, "create", actor, reason="reserved")
     woken = f" ({allocation.placement_note})" if getattr(allocation, "placement_note", "") else ""
     window = f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
-    _history(reservation, f"reserved on {allocation.host.name}{woken}, {window}", pending)
+    host = getattr(allocation, "host_name", None) or allocation.host.name  # (as the claim checked it)
+    _history(reservation, f"reserved on {host}{woken}, {window}", pending)
     if unsaved is None:
         pending.write(reservation)
     return reservation
@@ -366,7 +373,10 @@ def _move(reservation, old, new, reason, *, savepoint=True, **values):
 
 
 def provision(reservation, reason="building the VM", *, actor, savepoint=True, unsaved=None):
-    """Build the reservation's VM on its claim (a ``vm.create`` job, then ``reservation.settle``).
+    """Build the reservation's VM on its claim (a ``vm.create`` job; its last step settles the
+    reservation, ``settle_built``; a build that ends otherwise queues ``reservation.settle``
+    as it ends, ``settle_unbuilt``). A parked VM reused instead (``vm.reuse``) is followed by a
+    ``reservation.settle`` job waiting for it.
 
     ``reservation``: an id, or the row as just written in the caller's transaction (``reserve``;
     it is kept up to date in memory). ``savepoint`` False: the caller's transaction is all or
@@ -408,26 +418,39 @@ def provision(reservation, reason="building the VM", *, actor, savepoint=True, u
         else:
             reservation.vm = vm
             reservation.save(update_fields=["vm", "attempts"])
-        jobs.submit(
-            SETTLE,
-            {"reservation": reservation.pk},
-            actor=actor,
-            submitter=reservation.user,
-            reason=f"reservation {reservation.pk}: when {vm.key} is built",
-            depends=[(job, [])],
-            savepoint=False,
-        )
+        if reused:
+            jobs.submit(
+                SETTLE,
+                {"reservation": reservation.pk},
+                actor=actor,
+                submitter=reservation.user,
+                reason=f"reservation {reservation.pk}: when {vm.key} is built",
+                depends=[(job, [])],
+                savepoint=False,
+            )
     return job
 
 
 def settle(reservation_id, *, actor):
     """After a ``vm.create`` ended: ready, retry on another host, or failed. Idempotent."""
-    reservation = Reservation.objects.select_related("vm", "vm__host", "image").get(pk=reservation_id)
+    return _settle(Reservation.objects.select_related("vm", "vm__host", "image").get(pk=reservation_id), actor=actor)
+
+
+BUILDING = (VM.State.STAGING, VM.State.DEFINING, VM.State.STARTING)
+
+
+def _settle(reservation, *, actor):
+    """``settle`` of the row as read (with its VM, the VM's host and its image)."""
     vm = reservation.vm
     if reservation.status != S.PROVISIONING or vm is None:
         return {"status": reservation.status, "note": "nothing to settle"}
     if vm.state == VM.State.RUNNING:
         return _ready(reservation, vm, actor=actor)
+    if vm.state in BUILDING and not _build_pending(vm):
+        # Its build ended without finishing it or cleaning up (canceled between steps, given up
+        # after its workers were lost): it may be half made on its host. In error it keeps its
+        # claims until a destroy removes it (verify, repair); the reservation goes on as below.
+        vm = vms.cleanup_failed(vm.pk, f"its build ended with the VM {vm.state}", actor=actor)
     if vm.state in VM.LIVE and vm.state != VM.State.ERROR:  # still building (a settle run early): wait
         return {"status": reservation.status, "vm": vm.state}
     failed = [*reservation.failed_hosts, *([vm.host_id] if vm.host_id else [])]
@@ -442,22 +465,46 @@ def settle(reservation_id, *, actor):
 SETTLE = "reservation.settle"
 
 
+def _build_pending(vm):
+    """Is a ``vm.create`` of this VM queued, waiting or running (its retry, its continuation)?"""
+    return Job.objects.filter(opcode="vm.create", params__vm=vm.pk).exclude(status__in=Job.FINAL).exists()
+
+
 def settle_built(vm, job_id, *, actor):
     """A ``vm.create`` succeeded (``lifecycle.ON_BUILT``: in the transaction of its last step,
-    which ends it, holding the queue lock): the ``reservation.settle`` job waiting for it is
-    done there instead of in a claim and a run of its own; the reservation turns ready and that
-    job ends in success in the build's transaction, or neither does (a lost lease rolls both
-    back). A failed build (or one continued in a child job) leaves it to that job, as before."""
-    waiting = (
-        Job.objects.filter(opcode=SETTLE, status__in=Job.PENDING, dependencies__on_id=job_id)
-        .values_list("id", "params")
-        .first()
+    which ends it, holding the queue lock): its reservation turns ready there, with no job of
+    its own; both commit or neither does (a lost lease rolls both back)."""
+    reservation = (
+        Reservation.objects.select_related("vm", "vm__host", "image").filter(vm_id=vm.pk, status=S.PROVISIONING).first()
     )
-    if waiting is None:
+    if reservation is not None:
+        _settle(reservation, actor=Actor(name=f"job {job_id}"))
+
+
+def settle_unbuilt(job):
+    """A ``vm.create`` ended other than in success (``transitions.on_end``: failed, canceled,
+    given up after lost workers; in the transaction that ends it): queue ``reservation.settle``
+    for the reservation it was building, then, so that it settles (retry elsewhere, or failed)
+    even if nothing else happens. (Its success settled it in its last step: ``settle_built``.)"""
+    if job.status == Job.Status.SUCCESS:
         return
-    settle_id, params = waiting
-    result = settle(params["reservation"], actor=Actor(name=f"job {settle_id}"))
-    transitions.end_done_elsewhere(settle_id, result, f"settled by job {job_id}, which built {vm.key}")
+    vm_id = Job.objects.filter(pk=job.id).values_list("params__vm", flat=True).first()
+    if not vm_id:
+        return
+    reservation = Reservation.objects.select_related("user").filter(vm_id=vm_id, status=S.PROVISIONING).first()
+    if reservation is None:  # an ad-hoc VM's, or its reservation has moved on
+        return
+    queued = Job.objects.filter(opcode=SETTLE, status__in=Job.PENDING, params__reservation=reservation.pk)
+    if queued.exists():  # (a continued build's child and parent both end: once is enough)
+        return
+    jobs.submit(
+        SETTLE,
+        {"reservation": reservation.pk},
+        actor=Actor(name=f"job {job.id}"),
+        submitter=reservation.user,
+        reason=f"reservation {reservation.pk}: its build, job {job.id}, ended {job.status}",
+        savepoint=False,
+    )
 
 
 def _retry_elsewhere(reservation, failed_hosts, why, *, actor):

@@ -19,7 +19,7 @@ is retried like a full host.
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from django.db import OperationalError, transaction
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from inventory import power as inventory_power
@@ -344,24 +344,38 @@ def _claim_on(host_id, demand, request, actor, owner, wake=False):
 
 
 def _claim_locked(host_id, demand, request, actor, owner, wake=False):
+    """Re-check the host under its lock and write the claim; ``_Full`` when it no longer fits.
+    The claim carries ``host_name`` (the host's name as checked: the caller needs no read of it)."""
+    # Its own savepoint gives the host's row lock back when the host no longer fits, and lets a
+    # deadlock be retried (PostgreSQL). SQLite has neither (its write transaction serialises
+    # every claim): in a caller's transaction the claim is written in it, with no savepoint, and
+    # its change-log row and event join the caller's batch (``transitions.batched``), if any.
+    if connection.in_atomic_block and not connection.features.has_select_for_update:
+        return _write_claim(host_id, demand, request, actor, owner, wake)
     with transaction.atomic():
-        if not _host_check(host_id, request, lock=True, wake=wake).ok:
-            raise _Full
-        allocation = Allocation.objects.create(
-            host_id=host_id,
-            owner=owner,
-            purpose=demand.purpose[:200],
-            vcpus=demand.vcpus,
-            memory_mib=demand.memory_mib,
-            disk_gib=demand.disk_gib,
-            extras=dict(demand.extras),
-            start=demand.start,
-            end=demand.end,
-            anti_affinity=demand.anti_affinity,
-        )
-        changelog.record(allocation, "create", actor, reason=demand.purpose)
-        events.emit("allocation.claimed", _event(allocation), [f"hypervisor.{host_id}", "admin"])
-        return allocation
+        return _write_claim(host_id, demand, request, actor, owner, wake)
+
+
+def _write_claim(host_id, demand, request, actor, owner, wake):
+    checked = _host_check(host_id, request, lock=True, wake=wake)
+    if not checked.ok:
+        raise _Full  # (before any write: nothing to roll back without a savepoint)
+    allocation = Allocation.objects.create(
+        host_id=host_id,
+        owner=owner,
+        purpose=demand.purpose[:200],
+        vcpus=demand.vcpus,
+        memory_mib=demand.memory_mib,
+        disk_gib=demand.disk_gib,
+        extras=dict(demand.extras),
+        start=demand.start,
+        end=demand.end,
+        anti_affinity=demand.anti_affinity,
+    )
+    allocation.host_name = checked.host
+    changelog.record(allocation, "create", actor, reason=demand.purpose)
+    events.emit("allocation.claimed", _event(allocation), [f"hypervisor.{host_id}", "admin"])
+    return allocation
 
 
 def extend(allocation, new_end, *, actor):

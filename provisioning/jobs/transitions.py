@@ -23,6 +23,17 @@ from vclmgr.changelog import Actor
 
 S = Job.Status
 LEVEL_OF = {S.SUCCESS: "info", S.ERROR: "error", S.CANCELED: "warning"}
+# What follows the end of a job of an opcode, registered by the apps above (``on_end``):
+# ``hook(job)`` (the lean job as it ended) in the transaction that ends it, holding the queue
+# lock, whichever way it ended: its run, a cancel, a failed dependency, a lost worker given up
+# on, its children's end. (Every end passes through ``settle``.)
+ON_END = {}
+
+
+def on_end(opcode, hook):
+    hooks = ON_END.setdefault(opcode, [])
+    if hook not in hooks:
+        hooks.append(hook)
 
 
 def topics(job_id, submitter_id):
@@ -267,28 +278,6 @@ def end_pending(job_id, status, *, kind, message):
     return announce(job, f"{status}: {message}", LEVEL_OF.get(status, "info"))
 
 
-def end_done_elsewhere(job_id, result, message):
-    """A queued or waiting job whose work another job just did in its own transaction (a
-    listener of that job's last step) ends in success without running; None if it was no
-    longer pending. Caller holds the lock, in the transaction that did the work. It started
-    and ended then (its run time, 0, is counted like any job's)."""
-    now = timezone.now()
-    job = update(
-        Job.objects.filter(pk=job_id, status__in=Job.PENDING),
-        status=S.SUCCESS,
-        started=now,
-        ended=now,
-        result=result,
-        waiting_for="",
-        awaiting_children=False,
-    )
-    if job is None:
-        return None
-    announce(job, f"{S.SUCCESS}: {message}")
-    settle(job)
-    return job
-
-
 def request_cancel(job, *, actor, reason=""):
     """A running job stops at its next step boundary. Caller holds the lock."""
     updated = update(Job.objects.filter(pk=job.pk, status=S.RUNNING, cancel_requested=False), cancel_requested=True)
@@ -303,6 +292,8 @@ def settle(job):
     work = [job]
     while work:
         done = work.pop()
+        for hook in ON_END.get(done.opcode, ()):
+            hook(done)
         dependents = ()
         if done.has_dependents:  # (building the query costs even when it is not run)
             dependents = JobDependency.objects.filter(on_id=done.id, job__status__in=Job.PENDING).order_by("job_id")

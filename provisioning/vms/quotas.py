@@ -30,6 +30,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
@@ -63,12 +64,17 @@ class Window:
 
 
 def register(kind, holdings):
-    """``holdings(window)`` → ``(vcpus, memory_mib)`` of each of ``kind`` held in the window."""
+    """``holdings(window)`` → ``(vcpus, memory_mib)`` of each of ``kind`` held in the window, as a
+    ``values_list`` QuerySet (``held`` sends every holder's in one statement)."""
     _holders[kind] = holdings
 
 
 def held(window):
-    return [row for holdings in _holders.values() for row in holdings(window)]
+    """What every holder holds over the window, in one statement (their rows, unioned)."""
+    rows = [holdings(window).order_by() for holdings in _holders.values()]
+    if not rows:
+        return []
+    return list(rows[0].union(*rows[1:], all=True)) if len(rows) > 1 else list(rows[0])
 
 
 @dataclass(frozen=True)
@@ -183,12 +189,16 @@ def _things(count, of=""):
 def check_locked(user, image, start, end, size, *, exclude=None, when_field="start"):
     """``check`` counted under the quota locks (see the module docstring); ``ValidationError``."""
     limits = limits_for(user, image)
-    if user is not None:
-        list(get_user_model().objects.select_for_update(no_key=True).filter(pk=user.pk).values_list("pk"))
-        if limits.groups:
-            list(Group.objects.select_for_update(no_key=True).filter(pk__in=limits.groups).order_by("pk").values_list("pk"))
-    if image.max_concurrent is not None:
-        list(Image.objects.select_for_update(no_key=True).filter(pk=image.pk).values_list("pk"))
+    # Row locks where the database has them; SQLite's write transaction (BEGIN IMMEDIATE)
+    # serialises every writer already, and would only read the rows for nothing.
+    if connection.features.has_select_for_update:
+        if user is not None:
+            list(get_user_model().objects.select_for_update(no_key=True).filter(pk=user.pk).values_list("pk"))
+            if limits.groups:
+                groups = Group.objects.select_for_update(no_key=True).filter(pk__in=limits.groups).order_by("pk")
+                list(groups.values_list("pk"))
+        if image.max_concurrent is not None:
+            list(Image.objects.select_for_update(no_key=True).filter(pk=image.pk).values_list("pk"))
     errors = check(user, image, start, end, size, limits=limits, exclude=exclude, when_field=when_field)
     if errors:
         raise ValidationError(errors)

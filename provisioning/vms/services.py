@@ -13,12 +13,13 @@ runs without a live claim or past its end (``run_refusal``).
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import ProtectedError, Q, RestrictedError
+from django.db.models import FilteredRelation, ProtectedError, Q, RestrictedError
 from django.utils import timezone
 
 from provisioning.capacity import services as capacity
@@ -56,6 +57,27 @@ NEEDS_BUILT = ("start", "stop", "suspend", "resume", "snapshot", "revert", "migr
 def visible_images(user):
     """Images a user may use: all for staff; active public ones and their groups' otherwise."""
     return Image.objects.visible_to(user)
+
+
+@dataclass(frozen=True)
+class Usable:
+    """What placing a VM of an image needs to know of it (``usable``)."""
+
+    formats: frozenset  # of its variants
+    staged: frozenset  # ids of the hosts where one of them is staged (placement tries them first)
+
+
+def usable(user, image):
+    """``Usable`` of ``image`` for ``user`` (None: the system), read in one statement; None
+    when the user may not use it, or it has no variant (the caller tells which, if it cares)."""
+    variants = ImageVariant.objects.filter(image_id=image.pk)
+    if user is not None:
+        variants = variants.filter(image__in=visible_images(user).values("pk"))
+    staged = FilteredRelation("cached_on", condition=Q(cached_on__state=HostImage.State.STAGED))
+    rows = list(variants.annotate(staged=staged).order_by().values_list("format", "staged__host_id"))
+    if not rows:
+        return None
+    return Usable(frozenset(f for f, _ in rows), frozenset(h for _, h in rows if h is not None))
 
 
 def visible_vms(user):
@@ -544,20 +566,27 @@ def size_for(image, vcpus=None, memory_mib=None, disk_gib=None):
     }
 
 
-def demand_for(image, size, *, start, end, purpose, formats=None, exclude_hosts=(), prefer_cached=True):
+def demand_for(
+    image, size, *, start, end, purpose, formats=None, exclude_hosts=(), prefer_cached=True, usable=None
+):  # fmt: skip
     """The placement ``Demand`` of one VM of ``image`` and ``size`` over ``[start, end)``.
 
     The one builder for VMs and reservations: the image's required and forbidden host tags, its
     anti-affinity group and its need for exclusive storage go with it, so every claim honours
     them. ``formats``: the image formats the VM can run from (default: every variant's);
     ``exclude_hosts``: host ids it must not go to; ``prefer_cached``: try the hosts that have
-    the image staged first.
+    the image staged first. ``usable``: the image's ``usable`` as the caller just read it (its
+    formats and staged hosts are not read again).
     """
-    formats = frozenset(image.variants.values_list("format", flat=True) if formats is None else formats)
+    if formats is None:
+        formats = usable.formats if usable is not None else image.variants.values_list("format", flat=True)
+    staged = frozenset()
+    if prefer_cached:
+        staged = usable.staged if usable is not None else hosts_with(image)
     return capacity.Demand(
         vcpus=size["vcpus"], memory_mib=size["memory_mib"], disk_gib=size["disk_gib"], start=start, end=end,
-        formats=formats, purpose=purpose, exclude_hosts=frozenset(exclude_hosts),
-        prefer_hosts=hosts_with(image) if prefer_cached else frozenset(),
+        formats=frozenset(formats), purpose=purpose, exclude_hosts=frozenset(exclude_hosts),
+        prefer_hosts=staged,
         required_tags=frozenset(image.required_tags), forbidden_tags=frozenset(image.forbidden_tags),
         anti_affinity=image.anti_affinity, exclusive_storage=image.exclusive_storage,
     )  # fmt: skip

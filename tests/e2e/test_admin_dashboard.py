@@ -58,7 +58,7 @@ def test_the_admins_dashboard_follows_a_reservation_live(admin_user, alice, logi
         expect(page.locator(f'.heat-cell[data-host="{host}"]')).not_to_have_attribute("data-utilisation", "0")
         expect(page.locator("#dash-latest-jobs tbody")).to_contain_text("vm.create")
         wait_until(lambda: Reservation.objects.get(pk=reservation.pk).status == "ready", 60, "the VM", worker)
-        expect(page.locator("#dash-latest-jobs tbody tr", has_text="reservation.settle")).to_contain_text(
+        expect(page.locator("#dash-latest-jobs tbody tr", has_text="vm.create")).to_contain_text(
             "success", timeout=10000
         )
         expect(page.locator('#dash-jobs [data-count="running"]')).to_have_text("0")

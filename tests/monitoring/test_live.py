@@ -63,10 +63,11 @@ def test_metrics_of_web_and_worker_processes_add_up(transactional_db, sim_host, 
             assert status == 200, text
             return text
 
-        # The worker counts a job once its transaction committed: wait for the settle job's count.
+        # The worker counts a job once its transaction committed: wait for the build's count (its
+        # last transaction made the reservation ready).
         def settled():
             found = samples(scraped())
-            return value(found, "vclmgr_job_run_seconds_count", opcode="reservation.settle", status="success") == 1
+            return value(found, "vclmgr_job_run_seconds_count", opcode="vm.create", status="success") == 1
 
         processes.wait_for(settled, 30, "the job counts")
         text = scraped()

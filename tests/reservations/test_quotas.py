@@ -85,6 +85,38 @@ def test_parallel_extend_and_reserve_are_counted_one_after_the_other(transaction
     assert "rule 'two at a time'" in next(o for o in outcomes if o != "ok")
 
 
+def test_parallel_reservations_for_now_are_counted_and_claimed_one_after_the_other(
+    transactional_db, make_host, image, alice, bob
+):
+    """Starting now: quota, claim and build job in one transaction (on SQLite with no savepoint
+    of the claim's own). Three requests at once for a host with room for two, one user's two of
+    them past their limit: that user's second is refused by the rule, the others fit."""
+    host = make_host("sim-small", cpus=4, memory_mib=4096, disk_gib=40)  # two default VMs
+    QuotaRule.objects.create(name="one at a time", max_per_user=1)
+    outcomes, gate = [], threading.Barrier(3)
+
+    def run(user):
+        gate.wait()
+        try:
+            services.reserve(user, image, actor=user, duration=H)
+            outcomes.append((user.username, "ok"))
+        except ValidationError as exc:
+            outcomes.append((user.username, str(exc)))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(user,)) for user in (alice, alice, bob)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(who for who, outcome in outcomes if outcome == "ok") == ["alice", "bob"], outcomes
+    refused = [(who, outcome) for who, outcome in outcomes if outcome != "ok"]
+    assert len(refused) == 1 and refused[0][0] == "alice" and "rule 'one at a time'" in refused[0][1], outcomes
+    assert sorted(Reservation.objects.values_list("user__username", flat=True)) == ["alice", "bob"]
+    assert VM.objects.count() == 2 and all(r.allocation.host == host for r in Reservation.objects.all())
+
+
 def test_an_image_rule_counts_only_that_images_reservations(big_host, image, alice, later):
     other = vms.create_image(actor="test", name="windows-11", os="Windows 11", min_memory_mib=256,
                              default_memory_mib=1024, default_disk_gib=10)  # fmt: skip
