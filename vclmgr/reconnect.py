@@ -97,7 +97,8 @@ def repeatable():
 
 def _written(connection, sql):
     words = sql.lstrip().split(None, 1) if isinstance(sql, str) else ["?"]
-    if not connection.in_atomic_block and words and words[0].upper() not in WRITE_SKIP:
+    # A compound query (``(SELECT …) UNION ALL (SELECT …)``) opens with a parenthesis.
+    if not connection.in_atomic_block and words and words[0].lstrip("(").upper() not in WRITE_SKIP:
         connection.vclmgr_commits = commits(connection) + 1
 
 

@@ -63,3 +63,18 @@ def test_a_sqlite_connection_gets_no_wrapper(db):
 
     connection.ensure_connection()
     assert (reconnect.resend_if_lost in connection.execute_wrappers) == (connection.vendor == "postgresql")
+
+
+@pytest.mark.parametrize(
+    ("sql", "write"),
+    [("SELECT 1", False), ("(SELECT 1) UNION ALL (SELECT 2)", False), ("UPDATE t SET a = 1", True),
+     ("INSERT INTO t VALUES (1)", True)],
+)  # fmt: skip
+def test_only_writes_in_autocommit_count_as_commits(sql, write):
+    class Connection:
+        in_atomic_block = False
+        vclmgr_commits = 0
+
+    connection = Connection()
+    reconnect._written(connection, sql)
+    assert reconnect.commits(connection) == int(write)
