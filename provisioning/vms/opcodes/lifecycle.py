@@ -119,6 +119,8 @@ class Attempt:
 
     def run(self):
         vm_id, actor = self.vm_id, self.job.actor
+        if self.loaded is None:  # read once: the claim, the stage step and the image's settings go on from it
+            self.loaded = load_vm(vm_id)
         self.placed = self.db_step("claim", claim, vm_id, self.exclude, actor=actor, loaded=self.loaded, rank=self.rank)
         for n in range(ROOM_STEPS):  # their memory is given back on the host only when they are suspended
             if not self.placed.get("after") or self.step(f"room-{n}", suspensions_ended, self.placed["after"]):
@@ -140,7 +142,7 @@ class Attempt:
         # finds its work done (a staged image, a defined or running domain).
         self.kept_step("stage", stage, vm_id, self.placed["host"], self.job.job_id, loaded=self.loaded)
         defined = self.kept_step("define", define, vm_id, actor=actor)
-        image = (self.loaded or load_vm(vm_id)).image
+        image = self.loaded.image
         if image.revert_on_end or image.pool_size:  # an image's, set when it is made (a pool reverts too)
             self.step("clean", clean_snapshot, vm_id, actor=actor)
         self.kept_step("start", self._boot, vm_id, actor=actor, port=defined["port"])
