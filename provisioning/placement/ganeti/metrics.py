@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 import sys
-from itertools import accumulate, count, repeat
-from operator import add, mul, sub, truediv
+from itertools import accumulate, compress, count, repeat
+from operator import add, mul, ne, sub, truediv
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -263,23 +263,29 @@ def _term(c: int, st: list[float]) -> float:
 
 def _score_replacing(stats, terms, off: bool, old: Sequence[float], new: Sequence[float]) -> float:
     """``ClusterStats(stats).replace_values(off, old, new).score()``, bit for bit, with
-    the unchanged components' ``terms`` reused."""
-    total = 0.0
-    for c in range(NCOMP):
-        x, x2 = old[c], new[c]
-        if ONLINE[c] == off or x == x2:
-            total += terms[c]
+    the unchanged components' ``terms`` reused: the changed components are found in C
+    (`compress`), and the terms added in order as the score adds them (`_plain_sum`)."""
+    changed = list(compress(_COMPONENTS, map(ne, old, new)))
+    if not changed:
+        return _plain_sum(terms)
+    out = list(terms)
+    for c in changed:
+        if ONLINE[c] == off:
             continue
+        x, x2 = old[c], new[c]
         stat = stats[c]
         if KINDS[c] == SUM:
-            total += WEIGHTS[c] * (stat[0] + x2 - x)
+            out[c] = WEIGHTS[c] * (stat[0] + x2 - x)
         else:  # `ClusterStats.replace_values`' update, then `score`'s term
             n, s, var = stat
             ds = x2 - x
             dss = x2 * x2 - x * x
             dnnvar = (n * dss - 2 * s * ds) - ds * ds
-            total += WEIGHTS[c] * math.sqrt(max(0.0, var + dnnvar / (n * n)))
-    return total
+            out[c] = WEIGHTS[c] * math.sqrt(max(0.0, var + dnnvar / (n * n)))
+    return _plain_sum(out)
+
+
+_COMPONENTS = range(NCOMP)
 
 
 if sys.version_info < (3, 12):

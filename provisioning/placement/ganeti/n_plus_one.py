@@ -95,6 +95,8 @@ def can_evacuate_node(cluster: GCluster, ndx: int, exact: bool = False, base: li
                 return False
         if fixed and not _room_for(nodes, [instances[i] for i in fixed], escape):
             return False
+        if fixed and _fits_on_each(cluster, nodes, [instances[i] for i in fixed], escape):
+            return True
         stats = _Stats(cluster, nodes, base, moved=bool(drbd or shared))
         # sortBy (flip compare `on` mem) is a stable sort: equal memory keeps list order.
         ordered = sorted((instances[i] for i in fixed), key=lambda x: -x.mem)
@@ -126,6 +128,33 @@ def _room_for(nodes, fixed: list[Instance], escape) -> bool:
         room_mem += max(0, node.unallocated_mem - 1)
         room_dsk += max(0, node.f_dsk - 1)
     return mem <= room_mem and dsk <= room_dsk
+
+
+def _fits_on_each(cluster: GCluster, nodes, fixed: list[Instance], escape) -> bool:
+    """True when each target could take all of ``fixed`` by itself — a sufficient
+    condition of every `_recreate` succeeding, whichever target each one goes to: a forced
+    add fails only when free memory or (for local storage) free disk would not stay above
+    0, or on spindles (exclusive storage, left to the re-creation), both running totals;
+    and the instance policy, the same for every target of the group. Most checks early in
+    hspace's allocations end here, without scoring a target."""
+    if not escape:
+        return False
+    targets = [nodes[t] for t in escape]
+    if any(n.excl_storage for n in targets):
+        return False
+    ipol = cluster.groups[targets[0].group].ipolicy
+    if any(policy_verdict(i, ipol, False) is not None for i in fixed):
+        return False
+    placed = [i for i in fixed if not i.forthcoming]  # a forced forthcoming add checks nothing
+    if not placed:
+        return True
+    mem = sum(i.mem for i in placed if i.uses_memory)
+    on_disk = [i.dsk for i in placed if i.local_storage]
+    dsk = sum(on_disk)
+    for node in targets:
+        if node.unallocated_mem - mem <= 0 or (on_disk and node.f_dsk - dsk <= 0):
+            return False
+    return True
 
 
 class _Stats:
@@ -209,7 +238,7 @@ def _recreate(cluster: GCluster, nodes, inst: Instance, escape, stats: _Stats, l
     if not feasible:
         return False
     if len(feasible) == 1:
-        best = feasible[0][0]
+        best, values = feasible[0]
     else:
         column = stats.get()
         scores: dict[tuple, float] = {}
@@ -220,10 +249,12 @@ def _recreate(cluster: GCluster, nodes, inst: Instance, escape, stats: _Stats, l
             if value is None:
                 value = scores[pair] = column.score_replacing(t, after)
             if chosen is None or not (chosen[0] < value):
-                chosen = (value, t)
-        best = chosen[1]
+                chosen = (value, t, after)
+        _, best, values = chosen
     if not last:
-        stats.set(best, nodes[best].add_pri(inst, force=True))
+        new = nodes[best].add_pri(inst, force=True)
+        new.score_values = values  # `primary_outcome`'s are the new node's, interned
+        stats.set(best, new)
     return True
 
 
