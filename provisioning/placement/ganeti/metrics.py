@@ -241,8 +241,8 @@ class ColumnStats:
         self.rows[pos] = new
         k = self.slot[pos]
         columns, stats, terms = self.columns, self.stats, self.terms
-        for c in range(NCOMP):
-            if ONLINE[c] != off and new[c] != old[c]:
+        for c in compress(_COMPONENTS, map(ne, new, old)):
+            if ONLINE[c] != off:
                 column = columns[c]
                 column[k] = new[c]
                 for d in TWINS[c]:  # an equal twin column (up to date: d < c) has the statistics
@@ -341,6 +341,28 @@ def _share_twins(columns: list[list[float]]) -> list[int]:
     return twin
 
 
+def _reshare_twins(columns: list[list[float]], twin: list[int], fresh: set[int]) -> list[int]:
+    """`_share_twins` after the ``fresh`` columns changed, the others as they were under
+    ``twin``: only the components whose column or twin changed are matched again.
+
+    A twin only saves work: any equal column gives the same statistics to the bit, so
+    an unchanged column that lost its twin keeps its own (still right) statistics, and
+    a pairing kept from before still holds (both columns unchanged). Each match is with
+    a column that is its own twin, as `_share_twins` makes them."""
+    twin = list(twin)
+    for c in range(NCOMP):
+        if c not in fresh and twin[c] not in fresh:
+            continue
+        twin[c] = c
+        col = columns[c]
+        for d in TWINS[c]:
+            if twin[d] == d and (columns[d] is col or columns[d] == col):
+                twin[c] = d
+                columns[c] = columns[d]
+                break
+    return twin
+
+
 class ValueRows:
     """The `node_values` of a node list, computed once, scored with some nodes replaced —
     the exact two-pass score of many candidates that each change one or two nodes.
@@ -392,8 +414,8 @@ class ValueRows:
             old, values = rows[p], node_values(node)
             rows[p] = values
             k, off = self.slot[p], was.offline
-            for c in range(NCOMP):
-                if ONLINE[c] != off and values[c] != old[c]:
+            for c in compress(_COMPONENTS, map(ne, values, old)):
+                if ONLINE[c] != off:
                     if c not in fresh:
                         columns[c] = list(columns[c])
                         fresh.add(c)
@@ -407,7 +429,7 @@ class ValueRows:
         new.slot = self.slot
         new.base, new.terms = list(self.base), list(self.terms)
         new.prefixes, new.deviations = list(self.prefixes), list(self.deviations)
-        new.twin = twin = _share_twins(columns)
+        new.twin = twin = _reshare_twins(columns, self.twin, fresh)
         for c in sorted(fresh):
             t = twin[c]
             if t != c:  # an equal column's statistics (its own are up to date: t < c)

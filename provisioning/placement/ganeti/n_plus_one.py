@@ -95,12 +95,13 @@ def can_evacuate_node(cluster: GCluster, ndx: int, exact: bool = False, base: li
                 return False
         if fixed and not _room_for(nodes, [instances[i] for i in fixed], escape):
             return False
-        if fixed and _fits_on_each(cluster, nodes, [instances[i] for i in fixed], escape):
-            return True
         stats = _Stats(cluster, nodes, base, moved=bool(drbd or shared))
         # sortBy (flip compare `on` mem) is a stable sort: equal memory keeps list order.
         ordered = sorted((instances[i] for i in fixed), key=lambda x: -x.mem)
+        needs = None if exact else _suffix_needs(cluster, nodes, ordered, escape)
         for k, inst in enumerate(ordered):
+            if needs is not None and _each_takes(nodes, escape, needs[k]):
+                return True  # every target could take all the rest: each re-creation succeeds
             last = k == len(ordered) - 1
             if exact:
                 if not _recreate_exact(cluster, nodes, inst, escape):
@@ -130,29 +131,44 @@ def _room_for(nodes, fixed: list[Instance], escape) -> bool:
     return mem <= room_mem and dsk <= room_dsk
 
 
-def _fits_on_each(cluster: GCluster, nodes, fixed: list[Instance], escape) -> bool:
-    """True when each target could take all of ``fixed`` by itself — a sufficient
-    condition of every `_recreate` succeeding, whichever target each one goes to: a forced
-    add fails only when free memory or (for local storage) free disk would not stay above
-    0, or on spindles (exclusive storage, left to the re-creation), both running totals;
-    and the instance policy, the same for every target of the group. Most checks early in
-    hspace's allocations end here, without scoring a target."""
-    if not escape:
-        return False
-    targets = [nodes[t] for t in escape]
-    if any(n.excl_storage for n in targets):
-        return False
-    ipol = cluster.groups[targets[0].group].ipolicy
-    if any(policy_verdict(i, ipol, False) is not None for i in fixed):
-        return False
-    placed = [i for i in fixed if not i.forthcoming]  # a forced forthcoming add checks nothing
-    if not placed:
-        return True
-    mem = sum(i.mem for i in placed if i.uses_memory)
-    on_disk = [i.dsk for i in placed if i.local_storage]
-    dsk = sum(on_disk)
-    for node in targets:
-        if node.unallocated_mem - mem <= 0 or (on_disk and node.f_dsk - dsk <= 0):
+def _suffix_needs(cluster: GCluster, nodes, ordered: list[Instance], escape) -> list[tuple] | None:
+    """Per position ``k``, what ``ordered[k:]`` needs of a target that takes all of it:
+    ``(memory, disk, any memory check, any disk check)``; None when that cannot decide
+    (no target, exclusive storage, an instance the group's policy refuses).
+
+    Why: a forced add fails only when free memory, or free disk for local storage, would
+    not stay above 0 (spindles aside: exclusive storage), both running totals, after the
+    instance policy (the same for every target of the group). So once every target could
+    take all the instances left by itself, each `_recreate` left succeeds whichever target
+    it picks, and the evacuation's answer is yes without scoring them."""
+    if not escape or any(nodes[t].excl_storage for t in escape):
+        return None
+    ipol = cluster.groups[nodes[escape[0]].group].ipolicy
+    if any(policy_verdict(i, ipol, False) is not None for i in ordered):
+        return None
+    out = []
+    mem = dsk = 0
+    checks_mem = checks_dsk = False
+    for inst in reversed(ordered):
+        if not inst.forthcoming:  # a forced forthcoming add checks nothing
+            checks_mem = True
+            if inst.uses_memory:
+                mem += inst.mem
+            if inst.local_storage:
+                checks_dsk = True
+                dsk += inst.dsk
+        out.append((mem, dsk, checks_mem, checks_dsk))
+    out.reverse()
+    return out
+
+
+def _each_takes(nodes, escape, need: tuple) -> bool:
+    mem, dsk, checks_mem, checks_dsk = need
+    for t in escape:
+        node = nodes[t]
+        if checks_mem and node.unallocated_mem - mem <= 0:
+            return False
+        if checks_dsk and node.f_dsk - dsk <= 0:
             return False
     return True
 
