@@ -157,23 +157,29 @@ class ClusterStats:
     def replace_values(
         self, offline: bool, old: Sequence[float], new: Sequence[float]
     ) -> ClusterStats:
+        """`replace` from the nodes' values. The new statistics keep this one's terms
+        where a component is unchanged (when this one has them): a pair's scores are
+        then computed from them without recomputing all twenty."""
         stats = list(self.stats)
-        for c in range(NCOMP):
+        terms = None if self.terms is None else list(self.terms)
+        for c in compress(_COMPONENTS, map(ne, old, new)):
             if ONLINE[c] == offline:
                 continue
             x, x2 = old[c], new[c]
-            if x == x2:
-                continue
             stat = stats[c]
             if KINDS[c] == SUM:
-                stats[c] = [stat[0] + x2 - x]
+                st = stats[c] = [stat[0] + x2 - x]
             else:
                 n, s, var = stat
                 ds = x2 - x
                 dss = x2 * x2 - x * x
                 dnnvar = (n * dss - 2 * s * ds) - ds * ds
-                stats[c] = [n, s + ds, max(0.0, var + dnnvar / (n * n))]
-        return ClusterStats(stats)
+                st = stats[c] = [n, s + ds, max(0.0, var + dnnvar / (n * n))]
+            if terms is not None:
+                terms[c] = _term(c, st)
+        out = ClusterStats(stats)
+        out.terms = terms
+        return out
 
     def score_replaced(self, old: Node, new: Node) -> float:
         """``self.replace(old, new).score()``, bit for bit, faster."""
