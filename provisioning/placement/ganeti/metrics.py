@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import math
 import sys
+
+# `operator` re-exports these from its C module after defining Python versions of all of
+# them: importing the C module directly spares a tenth of a millisecond at every start.
+from _operator import add, mul, ne, sub, truediv
 from itertools import accumulate, compress, count, repeat
-from operator import add, mul, ne, sub, truediv
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
