@@ -205,7 +205,8 @@ class _Allocator:
         self._redundant: dict[int, tuple[GCluster, bool]] = {}
 
     def try_alloc(self, opts: AllocOptions, cluster: GCluster, inst: Instance) -> AllocSolution:
-        n1 = (lambda cl: redundant(cl, accept_existing=opts.accept_existing)) if opts.capacity else None
+        # Each candidate's state is new, and asked about once: nothing to remember.
+        n1 = (lambda cl: redundant(cl, accept_existing=opts.accept_existing, remember=False)) if opts.capacity else None
         return try_alloc(opts, cluster, inst, self.alloc_nodes, n1, two_nodes=self.requires == 2)
 
     def redundant(self, cluster: GCluster) -> bool:

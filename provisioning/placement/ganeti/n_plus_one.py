@@ -22,13 +22,19 @@ if TYPE_CHECKING:
     from .cluster import GCluster
 
 
-def redundant(cluster: GCluster, scope: Sequence[int] | None = None, accept_existing: bool = False) -> bool:
+def redundant(
+    cluster: GCluster, scope: Sequence[int] | None = None, accept_existing: bool = False, remember: bool = True
+) -> bool:
     """``accept_existing``: offline nodes are taken as they are (not evacuated).
 
     Answers are remembered per cluster state: hspace's tiered loops ask again and again
     about the same state (134 checks of 5 states on a 4-node file), and nodes and instances
     are never changed in place once built (every update returns new ones), so the same
-    objects mean the same answer."""
+    objects mean the same answer. ``remember=False``: a state built for this one question
+    (an allocation candidate's), which keying on its every node and instance would only
+    slow down."""
+    if not remember:
+        return _redundant(cluster, scope, accept_existing)
     key = (
         tuple(map(id, cluster.nodes)),
         tuple(map(id, cluster.instances)),
@@ -77,11 +83,16 @@ def can_evacuate_node(cluster: GCluster, ndx: int, exact: bool = False, base: li
     instances = cluster.instances
     node = nodes[ndx]
     # htools prepends to a node's primary list: newest first (we append, so reverse).
-    primaries = list(reversed(node.plist))
-    drbd = [i for i in primaries if instances[i].disk_template == "drbd"]
-    others = [i for i in primaries if instances[i].disk_template != "drbd"]
-    shared = [i for i in others if instances[i].disk_template in T.FREELY_MOVABLE]
-    fixed = [i for i in others if instances[i].disk_template not in T.FREELY_MOVABLE]
+    drbd, shared, fixed = [], [], []
+    movable = T.FREELY_MOVABLE
+    for i in reversed(node.plist):
+        template = instances[i].disk_template
+        if template == "drbd":
+            drbd.append(i)
+        elif template in movable:
+            shared.append(i)
+        else:
+            fixed.append(i)
     if drbd or shared:
         instances = list(instances)  # moves are committed to it
     try:
