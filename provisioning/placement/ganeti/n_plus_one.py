@@ -83,16 +83,17 @@ def can_evacuate_node(cluster: GCluster, ndx: int, exact: bool = False, base: li
     instances = cluster.instances
     node = nodes[ndx]
     # htools prepends to a node's primary list: newest first (we append, so reverse).
-    drbd, shared, fixed = [], [], []
+    drbd, shared, fixed = [], [], []  # indices, indices, instances (the moves leave those)
     movable = T.FREELY_MOVABLE
     for i in reversed(node.plist):
-        template = instances[i].disk_template
+        inst = instances[i]
+        template = inst.disk_template
         if template == "drbd":
             drbd.append(i)
         elif template in movable:
             shared.append(i)
         else:
-            fixed.append(i)
+            fixed.append(inst)
     if drbd or shared:
         instances = list(instances)  # moves are committed to it
     try:
@@ -104,11 +105,11 @@ def can_evacuate_node(cluster: GCluster, ndx: int, exact: bool = False, base: li
         for i in shared:
             if not _evacuate_shared(nodes, instances, instances[i], escape, group_nodes, exact):
                 return False
-        if fixed and not _room_for(nodes, [instances[i] for i in fixed], escape):
+        if fixed and not _room_for(nodes, fixed, escape):
             return False
         stats = _Stats(cluster, nodes, base, moved=bool(drbd or shared))
         # sortBy (flip compare `on` mem) is a stable sort: equal memory keeps list order.
-        ordered = sorted((instances[i] for i in fixed), key=lambda x: -x.mem)
+        ordered = sorted(fixed, key=lambda x: -x.mem)
         needs = None if exact else _suffix_needs(cluster, nodes, ordered, escape)
         for k, inst in enumerate(ordered):
             if needs is not None and _each_takes(nodes, escape, needs[k]):
@@ -131,9 +132,16 @@ def _room_for(nodes, fixed: list[Instance], escape) -> bool:
     end here instead of re-creating instance after instance first."""
     if any(nodes[t].excl_storage for t in escape):
         return True  # spindles decide there: left to the re-creation
-    fixed = [i for i in fixed if not i.forthcoming]
-    mem = sum(i.mem for i in fixed if i.uses_memory)
-    dsk = sum(i.dsk for i in fixed if i.local_storage)
+    # `Instance.uses_memory` and `local_storage`, spelled out: this runs for every node of
+    # every state hspace checks, most often to end the check.
+    running, local = T.RUNNING_STATES, T.LOCAL_STORAGE
+    mem = dsk = 0
+    for inst in fixed:
+        if not inst.forthcoming:
+            if inst.status in running:
+                mem += inst.mem
+            if inst.disk_template in local:
+                dsk += inst.dsk
     room_mem = room_dsk = 0
     for t in escape:
         node = nodes[t]
