@@ -263,9 +263,14 @@ def _recreate(cluster: GCluster, nodes, inst: Instance, escape, stats: _Stats, l
     shape_key = (True, *shape(inst))
     groups = cluster.groups
     feasible = []
+    verdicts: dict[tuple, object] = {}  # per (group, exclusive storage): the targets share one
     for t in escape:
         target = nodes[t]
-        if policy_verdict(inst, groups[target.group].ipolicy, target.excl_storage) is not None:
+        where = (target.group, target.excl_storage)
+        verdict = verdicts.get(where, verdicts)
+        if verdict is verdicts:
+            verdict = verdicts[where] = policy_verdict(inst, groups[target.group].ipolicy, target.excl_storage)
+        if verdict is not None:
             continue
         after = primary_outcome(target, inst, True, shape_key)
         if after.__class__ is tuple:  # else a FailMode
