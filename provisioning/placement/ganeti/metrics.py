@@ -352,15 +352,13 @@ def _share_twins(columns: list[list[float]]) -> list[int]:
 
 def _reshare_twins(columns: list[list[float]], twin: list[int], fresh: set[int]) -> list[int]:
     """`_share_twins` after the ``fresh`` columns changed, the others as they were under
-    ``twin``: only the components whose column or twin changed are matched again.
-
-    A twin only saves work: any equal column gives the same statistics to the bit, so
-    an unchanged column that lost its twin keeps its own (still right) statistics, and
-    a pairing kept from before still holds (both columns unchanged). Each match is with
-    a column that is its own twin, as `_share_twins` makes them."""
+    ``twin`` (`_share_twins`' answer before): only components with a changed column among
+    themselves and their `TWINS` are matched again — the same answer, since the others
+    compare the same unchanged columns, whose own twins (among their `TWINS`, a subset of
+    theirs) are unchanged too."""
     twin = list(twin)
     for c in range(NCOMP):
-        if c not in fresh and twin[c] not in fresh:
+        if c not in fresh and fresh.isdisjoint(TWINS[c]):
             continue
         twin[c] = c
         col = columns[c]
