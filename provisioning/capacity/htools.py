@@ -396,14 +396,38 @@ def main(argv: list[str] | None = None, prog: str | None = None, from_manage: bo
             raise CommandFailed("give -t FILE or --simulate (the live inventory needs manage.py)")
         return cluster
 
+    # A run builds many small objects and frees them by reference counting; the cycle
+    # collector's passes over them found nothing, at a tenth of a small run's time.
+    import gc
+
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         run(name, opts, load, write)
     except CommandFailed as error:
         out.flush()
         print(f"CommandError: {error}", file=sys.stderr)
         return 1
+    finally:
+        if collecting:
+            gc.enable()
     return 0
 
 
+def exit_now(status: int) -> None:
+    """End the process with ``status`` once the output is out, skipping the interpreter's
+    tear-down (freeing every object and module one by one: a tenth of a small run; nothing
+    of these commands needs it: no files open for writing, no atexit work). When the output
+    cannot be flushed (a closed pipe), the ordinary exit reports it."""
+    import os  # already loaded by Python's start-up
+
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(status)
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main(prog="python -m provisioning.capacity.htools"))
+    exit_now(main(prog="python -m provisioning.capacity.htools"))

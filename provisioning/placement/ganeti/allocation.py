@@ -321,20 +321,23 @@ class _PairCandidate:
     values after the adds come from `fast_moves.node_values_after`, without copying the
     nodes, and the primary's add is done once for all its secondaries."""
 
-    __slots__ = ("score", "s", "primary", "built")
+    __slots__ = ("score", "s", "values_s", "primary", "built")
 
-    def __init__(self, score: float, s: int, primary: list) -> None:
+    def __init__(self, score: float, s: int, values_s: tuple, primary: list) -> None:
         self.score = score
         self.s = s
-        self.primary = primary  # [cluster, inst, p, force, new primary node or None]
+        self.values_s = values_s  # the secondary's `node_values` after the add
+        self.primary = primary  # [cluster, inst, p, force, new primary node or None, its values]
         self.built = None
 
     def candidate(self) -> Candidate:
         if self.built is None:
-            cluster, inst, p, force, new_p = self.primary
+            cluster, inst, p, force, new_p, values_p = self.primary
             if new_p is None:
                 new_p = self.primary[4] = cluster.nodes[p].add_pri(inst, force=force)
+                new_p.score_values = values_p  # `primary_outcome`'s are the new node's
             new_s = cluster.nodes[self.s].add_sec(inst, p)
+            new_s.score_values = self.values_s
             placed = inst.copy()
             placed.pnode, placed.snode = p, self.s
             self.built = Candidate(((p, new_p), (self.s, new_s)), placed, self.score)
@@ -366,7 +369,7 @@ def _pair_solution(opts, cluster, inst, alloc_nodes, policy, stats, keep) -> All
             total = _sum_allocs(total, AllocSolution([fail] * len(secondaries), 0, None))
             continue
         base = stats().replace_values(tgt_p.offline, node_values(tgt_p), values_p)
-        primary = [cluster, inst, p, force, None]
+        primary = [cluster, inst, p, force, None, values_p]
         candidates = []
         failures = []
         scores: dict[tuple, float] = {}
@@ -381,7 +384,7 @@ def _pair_solution(opts, cluster, inst, alloc_nodes, policy, stats, keep) -> All
             value = scores.get(pair)
             if value is None:
                 value = scores[pair] = base.score_replaced_values(tgt_s.offline, old, values_s)
-            candidates.append(_PairCandidate(value, s, primary))
+            candidates.append(_PairCandidate(value, s, values_s, primary))
         failures.reverse()
         if keep is None:
             part = AllocSolution(failures, len(candidates), _best_only(candidates))
@@ -507,6 +510,7 @@ class _SingleCandidate:
         if self.built is None:
             ndx = self.ndx
             new = self.cluster.nodes[ndx].add_pri(self.inst, force=self.force)
+            new.score_values = self.cls.new  # `primary_outcome`'s are the new node's, interned
             placed = self.inst.copy()
             placed.pnode, placed.snode = ndx, NO_NODE
             self.built = Candidate(((ndx, new),), placed, self.score)

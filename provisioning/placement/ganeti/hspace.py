@@ -199,10 +199,22 @@ class _Allocator:
         #: placements, recomputed. (cluster id, placed so far, options, shape) -> (the
         #: chain of placements of that shape from that state, position in it).
         self._chains: dict[tuple, tuple[_Chain, int]] = {}
+        #: id of a cluster state -> (the state, whether it is N+1 redundant): `iterate`
+        #: asks again about the same state at every shrink step of a tier (states are
+        #: never changed in place; each is held, so its id stays its own).
+        self._redundant: dict[int, tuple[GCluster, bool]] = {}
 
     def try_alloc(self, opts: AllocOptions, cluster: GCluster, inst: Instance) -> AllocSolution:
-        n1 = (lambda cl: redundant(cl, accept_existing=opts.accept_existing)) if opts.capacity else None
+        # Each candidate's state is new, and asked about once: nothing to remember.
+        n1 = (lambda cl: redundant(cl, accept_existing=opts.accept_existing, remember=False)) if opts.capacity else None
         return try_alloc(opts, cluster, inst, self.alloc_nodes, n1, two_nodes=self.requires == 2)
+
+    def redundant(self, cluster: GCluster) -> bool:
+        found = self._redundant.get(id(cluster))
+        if found is None:
+            answer = redundant(cluster, accept_existing=self.opts.accept_existing)
+            found = self._redundant[id(cluster)] = (cluster, answer)
+        return found[1]
 
     def small_steps(self, opts, run: AllocRun, limit: int | None, template: Instance) -> AllocRun:
         """`iterateAllocSmallStep`: place copies of ``template`` until refused or limit."""
@@ -266,7 +278,7 @@ class _Allocator:
                 opts.exact,
             )
             res = self.small_steps(unchecked, run, batch_limit, template)
-            if redundant(res.cluster, accept_existing=opts.accept_existing):
+            if self.redundant(res.cluster):
                 if rest == 0 or len(res.placed) == len(run.placed):
                     return res
                 run, limit = res, rest

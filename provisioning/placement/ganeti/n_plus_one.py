@@ -22,13 +22,19 @@ if TYPE_CHECKING:
     from .cluster import GCluster
 
 
-def redundant(cluster: GCluster, scope: Sequence[int] | None = None, accept_existing: bool = False) -> bool:
+def redundant(
+    cluster: GCluster, scope: Sequence[int] | None = None, accept_existing: bool = False, remember: bool = True
+) -> bool:
     """``accept_existing``: offline nodes are taken as they are (not evacuated).
 
     Answers are remembered per cluster state: hspace's tiered loops ask again and again
     about the same state (134 checks of 5 states on a 4-node file), and nodes and instances
     are never changed in place once built (every update returns new ones), so the same
-    objects mean the same answer."""
+    objects mean the same answer. ``remember=False``: a state built for this one question
+    (an allocation candidate's), which keying on its every node and instance would only
+    slow down."""
+    if not remember:
+        return _redundant(cluster, scope, accept_existing)
     key = (
         tuple(map(id, cluster.nodes)),
         tuple(map(id, cluster.instances)),
@@ -77,11 +83,17 @@ def can_evacuate_node(cluster: GCluster, ndx: int, exact: bool = False, base: li
     instances = cluster.instances
     node = nodes[ndx]
     # htools prepends to a node's primary list: newest first (we append, so reverse).
-    primaries = list(reversed(node.plist))
-    drbd = [i for i in primaries if instances[i].disk_template == "drbd"]
-    others = [i for i in primaries if instances[i].disk_template != "drbd"]
-    shared = [i for i in others if instances[i].disk_template in T.FREELY_MOVABLE]
-    fixed = [i for i in others if instances[i].disk_template not in T.FREELY_MOVABLE]
+    drbd, shared, fixed = [], [], []  # indices, indices, instances (the moves leave those)
+    movable = T.FREELY_MOVABLE
+    for i in reversed(node.plist):
+        inst = instances[i]
+        template = inst.disk_template
+        if template == "drbd":
+            drbd.append(i)
+        elif template in movable:
+            shared.append(i)
+        else:
+            fixed.append(inst)
     if drbd or shared:
         instances = list(instances)  # moves are committed to it
     try:
@@ -93,12 +105,15 @@ def can_evacuate_node(cluster: GCluster, ndx: int, exact: bool = False, base: li
         for i in shared:
             if not _evacuate_shared(nodes, instances, instances[i], escape, group_nodes, exact):
                 return False
-        if fixed and not _room_for(nodes, [instances[i] for i in fixed], escape):
+        if fixed and not _room_for(nodes, fixed, escape):
             return False
         stats = _Stats(cluster, nodes, base, moved=bool(drbd or shared))
         # sortBy (flip compare `on` mem) is a stable sort: equal memory keeps list order.
-        ordered = sorted((instances[i] for i in fixed), key=lambda x: -x.mem)
+        ordered = sorted(fixed, key=lambda x: -x.mem)
+        needs = None if exact else _suffix_needs(cluster, nodes, ordered, escape)
         for k, inst in enumerate(ordered):
+            if needs is not None and _each_takes(nodes, escape, needs[k]):
+                return True  # every target could take all the rest: each re-creation succeeds
             last = k == len(ordered) - 1
             if exact:
                 if not _recreate_exact(cluster, nodes, inst, escape):
@@ -117,15 +132,64 @@ def _room_for(nodes, fixed: list[Instance], escape) -> bool:
     end here instead of re-creating instance after instance first."""
     if any(nodes[t].excl_storage for t in escape):
         return True  # spindles decide there: left to the re-creation
-    fixed = [i for i in fixed if not i.forthcoming]
-    mem = sum(i.mem for i in fixed if i.uses_memory)
-    dsk = sum(i.dsk for i in fixed if i.local_storage)
+    # `Instance.uses_memory` and `local_storage`, spelled out: this runs for every node of
+    # every state hspace checks, most often to end the check.
+    running, local = T.RUNNING_STATES, T.LOCAL_STORAGE
+    mem = dsk = 0
+    for inst in fixed:
+        if not inst.forthcoming:
+            if inst.status in running:
+                mem += inst.mem
+            if inst.disk_template in local:
+                dsk += inst.dsk
     room_mem = room_dsk = 0
     for t in escape:
         node = nodes[t]
         room_mem += max(0, node.unallocated_mem - 1)
         room_dsk += max(0, node.f_dsk - 1)
     return mem <= room_mem and dsk <= room_dsk
+
+
+def _suffix_needs(cluster: GCluster, nodes, ordered: list[Instance], escape) -> list[tuple] | None:
+    """Per position ``k``, what ``ordered[k:]`` needs of a target that takes all of it:
+    ``(memory, disk, any memory check, any disk check)``; None when that cannot decide
+    (no target, exclusive storage, an instance the group's policy refuses).
+
+    Why: a forced add fails only when free memory, or free disk for local storage, would
+    not stay above 0 (spindles aside: exclusive storage), both running totals, after the
+    instance policy (the same for every target of the group). So once every target could
+    take all the instances left by itself, each `_recreate` left succeeds whichever target
+    it picks, and the evacuation's answer is yes without scoring them."""
+    if not escape or any(nodes[t].excl_storage for t in escape):
+        return None
+    ipol = cluster.groups[nodes[escape[0]].group].ipolicy
+    if any(policy_verdict(i, ipol, False) is not None for i in ordered):
+        return None
+    out = []
+    mem = dsk = 0
+    checks_mem = checks_dsk = False
+    for inst in reversed(ordered):
+        if not inst.forthcoming:  # a forced forthcoming add checks nothing
+            checks_mem = True
+            if inst.uses_memory:
+                mem += inst.mem
+            if inst.local_storage:
+                checks_dsk = True
+                dsk += inst.dsk
+        out.append((mem, dsk, checks_mem, checks_dsk))
+    out.reverse()
+    return out
+
+
+def _each_takes(nodes, escape, need: tuple) -> bool:
+    mem, dsk, checks_mem, checks_dsk = need
+    for t in escape:
+        node = nodes[t]
+        if checks_mem and node.unallocated_mem - mem <= 0:
+            return False
+        if checks_dsk and node.f_dsk - dsk <= 0:
+            return False
+    return True
 
 
 class _Stats:
@@ -199,9 +263,14 @@ def _recreate(cluster: GCluster, nodes, inst: Instance, escape, stats: _Stats, l
     shape_key = (True, *shape(inst))
     groups = cluster.groups
     feasible = []
+    verdicts: dict[tuple, object] = {}  # per (group, exclusive storage): the targets share one
     for t in escape:
         target = nodes[t]
-        if policy_verdict(inst, groups[target.group].ipolicy, target.excl_storage) is not None:
+        where = (target.group, target.excl_storage)
+        verdict = verdicts.get(where, verdicts)
+        if verdict is verdicts:
+            verdict = verdicts[where] = policy_verdict(inst, groups[target.group].ipolicy, target.excl_storage)
+        if verdict is not None:
             continue
         after = primary_outcome(target, inst, True, shape_key)
         if after.__class__ is tuple:  # else a FailMode
@@ -209,7 +278,7 @@ def _recreate(cluster: GCluster, nodes, inst: Instance, escape, stats: _Stats, l
     if not feasible:
         return False
     if len(feasible) == 1:
-        best = feasible[0][0]
+        best, values = feasible[0]
     else:
         column = stats.get()
         scores: dict[tuple, float] = {}
@@ -220,10 +289,12 @@ def _recreate(cluster: GCluster, nodes, inst: Instance, escape, stats: _Stats, l
             if value is None:
                 value = scores[pair] = column.score_replacing(t, after)
             if chosen is None or not (chosen[0] < value):
-                chosen = (value, t)
-        best = chosen[1]
+                chosen = (value, t, after)
+        _, best, values = chosen
     if not last:
-        stats.set(best, nodes[best].add_pri(inst, force=True))
+        new = nodes[best].add_pri(inst, force=True)
+        new.score_values = values  # `primary_outcome`'s are the new node's, interned
+        stats.set(best, new)
     return True
 
 

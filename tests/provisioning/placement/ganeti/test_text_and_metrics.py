@@ -209,6 +209,35 @@ def test_derived_score_tables_equal_fresh_ones_bit_for_bit():
     assert fresh.twin != list(range(metrics.NCOMP)) or rows.twin != list(range(metrics.NCOMP))
 
 
+def test_tables_derived_one_placement_after_another_equal_fresh_ones():
+    # hspace derives each state's tables from the last one's, placement after placement:
+    # the twin columns re-matched where a column changed must stay `_share_twins`' own.
+    from provisioning.placement.ganeti.instance import Instance
+
+    sizes = [(2048, 20480, 2), (1024, 10240, 1), (4096, 40960, 4)]
+    for nodes in (
+        list(simulated_cluster(["p,6,2000000,131072,32"]).nodes),
+        list(unbalanced_cluster(7, 40, seed=11, template="plain").nodes),
+    ):
+        rows = metrics.ValueRows(nodes)
+        derived_steps = 0
+        for step in range(40):
+            mem, dsk, cpu = sizes[step % len(sizes)]
+            inst = Instance("new", mem, dsk, cpu, "running", True, -1, -1, "plain", [], 1, None, idx=999)
+            pos = (step * 5) % len(nodes)
+            try:
+                nodes = nodes[:pos] + [nodes[pos].add_pri(inst, force=True)] + nodes[pos + 1 :]
+            except AllocFailure:
+                continue
+            derived, fresh = rows.derive(nodes, [pos]), metrics.ValueRows(nodes)
+            assert derived.twin == fresh.twin and derived.columns == fresh.columns
+            assert _stats_hexes(derived.base) == _stats_hexes(fresh.base)
+            assert _hexes(derived.terms) == _hexes(fresh.terms)
+            rows = derived
+            derived_steps += 1
+        assert derived_steps > 20
+
+
 def test_kept_outcomes_are_what_the_add_gives():
     # Allocation keeps each node's outcome of an add per instance shape on the node.
     from provisioning.placement.ganeti.fast_moves import primary_outcome
