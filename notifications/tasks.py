@@ -51,7 +51,9 @@ def kick():
     from django_q.tasks import async_task
 
     try:
-        async_task("notifications.tasks.send_due", q_options={"timeout": 60})
+        # Not saved on success (as the job tasks): django-q2 would prune its success table
+        # under a lock that reads every saved row, once per mail kicked.
+        async_task("notifications.tasks.send_due", save=False, q_options={"timeout": 60})
     except Exception:  # the broker down: the workers' daemon sends it on its next round
         log.warning("could not queue the notification task; the sender will pick it up", exc_info=True)
 
