@@ -339,15 +339,10 @@ def _share_twins(columns: list[list[float]]) -> list[int]:
     columns become one list (compared by identity next time). Equal lists hold equal
     floats, and the one difference ``==`` ignores, the sign of a zero, changes no sum
     that starts at +0.0 and no square."""
-    twin = list(range(NCOMP))
-    for c in range(NCOMP):
-        col = columns[c]
-        for d in TWINS[c]:
-            if twin[d] == d and (columns[d] is col or columns[d] == col):
-                twin[c] = d
-                columns[c] = columns[d]
-                break
-    return twin
+    return _reshare_twins(columns, list(range(NCOMP)), _ALL_COMPONENTS)
+
+
+_ALL_COMPONENTS = frozenset(range(NCOMP))
 
 
 def _reshare_twins(columns: list[list[float]], twin: list[int], fresh: set[int]) -> list[int]:
