@@ -107,21 +107,30 @@ def can_evacuate_node(cluster: GCluster, ndx: int, exact: bool = False, base: li
                 return False
         if fixed and not _room_for(nodes, fixed, escape):
             return False
-        stats = _Stats(cluster, nodes, base, moved=bool(drbd or shared))
-        # sortBy (flip compare `on` mem) is a stable sort: equal memory keeps list order.
-        ordered = sorted(fixed, key=lambda x: -x.mem)
-        needs = None if exact else _suffix_needs(cluster, nodes, ordered, escape)
-        for k, inst in enumerate(ordered):
-            if needs is not None and _each_takes(nodes, escape, needs[k]):
-                return True  # every target could take all the rest: each re-creation succeeds
-            last = k == len(ordered) - 1
-            if exact:
-                if not _recreate_exact(cluster, nodes, inst, escape):
-                    return False
-            elif not _recreate(cluster, nodes, inst, escape, stats, last):
-                return False
+        return _recreate_all(cluster, nodes, fixed, escape, exact, _Stats(cluster, nodes, base, bool(drbd or shared)))
     except T.AllocFailure:
         return False
+    return True
+
+
+def _recreate_all(cluster: GCluster, nodes, fixed: list[Instance], escape, exact: bool, stats: _Stats) -> bool:
+    """Re-create ``fixed`` (a failed node's instances that cannot move) on ``escape``,
+    largest memory first, each on the best target; whether all of them found one."""
+    # sortBy (flip compare `on` mem) is a stable sort: equal memory keeps list order.
+    ordered = sorted(fixed, key=lambda x: -x.mem)
+    needs = None if exact else _suffix_needs(cluster, nodes, ordered, escape)
+    alike = len(ordered) if needs is None or not _COUNT_SHORTCUT[0] else _alike_from(ordered)
+    for k, inst in enumerate(ordered):
+        if needs is not None and _each_takes(nodes, escape, needs[k]):
+            return True  # every target could take all the rest: each re-creation succeeds
+        if k == alike:  # the rest are alike: whichever targets take them, they fit by count
+            return _take_by_count(nodes, escape, ordered[k:])
+        last = k == len(ordered) - 1
+        if exact:
+            if not _recreate_exact(cluster, nodes, inst, escape):
+                return False
+        elif not _recreate(cluster, nodes, inst, escape, stats, last):
+            return False
     return True
 
 
@@ -179,6 +188,73 @@ def _suffix_needs(cluster: GCluster, nodes, ordered: list[Instance], escape) -> 
         out.append((mem, dsk, checks_mem, checks_dsk))
     out.reverse()
     return out
+
+
+#: `_take_by_count` in use (a test turns it off to hold it to the re-creations).
+_COUNT_SHORTCUT = [True]
+
+
+def _charge(inst: Instance) -> tuple[int, int, bool] | None:
+    """What a forced re-creation of ``inst`` checks and takes of its target: ``(memory,
+    disk, disk checked)``; None for a forthcoming instance (its forced add checks nothing
+    and takes none of the checked resources)."""
+    if inst.forthcoming:
+        return None
+    local = inst.local_storage
+    return (inst.mem if inst.uses_memory else 0, inst.dsk if local else 0, local)
+
+
+def _alike_from(ordered: list[Instance]) -> int:
+    """The start of the longest tail of ``ordered`` whose instances all have the same
+    `_charge` (forthcoming ones anywhere in it): ``len(ordered)`` when there is none."""
+    start = len(ordered)
+    charge = None
+    for k in range(len(ordered) - 1, -1, -1):
+        c = _charge(ordered[k])
+        if c is not None:
+            if charge is None:
+                charge = c
+            elif c != charge:
+                break
+        start = k
+    return start if charge is not None else len(ordered)
+
+
+def _take_by_count(nodes, escape, rest: list[Instance]) -> bool:
+    """Whether `_recreate` succeeds for each of ``rest``, instances with one `_charge`
+    (forthcoming ones aside), whose group policy admits them (`_suffix_needs`), on targets
+    without exclusive storage.
+
+    Why counting decides: a forced add fails only when the target's free memory, or its
+    free disk when checked, would not stay above 0. So a target ``t`` can take ``cap(t)``
+    more of these and no more, whatever happens on the others, and each re-creation puts
+    one on some target that still has room (the score only decides which). All succeed
+    exactly when there are no more of them than ``Σ cap(t)``."""
+    charge = None
+    count = 0
+    for inst in rest:
+        c = _charge(inst)
+        if c is not None:
+            charge, count = c, count + 1
+    if charge is None:
+        return True
+    mem, dsk, local = charge
+    room = 0
+    for t in escape:
+        node = nodes[t]
+        free = node.unallocated_mem
+        if free <= 0:
+            continue
+        cap = count if mem == 0 else (free - 1) // mem  # free − j·mem > 0 for j ≤ cap
+        if local:
+            if node.f_dsk <= 0:
+                continue
+            if dsk > 0:
+                cap = min(cap, (node.f_dsk - 1) // dsk)
+        room += cap
+        if room >= count:
+            return True
+    return False
 
 
 def _each_takes(nodes, escape, need: tuple) -> bool:
