@@ -75,6 +75,88 @@ def _redundant(cluster: GCluster, scope: Sequence[int] | None, accept_existing: 
 _LAST_FAILED = [""]
 
 
+class Refuter:
+    """``refuter(ndx, inst)``: True when ``cluster`` with ``inst`` added as a primary on
+    node ``ndx`` (an allocation candidate's new state) is certainly not N+1 redundant:
+    the node whose evacuation failed last (`_redundant` asks it first) could not re-create
+    its instances whatever targets it chose (`_cannot_recreate`). Answered from
+    ``cluster`` and ``inst``, without building the new state; False says nothing (ask
+    `redundant`). What it reads of the cluster is gathered once per failed node."""
+
+    __slots__ = ("cluster", "accept_existing", "victims")
+
+    def __init__(self, cluster: GCluster, accept_existing: bool = False) -> None:
+        self.cluster = cluster
+        self.accept_existing = accept_existing
+        #: node name -> (its index, its instances, the targets' (index, memory, disk)),
+        #: or None where this cannot tell (a node skipped, or moving instances first).
+        self.victims: dict[str, tuple | None] = {}
+
+    def __call__(self, ndx: int, inst: Instance) -> bool:
+        name = _LAST_FAILED[0]
+        try:
+            victim = self.victims[name]
+        except KeyError:
+            victim = self.victims[name] = self._victim(name)
+        if victim is None:
+            return False
+        vdx, fixed, targets = victim
+        if inst.forthcoming:
+            mem = dsk = 0  # its add takes none of what the re-creations check
+        else:
+            mem = inst.mem if inst.uses_memory else 0
+            dsk = inst.dsk if inst.local_storage else 0
+            if vdx == ndx:
+                if inst.disk_template == "drbd" or inst.disk_template in T.FREELY_MOVABLE:
+                    return False  # it would move first
+                fixed = [*fixed, inst]
+        rooms = [(m - mem, d - dsk) if t == ndx else (m, d) for t, m, d in targets]
+        return _cannot_recreate(fixed, rooms)
+
+    def _victim(self, name: str) -> tuple | None:
+        nodes = self.cluster.nodes
+        victim = next((n for n in nodes if n.name == name), None)
+        if victim is None or (self.accept_existing and victim.offline):
+            return None
+        instances = self.cluster.instances
+        fixed = [instances[i] for i in victim.plist]
+        movable = T.FREELY_MOVABLE
+        if any(i.disk_template == "drbd" or i.disk_template in movable for i in fixed):
+            return None  # moves come first there
+        targets = [
+            (t.idx, t.unallocated_mem, t.f_dsk) for t in nodes if t.group == victim.group and t.idx != victim.idx
+        ]
+        return victim.idx, fixed, targets
+
+
+def _cannot_recreate(fixed: list[Instance], rooms: list[tuple[int, int]]) -> bool:
+    """Whether ``fixed`` certainly cannot all be re-created (forced adds) on targets with
+    these ``(free memory, free disk)``.
+
+    Why it is certain: a forced add fails when the target's free memory, or its free disk
+    for local storage, would not stay above 0 (other checks only add failures), and
+    re-creations only take from the targets. So a target with ``room`` free can end up
+    with at most ``(room − 1) // m`` instances of ``m`` or more, and none at all without
+    room; when the instances of some size ``m`` or more outnumber what all the targets
+    could hold, some instance finds no target, whichever order and targets are chosen."""
+    mems = sorted(i.mem for i in fixed if not i.forthcoming and i.uses_memory)
+    dsks = sorted(i.dsk for i in fixed if not i.forthcoming and i.local_storage)
+    if not any(not i.forthcoming for i in fixed):
+        return False
+    if all(mem <= 0 for mem, _ in rooms):
+        return True
+    for values, which in ((mems, 0), (dsks, 1)):
+        seen = None
+        for k, m in enumerate(values):
+            if m <= 0 or m == seen:
+                continue
+            seen = m
+            hold = sum((room[which] - 1) // m for room in rooms if room[which] > 0)
+            if len(values) - k > hold:
+                return True
+    return False
+
+
 def can_evacuate_node(cluster: GCluster, ndx: int, exact: bool = False, base: list | None = None) -> bool:
     """``exact``: score targets with htools' two-pass computation (ties then break on
     the same rounding as htools; slower). ``base``: empty, or the `ColumnStats` of the

@@ -1,11 +1,14 @@
-"""The global N+1 check's shortcuts give the answers of the re-creations they skip."""
+"""The global N+1 check's shortcuts give the answers of the work they skip: counting alike
+instances (the re-creations), refuting a candidate (building it and checking), and
+hspace's unscored search (`try_alloc`)."""
 
 import random
 from collections import Counter
 from pathlib import Path
 
-from provisioning.placement.ganeti import n_plus_one, text_backend
+from provisioning.placement.ganeti import hspace, n_plus_one, text_backend
 from provisioning.placement.ganeti import types as T
+from provisioning.placement.ganeti.allocation import AllocOptions, any_fit, try_alloc
 from provisioning.placement.ganeti.cluster import GCluster
 from provisioning.placement.ganeti.hspace import HSpaceOptions, Spec, run_hspace
 from provisioning.placement.ganeti.instance import Instance
@@ -131,3 +134,73 @@ def test_counting_holds_on_alike_instances_near_full_nodes(monkeypatch):
             states.append(cluster.replaced(nodes, [*cluster.instances, placed]))
         assert _answers(states, True) == _answers(states, False), seed
     assert taken[True] > 20 and taken[False] > 20, taken
+
+
+def _search_states(monkeypatch) -> list:
+    """The states hspace's big-step search asks about (`_Allocator.alloc_fn`'s clusters)
+    on the runs above, and some generated ones."""
+    states = []
+    plain = hspace._Allocator.alloc_fn
+
+    def record(self, cluster):
+        states.append(cluster)
+        return plain(self, cluster)
+
+    monkeypatch.setattr(hspace._Allocator, "alloc_fn", record)
+    for run in RUNS:
+        _states(monkeypatch, *run)
+    monkeypatch.setattr(hspace._Allocator, "alloc_fn", plain)
+    return states + [_alike_cluster(seed) for seed in range(20)]
+
+
+def _shapes(cluster, template: str) -> list[Instance]:
+    """Shrinking new instances, as the search tries them."""
+    out = []
+    for mem, dsk, cpu in ((8192, 102400, 4), (4096, 10240, 2), (2048, 5120, 1), (64, 1024, 1)):
+        inst = Instance("new", mem, dsk, cpu, "running", True, -1, -1, template, [], 1, [(dsk, 1)])
+        inst.idx = len(cluster.instances)
+        out.append(inst)
+    return out
+
+
+def test_refuted_candidates_fail_the_full_check(monkeypatch):
+    refuted = Counter()
+    for state in _search_states(monkeypatch):
+        refuter = n_plus_one.Refuter(state)
+        for victim in state.nodes:
+            n_plus_one._LAST_FAILED[0] = victim.name
+            for template in ("plain", "file"):
+                for inst in _shapes(state, template):
+                    for node in state.nodes:
+                        if not refuter(node.idx, inst):
+                            continue
+                        try:
+                            new = node.add_pri(inst)
+                        except T.AllocFailure:
+                            continue
+                        nodes = list(state.nodes)
+                        nodes[node.idx] = new
+                        placed = inst.copy()
+                        placed.pnode = node.idx
+                        candidate = state.replaced(nodes, [*state.instances, placed])
+                        assert not n_plus_one.redundant(candidate, remember=False)
+                        refuted[template] += 1
+    assert refuted["plain"] > 100 and refuted["file"] > 100, refuted
+
+
+def test_the_unscored_search_answers_as_try_alloc(monkeypatch):
+    # Whether something fits, and the failures when nothing does: all the search reads.
+    fits = Counter()
+    for state in _search_states(monkeypatch):
+        alloc_nodes = [n.idx for n in state.nodes if not n.offline]
+        n1 = lambda cl: n_plus_one.redundant(cl, remember=False)  # noqa: E731
+        for template in ("plain", "file"):
+            for inst in _shapes(state, template):
+                opts = AllocOptions(capacity=True)
+                full = try_alloc(opts, state, inst, alloc_nodes, n1, two_nodes=False)
+                quick = any_fit(opts, state, inst, alloc_nodes, n1, n_plus_one.Refuter(state))
+                assert (quick.solution is None) == (full.solution is None)
+                if full.solution is None:
+                    assert quick.failures == full.failures
+                fits[full.solution is not None] += 1
+    assert fits[True] > 20 and fits[False] > 50, fits
