@@ -463,19 +463,7 @@ def any_fit(
     feasible = 0
     for ndx in alloc_nodes:
         node = nodes[ndx]
-        # `allocate_on_single`'s verdict: the policy, then the add's (kept, or its checks
-        # alone: the values after the add are not needed here).
-        mode = policy(node)
-        if mode is None:
-            memo = node.outcomes
-            kept = None if memo is None else memo.get(key)
-            if kept is not None:
-                mode = None if kept.__class__ is tuple else kept
-            else:
-                try:
-                    pri_added(node, node, inst, force)
-                except T.AllocFailure as failure:
-                    mode = failure.mode
+        mode = _verdict(node, inst, force, key, policy)
         if mode is not None:
             failures.append(mode)
             continue
@@ -489,6 +477,43 @@ def any_fit(
             return AllocSolution(failures, feasible, cand)
     failures.reverse()  # htools prepends each failure
     return AllocSolution([FailMode.N1] * feasible + failures, 0, None)
+
+
+def refusals(opts: AllocOptions, cluster: GCluster, inst: Instance, alloc_nodes: list[int]) -> list[FailMode] | None:
+    """`try_alloc`'s failures on single nodes when every candidate is refused, in its
+    order; None when some node takes ``inst`` (or there is none: `try_alloc` says why).
+    Asked without the values after the add (hspace's shrink chains try size after size
+    that fits nowhere)."""
+    if not alloc_nodes:
+        return None
+    nodes = cluster.nodes
+    force = opts.ignore_soft_errors
+    policy = _policy_check(cluster, inst)
+    key = (force, *shape(inst))
+    failures = []
+    for ndx in reversed(alloc_nodes):  # htools prepends each failure
+        mode = _verdict(nodes[ndx], inst, force, key, policy)
+        if mode is None:
+            return None
+        failures.append(mode)
+    return failures
+
+
+def _verdict(node: Node, inst: Instance, force: bool, key: tuple, policy) -> FailMode | None:
+    """`allocate_on_single`'s verdict on ``node``: the policy's, then the add's (kept on the
+    node by `_outcomes`, or its checks alone: the values after the add are not needed)."""
+    mode = policy(node)
+    if mode is not None:
+        return mode
+    memo = node.outcomes
+    kept = None if memo is None else memo.get(key)
+    if kept is not None:
+        return None if kept.__class__ is tuple else kept
+    try:
+        pri_added(node, node, inst, force)
+    except T.AllocFailure as failure:
+        return failure.mode
+    return None
 
 
 class _Class:

@@ -13,7 +13,7 @@ its way of choosing what to shrink), because those details decide the exact coun
 from __future__ import annotations
 
 from . import types as T
-from .allocation import AllocError, AllocOptions, AllocSolution, any_fit, gen_alloc_nodes, try_alloc
+from .allocation import AllocError, AllocOptions, AllocSolution, any_fit, gen_alloc_nodes, refusals, try_alloc
 from .cluster import GCluster
 from .hsformat import hts_lines, show_double
 from .instance import Instance, shrink
@@ -262,6 +262,10 @@ class _Allocator:
         """`iterateAlloc`: with capacity checks, place big batches unchecked and verify
         N+1 once per batch, falling back to checked single steps when a batch fails."""
         opts = self.opts
+        if self.requires == 1 and _REFUSED_OUTRIGHT[0]:
+            refused = refusals(opts, run.cluster, template, self.alloc_nodes)
+            if refused is not None:  # fits nowhere: every way below ends in this refusal
+                return AllocRun(AllocSolution(refused).failure_stats(), run.cluster, list(run.placed))
         if not opts.capacity:
             return self.small_steps(opts, run, limit, template)
         while True:
@@ -376,6 +380,8 @@ class _Allocator:
 #: building them (`n_plus_one.Refuter`): tests turn these off to compare.
 _ANY_FIT = [True]
 _REFUTE = [True]
+#: `iterate` answers a shape that fits nowhere from the nodes' checks alone (`refusals`).
+_REFUSED_OUTRIGHT = [True]
 
 
 class _Chain:

@@ -1,6 +1,6 @@
 """The global N+1 check's shortcuts give the answers of the work they skip: counting alike
-instances (the re-creations), refuting a candidate (building it and checking), and
-hspace's unscored search (`try_alloc`)."""
+instances (the re-creations), refuting a candidate (building it and checking), hspace's
+unscored search and its refusals of a shape that fits nowhere (`try_alloc`)."""
 
 import random
 from collections import Counter
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from provisioning.placement.ganeti import hspace, n_plus_one, text_backend
 from provisioning.placement.ganeti import types as T
-from provisioning.placement.ganeti.allocation import AllocOptions, any_fit, try_alloc
+from provisioning.placement.ganeti.allocation import AllocOptions, any_fit, refusals, try_alloc
 from provisioning.placement.ganeti.cluster import GCluster
 from provisioning.placement.ganeti.hspace import HSpaceOptions, Spec, run_hspace
 from provisioning.placement.ganeti.instance import Instance
@@ -204,3 +204,23 @@ def test_the_unscored_search_answers_as_try_alloc(monkeypatch):
                     assert quick.failures == full.failures
                 fits[full.solution is not None] += 1
     assert fits[True] > 20 and fits[False] > 50, fits
+
+
+def test_a_shape_refused_everywhere_is_refused_as_try_alloc_refuses_it(monkeypatch):
+    # hspace's `iterate` returns such a refusal without trying to place the shape.
+    refused = Counter()
+    for state in _search_states(monkeypatch):
+        alloc_nodes = [n.idx for n in state.nodes if not n.offline]
+        for template in ("plain", "file"):
+            for inst in _shapes(state, template):
+                for mem in (inst.mem, 40000, 70000):
+                    probe = inst.copy()
+                    probe.mem = mem
+                    opts = AllocOptions(capacity=False)
+                    full = try_alloc(opts, state, probe, alloc_nodes, two_nodes=False)
+                    quick = refusals(opts, state, probe, alloc_nodes)
+                    assert (quick is None) == (full.solution is not None)
+                    if quick is not None:
+                        assert quick == full.failures
+                    refused[quick is not None] += 1
+    assert refused[True] > 50 and refused[False] > 50, refused
