@@ -79,7 +79,7 @@ class Refuter:
     """``refuter(ndx, inst)``: True when ``cluster`` with ``inst`` added as a primary on
     node ``ndx`` (an allocation candidate's new state) is certainly not N+1 redundant:
     the node whose evacuation failed last (`_redundant` asks it first) could not re-create
-    its instances whatever targets it chose (`_cannot_recreate`). Answered from
+    its instances whatever targets it chose (`_outnumbered`). Answered from
     ``cluster`` and ``inst``, without building the new state; False says nothing (ask
     `redundant`). What it reads of the cluster is gathered once per failed node."""
 
@@ -100,7 +100,7 @@ class Refuter:
             victim = self.victims[name] = self._victim(name)
         if victim is None:
             return False
-        vdx, fixed, targets = victim
+        vdx, mems, dsks, live, targets = victim
         if inst.forthcoming:
             mem = dsk = 0  # its add takes none of what the re-creations check
         else:
@@ -109,11 +109,16 @@ class Refuter:
             if vdx == ndx:
                 if inst.disk_template == "drbd" or inst.disk_template in T.FREELY_MOVABLE:
                     return False  # it would move first
-                fixed = [*fixed, inst]
+                # The victim's own new instance is one more to re-create.
+                mems = sorted([*mems, mem]) if inst.uses_memory else mems
+                dsks = sorted([*dsks, dsk]) if inst.local_storage else dsks
+                live += 1
         rooms = [(m - mem, d - dsk) if t == ndx else (m, d) for t, m, d in targets]
-        return _cannot_recreate(fixed, rooms)
+        return _outnumbered(mems, dsks, live, rooms)
 
     def _victim(self, name: str) -> tuple | None:
+        """``(index, memory and disk of its instances to re-create (sorted), how many,
+        the targets' (index, free memory, free disk))`` of the node named ``name``."""
         nodes = self.cluster.nodes
         victim = next((n for n in nodes if n.name == name), None)
         if victim is None or (self.accept_existing and victim.offline):
@@ -123,15 +128,19 @@ class Refuter:
         movable = T.FREELY_MOVABLE
         if any(i.disk_template == "drbd" or i.disk_template in movable for i in fixed):
             return None  # moves come first there
+        live = [i for i in fixed if not i.forthcoming]  # a forced forthcoming add checks nothing
+        mems = sorted(i.mem for i in live if i.uses_memory)
+        dsks = sorted(i.dsk for i in live if i.local_storage)
         targets = [
             (t.idx, t.unallocated_mem, t.f_dsk) for t in nodes if t.group == victim.group and t.idx != victim.idx
         ]
-        return victim.idx, fixed, targets
+        return victim.idx, mems, dsks, len(live), targets
 
 
-def _cannot_recreate(fixed: list[Instance], rooms: list[tuple[int, int]]) -> bool:
-    """Whether ``fixed`` certainly cannot all be re-created (forced adds) on targets with
-    these ``(free memory, free disk)``.
+def _outnumbered(mems: list[int], dsks: list[int], live: int, rooms: list[tuple[int, int]]) -> bool:
+    """Whether ``live`` instances to re-create (forced adds), ``mems`` the memory of the
+    running ones and ``dsks`` the disk of those with local storage (both sorted), certainly
+    cannot all find a target among targets with these ``(free memory, free disk)``.
 
     Why it is certain: a forced add fails when the target's free memory, or its free disk
     for local storage, would not stay above 0 (other checks only add failures), and
@@ -139,9 +148,7 @@ def _cannot_recreate(fixed: list[Instance], rooms: list[tuple[int, int]]) -> boo
     with at most ``(room − 1) // m`` instances of ``m`` or more, and none at all without
     room; when the instances of some size ``m`` or more outnumber what all the targets
     could hold, some instance finds no target, whichever order and targets are chosen."""
-    mems = sorted(i.mem for i in fixed if not i.forthcoming and i.uses_memory)
-    dsks = sorted(i.dsk for i in fixed if not i.forthcoming and i.local_storage)
-    if not any(not i.forthcoming for i in fixed):
+    if not live:
         return False
     if all(mem <= 0 for mem, _ in rooms):
         return True
@@ -151,7 +158,10 @@ def _cannot_recreate(fixed: list[Instance], rooms: list[tuple[int, int]]) -> boo
             if m <= 0 or m == seen:
                 continue
             seen = m
-            hold = sum((room[which] - 1) // m for room in rooms if room[which] > 0)
+            hold = 0
+            for room in rooms:
+                if room[which] > 0:
+                    hold += (room[which] - 1) // m
             if len(values) - k > hold:
                 return True
     return False
