@@ -211,10 +211,14 @@ def _recreate_all(cluster: GCluster, nodes, fixed: list[Instance], escape, exact
     # sortBy (flip compare `on` mem) is a stable sort: equal memory keeps list order.
     ordered = sorted(fixed, key=lambda x: -x.mem)
     needs = None if exact else _suffix_needs(cluster, nodes, ordered, escape)
-    alike = len(ordered) if needs is None or not _COUNT_SHORTCUT[0] else _alike_from(ordered)
+    counting = needs is not None and _COUNT_SHORTCUT[0]
+    alike = _alike_from(ordered) if counting else len(ordered)
+    largest = _suffix_largest(ordered) if counting else None
     for k, inst in enumerate(ordered):
         if needs is not None and _each_takes(nodes, escape, needs[k]):
             return True  # every target could take all the rest: each re-creation succeeds
+        if largest is not None and _hold_as_largest(nodes, escape, largest[k]):
+            return True  # room for the rest even were each the largest of them
         if k == alike:  # the rest are alike: whichever targets take them, they fit by count
             return _take_by_count(nodes, escape, ordered[k:])
         last = k == len(ordered) - 1
@@ -282,7 +286,8 @@ def _suffix_needs(cluster: GCluster, nodes, ordered: list[Instance], escape) -> 
     return out
 
 
-#: `_take_by_count` in use (a test turns it off to hold it to the re-creations).
+#: The counting shortcuts (`_take_by_count`, `_hold_as_largest`) in use (a test turns them
+#: off to hold them to the re-creations).
 _COUNT_SHORTCUT = [True]
 
 
@@ -310,6 +315,54 @@ def _alike_from(ordered: list[Instance]) -> int:
                 break
         start = k
     return start if charge is not None else len(ordered)
+
+
+def _suffix_largest(ordered: list[Instance]) -> list[tuple[int, int, int, bool]]:
+    """Per position ``k``, of ``ordered[k:]`` without the forthcoming instances: how many,
+    the largest memory and disk a re-creation checks, and whether any checks disk."""
+    out = []
+    count = mem = dsk = 0
+    local = False
+    for inst in reversed(ordered):
+        c = _charge(inst)
+        if c is not None:
+            count += 1
+            mem, dsk, local = max(mem, c[0]), max(dsk, c[1]), local or c[2]
+        out.append((count, mem, dsk, local))
+    out.reverse()
+    return out
+
+
+def _hold_as_largest(nodes, escape, largest: tuple[int, int, int, bool]) -> bool:
+    """Whether `_recreate` certainly succeeds for each of the rest, given `_suffix_largest`'s
+    ``(count, largest memory, largest disk, any disk checked)`` of them (their group policy
+    admits them and no target has exclusive storage: `_suffix_needs`).
+
+    Why: say ``cap(t)`` is how many instances of the largest size target ``t`` could take
+    (`_take_by_count`), and the rest number no more than ``Σ cap(t)``. Were some
+    re-creation refused, every target would have too little memory (or disk) left for an
+    instance no larger than the largest, so less than one largest instance: it would
+    hold ``cap(t)`` or more of those already placed (each no larger), and so all of them
+    together at least ``Σ cap(t)`` — but fewer than the rest have been placed."""
+    count, mem, dsk, local = largest
+    if count == 0:
+        return True
+    room = 0
+    for t in escape:
+        node = nodes[t]
+        free = node.unallocated_mem
+        if free <= 0:
+            continue
+        cap = count if mem == 0 else (free - 1) // mem
+        if local:
+            if node.f_dsk <= 0:
+                continue
+            if dsk > 0:
+                cap = min(cap, (node.f_dsk - 1) // dsk)
+        room += cap
+        if room >= count:
+            return True
+    return False
 
 
 def _take_by_count(nodes, escape, rest: list[Instance]) -> bool:

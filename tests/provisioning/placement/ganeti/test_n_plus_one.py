@@ -1,6 +1,7 @@
-"""The global N+1 check's shortcuts give the answers of the work they skip: counting alike
-instances (the re-creations), refuting a candidate (building it and checking), hspace's
-unscored search and its refusals of a shape that fits nowhere (`try_alloc`)."""
+"""The global N+1 check's shortcuts give the answers of the work they skip: counting
+instances as if each were the largest, or alike ones (the re-creations), refuting a
+candidate (building it and checking), hspace's unscored search and its refusals of a
+shape that fits nowhere (`try_alloc`)."""
 
 import random
 from collections import Counter
@@ -53,6 +54,21 @@ def _states(monkeypatch, source, template, standard, tiered) -> list:
     return seen
 
 
+def _spy_on_counting(monkeypatch) -> Counter:
+    """Counts the answers of `_take_by_count` ("alike") and `_hold_as_largest` ("largest")."""
+    taken = Counter()
+    for name, label in (("_take_by_count", "alike"), ("_hold_as_largest", "largest")):
+        plain = getattr(n_plus_one, name)
+
+        def spy(*args, plain=plain, label=label):
+            answer = plain(*args)
+            taken[label, answer] += 1
+            return answer
+
+        monkeypatch.setattr(n_plus_one, name, spy)
+    return taken
+
+
 def _answers(states, shortcut: bool) -> list[bool]:
     n_plus_one._COUNT_SHORTCUT[0] = shortcut
     try:
@@ -62,21 +78,13 @@ def _answers(states, shortcut: bool) -> list[bool]:
 
 
 def test_counting_alike_instances_answers_as_re_creating_them(monkeypatch):
-    taken = Counter()
-    counted = n_plus_one._take_by_count
-
-    def spy(nodes, escape, rest):
-        answer = counted(nodes, escape, rest)
-        taken[answer] += 1
-        return answer
-
-    monkeypatch.setattr(n_plus_one, "_take_by_count", spy)
+    taken = _spy_on_counting(monkeypatch)
     for run in RUNS:
         states = _states(monkeypatch, *run)
         states += [varied_cluster(seed, nodes=5, instances=30) for seed in range(1, 6)]
         assert _answers(states, True) == _answers(states, False), run
-    # Both answers came from counting, many times.
-    assert taken[True] > 50 and taken[False] > 10, taken
+    # Each answer came from counting, many times.
+    assert taken["largest", True] > 50 and taken["alike", False] > 10, taken
 
 
 def _alike_cluster(seed: int) -> GCluster:
@@ -107,15 +115,7 @@ def _alike_cluster(seed: int) -> GCluster:
 
 
 def test_counting_holds_on_alike_instances_near_full_nodes(monkeypatch):
-    taken = Counter()
-    counted = n_plus_one._take_by_count
-
-    def spy(nodes, escape, rest):
-        answer = counted(nodes, escape, rest)
-        taken[answer] += 1
-        return answer
-
-    monkeypatch.setattr(n_plus_one, "_take_by_count", spy)
+    taken = _spy_on_counting(monkeypatch)
     for seed in range(60):
         cluster = _alike_cluster(seed)
         states = [cluster]
@@ -133,7 +133,7 @@ def test_counting_holds_on_alike_instances_near_full_nodes(monkeypatch):
             placed.pnode = node.idx
             states.append(cluster.replaced(nodes, [*cluster.instances, placed]))
         assert _answers(states, True) == _answers(states, False), seed
-    assert taken[True] > 20 and taken[False] > 20, taken
+    assert taken["largest", True] > 20 and taken["alike", False] > 20, taken
 
 
 def _search_states(monkeypatch) -> list:
