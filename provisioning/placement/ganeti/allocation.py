@@ -15,10 +15,13 @@ re-scoring exactly only the candidates whose incremental scores are near ties.
 
 from __future__ import annotations
 
+import math
+
 from . import types as T
 from .instance import NO_NODE, policy_verdict, shape
 from .metrics import ClusterStats, node_values, rows_of, score, stats_of
 from .n_plus_one import redundant
+from .node import pri_added
 from .quick_checks import primary_failures
 from .records import Frozen, Record, replace
 
@@ -134,10 +137,7 @@ def gen_alloc_nodes(
     if count == 1:
         return [n.idx for n in online]
     if count == 2:
-        pairs = [
-            (p.idx, [s.idx for s in online if s.idx != p.idx and s.group == p.group])
-            for p in online
-        ]
+        pairs = [(p.idx, [s.idx for s in online if s.idx != p.idx and s.group == p.group]) for p in online]
         return [(p, ss) for p, ss in pairs if ss]
     raise AllocError("Unsupported number of nodes, only one or two  supported")
 
@@ -442,6 +442,80 @@ def _single_solution(opts, cluster, inst, alloc_nodes, scope, policy, stats, row
     return sol
 
 
+def any_fit(
+    opts: AllocOptions, cluster: GCluster, inst: Instance, alloc_nodes: list[int], n1_check, refute=None
+) -> AllocSolution:
+    """`try_alloc` on single nodes where only whether something fits, and the failure
+    modes, are read (hspace's big-step search): the same answer to those, without a
+    score. Some candidate passes ``n1_check`` (or there is no check) exactly when
+    `try_alloc`'s best passing one exists, whichever is asked first; its `solution` is
+    then that candidate, unscored (NaN). Without a fit, the failures are `try_alloc`'s
+    (a FailN1 per feasible candidate, then the others'). ``refute(ndx, inst)``: true
+    only where ``n1_check`` would fail on the candidate (`n_plus_one.Refuter`),
+    answered without building it."""
+    if not alloc_nodes:
+        raise AllocError("No online nodes")
+    nodes = cluster.nodes
+    force = opts.ignore_soft_errors
+    policy = _policy_check(cluster, inst)
+    key = (force, *shape(inst))
+    failures: list[FailMode] = []
+    feasible = 0
+    for ndx in alloc_nodes:
+        node = nodes[ndx]
+        mode = _verdict(node, inst, force, key, policy)
+        if mode is not None:
+            failures.append(mode)
+            continue
+        feasible += 1
+        if refute is not None and refute(ndx, inst):
+            continue
+        placed = inst.copy()
+        placed.pnode, placed.snode = ndx, NO_NODE
+        cand = Candidate(((ndx, node.add_pri(inst, force=force)),), placed, math.nan)
+        if n1_check is None or n1_check(cand.apply(cluster)):
+            return AllocSolution(failures, feasible, cand)
+    failures.reverse()  # htools prepends each failure
+    return AllocSolution([FailMode.N1] * feasible + failures, 0, None)
+
+
+def refusals(opts: AllocOptions, cluster: GCluster, inst: Instance, alloc_nodes: list[int]) -> list[FailMode] | None:
+    """`try_alloc`'s failures on single nodes when every candidate is refused, in its
+    order; None when some node takes ``inst`` (or there is none: `try_alloc` says why).
+    Asked without the values after the add (hspace's shrink chains try size after size
+    that fits nowhere)."""
+    if not alloc_nodes:
+        return None
+    nodes = cluster.nodes
+    force = opts.ignore_soft_errors
+    policy = _policy_check(cluster, inst)
+    key = (force, *shape(inst))
+    failures = []
+    for ndx in reversed(alloc_nodes):  # htools prepends each failure
+        mode = _verdict(nodes[ndx], inst, force, key, policy)
+        if mode is None:
+            return None
+        failures.append(mode)
+    return failures
+
+
+def _verdict(node: Node, inst: Instance, force: bool, key: tuple, policy) -> FailMode | None:
+    """`allocate_on_single`'s verdict on ``node``: the policy's, then the add's (kept on the
+    node by `_outcomes`, or its checks alone: the values after the add are not needed)."""
+    mode = policy(node)
+    if mode is not None:
+        return mode
+    memo = node.outcomes
+    kept = None if memo is None else memo.get(key)
+    if kept is not None:
+        return None if kept.__class__ is tuple else kept
+    try:
+        pri_added(node, node, inst, force)
+    except T.AllocFailure as failure:
+        return failure.mode
+    return None
+
+
 class _Class:
     """Candidates with the same values before and after the add (and the same offline
     flag): the same incremental score."""
@@ -581,9 +655,7 @@ def _group_solution(opts, cluster, group_nodes, inst, count, scoped=False) -> Al
     (htools' ``findAllocation``), else over the whole cluster (``findBestAllocGroup``)."""
     nodes = gen_alloc_nodes(opts, cluster, group_nodes, count, drop_unalloc=False)
     scope = [n.idx for n in group_nodes] if scoped else None
-    return try_alloc(
-        opts, cluster, inst, nodes, _n1_checker(opts, scope), scope, two_nodes=count == 2
-    )
+    return try_alloc(opts, cluster, inst, nodes, _n1_checker(opts, scope), scope, two_nodes=count == 2)
 
 
 def _describe_group(group: T.Group, sol: AllocSolution | str) -> list[str]:
@@ -625,9 +697,7 @@ def find_best_alloc_group(
     return group, sol, messages
 
 
-def try_mg_alloc(
-    opts: AllocOptions, cluster: GCluster, inst: Instance, count: int
-) -> AllocSolution:
+def try_mg_alloc(opts: AllocOptions, cluster: GCluster, inst: Instance, count: int) -> AllocSolution:
     group, sol, messages = find_best_alloc_group(opts, cluster, inst, count)
     return replace(sol, log=[f"Selected group: {group.name}", *messages])
 

@@ -13,12 +13,12 @@ its way of choosing what to shrink), because those details decide the exact coun
 from __future__ import annotations
 
 from . import types as T
-from .allocation import AllocError, AllocOptions, AllocSolution, gen_alloc_nodes, try_alloc
+from .allocation import AllocError, AllocOptions, AllocSolution, any_fit, gen_alloc_nodes, refusals, try_alloc
 from .cluster import GCluster
 from .hsformat import hts_lines, show_double
 from .instance import Instance, shrink
 from .metrics import score
-from .n_plus_one import redundant
+from .n_plus_one import Refuter, redundant
 from .records import Frozen, Record, replace
 
 TYPE_CHECKING = False
@@ -262,6 +262,10 @@ class _Allocator:
         """`iterateAlloc`: with capacity checks, place big batches unchecked and verify
         N+1 once per batch, falling back to checked single steps when a batch fails."""
         opts = self.opts
+        if self.requires == 1 and _REFUSED_OUTRIGHT[0]:
+            refused = refusals(opts, run.cluster, template, self.alloc_nodes)
+            if refused is not None:  # fits nowhere: every way below ends in this refusal
+                return AllocRun(AllocSolution(refused).failure_stats(), run.cluster, list(run.placed))
         if not opts.capacity:
             return self.small_steps(opts, run, limit, template)
         while True:
@@ -295,9 +299,16 @@ class _Allocator:
         length (34,000 allocations for 250 levels on 20 nodes; now one per size)."""
         seen: dict[tuple, AllocSolution] = {}
         # Only whether something fits, and the failure modes, are read of these answers
-        # (`_suffices_shrinking`), not which candidate wins: near ties need no exact score.
+        # (`_suffices_shrinking`), not which candidate wins: near ties need no exact score,
+        # and single-node candidates no score at all (`any_fit`).
         o = self.opts
         opts = AllocOptions(o.capacity, o.ignore_soft_errors, o.restrict_to_nodes, o.accept_existing, exact=False)
+        unscored = self.requires == 1 and _ANY_FIT[0]
+        n1 = refute = None
+        if o.capacity:
+            n1 = lambda cl: redundant(cl, accept_existing=o.accept_existing, remember=False)  # noqa: E731
+            if _REFUTE[0]:
+                refute = Refuter(cluster, o.accept_existing)
 
         def fn(inst: Instance) -> AllocSolution:
             key = _shape(inst)
@@ -307,7 +318,10 @@ class _Allocator:
             inst = inst.copy()
             inst.idx = len(cluster.instances)
             try:
-                found = self.try_alloc(opts, cluster, inst)
+                if unscored:
+                    found = any_fit(opts, cluster, inst, self.alloc_nodes, n1, refute)
+                else:
+                    found = self.try_alloc(opts, cluster, inst)
             except AllocError:
                 found = AllocSolution()
             seen[key] = found
@@ -360,6 +374,14 @@ class _Allocator:
                     break
             else:
                 return res
+
+
+#: `alloc_fn` answers single-node shapes with `any_fit`, refuting candidates without
+#: building them (`n_plus_one.Refuter`): tests turn these off to compare.
+_ANY_FIT = [True]
+_REFUTE = [True]
+#: `iterate` answers a shape that fits nowhere from the nodes' checks alone (`refusals`).
+_REFUSED_OUTRIGHT = [True]
 
 
 class _Chain:
@@ -541,9 +563,7 @@ class HSpaceResult(Record):
             lines.append("  - no instances allocated")
         for (m, d, c, _), n in self.tiered_counts:
             lines.append(f"  - {n:3d} instances of spec MEM {m}, DSK {d}, CPU {c}")
-        lines += _result_lines(
-            self.cluster, self.tiered_cluster, _sorted_reasons(self.tiered_failures)
-        )
+        lines += _result_lines(self.cluster, self.tiered_cluster, _sorted_reasons(self.tiered_failures))
         s = self.standard_spec
         lines += [
             "Standard (fixed-size) instance spec is:",
@@ -551,17 +571,14 @@ class HSpaceResult(Record):
             "Normal (fixed-size) allocation results:",
             f"  - {self.standard_count:3d} instances allocated",
         ]
-        lines += _result_lines(
-            self.cluster, self.standard_cluster, _sorted_reasons(self.standard_failures)
-        )
+        lines += _result_lines(self.cluster, self.standard_cluster, _sorted_reasons(self.standard_failures))
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
         return {
             "disk_template": self.disk_template,
             "tiered": [
-                {"mem": m, "disk": d, "cpu": c, "spindles": s, "count": n}
-                for (m, d, c, s), n in self.tiered_counts
+                {"mem": m, "disk": d, "cpu": c, "spindles": s, "count": n} for (m, d, c, s), n in self.tiered_counts
             ],
             "tiered_fail_reason": _sorted_reasons(self.tiered_failures)[0][0].label,
             "standard": {"spec": vars_of(self.standard_spec), "count": self.standard_count},
@@ -675,24 +692,16 @@ def run_hspace(cluster: GCluster, options: HSpaceOptions | None = None) -> HSpac
         raise ValueError(f'Invalid string value for type DiskTemplate: "{template}"')
     spindle_use = opts.spindle_use if opts.spindle_use is not None else ipol.std.spindle_use
     exact = opts.exact
-    alloc_opts = AllocOptions(
-        capacity=opts.capacity, accept_existing=opts.accept_existing, exact=exact
-    )
+    alloc_opts = AllocOptions(capacity=opts.capacity, accept_existing=opts.accept_existing, exact=exact)
     bad = [n for n in cluster.nodes if not n.offline and n.fail_n1]
     groups = cluster.groups
     if not opts.accept_existing and bad:
         groups = [g if g.idx not in {n.group for n in bad} else _unallocable(g) for g in groups]
-    stop = not (
-        opts.accept_existing
-        or (opts.independent_groups and any(g.allocable for g in groups))
-        or not bad
-    )
+    stop = not (opts.accept_existing or (opts.independent_groups and any(g.allocable for g in groups)) or not bad)
     requires = T.required_nodes(template)
     view = GCluster(groups, cluster.nodes, cluster.instances, cluster.tags, ipol, cluster.name)
     try:
-        return _allocate_both(
-            cluster, view, opts, alloc_opts, template, spindle_use, requires, stop
-        )
+        return _allocate_both(cluster, view, opts, alloc_opts, template, spindle_use, requires, stop)
     except AllocError as exc:
         ini = total_resources(cluster.nodes)
         lines = hts_lines(_initial_pairs(cluster, ini))
@@ -724,16 +733,12 @@ def _allocate_both(
             if limit is not None and limit <= len(tiered.placed):
                 break
             sub_limit = None if limit is None else limit - len(tiered.placed)
-            tiered = allocator.tiered(
-                tiered, sub_limit, instance_from_spec(spec, template, spindle_use)
-            )
+            tiered = allocator.tiered(tiered, sub_limit, instance_from_spec(spec, template, spindle_use))
     std_spec = opts.standard or Spec.from_ispec(ipol.std)
     if stop:
         standard = AllocRun([(FailMode.N1, 1)], cluster, [])
     else:
-        standard = allocator.iterate(
-            start, limit, instance_from_spec(std_spec, template, spindle_use)
-        )
+        standard = allocator.iterate(start, limit, instance_from_spec(std_spec, template, spindle_use))
     return HSpaceResult(
         cluster,
         template,

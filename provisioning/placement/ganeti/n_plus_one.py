@@ -75,6 +75,98 @@ def _redundant(cluster: GCluster, scope: Sequence[int] | None, accept_existing: 
 _LAST_FAILED = [""]
 
 
+class Refuter:
+    """``refuter(ndx, inst)``: True when ``cluster`` with ``inst`` added as a primary on
+    node ``ndx`` (an allocation candidate's new state) is certainly not N+1 redundant:
+    the node whose evacuation failed last (`_redundant` asks it first) could not re-create
+    its instances whatever targets it chose (`_outnumbered`). Answered from
+    ``cluster`` and ``inst``, without building the new state; False says nothing (ask
+    `redundant`). What it reads of the cluster is gathered once per failed node."""
+
+    __slots__ = ("cluster", "accept_existing", "victims")
+
+    def __init__(self, cluster: GCluster, accept_existing: bool = False) -> None:
+        self.cluster = cluster
+        self.accept_existing = accept_existing
+        #: node name -> (its index, its instances, the targets' (index, memory, disk)),
+        #: or None where this cannot tell (a node skipped, or moving instances first).
+        self.victims: dict[str, tuple | None] = {}
+
+    def __call__(self, ndx: int, inst: Instance) -> bool:
+        name = _LAST_FAILED[0]
+        try:
+            victim = self.victims[name]
+        except KeyError:
+            victim = self.victims[name] = self._victim(name)
+        if victim is None:
+            return False
+        vdx, mems, dsks, live, targets = victim
+        if inst.forthcoming:
+            mem = dsk = 0  # its add takes none of what the re-creations check
+        else:
+            mem = inst.mem if inst.uses_memory else 0
+            dsk = inst.dsk if inst.local_storage else 0
+            if vdx == ndx:
+                if inst.disk_template == "drbd" or inst.disk_template in T.FREELY_MOVABLE:
+                    return False  # it would move first
+                # The victim's own new instance is one more to re-create.
+                mems = sorted([*mems, mem]) if inst.uses_memory else mems
+                dsks = sorted([*dsks, dsk]) if inst.local_storage else dsks
+                live += 1
+        rooms = [(m - mem, d - dsk) if t == ndx else (m, d) for t, m, d in targets]
+        return _outnumbered(mems, dsks, live, rooms)
+
+    def _victim(self, name: str) -> tuple | None:
+        """``(index, memory and disk of its instances to re-create (sorted), how many,
+        the targets' (index, free memory, free disk))`` of the node named ``name``."""
+        nodes = self.cluster.nodes
+        victim = next((n for n in nodes if n.name == name), None)
+        if victim is None or (self.accept_existing and victim.offline):
+            return None
+        instances = self.cluster.instances
+        fixed = [instances[i] for i in victim.plist]
+        movable = T.FREELY_MOVABLE
+        if any(i.disk_template == "drbd" or i.disk_template in movable for i in fixed):
+            return None  # moves come first there
+        live = [i for i in fixed if not i.forthcoming]  # a forced forthcoming add checks nothing
+        mems = sorted(i.mem for i in live if i.uses_memory)
+        dsks = sorted(i.dsk for i in live if i.local_storage)
+        targets = [
+            (t.idx, t.unallocated_mem, t.f_dsk) for t in nodes if t.group == victim.group and t.idx != victim.idx
+        ]
+        return victim.idx, mems, dsks, len(live), targets
+
+
+def _outnumbered(mems: list[int], dsks: list[int], live: int, rooms: list[tuple[int, int]]) -> bool:
+    """Whether ``live`` instances to re-create (forced adds), ``mems`` the memory of the
+    running ones and ``dsks`` the disk of those with local storage (both sorted), certainly
+    cannot all find a target among targets with these ``(free memory, free disk)``.
+
+    Why it is certain: a forced add fails when the target's free memory, or its free disk
+    for local storage, would not stay above 0 (other checks only add failures), and
+    re-creations only take from the targets. So a target with ``room`` free can end up
+    with at most ``(room − 1) // m`` instances of ``m`` or more, and none at all without
+    room; when the instances of some size ``m`` or more outnumber what all the targets
+    could hold, some instance finds no target, whichever order and targets are chosen."""
+    if not live:
+        return False
+    if all(mem <= 0 for mem, _ in rooms):
+        return True
+    for values, which in ((mems, 0), (dsks, 1)):
+        seen = None
+        for k, m in enumerate(values):
+            if m <= 0 or m == seen:
+                continue
+            seen = m
+            hold = 0
+            for room in rooms:
+                if room[which] > 0:
+                    hold += (room[which] - 1) // m
+            if len(values) - k > hold:
+                return True
+    return False
+
+
 def can_evacuate_node(cluster: GCluster, ndx: int, exact: bool = False, base: list | None = None) -> bool:
     """``exact``: score targets with htools' two-pass computation (ties then break on
     the same rounding as htools; slower). ``base``: empty, or the `ColumnStats` of the
@@ -107,21 +199,34 @@ def can_evacuate_node(cluster: GCluster, ndx: int, exact: bool = False, base: li
                 return False
         if fixed and not _room_for(nodes, fixed, escape):
             return False
-        stats = _Stats(cluster, nodes, base, moved=bool(drbd or shared))
-        # sortBy (flip compare `on` mem) is a stable sort: equal memory keeps list order.
-        ordered = sorted(fixed, key=lambda x: -x.mem)
-        needs = None if exact else _suffix_needs(cluster, nodes, ordered, escape)
-        for k, inst in enumerate(ordered):
-            if needs is not None and _each_takes(nodes, escape, needs[k]):
-                return True  # every target could take all the rest: each re-creation succeeds
-            last = k == len(ordered) - 1
-            if exact:
-                if not _recreate_exact(cluster, nodes, inst, escape):
-                    return False
-            elif not _recreate(cluster, nodes, inst, escape, stats, last):
-                return False
+        return _recreate_all(cluster, nodes, fixed, escape, exact, _Stats(cluster, nodes, base, bool(drbd or shared)))
     except T.AllocFailure:
         return False
+    return True
+
+
+def _recreate_all(cluster: GCluster, nodes, fixed: list[Instance], escape, exact: bool, stats: _Stats) -> bool:
+    """Re-create ``fixed`` (a failed node's instances that cannot move) on ``escape``,
+    largest memory first, each on the best target; whether all of them found one."""
+    # sortBy (flip compare `on` mem) is a stable sort: equal memory keeps list order.
+    ordered = sorted(fixed, key=lambda x: -x.mem)
+    needs = None if exact else _suffix_needs(cluster, nodes, ordered, escape)
+    counting = needs is not None and _COUNT_SHORTCUT[0]
+    alike = _alike_from(ordered) if counting else len(ordered)
+    largest = _suffix_largest(ordered) if counting else None
+    for k, inst in enumerate(ordered):
+        if needs is not None and _each_takes(nodes, escape, needs[k]):
+            return True  # every target could take all the rest: each re-creation succeeds
+        if largest is not None and _hold_as_largest(nodes, escape, largest[k]):
+            return True  # room for the rest even were each the largest of them
+        if k == alike:  # the rest are alike: whichever targets take them, they fit by count
+            return _take_by_count(nodes, escape, ordered[k:])
+        last = k == len(ordered) - 1
+        if exact:
+            if not _recreate_exact(cluster, nodes, inst, escape):
+                return False
+        elif not _recreate(cluster, nodes, inst, escape, stats, last):
+            return False
     return True
 
 
@@ -179,6 +284,122 @@ def _suffix_needs(cluster: GCluster, nodes, ordered: list[Instance], escape) -> 
         out.append((mem, dsk, checks_mem, checks_dsk))
     out.reverse()
     return out
+
+
+#: The counting shortcuts (`_take_by_count`, `_hold_as_largest`) in use (a test turns them
+#: off to hold them to the re-creations).
+_COUNT_SHORTCUT = [True]
+
+
+def _charge(inst: Instance) -> tuple[int, int, bool] | None:
+    """What a forced re-creation of ``inst`` checks and takes of its target: ``(memory,
+    disk, disk checked)``; None for a forthcoming instance (its forced add checks nothing
+    and takes none of the checked resources)."""
+    if inst.forthcoming:
+        return None
+    local = inst.local_storage
+    return (inst.mem if inst.uses_memory else 0, inst.dsk if local else 0, local)
+
+
+def _alike_from(ordered: list[Instance]) -> int:
+    """The start of the longest tail of ``ordered`` whose instances all have the same
+    `_charge` (forthcoming ones anywhere in it): ``len(ordered)`` when there is none."""
+    start = len(ordered)
+    charge = None
+    for k in range(len(ordered) - 1, -1, -1):
+        c = _charge(ordered[k])
+        if c is not None:
+            if charge is None:
+                charge = c
+            elif c != charge:
+                break
+        start = k
+    return start if charge is not None else len(ordered)
+
+
+def _suffix_largest(ordered: list[Instance]) -> list[tuple[int, int, int, bool]]:
+    """Per position ``k``, of ``ordered[k:]`` without the forthcoming instances: how many,
+    the largest memory and disk a re-creation checks, and whether any checks disk."""
+    out = []
+    count = mem = dsk = 0
+    local = False
+    for inst in reversed(ordered):
+        c = _charge(inst)
+        if c is not None:
+            count += 1
+            mem, dsk, local = max(mem, c[0]), max(dsk, c[1]), local or c[2]
+        out.append((count, mem, dsk, local))
+    out.reverse()
+    return out
+
+
+def _hold_as_largest(nodes, escape, largest: tuple[int, int, int, bool]) -> bool:
+    """Whether `_recreate` certainly succeeds for each of the rest, given `_suffix_largest`'s
+    ``(count, largest memory, largest disk, any disk checked)`` of them (their group policy
+    admits them and no target has exclusive storage: `_suffix_needs`).
+
+    Why: say ``cap(t)`` is how many instances of the largest size target ``t`` could take
+    (`_take_by_count`), and the rest number no more than ``Σ cap(t)``. Were some
+    re-creation refused, every target would have too little memory (or disk) left for an
+    instance no larger than the largest, so less than one largest instance: it would
+    hold ``cap(t)`` or more of those already placed (each no larger), and so all of them
+    together at least ``Σ cap(t)`` — but fewer than the rest have been placed."""
+    count, mem, dsk, local = largest
+    if count == 0:
+        return True
+    room = 0
+    for t in escape:
+        node = nodes[t]
+        free = node.unallocated_mem
+        if free <= 0:
+            continue
+        cap = count if mem == 0 else (free - 1) // mem
+        if local:
+            if node.f_dsk <= 0:
+                continue
+            if dsk > 0:
+                cap = min(cap, (node.f_dsk - 1) // dsk)
+        room += cap
+        if room >= count:
+            return True
+    return False
+
+
+def _take_by_count(nodes, escape, rest: list[Instance]) -> bool:
+    """Whether `_recreate` succeeds for each of ``rest``, instances with one `_charge`
+    (forthcoming ones aside), whose group policy admits them (`_suffix_needs`), on targets
+    without exclusive storage.
+
+    Why counting decides: a forced add fails only when the target's free memory, or its
+    free disk when checked, would not stay above 0. So a target ``t`` can take ``cap(t)``
+    more of these and no more, whatever happens on the others, and each re-creation puts
+    one on some target that still has room (the score only decides which). All succeed
+    exactly when there are no more of them than ``Σ cap(t)``."""
+    charge = None
+    count = 0
+    for inst in rest:
+        c = _charge(inst)
+        if c is not None:
+            charge, count = c, count + 1
+    if charge is None:
+        return True
+    mem, dsk, local = charge
+    room = 0
+    for t in escape:
+        node = nodes[t]
+        free = node.unallocated_mem
+        if free <= 0:
+            continue
+        cap = count if mem == 0 else (free - 1) // mem  # free − j·mem > 0 for j ≤ cap
+        if local:
+            if node.f_dsk <= 0:
+                continue
+            if dsk > 0:
+                cap = min(cap, (node.f_dsk - 1) // dsk)
+        room += cap
+        if room >= count:
+            return True
+    return False
 
 
 def _each_takes(nodes, escape, need: tuple) -> bool:
