@@ -334,21 +334,18 @@ def _share_twins(columns: list[list[float]]) -> list[int]:
 
 
 _ALL_COMPONENTS = frozenset(range(NCOMP))
-#: Per component, the later ones it is a twin of (`TWINS` read the other way).
-_LATER_TWINS = tuple(tuple(d for d in range(NCOMP) if c in TWINS[d]) for c in range(NCOMP))
 
 
 def _reshare_twins(columns: list[list[float]], twin: list[int], fresh: set[int]) -> list[int]:
     """`_share_twins` after the ``fresh`` columns changed, the others as they were under
     ``twin`` (`_share_twins`' answer before): only components with a changed column among
-    themselves and their `TWINS` (``fresh`` and their `_LATER_TWINS`) are matched again —
-    the same answer, since the others compare the same unchanged columns, whose own twins
-    (among their `TWINS`, a subset of theirs) are unchanged too."""
+    themselves and their `TWINS` are matched again — the same answer, since the others
+    compare the same unchanged columns, whose own twins (among their `TWINS`, a subset of
+    theirs) are unchanged too."""
     twin = list(twin)
-    todo = set(fresh)
-    for c in fresh:
-        todo.update(_LATER_TWINS[c])
-    for c in sorted(todo):  # in order: a component's twins come before it
+    for c in range(NCOMP):
+        if c not in fresh and fresh.isdisjoint(TWINS[c]):
+            continue
         twin[c] = c
         col = columns[c]
         for d in TWINS[c]:
