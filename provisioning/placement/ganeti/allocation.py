@@ -501,11 +501,7 @@ def refusals(opts: AllocOptions, cluster: GCluster, inst: Instance, alloc_nodes:
 
 def _verdict(node: Node, inst: Instance, force: bool, key: tuple, policy) -> FailMode | None:
     """`allocate_on_single`'s verdict on ``node``: the policy's, then the add's (kept on the
-    node by `_outcomes`, or its checks alone: the values after the add are not needed).
-    A refusal is kept on the node too, as `fast_moves.primary_outcome` keeps it: the same
-    check (`node.pri_added`) on the same fields raises the same mode, and hspace's
-    big-step searches and shrink chains ask the same unchanged nodes about the same sizes
-    again."""
+    node by `_outcomes`, or its checks alone: the values after the add are not needed)."""
     mode = policy(node)
     if mode is not None:
         return mode
@@ -516,16 +512,8 @@ def _verdict(node: Node, inst: Instance, force: bool, key: tuple, policy) -> Fai
     try:
         pri_added(node, node, inst, force)
     except T.AllocFailure as failure:
-        if _KEEP_REFUSALS[0]:
-            from .fast_moves import remember_outcome
-
-            remember_outcome(node, key, failure.mode)
         return failure.mode
     return None
-
-
-#: `_verdict` keeps the refusals it finds on the nodes: tests turn it off to compare.
-_KEEP_REFUSALS = [True]
 
 
 class _Class:

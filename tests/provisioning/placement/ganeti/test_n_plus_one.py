@@ -1,19 +1,18 @@
 """The global N+1 check's shortcuts give the answers of the work they skip: counting
 instances as if each were the largest, or alike ones (the re-creations), refuting a
 candidate (building it and checking), hspace's unscored search and its refusals of a
-shape that fits nowhere (`try_alloc`), the refusals kept on the nodes (their outcomes)."""
+shape that fits nowhere (`try_alloc`)."""
 
 import random
 from collections import Counter
 from pathlib import Path
 
-from provisioning.placement.ganeti import allocation, hspace, n_plus_one, text_backend
+from provisioning.placement.ganeti import hspace, n_plus_one, text_backend
 from provisioning.placement.ganeti import types as T
 from provisioning.placement.ganeti.allocation import AllocOptions, any_fit, refusals, try_alloc
 from provisioning.placement.ganeti.cluster import GCluster
-from provisioning.placement.ganeti.fast_moves import primary_outcome
 from provisioning.placement.ganeti.hspace import HSpaceOptions, Spec, run_hspace
-from provisioning.placement.ganeti.instance import Instance, shape
+from provisioning.placement.ganeti.instance import Instance
 from provisioning.placement.ganeti.node import Node
 from provisioning.placement.ganeti.simulate import simulated_cluster
 
@@ -225,45 +224,3 @@ def test_a_shape_refused_everywhere_is_refused_as_try_alloc_refuses_it(monkeypat
                         assert quick == full.failures
                     refused[quick is not None] += 1
     assert refused[True] > 50 and refused[False] > 50, refused
-
-
-def test_a_refusal_kept_on_the_node_is_the_one_its_outcome_holds(monkeypatch):
-    # `allocation._verdict` keeps the refusals of its checks on the node, where
-    # `primary_outcome` (which `try_alloc` reads) keeps its own: they must agree.
-    kept = 0
-    for state in _search_states(monkeypatch)[::3]:
-        for template in ("plain", "file"):
-            for inst in _shapes(state, template):
-                policy = allocation._policy_check(state, inst)
-                key = (False, *shape(inst))
-                for node in state.nodes:
-                    node.outcomes = None  # asked afresh, not answered from a kept outcome
-                    mode = allocation._verdict(node, inst, False, key, policy)
-                    if mode is None or policy(node) is not None:
-                        continue
-                    fresh = node.copy()
-                    fresh.outcomes = None
-                    assert node.outcomes[key] == primary_outcome(fresh, inst, False, key) == mode
-                    kept += 1
-    assert kept > 100, kept
-
-
-def test_hspace_answers_alike_with_refusals_kept_or_not(monkeypatch):
-    for source, template, standard, tiered in RUNS:
-        answers = []
-        for keep in (True, False):
-            monkeypatch.setattr(allocation, "_KEEP_REFUSALS", [keep])
-            if isinstance(source, list):
-                cluster = simulated_cluster(source)
-            else:
-                cluster = text_backend.parse((DATA / source).read_text())
-            opts = HSpaceOptions(
-                disk_template=template,
-                standard=Spec.parse(standard) if standard else None,
-                tiered=Spec.parse(tiered) if tiered else None,
-            )
-            try:
-                answers.append(run_hspace(cluster, opts).hts_lines())
-            except hspace.HSpaceError as exc:  # forthcoming.txt: hspace stops, as Ganeti's
-                answers.append(exc.lines)
-        assert answers[0] == answers[1]
