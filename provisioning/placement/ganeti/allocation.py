@@ -19,7 +19,7 @@ import math
 
 from . import types as T
 from .instance import NO_NODE, policy_verdict, shape
-from .metrics import ClusterStats, node_values, rows_of, score, stats_of
+from .metrics import ClusterStats, node_values, rows_of, score
 from .n_plus_one import redundant
 from .node import pri_added
 from .quick_checks import primary_failures
@@ -302,7 +302,7 @@ def try_alloc(
 
     def stats() -> ClusterStats:
         if not computed:
-            computed.append(stats_of(universe))
+            computed.append(rows().cluster_stats())  # `stats_of`, without a second look-up
         return computed[0]
 
     def rows() -> ValueRows:

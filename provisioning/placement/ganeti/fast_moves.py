@@ -365,8 +365,16 @@ def primary_outcome(node: Node, inst: Instance, force: bool, key: tuple):
 
 def secondary_outcome(node: Node, inst: Instance, pdx: int, key: tuple):
     """`primary_outcome` for adding ``inst`` as a secondary of primary ``pdx`` (strict,
-    as hspace's pairs add it), kept under ``(pdx, key)``."""
-    return _outcome(node, inst, (pdx, key), (("as", pdx, False),))
+    as hspace's pairs add it), kept under the memory ``pdx`` already reserves on the node
+    (with ``key``): the add reads ``pdx`` only there (`node.sec_added`'s ``peers``; the
+    values after it read no peer), so the secondaries of primaries that reserve as much
+    share one outcome."""
+    memo_key = ("reserved", node.peers.get(pdx, 0), key) if _BY_RESERVATION[0] else ("primary", pdx, key)
+    return _outcome(node, inst, memo_key, (("as", pdx, False),))
+
+
+#: `secondary_outcome` keys by the primary's reservation: tests turn it off to compare.
+_BY_RESERVATION = [True]
 
 
 def _outcome(node: Node, inst: Instance, memo_key: tuple, ops: tuple):

@@ -32,9 +32,7 @@ def test_it_rejects_malformed_files():
 
 def hinfo_terms(path, ignore_dynu=True):
     args = [ganeti_tool("hinfo"), "-t", str(path), "-v", "-v"]
-    out = subprocess.run(
-        args + (["--ignore-dynu"] if ignore_dynu else []), capture_output=True, text=True
-    )
+    out = subprocess.run(args + (["--ignore-dynu"] if ignore_dynu else []), capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Cluster coefficients"))
@@ -143,10 +141,14 @@ def _candidate_classes(nodes, inst):
     return classes
 
 
-def test_class_scores_equal_one_by_one_bit_for_bit():
+@pytest.mark.parametrize("small_class", [2, 10**9], ids=["running-sums", "rebuilt-columns"])
+def test_class_scores_equal_one_by_one_bit_for_bit(monkeypatch, small_class):
     # hspace re-scores the near ties of identical nodes per class, with the loops over the
-    # candidates in C (running sums up to each one, the squared deviations once per mean).
+    # candidates in C (running sums up to each one, the squared deviations once per mean),
+    # or, for a few candidates, each one's column rebuilt: both held to the plain score.
     from provisioning.placement.ganeti.instance import Instance
+
+    monkeypatch.setattr(metrics, "SMALL_CLASS", small_class)
 
     inst = Instance("new", 16384, 102400, 8, "running", True, -1, -1, "plain", [], 1, None)
     several_means = checked = 0
@@ -174,6 +176,7 @@ def test_class_scores_equal_one_by_one_bit_for_bit():
                     expected.append(metrics._term(c, metrics._std_stat(column) if metrics.KINDS[c] == metrics.STD
                                                   else metrics._sum_stat(column)))  # fmt: skip
                 assert _hexes(rows.column_terms(c, slots, new[c])) == _hexes(expected)
+                assert _hexes(rows._rebuilt_terms(c, slots, new[c])) == _hexes(expected)
                 if metrics.KINDS[c] == metrics.STD:
                     several_means += len({sum(rows.columns[c][:k] + [new[c]] + rows.columns[c][k + 1 :], 0.0)
                                           for k in slots}) > 1  # fmt: skip

@@ -113,3 +113,52 @@ def test_steepest_descent_takes_the_reference_path(seed):
     slow = hbal._run(cluster, scope, opts, steepest=True, search=steepest_balance)
     assert len(slow.steps) > 0
     _assert_same(fast, slow)
+
+
+def test_a_secondary_outcome_kept_by_reservation_is_the_primarys_own():
+    # hspace's pairs keep a secondary's outcome under the memory its primary already
+    # reserves on it (not under the primary): primaries reserving as much share it.
+    from provisioning.placement.ganeti import fast_moves
+    from provisioning.placement.ganeti.instance import shape
+
+    shared = Counter()
+    for seed in SEEDS:
+        cluster = varied_cluster(seed)
+        rng = random.Random(seed)
+        for _ in range(6):
+            inst = probe(rng, "drbd", forthcoming=rng.random() < 0.2)
+            key = (False, *shape(inst))
+            for node in cluster.nodes:
+                node.outcomes = None
+                for p in cluster.nodes:
+                    if p.idx == node.idx:
+                        continue
+                    kept = fast_moves.secondary_outcome(node, inst, p.idx, key)
+                    try:
+                        own = node_values_after(node, inst, (("as", p.idx, False),))
+                    except T.AllocFailure as exc:
+                        own = exc.mode
+                    assert kept == own
+                shared[len(node.outcomes) < len(cluster.nodes) - 1] += 1
+    assert shared[True] > 20, shared  # primaries that reserve as much shared an outcome
+
+
+def test_hspace_pairs_answer_alike_with_outcomes_kept_by_primary(monkeypatch):
+    from provisioning.placement.ganeti import fast_moves
+    from provisioning.placement.ganeti.hspace import HSpaceOptions, Spec, run_hspace
+    from provisioning.placement.ganeti.simulate import simulated_cluster
+
+    for nodes, tiered, standard in (
+        ("p,3,34052480,65523,24", "1048576,1024,8", None),
+        ("p,4,400000,32768,16", "51200,8192,4", "10240,2048,1"),
+    ):
+        answers = []
+        for by_reservation in (True, False):
+            monkeypatch.setattr(fast_moves, "_BY_RESERVATION", [by_reservation])
+            opts = HSpaceOptions(
+                disk_template="drbd",
+                tiered=Spec.parse(tiered),
+                standard=Spec.parse(standard) if standard else None,
+            )
+            answers.append(run_hspace(simulated_cluster([nodes]), opts).hts_lines())
+        assert answers[0] == answers[1]
