@@ -677,7 +677,9 @@ def _check_capture_name(name):
 
 
 # What the VM opcodes read with a VM (``load_vm``, ``set_state``'s result): one query, no more.
-LOADED = ("host", "host__credential", "image", "variant", "variant__image", "allocation", "allocation__host")
+# (The claim's host with its credential: an adopted claim's VM goes on to define with that host.)
+LOADED = ("host", "host__credential", "image", "variant", "variant__image", "allocation", "allocation__host",
+          "allocation__host__credential")  # fmt: skip
 
 
 def set_state(vm_id, state, reason="", *, actor, **fields):

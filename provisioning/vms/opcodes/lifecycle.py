@@ -16,7 +16,7 @@ from provisioning.jobs import reasons as job_reasons
 from provisioning.jobs.models import Job
 from provisioning.jobs.registry import opcode
 from provisioning.vms import services
-from provisioning.vms.models import VM
+from provisioning.vms.models import VM, ImageVariant
 from provisioning.vms.opcodes import guest
 from provisioning.vms.opcodes.common import (
     POLL_SECONDS,
@@ -121,7 +121,12 @@ class Attempt:
         vm_id, actor = self.vm_id, self.job.actor
         if self.loaded is None:  # read once: the claim, the stage step and the image's settings go on from it
             self.loaded = load_vm(vm_id)
-        self.placed = self.db_step("claim", claim, vm_id, self.exclude, actor=actor, loaded=self.loaded, rank=self.rank)
+        if adopts(self.loaded):  # a reservation's claim: nothing to write, its record rides on define's
+            self.placed = self.kept_step("claim", adopt, self.loaded)
+        else:
+            self.placed = self.db_step("claim", claim, vm_id, self.exclude, actor=actor, loaded=self.loaded,
+                                       rank=self.rank)  # fmt: skip
+        placement = self._placement()
         for n in range(ROOM_STEPS):  # their memory is given back on the host only when they are suspended
             if not self.placed.get("after") or self.step(f"room-{n}", suspensions_ended, self.placed["after"]):
                 break
@@ -141,7 +146,7 @@ class Attempt:
         # start's "booting") or by the ready step: a crash in between repeats the step, which
         # finds its work done (a staged image, a defined or running domain).
         self.kept_step("stage", stage, vm_id, self.placed["host"], self.job.job_id, loaded=self.loaded)
-        defined = self.kept_step("define", define, vm_id, actor=actor)
+        defined = self.kept_step("define", define, vm_id, actor=actor, **placement)
         image = self.loaded.image
         if image.revert_on_end or image.pool_size:  # an image's, set when it is made (a pool reverts too)
             self.step("clean", clean_snapshot, vm_id, actor=actor)
@@ -155,6 +160,19 @@ class Attempt:
             )
         self.db_step("ready", ready, vm_id, address, actor=actor)
         return built
+
+    def _placement(self):
+        """An adopted claim's host and variant, for define's state change to write (``adopt``
+        writes nothing); the VM as loaded is given them (read here only on a replay of the claim
+        step whose VM row does not have them yet)."""
+        if not self.placed.get("adopted"):
+            return {}
+        vm = self.loaded
+        if vm.host_id != self.placed["host"]:
+            vm.host = Hypervisor.objects.select_related("credential").get(pk=self.placed["host"])
+        if vm.variant_id != self.placed["variant"]:
+            vm.variant = ImageVariant.objects.select_related("image").get(pk=self.placed["variant"])
+        return {"host": vm.host, "variant": vm.variant}
 
     def _boot(self, vm_id, **kwargs):
         """``boot``, keeping the VM as it wrote it for the address step (no read again)."""
@@ -199,6 +217,22 @@ def retry_elsewhere(vm_id, step, reason, *, actor):
             variant=None, error=reason[:4000], actor=actor,
         )  # fmt: skip
     return {"exclude": [failed_host.pk] if failed_host else [], "failed": step, "reason": reason[:1000]}
+
+
+def adopts(vm):
+    """Does the VM come with a live claim on an online host (a reservation's)? Its claim step is
+    then ``adopt``: a read, safe to repeat, whose record (and the host and variant it picks)
+    define's state change writes, lease-checked, in its transaction."""
+    allocation = vm.allocation
+    return allocation is not None and allocation.released is None and allocation.host.state == Hypervisor.State.ONLINE
+
+
+def adopt(vm):
+    """``claim`` of a VM that ``adopts`` its claim: the host and variant, set on ``vm`` in memory only."""
+    host = vm.allocation.host
+    variant = vm.variant or variant_for(vm, host)
+    vm.host, vm.variant = host, variant
+    return {"host": host.pk, "allocation": vm.allocation_id, "variant": variant.pk, "adopted": True}
 
 
 def claim(vm_id, exclude=(), *, actor, loaded=None, rank=None):
@@ -282,8 +316,9 @@ def vm_spec(vm):
     )  # fmt: skip
 
 
-def define(vm_id, *, actor):
-    vm = services.set_state(vm_id, S.DEFINING, "defining on the host", actor=actor)
+def define(vm_id, *, actor, **fields):
+    """``fields``: more to write with the state (an adopted claim's host and variant)."""
+    vm = services.set_state(vm_id, S.DEFINING, "defining on the host", actor=actor, **fields)
     driver = drivers.driver_for(vm.host)
     info = driver.create(vm_spec(vm))
     port = driver.port(vm.key, services.login_port(vm.image))  # written with the boot's state (no write of its own)
