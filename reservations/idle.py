@@ -31,7 +31,8 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q, Subquery
+from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce, JSONObject
 from django.utils import timezone
 
 from reservations.models import BlockAllocation, IdlePolicy, Reservation, ReservationHistory
@@ -81,11 +82,36 @@ def _of(row, source):
     return Policy(row.no_show_minutes, row.idle_minutes, row.warn_minutes, source)
 
 
-def policy_for(reservation):
-    """The image's policy, else its group's (the class's group, else the user's first group, as
-    the usage report counts it), else the site's: one SELECT, at every reservation's ready."""
+def with_policy(reservations):
+    """``reservations`` (a queryset) with each one's policy row read along, in the same
+    statement (``policy_for`` then reads none): ``policy_for``'s choice, as one subquery."""
     from django.contrib.auth import get_user_model
 
+    block_group = BlockAllocation.objects.filter(pk=OuterRef(OuterRef("block_id"))).values("group_id")
+    user_group = (get_user_model().groups.through.objects.filter(user_id=OuterRef(OuterRef("user_id")))
+                  .order_by("group_id").values("group_id")[:1])  # fmt: skip
+    # (A block's group is never null: its block's, else the user's first, as in ``policy_for``.)
+    mine = Q(image_id=OuterRef("image_id")) | Q(group_id=Coalesce(Subquery(block_group), Subquery(user_group)))
+    image_first = F("image_id").asc(nulls_last=True)  # the image's row (a group's has no image)
+    row = JSONObject(no_show="no_show_minutes", idle="idle_minutes", warn="warn_minutes", image_id="image_id",
+                     image="image__name", group="group__name")  # fmt: skip
+    first = IdlePolicy.objects.filter(mine).order_by(image_first, "pk").values(row=row)[:1]
+    return reservations.annotate(idle_policy_row=Subquery(first))
+
+
+def policy_for(reservation):
+    """The image's policy, else its group's (the class's group, else the user's first group, as
+    the usage report counts it), else the site's: one SELECT, at every reservation's ready
+    (none for a reservation read ``with_policy``)."""
+    from django.contrib.auth import get_user_model
+
+    if hasattr(reservation, "idle_policy_row"):
+        row = reservation.idle_policy_row
+        if row is None:
+            return site_policy()
+        image = row["image_id"] == reservation.image_id
+        source = f"image {row['image']}" if image else f"group {row['group']}"
+        return Policy(row["no_show"], row["idle"], row["warn"], source)
     if reservation.block_id:
         group = BlockAllocation.objects.filter(pk=reservation.block_id).values("group_id")
     else:

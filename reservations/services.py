@@ -474,9 +474,8 @@ def settle_built(vm, job_id, *, actor):
     """A ``vm.create`` succeeded (``lifecycle.ON_BUILT``: in the transaction of its last step,
     which ends it, holding the queue lock): its reservation turns ready there, with no job of
     its own; both commit or neither does (a lost lease rolls both back)."""
-    reservation = (
-        Reservation.objects.select_related("vm", "vm__host", "image").filter(vm_id=vm.pk, status=S.PROVISIONING).first()
-    )
+    rows = Reservation.objects.select_related("vm", "vm__host", "image").filter(vm_id=vm.pk, status=S.PROVISIONING)
+    reservation = idle.with_policy(rows).first()  # (its idle policy read with it, for its ready)
     if reservation is not None:
         _settle(reservation, actor=Actor(name=f"job {job_id}"))
 

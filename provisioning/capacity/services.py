@@ -348,15 +348,29 @@ def _claim_locked(host_id, demand, request, actor, owner, wake=False):
     The claim carries ``host_name`` (the host's name as checked: the caller needs no read of it)."""
     # Its own savepoint gives the host's row lock back when the host no longer fits, and lets a
     # deadlock be retried (PostgreSQL). SQLite has neither (its write transaction serialises
-    # every claim): in a caller's transaction the claim is written in it, with no savepoint, and
-    # its change-log row and event join the caller's batch (``transitions.batched``), if any.
-    if connection.in_atomic_block and not connection.features.has_select_for_update:
-        return _write_claim(host_id, demand, request, actor, owner, wake)
-    with transaction.atomic():
-        return _write_claim(host_id, demand, request, actor, owner, wake)
+    # every claim): in a caller's transaction the claim is written in it, with no savepoint.
+    # In a caller's transaction its change-log row and event are made after the savepoint (if
+    # any) is released, so they join the caller's batch (``transitions.batched``), if any, rather
+    # than being written at once inside it; they commit or roll back with the claim all the same.
+    if not connection.in_atomic_block:
+        with transaction.atomic():
+            return _recorded(_write_claim(host_id, demand, request, owner, wake), demand, actor)
+    if connection.features.has_select_for_update:
+        with transaction.atomic():
+            allocation = _write_claim(host_id, demand, request, owner, wake)
+    else:
+        allocation = _write_claim(host_id, demand, request, owner, wake)
+    return _recorded(allocation, demand, actor)
 
 
-def _write_claim(host_id, demand, request, actor, owner, wake):
+def _recorded(allocation, demand, actor):
+    """The claim's change-log row and event (in the transaction that wrote it)."""
+    changelog.record(allocation, "create", actor, reason=demand.purpose)
+    events.emit("allocation.claimed", _event(allocation), [f"hypervisor.{allocation.host_id}", "admin"])
+    return allocation
+
+
+def _write_claim(host_id, demand, request, owner, wake):
     checked = _host_check(host_id, request, lock=True, wake=wake)
     if not checked.ok:
         raise _Full  # (before any write: nothing to roll back without a savepoint)
@@ -373,8 +387,6 @@ def _write_claim(host_id, demand, request, actor, owner, wake):
         anti_affinity=demand.anti_affinity,
     )
     allocation.host_name = checked.host
-    changelog.record(allocation, "create", actor, reason=demand.purpose)
-    events.emit("allocation.claimed", _event(allocation), [f"hypervisor.{host_id}", "admin"])
     return allocation
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import connection, transaction
-from django.db.models import Exists, F, OuterRef, Q, Subquery, Window
+from django.db.models import Exists, F, OuterRef, Q, Subquery, Value, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
@@ -185,11 +185,12 @@ def _fetch(key, build):
     """Rows of a query of fixed shape, its SQL compiled once per process and database vendor.
 
     Django compiles a queryset on every evaluation; on the claim path (once per job) that
-    cost more than running these small queries.
+    cost more than running these small queries. ``build()``: the queryset, or ``(sql, params)``.
     """
     sql = _compiled.get((connection.vendor, key))
     if sql is None:
-        sql = _compiled[(connection.vendor, key)] = build().query.sql_with_params()
+        built = build()
+        sql = _compiled[(connection.vendor, key)] = built if isinstance(built, tuple) else built.query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute(*sql)
         return cursor.fetchall()
@@ -199,16 +200,33 @@ def _json(value):
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _running():
-    rows = _fetch("running", lambda: Job.objects.filter(status=S.RUNNING).values_list("id", "locks", "buckets"))
-    return [Running(job_id, _json(locks), _json(buckets)) for job_id, locks, buckets in rows]
-
-
 PENDING_FIELDS = ("id", "status", "locks", "buckets", "waiting_for", "has_deps", "attempt")
 
 
 def _pending(offset, size):
     rows = _fetch(("pending", offset, size), lambda: runnable().values_list(*PENDING_FIELDS)[offset : offset + size])
+    return _pending_rows(rows)
+
+
+def _first_page(size):
+    """``_running()`` and ``_pending(0, size)`` in one statement (a claim reads both, every time).
+    Pending rows are put in the plan's order here (by priority, turn, id), not by the UNION."""
+
+    def build():
+        running = Job.objects.filter(status=S.RUNNING).annotate(turn=Value(0))
+        pending = runnable()[:size]
+        parts = [rows.values_list(*PENDING_FIELDS, "priority", "turn").query.sql_with_params()
+                 for rows in (running, pending)]  # fmt: skip
+        return (f"SELECT * FROM ({parts[0][0]}) AS r UNION ALL SELECT * FROM ({parts[1][0]}) AS p",
+                (*parts[0][1], *parts[1][1]))  # fmt: skip
+
+    rows = _fetch(("first", size), build)
+    running = [Running(row[0], _json(row[2]), _json(row[3])) for row in rows if row[1] == S.RUNNING]
+    pending = sorted((row for row in rows if row[1] != S.RUNNING), key=lambda row: (-row[7], row[8], row[0]))
+    return running, _pending_rows([row[:7] for row in pending])
+
+
+def _pending_rows(rows):
     return [
         {
             "id": i,
@@ -246,14 +264,17 @@ def _candidates(rows):
 
 def evaluate(limit):
     """Run the planner over pending jobs until the limit is full; returns (planner, candidates by id)."""
-    planner = Planner(_running(), limit)
+    # The first read, with the running jobs, is sized to the limit (plus a few that may be
+    # blocked): with a long queue and a small limit, reading CHUNK rows per claim was most of
+    # its cost.
+    size = min(CHUNK, max(0, limit) + 4)
+    running, rows = _first_page(size)
+    planner = Planner(running, limit)
     seen = {}
     offset = 0
-    # The first read is sized to the room left (plus a few that may be blocked): with a
-    # long queue and a small limit, reading CHUNK rows per claim was most of its cost.
-    size = min(CHUNK, max(0, planner.room) + 4)
     while offset < SCAN_LIMIT and not planner.full:
-        rows = _pending(offset, size)
+        if offset:
+            rows = _pending(offset, size)
         for candidate in _candidates(rows):
             seen[candidate.id] = candidate
             planner.consider(candidate)

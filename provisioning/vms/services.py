@@ -677,17 +677,26 @@ def _check_capture_name(name):
 
 
 # What the VM opcodes read with a VM (``load_vm``, ``set_state``'s result): one query, no more.
-LOADED = ("host", "host__credential", "image", "variant", "variant__image", "allocation", "allocation__host")
+# (The claim's host with its credential: an adopted claim's VM goes on to define with that host.)
+LOADED = ("host", "host__credential", "image", "variant", "variant__image", "allocation", "allocation__host",
+          "allocation__host__credential")  # fmt: skip
 
 
-def set_state(vm_id, state, reason="", *, actor, **fields):
+def set_state(vm_id, state, reason="", *, actor, known=None, **fields):
     """Record a VM's new state (and fields such as host, address, error); emits ``vm.changed``.
     Returns the VM as written, with what ``LOADED`` names (a step goes on from it, no read again).
+
+    ``known``: the VM as the caller (a job's run, which holds the VM's lock) last read or wrote
+    it, with what ``LOADED`` names; it is written from that, with no read, if the row still
+    has its known values (``_write_known``), else read again as without it.
 
     In a caller's transaction it adds no savepoint (it catches nothing, so it needs none). In a
     job's run it writes the step records the run keeps (``kept_records``): a step that starts
     with a state change needs no transaction for the record of the step before it."""
     with transaction.atomic(savepoint=False), kept_records.carrying():
+        written = _write_known(known, state, reason, actor, fields) if known is not None else None
+        if written is not None:
+            return written
         vm = VM.objects.select_for_update(of=("self",)).select_related(*LOADED).get(pk=vm_id)
         before = {"state": vm.state, **{name: getattr(vm, name) for name in fields}}
         vm.state = state
@@ -699,6 +708,36 @@ def set_state(vm_id, state, reason="", *, actor, **fields):
             vm.save()
             changelog.record(vm, "update", actor, changes, reason)
             _emit(vm)
+    return vm
+
+
+# What a known VM's row must still hold for ``set_state`` to write from it without a read (with
+# the old values of the fields it writes): its state, and where and on what claim it runs.
+KNOWN = ("state", "host_id", "variant_id", "allocation_id", "target_allocation_id")
+
+
+def _write_known(vm, state, reason, actor, fields):
+    """``set_state`` from ``vm`` as known, by one UPDATE conditional on the row still holding
+    the known values of ``KNOWN`` and of the fields written (so the change log's old values are
+    the row's); the fields not written are left as they are in the row. Returns ``vm`` as
+    written, or None (the row differs, nothing would change, or a JSON field: read it)."""
+    columns = [VM._meta.get_field(name) for name in fields]
+    if any(column.get_internal_type() == "JSONField" for column in columns):
+        return None
+    before = {"state": vm.state, **{name: getattr(vm, name) for name in fields}}
+    after = {"state": state, **fields}
+    changes = changelog.diff(before, after, list(after))
+    if not changes:
+        return None
+    now = timezone.now()
+    where = {name: getattr(vm, name) for name in {*KNOWN, *(column.attname for column in columns)}}
+    if not VM.objects.filter(pk=vm.pk, **where).update(state=state, updated=now, **fields):
+        return None
+    vm.state, vm.updated = state, now
+    for name, value in fields.items():
+        setattr(vm, name, value)
+    changelog.record(vm, "update", actor, changes, reason)
+    _emit(vm)
     return vm
 
 

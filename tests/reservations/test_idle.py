@@ -236,6 +236,25 @@ def test_the_group_policy_applies_to_its_members_and_the_image_policy_wins(
     assert idle.check(res.pk, now=at(res, 60), actor="test")["action"] == "none"
 
 
+def test_a_policy_read_with_the_reservation_is_the_one_policy_for_reads(sim_host, image, alice, bob, sync_jobs):
+    lab, other = Group.objects.create(name="lab"), Group.objects.create(name="other")
+    alice.groups.add(other, lab)  # her first group by id is "lab"
+    idle.set_policy(actor="test", group=lab, no_show_minutes=5, idle_minutes=30, warn_minutes=5)
+    mine, theirs = ready(alice, image, sync_jobs, hours=2), ready(bob, image, sync_jobs, hours=2)
+
+    def both(reservation):
+        read_along = idle.with_policy(Reservation.objects.filter(pk=reservation.pk)).get()
+        return idle.policy_for(read_along), idle.policy_for(Reservation.objects.get(pk=reservation.pk))
+
+    for reservation, source in ((mine, "group lab"), (theirs, "site")):
+        along, alone = both(reservation)
+        assert along == alone and along.source == source
+    idle.set_policy(actor="test", image=image, no_show_minutes=0, idle_minutes=90, warn_minutes=10)
+    for reservation in (mine, theirs):  # the image's wins over the group's
+        along, alone = both(reservation)
+        assert along == alone and along.source == f"image {image.name}" and along.idle_minutes == 90
+
+
 def test_the_periodic_round_submits_one_job_only_when_a_guest_is_due(sim_host, image, alice, sync_jobs, settings):
     assert tasks.idle_round() is None and not Job.objects.filter(opcode="reservation.idle_check").exists()
     idle.set_policy(actor="test", image=image, no_show_minutes=1, idle_minutes=60, warn_minutes=10)

@@ -21,7 +21,7 @@ import time
 import urllib.parse
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import OuterRef, Q, Subquery, Sum
+from django.db.models import Exists, OuterRef, Q, Subquery, Sum
 
 from provisioning.drivers import base, cloudinit
 from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, Unreachable, VMInfo, VMState
@@ -62,15 +62,22 @@ class SimDriver(base.Driver):
         fault = SimFault.objects.filter(pk=fault_id).first() if fault_id is not None else None
         if fault is not None:
             self._apply(fault, step)
-        delay = self.options.get("delay", 0)
-        delay = delay.get(step, 0) if isinstance(delay, dict) else delay
+        delay = self._delay(step)
         if delay:
-            time.sleep(float(delay))
+            time.sleep(delay)
+
+    def _delay(self, step):
+        delay = self.options.get("delay", 0)
+        return float(delay.get(step, 0) if isinstance(delay, dict) else delay)
+
+    def _faults(self, step):
+        """The host's fault for ``step`` first (then one for any step), as a query of ids."""
+        return SimFault.objects.filter(step__in=[step, steps.ANY]).order_by("-step").values("pk")
 
     def _fault_id(self, step):
         """The id of this host's fault for ``step``, or None; on a driver's first call the host's
         row is read with it (every call needs both, and most drivers make one call)."""
-        faults = SimFault.objects.filter(step__in=[step, steps.ANY]).order_by("-step").values("pk")
+        faults = self._faults(step)
         if self._host is None:
             host = SimHost.objects.filter(name=self.host_name).annotate(fault_id=Subquery(
                 faults.filter(host=OuterRef("pk"))[:1])).first()  # fmt: skip
@@ -100,6 +107,48 @@ class SimDriver(base.Driver):
                     return  # cleared while we waited: answer now
             raise Unreachable(f"{self.host_name} did not answer {step} within {limit:g} s (injected hang)")
 
+    def _quiet(self, step, rows, host="host_id", **annotations):
+        """The first of ``rows`` (of a model with a ``host``) annotated with ``annotations`` and
+        the host's fault id for ``step``, when no fault is injected there and no delay is set
+        for it: what ``_step`` then the read would have found, in one statement. None otherwise
+        (no row, a fault, a delay): the caller goes the usual way (``_step``, then its reads),
+        outside any transaction, as a fault's sleep or hang must be."""
+        if self._delay(step):
+            return None
+        faults = Subquery(self._faults(step).filter(host=OuterRef(host))[:1])
+        row = rows.annotate(fault_id=faults, **annotations).first()
+        return row if row is not None and row.fault_id is None else None
+
+    def _quiet_vm(self, key, step, lock=False):
+        """``_step(step)`` then ``_vm(key, lock)`` in one read (the VM with its host and the
+        fault), or None (see ``_quiet``)."""
+        base.check_key(key)
+        rows = SimVM.objects.select_for_update(of=("self",)) if lock else SimVM.objects
+        vm = self._quiet(step, rows.select_related("host").filter(key=key, host__name=self.host_name))
+        if vm is not None:
+            self._host = vm.host
+        return vm
+
+    def _changed(self, key, step, change):
+        """``_step(step)``, then ``change(vm)`` of the VM's locked row in ``_leasing``'s
+        transaction. The fault is read with the locked row when no delay is set; if one is
+        injected (or there is no such VM), that transaction is rolled back and the usual way
+        taken, the fault applied outside any transaction."""
+        if not self._delay(step):
+
+            def quiet():
+                vm = self._quiet_vm(key, step, lock=True)
+                if vm is None:
+                    raise _NotQuiet
+                return change(vm)
+
+            try:
+                return _leasing(quiet)
+            except _NotQuiet:
+                pass
+        self._step(step)
+        return _leasing(lambda: change(self._vm(key, lock=True)))
+
     def _vm(self, key, lock=False):
         """This host's VM row, or NotFound."""
         base.check_key(key)
@@ -114,10 +163,8 @@ class SimDriver(base.Driver):
 
     def _power(self, action, key, force=False):
         """Apply one action of the power state machine (``base.needs``) to the VM row."""
-        self._step(action)
 
-        def change():
-            vm = self._vm(key, lock=True)
+        def change(vm):
             if not base.needs(action, key, VMState(vm.state), force):
                 return
             before, vm.state = vm.state, base.POWER_ACTIONS[action][0]
@@ -126,7 +173,7 @@ class SimDriver(base.Driver):
             vm.guest = guest.paused(vm.guest, before, vm.state)
             _save(vm, self.host(), ["state", "address", "sessions", "guest", "updated"])
 
-        _leasing(change)
+        self._changed(key, action, change)
 
     # --- host -----------------------------------------------------------------------------
 
@@ -186,11 +233,16 @@ class SimDriver(base.Driver):
 
     def create(self, spec):
         spec.validate()
-        self._step("create")
-        host = self.host()
         staged = base.staged_name(spec.image)
-        if not SimImage.objects.filter(host=host, name=staged).exists():
-            raise NotFound(f"image {spec.image.name} is not staged on {self.host_name}; stage it first")
+        image = SimImage.objects.filter(host=OuterRef("pk"), name=staged)
+        host = self._quiet("create", SimHost.objects.filter(name=self.host_name), host="pk", staged=Exists(image))
+        if host is not None and host.staged:  # the fault, the host and its image in one read
+            self._host = host
+        else:
+            self._step("create")
+            host = self.host()
+            if not SimImage.objects.filter(host=host, name=staged).exists():
+                raise NotFound(f"image {spec.image.name} is not staged on {self.host_name}; stage it first")
         fingerprint = spec.fingerprint()
         fields = {
             "key": spec.key, "host": host, "vcpus": spec.vcpus, "memory_mib": spec.memory_mib,
@@ -316,8 +368,10 @@ class SimDriver(base.Driver):
         raise base.NoConsole(f"{key} is a simulated VM: it has no serial port, so there is no console to show")
 
     def address(self, key):
-        self._step("address")
-        vm = self._vm(key)
+        vm = self._quiet_vm(key, "address")
+        if vm is None:
+            self._step("address")
+            vm = self._vm(key)
         return vm.address if vm.state == SimVM.State.RUNNING else None
 
     def guest_sessions(self, key):
@@ -357,6 +411,10 @@ class SimDriver(base.Driver):
     def guest_glob(self, key, directory, patterns):
         self._step("guest_glob")
         return guest.glob(self, key, directory, list(patterns))
+
+
+class _NotQuiet(Exception):
+    """A fault to apply (or no such VM): ``_changed`` rolls its transaction back and goes the usual way."""
 
 
 def _seed(key, guest):

@@ -1,11 +1,13 @@
 """What every opcode of the VM app shares: loading and authorising the VM, failure wording,
 the variant a host runs."""
 
+from django.db.models import Exists, OuterRef
+
 from provisioning.capacity import services as capacity
 from provisioning.drivers import base
 from provisioning.jobs.runner import Handoff, LeaseLost
 from provisioning.vms import services
-from provisioning.vms.models import VM
+from provisioning.vms.models import VM, HostImage
 from vclmgr import access
 
 S = VM.State
@@ -46,10 +48,16 @@ def passes_through(exc):
     return isinstance(exc, (LeaseLost, Handoff)) or type(exc).__name__ == "TimeoutException"
 
 
-def variant_for(vm, host):
+def variant_for(vm, host, staged=False):
     """The image's variant for the host's hypervisor type; a host that runs any format (the
-    simulator) takes another variant when the image has none of its own type."""
-    variants = {v.hypervisor_type: v for v in vm.image.variants.all()}
+    simulator) takes another variant when the image has none of its own type. ``staged``: each
+    variant is read with whether it is staged on the host (its ``staged_here``), in the same
+    statement (the stage step that follows need not ask)."""
+    rows = vm.image.variants.all()
+    if staged:
+        cached = HostImage.objects.filter(host=host, variant=OuterRef("pk"), state=HostImage.State.STAGED)
+        rows = rows.annotate(staged_here=Exists(cached))
+    variants = {v.hypervisor_type: v for v in rows}
     variant = variants.get(host.hypervisor_type)
     if variant is None and host.image_formats is None and variants:
         variant = next(iter(variants.values()))

@@ -1,6 +1,7 @@
 """The VM lifecycle: ``vm.create`` (with one retry on another host), ``vm.destroy``, power
 (``vm.start``/``stop``/``suspend``/``resume``), ``vm.snapshot`` and ``vm.revert``."""
 
+import copy
 import time
 from dataclasses import replace
 
@@ -16,7 +17,7 @@ from provisioning.jobs import reasons as job_reasons
 from provisioning.jobs.models import Job
 from provisioning.jobs.registry import opcode
 from provisioning.vms import services
-from provisioning.vms.models import VM
+from provisioning.vms.models import VM, ImageVariant
 from provisioning.vms.opcodes import guest
 from provisioning.vms.opcodes.common import (
     POLL_SECONDS,
@@ -99,7 +100,7 @@ class Attempt:
         ends with the attempt's result (its ready step ends the job, in one transaction)."""
         self.job, self.vm_id, self.suffix, self.exclude = job, vm_id, suffix, exclude
         self.loaded, self.rank, self.last = loaded, rank, last
-        self.booted = None
+        self.booted = None  # the VM as the boot's state change wrote it
         self.at = None
         self.placed = None
 
@@ -121,7 +122,14 @@ class Attempt:
         vm_id, actor = self.vm_id, self.job.actor
         if self.loaded is None:  # read once: the claim, the stage step and the image's settings go on from it
             self.loaded = load_vm(vm_id)
-        self.placed = self.db_step("claim", claim, vm_id, self.exclude, actor=actor, loaded=self.loaded, rank=self.rank)
+        if adopts(self.loaded):  # a reservation's claim: nothing to write, its record rides on define's
+            placing = copy.copy(self.loaded)  # placed in memory; ``loaded`` stays as read (define writes from it)
+            self.placed = self.kept_step("claim", adopt, placing)
+        else:
+            placing = self.loaded
+            self.placed = self.db_step("claim", claim, vm_id, self.exclude, actor=actor, loaded=self.loaded,
+                                       rank=self.rank)  # fmt: skip
+        placement = self._placement(placing)
         for n in range(ROOM_STEPS):  # their memory is given back on the host only when they are suspended
             if not self.placed.get("after") or self.step(f"room-{n}", suspensions_ended, self.placed["after"]):
                 break
@@ -140,24 +148,39 @@ class Attempt:
         # Each step's record is written by the next one's state change (define's "defining",
         # start's "booting") or by the ready step: a crash in between repeats the step, which
         # finds its work done (a staged image, a defined or running domain).
-        self.kept_step("stage", stage, vm_id, self.placed["host"], self.job.job_id, loaded=self.loaded)
-        defined = self.kept_step("define", define, vm_id, actor=actor)
+        self.kept_step("stage", stage, vm_id, self.placed["host"], self.job.job_id, loaded=placing)
+        # Define's state change writes from the VM as read (no read again); it is the VM as
+        # written after it, which the boot's writes from in turn (else the row is read again).
+        defined = self.kept_step("define", define, vm_id, actor=actor, known=self.loaded, **placement)
         image = self.loaded.image
         if image.revert_on_end or image.pool_size:  # an image's, set when it is made (a pool reverts too)
             self.step("clean", clean_snapshot, vm_id, actor=actor)
-        self.kept_step("start", self._boot, vm_id, actor=actor, port=defined["port"])
+        self.kept_step("start", self._boot, vm_id, actor=actor, port=defined["port"], known=self.loaded)
         address = self.kept_step("address", wait_address, vm_id, loaded=self.booted)
         built = {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"], "address": address}
         if self.last:
             self.at = "ready"
             return self.job.last_db_step(
-                "ready" + self.suffix, ready, vm_id, address, actor=actor, job_id=self.job.job_id, job_result=built
-            )
-        self.db_step("ready", ready, vm_id, address, actor=actor)
+                "ready" + self.suffix, ready, vm_id, address, actor=actor, job_id=self.job.job_id, job_result=built,
+                known=self.booted,
+            )  # fmt: skip
+        self.db_step("ready", ready, vm_id, address, actor=actor, known=self.booted)
         return built
 
+    def _placement(self, vm):
+        """An adopted claim's host and variant, for define's state change to write (``adopt``
+        writes nothing); ``vm`` (the VM as placed) is given them (read here only on a replay of
+        the claim step whose VM row does not have them yet)."""
+        if not self.placed.get("adopted"):
+            return {}
+        if vm.host_id != self.placed["host"]:
+            vm.host = Hypervisor.objects.select_related("credential").get(pk=self.placed["host"])
+        if vm.variant_id != self.placed["variant"]:
+            vm.variant = ImageVariant.objects.select_related("image").get(pk=self.placed["variant"])
+        return {"host": vm.host, "variant": vm.variant}
+
     def _boot(self, vm_id, **kwargs):
-        """``boot``, keeping the VM as it wrote it for the address step (no read again)."""
+        """``boot``, keeping the VM as it wrote it for the address and ready steps (no read again)."""
         self.booted = booted(vm_id, **kwargs)
 
     def continued(self):
@@ -201,6 +224,24 @@ def retry_elsewhere(vm_id, step, reason, *, actor):
     return {"exclude": [failed_host.pk] if failed_host else [], "failed": step, "reason": reason[:1000]}
 
 
+def adopts(vm):
+    """Does the VM come with a live claim on an online host (a reservation's)? Its claim step is
+    then ``adopt``: a read, safe to repeat, whose record (and the host and variant it picks)
+    define's state change writes, lease-checked, in its transaction."""
+    allocation = vm.allocation
+    return allocation is not None and allocation.released is None and allocation.host.state == Hypervisor.State.ONLINE
+
+
+def adopt(vm):
+    """``claim`` of a VM that ``adopts`` its claim: the host and variant, set on ``vm`` in memory
+    only; the variant picked here is read with whether it is staged there (``staged_here``, for
+    the stage step that follows in this run; a replay of this step from its record reads again)."""
+    host = vm.allocation.host
+    variant = vm.variant or variant_for(vm, host, staged=True)
+    vm.host, vm.variant = host, variant
+    return {"host": host.pk, "allocation": vm.allocation_id, "variant": variant.pk, "adopted": True}
+
+
 def claim(vm_id, exclude=(), *, actor, loaded=None, rank=None):
     """Claim capacity for the VM (or adopt the allocation it came with) and pick its variant.
 
@@ -230,7 +271,7 @@ def claim(vm_id, exclude=(), *, actor, loaded=None, rank=None):
         vm.allocation, vm.host, vm.variant = allocation, allocation.host, variant
     after = list(getattr(allocation, "preempt_jobs", ()))
     how = f" ({allocation.placement_note})" if after else ""
-    services.set_state(vm_id, S.STAGING, f"placed on {allocation.host.name}{how}", actor=actor)
+    services.set_state(vm_id, S.STAGING, f"placed on {allocation.host.name}{how}", actor=actor, known=vm)
     placed = {"host": allocation.host_id, "allocation": allocation.pk, "variant": variant.pk}
     return {**placed, **_standby(allocation.host), **({"after": after} if after else {})}
 
@@ -282,8 +323,10 @@ def vm_spec(vm):
     )  # fmt: skip
 
 
-def define(vm_id, *, actor):
-    vm = services.set_state(vm_id, S.DEFINING, "defining on the host", actor=actor)
+def define(vm_id, *, actor, known=None, **fields):
+    """``fields``: more to write with the state (an adopted claim's host and variant); ``known``:
+    see ``services.set_state`` (written from it, it is the VM as written)."""
+    vm = services.set_state(vm_id, S.DEFINING, "defining on the host", actor=actor, known=known, **fields)
     driver = drivers.driver_for(vm.host)
     info = driver.create(vm_spec(vm))
     port = driver.port(vm.key, services.login_port(vm.image))  # written with the boot's state (no write of its own)
@@ -316,9 +359,9 @@ def boot(vm_id, *, actor, **fields):
     booted(vm_id, actor=actor, **fields)
 
 
-def booted(vm_id, *, actor, **fields):
-    """``boot``; returns the VM as written (``load_vm``'s)."""
-    vm = services.set_state(vm_id, S.STARTING, "booting", actor=actor, **fields)
+def booted(vm_id, *, actor, known=None, **fields):
+    """``boot``; returns the VM as written (``load_vm``'s). ``known``: see ``services.set_state``."""
+    vm = services.set_state(vm_id, S.STARTING, "booting", actor=actor, known=known, **fields)
     drivers.driver_for(vm.host).start(vm.key)
     return vm
 
@@ -346,9 +389,10 @@ def wait_address(vm_id, loaded=None):
     return address
 
 
-def ready(vm_id, address, *, actor, job_id=None):
-    """``job_id``: the vm.create job this is the last step of (``ON_BUILT`` is told)."""
-    vm = services.set_state(vm_id, S.RUNNING, "ready", address=address, error="", actor=actor)
+def ready(vm_id, address, *, actor, job_id=None, known=None):
+    """``job_id``: the vm.create job this is the last step of (``ON_BUILT`` is told); ``known``:
+    see ``services.set_state``."""
+    vm = services.set_state(vm_id, S.RUNNING, "ready", address=address, error="", actor=actor, known=known)
     if job_id is not None:
         for hook in ON_BUILT:
             hook(vm, job_id, actor=actor)

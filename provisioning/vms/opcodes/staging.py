@@ -28,9 +28,12 @@ STAGE_WAIT_SECONDS = 120
 
 def stage(vm_id, host_id, job_id, loaded=None):
     """Get the VM's image variant onto the host (see ``stage_variant``). ``loaded``: the VM as
-    the claim step wrote it (placed on the host, its variant picked), else it is read."""
+    the claim step wrote it (placed on the host, its variant picked), else it is read; a
+    variant the claim read as staged there (``common.variant_for``) is not asked about again."""
     vm = loaded if loaded is not None and loaded.host_id == host_id and loaded.variant_id else load_vm(vm_id)
     host = vm.host if vm.host_id == host_id else Hypervisor.objects.select_related("credential").get(pk=host_id)
+    if vm is loaded and getattr(vm.variant, "staged_here", False):  # read by this run's claim step just before
+        return {"cached": True}
     return stage_variant(host, vm.variant, job_id)
 
 
