@@ -345,24 +345,7 @@ def _hold_as_largest(nodes, escape, largest: tuple[int, int, int, bool]) -> bool
     hold ``cap(t)`` or more of those already placed (each no larger), and so all of them
     together at least ``Σ cap(t)`` — but fewer than the rest have been placed."""
     count, mem, dsk, local = largest
-    if count == 0:
-        return True
-    room = 0
-    for t in escape:
-        node = nodes[t]
-        free = node.unallocated_mem
-        if free <= 0:
-            continue
-        cap = count if mem == 0 else (free - 1) // mem
-        if local:
-            if node.f_dsk <= 0:
-                continue
-            if dsk > 0:
-                cap = min(cap, (node.f_dsk - 1) // dsk)
-        room += cap
-        if room >= count:
-            return True
-    return False
+    return count == 0 or _room_holds(nodes, escape, count, mem, dsk, local)
 
 
 def _take_by_count(nodes, escape, rest: list[Instance]) -> bool:
@@ -384,6 +367,13 @@ def _take_by_count(nodes, escape, rest: list[Instance]) -> bool:
     if charge is None:
         return True
     mem, dsk, local = charge
+    return _room_holds(nodes, escape, count, mem, dsk, local)
+
+
+def _room_holds(nodes, escape, count: int, mem: int, dsk: int, local: bool) -> bool:
+    """Whether the targets ``escape`` together have room for ``count`` whole instances of
+    ``mem`` memory and (``local``: checked) ``dsk`` disk, each target's share counted alone:
+    ``cap(t)`` of them fit on ``t`` exactly when its free memory and disk stay above 0."""
     room = 0
     for t in escape:
         node = nodes[t]

@@ -123,17 +123,24 @@ def test_counting_holds_on_alike_instances_near_full_nodes(monkeypatch):
         probe = cluster.instances[-1].copy()
         probe.idx, probe.forthcoming = len(cluster.instances), False
         for node in cluster.nodes:
-            try:
-                new = node.add_pri(probe, force=True)
-            except T.AllocFailure:
-                continue
-            nodes = list(cluster.nodes)
-            nodes[node.idx] = new
-            placed = probe.copy()
-            placed.pnode = node.idx
-            states.append(cluster.replaced(nodes, [*cluster.instances, placed]))
+            state = _added(cluster, node, probe, force=True)
+            if state is not None:
+                states.append(state)
         assert _answers(states, True) == _answers(states, False), seed
     assert taken["largest", True] > 20 and taken["alike", False] > 20, taken
+
+
+def _added(cluster, node, inst, force: bool = False):
+    """``cluster`` with ``inst`` added as a primary on ``node``; None when the add fails."""
+    try:
+        new = node.add_pri(inst, force=force)
+    except T.AllocFailure:
+        return None
+    nodes = list(cluster.nodes)
+    nodes[node.idx] = new
+    placed = inst.copy()
+    placed.pnode = node.idx
+    return cluster.replaced(nodes, [*cluster.instances, placed])
 
 
 def _search_states(monkeypatch) -> list:
@@ -174,15 +181,9 @@ def test_refuted_candidates_fail_the_full_check(monkeypatch):
                     for node in state.nodes:
                         if not refuter(node.idx, inst):
                             continue
-                        try:
-                            new = node.add_pri(inst)
-                        except T.AllocFailure:
+                        candidate = _added(state, node, inst)
+                        if candidate is None:
                             continue
-                        nodes = list(state.nodes)
-                        nodes[node.idx] = new
-                        placed = inst.copy()
-                        placed.pnode = node.idx
-                        candidate = state.replaced(nodes, [*state.instances, placed])
                         assert not n_plus_one.redundant(candidate, remember=False)
                         refuted[template] += 1
     assert refuted["plain"] > 100 and refuted["file"] > 100, refuted
