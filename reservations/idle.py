@@ -78,19 +78,16 @@ def site_policy():
     return Policy(settings.IDLE_NO_SHOW_MINUTES, settings.IDLE_MINUTES, settings.IDLE_WARN_MINUTES, "site")
 
 
-def _of(row, source):
-    return Policy(row.no_show_minutes, row.idle_minutes, row.warn_minutes, source)
-
-
 def with_policy(reservations):
     """``reservations`` (a queryset) with each one's policy row read along, in the same
-    statement (``policy_for`` then reads none): ``policy_for``'s choice, as one subquery."""
+    statement, as ``idle_policy_row`` (``policy_for`` then reads none): the image's row first,
+    else its group's, as one subquery; None where neither has one (the site's applies)."""
     from django.contrib.auth import get_user_model
 
     block_group = BlockAllocation.objects.filter(pk=OuterRef(OuterRef("block_id"))).values("group_id")
     user_group = (get_user_model().groups.through.objects.filter(user_id=OuterRef(OuterRef("user_id")))
                   .order_by("group_id").values("group_id")[:1])  # fmt: skip
-    # (A block's group is never null: its block's, else the user's first, as in ``policy_for``.)
+    # (The group: the reservation's block's, else the user's first by id, as the usage report counts it.)
     mine = Q(image_id=OuterRef("image_id")) | Q(group_id=Coalesce(Subquery(block_group), Subquery(user_group)))
     image_first = F("image_id").asc(nulls_last=True)  # the image's row (a group's has no image)
     row = JSONObject(no_show="no_show_minutes", idle="idle_minutes", warn="warn_minutes", image_id="image_id",
@@ -101,30 +98,17 @@ def with_policy(reservations):
 
 def policy_for(reservation):
     """The image's policy, else its group's (the class's group, else the user's first group, as
-    the usage report counts it), else the site's: one SELECT, at every reservation's ready
-    (none for a reservation read ``with_policy``)."""
-    from django.contrib.auth import get_user_model
-
-    if hasattr(reservation, "idle_policy_row"):
+    the usage report counts it), else the site's: one SELECT (``with_policy``), at every
+    reservation's ready; none for a reservation already read ``with_policy``."""
+    try:
         row = reservation.idle_policy_row
-        if row is None:
-            return site_policy()
-        image = row["image_id"] == reservation.image_id
-        source = f"image {row['image']}" if image else f"group {row['group']}"
-        return Policy(row["no_show"], row["idle"], row["warn"], source)
-    if reservation.block_id:
-        group = BlockAllocation.objects.filter(pk=reservation.block_id).values("group_id")
-    else:
-        group = (get_user_model().groups.through.objects.filter(user_id=reservation.user_id)
-                 .order_by("group_id").values("group_id")[:1])  # fmt: skip
-    mine = Q(image_id=reservation.image_id) | Q(group_id=Subquery(group))
-    rows = list(IdlePolicy.objects.filter(mine).select_related("image", "group"))
-    for row in rows:
-        if row.image_id == reservation.image_id:
-            return _of(row, f"image {row.image.name}")
-    for row in rows:
-        return _of(row, f"group {row.group.name}")
-    return site_policy()
+    except AttributeError:
+        rows = with_policy(Reservation.objects.filter(pk=reservation.pk))
+        row = rows.values_list("idle_policy_row", flat=True).first()
+    if row is None:
+        return site_policy()
+    source = f"image {row['image']}" if row["image_id"] == reservation.image_id else f"group {row['group']}"
+    return Policy(row["no_show"], row["idle"], row["warn"], source)
 
 
 def deadline(policy, clock):

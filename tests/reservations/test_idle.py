@@ -5,6 +5,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import Group
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from notifications.models import Notification
@@ -236,23 +238,30 @@ def test_the_group_policy_applies_to_its_members_and_the_image_policy_wins(
     assert idle.check(res.pk, now=at(res, 60), actor="test")["action"] == "none"
 
 
-def test_a_policy_read_with_the_reservation_is_the_one_policy_for_reads(sim_host, image, alice, bob, sync_jobs):
+def test_the_policy_read_along_is_the_image_s_else_the_first_group_s(sim_host, image, alice, bob, sync_jobs):
     lab, other = Group.objects.create(name="lab"), Group.objects.create(name="other")
     alice.groups.add(other, lab)  # her first group by id is "lab"
+    idle.set_policy(actor="test", group=other, no_show_minutes=7, idle_minutes=40, warn_minutes=5)
     idle.set_policy(actor="test", group=lab, no_show_minutes=5, idle_minutes=30, warn_minutes=5)
     mine, theirs = ready(alice, image, sync_jobs, hours=2), ready(bob, image, sync_jobs, hours=2)
 
     def both(reservation):
+        """The policy read along with the reservation, and read for it alone."""
         read_along = idle.with_policy(Reservation.objects.filter(pk=reservation.pk)).get()
-        return idle.policy_for(read_along), idle.policy_for(Reservation.objects.get(pk=reservation.pk))
+        with CaptureQueriesContext(connection) as along_reads:
+            along = idle.policy_for(read_along)
+        assert len(along_reads) == 0
+        return along, idle.policy_for(Reservation.objects.get(pk=reservation.pk))
 
-    for reservation, source in ((mine, "group lab"), (theirs, "site")):
-        along, alone = both(reservation)
-        assert along == alone and along.source == source
+    for reservation, source, minutes in ((mine, "group lab", 30), (theirs, "site", None)):
+        for policy in both(reservation):
+            assert policy.source == source
+            if minutes:
+                assert policy.idle_minutes == minutes
     idle.set_policy(actor="test", image=image, no_show_minutes=0, idle_minutes=90, warn_minutes=10)
     for reservation in (mine, theirs):  # the image's wins over the group's
-        along, alone = both(reservation)
-        assert along == alone and along.source == f"image {image.name}" and along.idle_minutes == 90
+        for policy in both(reservation):
+            assert policy.source == f"image {image.name}" and policy.idle_minutes == 90
 
 
 def test_the_periodic_round_submits_one_job_only_when_a_guest_is_due(sim_host, image, alice, sync_jobs, settings):
