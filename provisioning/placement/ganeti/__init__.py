@@ -11,6 +11,8 @@ Pure Python (numpy where it pays), like the rest of `provisioning.placement`. Na
 imported on first use, so the command-line tools (`cli`) start without what they do not need.
 """
 
+from .. import lazy_exports
+
 _EXPORTS = {
     "AllocError": "allocation",
     "iallocator_request": "bridge",
@@ -25,18 +27,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
