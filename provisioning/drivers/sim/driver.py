@@ -22,6 +22,7 @@ import urllib.parse
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, OuterRef, Q, Subquery, Sum
+from django.utils import timezone
 
 from provisioning.drivers import base, cloudinit
 from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, Unreachable, VMInfo, VMState
@@ -130,24 +131,23 @@ class SimDriver(base.Driver):
         return vm
 
     def _changed(self, key, step, change):
-        """``_step(step)``, then ``change(vm)`` of the VM's locked row in ``_leasing``'s
-        transaction. The fault is read with the locked row when no delay is set; if one is
-        injected (or there is no such VM), that transaction is rolled back and the usual way
-        taken, the fault applied outside any transaction."""
+        """``_step(step)``, then ``change(vm, save)`` of the VM's row (``save``: how it writes).
+        The quiet way, when no delay is set for ``step``: the VM is read with its fault, and
+        with none injected written by one UPDATE conditional on the row still holding what was
+        read of it (``_swap``: no transaction, no lock). Otherwise, or when that cannot write
+        (the row changed meanwhile, a JSON field to write, the address it leased taken), the
+        fault is applied outside any transaction and the change made on the locked row in
+        ``_leasing``'s transaction."""
         if not self._delay(step):
-
-            def quiet():
-                vm = self._quiet_vm(key, step, lock=True)
-                if vm is None:
-                    raise _NotQuiet
-                return change(vm)
-
-            try:
-                return _leasing(quiet)
-            except _NotQuiet:
-                pass
+            vm = self._quiet_vm(key, step)
+            if vm is not None:
+                read = {name: getattr(vm, name) for name in _SWAPPED}
+                try:
+                    return change(vm, lambda vm, host, fields: _swap(read, vm, host, fields))
+                except _NotQuiet:
+                    pass
         self._step(step)
-        return _leasing(lambda: change(self._vm(key, lock=True)))
+        return _leasing(lambda: change(self._vm(key, lock=True), _save))
 
     def _vm(self, key, lock=False):
         """This host's VM row, or NotFound."""
@@ -164,14 +164,14 @@ class SimDriver(base.Driver):
     def _power(self, action, key, force=False):
         """Apply one action of the power state machine (``base.needs``) to the VM row."""
 
-        def change(vm):
+        def change(vm, save):
             if not base.needs(action, key, VMState(vm.state), force):
                 return
             before, vm.state = vm.state, base.POWER_ACTIONS[action][0]
             if vm.state != SimVM.State.RUNNING:
                 vm.sessions = []  # a stopped guest has nobody logged in
             vm.guest = guest.paused(vm.guest, before, vm.state)
-            _save(vm, self.host(), ["state", "address", "sessions", "guest", "updated"])
+            save(vm, self.host(), ["state", "address", "sessions", "guest", "updated"])
 
         self._changed(key, action, change)
 
@@ -414,7 +414,7 @@ class SimDriver(base.Driver):
 
 
 class _NotQuiet(Exception):
-    """A fault to apply (or no such VM): ``_changed`` rolls its transaction back and goes the usual way."""
+    """``_swap`` could not write: ``_changed`` goes the usual way."""
 
 
 def _seed(key, guest):
@@ -444,10 +444,40 @@ def _leasing(change, attempts=5):
 def _save(vm, host, fields):
     """Save ``fields`` of ``vm`` (in ``_leasing``); a running VM with no address leases the
     lowest free one of the host's pool in the same UPDATE."""
+    _lease(vm, host)
+    vm.save(update_fields=fields)
+
+
+def _lease(vm, host):
+    """A running VM with no address is given the lowest free one of the host's pool."""
     if vm.state == SimVM.State.RUNNING and vm.address is None:
         pool = ipaddress.IPv4Network(host.dhcp_pool)
-        taken = set(SimVM.objects.filter(address__isnull=False).values_list("address", flat=True))
+        taken = set(SimVM.objects.filter(address__isnull=False).order_by().values_list("address", flat=True))
         vm.address = next((str(ip) for i, ip in enumerate(pool.hosts()) if i > 0 and str(ip) not in taken), None)
         if vm.address is None:
             raise Conflict(f"DHCP pool {pool} of {host.name} is exhausted")
-    vm.save(update_fields=fields)
+
+
+_SWAPPED = ("state", "address", "sessions", "guest")  # what a power change reads and may write
+
+
+def _swap(read, vm, host, fields):
+    """``_save`` without a transaction: the fields whose value changed from ``read`` (the row
+    as read) by one UPDATE conditional on the row still holding those values and its state (a
+    compare-and-set: no lock held, none needed). ``_NotQuiet`` when it cannot: a JSON field
+    changed (compared as text, equal values may differ), the row changed since it was read, or
+    the address leased was taken by another VM meanwhile (the unique address)."""
+    _lease(vm, host)
+    written = {name: getattr(vm, name) for name in fields if name in read and getattr(vm, name) != read[name]}
+    if any(SimVM._meta.get_field(name).get_internal_type() == "JSONField" for name in written):
+        raise _NotQuiet
+    rows = SimVM.objects.filter(pk=vm.pk, **{name: read[name] for name in ("state", *written)})
+    try:
+        # Only a leased address can break a constraint: a caller's transaction must survive that.
+        with transaction.atomic() if "address" in written and connection.in_atomic_block else contextlib.nullcontext():
+            vm.updated = timezone.now()
+            changed = rows.update(updated=vm.updated, **written)
+    except IntegrityError:
+        raise _NotQuiet from None
+    if not changed:
+        raise _NotQuiet
