@@ -17,11 +17,13 @@ staged from local files.
 import contextlib
 import hashlib
 import ipaddress
+import json
 import time
 import urllib.parse
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, OuterRef, Q, Subquery, Sum
+from django.db.models import Exists, OuterRef, Q, Subquery, Sum, TextField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from provisioning.drivers import base, cloudinit
@@ -120,12 +122,13 @@ class SimDriver(base.Driver):
         row = rows.annotate(fault_id=faults, **annotations).first()
         return row if row is not None and row.fault_id is None else None
 
-    def _quiet_vm(self, key, step, lock=False):
+    def _quiet_vm(self, key, step, lock=False, **annotations):
         """``_step(step)`` then ``_vm(key, lock)`` in one read (the VM with its host and the
-        fault), or None (see ``_quiet``)."""
+        fault, and ``annotations``), or None (see ``_quiet``)."""
         base.check_key(key)
         rows = SimVM.objects.select_for_update(of=("self",)) if lock else SimVM.objects
-        vm = self._quiet(step, rows.select_related("host").filter(key=key, host__name=self.host_name))
+        rows = rows.select_related("host").filter(key=key, host__name=self.host_name)
+        vm = self._quiet(step, rows, **annotations)
         if vm is not None:
             self._host = vm.host
         return vm
@@ -139,7 +142,8 @@ class SimDriver(base.Driver):
         fault is applied outside any transaction and the change made on the locked row in
         ``_leasing``'s transaction."""
         if not self._delay(step):
-            vm = self._quiet_vm(key, step)
+            powers_on = base.POWER_ACTIONS[step][0] == VMState.RUNNING  # it may lease an address
+            vm = self._quiet_vm(key, step, **({"taken": _taken()} if powers_on else {}))
             if vm is not None:
                 read = {name: getattr(vm, name) for name in _SWAPPED}
                 try:
@@ -448,11 +452,23 @@ def _save(vm, host, fields):
     vm.save(update_fields=fields)
 
 
+def _taken():
+    """Every leased address (unique across hosts) as one JSON array: read with the VM that a
+    power-on may lease one for, rather than after it."""
+    table = connection.ops.quote_name(SimVM._meta.db_table)
+    found = "json_group_array(address)" if connection.vendor == "sqlite" else "coalesce(json_agg(address), '[]')::text"
+    return RawSQL(f"SELECT {found} FROM {table} WHERE address IS NOT NULL", (), output_field=TextField())
+
+
 def _lease(vm, host):
-    """A running VM with no address is given the lowest free one of the host's pool."""
+    """A running VM with no address is given the lowest free one of the host's pool (the
+    addresses taken as read with the VM, ``_taken``, else read now)."""
     if vm.state == SimVM.State.RUNNING and vm.address is None:
         pool = ipaddress.IPv4Network(host.dhcp_pool)
-        taken = set(SimVM.objects.filter(address__isnull=False).order_by().values_list("address", flat=True))
+        if hasattr(vm, "taken"):
+            taken = set(json.loads(vm.taken))
+        else:
+            taken = set(SimVM.objects.filter(address__isnull=False).order_by().values_list("address", flat=True))
         vm.address = next((str(ip) for i, ip in enumerate(pool.hosts()) if i > 0 and str(ip) not in taken), None)
         if vm.address is None:
             raise Conflict(f"DHCP pool {pool} of {host.name} is exhausted")
