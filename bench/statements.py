@@ -62,19 +62,16 @@ COPIES = []  # tables written by COPY (PostgreSQL), which the capture does not s
 
 
 def count_copies():
-    """Note every COPY that ``vclmgr.bulk.insert_rows`` sends (its callers look it up by name)."""
-    from django.db import connection
-
+    """Note every COPY that ``vclmgr.bulk`` sends (``copy_batch``: its callers look it up by name)."""
     from vclmgr import bulk
 
-    insert_rows = bulk.insert_rows
+    copy_batch = bulk.copy_batch
 
-    def counting(model, names, rows, *, returning=None):
-        if rows and not returning and connection.vendor == "postgresql":
-            COPIES.extend([model._meta.db_table] * -(-len(rows) // bulk.BATCH))
-        return insert_rows(model, names, rows, returning=returning)
+    def counting(cursor, table, columns, params):
+        COPIES.append(table)
+        return copy_batch(cursor, table, columns, params)
 
-    bulk.insert_rows = counting
+    bulk.copy_batch = counting
 
 
 def _site():
