@@ -238,32 +238,62 @@ class SimDriver(base.Driver):
     def create(self, spec):
         spec.validate()
         staged = base.staged_name(spec.image)
-        image = SimImage.objects.filter(host=OuterRef("pk"), name=staged)
-        host = self._quiet("create", SimHost.objects.filter(name=self.host_name), host="pk", staged=Exists(image))
-        if host is not None and host.staged:  # the fault, the host and its image in one read
-            self._host = host
-        else:
-            self._step("create")
-            host = self.host()
-            if not SimImage.objects.filter(host=host, name=staged).exists():
-                raise NotFound(f"image {spec.image.name} is not staged on {self.host_name}; stage it first")
         fingerprint = spec.fingerprint()
         fields = {
-            "key": spec.key, "host": host, "vcpus": spec.vcpus, "memory_mib": spec.memory_mib,
-            "disk_gib": spec.disk_gib, "image": staged, "image_format": spec.image.format, "network": spec.network,
-            "fingerprint": fingerprint, "seed": _seed(spec.key, spec.guest),
+            "key": spec.key, "vcpus": spec.vcpus, "memory_mib": spec.memory_mib, "disk_gib": spec.disk_gib,
+            "image": staged, "image_format": spec.image.format, "network": spec.network, "fingerprint": fingerprint,
+            "seed": _seed(spec.key, spec.guest),
         }  # fmt: skip
         try:
             # The INSERT alone (a repeated create is the rare case): a savepoint only when a
             # caller's transaction must survive the duplicate key.
-            with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
-                vm, created = SimVM.objects.create(**fields), True
+            with _own_savepoint():
+                vm = self._inserted(fields, staged)
+            if vm is None:  # a fault or a delay to apply, or no such host or image: the usual way
+                host = self._host_staged(spec.image, staged)
+                with _own_savepoint():
+                    vm = SimVM.objects.create(host=host, **fields)
+            created = True
         except IntegrityError:  # made by an earlier or a concurrent create of the same key: judge it below
             vm, created = SimVM.objects.get(key=spec.key), False
-        if not created and (vm.fingerprint != fingerprint or vm.host_id != host.pk):
-            where = self.host_name if vm.host_id == host.pk else f"host {vm.host.name}"
+        if not created and (vm.fingerprint != fingerprint or vm.host_id != self.host().pk):
+            where = self.host_name if vm.host_id == self.host().pk else f"host {vm.host.name}"
             raise Conflict(f"a VM named {spec.key} already exists on {where} and was not made by this request")
         return self._info(vm)
+
+    def _inserted(self, fields, staged):
+        """The VM's row made by one INSERT … SELECT of this host, when no fault for create is
+        injected there, no delay is set and its image is staged (what ``_step`` then the reads
+        of the usual way would have found); None otherwise (nothing written)."""
+        if self._delay("create"):
+            return None
+        hosts = SimHost.objects.filter(name=self.host_name).filter(
+            ~Exists(self._faults("create").filter(host=OuterRef("pk"))),
+            Exists(SimImage.objects.filter(host=OuterRef("pk"), name=staged)),
+        ).values("pk")  # fmt: skip
+        select, select_params = hosts.query.sql_with_params()
+        vm = SimVM(**fields)
+        columns = [f for f in SimVM._meta.concrete_fields if not f.primary_key and f.name != "host"]
+        values = [f.get_db_prep_save(f.pre_save(vm, add=True), connection) for f in columns]
+        quote = connection.ops.quote_name
+        names = ", ".join(quote(f.column) for f in [*columns, SimVM._meta.get_field("host")])
+        sql = (f"INSERT INTO {quote(SimVM._meta.db_table)} ({names}) SELECT {', '.join(['%s'] * len(values))}, "
+               f"{select.removeprefix('SELECT ')} RETURNING {quote('id')}")  # fmt: skip
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*values, *select_params])
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        vm.pk, vm._state.adding, vm._state.db = row[0], False, connection.alias
+        return vm
+
+    def _host_staged(self, image, staged):
+        """``_step("create")``, then this host, or ``NotFound`` when the image is not staged on it."""
+        self._step("create")
+        host = self.host()
+        if not SimImage.objects.filter(host=host, name=staged).exists():
+            raise NotFound(f"image {image.name} is not staged on {self.host_name}; stage it first")
+        return host
 
     def start(self, key):
         self._power("start", key)
@@ -431,6 +461,11 @@ def _seed(key, guest):
         raise Invalid(f"{key}: {exc}") from None
 
 
+def _own_savepoint():
+    """A savepoint only inside a caller's transaction (which must survive a failed statement)."""
+    return transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+
+
 def _leasing(change, attempts=5):
     """``change()`` in a transaction, tried again while an address it leased (``_save``) was
     taken meanwhile: addresses are unique across hosts, and another worker may lease the same
@@ -490,7 +525,7 @@ def _swap(read, vm, host, fields):
     rows = SimVM.objects.filter(pk=vm.pk, **{name: read[name] for name in ("state", *written)})
     try:
         # Only a leased address can break a constraint: a caller's transaction must survive that.
-        with transaction.atomic() if "address" in written and connection.in_atomic_block else contextlib.nullcontext():
+        with _own_savepoint() if "address" in written else contextlib.nullcontext():
             vm.updated = timezone.now()
             changed = rows.update(updated=vm.updated, **written)
     except IntegrityError:
