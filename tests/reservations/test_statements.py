@@ -37,7 +37,7 @@ pytestmark = pytest.mark.django_db
 # quota holders in one statement and claimed without a savepoint of its own, and before the
 # settle job was queued only for a build that fails; 36 and 99 before the acceptance wrote its
 # row once and the settle job stopped running on its own).
-# On PostgreSQL: 20 and 41, COPY included (22 and 48 before, with the COPY statements then left
+# On PostgreSQL: 20 and 41, COPY included (21 and 42 before, the COPY statements, 1 and 6, left
 # out of the count: a batch's change-log rows and events now go in one statement; the claim
 # keeps its savepoint, its change-log row and event join the acceptance's batch; the quota rows
 # are locked; SQLite's BEGIN IMMEDIATE serialises writers without either, and it sends more
