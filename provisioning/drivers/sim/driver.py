@@ -7,7 +7,10 @@ first use with ``options`` cpus / memory_mib / disk_gib / dhcp_pool). Every call
 2. sleeps the step delay: ``options["delay"]`` seconds, or ``{"<step>": seconds}`` per step
    (small in the demo, zero in tests);
 3. changes state in one short transaction, locking the VM row, so concurrent workers in any
-   process see one consistent host. Nothing sleeps inside a transaction.
+   process see one consistent host. Nothing sleeps inside a transaction. With no fault and no
+   delay, the fault is read with the rows the call reads anyway, and a create or a power change
+   is one statement (an ``INSERT … SELECT``; an UPDATE conditional on the row as read, which
+   goes the locked way when the row changed meanwhile).
 
 It runs any image format (it emulates), leases addresses from the host's DHCP pool when a VM
 first boots, keeps the lease until the VM is destroyed, and verifies the checksum of images
