@@ -216,8 +216,9 @@ def reserve(
             unsaved = _Unsaved()
             reservation = _create(user, image, start, end, ssh_key, request_key, size or {}, actor=actor,
                                   rank=_rank(start, now), unsaved=unsaved, usable=usable)  # fmt: skip
-            if starts_now:
-                provision(reservation, actor=actor, savepoint=False, unsaved=unsaved)
+            if starts_now:  # the claim's host is known: so is the variant it runs
+                variant = usable.variant_on(getattr(reservation.allocation, "host_type", None))
+                provision(reservation, actor=actor, savepoint=False, unsaved=unsaved, variant=variant)
             unsaved.write(reservation)
     except NoRoom as exc:
         _refused(user, image, exc.reasons, now)
@@ -372,7 +373,7 @@ def _move(reservation, old, new, reason, *, savepoint=True, **values):
 # --- the lifecycle ----------------------------------------------------------------------
 
 
-def provision(reservation, reason="building the VM", *, actor, savepoint=True, unsaved=None):
+def provision(reservation, reason="building the VM", *, actor, savepoint=True, unsaved=None, variant=None):
     """Build the reservation's VM on its claim (a ``vm.create`` job; its last step settles the
     reservation, ``settle_built``; a build that ends otherwise queues ``reservation.settle``
     as it ends, ``settle_unbuilt``). A parked VM reused instead (``vm.reuse``) is followed by a
@@ -383,7 +384,8 @@ def provision(reservation, reason="building the VM", *, actor, savepoint=True, u
     nothing anyway, so no savepoint of its own. ``unsaved``: the row was inserted in the
     caller's transaction, which writes what is kept there (``_Unsaved``) after this returns:
     its status change, VM and history go there too (no conditional UPDATE: the row is the
-    caller's own, not yet visible to anyone).
+    caller's own, not yet visible to anyone). ``variant``: the id of the image's variant for
+    the claim's host, when the caller knows it (the VM is recorded with it).
     """
     with transaction.atomic(savepoint=savepoint):
         # The guest is given the login at its first boot, so it is made before the VM (once: a
@@ -412,7 +414,8 @@ def provision(reservation, reason="building the VM", *, actor, savepoint=True, u
         waits = [(pk, []) for pk in getattr(reservation.allocation, "preempt_jobs", ())]
         # The VM is set on the reservation before the reused one reads its login from it (on commit).
         reused = vms.reuse_parked(size=size, **common, depends=waits) if reservation.image.revert_on_end else None
-        vm, job = reused or vms.request_vm(**size, **common, checked=known is not None, savepoint=False, depends=waits)
+        vm, job = reused or vms.request_vm(**size, **common, checked=known is not None, savepoint=False, depends=waits,
+                                           variant=variant)  # fmt: skip
         if unsaved is not None:
             unsaved.change(reservation, vm=vm, attempts=reservation.attempts)
         else:

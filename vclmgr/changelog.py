@@ -95,8 +95,14 @@ def deferred_to(sink):
 def write_rows(rows):
     """INSERT change-log rows (columns as ``record`` makes them), all at this time, in one statement."""
     if rows:
-        now = timezone.now()
-        bulk.insert_rows(ObjectChange, ["time", *rows[0]], [(now, *row.values()) for row in rows])
+        bulk.insert_rows(*insert_of(rows))
+
+
+def insert_of(rows):
+    """``vclmgr.bulk.insert_rows``'s arguments for change-log rows (columns as ``record`` makes
+    them), all at this time (``write_rows``; a batch hands them to ``events.emit_many``)."""
+    now = timezone.now()
+    return ObjectChange, ["time", *rows[0]], [(now, *row.values()) for row in rows]
 
 
 def record_many(entries, *, actor, reason=""):
@@ -105,10 +111,8 @@ def record_many(entries, *, actor, reason=""):
     The rows are those ``record`` writes, all with the same time; returns how many.
     """
     actor = Actor.of(actor)
-    now = timezone.now()
     rows = [_row(obj, action, actor, changes, reason) for obj, action, changes in entries]
-    if rows:
-        bulk.insert_rows(ObjectChange, ["time", *rows[0]], [(now, *row.values()) for row in rows])
+    write_rows(rows)
     return len(rows)
 
 

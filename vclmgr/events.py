@@ -16,6 +16,7 @@ import threading
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from vclmgr import bulk
@@ -60,26 +61,30 @@ def emit(kind, data, topics):
     return emit_many([(kind, data, topics)])
 
 
-def emit_many(items, *, rows=True):
+def emit_many(items, *, rows=True, first=None):
     """``emit`` for several ``(kind, data, topics)`` at once, in order, in one INSERT; returns the rows.
 
-    ``rows=False``: a plain bulk INSERT (``vclmgr.bulk.insert_rows``) that reads nothing back
-    and returns how many rows it wrote (cheaper, for hot paths and imports that need no ids).
+    ``rows=False``: a plain bulk INSERT (``vclmgr.bulk.insert_rows``) that reads back at most
+    the ids its listeners ask for, and returns how many rows it wrote (cheaper, for hot paths
+    and imports that need no rows). ``first``: other rows to insert before, as
+    ``bulk.insert_rows``'s ``first`` (with ``rows=False``, in the same statement where it can).
     """
     items = [(kind, data, list(dict.fromkeys(topics))) for kind, data, topics in items]
     flat = [(kind, data, topic) for kind, data, topics in items for topic in topics]
     heard = [(item, _listeners(item[0])) for item in items] if _LISTENERS else []
     heard = [(item, entries) for item, entries in heard if entries]
-    if rows or any(wants for _, entries in heard for _, wants in entries):
+    ids = any(wants for _, entries in heard for _, wants in entries)
+    if rows or (ids and not connection.features.can_return_rows_from_bulk_insert):  # (SQLite < 3.35)
+        if first:
+            bulk.insert_rows(*first)
         created = Event.objects.bulk_create([Event(topic=topic, kind=kind, data=data) for kind, data, topic in flat])
         _tell(heard, items, [row.id for row in created])
         return created if rows else len(created)
-    if flat:
-        now = timezone.now()
-        bulk.insert_rows(
-            Event, ["created", "topic", "kind", "data"], [(now, topic, kind, data) for kind, data, topic in flat]
-        )
-    _tell(heard, items, None)
+    now = timezone.now()
+    written = bulk.insert_rows(Event, ["created", "topic", "kind", "data"],
+                               [(now, topic, kind, data) for kind, data, topic in flat],
+                               returning="id" if ids else None, first=first)  # fmt: skip
+    _tell(heard, items, written if ids else None)
     return len(flat)
 
 

@@ -235,7 +235,7 @@ if env.bool("VCLMGR_TEST_FAST_HASHER", False):
         "django.contrib.auth.hashers.PBKDF2PasswordHasher",
         "django.contrib.auth.hashers.MD5PasswordHasher",
     ]
-AUTHENTICATION_BACKENDS = ["vclmgr.lockout.LockoutBackend", "django.contrib.auth.backends.ModelBackend"]
+AUTHENTICATION_BACKENDS = ["vclmgr.lockout.LockoutBackend", "vclmgr.signon.LocalBackend"]
 # Sign-on (vclmgr/signon.py). LDAP / Active Directory: the AUTH_LDAP_* settings of
 # django-auth-ldap, read by vclmgr/ldap_config.py; off without AUTH_LDAP_SERVER_URI. Local
 # accounts are asked first, so the admin signs in at once while the directory is down.
@@ -245,7 +245,7 @@ if globals().get("AUTH_LDAP_SERVER_URI"):
 # Local accounts only for staff (admins); everyone else through a sign-on method.
 LOCAL_LOGIN_STAFF_ONLY = env.bool("LOCAL_LOGIN_STAFF_ONLY", False)
 if LOCAL_LOGIN_STAFF_ONLY:
-    AUTHENTICATION_BACKENDS[AUTHENTICATION_BACKENDS.index("django.contrib.auth.backends.ModelBackend")] = (
+    AUTHENTICATION_BACKENDS[AUTHENTICATION_BACKENDS.index("vclmgr.signon.LocalBackend")] = (
         "vclmgr.signon.StaffOnlyModelBackend"
     )
 # Sign-in lockout (vclmgr/lockout.py): per username and client address.

@@ -22,7 +22,9 @@ from django.contrib.auth import forms as auth_forms
 from django.contrib.auth import get_user_model
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
+from django.db.models import Value
 from django_auth_ldap.backend import LDAPBackend, ldap_error
 
 from vclmgr import access, changelog
@@ -42,7 +44,30 @@ def methods():
     return found + [{"kind": "redirect", "on_form": False, **method} for method in settings.SIGN_ON_METHODS]
 
 
-class StaffOnlyModelBackend(ModelBackend):
+class LocalBackend(ModelBackend):
+    """Django's ``ModelBackend`` reading a user's own and groups' permissions in one statement
+    (a UNION ALL) instead of two: every reservation asks ``access.can`` once."""
+
+    def get_all_permissions(self, user_obj, obj=None):
+        cached = ("_perm_cache", "_user_perm_cache", "_group_perm_cache")
+        if (user_obj.is_active and not user_obj.is_anonymous and obj is None and not user_obj.is_superuser
+                and not any(hasattr(user_obj, name) for name in cached)):  # fmt: skip
+            _read_permissions(user_obj)
+        return super().get_all_permissions(user_obj, obj)
+
+
+def _read_permissions(user):
+    """Fill ``ModelBackend``'s two caches on ``user`` (its own, its groups') from one query."""
+    names = ("source", "content_type__app_label", "codename")
+    own = Permission.objects.filter(user=user).annotate(source=Value("user")).values_list(*names).order_by()
+    held = Permission.objects.filter(group__user=user).annotate(source=Value("group")).values_list(*names).order_by()
+    found = {"user": set(), "group": set()}
+    for source, app_label, codename in own.union(held, all=True):
+        found[source].add(f"{app_label}.{codename}")
+    user._user_perm_cache, user._group_perm_cache = found["user"], found["group"]
+
+
+class StaffOnlyModelBackend(LocalBackend):
     """Local accounts for staff only (``LOCAL_LOGIN_STAFF_ONLY``): everyone else signs on."""
 
     def user_can_authenticate(self, user):

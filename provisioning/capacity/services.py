@@ -312,17 +312,22 @@ def claim_on_host(host, demand, *, actor, owner=None):
 def _host_check(host_id, request, lock=False, wake=False):
     """Does the request fit this host, by the database? (Locks the host row when asked.)
     ``wake``: a host still on standby counts as online (it is about to be powered on)."""
+    return _checked_host(host_id, request, lock, wake)[0]
+
+
+def _checked_host(host_id, request, lock=False, wake=False):
+    """``_host_check``'s result, and the host as it read it (None: deleted)."""
     tags = bool(request.required_tags or request.forbidden_tags)
     cluster = loaders.load_host(host_id, timezone.now(), lock=lock, tags=tags)
     if cluster is None:
-        return core.PlacementResult(request, None, note="the host was deleted")
+        return core.PlacementResult(request, None, note="the host was deleted"), None
     if wake:
         if host_id not in inventory_power.standby_hosts([host_id]):
-            return core.PlacementResult(request, None, note="the host is no longer on standby")
+            return core.PlacementResult(request, None, note="the host is no longer on standby"), cluster.hosts[0]
         cluster = replace(cluster, hosts=tuple(replace(h, state=core.HostState.ONLINE) for h in cluster.hosts))
     # Capacity only: on one host every policy agrees, and an external program must not run again.
     request = replace(request, policy=core.Policy.BALANCED)
-    return core.PlacementEngine(cluster, core.PlacementOptions(earliest_fit=False)).place(request)
+    return core.PlacementEngine(cluster, core.PlacementOptions(earliest_fit=False)).place(request), cluster.hosts[0]
 
 
 def is_deadlock(exc):
@@ -345,7 +350,8 @@ def _claim_on(host_id, demand, request, actor, owner, wake=False):
 
 def _claim_locked(host_id, demand, request, actor, owner, wake=False):
     """Re-check the host under its lock and write the claim; ``_Full`` when it no longer fits.
-    The claim carries ``host_name`` (the host's name as checked: the caller needs no read of it)."""
+    The claim carries ``host_name`` and ``host_type`` (the host's name and hypervisor type as
+    checked: the caller needs no read of them)."""
     # Its own savepoint gives the host's row lock back when the host no longer fits, and lets a
     # deadlock be retried (PostgreSQL). SQLite has neither (its write transaction serialises
     # every claim): in a caller's transaction the claim is written in it, with no savepoint.
@@ -371,7 +377,7 @@ def _recorded(allocation, demand, actor):
 
 
 def _write_claim(host_id, demand, request, owner, wake):
-    checked = _host_check(host_id, request, lock=True, wake=wake)
+    checked, host = _checked_host(host_id, request, lock=True, wake=wake)
     if not checked.ok:
         raise _Full  # (before any write: nothing to roll back without a savepoint)
     allocation = Allocation.objects.create(
@@ -386,7 +392,7 @@ def _write_claim(host_id, demand, request, owner, wake):
         end=demand.end,
         anti_affinity=demand.anti_affinity,
     )
-    allocation.host_name = checked.host
+    allocation.host_name, allocation.host_type = checked.host, host.hypervisor
     return allocation
 
 

@@ -8,7 +8,8 @@ statuses exclude the outcome fail, a parent whose last child ended completes, th
 of a canceled job are canceled.
 
 Hot paths wrap their transaction in ``batched()``: log lines and events written in it are
-collected and inserted at its end (still inside the transaction) in two INSERTs.
+collected and inserted at its end (still inside the transaction): the log lines in one
+INSERT, the change-log rows and events in one more (PostgreSQL) or two (SQLite).
 """
 
 import threading
@@ -108,11 +109,11 @@ class _Batch:
             for row, pk in zip(self.logs, bulk.insert_rows(JobLog, names, values, returning="id"), strict=True):
                 row.id = pk
                 row._state.adding = False
-        changelog.write_rows(self.changes)
         items = [
             (kind, _log_data(data) if isinstance(data, JobLog) else data, where) for kind, data, where in self.items
         ]
-        events.emit_many(items, rows=False)
+        # The change-log rows with the events: one statement on PostgreSQL (``bulk.insert_rows``).
+        events.emit_many(items, rows=False, first=changelog.insert_of(self.changes) if self.changes else None)
 
 
 @contextmanager

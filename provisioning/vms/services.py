@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import FilteredRelation, ProtectedError, Q, RestrictedError
 from django.utils import timezone
 
+from inventory.models import Hypervisor
 from provisioning.capacity import services as capacity
 from provisioning.drivers import base, cloudinit
 from provisioning.drivers.base import vm_key
@@ -65,6 +66,11 @@ class Usable:
 
     formats: frozenset  # of its variants
     staged: frozenset  # ids of the hosts where one of them is staged (placement tries them first)
+    variants: dict  # {hypervisor type: variant id}, in type order (``pick_variant``)
+
+    def variant_on(self, host_type):
+        """The id of the variant a host of ``host_type`` runs, or None (also for no type)."""
+        return pick_variant(self.variants, host_type) if host_type else None
 
 
 def usable(user, image):
@@ -74,10 +80,22 @@ def usable(user, image):
     if user is not None:
         variants = variants.filter(image__in=visible_images(user).values("pk"))
     staged = FilteredRelation("cached_on", condition=Q(cached_on__state=HostImage.State.STAGED))
-    rows = list(variants.annotate(staged=staged).order_by().values_list("format", "staged__host_id"))
+    columns = ("format", "staged__host_id", "hypervisor_type", "id")
+    rows = list(variants.annotate(staged=staged).order_by("hypervisor_type").values_list(*columns))
     if not rows:
         return None
-    return Usable(frozenset(f for f, _ in rows), frozenset(h for _, h in rows if h is not None))
+    return Usable(frozenset(f for f, *_ in rows), frozenset(h for _, h, *_ in rows if h is not None),
+                  {kind: pk for *_, kind, pk in rows})  # fmt: skip
+
+
+def pick_variant(variants, host_type):
+    """The one of ``variants`` (by hypervisor type, in type order) a host of ``host_type`` runs:
+    its own type's; a host that runs any format (the simulator) takes the first otherwise. None
+    when there is none."""
+    found = variants.get(host_type)
+    if found is None and Hypervisor.IMAGE_FORMATS.get(host_type) is None and variants:
+        found = next(iter(variants.values()))
+    return found
 
 
 def visible_vms(user):
@@ -322,7 +340,7 @@ def _image_event(image):
 
 def request_vm(
     *, actor, owner, image, vcpus=None, memory_mib=None, disk_gib=None, name="", end=None, allocation=None, reason="",
-    ssh_key="", checked=False, savepoint=True, depends=(),
+    ssh_key="", checked=False, savepoint=True, depends=(), variant=None,
 ):  # fmt: skip
     """Record a VM and submit the ``vm.create`` job that builds it; returns ``(vm, job)``.
 
@@ -336,6 +354,8 @@ def request_vm(
     ``ssh_key``: a public key the guest lets the owner in with (a reservation's VM is given
     the reservation's login instead). ``depends``: jobs to wait for before building (those
     suspending runs to make room on the claim's host: ``[(job id, [])]``, any end).
+    ``variant``: the id of the image's variant for the claim's host, when the caller knows it
+    (its build then need not pick it; ``opcodes.common.keeps_variant``).
     """
     errors = {}
     now = timezone.now()
@@ -372,7 +392,7 @@ def request_vm(
             quotas.check_locked(owner, image, now, end, size, when_field=NON_FIELD_ERRORS)
         vm = VM.objects.create(
             name=name, image=image, owner=owner, end=end, allocation=allocation, adhoc=adhoc, ssh_key=ssh_key.strip(),
-            **size,
+            variant_id=variant, **size,
         )  # fmt: skip
         changelog.record(vm, "create", actor, reason=reason or "requested")
         _emit(vm)

@@ -17,26 +17,34 @@ from provisioning.jobs.models import Job, JobLog
 from provisioning.vms.models import VM
 from reservations import services
 from reservations.models import Reservation
+from vclmgr import bulk
 from vclmgr.models import Event, ObjectChange
 
 pytestmark = pytest.mark.django_db
 
 # Measured in a test (its transaction turns BEGIN/COMMIT into savepoints; the build settles the
-# reservation in its last transaction): 19 to accept and 48 to build and settle on SQLite (62
-# before a reservation's claim step rode on define's state change, the simulator read its fault
-# with its rows, the dispatcher read running and pending jobs in one statement, the state changes
-# of define, boot and ready wrote from the VM as the run knew it, the variant was read with
-# whether it is staged and the idle policy with the reservation; 74 before the records of the
-# build's driver steps rode on the next step's VM state change; 33 and 77 before the acceptance
-# read the image's variants once, counted the quota holders in one statement and claimed without
-# a savepoint of its own, and before the settle job was queued only for a build that fails; 36
-# and 99 before the acceptance wrote its row once and the settle job stopped running on its own).
-# On PostgreSQL: 21 and 42 (23 and 55 before; the claim keeps its savepoint, its change-log row
-# and event now join the acceptance's batch; the quota rows are locked; SQLite's BEGIN IMMEDIATE
-# serialises writers without either, and it sends more statements to build).
+# reservation in its last transaction; PostgreSQL's COPY statements counted too): 18 to accept and
+# 44 to build and settle on SQLite (19 and 48 before the permissions were read in one statement,
+# the reservation's VM was recorded with its variant, the build read whether it is staged and the
+# guest's login with the VM, and the simulator created with one INSERT … SELECT and powered on
+# with one conditional UPDATE, the addresses read with the VM: in a test that UPDATE takes a
+# savepoint, which the bench's worker does not; 62 before a reservation's claim step rode on
+# define's state change, the simulator read its fault with its rows, the dispatcher read running
+# and pending jobs in one statement, the state changes of define, boot and ready wrote from the
+# VM as the run knew it, the variant was read with whether it is staged and the idle policy with
+# the reservation; 74 before the records of the build's driver steps rode on the next step's VM
+# state change; 33 and 77 before the acceptance read the image's variants once, counted the
+# quota holders in one statement and claimed without a savepoint of its own, and before the
+# settle job was queued only for a build that fails; 36 and 99 before the acceptance wrote its
+# row once and the settle job stopped running on its own).
+# On PostgreSQL: 20 and 41, COPY included (21 and 42 before, the COPY statements, 1 and 6, left
+# out of the count: a batch's change-log rows and events now go in one statement; the claim
+# keeps its savepoint, its change-log row and event join the acceptance's batch; the quota rows
+# are locked; SQLite's BEGIN IMMEDIATE serialises writers without either, and it sends more
+# statements to build).
 # A budget, not a target: it fails when a change adds statements to every reservation.
-ACCEPT_BUDGET = {"sqlite": 19, "postgresql": 21}
-BUILD_BUDGET = {"sqlite": 48, "postgresql": 42}
+ACCEPT_BUDGET = {"sqlite": 18, "postgresql": 20}
+BUILD_BUDGET = {"sqlite": 44, "postgresql": 41}
 
 
 def _reserve(user, image):
@@ -50,6 +58,9 @@ def students(django_user_model):
 
 def test_reservation_to_ready_stays_within_its_statement_budget(sim_host, image, students, sync_jobs, monkeypatch):
     monkeypatch.setattr(wake, "top_up", lambda *args, **kwargs: 0)  # the broker's size: a cache hit when warm
+    copies = []  # PostgreSQL's COPY statements: sent, but not seen by Django's capture
+    copy_batch = bulk.copy_batch
+    monkeypatch.setattr(bulk, "copy_batch", lambda *args: copies.append(args[1]) or copy_batch(*args))
     # The inventory's version is checked at most once a second (3 statements), whichever
     # reservation comes then: on a loaded machine the measured one may or may not pay it.
     monkeypatch.setattr(capacity_snapshot, "VERSION_CHECK_SECONDS", 3600)
@@ -58,14 +69,17 @@ def test_reservation_to_ready_stays_within_its_statement_budget(sim_host, image,
     monkeypatch.setattr(runner, "FRESH_SECONDS", 3600)
     _reserve(students[0], image)
     sync_jobs.drain()  # the host's first VM stages the image: not the common case
+    copies.clear()
     with CaptureQueriesContext(connection) as accepted:
         reservation = _reserve(students[1], image)
+    accept_copies, copies[:] = list(copies), []
     with CaptureQueriesContext(connection) as built:
         sync_jobs.drain()
     assert Reservation.objects.get(pk=reservation.pk).status == "ready"
-    print(f"statements: accepted {len(accepted)}, built {len(built)}")
-    assert len(accepted) <= ACCEPT_BUDGET[connection.vendor], [q["sql"][:90] for q in accepted.captured_queries]
-    assert len(built) <= BUILD_BUDGET[connection.vendor], [q["sql"][:90] for q in built.captured_queries]
+    counts = len(accepted) + len(accept_copies), len(built) + len(copies)
+    print(f"statements: accepted {counts[0]}, built {counts[1]} (COPY: {accept_copies}, {copies})")
+    assert counts[0] <= ACCEPT_BUDGET[connection.vendor], [q["sql"][:90] for q in accepted.captured_queries]
+    assert counts[1] <= BUILD_BUDGET[connection.vendor], [q["sql"][:90] for q in built.captured_queries]
 
 
 def test_an_accepted_reservation_writes_its_audit_trail_and_events(sim_host, image, alice, sync_jobs):

@@ -27,7 +27,7 @@ GROUP_MAP = {
 }
 BACKENDS = [
     "vclmgr.lockout.LockoutBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    "vclmgr.signon.LocalBackend",
     "vclmgr.signon.DirectoryBackend",
 ]
 
@@ -249,7 +249,7 @@ def test_the_lockout_counts_ldap_failures(use_ldap, settings):
 
 def test_local_login_for_staff_only(use_ldap, settings, admin_user, alice):
     settings.AUTHENTICATION_BACKENDS = [
-        b.replace("django.contrib.auth.backends.ModelBackend", "vclmgr.signon.StaffOnlyModelBackend") for b in BACKENDS
+        b.replace("vclmgr.signon.LocalBackend", "vclmgr.signon.StaffOnlyModelBackend") for b in BACKENDS
     ]
 
     assert signed_in_as(sign_in("alice", "alice-pass-1")[0]) is None
@@ -266,7 +266,7 @@ def test_the_staff_only_setting_swaps_the_local_backend(monkeypatch):
     try:
         reloaded = importlib.reload(module)
         assert "vclmgr.signon.StaffOnlyModelBackend" in reloaded.AUTHENTICATION_BACKENDS
-        assert "django.contrib.auth.backends.ModelBackend" not in reloaded.AUTHENTICATION_BACKENDS
+        assert "vclmgr.signon.LocalBackend" not in reloaded.AUTHENTICATION_BACKENDS
     finally:
         monkeypatch.delenv("LOCAL_LOGIN_STAFF_ONLY")
         importlib.reload(module)

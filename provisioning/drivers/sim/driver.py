@@ -7,7 +7,10 @@ first use with ``options`` cpus / memory_mib / disk_gib / dhcp_pool). Every call
 2. sleeps the step delay: ``options["delay"]`` seconds, or ``{"<step>": seconds}`` per step
    (small in the demo, zero in tests);
 3. changes state in one short transaction, locking the VM row, so concurrent workers in any
-   process see one consistent host. Nothing sleeps inside a transaction.
+   process see one consistent host. Nothing sleeps inside a transaction. With no fault and no
+   delay, the fault is read with the rows the call reads anyway, and a create or a power change
+   is one statement (an ``INSERT … SELECT``; an UPDATE conditional on the row as read, which
+   goes the locked way when the row changed meanwhile).
 
 It runs any image format (it emulates), leases addresses from the host's DHCP pool when a VM
 first boots, keeps the lease until the VM is destroyed, and verifies the checksum of images
@@ -17,11 +20,14 @@ staged from local files.
 import contextlib
 import hashlib
 import ipaddress
+import json
 import time
 import urllib.parse
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, OuterRef, Q, Subquery, Sum
+from django.db.models import Exists, OuterRef, Q, Subquery, Sum, TextField
+from django.db.models.expressions import RawSQL
+from django.utils import timezone
 
 from provisioning.drivers import base, cloudinit
 from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, Unreachable, VMInfo, VMState
@@ -119,35 +125,36 @@ class SimDriver(base.Driver):
         row = rows.annotate(fault_id=faults, **annotations).first()
         return row if row is not None and row.fault_id is None else None
 
-    def _quiet_vm(self, key, step, lock=False):
+    def _quiet_vm(self, key, step, lock=False, **annotations):
         """``_step(step)`` then ``_vm(key, lock)`` in one read (the VM with its host and the
-        fault), or None (see ``_quiet``)."""
+        fault, and ``annotations``), or None (see ``_quiet``)."""
         base.check_key(key)
         rows = SimVM.objects.select_for_update(of=("self",)) if lock else SimVM.objects
-        vm = self._quiet(step, rows.select_related("host").filter(key=key, host__name=self.host_name))
+        rows = rows.select_related("host").filter(key=key, host__name=self.host_name)
+        vm = self._quiet(step, rows, **annotations)
         if vm is not None:
             self._host = vm.host
         return vm
 
     def _changed(self, key, step, change):
-        """``_step(step)``, then ``change(vm)`` of the VM's locked row in ``_leasing``'s
-        transaction. The fault is read with the locked row when no delay is set; if one is
-        injected (or there is no such VM), that transaction is rolled back and the usual way
-        taken, the fault applied outside any transaction."""
+        """``_step(step)``, then ``change(vm, save)`` of the VM's row (``save``: how it writes).
+        The quiet way, when no delay is set for ``step``: the VM is read with its fault, and
+        with none injected written by one UPDATE conditional on the row still holding what was
+        read of it (``_swap``: no transaction, no lock). Otherwise, or when that cannot write
+        (the row changed meanwhile, a JSON field to write, the address it leased taken), the
+        fault is applied outside any transaction and the change made on the locked row in
+        ``_leasing``'s transaction."""
         if not self._delay(step):
-
-            def quiet():
-                vm = self._quiet_vm(key, step, lock=True)
-                if vm is None:
-                    raise _NotQuiet
-                return change(vm)
-
-            try:
-                return _leasing(quiet)
-            except _NotQuiet:
-                pass
+            powers_on = base.POWER_ACTIONS[step][0] == VMState.RUNNING  # it may lease an address
+            vm = self._quiet_vm(key, step, **({"taken": _taken()} if powers_on else {}))
+            if vm is not None:
+                read = {name: getattr(vm, name) for name in _SWAPPED}
+                try:
+                    return change(vm, lambda vm, host, fields: _swap(read, vm, host, fields))
+                except _NotQuiet:
+                    pass
         self._step(step)
-        return _leasing(lambda: change(self._vm(key, lock=True)))
+        return _leasing(lambda: change(self._vm(key, lock=True), _save))
 
     def _vm(self, key, lock=False):
         """This host's VM row, or NotFound."""
@@ -164,14 +171,14 @@ class SimDriver(base.Driver):
     def _power(self, action, key, force=False):
         """Apply one action of the power state machine (``base.needs``) to the VM row."""
 
-        def change(vm):
+        def change(vm, save):
             if not base.needs(action, key, VMState(vm.state), force):
                 return
             before, vm.state = vm.state, base.POWER_ACTIONS[action][0]
             if vm.state != SimVM.State.RUNNING:
                 vm.sessions = []  # a stopped guest has nobody logged in
             vm.guest = guest.paused(vm.guest, before, vm.state)
-            _save(vm, self.host(), ["state", "address", "sessions", "guest", "updated"])
+            save(vm, self.host(), ["state", "address", "sessions", "guest", "updated"])
 
         self._changed(key, action, change)
 
@@ -234,32 +241,62 @@ class SimDriver(base.Driver):
     def create(self, spec):
         spec.validate()
         staged = base.staged_name(spec.image)
-        image = SimImage.objects.filter(host=OuterRef("pk"), name=staged)
-        host = self._quiet("create", SimHost.objects.filter(name=self.host_name), host="pk", staged=Exists(image))
-        if host is not None and host.staged:  # the fault, the host and its image in one read
-            self._host = host
-        else:
-            self._step("create")
-            host = self.host()
-            if not SimImage.objects.filter(host=host, name=staged).exists():
-                raise NotFound(f"image {spec.image.name} is not staged on {self.host_name}; stage it first")
         fingerprint = spec.fingerprint()
         fields = {
-            "key": spec.key, "host": host, "vcpus": spec.vcpus, "memory_mib": spec.memory_mib,
-            "disk_gib": spec.disk_gib, "image": staged, "image_format": spec.image.format, "network": spec.network,
-            "fingerprint": fingerprint, "seed": _seed(spec.key, spec.guest),
+            "key": spec.key, "vcpus": spec.vcpus, "memory_mib": spec.memory_mib, "disk_gib": spec.disk_gib,
+            "image": staged, "image_format": spec.image.format, "network": spec.network, "fingerprint": fingerprint,
+            "seed": _seed(spec.key, spec.guest),
         }  # fmt: skip
         try:
             # The INSERT alone (a repeated create is the rare case): a savepoint only when a
             # caller's transaction must survive the duplicate key.
-            with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
-                vm, created = SimVM.objects.create(**fields), True
+            with _own_savepoint():
+                vm = self._inserted(fields, staged)
+            if vm is None:  # a fault or a delay to apply, or no such host or image: the usual way
+                host = self._host_staged(spec.image, staged)
+                with _own_savepoint():
+                    vm = SimVM.objects.create(host=host, **fields)
+            created = True
         except IntegrityError:  # made by an earlier or a concurrent create of the same key: judge it below
             vm, created = SimVM.objects.get(key=spec.key), False
-        if not created and (vm.fingerprint != fingerprint or vm.host_id != host.pk):
-            where = self.host_name if vm.host_id == host.pk else f"host {vm.host.name}"
+        if not created and (vm.fingerprint != fingerprint or vm.host_id != self.host().pk):
+            where = self.host_name if vm.host_id == self.host().pk else f"host {vm.host.name}"
             raise Conflict(f"a VM named {spec.key} already exists on {where} and was not made by this request")
         return self._info(vm)
+
+    def _inserted(self, fields, staged):
+        """The VM's row made by one INSERT … SELECT of this host, when no fault for create is
+        injected there, no delay is set and its image is staged (what ``_step`` then the reads
+        of the usual way would have found); None otherwise (nothing written)."""
+        if self._delay("create"):
+            return None
+        hosts = SimHost.objects.filter(name=self.host_name).filter(
+            ~Exists(self._faults("create").filter(host=OuterRef("pk"))),
+            Exists(SimImage.objects.filter(host=OuterRef("pk"), name=staged)),
+        ).values("pk")  # fmt: skip
+        select, select_params = hosts.query.sql_with_params()
+        vm = SimVM(**fields)
+        columns = [f for f in SimVM._meta.concrete_fields if not f.primary_key and f.name != "host"]
+        values = [f.get_db_prep_save(f.pre_save(vm, add=True), connection) for f in columns]
+        quote = connection.ops.quote_name
+        names = ", ".join(quote(f.column) for f in [*columns, SimVM._meta.get_field("host")])
+        sql = (f"INSERT INTO {quote(SimVM._meta.db_table)} ({names}) SELECT {', '.join(['%s'] * len(values))}, "
+               f"{select.removeprefix('SELECT ')} RETURNING {quote('id')}")  # fmt: skip
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*values, *select_params])
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        vm.pk, vm._state.adding, vm._state.db = row[0], False, connection.alias
+        return vm
+
+    def _host_staged(self, image, staged):
+        """``_step("create")``, then this host, or ``NotFound`` when the image is not staged on it."""
+        self._step("create")
+        host = self.host()
+        if not SimImage.objects.filter(host=host, name=staged).exists():
+            raise NotFound(f"image {image.name} is not staged on {self.host_name}; stage it first")
+        return host
 
     def start(self, key):
         self._power("start", key)
@@ -414,7 +451,7 @@ class SimDriver(base.Driver):
 
 
 class _NotQuiet(Exception):
-    """A fault to apply (or no such VM): ``_changed`` rolls its transaction back and goes the usual way."""
+    """``_swap`` could not write: ``_changed`` goes the usual way."""
 
 
 def _seed(key, guest):
@@ -425,6 +462,11 @@ def _seed(key, guest):
         return {"instance_id": guest.instance_id, "digest": cloudinit.seed_digest(cloudinit.seed_files(guest))}
     except cloudinit.SeedError as exc:
         raise Invalid(f"{key}: {exc}") from None
+
+
+def _own_savepoint():
+    """A savepoint only inside a caller's transaction (which must survive a failed statement)."""
+    return transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
 
 
 def _leasing(change, attempts=5):
@@ -444,10 +486,52 @@ def _leasing(change, attempts=5):
 def _save(vm, host, fields):
     """Save ``fields`` of ``vm`` (in ``_leasing``); a running VM with no address leases the
     lowest free one of the host's pool in the same UPDATE."""
+    _lease(vm, host)
+    vm.save(update_fields=fields)
+
+
+def _taken():
+    """Every leased address (unique across hosts) as one JSON array: read with the VM that a
+    power-on may lease one for, rather than after it."""
+    table = connection.ops.quote_name(SimVM._meta.db_table)
+    found = "json_group_array(address)" if connection.vendor == "sqlite" else "coalesce(json_agg(address), '[]')::text"
+    return RawSQL(f"SELECT {found} FROM {table} WHERE address IS NOT NULL", (), output_field=TextField())
+
+
+def _lease(vm, host):
+    """A running VM with no address is given the lowest free one of the host's pool (the
+    addresses taken as read with the VM, ``_taken``, else read now)."""
     if vm.state == SimVM.State.RUNNING and vm.address is None:
         pool = ipaddress.IPv4Network(host.dhcp_pool)
-        taken = set(SimVM.objects.filter(address__isnull=False).values_list("address", flat=True))
+        if hasattr(vm, "taken"):
+            taken = set(json.loads(vm.taken))
+        else:
+            taken = set(SimVM.objects.filter(address__isnull=False).order_by().values_list("address", flat=True))
         vm.address = next((str(ip) for i, ip in enumerate(pool.hosts()) if i > 0 and str(ip) not in taken), None)
         if vm.address is None:
             raise Conflict(f"DHCP pool {pool} of {host.name} is exhausted")
-    vm.save(update_fields=fields)
+
+
+_SWAPPED = ("state", "address", "sessions", "guest")  # what a power change reads and may write
+
+
+def _swap(read, vm, host, fields):
+    """``_save`` without a transaction: the fields whose value changed from ``read`` (the row
+    as read) by one UPDATE conditional on the row still holding those values and its state (a
+    compare-and-set: no lock held, none needed). ``_NotQuiet`` when it cannot: a JSON field
+    changed (compared as text, equal values may differ), the row changed since it was read, or
+    the address leased was taken by another VM meanwhile (the unique address)."""
+    _lease(vm, host)
+    written = {name: getattr(vm, name) for name in fields if name in read and getattr(vm, name) != read[name]}
+    if any(SimVM._meta.get_field(name).get_internal_type() == "JSONField" for name in written):
+        raise _NotQuiet
+    rows = SimVM.objects.filter(pk=vm.pk, **{name: read[name] for name in ("state", *written)})
+    try:
+        # Only a leased address can break a constraint: a caller's transaction must survive that.
+        with _own_savepoint() if "address" in written else contextlib.nullcontext():
+            vm.updated = timezone.now()
+            changed = rows.update(updated=vm.updated, **written)
+    except IntegrityError:
+        raise _NotQuiet from None
+    if not changed:
+        raise _NotQuiet

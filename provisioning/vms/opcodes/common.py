@@ -8,6 +8,7 @@ from provisioning.drivers import base
 from provisioning.jobs.runner import Handoff, LeaseLost
 from provisioning.vms import services
 from provisioning.vms.models import VM, HostImage
+from provisioning.vms.opcodes import guest
 from vclmgr import access
 
 S = VM.State
@@ -18,17 +19,33 @@ class Refused(Exception):
     """The job may not do this (wrong owner, wrong state, no variant for the host)."""
 
 
-def load_vm(vm_id):
-    """The VM with what the opcodes read of it in one query (its host, image, variant, claim)."""
-    return VM.objects.select_related(*services.LOADED).get(pk=vm_id)
+def load_vm(vm_id, building=False):
+    """The VM with what the opcodes read of it in one query (its host, image, variant, claim).
+    ``building``: with what its build reads besides, in the same query: whether its variant is
+    staged on its claim's host (``variant_staged``) and its reservation's login
+    (``guest.reservation_login``)."""
+    rows = VM.objects.select_related(*services.LOADED)
+    if building:
+        cached = HostImage.objects.filter(host=OuterRef("allocation__host"), variant=OuterRef("variant"),
+                                          state=HostImage.State.STAGED)  # fmt: skip
+        rows = rows.annotate(variant_staged=Exists(cached), reservation_login=guest.reservation_login())
+    return rows.get(pk=vm_id)
 
 
-def authorised_vm(job):
+def keeps_variant(vm, host):
+    """Does the variant the VM was given (by its reservation, which knew its claim's host) suit
+    ``host``? (A claim moved to a host of another type since needs another.)"""
+    return vm.variant is not None and services.pick_variant({vm.variant.hypervisor_type: vm.variant},
+                                                            host.hypervisor_type) is not None  # fmt: skip
+
+
+def authorised_vm(job, building=False):
     """The job's VM (``params["vm"]``) if its submitter may act on it. Another user's VM is
-    refused in the words used for a missing one, so job errors cannot probe for VM ids."""
+    refused in the words used for a missing one, so job errors cannot probe for VM ids.
+    ``building``: see ``load_vm``."""
     vm_id = job.params["vm"]
     try:
-        vm = load_vm(vm_id)
+        vm = load_vm(vm_id, building)
     except VM.DoesNotExist:
         vm = None
     submitter = job.job.submitter_id  # read only when not the owner (an admin acting on another's VM)
@@ -57,10 +74,7 @@ def variant_for(vm, host, staged=False):
     if staged:
         cached = HostImage.objects.filter(host=host, variant=OuterRef("pk"), state=HostImage.State.STAGED)
         rows = rows.annotate(staged_here=Exists(cached))
-    variants = {v.hypervisor_type: v for v in rows}
-    variant = variants.get(host.hypervisor_type)
-    if variant is None and host.image_formats is None and variants:
-        variant = next(iter(variants.values()))
+    variant = services.pick_variant({v.hypervisor_type: v for v in rows}, host.hypervisor_type)
     if variant is None:
         raise Refused(f"image {vm.image.name} has no variant for {host.hypervisor_type} host {host.name}")
     return variant

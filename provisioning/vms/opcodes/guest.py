@@ -21,19 +21,38 @@ import secrets
 import socket
 import time
 
+from django.contrib.auth import get_user_model
+from django.db.models import OuterRef, Subquery
+from django.db.models.functions import JSONObject
+
+from inventory import crypto
 from provisioning.drivers import base, cloudinit
 from provisioning.vms import services
+from provisioning.vms.models import VM
 
 # An X.224 Connection Request (TPKT header + CR TPDU, RDP negotiation request for TLS).
 _RDP_HELLO = bytes.fromhex("030000130ee000000000000100080003000000")
 
 
+def reservation_login(vm=None):
+    """The login of a VM's latest reservation as one value (a JSON object; None without one):
+    an expression for ``common.load_vm`` to read with the VM (``vm`` None), or read now."""
+    rows = VM.reservations.rel.related_model.objects.order_by("-pk")
+    login = JSONObject(encrypted="connect_secret", key="ssh_key", login="connect_user",
+                       user=f"user__{get_user_model().USERNAME_FIELD}")  # fmt: skip
+    if vm is None:
+        return Subquery(rows.filter(vm=OuterRef("pk")).annotate(login=login).values("login")[:1])
+    return rows.filter(vm=vm).annotate(login=login).values_list("login", flat=True).first()
+
+
 def guest_login(vm):
     flavour = services.guest_flavour(vm.image)
-    reservation = vm.reservations.order_by("-pk").first()
+    # Read with the VM by its build (``load_vm(building=True)``), else now.
+    reservation = vm.reservation_login if hasattr(vm, "reservation_login") else reservation_login(vm)
     if reservation is not None:
-        password, key = reservation.get_password(), reservation.ssh_key
-        login = reservation.connect_user or cloudinit.login_name(reservation.user.get_username(), flavour=flavour)
+        password = crypto.decrypt(reservation["encrypted"]) if reservation["encrypted"] else ""
+        key = reservation["key"]
+        login = reservation["login"] or cloudinit.login_name(reservation["user"], flavour=flavour)
     elif vm.owner is not None:  # a VM asked for directly: its owner, by the key the request gave
         password, key = "", vm.ssh_key
         login = cloudinit.login_name(vm.owner.get_username(), flavour=flavour)

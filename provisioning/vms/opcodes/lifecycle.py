@@ -25,6 +25,7 @@ from provisioning.vms.opcodes.common import (
     S,
     authorised_vm,
     fail_reason,
+    keeps_variant,
     load_vm,
     passes_through,
     variant_for,
@@ -49,7 +50,7 @@ def vm_create(job):
     or address the VM) is retried once on another host, after the first host is cleaned and
     its claim released; the retry is recorded in the job's reason trail and log.
     """
-    vm = authorised_vm(job)
+    vm = authorised_vm(job, building=True)
     vm_id = vm.pk
     if vm.state in (S.RUNNING, S.STOPPED, S.SUSPENDED, S.MIGRATING):  # a repeated create: it exists
         return {"vm": vm_id, "host": vm.host_id, "address": vm.address, "already": True}
@@ -234,10 +235,16 @@ def adopts(vm):
 
 def adopt(vm):
     """``claim`` of a VM that ``adopts`` its claim: the host and variant, set on ``vm`` in memory
-    only; the variant picked here is read with whether it is staged there (``staged_here``, for
-    the stage step that follows in this run; a replay of this step from its record reads again)."""
+    only; the variant (the one the reservation picked, else picked here) comes with whether it
+    is staged there (``staged_here``, for the stage step that follows in this run; a replay of
+    this step from its record reads again)."""
     host = vm.allocation.host
-    variant = vm.variant or variant_for(vm, host, staged=True)
+    if keeps_variant(vm, host):  # picked with the claim (``load_vm(building=True)`` read whether it is staged)
+        variant = vm.variant
+        if hasattr(vm, "variant_staged"):
+            variant.staged_here = vm.variant_staged
+    else:
+        variant = variant_for(vm, host, staged=True)
     vm.host, vm.variant = host, variant
     return {"host": host.pk, "allocation": vm.allocation_id, "variant": variant.pk, "adopted": True}
 
@@ -258,7 +265,7 @@ def claim(vm_id, exclude=(), *, actor, loaded=None, rank=None):
         vm = load_vm(vm_id)
     if vm.allocation_id and vm.allocation.released is None:
         host = vm.allocation.host
-        variant = vm.variant or variant_for(vm, host)
+        variant = vm.variant if keeps_variant(vm, host) else variant_for(vm, host)
         VM.objects.filter(pk=vm_id).update(host=host, variant=variant)
         vm.host, vm.variant = host, variant  # (``loaded`` goes on to the stage step as written)
         placed = {"host": host.pk, "allocation": vm.allocation_id, "variant": variant.pk, "adopted": True}
