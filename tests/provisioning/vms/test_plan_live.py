@@ -11,6 +11,7 @@ from provisioning.capacity.snapshot import snapshot
 from provisioning.jobs.models import Job
 from provisioning.vms import plans
 from provisioning.vms.models import Plan
+from tests.processes import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +73,11 @@ def test_staff_follow_a_plan_move_by_move_and_a_user_is_refused(
     assert sorted(m["index"] for m in moves) == [0, 1, 2, 3] and {m["to"] for m in moves} <= {"h01", "h02"}
     assert got[-1][1]["data"] == {"plan": plan.pk, "state": "done", "moves": 4, "done": 4}
     # Live, not at the end: each move's event arrived before the next move ended.
-    ended = sorted(Job.objects.filter(pk__in=[m["job"] for m in moves]).values_list("ended", flat=True))
+    # The plan is done once the last move's outcome is written, in its job's last step: a
+    # moment before that job's own row ends.
+    jobs = Job.objects.filter(pk__in=[m["job"] for m in moves])
+    wait_for(lambda: not jobs.filter(ended=None).exists(), 30, "the move jobs' ends", child)
+    ended = sorted(jobs.values_list("ended", flat=True))
     arrived = [when for when, m in got if m["kind"] == "plan.move"]
     assert all(arrived[i] < ended[i + 1] for i in range(3)), (arrived, ended)
     replaced = Job.objects.get(opcode="node.replace_reservations")
