@@ -8,6 +8,8 @@ Operations (each the mean over ``--repeat`` after one warm-up that stages the im
     (quota, claim, row, change log, event, the build job's submission and its wake-up token);
   * VM created: the build job run by a worker (``tasks.run_next``: claim, ``vm.create``'s steps on
     the simulator, the reservation turning ready, the job's end);
+  * run completed: a batch run of ``make test`` on the simulator, from ``runs.services.submit``
+    to its end (its VM built, the command, its output and exit kept, the VM torn down);
   * event delivered: one event written (its INSERT; it joins the transaction of the change it
     describes) and read by an ASGI process's relay (one SELECT per poll, shared by its events).
 Target (issue 19): reservation accepted + VM created ≤ 60 statements on the sim driver. Counted:
@@ -38,6 +40,7 @@ def setup(repeat):
     from django.contrib.auth import get_user_model
 
     from inventory import services as inventory
+    from provisioning.drivers.sim.models import SimExecProfile
     from provisioning.vms import services
 
     inventory.create_hypervisor(actor="bench", name="sim00", address="10.77.0.1", driver="sim", cpus=4 * (repeat + 2),
@@ -46,6 +49,7 @@ def setup(repeat):
                                   default_memory_mib=512, default_disk_gib=5)  # fmt: skip
     services.add_variant(image, actor="bench", hypervisor_type="sim", format="sim",
                          location="sim://library/bench-linux")  # fmt: skip
+    SimExecProfile.objects.create(image=image.name, output="ok\n", exit_status=0, seconds=0)
     users = [get_user_model().objects.create_user(f"student{n}", password=os.urandom(8).hex())
              for n in range(repeat + 1)]  # fmt: skip
     return image, users
@@ -114,6 +118,28 @@ def build():
     tasks.run_next()
 
 
+def run_one(user, image):
+    """A batch run on the simulator, as ``manage.py run`` submits it, then its job to the end."""
+    from provisioning.jobs import tasks
+    from runs import services
+    from runs.models import Run
+
+    run = services.submit(actor=user, owner=user, image=image, argv=["make", "test"])
+    for _ in range(20):  # a run hands its VM's wait back to the queue at most a few times
+        tasks.run_next()
+        if Run.objects.get(pk=run.pk).is_final:
+            break
+    return run.pk
+
+
+def must_have_run(run_id):
+    from runs.models import Run
+
+    run = Run.objects.get(pk=run_id)
+    if run.state != "success":
+        raise SystemExit(f"run {run_id} is {run.state}: {run.message}")
+
+
 def must_be_ready(reservation_id):
     from reservations.models import Reservation
 
@@ -151,7 +177,7 @@ def measure(args):
     warm = reserve(users[0], image)
     build()  # the first VM on a host stages the image: not the common case
     must_be_ready(warm.pk)
-    accepted, created, phases, copies = [], [], {}, {"accepted": 0, "created": 0}
+    accepted, created, phases, copies = [], [], {}, {"accepted": 0, "created": 0, "run": 0}
     for user in users[1:]:
         first = not accepted and args.detail
         COPIES[:] = []
@@ -167,6 +193,13 @@ def measure(args):
             phases["VM created"], SITES[:] = list(SITES), []
         must_be_ready(reservation.pk)
         created.append(sql)
+    runs = []
+    for user in users[1:]:
+        COPIES[:] = []
+        run_id, sql = counted(lambda user=user: run_one(user, image))
+        must_have_run(run_id)
+        runs.append(sql)
+        copies["run"] += len(COPIES)
     written, read = deliver()
     del wake  # (imported so a broken wake module fails here, before any figure is printed)
 
@@ -178,6 +211,9 @@ def measure(args):
         "reservation_accepted_work": mean(accepted, work),
         "vm_created": mean(created),
         "vm_created_work": mean(created, work),
+        "run_completed": mean(runs),
+        "run_completed_work": mean(runs, work),
+        "copy_run": round(copies["run"] / len(runs), 1),
         "event_written": written,
         "event_relayed_per_poll": read,
         "copy_accepted": round(copies["accepted"] / len(accepted), 1),
@@ -209,6 +245,10 @@ def main(argv=None):
         print(f"  {'COPY, uncounted: accepted + built':<34} {copy:>6}   (bulk inserts; sent all the same)")
         sent = round(total + figures["copy_accepted"] + figures["copy_created"], 1)
         print(f"  {'reservation to ready, COPY too':<34} {sent:>6}          target <= {TARGET}")
+    run = f"{figures['run_completed']}  [{figures['run_completed_work']}]"
+    if vendor == "postgresql":
+        run += f" + {figures['copy_run']} COPY"
+    print(f"  {'run completed (submit to its end)':<34} {run:>6}")
     event = f"{figures['event_written']} + {figures['event_relayed_per_poll']}"
     print(f"  {'event delivered: written + read':<34} {event:>6}   (the read serves every event of one relay poll)")
     for phase, sites in phases.items():
