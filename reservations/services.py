@@ -451,9 +451,16 @@ def _settle(reservation, *, actor):
         return _ready(reservation, vm, actor=actor)
     if vm.state in BUILDING and not _build_pending(vm):
         # Its build ended without finishing it or cleaning up (canceled between steps, given up
-        # after its workers were lost): it may be half made on its host. In error it keeps its
-        # claims until a destroy removes it (verify, repair); the reservation goes on as below.
+        # after its workers or database sessions were lost): it may be half made on its host.
+        # In error it keeps its claims until the destroy queued here removes it (the build's own
+        # undo, which did not run); the reservation goes on as below.
         vm = vms.cleanup_failed(vm.pk, f"its build ended with the VM {vm.state}", actor=actor)
+        why = f"reservation {reservation.pk}: its build ended unfinished"
+        jobs.submit("vm.destroy", {"vm": vm.pk}, actor=actor, submitter=reservation.user, reason=why)
+    elif vm.state == VM.State.REQUESTED and not _build_pending(vm):
+        # Given up before define (workers or database sessions lost at every attempt): nothing
+        # of it is on a host, so its claim goes back now, before a retry claims again.
+        vm = vms.fail_unbuilt(vm.pk, "its build was given up before it defined the VM", actor=actor)
     if vm.state in VM.LIVE and vm.state != VM.State.ERROR:  # still building (a settle run early): wait
         return {"status": reservation.status, "vm": vm.state}
     failed = [*reservation.failed_hosts, *([vm.host_id] if vm.host_id else [])]

@@ -40,6 +40,17 @@ def _lost(connection, exc=None):
     return cause.sqlstate in SESSION_ENDED or cause.sqlstate is None
 
 
+def session_lost(exc):
+    """Did ``exc`` (or what raised it) come from a database session that is gone? Then the
+    transaction it was in rolled back whole: nothing of it committed."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":  # SQLite's errors (a busy file) are not lost sessions
+        return False
+    errors = (exc, exc.__cause__, exc.__context__)
+    return any(isinstance(error, OperationalError) and _lost(connection, error) for error in errors)
+
+
 def resend_if_lost(execute, sql, params, many, context):
     try:
         result = execute(sql, params, many, context)

@@ -32,13 +32,13 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 from django_q.exceptions import TimeoutException
 
 from provisioning.jobs import kept_records, reasons, registry, transitions, wake
 from provisioning.jobs.models import Job, QueueSettings, update_returning
-from vclmgr import fencing
+from vclmgr import fencing, reconnect
 from vclmgr.changelog import Actor
 from vclmgr.fencing import LeaseLost
 
@@ -508,6 +508,8 @@ def execute_then_claim(job_id, token, deadline, job=None, lease_seconds=None, th
         raise
     except Exception as exc:
         trace = traceback.format_exc()[-4000:]
+        if reconnect.session_lost(exc):
+            return _after_lost_session(job, lease, end, exc, trace)
         return end(S.ERROR, error=f"{type(exc).__name__}: {exc}", kind="exception", trace=trace)
     if ctx.ended:  # its last step ended it (``last_db_step``)
         return ctx.ended
@@ -610,6 +612,30 @@ def _expand(job, lease, value, ctx):
         if parent:
             transitions.settle(parent)
     return "expanded"
+
+
+def _after_lost_session(job, lease, end, exc, trace):
+    """The job's database session died under a step (a restarted server, ``pg_terminate_backend``,
+    a cut link): the transaction it was in rolled back whole and its steps are safe to run
+    again, so it goes back to the queue at once, as a lost worker's job does when its lease
+    runs out (`transitions.recover`), rather than failing on the database's fault. Its kept
+    step records are not written: the steps find their work done when they run again."""
+    connection.close()  # what follows gets a fresh session
+    log.warning("job %s: its database session was lost (%s); back to the queue", job.id, exc)
+    error = f"{type(exc).__name__}: {exc}"
+    try:
+        with transaction.atomic():
+            queue = QueueSettings.lock()
+            if job.attempt < queue.max_attempts:
+                what = f"its database session was lost ({error.strip()})"
+                requeued = transitions.requeue(
+                    lease.held(), job.attempt, queue.max_attempts, what, "a lost database session"
+                )
+                return ("retry" if requeued else "lost"), None
+    except DatabaseError:  # still away: the lease runs out and the sweep resumes the job
+        connection.close()
+        return "lost", None
+    return end(S.ERROR, error=f"{error} (attempt {job.attempt} of {queue.max_attempts})", kind="exception", trace=trace)
 
 
 def _handoff(job, lease, ctx):

@@ -364,24 +364,31 @@ def recover(job_id, max_attempts, now=None):
     job = Job.objects.filter(pk=job_id, status=S.RUNNING, lease_until__lt=now).first()
     if job is None:
         return None
-    last = job.steps[-1]["name"] if job.steps else None
     lost = f"worker {job.runner or '?'} stopped renewing the lease (expired {job.lease_until:%H:%M:%S})"
     # The lease condition is checked again by the UPDATE: a heartbeat may just have renewed it.
     still_lost = {"lease_until__lt": now}
     if job.attempt < max_attempts:
-        resume = f"after step {last!r}" if last else "from the start"
-        requeued = update(
-            Job.objects.filter(pk=job_id, status=S.RUNNING, lease_token=job.lease_token, **still_lost),
-            status=S.QUEUED,
-            lease_token="",
-            lease_until=None,
-            runner="",
-            waiting_for=f"retry {job.attempt + 1} of {max_attempts} after a lost worker",
-        )
-        if requeued is None:
-            return None
-        return announce(
-            requeued, f"{lost}; will resume {resume} (attempt {job.attempt + 1} of {max_attempts})", "warning"
-        )
+        held = Job.objects.filter(pk=job_id, status=S.RUNNING, lease_token=job.lease_token, **still_lost)
+        return requeue(held, job.attempt, max_attempts, lost, "a lost worker")
     message = f"{lost} on attempt {job.attempt} of {max_attempts}; giving up"
     return finish(job_id, job.lease_token, S.ERROR, error=message, kind="lost", locked=True, where=still_lost)
+
+
+def requeue(held, attempt, max_attempts, what, after):
+    """A running job back to the queue, to resume after its last recorded step (its steps are
+    safe to run again). ``held``: the job's row on the conditions that make it still the
+    caller's to give back; ``what`` happened, in the log; ``after``: the cause, in its waiting
+    line. The job, or None when it was not the caller's. Caller holds the lock."""
+    requeued = update(
+        held,
+        status=S.QUEUED,
+        lease_token="",
+        lease_until=None,
+        runner="",
+        waiting_for=f"retry {attempt + 1} of {max_attempts} after {after}",
+    )
+    if requeued is None:
+        return None
+    last = (requeued.progress or {}).get("step")  # written with the steps' records
+    resume = f"after step {last!r}" if last else "from the start"
+    return announce(requeued, f"{what}; will resume {resume} (attempt {attempt + 1} of {max_attempts})", "warning")

@@ -794,6 +794,17 @@ def cleanup_failed(vm_id, reason, *, actor):
         return set_state(vm_id, VM.State.ERROR, "cleanup failed", error=reason[:4000], **held, actor=actor)
 
 
+def fail_unbuilt(vm_id, reason, *, actor):
+    """A VM whose build ended before it was defined on any host (it is still ``requested``: the
+    driver creates only after define's state change commits): its claim goes back and it is
+    ``failed`` with the reason, in one transaction. Nothing is asked of a hypervisor."""
+    with transaction.atomic():
+        vm = VM.objects.select_related("allocation").get(pk=vm_id)
+        if vm.allocation is not None:
+            capacity.release(vm.allocation, actor=actor, reason=f"{vm.key}: {reason}")
+        return set_state(vm_id, VM.State.FAILED, "build given up", error=reason[:4000], actor=actor)
+
+
 def _emit(vm):
     data = {"id": vm.pk, "key": vm.key, "state": vm.state, "host": vm.host_id, "address": vm.address, "error": vm.error}
     targets = [f"vm.{vm.pk}", "admin"] + ([topics.user_topic(vm.owner_id)] if vm.owner_id else [])

@@ -116,3 +116,94 @@ def test_a_cancel_while_the_session_is_lost_cancels_and_gives_the_claim_back(sim
         assert not Allocation.objects.filter(released__isnull=True, owner=alice).exists(), fault.n
 
     assert at_every_statement(cancel_once) > 3
+
+
+def test_a_build_whose_session_is_lost_at_any_statement_still_makes_one_vm_and_ends_in_success(
+    sim_host, image, alice, sync_jobs
+):
+    """The worker's side of the same fault: a job's transaction that died with its session
+    rolled back whole, and its steps are safe to repeat, so the job goes back to the queue and
+    runs again (as after a lost worker, without waiting for its lease) instead of failing."""
+    from provisioning.capacity.models import Allocation
+    from provisioning.drivers.sim.models import SimVM
+    from provisioning.jobs.models import JobLog
+    from provisioning.vms.models import VM
+
+    struck = []  # per fault: did it strike inside the build job (not its claim or its end)?
+
+    def build_once(fault):
+        reservation = services.reserve(alice, image, actor=alice, duration=H)
+        fault.armed = True  # the worker's statements only
+        for _ in range(5):  # a claim or an end that lost its session fails the task: the next one goes on
+            try:
+                sync_jobs.drain()
+                break
+            except Exception as exc:  # noqa: BLE001 (what a django-q2 task's failure is to the worker)
+                assert "terminating connection" in str(exc) or "closed" in str(exc), (fault.n, exc)
+        fault.armed = False
+        row = Reservation.objects.get(pk=reservation.pk)
+        build = Job.objects.filter(opcode="vm.create", params__vm=row.vm_id).get()
+        log = [fault.n, *JobLog.objects.filter(job=build).values_list("message", flat=True)]
+        assert (row.status, build.status) == ("ready", "success"), log
+        vm = VM.objects.get(pk=row.vm_id)
+        assert SimVM.objects.filter(key=vm.key).count() == 1, log
+        assert vm.allocation_id == row.allocation_id, log  # the reservation's own claim, adopted
+        struck.append(any("database session was lost" in line for line in log[1:]))
+        services.end(row, "next round", actor=alice)
+        sync_jobs.drain()
+        assert not Allocation.objects.filter(released__isnull=True, owner=alice).exists(), fault.n
+        assert not SimVM.objects.filter(key=vm.key).exists(), fault.n
+
+    assert at_every_statement(build_once) > 20
+    assert sum(struck) > 5, struck  # the job went back to the queue that often, and ended in success
+    assert not Job.objects.filter(status="error").exists()
+
+
+def test_a_build_that_loses_its_session_on_its_last_attempt_fails_saying_so_and_leaves_nothing_behind(
+    sim_host, make_host, image, alice, sync_jobs
+):
+    """With no attempt left, the job fails with the database's error and no cleanup of its own
+    (it did not know it was the last): the reservation's settle undoes what it made — a VM not
+    yet defined fails at once, one that may be on its host is destroyed — and builds it again
+    on the other host. At every statement: nothing leaked, nothing left on a host."""
+    from provisioning.capacity.models import Allocation
+    from provisioning.drivers.sim.models import SimVM
+    from provisioning.jobs import services as jobs
+    from provisioning.vms.models import VM
+
+    make_host("sim-2", driver="sim", cpus=8, memory_mib=8192, disk_gib=200)  # for the retry on another host
+    jobs.set_queue_settings(actor="test", max_attempts=1)
+    given_up = []  # per fault that failed a build: the state its settle left that VM in
+
+    def build_once(fault):
+        before = Job.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+        reservation = services.reserve(alice, image, actor=alice, duration=H)
+        fault.armed = True
+        for _ in range(5):  # a claim that lost its session fails the task: the next one goes on
+            try:
+                sync_jobs.drain()
+                break
+            except Exception as exc:  # noqa: BLE001 (what a django-q2 task's failure is to the worker)
+                assert "terminating connection" in str(exc) or "closed" in str(exc), (fault.n, exc)
+        fault.armed = False
+        sync_jobs.drain()  # the destroy its settle queued
+        failed = Job.objects.filter(pk__gt=before, opcode="vm.create", status="error").first()
+        row = Reservation.objects.get(pk=reservation.pk)
+        assert row.status == "ready", (fault.n, row.error)
+        if failed is not None:
+            assert "terminating connection" in failed.error_message, fault.n
+            assert "(attempt 1 of 1)" in failed.error_message, fault.n
+            first = VM.objects.get(pk=failed.params["vm"])
+            assert row.vm_id != first.pk, fault.n
+            given_up.append(first.state)
+        live = VM.objects.filter(state__in=VM.LIVE)
+        assert [vm.pk for vm in live] == [row.vm_id], fault.n
+        assert sorted(SimVM.objects.values_list("key", flat=True)) == [live[0].key], fault.n
+        claims = Allocation.objects.filter(released__isnull=True).values_list("pk", flat=True)
+        assert list(claims) == [row.allocation_id], fault.n
+        services.end(row, "next round", actor=alice)
+        sync_jobs.drain()
+        assert not Allocation.objects.filter(released__isnull=True).exists(), fault.n
+
+    assert at_every_statement(build_once) > 20
+    assert "failed" in given_up and "destroyed" in given_up, given_up  # both ways were struck

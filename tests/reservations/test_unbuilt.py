@@ -119,10 +119,13 @@ def test_a_build_given_up_after_its_worker_was_lost_queues_the_settle_job(sim_ho
     sync_jobs.drain()
     reservation = Reservation.objects.get(pk=reservation.pk)
     assert _settle_jobs(reservation).get().status == "success"
-    # It may be half made on its host: in error, its claim kept for a destroy (verify, repair).
+    # It may have been half made on its host: in error, its claim kept, until the destroy that
+    # the settle queued (the build's own undo, which never ran) removed it.
     vm = VM.objects.get(pk=build.params["vm"])
-    assert vm.state == "error" and "its build ended with the VM defining" in vm.error
-    assert vm.allocation.released is None
+    destroy = Job.objects.get(opcode="vm.destroy", params__vm=vm.pk)
+    assert destroy.status == "success" and "its build ended unfinished" in str(destroy.reason)
+    assert vm.state == "destroyed" and "its build ended with the VM defining" in vm.error
+    assert vm.allocation.released is not None
     assert reservation.status == "failed" and "no other host" in reservation.error  # the only host failed
 
 

@@ -78,3 +78,14 @@ def test_only_writes_in_autocommit_count_as_commits(sql, write):
     connection = Connection()
     reconnect._written(connection, sql)
     assert reconnect.commits(connection) == int(write)
+
+
+@pytest.mark.django_db
+def test_an_error_of_a_live_session_is_not_a_lost_one_on_either_database():
+    """What the job runner asks before it puts a job back in the queue (a busy SQLite file, a
+    PostgreSQL error on a session that still stands, are the job's own failures)."""
+    from django.db import connection
+
+    connection.ensure_connection()
+    assert not reconnect.session_lost(OperationalError("database is locked"))
+    assert not reconnect.session_lost(ValueError("not a database error"))

@@ -233,10 +233,17 @@ def _vms_match_hosts():
     elsewhere = sorted(k for k in set(known) & set(on_hosts) if known[k] != on_hosts[k])
     total = VM.objects.count()
     ok = not unknown and not missing and not elsewhere
+    # Every reservation has ended by now: a VM still live is a pooled run VM or one whose
+    # teardown failed; name them so that a reader can tell which.
+    alive = VM.objects.exclude(state__in=gone).values_list("pk", "state", "adhoc", "error")[:3] if known else []
+    named = "".join(
+        f"; live: VM {pk} {state}{' ad hoc' if adhoc else ''}{f' ({error[:80]})' if error else ''}"
+        for pk, state, adhoc, error in alive
+    )
     return {
         "ok": ok,
         "detail": f"{total} VMs made, {len(on_hosts)} on the sim hosts now, {len(known)} live in vclmgr; "
-        f"{len(unknown)} unknown, {len(missing)} missing, {len(elsewhere)} on another host",
+        f"{len(unknown)} unknown, {len(missing)} missing, {len(elsewhere)} on another host{named}",
         "unknown": unknown[:20],
         "missing": missing[:20],
         "elsewhere": elsewhere[:20],
@@ -276,10 +283,15 @@ def _jobs():
     counts = defaultdict(int)
     for status in Job.objects.values_list("status", flat=True):
         counts[status] += 1
+    # A job may fail under the faults (a worker given up on), never silently: each says why.
+    failed = list(Job.objects.filter(status="error").values_list("pk", "opcode", "error_kind", "error_message")[:20])
+    silent = [pk for pk, _, _, message in failed if not message.strip()]
+    why = "".join(f"; job {pk} {opcode} ({kind}): {message[:120]}" for pk, opcode, kind, message in failed[:3])
     return {
-        "ok": not unfinished,
-        "detail": f"{sum(counts.values())} jobs: {dict(counts)}; {len(unfinished)} unfinished",
+        "ok": not unfinished and not silent,
+        "detail": f"{sum(counts.values())} jobs: {dict(counts)}; {len(unfinished)} unfinished{why}",
         "unfinished": unfinished[:20],
+        "failed": failed,
     }
 
 

@@ -9,7 +9,7 @@ from provisioning.jobs.runner import Handoff, LeaseLost
 from provisioning.vms import services
 from provisioning.vms.models import VM, HostImage
 from provisioning.vms.opcodes import guest
-from vclmgr import access
+from vclmgr import access, reconnect
 
 S = VM.State
 POLL_SECONDS = 0.2
@@ -61,8 +61,15 @@ def fail_reason(exc):
 
 
 def passes_through(exc):
-    """Exceptions that mean 'another worker continues this job': never clean up on them."""
-    return isinstance(exc, (LeaseLost, Handoff)) or type(exc).__name__ == "TimeoutException"
+    """Exceptions that mean 'this job goes on elsewhere': another worker, a fresh task, or the
+    queue again after its database session was lost (``runner``). Never clean up on them: a
+    job given up after its last attempt leaves what it made to its settle (a reservation's) or
+    to verify and repair."""
+    return (
+        isinstance(exc, (LeaseLost, Handoff))
+        or type(exc).__name__ == "TimeoutException"
+        or reconnect.session_lost(exc)
+    )
 
 
 def variant_for(vm, host, staged=False):
