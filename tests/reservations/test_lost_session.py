@@ -118,6 +118,19 @@ def test_a_cancel_while_the_session_is_lost_cancels_and_gives_the_claim_back(sim
     assert at_every_statement(cancel_once) > 3
 
 
+def drain_struck(sync_jobs, fault):
+    """Run the queued jobs as workers would, ``fault`` armed for their statements only. A claim
+    that lost its session fails its django-q2 task, not the job: the next task goes on."""
+    fault.armed = True
+    for _ in range(5):
+        try:
+            sync_jobs.drain()
+            break
+        except Exception as exc:  # noqa: BLE001 (what a django-q2 task's failure is to the worker)
+            assert "terminating connection" in str(exc) or "closed" in str(exc), (fault.n, exc)
+    fault.armed = False
+
+
 def test_a_build_whose_session_is_lost_at_any_statement_still_makes_one_vm_and_ends_in_success(
     sim_host, image, alice, sync_jobs
 ):
@@ -133,14 +146,7 @@ def test_a_build_whose_session_is_lost_at_any_statement_still_makes_one_vm_and_e
 
     def build_once(fault):
         reservation = services.reserve(alice, image, actor=alice, duration=H)
-        fault.armed = True  # the worker's statements only
-        for _ in range(5):  # a claim or an end that lost its session fails the task: the next one goes on
-            try:
-                sync_jobs.drain()
-                break
-            except Exception as exc:  # noqa: BLE001 (what a django-q2 task's failure is to the worker)
-                assert "terminating connection" in str(exc) or "closed" in str(exc), (fault.n, exc)
-        fault.armed = False
+        drain_struck(sync_jobs, fault)
         row = Reservation.objects.get(pk=reservation.pk)
         build = Job.objects.filter(opcode="vm.create", params__vm=row.vm_id).get()
         log = [fault.n, *JobLog.objects.filter(job=build).values_list("message", flat=True)]
@@ -178,14 +184,7 @@ def test_a_build_that_loses_its_session_on_its_last_attempt_fails_saying_so_and_
     def build_once(fault):
         before = Job.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
         reservation = services.reserve(alice, image, actor=alice, duration=H)
-        fault.armed = True
-        for _ in range(5):  # a claim that lost its session fails the task: the next one goes on
-            try:
-                sync_jobs.drain()
-                break
-            except Exception as exc:  # noqa: BLE001 (what a django-q2 task's failure is to the worker)
-                assert "terminating connection" in str(exc) or "closed" in str(exc), (fault.n, exc)
-        fault.armed = False
+        drain_struck(sync_jobs, fault)
         sync_jobs.drain()  # the destroy its settle queued
         failed = Job.objects.filter(pk__gt=before, opcode="vm.create", status="error").first()
         row = Reservation.objects.get(pk=reservation.pk)
