@@ -460,7 +460,7 @@ def _settle(reservation, *, actor):
     elif vm.state == VM.State.REQUESTED and not _build_pending(vm):
         # Given up before define (workers or database sessions lost at every attempt): nothing
         # of it is on a host, so its claim goes back now, before a retry claims again.
-        vm = vms.fail_unbuilt(vm.pk, "its build was given up before it defined the VM", actor=actor)
+        vm = vms.fail_build(vm.pk, "its build was given up before it defined the VM", "build given up", actor=actor)
     if vm.state in VM.LIVE and vm.state != VM.State.ERROR:  # still building (a settle run early): wait
         return {"status": reservation.status, "vm": vm.state}
     failed = [*reservation.failed_hosts, *([vm.host_id] if vm.host_id else [])]

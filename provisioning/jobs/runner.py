@@ -619,7 +619,8 @@ def _after_lost_session(job, lease, end, exc, trace):
     a cut link): the transaction it was in rolled back whole and its steps are safe to run
     again, so it goes back to the queue at once, as a lost worker's job does when its lease
     runs out (`transitions.recover`), rather than failing on the database's fault. Its kept
-    step records are not written: the steps find their work done when they run again."""
+    step records are not written then: the steps find their work done when they run again.
+    With no attempt left it ends in error, as any failed step does."""
     connection.close()  # what follows gets a fresh session
     log.warning("job %s: its database session was lost (%s); back to the queue", job.id, exc)
     error = f"{type(exc).__name__}: {exc}"

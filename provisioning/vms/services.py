@@ -794,15 +794,15 @@ def cleanup_failed(vm_id, reason, *, actor):
         return set_state(vm_id, VM.State.ERROR, "cleanup failed", error=reason[:4000], **held, actor=actor)
 
 
-def fail_unbuilt(vm_id, reason, *, actor):
-    """A VM whose build ended before it was defined on any host (it is still ``requested``: the
-    driver creates only after define's state change commits): its claim goes back and it is
-    ``failed`` with the reason, in one transaction. Nothing is asked of a hypervisor."""
+def fail_build(vm_id, reason, note, *, actor):
+    """A build that left nothing on any host (never defined there, or removed by its undo): the
+    VM's claim goes back and it is ``failed`` with the reason (``note``: the history line), in
+    one transaction. Nothing is asked of a hypervisor."""
     with transaction.atomic():
         vm = VM.objects.select_related("allocation").get(pk=vm_id)
         if vm.allocation is not None:
-            capacity.release(vm.allocation, actor=actor, reason=f"{vm.key}: {reason}")
-        return set_state(vm_id, VM.State.FAILED, "build given up", error=reason[:4000], actor=actor)
+            capacity.release(vm.allocation, actor=actor, reason=f"{vm.key}: {note}")
+        return set_state(vm_id, VM.State.FAILED, note, error=reason[:4000], address=None, actor=actor)
 
 
 def _emit(vm):

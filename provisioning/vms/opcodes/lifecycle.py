@@ -415,9 +415,7 @@ def undo_create(vm_id, reason, *, actor):
         except Exception as exc:  # noqa: BLE001 (keep the claim: the VM may still use the host)
             services.cleanup_failed(vm_id, f"{reason}; cleanup failed, run vm.destroy: {exc}", actor=actor)
             return
-    if vm.allocation_id:
-        capacity.release(vm.allocation, actor=actor, reason=f"{vm.key}: create failed")
-    services.set_state(vm_id, S.FAILED, "create failed", error=reason[:4000], address=None, actor=actor)
+    services.fail_build(vm_id, reason, "create failed", actor=actor)
 
 
 @opcode("vm.destroy", params=VMParams, locks=vm_lock, staff_only=False)
