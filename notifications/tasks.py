@@ -270,7 +270,7 @@ def _post_webhook(row):
     })  # fmt: skip
     limit = settings.WEBHOOK_TIMEOUT_SECONDS
     began = time.monotonic()
-    status, error = None, None
+    status, error, timed_out = None, None, False
     with _Deadline(limit) as deadline:
         try:
             with _opener.open(request, timeout=limit) as answer:  # http(s) only, checked on save
@@ -278,9 +278,13 @@ def _post_webhook(row):
         except urllib.error.HTTPError as exc:
             status, error = exc.code, f"HTTP {exc.code}"
         except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, timed out, DNS, TLS
-            error = str(getattr(exc, "reason", exc))
+            reason = getattr(exc, "reason", exc)
+            error = str(reason)
+            timed_out = isinstance(reason, TimeoutError)
     took = int((time.monotonic() - began) * 1000)
-    if deadline.expired:  # whatever the cut-off answer looked like, the try ran out of time
+    # The socket's own timeout and the deadline are both ``limit``: whichever fires first, the
+    # try ran out of time, and says so the same way.
+    if deadline.expired or timed_out:
         status, error = None, f"timed out after {limit:g} s"
     if error:
         raise WebhookFailed(error, status_code=status, duration_ms=took)
