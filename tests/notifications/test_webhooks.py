@@ -137,6 +137,25 @@ def test_a_webhook_answering_a_byte_at_a_time_is_cut_at_its_time_limit(
     assert row.duration_ms < 1500
 
 
+def test_a_try_whose_socket_times_out_before_the_deadline_fires_says_the_same(
+    sim_host, image, alice, webhook_server, silent_server, settings, monkeypatch
+):
+    # The socket's timeout and the deadline are the same number: either may fire first. Here
+    # the deadline never does, as when its timer thread runs a moment late (CI saw it).
+    settings.WEBHOOK_TIMEOUT_SECONDS = 0.3
+    monkeypatch.setattr(tasks, "kick", lambda: None)
+    monkeypatch.setattr(tasks._Deadline, "_expire", lambda deadline: None)
+    silent = silent_server()
+    notify.create_webhook(actor="test", name="silent", url=silent.url, secret=webhook_server.secret,
+                          event_kinds=["reservation.changed"])  # fmt: skip
+    services.reserve(alice, image, actor=alice, duration=2 * H)
+    row = WebhookDelivery.objects.order_by("pk").first()
+    tasks._attempt(tasks._claim(WebhookDelivery, row.pk), tasks._post_webhook, "webhook")
+    row.refresh_from_db()
+    assert silent.requests == 1
+    assert (row.state, row.status_code, row.last_error) == ("retry", None, "WebhookFailed: timed out after 0.3 s")
+
+
 def test_a_recovering_webhook_gets_each_delivery_once(sim_host, image, alice, webhook_server, settings):
     settings.NOTIFY_RETRY_SECONDS = 0.05
     webhook_server.status = 503
