@@ -25,7 +25,37 @@ _numbers = itertools.count(1)
 LONGEST_FIRST = ("tests/test_api_schema_fuzz.py", "tests/integration/test_idle_real_vm.py")
 
 
+#: What a test uses that makes it "heavy": a real QEMU guest, Chromium, the whole API fuzzed, the
+#: topology's machines. What they prove does not depend on the database, so CI runs them once, on
+#: the PostgreSQL leg (the production configuration); `make test` runs them on SQLite too.
+HEAVY_FIXTURES = frozenset({"libvirtd", "browser"})
+HEAVY_FILES = frozenset({"tests/test_api_schema_fuzz.py"})
+#: What makes a test "slow": it starts a real process (a worker, a web server, a directory, an
+#: identity provider, a BMC, a simulator, a program of Ganeti's or of the system). `make check`
+#: runs every test that is neither.
+PROCESS_FIXTURES = frozenset({
+    "worker", "asgi_server", "ws_connect", "start_workers", "redfish_bmc", "vcsim", "provider", "idp", "vclmgr",
+})  # fmt: skip
+PROCESS_MODULES = frozenset({"subprocess", "processes"})
+
+
+def _classify(item):
+    path = item.nodeid.split("::", 1)[0]
+    names = set(getattr(item, "fixturenames", ()))
+    if names & HEAVY_FIXTURES or path in HEAVY_FILES or item.get_closest_marker("topology"):
+        item.add_marker(pytest.mark.heavy)
+    module = getattr(item, "module", None)
+    if (
+        item.get_closest_marker("heavy")
+        or names & PROCESS_FIXTURES
+        or PROCESS_MODULES & set(vars(module) if module else ())
+    ):
+        item.add_marker(pytest.mark.slow)
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        _classify(item)
     items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in LONGEST_FIRST)  # stable
 
 
@@ -53,12 +83,6 @@ def _fresh_snapshot():
     snapshot.reset()
     yield
     snapshot.reset()
-
-
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    # A real hasher costs ~0.5 s per persona; tests don't need its strength.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture

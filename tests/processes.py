@@ -32,11 +32,10 @@ def child_env(**extra):
     env.update(
         {
             "DATABASE_URL": test_database_url(),
-            "DJANGO_SETTINGS_MODULE": "vclmgr.settings",
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
             "VCLMGR_QUEUE_NAME": settings.Q_CLUSTER["name"],
             "DEBUG": "1",
             "PYTHONUNBUFFERED": "1",
-            "VCLMGR_TEST_FAST_HASHER": "1",
         }
     )
     if settings.REDIS_URL:

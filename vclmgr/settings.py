@@ -28,10 +28,6 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env.str("VCLMGR_VAR_DIR", str(BASE_DIR / "var")))
 private_dir(VAR_DIR)
 
-# Test runs in parallel (pytest-xdist) and the worker processes they start share one
-# machine; this suffix keeps their queues, caches and stats apart.
-_ISOLATION = env.str("PYTEST_XDIST_WORKER", "")
-
 DEBUG = env.bool("DEBUG", False)
 
 
@@ -147,8 +143,6 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 30,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
     }
-    # A file, not memory, so worker processes started by tests see the test database.
-    _db["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
 else:
     _db["CONN_HEALTH_CHECKS"] = True
 if sys.argv[1:2] == ["qcluster"]:
@@ -170,7 +164,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- broker, channel layer, cache -----------------------------------------------------
 REDIS_URL = env.url("REDIS_URL", schemes={"redis", "rediss", "unix"})
-QUEUE_NAME = env.str("VCLMGR_QUEUE_NAME", "vclmgr" + (f"-{_ISOLATION}" if _ISOLATION else ""))
+QUEUE_NAME = env.str("VCLMGR_QUEUE_NAME", "vclmgr")
 
 if REDIS_URL:
     CACHES = {
@@ -229,12 +223,6 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-if env.bool("VCLMGR_TEST_FAST_HASHER", False):
-    # Processes started by the tests must verify the cheap hashes the test process writes.
-    PASSWORD_HASHERS = [
-        "django.contrib.auth.hashers.PBKDF2PasswordHasher",
-        "django.contrib.auth.hashers.MD5PasswordHasher",
-    ]
 AUTHENTICATION_BACKENDS = ["vclmgr.lockout.LockoutBackend", "vclmgr.signon.LocalBackend"]
 # Sign-on (vclmgr/signon.py). LDAP / Active Directory: the AUTH_LDAP_* settings of
 # django-auth-ldap, read by vclmgr/ldap_config.py; off without AUTH_LDAP_SERVER_URI. Local
@@ -576,12 +564,7 @@ for _net in METRICS_ALLOWED_NETWORKS:
         raise ImproperlyConfigured(f"METRICS_ALLOWED_NETWORKS: {_net!r} is not a network (e.g. 10.0.0.0/8)") from None
 # Counters and histograms of every process on this machine (prometheus_client multiprocess
 # mode): read before prometheus_client is first imported, so it is set here for the children too.
-# A default exported by a parent process (the test runner before its parallel workers) is
-# worked out again: each test worker keeps its own counters.
-PROMETHEUS_MULTIPROC_DIR = env.str("PROMETHEUS_MULTIPROC_DIR", "")
-if not PROMETHEUS_MULTIPROC_DIR or PROMETHEUS_MULTIPROC_DIR == os.environ.get("VCLMGR_DEFAULT_METRICS_DIR"):
-    PROMETHEUS_MULTIPROC_DIR = str(VAR_DIR / ("metrics" + (f"-{_ISOLATION}" if _ISOLATION else "")))
-    os.environ["VCLMGR_DEFAULT_METRICS_DIR"] = PROMETHEUS_MULTIPROC_DIR
+PROMETHEUS_MULTIPROC_DIR = env.str("PROMETHEUS_MULTIPROC_DIR", "") or str(VAR_DIR / "metrics")
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = PROMETHEUS_MULTIPROC_DIR
 # 0700: prometheus_client creates its per-process files with the umask's bits; the folder keeps
 # everyone else out of them.

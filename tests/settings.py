@@ -1,0 +1,32 @@
+"""The settings of test runs: the product's (vclmgr/settings.py, read from the same environment),
+plus what only tests want. Processes the tests start (tests/processes.py) use this module too.
+
+- Parallel test workers (pytest-xdist) and the processes each starts share one machine: the
+  worker's id keeps their queues, caches and metrics apart.
+- Passwords are hashed cheaply (a real hasher costs ~0.5 s per persona); PBKDF2 stays second so
+  a hash made the product's way still verifies.
+- The SQLite test database is a file, so the worker and web processes a test starts see it.
+"""
+
+import os
+
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _worker:
+    os.environ.setdefault("VCLMGR_QUEUE_NAME", f"vclmgr-{_worker}")
+    # The runner exported its own default before it started the workers; each worker (and what
+    # it starts, which inherits both variables) keeps its own.
+    if os.environ.get("VCLMGR_TEST_METRICS_OWNER") != _worker:
+        _var = os.environ.get("VCLMGR_VAR_DIR") or os.path.join(os.path.dirname(os.path.dirname(__file__)), "var")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = os.path.join(_var, f"metrics-{_worker}")
+        os.environ["VCLMGR_TEST_METRICS_OWNER"] = _worker
+
+from vclmgr.settings import *  # noqa: E402,F403
+from vclmgr.settings import DATABASES, VAR_DIR  # noqa: E402
+
+PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.MD5PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+]
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" and os.environ.get("VCLMGR_TEST_DB") != "memory":
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
