@@ -16,12 +16,14 @@ class Validator(OAuth2Validator):
 
     def get_additional_claims(self, request):
         user = request.user
+        groups = sorted(user.groups.values_list("name", flat=True))
         return {
             "preferred_username": user.username,
             "email": user.email,
+            "email_verified": "unverified-email" not in groups,
             "given_name": user.first_name,
             "family_name": user.last_name,
-            "groups": sorted(user.groups.values_list("name", flat=True)),
+            "groups": groups,
         }
 
     def get_id_token_dictionary(self, token, token_handler, request):
