@@ -7,7 +7,8 @@ What vclmgr adds to djangosaml2:
   fetch of remote metadata keeps the last good copy; without one, sign-in says the IdP does not
   answer. The SP's own metadata (``/saml2/metadata/``) needs no IdP.
 - ``Backend``: a user is found by username (eduPersonPrincipalName by default), never by e-mail;
-  a local account with a password is never taken over. Names and e-mail
+  a local account with a password is never taken over, nor one LDAP, OpenID Connect or another
+  IdP made (``SignOnIdentity``); an account the IdP signs in is recorded as its own. Names and e-mail
   (``SAML_ATTRIBUTE_MAPPING``) and the groups of ``SAML_GROUP_MAP`` (vclmgr/group_map.py, the
   map LDAP uses) are set at every sign-in, so quotas and image visibility follow at once.
 - refusals (bad signature, another audience, a replayed or unsolicited response, an expired
@@ -34,6 +35,7 @@ from saml2.config import SPConfig
 from saml2.metadata import entity_descriptor
 
 from vclmgr.group_map import managed_groups, mapped_groups, set_mapped_groups
+from vclmgr.signon import bind_identity, claim_refusal
 
 log = logging.getLogger("vclmgr.saml")
 
@@ -77,8 +79,9 @@ def signed_on(request):
 class Backend(Saml2Backend):
     def get_or_create_user(self, user_lookup_key, user_lookup_value, create_unknown_user, **kwargs):
         user, created = super().get_or_create_user(user_lookup_key, user_lookup_value, create_unknown_user, **kwargs)
-        if user is not None and not created and user.has_usable_password():
-            log.warning("SAML sign-in as %s refused: a local account has this name", user_lookup_value)
+        refusal = None if user is None or created else claim_refusal(user, "saml", kwargs["idp_entityid"])
+        if refusal is not None:
+            log.warning("SAML sign-in as %s refused: %s", user_lookup_value, refusal)
             return None, False
         return user, created
 
@@ -97,6 +100,7 @@ class Backend(Saml2Backend):
             )
             if user is None:
                 return None
+            bind_identity(user, "saml", session_info["issuer"], user.username)
             group_map = settings.SAML_GROUP_MAP
             if group_map:
                 wanted = mapped_groups(group_map, set(), session_info.get("ava", {}))

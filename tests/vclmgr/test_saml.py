@@ -171,6 +171,28 @@ def test_a_local_account_is_not_taken_over(vclmgr, idp, django_user_model):
     assert "a local account has this name" in vclmgr.output()
 
 
+@pytest.mark.parametrize("method", ["ldap", "oidc"])
+def test_an_account_another_method_made_is_not_taken_over(vclmgr, idp, django_user_model, method):
+    from vclmgr.models import SignOnIdentity
+
+    made = django_user_model.objects.create_user("ann@uni.example", is_staff=True)
+    SignOnIdentity.objects.create(user=made, method=method, issuer="https://op.example", subject="ann@uni.example")
+
+    session, answer = sign_in(vclmgr.url, "ann")
+
+    assert refused(session, answer, vclmgr)
+    assert "the account belongs to" in vclmgr.output()
+    assert not made.signon_identities.filter(method="saml").exists()
+
+
+def test_the_account_saml_made_is_recorded_as_its_own(vclmgr, idp):
+    session, _ = sign_in(vclmgr.url, "ann")
+    sign_in(vclmgr.url, "ann")
+
+    identity = User.objects.get(username="ann@uni.example").signon_identities.get()
+    assert (identity.method, identity.issuer, identity.subject) == ("saml", idp.metadata_url, "ann@uni.example")
+
+
 def test_sp_metadata_is_served_at_a_fixed_url(vclmgr, sp_keys):
     answer = requests.get(f"{vclmgr.url}/saml2/metadata/", timeout=30)
 
