@@ -6,13 +6,15 @@ environment left unset comes here from the provider's ``OIDC_OP_DISCOVERY_URL`` 
 fetched on first use and kept for the life of the process (a failed fetch is not kept, so the
 next sign-in tries again). An endpoint set explicitly always wins over the document.
 
-The library leaves the ID token's audience and issuer unchecked; ``Backend.verify_token``
+The library leaves the ID token's audience and issuer unchecked, and lets PyJWT's other
+refusals (expired, not yet valid, malformed) through as server errors; ``Backend.verify_token``
 refuses a token whose ``aud`` is not our client or whose ``iss`` is not ``OIDC_OP_ISSUER``
-(else the discovered issuer). A callback whose state this session is not waiting for (replayed: the state is spent
-at its first use; or begun in another browser) is refused by ``CallbackView`` before any call
-to the provider; a code the provider will not exchange (used already) is the provider's
-refusal. Every refusal (bad signature, nonce, audience, issuer, replay, provider unreachable)
-is logged and signs nobody in — no user is created; the login page says the provider does not
+(else the discovered issuer), and turns those into refusals too. A callback whose state this
+session is not waiting for (replayed: the state is spent at its first use; or begun in another
+browser) is refused by ``CallbackView`` before any call to the provider; a code the provider
+will not exchange (used already) is the provider's refusal. Every refusal (bad signature,
+nonce, audience, issuer, expiry, replay, provider unreachable) is logged and signs nobody in —
+no user is created; the login page says the provider does not
 answer when it did not, that the sign-in failed otherwise.
 
 An account is bound to the provider's (issuer, ``sub``) — a ``SignOnIdentity`` row — and found
@@ -30,6 +32,7 @@ each sign-in; groups outside that map (given by hand) are left alone.
 import logging
 import threading
 
+import jwt
 import requests
 from django.conf import settings
 from django.contrib import messages
@@ -150,7 +153,10 @@ class Backend(OIDCAuthenticationBackend):
         return None
 
     def verify_token(self, token, **kwargs):
-        payload = super().verify_token(token, **kwargs)
+        try:
+            payload = super().verify_token(token, **kwargs)
+        except jwt.PyJWTError as exc:  # the library turns only a bad signature into a refusal
+            raise SuspiciousOperation(f"ID token refused: {exc}") from exc
         if kwargs.get("nonce") is None:
             return payload  # the userinfo answer as a JWT: no aud/iss of an ID token to check
         audience = payload.get("aud")

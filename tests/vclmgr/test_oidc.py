@@ -102,9 +102,10 @@ def test_a_group_change_at_the_provider_applies_at_the_next_sign_in(vclmgr, prov
         ("mallory-nonce", "JWT Nonce verification failed"),
         ("mallory-sub", "about another subject than the ID token"),
         ("mallory-iss", "ID token from another issuer: 'https://another-issuer.example/o'"),
+        ("mallory-exp", "ID token refused: Signature has expired"),
     ],
 )
-def test_it_refuses_a_token_for_another_audience_nonce_subject_or_issuer(vclmgr, provider, username, logged):
+def test_it_refuses_a_token_for_another_audience_nonce_subject_issuer_or_time(vclmgr, provider, username, logged):
     session, answer = sign_in(vclmgr.url, username, "pw")
 
     assert answer.url.startswith(f"{vclmgr.url}/login/"), answer.url

@@ -1,5 +1,7 @@
 """Claims of the test provider: names, e-mail and a ``groups`` claim; misbehaving users."""
 
+import time
+
 from oauth2_provider.oauth2_validators import OAuth2Validator
 
 TAMPERED = {
@@ -29,4 +31,6 @@ class Validator(OAuth2Validator):
     def get_id_token_dictionary(self, token, token_handler, request):
         claims, expiration = super().get_id_token_dictionary(token, token_handler, request)
         claims.update(TAMPERED.get(request.user.username, {}))
+        if request.user.username == "mallory-exp":
+            claims["exp"] = int(time.time()) - 3600  # expired an hour ago (signed, fresh from the token endpoint)
         return claims, expiration
