@@ -27,14 +27,17 @@ from tests.processes import ROOT
 provider, vclmgr = oidc_provider.provider, oidc_provider.vclmgr  # the fixtures
 
 
-def to_callback(base_url, username, password):
+def to_callback(base_url, username, password, start=None):
     """The flow up to the provider's redirect back: returns the session and vclmgr's callback URL
-    (with the code and state), not yet visited."""
+    (with the code and state), not yet visited. ``start``: the sign-in's first path, else the
+    login page's button."""
     session = requests.Session()
-    page = session.get(f"{base_url}/login/", timeout=30)
-    start = re.search(r'href="(/oidc/authenticate/[^"]*)">Sign in with Campus ID<', page.text)
-    assert start, page.text
-    form = session.get(base_url + html.unescape(start.group(1)), timeout=30)
+    if start is None:
+        page = session.get(f"{base_url}/login/", timeout=30)
+        button = re.search(r'href="(/oidc/authenticate/[^"]*)">Sign in with Campus ID<', page.text)
+        assert button, page.text
+        start = html.unescape(button.group(1))
+    form = session.get(base_url + start, timeout=30)
     assert "/accounts/login/" in form.url, form.url  # at the provider now
     fields = dict(re.findall(r'name="(csrfmiddlewaretoken|next)" value="([^"]*)"', form.text))
     fields = {k: html.unescape(v) for k, v in fields.items()}
@@ -237,6 +240,18 @@ def test_it_refuses_a_token_whose_signature_does_not_verify(transactional_db, tm
     finally:
         child.stop()
         server.shutdown()
+
+
+@pytest.mark.parametrize("elsewhere", ["https://evil.example/", "//evil.example/", "/\\evil.example/"])
+def test_the_way_back_never_leaves_the_site(vclmgr, provider, elsewhere):
+    session, callback = to_callback(
+        vclmgr.url, "ann", "ann-pass", start=f"/oidc/authenticate/?{urlencode({'next': elsewhere})}"
+    )
+
+    answer = session.get(callback, allow_redirects=False, timeout=30)  # never toward the other site
+
+    assert answer.status_code == 302
+    assert answer.headers["Location"] == "/"
 
 
 def test_a_local_account_is_not_taken_over(vclmgr, provider, django_user_model):
