@@ -76,7 +76,7 @@ class IdentityProvider:
             "mallory-sig": student("mallory-sig@uni.example", mode="tamper"),
             "mallory-aud": student("mallory-aud@uni.example", mode="other-audience"),
             **{f"mallory-{mode}": student(f"mallory-{mode}@uni.example", mode=mode)
-               for mode in ("unsigned", "response-only", "rogue-key")},
+               for mode in ("unsigned", "response-only", "rogue-key", "expired")},
         }  # fmt: skip
         self.save()
         port = free_port()

@@ -133,11 +133,12 @@ def test_it_refuses_a_response_whose_signature_does_not_verify(vclmgr, idp):
         ("unsigned", "SignatureError: Signature missing for assertion"),
         ("response-only", "SignatureError: Signature missing for assertion"),
         ("rogue-key", "SignatureError: Failed to verify signature"),
+        ("expired", "VerificationError: Condition not OK"),
     ],
 )
-def test_it_refuses_an_unsigned_or_wrongly_signed_assertion(vclmgr, idp, mode, logged):
+def test_it_refuses_an_unsigned_wrongly_signed_or_expired_assertion(vclmgr, idp, mode, logged):
     # Unsigned; a signed response around an unsigned assertion (SAML_WANT_ASSERTIONS_SIGNED);
-    # signed with a key the IdP's metadata does not name.
+    # signed with a key the IdP's metadata does not name; expired (past SAML_ACCEPTED_TIME_DIFF).
     session, answer = sign_in(vclmgr.url, f"mallory-{mode}")
 
     assert refused(session, answer, vclmgr)

@@ -12,7 +12,8 @@ refusal tests: ``mode: "tamper"`` signs the assertion, then changes an attribute
 no longer matches); ``mode: "other-audience"`` addresses the assertion to another SP;
 ``"unsigned"`` signs neither the response nor the assertion; ``"response-only"`` signs the
 response but not the assertion; ``"rogue-key"`` signs both with ``DIR/rogue-key.pem``, a key
-the metadata does not name (an impostor using this IdP's entity ID).
+the metadata does not name (an impostor using this IdP's entity ID); ``"expired"`` answers with
+an assertion that expired ten minutes ago.
 """
 
 import base64
@@ -69,11 +70,14 @@ class IdP:
         config.load(copy.deepcopy(config_dict))
         self.server = Server(config=config)
         self.server.metadata.load("inline", self.other_sp_metadata())
-        rogue = IdPConfig()
-        rogue.load(
-            {**config_dict, "key_file": str(self.dir / "rogue-key.pem"), "cert_file": str(self.dir / "rogue-cert.pem")}
-        )
-        self.rogue = Server(config=rogue)
+        rogue = copy.deepcopy(config_dict)
+        rogue.update(key_file=str(self.dir / "rogue-key.pem"), cert_file=str(self.dir / "rogue-cert.pem"))
+        expired = copy.deepcopy(config_dict)
+        expired["service"]["idp"]["policy"]["default"]["lifetime"] = {"minutes": -10}
+        # The servers of the misbehaving modes; every other answer is self.server's.
+        self.servers = {
+            mode: Server(config=IdPConfig().load(c)) for mode, c in [("rogue-key", rogue), ("expired", expired)]
+        }
         self.metadata = create_metadata_string(None, config=config, valid=1).decode()
         (self.dir / "metadata.xml").write_text(self.metadata)
         self.pending = {}
@@ -104,7 +108,8 @@ class IdP:
         known = {e for md in self.server.metadata.metadata.values() for e in md.keys()}
         if entity_id.startswith("http://127.0.0.1:") and entity_id not in known:
             self.server.metadata.load("remote", url=entity_id, cert=None)
-            self.rogue.metadata.load("remote", url=entity_id, cert=None)
+            for server in self.servers.values():
+                server.metadata.load("remote", url=entity_id, cert=None)
 
     # --- the endpoints -------------------------------------------------------------------
     def __call__(self, environ, start_response):
@@ -169,7 +174,7 @@ class IdP:
         mode = user.get("mode")
         if mode == "other-audience":
             args["sp_entity_id"] = OTHER_AUDIENCE
-        server = self.rogue if mode == "rogue-key" else self.server
+        server = self.servers.get(mode, self.server)
         response = str(
             server.create_authn_response(
                 user["attributes"],
