@@ -10,8 +10,8 @@ counts directory failures as it counts local ones.
   not name (given by hand) stay. Quotas and image visibility follow Django groups, so they
   change at that sign-in.
 - a directory account never takes over a local account of the same name (one with a usable
-  password, such as the admin), nor one another sign-on method made (``SignOnIdentity``): the
-  sign-in is refused and logged. Accounts the directory made are recorded as its own.
+  password, such as the admin), nor one only other sign-on methods vouched for
+  (``SignOnIdentity``): the sign-in is refused and logged. Accounts the directory made are recorded as its own.
 - a failed sign-in changes no account. The directory retires (deactivates) only the accounts it
   made, when asked (``retire_gone``: ``manage.py ldap_retire``, or its schedule).
 - a directory that does not answer is told apart from a wrong password (the login page says so).
@@ -118,9 +118,10 @@ def claim_refusal(user, method, issuer):
     before origins were recorded) is claimed by the first method that signs it in."""
     if user.has_usable_password():
         return "a local account has this name"
-    other = user.signon_identities.exclude(method=method, issuer=issuer).first()
-    if other is not None:
-        return f"the account belongs to {other.get_method_display()} sign-on ({other.issuer})"
+    identities = list(user.signon_identities.all())
+    if identities and not any((i.method, i.issuer) == (method, issuer) for i in identities):
+        # Bound to this method as well (an OIDC e-mail link to a directory account) is still its own.
+        return f"the account belongs to {identities[0].get_method_display()} sign-on ({identities[0].issuer})"
     return None
 
 

@@ -249,6 +249,14 @@ def test_a_directory_account_never_takes_over_one_another_method_made(use_ldap, 
     assert not grace.signon_identities.filter(method="ldap").exists()
 
 
+def test_a_directory_account_linked_to_another_method_still_signs_in(use_ldap):
+    ada = signed_in_as(sign_in("ada", "ada-pass-1")[0])
+    # OIDC_LINK_VERIFIED_EMAIL bound a provider's subject to it too.
+    SignOnIdentity.objects.create(user=ada, method="oidc", issuer="https://op.example", subject="17")
+
+    assert signed_in_as(sign_in("ada", "ada-pass-1")[0]) == ada
+
+
 def test_a_directory_account_made_before_origins_were_recorded_is_claimed(use_ldap):
     ada = User.objects.create_user("ada")  # no usable password: made by the directory, unrecorded
 
