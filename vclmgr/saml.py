@@ -14,6 +14,7 @@ What vclmgr adds to djangosaml2:
 - refusals (bad signature, another audience, a replayed or unsolicited response, an expired
   assertion, no user) are logged with the reason and the client's address, and end on the
   login page with a message; nobody is signed in and no user is created.
+- the IdP's logout requests end only a SAML session; unreadable ones are a 400 (``LogoutView``).
 - sign-out (the site's "Log out", a POST) of a SAML session also signs out at the IdP (single
   logout) where its metadata offers it; the hand-over to the IdP is a page that moves on by
   itself, because a browser applies the CSP's ``form-action 'self'`` to a form's redirects.
@@ -26,7 +27,8 @@ import time
 
 from django.conf import settings
 from django.contrib import messages
-from django.db import transaction
+from django.db import DatabaseError, transaction
+from django.http import HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import path
 from djangosaml2 import views as saml_views
@@ -166,6 +168,27 @@ def logout(request):
     return LogoutInitView.as_view()(request)
 
 
+class LogoutView(saml_views.LogoutView):
+    """The IdP's single-logout endpoint (its requests, its answers to ours). A logout request
+    from a browser whose session is not a SAML sign-in changes nothing (djangosaml2 ended that
+    session: any site could link here), and a message pysaml2 cannot read is a 400, not a 500."""
+
+    def do_logout_service(self, request, data, binding, *args, **kwargs):
+        if "SAMLRequest" in data and not signed_on(request):
+            return _logout_refused(request, "not a session from a SAML sign-in")
+        try:
+            return super().do_logout_service(request, data, binding, *args, **kwargs)
+        except DatabaseError:
+            raise
+        except Exception as exc:  # pysaml2's, XML and encoding errors alike
+            return _logout_refused(request, f"{type(exc).__name__}: {exc}")
+
+
+def _logout_refused(request, reason):
+    log.warning("SAML logout request refused from %s: %s", request.META.get("REMOTE_ADDR"), reason)
+    return HttpResponseBadRequest("This sign-out request cannot be used.")
+
+
 class MetadataView(saml_views.MetadataView):
     """The SP's metadata for the IdP's operators: from our own settings, with no IdP needed."""
 
@@ -179,7 +202,7 @@ class MetadataView(saml_views.MetadataView):
 urlpatterns = [
     path("login/", LoginView.as_view(), name="saml2_login"),
     path("acs/", AssertionConsumerServiceView.as_view(), name="saml2_acs"),
-    path("ls/", saml_views.LogoutView.as_view(), name="saml2_ls"),
-    path("ls/post/", saml_views.LogoutView.as_view(), name="saml2_ls_post"),
+    path("ls/", LogoutView.as_view(), name="saml2_ls"),
+    path("ls/post/", LogoutView.as_view(), name="saml2_ls_post"),
     path("metadata/", MetadataView.as_view(), name="saml2_metadata"),
 ]

@@ -350,3 +350,19 @@ def test_a_good_configuration_starts(tmp_path, sp_keys):
     done = _start(tmp_path, sp_keys)
 
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_logout_request_ends_no_local_session_and_junk_is_refused(vclmgr, alice, idp):
+    # Reached by any link another site offers: djangosaml2 ended whatever session came with it.
+    session, home = web.local_sign_in(vclmgr.url, "alice", "alice-pass-1")
+    assert home.url == f"{vclmgr.url}/"
+    saml_session, _ = sign_in(vclmgr.url, "ann")
+
+    local = session.get(f"{vclmgr.url}/saml2/ls/?SAMLRequest=Zm9v", allow_redirects=False, timeout=30)
+    junk = saml_session.get(f"{vclmgr.url}/saml2/ls/?SAMLRequest=Zm9v", allow_redirects=False, timeout=30)
+
+    assert (local.status_code, junk.status_code) == (400, 400)
+    assert session.get(f"{vclmgr.url}/api/v1/images/", timeout=30).status_code == 200
+    assert saml_session.get(f"{vclmgr.url}/api/v1/images/", timeout=30).status_code == 200
+    assert "SAML logout request refused from 127.0.0.1: not a session from a SAML sign-in" in vclmgr.output()
+    assert "SAML logout request refused from 127.0.0.1: UnravelError" in vclmgr.output()
