@@ -11,7 +11,8 @@ counts directory failures as it counts local ones.
   change at that sign-in.
 - a directory account never takes over a local account of the same name (one with a usable
   password, such as the admin), nor one only other sign-on methods vouched for
-  (``SignOnIdentity``): the sign-in is refused and logged. Accounts the directory made are recorded as its own.
+  (``SignOnIdentity``): the sign-in is refused and logged. Each directory sign-in records the
+  account as the directory's own.
 - a failed sign-in changes no account. The directory retires (deactivates) only the accounts it
   made, when asked (``retire_gone``: ``manage.py ldap_retire``, or its schedule).
 - a directory that does not answer is told apart from a wrong password (the login page says so).
