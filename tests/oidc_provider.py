@@ -68,6 +68,7 @@ def provider(tmp_path_factory):
         idp.user("mallory-nonce", "pw")
         idp.user("mallory-sub", "pw")
         idp.user("mallory-iss", "pw")
+        idp.user("mallory-exp", "pw")
         yield idp
     finally:
         idp.stop()

@@ -70,11 +70,14 @@ class IdentityProvider:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         key_pair(self.dir, "", "test campus IdP")
+        key_pair(self.dir, "rogue-", "test campus IdP")
         self.users = {
             "ann": student("ann@uni.example"),
             "mallory-sig": student("mallory-sig@uni.example", mode="tamper"),
             "mallory-aud": student("mallory-aud@uni.example", mode="other-audience"),
-        }
+            **{f"mallory-{mode}": student(f"mallory-{mode}@uni.example", mode=mode)
+               for mode in ("unsigned", "response-only", "rogue-key", "expired")},
+        }  # fmt: skip
         self.save()
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"

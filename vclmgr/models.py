@@ -101,3 +101,25 @@ class ObjectChange(models.Model):
 
     def __str__(self):
         return f"{self.time:%Y-%m-%d %H:%M} {self.actor} {self.action} {self.object_repr}"
+
+
+class SignOnIdentity(models.Model):
+    """Who a sign-on method vouched an account is: an issuer's subject, bound to one user.
+
+    OpenID Connect finds a user by its ``(issuer, sub)`` only; LDAP and SAML record theirs so no
+    other method takes the account over and the directory retires only the accounts it made
+    (vclmgr/signon.py, vclmgr/oidc.py, vclmgr/saml.py)."""
+
+    METHODS = [("ldap", "LDAP"), ("saml", "SAML"), ("oidc", "OpenID Connect")]
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="signon_identities")
+    method = models.CharField(max_length=8, choices=METHODS)
+    issuer = models.CharField(max_length=255, help_text="the OIDC issuer, the SAML IdP's entity ID, or 'ldap'")
+    subject = models.CharField(max_length=255, help_text="OIDC sub, SAML username, or the directory's user name")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="signon_identity_unique")]
+
+    def __str__(self):
+        return f"{self.get_method_display()} {self.issuer} {self.subject} → {self.user_id}"

@@ -6,25 +6,33 @@ environment left unset comes here from the provider's ``OIDC_OP_DISCOVERY_URL`` 
 fetched on first use and kept for the life of the process (a failed fetch is not kept, so the
 next sign-in tries again). An endpoint set explicitly always wins over the document.
 
-The library leaves the ID token's audience and issuer unchecked; ``Backend.verify_token``
+The library leaves the ID token's audience and issuer unchecked, and lets PyJWT's other
+refusals (expired, not yet valid, malformed) through as server errors; ``Backend.verify_token``
 refuses a token whose ``aud`` is not our client or whose ``iss`` is not ``OIDC_OP_ISSUER``
-(else the discovered issuer). A callback whose state this session is not waiting for (replayed: the state is spent
-at its first use; or begun in another browser) is refused by ``CallbackView`` before any call
-to the provider; a code the provider will not exchange (used already) is the provider's
-refusal. Every refusal (bad signature, nonce, audience, issuer, replay, provider unreachable)
-is logged and signs nobody in — no user is created; the login page says the provider does not
+(else the discovered issuer), and turns those into refusals too. A callback whose state this
+session is not waiting for (replayed: the state is spent at its first use; or begun in another
+browser) is refused by ``CallbackView`` before any call to the provider; a code the provider
+will not exchange (used already) is the provider's refusal. Every refusal (bad signature,
+nonce, audience, issuer, expiry, replay, provider unreachable) is logged and signs nobody in —
+no user is created; the login page says the provider does not
 answer when it did not, that the sign-in failed otherwise.
 
-A user is found by username (``preferred_username``, else ``sub``), never by e-mail: an
-address the provider vouches for must not open a local account of the same address. A local
-account with a password is never taken over by a sign-on. Names, e-mail and the groups named by
-``OIDC_GROUP_MAP`` (claim value → group) are refreshed at each sign-in; groups outside that map
-(given by hand) are left alone.
+An account is bound to the provider's (issuer, ``sub``) — a ``SignOnIdentity`` row — and found
+by it alone: the same person is the same account whatever their ``preferred_username`` or
+e-mail becomes, and a provider's user never becomes the account of a namesake made by LDAP,
+SAML or by hand. A subject seen for the first time gets a new account named after its
+``preferred_username`` (else ``sub``), with ``-2``, ``-3``… when another account has that name
+in any case (django-allauth's way). Only with ``OIDC_LINK_VERIFIED_EMAIL`` (off by default) is
+it bound instead to the one existing account of its e-mail, when the provider says
+``email_verified`` is true, the account has no password and no other subject of this provider.
+Names, e-mail and the groups named by ``OIDC_GROUP_MAP`` (claim value → group) are refreshed at
+each sign-in; groups outside that map (given by hand) are left alone.
 """
 
 import logging
 import threading
 
+import jwt
 import requests
 from django.conf import settings
 from django.contrib import messages
@@ -36,6 +44,7 @@ from mozilla_django_oidc.utils import import_from_settings
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
 from vclmgr.group_map import managed_groups, mapped_groups, set_mapped_groups
+from vclmgr.signon import bind_identity
 
 log = logging.getLogger("vclmgr.oidc")
 
@@ -90,6 +99,11 @@ def get_setting(attr, *default):
     return value
 
 
+def issuer():
+    """The issuer ID tokens must carry: ``OIDC_OP_ISSUER``, else the discovered one."""
+    return settings.OIDC_OP_ISSUER or discovery().get("issuer")
+
+
 def _claim_values(claims):
     value = claims.get(settings.OIDC_GROUPS_CLAIM)
     if value is None:
@@ -139,7 +153,10 @@ class Backend(OIDCAuthenticationBackend):
         return None
 
     def verify_token(self, token, **kwargs):
-        payload = super().verify_token(token, **kwargs)
+        try:
+            payload = super().verify_token(token, **kwargs)
+        except jwt.PyJWTError as exc:  # the library turns only a bad signature into a refusal
+            raise SuspiciousOperation(f"ID token refused: {exc}") from exc
         if kwargs.get("nonce") is None:
             return payload  # the userinfo answer as a JWT: no aud/iss of an ID token to check
         audience = payload.get("aud")
@@ -148,8 +165,7 @@ class Backend(OIDCAuthenticationBackend):
             raise SuspiciousOperation(f"ID token for another audience: {audiences!r}")
         if len(audiences) > 1 and payload.get("azp") != settings.OIDC_RP_CLIENT_ID:
             raise SuspiciousOperation(f"ID token authorised for another party: {payload.get('azp')!r}")
-        issuer = settings.OIDC_OP_ISSUER or discovery().get("issuer")
-        if payload.get("iss") != issuer:
+        if payload.get("iss") != issuer():
             raise SuspiciousOperation(f"ID token from another issuer: {payload.get('iss')!r}")
         return payload
 
@@ -164,25 +180,59 @@ class Backend(OIDCAuthenticationBackend):
         return str(claims.get("preferred_username") or claims["sub"])[:150]
 
     def verify_claims(self, claims):
-        if not (claims.get("preferred_username") or claims.get("sub")):
-            raise SuspiciousOperation("the provider gave neither preferred_username nor sub")
+        if not claims.get("sub"):
+            raise SuspiciousOperation("the provider gave no sub")
         return True
 
     def describe_user_by_claims(self, claims):
-        return f"username {self.get_username(claims)}"
+        return f"subject {claims.get('sub')} of {issuer()}"
 
     def filter_users_by_claims(self, claims):
-        users = self.UserModel.objects.filter(username=self.get_username(claims))
-        for user in users:
-            if user.has_usable_password():
-                raise SuspiciousOperation(f"{user.username} is a local account; sign-on may not take it over")
-        return users
+        bound = self.UserModel.objects.filter(
+            signon_identities__method="oidc", signon_identities__issuer=issuer(),
+            signon_identities__subject=str(claims["sub"]),
+        )  # fmt: skip
+        return bound if bound.exists() else self._by_verified_email(claims)
+
+    def _by_verified_email(self, claims):
+        """The one account to link by e-mail (``OIDC_LINK_VERIFIED_EMAIL``), or []."""
+        email = claims.get("email")
+        if not (settings.OIDC_LINK_VERIFIED_EMAIL and email and claims.get("email_verified") is True):
+            return []
+        found = list(self.UserModel.objects.filter(email__iexact=email)[:2])
+        if len(found) != 1:
+            if found:
+                log.warning("OIDC sign-in of %s: %s is on several accounts, linked to none",
+                            self.describe_user_by_claims(claims), email)  # fmt: skip
+            return []
+        user, refusal = found[0], None
+        if user.has_usable_password():
+            refusal = "a local account"
+        elif user.signon_identities.filter(method="oidc", issuer=issuer()).exists():
+            refusal = "bound to another subject of this provider"
+        if refusal is not None:
+            log.warning("OIDC sign-in of %s: %s has %s, not linked (%s)",
+                        self.describe_user_by_claims(claims), user.username, email, refusal)  # fmt: skip
+            return []
+        log.info("OIDC sign-in of %s: linked to %s by its verified e-mail", self.describe_user_by_claims(claims), user)
+        return [user]
 
     @transaction.atomic
     def create_user(self, claims):
-        user = self.UserModel(username=self.get_username(claims))
+        user = self.UserModel(username=self._free_username(self.get_username(claims)))
         user.set_unusable_password()
         return self.update_user(user, claims, created=True)
+
+    def _free_username(self, wanted):
+        """``wanted``, or ``wanted-2``, ``-3``…: the name of another account (whatever its case)
+        is never reused, so a provider's user never becomes a namesake's account."""
+        name, n = wanted, 1
+        while self.UserModel.objects.filter(username__iexact=name).exists():
+            n += 1
+            name = f"{wanted[: 150 - len(str(n)) - 1]}-{n}"
+        if name != wanted:
+            log.info("OIDC sign-in: the username %s is taken, the new account is %s", wanted, name)
+        return name
 
     @transaction.atomic
     def update_user(self, user, claims, created=False):
@@ -190,6 +240,7 @@ class Backend(OIDCAuthenticationBackend):
         user.first_name = (claims.get("given_name") or user.first_name)[:150]
         user.last_name = (claims.get("family_name") or user.last_name)[:150]
         user.save()
+        bind_identity(user, "oidc", issuer(), str(claims["sub"]))
         # The claim's values through the group map every sign-on method shares (vclmgr/group_map.py).
         group_map = {settings.OIDC_GROUPS_CLAIM: settings.OIDC_GROUP_MAP}
         granted = mapped_groups(group_map, set(), {settings.OIDC_GROUPS_CLAIM: sorted(_claim_values(claims))})

@@ -7,12 +7,14 @@ What vclmgr adds to djangosaml2:
   fetch of remote metadata keeps the last good copy; without one, sign-in says the IdP does not
   answer. The SP's own metadata (``/saml2/metadata/``) needs no IdP.
 - ``Backend``: a user is found by username (eduPersonPrincipalName by default), never by e-mail;
-  a local account with a password is never taken over. Names and e-mail
+  a local account with a password is never taken over, nor one LDAP, OpenID Connect or another
+  IdP made (``SignOnIdentity``); an account the IdP signs in is recorded as its own. Names and e-mail
   (``SAML_ATTRIBUTE_MAPPING``) and the groups of ``SAML_GROUP_MAP`` (vclmgr/group_map.py, the
   map LDAP uses) are set at every sign-in, so quotas and image visibility follow at once.
 - refusals (bad signature, another audience, a replayed or unsolicited response, an expired
   assertion, no user) are logged with the reason and the client's address, and end on the
   login page with a message; nobody is signed in and no user is created.
+- the IdP's logout requests end only a SAML session; unreadable ones are a 400 (``LogoutView``).
 - sign-out (the site's "Log out", a POST) of a SAML session also signs out at the IdP (single
   logout) where its metadata offers it; the hand-over to the IdP is a page that moves on by
   itself, because a browser applies the CSP's ``form-action 'self'`` to a form's redirects.
@@ -25,7 +27,8 @@ import time
 
 from django.conf import settings
 from django.contrib import messages
-from django.db import transaction
+from django.db import DatabaseError, transaction
+from django.http import HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import path
 from djangosaml2 import views as saml_views
@@ -34,6 +37,7 @@ from saml2.config import SPConfig
 from saml2.metadata import entity_descriptor
 
 from vclmgr.group_map import managed_groups, mapped_groups, set_mapped_groups
+from vclmgr.signon import bind_identity, claim_refusal
 
 log = logging.getLogger("vclmgr.saml")
 
@@ -77,8 +81,9 @@ def signed_on(request):
 class Backend(Saml2Backend):
     def get_or_create_user(self, user_lookup_key, user_lookup_value, create_unknown_user, **kwargs):
         user, created = super().get_or_create_user(user_lookup_key, user_lookup_value, create_unknown_user, **kwargs)
-        if user is not None and not created and user.has_usable_password():
-            log.warning("SAML sign-in as %s refused: a local account has this name", user_lookup_value)
+        refusal = None if user is None or created else claim_refusal(user, "saml", kwargs["idp_entityid"])
+        if refusal is not None:
+            log.warning("SAML sign-in as %s refused: %s", user_lookup_value, refusal)
             return None, False
         return user, created
 
@@ -97,6 +102,7 @@ class Backend(Saml2Backend):
             )
             if user is None:
                 return None
+            bind_identity(user, "saml", session_info["issuer"], user.username)
             group_map = settings.SAML_GROUP_MAP
             if group_map:
                 wanted = mapped_groups(group_map, set(), session_info.get("ava", {}))
@@ -162,6 +168,27 @@ def logout(request):
     return LogoutInitView.as_view()(request)
 
 
+class LogoutView(saml_views.LogoutView):
+    """The IdP's single-logout endpoint (its requests, its answers to ours). A logout request
+    from a browser whose session is not a SAML sign-in changes nothing (djangosaml2 ended that
+    session: any site could link here), and a message pysaml2 cannot read is a 400, not a 500."""
+
+    def do_logout_service(self, request, data, binding, *args, **kwargs):
+        if "SAMLRequest" in data and not signed_on(request):
+            return _logout_refused(request, "not a session from a SAML sign-in")
+        try:
+            return super().do_logout_service(request, data, binding, *args, **kwargs)
+        except DatabaseError:
+            raise
+        except Exception as exc:  # pysaml2's, XML and encoding errors alike
+            return _logout_refused(request, f"{type(exc).__name__}: {exc}")
+
+
+def _logout_refused(request, reason):
+    log.warning("SAML logout request refused from %s: %s", request.META.get("REMOTE_ADDR"), reason)
+    return HttpResponseBadRequest("This sign-out request cannot be used.")
+
+
 class MetadataView(saml_views.MetadataView):
     """The SP's metadata for the IdP's operators: from our own settings, with no IdP needed."""
 
@@ -175,7 +202,7 @@ class MetadataView(saml_views.MetadataView):
 urlpatterns = [
     path("login/", LoginView.as_view(), name="saml2_login"),
     path("acs/", AssertionConsumerServiceView.as_view(), name="saml2_acs"),
-    path("ls/", saml_views.LogoutView.as_view(), name="saml2_ls"),
-    path("ls/post/", saml_views.LogoutView.as_view(), name="saml2_ls_post"),
+    path("ls/", LogoutView.as_view(), name="saml2_ls"),
+    path("ls/post/", LogoutView.as_view(), name="saml2_ls_post"),
     path("metadata/", MetadataView.as_view(), name="saml2_metadata"),
 ]

@@ -283,6 +283,7 @@ if OIDC_ENABLED:
             raise ImproperlyConfigured(f"OIDC_RP_CLIENT_ID is set: set OIDC_OP_DISCOVERY_URL or {', '.join(_missing)}")
     OIDC_RP_SCOPES = env.str("OIDC_RP_SCOPES", "openid email profile")
     OIDC_USE_PKCE = env.bool("OIDC_USE_PKCE", True)
+    OIDC_LINK_VERIFIED_EMAIL = env.bool("OIDC_LINK_VERIFIED_EMAIL", False)  # vclmgr/oidc.py: off, never by name
     OIDC_VERIFY_SSL = env.bool("OIDC_VERIFY_SSL", True)
     OIDC_TIMEOUT = env.float("OIDC_TIMEOUT", 10.0, minimum=0.1)
     OIDC_GROUPS_CLAIM = env.str("OIDC_GROUPS_CLAIM", "groups")

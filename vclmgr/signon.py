@@ -10,7 +10,11 @@ counts directory failures as it counts local ones.
   not name (given by hand) stay. Quotas and image visibility follow Django groups, so they
   change at that sign-in.
 - a directory account never takes over a local account of the same name (one with a usable
-  password, such as the admin): the sign-in is refused and logged.
+  password, such as the admin), nor one only other sign-on methods vouched for
+  (``SignOnIdentity``): the sign-in is refused and logged. Each directory sign-in records the
+  account as the directory's own.
+- a failed sign-in changes no account. The directory retires (deactivates) only the accounts it
+  made, when asked (``retire_gone``: ``manage.py ldap_retire``, or its schedule).
 - a directory that does not answer is told apart from a wrong password (the login page says so).
 - a session of a deactivated user ends at its next request (django-auth-ldap does not check).
 """
@@ -19,7 +23,6 @@ import logging
 
 from django.conf import settings
 from django.contrib.auth import forms as auth_forms
-from django.contrib.auth import get_user_model
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Permission
@@ -33,6 +36,7 @@ from vclmgr.group_map import managed_groups, mapped_groups, normal_dn, set_mappe
 log = logging.getLogger(__name__)
 
 _DOWN_FLAG = "vclmgr_directory_down"
+LDAP_ISSUER = "ldap"  # the one directory; its subjects are Django usernames
 
 
 def methods():
@@ -81,20 +85,19 @@ class DirectoryBackend(LDAPBackend):
 
     def get_or_build_user(self, username, ldap_user):
         user, built = super().get_or_build_user(username, ldap_user)
-        if not built and user.has_usable_password():
-            log.warning("LDAP sign-in as %s refused: a local account has this name", username)
-            raise ldap_user.AuthenticationFailed("a local account has this name")
+        refusal = None if built else claim_refusal(user, "ldap", LDAP_ISSUER)
+        if refusal is not None:
+            log.warning("LDAP sign-in as %s refused: %s", username, refusal)
+            raise ldap_user.AuthenticationFailed(refusal)
         return user, built
 
     def authenticate_ldap_user(self, ldap_user, password):
         import ldap
 
         user = ldap_user.authenticate(password)
-        if user is None:
-            retire_if_gone(ldap_user)
+        if user is None or not user.is_active:
             return None
-        if not user.is_active:
-            return None
+        bind_identity(user, "ldap", LDAP_ISSUER, user.username)
         group_map = getattr(settings, "AUTH_LDAP_GROUP_MAP", {})
         if not group_map:
             return user
@@ -109,31 +112,80 @@ class DirectoryBackend(LDAPBackend):
         return user
 
 
-def retire_if_gone(ldap_user):
-    """A directory-made account whose entry the directory no longer has is deactivated at this
-    sign-in attempt, so its sessions end and its API tokens stop too (not only the password).
-    Only when the user search answered "no such entry": a wrong password, a direct-bind set-up
-    (where a missing entry and a wrong password look alike) or a directory error change nothing.
-    An administrator reactivates the account if the person comes back."""
+def claim_refusal(user, method, issuer):
+    """Why a sign-on by ``method`` (``issuer``'s) may not use the existing ``user`` found by its
+    name; None when it may. A local account (a usable password) is nobody's to take; one that
+    another method or issuer vouched for is that one's. An account with no recorded origin (made
+    before origins were recorded) is claimed by the first method that signs it in."""
+    if user.has_usable_password():
+        return "a local account has this name"
+    identities = list(user.signon_identities.all())
+    if identities and not any((i.method, i.issuer) == (method, issuer) for i in identities):
+        # Bound to this method as well (an OIDC e-mail link to a directory account) is still its own.
+        return f"the account belongs to {identities[0].get_method_display()} sign-on ({identities[0].issuer})"
+    return None
+
+
+def bind_identity(user, method, issuer, subject):
+    """Record that ``method`` (``issuer``'s ``subject``) vouched for ``user`` (idempotent)."""
+    from vclmgr.models import SignOnIdentity
+
+    SignOnIdentity.objects.get_or_create(issuer=issuer, subject=subject, defaults={"user": user, "method": method})
+
+
+def retire_gone():
+    """Deactivate the active accounts the directory made whose entries it no longer has, so their
+    sessions end and their API tokens stop too; returns their usernames.
+
+    Run by ``manage.py ldap_retire`` (or its schedule), never by a sign-in: a failed password
+    attempt is anyone's and changes no account. Only accounts with an LDAP origin, only in the
+    search set-up (a direct bind cannot tell a missing entry from a wrong password), and only on
+    an answer: the search base must exist, and an account is retired when the search for it
+    succeeded with no entry. Any directory error stops the sweep with nothing more changed. An
+    administrator reactivates the account if the person comes back."""
+    import ldap
+    from ldap.filter import escape_filter_chars
+
+    from vclmgr.models import SignOnIdentity
+
+    backend = DirectoryBackend()
+    search = backend.settings.USER_SEARCH
+    if not backend.settings.SERVER_URI or search is None or backend.settings.USER_DN_TEMPLATE:
+        return []
+    connection = _service_connection(backend)
+    try:
+        connection.search_s(search.base_dn, ldap.SCOPE_BASE, "(objectClass=*)", ["1.1"])  # NO_SUCH_OBJECT: stop
+        retired = []
+        made = SignOnIdentity.objects.filter(method="ldap", user__is_active=True).select_related("user")
+        for identity in made.order_by("pk"):
+            wanted = search.filterstr % {"user": escape_filter_chars(identity.subject)}
+            if not connection.search_s(search.base_dn, search.scope, wanted, ["1.1"]):
+                _retire(identity.user)
+                retired.append(identity.user.username)
+        return retired
+    finally:
+        connection.unbind_s()
+
+
+def _service_connection(backend):
     import ldap
 
-    search = ldap_user.settings.USER_SEARCH
-    if search is None or ldap_user.settings.USER_DN_TEMPLATE is not None or ldap_user._user_dn is not None:
-        return
-    local = get_user_model().objects.filter(username__iexact=ldap_user._username, is_active=True).first()
-    if local is None or local.has_usable_password():  # a local account is not the directory's
-        return
-    try:
-        found = search.execute(ldap_user.connection, {"user": ldap_user._username})
-    except ldap.LDAPError:
-        return
-    if found:
-        return
-    local.is_active = False
-    local.save(update_fields=["is_active"])
-    changelog.record(local, "update", changelog.Actor(name="directory"), {"is_active": [True, False]},
+    config = backend.settings
+    connection = ldap.initialize(config.SERVER_URI, bytes_mode=False)
+    for option, value in config.CONNECTION_OPTIONS.items():
+        connection.set_option(option, value)
+    if config.START_TLS:
+        connection.start_tls_s()
+    connection.simple_bind_s(config.BIND_DN, config.BIND_PASSWORD)
+    return connection
+
+
+def _retire(user):
+    user.is_active = False
+    user.save(update_fields=["is_active"])
+    changelog.record(user, "update", changelog.Actor(name="directory"), {"is_active": [True, False]},
                      reason="no longer in the directory")  # fmt: skip
-    log.warning("%s is no longer in the directory: account deactivated (its tokens and sessions end)", local)
+    log.warning("%s is no longer in the directory: account deactivated (its tokens and sessions end)", user)
 
 
 def _group_dns(ldap_user):

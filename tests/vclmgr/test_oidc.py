@@ -27,14 +27,17 @@ from tests.processes import ROOT
 provider, vclmgr = oidc_provider.provider, oidc_provider.vclmgr  # the fixtures
 
 
-def to_callback(base_url, username, password):
+def to_callback(base_url, username, password, start=None):
     """The flow up to the provider's redirect back: returns the session and vclmgr's callback URL
-    (with the code and state), not yet visited."""
+    (with the code and state), not yet visited. ``start``: the sign-in's first path, else the
+    login page's button."""
     session = requests.Session()
-    page = session.get(f"{base_url}/login/", timeout=30)
-    start = re.search(r'href="(/oidc/authenticate/[^"]*)">Sign in with Campus ID<', page.text)
-    assert start, page.text
-    form = session.get(base_url + html.unescape(start.group(1)), timeout=30)
+    if start is None:
+        page = session.get(f"{base_url}/login/", timeout=30)
+        button = re.search(r'href="(/oidc/authenticate/[^"]*)">Sign in with Campus ID<', page.text)
+        assert button, page.text
+        start = html.unescape(button.group(1))
+    form = session.get(base_url + start, timeout=30)
     assert "/accounts/login/" in form.url, form.url  # at the provider now
     fields = dict(re.findall(r'name="(csrfmiddlewaretoken|next)" value="([^"]*)"', form.text))
     fields = {k: html.unescape(v) for k, v in fields.items()}
@@ -102,9 +105,10 @@ def test_a_group_change_at_the_provider_applies_at_the_next_sign_in(vclmgr, prov
         ("mallory-nonce", "JWT Nonce verification failed"),
         ("mallory-sub", "about another subject than the ID token"),
         ("mallory-iss", "ID token from another issuer: 'https://another-issuer.example/o'"),
+        ("mallory-exp", "ID token refused: Signature has expired"),
     ],
 )
-def test_it_refuses_a_token_for_another_audience_nonce_subject_or_issuer(vclmgr, provider, username, logged):
+def test_it_refuses_a_token_for_another_audience_nonce_subject_issuer_or_time(vclmgr, provider, username, logged):
     session, answer = sign_in(vclmgr.url, username, "pw")
 
     assert answer.url.startswith(f"{vclmgr.url}/login/"), answer.url
@@ -238,13 +242,28 @@ def test_it_refuses_a_token_whose_signature_does_not_verify(transactional_db, tm
         server.shutdown()
 
 
+@pytest.mark.parametrize("elsewhere", ["https://evil.example/", "//evil.example/", "/\\evil.example/"])
+def test_the_way_back_never_leaves_the_site(vclmgr, provider, elsewhere):
+    session, callback = to_callback(
+        vclmgr.url, "ann", "ann-pass", start=f"/oidc/authenticate/?{urlencode({'next': elsewhere})}"
+    )
+
+    answer = session.get(callback, allow_redirects=False, timeout=30)  # never toward the other site
+
+    assert answer.status_code == 302
+    assert answer.headers["Location"] == "/"
+
+
 def test_a_local_account_is_not_taken_over(vclmgr, provider, django_user_model):
-    django_user_model.objects.create_user("ann", password="local-pass-1")  # noqa: S106
+    local = django_user_model.objects.create_user("Ann", "ann@uni.example", password="local-pass-1")  # noqa: S106
 
-    _, answer = sign_in(vclmgr.url, "ann", "ann-pass")
+    session, answer = sign_in(vclmgr.url, "ann", "ann-pass")
 
-    assert answer.url.startswith(f"{vclmgr.url}/login/")
-    assert "is a local account" in vclmgr.output()
+    assert answer.url == f"{vclmgr.url}/"
+    assert signed_in_as(session).username == "ann-2"
+    assert "the username ann is taken, the new account is ann-2" in vclmgr.output()
+    assert web.local_sign_in(vclmgr.url, "Ann", "local-pass-1")[1].url == f"{vclmgr.url}/"
+    assert not local.signon_identities.exists()
 
 
 def test_local_sign_in_keeps_working(vclmgr, alice):
@@ -262,8 +281,7 @@ def test_it_refuses_to_start_without_a_way_to_find_the_endpoints():
     assert done.returncode != 0
     assert (
         "set OIDC_OP_DISCOVERY_URL or OIDC_OP_ISSUER, OIDC_OP_AUTHORIZATION_ENDPOINT, OIDC_OP_USER_ENDPOINT, "
-        "OIDC_OP_JWKS_ENDPOINT"
-        in (done.stderr)
+        "OIDC_OP_JWKS_ENDPOINT" in (done.stderr)
     )
 
 
@@ -281,3 +299,80 @@ def test_refused_sign_ons_do_not_lock_the_address_out_of_sign_on(vclmgr, provide
 def test_it_is_off_by_default(client, db):
     assert "Sign in with" not in client.get("/login/").content.decode()
     assert client.get("/oidc/authenticate/").status_code == 404
+
+
+def signed_in_as(session):
+    from django.contrib.sessions.models import Session
+
+    key = session.cookies.get("sessionid")
+    found = Session.objects.filter(pk=key).first() if key else None
+    user_id = found.get_decoded().get("_auth_user_id") if found else None
+    return User.objects.get(pk=user_id) if user_id else None
+
+
+def test_a_provider_user_of_the_same_name_gets_an_account_of_its_own(vclmgr, provider, django_user_model):
+    # An account LDAP (or SAML) made: no usable password, the directory's groups.
+    ada = django_user_model.objects.create_user("ada", email="ada@campus.example")
+    ada.set_unusable_password()
+    ada.save()
+    ada.groups.add(Group.objects.create(name="faculty"))
+    provider.user("ada", "not-the-same-ada", email="ada@elsewhere.example", groups=["cs101-students"])
+
+    session, answer = sign_in(vclmgr.url, "ada", "not-the-same-ada")
+
+    assert answer.url == f"{vclmgr.url}/", answer.url
+    other = django_user_model.objects.get(email="ada@elsewhere.example")
+    assert other.pk != ada.pk and other.username.lower() != "ada"
+    assert signed_in_as(session) == other
+    ada.refresh_from_db()
+    assert (ada.email, sorted(ada.groups.values_list("name", flat=True))) == ("ada@campus.example", ["faculty"])
+    # The next sign-in of the same subject is the same account, not a third one.
+    sign_in(vclmgr.url, "ada", "not-the-same-ada")
+    assert django_user_model.objects.filter(username__istartswith="ada").count() == 2
+
+
+@pytest.fixture
+def linking(transactional_db, tmp_path, provider):
+    child = start_vclmgr(tmp_path, provider, OIDC_LINK_VERIFIED_EMAIL="1")
+    yield child
+    child.stop()
+
+
+def made_by_ldap(django_user_model, username, email):
+    from vclmgr.models import SignOnIdentity
+
+    user = django_user_model.objects.create_user(username, email)
+    SignOnIdentity.objects.create(user=user, method="ldap", issuer="ldap", subject=username)
+    return user
+
+
+@pytest.mark.parametrize("verified", [True, False])
+def test_a_verified_email_links_an_existing_account_only_when_allowed(linking, provider, django_user_model, verified):
+    ann = made_by_ldap(django_user_model, "ann.lee", "ann@uni.example")
+    groups = ["cs101-students"] + ([] if verified else ["unverified-email"])
+    provider.user("ann", "ann-pass", email="ann@uni.example", groups=groups, first_name="Ann")
+    try:
+        session, answer = sign_in(linking.url, "ann", "ann-pass")
+    finally:
+        provider.user("ann", "ann-pass", email="ann@uni.example", groups=["cs101-students"], first_name="Ann")
+
+    assert answer.url == f"{linking.url}/"
+    assert (signed_in_as(session) == ann) is verified
+    assert ann.signon_identities.filter(method="oidc").exists() is verified
+
+
+def test_without_the_setting_a_verified_email_links_nothing(vclmgr, provider, django_user_model):
+    ann = made_by_ldap(django_user_model, "ann.lee", "ann@uni.example")
+
+    session, _ = sign_in(vclmgr.url, "ann", "ann-pass")
+
+    assert signed_in_as(session).username == "ann" and signed_in_as(session) != ann
+
+
+def test_a_verified_email_never_links_a_local_account(linking, provider, django_user_model):
+    local = django_user_model.objects.create_user("ann.lee", "ann@uni.example", password="local-pass-1")  # noqa: S106
+
+    session, _ = sign_in(linking.url, "ann", "ann-pass")
+
+    assert signed_in_as(session) != local
+    assert "has ann@uni.example, not linked (a local account)" in linking.output()

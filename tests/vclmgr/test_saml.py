@@ -6,6 +6,7 @@ import html
 import re
 import subprocess
 import sys
+from urllib.parse import urlencode
 
 import pytest
 import requests
@@ -23,19 +24,21 @@ def hidden_fields(page):
     return {k: html.unescape(v) for k, v in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', page)}
 
 
-def to_idp(session, base_url):
-    """vclmgr's login page → its button → the IdP's login form (after the redirect)."""
-    page = session.get(f"{base_url}/login/", timeout=30)
-    start = re.search(r'href="(/saml2/login/[^"]*)">Sign in with Campus SSO<', page.text)
-    assert start, page.text
-    form = session.get(base_url + html.unescape(start.group(1)), timeout=30)
+def to_idp(session, base_url, start=None):
+    """vclmgr's login page → its button (or ``start``) → the IdP's login form (after the redirect)."""
+    if start is None:
+        page = session.get(f"{base_url}/login/", timeout=30)
+        button = re.search(r'href="(/saml2/login/[^"]*)">Sign in with Campus SSO<', page.text)
+        assert button, page.text
+        start = html.unescape(button.group(1))
+    form = session.get(base_url + start, timeout=30)
     assert "Campus sign-in" in form.text, form.text
     return form
 
 
-def idp_answer(session, base_url, username, password=None):
+def idp_answer(session, base_url, username, password=None, start=None):
     """Signs in at the IdP; returns the form the IdP's page would post to vclmgr's ACS."""
-    form = to_idp(session, base_url)
+    form = to_idp(session, base_url, start)
     key = re.search(r'name="key" value="([^"]+)"', form.text).group(1)
     idp_url = form.url.split("/sso/")[0]
     page = session.post(
@@ -124,6 +127,25 @@ def test_it_refuses_a_response_whose_signature_does_not_verify(vclmgr, idp):
     assert "SAML sign-in refused from 127.0.0.1: SignatureError" in vclmgr.output()
 
 
+@pytest.mark.parametrize(
+    ("mode", "logged"),
+    [
+        ("unsigned", "SignatureError: Signature missing for assertion"),
+        ("response-only", "SignatureError: Signature missing for assertion"),
+        ("rogue-key", "SignatureError: Failed to verify signature"),
+        ("expired", "VerificationError: Condition not OK"),
+    ],
+)
+def test_it_refuses_an_unsigned_wrongly_signed_or_expired_assertion(vclmgr, idp, mode, logged):
+    # Unsigned; a signed response around an unsigned assertion (SAML_WANT_ASSERTIONS_SIGNED);
+    # signed with a key the IdP's metadata does not name; expired (past SAML_ACCEPTED_TIME_DIFF).
+    session, answer = sign_in(vclmgr.url, f"mallory-{mode}")
+
+    assert refused(session, answer, vclmgr)
+    assert not User.objects.filter(username=f"mallory-{mode}@uni.example").exists()
+    assert f"SAML sign-in refused from 127.0.0.1: {logged}" in vclmgr.output()
+
+
 def test_it_refuses_a_response_for_another_audience(vclmgr, idp):
     session, answer = sign_in(vclmgr.url, "mallory-aud")
 
@@ -162,6 +184,19 @@ def test_it_refuses_a_replay_within_the_same_saml_session(vclmgr, idp):
     assert "UnsolicitedResponse" in vclmgr.output()
 
 
+@pytest.mark.parametrize("elsewhere", ["https://evil.example/", "//evil.example/", "/\\evil.example/"])
+def test_the_way_back_never_leaves_the_site(vclmgr, idp, elsewhere):
+    session = requests.Session()
+    action, fields = idp_answer(session, vclmgr.url, "ann", start=f"/saml2/login/?{urlencode({'next': elsewhere})}")
+    # The RelayState is not signed: whatever the IdP's page posts back, not only what was sent.
+    answer = session.post(
+        action, data={**fields, "RelayState": elsewhere}, allow_redirects=False, timeout=30
+    )  # never toward the other site
+
+    assert answer.status_code == 302
+    assert answer.headers["Location"] == "/"
+
+
 def test_a_local_account_is_not_taken_over(vclmgr, idp, django_user_model):
     django_user_model.objects.create_user("ann@uni.example", password="local-pass-1")  # noqa: S106
 
@@ -169,6 +204,29 @@ def test_a_local_account_is_not_taken_over(vclmgr, idp, django_user_model):
 
     assert refused(session, answer, vclmgr)
     assert "a local account has this name" in vclmgr.output()
+
+
+@pytest.mark.parametrize("method", ["ldap", "oidc", "saml"])
+def test_an_account_another_method_made_is_not_taken_over(vclmgr, idp, django_user_model, method):
+    from vclmgr.models import SignOnIdentity
+
+    # saml: another IdP of the same federation metadata, which vouched for this name first.
+    made = django_user_model.objects.create_user("ann@uni.example", is_staff=True)
+    SignOnIdentity.objects.create(user=made, method=method, issuer="https://other.example", subject="ann@uni.example")
+
+    session, answer = sign_in(vclmgr.url, "ann")
+
+    assert refused(session, answer, vclmgr)
+    assert "the account belongs to" in vclmgr.output()
+    assert not made.signon_identities.filter(issuer=idp.metadata_url).exists()
+
+
+def test_the_account_saml_made_is_recorded_as_its_own(vclmgr, idp):
+    session, _ = sign_in(vclmgr.url, "ann")
+    sign_in(vclmgr.url, "ann")
+
+    identity = User.objects.get(username="ann@uni.example").signon_identities.get()
+    assert (identity.method, identity.issuer, identity.subject) == ("saml", idp.metadata_url, "ann@uni.example")
 
 
 def test_sp_metadata_is_served_at_a_fixed_url(vclmgr, sp_keys):
@@ -292,3 +350,19 @@ def test_a_good_configuration_starts(tmp_path, sp_keys):
     done = _start(tmp_path, sp_keys)
 
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_logout_request_ends_no_local_session_and_junk_is_refused(vclmgr, alice, idp):
+    # Reached by any link another site offers: djangosaml2 ended whatever session came with it.
+    session, home = web.local_sign_in(vclmgr.url, "alice", "alice-pass-1")
+    assert home.url == f"{vclmgr.url}/"
+    saml_session, _ = sign_in(vclmgr.url, "ann")
+
+    local = session.get(f"{vclmgr.url}/saml2/ls/?SAMLRequest=Zm9v", allow_redirects=False, timeout=30)
+    junk = saml_session.get(f"{vclmgr.url}/saml2/ls/?SAMLRequest=Zm9v", allow_redirects=False, timeout=30)
+
+    assert (local.status_code, junk.status_code) == (400, 400)
+    assert session.get(f"{vclmgr.url}/api/v1/images/", timeout=30).status_code == 200
+    assert saml_session.get(f"{vclmgr.url}/api/v1/images/", timeout=30).status_code == 200
+    assert "SAML logout request refused from 127.0.0.1: not a session from a SAML sign-in" in vclmgr.output()
+    assert "SAML logout request refused from 127.0.0.1: UnravelError" in vclmgr.output()

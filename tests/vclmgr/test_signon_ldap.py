@@ -5,17 +5,20 @@ basic auth; groups mapped from the directory drive image visibility and quotas."
 import base64
 import json
 import socket
+from io import StringIO
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.core.management import CommandError, call_command
 from django.test import Client
 
 from provisioning.vms import quotas
 from provisioning.vms.models import Image, QuotaRule
 from tests.ldap_server import BASE, Directory, missing_tools
-from vclmgr import tokens
+from vclmgr import signon, tokens
 from vclmgr.env import Env
 from vclmgr.ldap_config import ldap_settings
+from vclmgr.models import ObjectChange, SignOnIdentity
 
 pytestmark = pytest.mark.django_db
 
@@ -154,22 +157,111 @@ def test_a_group_change_in_the_directory_changes_images_and_quotas_at_the_next_l
     assert set(linus.groups.values_list("name", flat=True)) == {"cs102", "given-by-hand"}
 
 
-def test_a_user_removed_from_the_directory_cannot_sign_in_again(use_ldap, directory):
+@pytest.fixture
+def emmy_gone(directory):
+    """Emmy's entry deleted from the directory (put back afterwards: the directory is the module's)."""
+    directory.modify(f"dn: uid=emmy,{PEOPLE}\nchangetype: delete\n")
+    yield
+    directory.modify(
+        f"dn: uid=emmy,{PEOPLE}\nchangetype: add\nobjectClass: inetOrgPerson\nuid: emmy\ncn: Emmy Noether\n"
+        "givenName: Emmy\nsn: Noether\nmail: emmy@campus.example\nuserPassword: emmy-pass-1\n"
+    )
+
+
+@pytest.mark.parametrize("username", ["saml-made@uni.example", "oidc-made", "emmy"])
+def test_a_failed_sign_in_by_a_stranger_changes_no_account(use_ldap, request, username):
+    # Accounts the directory does not hold: made by SAML or OpenID Connect (no usable
+    # password, staff too), or the directory's own whose entry is gone.
+    if username == "emmy":
+        sign_in("emmy", "emmy-pass-1")
+        made = User.objects.get(username="emmy")
+        request.getfixturevalue("emmy_gone")
+    else:
+        made = User.objects.create_user(username, is_staff=True)
+    before = User.objects.filter(pk=made.pk).values().get()
+
+    client, response = sign_in(username, "a-guess")
+
+    assert response.status_code == 200 and signed_in_as(client) is None
+    assert User.objects.filter(pk=made.pk).values().get() == before
+
+
+def test_the_sweep_retires_a_directory_account_gone_from_the_directory(use_ldap, request):
     client, _ = sign_in("emmy", "emmy-pass-1")
     emmy = signed_in_as(client)
-    assert emmy.username == "emmy"
     _, token = tokens.issue(emmy, "laptop")
-    directory.modify(f"dn: uid=emmy,{PEOPLE}\nchangetype: delete\n")
+    request.getfixturevalue("emmy_gone")
+    assert signed_in_as(sign_in("emmy", "emmy-pass-1")[0]) is None
 
-    again, response = sign_in("emmy", "emmy-pass-1")
+    out = StringIO()
+    call_command("ldap_retire", stdout=out)
 
-    # Her account stays (history, reservations) but is deactivated: refused, and her earlier
-    # session and her API token stop working too.
-    assert response.status_code == 200
-    assert signed_in_as(again) is None
+    # Her account stays (history, reservations) but is deactivated: her earlier session and
+    # her API token stop working too. Accounts other methods made are not the directory's.
+    assert out.getvalue().strip() == "retired 1: emmy"
     assert User.objects.filter(username="emmy", is_active=False).exists()
     assert client.get("/").status_code == 302
     assert tokens.resolve(token) is None
+    assert ObjectChange.objects.filter(object_repr="emmy", reason="no longer in the directory").exists()
+
+
+def test_the_sweep_leaves_accounts_the_directory_did_not_make(use_ldap, admin_user):
+    for method, name in [("saml", "sam@uni.example"), ("oidc", "olga")]:
+        user = User.objects.create_user(name, is_staff=True)
+        SignOnIdentity.objects.create(user=user, method=method, issuer="https://idp.example", subject=name)
+    User.objects.create_user("made-before-origins")  # no usable password, no recorded origin
+    sign_in("ada", "ada-pass-1")
+
+    assert signon.retire_gone() == []
+    assert User.objects.filter(is_active=False).count() == 0
+
+
+@pytest.mark.parametrize("broken", ["base", "server"])
+def test_the_sweep_retires_nobody_when_the_directory_does_not_answer_properly(use_ldap, directory, broken):
+    sign_in("ada", "ada-pass-1")
+    if broken == "base":  # a search base that does not exist: every search would find nobody
+        use_ldap(search_env(directory, AUTH_LDAP_USER_SEARCH_BASEDN=f"ou=gone,{BASE}"))
+    else:
+        use_ldap(search_env(directory, AUTH_LDAP_SERVER_URI=f"ldap://127.0.0.1:{_closed_port()}"))
+
+    with pytest.raises(CommandError, match="did not answer properly"):
+        call_command("ldap_retire")
+    assert User.objects.get(username="ada").is_active
+
+
+def test_the_sweep_can_be_scheduled(db):
+    from django_q.models import Schedule
+
+    call_command("ldap_retire", "--every", "60", stdout=StringIO())
+    assert Schedule.objects.get(func="vclmgr.signon.retire_gone").minutes == 60
+    call_command("ldap_retire", "--every", "0", stdout=StringIO())
+    assert not Schedule.objects.filter(func="vclmgr.signon.retire_gone").exists()
+
+
+@pytest.mark.parametrize("method", ["saml", "oidc"])
+def test_a_directory_account_never_takes_over_one_another_method_made(use_ldap, method):
+    grace = User.objects.create_user("grace")
+    SignOnIdentity.objects.create(user=grace, method=method, issuer="https://idp.example", subject="grace")
+
+    client, _ = sign_in("grace", "grace-pass-1")
+
+    assert signed_in_as(client) is None
+    assert not grace.signon_identities.filter(method="ldap").exists()
+
+
+def test_a_directory_account_linked_to_another_method_still_signs_in(use_ldap):
+    ada = signed_in_as(sign_in("ada", "ada-pass-1")[0])
+    # OIDC_LINK_VERIFIED_EMAIL bound a provider's subject to it too.
+    SignOnIdentity.objects.create(user=ada, method="oidc", issuer="https://op.example", subject="17")
+
+    assert signed_in_as(sign_in("ada", "ada-pass-1")[0]) == ada
+
+
+def test_a_directory_account_made_before_origins_were_recorded_is_claimed(use_ldap):
+    ada = User.objects.create_user("ada")  # no usable password: made by the directory, unrecorded
+
+    assert signed_in_as(sign_in("ada", "ada-pass-1")[0]) == ada
+    assert ada.signon_identities.get().method == "ldap"
 
 
 def test_a_wrong_password_does_not_deactivate_anyone(use_ldap):

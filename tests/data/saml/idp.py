@@ -9,10 +9,15 @@ test can change a user's affiliation). The IdP writes its metadata to ``DIR/meta
 An SP it does not know yet is looked up at its entity ID (the "well-known location" of
 metadata), so one IdP serves every vclmgr a test module starts. Misbehaving users, for the
 refusal tests: ``mode: "tamper"`` signs the assertion, then changes an attribute (the signature
-no longer matches); ``mode: "other-audience"`` addresses the assertion to another SP.
+no longer matches); ``mode: "other-audience"`` addresses the assertion to another SP;
+``"unsigned"`` signs neither the response nor the assertion; ``"response-only"`` signs the
+response but not the assertion; ``"rogue-key"`` signs both with ``DIR/rogue-key.pem``, a key
+the metadata does not name (an impostor using this IdP's entity ID); ``"expired"`` answers with
+an assertion that expired ten minutes ago.
 """
 
 import base64
+import copy
 import html
 import json
 import secrets
@@ -39,33 +44,40 @@ class IdP:
         self.dir = Path(directory)
         base = f"http://127.0.0.1:{port}"
         config = IdPConfig()
-        config.load(
-            {
-                "entityid": f"{base}/metadata",
-                "xmlsec_binary": "/usr/bin/xmlsec1",
-                "key_file": str(self.dir / "key.pem"),
-                "cert_file": str(self.dir / "cert.pem"),
-                "metadata": {},
-                "service": {
-                    "idp": {
-                        "name": "Test campus IdP",
-                        "endpoints": {
-                            "single_sign_on_service": [
-                                (f"{base}/sso/redirect", BINDING_HTTP_REDIRECT),
-                                (f"{base}/sso/post", BINDING_HTTP_POST),
-                            ],
-                            "single_logout_service": [(f"{base}/slo/redirect", BINDING_HTTP_REDIRECT)],
-                        },
-                        "name_id_format": [NAMEID_FORMAT_TRANSIENT],
-                        # Shibboleth's way: attributes under their urn:oid names.
-                        "policy": {"default": {"lifetime": {"minutes": 5}, "name_form": NAME_FORMAT_URI}},
-                        "sign_assertion": True,
-                    }
-                },
-            }
-        )
+        config_dict = {
+            "entityid": f"{base}/metadata",
+            "xmlsec_binary": "/usr/bin/xmlsec1",
+            "key_file": str(self.dir / "key.pem"),
+            "cert_file": str(self.dir / "cert.pem"),
+            "metadata": {},
+            "service": {
+                "idp": {
+                    "name": "Test campus IdP",
+                    "endpoints": {
+                        "single_sign_on_service": [
+                            (f"{base}/sso/redirect", BINDING_HTTP_REDIRECT),
+                            (f"{base}/sso/post", BINDING_HTTP_POST),
+                        ],
+                        "single_logout_service": [(f"{base}/slo/redirect", BINDING_HTTP_REDIRECT)],
+                    },
+                    "name_id_format": [NAMEID_FORMAT_TRANSIENT],
+                    # Shibboleth's way: attributes under their urn:oid names.
+                    "policy": {"default": {"lifetime": {"minutes": 5}, "name_form": NAME_FORMAT_URI}},
+                    "sign_assertion": True,
+                }
+            },
+        }
+        config.load(copy.deepcopy(config_dict))
         self.server = Server(config=config)
         self.server.metadata.load("inline", self.other_sp_metadata())
+        rogue = copy.deepcopy(config_dict)
+        rogue.update(key_file=str(self.dir / "rogue-key.pem"), cert_file=str(self.dir / "rogue-cert.pem"))
+        expired = copy.deepcopy(config_dict)
+        expired["service"]["idp"]["policy"]["default"]["lifetime"] = {"minutes": -10}
+        # The servers of the misbehaving modes; every other answer is self.server's.
+        self.servers = {
+            mode: Server(config=IdPConfig().load(c)) for mode, c in [("rogue-key", rogue), ("expired", expired)]
+        }
         self.metadata = create_metadata_string(None, config=config, valid=1).decode()
         (self.dir / "metadata.xml").write_text(self.metadata)
         self.pending = {}
@@ -96,6 +108,8 @@ class IdP:
         known = {e for md in self.server.metadata.metadata.values() for e in md.keys()}
         if entity_id.startswith("http://127.0.0.1:") and entity_id not in known:
             self.server.metadata.load("remote", url=entity_id, cert=None)
+            for server in self.servers.values():
+                server.metadata.load("remote", url=entity_id, cert=None)
 
     # --- the endpoints -------------------------------------------------------------------
     def __call__(self, environ, start_response):
@@ -160,13 +174,14 @@ class IdP:
         mode = user.get("mode")
         if mode == "other-audience":
             args["sp_entity_id"] = OTHER_AUDIENCE
+        server = self.servers.get(mode, self.server)
         response = str(
-            self.server.create_authn_response(
+            server.create_authn_response(
                 user["attributes"],
                 userid=form["username"],
                 authn={"class_ref": PASSWORD, "authn_auth": self.server.config.entityid},
-                sign_assertion=True,
-                sign_response=True,
+                sign_assertion=mode not in ("unsigned", "response-only"),
+                sign_response=mode != "unsigned",
                 **args,
             )
         )
