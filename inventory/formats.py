@@ -240,8 +240,10 @@ def _with_dimensions(data, limit):
         return data  # openpyxl says what is wrong with it
     budget = (limit + 1) * MAX_XLSX_ROW_BYTES
     if sum(info.file_size for info in sheets) > budget:
-        raise FileError(f"the workbook's sheets are over {budget:,} bytes of XML uncompressed: "
-                        "more cells than an import may hold; split it into smaller files")
+        raise FileError(
+            f"the workbook's sheets are over {budget:,} bytes of XML uncompressed: "
+            "more cells than an import may hold; split it into smaller files"
+        )
     missing = [info for info in sheets if b"<dimension" not in _opening(archive, info)]
     if not missing:
         return data
