@@ -3,6 +3,7 @@
 import io
 import json
 import time
+import tracemalloc
 import zipfile
 
 import openpyxl
@@ -437,6 +438,95 @@ def test_a_small_xlsx_of_many_blank_rows_is_refused_quickly(db, blank, message):
 def test_a_few_blank_xlsx_rows_are_still_skipped(db):
     report = services.import_hypervisors(xlsx_with_blank_rows(5), "xlsx", actor=TEST, dry_run=True)
     assert [row.name for row in report.rows] == ["h1"], report.messages()
+
+
+SST = b'<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
+STRINGS_TYPE = (
+    b'<Override PartName="/xl/sharedStrings.xml" ContentType="application/vnd.openxmlformats-'
+    b'officedocument.spreadsheetml.sharedStrings+xml"/></Types>'
+)
+
+
+def xlsx_with_bomb(name, head, unit, tail, inflated=100 * 2**20, declared=None):
+    """An exported workbook of one host plus (or with, in place of its own) part ``name``:
+    ``head``, ``unit`` repeated to ``inflated`` bytes, ``tail`` — about a thousandth of that
+    compressed. ``declared`` makes the zip lie about the part's inflated size."""
+    row = host_row(1)
+    source = zipfile.ZipFile(io.BytesIO(formats._DUMPERS["xlsx"](list(row), [list(row.values())])))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as book:
+        for info in source.infolist():
+            content = source.read(info)
+            if info.filename == "[Content_Types].xml" and name == "xl/sharedStrings.xml":
+                content = content.replace(b"</Types>", STRINGS_TYPE)
+            if info.filename != name:
+                book.writestr(info.filename, content)
+        block = unit * (2**20 // len(unit))
+        with book.open(name, "w") as part:
+            part.write(head)
+            for _ in range(inflated // len(block)):
+                part.write(block)
+            part.write(tail)
+    data = bytearray(out.getvalue())
+    if declared is not None:
+        local = zipfile.ZipFile(io.BytesIO(data)).getinfo(name).header_offset
+        central = data.rindex(name.encode()) - 46
+        data[local + 22 : local + 26] = data[central + 24 : central + 28] = declared.to_bytes(4, "little")
+    return bytes(data)
+
+
+def import_measured(data):
+    """The report of importing ``data`` (dry run) and the peak of memory allocated meanwhile."""
+    tracemalloc.start()
+    try:
+        report = services.import_hypervisors(data, "xlsx", actor=TEST, dry_run=True)
+        return report, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@override_settings(INVENTORY_IMPORT_MAX_ROWS=1000)
+@pytest.mark.parametrize(
+    ("name", "head", "unit", "tail", "declared", "message"),
+    [
+        ("xl/sharedStrings.xml", SST, b"<si><t>x</t></si>", b"</sst>", None, "shared strings are over"),
+        (
+            "xl/worksheets/sheet1.xml",
+            b"<worksheet><sheetData>",
+            b"<row/>",
+            b"</sheetData></worksheet>",
+            None,
+            "bytes of XML uncompressed",
+        ),
+        (
+            "xl/worksheets/sheet1.xml",
+            b"<worksheet><sheetData>",
+            b"<row/>",
+            b"</sheetData></worksheet>",
+            4000,
+            "not an XLSX workbook",
+        ),
+        ("xl/styles.xml", b"<styleSheet>", b" ", b"</styleSheet>", None, "parts other than its cells are over"),
+    ],
+    ids=["shared-strings", "sheet", "sheet-lying-about-its-size", "styles"],
+)
+def test_a_zip_bomb_in_a_part_the_import_reads_is_refused_in_bounded_memory(
+    db, name, head, unit, tail, declared, message
+):
+    data = xlsx_with_bomb(name, head, unit, tail, declared=declared)
+    assert len(data) < 300 * 1024  # 100 MiB inflated
+    report, peak = import_measured(data)
+    assert not report.ok and any(message in m for m in report.messages()), report.messages()
+    assert peak < 16 * 2**20, f"{peak:,} bytes allocated"
+    assert Hypervisor.objects.count() == 0
+
+
+@pytest.mark.parametrize("name", ["docProps/core.xml", "xl/theme/theme1.xml", "xl/media/image1.png"])
+def test_a_zip_bomb_in_a_part_the_import_does_not_read_is_never_inflated(db, name):
+    data = xlsx_with_bomb(name, b"<a>", b" ", b"</a>")
+    report, peak = import_measured(data)
+    assert report.ok and [row.name for row in report.rows] == ["h00001"], report.messages()
+    assert peak < 16 * 2**20, f"{peak:,} bytes allocated"
 
 
 def test_ragged_csv_rows_get_a_clear_message(db):
