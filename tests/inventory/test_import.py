@@ -567,3 +567,27 @@ def test_json_and_yaml_accept_lists_for_tags(db):
     assert sorted(t.name for t in Hypervisor.objects.get(name="y1").tags.all()) == ["a", "b"]
     records[0].update(name="bad", tags={"not": "a list"})
     assert_refused(lambda: services.import_hypervisors(json.dumps(records).encode(), "json", actor=TEST), "Row 1 tags:")
+
+
+def yaml_alias_bomb(levels):
+    """A YAML list of one host whose ``a0`` … ``a<levels-1>`` each hold nine aliases of the one
+    before: a few hundred bytes that stand for 9**levels strings."""
+    lines = ["- name: h1", '  a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_is_expanded(db):
+    data = yaml_alias_bomb(9)  # 387 million strings: minutes of CPU once walked
+    assert len(data) < 600
+    report = assert_refused(
+        lambda: services.import_hypervisors(data, "yaml", actor=TEST), "line 3: the YAML refers to anchor a0 (*a0)"
+    )
+    assert len(report.messages()) == 1
+
+
+def test_yaml_anchors_without_aliases_and_the_export_still_import(db, make_host):
+    data = b"- &h {name: h1, address: 10.0.0.1, cpus: 2, memory_mib: 512, disk_gib: 5, tags: [a, b]}\n"
+    assert services.import_hypervisors(data, "yaml", actor=TEST).committed
+    export = services.export_hypervisors("yaml")
+    assert b"*" not in export and b"&" not in export
