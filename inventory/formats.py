@@ -2,9 +2,9 @@
 
 ``load()`` turns bytes into a ``tablib.Dataset`` or raises ``FileError`` with a message a
 person can act on (empty file, header only, not UTF-8, over the size or row limit, …).
-``dump()`` is its inverse. In CSV and XLSX, text cells starting with ``= + - @`` (or a tab
-or carriage return) are written with a leading ``'`` so spreadsheets do not run them as
-formulas; ``load()`` removes exactly that quote again, so an export imports back unchanged.
+``dump()`` is its inverse. In CSV and XLSX, cells that a spreadsheet would run as formulas
+are written escaped (``vclmgr.spreadsheets``, as every export); ``load()`` removes exactly that
+escape again, so an export imports back unchanged.
 
 The ``*Format`` classes adapt both to django-import-export, so the admin's import and
 export read and write files exactly as the API and the CLI do.
@@ -21,6 +21,8 @@ import yaml
 from django.conf import settings
 from import_export.formats.base_formats import Format
 
+from vclmgr.spreadsheets import escape_row, unescape_cell
+
 FORMATS = ("csv", "xlsx", "json", "yaml")
 EXTENSIONS = {".csv": "csv", ".xlsx": "xlsx", ".json": "json", ".yaml": "yaml", ".yml": "yaml"}
 CONTENT_TYPES = {
@@ -34,9 +36,6 @@ MAX_XLSX_COLUMNS = 200  # the export has about 25; a sheet's width multiplies th
 MAX_XLSX_ROW_BYTES = 4096  # XML per row allowed on average; an exported row takes about 1 KiB
 MAX_XLSX_STRING_BYTES = 512  # shared strings' XML per row: each costs ~150 bytes of memory however short
 MAX_XLSX_PACKAGE_BYTES = 4 * 1024 * 1024  # a workbook's other parts read (styles…): a few KiB in practice
-
-_FORMULA = re.compile(r"^'*[=+\-@\t\r]")
-_ESCAPED = re.compile(r"^'+[=+\-@\t\r]")
 
 
 class FileError(ValueError):
@@ -67,19 +66,6 @@ def guess_format(filename):
         if lowered.endswith(extension):
             return name
     return None
-
-
-def escape_cell(value):
-    """Neutralise a spreadsheet formula: '=1+1' → "'=1+1" (and "'=x" → "''=x", so it reverses)."""
-    if isinstance(value, str) and _FORMULA.match(value):
-        return "'" + value
-    return value
-
-
-def unescape_cell(value):
-    if isinstance(value, str) and _ESCAPED.match(value):
-        return value[1:]
-    return value
 
 
 # --- loading --------------------------------------------------------------------------
@@ -443,7 +429,7 @@ def dump(dataset, fmt):
     headers = list(dataset.headers or [])
     rows = [list(row) for row in dataset]
     if fmt in SPREADSHEETS:
-        rows = [[escape_cell(cell) for cell in row] for row in rows]
+        rows = [escape_row(row) for row in rows]
     return _DUMPERS[fmt](headers, rows)
 
 

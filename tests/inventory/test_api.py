@@ -1,5 +1,6 @@
 """Inventory REST API: generic CRUD + permission suites, and the bulk / state endpoints."""
 
+import csv
 import io
 import json
 
@@ -364,3 +365,16 @@ def test_deleting_a_chassis_with_hosts_is_a_conflict(db, api, admin_user, make_h
     make_host(blade_center=chassis, slot=1)
     response = api(admin_user).delete(f"/api/v1/blade-centers/{chassis.pk}/")
     assert response.status_code == 409 and "still holds 1 hypervisor" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "xlsx"])
+def test_the_export_writes_formulas_as_text(db, api, admin_user, make_host, fmt):
+    services.set_state(make_host(name="a"), "drained", '=HYPERLINK("http://evil.example/")', actor=TEST)
+    body = api(admin_user).get(f"/api/v1/hypervisors/export/?format={fmt}").content
+    if fmt == "xlsx":
+        cells = [c for row in openpyxl.load_workbook(io.BytesIO(body)).active.iter_rows(min_row=2) for c in row]
+        assert not [c for c in cells if c.data_type == "f"]
+        values = [c.value for c in cells]
+    else:
+        values = [cell for row in csv.reader(io.StringIO(body.decode())) for cell in row]
+    assert '\'=HYPERLINK("http://evil.example/")' in values
