@@ -330,3 +330,19 @@ def test_a_finished_run_mails_its_owner_once(sim_host, image, alice, profile, sy
     assert "finished with status error" in mail.body and "exited with status 3" in mail.body, mail.body
     assert Notification.objects.get(user=alice, kind="run_finished").state == "sent"
     assert tasks.send_due()["mail"] == 0
+
+
+def test_artifact_names_a_guest_makes_up_are_skipped_and_nothing_is_stored_outside(
+    sim_host, image, alice, profile, sync_jobs
+):
+    # The guest lists what it likes: a name climbing out of the work directory, one with a
+    # space, one plain. Only the plain one is fetched and stored, under the run's own folder.
+    profile(files={"../escape.xml": "no", "out/a b.xml": "no", "out/ok.xml": "<ok/>"})
+    run = submit(alice, artifacts=["*/*"])
+    sync_jobs.drain()
+    run = fresh(run)
+    assert run.state == "success", run.reason
+    [kept] = run.files.filter(kind="artifact")
+    assert (kept.path, kept.stored) == ("out/ok.xml", f"{run.pk}/artifact/out/ok.xml")
+    trail = " ".join(str(entry) for entry in run.reason)
+    assert "'../escape.xml' skipped: not a plain path" in trail and "'out/a b.xml' skipped" in trail
