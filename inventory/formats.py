@@ -35,6 +35,8 @@ SPREADSHEETS = {"csv", "xlsx"}
 MAX_XLSX_COLUMNS = 200  # the export has about 25; a sheet's width multiplies the cells read
 MAX_XLSX_ROW_BYTES = 4096  # XML per row allowed on average; an exported row takes about 1 KiB
 MAX_XLSX_STRING_BYTES = 512  # shared strings' XML per row: each costs ~150 bytes of memory however short
+MAX_XLSX_ROW_CELLS = 16384  # Excel's own width; openpyxl holds a row's cells all at once
+MAX_XLSX_ROW_XML = 1024 * 1024  # one row's XML, for the same reason
 MAX_XLSX_PACKAGE_BYTES = 4 * 1024 * 1024  # a workbook's other parts read (styles…): a few KiB in practice
 
 
@@ -236,7 +238,7 @@ def _needed_parts(data, limit):
                 copy.writestr(name, content)
             if strings:
                 _copy(parts.chunks(strings, "strings"), copy, strings)
-            _copy(_with_dimension(parts.chunks(sheet, "sheet"), limit), copy, sheet)
+            _copy(_checked_sheet(parts.chunks(sheet, "sheet"), limit), copy, sheet)
         except FileError:
             raise
         except (zipfile.BadZipFile, KeyError, OSError, ValueError, TypeError, SyntaxError, NotImplementedError):
@@ -335,8 +337,9 @@ _SHEET_DATA = re.compile(rb"<(\w+:)?sheetData[\s>/]")
 _TAG_SPLIT = 256  # bytes held back between chunks, so a tag cut in two is still found
 
 
-def _with_dimension(chunks, limit):
-    """A worksheet's chunks, with a dimension before its data unless one is there already."""
+def _checked_sheet(chunks, limit):
+    """A worksheet's chunks, with a dimension before its data unless one is there already, and
+    each row bounded (``_RowCheck``) as it passes."""
     pending, dimension = b"", False
     for chunk in chunks:
         pending += chunk
@@ -344,13 +347,63 @@ def _with_dimension(chunks, limit):
             if not (dimension or b"<dimension" in pending[: found.start()]):
                 tag = b'<%sdimension ref="A1:XFD%d"/>' % (found.group(1) or b"", limit + 2)
                 pending = pending[: found.start()] + tag + pending[found.start() :]
+            rows = _RowCheck(pending, found.start())
             yield pending
-            yield from chunks
+            for chunk in chunks:
+                rows.feed(chunk)
+                yield chunk
+            rows.feed(b"", last=True)
             return
         dimension = dimension or b"<dimension" in pending
         yield pending[:-_TAG_SPLIT]
         pending = pending[-_TAG_SPLIT:]
     yield pending
+
+
+_SHEET_TAG = re.compile(rb"<(/?)(?:\w+:)?(row|c|sheetData)[\s>/]")
+
+
+class _RowCheck:
+    """FileError for a row of over ``MAX_XLSX_ROW_CELLS`` cells or ``MAX_XLSX_ROW_XML`` bytes:
+    openpyxl builds a whole row's elements before it yields the row (and reads every cell of it,
+    whatever ``max_col``), so one row of millions of empty cells costs gigabytes, though its
+    XML is within the sheet's budget. Tags are found in the chunks as they pass, a few bytes
+    held back so a tag cut in two is still found (and counted once)."""
+
+    def __init__(self, head, data_at):
+        self.buffer, self.buffer_at = head[data_at:], data_at  # from <sheetData>
+        self.counted_to = data_at  # tags starting before this offset are counted already
+        self.row, self.row_at, self.cells, self.done = 0, None, 0, False
+
+    def feed(self, chunk, last=False):
+        if self.done:
+            return
+        self.buffer += chunk
+        end = self.buffer_at + len(self.buffer)
+        until = end if last else end - _TAG_SPLIT
+        for tag in _SHEET_TAG.finditer(self.buffer):
+            at = self.buffer_at + tag.start()
+            if at < self.counted_to:
+                continue
+            if at >= until:
+                break
+            closing, name = tag.groups()
+            if closing and name == b"sheetData":
+                self.done = True
+                return
+            if not closing and name == b"row":
+                self.row, self.row_at, self.cells = self.row + 1, at, 0
+            elif not closing and name == b"c":
+                self.cells += 1
+                if self.cells > MAX_XLSX_ROW_CELLS:
+                    raise self._too_wide(f"over {MAX_XLSX_ROW_CELLS:,} cells")
+        if self.row_at is not None and until - self.row_at > MAX_XLSX_ROW_XML:
+            raise self._too_wide(f"over {MAX_XLSX_ROW_XML:,} bytes of XML")
+        self.counted_to = until
+        self.buffer, self.buffer_at = self.buffer[until - self.buffer_at :], until
+
+    def _too_wide(self, what):
+        return FileError(f"row {self.row} of the sheet has {what}, more than an import reads in one row")
 
 
 def _xlsx_value(value):

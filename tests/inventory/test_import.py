@@ -516,6 +516,33 @@ def test_a_zip_bomb_in_a_part_the_import_reads_is_refused_in_bounded_memory(
     assert Hypervisor.objects.count() == 0
 
 
+SHEET = b'<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData>'
+HEADER = b'<row r="1"><c r="A1" t="inlineStr"><is><t>name</t></is></c>'
+
+
+@pytest.mark.parametrize(
+    ("unit", "message"),
+    [(b"<c/>", "row 1 of the sheet has over 16,384 cells"), (b"<c><v>1</v>" + b" " * 100 + b"</c>", "over 1,048,576")],
+    ids=["cells", "bytes"],
+)
+def test_a_row_too_wide_to_read_is_refused_in_bounded_memory(db, unit, message):
+    # openpyxl builds a whole row before it yields it: 20 MiB of empty cells in one row, well
+    # within the sheet's budget, took 48 s and 1.6 GiB.
+    data = xlsx_with_bomb(
+        "xl/worksheets/sheet1.xml", SHEET + HEADER, unit, b"</row></sheetData></worksheet>", 20 * 2**20
+    )
+    report, peak = import_measured(data)
+    assert not report.ok and any(message in m for m in report.messages()), report.messages()
+    assert peak < 16 * 2**20, f"{peak:,} bytes allocated"
+
+
+def test_a_sheet_read_in_many_chunks_loses_no_row():
+    rows = [host_row(i, state_reason="x" * (i % 300)) for i in range(3000)]  # about 3 MiB of XML
+    dataset = formats.load(formats._DUMPERS["xlsx"](list(rows[0]), [list(r.values()) for r in rows]), "xlsx")
+    assert [row[0] for row in dataset] == [row["name"] for row in rows]
+    assert dataset[2999][dataset.headers.index("state_reason")] == "x" * 299
+
+
 @pytest.mark.parametrize("name", ["docProps/core.xml", "xl/theme/theme1.xml", "xl/media/image1.png"])
 def test_a_zip_bomb_in_a_part_the_import_does_not_read_is_never_inflated(db, name):
     data = xlsx_with_bomb(name, b"<a>", b" ", b"</a>")
