@@ -2,9 +2,9 @@
 
 ``load()`` turns bytes into a ``tablib.Dataset`` or raises ``FileError`` with a message a
 person can act on (empty file, header only, not UTF-8, over the size or row limit, …).
-``dump()`` is its inverse. In CSV and XLSX, text cells starting with ``= + - @`` (or a tab
-or carriage return) are written with a leading ``'`` so spreadsheets do not run them as
-formulas; ``load()`` removes exactly that quote again, so an export imports back unchanged.
+``dump()`` is its inverse. In CSV and XLSX, cells that a spreadsheet would run as formulas
+are written escaped (``vclmgr.spreadsheets``, as every export); ``load()`` removes exactly that
+escape again, so an export imports back unchanged.
 
 The ``*Format`` classes adapt both to django-import-export, so the admin's import and
 export read and write files exactly as the API and the CLI do.
@@ -21,6 +21,8 @@ import yaml
 from django.conf import settings
 from import_export.formats.base_formats import Format
 
+from vclmgr.spreadsheets import escape_row, unescape_cell
+
 FORMATS = ("csv", "xlsx", "json", "yaml")
 EXTENSIONS = {".csv": "csv", ".xlsx": "xlsx", ".json": "json", ".yaml": "yaml", ".yml": "yaml"}
 CONTENT_TYPES = {
@@ -32,9 +34,10 @@ CONTENT_TYPES = {
 SPREADSHEETS = {"csv", "xlsx"}
 MAX_XLSX_COLUMNS = 200  # the export has about 25; a sheet's width multiplies the cells read
 MAX_XLSX_ROW_BYTES = 4096  # XML per row allowed on average; an exported row takes about 1 KiB
-
-_FORMULA = re.compile(r"^'*[=+\-@\t\r]")
-_ESCAPED = re.compile(r"^'+[=+\-@\t\r]")
+MAX_XLSX_STRING_BYTES = 512  # shared strings' XML per row: each costs ~150 bytes of memory however short
+MAX_XLSX_ROW_CELLS = 16384  # Excel's own width; openpyxl holds a row's cells all at once
+MAX_XLSX_ROW_XML = 1024 * 1024  # one row's XML, for the same reason
+MAX_XLSX_PACKAGE_BYTES = 4 * 1024 * 1024  # a workbook's other parts read (styles…): a few KiB in practice
 
 
 class FileError(ValueError):
@@ -65,19 +68,6 @@ def guess_format(filename):
         if lowered.endswith(extension):
             return name
     return None
-
-
-def escape_cell(value):
-    """Neutralise a spreadsheet formula: '=1+1' → "'=1+1" (and "'=x" → "''=x", so it reverses)."""
-    if isinstance(value, str) and _FORMULA.match(value):
-        return "'" + value
-    return value
-
-
-def unescape_cell(value):
-    if isinstance(value, str) and _ESCAPED.match(value):
-        return value[1:]
-    return value
 
 
 # --- loading --------------------------------------------------------------------------
@@ -191,13 +181,14 @@ def _load_xlsx(data):
     """Read-only and bounded: a few compressed megabytes can hold millions of (blank) rows or
     cells, so blank rows count toward the row limit, reading stops one row past it, and a row
     is read only one cell past the header's width (enough to refuse a ragged row) — the
-    sheet's own dimensions are not trusted."""
+    sheet's own dimensions are not trusted. openpyxl reads a copy of the parts the import
+    needs (``_needed_parts``), never the upload itself."""
     import openpyxl
 
     limit = max_rows()
-    data = _with_dimensions(data, limit)
+    copy = _needed_parts(data, limit)
     try:
-        book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+        book = openpyxl.load_workbook(io.BytesIO(copy), read_only=True, data_only=True, keep_links=False)
     except (zipfile.BadZipFile, KeyError, OSError, ValueError, TypeError):
         raise FileError("the file is not an XLSX workbook") from None
     try:
@@ -223,44 +214,196 @@ def _load_xlsx(data):
     return headers, rows
 
 
-_SHEET_DATA = re.compile(rb"<(\w+:)?sheetData[\s>/]")
+def _needed_parts(data, limit):
+    """A new XLSX of what the import reads of ``data``: the content types, the workbook and its
+    relationships, the styles (they say which numbers are dates), the shared strings and the
+    first worksheet, given a ``<dimension>`` if it has none.
 
-
-def _with_dimensions(data, limit):
-    """The workbook with a ``<dimension>`` in every worksheet that has none.
-
-    Without one, openpyxl's read-only mode parses the whole sheet just to learn its size, before
-    a single row is read (seconds of CPU per compressed megabyte of blank rows). The dimension
-    given reaches one row past the limit, so reading also stops there. The sheets' XML is first
-    bounded in size: a zip can inflate a small upload a thousandfold."""
+    A zip can inflate a small upload a thousandfold, in any part. The other parts (themes,
+    pictures, document properties, other sheets) are never inflated; the parts read are
+    bounded (``_Inflating``) and copied a chunk at a time, so memory holds the copy
+    compressed, never a whole part inflated. Without a dimension, openpyxl's read-only mode
+    parses the whole sheet just to learn its size, before a single row is read; the one given
+    reaches one row past the limit, so reading also stops there."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
-        sheets = [i for i in archive.infolist() if re.fullmatch(r"xl/worksheets/[^/]+\.xml", i.filename)]
     except (zipfile.BadZipFile, OSError, ValueError):
-        return data  # openpyxl says what is wrong with it
-    budget = (limit + 1) * MAX_XLSX_ROW_BYTES
-    if sum(info.file_size for info in sheets) > budget:
-        raise FileError(f"the workbook's sheets are over {budget:,} bytes of XML uncompressed: "
-                        "more cells than an import may hold; split it into smaller files")
-    missing = [info for info in sheets if b"<dimension" not in _opening(archive, info)]
-    if not missing:
-        return data
+        raise FileError("the file is not an XLSX workbook") from None
+    parts = _Inflating(archive, limit)
     out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as copy:
-        for info in archive.infolist():
-            content = archive.read(info)
-            if info in missing and (found := _SHEET_DATA.search(content)):
-                tag = b'<%sdimension ref="A1:XFD%d"/>' % (found.group(1) or b"", limit + 2)
-                content = content[: found.start()] + tag + content[found.start() :]
-            copy.writestr(info.filename, content)
+    with archive, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as copy:
+        try:
+            sheet, strings = _find_parts(parts)
+            for name, content in parts.whole.items():
+                copy.writestr(name, content)
+            if strings:
+                _copy(parts.chunks(strings, "strings"), copy, strings)
+            _copy(_checked_sheet(parts.chunks(sheet, "sheet"), limit), copy, sheet)
+        except FileError:
+            raise
+        except (zipfile.BadZipFile, KeyError, OSError, ValueError, TypeError, SyntaxError, NotImplementedError):
+            # SyntaxError: ElementTree's ParseError; NotImplementedError: a compression zipfile lacks
+            raise FileError("the file is not an XLSX workbook") from None
     return out.getvalue()
 
 
-def _opening(archive, info):
-    """The sheet's XML up to its data (where a dimension, if any, is)."""
-    with archive.open(info) as sheet:
-        head = sheet.read(64 * 1024)
-    return head.split(b"sheetData", 1)[0]
+def _find_parts(parts):
+    """(the first worksheet's name, the shared strings' name or None), reading the small parts
+    that lead to them as openpyxl does (they stay in ``parts.whole``)."""
+    from openpyxl.packaging.manifest import Manifest
+    from openpyxl.packaging.relationship import get_dependents, get_rels_path
+    from openpyxl.packaging.workbook import WorkbookPackage
+    from openpyxl.xml.constants import ARC_STYLE, SHARED_STRINGS, XLSM, XLSX, XLTM, XLTX
+    from openpyxl.xml.functions import fromstring
+
+    manifest = Manifest.from_tree(fromstring(parts.read("[Content_Types].xml")))
+    found = next(filter(None, (manifest.find(kind) for kind in (XLSX, XLSM, XLTX, XLTM))), None)
+    workbook = found.PartName[1:] if found else "xl/workbook.xml"
+    sheets = WorkbookPackage.from_tree(fromstring(parts.read(workbook))).sheets
+    targets = get_dependents(parts, get_rels_path(workbook)).to_dict()
+    # openpyxl's first worksheet: the first sheet present that is not a chart sheet
+    rels = (targets.get(sheet.id) for sheet in sheets)
+    sheet = next((r.target for r in rels if r and "chartsheet" not in r.Type and parts.has(r.target)), None)
+    if sheet is None:
+        raise FileError("the XLSX workbook has no worksheet")
+    if parts.has(ARC_STYLE):
+        parts.read(ARC_STYLE)
+    found = manifest.find(SHARED_STRINGS)
+    strings = found.PartName[1:] if found and parts.has(found.PartName[1:]) else None
+    return sheet, strings
+
+
+class _Inflating:
+    """Reads parts of a zip within budgets of inflated bytes: the worksheet's and the shared
+    strings' (streamed) grow with the row limit, the small parts read whole (kept in ``whole``)
+    share one of their own. A part's declared size is checked before it is opened, and its
+    bytes are counted as they inflate, since a declared size can lie."""
+
+    def __init__(self, archive, limit):
+        self.archive = archive
+        self.budgets = {
+            "sheet": (limit + 1) * MAX_XLSX_ROW_BYTES,
+            "strings": (limit + 1) * MAX_XLSX_STRING_BYTES,
+            "package": MAX_XLSX_PACKAGE_BYTES,
+        }
+        self.left = dict(self.budgets)
+        self.whole = {}
+
+    def has(self, name):
+        try:
+            self.archive.getinfo(name)
+        except KeyError:
+            return False
+        return True
+
+    def read(self, name):
+        if name not in self.whole:
+            self.whole[name] = b"".join(self.chunks(name, "package"))
+        return self.whole[name]
+
+    def chunks(self, name, budget):
+        info = self.archive.getinfo(name)
+        if info.file_size > self.left[budget]:
+            raise self._over(name, budget)
+        with self.archive.open(info) as part:
+            while chunk := part.read(64 * 1024):
+                self.left[budget] -= len(chunk)
+                if self.left[budget] < 0:
+                    raise self._over(name, budget)
+                yield chunk
+
+    def _over(self, name, budget):
+        cells = "more cells than an import may hold; split it into smaller files"
+        what, why = {
+            "sheet": ("sheet is", cells),
+            "strings": ("shared strings are", cells),
+            "package": (
+                "parts other than its cells are",
+                "far more than a workbook needs; copy the sheet into a new workbook",
+            ),
+        }[budget]
+        return FileError(
+            f"the workbook's {what} over {self.budgets[budget]:,} bytes of XML uncompressed ({name}): {why}"
+        )
+
+
+def _copy(chunks, archive, name):
+    with archive.open(name, "w", force_zip64=True) as target:
+        for chunk in chunks:
+            target.write(chunk)
+
+
+_SHEET_DATA = re.compile(rb"<(\w+:)?sheetData[\s>/]")
+_TAG_SPLIT = 256  # bytes held back between chunks, so a tag cut in two is still found
+
+
+def _checked_sheet(chunks, limit):
+    """A worksheet's chunks, with a dimension before its data unless one is there already, and
+    each row bounded (``_RowCheck``) as it passes."""
+    pending, dimension = b"", False
+    for chunk in chunks:
+        pending += chunk
+        if found := _SHEET_DATA.search(pending):
+            if not (dimension or b"<dimension" in pending[: found.start()]):
+                tag = b'<%sdimension ref="A1:XFD%d"/>' % (found.group(1) or b"", limit + 2)
+                pending = pending[: found.start()] + tag + pending[found.start() :]
+            rows = _RowCheck(pending, found.start())
+            yield pending
+            for chunk in chunks:
+                rows.feed(chunk)
+                yield chunk
+            rows.feed(b"", last=True)
+            return
+        dimension = dimension or b"<dimension" in pending
+        yield pending[:-_TAG_SPLIT]
+        pending = pending[-_TAG_SPLIT:]
+    yield pending
+
+
+_SHEET_TAG = re.compile(rb"<(/?)(?:\w+:)?(row|c|sheetData)[\s>/]")
+
+
+class _RowCheck:
+    """FileError for a row of over ``MAX_XLSX_ROW_CELLS`` cells or ``MAX_XLSX_ROW_XML`` bytes:
+    openpyxl builds a whole row's elements before it yields the row (and reads every cell of it,
+    whatever ``max_col``), so one row of millions of empty cells costs gigabytes, though its
+    XML is within the sheet's budget. Tags are found in the chunks as they pass, a few bytes
+    held back so a tag cut in two is still found (and counted once)."""
+
+    def __init__(self, head, data_at):
+        self.buffer, self.buffer_at = head[data_at:], data_at  # from <sheetData>
+        self.counted_to = data_at  # tags starting before this offset are counted already
+        self.row, self.row_at, self.cells, self.done = 0, None, 0, False
+
+    def feed(self, chunk, last=False):
+        if self.done:
+            return
+        self.buffer += chunk
+        end = self.buffer_at + len(self.buffer)
+        until = end if last else end - _TAG_SPLIT
+        for tag in _SHEET_TAG.finditer(self.buffer):
+            at = self.buffer_at + tag.start()
+            if at < self.counted_to:
+                continue
+            if at >= until:
+                break
+            closing, name = tag.groups()
+            if closing and name == b"sheetData":
+                self.done = True
+                return
+            if not closing and name == b"row":
+                self.row, self.row_at, self.cells = self.row + 1, at, 0
+            elif not closing and name == b"c":
+                self.cells += 1
+                if self.cells > MAX_XLSX_ROW_CELLS:
+                    raise self._too_wide(f"over {MAX_XLSX_ROW_CELLS:,} cells")
+        if self.row_at is not None and until - self.row_at > MAX_XLSX_ROW_XML:
+            raise self._too_wide(f"over {MAX_XLSX_ROW_XML:,} bytes of XML")
+        self.counted_to = until
+        self.buffer, self.buffer_at = self.buffer[until - self.buffer_at :], until
+
+    def _too_wide(self, what):
+        return FileError(f"row {self.row} of the sheet has {what}, more than an import reads in one row")
 
 
 def _xlsx_value(value):
@@ -305,13 +448,27 @@ def _load_yaml(data):
     if len(re.findall(rb"^- ", data, re.MULTILINE)) > max_rows():
         raise _too_many_rows()
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    text = _decode(data)
     try:
-        records = yaml.load(_decode(data), Loader=loader)  # noqa: S506 (a safe loader)
+        _refuse_aliases(text, loader)
+        records = yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise FileError(f"not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
     return _load_records(records, "YAML")
+
+
+def _refuse_aliases(text, loader):
+    """FileError at the first alias (``*name``), read from the parser's events before anything
+    is built. A few hundred bytes of anchors nesting nine aliases each stand for billions of
+    values once walked; an import has no need of them."""
+    for event in yaml.parse(text, Loader=loader):
+        if isinstance(event, yaml.AliasEvent):
+            raise FileError(
+                f"line {event.start_mark.line + 1}: the YAML refers to anchor {event.anchor} (*{event.anchor}); "
+                "an import takes no aliases: write the value out"
+            )
 
 
 _LOADERS = {"csv": _load_csv, "xlsx": _load_xlsx, "json": _load_json, "yaml": _load_yaml}
@@ -325,7 +482,7 @@ def dump(dataset, fmt):
     headers = list(dataset.headers or [])
     rows = [list(row) for row in dataset]
     if fmt in SPREADSHEETS:
-        rows = [[escape_cell(cell) for cell in row] for row in rows]
+        rows = [escape_row(row) for row in rows]
     return _DUMPERS[fmt](headers, rows)
 
 
@@ -358,9 +515,13 @@ def _dump_json(headers, rows):
     return (json.dumps(_records(headers, rows), indent=1, ensure_ascii=False) + "\n").encode()
 
 
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
+    def ignore_aliases(self, data):
+        return True  # a value written twice is written out twice: the import takes no aliases
+
+
 def _dump_yaml(headers, rows):
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    return yaml.dump(_records(headers, rows), Dumper=dumper, sort_keys=False, allow_unicode=True).encode()
+    return yaml.dump(_records(headers, rows), Dumper=_Dumper, sort_keys=False, allow_unicode=True).encode()
 
 
 _DUMPERS = {"csv": _dump_csv, "xlsx": _dump_xlsx, "json": _dump_json, "yaml": _dump_yaml}

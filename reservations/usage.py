@@ -15,7 +15,6 @@ reads the stored days and computes the days not stored (today) live. ``csv_text(
 the export. Nothing here writes but ``aggregate``/``aggregate_missing``.
 """
 
-import csv
 import io
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from django.utils import timezone
 
 from provisioning.placement import refusals as placement_reasons
 from reservations.models import Refusal, Reservation, UsageDay, UsagePeak
+from vclmgr import spreadsheets
 
 S = Reservation.Status
 STOPPED = (S.ENDING, S.ENDED, S.FAILED, S.CANCELED)
@@ -342,9 +342,10 @@ def _ranked(seconds_by_name, key):
 
 
 def csv_text(data):
-    """The report as CSV: one line per day, then the per-image, per-group and refusal tables."""
+    """The report as CSV: one line per day, then the per-image, per-group and refusal tables.
+    Names (images, groups) are escaped where a spreadsheet would run them as formulas."""
     out = io.StringIO()
-    w = csv.writer(out)
+    w = spreadsheets.csv_writer(out)
     w.writerow(["section", "key", "hours", "reservations", "peak", "refusals"])
     for d in data["days"]:
         w.writerow(["day", d["day"], d["hours"], d["reservations"], d["peak"], d["refusals"]])

@@ -407,16 +407,28 @@ def collect(run_id, *, actor):
     driver, key = _channel(run)
     workdir = settings.RUN_WORKDIR
     found = driver.guest_glob(key, workdir, run.artifacts)
-    kept = []
+    # The guest lists what it likes: names we will not store are skipped, and only the first
+    # RUN_ARTIFACT_MAX_FILES are fetched; the trail says so in one line each, not one per name.
+    kept, bad, over = [], [], 0
     for path in found:
         try:
             validation.artifact_path(path)
-        except ValidationError:  # a name we will not store: say so in the trail, go on
-            services.set_state(run_id, run.state, f"artifact {path[:100]!r} skipped: not a plain path", actor=actor)
+        except ValidationError:
+            bad.append(path)
+            continue
+        if len(kept) >= settings.RUN_ARTIFACT_MAX_FILES:
+            over += 1
             continue
         data = driver.guest_get_file(key, f"{workdir}/{path}", settings.RUN_ARTIFACT_MAX_BYTES)
         services.store_artifact(run_id, path, data)
         kept.append(path)
+    if bad:
+        names = ", ".join(repr(path[:100]) for path in bad[:3]) + (", …" if len(bad) > 3 else "")
+        services.set_state(run_id, run.state, f"{len(bad)} artifacts skipped, not plain paths: {names}", actor=actor)
+    if over:
+        limit = settings.RUN_ARTIFACT_MAX_FILES
+        message = f"{over} artifacts past the first {limit} not kept (RUN_ARTIFACT_MAX_FILES)"
+        services.set_state(run_id, run.state, message, actor=actor)
     return kept
 
 

@@ -473,6 +473,8 @@ RUN_DEFAULT_SECONDS = env.int("RUN_DEFAULT_SECONDS", 30 * 60, minimum=1)
 RUN_OUTPUT_MAX_BYTES = env.int("RUN_OUTPUT_MAX_BYTES", 4 << 20, minimum=1024)
 RUN_INPUT_MAX_BYTES = env.int("RUN_INPUT_MAX_BYTES", 16 << 20, minimum=0)
 RUN_ARTIFACT_MAX_BYTES = env.int("RUN_ARTIFACT_MAX_BYTES", 64 << 20, minimum=0)
+# Artifacts kept per run: the guest lists what matches, and may list any number of names.
+RUN_ARTIFACT_MAX_FILES = env.int("RUN_ARTIFACT_MAX_FILES", 100, minimum=0)
 RUN_COMMAND_MAX_BYTES = env.int("RUN_COMMAND_MAX_BYTES", 64 << 10, minimum=16)
 # The work directory in the guest (inputs go in, artifact patterns are relative to it).
 RUN_WORKDIR = env.str("RUN_WORKDIR", "/tmp/vclmgr-run")

@@ -2,6 +2,8 @@
 stored as a digest; the page and the ticket endpoint are for the VM's owner and staff."""
 
 import hashlib
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
@@ -11,6 +13,7 @@ from console import services
 from console.models import ConsoleTicket
 from provisioning.vms import services as vms
 from provisioning.vms.models import VM
+from tests import processes
 from tests.conftest import TEST
 
 
@@ -114,3 +117,50 @@ def test_the_vm_page_links_the_console_of_a_running_vm_only(client, sim_vm, alic
     answer = client.post(f"/vms/{sim_vm.pk}/console/ticket/", {"kind": "serial"})
     assert answer.status_code == 409 and "stopped" in answer.json()["error"]
     assert not ConsoleTicket.objects.exists()
+
+
+REDEEM = """
+import os, django
+django.setup()
+from django.contrib.auth import get_user_model
+from console import services
+user = get_user_model().objects.get(pk=int(os.environ["TICKET_USER"]))
+try:
+    services.redeem(os.environ["TICKET"], user, int(os.environ["TICKET_VM"]), "vnc")
+    print("opened")
+except services.Refused as exc:
+    print("refused:", exc)
+"""
+
+
+def redeem_in(processes_count, ticket, user, vm):
+    """What each of ``processes_count`` processes started at once says when it redeems ``ticket``."""
+    env = processes.child_env(TICKET=ticket, TICKET_USER=user.pk, TICKET_VM=vm.pk)
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", REDEEM],
+            cwd=processes.ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(processes_count)
+    ]
+    try:
+        return sorted(child.communicate(timeout=60)[0].strip().splitlines()[-1] for child in children)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_ticket_opens_one_console_across_processes_and_none_once_expired(sim_vm, alice):
+    ticket = services.issue(alice, sim_vm, "vnc")
+    said = redeem_in(2, ticket, alice, sim_vm)
+    assert said == ["opened", "refused: this console ticket was used already"], said
+    late = services.issue(alice, sim_vm, "vnc")
+    ConsoleTicket.objects.filter(used__isnull=True).update(expires=timezone.now() - timedelta(seconds=1))
+    assert redeem_in(1, late, alice, sim_vm) == ["refused: this console ticket expired"]

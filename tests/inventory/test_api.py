@@ -1,5 +1,6 @@
 """Inventory REST API: generic CRUD + permission suites, and the bulk / state endpoints."""
 
+import csv
 import io
 import json
 
@@ -63,13 +64,30 @@ class TestHypervisorApi(ApiCrudSuite):
 
     def make(self):
         services.create_node_group(actor=TEST, name="lab")
-        return services.create_hypervisor(actor=TEST, name="kvm01", address="10.0.0.1", driver="libvirt", cpus=32,
-                                          memory_mib=131072, disk_gib=1000, tags=["gpu"])
+        return services.create_hypervisor(
+            actor=TEST,
+            name="kvm01",
+            address="10.0.0.1",
+            driver="libvirt",
+            cpus=32,
+            memory_mib=131072,
+            disk_gib=1000,
+            tags=["gpu"],
+        )
 
     def create_payload(self):
-        return {"name": "kvm02", "address": "kvm02.example.org", "driver": "libvirt",
-                "uri": "qemu+ssh://root@kvm02.example.org/system", "group": "lab", "cpus": 64,
-                "memory_mib": 262144, "disk_gib": 2000, "cpu_ratio": 3.0, "tags": ["gpu", "ssd"]}
+        return {
+            "name": "kvm02",
+            "address": "kvm02.example.org",
+            "driver": "libvirt",
+            "uri": "qemu+ssh://root@kvm02.example.org/system",
+            "group": "lab",
+            "cpus": 64,
+            "memory_mib": 262144,
+            "disk_gib": 2000,
+            "cpu_ratio": 3.0,
+            "tags": ["gpu", "ssd"],
+        }
 
     def update_payload(self, obj):
         return {"cpus": 48, "tags": ["ssd"], "max_vms": 20}
@@ -80,15 +98,38 @@ class TestHypervisorApi(ApiCrudSuite):
 
 def test_create_refuses_invalid_hosts_with_field_messages(db, api, admin_user, make_host):
     make_host(name="taken")
-    response = api(admin_user).post("/api/v1/hypervisors/", {
-        "name": "TAKEN", "address": "10.0.0.300", "driver": "libvirt", "uri": "https://x/sdk", "cpus": 0,
-        "memory_mib": -1, "disk_gib": 1, "slot": 3, "group": "nope"}, format="json")
+    response = api(admin_user).post(
+        "/api/v1/hypervisors/",
+        {
+            "name": "TAKEN",
+            "address": "10.0.0.300",
+            "driver": "libvirt",
+            "uri": "https://x/sdk",
+            "cpus": 0,
+            "memory_mib": -1,
+            "disk_gib": 1,
+            "slot": 3,
+            "group": "nope",
+        },
+        format="json",
+    )
     assert response.status_code == 400
     fields = response.json()["error"]["fields"]
     assert set(fields) >= {"address", "cpus", "memory_mib", "group"}
-    response = api(admin_user).post("/api/v1/hypervisors/", {
-        "name": "TAKEN", "address": "10.0.0.3", "uri": "https://x/sdk", "driver": "libvirt", "cpus": 1,
-        "memory_mib": 1, "disk_gib": 1, "slot": 3}, format="json")
+    response = api(admin_user).post(
+        "/api/v1/hypervisors/",
+        {
+            "name": "TAKEN",
+            "address": "10.0.0.3",
+            "uri": "https://x/sdk",
+            "driver": "libvirt",
+            "cpus": 1,
+            "memory_mib": 1,
+            "disk_gib": 1,
+            "slot": 3,
+        },
+        format="json",
+    )
     fields = response.json()["error"]["fields"]
     assert "already exists" in fields["non_field_errors"][0]
     assert fields["uri"] == [
@@ -193,8 +234,13 @@ def test_import_refusal_is_400_with_the_per_row_report(db, api, admin_user):
     assert payload["error"]["message"] == (
         "the import was refused; nothing was written: Row 2 memory_mib: must be a positive integer"
     )
-    assert payload["report"]["rows"][1] == {"row": 2, "action": "reject", "name": "h00002", "id": None,
-                                            "errors": ["Row 2 memory_mib: must be a positive integer"]}
+    assert payload["report"]["rows"][1] == {
+        "row": 2,
+        "action": "reject",
+        "name": "h00002",
+        "id": None,
+        "errors": ["Row 2 memory_mib: must be a positive integer"],
+    }
     assert not Hypervisor.objects.exists()
 
 
@@ -204,12 +250,15 @@ def test_import_accepts_rows_in_a_json_body(db, api, admin_user):
     assert response.status_code == 200 and response.json()["committed"]
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    ({}, "give exactly one of: file, data, rows"),
-    ({"data": "name\nx\n"}, "give format"),
-    ({"data": "", "format": "csv"}, "the file is empty"),
-    ({"data": "a,b\n1,2\n", "format": "csv"}, "unknown column 'a'"),
-])
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({}, "give exactly one of: file, data, rows"),
+        ({"data": "name\nx\n"}, "give format"),
+        ({"data": "", "format": "csv"}, "the file is empty"),
+        ({"data": "a,b\n1,2\n", "format": "csv"}, "unknown column 'a'"),
+    ],
+)
 def test_import_explains_bad_requests(db, api, admin_user, body, message):
     response = api(admin_user).post("/api/v1/hypervisors/import/", body, format="json")
     assert response.status_code == 400
@@ -264,9 +313,17 @@ def test_export_applies_the_filters_and_answers_errors_in_json(db, api, admin_us
 
 # --- blade centers ---------------------------------------------------------------------
 
-REGISTRATION = {"name": "bc9", "slot_count": 8, "first_address": "10.9.0.1", "driver": "libvirt",
-                "uri_template": "qemu+ssh://root@{address}/system", "cpus": 16, "memory_mib": 65536,
-                "disk_gib": 500, "tags": ["new"]}
+REGISTRATION = {
+    "name": "bc9",
+    "slot_count": 8,
+    "first_address": "10.9.0.1",
+    "driver": "libvirt",
+    "uri_template": "qemu+ssh://root@{address}/system",
+    "cpus": 16,
+    "memory_mib": 65536,
+    "disk_gib": 500,
+    "tags": ["new"],
+}
 
 
 def test_register_preview_then_commit(db, api, admin_user):
@@ -275,8 +332,12 @@ def test_register_preview_then_commit(db, api, admin_user):
     assert preview.status_code == 200, preview.content
     body = preview.json()
     assert body["blade_center"]["id"] is None and len(body["hosts"]) == 8
-    assert body["hosts"][7] == {"slot": 8, "name": "bc9-s08", "address": "10.9.0.8",
-                                "uri": "qemu+ssh://root@10.9.0.8/system"}
+    assert body["hosts"][7] == {
+        "slot": 8,
+        "name": "bc9-s08",
+        "address": "10.9.0.8",
+        "uri": "qemu+ssh://root@10.9.0.8/system",
+    }
     assert body["report"]["dry_run"] and not BladeCenter.objects.exists()
     created = client.post("/api/v1/blade-centers/register/", REGISTRATION, format="json")
     assert created.status_code == 201 and created.json()["report"]["committed"]
@@ -288,8 +349,9 @@ def test_register_preview_then_commit(db, api, admin_user):
 
 def test_register_refuses_a_bad_spec_and_rejected_rows(db, api, admin_user, make_host):
     client = api(admin_user)
-    response = client.post("/api/v1/blade-centers/register/", {**REGISTRATION, "hostname_pattern": "{oops}"},
-                           format="json")
+    response = client.post(
+        "/api/v1/blade-centers/register/", {**REGISTRATION, "hostname_pattern": "{oops}"}, format="json"
+    )
     assert response.status_code == 400
     assert "unknown placeholder {oops}" in response.json()["error"]["fields"]["hostname_pattern"][0]
     make_host(name="bc9-s02")
@@ -303,3 +365,16 @@ def test_deleting_a_chassis_with_hosts_is_a_conflict(db, api, admin_user, make_h
     make_host(blade_center=chassis, slot=1)
     response = api(admin_user).delete(f"/api/v1/blade-centers/{chassis.pk}/")
     assert response.status_code == 409 and "still holds 1 hypervisor" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "xlsx"])
+def test_the_export_writes_formulas_as_text(db, api, admin_user, make_host, fmt):
+    services.set_state(make_host(name="a"), "drained", '=HYPERLINK("http://evil.example/")', actor=TEST)
+    body = api(admin_user).get(f"/api/v1/hypervisors/export/?format={fmt}").content
+    if fmt == "xlsx":
+        cells = [c for row in openpyxl.load_workbook(io.BytesIO(body)).active.iter_rows(min_row=2) for c in row]
+        assert not [c for c in cells if c.data_type == "f"]
+        values = [c.value for c in cells]
+    else:
+        values = [cell for row in csv.reader(io.StringIO(body.decode())) for cell in row]
+    assert '\'=HYPERLINK("http://evil.example/")' in values

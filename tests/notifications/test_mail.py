@@ -196,3 +196,21 @@ def test_maintenance_mails_moved_and_endangered_reservations(make_host, image, a
         "alice@example.org": f"Your reservation #{moved.pk} was moved to another host",
         "bob@example.org": f"Your reservation #{stuck.pk} is endangered by maintenance",
     }
+
+
+def test_a_line_break_in_a_name_or_an_address_adds_no_header_nor_recipient(alice, bob, smtp_server):
+    # A run's name is the owner's text; an address may come from a directory (LDAP, SAML).
+    injected = "nightly\r\nBcc: mallory@example.org\r\nX-Injected: 1"
+    notify.queue([Notification(key="run.1", user=alice, kind="run_finished", event_kind="run.finished",
+                               data={"id": 1, "name": injected, "status": "success"})])  # fmt: skip
+    type(bob).objects.filter(pk=bob.pk).update(email="bob@example.org\r\nBcc: mallory@example.org")
+    notify.queue([Notification(key="run.2", user=bob, kind="run_finished", event_kind="run.finished",
+                               data={"id": 2, "name": "plain", "status": "success"})])  # fmt: skip
+    tasks.send_due()
+    [mail] = smtp_server.wait_for(1)
+    assert mail["to"] == ["alice@example.org"]
+    assert mail["subject"] == "Your run nightly Bcc: mallory@example.org X-Injected: 1 finished: success"
+    assert mail["message"]["Bcc"] is None and mail["message"]["X-Injected"] is None
+    refused = Notification.objects.get(user=bob)
+    assert refused.state != "sent" and "Invalid address" in refused.last_error
+    assert len(smtp_server.messages) == 1  # nothing went to mallory

@@ -10,6 +10,7 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
+from provisioning.vms.models import Image
 from reservations import services, usage
 from reservations.models import Refusal, Reservation, ReservationHistory, UsageDay, UsagePeak
 
@@ -180,3 +181,18 @@ def test_staff_see_the_page_csv_and_api(client, api, admin_user, history):
     assert body["totals"]["hours"] == 7.325 and body["peak"] == {"value": 2, "day": "2026-03-10"}
     assert api(admin_user).get("/api/v1/usage/?from=2026-13-01").status_code == 400
     assert api(admin_user).get("/api/v1/usage/csv/" + query).content.decode().startswith("section,")
+
+
+@pytest.mark.parametrize("url", ["/reservations/usage.csv", "/api/v1/usage/csv/"])
+def test_the_csv_writes_names_a_spreadsheet_would_run_as_text(client, api, admin_user, history, url):
+    link = '=HYPERLINK("http://evil.example/","report")'
+    Image.objects.filter(pk=history.pk).update(name=link)
+    Group.objects.filter(name="physics").update(name="@SUM(1+1)")
+    client.force_login(admin_user)
+    get = client.get if url.startswith("/reservations/") else api(admin_user).get
+    response = get(url + "?from=2026-03-10&to=2026-03-11")
+    assert response.status_code == 200
+    rows = list(csv.reader(io.StringIO(response.content.decode(), newline="")))
+    assert ["image", "'" + link, "7.325", "", "", ""] in rows
+    assert ["group", "'@SUM(1+1)", "4.833", "", "", ""] in rows
+    assert not [cell for row in rows for cell in row if cell[:1] in ("=", "+", "-", "@", "\t", "\r")]

@@ -330,3 +330,39 @@ def test_a_finished_run_mails_its_owner_once(sim_host, image, alice, profile, sy
     assert "finished with status error" in mail.body and "exited with status 3" in mail.body, mail.body
     assert Notification.objects.get(user=alice, kind="run_finished").state == "sent"
     assert tasks.send_due()["mail"] == 0
+
+
+def test_artifact_names_a_guest_makes_up_are_skipped_and_nothing_is_stored_outside(
+    sim_host, image, alice, profile, sync_jobs
+):
+    # The guest lists what it likes: a name climbing out of the work directory, one with a
+    # space, one plain. Only the plain one is fetched and stored, under the run's own folder.
+    profile(files={"../escape.xml": "no", "out/a b.xml": "no", "out/ok.xml": "<ok/>"})
+    run = submit(alice, artifacts=["*/*"])
+    sync_jobs.drain()
+    run = fresh(run)
+    assert run.state == "success", run.reason
+    [kept] = run.files.filter(kind="artifact")
+    assert (kept.path, kept.stored) == ("out/ok.xml", f"{run.pk}/artifact/out/ok.xml")
+    trail = " ".join(str(entry) for entry in run.reason)
+    assert "2 artifacts skipped, not plain paths: '../escape.xml', 'out/a b.xml'" in trail
+
+
+def test_a_guest_listing_more_artifacts_than_allowed_gets_the_first_kept_and_one_line_said(
+    sim_host, image, alice, profile, sync_jobs, settings
+):
+    settings.RUN_ARTIFACT_MAX_FILES = 3
+    files = {f"out/{i:03d}.xml": "<ok/>" for i in range(8)} | {f"out/bad {i}.xml": "no" for i in range(50)}
+    profile(files=files)
+    run = submit(alice, artifacts=["out/*"])
+    before = len(fresh(run).reason)
+    sync_jobs.drain()
+    run = fresh(run)
+    assert run.state == "success", run.reason
+    assert sorted(run.files.filter(kind="artifact").values_list("path", flat=True)) == [
+        "out/000.xml", "out/001.xml", "out/002.xml"
+    ]  # fmt: skip
+    trail = [str(entry) for entry in run.reason[before:]]
+    assert sum("artifact" in entry for entry in trail) == 2, trail  # not one line per name
+    assert any("5 artifacts past the first 3 not kept (RUN_ARTIFACT_MAX_FILES)" in entry for entry in trail)
+    assert any("50 artifacts skipped, not plain paths: 'out/bad 0.xml', 'out/bad 1.xml', " in entry for entry in trail)
