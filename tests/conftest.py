@@ -3,8 +3,10 @@ and a real websocket client."""
 
 import itertools
 import json
+import socket
 
 import pytest
+import urllib3.util.connection
 from django.core.cache import caches
 from django.test import Client
 from rest_framework.test import APIClient
@@ -238,3 +240,28 @@ def bmc_host(db):
         return inventory_services.update_hypervisor(host, actor=TEST, **values)
 
     return point
+
+
+# --- outbound requests ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def connects(monkeypatch):
+    """Every connection attempt (urllib3's and the socket module's) recorded, and refused unless
+    to 127.0.0.1: a test of a refused target shows that nothing was even tried."""
+    seen = []
+
+    def recorder(real):
+        def connect(address, *args, **kwargs):
+            seen.append(address[0])
+            if address[0] != "127.0.0.1":
+                raise AssertionError(f"a connection to {address} was attempted")
+            return real(address, *args, **kwargs)
+
+        return connect
+
+    monkeypatch.setattr(
+        urllib3.util.connection, "create_connection", recorder(urllib3.util.connection.create_connection)
+    )
+    monkeypatch.setattr(socket, "create_connection", recorder(socket.create_connection))
+    return seen
