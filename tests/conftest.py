@@ -209,10 +209,13 @@ def make_host(db):
 # --- a Redfish BMC: sushy-emulator, one per test (it starts in ~0.5 s) ---------------------
 
 @pytest.fixture
-def redfish_bmc(tmp_path):
+def redfish_bmc(tmp_path, settings):
     """``redfish_bmc({"node-1": "on", ...}, tls=True)`` → a running ``tests.redfish.Emulator``
-    whose fake systems have those names and power states; stopped by PID after the test."""
+    whose fake systems have those names and power states; stopped by PID after the test.
+    127.0.0.1 is allow-listed for the test (refused by default: it is no public address)."""
     from tests.redfish import Emulator
+
+    settings.VCLMGR_OUTBOUND_ALLOW = ["127.0.0.1"]
 
     started = []
 
@@ -228,13 +231,15 @@ def redfish_bmc(tmp_path):
 
 @pytest.fixture
 def bmc_host(db):
-    """``bmc_host(host, emulator, system_name, password=…)``: point a host at an emulator's system."""
+    """``bmc_host(host, emulator, system_name, password=…)``: point a host at an emulator's system
+    with a credential saved for that address."""
     from tests import redfish
 
     def point(host, emulator, name, password=redfish.PASSWORD, **fields):
         credential = inventory_services.create_credential(
-            actor=TEST, name=f"bmc-{host.name}-{next(_numbers)}", username=redfish.USERNAME, secret=password
-        )
+            actor=TEST, name=f"bmc-{host.name}-{next(_numbers)}", username=redfish.USERNAME, secret=password,
+            endpoints=[fields.get("bmc_address", emulator.url)],
+        )  # fmt: skip
         values = {"bmc_address": emulator.url, "bmc_credential": credential, "bmc_system": emulator.systems[name],
                   "bmc_verify_tls": False, **fields}  # fmt: skip
         return inventory_services.update_hypervisor(host, actor=TEST, **values)

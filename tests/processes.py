@@ -37,6 +37,9 @@ def child_env(**extra):
             "DEBUG": "1",
             "PYTHONUNBUFFERED": "1",
             "VCLMGR_TEST_FAST_HASHER": "1",
+            # The listeners tests start (webhook receivers, BMC emulators) are on 127.0.0.1,
+            # which the outbound policy refuses by default.
+            "VCLMGR_OUTBOUND_ALLOW": "127.0.0.1",
         }
     )
     if settings.REDIS_URL:

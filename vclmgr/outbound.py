@@ -313,15 +313,21 @@ class _PinnedAdapter(HTTPAdapter):
         return response
 
 
+def pin(existing, target, *, connect, total):
+    """Bind an existing ``requests`` session (a client library's) to ``target``: every request it
+    sends goes through the pinned adapter, whatever its URL (proxies are not used)."""
+    adapter = _PinnedAdapter(target, connect, total)
+    existing.mount("http://", adapter)
+    existing.mount("https://", adapter)
+    return existing
+
+
 def session(target, *, connect, total):
     """A ``requests`` session bound to ``target`` (see the module doc)."""
     pinned = requests.Session()
     pinned.trust_env = False  # a proxy would resolve the name itself: the checked address would not be the one used
     pinned.max_redirects = 5
-    adapter = _PinnedAdapter(target, connect, total)
-    pinned.mount("http://", adapter)
-    pinned.mount("https://", adapter)
-    return pinned
+    return pin(pinned, target, connect=connect, total=total)
 
 
 def post(url, body, headers, *, timeout, connect=None):

@@ -21,7 +21,7 @@ def test_workers_mail_and_post_a_ready_reservation(
                           secret=webhook_server.secret)  # fmt: skip
     worker = processes.start_worker(
         tmp_path, workers=2, EMAIL_BACKEND="smtp", EMAIL_HOST="127.0.0.1", EMAIL_PORT=smtp_server.port,
-        NOTIFY_POLL_SECONDS=0.5, PROMETHEUS_MULTIPROC_DIR=tmp_path, VCLMGR_OUTBOUND_ALLOW="127.0.0.1",
+        NOTIFY_POLL_SECONDS=0.5, PROMETHEUS_MULTIPROC_DIR=tmp_path,
     )  # fmt: skip
     try:
         reservation = services.reserve(alice, image, actor=alice, duration=2 * H)
