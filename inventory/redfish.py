@@ -57,7 +57,7 @@ class Session:
         self.bmc = bmc
         self.timeout = timeout or settings.VCLMGR_BMC_TIMEOUT
         credential = bmc.credential
-        target = self._target(bmc)
+        target = self._target(bmc, self.timeout)
         username = credential.username if credential else ""
         password = credential.get_secret() if credential else ""
         with self._errors("connect"):
@@ -80,11 +80,11 @@ class Session:
             self.system = self.root.get_system(self._identity())
 
     @staticmethod
-    def _target(bmc):
+    def _target(bmc, timeout):
         """The checked address to connect to; BMCError if the policy or the credential's binding refuses."""
         where = f"BMC {bmc.address}"
         try:
-            target = outbound.check(bmc.address)
+            target = outbound.check(bmc.address, timeout=timeout)
         except outbound.Refused as exc:
             raise BMCError(f"{where}: not allowed: {exc} (VCLMGR_OUTBOUND_ALLOW names exceptions)", "refused") from None
         except outbound.Failed as exc:

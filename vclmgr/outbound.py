@@ -23,11 +23,13 @@ Contract:
   closed port, a silent one or an error status (no port-scan oracle).
 """
 
+import concurrent.futures
 import contextlib
 import ipaddress
 import re
 import socket
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass
 
@@ -45,6 +47,8 @@ INTERNAL_SUFFIXES = ("localhost", "local", "internal", "intranet", "lan", "local
 # Something made of numbers (decimal, octal 0177, hex 0x7f) and dots: an IP address however written.
 NUMERIC_HOST = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+))*\.?", re.IGNORECASE)
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
+RESOLVE_SECONDS = 5.0
+_resolver = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="outbound-resolve")
 
 
 class OutboundError(Exception):
@@ -139,9 +143,13 @@ def _name_refusal(host):
     return None
 
 
-def _resolve(host, port):
+def _resolve(host, port, timeout):
+    # getaddrinfo takes no timeout: it runs in a thread the caller stops waiting for.
+    future = _resolver.submit(socket.getaddrinfo, host, port or 0, type=socket.SOCK_STREAM)
     try:
-        infos = socket.getaddrinfo(host, port or 0, type=socket.SOCK_STREAM)
+        infos = future.result(timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        raise Failed(f"resolving {host!r} timed out after {timeout:g} s") from None
     except (OSError, UnicodeError) as exc:
         raise Failed(f"cannot resolve {host!r}: {exc}") from None
     addresses = list(dict.fromkeys(info[4][0].split("%", 1)[0] for info in infos))
@@ -154,18 +162,19 @@ def _allowed(ip, networks):
     return any(each in net for each in {ip, _as_ipv4(ip)} for net in networks if net.version == each.version)
 
 
-def check_host(host, port=None):
-    """The one address to connect to for ``host`` (a name or an IP), or ``Refused``/``Failed``."""
+def check_host(host, port=None, timeout=RESOLVE_SECONDS):
+    """The one address to connect to for ``host`` (a name or an IP), or ``Refused``/``Failed``;
+    the lookup takes at most ``timeout`` seconds."""
     host = (host or "").strip().lower().strip("[]")
     if not host:
         raise Refused("no host")
     networks, names = _allow_list()
     if host.rstrip(".") in names:
-        return _resolve(host, port)[0]
+        return _resolve(host, port, timeout)[0]
     refused = _name_refusal(host)
     if refused:
         raise Refused(refused)
-    for address in (addresses := _resolve(host, port)):
+    for address in (addresses := _resolve(host, port, timeout)):
         ip = ipaddress.ip_address(address)
         if not is_public(ip) and not _allowed(ip, networks):
             said = address if address == host else f"{host!r} resolves to {address}, which"
@@ -173,8 +182,8 @@ def check_host(host, port=None):
     return addresses[0]
 
 
-def check(url, schemes=("http", "https")):
-    """The ``Target`` of ``url``, checked (see the module doc)."""
+def check(url, schemes=("http", "https"), timeout=RESOLVE_SECONDS):
+    """The ``Target`` of ``url``, checked (see the module doc); the lookup within ``timeout`` s."""
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
@@ -186,7 +195,7 @@ def check(url, schemes=("http", "https")):
     if not parts.hostname:
         raise Refused("the URL names no host")
     host = parts.hostname.lower()
-    return Target(scheme, host, port, check_host(host, port or DEFAULT_PORTS.get(scheme)))
+    return Target(scheme, host, port, check_host(host, port or DEFAULT_PORTS.get(scheme), timeout))
 
 
 def refusal(url):
@@ -333,8 +342,10 @@ def session(target, *, connect, total):
 def post(url, body, headers, *, timeout, connect=None):
     """POST ``body`` to ``url`` under the policy; the status code (no redirect is followed).
     ``timeout``: the whole request; ``connect``: the connection alone (default: the same)."""
-    target = check(url)
-    with session(target, connect=connect or timeout, total=timeout) as pinned:
+    began = time.monotonic()
+    target = check(url, timeout=timeout)
+    left = max(0.05, timeout - (time.monotonic() - began))  # the lookup counts against the whole time
+    with session(target, connect=min(connect or left, left), total=left) as pinned:
         try:
             response = pinned.post(url, data=body, headers=headers, allow_redirects=False)
         except requests.exceptions.Timeout as exc:

@@ -7,6 +7,7 @@ lets none through but to 127.0.0.1)."""
 import http.server
 import socket
 import threading
+import time
 
 import pytest
 
@@ -190,3 +191,16 @@ def test_the_form_check_refuses_addresses_without_a_lookup(fake_dns, settings):
     assert outbound.refusal("http://[::ffff:169.254.169.254]/")
     assert outbound.refusal("http://10.20.3.4/") is None and outbound.refusal("https://hooks.example.org/x") is None
     assert lookups == []
+
+
+def test_a_lookup_that_hangs_ends_within_the_time_limit(connects, monkeypatch, settings):
+    settings.VCLMGR_OUTBOUND_ALLOW = []
+    release = threading.Event()
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: release.wait(5) and [])  # a silent resolver
+    began = time.monotonic()
+    try:
+        with pytest.raises(outbound.Failed, match="timed out after 0.3 s"):
+            outbound.post("http://hooks.example.org/hook", b"", {}, timeout=0.3)
+    finally:
+        release.set()
+    assert time.monotonic() - began < 1 and connects == []
