@@ -8,7 +8,6 @@ it is sent; the real one is sushy-emulator."""
 import base64
 import http.server
 import json
-import threading
 
 import pytest
 from django.db import connection
@@ -18,6 +17,7 @@ from inventory import power, services
 from inventory.models import BladeCenter, Credential, Hypervisor
 from tests import redfish
 from tests.inventory.conftest import TEST
+from tests.listeners import Listeners
 from vclmgr import access
 
 ROOT = {
@@ -63,23 +63,13 @@ class _Listener(http.server.BaseHTTPRequestHandler):
 def listener(settings):
     """``listener(status=401, body="[]", root=False)``: a plain-HTTP listener on 127.0.0.1 (allow-listed)."""
     settings.VCLMGR_OUTBOUND_ALLOW = ["127.0.0.1"]
-    servers = []
+    listeners = Listeners()
 
-    def start(status=200, body=None, root=False):
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Listener)
-        server.daemon_threads, server.requests, server.status, server.root = True, [], status, root
-        server.body = body if body is not None else '{"@odata.id": "/redfish/v1/"}'
-        server.url = f"http://127.0.0.1:{server.server_address[1]}"
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        servers.append((server, thread))
-        return server
+    def start(status=200, body='{"@odata.id": "/redfish/v1/"}', root=False):
+        return listeners.start(_Listener, requests=[], status=status, body=body, root=root)
 
     yield start
-    for server, thread in servers:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    listeners.stop()
 
 
 def sent_the_secret(server):

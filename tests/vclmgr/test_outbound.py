@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from tests.listeners import Listeners
 from vclmgr import outbound
 
 REFUSED = [
@@ -85,22 +86,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def listener():
     """``listener(status=200, location=None)``: HTTP servers on 127.0.0.1, all stopped after."""
-    servers = []
-
-    def start(status=200, location=None):
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        server.daemon_threads, server.hits, server.status, server.location = True, [], status, location
-        server.port = server.server_address[1]
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        servers.append((server, thread))
-        return server
-
-    yield start
-    for server, thread in servers:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    listeners = Listeners()
+    yield lambda status=200, location=None: listeners.start(_Handler, hits=[], status=status, location=location)
+    listeners.stop()
 
 
 def post(url):
