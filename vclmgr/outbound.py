@@ -78,7 +78,7 @@ class Target:
 
     @property
     def origin(self):
-        return origin_of(self.scheme, self.host, self.port)
+        return origin_of(self.scheme, self.host.rstrip("."), self.port)
 
 
 def origin_of(scheme, host, port):
