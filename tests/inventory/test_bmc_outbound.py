@@ -20,6 +20,7 @@ from tests.inventory.conftest import TEST
 from tests.listeners import Listeners
 from vclmgr import access
 
+SECRET = "s3cret-bmc-pass"  # noqa: S105 (a test credential)
 ROOT = {
     "@odata.id": "/redfish/v1/",
     "Id": "RootService",
@@ -150,6 +151,21 @@ def test_the_api_shows_where_a_credential_goes_and_never_its_secret(api, admin_u
     assert "s3cret-bmc-pass" not in created.content.decode()
     bad = api(admin_user).post("/api/v1/credentials/", {**body, "name": "b", "endpoints": ["nohost"]}, format="json")
     assert bad.status_code == 400 and "endpoints" in bad.json()["error"]["fields"]
+
+
+def test_the_admin_changes_where_a_credential_goes_only_with_its_secret(client, admin_user, db):
+    credential = services.create_credential(actor=TEST, name="bmc", username="root", secret=SECRET,
+                                            endpoints=["https://bmc1.example.org"])  # fmt: skip
+    client.force_login(admin_user)
+    url = f"/admin/inventory/credential/{credential.pk}/change/"
+    assert "https://bmc1.example.org:443" in client.get(url).content.decode()
+    form = {"name": "bmc", "username": "root", "endpoints": "https://bmc1.example.org\nhttp://listener.example.org"}
+    refused = client.post(url, {**form, "secret": ""})
+    assert refused.status_code == 200 and "give the secret again" in refused.content.decode()
+    assert client.post(url, {**form, "secret": SECRET}).status_code == 302
+    assert Credential.objects.get(pk=credential.pk).endpoints == [
+        "http://listener.example.org:80", "https://bmc1.example.org:443"
+    ]  # fmt: skip
 
 
 @pytest.mark.django_db(transaction=True)
