@@ -96,12 +96,13 @@ class CredentialAdmin(ServiceAdmin):
         secret = form.cleaned_data.get("secret") or None
         if form.cleaned_data.get("clear_secret"):
             secret = ""
+        endpoints = form.cleaned_data.get("endpoints", "").split()
         if change:
             saved = services.update_credential(
-                Credential.objects.get(pk=obj.pk), actor=request.user, secret=secret, **values
+                Credential.objects.get(pk=obj.pk), actor=request.user, secret=secret, endpoints=endpoints, **values
             )
         else:
-            saved = services.create_credential(actor=request.user, secret=secret or "", **values)
+            saved = services.create_credential(actor=request.user, secret=secret or "", endpoints=endpoints, **values)
         obj.pk = saved.pk
         obj._state.adding = False
 
@@ -207,7 +208,7 @@ class HypervisorAdmin(ServiceAdmin, ImportExportModelAdmin):
                                  ("max_vms", "spindles"))}),
         ("State", {"fields": ("state", "state_reason", "state_changed_by", "state_changed_at")}),
         ("BMC (Redfish power)", {"fields": ("bmc_address", "bmc_credential", "bmc_system", "bmc_verify_tls",
-                                            ("power_state", "power_state_at", "power_standby"))}),
+                                            "bmc_allow_http", ("power_state", "power_state_at", "power_standby"))}),
         ("Reported by the driver", {"fields": ("facts", "facts_updated_at"), "classes": ("collapse",)}),
         ("Change log", {"fields": ("change_log",)}),
     )

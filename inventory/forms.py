@@ -8,6 +8,7 @@ from inventory import formats
 from inventory.models import Credential, Hypervisor, NodeGroup
 from inventory.resources import header_problem
 from inventory.validators import FIRST_SLOT, HOST_MINIMUMS, MAX_SLOTS, RATIO_DEFAULTS, RATIO_MAX, RATIO_MIN
+from vclmgr import outbound
 
 REASON_HELP = "Why: kept in the change log (e.g. 'firmware upgrade, ticket 4711')."
 
@@ -37,10 +38,31 @@ class CredentialAdminForm(forms.ModelForm):
         help_text="Stored encrypted and never shown again. Leave blank to keep the current secret.",
     )
     clear_secret = forms.BooleanField(required=False, help_text="Remove the stored secret.")
+    endpoints = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One URL a line: where the secret may be sent (a BMC's https://host:port, a vCenter's URL); "
+        "nowhere else. Changing them needs the secret given again.",
+    )  # fmt: skip
 
     class Meta:
         model = Credential
-        fields = ["name", "username", "secret", "clear_secret", "description"]
+        fields = ["name", "username", "secret", "clear_secret", "endpoints", "description"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.initial["endpoints"] = "\n".join(self.instance.endpoints or [])
+
+    def clean(self):
+        # The service refuses the same; said here, it is a message on the form, not an error page.
+        cleaned = super().clean()
+        try:
+            wanted = sorted({outbound.origin(url) for url in cleaned.get("endpoints", "").split()})
+        except ValueError as exc:
+            self.add_error("endpoints", str(exc))
+            return cleaned
+        if self.instance.pk and wanted != sorted(self.instance.endpoints) and not cleaned.get("secret"):
+            self.add_error("endpoints", "give the secret again to change where it may be sent")
+        return cleaned
 
 
 class HypervisorImportForm(ImportForm):

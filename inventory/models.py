@@ -27,14 +27,26 @@ from inventory.validators import (
     validate_name,
 )
 from provisioning.drivers import registry as drivers
+from vclmgr import outbound
+
+ALLOW_HTTP_HELP = "Send the BMC credential over plain http:// (off: only over https://)."
 
 
 class Credential(models.Model):
-    """A login a driver uses to reach hypervisors; the secret is encrypted at rest."""
+    """A login a driver uses to reach hypervisors; the secret is encrypted at rest.
+
+    ``endpoints``: the origins (``https://bmc.example.org:443``) the secret was saved for. It is
+    sent nowhere else: whoever may point a host's BMC address elsewhere cannot make it send the
+    secret to their own listener. They change only with the secret given again.
+    """
 
     name = models.CharField(max_length=100, unique=True, validators=[validate_name])
     username = models.CharField(max_length=150, blank=True)
     encrypted_secret = models.TextField(blank=True, editable=False)
+    endpoints = models.JSONField(
+        default=list, blank=True,
+        help_text="Where the secret may be sent: origins such as https://bmc.example.org:443.",
+    )  # fmt: skip
     description = models.TextField(blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -55,6 +67,13 @@ class Credential(models.Model):
     def get_secret(self):
         """The clear secret, for a driver about to connect. Never show it to anyone."""
         return crypto.decrypt(self.encrypted_secret)
+
+    def sends_to(self, url):
+        """May this credential be sent to ``url``'s origin?"""
+        try:
+            return outbound.origin(url) in self.endpoints
+        except ValueError:
+            return False
 
 
 class NodeGroup(models.Model):
@@ -130,6 +149,7 @@ class BladeCenter(models.Model):
         Credential, null=True, blank=True, on_delete=models.PROTECT, related_name="bmc_blade_centers"
     )
     bmc_verify_tls = models.BooleanField(default=True, help_text="Check the BMC's TLS certificate.")
+    bmc_allow_http = models.BooleanField(default=False, help_text=ALLOW_HTTP_HELP)
     notes = models.TextField(blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -233,6 +253,7 @@ class Hypervisor(models.Model):
         help_text="Redfish System of this host: its id or /redfish/v1/Systems/… path; blank: the BMC's only one.",
     )  # fmt: skip
     bmc_verify_tls = models.BooleanField(default=True, help_text="Check the BMC's TLS certificate.")
+    bmc_allow_http = models.BooleanField(default=False, help_text=ALLOW_HTTP_HELP)
     power_state = models.CharField(max_length=10, choices=PowerState.choices, default=PowerState.UNKNOWN)
     power_state_at = models.DateTimeField(null=True, blank=True, help_text="When the BMC last reported it.")
     power_standby = models.BooleanField(
@@ -311,7 +332,9 @@ class Hypervisor(models.Model):
         if credential is None and chassis is not None and chassis.bmc_credential_id:
             credential = chassis.bmc_credential
         verify = self.bmc_verify_tls if own or chassis is None else chassis.bmc_verify_tls and self.bmc_verify_tls
-        return BMC(address=address, credential=credential, system=self.bmc_system, verify_tls=verify)
+        allow_http = self.bmc_allow_http if own or chassis is None else chassis.bmc_allow_http
+        return BMC(address=address, credential=credential, system=self.bmc_system, verify_tls=verify,
+                   allow_http=allow_http)  # fmt: skip
 
     def clean(self):
         """Rules across fields; no queries beyond loading the chassis."""
@@ -328,6 +351,7 @@ class BMC:
     credential: Credential | None
     system: str
     verify_tls: bool
+    allow_http: bool = False
 
 
 def cross_field_errors(hv, chassis):

@@ -7,17 +7,27 @@ settles); ``reset(kind)`` asks for one of Redfish's ResetTypes the system allows
 seconds)`` polls until it is reached. Nothing here writes to the database.
 
 The secret is read from the credential only to hand to the client; messages are built from
-the BMC's address and the error's text, never from the credential.
+the BMC's address and the error's text, never from the credential. Before anything is sent the
+address passes ``vclmgr.outbound``'s policy (no internal address unless allow-listed; every
+request to that one checked address, none to another origin a BMC's answer names), and a
+credential goes only to an origin it was saved for (``Credential.endpoints``) and only over
+https:// unless the host allows http:// (``bmc_allow_http``).
 """
 
+import logging
 import time
 import warnings
 
 import sushy
 from django.conf import settings
 from sushy import auth as sushy_auth
+from sushy import connector as sushy_connector
 from sushy import exceptions as sushy_errors
 from urllib3.exceptions import InsecureRequestWarning
+
+from vclmgr import outbound
+
+log = logging.getLogger(__name__)
 
 SYSTEMS = "/redfish/v1/Systems/"
 POLL_SECONDS = 0.5
@@ -47,19 +57,53 @@ class Session:
         self.bmc = bmc
         self.timeout = timeout or settings.VCLMGR_BMC_TIMEOUT
         credential = bmc.credential
+        target = self._target(bmc, self.timeout)
         username = credential.username if credential else ""
         password = credential.get_secret() if credential else ""
         with self._errors("connect"):
-            self.root = sushy.Sushy(
+            connector = sushy_connector.Connector(
                 bmc.address.rstrip("/"),
-                auth=sushy_auth.BasicAuth(username, password),
                 verify=bmc.verify_tls,
                 server_side_retries=1,  # one try: sushy reads 0 as its default, 3 (a job retries instead)
                 server_side_retries_delay=1,
-                read_timeout=self.timeout,
+                default_request_timeout=self.timeout,
                 connect_timeout=self.timeout,
             )
+            # sushy offers no other way to hand it a session: its own, pinned to the checked address.
+            pinned = outbound.pin(connector._session, target, connect=self.timeout, total=self.timeout)
+            self.root = sushy.Sushy(
+                bmc.address.rstrip("/"),
+                auth=sushy_auth.BasicAuth(username, password),
+                connector=connector,
+                public_connector=pinned,
+            )
             self.system = self.root.get_system(self._identity())
+
+    @staticmethod
+    def _target(bmc, timeout):
+        """The checked address to connect to; BMCError if the policy or the credential's binding refuses."""
+        where = f"BMC {bmc.address}"
+        try:
+            target = outbound.check(bmc.address, timeout=timeout)
+        except outbound.Refused as exc:
+            raise BMCError(f"{where}: not allowed: {exc} (VCLMGR_OUTBOUND_ALLOW names exceptions)", "refused") from None
+        except outbound.Failed as exc:
+            raise BMCError(f"{where}: no answer ({exc})", "unreachable") from None
+        credential = bmc.credential
+        if credential is None:
+            return target
+        if not credential.sends_to(bmc.address):
+            raise BMCError(
+                f"{where}: credential {credential.name} was not saved for {target.origin}; to use it there, save "
+                "the credential again with its secret and this address among its endpoints",
+                "auth",
+            )
+        if target.scheme != "https" and not bmc.allow_http:
+            raise BMCError(
+                f"{where}: a credential is sent over https:// only (bmc_allow_http allows http:// for this host)",
+                "refused",
+            )
+        return target
 
     def _identity(self):
         if self.bmc.system:
@@ -132,6 +176,11 @@ class _Translate:
             raise BMCError(f"{where}: {_short(exc)}", "refused") from None
         if isinstance(exc, OSError):
             raise BMCError(f"{where}: no answer ({_short(exc)})", "unreachable") from None
+        if isinstance(exc, (AttributeError, TypeError, KeyError, IndexError)):
+            # sushy reads the BMC's JSON as Redfish says it is shaped (an error answer's body an
+            # object, say): an answer of another shape is the BMC's fault, not ours.
+            log.warning("BMC %s: cannot %s: unexpected answer", self.address, self.doing, exc_info=True)
+            raise BMCError(f"{where}: its answer is not what Redfish describes", "refused") from None
         return False
 
 

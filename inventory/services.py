@@ -36,7 +36,7 @@ from inventory.resources import (
 )
 from inventory.validators import FIRST_SLOT, MAX_SLOTS, validate_name
 from provisioning.drivers import registry as drivers
-from vclmgr import bulk, changelog, events
+from vclmgr import bulk, changelog, events, outbound
 from vclmgr.errors import InUse
 
 IN_USE_CHECKERS = []
@@ -48,12 +48,12 @@ HOST_FIELDS = [
     "name", "address", "driver", "uri", "credential", "blade_center", "slot", "group",
     "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
     "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles", "driver_options",
-    "bmc_address", "bmc_credential", "bmc_system", "bmc_verify_tls",
+    "bmc_address", "bmc_credential", "bmc_system", "bmc_verify_tls", "bmc_allow_http",
 ]  # fmt: skip
 CREDENTIAL_FIELDS = ["name", "username", "description"]
 GROUP_FIELDS = ["name", "alloc_policy", "exclusive_storage", "placement_policy", "iallocator", "description"]
 CHASSIS_FIELDS = ["name", "site", "model", "slot_count", "management_address", "notes",
-                  "bmc_address", "bmc_credential", "bmc_verify_tls"]
+                  "bmc_address", "bmc_credential", "bmc_verify_tls", "bmc_allow_http"]
 
 
 # --- shared plumbing ------------------------------------------------------------------
@@ -92,23 +92,52 @@ def _emit(kind, data, topics):
 # --- credentials ----------------------------------------------------------------------
 
 
+def clean_endpoints(endpoints):
+    """The origins a credential may be sent to, from URLs (``https://bmc.example.org/redfish`` →
+    ``https://bmc.example.org:443``); ValidationError for one that names no host."""
+    if isinstance(endpoints, str):
+        endpoints = endpoints.split()
+    origins, errors = set(), []
+    for url in endpoints or ():
+        try:
+            origins.add(outbound.origin(str(url).strip()))
+        except ValueError as exc:
+            errors.append(f"{str(url)[:100]!r}: {exc}" if "names no host" not in str(exc) else str(exc))
+    if errors:
+        raise ValidationError({"endpoints": errors})
+    return sorted(origins)
+
+
 @transaction.atomic
-def create_credential(*, actor, secret="", **fields):
+def create_credential(*, actor, secret="", endpoints=(), **fields):
+    """``endpoints``: the URLs (BMCs, vCenters) the secret may be sent to; nowhere else."""
     credential = Credential()
     credential.set_secret(secret)
+    credential.endpoints = clean_endpoints(endpoints)
     extra = {"secret": ["***", "***"]} if secret else {}
+    if credential.endpoints:
+        extra["endpoints"] = [[], credential.endpoints]
     _apply(actor, credential, CREDENTIAL_FIELDS, fields, "create", extra_changes=extra)
     _emit("credential.changed", {"id": credential.pk, "name": credential.name, "action": "created"}, ["admin"])
     return credential
 
 
 @transaction.atomic
-def update_credential(credential, *, actor, secret=None, reason="", **fields):
-    """``secret=None`` keeps the stored secret; ``""`` removes it; anything else replaces it."""
+def update_credential(credential, *, actor, secret=None, endpoints=None, reason="", **fields):
+    """``secret=None`` keeps the stored secret; ``""`` removes it; anything else replaces it.
+    ``endpoints`` (None: kept) change only with the secret given in the same call: whoever may
+    edit a credential but does not know its secret cannot send it somewhere new."""
     extra = {}
+    if endpoints is not None:
+        endpoints = clean_endpoints(endpoints)
+        if endpoints != sorted(credential.endpoints) and not secret:
+            raise ValidationError({"endpoints": ["give the secret again to change where it may be sent"]})
+        if endpoints != sorted(credential.endpoints):
+            extra["endpoints"] = [sorted(credential.endpoints), endpoints]
+            credential.endpoints = endpoints
     if secret is not None and (secret or credential.has_secret):
         credential.set_secret(secret)
-        extra = {"secret": ["***", "***"]}
+        extra["secret"] = ["***", "***"]
     changes = _apply(actor, credential, CREDENTIAL_FIELDS, fields, "update", reason, extra)
     if changes:
         _emit("credential.changed", {"id": credential.pk, "name": credential.name, "action": "updated"}, ["admin"])

@@ -22,7 +22,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from notifications.models import KIND_NAMES, Notification, Preference, Webhook, WebhookDelivery
-from vclmgr import changelog, events
+from vclmgr import changelog, events, outbound
 from vclmgr.changelog import Actor
 
 # --- rules: event -> (notification kind, identity of what it tells) ----------------------
@@ -165,6 +165,8 @@ def check_webhook(url, event_kinds):
     errors = {}
     if not str(url).startswith(("http://", "https://")):
         errors["url"] = ["an http:// or https:// URL"]
+    elif refused := outbound.refusal(url):  # a name is checked again, resolved, at each try
+        errors["url"] = [f"not allowed: {refused} (VCLMGR_OUTBOUND_ALLOW names exceptions)"]
     if (
         not isinstance(event_kinds, list)
         or not event_kinds

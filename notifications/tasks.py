@@ -17,19 +17,18 @@ The task runs on the workers that run jobs, so a slow receiver must not hold a j
 one ``send_due`` sends for at most ``NOTIFY_SEND_BUDGET_SECONDS`` and queues itself again for
 the rest; a webhook try begins only if its whole time limit (``WEBHOOK_TIMEOUT_SECONDS``,
 connect to answer, not per read) fits in what is left.
+
+A webhook is posted through ``vclmgr.outbound``: a URL on a loopback, link-local or private
+address (unless ``VCLMGR_OUTBOUND_ALLOW`` names it) is refused before any connection, no
+redirect is followed, and every failed try reads ``delivery failed`` in the delivery log,
+with no status or duration; the detail goes to the server's log.
 """
 
-import contextlib
 import hashlib
 import hmac
-import http.client
 import json
 import logging
-import socket
-import threading
 import time
-import urllib.error
-import urllib.request
 from datetime import timedelta
 
 from django.conf import settings
@@ -39,7 +38,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from notifications.models import Delivery, Notification, Webhook, WebhookDelivery
-from vclmgr import metrics, periodic
+from vclmgr import metrics, outbound, periodic
 
 log = logging.getLogger(__name__)
 LEASE = timedelta(seconds=120)
@@ -108,7 +107,7 @@ def _attempt(row, send, name):
     try:
         outcome = send(row) or {}
     except Exception as exc:  # each failure is recorded on the row; the next try may work
-        error = f"{type(exc).__name__}: {exc}"[:2000]
+        error = str(exc) if isinstance(exc, WebhookFailed) else f"{type(exc).__name__}: {exc}"[:2000]
         extra = getattr(exc, "fields", {})
         if row.attempts >= settings.NOTIFY_MAX_ATTEMPTS:
             log.warning("%s %s given up after %s tries: %s", name, row.pk, row.attempts, error)
@@ -174,76 +173,6 @@ class WebhookFailed(Exception):
         self.fields = fields
 
 
-class _Deadline:
-    """The time limit of one whole webhook try. A socket timeout bounds each read, not the
-    answer: a receiver sending a byte a second would hold the worker for ever. When the time is
-    up the timer shuts the connection's socket down, which ends any read blocked on it."""
-
-    _current = threading.local()
-
-    def __init__(self, seconds):
-        self.seconds, self.sock, self.expired = seconds, None, False
-        self.timer = threading.Timer(seconds, self._expire)
-        self.timer.daemon = True
-
-    def __enter__(self):
-        _Deadline._current.value = self
-        self.timer.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.timer.cancel()
-        _Deadline._current.value = None
-
-    def _expire(self):
-        self.expired = True
-        self._shut(self.sock)
-
-    def watch(self, sock):
-        """The try's socket, once connected (set before ``expired`` is read: no race is lost)."""
-        self.sock = sock
-        if self.expired:
-            self._shut(sock)
-
-    @staticmethod
-    def _shut(sock):
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    @classmethod
-    def watch_current(cls, sock):
-        deadline = getattr(cls._current, "value", None)
-        if deadline is not None:
-            deadline.watch(sock)
-
-
-class _HTTPConnection(http.client.HTTPConnection):
-    def connect(self):
-        super().connect()
-        _Deadline.watch_current(self.sock)
-
-
-class _HTTPSConnection(http.client.HTTPSConnection):
-    def connect(self):
-        super().connect()
-        _Deadline.watch_current(self.sock)
-
-
-class _HTTPHandler(urllib.request.HTTPHandler):
-    def http_open(self, req):
-        return self.do_open(_HTTPConnection, req)
-
-
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def https_open(self, req):
-        return self.do_open(_HTTPSConnection, req, context=self._context)
-
-
-# urllib's opener (proxies from the environment, redirects) with connections the deadline watches.
-_opener = urllib.request.build_opener(_HTTPHandler, _HTTPSHandler)
-
-
 def signature(secret, timestamp, body):
     """``sha256=<hex>`` of ``timestamp + "." + body``: the timestamp is signed with the body, so a
     receiver that refuses old timestamps cannot be fed a captured delivery again (a replay)."""
@@ -260,35 +189,26 @@ def _post_webhook(row):
     body = json.dumps({"id": row.pk, "kind": row.event_kind, "time": row.created.isoformat(),
                        "data": row.payload.get("data", {})}, sort_keys=True).encode()  # fmt: skip
     timestamp = str(int(time.time()))
-    request = urllib.request.Request(hook.url, data=body, method="POST", headers={
+    headers = {
         "Content-Type": "application/json",
         "User-Agent": "vclmgr-webhook",
         "X-Vclmgr-Event": row.event_kind,
         "X-Vclmgr-Delivery": str(row.pk),
         "X-Vclmgr-Timestamp": timestamp,
         "X-Vclmgr-Signature": signature(hook.get_secret(), timestamp, body),
-    })  # fmt: skip
-    limit = settings.WEBHOOK_TIMEOUT_SECONDS
+    }
     began = time.monotonic()
-    status, error, timed_out = None, None, False
-    with _Deadline(limit) as deadline:
-        try:
-            with _opener.open(request, timeout=limit) as answer:  # http(s) only, checked on save
-                status = answer.status
-        except urllib.error.HTTPError as exc:
-            status, error = exc.code, f"HTTP {exc.code}"
-        except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, timed out, DNS, TLS
-            reason = getattr(exc, "reason", exc)
-            error = str(reason)
-            timed_out = isinstance(reason, TimeoutError)
-    took = int((time.monotonic() - began) * 1000)
-    # The socket's own timeout and the deadline are both ``limit``: whichever fires first, the
-    # try ran out of time, and says so the same way.
-    if deadline.expired or timed_out:
-        status, error = None, f"timed out after {limit:g} s"
-    if error:
-        raise WebhookFailed(error, status_code=status, duration_ms=took)
-    return {"status_code": status, "duration_ms": took, "last_error": ""}
+    try:
+        status = outbound.post(hook.url, body, headers, timeout=settings.WEBHOOK_TIMEOUT_SECONDS)
+        detail = None if 200 <= status < 300 else f"HTTP {status}"
+    except outbound.OutboundError as exc:
+        detail = str(exc)
+    if detail:
+        # The detail (refused, closed, silent, which status) is for the server's log: the delivery
+        # log, which a webhook's owner reads, says the same for all, or it would map the network.
+        log.info("webhook %s delivery %s to %s: %s", hook.pk, row.pk, hook.url, detail)
+        raise WebhookFailed(outbound.PUBLIC_ERROR, status_code=None, duration_ms=None)
+    return {"status_code": status, "duration_ms": int((time.monotonic() - began) * 1000), "last_error": ""}
 
 
 # --- "ending soon", and the worker daemon -------------------------------------------------

@@ -3,8 +3,10 @@ and a real websocket client."""
 
 import itertools
 import json
+import socket
 
 import pytest
+import urllib3.util.connection
 from django.core.cache import caches
 from django.test import Client
 from rest_framework.test import APIClient
@@ -231,10 +233,13 @@ def make_host(db):
 # --- a Redfish BMC: sushy-emulator, one per test (it starts in ~0.5 s) ---------------------
 
 @pytest.fixture
-def redfish_bmc(tmp_path):
+def redfish_bmc(tmp_path, settings):
     """``redfish_bmc({"node-1": "on", ...}, tls=True)`` → a running ``tests.redfish.Emulator``
-    whose fake systems have those names and power states; stopped by PID after the test."""
+    whose fake systems have those names and power states; stopped by PID after the test.
+    127.0.0.1 is allow-listed for the test (refused by default: it is no public address)."""
     from tests.redfish import Emulator
+
+    settings.VCLMGR_OUTBOUND_ALLOW = ["127.0.0.1"]
 
     started = []
 
@@ -250,15 +255,42 @@ def redfish_bmc(tmp_path):
 
 @pytest.fixture
 def bmc_host(db):
-    """``bmc_host(host, emulator, system_name, password=…)``: point a host at an emulator's system."""
+    """``bmc_host(host, emulator, system_name, password=…)``: point a host at an emulator's system
+    with a credential saved for that address."""
     from tests import redfish
 
     def point(host, emulator, name, password=redfish.PASSWORD, **fields):
         credential = inventory_services.create_credential(
-            actor=TEST, name=f"bmc-{host.name}-{next(_numbers)}", username=redfish.USERNAME, secret=password
-        )
+            actor=TEST, name=f"bmc-{host.name}-{next(_numbers)}", username=redfish.USERNAME, secret=password,
+            endpoints=[fields.get("bmc_address", emulator.url)],
+        )  # fmt: skip
         values = {"bmc_address": emulator.url, "bmc_credential": credential, "bmc_system": emulator.systems[name],
                   "bmc_verify_tls": False, **fields}  # fmt: skip
         return inventory_services.update_hypervisor(host, actor=TEST, **values)
 
     return point
+
+
+# --- outbound requests ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def connects(monkeypatch):
+    """Every connection attempt (urllib3's and the socket module's) recorded, and refused unless
+    to 127.0.0.1: a test of a refused target shows that nothing was even tried."""
+    seen = []
+
+    def recorder(real):
+        def connect(address, *args, **kwargs):
+            seen.append(address[0])
+            if address[0] != "127.0.0.1":
+                raise AssertionError(f"a connection to {address} was attempted")
+            return real(address, *args, **kwargs)
+
+        return connect
+
+    monkeypatch.setattr(
+        urllib3.util.connection, "create_connection", recorder(urllib3.util.connection.create_connection)
+    )
+    monkeypatch.setattr(socket, "create_connection", recorder(socket.create_connection))
+    return seen

@@ -36,6 +36,9 @@ def child_env(**extra):
             "VCLMGR_QUEUE_NAME": settings.Q_CLUSTER["name"],
             "DEBUG": "1",
             "PYTHONUNBUFFERED": "1",
+            # The listeners tests start (webhook receivers, BMC emulators) are on 127.0.0.1,
+            # which the outbound policy refuses by default.
+            "VCLMGR_OUTBOUND_ALLOW": "127.0.0.1",
         }
     )
     if settings.REDIS_URL:

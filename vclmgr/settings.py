@@ -7,6 +7,7 @@ in-memory channel layer, a file cache; nothing to install) and the scaled-out on
 
 import ipaddress
 import os
+import re
 import secrets
 import sys
 from datetime import timedelta
@@ -418,6 +419,19 @@ VCLMGR_BMC_TIMEOUT = env.int("VCLMGR_BMC_TIMEOUT", 10, minimum=1)
 VCLMGR_BMC_GRACEFUL_SECONDS = env.int("VCLMGR_BMC_GRACEFUL_SECONDS", 60, minimum=0)
 VCLMGR_BMC_POWER_SECONDS = env.int("VCLMGR_BMC_POWER_SECONDS", 120, minimum=1)
 VCLMGR_POWER_ON_BOOT_SECONDS = env.int("VCLMGR_POWER_ON_BOOT_SECONDS", 600, minimum=1)
+
+# What vclmgr connects to on a user's or operator's say-so (webhooks, BMCs, discovery URIs)
+# must be a public address; VCLMGR_OUTBOUND_ALLOW names the networks (CIDR or one address)
+# and host names it may reach besides, e.g. "10.20.0.0/16, bmc.lab.example.org".
+VCLMGR_OUTBOUND_ALLOW = env.list("VCLMGR_OUTBOUND_ALLOW", [])
+for _entry in VCLMGR_OUTBOUND_ALLOW:
+    try:
+        ipaddress.ip_network(_entry, strict=False)
+    except ValueError:
+        if not re.fullmatch(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?\.?", _entry):
+            raise ImproperlyConfigured(
+                f"VCLMGR_OUTBOUND_ALLOW: {_entry!r} is neither a network (10.20.0.0/16) nor a host name"
+            ) from None
 
 # --- placement ------------------------------------------------------------------------
 # IAllocator programs the "external" placement policy may run, by name:

@@ -60,12 +60,17 @@ class CredentialSerializer(ServiceSerializer):
         help_text="Write-only: stored encrypted, never returned. On update, omit to keep, '' to remove.",
     )
     has_secret = serializers.BooleanField(read_only=True)
+    endpoints = serializers.ListField(
+        child=serializers.CharField(max_length=500), required=False, max_length=100,
+        help_text="The URLs the secret may be sent to (a BMC's https://host:port, a vCenter's URL), kept as "
+        "origins; nowhere else. On update they change only with the secret given again.",
+    )  # fmt: skip
     service_create = staticmethod(services.create_credential)
     service_update = staticmethod(services.update_credential)
 
     class Meta:
         model = Credential
-        fields = ["id", "name", "username", "secret", "has_secret", "description", "created", "updated"]
+        fields = ["id", "name", "username", "secret", "has_secret", "endpoints", "description", "created", "updated"]
         read_only_fields = ["created", "updated"]
 
 
@@ -96,7 +101,7 @@ class BladeCenterSerializer(HypervisorCountMixin, ServiceSerializer):
     class Meta:
         model = BladeCenter
         fields = ["id", "name", "site", "model", "slot_count", "management_address", "notes",
-                  "bmc_address", "bmc_credential", "bmc_verify_tls",
+                  "bmc_address", "bmc_credential", "bmc_verify_tls", "bmc_allow_http",
                   "hypervisor_count", "created", "updated"]
         read_only_fields = ["created", "updated"]
 
@@ -119,7 +124,8 @@ class HypervisorSerializer(ServiceSerializer):
             "group", "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
             "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles", "driver_options",
             "state", "state_reason", "state_changed_by", "state_changed_at", "tags", "facts", "facts_updated_at",
-            "bmc_address", "bmc_credential", "bmc_system", "bmc_verify_tls", "power_state", "power_state_at",
+            "bmc_address", "bmc_credential", "bmc_system", "bmc_verify_tls", "bmc_allow_http", "power_state",
+            "power_state_at",
             "power_standby", "created", "updated",
         ]
         fields += ["scheduled_state", "scheduled_reason", "scheduled_until", "scheduled_by"]

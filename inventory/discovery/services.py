@@ -14,6 +14,11 @@ Contract:
   facts each driver reported are stored on the hosts (``report_facts``).
 - A URI that cannot be reached, or refuses the credentials, raises ``DiscoveryError`` before
   anything is written. Passwords never appear in results, URIs or messages.
+- Before a URI is opened its host passes ``vclmgr.outbound``'s address check (no loopback,
+  link-local or private address unless ``VCLMGR_OUTBOUND_ALLOW`` names it); a URI without a host
+  (libvirt's local ``qemu:///system``, ``test:///``) is this machine's and is not checked. A
+  stored credential named by ``credential`` is used only for URIs whose origin it was saved for
+  (``Credential.endpoints``); a password given here is saved for the URIs it was given with.
 """
 
 import json
@@ -29,6 +34,7 @@ from inventory import services as inventory
 from inventory.models import Credential, Hypervisor
 from inventory.validators import validate_address
 from provisioning.drivers import registry
+from vclmgr import outbound
 
 DRIVERS = registry.DISCOVERABLE
 
@@ -126,6 +132,7 @@ def read(driver, uris, credentials=None):
     found = []
     for uri in uris:
         _check_test_uri(driver, uri)
+        _check_address(uri)
         try:
             with registry.get_driver(driver, uri, credentials, options=_driver_options(driver)) as connection:
                 hosts = connection.discover()
@@ -147,6 +154,32 @@ def _check_test_uri(driver, uri):
     parts = urllib.parse.urlsplit(uri)
     if driver == "libvirt" and parts.scheme == "test" and not (parts.path == "/default" or parts.path.endswith(".xml")):
         raise DiscoveryError(f"{uri!r}: a test URI is test:///default or test:///path/to/node.xml")
+
+
+def _check_address(uri):
+    try:
+        parts = urllib.parse.urlsplit(uri)
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise DiscoveryError(f"cannot parse {public_uri_safe(uri)!r}: {exc}") from None
+    if not host:
+        return
+    try:
+        outbound.check_host(host, port)
+    except outbound.Refused as exc:
+        hint = "VCLMGR_OUTBOUND_ALLOW names exceptions"
+        raise DiscoveryError(f"{public_uri(uri)}: not allowed: {exc} ({hint})") from None
+    except outbound.Failed as exc:
+        raise DiscoveryError(f"{public_uri(uri)}: {exc}", permanent=False) from None
+
+
+def _check_binding(stored, uris):
+    for uri in uris:
+        if urllib.parse.urlsplit(uri).hostname and not stored.sends_to(uri):
+            raise DiscoveryError(
+                f"credential {stored.name} was not saved for {public_uri(uri)}; to use it there, save the "
+                "credential again with its secret and this URI among its endpoints"
+            )
 
 
 def _without_secret(message, credentials):
@@ -209,6 +242,7 @@ def discover(driver, uris, *, actor, username="", password="", credential=None, 
         stored = Credential.objects.filter(name=credential).first()
         if stored is None:
             raise DiscoveryError(f"no credential named {credential!r}")
+        _check_binding(stored, cleaned)
         user, secret = user or stored.username, secret or stored.get_secret()
     credentials = {"username": user, "password": secret} if (user or secret) else None
     found = read(driver, cleaned, credentials)
@@ -220,7 +254,7 @@ def discover(driver, uris, *, actor, username="", password="", credential=None, 
     with transaction.atomic():
         created = False
         if credential_name and not credential:  # store the password given (on a dry run: rolled back)
-            created = _store_credential(actor, credential_name, user, secret, why)
+            created = _store_credential(actor, credential_name, user, secret, why, cleaned)
         report = inventory.import_hypervisors(
             json.dumps(records).encode(), "json", actor=actor, dry_run=not commit, file_name=f"{driver} discovery",
             reason=why,
@@ -237,14 +271,17 @@ def _credential_name(driver, uri):
     return NAME_JUNK.sub("-", f"{driver}-{host}").strip("-._")[:100]
 
 
-def _store_credential(actor, name, username, secret, reason):
+def _store_credential(actor, name, username, secret, reason, uris):
+    """Saved for the URIs it was given with (and, updated, for those it was saved for before)."""
     existing = Credential.objects.filter(name=name).first()
     if existing is None:
-        inventory.create_credential(actor=actor, name=name, username=username, secret=secret,
+        inventory.create_credential(actor=actor, name=name, username=username, secret=secret, endpoints=uris,
                                     description="stored by discovery")  # fmt: skip
         return True
-    if existing.username != username or existing.get_secret() != secret:
-        inventory.update_credential(existing, actor=actor, secret=secret, username=username, reason=reason)
+    endpoints = inventory.clean_endpoints([*existing.endpoints, *uris])
+    if existing.username != username or existing.get_secret() != secret or endpoints != sorted(existing.endpoints):
+        inventory.update_credential(existing, actor=actor, secret=secret, username=username, endpoints=endpoints,
+                                    reason=reason)  # fmt: skip
     return False
 
 

@@ -48,7 +48,8 @@ def test_a_bmc_that_refuses_is_a_502_and_no_bmc_a_409(api, admin_user, make_host
 
 def test_a_blade_inherits_the_chassis_bmc(make_host, redfish_bmc, chassis, db):
     emulator = redfish_bmc({"blade-3": "off", "blade-4": "on"})
-    credential = services.create_credential(actor=TEST, name="bmc", username=redfish.USERNAME, secret=redfish.PASSWORD)
+    credential = services.create_credential(actor=TEST, name="bmc", username=redfish.USERNAME, secret=redfish.PASSWORD,
+                                            endpoints=[emulator.url])  # fmt: skip
     services.update_blade_center(chassis, actor=TEST, bmc_address=emulator.url, bmc_credential=credential,
                                  bmc_verify_tls=False)  # fmt: skip
     blade = make_host(name="blade-3", blade_center=chassis, slot=3, bmc_system=emulator.systems["blade-3"])

@@ -103,6 +103,8 @@ class Receiver(http.server.BaseHTTPRequestHandler):
         server.received.append({"body": json.loads(body), "raw": body, "headers": dict(self.headers),
                                 "signed": signed, "status": status})  # fmt: skip
         self.send_response(status)
+        if server.location:
+            self.send_header("Location", server.location)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
@@ -111,11 +113,15 @@ class Receiver(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def webhook_server():
-    """An HTTP server on 127.0.0.1 that checks each webhook's signature; ``.status``/``.delay`` to misbehave."""
+def webhook_server(settings):
+    """An HTTP server on 127.0.0.1 that checks each webhook's signature; ``.status``/``.delay``/``.location``
+    (a redirect's target, with a 3xx status) to misbehave.
+    127.0.0.1 is allow-listed for the test (refused by default: it is no public address)."""
+    settings.VCLMGR_OUTBOUND_ALLOW = ["127.0.0.1"]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
     server.daemon_threads = True
     server.received, server.status, server.delay, server.secret = [], 200, 0, "s3cret-signing-key-1234"
+    server.location = None
     server.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -172,8 +178,9 @@ class SilentServer:
 
 
 @pytest.fixture
-def silent_server():
+def silent_server(settings):
     """``silent_server(trickle=False)``: servers that hold each request unanswered; all stopped after."""
+    settings.VCLMGR_OUTBOUND_ALLOW = ["127.0.0.1"]
     servers = []
 
     def start(**options):

@@ -31,6 +31,7 @@ def test_the_defaults():
     )  # fmt: skip
     assert settings.VCLMGR_ADDRESS_TIMEOUT == 120 and settings.VCLMGR_SAVE_REFUSED_DECISIONS == ""
     assert settings.VCLMGR_DRIVER_OPTIONS == {} and settings.VCLMGR_SIM_OPTIONS == {}
+    assert settings.VCLMGR_OUTBOUND_ALLOW == []  # outbound requests reach public addresses only
 
 
 def _settings_of(**env):
@@ -53,6 +54,7 @@ def _settings_of(**env):
         ({"VCLMGR_STAGE_PER_HOST": "0"}, "VCLMGR_STAGE_PER_HOST: must be at least 1"),
         ({"VCLMGR_STAGE_GLOBAL": "many"}, "VCLMGR_STAGE_GLOBAL: expected an integer"),
         ({"VCLMGR_ADDRESS_TIMEOUT": "0"}, "VCLMGR_ADDRESS_TIMEOUT: must be at least 1"),
+        ({"VCLMGR_OUTBOUND_ALLOW": "10.0.0.0/8, http://bmc"}, "VCLMGR_OUTBOUND_ALLOW: 'http://bmc' is neither"),
     ],
 )
 def test_a_bad_tunable_stops_the_start_naming_the_variable(tmp_path, env, message):
