@@ -155,7 +155,7 @@ def load_cluster(now, host_ids=None):
 def hypervisor_types_for(formats):
     """The hypervisor types whose variants are in one of ``formats`` (None = any): a plan for an
     image known only by its formats. The simulator's variants come in any format, so a format
-    says nothing of it: it is in only when it runs any image (``registry.runs_any_image``)."""
+    says nothing of it: it is in only when it runs any image (``provisioning.drivers.registry.runs_any_image``)."""
     if formats is None:
         return None
     formats = set(formats)

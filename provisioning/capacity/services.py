@@ -28,7 +28,6 @@ from provisioning import placement as core
 from provisioning.capacity import decisions, loaders, preemption
 from provisioning.capacity.models import Allocation
 from provisioning.capacity.snapshot import snapshot
-from provisioning.drivers import registry
 from provisioning.jobs import services as jobs
 from provisioning.jobs.models import Job
 from provisioning.placement import preempt, refusals
@@ -70,7 +69,7 @@ class Demand:
     start: datetime
     end: datetime | None = None
     extras: dict = field(default_factory=dict)
-    # hypervisor types the image has a variant for (``registry.serving_types``); None = any host
+    # hypervisor types the image has a variant for (``Hypervisor.serving_types``); None = any host
     hypervisors: frozenset | None = None
     required_tags: frozenset = frozenset()
     forbidden_tags: frozenset = frozenset()
@@ -90,7 +89,7 @@ class Demand:
             start=loaders.ts(self.start),
             end=loaders.ts(self.end),
             id=request_id,
-            hypervisors=registry.serving_types(self.hypervisors),
+            hypervisors=Hypervisor.serving_types(self.hypervisors),
             required_tags=frozenset(self.required_tags),
             forbidden_tags=frozenset(self.forbidden_tags),
             anti_affinity=self.anti_affinity or None,
@@ -177,8 +176,7 @@ def _variant_note(engine, demand, request, result):
     if result.ok or not demand.image or not result.reasons.get(refusals.WRONG_HYPERVISOR):
         return result
     types = {slot.host.hypervisor for slot in engine.state.slots} - set(request.hypervisors or ())
-    labels = {kind.hypervisor_type: kind.hypervisor_label for kind in registry.KINDS.values()}
-    missing = " or ".join(sorted(labels.get(t, t) for t in types))
+    missing = " or ".join(sorted(Hypervisor.HV_LABELS.get(t, t) for t in types))
     note = f"{demand.image} has no variant for {missing} hosts"
     return replace(result, note="; ".join(n for n in (result.note, note) if n))
 
