@@ -26,13 +26,13 @@ from provisioning.drivers.libvirt.connection import connections
 from provisioning.vms.models import Image
 from reservations import services as reservations
 from reservations.models import Reservation
+from tests.e2e.test_reservations_real_vm import wait_ready_live
 from tests.integration.conftest import guest_image, libvirt_conn, libvirtd  # noqa: F401 (fixtures)
 from tests.integration.test_reserve_real_vm import vm_ids  # noqa: F401 (a fixture)
 from tests.realvm import ssh_run
 from vclmgr.management.commands import kvm_demo
 
 pytestmark = pytest.mark.slow
-READY_TIMEOUT_MS = 300_000  # ~10-20 s alone; the two cores may be shared with a whole test run
 
 
 @pytest.fixture
@@ -78,14 +78,7 @@ def test_the_readme_recipe_gives_a_real_vm_on_kvm_local_that_the_shown_login_ope
     page.click("#reserve-submit")
     page.wait_for_url(re.compile(r"/reservations/\d+/$"), timeout=30000)
     reservation = Reservation.objects.get(user__username="demo", image__name="debian-guest")
-    page.evaluate("window.__sameDocument = true")  # gone if the page reloads
-    page.wait_for_selector("html[data-live=subscribed]", state="attached")
-    try:
-        expect(page.locator("#reservation-status")).to_have_text("ready", timeout=READY_TIMEOUT_MS)
-    except AssertionError as error:
-        raise AssertionError(f"not ready: {Reservation.objects.get(pk=reservation.pk).error}\n"
-                             f"{worker.output()[-3000:]}") from error  # fmt: skip
-    assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
+    wait_ready_live(page, reservation, worker)
     reservation.refresh_from_db()
     assert reservation.vm.host.name == "kvm-local"
 
