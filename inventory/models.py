@@ -186,6 +186,9 @@ class Hypervisor(models.Model):
     # Hypervisor type per driver, and the image formats it runs (None: any, emulated).
     HV_TYPES = drivers.HV_TYPES
     IMAGE_FORMATS = drivers.IMAGE_FORMATS
+    HV_LABELS = dict(drivers.HV_TYPE_CHOICES)  # hypervisor type → its words ("simulated")
+    # The types whose hosts run an image with variants of the given types (the registry's rule).
+    serving_types = staticmethod(drivers.serving_types)
 
     name = models.CharField(max_length=100, validators=[validate_name])
     address = models.CharField(max_length=253, validators=[validate_address], help_text="IP address or host name.")

@@ -3,9 +3,10 @@
 A platform is what images declare: their OS (``Image.os``, compared slugified: "Debian 12" is
 ``debian-12``) and their architecture (``Image.platform``, e.g. ``x86_64``), written
 ``debian-12`` or ``debian-12/x86_64``. Images are not portable across hypervisors: a host
-can run an image only if the image has a variant of the host's hypervisor type (a simulated
-host emulates any). ``usable`` keeps the images some online host can run, and when none is
-left says why, per image and hypervisor type: "no host: 12 lack a kvm variant of debian-12".
+can run an image only if the image has a variant of the host's hypervisor type (simulated
+hosts too, unless told to run any image: ``registry.runs_any_image``). ``usable`` keeps the
+images some online host can run, and when none is left says why, per image and hypervisor
+type: "no host: 12 lack a kvm variant of debian-12".
 """
 
 from collections import Counter
@@ -13,6 +14,7 @@ from collections import Counter
 from django.utils.text import slugify
 
 from inventory.models import Hypervisor
+from provisioning.drivers import registry
 from provisioning.vms import services as vms
 
 
@@ -42,7 +44,7 @@ def images_for(user, platform):
 
 def _runs_on(image, host):
     types = {v.hypervisor_type for v in image.variants.all()}
-    return host.hypervisor_type in types or (host.image_formats is None and bool(types))
+    return registry.serves(host.hypervisor_type, types)
 
 
 def usable(images):

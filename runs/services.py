@@ -426,7 +426,7 @@ def _move_one(run, *, actor):
     vm, hold_until = run.vm, _latest_end(run)
     last = Job.objects.filter(pk=run.job).values_list("result", flat=True).first()
     refused = [last["refused_by"]] if isinstance(last, dict) and last.get("refused_by") else []
-    demand = vms.vm_demand(vm, purpose=f"vm {vm.pk} (resumed elsewhere)", formats=[vm.variant.format],
+    demand = vms.vm_demand(vm, purpose=f"vm {vm.pk} (resumed elsewhere)", hypervisors=[vm.variant.hypervisor_type],
                            exclude_hosts=[vm.host_id, *refused], prefer_cached=False)  # fmt: skip
     with transaction.atomic():
         target = capacity.claim(replace(demand, end=hold_until), actor=actor, owner=vm.owner)

@@ -153,10 +153,10 @@ def load_cluster(now, host_ids=None):
 
 
 def hypervisor_types_for(formats):
-    """Hypervisor types that can run an image available in ``formats`` (None = any)."""
+    """The hypervisor types whose variants are in one of ``formats`` (None = any): a plan for an
+    image known only by its formats. The simulator's variants come in any format, so a format
+    says nothing of it: it is in only when it runs any image (``provisioning.drivers.registry.runs_any_image``)."""
     if formats is None:
         return None
     formats = set(formats)
-    return frozenset(
-        hv_type for hv_type, accepted in Hypervisor.IMAGE_FORMATS.items() if accepted is None or formats & set(accepted)
-    )
+    return frozenset(hv_type for hv_type, accepted in Hypervisor.IMAGE_FORMATS.items() if formats & set(accepted or ()))

@@ -30,7 +30,7 @@ from provisioning.capacity.models import Allocation
 from provisioning.capacity.snapshot import snapshot
 from provisioning.jobs import services as jobs
 from provisioning.jobs.models import Job
-from provisioning.placement import preempt
+from provisioning.placement import preempt, refusals
 from vclmgr import changelog, events, metrics
 from vclmgr.errors import Conflict
 
@@ -69,7 +69,8 @@ class Demand:
     start: datetime
     end: datetime | None = None
     extras: dict = field(default_factory=dict)
-    formats: frozenset | None = None  # image formats available; None = any hypervisor
+    # hypervisor types the image has a variant for (``Hypervisor.serving_types``); None = any host
+    hypervisors: frozenset | None = None
     required_tags: frozenset = frozenset()
     forbidden_tags: frozenset = frozenset()
     anti_affinity: str = ""
@@ -80,6 +81,7 @@ class Demand:
     exclude_hosts: frozenset = frozenset()  # hypervisor ids not to place on (a retry after a failed boot)
     prefer_hosts: frozenset = frozenset()  # hypervisor ids tried first (they have the image cached)
     rank: int | None = None  # its priority class (``preemption.RANKS``): may suspend claims of lower ones
+    image: str = ""  # the image's name, for a refusal's words (``debian-12 has no variant for VMware hosts``)
 
     def request(self, request_id="request"):
         return core.Request(
@@ -87,7 +89,7 @@ class Demand:
             start=loaders.ts(self.start),
             end=loaders.ts(self.end),
             id=request_id,
-            hypervisors=loaders.hypervisor_types_for(self.formats),
+            hypervisors=Hypervisor.serving_types(self.hypervisors),
             required_tags=frozenset(self.required_tags),
             forbidden_tags=frozenset(self.forbidden_tags),
             anti_affinity=self.anti_affinity or None,
@@ -103,7 +105,7 @@ def plan(demand, save_to=None):
     request = demand.request()
     with snapshot.lock:
         engine, ids = snapshot.current()
-        result = engine.place(request)
+        result = _variant_note(engine, demand, request, engine.place(request))
         if save_to is not None:
             decisions.save(save_to, engine, request, result, note="manage.py place --save")
     if not result.ok:
@@ -131,7 +133,7 @@ def claim(demand, *, actor, owner=None, max_attempts=MAX_ATTEMPTS):
     for _attempt in range(max_attempts):
         with snapshot.lock:
             engine, ids = snapshot.current()
-            result = _decide(engine, ids, demand, request)
+            result = _variant_note(engine, demand, request, _decide(engine, ids, demand, request))
             if not result.ok:
                 decisions.save_refused(_without(engine, ids, demand.exclude_hosts), request, result)
         if not result.ok:
@@ -165,6 +167,18 @@ def _decide(engine, ids, demand, request):
         if result.ok and engine.state.groups[result.group].alloc_policy == core.AllocPolicy.PREFERRED:
             return result
     return engine.place(request)
+
+
+def _variant_note(engine, demand, request, result):
+    """A refusal of hosts of the wrong hypervisor type says which image lacks which variant
+    (``debian-guest has no variant for simulated hosts``): the counts alone read "wrong
+    hypervisor type", which tells the user nothing they can act on."""
+    if result.ok or not demand.image or not result.reasons.get(refusals.WRONG_HYPERVISOR):
+        return result
+    types = {slot.host.hypervisor for slot in engine.state.slots} - set(request.hypervisors or ())
+    missing = " or ".join(sorted(Hypervisor.HV_LABELS.get(t, t) for t in types))
+    note = f"{demand.image} has no variant for {missing} hosts"
+    return replace(result, note="; ".join(n for n in (result.note, note) if n))
 
 
 def _among(engine, ids, host_ids, wake=False):
@@ -554,8 +568,8 @@ def _event(allocation):
     }
 
 
-def image_formats(name, user=None):
-    """The formats an image's variants exist in (placement restricts hosts to them);
+def image_types(name, user=None):
+    """The hypervisor types an image has variants for (placement restricts hosts to them);
     LookupError when there is no such image — or none ``user`` may use: the same answer, so
     restricted image names cannot be probed."""
     from django.apps import apps
@@ -564,4 +578,4 @@ def image_formats(name, user=None):
     image = (images if user is None else images.visible_to(user)).filter(name=name).first()
     if image is None:
         raise LookupError(f"no image named {name!r}")
-    return frozenset(image.variants.values_list("format", flat=True))
+    return frozenset(image.variants.values_list("hypervisor_type", flat=True))

@@ -8,8 +8,14 @@ URI validator, the inventory's messages and ``driver_for`` all read this table: 
 is one folder under ``provisioning/drivers/`` and one entry in ``_TABLE`` (plus the migration
 Django generates for the changed model choices).
 
+Which images a host serves is decided here too (``serves``, ``serving_types``): those with a
+variant of its hypervisor type, and no other — a simulated host included, unless the simulator
+is told to run any image (``runs_any_image``). Placement, the variant picked for a host, image
+pre-staging and runs' platforms all ask these.
+
 This module imports no Django models and reads ``settings`` only inside functions
-(``options_for``, ``driver_for``, ``uri_errors``), so settings and models can import it.
+(``options_for``, ``driver_for``, ``uri_errors``, ``runs_any_image``), so settings and models
+can import it.
 """
 
 from dataclasses import dataclass
@@ -18,7 +24,11 @@ from django.utils.module_loading import import_string
 
 from provisioning.drivers.base import DriverError, Invalid
 
-__all__ = ["KINDS", "DriverError", "Invalid", "driver_class", "driver_for", "get_driver", "options_for"]
+__all__ = [
+    "KINDS", "DriverError", "Invalid", "driver_class", "driver_for", "get_driver", "options_for", "serves",
+    "serving_types",
+]  # fmt: skip
+SIM = "sim"  # the simulator's hypervisor type
 
 
 @dataclass(frozen=True)
@@ -28,7 +38,9 @@ class Kind:
     driver: str  # dotted path of the Driver class
     hypervisor_type: str  # what ImageVariant.hypervisor_type names
     hypervisor_label: str
-    image_formats: tuple | None  # formats the hypervisor runs; None: any (emulated)
+    # formats its variants may be in, which its driver runs; None: any (the simulator's driver
+    # stages any file). Which images its hosts serve is ``serves``: those with a variant of its type.
+    image_formats: tuple | None
     schemes: frozenset  # URI schemes it understands (the part before a '+': qemu+ssh → qemu)
     default_uri: str  # from the host's fields when its uri is blank: {name}, {address}
     uri_needs_host: bool = False
@@ -98,6 +110,32 @@ def driver_class(name):
 def get_driver(name, uri, credentials=None, options=None):
     """A driver for one host. ``credentials``: ``{"username", "password"}``; ``options``: per driver."""
     return driver_class(name)(uri, credentials=credentials, options=options)
+
+
+def runs_any_image(hypervisor_type):
+    """Whether hosts of ``hypervisor_type`` run an image that has no variant of their type (with
+    its first variant, in type order): only simulated hosts, and only when ``VCLMGR_SIM_OPTIONS``
+    says ``"any_image": true`` (for tests and demos that want every image on the simulator). Off
+    by default: a simulated VM of a real image would be "ready" without the image ever running."""
+    from django.conf import settings
+
+    return hypervisor_type == SIM and settings.VCLMGR_SIM_OPTIONS.get("any_image") is True
+
+
+def serving_types(variant_types):
+    """The hypervisor types whose hosts run an image with variants of ``variant_types`` (None:
+    no restriction): those types, and the simulator's too if it ``runs_any_image``."""
+    if variant_types is None:
+        return None
+    types = frozenset(variant_types)
+    if types and runs_any_image(SIM):
+        types |= {SIM}
+    return types
+
+
+def serves(hypervisor_type, variant_types):
+    """Whether a host of ``hypervisor_type`` runs an image with variants of ``variant_types``."""
+    return hypervisor_type in serving_types(variant_types)
 
 
 def default_uri(kind_name, **fields):

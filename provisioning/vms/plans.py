@@ -217,7 +217,9 @@ def _host_fits(host, allocations, request):
 
 
 def _request(vm, now):
-    demand = vms.vm_demand(vm, purpose=f"vm {vm.pk} (plan)", formats=[vm.variant.format], prefer_cached=False)
+    demand = vms.vm_demand(
+        vm, purpose=f"vm {vm.pk} (plan)", hypervisors=[vm.variant.hypervisor_type], prefer_cached=False
+    )
     # From the plan's moment: the claim counts from now on, as the VM's does.
     return replace(demand.request(f"move-{vm.pk}"), start=loaders.ts(now))
 

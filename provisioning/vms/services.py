@@ -22,9 +22,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import FilteredRelation, ProtectedError, Q, RestrictedError
 from django.utils import timezone
 
-from inventory.models import Hypervisor
 from provisioning.capacity import services as capacity
-from provisioning.drivers import base, cloudinit
+from provisioning.drivers import base, cloudinit, registry
 from provisioning.drivers.base import vm_key
 from provisioning.jobs import kept_records
 from provisioning.jobs import services as jobs
@@ -64,7 +63,6 @@ def visible_images(user):
 class Usable:
     """What placing a VM of an image needs to know of it (``usable``)."""
 
-    formats: frozenset  # of its variants
     staged: frozenset  # ids of the hosts where one of them is staged (placement tries them first)
     variants: dict  # {hypervisor type: variant id}, in type order (``pick_variant``)
 
@@ -80,20 +78,19 @@ def usable(user, image):
     if user is not None:
         variants = variants.filter(image__in=visible_images(user).values("pk"))
     staged = FilteredRelation("cached_on", condition=Q(cached_on__state=HostImage.State.STAGED))
-    columns = ("format", "staged__host_id", "hypervisor_type", "id")
+    columns = ("staged__host_id", "hypervisor_type", "id")
     rows = list(variants.annotate(staged=staged).order_by("hypervisor_type").values_list(*columns))
     if not rows:
         return None
-    return Usable(frozenset(f for f, *_ in rows), frozenset(h for _, h, *_ in rows if h is not None),
-                  {kind: pk for *_, kind, pk in rows})  # fmt: skip
+    return Usable(frozenset(h for h, *_ in rows if h is not None), {kind: pk for _, kind, pk in rows})
 
 
 def pick_variant(variants, host_type):
     """The one of ``variants`` (by hypervisor type, in type order) a host of ``host_type`` runs:
-    its own type's; a host that runs any format (the simulator) takes the first otherwise. None
-    when there is none."""
+    its own type's; the first on a simulated host told to run any image
+    (``registry.runs_any_image``). None when there is none: a host runs no other type's image."""
     found = variants.get(host_type)
-    if found is None and Hypervisor.IMAGE_FORMATS.get(host_type) is None and variants:
+    if found is None and variants and registry.runs_any_image(host_type):
         found = next(iter(variants.values()))
     return found
 
@@ -522,7 +519,11 @@ def reuse_parked(*, actor, owner, image, size, allocation, name="", end=None, re
             if not take_parked(vm, actor=actor, owner=owner, allocation=allocation, name=name, end=end, reason=reason):
                 continue
             job = jobs.submit(
-                "vm.reuse", {"vm": vm.pk}, actor=actor, submitter=owner, reason=reason or f"reuse {vm.key}",
+                "vm.reuse",
+                {"vm": vm.pk},
+                actor=actor,
+                submitter=owner,
+                reason=reason or f"reuse {vm.key}",
                 depends=depends,
             )
         return vm, job
@@ -587,26 +588,28 @@ def size_for(image, vcpus=None, memory_mib=None, disk_gib=None):
 
 
 def demand_for(
-    image, size, *, start, end, purpose, formats=None, exclude_hosts=(), prefer_cached=True, usable=None
+    image, size, *, start, end, purpose, hypervisors=None, exclude_hosts=(), prefer_cached=True, usable=None
 ):  # fmt: skip
     """The placement ``Demand`` of one VM of ``image`` and ``size`` over ``[start, end)``.
 
     The one builder for VMs and reservations: the image's required and forbidden host tags, its
     anti-affinity group and its need for exclusive storage go with it, so every claim honours
-    them. ``formats``: the image formats the VM can run from (default: every variant's);
+    them. ``hypervisors``: the hypervisor types of the variants the VM can run from (default:
+    every variant's: a host runs only an image with a variant of its type);
     ``exclude_hosts``: host ids it must not go to; ``prefer_cached``: try the hosts that have
     the image staged first. ``usable``: the image's ``usable`` as the caller just read it (its
-    formats and staged hosts are not read again).
+    variants and staged hosts are not read again).
     """
-    if formats is None:
-        formats = usable.formats if usable is not None else image.variants.values_list("format", flat=True)
+    if hypervisors is None:
+        variants = usable.variants if usable is not None else None
+        hypervisors = variants or image.variants.values_list("hypervisor_type", flat=True)
     staged = frozenset()
     if prefer_cached:
         staged = usable.staged if usable is not None else hosts_with(image)
     return capacity.Demand(
         vcpus=size["vcpus"], memory_mib=size["memory_mib"], disk_gib=size["disk_gib"], start=start, end=end,
-        formats=frozenset(formats), purpose=purpose, exclude_hosts=frozenset(exclude_hosts),
-        prefer_hosts=staged,
+        hypervisors=frozenset(hypervisors), purpose=purpose, exclude_hosts=frozenset(exclude_hosts),
+        prefer_hosts=staged, image=image.name,
         required_tags=frozenset(image.required_tags), forbidden_tags=frozenset(image.forbidden_tags),
         anti_affinity=image.anti_affinity, exclusive_storage=image.exclusive_storage,
     )  # fmt: skip
@@ -838,7 +841,7 @@ def prestage_targets(image_id, group_id):
     hosts = Hypervisor.objects.filter(group_id=group_id, state=Hypervisor.State.ONLINE).exclude(
         pk__in=hosts_with(image)
     )
-    return [h.pk for h in hosts.order_by("pk") if h.hypervisor_type in types or (h.image_formats is None and types)]
+    return [h.pk for h in hosts.order_by("pk") if registry.serves(h.hypervisor_type, types)]
 
 
 def prestage(image, group, at=None, reason="", *, actor):

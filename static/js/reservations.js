@@ -96,11 +96,17 @@
   function reserveForm(form) {
     const start = form.querySelector("#id_start");
     const later = form.querySelector('input[name="when"][value="later"]');
+    // A start time means nothing while "now" is chosen: show its field for "later" only.
+    const field = form.querySelector("#start-later");
+    const showStart = () => { field.hidden = !later.checked; };
+    form.querySelectorAll('input[name="when"]').forEach((radio) => radio.addEventListener("change", showStart));
+    showStart();
     start.addEventListener("input", () => { if (start.value) later.checked = true; });
     form.addEventListener("click", (ev) => {
       const button = ev.target.closest("button.use-earliest");
       if (!button) return;
       later.checked = true;
+      showStart();
       start.value = button.dataset.start;
       start.dispatchEvent(new Event("change", { bubbles: true })); // re-checks the fit
     });

@@ -152,7 +152,26 @@ def test_the_fit_check_offers_the_earliest_start_and_the_form_uses_it(lab, alice
     expect(page.locator("#duration-limit")).to_contain_text("At most 8 h (the site default)")
     expect(page.locator("#id_duration option")).to_have_count(8)
     expect(page.locator("#fit [data-fit=no]")).to_contain_text("lack memory")
+    expect(page.locator("#id_start")).to_be_hidden()  # "now" is chosen
     page.click("button.use-earliest")
+    expect(page.locator("#id_start")).to_be_visible()
     expect(page.locator("#fit [data-fit=yes]")).to_contain_text("Fits: a host has room")
-    assert page.is_checked('input[name=when][value=later]') and page.input_value("#id_start")
+    assert page.is_checked("input[name=when][value=later]") and page.input_value("#id_start")
     shot(page, "reserve-earliest")
+
+
+def test_the_start_field_shows_only_while_later_is_chosen(lab, alice, asgi_server, login, page):
+    _, image = lab
+    login("alice", "alice-pass-1")
+    page.goto(f"/reservations/new/?image={image.pk}")
+    assert page.is_checked("input[name=when][value=now]")
+    expect(page.locator("#id_start")).to_be_hidden()
+    expect(page.get_by_text("Start (for later)")).to_be_hidden()
+    page.check("input[name=when][value=later]")
+    expect(page.locator("#id_start")).to_be_visible()
+    page.check("input[name=when][value=now]")
+    expect(page.locator("#id_start")).to_be_hidden()
+    page.check("input[name=when][value=later]")  # a later start without a time: the form keeps "later" open
+    page.click("#reserve-submit")
+    expect(page.locator("#error-start")).to_have_text("give a start, or choose now")
+    expect(page.locator("#id_start")).to_be_visible()

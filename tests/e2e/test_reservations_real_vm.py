@@ -26,6 +26,18 @@ pytestmark = pytest.mark.slow
 READY_TIMEOUT_MS = 300_000  # ~10 s alone; the two cores may be shared with a whole test run
 
 
+def wait_ready_live(page, reservation, worker):
+    """The reservation's page turns ``ready`` without a reload (or the error and the worker's log)."""
+    page.evaluate("window.__sameDocument = true")  # gone if the page reloads
+    page.wait_for_selector("html[data-live=subscribed]", state="attached")
+    try:
+        expect(page.locator("#reservation-status")).to_have_text("ready", timeout=READY_TIMEOUT_MS)
+    except AssertionError as error:
+        raise AssertionError(f"not ready: {Reservation.objects.get(pk=reservation.pk).error}\n"
+                             f"{worker.output()[-3000:]}") from error  # fmt: skip
+    assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
+
+
 def test_a_user_reserves_a_real_vm_sees_it_ready_live_and_logs_in_with_the_shown_password(
     kvm_host, guest, alice, worker, asgi_server, login, page, libvirt_conn  # noqa: F811
 ):
@@ -36,14 +48,7 @@ def test_a_user_reserves_a_real_vm_sees_it_ready_live_and_logs_in_with_the_shown
     page.click("#reserve-submit")
     page.wait_for_url(re.compile(r"/reservations/\d+/$"), timeout=30000)
     reservation = Reservation.objects.get(user=alice)
-    page.evaluate("window.__sameDocument = true")  # gone if the page reloads
-    page.wait_for_selector("html[data-live=subscribed]", state="attached")
-    try:
-        expect(page.locator("#reservation-status")).to_have_text("ready", timeout=READY_TIMEOUT_MS)
-    except AssertionError as error:
-        raise AssertionError(f"not ready: {Reservation.objects.get(pk=reservation.pk).error}\n"
-                             f"{worker.output()[-3000:]}") from error  # fmt: skip
-    assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
+    wait_ready_live(page, reservation, worker)
 
     page.click("button.reveal")
     password = page.locator("#connect-password").inner_text().strip()

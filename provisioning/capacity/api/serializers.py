@@ -19,10 +19,14 @@ class PlanRequestSerializer(RefuseUnknownFields, serializers.Serializer):
     disk_gib = serializers.FloatField(min_value=0, max_value=1e7, default=0)
     start = MomentField(required=False, help_text="Default: now.")
     duration = serializers.CharField(required=False, max_length=20, help_text="e.g. 2h, 90m; default open-ended.")
-    formats = serializers.ListField(child=_name(), required=False, max_length=10, help_text="Image formats available.")
+    formats = serializers.ListField(
+        child=_name(), required=False, max_length=10,
+        help_text="Image formats available (a simulated host serves an image's simulated variant only: give image).",
+    )  # fmt: skip
     image = serializers.CharField(
-        required=False, max_length=200, help_text="An image's name: hosts are restricted to its formats."
-    )
+        required=False, max_length=200,
+        help_text="An image's name: hosts are restricted to the hypervisor types it has variants for.",
+    )  # fmt: skip
     required_tags = serializers.ListField(child=_name(), default=list, max_length=50)
     forbidden_tags = serializers.ListField(child=_name(), default=list, max_length=50)
     anti_affinity = serializers.CharField(max_length=100, default="", allow_blank=True)
@@ -41,7 +45,7 @@ class PlanRequestSerializer(RefuseUnknownFields, serializers.Serializer):
                 raise serializers.ValidationError({"image": ["give image or formats, not both"]})
             try:
                 user = self.context["request"].user
-                data["formats"] = sorted(services.image_formats(data.pop("image"), user))
+                data["hypervisors"] = sorted(services.image_types(data["image"], user))
             except LookupError as error:
                 raise serializers.ValidationError({"image": [str(error)]}) from None
         return data

@@ -5,7 +5,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from provisioning.capacity import preemption, services
+from provisioning.capacity import loaders, preemption, services
 from provisioning.capacity.api.serializers import PlanRequestSerializer, PlanResultSerializer
 from provisioning.capacity.durations import parse_moment
 from vclmgr import access
@@ -14,14 +14,15 @@ from vclmgr import access
 def demand_from(data):
     start = data.get("start") or parse_moment("now")
     duration = data.get("duration")
-    formats = data.get("formats")
+    formats, types = data.get("formats"), data.get("hypervisors")
     return services.Demand(
         vcpus=data["vcpus"],
         memory_mib=data["memory_mib"],
         disk_gib=data.get("disk_gib", 0),
         start=start,
         end=start + duration if duration else None,
-        formats=frozenset(formats) if formats is not None else None,
+        hypervisors=frozenset(types) if types is not None else loaders.hypervisor_types_for(formats),
+        image=data.get("image", ""),
         required_tags=frozenset(data.get("required_tags", ())),
         forbidden_tags=frozenset(data.get("forbidden_tags", ())),
         anti_affinity=data.get("anti_affinity", ""),

@@ -66,15 +66,13 @@ def passes_through(exc):
     job given up after its last attempt leaves what it made to its settle (a reservation's) or
     to verify and repair."""
     return (
-        isinstance(exc, (LeaseLost, Handoff))
-        or type(exc).__name__ == "TimeoutException"
-        or reconnect.session_lost(exc)
+        isinstance(exc, (LeaseLost, Handoff)) or type(exc).__name__ == "TimeoutException" or reconnect.session_lost(exc)
     )
 
 
 def variant_for(vm, host, staged=False):
-    """The image's variant for the host's hypervisor type; a host that runs any format (the
-    simulator) takes another variant when the image has none of its own type. ``staged``: each
+    """The image's variant for the host's hypervisor type (``services.pick_variant``: none of
+    another type, unless a simulated host is told to run any image). ``staged``: each
     variant is read with whether it is staged on the host (its ``staged_here``), in the same
     statement (the stage step that follows need not ask)."""
     rows = vm.image.variants.all()

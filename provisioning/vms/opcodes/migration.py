@@ -50,7 +50,7 @@ def claim_target(vm_id, target_id, *, actor):
         return {"target": vm.target_allocation.host_id, "allocation": vm.target_allocation_id, "state": vm.state}
     # The disk exists in its variant's format only; the source host is no target (pack would pick it).
     demand = services.vm_demand(
-        vm, purpose=f"vm {vm_id} (migration)", formats=[vm.variant.format], exclude_hosts=[vm.host_id],
+        vm, purpose=f"vm {vm_id} (migration)", hypervisors=[vm.variant.hypervisor_type], exclude_hosts=[vm.host_id],
         prefer_cached=False,
     )  # fmt: skip
     with transaction.atomic():
@@ -95,7 +95,8 @@ def switch(vm_id, state, *, actor):
             host=target,
             allocation=vm.target_allocation,
             target_allocation=None,
-            address=address, actor=actor,
+            address=address,
+            actor=actor,
         )
         if old is not None:
             capacity.release(old, actor=actor, reason=f"{vm.key} migrated to {target.name}")

@@ -141,9 +141,9 @@ def test_refused_claims_are_not_saved_by_default(make_host, settings, tmp_path):
 def test_images_only_go_to_hypervisors_that_can_run_them(make_host):
     make_host("kvm1", driver="libvirt", uri="qemu:///system")
     with pytest.raises(capacity.NoCapacity) as refused:
-        capacity.claim(demand(formats=frozenset({"vmdk"})), actor=TEST)
+        capacity.claim(demand(hypervisors=frozenset({"vmware"})), actor=TEST)
     assert refused.value.result.reasons == {"wrong_hypervisor": 1}
-    assert capacity.claim(demand(formats=frozenset({"qcow2"})), actor=TEST).host.name == "kvm1"
+    assert capacity.claim(demand(hypervisors=frozenset({"kvm"})), actor=TEST).host.name == "kvm1"
 
 
 def test_tags_and_anti_affinity_are_respected(make_host):

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from provisioning.capacity import services
+from provisioning.capacity import loaders, services
 from provisioning.capacity.api.views import plan_payload
 from provisioning.capacity.durations import parse_duration, parse_moment
 
@@ -22,7 +22,7 @@ class Command(BaseCommand):
         parser.add_argument("--vcpus", type=float, required=True)
         parser.add_argument("--memory", type=float, required=True, help="MiB")
         parser.add_argument("--disk", type=float, default=0, help="GiB")
-        parser.add_argument("--image", help="image name: restricts hosts to the formats it has")
+        parser.add_argument("--image", help="image name: restricts hosts to the hypervisor types it has variants for")
         parser.add_argument("--formats", help="image formats available, comma-separated (qcow2,vmdk,…)")
         parser.add_argument("--start", default="now", help="'now' or '2026-12-01 14:00' (UTC)")
         parser.add_argument("--duration", help="e.g. 2h, 90m (default: open-ended)")
@@ -43,12 +43,12 @@ class Command(BaseCommand):
             raise CommandError(str(error)) from None
         if start < timezone.now() - PAST_SLACK:
             raise CommandError(f"--start {opts['start']} is in the past; placement plans from now on")
-        formats = _names(opts["formats"]) or None
+        types = loaders.hypervisor_types_for(_names(opts["formats"]) or None)
         if opts["image"]:
-            formats = image_formats(opts["image"])
+            types = image_types(opts["image"])
         demand = services.Demand(
             vcpus=opts["vcpus"], memory_mib=opts["memory"], disk_gib=opts["disk"], start=start,
-            end=start + duration if duration else None, formats=formats,
+            end=start + duration if duration else None, hypervisors=types, image=opts["image"] or "",
             required_tags=_names(opts["tags"]), forbidden_tags=_names(opts["not_tags"]),
             anti_affinity=opts["anti_affinity"], policy=opts["policy"],
         )  # fmt: skip
@@ -75,8 +75,8 @@ def _json_value(value):
     return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
-def image_formats(name):
+def image_types(name):
     try:
-        return services.image_formats(name)
+        return services.image_types(name)
     except LookupError as error:
         raise CommandError(str(error)) from None
