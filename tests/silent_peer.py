@@ -84,3 +84,62 @@ def wait_for(predicate, what, seconds=10):
         if time.monotonic() > deadline:
             pytest.fail(f"not within {seconds} s: {what}")
         time.sleep(0.02)
+
+
+class FallingSilent:
+    """A TCP listener on 127.0.0.1 relaying each connection to the Unix socket ``target`` (a real
+    daemon) until ``silence()``; from then on it reads what either side sends and passes nothing
+    on — a peer that answered at first and then hung. Stopped by ``close()``."""
+
+    def __init__(self, target):
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.silent = threading.Event()
+        self._sockets = [self.listener]
+        self._threads = [threading.Thread(target=self._accept, name="falling-silent", daemon=True)]
+        self._threads[0].start()
+
+    def silence(self):
+        self.silent.set()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            daemon = socket.socket(socket.AF_UNIX)
+            daemon.connect(self.target)
+            self._sockets += [client, daemon]
+            for source, sink in ((client, daemon), (daemon, client)):
+                thread = threading.Thread(target=self._pump, args=(source, sink), daemon=True)
+                self._threads.append(thread)
+                thread.start()
+
+    def _pump(self, source, sink):
+        while True:
+            try:
+                data = source.recv(65536)
+                if not data:
+                    return
+                if not self.silent.is_set():
+                    sink.sendall(data)
+            except OSError:
+                return
+
+    def close(self):
+        for sock in self._sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+        for thread in self._threads:
+            thread.join(5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_exc):
+        self.close()

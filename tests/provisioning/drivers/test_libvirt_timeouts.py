@@ -68,18 +68,3 @@ def test_other_hosts_open_while_a_silent_one_is_being_given_up_on(silent_libvirt
     assert error is None and result.cpus > 0
     assert took < 2  # not queued behind the silent host's open
     hanging.join(10)
-
-
-def test_an_open_connection_gets_a_keepalive(settings):
-    settings.VCLMGR_LIBVIRT_CALL_TIMEOUT = 12
-    calls = []
-
-    class Conn:
-        def setKeepAlive(self, interval, count):  # noqa: N802 (libvirt's name)
-            calls.append((interval, count))
-
-    connection._keep_alive(Conn())
-    settings.VCLMGR_LIBVIRT_CALL_TIMEOUT = 60
-    connection._keep_alive(Conn())
-    # interval × (count + 1): the silence after which libvirt drops the peer
-    assert [i * (c + 1) for i, c in calls] == [12, 60]
