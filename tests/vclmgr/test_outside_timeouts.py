@@ -3,10 +3,13 @@ each call fails within its setting's timeout instead of holding its thread. (LDA
 Connect's are in test_signon_ldap.py and test_oidc.py, the webhooks' in tests/notifications.)"""
 
 import smtplib
+import subprocess
+import sys
 
 import pytest
 from django.core import mail
 
+from tests.processes import ROOT
 from tests.saml_idp import sp_keys  # noqa: F401 (fixture)
 from tests.silent_peer import SilentPeer, outcome_within
 from vclmgr import saml
@@ -54,3 +57,27 @@ def test_the_saml_timeout_is_read_strictly(sp_keys):  # noqa: F811
     assert saml_settings(Env(environ), debug=True)["SAML_CONFIG"]["http_client_timeout"] == 10.0
     with pytest.raises(Exception, match="SAML_HTTP_CLIENT_TIMEOUT: expected a number"):
         saml_settings(Env({**environ, "SAML_HTTP_CLIENT_TIMEOUT": "soon"}), debug=True)
+
+
+def test_the_driver_timeouts_default_to_the_documented_values():
+    from django.conf import settings
+
+    assert (settings.VCLMGR_LIBVIRT_OPEN_TIMEOUT, settings.VCLMGR_LIBVIRT_CALL_TIMEOUT) == (10.0, 60)
+    assert settings.VCLMGR_VSPHERE_TIMEOUT == 30.0
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"VCLMGR_LIBVIRT_OPEN_TIMEOUT": "soon"}, "VCLMGR_LIBVIRT_OPEN_TIMEOUT: expected a number"),
+        ({"VCLMGR_LIBVIRT_CALL_TIMEOUT": "1"}, "VCLMGR_LIBVIRT_CALL_TIMEOUT: must be at least 2"),
+        ({"VCLMGR_VSPHERE_TIMEOUT": "0"}, "VCLMGR_VSPHERE_TIMEOUT: must be at least 0.1"),
+    ],
+)
+def test_a_bad_driver_timeout_stops_the_start_naming_it(tmp_path, env, message):
+    code = "from django.conf import settings\nsettings.VCLMGR_VSPHERE_TIMEOUT\n"
+    base = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "DEBUG": "1", "DJANGO_SETTINGS_MODULE": "vclmgr.settings",
+            "VCLMGR_VAR_DIR": str(tmp_path)}  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**base, **env}, capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    assert result.returncode != 0 and message in result.stderr
