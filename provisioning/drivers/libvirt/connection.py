@@ -183,8 +183,8 @@ _event_loop = _EventLoop()
 
 
 MAX_OPENING = 8
-"""Opens under way at once in a process, given-up ones included: the most threads a peer that
-accepts and never answers can hold."""
+"""Opens under way at once in a process, given-up ones included: the most threads that peers
+which accept and never answer can hold there (one each)."""
 
 
 class _Opening:
