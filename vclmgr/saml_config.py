@@ -60,6 +60,9 @@ def saml_settings(env, *, debug):
         # Shibboleth encrypts assertions to an SP whose metadata offers a key: this pair.
         "encryption_keypairs": [{"key_file": key_file, "cert_file": cert_file}],
         "metadata": metadata,
+        # pysaml2 fetches remote metadata with no timeout unless given one: a silent IdP would
+        # hold every sign-in (vclmgr/saml.py loads it under a lock) for ever.
+        "http_client_timeout": env.float("SAML_HTTP_CLIENT_TIMEOUT", 10.0, minimum=0.1, maximum=600),
         # Single logout through the browser (a redirect) first, where the IdP offers it.
         "preferred_binding": {
             **PREFERRED_BINDING,

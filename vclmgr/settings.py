@@ -405,6 +405,14 @@ VCLMGR_DRIVER_OPTIONS = env.json("VCLMGR_DRIVER_OPTIONS", {}, check=_driver_opti
 VCLMGR_SIM_OPTIONS = env.json(
     "VCLMGR_SIM_OPTIONS", {}, check=lambda v: None if isinstance(v, dict) else f"expected a JSON object, got {v!r}"
 )
+# Timeouts of the hypervisors' APIs, in seconds (docs/security.md lists every outside call's).
+# libvirt: an open that has not answered within VCLMGR_LIBVIRT_OPEN_TIMEOUT fails (retryable), and
+# an open connection whose peer stays silent for VCLMGR_LIBVIRT_CALL_TIMEOUT (keepalive) is
+# dropped, failing the call that waits on it. vSphere: each connect and each read of its API and
+# of a file transfer.
+VCLMGR_LIBVIRT_OPEN_TIMEOUT = env.float("VCLMGR_LIBVIRT_OPEN_TIMEOUT", 10.0, minimum=0.1, maximum=600)
+VCLMGR_LIBVIRT_CALL_TIMEOUT = env.int("VCLMGR_LIBVIRT_CALL_TIMEOUT", 60, minimum=2, maximum=3600)
+VCLMGR_VSPHERE_TIMEOUT = env.float("VCLMGR_VSPHERE_TIMEOUT", 30.0, minimum=0.1, maximum=600)
 # Concurrent image transfers onto one host, into one blade center, and in all.
 VCLMGR_STAGE_PER_HOST = env.int("VCLMGR_STAGE_PER_HOST", 2, minimum=1)
 VCLMGR_STAGE_PER_CHASSIS = env.int("VCLMGR_STAGE_PER_CHASSIS", 4, minimum=1)

@@ -45,9 +45,12 @@ import os
 import ssl
 import time
 import urllib.parse
+from xml.etree import ElementTree
 
-from pyVim.connect import SmartConnect
+from django.conf import settings
+from pyVim.connect import Connect, getSslContext
 from pyVmomi import vim, vmodl
+from pyVmomi.VmomiSupport import GetServiceVersions, versionIdMap
 
 from provisioning.drivers import base
 from provisioning.drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, Unreachable, VMInfo, VMState
@@ -83,19 +86,46 @@ class VMwareDriver(base.Driver):
 
     def connect(self):
         scheme, hostname, port, path = self.endpoint
+        # pyVim's SmartConnect first reads the API versions without any timeout (a silent
+        # endpoint held it for ever): read them here under ours, then sign in with Connect.
+        context = getSslContext(hostname, None, bool(self.options.get("insecure"))) if scheme == "https" else None
         try:
-            return SmartConnect(
-                protocol=scheme,
+            version = self._api_version(context or ssl.create_default_context())
+            return Connect(
                 host=hostname,
-                port=port,
+                port=port if scheme == "https" else -port,  # pyVim's way of saying plain http
                 path=path,
                 user=self.username,
                 pwd=self.password,
-                disableSslCertValidation=bool(self.options.get("insecure")),
-                httpConnectionTimeout=30,
+                version=version,
+                sslContext=context,
+                httpConnectionTimeout=settings.VCLMGR_VSPHERE_TIMEOUT,
             )
         except Exception as exc:  # noqa: BLE001 (translated: faults, socket and TLS errors)
             raise translate(exc, f"cannot connect to {hostname}:{port} as {self.username or '(nobody)'}") from exc
+
+    def _api_version(self, context):
+        """The newest vim25 API version both pyVmomi and the endpoint speak, as SmartConnect picks it."""
+        scheme, hostname, port, path = self.endpoint
+        timeout = settings.VCLMGR_VSPHERE_TIMEOUT
+        if scheme == "https":
+            conn = http.client.HTTPSConnection(hostname, port, timeout=timeout, context=context)
+        else:
+            conn = http.client.HTTPConnection(hostname, port, timeout=timeout)
+        try:
+            conn.request("GET", f"{path}/vimServiceVersions.xml")
+            response = conn.getresponse()
+            body = response.read(1 << 20)
+        finally:
+            conn.close()
+        offered = set()
+        if response.status == 200:
+            with contextlib.suppress(ElementTree.ParseError):
+                offered = {element.text for element in ElementTree.fromstring(body).iter("version")}
+        for version in GetServiceVersions("vim25"):
+            if versionIdMap[version] in offered:
+                return version
+        raise Invalid(f"{hostname}:{port} is not a vSphere API endpoint (no API version it offers is known here)")
 
     @property
     def si(self):
@@ -339,9 +369,9 @@ class VMwareDriver(base.Driver):
     def _http(self):
         scheme, hostname, port, _path = self.endpoint
         if scheme == "http":
-            return http.client.HTTPConnection(hostname, port, timeout=60)
+            return http.client.HTTPConnection(hostname, port, timeout=settings.VCLMGR_VSPHERE_TIMEOUT)
         context = ssl._create_unverified_context() if self.options.get("insecure") else ssl.create_default_context()  # noqa: S323
-        return http.client.HTTPSConnection(hostname, port, timeout=60, context=context)
+        return http.client.HTTPSConnection(hostname, port, timeout=settings.VCLMGR_VSPHERE_TIMEOUT, context=context)
 
     def _file_url(self, ds, relative):
         query = urllib.parse.urlencode({"dcPath": self._datacenter().name, "dsName": ds.name})

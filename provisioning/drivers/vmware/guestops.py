@@ -32,6 +32,7 @@ import shlex
 import ssl
 import urllib.parse
 
+from django.conf import settings
 from pyVmomi import vim, vmodl
 
 from provisioning.drivers import base
@@ -41,7 +42,6 @@ from provisioning.drivers.vmware.session import translate
 EXEC_DIR = "/tmp/vclmgr-exec"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LIST_PAGE = 200  # ListFilesInGuest results per call
-HTTP_TIMEOUT = 60  # s per file transfer
 TOOLS_REFUSE = (vim.fault.GuestComponentsOutOfDate, vim.fault.OperationDisabledByGuest,
                 vim.fault.OperationNotSupportedByGuest)  # fmt: skip
 
@@ -314,9 +314,9 @@ class GuestChannel:
         if scheme == "https":
             insecure = self.driver.options.get("insecure")
             context = ssl._create_unverified_context() if insecure else ssl.create_default_context()  # noqa: S323
-            conn = http.client.HTTPSConnection(host, port, timeout=HTTP_TIMEOUT, context=context)
+            conn = http.client.HTTPSConnection(host, port, timeout=settings.VCLMGR_VSPHERE_TIMEOUT, context=context)
         else:
-            conn = http.client.HTTPConnection(host, port, timeout=HTTP_TIMEOUT)
+            conn = http.client.HTTPConnection(host, port, timeout=settings.VCLMGR_VSPHERE_TIMEOUT)
         headers = dict(headers or {})
         if body is not None:
             headers.update({"Content-Length": str(len(body)), "Content-Type": "application/octet-stream"})

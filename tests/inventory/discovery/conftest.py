@@ -2,10 +2,10 @@
 
 import pytest
 
-from tests.provisioning.drivers.conftest import libvirt_nodes, vcsim  # noqa: F401 (fixtures)
+from tests.provisioning.drivers.conftest import libvirt_nodes, silent_libvirt, vcsim  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(autouse=True)
 def _loopback_allowed(settings):
-    """vcsim listens on 127.0.0.1, which the outbound policy refuses by default."""
+    """vcsim and the silent peers listen on 127.0.0.1, which the outbound policy refuses by default."""
     settings.VCLMGR_OUTBOUND_ALLOW = ["127.0.0.1"]

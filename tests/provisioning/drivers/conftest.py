@@ -229,3 +229,25 @@ def peer(request, db):
     test database up for a ``db`` reached through ``getfixturevalue`` alone.
     """
     return request.getfixturevalue(f"{request.param}_peer")
+
+
+@pytest.fixture
+def silent_libvirt(settings):
+    """``silent_libvirt()``: a new silent peer (tests/silent_peer.py) for ``qemu+tcp://`` URIs, with
+    VCLMGR_LIBVIRT_OPEN_TIMEOUT at 0.5 s; all closed after the test, and the opens given up on
+    them seen to end."""
+    from provisioning.drivers.libvirt import connection
+    from tests.silent_peer import SilentPeer, wait_for
+
+    settings.VCLMGR_LIBVIRT_OPEN_TIMEOUT = 0.5
+    started = []
+
+    def start():
+        started.append(SilentPeer())
+        return started[-1]
+
+    yield start
+    for peer in started:
+        peer.close()
+    wait_for(lambda: connection._opening.under_way() == 0, "given-up opens end once their peers hang up")
+    connection.connections.forget()
