@@ -23,8 +23,12 @@ APT_TEST := $(APT_RUN) golang-go golang-github-vmware-govmomi-dev ganeti-htools-
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 REDIS_TEST_URL ?= redis://127.0.0.1:6379/0
 PYTEST_ARGS ?= -n auto
+# Which tests each leg runs. `make test` runs everything on the embedded default. CI runs the
+# heavy groups (real QEMU, Chromium, the schema fuzz: what they prove does not depend on the
+# database) once, on the PostgreSQL + Redis leg (the production configuration).
+SQLITE_MARKS := not topology and not postgres$(if $(CI), and not heavy)
 
-.PHONY: vendor-novnc run run-kvm system-kvm test test-sqlite test-postgres bench lint services system-run system-test install install-dev clean vcsim \
+.PHONY: vendor-novnc run run-kvm system-kvm test test-sqlite test-postgres check bench lint services system-run system-test install install-dev clean vcsim \
   guest-image
 
 define apt_ensure
@@ -99,7 +103,12 @@ guest-image: system-test
 
 # The topology test (marker topology) brings its own PostgreSQL: it runs on the second leg only.
 test-sqlite: install-dev vcsim guest-image
-	DEBUG=1 DATABASE_URL= REDIS_URL= $(BIN)/pytest -m "not topology and not postgres" $(PYTEST_ARGS)
+	DEBUG=1 DATABASE_URL= REDIS_URL= $(BIN)/pytest -m "$(SQLITE_MARKS)" $(PYTEST_ARGS)
+
+# The inner loop: lint, then every test that starts no real process (tests/conftest.py marks
+# the others slow), on an in-memory SQLite database.
+check: lint
+	DEBUG=1 DATABASE_URL= REDIS_URL= VCLMGR_TEST_DB=memory $(BIN)/pytest -m "not slow and not topology and not postgres" $(PYTEST_ARGS)
 
 test-postgres: install-dev services vcsim guest-image
 	DEBUG=1 DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) $(BIN)/pytest $(PYTEST_ARGS)
