@@ -5,7 +5,8 @@ plus what only tests want. Processes the tests start (tests/processes.py) use th
   worker's id keeps their queues, caches and metrics apart.
 - Passwords are hashed cheaply (a real hasher costs ~0.5 s per persona); PBKDF2 stays second so
   a hash made the product's way still verifies.
-- The SQLite test database is a file, so the worker and web processes a test starts see it.
+- The SQLite test database is a file, so the worker and web processes a test starts see it;
+  ``VCLMGR_TEST_DB=memory`` (``make check``, which starts none) keeps it in memory.
 """
 
 import os

@@ -53,6 +53,7 @@ def test_an_extension_counts_the_licence_cap_and_group_totals(big_host, image, a
         services.extend(mine, later + 2.5 * H, actor=alice)
 
 
+@pytest.mark.file_db
 def test_parallel_extend_and_reserve_are_counted_one_after_the_other(transactional_db, make_host, image, alice, later):
     make_host("sim-big", cpus=64, memory_mib=262144, disk_gib=4000)
     QuotaRule.objects.create(name="two at a time", max_per_user=2)
@@ -85,6 +86,7 @@ def test_parallel_extend_and_reserve_are_counted_one_after_the_other(transaction
     assert "rule 'two at a time'" in next(o for o in outcomes if o != "ok")
 
 
+@pytest.mark.file_db
 def test_parallel_reservations_for_now_are_counted_and_claimed_one_after_the_other(
     transactional_db, make_host, image, alice, bob
 ):

@@ -90,6 +90,7 @@ def test_a_chain_runs_strictly_in_order(sync_jobs):
     assert order == [job.pk for job in chain]
 
 
+@pytest.mark.file_db
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_claims_never_exceed_the_limit(sync_jobs):
     """Many threads (own connections) claim at once: each job once, never more than the limit."""
