@@ -112,6 +112,10 @@ class Unreachable(DriverError):
     permanent = False
 
 
+class Unauthorized(DriverError):
+    """The host's credential may not be used for it (not saved for its URI): a permanent refusal."""
+
+
 class NoConsole(DriverError):
     """The VM has no console vclmgr can reach (a simulated VM, a driver without one, a
     console that listens where vclmgr cannot connect)."""
