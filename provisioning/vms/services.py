@@ -147,6 +147,9 @@ def _check_image(image):
     refusal = pool_refusal(image.visibility, image.pool_size)
     if refusal:
         errors["pool_size"] = [refusal]
+    user_data = cloudinit.image_config_error(image.user_data)
+    if user_data:
+        errors["user_data"] = [user_data]
     if errors:
         raise ValidationError(errors)
 
