@@ -6,10 +6,12 @@ found by following the site's own links from the home page and the admin."""
 
 import re
 import urllib.parse
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
+from django.utils import timezone
 
 from inventory import services as inventory
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
@@ -18,6 +20,8 @@ from provisioning.jobs import services as jobs
 from provisioning.jobs.models import Job, JobLog
 from provisioning.vms import services as vms
 from provisioning.vms.models import VM, Image
+from reservations import services as reservations
+from reservations.models import Reservation
 from tests import processes
 from vclmgr import tokens
 from vclmgr.models import ObjectChange
@@ -36,7 +40,7 @@ MAX_PAGES = 120
 # Pages left out of the crawl: they end the session, download a file, are not HTML pages, or are
 # a library's admin pages over rows no user names (the task queue, sign-in attempts, simulator).
 SKIP = re.compile(
-    r"logout|/delete/|export|download|/api/|/static/|/media/|/metrics|/ws/|\.(csv|xlsx|json|yaml)$"
+    r"logout|/delete/|export|download|/api/|/static/|/media/|/metrics|/ws/|\.(csv|xlsx|json|yaml|rdp)$"
     r"|^/admin/(django_q|axes|simhv)/|/password/"
 )
 # Recorded before any page script runs: a CSP violation and any dialog.
@@ -76,6 +80,12 @@ def _hostile_rows():
     vm, _ = vms.request_vm(actor=admin, owner=user, image=image, name="vm-x", reason=HOSTILE)
     job = jobs.submit("noop", {}, actor=admin, reason=HOSTILE)
     tokens.issue(admin, HOSTILE[:100])
+    inventory.create_hypervisor(actor=admin, name="hv-y", address="10.9.0.2", driver="sim", cpus=8, memory_mib=16384,
+                                disk_gib=100)  # fmt: skip
+    start = timezone.now() + timedelta(days=1)
+    reservation = reservations.reserve(admin, image, actor=admin, start=start, duration=timedelta(hours=1))
+    block = reservations.create_block(actor=admin, name=HOSTILE[:100], image=image, group=group, seats=1,
+                                      start=start + timedelta(hours=2), end=start + timedelta(hours=3))  # fmt: skip
     # Rows as a sign-on provider, an import or an older version may have left them: past the forms.
     BladeCenter.objects.filter(pk=chassis.pk).update(management_address=JS_URL, bmc_address=JS_URL)
     Hypervisor.objects.filter(pk=host.pk).update(bmc_address=JS_URL, state_reason=HOSTILE)
@@ -86,8 +96,19 @@ def _hostile_rows():
     Job.objects.filter(pk=job.pk).update(error_message=HOSTILE)
     JobLog.objects.create(job=job, message=HOSTILE)
     Webhook.objects.create(name=HOSTILE[:100], url=JS_URL, event_kinds=["*"])
+    Reservation.objects.filter(pk=reservation.pk).update(error=HOSTILE, connect_user=IMG)
     ObjectChange.objects.filter(reason="").update(reason=HOSTILE)
-    return {"host": host, "chassis": chassis, "image": image, "vm": vm, "job": job, "user": user, "group": group}
+    return {
+        "host": host,
+        "chassis": chassis,
+        "image": image,
+        "vm": vm,
+        "job": job,
+        "user": user,
+        "group": group,
+        "reservation": reservation,
+        "block": block,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +144,7 @@ def _seeds(rows):
             f"/inventory/blade-centers/{rows['chassis'].pk}/", f"/provisioning/jobs/{rows['job'].pk}/",
             f"/admin/auth/user/{rows['user'].pk}/change/", f"/admin/auth/group/{rows['group'].pk}/change/",
             f"/admin/jobs/job/{rows['job'].pk}/change/", f"/admin/vms/vm/{rows['vm'].pk}/change/",
-            "/admin/"]  # fmt: skip
+            f"/reservations/{rows['reservation'].pk}/", "/admin/"]  # fmt: skip
 
 
 def _visit(page, url, dialogs):
