@@ -1,14 +1,12 @@
 """A host's credential goes only to the URI it was saved for (``Credential.endpoints``): an
 operator who points a host at their own listener gets no connection, so no secret."""
 
-import socket
-import threading
-
 import pytest
 
 from inventory import services as inventory
 from provisioning.drivers import registry
 from provisioning.drivers.base import Unauthorized
+from tests.listeners import tcp_listener
 from tests.provisioning.drivers.conftest import VCSIM_PASSWORD, VCSIM_USER
 
 TEST = "test"
@@ -17,28 +15,18 @@ SECRET = "s3cret"  # noqa: S105 (made up here)
 
 @pytest.fixture
 def listener():
-    """A 127.0.0.1 listener that records every connection it accepts (and closes it)."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.1)
-    accepted, stop = [], threading.Event()
+    """A 127.0.0.1 listener that records what each connection sent first (and closes it)."""
+    accepted = []
 
-    def serve():
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            accepted.append(conn.recv(4096) if conn.fileno() >= 0 else b"")
-            conn.close()
+    def record(conn, stop):
+        conn.settimeout(2)
+        try:
+            accepted.append(conn.recv(4096))
+        except TimeoutError:
+            accepted.append(b"")
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield server.getsockname()[1], accepted
-    stop.set()
-    thread.join(5)
-    server.close()
+    with tcp_listener(record) as port:
+        yield port, accepted
 
 
 def test_a_vmware_host_moved_to_another_listener_sends_nothing(db, vcsim, make_host, listener):
