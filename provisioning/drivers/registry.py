@@ -161,7 +161,10 @@ def driver_for(host, guest=None):
     spec = kind(host.driver)
     credentials = None
     if host.credential_id:
-        check_binding(host.credential, host.connection_uri, host.name)
+        try:
+            check_binding(host.credential, host.connection_uri)
+        except Unauthorized as exc:
+            raise Unauthorized(f"host {host.name}: {exc}") from None
         credentials = {"username": host.credential.username, "password": host.credential.get_secret()}
     if guest:
         credentials = {**(credentials or {}), "guest": dict(guest)}
@@ -177,7 +180,7 @@ def driver_for(host, guest=None):
     return get_driver(spec.name, host.connection_uri, credentials, options)
 
 
-def check_binding(credential, uri, host_name):
+def check_binding(credential, uri):
     """``Unauthorized`` unless ``credential`` was saved for ``uri``'s origin (its ``endpoints``),
     before any connection: whoever may edit a host's URI cannot point it at their own listener
     and receive the secret. A URI that names no host (the local libvirtd) needs no binding."""
@@ -189,8 +192,8 @@ def check_binding(credential, uri, host_name):
         names_host = True
     if names_host and not credential.sends_to(uri):
         raise Unauthorized(
-            f"host {host_name}: credential {credential.name} was not saved for {_origin_text(uri)}; to use it there, "
-            "save the credential again with its secret and this URI among its endpoints"
+            f"credential {credential.name} was not saved for {_origin_text(uri)}; to use it there, save the "
+            "credential again with its secret and this URI among its endpoints"
         )
 
 
