@@ -21,6 +21,7 @@ import yaml
 from django.conf import settings
 from import_export.formats.base_formats import Format
 
+from vclmgr import yamlsafe
 from vclmgr.spreadsheets import escape_row, unescape_cell
 
 FORMATS = ("csv", "xlsx", "json", "yaml")
@@ -447,28 +448,16 @@ def _load_yaml(data):
     # A cheap count first: parsing a huge YAML file takes long, refusing it does not.
     if len(re.findall(rb"^- ", data, re.MULTILINE)) > max_rows():
         raise _too_many_rows()
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     text = _decode(data)
     try:
-        _refuse_aliases(text, loader)
-        records = yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
+        records = yamlsafe.load(text)
+    except yamlsafe.AliasError as exc:
+        raise FileError(f"{exc}; an import takes no aliases: write the value out") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise FileError(f"not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
     return _load_records(records, "YAML")
-
-
-def _refuse_aliases(text, loader):
-    """FileError at the first alias (``*name``), read from the parser's events before anything
-    is built. A few hundred bytes of anchors nesting nine aliases each stand for billions of
-    values once walked; an import has no need of them."""
-    for event in yaml.parse(text, Loader=loader):
-        if isinstance(event, yaml.AliasEvent):
-            raise FileError(
-                f"line {event.start_mark.line + 1}: the YAML refers to anchor {event.anchor} (*{event.anchor}); "
-                "an import takes no aliases: write the value out"
-            )
 
 
 _LOADERS = {"csv": _load_csv, "xlsx": _load_xlsx, "json": _load_json, "yaml": _load_yaml}

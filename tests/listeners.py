@@ -1,7 +1,10 @@
-"""HTTP servers on 127.0.0.1 for the tests of outbound requests, each in a thread of the test's
-process; ``Listeners.stop`` stops every one it started. No pytest or Django in here."""
+"""HTTP and TCP servers on 127.0.0.1 for the tests of outbound requests, each in a thread of the
+test's process; ``Listeners.stop`` stops every one it started, ``tcp_listener`` its own. No
+pytest or Django in here."""
 
+import contextlib
 import http.server
+import socket
 import threading
 
 
@@ -27,3 +30,32 @@ class Listeners:
             server.shutdown()
             server.server_close()
             thread.join(5)
+
+
+@contextlib.contextmanager
+def tcp_listener(handle):
+    """A TCP server on 127.0.0.1 calling ``handle(conn, stop)`` for each client, in its thread
+    (``stop``: the Event set when the server stops); yields its port."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.1)  # so the thread sees ``stop``
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with conn:
+                handle(conn, stop)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()

@@ -17,6 +17,8 @@ Contract:
   back), ignores the environment's proxies, and bounds each request by a connect timeout and a
   deadline for the whole request (a server trickling bytes is cut off when it is up).
 - ``post(url, …)`` is one such request with no redirect followed: a 3xx is the answer.
+- ``download(url, out, …)`` is a GET streamed into a file (an image): each redirect's target
+  checked as the first URL was, the whole transfer under one deadline and a size limit.
 - A refusal raises ``Refused``, anything else that fails ``Failed``; both are ``OutboundError``,
   whose ``str`` is the detail for the server's log. What an untrusted viewer may read is
   ``PUBLIC_ERROR`` and nothing else, so a delivery log cannot tell a refused address from a
@@ -62,7 +64,16 @@ class Refused(OutboundError):
 
 
 class Failed(OutboundError):
-    """The target was allowed, but the request failed (unresolvable, refused, timed out, TLS…)."""
+    """The target was allowed, but the request failed (unresolvable, refused, timed out, TLS…).
+    ``status``: the HTTP status of an answer that was an error, else None."""
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.status = status
+
+
+class TooLarge(Failed):
+    """A download was larger than its limit (retrying cannot help)."""
 
 
 class _RefusedByAdapter(Refused, requests.exceptions.InvalidURL):
@@ -309,6 +320,10 @@ class _PinnedAdapter(HTTPAdapter):
         if origin_of(parts.scheme.lower(), (parts.hostname or "").rstrip("."), parts.port) != self.target.origin:
             raise _RefusedByAdapter(f"{origin(request.url)} is not {self.target.origin}: refused")
         request.headers["Host"] = parts.netloc.rpartition("@")[2]
+        if stream and getattr(_Deadline._current, "value", None) is not None:
+            # ``download``: the body is read after this returns, under the caller's deadline.
+            return super().send(request, stream=True, timeout=(min(self.connect, self.total), self.total),
+                                verify=verify, cert=cert, proxies={})  # fmt: skip
         with _Deadline(self.total) as deadline:
             try:
                 response = super().send(request, stream=False, timeout=(min(self.connect, self.total), self.total),
@@ -353,3 +368,48 @@ def post(url, body, headers, *, timeout, connect=None):
         except requests.RequestException as exc:
             raise Failed(f"{target.origin}: {exc}") from exc
         return response.status_code
+
+
+def download(url, out, *, timeout, max_bytes, connect=10.0, redirects=5):
+    """GET ``url`` under the policy, writing the body to the binary file ``out``. A redirect's
+    target is checked as the first URL was, before any connection to it (at most ``redirects``);
+    the whole transfer, redirects included, takes at most ``timeout`` seconds and ``max_bytes``
+    bytes. ``Failed`` (with ``status`` for an error answer) or ``Refused`` otherwise."""
+    began = time.monotonic()
+    with _Deadline(timeout) as deadline:
+        for _ in range(redirects + 1):
+            left = max(0.05, timeout - (time.monotonic() - began))
+            target = check(url, timeout=min(RESOLVE_SECONDS, left))
+            try:
+                url = _get_into(url, target, out, max_bytes, connect=min(connect, left), total=left)
+            except requests.RequestException as exc:
+                if deadline.expired:
+                    raise Failed(f"{target.origin}: timed out after {timeout:g} s") from exc
+                raise Failed(f"{target.origin}: {exc}") from exc
+            if deadline.expired:  # the body was cut short
+                raise Failed(f"{target.origin}: timed out after {timeout:g} s")
+            if url is None:
+                return
+    raise Failed(f"more than {redirects} redirects")
+
+
+def _get_into(url, target, out, max_bytes, *, connect, total):
+    """One GET: the next URL for a redirect, else None once the body is in ``out``."""
+    with session(target, connect=connect, total=total) as pinned:
+        with pinned.get(url, stream=True, allow_redirects=False) as response:
+            if response.is_redirect:
+                return urllib.parse.urljoin(url, response.headers["location"])
+            if response.status_code != 200:
+                raise Failed(f"{target.origin} answered {response.status_code} {response.reason}", response.status_code)
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise TooLarge(f"{target.origin}: {declared} bytes is more than the limit of {max_bytes}")
+            out.seek(0)
+            out.truncate()
+            size = 0
+            for chunk in response.iter_content(1 << 20):
+                size += len(chunk)
+                if size > max_bytes:
+                    raise TooLarge(f"{target.origin}: more than the limit of {max_bytes} bytes")
+                out.write(chunk)
+    return None

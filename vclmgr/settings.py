@@ -417,6 +417,10 @@ VCLMGR_VSPHERE_TIMEOUT = env.float("VCLMGR_VSPHERE_TIMEOUT", 30.0, minimum=0.1, 
 VCLMGR_STAGE_PER_HOST = env.int("VCLMGR_STAGE_PER_HOST", 2, minimum=1)
 VCLMGR_STAGE_PER_CHASSIS = env.int("VCLMGR_STAGE_PER_CHASSIS", 4, minimum=1)
 VCLMGR_STAGE_GLOBAL = env.int("VCLMGR_STAGE_GLOBAL", 16, minimum=1)
+# An image variant's http(s):// location is downloaded under the outbound policy (below): the
+# whole download within VCLMGR_IMAGE_FETCH_TIMEOUT seconds, at most VCLMGR_IMAGE_FETCH_MAX_GIB.
+VCLMGR_IMAGE_FETCH_TIMEOUT = env.int("VCLMGR_IMAGE_FETCH_TIMEOUT", 3600, minimum=1)
+VCLMGR_IMAGE_FETCH_MAX_GIB = env.int("VCLMGR_IMAGE_FETCH_MAX_GIB", 100, minimum=1)
 # How long vm.create waits for a booted VM to report its address, in seconds.
 VCLMGR_ADDRESS_TIMEOUT = env.int("VCLMGR_ADDRESS_TIMEOUT", 120, minimum=1)
 
@@ -428,7 +432,7 @@ VCLMGR_BMC_GRACEFUL_SECONDS = env.int("VCLMGR_BMC_GRACEFUL_SECONDS", 60, minimum
 VCLMGR_BMC_POWER_SECONDS = env.int("VCLMGR_BMC_POWER_SECONDS", 120, minimum=1)
 VCLMGR_POWER_ON_BOOT_SECONDS = env.int("VCLMGR_POWER_ON_BOOT_SECONDS", 600, minimum=1)
 
-# What vclmgr connects to on a user's or operator's say-so (webhooks, BMCs, discovery URIs)
+# What vclmgr connects to on a user's or operator's say-so (webhooks, BMCs, discovery URIs, images)
 # must be a public address; VCLMGR_OUTBOUND_ALLOW names the networks (CIDR or one address)
 # and host names it may reach besides, e.g. "10.20.0.0/16, bmc.lab.example.org".
 VCLMGR_OUTBOUND_ALLOW = env.list("VCLMGR_OUTBOUND_ALLOW", [])

@@ -175,11 +175,10 @@ def _check_address(uri):
 
 def _check_binding(stored, uris):
     for uri in uris:
-        if urllib.parse.urlsplit(uri).hostname and not stored.sends_to(uri):
-            raise DiscoveryError(
-                f"credential {stored.name} was not saved for {public_uri(uri)}; to use it there, save the "
-                "credential again with its secret and this URI among its endpoints"
-            )
+        try:
+            registry.check_binding(stored, uri)
+        except registry.Unauthorized as exc:
+            raise DiscoveryError(str(exc)) from None
 
 
 def _without_secret(message, credentials):

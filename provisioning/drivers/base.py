@@ -48,17 +48,14 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from provisioning.drivers.cloudinit import GuestLogin
-from vclmgr import fencing
+from vclmgr import fencing, outbound
 
 VM_KEY_PREFIX = "vcl-"
 # Safe as a libvirt domain name, a vSphere VM name, a file name and a DNS label.
@@ -110,6 +107,10 @@ class Unreachable(DriverError):
     """The hypervisor cannot be reached or did not answer (temporary unless credentials are bad)."""
 
     permanent = False
+
+
+class Unauthorized(DriverError):
+    """The host's credential may not be used for it (not saved for its URI): a permanent refusal."""
 
 
 class NoConsole(DriverError):
@@ -563,16 +564,26 @@ def fetched(image: ImageVariantSpec):
         raise Invalid(f"image {image.name}: cannot fetch {image.location!r} (a local path or http(s) URL)")
     with tempfile.TemporaryDirectory(prefix="vclmgr-fetch-") as tmp:
         target = os.path.join(tmp, "image")
-        try:
-            with urllib.request.urlopen(image.location, timeout=60) as response, open(target, "wb") as out:  # noqa: S310
-                shutil.copyfileobj(response, out, 1 << 20)
-        except urllib.error.HTTPError as exc:
-            error = NotFound if 400 <= exc.code < 500 else Unreachable
-            raise error(f"image {image.name}: {image.location} answered {exc.code} {exc.reason}") from exc
-        except OSError as exc:
-            raise Unreachable(f"image {image.name}: download of {image.location} failed: {exc}") from exc
+        with open(target, "wb") as out:
+            _download(image, out)
         verify_checksum(image, target)
         yield target
+
+
+def _download(image, out):
+    from django.conf import settings
+
+    try:
+        outbound.download(image.location, out, timeout=settings.VCLMGR_IMAGE_FETCH_TIMEOUT,
+                          max_bytes=settings.VCLMGR_IMAGE_FETCH_MAX_GIB << 30)  # fmt: skip
+    except outbound.Refused as exc:
+        raise Invalid(f"image {image.name}: {image.location} is not allowed: {exc} "
+                      "(VCLMGR_OUTBOUND_ALLOW names exceptions)") from None  # fmt: skip
+    except outbound.TooLarge as exc:
+        raise Invalid(f"image {image.name}: {exc} (VCLMGR_IMAGE_FETCH_MAX_GIB)") from None
+    except outbound.Failed as exc:
+        error = NotFound if exc.status and 400 <= exc.status < 500 else Unreachable
+        raise error(f"image {image.name}: download of {image.location} failed: {exc}") from None
 
 
 def verify_checksum(image: ImageVariantSpec, path):

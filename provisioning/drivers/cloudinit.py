@@ -38,6 +38,8 @@ import pycdlib
 import yaml
 from passlib.hash import sha512_crypt
 
+from vclmgr import yamlsafe
+
 LABEL = "cidata"
 # A random one-time password needs no key stretching, and the guest checks the hash on every
 # login, possibly under software emulation: crypt(3)'s default round count is enough.
@@ -220,13 +222,24 @@ def _dump(doc):
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=1 << 20)
 
 
+def image_config_error(text):
+    """Why an image's own cloud-config cannot be merged into a seed (for its form), or None."""
+    try:
+        _image_config(text)
+    except SeedError as exc:
+        return str(exc).removeprefix("image user-data: ")
+    return None
+
+
 def _image_config(text):
     if not text or not text.strip():
         return {}
     if not text.lstrip().startswith("#cloud-config"):
         raise SeedError("image user-data: only a #cloud-config document can be merged")
     try:
-        doc = yaml.safe_load(text)
+        doc = yamlsafe.load(text)
+    except yamlsafe.AliasError as exc:
+        raise SeedError(f"image user-data: {exc}; aliases are not accepted: write the value out") from None
     except yaml.YAMLError as exc:
         raise SeedError(f"image user-data: not YAML: {exc}") from None
     if doc is None:

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 from django.utils.module_loading import import_string
 
-from provisioning.drivers.base import DriverError, Invalid
+from provisioning.drivers.base import DriverError, Invalid, Unauthorized
 
 __all__ = [
-    "KINDS", "DriverError", "Invalid", "driver_class", "driver_for", "get_driver", "options_for", "serves",
-    "serving_types",
+    "KINDS", "DriverError", "Invalid", "Unauthorized", "check_binding", "driver_class", "driver_for", "get_driver",
+    "options_for", "serves", "serving_types",
 ]  # fmt: skip
 SIM = "sim"  # the simulator's hypervisor type
 
@@ -161,6 +161,10 @@ def driver_for(host, guest=None):
     spec = kind(host.driver)
     credentials = None
     if host.credential_id:
+        try:
+            check_binding(host.credential, host.connection_uri)
+        except Unauthorized as exc:
+            raise Unauthorized(f"host {host.name}: {exc}") from None
         credentials = {"username": host.credential.username, "password": host.credential.get_secret()}
     if guest:
         credentials = {**(credentials or {}), "guest": dict(guest)}
@@ -174,6 +178,32 @@ def driver_for(host, guest=None):
         **(getattr(settings, spec.options_setting) if spec.options_setting else {}),
     }
     return get_driver(spec.name, host.connection_uri, credentials, options)
+
+
+def check_binding(credential, uri):
+    """``Unauthorized`` unless ``credential`` was saved for ``uri``'s origin (its ``endpoints``),
+    before any connection: whoever may edit a host's URI cannot point it at their own listener
+    and receive the secret. A URI that names no host (the local libvirtd) needs no binding."""
+    from urllib.parse import urlsplit
+
+    try:
+        names_host = bool(urlsplit(uri).hostname)
+    except ValueError:
+        names_host = True
+    if names_host and not credential.sends_to(uri):
+        raise Unauthorized(
+            f"credential {credential.name} was not saved for {_origin_text(uri)}; to use it there, save the "
+            "credential again with its secret and this URI among its endpoints"
+        )
+
+
+def _origin_text(uri):
+    from vclmgr import outbound
+
+    try:
+        return outbound.origin(uri)
+    except ValueError:
+        return "this URI"
 
 
 def uri_errors(name, uri):

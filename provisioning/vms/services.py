@@ -30,7 +30,7 @@ from provisioning.jobs import services as jobs
 from provisioning.jobs.models import Job
 from provisioning.vms import quotas
 from provisioning.vms.models import VM, HostImage, Image, ImageVariant
-from vclmgr import access, changelog, events, topics
+from vclmgr import access, changelog, events, outbound, topics
 from vclmgr.changelog import Actor
 from vclmgr.errors import Conflict, InUse
 
@@ -147,6 +147,9 @@ def _check_image(image):
     refusal = pool_refusal(image.visibility, image.pool_size)
     if refusal:
         errors["pool_size"] = [refusal]
+    user_data = cloudinit.image_config_error(image.user_data)
+    if user_data:
+        errors["user_data"] = [user_data]
     if errors:
         raise ValidationError(errors)
 
@@ -297,6 +300,10 @@ def _check_variant(variant):
         spec(variant).validate()
     except base.DriverError as exc:
         errors.setdefault("location", [str(exc)])
+    if variant.location.startswith(("http://", "https://")) and "location" not in errors:
+        refused = outbound.refusal(variant.location)
+        if refused:
+            errors["location"] = [f"not allowed: {refused} (VCLMGR_OUTBOUND_ALLOW names exceptions)"]
     if errors:
         raise ValidationError(errors)
 

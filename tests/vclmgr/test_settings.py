@@ -32,6 +32,7 @@ def test_the_defaults():
     assert settings.VCLMGR_ADDRESS_TIMEOUT == 120 and settings.VCLMGR_SAVE_REFUSED_DECISIONS == ""
     assert settings.VCLMGR_DRIVER_OPTIONS == {} and settings.VCLMGR_SIM_OPTIONS == {}
     assert settings.VCLMGR_OUTBOUND_ALLOW == []  # outbound requests reach public addresses only
+    assert (settings.VCLMGR_IMAGE_FETCH_TIMEOUT, settings.VCLMGR_IMAGE_FETCH_MAX_GIB) == (3600, 100)
 
 
 def _settings_of(**env):

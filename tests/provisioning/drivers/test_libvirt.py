@@ -239,8 +239,10 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @pytest.fixture
-def image_server(tmp_path):
-    """A real HTTP server (the image repository) serving tmp_path/images."""
+def image_server(tmp_path, settings):
+    """A real HTTP server (the image repository) serving tmp_path/images, allow-listed (an image
+    server on 127.0.0.1 is refused by default: it is no public address)."""
+    settings.VCLMGR_OUTBOUND_ALLOW = ["127.0.0.1"]
     root = tmp_path / "images"
     root.mkdir()
     handler = functools.partial(QuietHandler, directory=str(root))

@@ -36,11 +36,12 @@ def test_an_unknown_kind_is_refused_naming_the_known_ones():
 def test_driver_for_passes_credentials_and_the_kinds_options(settings):
     settings.VCLMGR_DRIVER_OPTIONS = {"vmware": {"insecure": True}, "sim": {"delay": 0, "cpus": 1}}
     settings.VCLMGR_SIM_OPTIONS = {"memory_mib": 1024}
-    login = Credential(name="vc", username="admin")
+    login = Credential(name="vc", username="admin", endpoints=["https://10.0.0.5:443"])
     login.set_secret("s3cret")
     login.save()
-    esx = Hypervisor.objects.create(name="esx01", address="10.0.0.5", driver="vmware", credential=login,
-                                    cpus=8, memory_mib=8192, disk_gib=100)
+    esx = Hypervisor.objects.create(
+        name="esx01", address="10.0.0.5", driver="vmware", credential=login, cpus=8, memory_mib=8192, disk_gib=100
+    )
     sim = Hypervisor.objects.create(name="sim-1", address="10.0.0.6", cpus=16, memory_mib=65536, disk_gib=1000)
 
     vmware = registry.driver_for(esx)

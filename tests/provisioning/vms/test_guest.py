@@ -1,7 +1,5 @@
 """The guest side of a VM: the login ``vm_spec`` hands the driver, and "ready means reachable"."""
 
-import socket
-import threading
 import types
 
 import pytest
@@ -16,6 +14,7 @@ from provisioning.vms.opcodes import guest
 from provisioning.vms.opcodes.lifecycle import vm_spec
 from reservations import services as reservations
 from reservations.models import Reservation
+from tests.listeners import tcp_listener
 from tests.provisioning.vms.conftest import sim_image
 
 H = 3600
@@ -89,32 +88,15 @@ def test_connection_details_carry_a_forwarded_port(sim_host, image, alice, sync_
 @pytest.fixture
 def listener():
     """A TCP server on 127.0.0.1 that sends ``greeting`` (set by the test) to each client."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.settimeout(0.1)  # so the thread sees ``stop``
-    state = types.SimpleNamespace(port=server.getsockname()[1], greeting=b"")
-    stop = threading.Event()
+    state = types.SimpleNamespace(greeting=b"")
 
-    def serve():
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            with conn:
-                if state.greeting:
-                    conn.sendall(state.greeting)
-                stop.wait(0.3)
+    def greet(conn, stop):
+        if state.greeting:
+            conn.sendall(state.greeting)
+        stop.wait(0.3)
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield state
-    stop.set()
-    server.close()
-    thread.join(5)
+    with tcp_listener(greet) as state.port:
+        yield state
 
 
 def test_a_bare_tcp_accept_is_not_an_answer_a_banner_is(listener):

@@ -82,7 +82,9 @@ def test_a_variant_without_a_password_cannot_get_a_user_alone(image):
 def test_the_driver_gets_the_login_only_when_asked_for_a_guest(make_host, image):
     from inventory import services as inventory
 
-    credential = inventory.create_credential(actor="test", name="vc", username="administrator", secret=VC_SECRET)
+    credential = inventory.create_credential(
+        actor="test", name="vc", username="administrator", secret=VC_SECRET, endpoints=["https://vc.example.org/sdk"]
+    )
     host = make_host("esx-1", driver="vmware", uri="https://vc.example.org/sdk?host=esx-1", credential=credential)
     login = {"username": "svc", "password": SECRET}
 

@@ -20,7 +20,9 @@ GUEST_ADDRESS = "10.99.0.8"
 def esx_host(vcsim, make_host, settings):  # noqa: F811
     # vcsim has no VMware Tools: this advanced setting is how it lets a test play the guest reporting its address.
     settings.VCLMGR_DRIVER_OPTIONS = {"vmware": {"extra_config": {"SET.guest.ipAddress": GUEST_ADDRESS}}}
-    credential = inventory.create_credential(actor="test", name="vcsim", username=VCSIM_USER, secret=VCSIM_PASSWORD)
+    credential = inventory.create_credential(
+        actor="test", name="vcsim", username=VCSIM_USER, secret=VCSIM_PASSWORD, endpoints=[vcsim.url]
+    )
     name = next(host["name"] for host in vcsim.hosts if "_C" in host["name"])
     return make_host(name, driver="vmware", uri=f"{vcsim.url}?host={name}", credential=credential, cpus=16,
                      memory_mib=32768, disk_gib=200)
