@@ -31,3 +31,7 @@ PASSWORD_HASHERS = [
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" and os.environ.get("VCLMGR_TEST_DB") != "memory":
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+
+# The real-VM idle test proves no-show and idle reclamation with limits of one minute: the
+# worker it starts counts a policy's minute as this many seconds.
+IDLE_MINUTE_SECONDS = int(os.environ.get("VCLMGR_TEST_IDLE_MINUTE_SECONDS", "60"))

@@ -488,6 +488,7 @@ IDLE_NO_SHOW_MINUTES = env.int("IDLE_NO_SHOW_MINUTES", 0, minimum=0)
 IDLE_MINUTES = env.int("IDLE_MINUTES", 0, minimum=0)
 IDLE_WARN_MINUTES = env.int("IDLE_WARN_MINUTES", 10, minimum=0)
 IDLE_CHECK_SECONDS = env.int("IDLE_CHECK_SECONDS", 60, minimum=1)
+IDLE_MINUTE_SECONDS = 60  # the unit of the limits above and of idle policies; a test shortens it
 
 # --- batch runs (runs/) ----------------------------------------------------------------
 # The range a run's time limit may take (seconds), and the default.

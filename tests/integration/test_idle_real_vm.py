@@ -1,8 +1,10 @@
 """Idle reclamation on real QEMU VMs (issue #18): two reservations of the test guest through the
-API, a real worker process whose idle round asks the guests every 2 s through the QEMU guest
+API, a real worker process whose idle round asks the guests every second through the QEMU guest
 agent (``guest-get-users``, i.e. the guest's utmp). Nobody logs in to the first: it is ended as a
 no-show after the (one-minute) limit. The second has an interactive SSH session open: it is kept
-past that limit, the agent lists its login, and once the session is closed it is reclaimed as idle."""
+past that limit, the agent lists its login, and once the session is closed it is reclaimed as idle.
+The worker counts a policy's minute as ``MINUTE`` seconds (``IDLE_MINUTE_SECONDS``): the same
+limits of one minute, the same checks, reached in seconds."""
 
 import time
 from datetime import timedelta
@@ -20,6 +22,7 @@ from tests.realvm import new_login
 
 pytestmark = pytest.mark.slow
 URL = "/api/v1/reservations/"
+MINUTE = 20  # s: long enough for the second guest's SSH login to be seen before its no-show limit
 
 
 @pytest.fixture
@@ -58,13 +61,14 @@ def status(rid):
 
 
 def test_a_no_show_is_reclaimed_and_a_reservation_with_an_ssh_session_is_not(
-    transactional_db, tmp_path, api, alice, kvm_host, guest, libvirt_conn  # noqa: F811 (an imported fixture)
+    transactional_db, tmp_path, api, alice, kvm_host, guest, libvirt_conn, settings  # noqa: F811 (an imported fixture)
 ):  # fmt: skip
     from tests import processes
 
     host, _pool = kvm_host
+    settings.IDLE_MINUTE_SECONDS = MINUTE
     idle.set_policy(actor="test", image=guest, no_show_minutes=1, idle_minutes=1, warn_minutes=0)
-    child = processes.start_worker(tmp_path, workers=2, IDLE_CHECK_SECONDS=2)
+    child = processes.start_worker(tmp_path, workers=2, IDLE_CHECK_SECONDS=1, VCLMGR_TEST_IDLE_MINUTE_SECONDS=MINUTE)
     shell = None
     try:
         client = api(alice)
@@ -86,7 +90,7 @@ def test_a_no_show_is_reclaimed_and_a_reservation_with_an_ssh_session_is_not(
         kept = Reservation.objects.get(pk=used)
         ready_at = kept.history.filter(status="ready").first().at
         wait_until(
-            lambda: Reservation.objects.get(pk=used).idle_since > ready_at + timedelta(minutes=1.2),
+            lambda: Reservation.objects.get(pk=used).idle_since > ready_at + timedelta(seconds=1.2 * MINUTE),
             120, "the kept reservation's idle clock to move past both limits", child, interval=0.5,
         )  # fmt: skip
         kept = Reservation.objects.get(pk=used)

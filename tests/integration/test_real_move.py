@@ -1,12 +1,13 @@
 """A suspended VM moved to another host with its memory, on real QEMU (issue #15): vclmgr's own
 libvirt driver, two hosts as two pools of the private libvirtd (a domain is the host's whose
-pool holds its disk). One guest runs a command that keeps a value in its shell across a sleep;
-it is suspended (managed save) on host A and moved to host B, where it resumes and the same
-command (the same boot) prints the value; its snapshot went along. Before that, moves that fail: B's pool missing
-(refused before anything changes), B refusing the restore (undone: A holds the VM suspended
-as before, no saved-memory volume left anywhere), and a worker that dies after the copies and
-again after the restore on B (the retried call goes on from there). At the end the VM is
-destroyed on B: no domain, no volume of it in either pool.
+pool holds its disk). One guest runs a command that keeps a value in its shell while it waits
+for a file; it is suspended (managed save) on host A and moved to host B, where it resumes, the
+test writes the file, and the same command (the same boot) prints the value; its snapshot went
+along. Before that, moves that fail: B's pool missing (refused before anything changes), B
+refusing the restore (undone: A holds the VM suspended as before, no saved-memory volume left
+anywhere), and a worker that dies after the copies and again after the restore on B (the
+retried call goes on from there). At the end the VM is destroyed on B: no domain, no volume of
+it in either pool.
 """
 
 import os
@@ -24,7 +25,10 @@ from tests import realvm
 
 pytestmark = pytest.mark.slow
 AGENT_SECONDS = 240  # a boot under software emulation on two shared cores
-COMMAND = "cat /proc/sys/kernel/random/boot_id; n=6; sleep 20; echo $((n * 7))"
+# The command waits for GATE, written once the guest runs on B (not a fixed sleep that has to
+# outlast the failed moves before it).
+GATE = "/tmp/vclmgr-test-go"
+COMMAND = f"cat /proc/sys/kernel/random/boot_id; n=6; while [ ! -e {GATE} ]; do sleep 1; done; echo $((n * 7))"
 
 
 class Crash(BaseException):
@@ -147,6 +151,7 @@ def test_a_suspended_vm_moves_to_another_host_with_its_memory_and_failed_moves_l
         assert qcow2.backing_file(disk.read(1 << 16)) == str(pool_b.path / os.path.basename(a.stage_image(image)))
     b.resume(key)
     wait_agent(b, key)
+    b.guest_exec(key, "gate", ["/bin/sh", "-c", f": > {GATE}"])
     status = output_until(b, key, "moved", lambda s: s.exited)
     assert (status.exit_status, status.output.decode().split()) == (0, [boot, "42"])  # the same boot, the same shell
 

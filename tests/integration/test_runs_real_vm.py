@@ -2,6 +2,7 @@
 libvirtd, runs the command through the QEMU guest agent (guest-exec, guest-file-*), keeps its
 output and artifacts, and destroys the VM. After each: no domain, no volume, no live claim."""
 
+import json
 import signal
 import time
 from datetime import timedelta
@@ -160,10 +161,35 @@ def test_a_pooled_images_second_run_starts_on_the_reverted_vm(run_worker, alice,
 
 # --- suspend instead of preempt (issue #15) -------------------------------------------------
 
-# Each run remembers its guest's boot id and a value in its shell across a long sleep: after a
-# suspend to disk and a resume, the same boot and the value prove it was not rebooted or rerun.
+# Each run remembers its guest's boot id and a value in its shell while it waits for a file
+# the test writes into the guest once the run has resumed (a fixed sleep would have to outlast
+# the slowest suspend): the same boot and the value prove it was not rebooted or rerun.
 BOOT = "echo boot $(cat /proc/sys/kernel/random/boot_id)"
-SLEEPER = f"{BOOT}; n=6; sleep 100; {BOOT}; echo $((n * 7))\n"
+GATE = "/tmp/vclmgr-test-go"
+SLEEPER = f"{BOOT}; n=6; while [ ! -e {GATE} ]; do sleep 1; done; {BOOT}; echo $((n * 7))\n"
+
+
+def let_go(run, worker, conn, host=None):
+    """Once ``run`` runs again (on ``host``, if given), write the gate file in its guest through
+    the guest agent (the run's own command goes on beside it)."""
+    import libvirt
+    import libvirt_qemu
+
+    def resumed():
+        fresh = Run.objects.get(pk=run.pk)
+        assert not fresh.is_final, fresh.reason
+        return fresh if fresh.state == "running" and (host is None or fresh.vm.host == host) else None
+
+    fresh = wait_until(resumed, RUN_TIMEOUT, f"run {run.pk} to run again", worker, interval=0.3)
+    command = json.dumps({"execute": "guest-exec", "arguments": {"path": "/bin/sh", "arg": ["-c", f": > {GATE}"]}})
+
+    def written():
+        try:
+            return libvirt_qemu.qemuAgentCommand(conn.lookupByName(fresh.vm.key), command, 5, 0)
+        except libvirt.libvirtError:  # its agent not back yet after the restore
+            return None
+
+    wait_until(written, 60, f"the gate file in run {run.pk}'s guest", worker, interval=0.5)
 
 
 @pytest.fixture
@@ -213,6 +239,8 @@ def test_a_reservation_that_fits_only_if_two_runs_are_suspended_gets_its_vm_and_
         assert vms.is_suspended_claim(run.vm.allocation)
 
     reservations.end(Reservation.objects.get(pk=reservation.pk), actor=bob)
+    for run in runs:
+        let_go(run, workers, libvirt_conn)
     ends = [run_to_end(run, workers) for run in runs]
     done = time.monotonic()
     for run in ends:
@@ -306,7 +334,7 @@ def test_a_suspended_run_resumes_on_another_host_after_one_refused_it_and_prints
     it is to resume elsewhere. kvm-1 refuses it (its storage pool is gone): the run stays
     suspended on kvm-0, intact, and its trail says why; kvm-2 then takes it: its VM moves there
     with its saved memory (libvirt cannot migrate a managed save: the memory goes through the
-    pools), resumes, and the command prints what it kept across the sleep. Nothing is left on
+    pools), resumes, and the command prints what it kept while it waited. Nothing is left on
     any host: no domain, no volume (no saved memory either), no claim."""
     from inventory import services as inventory
     from provisioning.capacity.snapshot import snapshot
@@ -317,8 +345,7 @@ def test_a_suspended_run_resumes_on_another_host_after_one_refused_it_and_prints
     inventory.update_hypervisor(first, actor="test", memory_mib=600)
     for host in (refusing, spare):
         inventory.set_state(host, "drained", "not yet", actor="test")
-    low = submit(alice, script=SLEEPER.replace("sleep 100", "sleep 40"), priority="low", memory_mib=320,
-                 time_limit=300)  # fmt: skip
+    low = submit(alice, script=SLEEPER, priority="low", memory_mib=320, time_limit=300)
     wait_running(low, workers, b"boot ")
     high = submit(bob, argv=["/bin/sh", "-c", "sleep 5; echo high"], priority="high", memory_mib=320)
 
@@ -360,6 +387,7 @@ def test_a_suspended_run_resumes_on_another_host_after_one_refused_it_and_prints
 
     inventory.set_state(spare, "online", "back", actor="test")
     resumed_by_a_new_job(refused_job)  # not kvm-1 again: kvm-2
+    let_go(low, workers, libvirt_conn, host=spare)
     run = run_to_end(low, workers)
     assert run.state == "success", (run.reason, workers.output()[-3000:])
     first_boot, second_boot, value = output(run).decode().splitlines()
