@@ -3,9 +3,16 @@ negative data) with every check schemathesis has (the CLI's ``--checks all``): n
 errors, every response conforms to the schema, invalid input is refused, valid input accepted.
 
 Grows on its own: endpoints added later are fuzzed too. Runs twice, as a plain user and as a
-staff user (the persona that reaches the most code), each with a read-write token; bounded so
-both together take about a minute on two cores.
+staff user (the persona that reaches the most code), each with a read-write token.
+
+The operations are dealt into ``PARTS`` parts of about equal cost, one test item per part and
+persona, so parallel workers (pytest-xdist) share the fuzzing instead of one worker doing a
+persona alone. The deal is computed from the schema served, so a new endpoint lands in a part
+by itself; ``test_every_operation_is_fuzzed_in_exactly_one_part`` proves the parts cover the
+schema exactly once.
 """
+
+import json
 
 import pytest
 import schemathesis
@@ -69,31 +76,102 @@ def api_schema(db, settings, monkeypatch):
 
 schema = schemathesis.pytest.from_fixture("api_schema")
 
+#: Parts per persona. Enough that two workers end together; each part loads the schema once.
+PARTS = 8
+METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+
+
+def deal(raw_schema):
+    """``{operation label: part}``: the costliest operation first, each to the part with the
+    least cost so far (deterministic: ties go to the lower part, then the label decides)."""
+    costs = {
+        f"{method.upper()} {path}": _cost(raw_schema, item, operation)
+        for path, item in raw_schema["paths"].items()
+        for method, operation in item.items()
+        if method in METHODS
+    }
+    loads = [0] * PARTS
+    parts = {}
+    for label in sorted(costs, key=lambda label: (-costs[label], label)):
+        part = loads.index(min(loads))
+        parts[label] = part
+        loads[part] += costs[label]
+    return parts
+
+
+def _cost(raw_schema, item, operation):
+    # Schemathesis' coverage phase derives cases from every parameter, property and constraint
+    # of the request, once per media type of the body: the size of that definition, references
+    # resolved, follows the number of requests an operation gets.
+    request = {
+        "parameters": item.get("parameters", []) + operation.get("parameters", []),
+        "body": operation.get("requestBody", {}),
+    }
+    return 1000 + len(json.dumps(_resolved(raw_schema, request, depth=0)))
+
+
+def _resolved(raw_schema, value, depth):
+    if depth > 8:  # a recursive definition counts its first levels only
+        return None
+    if isinstance(value, dict):
+        if "$ref" in value:
+            target = raw_schema
+            for key in value["$ref"].removeprefix("#/").split("/"):
+                target = target[key]
+            return _resolved(raw_schema, target, depth + 1)
+        return {key: _resolved(raw_schema, item, depth) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_resolved(raw_schema, item, depth) for item in value]
+    return value
+
+
+_deals = {}
+
+
+def in_part(part):
+    def matches(ctx):
+        raw = ctx.operation.schema.raw_schema
+        if id(raw) not in _deals:
+            _deals.clear()  # one schema at a time: an item loads its own
+            _deals[id(raw)] = deal(raw)
+        return _deals[id(raw)][ctx.operation.label] == part
+
+    return matches
+
 
 def bearer(user):
     return {"Authorization": f"Bearer {tokens.issue(user, 'fuzz', scopes='all')[1]}"}
 
 
-@pytest.fixture
-def user_headers(alice):
-    return bearer(alice)
-
-
-@pytest.fixture
-def admin_headers(admin_user):
-    return bearer(admin_user)
+@pytest.fixture(params=["plain user", "admin"])
+def persona_headers(request):
+    user = request.getfixturevalue("alice" if request.param == "plain user" else "admin_user")
+    return bearer(user)
 
 
 FUZZ = settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
 
-@schema.parametrize()
-@FUZZ
-def test_api_conforms_to_its_schema_for_a_plain_user(case, user_headers):
-    case.call_and_validate(headers=user_headers, checks=CHECKS_ALL)
+def fuzz_part(part):
+    @schema.include(in_part(part)).parametrize()
+    @pytest.mark.usefixtures("persona_headers")  # (the persona parametrizes the item)
+    @FUZZ
+    def test_api_conforms_to_its_schema(case, persona_headers):
+        case.call_and_validate(headers=persona_headers, checks=CHECKS_ALL)
+
+    return test_api_conforms_to_its_schema
 
 
-@schema.parametrize()
-@FUZZ
-def test_api_conforms_to_its_schema_for_an_admin(case, admin_headers):
-    case.call_and_validate(headers=admin_headers, checks=CHECKS_ALL)
+for _part in range(PARTS):
+    globals()[f"test_api_conforms_to_its_schema_part_{_part}"] = fuzz_part(_part)
+
+
+def test_every_operation_is_fuzzed_in_exactly_one_part(api_schema):
+    everything = [result.ok().label for result in api_schema.get_all_operations()]
+    dealt = [
+        result.ok().label
+        for part in range(PARTS)
+        for result in api_schema.clone(filter_set=schema.include(in_part(part)).filter_set).get_all_operations()
+    ]
+    assert len(everything) > 100
+    assert sorted(dealt) == sorted(everything)
