@@ -20,11 +20,14 @@ from vclmgr.changelog import Actor
 TEST = Actor(name="test")
 _numbers = itertools.count(1)
 
-#: Items of minutes each (the whole API fuzzed in one item per persona; a guest left idle for
-#: real minutes) are sent first: xdist hands items out in this order, one to each worker in
-#: turn, so they start at once beside the short ones instead of one worker finishing them alone
-#: while the other waits.
-LONGEST_FIRST = ("tests/test_api_schema_fuzz.py", "tests/integration/test_idle_real_vm.py")
+#: Files of items that take minutes each (the topology under load, a real guest left idle, runs
+#: suspended and resumed on real QEMU) are sent first: xdist hands items out in this order, so
+#: they start at once beside the short ones instead of one worker finishing them alone at the end.
+LONGEST_FIRST = (
+    "tests/integration/test_topology.py",
+    "tests/integration/test_idle_real_vm.py",
+    "tests/integration/test_runs_real_vm.py",
+)
 
 
 #: What a test uses that makes it "heavy": a real QEMU guest, Chromium, the whole API fuzzed, the
