@@ -237,6 +237,6 @@ def shared(start, **env):
         try:
             yield child
         finally:
-            child.stop()
+            child.kill()
 
     return fixture
