@@ -201,7 +201,6 @@ def ws_connect(asgi_server):
 
 # --- inventory objects, made through the services -----------------------------------
 
-
 @pytest.fixture
 def group(db):
     return inventory_services.create_node_group(actor=TEST, name="lab", alloc_policy="preferred")
@@ -215,10 +214,7 @@ def chassis(db):
 @pytest.fixture
 def credential(db):
     return inventory_services.create_credential(
-        actor=TEST,
-        name="root-ssh",
-        username="root",
-        secret="hunter2-very-secret",  # noqa: S106
+        actor=TEST, name="root-ssh", username="root", secret="hunter2-very-secret"  # noqa: S106
     )
 
 
@@ -226,14 +222,8 @@ def credential(db):
 def make_host(db):
     def make(name=None, tags=(), **fields):
         n = next(_numbers)
-        values = {
-            "name": name or f"host{n:04d}",
-            "address": f"10.1.{n // 250}.{n % 250 + 1}",
-            "driver": "sim",
-            "cpus": 16,
-            "memory_mib": 65536,
-            "disk_gib": 500,
-        }
+        values = {"name": name or f"host{n:04d}", "address": f"10.1.{n // 250}.{n % 250 + 1}", "driver": "sim",
+                  "cpus": 16, "memory_mib": 65536, "disk_gib": 500}
         values.update(fields)
         return inventory_services.create_hypervisor(actor=TEST, tags=tags, **values)
 
@@ -241,7 +231,6 @@ def make_host(db):
 
 
 # --- a Redfish BMC: sushy-emulator, one per test (it starts in ~0.5 s) ---------------------
-
 
 @pytest.fixture
 def redfish_bmc(tmp_path, settings):

@@ -20,76 +20,35 @@ ALLOWED = {
     "inventory": {"vclmgr", "provisioning.drivers.registry"},
     "provisioning.capacity": {"vclmgr", "provisioning.placement", "provisioning.jobs", "inventory"},
     "provisioning.vms": {
-        "vclmgr",
-        "provisioning.placement",
-        "provisioning.jobs",
-        "provisioning.drivers",
-        "provisioning.capacity",
-        "inventory",
+        "vclmgr", "provisioning.placement", "provisioning.jobs", "provisioning.drivers",
+        "provisioning.capacity", "inventory",
     },
     # The console is below: idle reclamation reads its sessions as connection tracking.
     "reservations": {
-        "vclmgr",
-        "provisioning.placement",
-        "provisioning.jobs",
-        "provisioning.drivers",
-        "provisioning.capacity",
-        "provisioning.vms",
-        "inventory",
-        "console",
+        "vclmgr", "provisioning.placement", "provisioning.jobs", "provisioning.drivers",
+        "provisioning.capacity", "provisioning.vms", "inventory", "console",
     },
     # Batch runs: beside reservations (a run holds a VM as a reservation does), below notifications.
     "runs": {
-        "vclmgr",
-        "provisioning.placement",
-        "provisioning.jobs",
-        "provisioning.drivers",
-        "provisioning.capacity",
-        "provisioning.vms",
-        "inventory",
+        "vclmgr", "provisioning.placement", "provisioning.jobs", "provisioning.drivers",
+        "provisioning.capacity", "provisioning.vms", "inventory",
     },
     # Above every app: what follows from events (mail, webhooks) and what /metrics reads.
     "notifications": {
-        "vclmgr",
-        "provisioning.placement",
-        "provisioning.jobs",
-        "provisioning.drivers",
-        "provisioning.capacity",
-        "provisioning.vms",
-        "inventory",
-        "console",
-        "reservations",
-        "runs",
+        "vclmgr", "provisioning.placement", "provisioning.jobs", "provisioning.drivers",
+        "provisioning.capacity", "provisioning.vms", "inventory", "console", "reservations", "runs",
     },
     "monitoring": {
-        "vclmgr",
-        "provisioning.placement",
-        "provisioning.jobs",
-        "provisioning.drivers",
-        "provisioning.capacity",
-        "provisioning.vms",
-        "inventory",
-        "console",
-        "reservations",
-        "runs",
-        "notifications",
-        "vclmgr.dashboard",
+        "vclmgr", "provisioning.placement", "provisioning.jobs", "provisioning.drivers",
+        "provisioning.capacity", "provisioning.vms", "inventory", "console", "reservations", "runs",
+        "notifications", "vclmgr.dashboard",
     },
     # The web console: tickets and websocket bridges to a VM's console through its host's driver.
     "console": {"vclmgr", "provisioning.drivers", "provisioning.vms", "provisioning.jobs", "inventory"},
 }
 # The project's wiring sits above every app: it may import anything.
-SITE = (
-    "vclmgr.urls",
-    "vclmgr.routing",
-    "vclmgr.asgi",
-    "vclmgr.settings",
-    "vclmgr.dashboard",
-    "vclmgr.demo",
-    "vclmgr.views",
-    "vclmgr.management",
-    "vclmgr.rapi",
-)
+SITE = ("vclmgr.urls", "vclmgr.routing", "vclmgr.asgi", "vclmgr.settings", "vclmgr.dashboard",
+        "vclmgr.demo", "vclmgr.views", "vclmgr.management", "vclmgr.rapi")
 LAYERS = sorted(ALLOWED, key=len, reverse=True)
 
 
@@ -135,9 +94,8 @@ def wrong_directions():
 
 def test_every_module_belongs_to_a_layer():
     apps = {"inventory", "provisioning", "reservations", "runs", "vclmgr", "notifications", "monitoring", "console"}
-    strays = [
-        m for m, _ in project_modules() if m.split(".")[0] in apps and m != "provisioning" and layer_of(m) is None
-    ]
+    strays = [m for m, _ in project_modules()
+              if m.split(".")[0] in apps and m != "provisioning" and layer_of(m) is None]
     assert strays == []
 
 

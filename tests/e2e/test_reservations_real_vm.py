@@ -39,14 +39,7 @@ def wait_ready_live(page, reservation, worker):
 
 
 def test_a_user_reserves_a_real_vm_sees_it_ready_live_and_logs_in_with_the_shown_password(
-    kvm_host,
-    guest,
-    alice,
-    worker,
-    asgi_server,
-    login,
-    page,
-    libvirt_conn,  # noqa: F811
+    kvm_host, guest, alice, worker, asgi_server, login, page, libvirt_conn  # noqa: F811
 ):
     _host, pool = kvm_host
     login("alice", "alice-pass-1")

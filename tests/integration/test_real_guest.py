@@ -43,10 +43,9 @@ def test_the_guest_cannot_reach_the_host_or_beyond(guest_pool):
     host's 127.0.0.1, which QEMU user networking would offer the guest as 10.0.2.2, is not
     reachable, and nothing outside is (the guest's own SSH port shows that the probe works)."""
     user = new_login()
-    with (
-        socket.socket() as listener,
-        realvm.booted_guest(guest_pool, f"{realvm.PREFIX}{user['login']}", seed_for(user), "kernel") as guest,
-    ):
+    with socket.socket() as listener, realvm.booted_guest(
+        guest_pool, f"{realvm.PREFIX}{user['login']}", seed_for(user), "kernel"
+    ) as guest:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         port = listener.getsockname()[1]
@@ -57,10 +56,7 @@ def test_the_guest_cannot_reach_the_host_or_beyond(guest_pool):
         )
         out = ssh_run(guest.port, user["login"], probe, pkey=user["pkey"])
         assert out.splitlines() == [
-            "open 127.0.0.1:22",
-            f"closed 10.0.2.2:{port}",
-            "closed 10.0.2.3:53",
-            "closed 192.0.2.1:80",
+            "open 127.0.0.1:22", f"closed 10.0.2.2:{port}", "closed 10.0.2.3:53", "closed 192.0.2.1:80"
         ]
 
 

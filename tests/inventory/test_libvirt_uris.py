@@ -46,17 +46,10 @@ def test_the_validator_refuses_each_dangerous_uri_and_names_why(program):
         assert problem and ("transport" in problem or "parameter" in problem), uri
 
 
-@pytest.mark.parametrize(
-    "uri",
-    [
-        "qemu+ssh://root@kvm01/system",
-        "qemu+tls://kvm01/system",
-        "qemu+tcp://kvm01/system",
-        "qemu:///system",
-        "qemu+ssh://root@kvm01/system?no_verify=1&sshauth=privkey",
-        "test:///default",
-    ],
-)
+@pytest.mark.parametrize("uri", [
+    "qemu+ssh://root@kvm01/system", "qemu+tls://kvm01/system", "qemu+tcp://kvm01/system",
+    "qemu:///system", "qemu+ssh://root@kvm01/system?no_verify=1&sshauth=privkey", "test:///default",
+])
 def test_ordinary_uris_stay_accepted(uri):
     assert uri_errors(uri, "libvirt") is None
 

@@ -243,13 +243,8 @@ def test_admins_configure_a_webhook_in_the_admin_and_the_secret_stays_hidden(adm
 def test_a_webhook_to_an_internal_address_is_refused_when_saved(admin_user, api, settings, db):
     settings.VCLMGR_OUTBOUND_ALLOW = []  # the production default
     body = {"name": "meta", "event_kinds": ["*"], "secret": "x" * 20}
-    for url in (
-        "http://169.254.169.254/latest/meta-data/",
-        "http://127.0.0.1:6379/",
-        "http://[::1]:5432/",
-        "http://10.0.0.5/hook",
-        "http://metadata.google.internal/",
-    ):
+    for url in ("http://169.254.169.254/latest/meta-data/", "http://127.0.0.1:6379/", "http://[::1]:5432/",
+                "http://10.0.0.5/hook", "http://metadata.google.internal/"):
         refused = api(admin_user).post("/api/v1/webhooks/", {**body, "url": url}, format="json")
         assert refused.status_code == 400 and "not allowed" in str(refused.json()["error"]["fields"]["url"]), url
     assert not Webhook.objects.exists()

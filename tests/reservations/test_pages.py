@@ -260,9 +260,8 @@ def test_the_list_shows_live_badges_and_subscribes_to_the_users_topic(client, re
     assert f'id="reservation-{future.pk}"' in page(client, alice, "/reservations/?show=past")
 
 
-def test_the_list_costs_the_same_queries_for_many_reservations(
-    client, sim_host, image, alice, django_assert_max_num_queries
-):
+def test_the_list_costs_the_same_queries_for_many_reservations(client, sim_host, image, alice,
+                                                               django_assert_max_num_queries):
     for hours in range(2):
         services.reserve(alice, image, actor=alice, start=timezone.now() + (3 + hours * 2) * H, duration=H)
     client.force_login(alice)
@@ -277,9 +276,9 @@ def test_the_list_costs_the_same_queries_for_many_reservations(
 def test_the_detail_of_a_ready_one_shows_how_to_connect(client, ready, alice):
     html = page(client, alice, f"/reservations/{ready.pk}/")
     details = services.connection(ready)
-    assert details["address"] in html and f"ssh alice@{details['address']}" in html
+    assert details["address"] in html and f'ssh alice@{details["address"]}' in html
     assert f'data-secret="{details["password"]}"' in html and 'class="copy"' in html
-    assert html.count("data-step=") == 4 and '<li class="current" data-step="running">' in html
+    assert html.count('data-step=') == 4 and '<li class="current" data-step="running">' in html
     assert "reserved on sim-1" in html and "ready on sim-1" in html  # the history with reasons
     assert 'id="end-now"' in html and 'id="cancel"' not in html and 'id="extend-form"' in html
     assert f'data-topics="reservation.{ready.pk},user.{alice.pk}"' in html
@@ -325,7 +324,7 @@ def test_end_now_tears_the_vm_down(client, ready, alice, sync_jobs):
     assert response.status_code == 302 and Reservation.objects.get(pk=ready.pk).status == "ending"
     sync_jobs.drain()
     html = page(client, alice, f"/reservations/{ready.pk}/")
-    assert "badge res-ended" in html and 'id="end-now"' not in html and "ended: VM destroyed" in html
+    assert 'badge res-ended' in html and 'id="end-now"' not in html and "ended: VM destroyed" in html
     html = client.post(f"/reservations/{ready.pk}/end/", follow=True).content.decode()
     assert "is already ended" in html
 
@@ -402,15 +401,8 @@ def test_block_errors_are_shown_per_field(client, sim_host, image, instructor):
 
 def test_a_stranger_cannot_take_a_seat_or_cancel_a_block(client, sim_host, image, instructor, bob):
     klass = Group.objects.create(name="cs101")
-    block = services.create_block(
-        actor=instructor,
-        name="lab",
-        image=image,
-        group=klass,
-        seats=1,
-        start=timezone.now() + 24 * H,
-        end=timezone.now() + 26 * H,
-    )
+    block = services.create_block(actor=instructor, name="lab", image=image, group=klass, seats=1,
+                                  start=timezone.now() + 24 * H, end=timezone.now() + 26 * H)
     client.force_login(bob)
     assert client.post(f"/reservations/blocks/{block.pk}/seat/").status_code == 404
     assert client.post(f"/reservations/blocks/{block.pk}/cancel/").status_code == 403

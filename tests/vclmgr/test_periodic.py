@@ -1,5 +1,6 @@
 """``vclmgr.periodic``: Schedules that must exist, and the daemon-thread loop."""
 
+
 import pytest
 from django_q.models import Schedule
 

@@ -55,14 +55,8 @@ class Peer:
     def spec(self, key=None, image=None, **overrides):
         key = key or next_key()
         self.made.append(key)
-        values = {
-            "vcpus": 2,
-            "memory_mib": 1024,
-            "disk_gib": 10,
-            "image": image or self.image,
-            "extra": self.spec_extra,
-            **overrides,
-        }
+        values = {"vcpus": 2, "memory_mib": 1024, "disk_gib": 10, "image": image or self.image,
+                  "extra": self.spec_extra, **overrides}
         return VMSpec(key=key, **values)
 
     def cleanup(self):
@@ -77,9 +71,8 @@ class Peer:
 def image_file(tmp_path, name, fmt, content=b"vclmgr test image\n"):
     path = tmp_path / f"{name}.{fmt}"
     path.write_bytes(content)
-    return ImageVariantSpec(
-        name=name, format=fmt, location=str(path), checksum="sha256:" + hashlib.sha256(content).hexdigest(), size_gib=4
-    )
+    return ImageVariantSpec(name=name, format=fmt, location=str(path),
+                            checksum="sha256:" + hashlib.sha256(content).hexdigest(), size_gib=4)
 
 
 # --- sim ----------------------------------------------------------------------------------
@@ -106,9 +99,8 @@ def require_libvirt():
     try:
         import libvirt  # noqa: F401
     except ImportError as exc:
-        pytest.fail(
-            f"libvirt-python is not importable ({exc}); {INSTALL_HINT} (Debian libvirt-dev, pkg-config)", pytrace=False
-        )
+        pytest.fail(f"libvirt-python is not importable ({exc}); {INSTALL_HINT} (Debian libvirt-dev, pkg-config)",
+                    pytrace=False)
 
 
 @pytest.fixture
@@ -171,11 +163,9 @@ def _vcsim_binary():
     except (OSError, subprocess.TimeoutExpired) as exc:
         pytest.fail(f"cannot build vcsim: {exc}", pytrace=False)
     if build.returncode != 0:
-        pytest.fail(
-            f"cannot build vcsim (tools/vcsim/build.sh): {build.stderr.strip()[-2000:]}\n"
-            f"Go and govmomi are needed: {INSTALL_HINT} (Debian golang-go golang-github-vmware-govmomi-dev)",
-            pytrace=False,
-        )
+        pytest.fail(f"cannot build vcsim (tools/vcsim/build.sh): {build.stderr.strip()[-2000:]}\n"
+                    f"Go and govmomi are needed: {INSTALL_HINT} (Debian golang-go golang-github-vmware-govmomi-dev)",
+                    pytrace=False)
     return build.stdout.strip().splitlines()[-1]
 
 
@@ -197,21 +187,9 @@ def vcsim(tmp_path_factory):
     log_path = tmp_path_factory.mktemp("vcsim") / "vcsim.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [
-                binary,
-                "-listen",
-                "127.0.0.1:0",
-                "-username",
-                VCSIM_USER,
-                "-password",
-                VCSIM_PASSWORD,
-                "-stdin-eof",
-                *VCSIM_ARGS,
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
+            [binary, "-listen", "127.0.0.1:0", "-username", VCSIM_USER, "-password", VCSIM_PASSWORD,
+             "-stdin-eof", *VCSIM_ARGS],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
         )
     try:
         line = _first_line(proc, timeout=60)

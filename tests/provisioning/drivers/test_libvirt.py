@@ -28,9 +28,7 @@ def test_facts_follow_each_node_file(libvirt_nodes):
     facts = {name: LibvirtDriver(uri).facts() for name, uri in libvirt_nodes.items()}
 
     assert {name: (f.cpus, f.memory_mib) for name, f in facts.items()} == {
-        "kvm-small": (4, 8192),
-        "kvm-medium": (16, 65536),
-        "kvm-large": (64, 262144),
+        "kvm-small": (4, 8192), "kvm-medium": (16, 65536), "kvm-large": (64, 262144),
     }
     assert facts["kvm-large"].extra["cpu_mhz"] == 3000
     assert facts["kvm-small"].hypervisor_type == "kvm"
@@ -76,9 +74,8 @@ def test_domain_xml_escapes_every_value(lv):
     assert root.find("devices/interface/source").get("network") == hostile
     assert root.find("devices/disk/source").get("file") == "/a&b/<c>.qcow2"
     assert "<x>" not in text
-    bridge = ET.fromstring(
-        domxml.domain_xml(dataclasses.replace(spec, network="bridge:br0"), domain_type="kvm", disk_path="/d.qcow2")
-    )
+    bridge = ET.fromstring(domxml.domain_xml(dataclasses.replace(spec, network="bridge:br0"), domain_type="kvm",
+                                                disk_path="/d.qcow2"))
     assert bridge.find("devices/interface").get("type") == "bridge"
     assert bridge.find("devices/interface/source").get("bridge") == "br0"
 
@@ -259,9 +256,8 @@ def test_it_stages_an_image_from_a_repository_over_http(lv, image_server):
     root, base_url = image_server
     content = b"qcow2 from the repository"
     (root / "centos.qcow2").write_bytes(content)
-    image = ImageVariantSpec(
-        "centos-9", "qcow2", f"{base_url}/centos.qcow2", "sha256:" + hashlib.sha256(content).hexdigest()
-    )
+    image = ImageVariantSpec("centos-9", "qcow2", f"{base_url}/centos.qcow2",
+                             "sha256:" + hashlib.sha256(content).hexdigest())
 
     path = lv.source.stage_image(image)
 

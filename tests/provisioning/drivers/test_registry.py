@@ -39,9 +39,8 @@ def test_driver_for_passes_credentials_and_the_kinds_options(settings):
     login = Credential(name="vc", username="admin")
     login.set_secret("s3cret")
     login.save()
-    esx = Hypervisor.objects.create(
-        name="esx01", address="10.0.0.5", driver="vmware", credential=login, cpus=8, memory_mib=8192, disk_gib=100
-    )
+    esx = Hypervisor.objects.create(name="esx01", address="10.0.0.5", driver="vmware", credential=login,
+                                    cpus=8, memory_mib=8192, disk_gib=100)
     sim = Hypervisor.objects.create(name="sim-1", address="10.0.0.6", cpus=16, memory_mib=65536, disk_gib=1000)
 
     vmware = registry.driver_for(esx)
