@@ -23,33 +23,9 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 CLIENT = Path(__file__).with_name("ganeti_client.py")
 
 
-# One worker cluster and one daphne for the module: the tests prove what Ganeti's client gets
-# from a running vclmgr, not how it starts; what the processes keep between tests is in the
-# database (see committed_db; a worker's placement snapshot reloads when the hosts change).
-transactional_db, db = processes.committed_db, processes.committed_db_too
-
-
-@pytest.fixture(scope="module")
-def servers(django_db_setup, django_db_blocker, tmp_path_factory):
-    """A worker cluster and daphne serving HTTPS with a certificate made here: (worker, web, cert)."""
-    tmp_path = tmp_path_factory.mktemp("rapi")
-    cert, key = self_signed(tmp_path, "rapi")
-    with django_db_blocker.unblock():
-        worker = processes.start_worker(tmp_path, workers=2)
-    (tmp_path / "web").mkdir()
-    try:
-        web = processes.start_asgi(tmp_path / "web", tls=(cert, key))
-    except BaseException:
-        worker.kill()
-        raise
-    yield worker, web, cert
-    web.kill()
-    worker.kill()
-
-
 @pytest.fixture
-def cluster(transactional_db, servers, make_host, admin_user):
-    """Three sim hosts, an image, the worker cluster and daphne serving HTTPS; ``.call(user, pw, …)``."""
+def cluster(transactional_db, tmp_path, make_host, admin_user):
+    """Three sim hosts, an image, a worker cluster and daphne serving HTTPS; ``.call(user, pw, …)``."""
     if (
         not os.path.exists(SYSTEM_PYTHON)
         or subprocess.run(  # noqa: S603 (fixed command)
@@ -63,8 +39,14 @@ def cluster(transactional_db, servers, make_host, admin_user):
                              default_memory_mib=512, default_disk_gib=5)  # fmt: skip
     vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://deb", checksum="",
                     size_gib=1)  # fmt: skip
-    _, web, cert = servers
-    web.begin()
+    cert, key = self_signed(tmp_path, "rapi")
+    worker = processes.start_worker(tmp_path, workers=2)
+    (tmp_path / "web").mkdir()
+    try:
+        web = processes.start_asgi(tmp_path / "web", tls=(cert, key))
+    except BaseException:
+        worker.stop()
+        raise
 
     class Cluster:
         port = web.port
@@ -83,7 +65,11 @@ def cluster(transactional_db, servers, make_host, admin_user):
         def admin(self, *calls):
             return self.call("admin", "admin-pass-1", *calls)
 
-    return Cluster()
+    try:
+        yield Cluster()
+    finally:
+        web.stop()
+        worker.stop()
 
 
 def ok(answers):
