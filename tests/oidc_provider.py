@@ -87,6 +87,23 @@ def start_vclmgr(tmp_path, provider, **extra):
     return processes.start_asgi(tmp_path, **env)
 
 
+@pytest.fixture(scope="module")
+def vclmgr_process(django_db_setup, tmp_path_factory, provider):
+    """One vclmgr of the default configuration for a module's tests: what they prove is how a
+    running relying party answers each callback, which does not depend on it being fresh (its
+    state is in the database, emptied after each test; its log is read from where the test
+    began)."""
+    child = start_vclmgr(tmp_path_factory.mktemp("vclmgr"), provider)
+    yield child
+    child.kill()
+
+
+@pytest.fixture
+def shared_vclmgr(transactional_db, vclmgr_process):
+    """``vclmgr_process`` for one test (import both, as ``vclmgr`` and ``vclmgr_process``)."""
+    return vclmgr_process.begin()
+
+
 @pytest.fixture
 def vclmgr(transactional_db, tmp_path, provider):
     child = start_vclmgr(tmp_path, provider)

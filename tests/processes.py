@@ -1,5 +1,9 @@
 """Real processes for tests: a django-q2 worker cluster and an ASGI server (daphne),
 pointed at the test database so they see what the test writes (use ``transactional_db``).
+
+A process may serve a whole module (``shared``): each test then calls ``Child.begin`` so that
+``output()`` holds only what the process logged during that test, and the module uses
+``committed_db`` as its ``transactional_db``.
 """
 
 import os
@@ -10,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 from django.db import connection
 
@@ -66,6 +71,7 @@ class Child:
 
     def __init__(self, args, env, log_path):
         self.log_path = log_path
+        self._start = 0
         self.log = open(log_path, "wb")  # noqa: SIM115 (closed in stop)
         read_fd, self._lifeline, value = lifeline.open_pipe()
         try:
@@ -80,12 +86,24 @@ class Child:
     def pid(self):
         return self.proc.pid
 
+    def begin(self):
+        """From now on ``output()`` is what the process logs next (a test of a shared process)."""
+        self.log.flush()
+        self._start = Path(self.log_path).stat().st_size
+        return self
+
     def output(self):
         self.log.flush()
-        return Path(self.log_path).read_text(errors="replace")
+        with open(self.log_path, "rb") as log:
+            log.seek(self._start)
+            return log.read().decode(errors="replace")
 
     def alive(self):
         return self.proc.poll() is None
+
+    def kill(self):
+        """``stop`` without the graceful part, for a test that is not about how the process stops."""
+        self.stop(signal.SIGKILL)
 
     def stop(self, sig=signal.SIGTERM, timeout=10):
         if self.proc.poll() is None:
@@ -175,3 +193,50 @@ def start_redis(tmp_path):
     wait_for(lambda: listens(port), 15, "redis-server to listen", child)
     child.url = f"redis://127.0.0.1:{port}/0"
     return child
+
+
+#: What a process caches for its lifetime and ``committed_db`` therefore keeps: content types
+#: (Django caches their ids; the change log and permissions refer to them) and the permissions.
+KEPT_TABLES = frozenset({"django_content_type", "auth_permission"})
+
+
+@pytest.fixture
+def committed_db(django_db_setup, django_db_blocker):
+    """``transactional_db`` for a module whose tests share a process (import it under that
+    name, and ``committed_db_too`` as ``db``): the test's writes are committed, and the tables
+    emptied after it — all but ``KEPT_TABLES``. pytest-django's flush empties those too and
+    makes them anew with new ids, which a process that outlives the test still holds in its
+    caches."""
+
+    from django.core.management.color import no_style
+
+    with django_db_blocker.unblock():
+        yield
+        tables = set(connection.introspection.django_table_names(only_existing=True, include_views=False))
+        connection.ops.execute_sql_flush(connection.ops.sql_flush(no_style(), sorted(tables - KEPT_TABLES)))
+
+
+@pytest.fixture
+def committed_db_too(transactional_db):
+    """``db`` for a module whose ``transactional_db`` is ``committed_db`` (import it under that
+    name): what asks for ``db`` (``django_user_model`` does) gets the same, not pytest-django's
+    flush."""
+
+
+def shared(start, **env):
+    """A module-scoped fixture: one process, ``start(directory, **env)``, for all of a module's
+    tests — for tests about what the process does with the data, not about starting it. It
+    starts once the test database exists; each test still takes ``transactional_db`` (so the
+    process sees what the test writes, and the tables are emptied after it) and calls
+    ``begin()``."""
+
+    @pytest.fixture(scope="module")
+    def fixture(django_db_setup, django_db_blocker, tmp_path_factory):
+        with django_db_blocker.unblock():
+            child = start(tmp_path_factory.mktemp("shared"), **env)
+        try:
+            yield child
+        finally:
+            child.kill()
+
+    return fixture

@@ -129,6 +129,22 @@ def start_vclmgr(tmp_path, idp, sp_keys, **extra):
     return processes.start_asgi(tmp_path, port=port, **{k: v for k, v in env.items() if v is not None})
 
 
+@pytest.fixture(scope="module")
+def vclmgr_process(django_db_setup, tmp_path_factory, idp, sp_keys):
+    """One vclmgr of the default configuration for a module's tests: what they prove is how a
+    running SP answers each response, which does not depend on the SP being fresh (its state is
+    in the database, emptied after each test; its log is read from where the test began)."""
+    child = start_vclmgr(tmp_path_factory.mktemp("vclmgr"), idp, sp_keys)
+    yield child
+    child.kill()
+
+
+@pytest.fixture
+def shared_vclmgr(transactional_db, vclmgr_process):
+    """``vclmgr_process`` for one test (import both, as ``vclmgr`` and ``vclmgr_process``)."""
+    return vclmgr_process.begin()
+
+
 @pytest.fixture
 def vclmgr(transactional_db, tmp_path, idp, sp_keys):
     child = start_vclmgr(tmp_path, idp, sp_keys)

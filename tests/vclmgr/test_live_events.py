@@ -9,9 +9,20 @@ from django.db import transaction
 from django_q.tasks import async_task
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from tests import processes
 from vclmgr import events
 
 pytestmark = pytest.mark.slow
+
+# One daphne for the module: what the tests prove is what a running server relays and refuses,
+# not how it starts; what it keeps between tests is in the database (see committed_db).
+asgi_process = processes.shared(processes.start_asgi)
+transactional_db, db = processes.committed_db, processes.committed_db_too
+
+
+@pytest.fixture
+def asgi_server(transactional_db, asgi_process):
+    return asgi_process.begin()
 
 
 def _subscribe(ws, topics, since=None):

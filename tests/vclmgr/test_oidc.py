@@ -22,9 +22,10 @@ from jwt.algorithms import RSAAlgorithm
 from provisioning.vms.models import Image
 from tests import oidc_provider, web
 from tests.oidc_provider import Provider, rsa_pem, start_vclmgr
-from tests.processes import ROOT
+from tests.processes import ROOT, committed_db, committed_db_too
 
-provider, vclmgr = oidc_provider.provider, oidc_provider.vclmgr  # the fixtures
+provider, vclmgr, vclmgr_process = oidc_provider.provider, oidc_provider.shared_vclmgr, oidc_provider.vclmgr_process
+transactional_db, db = committed_db, committed_db_too  # a process shared by the tests: see committed_db
 
 
 def to_callback(base_url, username, password, start=None):
@@ -127,7 +128,7 @@ def test_an_issuer_set_in_the_environment_is_the_one_id_tokens_must_carry(transa
         assert not User.objects.filter(username="ann").exists()
         assert "ID token from another issuer" in child.output()
     finally:
-        child.stop()
+        child.kill()
 
 
 @pytest.mark.parametrize("where", ["the same session", "another session", "another session's own sign-in"])
@@ -179,7 +180,7 @@ def test_a_provider_that_does_not_answer_is_a_message_on_the_login_page(transact
         _, local = web.local_sign_in(child.url, "alice", "alice-pass-1")
         assert local.url == f"{child.url}/"
     finally:
-        child.stop()
+        child.kill()
         dead.close()
 
 
@@ -204,7 +205,7 @@ def test_a_provider_that_stops_answering_during_a_sign_in_is_a_message_on_the_lo
         assert local.url == f"{child.url}/"
     finally:
         if child is not None:
-            child.stop()
+            child.kill()
         if idp.child.alive():
             idp.stop()
 
@@ -238,7 +239,7 @@ def test_it_refuses_a_token_whose_signature_does_not_verify(transactional_db, tm
         assert not User.objects.filter(username="ann").exists()
         assert "JWS token verification failed" in child.output()
     finally:
-        child.stop()
+        child.kill()
         server.shutdown()
 
 
@@ -331,11 +332,16 @@ def test_a_provider_user_of_the_same_name_gets_an_account_of_its_own(vclmgr, pro
     assert django_user_model.objects.filter(username__istartswith="ada").count() == 2
 
 
-@pytest.fixture
-def linking(transactional_db, tmp_path, provider):
-    child = start_vclmgr(tmp_path, provider, OIDC_LINK_VERIFIED_EMAIL="1")
+@pytest.fixture(scope="module")
+def linking_process(django_db_setup, tmp_path_factory, provider):
+    child = start_vclmgr(tmp_path_factory.mktemp("linking"), provider, OIDC_LINK_VERIFIED_EMAIL="1")
     yield child
-    child.stop()
+    child.kill()
+
+
+@pytest.fixture
+def linking(transactional_db, linking_process):
+    return linking_process.begin()
 
 
 def made_by_ldap(django_user_model, username, email):

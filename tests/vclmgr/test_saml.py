@@ -14,10 +14,11 @@ from django.contrib.auth.models import Group, User
 
 from provisioning.vms.models import Image
 from tests import saml_idp, web
-from tests.processes import ROOT, free_port
+from tests.processes import ROOT, committed_db, committed_db_too, free_port
 from tests.saml_idp import start_vclmgr
 
-idp, sp_keys, vclmgr = saml_idp.idp, saml_idp.sp_keys, saml_idp.vclmgr  # the fixtures
+idp, sp_keys, vclmgr, vclmgr_process = saml_idp.idp, saml_idp.sp_keys, saml_idp.shared_vclmgr, saml_idp.vclmgr_process
+transactional_db, db = committed_db, committed_db_too  # a process shared by the tests: see committed_db
 
 
 def hidden_fields(page):
@@ -115,7 +116,7 @@ def test_idp_metadata_can_come_from_a_file(transactional_db, tmp_path, idp, sp_k
         assert answer.url == f"{child.url}/"
         assert User.objects.filter(username="ann@uni.example").exists()
     finally:
-        child.stop()
+        child.kill()
 
 
 def test_it_refuses_a_response_whose_signature_does_not_verify(vclmgr, idp):
@@ -290,7 +291,7 @@ def test_an_idp_that_does_not_answer_is_a_message_not_an_error(transactional_db,
         # The SP's own metadata needs no IdP.
         assert session.get(f"{child.url}/saml2/metadata/", timeout=30).status_code == 200
     finally:
-        child.stop()
+        child.kill()
 
 
 def test_it_is_off_by_default(client, db):

@@ -11,11 +11,15 @@ from vclmgr import tokens
 pytestmark = pytest.mark.slow
 
 
+# One daphne for the module: what the tests prove is how a running server treats each socket's
+# credentials, not how it starts; what it keeps between tests is in the database.
+asgi_process = processes.shared(processes.start_asgi, WS_TOKEN_RECHECK_SECONDS="0.3")  # noqa: S106 (seconds)
+transactional_db, db = processes.committed_db, processes.committed_db_too
+
+
 @pytest.fixture
-def asgi_server(transactional_db, tmp_path):
-    child = processes.start_asgi(tmp_path, WS_TOKEN_RECHECK_SECONDS="0.3")  # noqa: S106 (seconds)
-    yield child
-    child.stop()
+def asgi_server(transactional_db, asgi_process):
+    return asgi_process.begin()
 
 
 def _subscribed(ws, topic):

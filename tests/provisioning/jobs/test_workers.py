@@ -1,7 +1,8 @@
 """The job system with REAL django-q2 worker processes on the test database.
 
-Each test starts its own qcluster (``start_workers``), submits through the services like
-any interface would, and watches the Job rows — the truth — while the workers run them.
+The tests share one qcluster of four workers (``workers``); a test about a worker's own life
+(killed, or with another task timeout) starts its own (``start_workers``). Each submits through
+the services like any interface would, and watches the Job rows — the truth — while the workers run them.
 Concurrency is checked twice: by a ``Gauge`` row the jobs' steps count themselves in and
 out of (one UPDATE also records the peak, so no breach slips between two samples), and
 afterwards from the jobs' [started, ended] intervals.
@@ -16,9 +17,23 @@ from django.conf import settings
 
 from provisioning.jobs import services
 from provisioning.jobs.models import Gauge, Job
+from tests import processes
 from tests.provisioning.jobs.helpers import refresh, submit, wait_until
 
 pytestmark = pytest.mark.slow
+
+# What the shared cluster keeps between tests is in the database: the queue settings a test
+# sets are read at each claim and emptied with the rest (see committed_db).
+worker_process = processes.shared(processes.start_worker, workers=4)
+transactional_db, db = processes.committed_db, processes.committed_db_too
+
+
+@pytest.fixture
+def workers(transactional_db, worker_process):
+    from django_q.brokers import get_broker
+
+    get_broker().purge_queue()  # with Redis, the queue outlives the rows of the test before
+    return worker_process.begin()
 
 
 def test_django_q_timeout_is_shorter_than_retry():
@@ -58,116 +73,7 @@ def peak(name):
     return row.peak
 
 
-def test_dependencies_chains_and_events(start_workers):
-    child = start_workers(3)
-    first = submit("test.sleep", {"seconds": 0.5})
-    after = submit(depends=[first.pk])
-    only_on_error = submit(depends=[[first.pk, ["error"]]])
-    chain = [submit()]
-    for _ in range(7):
-        chain.append(submit(depends=[chain[-1].pk]))
-    first, after, only_on_error, *chain = wait_final([first, after, only_on_error, *chain], child)
-    assert first.status == after.status == "success"
-    assert after.started >= first.ended
-    assert only_on_error.status == "error" and only_on_error.error_kind == "dependency"
-    assert only_on_error.error_message == f"dependency job {first.pk} ended success; accepted: error"
-    assert all(job.status == "success" for job in chain)
-    for previous, job in zip(chain, chain[1:], strict=False):
-        assert job.started >= previous.ended
-    # Status changes and log lines written by the worker processes are events.
-    from vclmgr.models import Event
-
-    kinds = Event.objects.filter(topic=f"job.{first.pk}").order_by("id").values_list("kind", "data")
-    statuses = [data["status"] for kind, data in kinds if kind == "job.status"]
-    assert statuses[0] == "queued" and "running" in statuses and statuses[-1] == "success"
-    assert any(kind == "job.log" and "started on" in data["message"] for kind, data in kinds)
-
-
-def test_rate_limit_buckets_are_never_exceeded(start_workers):
-    child = start_workers(4)
-    bucket = "rate-limit:2:maintenance 123"
-    counted = {"seconds": 0.6, "gauge": gauge("limited")}
-    limited = [submit("test.sleep", counted, reason=bucket) for _ in range(6)]
-    free = [submit("test.sleep", {"seconds": 0.6}) for _ in range(2)]
-    limited = wait_final(limited, child)
-    free = wait_final(free, child)
-    assert all(job.status == "success" for job in limited + free)
-    assert peak("limited") <= 2  # never exceeded
-    assert max_overlap(limited) == 2
-    assert max_overlap(limited + free) >= 3  # the bucket holds back only its own jobs
-
-
-def test_the_global_limit_changes_at_run_time(start_workers):
-    services.set_queue_settings(actor="test", limit=1)
-    child = start_workers(4)
-    counted = {"seconds": 0.5, "gauge": gauge("all")}
-    jobs = [submit("test.sleep", counted) for _ in range(8)]
-    wait_until(lambda: Job.objects.filter(status="success").count() >= 2, 30, "two jobs to finish", child)
-    assert peak("all") == 1
-    changed_at = services.set_queue_settings(actor="test", limit=3).updated
-    jobs = wait_final(jobs, child)
-    assert all(job.status == "success" for job in jobs)
-    assert peak("all") <= 3 and Gauge.objects.get(name="all").value == 0
-    assert max_overlap([j for j in jobs if j.ended <= changed_at]) == 1
-    assert max_overlap(jobs) == 3
-
-
-def test_lock_conflicts_wait(start_workers):
-    child = start_workers(3)
-    holder = submit("test.sleep", {"steps": 3, "seconds": 0.5, "locks": ["vm:7"]})
-    wait_until(lambda: refresh(holder).status == "running", 30, "the holder to start", child)
-    blocked = submit("test.sleep", {"seconds": 0.1, "shared_locks": ["vm:7"]})
-    free = submit("test.sleep", {"seconds": 0.1, "locks": ["vm:8"]})
-    blocked_row = wait_until(
-        lambda: (row := refresh(blocked)).status == "waiting" and row, 30, "the conflicting job to wait", child
-    )
-    assert blocked_row.waiting_for == f"lock vm:7 held by job {holder.pk}"
-    holder, blocked, free = wait_final([holder, blocked, free], child)
-    assert free.ended < holder.ended  # no conflict: ran alongside
-    assert blocked.started >= holder.ended
-
-
-def test_expansion(start_workers, admin_user):
-    child = start_workers(3)
-    good = services.submit(
-        "test.expand", {"children": [{"opcode": "test.sleep", "params": {"seconds": 0.3}}] * 3}, actor=admin_user
-    )
-    bad = services.submit(
-        "test.expand",
-        {"children": [{"opcode": "noop"}, {"opcode": "test.fail", "params": {"message": "broken disk"}}]},
-        actor=admin_user,
-    )
-    good, bad = wait_final([good, bad], child)
-    kids = list(good.children.all())
-    assert good.status == "success" and len(kids) == 3
-    assert all(kid.status == "success" and kid.ended <= good.ended for kid in kids)
-    failed_kid = bad.children.get(opcode="test.fail")
-    assert bad.status == "error" and bad.error_kind == "children"
-    assert bad.error_message == f"1 of 2 child jobs did not succeed: job {failed_kid.pk} error (Failure: broken disk)"
-
-
-def test_cancel_running_and_queued_jobs(start_workers):
-    services.set_queue_settings(actor="test", limit=1)
-    child = start_workers(2)
-    running = submit("test.sleep", {"steps": 30, "seconds": 0.2})
-    queued = submit("test.sleep", {"seconds": 0.1})
-    wait_until(lambda: len(refresh(running).steps) >= 1, 30, "a step to complete", child)
-    services.cancel(refresh(queued), actor="test")
-    assert refresh(queued).status == "canceled"  # at once
-    services.cancel(refresh(running), actor="test", reason="enough")
-    running = wait_final([running], child, timeout=15)[0]
-    assert running.status == "canceled"
-    assert running.error_message.startswith("canceled after step 'sleep")
-    assert len(running.steps) < 30
-
-
-def test_retry_runs_a_new_linked_job(start_workers):
-    child = start_workers(2)
-    failed = submit("test.fail")
-    wait_final([failed], child)
-    retried = services.retry(refresh(failed), actor="test")
-    retried = wait_final([retried], child)[0]
-    assert retried.retry_of_id == failed.pk and retried.status == "error" and retried.attempt == 1
+# A cluster of their own, run before the shared one starts (it would take their jobs too).
 
 
 def _worker_pid(job):
@@ -213,10 +119,122 @@ def test_long_jobs_hand_off_instead_of_hitting_the_task_timeout(start_workers):
     assert job.log_entries.filter(message__startswith="continuing in a fresh task").exists()
 
 
-def test_a_long_step_keeps_its_lease(start_workers):
+def test_dependencies_chains_and_events(workers):
+    child = workers
+    first = submit("test.sleep", {"seconds": 0.5})
+    after = submit(depends=[first.pk])
+    only_on_error = submit(depends=[[first.pk, ["error"]]])
+    chain = [submit()]
+    for _ in range(7):
+        chain.append(submit(depends=[chain[-1].pk]))
+    first, after, only_on_error, *chain = wait_final([first, after, only_on_error, *chain], child)
+    assert first.status == after.status == "success"
+    assert after.started >= first.ended
+    assert only_on_error.status == "error" and only_on_error.error_kind == "dependency"
+    assert only_on_error.error_message == f"dependency job {first.pk} ended success; accepted: error"
+    assert all(job.status == "success" for job in chain)
+    for previous, job in zip(chain, chain[1:], strict=False):
+        assert job.started >= previous.ended
+    # Status changes and log lines written by the worker processes are events.
+    from vclmgr.models import Event
+
+    kinds = Event.objects.filter(topic=f"job.{first.pk}").order_by("id").values_list("kind", "data")
+    statuses = [data["status"] for kind, data in kinds if kind == "job.status"]
+    assert statuses[0] == "queued" and "running" in statuses and statuses[-1] == "success"
+    assert any(kind == "job.log" and "started on" in data["message"] for kind, data in kinds)
+
+
+def test_rate_limit_buckets_are_never_exceeded(workers):
+    child = workers
+    bucket = "rate-limit:2:maintenance 123"
+    counted = {"seconds": 0.6, "gauge": gauge("limited")}
+    limited = [submit("test.sleep", counted, reason=bucket) for _ in range(6)]
+    free = [submit("test.sleep", {"seconds": 0.6}) for _ in range(2)]
+    limited = wait_final(limited, child)
+    free = wait_final(free, child)
+    assert all(job.status == "success" for job in limited + free)
+    assert peak("limited") <= 2  # never exceeded
+    assert max_overlap(limited) == 2
+    assert max_overlap(limited + free) >= 3  # the bucket holds back only its own jobs
+
+
+def test_the_global_limit_changes_at_run_time(workers):
+    services.set_queue_settings(actor="test", limit=1)
+    child = workers
+    counted = {"seconds": 0.5, "gauge": gauge("all")}
+    jobs = [submit("test.sleep", counted) for _ in range(8)]
+    wait_until(lambda: Job.objects.filter(status="success").count() >= 2, 30, "two jobs to finish", child)
+    assert peak("all") == 1
+    changed_at = services.set_queue_settings(actor="test", limit=3).updated
+    jobs = wait_final(jobs, child)
+    assert all(job.status == "success" for job in jobs)
+    assert peak("all") <= 3 and Gauge.objects.get(name="all").value == 0
+    assert max_overlap([j for j in jobs if j.ended <= changed_at]) == 1
+    assert max_overlap(jobs) == 3
+
+
+def test_lock_conflicts_wait(workers):
+    child = workers
+    holder = submit("test.sleep", {"steps": 3, "seconds": 0.5, "locks": ["vm:7"]})
+    wait_until(lambda: refresh(holder).status == "running", 30, "the holder to start", child)
+    blocked = submit("test.sleep", {"seconds": 0.1, "shared_locks": ["vm:7"]})
+    free = submit("test.sleep", {"seconds": 0.1, "locks": ["vm:8"]})
+    blocked_row = wait_until(
+        lambda: (row := refresh(blocked)).status == "waiting" and row, 30, "the conflicting job to wait", child
+    )
+    assert blocked_row.waiting_for == f"lock vm:7 held by job {holder.pk}"
+    holder, blocked, free = wait_final([holder, blocked, free], child)
+    assert free.ended < holder.ended  # no conflict: ran alongside
+    assert blocked.started >= holder.ended
+
+
+def test_expansion(workers, admin_user):
+    child = workers
+    good = services.submit(
+        "test.expand", {"children": [{"opcode": "test.sleep", "params": {"seconds": 0.3}}] * 3}, actor=admin_user
+    )
+    bad = services.submit(
+        "test.expand",
+        {"children": [{"opcode": "noop"}, {"opcode": "test.fail", "params": {"message": "broken disk"}}]},
+        actor=admin_user,
+    )
+    good, bad = wait_final([good, bad], child)
+    kids = list(good.children.all())
+    assert good.status == "success" and len(kids) == 3
+    assert all(kid.status == "success" and kid.ended <= good.ended for kid in kids)
+    failed_kid = bad.children.get(opcode="test.fail")
+    assert bad.status == "error" and bad.error_kind == "children"
+    assert bad.error_message == f"1 of 2 child jobs did not succeed: job {failed_kid.pk} error (Failure: broken disk)"
+
+
+def test_cancel_running_and_queued_jobs(workers):
+    services.set_queue_settings(actor="test", limit=1)
+    child = workers
+    running = submit("test.sleep", {"steps": 30, "seconds": 0.2})
+    queued = submit("test.sleep", {"seconds": 0.1})
+    wait_until(lambda: len(refresh(running).steps) >= 1, 30, "a step to complete", child)
+    services.cancel(refresh(queued), actor="test")
+    assert refresh(queued).status == "canceled"  # at once
+    services.cancel(refresh(running), actor="test", reason="enough")
+    running = wait_final([running], child, timeout=15)[0]
+    assert running.status == "canceled"
+    assert running.error_message.startswith("canceled after step 'sleep")
+    assert len(running.steps) < 30
+
+
+def test_retry_runs_a_new_linked_job(workers):
+    child = workers
+    failed = submit("test.fail")
+    wait_final([failed], child)
+    retried = services.retry(refresh(failed), actor="test")
+    retried = wait_final([retried], child)[0]
+    assert retried.retry_of_id == failed.pk and retried.status == "error" and retried.attempt == 1
+
+
+def test_a_long_step_keeps_its_lease(workers):
     # The heartbeat thread renews a 2 s lease through a 4 s step: no false recovery.
     services.set_queue_settings(actor="test", lease_seconds=2)
-    child = start_workers(1)
+    child = workers
     job = wait_final([submit("test.sleep", {"seconds": 4})], child)[0]
     assert job.status == "success" and job.attempt == 1
     assert not job.log_entries.filter(message__contains="stopped renewing").exists()
