@@ -58,9 +58,21 @@ def _classify(item):
         item.add_marker(pytest.mark.slow)
 
 
+def _shares_by_module(item):
+    """A test that uses a module-scoped fixture (a process, guests or a server shared by its
+    module) goes to the same xdist worker as the rest of its module (`--dist loadgroup`), so the
+    module starts its shared things once, not once per worker."""
+    info = getattr(item, "_fixtureinfo", None)
+    for definitions in (info.name2fixturedefs.values() if info else ()):
+        if any(definition.scope == "module" for definition in definitions):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+            return
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         _classify(item)
+        _shares_by_module(item)
     items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in LONGEST_FIRST)  # stable
 
 
