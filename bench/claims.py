@@ -9,7 +9,7 @@ tokens, starts two daphne processes on loopback, and sends ``--requests`` ``POST
 /api/v1/reservations/`` at once (each user ``requests / users`` times, alternating servers)
 for one future window. It reports how many were accepted, refused (400) and failed (5xx),
 the "deadlock detected" lines in the servers' logs, and the latency p50 / p99 / max.
-Targets (issue #13): exactly ``--room`` accepted, 0 deadlocks, 0 5xx.
+Targets: exactly ``--room`` accepted, 0 deadlocks, 0 5xx.
 """
 
 import argparse

@@ -13,7 +13,7 @@ it starts a fresh database, then
      delay (started − received) under that backlog;
   3. paced: submits 200 ``noop`` jobs at 40/s (the limit has room) — p50/p99 queue delay;
   4. chain: 100 jobs each depending on the previous — checks they ran strictly in order.
-Targets (issue 5): ≥ 100 jobs/s ORM, ≥ 300 jobs/s Redis, p99 paced delay < 1 s.
+Targets: ≥ 100 jobs/s ORM, ≥ 300 jobs/s Redis, p99 paced delay < 1 s.
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""Placement benchmark: prints a table of the figures issue 4 asks for.
+"""Placement benchmark: prints a table of its figures.
 
     python bench/placement.py            # full run (minutes: Ganeti's tools are slow)
     python bench/placement.py --quick    # smaller sizes, a minute or two

@@ -12,7 +12,7 @@ For each configuration (``embedded``: SQLite + django-q2's ORM broker, the defau
      the ``running`` change's time) under that backlog;
   2. paced: requests ``--vms`` more at ``--rate`` per second (a steady load the target rate
      should absorb): p50/p99 submit→ready.
-Targets (issue 6): ≥ 20 VMs/s and p99 < 2 s.
+Targets: ≥ 20 VMs/s and p99 < 2 s.
 
 ``--profile DIR`` runs the workers under cProfile (one ``.prof`` per worker process, written
 at exit) and prints the top functions by cumulative time.

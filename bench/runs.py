@@ -1,4 +1,4 @@
-"""Batch runs (issue #15): throughput and time to first output (sim); ``true`` and pools (QEMU).
+"""Batch runs: throughput and time to first output (sim); ``true`` and pools (QEMU).
 
 On sim hosts: runs completed per minute and submit → first output line. On real QEMU: a run of
 ``true`` against the raw boot + ``guest-exec``, and a pooled run's start against a fresh one.

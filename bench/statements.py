@@ -12,7 +12,7 @@ Operations (each the mean over ``--repeat`` after one warm-up that stages the im
     to its end (its VM built, the command, its output and exit kept, the VM torn down);
   * event delivered: one event written (its INSERT; it joins the transaction of the change it
     describes) and read by an ASGI process's relay (one SELECT per poll, shared by its events).
-Target (issue 19): reservation accepted + VM created ≤ 60 statements on the sim driver. Counted:
+Target: reservation accepted + VM created ≤ 60 statements on the sim driver. Counted:
 every statement sent, and (in brackets) those without transaction control (BEGIN, COMMIT,
 SAVEPOINT, RELEASE), which SQLite sends explicitly and PostgreSQL too.
 ``--detail`` prints the statements of one acceptance and one VM build, grouped by table and

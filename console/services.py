@@ -33,7 +33,7 @@ class Refused(Exception):
 
 
 def may_open(user, vm):
-    """The VM's owner and admins (issue #18; an auditor changes nothing, and a console types
+    """The VM's owner and admins (an auditor changes nothing, and a console types
     into the guest); anyone else is refused (403 on the page)."""
     owner = vm.owner_id is not None and vm.owner_id == user.pk
     return bool(user.is_authenticated and (access.is_admin(user) or owner))

@@ -1,4 +1,4 @@
-"""Batch runs: a command in a fresh VM of a platform, its output and its files (issue #15).
+"""Batch runs: a command in a fresh VM of a platform, its output and its files.
 
 A ``Run`` names a platform (an OS as images declare it, slugified: ``debian-12``, and an
 architecture, ``Image.platform``) or an image; its VM is built, the command run through the

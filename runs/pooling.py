@@ -1,4 +1,4 @@
-"""The public pool of run VMs (issue #15, after the DRM article's public VMs and secure rollback).
+"""The public pool of run VMs (after the DRM article's public VMs and secure rollback).
 
 An image with a ``pool_size`` above 0 (public images only: ``vms.pool_refusal``) keeps up to
 that many VMs per host for its next runs. A run whose command ran to its end (any exit status,

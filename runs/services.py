@@ -320,7 +320,7 @@ def job_ended(kind, data, topics, ids):
 DRIVING = ("run.execute", "run.resume")  # the jobs that drive a run (``Run.job``)
 
 
-# --- suspend instead of preempt (issue #15) ---------------------------------------------------
+# --- suspend instead of preempt ---------------------------------------------------
 # A reservation (or other claim of a higher class: ``provisioning.capacity.preemption``) that
 # fits nowhere may take the CPU and memory of running runs of a lower class: ``suspend_for``,
 # in the claiming transaction, shrinks each run's claim to its disk and asks its job to suspend

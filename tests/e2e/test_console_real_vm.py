@@ -1,4 +1,4 @@
-"""The web console against a real QEMU guest (issue #18): alice's reservation of the test guest
+"""The web console against a real QEMU guest: alice's reservation of the test guest
 on the private libvirtd becomes ready; its page links the console, where headless Chromium
 shows the guest's screen through noVNC (the canvas is not one colour) and the serial view
 echoes what she types (the guest's getty on ttyS0). Through the same websocket proxy a ticket

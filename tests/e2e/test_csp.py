@@ -1,4 +1,4 @@
-"""Every page works under the strict Content-Security-Policy (issue #13, Low): a real browser
+"""Every page works under the strict Content-Security-Policy: a real browser
 reports no violation (no inline script, style or handler is left), live updates still arrive
 over the same-origin websocket, and the behaviour moved out of the pages still works."""
 

@@ -1,4 +1,4 @@
-"""The browser test of Reservations, once against a real VM (issue #14): alice reserves the test
+"""The browser test of Reservations, once against a real VM: alice reserves the test
 guest image in headless Chromium, the page turns ``ready`` without a reload once the real QEMU
 guest on the private libvirtd answers, and the password and address/port the page shows let
 her in over SSH (paramiko). Ending it in the page leaves nothing in libvirt.

@@ -1,5 +1,5 @@
 """The quota holds under a burst: one user's parallel requests through real HTTP, over several
-server processes, get exactly the limit and the rest are refused naming the rule (issue #13, 1),
+server processes, get exactly the limit and the rest are refused naming the rule,
 for reservations and ad-hoc VMs alike (9)."""
 
 import json

@@ -1,4 +1,4 @@
-"""Idle reclamation on real QEMU VMs (issue #18): two reservations of the test guest through the
+"""Idle reclamation on real QEMU VMs: two reservations of the test guest through the
 API, a real worker process whose idle round asks the guests every second through the QEMU guest
 agent (``guest-get-users``, i.e. the guest's utmp). Nobody logs in to the first: it is ended as a
 no-show after the (one-minute) limit. The second has an interactive SSH session open: it is kept

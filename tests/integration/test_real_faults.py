@@ -1,4 +1,4 @@
-"""Faults on a real hypervisor (issue #14): the private libvirtd and real QEMU guests of the
+"""Faults on a real hypervisor: the private libvirtd and real QEMU guests of the
 test image, vclmgr's own libvirt driver and ``vm.create`` run in this process (``sync_jobs``).
 
 - QEMU killed (by its PID) while the guest boots: the create notices at once that the VM

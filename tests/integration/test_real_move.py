@@ -1,4 +1,4 @@
-"""A suspended VM moved to another host with its memory, on real QEMU (issue #15): vclmgr's own
+"""A suspended VM moved to another host with its memory, on real QEMU: vclmgr's own
 libvirt driver, two hosts as two pools of the private libvirtd (a domain is the host's whose
 pool holds its disk). One guest runs a command that keeps a value in its shell while it waits
 for a file; it is suspended (managed save) on host A and moved to host B, where it resumes, the

@@ -1,4 +1,4 @@
-"""Batch runs on a real QEMU VM (issue #15): a real worker builds the test guest on the private
+"""Batch runs on a real QEMU VM: a real worker builds the test guest on the private
 libvirtd, runs the command through the QEMU guest agent (guest-exec, guest-file-*), keeps its
 output and artifacts, and destroys the VM. After each: no domain, no volume, no live claim."""
 
@@ -159,7 +159,7 @@ def test_a_pooled_images_second_run_starts_on_the_reverted_vm(run_worker, alice,
     print(f"\nsubmit to end: fresh VM (boot + warm snapshot) {fresh_s:.1f} s, pooled VM (no boot) {pooled_s:.1f} s")
 
 
-# --- suspend instead of preempt (issue #15) -------------------------------------------------
+# --- suspend instead of preempt -------------------------------------------------
 
 # Each run remembers its guest's boot id and a value in its shell while it waits for a file
 # the test writes into the guest once the run has resumed (a fixed sleep would have to outlast

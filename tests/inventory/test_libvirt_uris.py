@@ -1,4 +1,4 @@
-"""A libvirt URI can never make a worker run a program or open a file it names (#13 item 7).
+"""A libvirt URI can never make a worker run a program or open a file it names.
 
 ``qemu+ext:///system?command=PROGRAM`` makes libvirt run PROGRAM; the other parameters below
 name files or programs too. Each is refused wherever a URI comes in — a single create, the API,

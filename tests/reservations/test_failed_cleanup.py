@@ -1,4 +1,4 @@
-"""A claim is given back only when its VM is known gone (#13 item 6): a VM the simulator
+"""A claim is given back only when its VM is known gone: a VM the simulator
 could not remove keeps its host's room claimed, past the reservation's end, until repaired."""
 
 from datetime import timedelta

@@ -1,5 +1,5 @@
-"""An image's host tags and anti-affinity group bind every real claim a reservation makes
-(#13 item 12), not only the dry-run plan."""
+"""An image's host tags and anti-affinity group bind every real claim a reservation makes,
+not only the dry-run plan."""
 
 from datetime import timedelta
 

@@ -1,4 +1,4 @@
-"""Reservations under the one quota engine (issue #13, items 9 and 10): an extension is a new
+"""Reservations under the one quota engine: an extension is a new
 window counted like a reservation, under the same locks; rules scoped to an image count only
 that image; VMs and reservations share the limits; a reverted VM cannot run after its end."""
 

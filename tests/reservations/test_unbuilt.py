@@ -1,4 +1,4 @@
-"""A reservation's build that ends other than in success still settles it (issue 19): no settle
+"""A reservation's build that ends other than in success still settles it: no settle
 job waits for every build; the transaction that ends a build otherwise — failed in its opcode,
 canceled (queued or between steps), given up after its workers were lost — queues
 ``reservation.settle``, which retries elsewhere or fails the reservation."""

@@ -1,4 +1,4 @@
-"""Suspend instead of preempt, on the simulator at zero delay (issue #15): a reservation that
+"""Suspend instead of preempt, on the simulator at zero delay: a reservation that
 fits only if runs of a lower class are suspended suspends the fewest of them (their VMs to
 disk, their CPU and memory given back, their disk kept), is built once they are, and the runs
 resume when room returns and finish with their output; plus the faults (suspend or resume

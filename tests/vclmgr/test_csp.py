@@ -1,4 +1,4 @@
-"""The Content-Security-Policy (issue #13, Low): strict, on every page, and nothing in our
+"""The Content-Security-Policy: strict, on every page, and nothing in our
 templates that it would block (the browser check is tests/e2e/test_csp.py)."""
 
 import re

@@ -1,4 +1,4 @@
-"""Guessing passwords or tokens is rate-limited (issue #13, Low): a username is locked out
+"""Guessing passwords or tokens is rate-limited: a username is locked out
 from one address after LOGIN_FAILURE_LIMIT wrong passwords, on the site's and the admin's
 sign-in pages; the API counts unauthenticated calls before it answers 401."""
 

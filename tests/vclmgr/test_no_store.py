@@ -1,4 +1,4 @@
-"""Answers that carry secrets or per-user data are never stored by a cache (#13, Low)."""
+"""Answers that carry secrets or per-user data are never stored by a cache."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Sign-on through OpenID Connect (issue #17): the real flow, from vclmgr's daphne to a real
+"""Sign-on through OpenID Connect: the real flow, from vclmgr's daphne to a real
 provider (django-oauth-toolkit, tests/oidc_provider.py) and back, in a requests session that
 follows the redirects and posts the provider's login form."""
 

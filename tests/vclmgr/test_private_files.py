@@ -1,5 +1,5 @@
 """var/ holds the SECRET_KEY and the SQLite database with its session keys: only the owner may
-read them, whatever the umask (issue #13, Low)."""
+read them, whatever the umask."""
 
 import json
 import os

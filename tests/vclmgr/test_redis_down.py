@@ -1,5 +1,5 @@
 """The API keeps answering on the database when Redis goes away: throttling fails open to a
-local-memory cache, and only /healthz says something is down (issue #13, 11)."""
+local-memory cache, and only /healthz says something is down."""
 
 import json
 import urllib.error

@@ -1,4 +1,4 @@
-"""Sign-on through SAML 2.0 (issue #17): the real flow, from vclmgr's daphne to a real IdP
+"""Sign-on through SAML 2.0: the real flow, from vclmgr's daphne to a real IdP
 (pysaml2's, tests/saml_idp.py) by the HTTP-Redirect binding and back by HTTP-POST, in a
 requests session that posts the IdP's login form and its auto-submitting answer."""
 

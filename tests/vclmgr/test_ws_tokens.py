@@ -1,4 +1,4 @@
-"""Websockets opened with an API token (issue #13, Low): no Origin needed (a token is not a
+"""Websockets opened with an API token: no Origin needed (a token is not a
 cookie), never a fall-back to the cookie when the token is wrong, and a revoked token's
 stream ends."""
 

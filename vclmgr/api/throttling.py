@@ -4,7 +4,7 @@ so a 401 never comes first and guessing tokens is rate-limited like any anonymou
 
 The counters live in the ``throttle`` cache (Redis when configured). When it cannot be
 reached, throttling fails open to this process's memory for ``RETRY_PRIMARY_SECONDS`` and
-then tries again: a Redis outage must not turn every API call into a 500 (issue #13, 11).
+then tries again: a Redis outage must not turn every API call into a 500.
 """
 
 import logging

@@ -106,7 +106,7 @@ class LibvirtDriver(base.Driver):
         """``none`` (O_DIRECT) on KVM: what live migration over shared storage needs. Under
         software emulation, QEMU's default (the host page cache): an emulated guest reading
         its base image uncached spent ~2.7 CPU s more per boot of the test guest (9.6 vs 6.9,
-        3 at once), which made 3 reservations at once ~1.7x slower than the raw boot (#14)."""
+        3 at once), which made 3 reservations at once ~1.7x slower than the raw boot."""
         cache = self.options.get("disk_cache", "none" if self._domain_type() == "kvm" else "default")
         return None if cache == "default" else cache
 

@@ -1,4 +1,4 @@
-"""A storm of overlapping claims from two processes (issue #13, 4): each claim runs inside a
+"""A storm of overlapping claims from two processes: each claim runs inside a
 caller's transaction that holds on a moment after it, as a reservation's does. No claim may
 fail with an error (a deadlock on PostgreSQL was a 500), and every refused claim must truly
 not fit: the claims only add up, so one that fits the final state would have fitted when it

@@ -268,7 +268,7 @@ def test_a_held_claim_counts_with_no_end_and_the_snapshot_sees_it(make_host):
 
 
 def test_a_host_tag_change_alone_reaches_the_snapshot(make_host):
-    """Tags bind real claims (#13 item 12): a tag written without touching the host row (as
+    """Tags bind real claims: a tag written without touching the host row (as
     the bulk import writes them) must still be seen by the next decision."""
     host = make_host("h1")
     gpu = demand(required_tags=frozenset({"gpu"}))

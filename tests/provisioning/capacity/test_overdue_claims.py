@@ -1,5 +1,5 @@
 """A claim still held after its end keeps its room until it is released: its VM is not known to
-be gone (issue #13, item 9: ``live_allocations`` stopped counting it while the VM ran on)."""
+be gone (``live_allocations`` once stopped counting it while the VM ran on)."""
 
 import time
 from datetime import timedelta

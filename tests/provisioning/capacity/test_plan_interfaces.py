@@ -107,7 +107,7 @@ def test_place_save_writes_an_input_that_replays_to_the_same_answer(make_host, c
 
 
 def test_a_restricted_image_name_answers_as_an_unknown_one(api, alice, admin_user, make_host):
-    """Users must not learn which restricted images exist (issue #13, Low)."""
+    """Users must not learn which restricted images exist."""
     from provisioning.vms import services as vms
 
     make_host("h1")

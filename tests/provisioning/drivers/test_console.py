@@ -1,4 +1,4 @@
-"""The drivers' console calls (issue #18): libvirt domains get a VNC display on the host's
+"""The drivers' console calls: libvirt domains get a VNC display on the host's
 loopback and say where it is; a display vclmgr cannot reach, a stopped VM, a simulated or a
 VMware VM each answer ``NoConsole`` with the reason. (A real QEMU guest's display and serial
 console: tests/e2e/test_console_real_vm.py.)"""

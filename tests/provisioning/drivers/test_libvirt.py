@@ -378,7 +378,7 @@ def test_the_cpu_mode_follows_the_host_options(lv, options, cpu):
      ({"disk_cache": "default"}, None), ({"disk_cache": "writeback"}, "writeback")],
 )  # fmt: skip
 def test_the_disk_cache_is_uncached_on_kvm_and_the_page_cache_under_emulation(lv, options, cache):
-    # Under software emulation an uncached disk made every boot cost ~2.7 CPU s more (#14).
+    # Under software emulation an uncached disk made every boot cost ~2.7 CPU s more.
     from provisioning.drivers.libvirt.driver import LibvirtDriver
 
     driver = LibvirtDriver("test:///default", options={"domain_type": "kvm", **options})

@@ -1,4 +1,4 @@
-"""One user's backlog delays nobody (issue #13, 3): jobs waiting for a dependency never hide a
+"""One user's backlog delays nobody: jobs waiting for a dependency never hide a
 job that could start, submitters take turns within a priority, and a user's own queued and
 waiting jobs are capped."""
 

@@ -1,4 +1,4 @@
-"""A plain user cannot hold locks of their choosing (issue #13, 2): test opcodes are staff-only,
+"""A plain user cannot hold locks of their choosing: test opcodes are staff-only,
 and an opcode users may submit takes its locks from what it does, never from the caller."""
 
 import pytest

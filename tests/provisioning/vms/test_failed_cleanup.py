@@ -1,4 +1,4 @@
-"""A VM whose removal fails keeps its claim and is marked ``error`` for repair (#13 item 6);
+"""A VM whose removal fails keeps its claim and is marked ``error`` for repair;
 a removal that succeeds, or finds the VM not there, releases it. Faults are the simulator's."""
 
 from django.utils import timezone

@@ -143,7 +143,7 @@ def test_it_refuses_a_user_acting_on_someone_elses_vm(sim_host, image, alice, bo
 
 
 def test_another_users_vm_and_a_missing_one_fail_alike(sim_host, image, alice, bob, sync_jobs):
-    """Job errors must not tell bob which VM ids exist (issue #13, Low: id probing)."""
+    """Job errors must not tell bob which VM ids exist (id probing)."""
     from provisioning.jobs import services as jobs
 
     vm, _ = create(alice, image)

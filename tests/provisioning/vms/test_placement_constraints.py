@@ -1,5 +1,5 @@
 """Images carry required and forbidden host tags and an anti-affinity group; vm.create's
-claim honours them (#13 item 12). The fields are checked wherever an image is written."""
+claim honours them. The fields are checked wherever an image is written."""
 
 import pytest
 from django.core.exceptions import ValidationError

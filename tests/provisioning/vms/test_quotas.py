@@ -1,5 +1,5 @@
 """Ad-hoc VMs obey the one quota engine, have an end that is enforced, and never run without a
-claim (issue #13, item 9); the engine's limits: image rules, licence caps, vCPU and memory
+claim; the engine's limits: image rules, licence caps, vCPU and memory
 totals, rules that only tighten (item 10)."""
 
 from datetime import timedelta

@@ -1,4 +1,4 @@
-"""Ganeti's own RAPI client drives vclmgr (issue #16): Debian's ``python3-ganeti-rapi`` run by
+"""Ganeti's own RAPI client drives vclmgr: Debian's ``python3-ganeti-rapi`` run by
 Debian's python3, over HTTPS (a certificate this test makes, checked by the client), against a
 live daphne and real workers on the sim driver."""
 
