@@ -21,6 +21,16 @@ if _worker:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = os.path.join(_var, f"metrics-{_worker}")
         os.environ["VCLMGR_TEST_METRICS_OWNER"] = _worker
 
+    # Each worker its own Redis database: a test's cache.clear() (FLUSHDB) must not empty the
+    # other worker's throttle counters, cluster stats or queue halfway through its test.
+    _redis = os.environ.get("REDIS_URL", "")
+    if _redis.startswith("redis://") and os.environ.get("VCLMGR_TEST_REDIS_OWNER") != _worker:
+        from urllib.parse import urlsplit, urlunsplit
+
+        _number = int("".join(ch for ch in _worker if ch.isdigit()) or 0) + 1
+        os.environ["REDIS_URL"] = urlunsplit(urlsplit(_redis)._replace(path=f"/{_number}"))
+        os.environ["VCLMGR_TEST_REDIS_OWNER"] = _worker
+
 from vclmgr.settings import *  # noqa: E402,F403
 from vclmgr.settings import DATABASES, VAR_DIR  # noqa: E402
 

@@ -19,7 +19,7 @@ def refresh(sync_jobs):
     return summary
 
 
-def test_the_schedule_exists_and_follows_the_setting(db):
+def test_the_schedule_exists_and_follows_the_setting(migrated_schedules):
     schedule = Schedule.objects.get(name=tasks.REFRESH_SCHEDULE)  # made by the data migration
     assert (schedule.func, schedule.minutes, schedule.repeats) == (tasks.REFRESH_FUNC, 10, -1)
     Schedule.objects.create(name=tasks.REFRESH_SCHEDULE, func=tasks.REFRESH_FUNC, schedule_type="I", minutes=3)

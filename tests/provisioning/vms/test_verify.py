@@ -47,7 +47,7 @@ def only(report, kind):
     return found[0]
 
 
-def test_a_clean_cluster_has_no_findings(sim_host, image, alice, admin_user, sync_jobs):
+def test_a_clean_cluster_has_no_findings(migrated_schedules, sim_host, image, alice, admin_user, sync_jobs):
     running_vm(image, alice, sync_jobs)
     job, report = run_verify(sync_jobs, admin_user)
     assert job.status == "success", job.error_message
