@@ -1,4 +1,4 @@
-"""LDAP / Active Directory sign-on settings, read from the environment (README "Sign-on: LDAP").
+"""LDAP / Active Directory sign-on settings, read from the environment (docs/admin/sign-on.md, "LDAP").
 
 ``ldap_settings(env)`` returns the ``AUTH_LDAP_*`` Django settings django-auth-ldap reads, under
 the library's own names so that its documentation applies, or ``{}`` when

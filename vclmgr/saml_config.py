@@ -1,4 +1,4 @@
-"""SAML 2.0 / Shibboleth sign-on settings, read from the environment (README "SAML / Shibboleth").
+"""SAML 2.0 / Shibboleth sign-on settings, read from the environment (docs/admin/sign-on.md, "SAML / Shibboleth").
 
 ``saml_settings(env, debug=...)`` returns djangosaml2's Django settings (``SAML_CONFIG`` — the
 pysaml2 configuration —, ``SAML_ATTRIBUTE_MAPPING``, …), or ``{}`` when neither

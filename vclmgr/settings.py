@@ -1,4 +1,4 @@
-"""vclmgr settings, read from the environment (see README "Configuration").
+"""vclmgr settings, read from the environment (see docs/admin/install.md, "Configuration").
 
 Two shapes share this file: the embedded default (SQLite, django-q2's ORM broker, the
 in-memory channel layer, a file cache; nothing to install) and the scaled-out one

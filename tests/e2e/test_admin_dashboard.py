@@ -66,7 +66,7 @@ def test_the_admins_dashboard_follows_a_reservation_live(admin_user, alice, logi
         raise AssertionError(f"{error}\nserver log:\n{asgi_server.output()[-4000:]}") from error
     assert page.evaluate("window.__sameDocument") is True  # updated in place, never reloaded
     assert int(page.locator("#admin-dashboard").get_attribute("data-refreshes")) >= 1
-    # Saved with the run's other files; the README's copy changes only when asked.
+    # Saved with the run's other files; the docs' copy changes only when asked.
     folder = SCREENSHOTS if os.environ.get("UPDATE_DOCS_SCREENSHOTS") else settings.VAR_DIR / "screenshots"
     folder.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(folder / "dashboard.png"), full_page=True)

@@ -6,7 +6,7 @@ reaches the guest's real VNC server (its RFB greeting), once: reused, expired, o
 bob, it is refused; bob's console page is a 403. One guest for all of it (QEMU boots are slow
 on two shared cores).
 
-Its screenshot is the README's ``docs/screenshots/console.png`` when UPDATE_DOCS_SCREENSHOTS is set.
+Its screenshot is the docs' ``docs/screenshots/console.png`` when UPDATE_DOCS_SCREENSHOTS is set.
 """
 
 import os

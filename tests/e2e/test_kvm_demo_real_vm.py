@@ -1,4 +1,4 @@
-"""The README's "Try it with a real VM", followed literally: the embedded demo (its simulated
+"""The docs' "Try it with a real VM" (docs/getting-started.md), followed literally: the embedded demo (its simulated
 blade center of 16 hosts included: ``manage.py demo``), then what ``manage.py kvm_demo`` does
 (the private libvirtd registered as ``kvm-local``, the test guest as ``debian-guest``), served
 by a real daphne and a real worker. The demo user signs in with the password the demo printed,

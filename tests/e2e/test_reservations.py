@@ -3,7 +3,7 @@
 Real daphne server and real django-q2 worker on the test database; a simulated host whose
 ``start`` step is slowed, so the status visibly changes after the page has loaded.
 Screenshots of the main pages go to ``<VCLMGR_VAR_DIR>/screenshots/``; the ready reservation
-is also copied to ``docs/screenshots/reservation.png`` for the README.
+is also copied to ``docs/screenshots/reservation.png`` for the docs.
 """
 
 import os
@@ -85,7 +85,7 @@ def test_a_user_reserves_watches_it_become_ready_connects_and_ends_it(
     expect(page.locator('#steps li[data-step="running"]')).to_have_class("current")
     expect(page.locator("#history")).to_contain_text("ready on sim-e2e")
     path = shot(page, "reservation")
-    if os.environ.get("UPDATE_DOCS_SCREENSHOTS"):  # the README's copy changes only when asked
+    if os.environ.get("UPDATE_DOCS_SCREENSHOTS"):  # the docs' copy changes only when asked
         (ROOT / "docs" / "screenshots").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, ROOT / "docs" / "screenshots" / "reservation.png")
     page.click("button.reveal")

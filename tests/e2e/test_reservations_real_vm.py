@@ -4,7 +4,7 @@ guest on the private libvirtd answers, and the password and address/port the pag
 her in over SSH (paramiko). Ending it in the page leaves nothing in libvirt.
 
 Its screenshot of the ready page (login details revealed: a one-time password of a throwaway
-VM) is the README's ``docs/screenshots/reservation-real-vm.png`` when UPDATE_DOCS_SCREENSHOTS
+VM) is the docs' ``docs/screenshots/reservation-real-vm.png`` when UPDATE_DOCS_SCREENSHOTS
 is set.
 """
 
@@ -59,7 +59,7 @@ def test_a_user_reserves_a_real_vm_sees_it_ready_live_and_logs_in_with_the_shown
     out = ssh_run(port, "alice", "id -un; hostname", host=address, password=password)
     assert out.split() == ["alice", Reservation.objects.get(pk=reservation.pk).vm.key]
     path = shot(page, "reservation-real-vm")
-    if os.environ.get("UPDATE_DOCS_SCREENSHOTS"):  # the README's copy changes only when asked
+    if os.environ.get("UPDATE_DOCS_SCREENSHOTS"):  # the docs' copy changes only when asked
         (ROOT / "docs" / "screenshots").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, ROOT / "docs" / "screenshots" / "reservation-real-vm.png")
 

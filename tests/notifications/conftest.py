@@ -82,7 +82,7 @@ TOLERANCE_SECONDS = 300
 
 
 def verify(secret, headers, body, now=None):
-    """A receiver's check, as the README tells it: the HMAC of ``timestamp + "." + body``, and a
+    """A receiver's check, as docs/user/notifications.md tells it: the HMAC of ``timestamp + "." + body``, and a
     timestamp within five minutes (a captured delivery replayed later is refused)."""
     timestamp = headers.get("X-Vclmgr-Timestamp", "")
     if not timestamp.isdigit() or abs((now or time.time()) - int(timestamp)) > TOLERANCE_SECONDS:
