@@ -11,11 +11,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from provisioning.placement.ganeti import text_backend
-from provisioning.placement.ganeti.generate import consistent_free_memory, unbalanced_cluster
-from provisioning.placement.ganeti.hbal import HbalOptions, balance
-from provisioning.placement.ganeti.hspace import HSpaceOptions, Spec, run_hspace
-from provisioning.placement.ganeti.simulate import simulated_cluster
+from placement.ganeti import text_backend
+from placement.ganeti.generate import consistent_free_memory, unbalanced_cluster
+from placement.ganeti.hbal import HbalOptions, balance
+from placement.ganeti.hspace import HSpaceOptions, Spec, run_hspace
+from placement.ganeti.simulate import simulated_cluster
 
 GANETI_BIN = os.environ.get("GANETI_BIN", "/usr/lib/ganeti/3.0/usr/bin")
 
@@ -251,5 +251,5 @@ def process_row(case: ProcessCase, timeout: float) -> ProcessRow:
             theirs.append(_run_once(theirs_argv, timeout)[1])
     if theirs is None:
         return ProcessRow(case.label, ours, None, "Ganeti: missing or no answer")
-    # hbal too: its text is Ganeti's byte for byte (tests/provisioning/capacity/test_hbal_text.py).
+    # hbal too: its text is Ganeti's byte for byte (tests/capacity/test_hbal_text.py).
     return ProcessRow(case.label, ours, theirs, "identical stdout" if ours_out == theirs_out else "STDOUT DIFFERS")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from provisioning.placement import Allocation, Cluster, Host, Request, Resources
+from placement import Allocation, Cluster, Host, Request, Resources
 
 DAY = 86400.0
 HOUR = 3600.0

@@ -55,8 +55,8 @@ def one(args):
     from django.core.management import call_command
     from django.db import connection
 
-    from provisioning.jobs import services
-    from provisioning.jobs.models import Job
+    from jobs import services
+    from jobs.models import Job
     from vclmgr.health import live_worker_count
 
     call_command("migrate", verbosity=0)
@@ -127,8 +127,8 @@ def count_queries(count):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from provisioning.jobs import services, tasks, wake
-    from provisioning.jobs.models import Job
+    from jobs import services, tasks, wake
+    from jobs.models import Job
 
     top_up, wake.top_up = wake.top_up, lambda *args, **kwargs: 0
     try:
@@ -147,7 +147,7 @@ def count_queries(count):
 
 
 def _finished(jobs, timeout):
-    from provisioning.jobs.models import Job
+    from jobs.models import Job
 
     ids = [job.pk for job in jobs]
     wait_for(lambda: Job.objects.filter(pk__in=ids, status__in=Job.FINAL).count() == len(ids), timeout, "the jobs")
@@ -159,7 +159,7 @@ def _delays(rows):
 
 
 def burst(count):
-    from provisioning.jobs import services
+    from jobs import services
 
     jobs = [services.submit("noop", {}, actor="bench") for _ in range(count)]
     rows = _finished(jobs, 600)
@@ -174,7 +174,7 @@ def burst(count):
 
 
 def paced(count, rate):
-    from provisioning.jobs import services
+    from jobs import services
 
     jobs = []
     start = time.monotonic()
@@ -190,7 +190,7 @@ def paced(count, rate):
 
 
 def chain(length):
-    from provisioning.jobs import services
+    from jobs import services
 
     jobs = [services.submit("noop", {}, actor="bench")]
     for _ in range(length - 1):

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import _ganeti_side_by_side as side  # noqa: E402
 from bench import _placement_workloads as work  # noqa: E402
-from provisioning.placement import PlacementEngine, PlacementOptions  # noqa: E402
+from placement import PlacementEngine, PlacementOptions  # noqa: E402
 
 
 def table(title: str, header: list[str], rows: list[list[str]]) -> None:

@@ -13,38 +13,38 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Layer -> the layers it may import (besides itself). Most specific prefixes first.
 ALLOWED = {
-    "provisioning.placement": set(),
+    "placement": set(),
     "vclmgr": set(),
-    "provisioning.drivers": {"vclmgr"},
-    "provisioning.jobs": {"vclmgr"},
-    "inventory": {"vclmgr", "provisioning.drivers.registry"},
-    "provisioning.capacity": {"vclmgr", "provisioning.placement", "provisioning.jobs", "inventory"},
-    "provisioning.vms": {
-        "vclmgr", "provisioning.placement", "provisioning.jobs", "provisioning.drivers",
-        "provisioning.capacity", "inventory",
+    "drivers": {"vclmgr"},
+    "jobs": {"vclmgr"},
+    "inventory": {"vclmgr", "drivers.registry"},
+    "capacity": {"vclmgr", "placement", "jobs", "inventory"},
+    "provisioning": {
+        "vclmgr", "placement", "jobs", "drivers",
+        "capacity", "inventory",
     },
     # The console is below: idle reclamation reads its sessions as connection tracking.
     "reservations": {
-        "vclmgr", "provisioning.placement", "provisioning.jobs", "provisioning.drivers",
-        "provisioning.capacity", "provisioning.vms", "inventory", "console",
+        "vclmgr", "placement", "jobs", "drivers",
+        "capacity", "provisioning", "inventory", "console",
     },
     # Batch runs: beside reservations (a run holds a VM as a reservation does), below notifications.
     "runs": {
-        "vclmgr", "provisioning.placement", "provisioning.jobs", "provisioning.drivers",
-        "provisioning.capacity", "provisioning.vms", "inventory",
+        "vclmgr", "placement", "jobs", "drivers",
+        "capacity", "provisioning", "inventory",
     },
     # Above every app: what follows from events (mail, webhooks) and what /metrics reads.
     "notifications": {
-        "vclmgr", "provisioning.placement", "provisioning.jobs", "provisioning.drivers",
-        "provisioning.capacity", "provisioning.vms", "inventory", "console", "reservations", "runs",
+        "vclmgr", "placement", "jobs", "drivers",
+        "capacity", "provisioning", "inventory", "console", "reservations", "runs",
     },
     "monitoring": {
-        "vclmgr", "provisioning.placement", "provisioning.jobs", "provisioning.drivers",
-        "provisioning.capacity", "provisioning.vms", "inventory", "console", "reservations", "runs",
+        "vclmgr", "placement", "jobs", "drivers",
+        "capacity", "provisioning", "inventory", "console", "reservations", "runs",
         "notifications", "vclmgr.dashboard",
     },
     # The web console: tickets and websocket bridges to a VM's console through its host's driver.
-    "console": {"vclmgr", "provisioning.drivers", "provisioning.vms", "provisioning.jobs", "inventory"},
+    "console": {"vclmgr", "drivers", "provisioning", "jobs", "inventory"},
 }
 # The project's wiring sits above every app: it may import anything.
 SITE = ("vclmgr.urls", "vclmgr.routing", "vclmgr.asgi", "vclmgr.settings", "vclmgr.dashboard",
@@ -103,14 +103,14 @@ def test_layers_import_only_downwards():
     assert sorted(set(wrong_directions())) == []
 
 
-@pytest.mark.parametrize("module", ["provisioning.placement.engine", "tests.fake.x"])
+@pytest.mark.parametrize("module", ["placement.engine", "tests.fake.x"])
 def test_layer_of_knows_the_tree(module):
     # The checker itself: a placement module is in the pure core; a test module in no layer.
-    assert layer_of(module) == ("provisioning.placement" if module.startswith("provisioning") else None)
+    assert layer_of(module) == ("placement" if module.startswith("provisioning") else None)
 
 
 def test_the_checker_sees_a_wrong_direction(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from reservations import services\n")
     assert "reservations.services" in set(imports_of(bad))
-    assert "reservations" not in ALLOWED["provisioning.placement"]
+    assert "reservations" not in ALLOWED["placement"]
