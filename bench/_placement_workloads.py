@@ -1,4 +1,4 @@
-"""Workloads for bench/placement.py: big time-windowed clusters and a VCL-style lab.
+"""Workloads for bench/placement_core.py: big time-windowed clusters and a VCL-style lab.
 
 All generators are deterministic (seeded) so runs compare.
 """

@@ -191,7 +191,7 @@ def hbal(args):
     path = Path(os.environ["VCLMGR_VAR_DIR"]) / "cluster.txt"
     path.write_text(text_backend.serialize(plans.live().gcluster))
     bound = ["-l", str(limit)] if limit > 0 else []
-    from bench._ganeti_side_by_side import tool  # Ganeti's binaries where bench/placement.py finds them
+    from bench._ganeti_side_by_side import tool  # Ganeti's binaries where bench/placement_core.py finds them
 
     ganeti_hbal = tool("hbal")
     ganeti = (

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from jobs import percentile, wait_for  # bench/ is on the path of a script run from it
+from job_queue import percentile, wait_for  # bench/ is on the path of a script run from it
 
 ROOT = Path(__file__).resolve().parent.parent
 VM_SIZE = {"vcpus": 1, "memory_mib": 512, "disk_gib": 5}

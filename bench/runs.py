@@ -58,9 +58,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 # bench/ is on the path of a script run from it: take its helpers, then drop it, since this
 # file's name would hide the Django app ``runs``.
+from job_queue import percentile  # noqa: E402
 from provision import group_cpu_seconds, start_workers, stop  # noqa: E402
-
-from jobs import percentile  # noqa: E402
 
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
 

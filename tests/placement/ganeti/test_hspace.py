@@ -82,7 +82,7 @@ SIMULATIONS = [
         "--standard-alloc=10240,512,2",
         "--no-capacity-checks",
     ],
-    # bench/placement.py's cases: N+1-checked batches placed again from the same state
+    # bench/placement_core.py's cases: N+1-checked batches placed again from the same state
     # (`_Allocator._chains`), and a shrink chain of 250 levels whose big steps share their
     # sizes (`_Allocator.alloc_fn`).
     [

@@ -1,6 +1,6 @@
 """Job system throughput and queue delay with real worker processes.
 
-    python bench/jobs.py [--jobs 1000] [--workers 2] [--brokers orm,redis] [--postgres URL]
+    python bench/job_queue.py [--jobs 1000] [--workers 2] [--brokers orm,redis] [--postgres URL]
 
 For each broker (django-q2's ORM broker on SQLite; Redis; optionally PostgreSQL + Redis)
 it starts a fresh database, then

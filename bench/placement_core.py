@@ -1,9 +1,9 @@
 """Placement benchmark: prints a table of its figures.
 
-    python bench/placement.py            # full run (minutes: Ganeti's tools are slow)
-    python bench/placement.py --quick    # smaller sizes, a minute or two
-    python bench/placement.py --smoke    # tiny sizes, seconds: does it still run?
-    python bench/placement.py --only hbal,vcl   # some sections only
+    python bench/placement_core.py            # full run (minutes: Ganeti's tools are slow)
+    python bench/placement_core.py --quick    # smaller sizes, a minute or two
+    python bench/placement_core.py --smoke    # tiny sizes, seconds: does it still run?
+    python bench/placement_core.py --only hbal,vcl   # some sections only
 
 Sections: one placement among 10,000 hosts holding 100,000 time-windowed allocations
 (p50/p99, pure core); 10,000 consecutive placements (rate); hspace and hbal side by side
