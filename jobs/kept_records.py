@@ -7,7 +7,7 @@ state change at the start of the next step). Such a block writes the records in 
 transaction, lease-checked, so a step costs no transaction of its own.
 
 The run registers itself for its thread (``running``); outside a run ``carrying()`` is a plain
-block. Kept here, not in the runner, so that the services that write (``vms.services``) need
+block. Kept here, not in the runner, so that the services that write (``provisioning.services``) need
 not import the runner (which imports every opcode).
 """
 
