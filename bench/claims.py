@@ -51,7 +51,7 @@ def setup(args):
     from django.utils import timezone
 
     from inventory import services as inventory
-    from provisioning.vms import services as vms
+    from provisioning import services as vms
     from vclmgr import tokens
 
     call_command("migrate", verbosity=0)

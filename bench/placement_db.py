@@ -56,10 +56,10 @@ def main():
 
     from django.utils import timezone
 
+    from capacity import services
+    from capacity.models import Allocation
+    from capacity.snapshot import snapshot
     from inventory.models import Hypervisor
-    from provisioning.capacity import services
-    from provisioning.capacity.models import Allocation
-    from provisioning.capacity.snapshot import snapshot
     from vclmgr.changelog import Actor
 
     rng = random.Random(7)

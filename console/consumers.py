@@ -19,7 +19,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from console import services
-from provisioning.drivers.base import DriverError
+from drivers.base import DriverError
 from vclmgr import metrics
 
 log = logging.getLogger(__name__)

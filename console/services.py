@@ -19,9 +19,9 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from console.models import ConsoleTicket
-from provisioning.drivers import registry
-from provisioning.drivers.base import DriverError, NoConsole
-from provisioning.vms.models import VM
+from drivers import registry
+from drivers.base import DriverError, NoConsole
+from provisioning.models import VM
 from vclmgr import access
 
 KINDS = tuple(ConsoleTicket.Kind.values)

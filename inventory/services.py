@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import ProtectedError
 from django.utils import timezone
 
+from drivers import registry as drivers
 from inventory import formats
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
 from inventory.resources import (
@@ -35,7 +36,6 @@ from inventory.resources import (
     slot_data,
 )
 from inventory.validators import FIRST_SLOT, MAX_SLOTS, validate_name
-from provisioning.drivers import registry as drivers
 from vclmgr import bulk, changelog, events, outbound
 from vclmgr.errors import InUse
 

@@ -8,8 +8,8 @@ class RunsConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
-        from provisioning.capacity import preemption
-        from provisioning.vms import quotas
+        from capacity import preemption
+        from provisioning import quotas
         from runs import services, tasks
         from vclmgr import events, topics
 

@@ -11,8 +11,8 @@ from django.core.cache import caches
 from django.test import Client
 from rest_framework.test import APIClient
 
+from capacity.snapshot import snapshot
 from inventory import services as inventory_services
-from provisioning.capacity.snapshot import snapshot
 from tests import processes
 from vclmgr import tokens
 from vclmgr.changelog import Actor
@@ -112,8 +112,8 @@ def migrated_schedules(db):
 
     from django.apps import apps
 
-    for module in ("provisioning.jobs.migrations.0002_job_sweep_schedule",
-                   "provisioning.vms.migrations.0002_facts_refresh_schedule"):  # fmt: skip
+    for module in ("jobs.migrations.0002_job_sweep_schedule",
+                   "provisioning.migrations.0002_facts_refresh_schedule"):  # fmt: skip
         import_module(module).create(apps, None)
 
 

@@ -17,7 +17,7 @@ import csp.constants as _csp
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from provisioning.drivers.registry import options_errors as _driver_options_errors
+from drivers.registry import options_errors as _driver_options_errors
 from vclmgr.env import Env
 from vclmgr.ldap_config import ldap_settings
 from vclmgr.private_files import private_dir, write_private
@@ -76,10 +76,10 @@ INSTALLED_APPS = [
     "axes",
     "vclmgr.apps.VclmgrConfig",
     "inventory.apps.InventoryConfig",
-    "provisioning.jobs.apps.JobsConfig",
-    "provisioning.drivers.sim.apps.SimConfig",
-    "provisioning.capacity.apps.CapacityConfig",
-    "provisioning.vms.apps.VmsConfig",
+    "jobs.apps.JobsConfig",
+    "drivers.sim.apps.SimConfig",
+    "capacity.apps.CapacityConfig",
+    "provisioning.apps.VmsConfig",
     "reservations.apps.ReservationsConfig",
     "runs.apps.RunsConfig",
     "vclmgr.rapi.apps.RapiConfig",
@@ -464,7 +464,7 @@ VCLMGR_SAVE_REFUSED_DECISIONS = env.str("VCLMGR_SAVE_REFUSED_DECISIONS", "")
 # --- reservations ---------------------------------------------------------------------
 # VCL's preload: a future reservation's VM is built this long before its start.
 RESERVATION_LEAD_MINUTES = env.int("RESERVATION_LEAD_MINUTES", 10, minimum=0)
-# The site's quota defaults (``provisioning.vms.quotas``; rules can only tighten them): the longest
+# The site's quota defaults (``provisioning.quotas``; rules can only tighten them): the longest
 # reservation or ad-hoc VM, and how many of them one user may hold at once.
 RESERVATION_MAX_MINUTES = env.int("RESERVATION_MAX_MINUTES", 8 * 60, minimum=1)
 RESERVATION_MAX_PER_USER = env.int("RESERVATION_MAX_PER_USER", 3, minimum=1)

@@ -30,10 +30,10 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from drivers import registry
 from inventory import services as inventory
 from inventory.models import Credential, Hypervisor
 from inventory.validators import validate_address
-from provisioning.drivers import registry
 from vclmgr import outbound
 
 DRIVERS = registry.DISCOVERABLE

@@ -4,7 +4,7 @@ import json
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
-from provisioning.vms.models import Image
+from provisioning.models import Image
 from runs import services
 from runs.models import Run, RunFile, RunOutput
 from vclmgr.api.serializers import RefuseUnknownFields

@@ -7,7 +7,7 @@ import urllib.request
 import pytest
 from websockets.sync.client import connect
 
-from provisioning.vms import services as vms
+from provisioning import services as vms
 from reservations.models import Reservation
 from tests import processes
 from tests.monitoring.helpers import promtool_check, samples, value

@@ -10,8 +10,8 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM, QuotaRule
+from provisioning import services as vms
+from provisioning.models import VM, QuotaRule
 from reservations import services
 from reservations.models import Reservation
 from vclmgr.errors import Conflict

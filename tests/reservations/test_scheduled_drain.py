@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 from django.core.exceptions import ValidationError
 
+from capacity.snapshot import snapshot
 from inventory import services as inventory
 from inventory.models import Hypervisor
-from provisioning.capacity.snapshot import snapshot
 from reservations import services
 from reservations.models import Reservation
 from vclmgr.models import ObjectChange

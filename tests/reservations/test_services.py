@@ -8,13 +8,13 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from provisioning.capacity import services as capacity
-from provisioning.capacity.models import Allocation
-from provisioning.drivers.sim import services as sim
-from provisioning.drivers.sim.models import SimVM
-from provisioning.jobs.models import Job
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM, QuotaRule
+from capacity import services as capacity
+from capacity.models import Allocation
+from drivers.sim import services as sim
+from drivers.sim.models import SimVM
+from jobs.models import Job
+from provisioning import services as vms
+from provisioning.models import VM, QuotaRule
 from reservations import services
 from reservations.models import Reservation
 from vclmgr import topics

@@ -9,12 +9,12 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from provisioning.capacity import snapshot as capacity_snapshot
-from provisioning.capacity.models import Allocation
-from provisioning.jobs import runner, wake
-from provisioning.jobs import services as jobs
-from provisioning.jobs.models import Job, JobLog
-from provisioning.vms.models import VM
+from capacity import snapshot as capacity_snapshot
+from capacity.models import Allocation
+from jobs import runner, wake
+from jobs import services as jobs
+from jobs.models import Job, JobLog
+from provisioning.models import VM
 from reservations import services
 from reservations.models import Reservation
 from vclmgr import bulk

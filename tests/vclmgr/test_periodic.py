@@ -4,7 +4,7 @@
 import pytest
 from django_q.models import Schedule
 
-from tests.provisioning.jobs.helpers import wait_until
+from tests.jobs.helpers import wait_until
 from vclmgr import periodic
 
 NAME, FUNC = "vclmgr: test schedule", "vclmgr.tasks.nothing"

@@ -12,8 +12,8 @@ from django.contrib.auth.models import Group, User
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from provisioning.vms import quotas
-from provisioning.vms.models import Image, QuotaRule
+from provisioning import quotas
+from provisioning.models import Image, QuotaRule
 from tests.ldap_server import BASE, Directory, missing_tools
 from vclmgr import signon, tokens
 from vclmgr.env import Env

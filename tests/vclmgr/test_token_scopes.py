@@ -13,7 +13,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from inventory.models import NodeGroup
-from provisioning.jobs.models import Job
+from jobs.models import Job
 from vclmgr import access, tokens
 from vclmgr.models import ApiToken
 

@@ -14,11 +14,11 @@ from collections import defaultdict
 from django.db.models import Q, Sum
 from django.utils import timezone
 
+from capacity.models import Allocation
 from inventory.models import Hypervisor, NodeGroup
-from provisioning.capacity.models import Allocation
-from provisioning.jobs.models import Job
-from provisioning.placement.ganeti import types as ganeti_types
-from provisioning.vms.models import VM
+from jobs.models import Job
+from placement.ganeti import types as ganeti_types
+from provisioning.models import VM
 from vclmgr import access
 from vclmgr.rapi.protocol import RapiError
 

@@ -10,8 +10,8 @@ import math
 import time
 
 from inventory.models import Hypervisor
-from provisioning.jobs import services as jobs
-from provisioning.vms.models import Image
+from jobs import services as jobs
+from provisioning.models import Image
 from vclmgr import access
 from vclmgr.errors import Conflict
 from vclmgr.rapi import resources as R

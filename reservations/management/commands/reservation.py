@@ -20,7 +20,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from provisioning.vms.models import Image
+from provisioning.models import Image
 from reservations import services
 from reservations.api.serializers import ReservationSerializer
 from reservations.models import Reservation

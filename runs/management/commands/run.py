@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from provisioning.vms.models import Image
+from provisioning.models import Image
 from runs import services, validation
 from runs.models import Run, RunFile
 from vclmgr.changelog import Actor

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from inventory.models import Hypervisor
-from provisioning.jobs.models import Job
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM, Image
+from jobs.models import Job
+from provisioning import services as vms
+from provisioning.models import VM, Image
 from tests import processes
 from tests.certificates import self_signed
 from vclmgr import tokens

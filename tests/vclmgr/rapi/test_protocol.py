@@ -8,10 +8,10 @@ import pytest
 from django.test import Client
 
 from inventory.models import Hypervisor
-from provisioning.jobs import services as jobs
-from provisioning.jobs.models import Job
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM
+from jobs import services as jobs
+from jobs.models import Job
+from provisioning import services as vms
+from provisioning.models import VM
 from vclmgr import tokens
 from vclmgr.rapi import views
 
