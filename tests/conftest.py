@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 from capacity.snapshot import snapshot
 from inventory import services as inventory_services
 from tests import processes
+from tests.vcsim import vcsim  # noqa: F401 (the one session fixture of the simulator)
 from vclmgr import tokens
 from vclmgr.changelog import Actor
 

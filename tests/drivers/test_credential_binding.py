@@ -6,8 +6,8 @@ import pytest
 from drivers import registry
 from drivers.base import Unauthorized
 from inventory import services as inventory
-from tests.drivers.conftest import VCSIM_PASSWORD, VCSIM_USER
 from tests.listeners import tcp_listener
+from tests.vcsim import VCSIM_PASSWORD, VCSIM_USER
 
 TEST = "test"
 SECRET = "s3cret"  # noqa: S105 (made up here)

@@ -10,7 +10,7 @@ from inventory import services as inventory
 from jobs.models import Job
 from provisioning import services
 from provisioning.models import VM, Image
-from tests.drivers.conftest import VCSIM_PASSWORD, VCSIM_USER, vcsim  # noqa: F401 (fixture)
+from tests.vcsim import VCSIM_PASSWORD, VCSIM_USER
 
 pytestmark = pytest.mark.slow
 GUEST_ADDRESS = "10.99.0.8"

@@ -16,8 +16,8 @@ from drivers import registry as drivers
 from inventory import services as inventory
 from provisioning import services as vms
 from provisioning.models import VM
-from tests.drivers.conftest import VCSIM_PASSWORD, VCSIM_USER, vcsim  # noqa: F401 (fixture)
 from tests.runs.helpers import fresh, submit
+from tests.vcsim import VCSIM_PASSWORD, VCSIM_USER
 from vclmgr.models import Event, ObjectChange
 
 pytestmark = pytest.mark.slow
