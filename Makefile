@@ -22,8 +22,10 @@ APT_TEST := $(APT_RUN) golang-go golang-github-vmware-govmomi-dev ganeti-htools-
   systemd prometheus slapd ldap-utils iproute2 curl haproxy postgresql-15 redis-server $(APT_REALVM)
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 REDIS_TEST_URL ?= redis://127.0.0.1:6379/0
-# loadgroup: a module that shares a process or guests among its tests runs on one worker.
-PYTEST_ARGS ?= -n auto --dist loadgroup
+# One worker more than cores: many tests wait (for a guest to boot, a worker to poll) rather than
+# compute. loadgroup: a module that shares a process or guests among its tests runs on one worker.
+WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+PYTEST_ARGS ?= -n $(WORKERS) --dist loadgroup
 # Which tests each leg runs. `make test` runs everything on the embedded default. CI runs the
 # heavy groups (real QEMU, Chromium, the schema fuzz: what they prove does not depend on the
 # database) once, on the PostgreSQL + Redis leg (the production configuration).

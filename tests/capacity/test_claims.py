@@ -197,6 +197,7 @@ def test_a_cached_host_in_a_last_resort_group_is_not_preferred(make_host):
     assert capacity.claim(demand(prefer_hosts=frozenset({cached.pk})), actor=TEST).host == regular
 
 
+@pytest.mark.file_db  # the reload runs in a thread of its own beside the claims
 @pytest.mark.django_db(transaction=True)
 def test_an_aged_snapshot_is_reloaded_in_the_background_and_claims_go_on(make_host, monkeypatch):
     from capacity import snapshot as module
