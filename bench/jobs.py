@@ -55,9 +55,9 @@ def one(args):
     from django.core.management import call_command
     from django.db import connection
 
+    from monitoring.health import live_worker_count
     from provisioning.jobs import services
     from provisioning.jobs.models import Job
-    from vclmgr.health import live_worker_count
 
     call_command("migrate", verbosity=0)
     if connection.vendor == "postgresql":

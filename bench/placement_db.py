@@ -56,11 +56,11 @@ def main():
 
     from django.utils import timezone
 
+    from core.changelog import Actor
     from inventory.models import Hypervisor
     from provisioning.capacity import services
     from provisioning.capacity.models import Allocation
     from provisioning.capacity.snapshot import snapshot
-    from vclmgr.changelog import Actor
 
     rng = random.Random(7)
     Allocation.objects.all().delete()

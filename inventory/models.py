@@ -14,6 +14,7 @@ from django.db import models
 from django.db.models.functions import Lower
 from taggit.managers import TaggableManager
 
+from core import outbound
 from inventory import crypto
 from inventory.validators import (
     FIRST_SLOT,
@@ -27,7 +28,6 @@ from inventory.validators import (
     validate_name,
 )
 from provisioning.drivers import registry as drivers
-from vclmgr import outbound
 
 ALLOW_HTTP_HELP = "Send the BMC credential over plain http:// (off: only over https://)."
 

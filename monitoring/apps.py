@@ -5,7 +5,7 @@ class MonitoringConfig(AppConfig):
     name = "monitoring"
 
     def ready(self):
+        from core import metrics
         from monitoring.collector import StateCollector
-        from vclmgr import metrics
 
         metrics.register_collector(StateCollector())

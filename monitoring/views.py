@@ -7,8 +7,8 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
-from vclmgr import metrics
-from vclmgr.lockout import client_address
+from accounts.lockout import client_address
+from core import metrics
 
 
 def _networks():

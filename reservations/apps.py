@@ -8,13 +8,13 @@ class ReservationsConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
+        from core import topics
         from inventory import services as inventory
         from provisioning.capacity import services as capacity
         from provisioning.jobs import transitions
         from provisioning.vms import quotas, repair, verify
         from provisioning.vms.opcodes import lifecycle
         from reservations import services, tasks
-        from vclmgr import topics
 
         topics.register("reservation", services.may_see)
         quotas.register("reservation", services.holdings)

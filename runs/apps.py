@@ -8,10 +8,10 @@ class RunsConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
+        from core import events, topics
         from provisioning.capacity import preemption
         from provisioning.vms import quotas
         from runs import services, tasks
-        from vclmgr import events, topics
 
         topics.register("run", services.may_see)
         quotas.register("run", services.holdings)

@@ -24,6 +24,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from rest_framework import serializers
 
+from accounts import access
 from inventory.models import Hypervisor
 from provisioning.capacity import preemption
 from provisioning.capacity import services as capacity
@@ -39,7 +40,6 @@ from provisioning.vms.opcodes.common import fail_reason, load_vm, passes_through
 from provisioning.vms.opcodes.staging import stage
 from runs import pooling, services, validation
 from runs.models import Run, RunFile
-from vclmgr import access
 
 S = Run.State
 SCRIPT = "/tmp/vclmgr-run-script.sh"  # noqa: S108 (a path in the run's own throwaway guest)

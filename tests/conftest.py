@@ -11,11 +11,11 @@ from django.core.cache import caches
 from django.test import Client
 from rest_framework.test import APIClient
 
+from accounts import tokens
+from core.changelog import Actor
 from inventory import services as inventory_services
 from provisioning.capacity.snapshot import snapshot
 from tests import processes
-from vclmgr import tokens
-from vclmgr.changelog import Actor
 
 TEST = Actor(name="test")
 _numbers = itertools.count(1)

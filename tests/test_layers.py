@@ -41,14 +41,14 @@ ALLOWED = {
     "monitoring": {
         "vclmgr", "provisioning.placement", "provisioning.jobs", "provisioning.drivers",
         "provisioning.capacity", "provisioning.vms", "inventory", "console", "reservations", "runs",
-        "notifications", "vclmgr.dashboard",
+        "notifications", "monitoring.dashboard",
     },
     # The web console: tickets and websocket bridges to a VM's console through its host's driver.
     "console": {"vclmgr", "provisioning.drivers", "provisioning.vms", "provisioning.jobs", "inventory"},
 }
 # The project's wiring sits above every app: it may import anything.
-SITE = ("vclmgr.urls", "vclmgr.routing", "vclmgr.asgi", "vclmgr.settings", "vclmgr.dashboard",
-        "vclmgr.demo", "vclmgr.views", "vclmgr.management", "vclmgr.rapi")
+SITE = ("vclmgr.urls", "vclmgr.routing", "vclmgr.asgi", "vclmgr.settings", "monitoring.dashboard",
+        "vclmgr.demo", "vclmgr.views", "vclmgr.management", "rapi")
 LAYERS = sorted(ALLOWED, key=len, reverse=True)
 
 

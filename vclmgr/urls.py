@@ -3,11 +3,13 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from accounts import signon
+from monitoring import health
 from monitoring.views import metrics_view
-from vclmgr import health, signon, views
+from vclmgr import views
 
 api_v1 = [
-    path("", include("vclmgr.api.urls")),
+    path("", include("core.api.urls")),
     path("", include("inventory.api.urls")),
     path("", include("provisioning.jobs.api.urls")),
     path("", include("provisioning.capacity.api.urls")),
@@ -46,10 +48,10 @@ urlpatterns = [
     path("vms/", include("provisioning.vms.urls")),
     path("vms/", include("console.urls")),
     # Ganeti's Remote API (plain Django views: outside the /api/v1 schema).
-    path("", include("vclmgr.rapi.urls")),
+    path("", include("rapi.urls")),
 ]
 
 if settings.OIDC_ENABLED:
     urlpatterns.append(path("oidc/", include("mozilla_django_oidc.urls")))
 if settings.SAML_ENABLED:
-    urlpatterns.append(path("saml2/", include("vclmgr.saml")))
+    urlpatterns.append(path("saml2/", include("accounts.saml")))

@@ -5,10 +5,11 @@ from django.http import JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from accounts import access, tokens
+from accounts.forms import ApiTokenForm
+from monitoring import dashboard
 from reservations import home as user_home
 from runs import home as run_home
-from vclmgr import access, dashboard, tokens
-from vclmgr.forms import ApiTokenForm
 
 
 @login_required

@@ -2,6 +2,7 @@
 
 import json
 
+from accounts.api.permissions import OperatorOrAuditor
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count
@@ -13,6 +14,10 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ParseError
 from rest_framework.response import Response
 
+from core import changelog
+from core.api.errors import error_body
+from core.api.exceptions import TooLarge
+from core.api.parsers import FormParser, ImportJSONParser, MultiPartParser
 from inventory import formats, power, services
 from inventory.api import filters
 from inventory.api.serializers import (
@@ -34,11 +39,6 @@ from inventory.api.serializers import (
     as_drf,
 )
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
-from vclmgr import changelog
-from vclmgr.api.errors import error_body
-from vclmgr.api.exceptions import TooLarge
-from vclmgr.api.parsers import FormParser, ImportJSONParser, MultiPartParser
-from vclmgr.api.permissions import OperatorOrAuditor
 
 
 class InventoryViewSet(viewsets.ModelViewSet):

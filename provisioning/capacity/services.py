@@ -22,6 +22,8 @@ from datetime import datetime
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
+from core import changelog, events, metrics
+from core.errors import Conflict
 from inventory import power as inventory_power
 from inventory.models import Hypervisor
 from provisioning import placement as core
@@ -31,8 +33,6 @@ from provisioning.capacity.snapshot import snapshot
 from provisioning.jobs import services as jobs
 from provisioning.jobs.models import Job
 from provisioning.placement import preempt, refusals
-from vclmgr import changelog, events, metrics
-from vclmgr.errors import Conflict
 
 MAX_ATTEMPTS = 5
 WAKE_NOTE = "fits after powering on host"  # a placement's note when a standby host would take it

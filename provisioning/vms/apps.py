@@ -10,10 +10,10 @@ class VmsConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
+        from core import events, topics
         from inventory import services as inventory
         from provisioning.jobs import opcodes as job_opcodes
         from provisioning.vms import plans, services, tasks, verify
-        from vclmgr import events, topics
 
         post_spawn.connect(tasks.on_worker_start, dispatch_uid="provisioning.vms.facts_refresh")
 

@@ -36,6 +36,10 @@ from dataclasses import dataclass, replace
 from django.db import transaction
 from django.utils import timezone
 
+from accounts import access
+from core import changelog, events
+from core.changelog import Actor
+from core.errors import Conflict
 from inventory import power
 from inventory import services as inventory
 from inventory.models import Hypervisor, NodeGroup
@@ -47,9 +51,6 @@ from provisioning.jobs.models import Job
 from provisioning.placement.ganeti import bridge, evacuate, hbal, hsqueeze, metrics
 from provisioning.vms import services as vms
 from provisioning.vms.models import VM, Plan
-from vclmgr import access, changelog, events
-from vclmgr.changelog import Actor
-from vclmgr.errors import Conflict
 
 K = Plan.Kind
 DEFAULT_RATE_LIMIT = 4

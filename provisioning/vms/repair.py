@@ -20,6 +20,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core import changelog
+from core.errors import Conflict
 from inventory.models import Hypervisor
 from provisioning.capacity import services as capacity
 from provisioning.drivers import base
@@ -29,8 +31,6 @@ from provisioning.placement import refusals
 from provisioning.vms import services
 from provisioning.vms.models import VM, Image
 from provisioning.vms.verify import CHECKED, OUR_KEY
-from vclmgr import changelog
-from vclmgr.errors import Conflict
 
 ACTIONS = ("adopt", "destroy", "drift", "absent")
 ADOPTED_IMAGE = "adopted"

@@ -22,6 +22,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import FilteredRelation, ProtectedError, Q, RestrictedError
 from django.utils import timezone
 
+from accounts import access
+from core import changelog, events, outbound, topics
+from core.changelog import Actor
+from core.errors import Conflict, InUse
 from provisioning.capacity import services as capacity
 from provisioning.drivers import base, cloudinit, registry
 from provisioning.drivers.base import vm_key
@@ -30,9 +34,6 @@ from provisioning.jobs import services as jobs
 from provisioning.jobs.models import Job
 from provisioning.vms import quotas
 from provisioning.vms.models import VM, HostImage, Image, ImageVariant
-from vclmgr import access, changelog, events, outbound, topics
-from vclmgr.changelog import Actor
-from vclmgr.errors import Conflict, InUse
 
 IMAGE_FIELDS = (
     "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib", "default_vcpus",

@@ -18,13 +18,13 @@ import re
 from django.db import transaction
 from django.db.models import Q
 
+from core.errors import Conflict
 from inventory.models import Hypervisor
 from provisioning.capacity import services as capacity
 from provisioning.capacity.models import Allocation
 from provisioning.drivers import base
 from provisioning.drivers import registry as drivers
 from provisioning.vms.models import VM, VerifyReport
-from vclmgr.errors import Conflict
 
 OUR_KEY = re.compile(rf"^{re.escape(base.VM_KEY_PREFIX)}(\d+)$")
 # Defined on the host by now; staging/defining may not be yet, migrating is on two hosts at once.

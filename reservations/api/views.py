@@ -5,6 +5,7 @@ would confirm it exists); staff see all. Endpoints that start work answer ``202`
 job and its URL; the connection password goes to the reservation's own user only.
 """
 
+from accounts.api.permissions import AuditorOrAdmin, IsAuthenticatedWithTokenScope
 from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.shortcuts import get_object_or_404
@@ -30,7 +31,6 @@ from reservations.api.serializers import (
     job_url,
 )
 from reservations.models import BlockAllocation, Reservation
-from vclmgr.api.permissions import AuditorOrAdmin, IsAuthenticatedWithTokenScope
 
 CONFLICT = OpenApiResponse(description="Conflict with the current state")
 

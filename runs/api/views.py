@@ -7,6 +7,7 @@ job. ``/runs/<id>/log/?after=<seq>`` pages the output; ``/runs/<id>/artifacts/``
 files and ``/runs/<id>/artifacts/<file id>/`` downloads one.
 """
 
+from accounts.api.permissions import IsAuthenticatedWithTokenScope
 from django.core.exceptions import ValidationError
 from django.http import FileResponse
 from django.shortcuts import get_object_or_404
@@ -28,7 +29,6 @@ from runs.api.serializers import (
     log_page,
 )
 from runs.models import Run, RunFile
-from vclmgr.api.permissions import IsAuthenticatedWithTokenScope
 
 CONFLICT = OpenApiResponse(description="Conflict with the current state")
 LOG_PAGE = 200

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from core.models import Event
 from inventory.models import Hypervisor
 from provisioning.capacity.models import Allocation
 from provisioning.capacity.snapshot import snapshot
@@ -19,7 +20,6 @@ from provisioning.vms.opcodes import host_ops
 from reservations import services
 from reservations.models import Reservation
 from tests.provisioning.vms.test_verify import run_verify
-from vclmgr.models import Event
 
 H = timedelta(hours=1)
 

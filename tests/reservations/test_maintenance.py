@@ -6,6 +6,8 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from core import topics
+from core.models import Event
 from inventory import services as inventory
 from provisioning.capacity.models import Allocation
 from provisioning.capacity.snapshot import snapshot
@@ -14,8 +16,6 @@ from provisioning.vms import services as vms
 from provisioning.vms.models import VM
 from reservations import services
 from reservations.models import Reservation
-from vclmgr import topics
-from vclmgr.models import Event
 
 H = timedelta(hours=1)
 URL = "/api/v1/reservations/"

@@ -8,6 +8,8 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from core import topics
+from core.models import Event
 from provisioning.capacity import services as capacity
 from provisioning.capacity.models import Allocation
 from provisioning.drivers.sim import services as sim
@@ -17,8 +19,6 @@ from provisioning.vms import services as vms
 from provisioning.vms.models import VM, QuotaRule
 from reservations import services
 from reservations.models import Reservation
-from vclmgr import topics
-from vclmgr.models import Event
 
 H = timedelta(hours=1)
 

@@ -9,6 +9,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from core import bulk
+from core.models import Event, ObjectChange
 from provisioning.capacity import snapshot as capacity_snapshot
 from provisioning.capacity.models import Allocation
 from provisioning.jobs import runner, wake
@@ -17,8 +19,6 @@ from provisioning.jobs.models import Job, JobLog
 from provisioning.vms.models import VM
 from reservations import services
 from reservations.models import Reservation
-from vclmgr import bulk
-from vclmgr.models import Event, ObjectChange
 
 pytestmark = pytest.mark.django_db
 

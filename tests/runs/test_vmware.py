@@ -11,6 +11,7 @@ import logging
 
 import pytest
 
+from core.models import Event, ObjectChange
 from inventory import services as inventory
 from provisioning.capacity.models import Allocation
 from provisioning.drivers import registry as drivers
@@ -18,7 +19,6 @@ from provisioning.vms import services as vms
 from provisioning.vms.models import VM
 from tests.provisioning.drivers.conftest import VCSIM_PASSWORD, VCSIM_USER, vcsim  # noqa: F401 (fixture)
 from tests.runs.helpers import fresh, submit
-from vclmgr.models import Event, ObjectChange
 
 pytestmark = pytest.mark.slow
 GUEST_PASSWORD = "svc-guest-secret-91c2"  # noqa: S105 (made up here)

@@ -6,8 +6,8 @@ import sys
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from core.env import Env
 from tests.processes import ROOT
-from vclmgr.env import Env
 
 
 def test_it_reads_json_values():

@@ -3,10 +3,10 @@ from datetime import timedelta
 from django.utils import timezone
 from rest_framework import serializers
 
+from core.api.serializers import MomentField, RefuseUnknownFields
 from provisioning import placement as core
 from provisioning.capacity import preemption, services
 from provisioning.capacity.durations import parse_duration
-from vclmgr.api.serializers import MomentField, RefuseUnknownFields
 
 
 def _name():

@@ -4,6 +4,7 @@ Users see and act on their own jobs; staff on all. Every endpoint that starts wo
 ``202 Accepted`` with the job and its URL in ``Location``.
 """
 
+from accounts.api.permissions import role_required
 from django.db.models import Prefetch
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -13,6 +14,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts import access
 from provisioning.jobs import registry, services
 from provisioning.jobs.api.filters import JobFilterSet
 from provisioning.jobs.api.serializers import (
@@ -25,8 +27,6 @@ from provisioning.jobs.api.serializers import (
     QueueSerializer,
 )
 from provisioning.jobs.models import Job
-from vclmgr import access
-from vclmgr.api.permissions import role_required
 
 MAX_LOG = 1000
 

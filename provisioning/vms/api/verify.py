@@ -1,6 +1,7 @@
 """``/api/v1/verify/``: the latest cluster.verify report (staff only), a run now, releasing a
 claim that nothing holds, and the repairs that run as jobs (``POST /api/v1/verify/repairs/``)."""
 
+from accounts.api.permissions import IsStaffWithTokenScope, OperatorOrAuditor
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
@@ -8,11 +9,10 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api.serializers import RefuseUnknownFields
 from provisioning.jobs import services as jobs
 from provisioning.vms import repair, verify
 from provisioning.vms.models import VerifyReport
-from vclmgr.api.permissions import IsStaffWithTokenScope, OperatorOrAuditor
-from vclmgr.api.serializers import RefuseUnknownFields
 
 
 class VerifyReportSerializer(serializers.ModelSerializer):

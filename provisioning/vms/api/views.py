@@ -4,6 +4,12 @@ Users see the images they may use and their own VMs; staff see and manage everyt
 actions submit a job and answer ``202`` with its id (watch it at ``/api/v1/jobs/<id>/``).
 """
 
+from accounts.api.permissions import (
+    IsAuthenticatedWithTokenScope,
+    IsStaffWithTokenScope,
+    OperatorOrAuditor,
+    role_required,
+)
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
@@ -12,6 +18,9 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts import access
+from core.api.negotiation import FormatIsAFilter
+from core.errors import Conflict
 from inventory.models import Hypervisor
 from provisioning.drivers.sim import services as sim
 from provisioning.drivers.sim.models import SimFault
@@ -31,15 +40,6 @@ from provisioning.vms.api.serializers import (
     as_drf,
 )
 from provisioning.vms.models import VM, Image, ImageVariant, QuotaRule
-from vclmgr import access
-from vclmgr.api.negotiation import FormatIsAFilter
-from vclmgr.api.permissions import (
-    IsAuthenticatedWithTokenScope,
-    IsStaffWithTokenScope,
-    OperatorOrAuditor,
-    role_required,
-)
-from vclmgr.errors import Conflict
 
 #: images: every user reads the ones they may use; image maintainers (of the image's groups) write
 ImageMaintainerOrReadOnly = role_required(read=None, write="maintain_images", scope="run")

@@ -2,6 +2,7 @@
 
 from django.db import transaction
 
+from accounts import access
 from provisioning.drivers import registry as drivers
 from provisioning.jobs.registry import opcode
 from provisioning.vms import services
@@ -9,7 +10,6 @@ from provisioning.vms.models import Image
 from provisioning.vms.opcodes.common import Refused, authorised_vm, load_vm
 from provisioning.vms.opcodes.lifecycle import power
 from provisioning.vms.opcodes.params import CaptureParams, capture_locks
-from vclmgr import access
 
 
 @opcode("vm.capture", params=CaptureParams, locks=capture_locks, staff_only=False)

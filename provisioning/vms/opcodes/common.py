@@ -3,13 +3,14 @@ the variant a host runs."""
 
 from django.db.models import Exists, OuterRef
 
+from accounts import access
+from core import reconnect
 from provisioning.capacity import services as capacity
 from provisioning.drivers import base
 from provisioning.jobs.runner import Handoff, LeaseLost
 from provisioning.vms import services
 from provisioning.vms.models import VM, HostImage
 from provisioning.vms.opcodes import guest
-from vclmgr import access, reconnect
 
 S = VM.State
 POLL_SECONDS = 0.2

@@ -19,7 +19,7 @@ RACER = textwrap.dedent(
     from datetime import timedelta
     from django.utils import timezone
     from provisioning.capacity import services
-    from vclmgr.changelog import Actor
+    from core.changelog import Actor
     start = timezone.now().replace(microsecond=0)
     won = 0
     while True:
@@ -72,7 +72,7 @@ GROUP_RACER = textwrap.dedent(
     from provisioning.capacity.snapshot import snapshot
     from provisioning.vms import services as vms
     from provisioning.vms.models import Image
-    from vclmgr.changelog import Actor
+    from core.changelog import Actor
     image = Image.objects.get(name="replica")
     start = timezone.now().replace(microsecond=0)
     snapshot.current()  # both racers decide on a snapshot taken before either claimed

@@ -16,13 +16,13 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from core import fencing
 from inventory.models import Hypervisor
 from provisioning.drivers import registry as drivers
 from provisioning.drivers.sim.driver import SimDriver
 from provisioning.jobs import dispatcher, kept_records, runner, tasks
 from provisioning.jobs.models import Gauge, Job, JobLog
 from tests.provisioning.jobs.helpers import refresh, submit
-from vclmgr import fencing
 
 pytestmark = pytest.mark.django_db
 

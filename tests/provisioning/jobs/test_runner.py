@@ -6,11 +6,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from core import topics
+from core.models import Event
 from provisioning.jobs import dispatcher, registry, runner, services, tasks
 from provisioning.jobs.models import Job
 from tests.provisioning.jobs.helpers import refresh, submit
-from vclmgr import topics
-from vclmgr.models import Event
 
 pytestmark = pytest.mark.django_db
 

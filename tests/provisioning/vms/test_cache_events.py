@@ -4,11 +4,11 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from core import topics
+from core.models import Event
 from provisioning.vms import services
 from provisioning.vms.models import HostImage
 from provisioning.vms.opcodes import staging
-from vclmgr import topics
-from vclmgr.models import Event
 
 
 def variants(image, n):

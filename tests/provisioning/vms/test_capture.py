@@ -7,13 +7,13 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
+from accounts import access
 from provisioning.drivers import registry as drivers
 from provisioning.drivers.sim.models import SimImage, SimVM
 from provisioning.jobs.models import Job
 from provisioning.vms import services
 from provisioning.vms.models import VM, Image
 from tests.provisioning.vms.test_libvirt import kvm_host, kvm_image  # noqa: F401 (fixtures)
-from vclmgr import access
 
 
 def built(owner, image, sync_jobs):

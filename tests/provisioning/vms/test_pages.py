@@ -3,10 +3,10 @@
 import pytest
 from django.contrib.auth.models import Group
 
+from core.models import ObjectChange
 from provisioning.jobs.models import Job
 from provisioning.vms import services
 from provisioning.vms.models import VM, Image, ImageVariant
-from vclmgr.models import ObjectChange
 
 pytestmark = pytest.mark.django_db
 

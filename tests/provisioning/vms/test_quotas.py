@@ -9,11 +9,11 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from core.errors import Conflict
 from provisioning.capacity import services as capacity
 from provisioning.capacity.models import Allocation
 from provisioning.vms import quotas, services
 from provisioning.vms.models import VM, QuotaRule
-from vclmgr.errors import Conflict
 
 H = timedelta(hours=1)
 

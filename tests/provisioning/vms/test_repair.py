@@ -9,6 +9,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from core.models import ObjectChange
 from provisioning.capacity.models import Allocation
 from provisioning.drivers import registry as drivers
 from provisioning.drivers.sim import services as sim
@@ -19,7 +20,6 @@ from provisioning.vms.models import VM
 from reservations.models import Reservation
 from tests.provisioning.vms.test_libvirt import kvm_host, kvm_image  # noqa: F401 (fixtures)
 from tests.provisioning.vms.test_verify import only, run_verify, running_vm
-from vclmgr.models import ObjectChange
 
 H = timedelta(hours=1)
 

@@ -7,6 +7,7 @@ import pytest
 from django.utils import timezone
 from django_q.models import Schedule
 
+from core.errors import Conflict
 from provisioning.capacity import services as capacity
 from provisioning.capacity.models import Allocation
 from provisioning.drivers import registry as drivers
@@ -18,7 +19,6 @@ from provisioning.vms import services, tasks, verify
 from provisioning.vms.models import VM, VerifyReport
 from reservations.models import Reservation
 from tests.provisioning.vms.test_libvirt import kvm_host, kvm_image  # noqa: F401 (fixtures)
-from vclmgr.errors import Conflict
 
 
 def running_vm(image, owner, sync_jobs):
