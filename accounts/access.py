@@ -2,7 +2,7 @@
 
 Every view, API route, opcode and websocket topic asks this module, never ``is_staff``.
 
-Roles are Django groups carrying Django permissions (``vclmgr.Access``'s, below): the role
+Roles are Django groups carrying Django permissions (``accounts.models.Access``'s): the role
 groups ``instructor``, ``image-maintainer``, ``operator`` and ``auditor`` are made at migrate
 time, but any group given one of those permissions in the admin carries the role too — so a
 directory group mapped by ``AUTH_LDAP_GROUP_MAP`` / the OIDC claims onto a role group (or onto a
@@ -38,7 +38,7 @@ from django.db.models import Q
 
 log = logging.getLogger(__name__)
 
-#: role name → the capability permission it carries (codename of ``vclmgr.Access``)
+#: role name → the capability permission it carries (codename of ``accounts.Access``)
 ROLES = {
     "instructor": "teach",
     "image-maintainer": "maintain_images",
@@ -75,7 +75,7 @@ def can(user, capability):
     if capability == ADMIN:
         return False
     # has_perm caches the user's permissions on the user object: one query per request.
-    return any(user.has_perm(f"vclmgr.{name}") for name in _DERIVED.get(capability, (capability,)))
+    return any(user.has_perm(f"accounts.{name}") for name in _DERIVED.get(capability, (capability,)))
 
 
 def roles(user):
@@ -89,7 +89,7 @@ def roles(user):
 def role_groups():
     """The groups that give a role: the role groups, and any group carrying a role's permission
     (a directory group such as ``faculty`` given ``teach``)."""
-    carries_a_role = Q(permissions__content_type__app_label="vclmgr", permissions__codename__in=PERMISSIONS)
+    carries_a_role = Q(permissions__content_type__app_label="accounts", permissions__codename__in=PERMISSIONS)
     return Group.objects.filter(Q(name__in=ROLES) | carries_a_role)
 
 

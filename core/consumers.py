@@ -23,7 +23,6 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from accounts import tokens
 from core import events, metrics, topics
 from core.relay import _max_id, relay
 
@@ -31,6 +30,18 @@ log = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = 4401
 MAX_TOPICS = 50
+# ``is_live(token_id) -> bool``: does the API token a socket was opened with still work? The
+# accounts app registers it at start-up (``check_tokens_with``); without one, such a socket
+# closes at its first check.
+_TOKEN_CHECK = []
+
+
+def check_tokens_with(is_live):
+    _TOKEN_CHECK[:] = [is_live]
+
+
+def _token_is_live(token_id):
+    return bool(_TOKEN_CHECK) and _TOKEN_CHECK[0](token_id)
 
 
 class EventConsumer(AsyncJsonWebsocketConsumer):
@@ -122,7 +133,7 @@ class EventConsumer(AsyncJsonWebsocketConsumer):
         # A revoked or expired token ends the stream it opened (within one period).
         while True:
             await asyncio.sleep(settings.WS_TOKEN_RECHECK_SECONDS)
-            if not await database_sync_to_async(tokens.is_live)(token_id):
+            if not await database_sync_to_async(_token_is_live)(token_id):
                 await self.close(code=CLOSE_UNAUTHENTICATED)
                 return
 

@@ -7,7 +7,7 @@ Two mechanisms, because each alone leaves a gap:
   ``fork()``, so it does not reach grandchildren (qcluster's sentinel, workers, monitor).
 * A lifeline pipe: the supervisor keeps the only write end (``open_pipe``); every process of
   the tree inherits the read end (``child_env`` names it; ``Popen(pass_fds=…)`` passes it) and
-  watches it from a daemon thread (``watch``, started by the vclmgr app in every Django
+  watches it from a daemon thread (``watch``, started by the core app in every Django
   process, and again in every forked child through ``os.register_at_fork``). When the
   supervisor dies the kernel closes the write end, every reader sees EOF, stops itself with
   SIGTERM and, if that has not ended it within ``GRACE_SECONDS``, exits hard.

@@ -1,16 +1,11 @@
-"""Prometheus metrics counted in any process, and the text every /metrics scrape returns.
+"""Prometheus counters counted in any process, and the bookkeeping of their files.
 
-Two kinds of numbers, kept where they stay right with any number of web and worker processes:
-
-- Counters and histograms (jobs' wait and run times, provisioning, refusals, deliveries) and
-  the websocket gauge are counted in the process where things happen, in prometheus_client's
-  multiprocess mode: each process writes its own files under ``PROMETHEUS_MULTIPROC_DIR``
-  (settings put it under var/ and export it before this module is imported) and a scrape
-  sums every file of the machine. Files of processes that ended keep their counts (totals
-  stay monotonic); their share of the websocket gauge (``livesum``) goes when they end.
-- Gauges of state (capacity, hosts, reservations, VMs, queue depth) are read from the
-  database at scrape time by collectors apps register (``register_collector``): the same on
-  every process and every machine.
+Counters and histograms (placement refusals, deliveries) and the websocket gauge are counted in
+the process where things happen, in prometheus_client's multiprocess mode: each process writes
+its own files under ``PROMETHEUS_MULTIPROC_DIR`` (settings put it under var/ and export it before
+this module is imported) and a scrape (``monitoring.metrics``) sums every file of the machine.
+Files of processes that ended keep their counts (totals stay monotonic); their share of the
+websocket gauge (``livesum``) goes when they end.
 
 The directory's bookkeeping, as prometheus_client asks (``mark_process_dead``, a directory
 wiped before startup): a process that ends forgets its live gauges and the files in which it
@@ -20,21 +15,15 @@ the directory when it starts (``claim_directory``), keeping only the files of pr
 another ``serve`` on this machine that shares it. A process never takes over a live gauge file
 of an ended process whose pid it was given (checked at start and after each fork): a pid used
 again must not count the dead process's websockets again.
-
-Jobs are counted from their ``job.status`` events (``core.events.listen``): the one
-module that moves jobs between states emits them, so nothing in the job system calls here.
-Observations are made after commit: a rolled-back transition counts nothing.
 """
 
 import atexit
 import fcntl
 import os
 import re
-from datetime import datetime
 from pathlib import Path
 
-from django.db import transaction
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+from prometheus_client import Counter, Gauge, multiprocess
 from prometheus_client.mmap_dict import MmapedDict
 
 from core.lifeline import pid_alive
@@ -121,17 +110,7 @@ _fresh_live_files()
 os.register_at_fork(after_in_child=_fresh_live_files)
 atexit.register(_at_exit)
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_DURATIONS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
-JOB_WAIT = Histogram("vclmgr_job_wait_seconds", "Time from submission to a job's first start.", ["opcode"],
-                     buckets=_DURATIONS)  # fmt: skip
-JOB_RUN = Histogram("vclmgr_job_run_seconds", "Time from a job's start to its end.", ["opcode", "status"],
-                    buckets=_DURATIONS)  # fmt: skip
-JOB_FAILURES = Counter("vclmgr_job_failures_total", "Jobs that ended in error, by opcode and error kind.",
-                       ["opcode", "kind"])  # fmt: skip
-PROVISIONING = Histogram("vclmgr_provisioning_seconds", "vm.create run time (stage, define, boot, address).",
-                         ["outcome"], buckets=_DURATIONS)  # fmt: skip
 REFUSED = Counter("vclmgr_placement_refused_total", "Claims refused for lack of a host.")
 REFUSALS = Counter("vclmgr_placement_refusals_total",
                    "Refused claims by reason (a claim counts once under each reason that rejected a host).",
@@ -139,54 +118,6 @@ REFUSALS = Counter("vclmgr_placement_refusals_total",
 DELIVERIES = Counter("vclmgr_deliveries_total", "Mail and webhook delivery tries by outcome.",
                      ["channel", "outcome"])  # fmt: skip
 WS_CLIENTS = Gauge("vclmgr_websocket_clients", "Websocket clients connected.", multiprocess_mode="livesum")
-
-_COLLECTORS = []
-
-
-def register_collector(collector):
-    """A prometheus_client collector (``collect()`` yielding metric families), run at each scrape."""
-    if collector not in _COLLECTORS:
-        _COLLECTORS.append(collector)
-
-
-def render():
-    """The Prometheus text of every process on this machine, plus the registered collectors."""
-    forget_dead_processes()
-    registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry)
-    for collector in _COLLECTORS:
-        registry.register(collector)
-    return generate_latest(registry)
-
-
-# --- jobs, from their status events ----------------------------------------------------------
-
-
-def _seconds(later, earlier):
-    if not later or not earlier:
-        return None
-    return max(0.0, (datetime.fromisoformat(later) - datetime.fromisoformat(earlier)).total_seconds())
-
-
-def on_job_status(kind, data, topics, ids):
-    status, opcode = data.get("status"), data.get("opcode") or "?"
-    if status == "running" and data.get("attempt") == 1:
-        wait = _seconds(data.get("started"), data.get("received"))
-        if wait is not None:
-            transaction.on_commit(lambda: JOB_WAIT.labels(opcode=opcode).observe(wait))
-    elif status in ("success", "error", "canceled") and not data.get("awaiting_children"):
-        run = _seconds(data.get("ended"), data.get("started"))
-        error_kind = data.get("error_kind") or "error"
-        transaction.on_commit(lambda: _job_ended(opcode, status, run, error_kind))
-
-
-def _job_ended(opcode, status, run, error_kind):
-    if run is not None:
-        JOB_RUN.labels(opcode=opcode, status=status).observe(run)
-        if opcode == "vm.create" and status != "canceled":
-            PROVISIONING.labels(outcome=status).observe(run)
-    if status == "error":
-        JOB_FAILURES.labels(opcode=opcode, kind=error_kind).inc()
 
 
 def placement_refused(reasons):

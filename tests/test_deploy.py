@@ -81,7 +81,7 @@ def test_the_probes_the_deployment_names_exist():
 
     assert resolve("/healthz/ready").url_name == "healthz-ready"
     assert resolve("/healthz/live").url_name == "healthz-live"
-    assert (ROOT / "vclmgr" / "management" / "commands" / "worker_check.py").exists()
+    assert (ROOT / "monitoring" / "management" / "commands" / "worker_check.py").exists()
 
 
 def _image_env():

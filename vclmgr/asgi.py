@@ -9,11 +9,11 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_asgi_app = get_asgi_application()
 
-from accounts.api.authentication import TokenWebsocketMiddleware  # noqa: E402
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from accounts.api.authentication import TokenWebsocketMiddleware  # noqa: E402
 from vclmgr.routing import websocket_urlpatterns  # noqa: E402
 
 _sockets = URLRouter(websocket_urlpatterns)

@@ -21,7 +21,6 @@ from accounts.ldap_config import ldap_settings
 from accounts.saml_config import saml_settings
 from core.env import Env
 from core.private_files import private_dir, write_private
-from provisioning.drivers.registry import options_errors as _driver_options_errors
 
 env = Env()
 
@@ -75,6 +74,7 @@ INSTALLED_APPS = [
     "taggit",
     "axes",
     "core.apps.CoreConfig",
+    "accounts.apps.AccountsConfig",
     "inventory.apps.InventoryConfig",
     "provisioning.jobs.apps.JobsConfig",
     "provisioning.drivers.sim.apps.SimConfig",
@@ -400,6 +400,24 @@ HOST_OFFLINE_AFTER_CHECKS = env.int("HOST_OFFLINE_AFTER_CHECKS", 3, minimum=0)
 # Options for every host of a driver kind, as JSON: {"vmware": {"insecure": true}, "libvirt": {...}}.
 # Sockets of local libvirt daemons a libvirt URI may name with ?socket= (comma-separated paths).
 VCLMGR_LIBVIRT_SOCKETS = env.list("VCLMGR_LIBVIRT_SOCKETS", [])
+# The driver kinds of provisioning/drivers/registry.py's table, named here so that settings need
+# not import the app (tests/vclmgr/test_settings.py keeps the two lists equal).
+DRIVER_KINDS = ("sim", "libvirt", "vmware")
+
+
+def _driver_options_errors(value):
+    """Why ``value`` is not an object of option objects keyed by driver kind, or None."""
+    if not isinstance(value, dict):
+        return f"expected a JSON object of driver kinds ({', '.join(DRIVER_KINDS)}), got {type(value).__name__}"
+    unknown = sorted(set(value) - set(DRIVER_KINDS))
+    if unknown:
+        return f"unknown driver {unknown[0]!r} (one of {', '.join(DRIVER_KINDS)})"
+    for name, options in value.items():
+        if not isinstance(options, dict):
+            return f"the options of {name} must be a JSON object, got {type(options).__name__}"
+    return None
+
+
 VCLMGR_DRIVER_OPTIONS = env.json("VCLMGR_DRIVER_OPTIONS", {}, check=_driver_options_errors)
 # Options for every simulated host that win over its own capacity fields, e.g. {"delay": 0.5}.
 VCLMGR_SIM_OPTIONS = env.json(

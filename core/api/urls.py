@@ -1,14 +1,7 @@
 from django.urls import path
-from rest_framework.routers import SimpleRouter
 
-from core.api.views import ApiTokenViewSet, EventListView, MeView, UserRolesView
-
-router = SimpleRouter(trailing_slash=True)
-router.register("tokens", ApiTokenViewSet, basename="apitoken")
+from core.api.views import EventListView
 
 urlpatterns = [
-    path("me/", MeView.as_view(), name="api-me"),
     path("events/", EventListView.as_view(), name="api-events"),
-    path("users/<int:pk>/roles/", UserRolesView.as_view(), name="api-user-roles"),
-    *router.urls,
 ]

@@ -2,7 +2,6 @@
 
 import json
 
-from accounts.api.permissions import OperatorOrAuditor
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count
@@ -14,6 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ParseError
 from rest_framework.response import Response
 
+from accounts.api.permissions import OperatorOrAuditor
 from core import changelog
 from core.api.errors import error_body
 from core.api.exceptions import TooLarge

@@ -8,12 +8,12 @@ be reached answers 502, one that refuses the credentials (or a bad URI) 400; not
 in either case. Passwords are accepted, never returned.
 """
 
-from accounts.api.permissions import OperatorOrAuditor
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.api.permissions import OperatorOrAuditor
 from core.api.errors import error_body
 from core.api.serializers import RefuseUnknownFields
 from inventory.discovery import services

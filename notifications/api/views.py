@@ -1,6 +1,5 @@
 """Notifications API: each user's own preferences; webhooks and the delivery logs for staff."""
 
-from accounts.api.permissions import AuditorOrAdmin, IsAuthenticatedWithTokenScope
 from django.core.exceptions import ValidationError
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, viewsets
@@ -8,6 +7,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts import access
+from accounts.api.permissions import AuditorOrAdmin, IsAuthenticatedWithTokenScope
 from inventory.api.serializers import as_drf
 from notifications import services
 from notifications.api.serializers import (

@@ -5,7 +5,6 @@ would confirm it exists); staff see all. Endpoints that start work answer ``202`
 job and its URL; the connection password goes to the reservation's own user only.
 """
 
-from accounts.api.permissions import AuditorOrAdmin, IsAuthenticatedWithTokenScope
 from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.shortcuts import get_object_or_404
@@ -16,6 +15,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.api.permissions import AuditorOrAdmin, IsAuthenticatedWithTokenScope
 from inventory.api.serializers import as_drf
 from reservations import services
 from reservations.api.serializers import (

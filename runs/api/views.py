@@ -7,7 +7,6 @@ job. ``/runs/<id>/log/?after=<seq>`` pages the output; ``/runs/<id>/artifacts/``
 files and ``/runs/<id>/artifacts/<file id>/`` downloads one.
 """
 
-from accounts.api.permissions import IsAuthenticatedWithTokenScope
 from django.core.exceptions import ValidationError
 from django.http import FileResponse
 from django.shortcuts import get_object_or_404
@@ -18,6 +17,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
+from accounts.api.permissions import IsAuthenticatedWithTokenScope
 from inventory.api.serializers import as_drf
 from runs import services
 from runs.api.serializers import (

@@ -1,10 +1,10 @@
 from datetime import timedelta
 
 import pytest
-from accounts.models import ApiToken
 from django.utils import timezone
 
 from accounts import tokens
+from accounts.models import ApiToken
 
 pytestmark = pytest.mark.django_db
 

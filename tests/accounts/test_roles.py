@@ -275,7 +275,7 @@ def test_it_refuses_an_instructor_blocks_for_a_role_group(world, api, caplog):
 
     instructor = world.users["instructor"]
     faculty = Group.objects.create(name="faculty")
-    faculty.permissions.add(Permission.objects.get(codename="teach", content_type__app_label="vclmgr"))
+    faculty.permissions.add(Permission.objects.get(codename="teach", content_type__app_label="accounts"))
     instructor.groups.add(faculty)
     role_group = access.role_group("instructor")
     assert list(access.teaching_groups(instructor)) == [world.cs101]
@@ -360,7 +360,7 @@ def test_a_group_given_a_role_permission_carries_the_role(world):
     from django.contrib.auth.models import Permission
 
     faculty = Group.objects.create(name="faculty")
-    faculty.permissions.add(Permission.objects.get(codename="teach", content_type__app_label="vclmgr"))
+    faculty.permissions.add(Permission.objects.get(codename="teach", content_type__app_label="accounts"))
     user = world.users["user"]
     user.groups.add(faculty)
     assert access.roles(type(user).objects.get(pk=user.pk)) == ["instructor"]

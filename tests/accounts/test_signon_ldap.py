@@ -8,13 +8,13 @@ import socket
 from io import StringIO
 
 import pytest
-from accounts.models import SignOnIdentity
 from django.contrib.auth.models import Group, User
 from django.core.management import CommandError, call_command
 from django.test import Client
 
 from accounts import signon, tokens
 from accounts.ldap_config import ldap_settings
+from accounts.models import SignOnIdentity
 from core.env import Env
 from core.models import ObjectChange
 from provisioning.vms import quotas

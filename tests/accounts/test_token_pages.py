@@ -1,7 +1,7 @@
 import pytest
-from accounts.models import ApiToken
 
 from accounts import tokens
+from accounts.models import ApiToken
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,6 @@ import json
 from datetime import timedelta
 
 import pytest
-from accounts.models import ApiToken
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
@@ -14,6 +13,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from accounts import access, tokens
+from accounts.models import ApiToken
 from inventory.models import NodeGroup
 from provisioning.jobs.models import Job
 

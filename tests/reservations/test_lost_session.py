@@ -9,9 +9,9 @@ PostgreSQL only (marker ``postgres``: the SQLite leg deselects it)."""
 from datetime import timedelta
 
 import pytest
-from accounts.models import ApiToken
 from django.db.models import Q
 
+from accounts.models import ApiToken
 from provisioning.jobs.models import Job
 from reservations import services
 from reservations.models import Reservation

@@ -4,7 +4,6 @@ Users see and act on their own jobs; staff on all. Every endpoint that starts wo
 ``202 Accepted`` with the job and its URL in ``Location``.
 """
 
-from accounts.api.permissions import role_required
 from django.db.models import Prefetch
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -15,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts import access
+from accounts.api.permissions import role_required
 from provisioning.jobs import registry, services
 from provisioning.jobs.api.filters import JobFilterSet
 from provisioning.jobs.api.serializers import (

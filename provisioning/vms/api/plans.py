@@ -1,12 +1,12 @@
 """``/api/v1/plans/``: move plans (staff only). POST computes one (a dry run); ``execute`` runs
 it as jobs (409 when stale, unless ``recompute``; 409 when executed already); ``cancel``."""
 
-from accounts.api.permissions import OperatorOrAuditor
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from accounts.api.permissions import OperatorOrAuditor
 from core.api.serializers import RefuseUnknownFields
 from provisioning.vms import plans
 from provisioning.vms.models import Plan

@@ -1,7 +1,6 @@
 """``/api/v1/verify/``: the latest cluster.verify report (staff only), a run now, releasing a
 claim that nothing holds, and the repairs that run as jobs (``POST /api/v1/verify/repairs/``)."""
 
-from accounts.api.permissions import IsStaffWithTokenScope, OperatorOrAuditor
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
@@ -9,6 +8,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.api.permissions import IsStaffWithTokenScope, OperatorOrAuditor
 from core.api.serializers import RefuseUnknownFields
 from provisioning.jobs import services as jobs
 from provisioning.vms import repair, verify

@@ -4,12 +4,6 @@ Users see the images they may use and their own VMs; staff see and manage everyt
 actions submit a job and answer ``202`` with its id (watch it at ``/api/v1/jobs/<id>/``).
 """
 
-from accounts.api.permissions import (
-    IsAuthenticatedWithTokenScope,
-    IsStaffWithTokenScope,
-    OperatorOrAuditor,
-    role_required,
-)
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
@@ -19,6 +13,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts import access
+from accounts.api.permissions import (
+    IsAuthenticatedWithTokenScope,
+    IsStaffWithTokenScope,
+    OperatorOrAuditor,
+    role_required,
+)
 from core.api.negotiation import FormatIsAFilter
 from core.errors import Conflict
 from inventory.models import Hypervisor
