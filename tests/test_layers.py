@@ -58,7 +58,7 @@ ALLOWED = {
 }
 # The project's wiring sits above every app: it may import anything.
 SITE = ("vclmgr.urls", "vclmgr.routing", "vclmgr.asgi", "vclmgr.settings", "vclmgr.views", "vclmgr.demo",
-        "vclmgr.management")
+        "vclmgr.management", "vclmgr.apps")
 LAYERS = sorted(ALLOWED, key=len, reverse=True)
 
 

@@ -86,6 +86,7 @@ INSTALLED_APPS = [
     "notifications.apps.NotificationsConfig",
     "monitoring.apps.MonitoringConfig",
     "console.apps.ConsoleConfig",
+    "vclmgr.apps.SiteConfig",  # the site's commands (serve, demo, kvm_demo); no models
 ]
 
 MIDDLEWARE = [
