@@ -33,3 +33,10 @@ def test_the_events_api_checks_each_topic(api, alice, bob):
     assert client.get(f"/api/v1/events/?topic=user.{bob.pk}").status_code == 403
     assert client.get("/api/v1/events/?topic=admin").status_code == 403
     assert client.get(f"/api/v1/events/?topic=user.{alice.pk}&since=x").status_code == 400
+
+
+def test_a_topic_that_needs_a_role_is_refused_until_the_accounts_app_gives_the_check(admin_user, monkeypatch):
+    # The core knows no roles: AccountsConfig.ready hands it accounts.access.can.
+    assert topics.may_subscribe(admin_user, "admin")
+    monkeypatch.setattr(topics, "_ROLE_CHECK", [])
+    assert not topics.may_subscribe(admin_user, "admin")
