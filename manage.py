@@ -8,7 +8,7 @@ if __name__ == "__main__":
     # The imports below and a command's run free what they build by reference counting:
     # the cycle collector's passes would only cost time (Django's path turns it back on).
     gc.disable()
-    from provisioning.capacity import htools
+    from capacity import htools
 
     # hspace/hbal/hsqueeze on a Ganeti file or a simulation need no database: answered
     # without setting Django up (its start-up costs more than Ganeti's whole run).

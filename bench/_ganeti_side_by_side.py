@@ -1,4 +1,4 @@
-"""Run Ganeti's hspace/hbal/hinfo and ours on the same clusters (bench/placement.py)."""
+"""Run Ganeti's hspace/hbal/hinfo and ours on the same clusters (bench/placement_core.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from provisioning.placement.ganeti import text_backend
-from provisioning.placement.ganeti.generate import consistent_free_memory, unbalanced_cluster
-from provisioning.placement.ganeti.hbal import HbalOptions, balance
-from provisioning.placement.ganeti.hspace import HSpaceOptions, Spec, run_hspace
-from provisioning.placement.ganeti.simulate import simulated_cluster
+from placement.ganeti import text_backend
+from placement.ganeti.generate import consistent_free_memory, unbalanced_cluster
+from placement.ganeti.hbal import HbalOptions, balance
+from placement.ganeti.hspace import HSpaceOptions, Spec, run_hspace
+from placement.ganeti.simulate import simulated_cluster
 
 GANETI_BIN = os.environ.get("GANETI_BIN", "/usr/lib/ganeti/3.0/usr/bin")
 
@@ -202,7 +202,9 @@ def _ours_env() -> dict:
     which would add the compilation of every module to each run)."""
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "provisioning")], env=env, check=True)
+    # What `manage.py hbal -t …` imports before Django: capacity's htools and the placement core.
+    packages = [os.path.join(ROOT, name) for name in ("capacity", "placement")]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *packages], env=env, check=True)
     return env
 
 
@@ -251,5 +253,5 @@ def process_row(case: ProcessCase, timeout: float) -> ProcessRow:
             theirs.append(_run_once(theirs_argv, timeout)[1])
     if theirs is None:
         return ProcessRow(case.label, ours, None, "Ganeti: missing or no answer")
-    # hbal too: its text is Ganeti's byte for byte (tests/provisioning/capacity/test_hbal_text.py).
+    # hbal too: its text is Ganeti's byte for byte (tests/capacity/test_hbal_text.py).
     return ProcessRow(case.label, ours, theirs, "identical stdout" if ours_out == theirs_out else "STDOUT DIFFERS")

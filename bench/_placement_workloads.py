@@ -1,4 +1,4 @@
-"""Workloads for bench/placement.py: big time-windowed clusters and a VCL-style lab.
+"""Workloads for bench/placement_core.py: big time-windowed clusters and a VCL-style lab.
 
 All generators are deterministic (seeded) so runs compare.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from provisioning.placement import Allocation, Cluster, Host, Request, Resources
+from placement import Allocation, Cluster, Host, Request, Resources
 
 DAY = 86400.0
 HOUR = 3600.0

@@ -52,7 +52,7 @@ def setup(args):
 
     from accounts import tokens
     from inventory import services as inventory
-    from provisioning.vms import services as vms
+    from provisioning import services as vms
 
     call_command("migrate", verbosity=0)
     for n in range(args.room // HOST_VCPUS):

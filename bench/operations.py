@@ -48,13 +48,13 @@ def seed(hosts, full, vms, memory_mib=1024):
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
+    from capacity.models import Allocation
+    from drivers.base import vm_key
+    from drivers.sim import services as sim
+    from drivers.sim.models import SimVM
     from inventory.models import Hypervisor
-    from provisioning.capacity.models import Allocation
-    from provisioning.drivers.base import vm_key
-    from provisioning.drivers.sim import services as sim
-    from provisioning.drivers.sim.models import SimVM
-    from provisioning.vms import services
-    from provisioning.vms.models import VM
+    from provisioning import services
+    from provisioning.models import VM
 
     admin = get_user_model().objects.create_user("bench", is_staff=True)
     image = services.create_image(actor="bench", name="bench-linux", os="Linux", min_memory_mib=256)
@@ -136,8 +136,8 @@ def peak_running(rows):
 
 
 def run_plan(plan, admin, timeout=3600):
-    from provisioning.jobs.models import Job
-    from provisioning.vms import plans
+    from jobs.models import Job
+    from provisioning import plans
 
     start = time.monotonic()
     plans.execute(plan, actor=admin)
@@ -152,8 +152,8 @@ def run_plan(plan, admin, timeout=3600):
 def evacuate(args):
     from django.core.management import call_command
 
-    from provisioning.vms import plans
-    from provisioning.vms.models import VM
+    from provisioning import plans
+    from provisioning.models import VM
 
     call_command("migrate", verbosity=0)
     # The VMs must fit on the one host (64 GiB, memory ratio 1): 100 VMs of 512 MiB.
@@ -179,8 +179,8 @@ def evacuate(args):
 def hbal(args):
     from django.core.management import call_command
 
-    from provisioning.placement.ganeti import text_backend
-    from provisioning.vms import plans
+    from placement.ganeti import text_backend
+    from provisioning import plans
 
     call_command("migrate", verbosity=0)
     admin, _ = seed(args.hosts, args.hosts // 2, args.vms)
@@ -191,7 +191,7 @@ def hbal(args):
     path = Path(os.environ["VCLMGR_VAR_DIR"]) / "cluster.txt"
     path.write_text(text_backend.serialize(plans.live().gcluster))
     bound = ["-l", str(limit)] if limit > 0 else []
-    from bench._ganeti_side_by_side import tool  # Ganeti's binaries where bench/placement.py finds them
+    from bench._ganeti_side_by_side import tool  # Ganeti's binaries where bench/placement_core.py finds them
 
     ganeti_hbal = tool("hbal")
     ganeti = (

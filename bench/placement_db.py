@@ -56,11 +56,11 @@ def main():
 
     from django.utils import timezone
 
+    from capacity import services
+    from capacity.models import Allocation
+    from capacity.snapshot import snapshot
     from core.changelog import Actor
     from inventory.models import Hypervisor
-    from provisioning.capacity import services
-    from provisioning.capacity.models import Allocation
-    from provisioning.capacity.snapshot import snapshot
 
     rng = random.Random(7)
     Allocation.objects.all().delete()

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from jobs import percentile, wait_for  # bench/ is on the path of a script run from it
+from job_queue import percentile, wait_for  # bench/ is on the path of a script run from it
 
 ROOT = Path(__file__).resolve().parent.parent
 VM_SIZE = {"vcpus": 1, "memory_mib": 512, "disk_gib": 5}
@@ -76,8 +76,8 @@ def setup(args):
     from django.contrib.auth import get_user_model
 
     from inventory import services as inventory
-    from provisioning.jobs import services as jobs
-    from provisioning.vms import services
+    from jobs import services as jobs
+    from provisioning import services
 
     per_host = -(-(2 * args.vms + args.hosts + COUNTED) // args.hosts) + 1
     for n in range(args.hosts):
@@ -99,7 +99,7 @@ def count_queries(owner, image, warm, count):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from provisioning.jobs import tasks, wake
+    from jobs import tasks, wake
 
     top_up, wake.top_up = wake.top_up, lambda *args, **kwargs: 0
     try:
@@ -159,7 +159,7 @@ def stop(worker, graceful):
 
 
 def request(owner, image):
-    from provisioning.vms import services
+    from provisioning import services
 
     vm, _ = services.request_vm(actor="bench", owner=owner, image=image, **VM_SIZE)
     return vm.pk
@@ -167,7 +167,7 @@ def request(owner, image):
 
 def settled(ids, timeout):
     """Wait until every VM is running or failed; returns {id: (created, ready or None, state)}."""
-    from provisioning.vms.models import VM
+    from provisioning.models import VM
 
     done = ("running", "failed")
     wait_for(lambda: VM.objects.filter(pk__in=ids, state__in=done).count() == len(ids), timeout, "the VMs")

@@ -119,9 +119,9 @@ def vclmgr_child(args):
     from django.utils import timezone
 
     from inventory import services as inventory
-    from provisioning.jobs.models import Job
-    from provisioning.vms import services as vms
-    from provisioning.vms.models import VM, HostImage
+    from jobs.models import Job
+    from provisioning import services as vms
+    from provisioning.models import VM, HostImage
     from reservations import services as reservations
     from reservations.models import Reservation
 

@@ -58,7 +58,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 # bench/ is on the path of a script run from it: take its helpers, then drop it, since this
 # file's name would hide the Django app ``runs``.
-from jobs import percentile  # noqa: E402
+from job_queue import percentile  # noqa: E402
 from provision import group_cpu_seconds, start_workers, stop  # noqa: E402
 
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
@@ -127,10 +127,10 @@ def failures(runs):
 
 
 def sim_child(args):
+    from drivers.sim.models import SimExecProfile
     from inventory import services as inventory
-    from provisioning.drivers.sim.models import SimExecProfile
-    from provisioning.jobs import services as jobs
-    from provisioning.vms import services as vms
+    from jobs import services as jobs
+    from provisioning import services as vms
 
     per_host = -(-2 * args.runs // args.hosts) + 2  # room for every run at once, whatever the queue does
     for n in range(args.hosts):
@@ -274,7 +274,7 @@ def raw_true(pool):
 
 def vclmgr_true(user, image):
     """Submit ``true``; seconds from submit to command started, exit read, run ended."""
-    from provisioning.jobs.models import Job
+    from jobs.models import Job
     from runs import services
 
     run = services.submit(actor="bench", owner=user, image=image, argv=["true"])
@@ -301,8 +301,8 @@ def real_child(args):
     from django.conf import settings
 
     from inventory import services as inventory
-    from provisioning.vms import services as vms
-    from provisioning.vms.models import HostImage
+    from provisioning import services as vms
+    from provisioning.models import HostImage
     from tests import realvm
 
     image_info = realvm.guest_image()

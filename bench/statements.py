@@ -39,9 +39,9 @@ TARGET = 60
 def setup(repeat):
     from django.contrib.auth import get_user_model
 
+    from drivers.sim.models import SimExecProfile
     from inventory import services as inventory
-    from provisioning.drivers.sim.models import SimExecProfile
-    from provisioning.vms import services
+    from provisioning import services
 
     inventory.create_hypervisor(actor="bench", name="sim00", address="10.77.0.1", driver="sim", cpus=4 * (repeat + 2),
                                 memory_mib=1024 * (repeat + 2), disk_gib=10 * (repeat + 2))  # fmt: skip
@@ -79,7 +79,7 @@ def count_copies():
 
 
 def _site():
-    skip = ("/bench/", "/core/bulk.py", "/provisioning/jobs/models.py", "/django/", "/.venv/")
+    skip = ("/bench/", "/core/bulk.py", "/jobs/models.py", "/django/", "/.venv/")
     for frame in reversed(traceback.extract_stack()[:-3]):
         if frame.filename.startswith(str(ROOT)) and not any(part in frame.filename for part in skip):
             return f"{os.path.relpath(frame.filename, ROOT)}:{frame.lineno} {frame.name}"
@@ -113,14 +113,14 @@ def work(sql):
 
 def build():
     """Run the build job (and what follows it) as a worker would."""
-    from provisioning.jobs import tasks
+    from jobs import tasks
 
     tasks.run_next()
 
 
 def run_one(user, image):
     """A batch run on the simulator, as ``manage.py run`` submits it, then its job to the end."""
-    from provisioning.jobs import tasks
+    from jobs import tasks
     from runs import services
     from runs.models import Run
 
@@ -168,7 +168,7 @@ def kind_of(sql):
 
 
 def measure(args):
-    from provisioning.jobs import wake
+    from jobs import wake
 
     count_copies()
     image, users = setup(args.repeat)

@@ -41,7 +41,7 @@ def main(argv=None):
     from django.test import Client
     from django.utils import timezone
 
-    from provisioning.vms import services as vms
+    from provisioning import services as vms
     from reservations import demo, usage
 
     for name in ("debian-12", "ubuntu-24.04", "windows-11", "matlab-r2025", "rstudio"):

@@ -20,7 +20,7 @@ from django.conf import settings
 
 from console import services
 from core import metrics
-from provisioning.drivers.base import DriverError
+from drivers.base import DriverError
 
 log = logging.getLogger(__name__)
 

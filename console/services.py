@@ -20,9 +20,9 @@ from django.utils import timezone
 
 from accounts import access
 from console.models import ConsoleTicket
-from provisioning.drivers import registry
-from provisioning.drivers.base import DriverError, NoConsole
-from provisioning.vms.models import VM
+from drivers import registry
+from drivers.base import DriverError, NoConsole
+from provisioning.models import VM
 
 KINDS = tuple(ConsoleTicket.Kind.values)
 PURGE_AFTER = timedelta(days=30)  # spent tickets are the sessions' history for a while

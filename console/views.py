@@ -7,8 +7,8 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_POST
 
 from console import services
-from provisioning.drivers.base import DriverError
-from provisioning.vms.models import VM
+from drivers.base import DriverError
+from provisioning.models import VM
 
 MAX_ID = 2**63 - 1
 

@@ -29,7 +29,7 @@ _local = threading.local()  # .sink: a batch collecting this thread's events (se
 def deferred_to(sink):
     """While set, ``emit`` hands each event to ``sink(kind, data, topics)``; a sink that returns
     True took it (and writes it before its transaction commits), False: written at once.
-    ``provisioning.jobs.transitions.batched`` sets it for its block. Returns the previous sink."""
+    ``jobs.transitions.batched`` sets it for its block. Returns the previous sink."""
     previous = getattr(_local, "sink", None)
     _local.sink = sink
     return previous

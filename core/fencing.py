@@ -1,9 +1,9 @@
 """Fencing: code that acts under a lease stops as soon as the lease may be someone else's.
 
-A job runner holds a lease on its job (``provisioning.jobs.runner``). Its writes to the job
+A job runner holds a lease on its job (``jobs.runner``). Its writes to the job
 are conditional on the lease in the database; this module covers what the database cannot
 guard — calls to a hypervisor. The runner registers its lease for the thread that runs the
-job (``holding(lease)``), and every driver contract call (``provisioning.drivers.base``)
+job (``holding(lease)``), and every driver contract call (``drivers.base``)
 calls ``check()`` before it starts and after it returns. ``check()`` costs nothing while the
 lease was confirmed recently (by its heartbeat or a step's write, within ``lease.trusted``
 seconds); past that it confirms the lease with a conditional write and raises ``LeaseLost``

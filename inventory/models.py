@@ -15,6 +15,7 @@ from django.db.models.functions import Lower
 from taggit.managers import TaggableManager
 
 from core import outbound
+from drivers import registry as drivers
 from inventory import crypto
 from inventory.validators import (
     FIRST_SLOT,
@@ -27,7 +28,6 @@ from inventory.validators import (
     validate_bmc_address,
     validate_name,
 )
-from provisioning.drivers import registry as drivers
 
 ALLOW_HTTP_HELP = "Send the BMC credential over plain http:// (off: only over https://)."
 
@@ -170,7 +170,7 @@ class Hypervisor(models.Model):
     set it to 1 to mirror Ganeti's vCPU kept for the node OS.
     """
 
-    # The driver kinds of provisioning/drivers/registry.py (Driver.SIM, Driver.LIBVIRT, ...).
+    # The driver kinds of drivers/registry.py (Driver.SIM, Driver.LIBVIRT, ...).
     Driver = models.TextChoices("Driver", [(name.upper(), (name, label)) for name, label in drivers.DRIVER_CHOICES])
 
     class State(models.TextChoices):

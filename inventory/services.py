@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from core import bulk, changelog, events, outbound
 from core.errors import InUse
+from drivers import registry as drivers
 from inventory import formats
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
 from inventory.resources import (
@@ -37,7 +38,6 @@ from inventory.resources import (
     slot_data,
 )
 from inventory.validators import FIRST_SLOT, MAX_SLOTS, validate_name
-from provisioning.drivers import registry as drivers
 
 IN_USE_CHECKERS = []
 ON_STATE_CHANGE = []

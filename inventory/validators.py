@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 
-from provisioning.drivers import registry as drivers
+from drivers import registry as drivers
 
 # --- host bounds -------------------------------------------------------------------------
 

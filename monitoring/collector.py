@@ -10,10 +10,10 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
 from inventory.models import Hypervisor
+from jobs.models import Job
 from monitoring import dashboard
 from notifications.models import Notification, WebhookDelivery
-from provisioning.jobs.models import Job
-from provisioning.vms.models import VM
+from provisioning.models import VM
 from reservations.models import Reservation
 
 PENDING_STATES = ("queued", "sending", "retry", "failed")

@@ -15,10 +15,10 @@ from datetime import timedelta
 from django.db.models import Count, Sum
 from django.utils import timezone
 
+from capacity import loaders
 from inventory.models import BladeCenter, Hypervisor
-from provisioning.capacity import loaders
-from provisioning.jobs.models import Job
-from provisioning.jobs.services import queue_state
+from jobs.models import Job
+from jobs.services import queue_state
 from reservations.models import Reservation
 
 RESOURCES = ("vcpus", "memory_mib", "disk_gib")

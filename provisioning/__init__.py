@@ -1,6 +1,7 @@
-"""Provisioning: a plain package of the apps that turn requests into running VMs.
+"""Provisioning: the app that turns requests into running VMs — images, VMs, the VM opcodes.
 
-``jobs`` (the job queue, its UI, API and commands), ``vms`` (VMs and images), ``capacity``
-(claims on hosts over time), ``drivers`` (hypervisor drivers), ``placement`` (the pure
-placement core). It has no models, views or urls of its own.
+Its label is ``vms`` (tables ``vms_*``, its content types, migrations and permissions): the
+label it had as the ``vms`` folder of a plain package that also held the layers below it
+(``placement``, ``jobs``, ``drivers``, ``capacity``, top-level packages now), kept so that no
+data moves.
 """

@@ -3,8 +3,8 @@
 from rest_framework import serializers
 
 from inventory.models import Hypervisor
-from provisioning.jobs.registry import StringListField, opcode
-from provisioning.vms.models import VM
+from jobs.registry import StringListField, opcode
+from provisioning.models import VM
 from rapi import services
 from rapi.models import ClusterTag
 

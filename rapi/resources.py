@@ -15,11 +15,11 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from accounts import access
+from capacity.models import Allocation
 from inventory.models import Hypervisor, NodeGroup
-from provisioning.capacity.models import Allocation
-from provisioning.jobs.models import Job
-from provisioning.placement.ganeti import types as ganeti_types
-from provisioning.vms.models import VM
+from jobs.models import Job
+from placement.ganeti import types as ganeti_types
+from provisioning.models import VM
 from rapi.protocol import RapiError
 
 _NS = uuid.UUID("5a1d3c1e-7f2b-4c55-9d0e-6b7e1c2a9f40")

@@ -8,12 +8,12 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from capacity import services as capacity
 from core.errors import Conflict
 from inventory import services as inventory
-from provisioning.capacity import services as capacity
-from provisioning.jobs import services as jobs
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM
+from jobs import services as jobs
+from provisioning import services as vms
+from provisioning.models import VM
 from rapi.models import ClusterTag
 
 SOURCE = "gnt:rapi"

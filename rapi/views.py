@@ -12,8 +12,8 @@ import time
 from accounts import access
 from core.errors import Conflict
 from inventory.models import Hypervisor
-from provisioning.jobs import services as jobs
-from provisioning.vms.models import Image
+from jobs import services as jobs
+from provisioning.models import Image
 from rapi import resources as R
 from rapi import services
 from rapi.models import ClusterTag

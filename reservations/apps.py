@@ -8,12 +8,12 @@ class ReservationsConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
+        from capacity import services as capacity
         from core import topics
         from inventory import services as inventory
-        from provisioning.capacity import services as capacity
-        from provisioning.jobs import transitions
-        from provisioning.vms import quotas, repair, verify
-        from provisioning.vms.opcodes import lifecycle
+        from jobs import transitions
+        from provisioning import quotas, repair, verify
+        from provisioning.opcodes import lifecycle
         from reservations import services, tasks
 
         topics.register("reservation", services.may_see)

@@ -10,7 +10,7 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from provisioning.vms.models import Image, QuotaRule
+from provisioning.models import Image, QuotaRule
 from reservations import services
 from reservations.models import BlockAllocation
 

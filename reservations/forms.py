@@ -11,8 +11,8 @@ from datetime import timedelta
 from django import forms
 from django.utils import timezone
 
-from provisioning.vms import quotas
-from provisioning.vms import services as vms
+from provisioning import quotas
+from provisioning import services as vms
 from reservations import services
 
 DURATIONS = (30, 60, 90, 120, 180, 240, 360, 480, 720, 1440)  # minutes offered, up to the user's limit

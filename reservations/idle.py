@@ -203,7 +203,7 @@ def due(now=None, limit=500):
 
 def guest_sessions(reservation):
     """The guest's sessions, or ``(None, why)`` when they cannot be known now; ``Invalid`` passes."""
-    from provisioning.drivers import base, registry
+    from drivers import base, registry
 
     vm = reservation.vm
     if vm is None or vm.host is None:
@@ -220,7 +220,7 @@ def console_sessions(reservation, now):
     """The user's web console sessions of the reservation's VM as guest sessions: an open one is
     active now, the latest closed since the clock's start was last active at its close."""
     from console import services as console
-    from provisioning.drivers.base import GuestSession
+    from drivers.base import GuestSession
 
     if reservation.vm_id is None or reservation.user_id is None:
         return []
@@ -234,7 +234,7 @@ def console_sessions(reservation, now):
 
 def check(reservation_id, now=None, *, actor):
     """Ask the reservation's guest who is logged in and act: nothing, warn, or end it."""
-    from provisioning.drivers import base
+    from drivers import base
 
     reservation = (
         Reservation.objects.select_related("vm", "vm__host", "image", "block__group", "user")

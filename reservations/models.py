@@ -6,7 +6,7 @@ ahead of its start, and ends at its end. Its status history is ``ReservationHist
 A ``BlockAllocation`` is an instructor's N seats of an image for a user group over a window,
 repeated weekly if asked; each occurrence becomes N seat reservations that members take.
 Quotas (``QuotaRule``) live with the VMs, below this app, so that reservations and ad-hoc VMs
-are limited by one engine (``provisioning.vms.quotas``).
+are limited by one engine (``provisioning.quotas``).
 """
 
 from django.conf import settings

@@ -10,7 +10,7 @@ from the database; all are idempotent, so a retried job changes nothing twice.
 
 from rest_framework import serializers
 
-from provisioning.jobs.registry import opcode
+from jobs.registry import opcode
 from reservations import idle, services
 
 

@@ -28,22 +28,22 @@ from django.db.models import Q
 from django.utils import timezone
 
 from accounts import access
+from capacity import preemption
+from capacity import services as capacity
+from capacity.models import Allocation
 from core import changelog, events, topics
 from core.changelog import Actor
 from core.errors import Conflict
-from provisioning.capacity import preemption
-from provisioning.capacity import services as capacity
-from provisioning.capacity.models import Allocation
-from provisioning.drivers import cloudinit
-from provisioning.jobs import services as jobs
-from provisioning.jobs import transitions
-from provisioning.jobs.models import Job
-from provisioning.placement import refusals as placement_reasons
-from provisioning.placement.result import format_time
-from provisioning.vms import quotas
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM
-from provisioning.vms.opcodes import host_ops as vm_host_ops
+from drivers import cloudinit
+from jobs import services as jobs
+from jobs import transitions
+from jobs.models import Job
+from placement import refusals as placement_reasons
+from placement.result import format_time
+from provisioning import quotas
+from provisioning import services as vms
+from provisioning.models import VM
+from provisioning.opcodes import host_ops as vm_host_ops
 from reservations import idle, usage
 from reservations.models import BlockAllocation, Refusal, Reservation, ReservationHistory
 
@@ -73,7 +73,7 @@ def may_see(user, rest):
     return visible(user).filter(pk=int(rest)).exists()
 
 
-# --- limits: the one quota engine (``provisioning.vms.quotas``) counts reservations as one holder
+# --- limits: the one quota engine (``provisioning.quotas``) counts reservations as one holder
 
 
 def holdings(window):
@@ -1109,7 +1109,7 @@ def _finish_stalled_endings(now, *, actor):
     """Queue ``reservation.finish`` again for a reservation still ending a while after its
     last job (an admin canceled its finish job, or it failed): idempotent, it settles it.
     Returns how many."""
-    from provisioning.jobs.models import Job
+    from jobs.models import Job
 
     stalled = Reservation.objects.filter(status=S.ENDING, updated__lte=now - STALLED_ENDING)
     vms_of = dict(stalled.values_list("pk", "vm_id")[:100])  # every tick: usually none
@@ -1133,7 +1133,7 @@ def _finish_stalled_endings(now, *, actor):
 
 def build_job(reservation):
     """The job building the reservation's current VM (None before building starts)."""
-    from provisioning.jobs.models import Job
+    from jobs.models import Job
 
     if not reservation.vm_id:
         return None

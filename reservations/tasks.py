@@ -38,8 +38,8 @@ def idle_round(now=None):
     """Submit ``reservation.idle_check`` if a ready reservation's guest is due to be asked and no
     such job is queued or running (one indexed query when nothing is due). Returns its id."""
     from core.changelog import Actor
-    from provisioning.jobs import services as jobs
-    from provisioning.jobs.models import Job
+    from jobs import services as jobs
+    from jobs.models import Job
     from reservations import idle
 
     if not idle.due(now, limit=1):

@@ -26,7 +26,7 @@ from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from core import spreadsheets
-from provisioning.placement import refusals as placement_reasons
+from placement import refusals as placement_reasons
 from reservations.models import Refusal, Reservation, UsageDay, UsagePeak
 
 S = Reservation.Status
@@ -394,7 +394,7 @@ def choices():
     stored usage (a renamed or deleted one keeps its history)."""
     from django.contrib.auth.models import Group
 
-    from provisioning.vms.models import Image
+    from provisioning.models import Image
 
     stored = UsageDay.objects.order_by()
     images = set(Image.objects.values_list("name", flat=True)) | set(stored.values_list("image", flat=True).distinct())

@@ -22,8 +22,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from accounts import access
 from core import topics
-from provisioning.vms import services as vms
-from provisioning.vms.forms import ImageFilterForm
+from provisioning import services as vms
+from provisioning.forms import ImageFilterForm
 from reservations import home, idle, services, usage
 from reservations.forms import BlockForm, ExtendForm, ReserveForm, add_service_errors, as_input
 from reservations.models import BlockAllocation, Reservation

@@ -8,9 +8,9 @@ class RunsConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
+        from capacity import preemption
         from core import events, topics
-        from provisioning.capacity import preemption
-        from provisioning.vms import quotas
+        from provisioning import quotas
         from runs import services, tasks
 
         topics.register("run", services.may_see)

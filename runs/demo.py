@@ -1,7 +1,7 @@
 """Demo: what a command "run" in the simulated debian-12 guest gives back (a short test suite
 with a JUnit report), so a user can start a sample run from the runs page. Idempotent."""
 
-from provisioning.drivers.sim.models import SimExecProfile
+from drivers.sim.models import SimExecProfile
 
 SAMPLE = {
     "output": "".join(f"test_{n:02d} ... ok\n" for n in range(1, 13)) + "Ran 12 tests: OK\n",

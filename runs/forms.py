@@ -7,7 +7,7 @@ import shlex
 from django import forms
 from django.utils.text import slugify
 
-from provisioning.vms import services as vms
+from provisioning import services as vms
 
 
 def platform_choices(user):

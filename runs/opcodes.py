@@ -25,19 +25,19 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from accounts import access
+from capacity import preemption
+from capacity import services as capacity
+from drivers import base
+from drivers import registry as drivers
 from inventory.models import Hypervisor
-from provisioning.capacity import preemption
-from provisioning.capacity import services as capacity
-from provisioning.drivers import base
-from provisioning.drivers import registry as drivers
-from provisioning.jobs.registry import opcode
-from provisioning.jobs.runner import Canceled
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM
-from provisioning.vms.opcodes import capture as captures
-from provisioning.vms.opcodes import lifecycle, migration, reuse
-from provisioning.vms.opcodes.common import fail_reason, load_vm, passes_through
-from provisioning.vms.opcodes.staging import stage
+from jobs.registry import opcode
+from jobs.runner import Canceled
+from provisioning import services as vms
+from provisioning.models import VM
+from provisioning.opcodes import capture as captures
+from provisioning.opcodes import lifecycle, migration, reuse
+from provisioning.opcodes.common import fail_reason, load_vm, passes_through
+from provisioning.opcodes.staging import stage
 from runs import pooling, services, validation
 from runs.models import Run, RunFile
 
@@ -516,7 +516,7 @@ def _cleanup_end(run):
         return S.CANCELED, "canceled while suspended; its VM destroyed"
     if run.state == S.SUSPENDED and run.vm is not None and run.vm.host.state == run.vm.host.State.OFFLINE:
         return S.ERROR, f"its host {run.vm.host.name} went offline while it was suspended; its VM destroyed"
-    from provisioning.jobs.models import Job
+    from jobs.models import Job
 
     ended = Job.objects.filter(pk=run.job).values_list("error_message", flat=True).first() or "it ended"
     return S.ERROR, f"its job ended before the run did ({ended[:500]}); its VM destroyed"

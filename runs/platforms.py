@@ -13,9 +13,9 @@ from collections import Counter
 
 from django.utils.text import slugify
 
+from drivers import registry
 from inventory.models import Hypervisor
-from provisioning.drivers import registry
-from provisioning.vms import services as vms
+from provisioning import services as vms
 
 
 class NoPlatform(Exception):

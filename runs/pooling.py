@@ -24,11 +24,11 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
-from provisioning.capacity import services as capacity
-from provisioning.drivers import base
-from provisioning.vms import services as vms
-from provisioning.vms.opcodes import guest, lifecycle
-from provisioning.vms.opcodes.common import load_vm
+from capacity import services as capacity
+from drivers import base
+from provisioning import services as vms
+from provisioning.opcodes import guest, lifecycle
+from provisioning.opcodes.common import load_vm
 
 log = logging.getLogger(__name__)
 

@@ -23,18 +23,18 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from accounts import access
+from capacity import preemption
+from capacity import services as capacity
 from core import changelog, events
 from core.changelog import Actor
 from core.errors import Conflict
-from provisioning.capacity import preemption
-from provisioning.capacity import services as capacity
-from provisioning.drivers import registry as drivers
-from provisioning.jobs import kept_records, reasons
-from provisioning.jobs import services as jobs
-from provisioning.jobs.models import Job
-from provisioning.vms import quotas
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM
+from drivers import registry as drivers
+from jobs import kept_records, reasons
+from jobs import services as jobs
+from jobs.models import Job
+from provisioning import quotas
+from provisioning import services as vms
+from provisioning.models import VM
 from runs import platforms, validation
 from runs.models import ACTIVE, FINAL, Run, RunFile, RunOutput
 
@@ -322,7 +322,7 @@ DRIVING = ("run.execute", "run.resume")  # the jobs that drive a run (``Run.job`
 
 
 # --- suspend instead of preempt ---------------------------------------------------
-# A reservation (or other claim of a higher class: ``provisioning.capacity.preemption``) that
+# A reservation (or other claim of a higher class: ``capacity.preemption``) that
 # fits nowhere may take the CPU and memory of running runs of a lower class: ``suspend_for``,
 # in the claiming transaction, shrinks each run's claim to its disk and asks its job to suspend
 # its VM (the job's wait step sees ``suspend_requested``, suspends, and ends; the claimer's

@@ -12,9 +12,9 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from accounts import tokens
+from capacity.snapshot import snapshot
 from core.changelog import Actor
 from inventory import services as inventory_services
-from provisioning.capacity.snapshot import snapshot
 from tests import processes
 
 TEST = Actor(name="test")
@@ -69,6 +69,8 @@ def _shares_by_module(item):
             return
 
 
+# First: xdist's worker reads the xdist_group markers in its own hook of this name.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         _classify(item)
@@ -110,8 +112,8 @@ def migrated_schedules(db):
 
     from django.apps import apps
 
-    for module in ("provisioning.jobs.migrations.0002_job_sweep_schedule",
-                   "provisioning.vms.migrations.0002_facts_refresh_schedule"):  # fmt: skip
+    for module in ("jobs.migrations.0002_job_sweep_schedule",
+                   "provisioning.migrations.0002_facts_refresh_schedule"):  # fmt: skip
         import_module(module).create(apps, None)
 
 

@@ -21,7 +21,7 @@ import paramiko
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from provisioning.drivers import cloudinit
+from drivers import cloudinit
 from tools.localkvm import (  # noqa: F401 (the daemon and image, for the tests and bench that import them from here)
     DAEMONS,
     PREFIX,

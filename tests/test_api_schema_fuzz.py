@@ -2,29 +2,36 @@
 negative data) with every check schemathesis has (the CLI's ``--checks all``): no server
 errors, every response conforms to the schema, invalid input is refused, valid input accepted.
 
-Grows on its own: endpoints added later are fuzzed too. Runs twice, as a plain user and as a
-staff user (the persona that reaches the most code), each with a read-write token.
+Grows on its own: endpoints added later are fuzzed too. Runs as a staff user (the persona that
+reaches the most code) and as a plain user, each with a read-write token. An operation a role
+guards that the plain user lacks is refused before the request is read, whatever it holds: the
+plain user gets the generated cases there (each must be a conforming 403), not the coverage
+phase's hundreds of input variants that would all meet the same refusal.
 
 The operations are dealt into ``PARTS`` parts of about equal cost, one test item per part and
 persona, so parallel workers (pytest-xdist) share the fuzzing instead of one worker doing a
 persona alone. The deal is computed from the schema served, so a new endpoint lands in a part
-by itself; ``test_every_operation_is_fuzzed_in_exactly_one_part`` proves the parts cover the
-schema exactly once.
+by itself; ``test_every_operation_is_fuzzed_in_exactly_one_part_per_persona`` proves the parts
+cover the schema exactly once for each persona.
 """
 
 import json
+import re
 
 import pytest
 import schemathesis
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
-from hypothesis import HealthCheck, settings
+from django.urls import resolve
+from hypothesis import HealthCheck, Phase, settings
+from rest_framework.permissions import SAFE_METHODS
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.core.parameters import ParameterLocation
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 from accounts import tokens
+from accounts.api.permissions import RoleRequired
 from core.api.throttling import AnonThrottle
 
 load_all_checks()
@@ -143,35 +150,82 @@ def bearer(user):
     return {"Authorization": f"Bearer {tokens.issue(user, 'fuzz', scopes='all')[1]}"}
 
 
-@pytest.fixture(params=["plain user", "admin"])
-def persona_headers(request):
-    user = request.getfixturevalue("alice" if request.param == "plain user" else "admin_user")
-    return bearer(user)
+@pytest.fixture
+def admin_headers(admin_user):
+    return bearer(admin_user)
+
+
+@pytest.fixture
+def plain_user_headers(alice):
+    return bearer(alice)
+
+
+def refused_to_a_plain_user(ctx):
+    """Does a role the plain user (no role, not staff) lacks guard this operation?
+
+    Read from the view's permission classes, as DRF checks them before it reads the request:
+    whatever the input, the answer is 403 (the refused items assert that), so the input-deriving
+    coverage phase would send the same refusal hundreds of times."""
+    match = resolve(re.sub(r"{[^}]+}", "1", ctx.operation.full_path))
+    view = getattr(match.func, "cls", None)
+    needs = "read" if ctx.operation.method.upper() in SAFE_METHODS else "write"
+    return any(
+        issubclass(permission, RoleRequired) and getattr(permission, needs) is not None
+        for permission in getattr(view, "permission_classes", ())
+    )
 
 
 FUZZ = settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+#: Generated cases only (schemathesis' coverage phase runs as hypothesis' explicit examples).
+GENERATED_ONLY = settings(FUZZ, phases=[Phase.generate])
 
 
-def fuzz_part(part):
+def fuzz_admin(part):
     @schema.include(in_part(part)).parametrize()
-    @pytest.mark.usefixtures("persona_headers")  # (the persona parametrizes the item)
     @FUZZ
-    def test_api_conforms_to_its_schema(case, persona_headers):
-        case.call_and_validate(headers=persona_headers, checks=CHECKS_ALL)
+    def test_api_conforms_to_its_schema(case, admin_headers):
+        case.call_and_validate(headers=admin_headers, checks=CHECKS_ALL)
 
     return test_api_conforms_to_its_schema
 
 
+def fuzz_plain_user(part):
+    @schema.include(in_part(part)).exclude(refused_to_a_plain_user).parametrize()
+    @FUZZ
+    def test_api_conforms_to_its_schema(case, plain_user_headers):
+        case.call_and_validate(headers=plain_user_headers, checks=CHECKS_ALL)
+
+    return test_api_conforms_to_its_schema
+
+
+@schema.include(refused_to_a_plain_user).parametrize()
+@GENERATED_ONLY
+def test_a_plain_user_is_refused_what_a_role_guards_and_the_refusal_conforms(case, plain_user_headers):
+    response = case.call_and_validate(headers=plain_user_headers, checks=CHECKS_ALL)
+    # Refused (403); only what comes before any view may answer first: the router (404 for a
+    # path or ``format`` it does not serve) and the guard against NUL in parameters (400).
+    assert response.status_code in (400, 403, 404), (case.method, case.formatted_path, response.status_code)
+
+
 for _part in range(PARTS):
-    globals()[f"test_api_conforms_to_its_schema_part_{_part}"] = fuzz_part(_part)
+    globals()[f"test_api_conforms_to_its_schema_as_admin_part_{_part}"] = fuzz_admin(_part)
+    globals()[f"test_api_conforms_to_its_schema_as_plain_user_part_{_part}"] = fuzz_plain_user(_part)
 
 
-def test_every_operation_is_fuzzed_in_exactly_one_part(api_schema):
-    everything = [result.ok().label for result in api_schema.get_all_operations()]
-    dealt = [
-        result.ok().label
+def test_every_operation_is_fuzzed_in_exactly_one_part_per_persona(api_schema):
+    def labels(filter_set):
+        return [result.ok().label for result in api_schema.clone(filter_set=filter_set).get_all_operations()]
+
+    everything = labels(api_schema.filter_set)
+    as_admin = [label for part in range(PARTS) for label in labels(schema.include(in_part(part)).filter_set)]
+    as_plain_user = [
+        label
         for part in range(PARTS)
-        for result in api_schema.clone(filter_set=schema.include(in_part(part)).filter_set).get_all_operations()
+        for label in labels(schema.include(in_part(part)).exclude(refused_to_a_plain_user).filter_set)
     ]
+    refused = labels(schema.include(refused_to_a_plain_user).filter_set)
     assert len(everything) > 100
-    assert sorted(dealt) == sorted(everything)
+    assert sorted(as_admin) == sorted(everything)
+    assert sorted(as_plain_user + refused) == sorted(everything)
+    # The staff API (hosts, webhooks, quota rules …) is refused; a user's own things are not.
+    assert "GET /api/v1/webhooks/" in refused and "POST /api/v1/reservations/" in as_plain_user

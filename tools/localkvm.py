@@ -29,6 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 STATE = Path(os.environ.get("VCLMGR_LIBVIRTD_DIR", Path(tempfile.gettempdir()) / "vclmgr-libvirtd"))
 PREFIX = "vclmgr-test-"
 DAEMONS = ("libvirtd", "virtqemud")
+#: The daemon's program; another one (a build of its own, a stand-in in the reaper's test) by
+#: VCLMGR_LIBVIRTD. Ours are told apart by their pid files and program names.
+LIBVIRTD = os.environ.get("VCLMGR_LIBVIRTD", "libvirtd")
+PROGRAMS = {"libvirtd": Path(LIBVIRTD).name, "virtlogd": "virtlogd"}
 
 
 class RealVMError(RuntimeError):
@@ -105,7 +109,10 @@ class Libvirtd:
     # pids of the processes we started (None when not running)
     def _ours(self, name):
         pid = _read_pid(STATE / f"{name}.pid")
-        return pid if pid is not None and _exe_name(pid) == name else None
+        return pid if pid is not None and _exe_name(pid) == PROGRAMS[name] else None
+
+    def _stop(self, name):
+        _stop_pid(self._ours(name), PROGRAMS[name])
 
     @classmethod
     def acquire(cls, timeout=120):
@@ -128,13 +135,32 @@ class Libvirtd:
         """Leave; the last user out also destroys the domains named ``PREFIX…`` (and ``also…``)."""
         with _locked():
             self.user.unlink(missing_ok=True)
-            if self._live_users():
-                return
-            self._destroy_leftovers((PREFIX, *also))
-            _stop_pid(self._ours("libvirtd"), "libvirtd")
-            _stop_pid(self._ours("virtlogd"), "virtlogd")
-            # Pools of users that died before closing them (each holds a copy of the image).
-            shutil.rmtree(STATE / "pools", ignore_errors=True)
+            if not self._live_users():
+                self._shut_down(also)
+
+    def _shut_down(self, also=()):
+        # (under the lock)
+        self._destroy_leftovers((PREFIX, *also))
+        self._stop("libvirtd")
+        self._stop("virtlogd")
+        # Pools of users that died before closing them (each holds a copy of the image).
+        shutil.rmtree(STATE / "pools", ignore_errors=True)
+
+    def reap(self, every=1.0):
+        """Wait until the daemon is gone or its last user died, and then shut it down.
+
+        Started with the daemon, in a session of its own: a user killed before it could
+        release (an xdist worker killed on Ctrl-C, a SIGKILL) must not leave the daemon and
+        its guests running."""
+        while True:
+            time.sleep(every)
+            with _locked():
+                if self._ours("libvirtd") is None:
+                    self._stop("virtlogd")
+                    return
+                if not self._live_users():
+                    self._shut_down()
+                    return
 
     def _live_users(self):
         live = []
@@ -165,8 +191,13 @@ class Libvirtd:
         if not _running(("virtlogd",)):
             subprocess.run(["virtlogd", "-d", "-p", str(STATE / "virtlogd.pid")], check=True, timeout=30)
         subprocess.run(
-            ["libvirtd", "-d", "-p", str(STATE / "libvirtd.pid"), "-f", str(conf)], check=True, timeout=30
+            [LIBVIRTD, "-d", "-p", str(STATE / "libvirtd.pid"), "-f", str(conf)], check=True, timeout=30
         )
+        with open(STATE / "reaper.log", "ab") as log:
+            subprocess.Popen(  # noqa: S603 (this file, fixed arguments)
+                [sys.executable, str(Path(__file__).resolve()), "reap"], start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT,
+            )  # fmt: skip
         import libvirt
 
         deadline = time.monotonic() + timeout
@@ -181,8 +212,8 @@ class Libvirtd:
                 if gone or time.monotonic() > deadline:
                     log_file = STATE / "libvirtd.log"
                     log = log_file.read_text(errors="replace")[-2000:] if log_file.exists() else ""
-                    _stop_pid(self._ours("libvirtd"), "libvirtd")
-                    _stop_pid(self._ours("virtlogd"), "virtlogd")
+                    self._stop("libvirtd")
+                    self._stop("virtlogd")
                     raise RealVMError(f"libvirtd did not answer on {self.uri}: {exc}\n{log}") from None
                 time.sleep(0.2)
 
@@ -222,3 +253,7 @@ def guest_image():
     info = json.loads((path / "guest.json").read_text())
     info["dir"] = path
     return info
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["reap"]:
+    Libvirtd().reap()

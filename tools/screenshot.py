@@ -24,8 +24,8 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from inventory import services as inventory
 from inventory.models import Hypervisor
-from provisioning.capacity import services as capacity
-from provisioning.vms.models import Image
+from capacity import services as capacity
+from provisioning.models import Image
 from reservations import services as reservations
 
 now = timezone.now()

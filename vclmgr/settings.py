@@ -76,10 +76,10 @@ INSTALLED_APPS = [
     "core.apps.CoreConfig",
     "accounts.apps.AccountsConfig",
     "inventory.apps.InventoryConfig",
-    "provisioning.jobs.apps.JobsConfig",
-    "provisioning.drivers.sim.apps.SimConfig",
-    "provisioning.capacity.apps.CapacityConfig",
-    "provisioning.vms.apps.VmsConfig",
+    "jobs.apps.JobsConfig",
+    "drivers.sim.apps.SimConfig",
+    "capacity.apps.CapacityConfig",
+    "provisioning.apps.VmsConfig",
     "reservations.apps.ReservationsConfig",
     "runs.apps.RunsConfig",
     "rapi.apps.RapiConfig",
@@ -401,7 +401,7 @@ HOST_OFFLINE_AFTER_CHECKS = env.int("HOST_OFFLINE_AFTER_CHECKS", 3, minimum=0)
 # Options for every host of a driver kind, as JSON: {"vmware": {"insecure": true}, "libvirt": {...}}.
 # Sockets of local libvirt daemons a libvirt URI may name with ?socket= (comma-separated paths).
 VCLMGR_LIBVIRT_SOCKETS = env.list("VCLMGR_LIBVIRT_SOCKETS", [])
-# The driver kinds of provisioning/drivers/registry.py's table, named here so that settings need
+# The driver kinds of drivers/registry.py's table, named here so that settings need
 # not import the app (tests/vclmgr/test_settings.py keeps the two lists equal).
 DRIVER_KINDS = ("sim", "libvirt", "vmware")
 
@@ -483,7 +483,7 @@ VCLMGR_SAVE_REFUSED_DECISIONS = env.str("VCLMGR_SAVE_REFUSED_DECISIONS", "")
 # --- reservations ---------------------------------------------------------------------
 # VCL's preload: a future reservation's VM is built this long before its start.
 RESERVATION_LEAD_MINUTES = env.int("RESERVATION_LEAD_MINUTES", 10, minimum=0)
-# The site's quota defaults (``provisioning.vms.quotas``; rules can only tighten them): the longest
+# The site's quota defaults (``provisioning.quotas``; rules can only tighten them): the longest
 # reservation or ad-hoc VM, and how many of them one user may hold at once.
 RESERVATION_MAX_MINUTES = env.int("RESERVATION_MAX_MINUTES", 8 * 60, minimum=1)
 RESERVATION_MAX_PER_USER = env.int("RESERVATION_MAX_PER_USER", 3, minimum=1)

@@ -31,10 +31,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from core import outbound
+from drivers import registry
 from inventory import services as inventory
 from inventory.models import Credential, Hypervisor
 from inventory.validators import validate_address
-from provisioning.drivers import registry
 
 DRIVERS = registry.DISCOVERABLE
 

@@ -5,7 +5,7 @@ from rest_framework import serializers
 from rest_framework.reverse import reverse
 
 from core.api.serializers import HORIZON_MINUTES, MomentField, RefuseUnknownFields
-from provisioning.vms.models import Image
+from provisioning.models import Image
 from reservations import idle, services
 from reservations.models import BlockAllocation, Reservation
 

@@ -1,4 +1,4 @@
-"""QuotaRule moves to the VM app (``provisioning.vms``), so one quota engine below reservations
+"""QuotaRule moves to the VM app (``provisioning``), so one quota engine below reservations
 limits reservations and ad-hoc VMs alike. State only: the table ``reservations_quotarule`` and
 its rows stay; ``vms.0004`` takes the model over."""
 

@@ -5,7 +5,7 @@ from rest_framework import serializers
 from rest_framework.reverse import reverse
 
 from core.api.serializers import RefuseUnknownFields
-from provisioning.vms.models import Image
+from provisioning.models import Image
 from runs import services
 from runs.models import Run, RunFile, RunOutput
 

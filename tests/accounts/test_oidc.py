@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from django.contrib.auth.models import Group, User
 from jwt.algorithms import RSAAlgorithm
 
-from provisioning.vms.models import Image
+from provisioning.models import Image
 from tests import oidc_provider, web
 from tests.oidc_provider import Provider, rsa_pem, start_vclmgr
 from tests.processes import ROOT, committed_db, committed_db_too

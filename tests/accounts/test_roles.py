@@ -1,5 +1,5 @@
 """The roles, as one generic suite: for each role and each class of endpoint — pages, the REST
-API, opcodes (job submission through provisioning.jobs' API) and websocket topics — one action
+API, opcodes (job submission through jobs' API) and websocket topics — one action
 the role may do and one it may not; a refused action changes nothing.
 
 Personas: ``instructor`` (teaches cs101), ``maintainer`` (maintains cs101's images), ``operator``,
@@ -18,9 +18,9 @@ from django.utils import timezone
 from accounts import access
 from core import topics
 from inventory.models import Hypervisor, NodeGroup
-from provisioning.jobs.models import Job
-from provisioning.vms import services as vms
-from provisioning.vms.models import Image
+from jobs.models import Job
+from provisioning import services as vms
+from provisioning.models import Image
 from reservations import services as reservations
 from reservations.models import BlockAllocation, Reservation
 

@@ -12,7 +12,7 @@ import pytest
 import requests
 from django.contrib.auth.models import Group, User
 
-from provisioning.vms.models import Image
+from provisioning.models import Image
 from tests import saml_idp, web
 from tests.processes import ROOT, committed_db, committed_db_too, free_port
 from tests.saml_idp import start_vclmgr

@@ -17,8 +17,8 @@ from accounts.ldap_config import ldap_settings
 from accounts.models import SignOnIdentity
 from core.env import Env
 from core.models import ObjectChange
-from provisioning.vms import quotas
-from provisioning.vms.models import Image, QuotaRule
+from provisioning import quotas
+from provisioning.models import Image, QuotaRule
 from tests.ldap_server import BASE, Directory, missing_tools
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from accounts import access, tokens
 from accounts.models import ApiToken
 from inventory.models import NodeGroup
-from provisioning.jobs.models import Job
+from jobs.models import Job
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from console import services
 from console.models import ConsoleTicket
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM
+from provisioning import services as vms
+from provisioning.models import VM
 from tests import processes
 from tests.conftest import TEST
 

@@ -5,7 +5,7 @@ import pytest
 from django_q.models import Schedule
 
 from core import periodic
-from tests.provisioning.jobs.helpers import wait_until
+from tests.jobs.helpers import wait_until
 
 NAME, FUNC = "vclmgr: test schedule", "core.tasks.nothing"
 

@@ -13,7 +13,7 @@ from inventory import services as inventory
 from reservations import services as reservations
 from reservations.models import Reservation
 from tests.conftest import TEST
-from tests.provisioning.jobs.helpers import wait_until
+from tests.jobs.helpers import wait_until
 from tests.reservations import conftest as reservation_fixtures
 
 # A simulated image, as the reservations tests have it.

@@ -21,7 +21,7 @@ from playwright.sync_api import expect
 from console import services
 from console.consumers import REFUSED_PREFIX
 from console.models import ConsoleTicket
-from provisioning.vms.models import VM
+from provisioning.models import VM
 from reservations.models import Reservation
 from tests.e2e.test_csp import _violations
 from tests.e2e.test_reservations import ROOT, shot

@@ -5,9 +5,9 @@ over the same-origin websocket, and the behaviour moved out of the pages still w
 import pytest
 from playwright.sync_api import expect
 
-from provisioning.jobs import services as jobs
-from provisioning.vms import services as vms
-from provisioning.vms.models import Image
+from jobs import services as jobs
+from provisioning import services as vms
+from provisioning.models import Image
 from tests.conftest import TEST
 
 pytestmark = pytest.mark.slow

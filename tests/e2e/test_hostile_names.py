@@ -17,11 +17,11 @@ from accounts import tokens
 from core.models import ObjectChange
 from inventory import services as inventory
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
+from jobs import services as jobs
+from jobs.models import Job, JobLog
 from notifications.models import Webhook
-from provisioning.jobs import services as jobs
-from provisioning.jobs.models import Job, JobLog
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM, Image
+from provisioning import services as vms
+from provisioning.models import VM, Image
 from reservations import services as reservations
 from reservations.models import Reservation
 from tests import processes

@@ -22,8 +22,8 @@ from django.core.management import call_command
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from provisioning.drivers.libvirt.connection import connections
-from provisioning.vms.models import Image
+from drivers.libvirt.connection import connections
+from provisioning.models import Image
 from reservations import services as reservations
 from reservations.models import Reservation
 from tests.e2e.test_reservations_real_vm import wait_ready_live

@@ -16,9 +16,9 @@ from django.conf import settings
 from playwright.sync_api import expect
 
 from core import events
-from provisioning.drivers.sim import services as sim
-from provisioning.vms import services as vms
-from provisioning.vms.models import QuotaRule
+from drivers.sim import services as sim
+from provisioning import services as vms
+from provisioning.models import QuotaRule
 from reservations.models import Reservation
 
 pytestmark = pytest.mark.slow
@@ -109,7 +109,7 @@ def test_a_user_reserves_watches_it_become_ready_connects_and_ends_it(
     try:
         expect(page.locator("#reservation-status")).to_have_text("ended", timeout=30000)
     except AssertionError as error:
-        from provisioning.jobs.models import Job
+        from jobs.models import Job
 
         jobs = list(Job.objects.values_list("pk", "opcode", "status"))
         raise AssertionError(f"not ended: {Reservation.objects.get(pk=reservation.pk).status} {jobs}\n"

@@ -15,7 +15,7 @@ import shutil
 import pytest
 from playwright.sync_api import expect
 
-from provisioning.capacity.models import Allocation
+from capacity.models import Allocation
 from reservations.models import Reservation
 from tests.e2e.test_reservations import ROOT, shot
 from tests.integration.conftest import guest_image, libvirt_conn, libvirtd  # noqa: F401 (fixtures)

@@ -8,7 +8,7 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from provisioning.vms import services as vms
+from provisioning import services as vms
 from reservations import services
 from reservations.models import Reservation, UsagePeak
 from tests.conftest import TEST

@@ -3,8 +3,8 @@
 import pytest
 from playwright.sync_api import expect
 
-from provisioning.jobs.models import Job
-from provisioning.vms import services
+from jobs.models import Job
+from provisioning import services
 
 pytestmark = pytest.mark.slow
 

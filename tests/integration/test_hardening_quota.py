@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from accounts import tokens
-from provisioning.vms.models import VM, QuotaRule
+from provisioning.models import VM, QuotaRule
 from reservations.models import Reservation
 from tests import processes
 
@@ -76,7 +76,7 @@ def assert_exactly_the_quota(answers, accepted):
 
 
 def _image(make_host):
-    from provisioning.vms import services as vms
+    from provisioning import services as vms
 
     make_host("burst-1", cpus=64, memory_mib=262144, disk_gib=2000)
     image = vms.create_image(actor="test", name="deb", os="Debian", min_memory_mib=256,

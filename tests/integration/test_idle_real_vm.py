@@ -12,12 +12,12 @@ from datetime import timedelta
 import paramiko
 import pytest
 
-from provisioning.drivers import registry
-from provisioning.vms import services as vms
+from drivers import registry
+from provisioning import services as vms
 from reservations import idle
 from reservations.models import Reservation
 from tests.integration.test_reserve_real_vm import kvm_host, reserve, vm_ids, wait_ready  # noqa: F401
-from tests.provisioning.jobs.helpers import wait_until
+from tests.jobs.helpers import wait_until
 from tests.realvm import new_login
 
 pytestmark = pytest.mark.slow

@@ -5,10 +5,10 @@ the libvirt driver reports its facts through the registered URI and pool."""
 import pytest
 from django.core.management import call_command
 
+from drivers import registry
+from drivers.libvirt.connection import connections
 from inventory.models import Hypervisor
-from provisioning.drivers import registry
-from provisioning.drivers.libvirt.connection import connections
-from provisioning.vms.models import Image
+from provisioning.models import Image
 from vclmgr.management.commands import kvm_demo
 
 pytestmark = pytest.mark.slow

@@ -2,9 +2,9 @@
 private libvirtd that stops passing bytes on, tests/silent_peer.py): the next call fails,
 retryably, after VCLMGR_LIBVIRT_CALL_TIMEOUT (libvirt's keepalive) instead of waiting for ever."""
 
-from provisioning.drivers import registry
-from provisioning.drivers.base import Unreachable
-from provisioning.drivers.libvirt import connection
+from drivers import registry
+from drivers.base import Unreachable
+from drivers.libvirt import connection
 from tests.silent_peer import FallingSilent, outcome_within
 
 

@@ -22,18 +22,18 @@ from pathlib import Path
 
 import pytest
 
+from capacity.models import Allocation
+from capacity.snapshot import snapshot
+from drivers.libvirt.connection import connections
 from inventory import services as inventory
-from provisioning.capacity.models import Allocation
-from provisioning.capacity.snapshot import snapshot
-from provisioning.drivers.libvirt.connection import connections
-from provisioning.jobs.models import Job
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM
-from provisioning.vms.opcodes import guest as guest_ops
-from provisioning.vms.opcodes import lifecycle
+from jobs.models import Job
+from provisioning import services as vms
+from provisioning.models import VM
+from provisioning.opcodes import guest as guest_ops
+from provisioning.opcodes import lifecycle
 from tests import realvm
 from tests.integration.test_reserve_real_vm import vm_ids  # noqa: F401 (a fixture)
-from tests.provisioning.jobs.conftest import SyncJobs
+from tests.jobs.conftest import SyncJobs
 from tests.realvm import new_login, ssh_run
 
 pytestmark = pytest.mark.slow

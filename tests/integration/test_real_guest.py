@@ -1,5 +1,5 @@
 """A real QEMU guest gets the reservation's login through the NoCloud seed that
-provisioning/drivers/cloudinit.py builds, proven by logging in over SSH with the key and
+drivers/cloudinit.py builds, proven by logging in over SSH with the key and
 with the password. Independent of vclmgr's driver: raw libvirt calls (tests/realvm.py).
 
 Three guests are started at once for the whole module (one booted from its disk, two

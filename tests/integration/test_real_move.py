@@ -16,11 +16,11 @@ import time
 import libvirt
 import pytest
 
-from provisioning.drivers import cloudinit
-from provisioning.drivers.base import DriverError, ImageVariantSpec, NotFound, VMSpec, VMState
-from provisioning.drivers.libvirt import qcow2
-from provisioning.drivers.libvirt.connection import connections
-from provisioning.drivers.libvirt.driver import LibvirtDriver
+from drivers import cloudinit
+from drivers.base import DriverError, ImageVariantSpec, NotFound, VMSpec, VMState
+from drivers.libvirt import qcow2
+from drivers.libvirt.connection import connections
+from drivers.libvirt.driver import LibvirtDriver
 from tests import realvm
 
 pytestmark = pytest.mark.slow

@@ -20,15 +20,15 @@ import paramiko
 import pytest
 from django.utils import timezone
 
-from provisioning.capacity.models import Allocation
-from provisioning.jobs.models import Job
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM, Image
+from capacity.models import Allocation
+from jobs.models import Job
+from provisioning import services as vms
+from provisioning.models import VM, Image
 from reservations.models import Reservation
 from tests import realvm
 from tests.integration import test_reserve_real_vm as reserving
 from tests.integration.test_reserve_real_vm import URL, end_and_check_gone, reserve, wait_ready
-from tests.provisioning.jobs.helpers import wait_until
+from tests.jobs.helpers import wait_until
 from tests.realvm import new_login, ssh_run
 
 pytestmark = pytest.mark.slow

@@ -13,14 +13,14 @@ import libvirt
 import pytest
 from django.db import connection
 
+from capacity.models import Allocation
 from inventory import services as inventory
-from provisioning.capacity.models import Allocation
-from provisioning.jobs.models import Job
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM
+from jobs.models import Job
+from provisioning import services as vms
+from provisioning.models import VM
 from reservations.models import Reservation
 from tests import realvm
-from tests.provisioning.jobs.helpers import wait_until
+from tests.jobs.helpers import wait_until
 from tests.realvm import new_login, ssh_run
 
 pytestmark = pytest.mark.slow

@@ -9,14 +9,14 @@ from datetime import timedelta
 
 import pytest
 
-from provisioning.capacity.models import Allocation
-from provisioning.vms import services as vms
+from capacity.models import Allocation
+from provisioning import services as vms
 from runs import services
 from runs.models import Run
 from tests import processes
 from tests.integration import test_real_faults as real_faults
 from tests.integration import test_reserve_real_vm as reserve_real
-from tests.provisioning.jobs.helpers import wait_until
+from tests.jobs.helpers import wait_until
 
 pytestmark = pytest.mark.slow
 kvm_host, vm_ids = reserve_real.kvm_host, reserve_real.vm_ids  # the reservation tests' host and VM ids
@@ -126,7 +126,7 @@ def test_a_pooled_images_second_run_starts_on_the_reverted_vm(run_worker, alice,
     yet), runs its command (which writes a file), and is reverted to its clean snapshot and
     parked; the second run (another user) gets that VM back at its warm snapshot: the same boot
     (its boot id), without the file. Then the parked VM is destroyed: nothing left."""
-    from provisioning.vms.models import VM
+    from provisioning.models import VM
     from tests.integration.test_real_vm_ops import run_job
 
     _host, pool = kvm_host
@@ -304,7 +304,7 @@ def test_a_run_whose_worker_is_sigkilled_resumes_on_another_and_prints_everythin
     """SIGKILL the whole worker (every process of its group) while the command runs; a new
     worker recovers the job once its lease expires, reads on from the recorded offset (the
     command went on in the guest meanwhile) and destroys the VM."""
-    from provisioning.jobs import services as jobs
+    from jobs import services as jobs
 
     _host, pool = kvm_host
     jobs.set_queue_settings(actor="test", lease_seconds=4)
@@ -336,9 +336,9 @@ def test_a_suspended_run_resumes_on_another_host_after_one_refused_it_and_prints
     with its saved memory (libvirt cannot migrate a managed save: the memory goes through the
     pools), resumes, and the command prints what it kept while it waited. Nothing is left on
     any host: no domain, no volume (no saved memory either), no claim."""
+    from capacity.snapshot import snapshot
     from inventory import services as inventory
-    from provisioning.capacity.snapshot import snapshot
-    from provisioning.jobs.models import Job
+    from jobs.models import Job
 
     hosts = kvm_hosts(3)
     (first, _pool0), (refusing, pool1), (spare, _pool2) = hosts

@@ -7,9 +7,9 @@ import json
 import pytest
 from django.core.exceptions import ValidationError
 
+from drivers.libvirt import options
 from inventory import services
 from inventory.models import Hypervisor
-from provisioning.drivers.libvirt import options
 from tests.inventory.conftest import TEST, host_row
 
 GOOD = {"domain_type": "qemu", "pool": "vms", "network": "bridge:br0", "cpu_mode": "none", "stop_timeout": 30}

@@ -9,10 +9,10 @@ program is a real script that would leave a mark: the tests check it never ran.
 import pytest
 from django.core.exceptions import ValidationError
 
+from drivers import registry
 from inventory import services
 from inventory.discovery import services as discovery
 from inventory.validators import uri_errors
-from provisioning.drivers import registry
 from tests.inventory.conftest import TEST, host_row, import_csv
 from tests.inventory.test_import import assert_refused, written
 

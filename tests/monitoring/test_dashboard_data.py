@@ -8,11 +8,11 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from capacity import services as capacity
+from capacity.models import Allocation
 from inventory import services as inventory
+from jobs.models import Job
 from monitoring import dashboard
-from provisioning.capacity import services as capacity
-from provisioning.capacity.models import Allocation
-from provisioning.jobs.models import Job
 from reservations.models import Reservation
 from tests.conftest import TEST
 from tests.reservations import conftest as reservation_fixtures

@@ -8,7 +8,7 @@ import pytest
 from websockets.sync.client import connect
 
 from accounts import tokens
-from provisioning.vms import services as vms
+from provisioning import services as vms
 from reservations.models import Reservation
 from tests import processes
 from tests.monitoring.helpers import promtool_check, samples, value

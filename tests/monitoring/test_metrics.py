@@ -89,7 +89,7 @@ def test_the_page_passes_promtool_and_counts_what_happened(
 def test_a_failed_job_is_counted_by_opcode_and_kind(
     sim_host, image, alice, sync_jobs, client, token, django_capture_on_commit_callbacks
 ):
-    from provisioning.drivers.sim import services as sim
+    from drivers.sim import services as sim
 
     before = samples(scrape(client, token))
     sim.set_fault("sim-1", "start", "fail")

@@ -5,10 +5,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from drivers.sim import services as sim
 from notifications import services as notify
 from notifications import tasks
 from notifications.models import Notification
-from provisioning.drivers.sim import services as sim
 from reservations import services
 from reservations.models import Reservation
 
@@ -176,8 +176,8 @@ def test_a_rolled_back_change_queues_no_mail(sim_host, image, alice, sync_jobs):
 
 
 def test_maintenance_mails_moved_and_endangered_reservations(make_host, image, alice, bob, sync_jobs, smtp_server):
+    from capacity.snapshot import snapshot
     from inventory import services as inventory
-    from provisioning.capacity.snapshot import snapshot
 
     first = make_host("sim-1", driver="sim", cpus=8, memory_mib=8192, disk_gib=200)
     start = timezone.now() + timedelta(days=1)

@@ -11,9 +11,9 @@ import pytest
 
 from accounts import tokens
 from inventory.models import Hypervisor
-from provisioning.jobs.models import Job
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM, Image
+from jobs.models import Job
+from provisioning import services as vms
+from provisioning.models import VM, Image
 from tests import processes
 from tests.certificates import self_signed
 
@@ -154,6 +154,8 @@ def test_the_ganeti_client_creates_migrates_evacuates_and_deletes(cluster):
 
 def test_the_ganeti_client_sets_and_removes_tags(cluster):
     vm, _ = vms.request_vm(actor="test", owner=None, image=Image.objects.get(), name="db1")
+    # RAPI knows an instance once it is on a node: wait for the worker to place it.
+    processes.wait_for(lambda: VM.objects.filter(pk=vm.pk, host__isnull=False).exists(), 60, "db1 placed")
     calls = [("AddNodeTags", ["node1", ["rack:a", "gpu"]]), ("AddInstanceTags", ["db1", ["backup"]]),
              ("AddClusterTags", [["htools:iextags:service"]])]  # fmt: skip
     job_ids = ok(cluster.admin(*calls))

@@ -9,10 +9,10 @@ from django.test import Client
 
 from accounts import tokens
 from inventory.models import Hypervisor
-from provisioning.jobs import services as jobs
-from provisioning.jobs.models import Job
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM
+from jobs import services as jobs
+from jobs.models import Job
+from provisioning import services as vms
+from provisioning.models import VM
 from rapi import views
 
 pytestmark = pytest.mark.django_db

@@ -2,8 +2,8 @@
 
 import pytest
 
-from provisioning.vms import services as vms
-from tests.provisioning.jobs.conftest import SyncJobs
+from provisioning import services as vms
+from tests.jobs.conftest import SyncJobs
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import pytest
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from provisioning.capacity.models import Allocation
-from provisioning.vms.models import QuotaRule
+from capacity.models import Allocation
+from provisioning.models import QuotaRule
 from reservations import services
 from reservations.models import BlockAllocation, Reservation
 from tests.api_suite import ApiCrudSuite
@@ -60,7 +60,7 @@ def test_bad_input_is_refused_per_field_and_nothing_is_created(sim_host, image, 
 
 
 def test_an_invisible_image_is_refused(sim_host, image, alice, api):
-    from provisioning.vms import services as vms
+    from provisioning import services as vms
 
     vms.update_image(image, actor="test", visibility="restricted", groups=[Group.objects.create(name="staffonly")])
     response = api(alice).post(URL, {"image": image.pk, "duration_minutes": 30}, format="json")

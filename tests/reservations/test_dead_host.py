@@ -7,19 +7,19 @@ from datetime import timedelta
 
 import pytest
 
+from capacity.models import Allocation
+from capacity.snapshot import snapshot
 from core.models import Event
+from drivers.sim import services as sim
+from drivers.sim.models import SimVM
 from inventory.models import Hypervisor
-from provisioning.capacity.models import Allocation
-from provisioning.capacity.snapshot import snapshot
-from provisioning.drivers.sim import services as sim
-from provisioning.drivers.sim.models import SimVM
-from provisioning.jobs.models import Job
-from provisioning.vms import repair, tasks
-from provisioning.vms.models import VM
-from provisioning.vms.opcodes import host_ops
+from jobs.models import Job
+from provisioning import repair, tasks
+from provisioning.models import VM
+from provisioning.opcodes import host_ops
 from reservations import services
 from reservations.models import Reservation
-from tests.provisioning.vms.test_verify import run_verify
+from tests.provisioning.test_verify import run_verify
 
 H = timedelta(hours=1)
 

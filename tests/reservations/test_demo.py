@@ -2,7 +2,7 @@ from io import StringIO
 
 from django.core.management import call_command
 
-from provisioning.vms.models import QuotaRule
+from provisioning.models import QuotaRule
 from reservations.models import BlockAllocation, Reservation
 
 

@@ -5,12 +5,12 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from provisioning.capacity import loaders
-from provisioning.capacity.models import Allocation
-from provisioning.drivers.sim import services as sim
-from provisioning.drivers.sim.models import SimVM
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM
+from capacity import loaders
+from capacity.models import Allocation
+from drivers.sim import services as sim
+from drivers.sim.models import SimVM
+from provisioning import services as vms
+from provisioning.models import VM
 from reservations import services
 from reservations.models import Reservation
 

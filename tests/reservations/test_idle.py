@@ -11,12 +11,12 @@ from django.utils import timezone
 
 from core import events
 from core.models import Event
+from drivers.base import GuestSession
+from drivers.sim import services as sim
+from jobs.models import Job
 from notifications.models import Notification
-from provisioning.drivers.base import GuestSession
-from provisioning.drivers.sim import services as sim
-from provisioning.jobs.models import Job
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM
+from provisioning import services as vms
+from provisioning.models import VM
 from reservations import idle, services, tasks, usage
 from reservations.models import Refusal, Reservation
 
@@ -311,7 +311,7 @@ def test_staff_see_reclaimed_hours_and_refusals_by_quota_and_seats(
     assert row["hours"] == pytest.approx(given_back, abs=0.001)
     assert report["totals"]["reclaimed"] == 1
 
-    from provisioning.vms.models import QuotaRule
+    from provisioning.models import QuotaRule
 
     QuotaRule.objects.create(name="short", max_duration_minutes=60)
     with pytest.raises(Exception, match="at most 1 h"):

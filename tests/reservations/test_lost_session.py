@@ -12,7 +12,7 @@ import pytest
 from django.db.models import Q
 
 from accounts.models import ApiToken
-from provisioning.jobs.models import Job
+from jobs.models import Job
 from reservations import services
 from reservations.models import Reservation
 from tests.lost_session import at_every_statement
@@ -77,7 +77,7 @@ def test_a_reservation_made_while_the_session_is_lost_is_made_once(
 def test_an_extension_while_the_session_is_lost_moves_the_end_and_its_claim_together(
     sim_host, image, alice, client, sync_jobs
 ):
-    from provisioning.capacity.models import Allocation
+    from capacity.models import Allocation
 
     client.force_login(alice)
     reservation = services.reserve(alice, image, actor=alice, duration=H)
@@ -101,7 +101,7 @@ def test_an_extension_while_the_session_is_lost_moves_the_end_and_its_claim_toge
 def test_a_cancel_while_the_session_is_lost_cancels_and_gives_the_claim_back(sim_host, image, alice, client):
     from django.utils import timezone
 
-    from provisioning.capacity.models import Allocation
+    from capacity.models import Allocation
 
     client.force_login(alice)
 
@@ -137,10 +137,10 @@ def test_a_build_whose_session_is_lost_at_any_statement_still_makes_one_vm_and_e
     """The worker's side of the same fault: a job's transaction that died with its session
     rolled back whole, and its steps are safe to repeat, so the job goes back to the queue and
     runs again (as after a lost worker, without waiting for its lease) instead of failing."""
-    from provisioning.capacity.models import Allocation
-    from provisioning.drivers.sim.models import SimVM
-    from provisioning.jobs.models import JobLog
-    from provisioning.vms.models import VM
+    from capacity.models import Allocation
+    from drivers.sim.models import SimVM
+    from jobs.models import JobLog
+    from provisioning.models import VM
 
     struck = []  # per fault: did it strike inside the build job (not its claim or its end)?
 
@@ -172,10 +172,10 @@ def test_a_build_that_loses_its_session_on_its_last_attempt_fails_saying_so_and_
     (it did not know it was the last): the reservation's settle undoes what it made — a VM not
     yet defined fails at once, one that may be on its host is destroyed — and builds it again
     on the other host. At every statement: nothing leaked, nothing left on a host."""
-    from provisioning.capacity.models import Allocation
-    from provisioning.drivers.sim.models import SimVM
-    from provisioning.jobs import services as jobs
-    from provisioning.vms.models import VM
+    from capacity.models import Allocation
+    from drivers.sim.models import SimVM
+    from jobs import services as jobs
+    from provisioning.models import VM
 
     make_host("sim-2", driver="sim", cpus=8, memory_mib=8192, disk_gib=200)  # for the retry on another host
     jobs.set_queue_settings(actor="test", max_attempts=1)

@@ -6,14 +6,14 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from capacity.models import Allocation
+from capacity.snapshot import snapshot
 from core import topics
 from core.models import Event
 from inventory import services as inventory
-from provisioning.capacity.models import Allocation
-from provisioning.capacity.snapshot import snapshot
-from provisioning.jobs.models import Job
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM
+from jobs.models import Job
+from provisioning import services as vms
+from provisioning.models import VM
 from reservations import services
 from reservations.models import Reservation
 

@@ -10,8 +10,8 @@ from django.contrib.auth.models import Group, Permission
 from django.test import Client
 from django.utils import timezone
 
-from provisioning.vms import services as vms
-from provisioning.vms.models import QuotaRule
+from provisioning import services as vms
+from provisioning.models import QuotaRule
 from reservations import services
 from reservations.models import BlockAllocation, Reservation
 

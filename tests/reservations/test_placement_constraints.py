@@ -7,7 +7,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from provisioning.vms import services as vms
+from provisioning import services as vms
 from reservations import services
 
 H = timedelta(hours=1)

@@ -11,8 +11,8 @@ from django.db import connection
 from django.utils import timezone
 
 from core.errors import Conflict
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM, QuotaRule
+from provisioning import services as vms
+from provisioning.models import VM, QuotaRule
 from reservations import services
 from reservations.models import Reservation
 

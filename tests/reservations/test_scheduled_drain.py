@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 from django.core.exceptions import ValidationError
 
+from capacity.snapshot import snapshot
 from core.models import ObjectChange
 from inventory import services as inventory
 from inventory.models import Hypervisor
-from provisioning.capacity.snapshot import snapshot
 from reservations import services
 from reservations.models import Reservation
 

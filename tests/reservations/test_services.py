@@ -8,15 +8,15 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from capacity import services as capacity
+from capacity.models import Allocation
 from core import topics
 from core.models import Event
-from provisioning.capacity import services as capacity
-from provisioning.capacity.models import Allocation
-from provisioning.drivers.sim import services as sim
-from provisioning.drivers.sim.models import SimVM
-from provisioning.jobs.models import Job
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM, QuotaRule
+from drivers.sim import services as sim
+from drivers.sim.models import SimVM
+from jobs.models import Job
+from provisioning import services as vms
+from provisioning.models import VM, QuotaRule
 from reservations import services
 from reservations.models import Reservation
 

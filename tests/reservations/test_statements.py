@@ -9,14 +9,14 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from capacity import snapshot as capacity_snapshot
+from capacity.models import Allocation
 from core import bulk
 from core.models import Event, ObjectChange
-from provisioning.capacity import snapshot as capacity_snapshot
-from provisioning.capacity.models import Allocation
-from provisioning.jobs import runner, wake
-from provisioning.jobs import services as jobs
-from provisioning.jobs.models import Job, JobLog
-from provisioning.vms.models import VM
+from jobs import runner, wake
+from jobs import services as jobs
+from jobs.models import Job, JobLog
+from provisioning.models import VM
 from reservations import services
 from reservations.models import Reservation
 

@@ -8,13 +8,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from provisioning.capacity.models import Allocation
-from provisioning.drivers.sim import services as sim
-from provisioning.jobs import dispatcher, tasks
-from provisioning.jobs import services as jobs
-from provisioning.jobs.models import Job, QueueSettings
-from provisioning.vms.models import VM
-from provisioning.vms.opcodes import lifecycle
+from capacity.models import Allocation
+from drivers.sim import services as sim
+from jobs import dispatcher, tasks
+from jobs import services as jobs
+from jobs.models import Job, QueueSettings
+from provisioning.models import VM
+from provisioning.opcodes import lifecycle
 from reservations import services
 from reservations.models import Reservation
 
@@ -138,7 +138,7 @@ def test_a_settle_job_while_a_build_of_its_vm_is_pending_waits(sim_host, image, 
 
 
 def test_an_ad_hoc_vm_s_failed_build_queues_nothing(sim_host, image, admin_user, sync_jobs):
-    from provisioning.vms import services as vms
+    from provisioning import services as vms
 
     sim.set_fault(sim_host.name, "start", "fail")
     vms.request_vm(actor=admin_user, owner=admin_user, image=image)

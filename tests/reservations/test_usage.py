@@ -10,7 +10,7 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
-from provisioning.vms.models import Image
+from provisioning.models import Image
 from reservations import services, usage
 from reservations.models import Refusal, Reservation, ReservationHistory, UsageDay, UsagePeak
 

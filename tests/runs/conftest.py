@@ -2,9 +2,9 @@
 
 import pytest
 
-from provisioning.drivers.sim.models import SimExecProfile
-from provisioning.vms import services as vms
-from tests.provisioning.jobs.conftest import SyncJobs
+from drivers.sim.models import SimExecProfile
+from provisioning import services as vms
+from tests.jobs.conftest import SyncJobs
 
 
 @pytest.fixture

@@ -7,11 +7,11 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from provisioning.capacity.models import Allocation
-from provisioning.drivers.sim import services as sim
-from provisioning.drivers.sim.models import SimVM
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM, Image
+from capacity.models import Allocation
+from drivers.sim import services as sim
+from drivers.sim.models import SimVM
+from provisioning import services as vms
+from provisioning.models import VM, Image
 from runs import services, tasks
 from tests.runs.helpers import fresh, submit
 

@@ -3,7 +3,7 @@ statements, is made once, with its job. PostgreSQL only (marker ``postgres``).""
 
 import pytest
 
-from provisioning.jobs.models import Job
+from jobs.models import Job
 from runs.models import Run
 from tests.lost_session import at_every_statement
 

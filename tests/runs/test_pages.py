@@ -58,7 +58,7 @@ def test_the_page_form_shows_the_services_refusal(client, sim_host, image, alice
 def test_the_demo_gives_debian_12_runs_a_sample_result(db):
     from io import StringIO
 
-    from provisioning.drivers.sim.models import SimExecProfile
+    from drivers.sim.models import SimExecProfile
     from runs import demo
 
     demo.runs(StringIO())

@@ -5,11 +5,11 @@ import pytest
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 
-from provisioning.capacity.models import Allocation
-from provisioning.drivers.sim import services as sim
-from provisioning.drivers.sim.models import SimVM
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM
+from capacity.models import Allocation
+from drivers.sim import services as sim
+from drivers.sim.models import SimVM
+from provisioning import services as vms
+from provisioning.models import VM
 from runs import services
 from tests.runs.helpers import fresh, submit
 
@@ -182,7 +182,7 @@ def test_a_pooled_vm_on_a_full_host_is_left_and_a_new_vm_built_elsewhere(make_ho
 
 
 def job_steps(run):
-    from provisioning.jobs.models import Job
+    from jobs.models import Job
 
     return [step["name"] for step in Job.objects.get(pk=fresh(run).job).steps]
 

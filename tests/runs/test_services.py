@@ -9,13 +9,13 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from provisioning.capacity.models import Allocation
-from provisioning.drivers.sim import services as sim
-from provisioning.drivers.sim.models import SimVM
-from provisioning.jobs import transitions
-from provisioning.jobs.models import Job, QueueSettings
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM, QuotaRule
+from capacity.models import Allocation
+from drivers.sim import services as sim
+from drivers.sim.models import SimVM
+from jobs import transitions
+from jobs.models import Job, QueueSettings
+from provisioning import services as vms
+from provisioning.models import VM, QuotaRule
 from runs import services
 from runs.models import Run, RunFile
 from tests.runs.helpers import fresh, submit
@@ -140,7 +140,7 @@ def test_a_running_run_canceled_stops_and_its_vm_is_destroyed(sim_host, image, a
 
 
 def test_a_job_canceled_by_staff_also_destroys_the_vm(sim_host, image, alice, admin_user, profile, sync_jobs):
-    from provisioning.jobs import services as jobs
+    from jobs import services as jobs
 
     profile(output="working\n", seconds=3600)
     run = submit(alice, time_limit=600)

@@ -15,14 +15,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from provisioning.capacity.models import Allocation
-from provisioning.capacity.snapshot import snapshot
-from provisioning.drivers.sim import services as sim
-from provisioning.drivers.sim.models import SimVM
-from provisioning.jobs import runner
-from provisioning.jobs.models import Job
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM
+from capacity.models import Allocation
+from capacity.snapshot import snapshot
+from drivers.sim import services as sim
+from drivers.sim.models import SimVM
+from jobs import runner
+from jobs.models import Job
+from provisioning import services as vms
+from provisioning.models import VM
 from reservations import services as reservations
 from reservations.models import Reservation
 from runs import services, tasks

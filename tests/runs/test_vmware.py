@@ -11,13 +11,13 @@ import logging
 
 import pytest
 
+from capacity.models import Allocation
 from core.models import Event, ObjectChange
+from drivers import registry as drivers
 from inventory import services as inventory
-from provisioning.capacity.models import Allocation
-from provisioning.drivers import registry as drivers
-from provisioning.vms import services as vms
-from provisioning.vms.models import VM
-from tests.provisioning.drivers.conftest import VCSIM_PASSWORD, VCSIM_USER, vcsim  # noqa: F401 (fixture)
+from provisioning import services as vms
+from provisioning.models import VM
+from tests.drivers.conftest import VCSIM_PASSWORD, VCSIM_USER, vcsim  # noqa: F401 (fixture)
 from tests.runs.helpers import fresh, submit
 
 pytestmark = pytest.mark.slow

@@ -76,6 +76,6 @@ def test_the_driver_kinds_settings_check_are_the_registrys():
     # Settings name the kinds rather than import the drivers' registry (no app code in settings).
     from django.conf import settings
 
-    from provisioning.drivers import registry
+    from drivers import registry
 
     assert tuple(settings.DRIVER_KINDS) == tuple(registry.KINDS)

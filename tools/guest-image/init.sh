@@ -3,7 +3,7 @@
 # CD-ROM labelled "cidata", then start the QEMU guest agent, SSH (dropbear) and DHCP. SSH
 # sessions with a terminal are recorded in /run/utmp (the agent's guest-get-users).
 #
-# Only the cloud-config vclmgr emits is understood (provisioning/drivers/cloudinit.py):
+# Only the cloud-config vclmgr emits is understood (drivers/cloudinit.py):
 #   meta-data       instance-id, local-hostname
 #   user-data       #cloud-config, block-style YAML: hostname; users: a list of mappings with
 #                   name, passwd (crypt hash), lock_passwd, shell, ssh_authorized_keys (a list);

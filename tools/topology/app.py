@@ -36,10 +36,10 @@ def setup(spec):
     from django.contrib.auth.hashers import make_password
     from django.core.management import call_command
 
+    from drivers.sim.models import SimExecProfile
     from inventory import services as inventory
-    from provisioning.drivers.sim.models import SimExecProfile
-    from provisioning.jobs import services as jobs
-    from provisioning.vms import services as vms
+    from jobs import services as jobs
+    from provisioning import services as vms
 
     call_command("migrate", verbosity=0)
     for n in range(spec["hosts"]):
@@ -179,8 +179,8 @@ def _overcommit():
     """A sweep over each host's claims: the sum at every instant within its usable capacity."""
     from django.utils import timezone
 
+    from capacity.models import Allocation
     from inventory.models import Hypervisor
-    from provisioning.capacity.models import Allocation
 
     now = timezone.now()
     far = now + timedelta(days=3650)
@@ -220,8 +220,8 @@ def _overcommit():
 
 
 def _vms_match_hosts():
-    from provisioning.drivers.sim.models import SimVM
-    from provisioning.vms.models import VM
+    from drivers.sim.models import SimVM
+    from provisioning.models import VM
 
     on_hosts = {v.key: v.host.name for v in SimVM.objects.select_related("host")}
     gone = ("destroyed", "failed")
@@ -251,8 +251,8 @@ def _vms_match_hosts():
 
 
 def _claims():
-    from provisioning.capacity.models import Allocation
-    from provisioning.vms.models import VM
+    from capacity.models import Allocation
+    from provisioning.models import VM
     from reservations.models import Reservation
 
     live = Allocation.objects.filter(released=None)
@@ -275,7 +275,7 @@ def _claims():
 
 
 def _jobs():
-    from provisioning.jobs.models import Job
+    from jobs.models import Job
 
     unfinished = list(
         Job.objects.exclude(status__in=("success", "error", "canceled")).values_list("pk", "opcode", "status")

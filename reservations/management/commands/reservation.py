@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from core.changelog import Actor
-from provisioning.vms.models import Image
+from provisioning.models import Image
 from reservations import services
 from reservations.api.serializers import ReservationSerializer
 from reservations.models import Reservation

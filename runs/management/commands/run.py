@@ -22,7 +22,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from core.changelog import Actor
-from provisioning.vms.models import Image
+from provisioning.models import Image
 from runs import services, validation
 from runs.models import Run, RunFile
 

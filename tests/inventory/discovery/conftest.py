@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.provisioning.drivers.conftest import libvirt_nodes, silent_libvirt, vcsim  # noqa: F401 (fixtures)
+from tests.drivers.conftest import libvirt_nodes, silent_libvirt, vcsim  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(autouse=True)

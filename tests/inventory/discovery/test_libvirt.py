@@ -5,9 +5,9 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from drivers import registry as drivers
 from inventory.discovery import services
 from inventory.models import Hypervisor
-from provisioning.drivers import registry as drivers
 
 pytestmark = pytest.mark.django_db
 

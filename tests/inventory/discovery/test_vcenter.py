@@ -5,10 +5,10 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from drivers import registry as drivers
 from inventory.discovery import services
 from inventory.models import Credential, Hypervisor
-from provisioning.drivers import registry as drivers
-from tests.provisioning.drivers.conftest import VCSIM_PASSWORD, VCSIM_USER
+from tests.drivers.conftest import VCSIM_PASSWORD, VCSIM_USER
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 WRONG = "wrong-password"  # noqa: S105

@@ -8,10 +8,10 @@ from django.utils.module_loading import import_string
 DEMO_STEPS = [
     "vclmgr.demo.users",
     "inventory.demo.blade_center",
-    "provisioning.vms.demo.images",
+    "provisioning.demo.images",
     "reservations.demo.reservations",
     "runs.demo.runs",
-    "provisioning.jobs.demo.jobs",
+    "jobs.demo.jobs",
 ]
 
 

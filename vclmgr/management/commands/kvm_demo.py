@@ -73,8 +73,8 @@ def ensure_pool(uri, state):
 def register(uri, pool, image, domain_type, out):
     from inventory import services as inventory
     from inventory.models import Hypervisor
-    from provisioning.vms import services as vms
-    from provisioning.vms.models import Image
+    from provisioning import services as vms
+    from provisioning.models import Image
 
     options = {"domain_type": domain_type, "pool": pool, "network": "user", "name": HOST}
     fields = dict(address="127.0.0.1", driver="libvirt", uri=uri, cpus=os.cpu_count() or 2, memory_mib=4096,

@@ -1,0 +1,23 @@
+from django.apps import AppConfig
+
+
+class CapacityConfig(AppConfig):
+    name = "capacity"
+    label = "capacity"
+    verbose_name = "Capacity claims"
+
+    def ready(self):
+        from capacity import services
+        from inventory import services as inventory
+
+        inventory.IN_USE_CHECKERS.append(_live_allocations)
+        if services.claims_end not in inventory.CLAIMS_END:
+            inventory.CLAIMS_END.append(services.claims_end)
+
+
+def _live_allocations(hypervisor):
+    from capacity.models import Allocation
+
+    # Over its end or not: a claim is held until released, when its VM is known to be gone.
+    count = Allocation.objects.filter(host=hypervisor, released__isnull=True).count()
+    return f"{count} live allocation{'s' if count != 1 else ''} (VMs or reservations)" if count else None

@@ -1,0 +1,611 @@
+"""The hypervisor driver interface: plain data in, plain data out, no Django models.
+
+Contract (every driver, tested by ``tests/drivers/test_contract.py``):
+
+- A driver instance talks to ONE host (``facts()`` describes it); ``discover()`` lists every
+  host its connection can see (a vCenter sees many).
+- A VM is named by its key, ``vm_key(vm_id)`` → ``vcl-<id>``. Every call is idempotent by key:
+  a retried ``create`` returns the VM the first attempt made and never makes a second one;
+  ``start`` on a running VM, ``stop`` on a stopped one, ``snapshot`` with a name that exists and
+  ``destroy`` of an absent VM all succeed without doing anything.
+- ``create`` stores a fingerprint of the spec on the VM. A VM with the same key but another
+  fingerprint (someone else's VM with that name) is a ``Conflict``, never silently adopted.
+- ``create`` needs the image staged on the host first (``stage_image``); it does not transfer
+  images itself, so transfers stay under the image cache's throttle.
+- ``capture`` needs a stopped VM. ``stop(force=False)`` asks the guest; ``force=True`` pulls the
+  plug (and discards a suspended VM's saved state). After ``revert`` the VM is in the state it
+  had when the snapshot was taken (or stopped, where the driver cannot restore memory).
+- ``reseed(key, guest)`` replaces the first-boot configuration of a stopped VM (``guest``: a
+  ``cloudinit.GuestLogin``; None removes it), for a VM reverted to a clean snapshot and handed
+  to its next user. A different seed must bring a new ``instance_id`` (the guest applies a
+  seed once per instance id), else ``Invalid``; the seed it already has is left alone; a VM
+  that is not stopped is a ``Conflict``.
+- Errors are ``DriverError``s that say whether retrying the same call can help
+  (``permanent=False``: transport trouble, a busy host) or not (``permanent=True``: invalid
+  request, missing object, wrong state).
+- The guest command channel (batch runs): ``guest_exec(key, tag, argv, env, workdir)`` starts a
+  command in the running guest and returns at once; it is idempotent by ``tag`` (a second call
+  with the same tag starts nothing), so a retried step never runs a command twice.
+  ``guest_exec_status(key, tag, offset)`` returns an ``ExecStatus``: whether it ended, its
+  exit status, and the output (stdout and stderr together, as bytes) from ``offset`` on, so
+  output is read as it is produced and a reader that lost its place asks again. Killing it is
+  destroying the VM (the caller's time limit). ``guest_put_file`` / ``guest_get_file`` move
+  a file in and out (``guest_get_file`` refuses a file over ``limit`` bytes), ``guest_glob``
+  lists the regular files under a directory that match shell patterns. Paths are absolute
+  paths in the guest; the caller keeps them inside its work directory.
+- ``guest_sessions(key)`` lists who is logged in to the running guest (``GuestSession``: user,
+  login time, seconds since the last input where the guest reports it, else None); ``Invalid``
+  where the hypervisor cannot tell (the caller then applies no idle policy), a temporary error
+  when the guest's agent does not answer, ``Conflict`` when the VM is not running.
+- Every contract call is fenced (``core.fencing``): made by a job that lost its lease, it
+  raises ``LeaseLost`` before it starts, and after it returns (the step goes no further).
+"""
+
+import contextlib
+import enum
+import functools
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+from core import fencing, outbound
+from drivers.cloudinit import GuestLogin
+
+VM_KEY_PREFIX = "vcl-"
+# Safe as a libvirt domain name, a vSphere VM name, a file name and a DNS label.
+VM_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
+# Image names become volume and datastore file names: no slashes, no spaces.
+IMAGE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+FORMATS = ("qcow2", "raw", "vmdk", "template", "sim")
+
+
+def vm_key(vm_id):
+    """The stable hypervisor-side name of the VM with this database id."""
+    return f"{VM_KEY_PREFIX}{int(vm_id)}"
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+class DriverError(Exception):
+    """A driver call failed. ``permanent``: retrying the same call cannot succeed."""
+
+    permanent = True
+
+    def __init__(self, message, *, permanent=None):
+        super().__init__(message)
+        if permanent is not None:
+            self.permanent = permanent
+
+    def __reduce__(self):  # picklable with its flag, so it survives being sent between processes
+        return (_rebuild_error, (type(self), str(self), self.permanent))
+
+
+def _rebuild_error(cls, message, permanent):
+    return cls(message, permanent=permanent)
+
+
+class Invalid(DriverError):
+    """The request itself is wrong (bad spec, wrong image format, checksum mismatch)."""
+
+
+class NotFound(DriverError):
+    """The VM, snapshot, image, network or host does not exist."""
+
+
+class Conflict(DriverError):
+    """The object is in a state that forbids the call, or the name belongs to another VM."""
+
+
+class Unreachable(DriverError):
+    """The hypervisor cannot be reached or did not answer (temporary unless credentials are bad)."""
+
+    permanent = False
+
+
+class Unauthorized(DriverError):
+    """The host's credential may not be used for it (not saved for its URI): a permanent refusal."""
+
+
+class NoConsole(DriverError):
+    """The VM has no console vclmgr can reach (a simulated VM, a driver without one, a
+    console that listens where vclmgr cannot connect)."""
+
+
+class VMState(enum.StrEnum):
+    RUNNING = "running"
+    STOPPED = "stopped"
+    SUSPENDED = "suspended"
+    ERROR = "error"
+    ABSENT = "absent"
+
+
+# --- plain data -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImageVariantSpec:
+    """One hypervisor-specific form of an image.
+
+    ``location``: a local path, ``file://`` or ``http(s)://`` URL of a qcow2/raw/vmdk file, a
+    path already on the host's storage, or the name of a vSphere template. ``checksum``:
+    ``sha256:<hex>`` (or another hashlib algorithm), bare 64-hex sha256, or "" (not verified).
+    """
+
+    name: str
+    format: str
+    location: str
+    checksum: str = ""
+    size_gib: int = 0
+
+    def validate(self):
+        if not IMAGE_NAME_RE.match(self.name or ""):
+            raise Invalid(f"image name {self.name!r}: use letters, digits, '.', '_' and '-' (at most 100)")
+        if self.format not in FORMATS:
+            raise Invalid(f"image {self.name}: unknown format {self.format!r} (one of {', '.join(FORMATS)})")
+        if not self.location:
+            raise Invalid(f"image {self.name}: no location")
+        if self.checksum:
+            parse_checksum(self.checksum)
+        if not isinstance(self.size_gib, int) or self.size_gib < 0:
+            raise Invalid(f"image {self.name}: size_gib must be a whole number ≥ 0")
+
+    def as_dict(self):
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class VMSpec:
+    """What to create. ``network``: a libvirt network (or ``bridge:<name>``), a vSphere port
+    group, or a sim DHCP pool name. ``extra``: driver-specific knobs, e.g.
+    ``{"vmware.extra_config": {...}, "vmware.guest_id": "ubuntu64Guest"}``; ``guest_port``:
+    the port of the guest's login service (22, or 3389 for RDP), which a driver that
+    forwards ports forwards."""
+
+    key: str
+    vcpus: int
+    memory_mib: int
+    disk_gib: int
+    image: ImageVariantSpec
+    network: str = "default"
+    extra: Mapping = field(default_factory=dict)
+    # What the guest is told at first boot (user, password hash, keys, hostname): a NoCloud seed
+    # on libvirt, guestinfo on VMware. None: the image's own defaults (sim, or a test).
+    guest: GuestLogin | None = None
+
+    def validate(self):
+        if not isinstance(self.key, str) or not VM_KEY_RE.match(self.key):
+            raise Invalid(f"VM key {self.key!r}: 1–63 letters, digits and '-', starting with a letter or digit")
+        for name, low in (("vcpus", 1), ("memory_mib", 16), ("disk_gib", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise Invalid(f"{self.key} {name}: must be a whole number ≥ {low}, not {value!r}")
+        if not self.network or any(ch.isspace() or ch in "<>&'\"" for ch in self.network):
+            raise Invalid(f"{self.key} network: {self.network!r} is not a network name")
+        self.image.validate()
+
+    def fingerprint(self):
+        """Identifies the request that made a VM: a retried create matches, a stranger does not."""
+        body = {
+            "key": self.key,
+            "size": [self.vcpus, self.memory_mib, self.disk_gib],
+            "image": [self.image.name, self.image.location, self.image.checksum],
+        }
+        raw = json.dumps(body, sort_keys=True).encode()
+        return hashlib.sha256(raw).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """Capacity and load of one host as the hypervisor reports it (None: not known)."""
+
+    name: str
+    hypervisor_type: str
+    version: str
+    cpus: int
+    memory_mib: int
+    disk_gib: int
+    free_memory_mib: int | None = None
+    free_disk_gib: int | None = None
+    vms: int = 0
+    running_vms: int = 0
+    extra: Mapping = field(default_factory=dict)
+
+    def as_dict(self):
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class VMInfo:
+    key: str
+    state: VMState
+    host: str
+    vcpus: int = 0
+    memory_mib: int = 0
+    managed: bool = True  # created by vclmgr (named vcl-…) rather than found on the host
+
+
+@dataclass(frozen=True)
+class ExecStatus:
+    """A guest command's progress: ``output`` is what it printed from the asked offset on."""
+
+    exited: bool
+    exit_status: int | None = None
+    output: bytes = b""
+
+
+@dataclass(frozen=True)
+class GuestSession:
+    """One login inside a guest. ``login_time``: seconds since the epoch (None: not told);
+    ``idle_seconds``: since the session's last input (None: the guest does not say; an open
+    session then counts as active)."""
+
+    user: str
+    login_time: float | None = None
+    idle_seconds: float | None = None
+
+    def as_dict(self):
+        return asdict(self)
+
+
+# --- the interface --------------------------------------------------------------------------
+
+
+# The calls fenced by a job's lease (``Driver.__init_subclass__`` wraps each where it is defined).
+FENCED_CALLS = (
+    "facts", "discover", "list_vms", "stage_image", "create", "start", "stop", "suspend", "resume",
+    "destroy", "snapshot", "revert", "reseed", "capture", "migrate", "address", "port", "state",
+    "agent_answers", "guest_exec", "guest_exec_status", "guest_put_file", "guest_get_file", "guest_glob",
+    "guest_sessions",
+)  # fmt: skip
+
+
+def _fenced(method):
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        fencing.check()
+        result = method(self, *args, **kwargs)
+        fencing.check()
+        return result
+
+    call.fenced = True
+    return call
+
+
+def _fence_calls(cls):
+    for name in FENCED_CALLS:
+        method = cls.__dict__.get(name)
+        if callable(method) and not getattr(method, "fenced", False):
+            setattr(cls, name, _fenced(method))
+
+
+class Driver:
+    """Base class; see the module docstring for the contract every method keeps."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _fence_calls(cls)
+
+    kind = ""  # its name in drivers/registry.py, which says what the kind runs
+    # Its VMs run a real guest OS: a VM is ready only once its login service answers (the
+    # simulators' VMs are ready when they have an address).
+    boots_guests = False
+    # ``migrate`` moves a suspended VM with its saved memory, so a suspended run may resume on
+    # another host (sim, VMware, libvirt but not from shared storage).
+    moves_suspended = False
+
+    @property
+    def hypervisor_type(self):
+        from drivers import registry
+
+        return registry.kind(self.kind).hypervisor_type
+
+    @property
+    def formats(self):
+        """Image formats the hypervisor runs; None: any (the simulator emulates them)."""
+        from drivers import registry
+
+        return registry.kind(self.kind).image_formats
+
+    def __init__(self, uri, credentials=None, options=None):
+        self.uri = uri
+        self.credentials = dict(credentials or {})
+        self.options = dict(options or {})
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.uri}>"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Release connections (drivers may keep them pooled per process)."""
+
+    # host
+    def facts(self) -> HostFacts:
+        raise NotImplementedError
+
+    def discover(self) -> list[HostFacts]:
+        """Every host this connection can see; a single-host driver sees itself."""
+        return [self.facts()]
+
+    def list_vms(self) -> list[VMInfo]:
+        raise NotImplementedError
+
+    # images
+    def stage_image(self, image: ImageVariantSpec) -> str:
+        raise NotImplementedError
+
+    # lifecycle
+    def create(self, spec: VMSpec) -> VMInfo:
+        raise NotImplementedError
+
+    def start(self, key):
+        raise NotImplementedError
+
+    def stop(self, key, force=False):
+        raise NotImplementedError
+
+    def suspend(self, key):
+        raise NotImplementedError
+
+    def resume(self, key):
+        raise NotImplementedError
+
+    def destroy(self, key):
+        raise NotImplementedError
+
+    def snapshot(self, key, name):
+        raise NotImplementedError
+
+    def revert(self, key, name):
+        raise NotImplementedError
+
+    def reseed(self, key, guest: GuestLogin | None):
+        """Give the stopped VM ``key`` the seed of ``guest`` (None: no seed); see the module docstring."""
+        raise NotImplementedError
+
+    def capture(self, key, new_image_name) -> ImageVariantSpec:
+        raise NotImplementedError
+
+    def migrate(self, key, target: "Driver"):
+        raise NotImplementedError
+
+    def address(self, key) -> str | None:
+        raise NotImplementedError
+
+    def port(self, key, guest_port):
+        """Where the guest's ``guest_port`` is reached at ``address(key)``: itself, unless the
+        driver forwards it (libvirt's user-mode network: a port on the host's 127.0.0.1)."""
+        return guest_port
+
+    def state(self, key) -> VMState:
+        raise NotImplementedError
+
+    def console_address(self, key) -> tuple[str, int]:
+        """Where the running VM's VNC server is reached from vclmgr: ``(host, port)``, plain RFB
+        (the web console's websocket proxy connects there). ``NoConsole`` when it has none."""
+        raise NoConsole(f"{self.kind} hosts give no graphical console")
+
+    def serial_console(self, key):
+        """An open byte stream to the running VM's first serial port: an object with blocking
+        ``read() -> bytes`` (b"" at its end), ``write(data)`` and ``close()`` (which ends a
+        ``read`` waiting in another thread). ``NoConsole`` when it has none."""
+        raise NoConsole(f"{self.kind} hosts give no serial console")
+
+    def agent_answers(self, key) -> bool:
+        """True when the VM's guest agent answers a ping (readiness by agent, not by port)."""
+        raise Invalid(f"{self.kind} hosts cannot reach a guest agent: use readiness by port")
+
+    # the guest command channel (see the module docstring)
+    def guest_exec(self, key, tag, argv, env=None, workdir="/") -> None:
+        raise Invalid(f"{self.kind} hosts have no guest command channel")
+
+    def guest_exec_status(self, key, tag, offset=0, limit=1 << 20) -> ExecStatus:
+        raise Invalid(f"{self.kind} hosts have no guest command channel")
+
+    def guest_put_file(self, key, path, data: bytes):
+        raise Invalid(f"{self.kind} hosts have no guest command channel")
+
+    def guest_get_file(self, key, path, limit) -> bytes:
+        raise Invalid(f"{self.kind} hosts have no guest command channel")
+
+    def guest_glob(self, key, directory, patterns) -> list[str]:
+        raise Invalid(f"{self.kind} hosts have no guest command channel")
+
+    def guest_sessions(self, key) -> list[GuestSession]:
+        """Who is logged in to the guest now (see the module docstring)."""
+        raise Invalid(f"{self.kind} hosts do not report the guest's logins")
+
+    # helpers shared by drivers
+    def check_image(self, image):
+        """Validate ``image`` and refuse a format this hypervisor cannot run (images are not portable)."""
+        image.validate()
+        if self.formats is not None and image.format not in self.formats:
+            raise Invalid(
+                f"image {image.name}: {self.kind} hosts run {' or '.join(self.formats)} images, not {image.format}"
+            )
+
+    def _same_kind(self, target):
+        if type(target) is not type(self):
+            raise Invalid(f"cannot migrate from a {self.kind} host to a {getattr(target, 'kind', target)!r} host")
+
+
+_fence_calls(Driver)  # the base's own defaults (discover, port) too
+
+
+# The power state machine every driver keeps: action → (state it reaches, states it acts on).
+# A stop with force also acts on a suspended VM (its saved memory is discarded).
+POWER_ACTIONS = {
+    "start": (VMState.RUNNING, {VMState.STOPPED, VMState.SUSPENDED}),
+    "stop": (VMState.STOPPED, {VMState.RUNNING, VMState.ERROR}),
+    "suspend": (VMState.SUSPENDED, {VMState.RUNNING}),
+    "resume": (VMState.RUNNING, {VMState.SUSPENDED}),
+}
+
+
+def needs(action, key, state, force=False):
+    """True when ``action`` has work to do on a VM in ``state``; False when it is done already.
+
+    Raises Conflict when the action cannot start from that state (suspend a stopped VM).
+    """
+    target, acts_on = POWER_ACTIONS[action]
+    if state == target:
+        return False
+    if state in acts_on or (action == "stop" and force and state == VMState.SUSPENDED):
+        return True
+    if action == "stop" and state == VMState.SUSPENDED:
+        raise Conflict(f"{key} is suspended: resume it first, or stop it with force to discard its memory")
+    raise Conflict(f"cannot {action} {key}: it is {state}")
+
+
+def wait_until(done, what, timeout, poll=0.5):
+    """Poll ``done()`` until true; a temporary error after ``timeout`` seconds."""
+    deadline = time.monotonic() + float(timeout)
+    while not done():
+        if time.monotonic() > deadline:
+            raise DriverError(f"{what} did not happen within {float(timeout):g} s", permanent=False)
+        time.sleep(poll)
+
+
+def check_reseed(key, state, old_instance_id, guest, same_seed):
+    """The refusals every driver's ``reseed`` shares (see the module docstring)."""
+    if state != VMState.STOPPED:
+        raise Conflict(f"cannot reseed {key}: it is {state}; the guest reads its seed at boot, so stop it first")
+    if guest is not None and old_instance_id == guest.instance_id and not same_seed:
+        raise Invalid(
+            f"cannot reseed {key}: the new seed keeps instance id {old_instance_id!r}, so the guest would not apply it"
+        )
+
+
+def check_key(key):
+    if not isinstance(key, str) or not VM_KEY_RE.match(key):
+        raise Invalid(f"VM key {key!r}: 1–63 letters, digits and '-', starting with a letter or digit")
+    return key
+
+
+EXEC_TAG_RE = re.compile(r"^[a-z0-9-]{1,40}$")
+
+
+def check_exec(tag, argv, env=None):
+    """The channel's own checks (callers validate users' input before; this guards the guest)."""
+    if not EXEC_TAG_RE.match(str(tag)):
+        raise Invalid(f"bad exec tag {str(tag)[:50]!r}")
+    if not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
+        raise Invalid("a command is a non-empty list of strings without NUL")
+    for name in env or {}:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise Invalid(f"bad environment variable name {name[:50]!r}")
+
+
+def check_snapshot_name(name):
+    if not isinstance(name, str) or not IMAGE_NAME_RE.match(name):
+        raise Invalid(f"snapshot name {name!r}: use letters, digits, '.', '_' and '-' (at most 100)")
+    return name
+
+
+def check_image_name(name):
+    if not isinstance(name, str) or not IMAGE_NAME_RE.match(name):
+        raise Invalid(f"image name {name!r}: use letters, digits, '.', '_' and '-' (at most 100)")
+    return name
+
+
+def is_managed(name):
+    return name.startswith(VM_KEY_PREFIX) and bool(VM_KEY_RE.match(name))
+
+
+# --- image transfer helpers -----------------------------------------------------------------
+
+
+def parse_checksum(checksum):
+    """``'sha256:ab…'`` → (``'sha256'``, ``'ab…'``); a bare 64-hex string is sha256."""
+    algo, sep, digest = checksum.partition(":")
+    if not sep:
+        algo, digest = "sha256", checksum
+    algo = algo.lower()
+    if algo not in hashlib.algorithms_guaranteed or not re.fullmatch(r"[0-9a-fA-F]{8,128}", digest):
+        raise Invalid(f"checksum {checksum!r}: expected '<algorithm>:<hex>', e.g. 'sha256:…'")
+    return algo, digest.lower()
+
+
+def local_path(location):
+    """The local file a location names, or None (a URL or a name on the hypervisor)."""
+    if location.startswith("file://"):
+        return urllib.parse.unquote(urllib.parse.urlsplit(location).path)
+    if location.startswith("/") and os.path.isfile(location):
+        return location
+    return None
+
+
+@contextlib.contextmanager
+def fetched(image: ImageVariantSpec):
+    """A local, checksum-verified copy of the image's bytes: the file itself, or a download.
+
+    Raises Invalid (permanent) on a checksum mismatch or a missing file, Unreachable
+    (temporary) when the download fails.
+    """
+    path = local_path(image.location)
+    if path is not None:
+        if not os.path.isfile(path):
+            raise NotFound(f"image {image.name}: no file at {path}")
+        verify_checksum(image, path)
+        yield path
+        return
+    if not image.location.startswith(("http://", "https://")):
+        raise Invalid(f"image {image.name}: cannot fetch {image.location!r} (a local path or http(s) URL)")
+    with tempfile.TemporaryDirectory(prefix="vclmgr-fetch-") as tmp:
+        target = os.path.join(tmp, "image")
+        with open(target, "wb") as out:
+            _download(image, out)
+        verify_checksum(image, target)
+        yield target
+
+
+def _download(image, out):
+    from django.conf import settings
+
+    try:
+        outbound.download(image.location, out, timeout=settings.VCLMGR_IMAGE_FETCH_TIMEOUT,
+                          max_bytes=settings.VCLMGR_IMAGE_FETCH_MAX_GIB << 30)  # fmt: skip
+    except outbound.Refused as exc:
+        raise Invalid(f"image {image.name}: {image.location} is not allowed: {exc} "
+                      "(VCLMGR_OUTBOUND_ALLOW names exceptions)") from None  # fmt: skip
+    except outbound.TooLarge as exc:
+        raise Invalid(f"image {image.name}: {exc} (VCLMGR_IMAGE_FETCH_MAX_GIB)") from None
+    except outbound.Failed as exc:
+        error = NotFound if exc.status and 400 <= exc.status < 500 else Unreachable
+        raise error(f"image {image.name}: download of {image.location} failed: {exc}") from None
+
+
+def verify_checksum(image: ImageVariantSpec, path):
+    if not image.checksum:
+        return
+    algo, expected = parse_checksum(image.checksum)
+    digest = hashlib.new(algo)
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    if digest.hexdigest() != expected:
+        raise Invalid(
+            f"image {image.name}: checksum mismatch for {image.location} "
+            f"(expected {algo}:{expected}, got {algo}:{digest.hexdigest()})"
+        )
+
+
+def staged_name(image: ImageVariantSpec, suffix=""):
+    """A name for the image on the host that changes when its content does."""
+    tag = (
+        parse_checksum(image.checksum)[1][:12]
+        if image.checksum
+        else hashlib.sha256(image.location.encode()).hexdigest()[:12]
+    )
+    return f"{image.name}-{tag}{suffix}"

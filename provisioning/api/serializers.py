@@ -1,0 +1,161 @@
+import copy
+
+from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils import timezone
+from rest_framework import serializers
+
+from core.api.serializers import MomentField, RefuseUnknownFields
+from drivers.sim import steps
+from drivers.sim.models import SimFault
+from inventory.api.serializers import as_drf  # noqa: F401 (re-exported for the views)
+from inventory.models import NodeGroup
+from provisioning import services
+from provisioning.models import VM, Image, ImageVariant, QuotaRule
+
+
+class ImageVariantSerializer(RefuseUnknownFields, serializers.ModelSerializer):
+    guest_password = serializers.CharField(
+        write_only=True, required=False, allow_blank=True, max_length=200, trim_whitespace=False,
+        style={"input_type": "password"}, help_text="VMware: the guest user's password (write-only, stored encrypted).",
+    )  # fmt: skip
+    has_guest_password = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = ImageVariant
+        fields = ["id", "image", "hypervisor_type", "format", "location", "checksum", "size_gib", "guest_username",
+                  "guest_password", "has_guest_password", "created"]  # fmt: skip
+        read_only_fields = ["created"]
+        validators = []  # the service reports a duplicate type with a clear message
+
+
+class ImageSerializer(RefuseUnknownFields, serializers.ModelSerializer):
+    groups = serializers.PrimaryKeyRelatedField(queryset=Group.objects.all(), many=True, required=False)
+    required_tags = serializers.ListField(
+        child=serializers.CharField(max_length=100), max_length=20, required=False, help_text="Host tags its VMs need."
+    )
+    forbidden_tags = serializers.ListField(
+        child=serializers.CharField(max_length=100), max_length=20, required=False, help_text="Host tags its VMs avoid."
+    )
+    variants = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Image
+        fields = [
+            "id", "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib",
+            "default_vcpus", "default_memory_mib", "default_disk_gib", "visibility", "groups", "parent",
+            "revert_on_end", "pool_size", "active", "user_data", "ready_timeout", "readiness", "required_tags",
+            "forbidden_tags", "anti_affinity", "exclusive_storage", "max_concurrent", "on_host_failure", "variants",
+            "created", "updated",
+        ]  # fmt: skip
+        read_only_fields = ["created", "updated"]
+
+    def get_variants(self, image) -> list[dict]:
+        return [
+            {"hypervisor_type": v.hypervisor_type, "format": v.format, "size_gib": v.size_gib}
+            for v in image.variants.all()
+        ]
+
+
+class VMSerializer(serializers.ModelSerializer):
+    key = serializers.CharField(read_only=True)
+    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    host_name = serializers.CharField(source="host.name", read_only=True, default=None)
+    # A plain string (not an enum) so its schema name does not collide with other "state" enums.
+    state = serializers.CharField(read_only=True, help_text=", ".join(VM.State.values))
+
+    class Meta:
+        model = VM
+        fields = [
+            "id", "key", "name", "image", "variant", "host", "host_name", "allocation", "owner", "state", "vcpus",
+            "memory_mib", "disk_gib", "end", "adhoc", "address", "port", "snapshots", "error", "created", "updated",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class VMCreateSerializer(RefuseUnknownFields, serializers.Serializer):
+    image = serializers.PrimaryKeyRelatedField(queryset=Image.objects.all())
+    name = serializers.CharField(max_length=100, required=False, default="", allow_blank=True)
+    vcpus = serializers.IntegerField(min_value=1, max_value=1024, required=False)
+    memory_mib = serializers.IntegerField(min_value=16, max_value=16 * 1024 * 1024, required=False)
+    disk_gib = serializers.IntegerField(min_value=0, max_value=1024 * 1024, required=False)
+    end = MomentField(
+        required=False, allow_null=True, default=None,
+        help_text="When it is destroyed (blank: the site's default time; staff: no end). At most the longest time "
+        "a reservation may take.",
+    )  # fmt: skip
+    ssh_key = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=4000,
+        help_text="A public key the guest lets its owner in with (blank: the image's own login).",
+    )  # fmt: skip
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None and request.user.is_authenticated:
+            self.fields["image"].queryset = services.visible_images(request.user)
+
+    def validate_end(self, value):
+        # A VM whose end has passed would be built only to be destroyed by the next clock tick.
+        if value is not None and value <= timezone.now():
+            raise serializers.ValidationError("must be in the future")
+        return value
+
+
+class JobAcceptedSerializer(serializers.Serializer):
+    job = serializers.IntegerField()
+    vm = serializers.IntegerField()
+
+
+class VMCaptureSerializer(RefuseUnknownFields, serializers.Serializer):
+    image_name = serializers.CharField(max_length=100, help_text="Name of the new image (must not exist).")
+    force = serializers.BooleanField(default=False, help_text="Power the VM off instead of a guest shutdown.")
+
+
+class VMCreatedSerializer(JobAcceptedSerializer):
+    detail = VMSerializer()
+
+
+class SimFaultSerializer(RefuseUnknownFields, serializers.ModelSerializer):
+    step = serializers.ChoiceField(choices=steps.CHOICES)
+    mode = serializers.ChoiceField(choices=SimFault.Mode.choices)
+    seconds = serializers.FloatField(min_value=0, max_value=86400, required=False, allow_null=True, default=None)
+
+    class Meta:
+        model = SimFault
+        fields = ["id", "step", "mode", "seconds", "created"]
+        read_only_fields = ["id", "created"]
+
+
+class PrestageSerializer(RefuseUnknownFields, serializers.Serializer):
+    group = serializers.PrimaryKeyRelatedField(queryset=NodeGroup.objects.all())
+    at = MomentField(required=False, allow_null=True, default=None, help_text="Blank: now.")
+
+
+class PrestageAcceptedSerializer(serializers.Serializer):
+    job = serializers.IntegerField(allow_null=True)
+    schedule = serializers.IntegerField(allow_null=True)
+
+
+class QuotaRuleSerializer(RefuseUnknownFields, serializers.ModelSerializer):
+    group = serializers.SlugRelatedField(
+        slug_field="name", queryset=Group.objects.all(), allow_null=True, required=False
+    )
+
+    class Meta:
+        model = QuotaRule
+        fields = [
+            "id", "name", "group", "image", "max_duration_minutes", "max_per_user", "max_per_group", "max_vcpus",
+            "max_memory_mib",
+        ]  # fmt: skip
+
+    def validate(self, attrs):
+        """The rule's own checks (never above a site default; group totals need a group), as the admin runs them."""
+        rule = copy.copy(self.instance) if self.instance is not None else QuotaRule()
+        for name, value in attrs.items():
+            setattr(rule, name, value)
+        try:
+            rule.clean()
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
+        return attrs

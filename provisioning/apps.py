@@ -1,0 +1,25 @@
+from django.apps import AppConfig
+
+
+class VmsConfig(AppConfig):
+    name = "provisioning"
+    label = "vms"
+    verbose_name = "Virtual machines"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from django_q.signals import post_spawn
+
+        from core import events, topics
+        from inventory import services as inventory
+        from jobs import opcodes as job_opcodes
+        from provisioning import plans, services, tasks, verify
+
+        post_spawn.connect(tasks.on_worker_start, dispatch_uid="provisioning.facts_refresh")
+
+        if services.in_use_reason not in inventory.IN_USE_CHECKERS:
+            inventory.IN_USE_CHECKERS.append(services.in_use_reason)
+        topics.register("vm", services.may_see_vm)
+        topics.register("plan", topics.cluster_readers)
+        events.listen("job.status", plans.job_ended)
+        job_opcodes.VERIFY_CHECKS["hypervisors"] = verify.job_check

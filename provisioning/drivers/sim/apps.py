@@ -1,9 +1,0 @@
-from django.apps import AppConfig
-
-
-class SimConfig(AppConfig):
-    """The simulated hypervisor keeps its state in the database, so every process sees it."""
-
-    name = "provisioning.drivers.sim"
-    label = "simhv"
-    verbose_name = "Simulated hypervisors"

@@ -1,0 +1,391 @@
+"""The image library, the host image cache and virtual machines.
+
+An ``Image`` is what users pick; it has one ``ImageVariant`` per hypervisor type, because
+images are not portable across hypervisors. ``HostImage`` records which variant is cached on
+which host (staging it is done once per host, and throttled). A ``VM`` is the database's view
+of one virtual machine; the hypervisor knows it by ``key`` (``vcl-<id>``). ``QuotaRule`` rows
+limit what the members of a group may hold at once (reservations and VMs, ``quotas.py``).
+"""
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+from taggit.managers import TaggableManager
+
+from accounts import access
+from drivers import registry as drivers
+from drivers.base import FORMATS, vm_key
+
+NAME_HELP = "Letters, digits, '.', '_' and '-' (becomes a file name on the hosts)."
+
+
+class ImageQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        """Images a user may use: all for staff; active public ones and their groups' otherwise.
+        (On the model so that layers below vms — capacity's plan — apply the same rule.)"""
+        if access.can(user, "see_all"):
+            return self.all()
+        mine = models.Q(visibility=Image.Visibility.PUBLIC) | models.Q(groups__in=user.groups.all())
+        if access.can(user, "maintain_images"):  # their groups' images, retired ones included
+            return self.filter(models.Q(mine, active=True) | models.Q(groups__in=user.groups.all())).distinct()
+        return self.filter(mine, active=True).distinct()
+
+
+class Image(models.Model):
+    class Visibility(models.TextChoices):
+        PUBLIC = "public", "public (every user)"
+        RESTRICTED = "restricted", "restricted to groups"
+
+    class Readiness(models.TextChoices):
+        PORT = "port", "the login port answers"
+        AGENT = "agent", "the guest agent answers (QEMU guest agent)"
+
+    name = models.CharField(max_length=100, unique=True, help_text=NAME_HELP)
+    os = models.CharField("OS", max_length=100, blank=True)
+    platform = models.CharField(max_length=50, default="x86_64")
+    description = models.TextField(blank=True)
+    min_vcpus = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    min_memory_mib = models.PositiveIntegerField(default=512, validators=[MinValueValidator(16)])
+    min_disk_gib = models.PositiveIntegerField(default=1)
+    default_vcpus = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    default_memory_mib = models.PositiveIntegerField(default=1024, validators=[MinValueValidator(16)])
+    default_disk_gib = models.PositiveIntegerField(default=10)
+    visibility = models.CharField(max_length=12, choices=Visibility.choices, default=Visibility.PUBLIC)
+    groups = models.ManyToManyField(
+        "auth.Group", blank=True, related_name="images", help_text="Who may use a restricted image."
+    )
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="derived")
+    revert_on_end = models.BooleanField(default=False, help_text="Revert to a snapshot instead of destroying.")
+    pool_size = models.PositiveIntegerField(
+        default=0,
+        help_text="Batch runs: finished runs' VMs, reverted clean, kept per host for the next run (0: no pool; "
+        "public images only).",
+    )
+    active = models.BooleanField(default=True, help_text="Inactive images cannot be used for new VMs.")
+    user_data = models.TextField(
+        blank=True,
+        help_text="The image's own #cloud-config, merged into every VM's seed (it cannot change the user's login).",
+    )
+    required_tags = models.JSONField(
+        default=list, blank=True, help_text="Host tags its VMs need (e.g. gpu): they go only to hosts with all of them."
+    )
+    forbidden_tags = models.JSONField(
+        default=list, blank=True, help_text="Host tags its VMs avoid: never on a host with any of them."
+    )
+    anti_affinity = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="A group name: two VMs of this group (of any image) never share a host at overlapping times.",
+    )
+    exclusive_storage = models.BooleanField(
+        default=False, help_text="Its VMs go only to hosts of node groups with exclusive storage (own disks)."
+    )
+    ready_timeout = models.PositiveIntegerField(
+        default=120,
+        validators=[MinValueValidator(1)],
+        help_text="Seconds a booted guest has to answer on its login port before the VM counts as failed.",
+    )
+    readiness = models.CharField(
+        max_length=10,
+        choices=Readiness.choices,
+        default=Readiness.PORT,
+        help_text="What makes a booted VM ready: its login port answers (SSH/RDP), or its guest agent does.",
+    )
+    max_concurrent = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Licence cap: reservations and VMs of this image at once, over all users (blank: no cap).",
+    )  # fmt: skip
+    on_host_failure = models.CharField(
+        max_length=10, choices=[("rebuild", "rebuild on another host"), ("fail", "fail the reservation")],
+        default="rebuild",
+        help_text="When the host of a reservation's VM dies: rebuild it elsewhere from this image, or fail it.",
+    )  # fmt: skip
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    objects = ImageQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class ImageVariant(models.Model):
+    """The image in the form one hypervisor type runs (``sim`` runs any format)."""
+
+    HV_TYPES = drivers.HV_TYPE_CHOICES  # one per hypervisor type of the driver registry
+
+    image = models.ForeignKey(Image, on_delete=models.CASCADE, related_name="variants")
+    hypervisor_type = models.CharField(max_length=20, choices=HV_TYPES)
+    format = models.CharField(max_length=10, choices=[(f, f) for f in FORMATS])
+    location = models.CharField(max_length=1000, help_text="Path, file:// or http(s):// URL, or template name.")
+    checksum = models.CharField(max_length=200, blank=True, help_text="sha256:<hex> (blank: not verified).")
+    size_gib = models.PositiveIntegerField(default=0)
+    # VMware guest operations (batch runs) log in to the guest as an account of the image (a
+    # service account of the template); its password is encrypted like the hosts' credentials.
+    guest_username = models.CharField(
+        max_length=150, blank=True, help_text="VMware: the guest account batch runs log in as (guest operations)."
+    )
+    encrypted_guest_password = models.TextField(blank=True, editable=False)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["image", "hypervisor_type"]
+        constraints = [
+            models.UniqueConstraint(fields=["image", "hypervisor_type"], name="imagevariant_one_per_type"),
+        ]
+
+    def __str__(self):
+        return f"{self.image.name} ({self.hypervisor_type}, {self.format})"
+
+    @property
+    def has_guest_password(self):
+        return bool(self.encrypted_guest_password)
+
+    def set_guest_password(self, clear):
+        from inventory import crypto
+
+        self.encrypted_guest_password = crypto.encrypt(clear)
+
+    def guest_login(self):
+        """``{"username", "password"}`` for a driver about to log in to the guest, or None. Never show it."""
+        from inventory import crypto
+
+        if not self.guest_username or not self.encrypted_guest_password:
+            return None
+        return {"username": self.guest_username, "password": crypto.decrypt(self.encrypted_guest_password)}
+
+
+class HostImage(models.Model):
+    """One variant cached on one host. ``staging`` rows are the transfer throttle's slots."""
+
+    class State(models.TextChoices):
+        STAGING = "staging", "staging"
+        STAGED = "staged", "staged"
+        FAILED = "failed", "failed"
+
+    host = models.ForeignKey("inventory.Hypervisor", on_delete=models.CASCADE, related_name="cached_images")
+    variant = models.ForeignKey(ImageVariant, on_delete=models.CASCADE, related_name="cached_on")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.STAGING)
+    location = models.CharField(max_length=1000, blank=True, help_text="Where the host keeps it.")
+    error = models.TextField(blank=True)
+    staging_job = models.PositiveBigIntegerField(null=True, blank=True, help_text="The job copying it now.")
+    started = models.DateTimeField(null=True, blank=True)
+    staged_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["host", "variant"]
+        constraints = [models.UniqueConstraint(fields=["host", "variant"], name="hostimage_unique")]
+
+    def __str__(self):
+        return f"{self.variant} on {self.host} ({self.state})"
+
+
+class VM(models.Model):
+    class State(models.TextChoices):
+        REQUESTED = "requested", "requested"
+        STAGING = "staging", "staging image"
+        DEFINING = "defining", "defining"
+        STARTING = "starting", "starting"
+        RUNNING = "running", "running"
+        STOPPED = "stopped", "stopped"
+        SUSPENDED = "suspended", "suspended"
+        MIGRATING = "migrating", "migrating"
+        DESTROYED = "destroyed", "destroyed"
+        FAILED = "failed", "failed"
+        ERROR = "error", "error: may still be on its host"
+        LOST = "lost", "lost: its host died (verify destroys it if the host returns)"
+
+    # States in which the VM exists (or may exist) on a hypervisor. ``error``: removing it
+    # failed (or a migration lost track of it); it keeps its claims, with no end, until a
+    # vm.destroy succeeds or verify/repair settles it; ``error`` says why.
+    LIVE = ("staging", "defining", "starting", "running", "stopped", "suspended", "migrating", "error")
+    BUILT = ("running", "stopped", "suspended")  # made, and not in the middle of a job's change
+
+    name = models.CharField(max_length=100, blank=True)
+    image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="vms")
+    variant = models.ForeignKey(ImageVariant, null=True, blank=True, on_delete=models.PROTECT, related_name="vms")
+    host = models.ForeignKey(
+        "inventory.Hypervisor", null=True, blank=True, on_delete=models.PROTECT, related_name="vms"
+    )
+    allocation = models.ForeignKey(
+        "capacity.Allocation", null=True, blank=True, on_delete=models.SET_NULL, related_name="vms"
+    )
+    target_allocation = models.ForeignKey(
+        "capacity.Allocation",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Claim on the target of a migration.",
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="vms"
+    )
+    state = models.CharField(max_length=12, choices=State.choices, default=State.REQUESTED)
+    vcpus = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    memory_mib = models.PositiveIntegerField(validators=[MinValueValidator(16)])
+    disk_gib = models.PositiveIntegerField()
+    end = models.DateTimeField(null=True, blank=True, help_text="When the claim ends (blank: open).")
+    adhoc = models.BooleanField(
+        default=True,
+        help_text="Requested on its own: its end and quota are its own (no: built on a reservation's claim).",
+    )
+    address = models.GenericIPAddressField(null=True, blank=True)
+    port = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The login port at the address (blank: the usual one, 22 or 3389)."
+    )
+    ssh_key = models.TextField(blank=True, help_text="A public key the guest lets its owner in with.")
+    snapshots = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+    tags = TaggableManager(blank=True, help_text="Free labels (Ganeti's instance tags, set through the RAPI).")
+    host_key = models.CharField(
+        max_length=200, blank=True,
+        help_text="The hypervisor's name of a VM adopted by verify/repair (blank: vcl-<id>, made by vclmgr).",
+    )  # fmt: skip
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["host", "state"], name="vm_host_state")]
+        verbose_name = "VM"
+
+    def __str__(self):
+        return self.name or self.key
+
+    @property
+    def key(self):
+        if self.host_key:
+            return self.host_key
+        return vm_key(self.pk) if self.pk else ""
+
+    @property
+    def resources(self):
+        return {"vcpus": self.vcpus, "memory_mib": self.memory_mib, "disk_gib": self.disk_gib}
+
+
+class QuotaRule(models.Model):
+    """Limits for the members of a group (blank group: everybody), for one image or all.
+
+    Every rule that applies to a user and image binds, next to the site defaults: a rule can
+    only tighten a default (a rule above one is refused when saved), and an image's rule counts
+    only that image's reservations and VMs. A refusal names the rule (``quotas.py``).
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    group = models.ForeignKey("auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    image = models.ForeignKey(Image, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    max_duration_minutes = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    max_per_user = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Concurrent reservations and VMs of one member."
+    )
+    max_per_group = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Concurrent reservations and VMs of all members together."
+    )
+    max_vcpus = models.PositiveIntegerField(
+        null=True, blank=True, help_text="vCPUs of all members' concurrent reservations and VMs together."
+    )
+    max_memory_mib = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Memory (MiB) of all members' concurrent reservations and VMs together."
+    )
+
+    # Limits that exist per user at the site level, and the setting that holds each default.
+    SITE_DEFAULTS = {"max_duration_minutes": "RESERVATION_MAX_MINUTES", "max_per_user": "RESERVATION_MAX_PER_USER"}
+    GROUP_LIMITS = ("max_per_group", "max_vcpus", "max_memory_mib")
+
+    class Meta:
+        db_table = "reservations_quotarule"  # moved here from the reservations app, rows and all
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    def clean(self):
+        """A rule tightens the site defaults, never raises them; a group's total needs a group.
+        (Plain checks on the row itself: the admin's form and the API's serializer run them.)"""
+        errors = {}
+        for field, setting in self.SITE_DEFAULTS.items():
+            value, default = getattr(self, field), getattr(settings, setting)
+            if value is not None and value > default:
+                errors[field] = [
+                    f"at most the site default {default} ({setting}): a rule can only tighten it, never raise it"
+                ]
+        if self.group_id is None:
+            for field in self.GROUP_LIMITS:
+                if getattr(self, field) is not None:
+                    errors[field] = ["a limit for all members together needs a group"]
+        if errors:
+            raise ValidationError(errors)
+
+
+class VerifyReport(models.Model):
+    """One run of the hypervisor check of ``cluster.verify`` (``provisioning.verify``):
+    what each host runs against what the database says, and claims against what holds them."""
+
+    created = models.DateTimeField(auto_now_add=True)
+    job_id = models.PositiveBigIntegerField(null=True, blank=True, help_text="The cluster.verify job that ran it.")
+    hosts_checked = models.PositiveIntegerField(default=0)
+    findings = models.JSONField(default=list, blank=True, help_text='[{"kind", "message", "host", "vm", ...}]')
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self):
+        return f"verify {self.created:%Y-%m-%d %H:%M}: {len(self.findings)} findings"
+
+
+class Plan(models.Model):
+    """A move plan computed as a dry run (``provisioning.plans``): balance (hbal), squeeze
+    (hsqueeze), evacuate a node or a node group. Executing it submits one ``vm.migrate`` job per
+    move; the row keeps the moves, the scores, the hosts to power off or on, the claims it
+    touches and what the cluster looked like (``basis``) so a stale plan is refused."""
+
+    class Kind(models.TextChoices):
+        BALANCE = "balance", "balance (hbal)"
+        SQUEEZE = "squeeze", "squeeze (hsqueeze)"
+        EVACUATE_NODE = "evacuate-node", "evacuate a node"
+        EVACUATE_GROUP = "evacuate-group", "evacuate a node group"
+
+    class State(models.TextChoices):
+        COMPUTED = "computed", "computed (dry run)"
+        EXECUTING = "executing", "executing"
+        DONE = "done", "done"
+        FAILED = "failed", "failed (some moves did not happen)"
+        CANCELED = "canceled", "canceled"
+
+    FINAL = ("done", "failed", "canceled")
+
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.COMPUTED)
+    target = models.CharField(max_length=100, blank=True, help_text="The node or node group it is about.")
+    options = models.JSONField(default=dict, blank=True)
+    reason = models.CharField(max_length=1000, blank=True)
+    rate_limit = models.PositiveIntegerField(default=4, validators=[MinValueValidator(1)])
+    score_before = models.FloatField(null=True, blank=True)
+    score_after = models.FloatField(null=True, blank=True)
+    moves = models.JSONField(default=list, blank=True, help_text='[{"vm", "from", "to", "depends", "job", ...}]')
+    power_off = models.JSONField(default=list, blank=True, help_text="Hosts emptied and then powered off.")
+    power_on = models.JSONField(default=list, blank=True, help_text="Hosts to bring back first.")
+    claims = models.JSONField(default=list, blank=True, help_text="Future claims it touches, and how.")
+    basis = models.JSONField(default=dict, blank=True, help_text="Per host: state and live claims at compute.")
+    utilisation = models.JSONField(default=dict, blank=True, help_text='{"before": [...], "after": [...]}')
+    notes = models.JSONField(default=list, blank=True)
+    jobs = models.JSONField(default=list, blank=True, help_text="Other jobs it submitted (power, re-placing).")
+    created = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150, blank=True)
+    executed = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self):
+        return f"plan {self.pk} {self.kind} {self.target}".strip()
+
+    @property
+    def bucket(self):
+        return f"rate-limit:{self.rate_limit}:plan-{self.pk}"

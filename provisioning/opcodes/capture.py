@@ -1,0 +1,72 @@
+"""``vm.capture``: a stopped VM's disk saved as a new image derived from the VM's image."""
+
+from django.db import transaction
+
+from accounts import access
+from drivers import registry as drivers
+from jobs.registry import opcode
+from provisioning import services
+from provisioning.models import Image
+from provisioning.opcodes.common import Refused, authorised_vm, load_vm
+from provisioning.opcodes.lifecycle import power
+from provisioning.opcodes.params import CaptureParams, capture_locks
+
+
+@opcode("vm.capture", params=CaptureParams, locks=capture_locks, staff_only=False)
+def vm_capture(job):
+    """Capture a VM's disk as a new image (derived from the VM's image); the VM is stopped first.
+
+    Every driver captures a stopped VM only, so a running VM is shut down (``force``: powered
+    off) and left stopped. Who sees the new image is ``access.capture_access``'s: the parent's
+    visibility and groups when an administrator (or the system) captures; an image maintainer's
+    groups, restricted, for theirs; staff only until published for anyone else's.
+    """
+    vm = authorised_vm(job)
+    name = job.params["image_name"]
+    if "capture" not in job._done and Image.objects.filter(name=name).exists():  # before stopping the VM
+        raise Refused(f"an image named {name} exists already")
+    job.expect(3)
+    job.step("stop", power, vm.pk, "stop", job.params["force"], actor=job.actor)
+    captured = job.step("capture", capture_on_host, vm.pk, name)
+    visibility, groups = access.capture_access(job.job.submitter, vm.image)
+    image = job.step("register", register_capture, vm.pk, captured, visibility, groups, actor=job.actor)
+    return {"vm": vm.pk, "image": image["image"], "variant": image["variant"], "name": name}
+
+
+def capture_on_host(vm_id, name):
+    vm = load_vm(vm_id)
+    return drivers.driver_for(vm.host).capture(vm.key, name).as_dict()
+
+
+def register_capture(vm_id, captured, visibility, groups, *, actor):
+    """Record the captured image and its one variant (for the VM's host type) in the library."""
+    vm = load_vm(vm_id)
+    parent = vm.image
+    fields = {"hypervisor_type": vm.host.hypervisor_type}
+    fields.update((name, captured[name]) for name in ("format", "location", "checksum", "size_gib"))
+    existing = Image.objects.filter(name=captured["name"], parent=parent).first()
+    if existing is not None:  # recorded by an interrupted attempt
+        variant = existing.variants.filter(hypervisor_type=fields["hypervisor_type"]).first()
+        variant = variant or services.add_variant(existing, actor=actor, reason=f"captured from {vm.key}", **fields)
+        return {"image": existing.pk, "variant": variant.pk}
+    reason = f"captured from {vm.key}"
+    with transaction.atomic():
+        image = services.create_image(
+            actor=actor,
+            name=captured["name"],
+            os=parent.os,
+            platform=parent.platform,
+            description=f"Captured from {vm} ({vm.key}) of {parent.name}.",
+            min_vcpus=parent.min_vcpus,
+            min_memory_mib=parent.min_memory_mib,
+            min_disk_gib=parent.min_disk_gib,
+            default_vcpus=vm.vcpus,
+            default_memory_mib=vm.memory_mib,
+            default_disk_gib=max(vm.disk_gib, parent.min_disk_gib),
+            visibility=visibility,
+            parent=parent,
+            groups=groups,
+            reason=reason,
+        )
+        variant = services.add_variant(image, actor=actor, reason=reason, **fields)
+    return {"image": image.pk, "variant": variant.pk}

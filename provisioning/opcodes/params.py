@@ -1,0 +1,60 @@
+"""Parameters of the VM app's opcodes (validated at submission) and the locks they take."""
+
+from rest_framework import serializers
+
+from drivers import base
+
+
+class VMParams(serializers.Serializer):
+    vm = serializers.IntegerField(min_value=1)
+
+
+class StopParams(VMParams):
+    force = serializers.BooleanField(default=False)
+
+
+class SnapshotParams(VMParams):
+    name = serializers.RegexField(base.IMAGE_NAME_RE, max_length=100)
+
+
+class CaptureParams(VMParams):
+    image_name = serializers.RegexField(base.IMAGE_NAME_RE, max_length=100)
+    force = serializers.BooleanField(default=False, help_text="Pull the plug instead of a guest shutdown.")
+
+
+class MigrateParams(VMParams):
+    target = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+    plan = serializers.IntegerField(
+        min_value=1, required=False, allow_null=True, default=None, help_text="The plan this move belongs to."
+    )
+
+
+class HostParams(serializers.Serializer):
+    hypervisor = serializers.IntegerField(min_value=1)
+
+
+class RefreshParams(HostParams):
+    drain_unreachable = serializers.BooleanField(default=False)
+
+
+def vm_lock(params):
+    return [f"vm:{params['vm']}"]
+
+
+def capture_locks(params):
+    # Two captures to one new name would share the hypervisor's copy: one at a time per name.
+    return [f"vm:{params['vm']}", f"image:{params['image_name']}"]
+
+
+def host_lock(params):
+    return [(f"hypervisor:{params['hypervisor']}", "shared")]
+
+
+class StageParams(serializers.Serializer):
+    image = serializers.IntegerField(min_value=1)
+    hypervisor = serializers.IntegerField(min_value=1)
+
+
+class PrestageParams(serializers.Serializer):
+    image = serializers.IntegerField(min_value=1)
+    group = serializers.IntegerField(min_value=1, help_text="node group id")

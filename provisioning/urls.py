@@ -1,0 +1,26 @@
+from django.urls import path
+
+from provisioning import plan_views, verify_views, views
+
+app_name = "vms"
+
+urlpatterns = [
+    path("", views.vm_list, name="vms"),
+    path("<int:pk>/", views.vm_detail, name="vm"),
+    path("<int:pk>/action/", views.vm_action, name="vm-action"),
+    path("images/", views.image_list, name="images"),
+    path("images/new/", views.image_edit, name="image-new"),
+    path("images/<int:pk>/", views.image_detail, name="image"),
+    path("images/<int:pk>/edit/", views.image_edit, name="image-edit"),
+    path("images/<int:pk>/delete/", views.image_delete, name="image-delete"),
+    path("images/<int:pk>/variants/", views.variant_add, name="variant-add"),
+    path("verify/", verify_views.report, name="verify"),
+    path("verify/run/", verify_views.run_now, name="verify-run"),
+    path("verify/claims/<int:pk>/release/", verify_views.release_claim, name="verify-release-claim"),
+    path("verify/repair/<slug:action>/", verify_views.repair_finding, name="verify-repair"),
+    path("plans/", plan_views.plan_list, name="plans"),
+    path("plans/new/", plan_views.plan_create, name="plan-new"),
+    path("plans/<int:pk>/", plan_views.plan_detail, name="plan"),
+    path("plans/<int:pk>/action/", plan_views.plan_action, name="plan-action"),
+    path("variants/<int:pk>/delete/", views.variant_delete, name="variant-delete"),
+]

@@ -1,0 +1,208 @@
+"""Image library and VM pages. Thin: reads through ``services.visible_*``, writes through services.
+
+Users see the images they may use and their own VMs (anyone else's VM is a 404, not a 403, so
+ids do not leak); staff see everything and manage the library. VM actions submit a job.
+"""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.db.models import ProtectedError
+from django.http import Http404
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_POST
+from rest_framework import serializers
+
+from accounts import access
+from core import changelog
+from jobs import services as jobs
+from provisioning import services
+from provisioning.forms import ActionForm, ImageFilterForm, ImageForm, VariantForm
+from provisioning.models import VM, Image, ImageVariant
+
+maintainer_page = access.page(read="maintain_images", write="maintain_images")
+
+PAGE_SIZE = 50
+MAX_ID = 2**63 - 1
+# Which actions a VM's state allows (the buttons shown; the service and the job check again).
+ACTIONS_BY_STATE = {
+    VM.State.RUNNING: ("stop", "suspend", "snapshot", "revert", "destroy"),
+    VM.State.STOPPED: ("start", "snapshot", "revert", "destroy"),
+    VM.State.SUSPENDED: ("resume", "snapshot", "revert", "destroy"),
+}
+
+
+def _get(queryset, pk):
+    if pk > MAX_ID:  # beyond the column's range: SQLite would raise instead of finding nothing
+        raise Http404
+    return get_object_or_404(queryset, pk=pk)
+
+
+def _add_errors(form, exc):
+    """A service's ValidationError onto the form, per field where the form has that field."""
+    for field, errors in exc.message_dict.items():
+        form.add_error(field if field in form.fields else None, errors)
+
+
+def _flash_errors(request, errors):
+    for field, msgs in errors.items():
+        messages.error(request, f"{field}: {' '.join(map(str, msgs))}" if field != "__all__" else " ".join(msgs))
+
+
+# --- images -------------------------------------------------------------------------------
+
+
+@login_required
+def image_list(request):
+    visible = services.visible_images(request.user)
+    form = ImageFilterForm(request.GET or None, images=visible)
+    images = form.filter(visible).select_related("parent").prefetch_related("variants").order_by("name")
+    page = Paginator(images, PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "vms/image_list.html", {"form": form, "page": page, "query": query.urlencode()})
+
+
+@login_required
+def image_detail(request, pk):
+    visible = services.visible_images(request.user)
+    image = _get(visible.select_related("parent").prefetch_related("variants", "groups"), pk)
+    context = {
+        "image": image,
+        "derived": visible.filter(parent=image).order_by("name"),
+        "vm_count": image.vms.filter(state__in=VM.LIVE).count(),
+    }
+    if access.can_maintain_image(request.user, image):
+        context.update(variant_form=VariantForm(), changes=changelog.history(image), maintains=True)
+    return render(request, "vms/image_detail.html", context)
+
+
+@maintainer_page
+def image_edit(request, pk=None):
+    image = _get(Image.objects.all(), pk) if pk is not None else None
+    access.check_image_maintenance(request.user, image)
+    form = ImageForm(request.POST or None, instance=image)
+    if request.method == "POST" and form.is_valid():
+        fields, groups = form.service_fields()
+        access.check_image_maintenance(request.user, image, groups)
+        try:
+            if image is None:
+                image = services.create_image(actor=request.user, groups=groups, reason="web UI", **fields)
+            else:
+                # A fresh copy: the form has already written the new values onto its instance,
+                # and the service diffs against the object it is given for the change log.
+                fresh = Image.objects.get(pk=pk)
+                services.update_image(fresh, actor=request.user, groups=groups, reason="web UI", **fields)
+        except ValidationError as exc:
+            _add_errors(form, exc)
+        else:
+            messages.success(request, f"Image {fields['name']} saved.")
+            return redirect("vms:image", pk=image.pk)
+    return render(request, "vms/image_form.html", {"form": form, "image": image})
+
+
+@maintainer_page
+@require_POST
+def image_delete(request, pk):
+    image = _get(Image.objects.all(), pk)
+    access.check_image_maintenance(request.user, image)
+    try:
+        services.delete_image(image, actor=request.user, reason="deleted in the web UI")
+    except services.InUse as exc:
+        messages.error(request, str(exc))
+        return redirect("vms:image", pk=pk)
+    except ProtectedError as exc:  # held by rows of other apps (reservations)
+        messages.error(request, f"image {image.name} is still used by {len(exc.protected_objects)} objects")
+        return redirect("vms:image", pk=pk)
+    messages.success(request, f"Image {image.name} deleted.")
+    return redirect("vms:images")
+
+
+@maintainer_page
+@require_POST
+def variant_add(request, pk):
+    image = _get(Image.objects.all(), pk)
+    access.check_image_maintenance(request.user, image)
+    form = VariantForm(request.POST)
+    if form.is_valid():
+        try:
+            variant = services.add_variant(image, actor=request.user, reason="web UI", **form.cleaned_data)
+        except ValidationError as exc:
+            _flash_errors(request, exc.message_dict)
+        else:
+            messages.success(request, f"Variant {variant.hypervisor_type} added.")
+    else:
+        _flash_errors(request, form.errors)
+    return redirect("vms:image", pk=pk)
+
+
+@maintainer_page
+@require_POST
+def variant_delete(request, pk):
+    variant = _get(ImageVariant.objects.select_related("image"), pk)
+    access.check_image_maintenance(request.user, variant.image)
+    try:
+        services.delete_variant(variant, actor=request.user, reason="deleted in the web UI")
+    except services.InUse as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Variant {variant.hypervisor_type} of {variant.image.name} deleted.")
+    return redirect("vms:image", pk=variant.image_id)
+
+
+# --- VMs ----------------------------------------------------------------------------------
+
+
+@login_required
+def vm_list(request):
+    vms = services.visible_vms(request.user).select_related("image", "host", "owner")
+    state = request.GET.get("state", "")
+    if state in VM.State.values:
+        vms = vms.filter(state=state)
+    page = Paginator(vms.order_by("-id"), PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {
+        "page": page,
+        "state": state,
+        "states": VM.State.values,
+        "topics": "admin" if access.can(request.user, "see_all") else f"user.{request.user.pk}",
+    }
+    return render(request, "vms/vm_list.html", context)
+
+
+@login_required
+def vm_detail(request, pk):
+    vm = _get(services.visible_vms(request.user).select_related("image", "variant", "host", "owner"), pk)
+    recent = jobs.visible_to(request.user).filter(params__vm=vm.pk).order_by("-id")
+    context = {
+        "vm": vm,
+        "actions": ACTIONS_BY_STATE.get(vm.state, ("destroy",) if vm.state != VM.State.DESTROYED else ()),
+        "snapshots": [s.get("name") for s in vm.snapshots],
+        "jobs": recent.only("id", "opcode", "status", "received")[:20],
+        "changes": changelog.history(vm),
+    }
+    return render(request, "vms/vm_detail.html", context)
+
+
+@login_required
+@require_POST
+def vm_action(request, pk):
+    vm = _get(services.visible_vms(request.user), pk)
+    form = ActionForm(request.POST)
+    if not form.is_valid():
+        _flash_errors(request, form.errors)
+        return redirect("vms:vm", pk=pk)
+    action, name = form.cleaned_data["action"], form.cleaned_data["name"]
+    params = {"name": name} if action in ("snapshot", "revert") else {}
+    try:
+        job = services.submit_action(vm, action, actor=request.user, reason=f"{action} in the web UI", **params)
+    except services.Conflict as exc:
+        messages.error(request, str(exc))
+    except serializers.ValidationError as exc:  # the job's parameters, checked by the jobs service
+        _flash_errors(request, exc.detail if isinstance(exc.detail, dict) else {"__all__": exc.detail})
+    else:
+        url = reverse("jobs:job-detail", args=[job.pk])
+        messages.success(request, format_html('{} of {} submitted: <a href="{}">job {}</a>.', action, vm, url, job.pk))
+    return redirect("vms:vm", pk=pk)

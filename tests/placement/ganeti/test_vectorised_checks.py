@@ -1,0 +1,164 @@
+"""The fast forms of Ganeti's node checks agree with the scalar one (`node.pri_added`,
+`node.sec_added`, through `Node.add_pri`/`add_sec`) on generated clusters that have
+exclusive storage, exclusion tags, offline nodes and instances, and forthcoming instances:
+
+- `quick_checks.numpy_failures` (every node at once) and `scalar_failures` against `Node.add_pri`;
+- `fast_moves.move_values` (scratch records) against `moves.apply_move` + `node_values`;
+- `fast_moves.node_outcome` + `steepest`'s per-peer finish against `node_values_after`;
+- `steepest.steepest_descent` against the plain reference on the same clusters.
+"""
+
+import random
+from collections import Counter
+
+import pytest
+
+from placement.ganeti import hbal
+from placement.ganeti import types as T
+from placement.ganeti.fast_moves import move_values, node_effects, node_outcome, node_values_after
+from placement.ganeti.hbal import HbalOptions
+from placement.ganeti.metrics import node_values
+from placement.ganeti.moves import apply_move, possible_moves
+from placement.ganeti.quick_checks import numpy_failures, scalar_failures
+
+from .reference_balance import steepest_balance
+from .test_steepest import _assert_same, _finish
+from .varied import TEMPLATES, probe, stats, varied_cluster
+
+SEEDS = range(1, 9)
+
+
+def test_the_generated_clusters_cover_every_case():
+    total = Counter()
+    for seed in SEEDS:
+        total.update(stats(varied_cluster(seed)))
+    assert all(total[k] > 0 for k in ("exclusive", "offline_nodes", "forthcoming", "tagged", "offline_instances"))
+    assert total["overhead"] > 0
+
+
+def _outcome(call, *args):
+    try:
+        return call(*args)
+    except T.AllocFailure as failure:
+        return failure.mode
+    except ZeroDivisionError:
+        return "zero cpus"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_array_checks_fail_exactly_as_add_pri(seed):
+    rng = random.Random(seed)
+    cluster = varied_cluster(seed)
+    nodes = [n for n in cluster.nodes if not n.offline]
+    seen = Counter()
+    for _ in range(60):
+        inst = probe(rng, rng.choice(TEMPLATES), forthcoming=rng.random() < 0.2)
+        quick = numpy_failures(nodes, inst, [None] * len(nodes))
+        assert scalar_failures(nodes, inst, [None] * len(nodes)) == quick
+        for node, mode in zip(nodes, quick, strict=True):
+            actual = _outcome(node.add_pri, inst)
+            actual = None if isinstance(actual, type(node)) else actual
+            if mode is not None:
+                assert actual == mode, (node, inst, mode, actual)
+            seen[mode is not None] += 1
+    assert seen[True] > 0 and seen[False] > 0
+
+
+def _applied(nodes, inst, move, force):
+    changed, _ = apply_move(nodes, inst, move, force)
+    return {i: node_values(n) for i, n in changed.items()}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_scratch_moves_equal_applying_the_move(seed):
+    cluster = varied_cluster(seed)
+    nodes, checked = cluster.nodes, Counter()
+    for inst in cluster.instances:
+        if not inst.movable:
+            continue
+        targets = [n.idx for n in nodes if n.idx not in (inst.pnode, inst.snode)]
+        for move in possible_moves(inst, targets, secondary_ok=True):
+            for force in (False, True):
+                expected = _outcome(_applied, nodes, inst, move, force)
+                assert _outcome(move_values, nodes, inst, move, force) == expected
+                checked[(inst.forthcoming, isinstance(expected, dict))] += 1
+    assert checked[(False, True)] > 0 and checked[(False, False)] > 0
+    assert checked[(True, True)] + checked[(True, False)] > 0  # forthcoming instances move too
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_node_outcomes_finish_like_node_values_after(seed):
+    cluster = varied_cluster(seed)
+    nodes = cluster.nodes
+    for inst in cluster.instances:
+        if not inst.movable:
+            continue
+        targets = [t for t in range(len(nodes)) if t not in (inst.pnode, inst.snode)]
+        for move in possible_moves(inst, targets, secondary_ok=True):
+            for force in (False, True):
+                for idx, ops in node_effects(nodes, inst, move, force):
+                    expected = _outcome(node_values_after, nodes[idx], inst, ops)
+                    expected = None if not isinstance(expected, tuple) else expected
+                    values, peer = node_outcome(nodes[idx], inst, ops)
+                    peem = nodes[idx].peers.get(ops[-1][1], 0) if peer is not None else 0
+                    assert _finish(values, peer, peem) == expected
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_steepest_descent_takes_the_reference_path(seed):
+    cluster = varied_cluster(seed)
+    opts = HbalOptions(strategy="steepest")
+    scope = hbal._scope(cluster, opts.group)
+    fast = hbal._run(cluster, scope, opts, steepest=True)
+    slow = hbal._run(cluster, scope, opts, steepest=True, search=steepest_balance)
+    assert len(slow.steps) > 0
+    _assert_same(fast, slow)
+
+
+def test_a_secondary_outcome_kept_by_reservation_is_the_primarys_own():
+    # hspace's pairs keep a secondary's outcome under the memory its primary already
+    # reserves on it (not under the primary): primaries reserving as much share it.
+    from placement.ganeti import fast_moves
+    from placement.ganeti.instance import shape
+
+    shared = Counter()
+    for seed in SEEDS:
+        cluster = varied_cluster(seed)
+        rng = random.Random(seed)
+        for _ in range(6):
+            inst = probe(rng, "drbd", forthcoming=rng.random() < 0.2)
+            key = (False, *shape(inst))
+            for node in cluster.nodes:
+                node.outcomes = None
+                for p in cluster.nodes:
+                    if p.idx == node.idx:
+                        continue
+                    kept = fast_moves.secondary_outcome(node, inst, p.idx, key)
+                    try:
+                        own = node_values_after(node, inst, (("as", p.idx, False),))
+                    except T.AllocFailure as exc:
+                        own = exc.mode
+                    assert kept == own
+                shared[len(node.outcomes) < len(cluster.nodes) - 1] += 1
+    assert shared[True] > 20, shared  # primaries that reserve as much shared an outcome
+
+
+def test_hspace_pairs_answer_alike_with_outcomes_kept_by_primary(monkeypatch):
+    from placement.ganeti import fast_moves
+    from placement.ganeti.hspace import HSpaceOptions, Spec, run_hspace
+    from placement.ganeti.simulate import simulated_cluster
+
+    for nodes, tiered, standard in (
+        ("p,3,34052480,65523,24", "1048576,1024,8", None),
+        ("p,4,400000,32768,16", "51200,8192,4", "10240,2048,1"),
+    ):
+        answers = []
+        for by_reservation in (True, False):
+            monkeypatch.setattr(fast_moves, "_BY_RESERVATION", [by_reservation])
+            opts = HSpaceOptions(
+                disk_template="drbd",
+                tiered=Spec.parse(tiered),
+                standard=Spec.parse(standard) if standard else None,
+            )
+            answers.append(run_hspace(simulated_cluster([nodes]), opts).hts_lines())
+        assert answers[0] == answers[1]
