@@ -50,9 +50,9 @@ def setup(args):
     from django.core.management import call_command
     from django.utils import timezone
 
+    from accounts import tokens
     from inventory import services as inventory
     from provisioning import services as vms
-    from vclmgr import tokens
 
     call_command("migrate", verbosity=0)
     for n in range(args.room // HOST_VCPUS):

@@ -57,9 +57,9 @@ def main():
     settings.INVENTORY_IMPORT_MAX_ROWS = max(args.rows, 20_000)
     call_command("migrate", verbosity=0)
 
+    from core.changelog import Actor
     from inventory import services
     from inventory.models import BladeCenter, Credential, NodeGroup
-    from vclmgr.changelog import Actor
 
     actor = Actor(name="bench")
     services.create_credential(actor=actor, name="bench-root", username="root", secret="s3cret")  # noqa: S106

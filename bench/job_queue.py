@@ -57,7 +57,7 @@ def one(args):
 
     from jobs import services
     from jobs.models import Job
-    from vclmgr.health import live_worker_count
+    from monitoring.health import live_worker_count
 
     call_command("migrate", verbosity=0)
     if connection.vendor == "postgresql":

@@ -72,7 +72,7 @@ def emit_rounds(args):
     setup_django()
     from django.db import transaction
 
-    from vclmgr import events
+    from core import events
 
     user_topics = json.loads(Path(args.topics_file).read_text())
     committed = {}
@@ -94,7 +94,7 @@ def make_users(count):
     from django.contrib.auth.hashers import make_password
     from django.test import Client
 
-    from vclmgr.models import Event
+    from core.models import Event
 
     User = get_user_model()
     unusable = make_password(None)

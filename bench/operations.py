@@ -115,7 +115,7 @@ def seed(hosts, full, vms, memory_mib=1024):
 
 
 def start_workers(workers):
-    from vclmgr.health import live_worker_count
+    from monitoring.health import live_worker_count
 
     log = open(Path(os.environ["VCLMGR_VAR_DIR"]) / "qcluster.log", "wb")  # noqa: SIM115 (kept open for the child)
     child = subprocess.Popen(

@@ -59,8 +59,8 @@ def main():
     from capacity import services
     from capacity.models import Allocation
     from capacity.snapshot import snapshot
+    from core.changelog import Actor
     from inventory.models import Hypervisor
-    from vclmgr.changelog import Actor
 
     rng = random.Random(7)
     Allocation.objects.all().delete()

@@ -59,7 +59,7 @@ def one(args):
     get_broker().purge_queue()
     worker = start_workers(args)
     try:
-        from vclmgr.health import live_worker_count
+        from monitoring.health import live_worker_count
 
         wait_for(lambda: live_worker_count() >= args.workers, 60, "the workers")
         result = {"config": args.label, **counted, **burst(owner, image, args.vms)}

@@ -93,7 +93,7 @@ def owner():
 
 
 def started_workers(workers):
-    from vclmgr.health import live_worker_count
+    from monitoring.health import live_worker_count
 
     worker = start_workers(SimpleNamespace(workers=workers, profile=None))
     deadline = time.monotonic() + 60
@@ -165,8 +165,8 @@ def first_output(ids):
     """Seconds from each run's submit to its first ``run.output`` event (None: no output seen)."""
     from django.db.models import Min
 
+    from core.models import Event
     from runs.models import Run
-    from vclmgr.models import Event
 
     topics = [f"run.{pk}" for pk in ids]
     firsts = dict(Event.objects.filter(kind="run.output", topic__in=topics).values_list("topic")

@@ -18,7 +18,7 @@ SAVEPOINT, RELEASE), which SQLite sends explicitly and PostgreSQL too.
 ``--detail`` prints the statements of one acceptance and one VM build, grouped by table and
 kind, and by call site (the innermost vclmgr frame outside the database helpers).
 ``--postgres`` must name a disposable database: the bench empties it. On PostgreSQL the bulk
-inserts without RETURNING of a lone table (``vclmgr.bulk.insert_rows``: a batch's events with no
+inserts without RETURNING of a lone table (``core.bulk.insert_rows``: a batch's events with no
 change-log rows) go as ``COPY``, which Django's capture does not see: they are counted apart
 (``bulk.copy_batch``) and printed below the figures, then added to the total.
 """
@@ -66,8 +66,8 @@ COPIES = []  # tables written by COPY (PostgreSQL), which the capture does not s
 
 
 def count_copies():
-    """Note every COPY that ``vclmgr.bulk`` sends (``copy_batch``: its callers look it up by name)."""
-    from vclmgr import bulk
+    """Note every COPY that ``core.bulk`` sends (``copy_batch``: its callers look it up by name)."""
+    from core import bulk
 
     copy_batch = bulk.copy_batch
 
@@ -79,7 +79,7 @@ def count_copies():
 
 
 def _site():
-    skip = ("/bench/", "/vclmgr/bulk.py", "/jobs/models.py", "/django/", "/.venv/")
+    skip = ("/bench/", "/core/bulk.py", "/jobs/models.py", "/django/", "/.venv/")
     for frame in reversed(traceback.extract_stack()[:-3]):
         if frame.filename.startswith(str(ROOT)) and not any(part in frame.filename for part in skip):
             return f"{os.path.relpath(frame.filename, ROOT)}:{frame.lineno} {frame.name}"
@@ -149,7 +149,7 @@ def must_be_ready(reservation_id):
 
 
 def deliver():
-    from vclmgr import events, relay
+    from core import events, relay
 
     high_water = relay._max_id()
     _, written = counted(lambda: events.emit("bench.ping", {"n": 1}, ["admin"]))

@@ -26,13 +26,13 @@ import placement as core
 from capacity import decisions, loaders, preemption
 from capacity.models import Allocation
 from capacity.snapshot import snapshot
+from core import changelog, events, metrics
+from core.errors import Conflict
 from inventory import power as inventory_power
 from inventory.models import Hypervisor
 from jobs import services as jobs
 from jobs.models import Job
 from placement import preempt, refusals
-from vclmgr import changelog, events, metrics
-from vclmgr.errors import Conflict
 
 MAX_ATTEMPTS = 5
 WAKE_NOTE = "fits after powering on host"  # a placement's note when a standby host would take it

@@ -19,8 +19,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from console import services
+from core import metrics
 from drivers.base import DriverError
-from vclmgr import metrics
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,11 @@ from django.db.models import Case, Count, DateTimeField, F, Max, Q, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from accounts import access
 from console.models import ConsoleTicket
 from drivers import registry
 from drivers.base import DriverError, NoConsole
 from provisioning.models import VM
-from vclmgr import access
 
 KINDS = tuple(ConsoleTicket.Kind.values)
 PURGE_AFTER = timedelta(days=30)  # spent tickets are the sessions' history for a while

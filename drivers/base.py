@@ -37,7 +37,7 @@ Contract (every driver, tested by ``tests/drivers/test_contract.py``):
   login time, seconds since the last input where the guest reports it, else None); ``Invalid``
   where the hypervisor cannot tell (the caller then applies no idle policy), a temporary error
   when the guest's agent does not answer, ``Conflict`` when the VM is not running.
-- Every contract call is fenced (``vclmgr.fencing``): made by a job that lost its lease, it
+- Every contract call is fenced (``core.fencing``): made by a job that lost its lease, it
   raises ``LeaseLost`` before it starts, and after it returns (the step goes no further).
 """
 
@@ -54,8 +54,8 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
+from core import fencing, outbound
 from drivers.cloudinit import GuestLogin
-from vclmgr import fencing, outbound
 
 VM_KEY_PREFIX = "vcl-"
 # Safe as a libvirt domain name, a vSphere VM name, a file name and a DNS label.

@@ -38,7 +38,7 @@ import pycdlib
 import yaml
 from passlib.hash import sha512_crypt
 
-from vclmgr import yamlsafe
+from core import yamlsafe
 
 LABEL = "cidata"
 # A random one-time password needs no key stretching, and the guest checks the hash on every

@@ -198,7 +198,7 @@ def check_binding(credential, uri):
 
 
 def _origin_text(uri):
-    from vclmgr import outbound
+    from core import outbound
 
     try:
         return outbound.origin(uri)

@@ -10,6 +10,8 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from import_export.admin import ImportExportModelAdmin
 
+from accounts import access
+from core import changelog
 from inventory import formats, services
 from inventory.discovery.admin import discover_view
 from inventory.forms import (
@@ -20,7 +22,6 @@ from inventory.forms import (
 )
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
 from inventory.resources import HypervisorResource
-from vclmgr import access, changelog
 
 
 def change_log_table(obj):

@@ -7,7 +7,7 @@ class InventoryConfig(AppConfig):
     verbose_name = "Inventory"
 
     def ready(self):
-        from vclmgr import topics
+        from core import topics
 
         # Live updates of one host or one chassis: operators and auditors.
         topics.register("hypervisor", topics.cluster_readers)

@@ -17,7 +17,7 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from vclmgr.env import Env
+from core.env import Env
 
 KEY_FILE_NAME = "credential_key"
 

@@ -1,9 +1,9 @@
 """Demo inventory: blade center bc1 with 16 simulated hypervisors, registered through the
 same service as the admin form and the API. Running it again changes nothing."""
 
+from core.changelog import Actor
 from inventory import services
 from inventory.models import BladeCenter, NodeGroup
-from vclmgr.changelog import Actor
 
 DEMO = Actor(name="demo")
 

@@ -3,7 +3,7 @@
 ``load()`` turns bytes into a ``tablib.Dataset`` or raises ``FileError`` with a message a
 person can act on (empty file, header only, not UTF-8, over the size or row limit, …).
 ``dump()`` is its inverse. In CSV and XLSX, cells that a spreadsheet would run as formulas
-are written escaped (``vclmgr.spreadsheets``, as every export); ``load()`` removes exactly that
+are written escaped (``core.spreadsheets``, as every export); ``load()`` removes exactly that
 escape again, so an export imports back unchanged.
 
 The ``*Format`` classes adapt both to django-import-export, so the admin's import and
@@ -21,8 +21,8 @@ import yaml
 from django.conf import settings
 from import_export.formats.base_formats import Format
 
-from vclmgr import yamlsafe
-from vclmgr.spreadsheets import escape_row, unescape_cell
+from core import yamlsafe
+from core.spreadsheets import escape_row, unescape_cell
 
 FORMATS = ("csv", "xlsx", "json", "yaml")
 EXTENSIONS = {".csv": "csv", ".xlsx": "xlsx", ".json": "json", ".yaml": "yaml", ".yml": "yaml"}

@@ -4,11 +4,11 @@ from django import forms
 from django.contrib.admin.helpers import ActionForm
 from import_export.forms import ImportForm
 
+from core import outbound
 from inventory import formats
 from inventory.models import Credential, Hypervisor, NodeGroup
 from inventory.resources import header_problem
 from inventory.validators import FIRST_SLOT, HOST_MINIMUMS, MAX_SLOTS, RATIO_DEFAULTS, RATIO_MAX, RATIO_MIN
-from vclmgr import outbound
 
 REASON_HELP = "Why: kept in the change log (e.g. 'firmware upgrade, ticket 4711')."
 

@@ -14,6 +14,7 @@ from django.db import models
 from django.db.models.functions import Lower
 from taggit.managers import TaggableManager
 
+from core import outbound
 from drivers import registry as drivers
 from inventory import crypto
 from inventory.validators import (
@@ -27,7 +28,6 @@ from inventory.validators import (
     validate_bmc_address,
     validate_name,
 )
-from vclmgr import outbound
 
 ALLOW_HTTP_HELP = "Send the BMC credential over plain http:// (off: only over https://)."
 

@@ -21,13 +21,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from core import changelog, events
+from core.errors import Conflict, Upstream
 from inventory import redfish
 from inventory.models import Hypervisor
 from inventory.redfish import BMCError
 from inventory.resources import host_data
 from inventory.services import _host_topics, in_use_reasons, set_state
-from vclmgr import changelog, events
-from vclmgr.errors import Conflict, Upstream
 
 OFF_PREFIX = "powered off by "
 OFF, ON, UNKNOWN = Hypervisor.PowerState.OFF, Hypervisor.PowerState.ON, Hypervisor.PowerState.UNKNOWN

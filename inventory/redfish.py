@@ -8,7 +8,7 @@ seconds)`` polls until it is reached. Nothing here writes to the database.
 
 The secret is read from the credential only to hand to the client; messages are built from
 the BMC's address and the error's text, never from the credential. Before anything is sent the
-address passes ``vclmgr.outbound``'s policy (no internal address unless allow-listed; every
+address passes ``core.outbound``'s policy (no internal address unless allow-listed; every
 request to that one checked address, none to another origin a BMC's answer names), and a
 credential goes only to an origin it was saved for (``Credential.endpoints``) and only over
 https:// unless the host allows http:// (``bmc_allow_http``).
@@ -25,7 +25,7 @@ from sushy import connector as sushy_connector
 from sushy import exceptions as sushy_errors
 from urllib3.exceptions import InsecureRequestWarning
 
-from vclmgr import outbound
+from core import outbound
 
 log = logging.getLogger(__name__)
 

@@ -28,6 +28,7 @@ from import_export import fields, resources, widgets
 from import_export.results import RowResult
 from taggit.models import Tag, TaggedItem
 
+from core import bulk, changelog, events
 from inventory import formats
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup, cross_field_errors
 from inventory.validators import (
@@ -41,7 +42,6 @@ from inventory.validators import (
     validate_bmc_address,
     validate_name,
 )
-from vclmgr import bulk, changelog, events
 
 COLUMNS = [
     "id", "name", "address", "driver", "uri", "credential", "blade_center", "slot", "group",

@@ -22,6 +22,8 @@ from django.db import transaction
 from django.db.models import ProtectedError
 from django.utils import timezone
 
+from core import bulk, changelog, events, outbound
+from core.errors import InUse
 from drivers import registry as drivers
 from inventory import formats
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
@@ -36,8 +38,6 @@ from inventory.resources import (
     slot_data,
 )
 from inventory.validators import FIRST_SLOT, MAX_SLOTS, validate_name
-from vclmgr import bulk, changelog, events, outbound
-from vclmgr.errors import InUse
 
 IN_USE_CHECKERS = []
 ON_STATE_CHANGE = []

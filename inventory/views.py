@@ -7,12 +7,12 @@ from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from accounts.access import operator_page
+from core import changelog
 from inventory import services
 from inventory.api.filters import HypervisorFilterSet
 from inventory.forms import ScheduleForm, StateForm
 from inventory.models import BladeCenter, Hypervisor
-from vclmgr import changelog
-from vclmgr.access import operator_page
 
 
 @operator_page

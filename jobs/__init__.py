@@ -58,6 +58,6 @@ summary. Cancel: queued and waiting jobs at once; running ones between steps (ch
 too). Retry: a failed or canceled job is submitted again as a new job linked by
 ``retry_of``. Archive: finished jobs older than N days leave the default listings.
 
-Events: every status change, progress step and log line is emitted (``vclmgr.events``) to
+Events: every status change, progress step and log line is emitted (``core.events``) to
 ``job.<id>``, ``user.<submitter id>`` and ``admin``.
 """

@@ -9,8 +9,8 @@ class JobsConfig(AppConfig):
         from django.utils.module_loading import autodiscover_modules
         from django_q.signals import post_spawn
 
+        from core import topics
         from jobs import opcodes, tasks  # noqa: F401 (registers the built-in opcodes)
-        from vclmgr import topics
 
         topics.register("job", _may_watch_job)
         # Other apps register their opcodes in <app>/opcodes.py.

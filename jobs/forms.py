@@ -2,9 +2,9 @@ import json
 
 from django import forms
 
+from accounts import access
 from jobs import registry
 from jobs.models import Job, QueueSettings
-from vclmgr import access
 
 
 class JobSubmitForm(forms.Form):

@@ -31,7 +31,7 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from rest_framework import serializers
 
-from vclmgr import access
+from accounts import access
 
 _REGISTRY = {}
 
@@ -48,7 +48,7 @@ class Opcode:
     locks: Any = None
     staff_only: bool = True
     description: str = ""
-    #: what submitting it through an interface needs (``vclmgr.access``): None = any signed-in user
+    #: what submitting it through an interface needs (``accounts.access``): None = any signed-in user
     capability: str | None = "operate"
     #: the API token scope a submission needs
     scope: str = "operate"

@@ -8,7 +8,7 @@ each step (which also renews the lease), each step's record (result, progress, r
 trail), each log line, the heartbeat, and the job's end. A write that matches no row means
 the job is no longer ours (recovered after a lost lease, taken over by another worker, or
 ended elsewhere): the run raises ``LeaseLost`` and stops quietly, writing nothing more.
-Hypervisor calls are fenced by the same lease (``vclmgr.fencing``, checked before and after
+Hypervisor calls are fenced by the same lease (``core.fencing``, checked before and after
 every driver call): a worker that was frozen or cut off past its lease makes no further
 driver call when it comes back. A heartbeat thread renews the lease while the job runs.
 
@@ -36,11 +36,11 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 from django_q.exceptions import TimeoutException
 
+from core import fencing, reconnect
+from core.changelog import Actor
+from core.fencing import LeaseLost
 from jobs import kept_records, reasons, registry, transitions, wake
 from jobs.models import Job, QueueSettings, update_returning
-from vclmgr import fencing, reconnect
-from vclmgr.changelog import Actor
-from vclmgr.fencing import LeaseLost
 
 log = logging.getLogger(__name__)
 S = Job.Status

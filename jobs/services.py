@@ -18,12 +18,13 @@ from django.db.models import Count, Q
 from django.utils import timezone
 from rest_framework import serializers
 
+from accounts import access
+from core import changelog, events
+from core.changelog import Actor
+from core.errors import Conflict
+from core.models import ObjectChange
 from jobs import dispatcher, locks, reasons, registry, transitions, wake
 from jobs.models import Job, JobDependency, JobLog, QueueSettings
-from vclmgr import access, changelog, events
-from vclmgr.changelog import Actor
-from vclmgr.errors import Conflict
-from vclmgr.models import ObjectChange
 
 S = Job.Status
 MAX_BATCH = 1000

@@ -19,9 +19,9 @@ import time
 from django.db import transaction
 from django.utils import timezone
 
+from core import periodic
 from jobs import dispatcher, runner, transitions, wake
 from jobs.models import Job, QueueSettings
-from vclmgr import periodic
 
 S = Job.Status
 SWEEP_SCHEDULE = "vclmgr: job sweep"

@@ -18,9 +18,9 @@ from contextlib import contextmanager
 from django.db import connection, transaction
 from django.utils import timezone
 
+from core import bulk, changelog, events
+from core.changelog import Actor
 from jobs.models import Job, JobDependency, JobLog, QueueSettings, update_returning
-from vclmgr import bulk, changelog, events
-from vclmgr.changelog import Actor
 
 S = Job.Status
 LEVEL_OF = {S.SUCCESS: "info", S.ERROR: "error", S.CANCELED: "warning"}
@@ -118,8 +118,8 @@ class _Batch:
 
 @contextmanager
 def batched():
-    """Collect the log lines, events (also ``vclmgr.events.emit``'s) and change-log rows
-    (``vclmgr.changelog.record``'s) written in this block; insert them at its end (one INSERT
+    """Collect the log lines, events (also ``core.events.emit``'s) and change-log rows
+    (``core.changelog.record``'s) written in this block; insert them at its end (one INSERT
     per table).
 
     Use it inside the transaction that makes the changes (the rows are written before it

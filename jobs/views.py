@@ -9,10 +9,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from rest_framework import serializers
 
+from accounts import access
 from jobs import registry, services
 from jobs.forms import JobActionForm, JobSubmitForm, QueueForm
 from jobs.models import Job, QueueSettings
-from vclmgr import access
 
 PAGE_SIZE = 50
 

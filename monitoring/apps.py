@@ -5,7 +5,12 @@ class MonitoringConfig(AppConfig):
     name = "monitoring"
 
     def ready(self):
+        from django_q.signals import post_spawn
+
+        from core import events
+        from monitoring import metrics, worker_health
         from monitoring.collector import StateCollector
-        from vclmgr import metrics
 
         metrics.register_collector(StateCollector())
+        events.listen("job.status", metrics.on_job_status)
+        post_spawn.connect(worker_health.start, dispatch_uid="monitoring.worker_health")

@@ -1,6 +1,6 @@
 """Gauges of state read from the database at scrape time (the same from any process).
 
-Capacity is the dashboard's (``vclmgr.dashboard``): usable = (total − reserved) × overcommit
+Capacity is the dashboard's (``monitoring.dashboard``): usable = (total − reserved) × overcommit
 as placement computes it, allocated = live claims now; offline hosts count in neither.
 A handful of grouped queries whatever the size of the inventory.
 """
@@ -11,10 +11,10 @@ from prometheus_client.core import GaugeMetricFamily
 
 from inventory.models import Hypervisor
 from jobs.models import Job
+from monitoring import dashboard
 from notifications.models import Notification, WebhookDelivery
 from provisioning.models import VM
 from reservations.models import Reservation
-from vclmgr import dashboard
 
 PENDING_STATES = ("queued", "sending", "retry", "failed")
 

@@ -1,14 +1,18 @@
-"""/metrics: the Prometheus text, for a bearer token or an allowed network (never for anyone)."""
+"""/metrics: the Prometheus text, for a bearer token or an allowed network (never for anyone);
+the dashboard's panels as JSON."""
 
 import hmac
 import ipaddress
 
 from django.conf import settings
-from django.http import HttpResponse
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
-from vclmgr import metrics
-from vclmgr.lockout import client_address
+from accounts import access
+from accounts.lockout import client_address
+from monitoring import dashboard, metrics
 
 
 def _networks():
@@ -47,3 +51,13 @@ def metrics_view(request):
     if refused is not None:
         return refused
     return HttpResponse(metrics.render(), content_type=metrics.CONTENT_TYPE)
+
+
+@login_required
+def dashboard_data(request):
+    """The dashboard's panels as JSON, for staff only (dashboard.js refetches it on events)."""
+    if not access.can(request.user, "see_cluster"):
+        raise PermissionDenied
+    response = JsonResponse(dashboard.gather())
+    response["Cache-Control"] = "no-store"
+    return response

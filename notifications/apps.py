@@ -8,8 +8,8 @@ class NotificationsConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
+        from core import events
         from notifications import services, tasks
-        from vclmgr import events
 
         for kind in services.RULES:
             events.listen(kind, services.on_event, ids=True)

@@ -1,6 +1,6 @@
 """What each event means for users' mail and for webhooks; preferences; webhook settings.
 
-The one place notifications come from is the event outbox (``vclmgr.events``): ``on_event``
+The one place notifications come from is the event outbox (``core.events``): ``on_event``
 listens to the kinds in ``RULES`` and ``on_any_event`` to every kind a webhook wants, inside
 the transaction that emits the event. Each writes rows only (one INSERT); rendering and
 sending happen after commit in ``notifications.tasks``, so a broken template or a dead SMTP
@@ -21,9 +21,9 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from core import changelog, events, outbound
+from core.changelog import Actor
 from notifications.models import KIND_NAMES, Notification, Preference, Webhook, WebhookDelivery
-from vclmgr import changelog, events, outbound
-from vclmgr.changelog import Actor
 
 # --- rules: event -> (notification kind, identity of what it tells) ----------------------
 

@@ -18,7 +18,7 @@ one ``send_due`` sends for at most ``NOTIFY_SEND_BUDGET_SECONDS`` and queues its
 the rest; a webhook try begins only if its whole time limit (``WEBHOOK_TIMEOUT_SECONDS``,
 connect to answer, not per read) fits in what is left.
 
-A webhook is posted through ``vclmgr.outbound``: a URL on a loopback, link-local or private
+A webhook is posted through ``core.outbound``: a URL on a loopback, link-local or private
 address (unless ``VCLMGR_OUTBOUND_ALLOW`` names it) is refused before any connection, no
 redirect is followed, and every failed try reads ``delivery failed`` in the delivery log,
 with no status or duration; the detail goes to the server's log.
@@ -37,8 +37,8 @@ from django.db.models import Q
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from core import metrics, outbound, periodic
 from notifications.models import Delivery, Notification, Webhook, WebhookDelivery
-from vclmgr import metrics, outbound, periodic
 
 log = logging.getLogger(__name__)
 LEASE = timedelta(seconds=120)

@@ -10,10 +10,10 @@ class VmsConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
+        from core import events, topics
         from inventory import services as inventory
         from jobs import opcodes as job_opcodes
         from provisioning import plans, services, tasks, verify
-        from vclmgr import events, topics
 
         post_spawn.connect(tasks.on_worker_start, dispatch_uid="provisioning.facts_refresh")
 

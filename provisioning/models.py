@@ -13,9 +13,9 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from taggit.managers import TaggableManager
 
+from accounts import access
 from drivers import registry as drivers
 from drivers.base import FORMATS, vm_key
-from vclmgr import access
 
 NAME_HELP = "Letters, digits, '.', '_' and '-' (becomes a file name on the hosts)."
 

@@ -5,11 +5,11 @@ from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from accounts.access import operator_page
+from core.errors import Conflict
 from inventory.models import NodeGroup
 from provisioning import plans
 from provisioning.models import Plan
-from vclmgr.access import operator_page
-from vclmgr.errors import Conflict
 
 
 @operator_page

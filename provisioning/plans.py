@@ -37,7 +37,11 @@ from django.db import transaction
 from django.utils import timezone
 
 import placement as core
+from accounts import access
 from capacity import loaders
+from core import changelog, events
+from core.changelog import Actor
+from core.errors import Conflict
 from inventory import power
 from inventory import services as inventory
 from inventory.models import Hypervisor, NodeGroup
@@ -47,9 +51,6 @@ from jobs.models import Job
 from placement.ganeti import bridge, evacuate, hbal, hsqueeze, metrics
 from provisioning import services as vms
 from provisioning.models import VM, Plan
-from vclmgr import access, changelog, events
-from vclmgr.changelog import Actor
-from vclmgr.errors import Conflict
 
 K = Plan.Kind
 DEFAULT_RATE_LIMIT = 4

@@ -21,6 +21,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from capacity import services as capacity
+from core import changelog
+from core.errors import Conflict
 from drivers import base
 from drivers import registry as drivers
 from inventory.models import Hypervisor
@@ -29,8 +31,6 @@ from placement import refusals
 from provisioning import services
 from provisioning.models import VM, Image
 from provisioning.verify import CHECKED, OUR_KEY
-from vclmgr import changelog
-from vclmgr.errors import Conflict
 
 ACTIONS = ("adopt", "destroy", "drift", "absent")
 ADOPTED_IMAGE = "adopted"

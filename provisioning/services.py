@@ -22,7 +22,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import FilteredRelation, ProtectedError, Q, RestrictedError
 from django.utils import timezone
 
+from accounts import access
 from capacity import services as capacity
+from core import changelog, events, outbound, topics
+from core.changelog import Actor
+from core.errors import Conflict, InUse
 from drivers import base, cloudinit, registry
 from drivers.base import vm_key
 from jobs import kept_records
@@ -30,9 +34,6 @@ from jobs import services as jobs
 from jobs.models import Job
 from provisioning import quotas
 from provisioning.models import VM, HostImage, Image, ImageVariant
-from vclmgr import access, changelog, events, outbound, topics
-from vclmgr.changelog import Actor
-from vclmgr.errors import Conflict, InUse
 
 IMAGE_FIELDS = (
     "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib", "default_vcpus",

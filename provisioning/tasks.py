@@ -22,11 +22,11 @@ import logging
 from django.conf import settings
 from django.db.models import Q
 
+from core import periodic
+from core.changelog import Actor
 from inventory.models import Hypervisor
 from jobs import services as jobs
 from jobs.models import Job
-from vclmgr import periodic
-from vclmgr.changelog import Actor
 
 log = logging.getLogger(__name__)
 REFRESH_SCHEDULE = "vclmgr: facts refresh"

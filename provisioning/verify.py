@@ -20,11 +20,11 @@ from django.db.models import Q
 
 from capacity import services as capacity
 from capacity.models import Allocation
+from core.errors import Conflict
 from drivers import base
 from drivers import registry as drivers
 from inventory.models import Hypervisor
 from provisioning.models import VM, VerifyReport
-from vclmgr.errors import Conflict
 
 OUR_KEY = re.compile(rf"^{re.escape(base.VM_KEY_PREFIX)}(\d+)$")
 # Defined on the host by now; staging/defining may not be yet, migrating is on two hosts at once.

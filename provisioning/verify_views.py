@@ -7,11 +7,11 @@ from django.core.exceptions import ValidationError
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from accounts import access
+from accounts.access import operator_page
+from core.errors import Conflict
 from jobs import services as jobs
 from provisioning import repair, verify
-from vclmgr import access
-from vclmgr.access import operator_page
-from vclmgr.errors import Conflict
 
 admin_page = access.page(read="admin", write="admin")
 

@@ -16,11 +16,12 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 from rest_framework import serializers
 
+from accounts import access
+from core import changelog
 from jobs import services as jobs
 from provisioning import services
 from provisioning.forms import ActionForm, ImageFilterForm, ImageForm, VariantForm
 from provisioning.models import VM, Image, ImageVariant
-from vclmgr import access, changelog
 
 maintainer_page = access.page(read="maintain_images", write="maintain_images")
 

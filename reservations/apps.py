@@ -9,12 +9,12 @@ class ReservationsConfig(AppConfig):
         from django_q.signals import post_spawn
 
         from capacity import services as capacity
+        from core import topics
         from inventory import services as inventory
         from jobs import transitions
         from provisioning import quotas, repair, verify
         from provisioning.opcodes import lifecycle
         from reservations import services, tasks
-        from vclmgr import topics
 
         topics.register("reservation", services.may_see)
         quotas.register("reservation", services.holdings)

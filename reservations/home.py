@@ -13,9 +13,9 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
+from core.next_action import Action
 from reservations import idle
 from reservations.models import BlockAllocation, Reservation
-from vclmgr.next_action import Action
 
 S = Reservation.Status
 FAILED_SHOWN = timedelta(hours=24)

@@ -35,8 +35,8 @@ from django.db.models import F, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce, JSONObject
 from django.utils import timezone
 
+from core import events, topics
 from reservations.models import BlockAllocation, IdlePolicy, Reservation, ReservationHistory
-from vclmgr import events, topics
 
 log = logging.getLogger(__name__)
 S = Reservation.Status
@@ -163,8 +163,8 @@ def set_policy(*, actor, image=None, group=None, no_show_minutes=15, idle_minute
     """Create or change the idle policy of ``image`` or ``group`` (one of them); returns it."""
     from django.core.exceptions import ValidationError
 
-    from vclmgr import changelog
-    from vclmgr.changelog import Actor
+    from core import changelog
+    from core.changelog import Actor
 
     if (image is None) == (group is None):
         raise ValidationError({"image": ["give an image or a group, not both"]})
@@ -293,8 +293,8 @@ def reason_text(kind, policy):
 
 
 def _reclaim(reservation, policy, decision, now, *, actor):
+    from core.errors import Conflict
     from reservations import services
-    from vclmgr.errors import Conflict
 
     with transaction.atomic():
         marked = Reservation.objects.filter(pk=reservation.pk, status=S.READY).update(

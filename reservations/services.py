@@ -27,9 +27,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from accounts import access
 from capacity import preemption
 from capacity import services as capacity
 from capacity.models import Allocation
+from core import changelog, events, topics
+from core.changelog import Actor
+from core.errors import Conflict
 from drivers import cloudinit
 from jobs import services as jobs
 from jobs import transitions
@@ -42,9 +46,6 @@ from provisioning.models import VM
 from provisioning.opcodes import host_ops as vm_host_ops
 from reservations import idle, usage
 from reservations.models import BlockAllocation, Refusal, Reservation, ReservationHistory
-from vclmgr import access, changelog, events, topics
-from vclmgr.changelog import Actor
-from vclmgr.errors import Conflict
 
 log = logging.getLogger(__name__)
 S = Reservation.Status
@@ -953,7 +954,7 @@ def rdp_file(reservation):
 
 
 def may_manage_blocks(user):
-    """Instructors (``vclmgr.access``; the older ``add_blockallocation`` permission counts too)."""
+    """Instructors (``accounts.access``; the older ``add_blockallocation`` permission counts too)."""
     return access.can(user, "teach") or user.has_perm("reservations.add_blockallocation")
 
 

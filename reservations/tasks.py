@@ -8,7 +8,7 @@ The idle round (``idle_round``) runs likewise every ``IDLE_CHECK_SECONDS`` in it
 
 from django.conf import settings
 
-from vclmgr import periodic
+from core import periodic
 
 TICK_SCHEDULE = "vclmgr: reservations clock"
 TICK_FUNC = "reservations.tasks.tick"
@@ -37,10 +37,10 @@ def aggregate_usage():
 def idle_round(now=None):
     """Submit ``reservation.idle_check`` if a ready reservation's guest is due to be asked and no
     such job is queued or running (one indexed query when nothing is due). Returns its id."""
+    from core.changelog import Actor
     from jobs import services as jobs
     from jobs.models import Job
     from reservations import idle
-    from vclmgr.changelog import Actor
 
     if not idle.due(now, limit=1):
         return None

@@ -25,9 +25,9 @@ from django.db.models import Count, Min, Q
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
+from core import spreadsheets
 from placement import refusals as placement_reasons
 from reservations.models import Refusal, Reservation, UsageDay, UsagePeak
-from vclmgr import spreadsheets
 
 S = Reservation.Status
 STOPPED = (S.ENDING, S.ENDED, S.FAILED, S.CANCELED)

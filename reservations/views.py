@@ -20,12 +20,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from accounts import access
+from core import topics
 from provisioning import services as vms
 from provisioning.forms import ImageFilterForm
 from reservations import home, idle, services, usage
 from reservations.forms import BlockForm, ExtendForm, ReserveForm, add_service_errors, as_input
 from reservations.models import BlockAllocation, Reservation
-from vclmgr import access, topics
 
 PAGE_SIZE = 50
 MAX_ID = 2**63 - 1

@@ -9,9 +9,9 @@ class RunsConfig(AppConfig):
         from django_q.signals import post_spawn
 
         from capacity import preemption
+        from core import events, topics
         from provisioning import quotas
         from runs import services, tasks
-        from vclmgr import events, topics
 
         topics.register("run", services.may_see)
         quotas.register("run", services.holdings)

@@ -11,8 +11,8 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
+from core.next_action import Action
 from runs.models import ACTIVE, Run
-from vclmgr.next_action import Action
 
 S = Run.State
 ENDED_SHOWN = timedelta(hours=24)

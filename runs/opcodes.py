@@ -24,6 +24,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from rest_framework import serializers
 
+from accounts import access
 from capacity import preemption
 from capacity import services as capacity
 from drivers import base
@@ -39,7 +40,6 @@ from provisioning.opcodes.common import fail_reason, load_vm, passes_through
 from provisioning.opcodes.staging import stage
 from runs import pooling, services, validation
 from runs.models import Run, RunFile
-from vclmgr import access
 
 S = Run.State
 SCRIPT = "/tmp/vclmgr-run-script.sh"  # noqa: S108 (a path in the run's own throwaway guest)

@@ -22,8 +22,12 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from accounts import access
 from capacity import preemption
 from capacity import services as capacity
+from core import changelog, events
+from core.changelog import Actor
+from core.errors import Conflict
 from drivers import registry as drivers
 from jobs import kept_records, reasons
 from jobs import services as jobs
@@ -33,9 +37,6 @@ from provisioning import services as vms
 from provisioning.models import VM
 from runs import platforms, validation
 from runs.models import ACTIVE, FINAL, Run, RunFile, RunOutput
-from vclmgr import access, changelog, events
-from vclmgr.changelog import Actor
-from vclmgr.errors import Conflict
 
 log_ = logging.getLogger(__name__)
 # Job priority of each run class: below interactive work (reservations' jobs run at 0).

@@ -12,8 +12,8 @@ Several at once are harmless.
 
 import logging
 
-from vclmgr import periodic
-from vclmgr.changelog import Actor
+from core import periodic
+from core.changelog import Actor
 
 log = logging.getLogger(__name__)
 SCHEDULE = "vclmgr: runs housekeeping"

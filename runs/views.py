@@ -7,10 +7,10 @@ from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from core.errors import Conflict
 from runs import services
 from runs.forms import RunForm, add_service_errors
 from runs.models import RunFile
-from vclmgr.errors import Conflict
 
 LOG_ON_PAGE = 500  # chunks rendered with the page; the script pages on from there
 

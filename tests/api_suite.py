@@ -20,14 +20,14 @@ but every write is refused and changes nothing. Set ``user_can_read = True`` for
 where any signed-in user may read (``IsStaffOrReadOnly``), ``user_can_write = True`` where
 plain users may also write, and ``deletable = False`` where DELETE is not offered.
 
-Roles (``vclmgr.access``): every role is tried on every operation with a token carrying every
+Roles (``accounts.access``): every role is tried on every operation with a token carrying every
 scope the role allows; ``role_reads`` / ``role_writes`` name the roles besides admin that may
 read / write (e.g. ``("operator", "auditor")`` and ``("operator",)`` for the inventory).
 """
 
 import pytest
 
-from vclmgr import access
+from accounts import access
 
 OPERATIONS = ["list", "detail", "create", "update", "delete"]
 WRITES = ["create", "update", "delete"]

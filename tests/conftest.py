@@ -11,12 +11,12 @@ from django.core.cache import caches
 from django.test import Client
 from rest_framework.test import APIClient
 
+from accounts import tokens
 from capacity.snapshot import snapshot
+from core.changelog import Actor
 from inventory import services as inventory_services
 from tests import processes
 from tests.vcsim import vcsim  # noqa: F401 (the one session fixture of the simulator)
-from vclmgr import tokens
-from vclmgr.changelog import Actor
 
 TEST = Actor(name="test")
 _numbers = itertools.count(1)

@@ -18,7 +18,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from vclmgr import lifeline
+from core import lifeline
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,7 +66,7 @@ def listens(port):
 class Child:
     """A child process in its own session, killed with everything it spawned; and if the test
     process dies before it can (a run killed by a timeout), the whole tree stops by itself:
-    it watches a lifeline pipe whose only write end this process holds (``vclmgr.lifeline``,
+    it watches a lifeline pipe whose only write end this process holds (``core.lifeline``,
     as ``serve``'s children do)."""
 
     def __init__(self, args, env, log_path):
@@ -148,7 +148,7 @@ def wait_for(predicate, timeout, what, child=None):
 def start_worker(tmp_path, workers=1, **env):
     from django_q.brokers import get_broker
 
-    from vclmgr.health import live_worker_count
+    from monitoring.health import live_worker_count
 
     # With Redis the queue outlives the test database: drop tasks an earlier test left.
     get_broker().purge_queue()

@@ -30,9 +30,9 @@ from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.core.parameters import ParameterLocation
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
-from vclmgr import tokens
-from vclmgr.api.permissions import RoleRequired
-from vclmgr.api.throttling import AnonThrottle
+from accounts import tokens
+from accounts.api.permissions import RoleRequired
+from core.api.throttling import AnonThrottle
 
 load_all_checks()
 

@@ -81,7 +81,7 @@ def test_the_probes_the_deployment_names_exist():
 
     assert resolve("/healthz/ready").url_name == "healthz-ready"
     assert resolve("/healthz/live").url_name == "healthz-live"
-    assert (ROOT / "vclmgr" / "management" / "commands" / "worker_check.py").exists()
+    assert (ROOT / "monitoring" / "management" / "commands" / "worker_check.py").exists()
 
 
 def _image_env():
@@ -109,7 +109,7 @@ WRITES = """
 import json
 from django.conf import settings as s
 from django.core.files.storage import storages
-from vclmgr import worker_health
+from monitoring import worker_health
 dirs = {"VCLMGR_VAR_DIR": str(s.VAR_DIR), "PROMETHEUS_MULTIPROC_DIR": s.PROMETHEUS_MULTIPROC_DIR,
         "runs storage (inputs, artifacts)": storages["runs"].location,
         "worker heartbeats": str(worker_health.beat_dir())}

@@ -13,7 +13,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from vclmgr.api.authentication import TokenWebsocketMiddleware  # noqa: E402
+from accounts.api.authentication import TokenWebsocketMiddleware  # noqa: E402
 from vclmgr.routing import websocket_urlpatterns  # noqa: E402
 
 _sockets = URLRouter(websocket_urlpatterns)

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from console.consumers import SerialConsumer, VNCConsumer
-from vclmgr.consumers import EventConsumer
+from core.consumers import EventConsumer
 
 websocket_urlpatterns = [
     path("ws/events/", EventConsumer.as_asgi()),

@@ -17,11 +17,10 @@ import csp.constants as _csp
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from drivers.registry import options_errors as _driver_options_errors
-from vclmgr.env import Env
-from vclmgr.ldap_config import ldap_settings
-from vclmgr.private_files import private_dir, write_private
-from vclmgr.saml_config import saml_settings
+from accounts.ldap_config import ldap_settings
+from accounts.saml_config import saml_settings
+from core.env import Env
+from core.private_files import private_dir, write_private
 
 env = Env()
 
@@ -74,7 +73,8 @@ INSTALLED_APPS = [
     "csp",
     "taggit",
     "axes",
-    "vclmgr.apps.VclmgrConfig",
+    "core.apps.CoreConfig",
+    "accounts.apps.AccountsConfig",
     "inventory.apps.InventoryConfig",
     "jobs.apps.JobsConfig",
     "drivers.sim.apps.SimConfig",
@@ -82,10 +82,11 @@ INSTALLED_APPS = [
     "provisioning.apps.VmsConfig",
     "reservations.apps.ReservationsConfig",
     "runs.apps.RunsConfig",
-    "vclmgr.rapi.apps.RapiConfig",
+    "rapi.apps.RapiConfig",
     "notifications.apps.NotificationsConfig",
     "monitoring.apps.MonitoringConfig",
     "console.apps.ConsoleConfig",
+    "vclmgr.apps.SiteConfig",  # the site's commands (serve, demo, kvm_demo); no models
 ]
 
 MIDDLEWARE = [
@@ -99,10 +100,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "vclmgr.api.errors.ApiJsonErrorsMiddleware",
-    "vclmgr.no_store.NoStoreMiddleware",
+    "core.api.errors.ApiJsonErrorsMiddleware",
+    "core.no_store.NoStoreMiddleware",
     "axes.middleware.AxesMiddleware",
-    "vclmgr.reconnect.RetryLostSessionMiddleware",  # innermost: it runs the view again
+    "core.reconnect.RetryLostSessionMiddleware",  # innermost: it runs the view again
 ]
 
 ROOT_URLCONF = "vclmgr.urls"
@@ -119,7 +120,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "vclmgr.access.context",
+                "accounts.access.context",
             ],
         },
     },
@@ -224,20 +225,20 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-AUTHENTICATION_BACKENDS = ["vclmgr.lockout.LockoutBackend", "vclmgr.signon.LocalBackend"]
-# Sign-on (vclmgr/signon.py). LDAP / Active Directory: the AUTH_LDAP_* settings of
-# django-auth-ldap, read by vclmgr/ldap_config.py; off without AUTH_LDAP_SERVER_URI. Local
+AUTHENTICATION_BACKENDS = ["accounts.lockout.LockoutBackend", "accounts.signon.LocalBackend"]
+# Sign-on (accounts/signon.py). LDAP / Active Directory: the AUTH_LDAP_* settings of
+# django-auth-ldap, read by accounts/ldap_config.py; off without AUTH_LDAP_SERVER_URI. Local
 # accounts are asked first, so the admin signs in at once while the directory is down.
 globals().update(ldap_settings(env))
 if globals().get("AUTH_LDAP_SERVER_URI"):
-    AUTHENTICATION_BACKENDS.append("vclmgr.signon.DirectoryBackend")
+    AUTHENTICATION_BACKENDS.append("accounts.signon.DirectoryBackend")
 # Local accounts only for staff (admins); everyone else through a sign-on method.
 LOCAL_LOGIN_STAFF_ONLY = env.bool("LOCAL_LOGIN_STAFF_ONLY", False)
 if LOCAL_LOGIN_STAFF_ONLY:
-    AUTHENTICATION_BACKENDS[AUTHENTICATION_BACKENDS.index("vclmgr.signon.LocalBackend")] = (
-        "vclmgr.signon.StaffOnlyModelBackend"
+    AUTHENTICATION_BACKENDS[AUTHENTICATION_BACKENDS.index("accounts.signon.LocalBackend")] = (
+        "accounts.signon.StaffOnlyModelBackend"
     )
-# Sign-in lockout (vclmgr/lockout.py): per username and client address.
+# Sign-in lockout (accounts/lockout.py): per username and client address.
 AXES_ENABLED = env.bool("LOGIN_LOCKOUT", True)
 AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_COOLOFF_MINUTES", 15, minimum=1))
@@ -248,7 +249,7 @@ AXES_VERBOSE = False  # its start-up banner and per-login INFO lines would fill 
 # trusted reverse proxies; otherwise a client could pick its own address per request. Behind
 # a TLS-terminating proxy (TRUST_X_FORWARDED_PROTO) the default is that one proxy.
 TRUSTED_PROXIES = env.int("TRUSTED_PROXIES", 1 if env.bool("TRUST_X_FORWARDED_PROTO", False) else 0, minimum=0)
-AXES_CLIENT_IP_CALLABLE = "vclmgr.lockout.client_address"
+AXES_CLIENT_IP_CALLABLE = "accounts.lockout.client_address"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -256,14 +257,14 @@ LOGOUT_REDIRECT_URL = "login"
 # Sign-on methods the login page offers besides its form (label, URL name), each appended below.
 SIGN_ON_METHODS = []
 
-# --- single sign-on: OpenID Connect (vclmgr/oidc.py), on when OIDC_RP_CLIENT_ID is set --------
+# --- single sign-on: OpenID Connect (accounts/oidc.py), on when OIDC_RP_CLIENT_ID is set --------
 # Variable names are mozilla-django-oidc's own, so its documentation applies.
 OIDC_RP_CLIENT_ID = env.str("OIDC_RP_CLIENT_ID", "")
 OIDC_ENABLED = bool(OIDC_RP_CLIENT_ID)
 if OIDC_ENABLED:
     OIDC_RP_CLIENT_SECRET = env.str("OIDC_RP_CLIENT_SECRET")
     OIDC_OP_DISCOVERY_URL = env.url("OIDC_OP_DISCOVERY_URL", {"https", "http"})
-    # Unset endpoints are read from the discovery document on first use (vclmgr/oidc.py).
+    # Unset endpoints are read from the discovery document on first use (accounts/oidc.py).
     OIDC_OP_AUTHORIZATION_ENDPOINT = env.url("OIDC_OP_AUTHORIZATION_ENDPOINT", {"https", "http"})
     OIDC_OP_TOKEN_ENDPOINT = env.url("OIDC_OP_TOKEN_ENDPOINT", {"https", "http"})
     OIDC_OP_USER_ENDPOINT = env.url("OIDC_OP_USER_ENDPOINT", {"https", "http"})
@@ -284,7 +285,7 @@ if OIDC_ENABLED:
             raise ImproperlyConfigured(f"OIDC_RP_CLIENT_ID is set: set OIDC_OP_DISCOVERY_URL or {', '.join(_missing)}")
     OIDC_RP_SCOPES = env.str("OIDC_RP_SCOPES", "openid email profile")
     OIDC_USE_PKCE = env.bool("OIDC_USE_PKCE", True)
-    OIDC_LINK_VERIFIED_EMAIL = env.bool("OIDC_LINK_VERIFIED_EMAIL", False)  # vclmgr/oidc.py: off, never by name
+    OIDC_LINK_VERIFIED_EMAIL = env.bool("OIDC_LINK_VERIFIED_EMAIL", False)  # accounts/oidc.py: off, never by name
     OIDC_VERIFY_SSL = env.bool("OIDC_VERIFY_SSL", True)
     OIDC_TIMEOUT = env.float("OIDC_TIMEOUT", 10.0, minimum=0.1)
     OIDC_GROUPS_CLAIM = env.str("OIDC_GROUPS_CLAIM", "groups")
@@ -298,13 +299,13 @@ if OIDC_ENABLED:
         ),
     )
     OIDC_PROVIDER_NAME = env.str("OIDC_PROVIDER_NAME", "OpenID Connect")
-    OIDC_AUTHENTICATE_CLASS = "vclmgr.oidc.RequestView"
-    OIDC_CALLBACK_CLASS = "vclmgr.oidc.CallbackView"
-    AUTHENTICATION_BACKENDS.append("vclmgr.oidc.Backend")
+    OIDC_AUTHENTICATE_CLASS = "accounts.oidc.RequestView"
+    OIDC_CALLBACK_CLASS = "accounts.oidc.CallbackView"
+    AUTHENTICATION_BACKENDS.append("accounts.oidc.Backend")
     SIGN_ON_METHODS.append({"label": f"Sign in with {OIDC_PROVIDER_NAME}", "url_name": "oidc_authentication_init"})
 
-# --- single sign-on: SAML 2.0 / Shibboleth (vclmgr/saml.py), on when the IdP's metadata is set --
-# djangosaml2's and pysaml2's names (SAML_*), read and checked by vclmgr/saml_config.py.
+# --- single sign-on: SAML 2.0 / Shibboleth (accounts/saml.py), on when the IdP's metadata is set --
+# djangosaml2's and pysaml2's names (SAML_*), read and checked by accounts/saml_config.py.
 globals().update(saml_settings(env, debug=DEBUG))
 SAML_ENABLED = "SAML_CONFIG" in globals()
 if SAML_ENABLED:
@@ -313,27 +314,27 @@ if SAML_ENABLED:
     # for single logout across the IdP round trip.
     MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.sessions.middleware.SessionMiddleware") + 1,
                       "djangosaml2.middleware.SamlSessionMiddleware")  # fmt: skip
-    AUTHENTICATION_BACKENDS.append("vclmgr.saml.Backend")
+    AUTHENTICATION_BACKENDS.append("accounts.saml.Backend")
     SIGN_ON_METHODS.append({"label": f"Sign in with {globals()['SAML_PROVIDER_NAME']}", "url_name": "saml2_login"})
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "vclmgr.api.authentication.ApiTokenAuthentication",
+        "accounts.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
         # Last: counts every request the others did not authenticate against the anon rate.
-        "vclmgr.api.throttling.UnauthenticatedThrottle",
+        "core.api.throttling.UnauthenticatedThrottle",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["vclmgr.api.permissions.IsAuthenticatedWithTokenScope"],
-    "DEFAULT_PAGINATION_CLASS": "vclmgr.api.pagination.Pagination",
+    "DEFAULT_PERMISSION_CLASSES": ["accounts.api.permissions.IsAuthenticatedWithTokenScope"],
+    "DEFAULT_PAGINATION_CLASS": "core.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
-        "vclmgr.api.filtering.FilterBackend",
+        "core.api.filtering.FilterBackend",
         "rest_framework.filters.SearchFilter",
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "vclmgr.api.errors.exception_handler",
-    "DEFAULT_THROTTLE_CLASSES": ["vclmgr.api.throttling.UserThrottle"],
+    "EXCEPTION_HANDLER": "core.api.errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["core.api.throttling.UserThrottle"],
     "DEFAULT_THROTTLE_RATES": {
         "anon": env.str("API_THROTTLE_ANON", "120/min"),
         "user": env.str("API_THROTTLE_USER", "6000/min"),
@@ -341,9 +342,9 @@ REST_FRAMEWORK = {
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "NUM_PROXIES": TRUSTED_PROXIES,
     "DEFAULT_PARSER_CLASSES": [
-        "vclmgr.api.parsers.JSONParser",
-        "vclmgr.api.parsers.FormParser",
-        "vclmgr.api.parsers.MultiPartParser",
+        "core.api.parsers.JSONParser",
+        "core.api.parsers.FormParser",
+        "core.api.parsers.MultiPartParser",
     ],
 }
 # A JSON or form body over this size is refused with 413 before it is parsed (bulk imports take
@@ -355,10 +356,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Self-service virtual computing lab and cluster virtualization manager.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["vclmgr.api.permissions.SchemaAccess"],
+    "SERVE_PERMISSIONS": ["accounts.api.permissions.SchemaAccess"],
     # The ways to sign in (the throttle at the end of the authentication classes is none).
     "AUTHENTICATION_WHITELIST": [
-        "vclmgr.api.authentication.ApiTokenAuthentication",
+        "accounts.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "SCHEMA_PATH_PREFIX": "/api/v1",
@@ -378,7 +379,7 @@ SPECTACULAR_SETTINGS = {
     "SECURITY": [{"tokenAuth": []}, {"cookieAuth": []}],
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "vclmgr.api.schema.add_error_responses",
+        "core.api.schema.add_error_responses",
     ],
 }
 
@@ -400,6 +401,24 @@ HOST_OFFLINE_AFTER_CHECKS = env.int("HOST_OFFLINE_AFTER_CHECKS", 3, minimum=0)
 # Options for every host of a driver kind, as JSON: {"vmware": {"insecure": true}, "libvirt": {...}}.
 # Sockets of local libvirt daemons a libvirt URI may name with ?socket= (comma-separated paths).
 VCLMGR_LIBVIRT_SOCKETS = env.list("VCLMGR_LIBVIRT_SOCKETS", [])
+# The driver kinds of drivers/registry.py's table, named here so that settings need
+# not import the app (tests/vclmgr/test_settings.py keeps the two lists equal).
+DRIVER_KINDS = ("sim", "libvirt", "vmware")
+
+
+def _driver_options_errors(value):
+    """Why ``value`` is not an object of option objects keyed by driver kind, or None."""
+    if not isinstance(value, dict):
+        return f"expected a JSON object of driver kinds ({', '.join(DRIVER_KINDS)}), got {type(value).__name__}"
+    unknown = sorted(set(value) - set(DRIVER_KINDS))
+    if unknown:
+        return f"unknown driver {unknown[0]!r} (one of {', '.join(DRIVER_KINDS)})"
+    for name, options in value.items():
+        if not isinstance(options, dict):
+            return f"the options of {name} must be a JSON object, got {type(options).__name__}"
+    return None
+
+
 VCLMGR_DRIVER_OPTIONS = env.json("VCLMGR_DRIVER_OPTIONS", {}, check=_driver_options_errors)
 # Options for every simulated host that win over its own capacity fields, e.g. {"delay": 0.5}.
 VCLMGR_SIM_OPTIONS = env.json(

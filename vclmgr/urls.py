@@ -3,11 +3,15 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from monitoring.views import metrics_view
-from vclmgr import health, signon, views
+from accounts import signon
+from accounts import views as account_views
+from monitoring import health
+from monitoring import views as monitoring_views
+from vclmgr import views
 
 api_v1 = [
-    path("", include("vclmgr.api.urls")),
+    path("", include("core.api.urls")),
+    path("", include("accounts.api.urls")),
     path("", include("inventory.api.urls")),
     path("", include("jobs.api.urls")),
     path("", include("capacity.api.urls")),
@@ -27,14 +31,14 @@ api_v1 = [
 urlpatterns = [
     path("", views.home, name="home"),
     path("home/panel/", views.home_panel, name="home-panel"),
-    path("dashboard/data/", views.dashboard_data, name="dashboard-data"),
+    path("dashboard/data/", monitoring_views.dashboard_data, name="dashboard-data"),
     path("healthz", health.healthz, name="healthz"),
     path("healthz/live", health.live, name="healthz-live"),
     path("healthz/ready", health.ready, name="healthz-ready"),
-    path("metrics", metrics_view, name="metrics"),
+    path("metrics", monitoring_views.metrics_view, name="metrics"),
     path("notifications/", include("notifications.urls")),
-    path("tokens/", views.api_tokens, name="api-tokens"),
-    path("tokens/<int:token_id>/revoke/", views.revoke_api_token, name="api-token-revoke"),
+    path("tokens/", account_views.api_tokens, name="api-tokens"),
+    path("tokens/<int:token_id>/revoke/", account_views.revoke_api_token, name="api-token-revoke"),
     path("login/", signon.LoginView.as_view(), name="login"),
     path("logout/", signon.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
@@ -46,10 +50,10 @@ urlpatterns = [
     path("vms/", include("provisioning.urls")),
     path("vms/", include("console.urls")),
     # Ganeti's Remote API (plain Django views: outside the /api/v1 schema).
-    path("", include("vclmgr.rapi.urls")),
+    path("", include("rapi.urls")),
 ]
 
 if settings.OIDC_ENABLED:
     urlpatterns.append(path("oidc/", include("mozilla_django_oidc.urls")))
 if settings.SAML_ENABLED:
-    urlpatterns.append(path("saml2/", include("vclmgr.saml")))
+    urlpatterns.append(path("saml2/", include("accounts.saml")))

@@ -6,7 +6,7 @@ from rest_framework import serializers
 import placement as core
 from capacity import preemption, services
 from capacity.durations import parse_duration
-from vclmgr.api.serializers import MomentField, RefuseUnknownFields
+from core.api.serializers import MomentField, RefuseUnknownFields
 
 
 def _name():

@@ -5,10 +5,10 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts import access
 from capacity import loaders, preemption, services
 from capacity.api.serializers import PlanRequestSerializer, PlanResultSerializer
 from capacity.durations import parse_moment
-from vclmgr import access
 
 
 def demand_from(data):

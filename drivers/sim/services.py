@@ -7,9 +7,9 @@ one transaction with a change-log entry saying who and why.
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
+from core import changelog
 from drivers.sim import steps
 from drivers.sim.models import SimFault, SimHost, validate_dhcp_pool
-from vclmgr import changelog
 
 HOST_DEFAULTS = {"cpus": 16, "memory_mib": 65536, "disk_gib": 1000}
 

@@ -5,11 +5,11 @@ from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
+from core.api.serializers import RefuseUnknownFields
+from core.models import ObjectChange
 from inventory import formats, services
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
 from inventory.validators import FIRST_SLOT, HOST_MINIMUMS, INT_MAX, MAX_SLOTS, RATIO_MAX, RATIO_MIN
-from vclmgr.api.serializers import RefuseUnknownFields
-from vclmgr.models import ObjectChange
 
 
 def as_drf(exc):

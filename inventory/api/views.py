@@ -13,6 +13,11 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ParseError
 from rest_framework.response import Response
 
+from accounts.api.permissions import OperatorOrAuditor
+from core import changelog
+from core.api.errors import error_body
+from core.api.exceptions import TooLarge
+from core.api.parsers import FormParser, ImportJSONParser, MultiPartParser
 from inventory import formats, power, services
 from inventory.api import filters
 from inventory.api.serializers import (
@@ -34,11 +39,6 @@ from inventory.api.serializers import (
     as_drf,
 )
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
-from vclmgr import changelog
-from vclmgr.api.errors import error_body
-from vclmgr.api.exceptions import TooLarge
-from vclmgr.api.parsers import FormParser, ImportJSONParser, MultiPartParser
-from vclmgr.api.permissions import OperatorOrAuditor
 
 
 class InventoryViewSet(viewsets.ModelViewSet):

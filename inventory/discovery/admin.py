@@ -10,9 +10,9 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 
+from accounts import access
 from inventory.discovery import services
 from inventory.models import NodeGroup
-from vclmgr import access
 
 
 class DiscoveryForm(forms.Form):

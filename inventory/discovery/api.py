@@ -13,11 +13,11 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.api.permissions import OperatorOrAuditor
+from core.api.errors import error_body
+from core.api.serializers import RefuseUnknownFields
 from inventory.discovery import services
 from inventory.models import Hypervisor
-from vclmgr.api.errors import error_body
-from vclmgr.api.permissions import OperatorOrAuditor
-from vclmgr.api.serializers import RefuseUnknownFields
 
 
 class DiscoverRequestSerializer(RefuseUnknownFields, serializers.Serializer):

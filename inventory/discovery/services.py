@@ -14,7 +14,7 @@ Contract:
   facts each driver reported are stored on the hosts (``report_facts``).
 - A URI that cannot be reached, or refuses the credentials, raises ``DiscoveryError`` before
   anything is written. Passwords never appear in results, URIs or messages.
-- Before a URI is opened its host passes ``vclmgr.outbound``'s address check (no loopback,
+- Before a URI is opened its host passes ``core.outbound``'s address check (no loopback,
   link-local or private address unless ``VCLMGR_OUTBOUND_ALLOW`` names it); a URI without a host
   (libvirt's local ``qemu:///system``, ``test:///``) is this machine's and is not checked. A
   stored credential named by ``credential`` is used only for URIs whose origin it was saved for
@@ -30,11 +30,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from core import outbound
 from drivers import registry
 from inventory import services as inventory
 from inventory.models import Credential, Hypervisor
 from inventory.validators import validate_address
-from vclmgr import outbound
 
 DRIVERS = registry.DISCOVERABLE
 

@@ -8,7 +8,7 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def _origin(url):
-    """As vclmgr.outbound.origin, frozen here: ``scheme://host:port``, or None."""
+    """As core.outbound.origin, frozen here: ``scheme://host:port``, or None."""
     try:
         parts = urllib.parse.urlsplit(url)
         scheme, host, port = parts.scheme.lower(), (parts.hostname or "").rstrip("."), parts.port

@@ -3,9 +3,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
+from core.api.serializers import RefuseUnknownFields
 from jobs import registry
 from jobs.models import Job, JobLog, QueueSettings
-from vclmgr.api.serializers import RefuseUnknownFields
 
 STATUSES = [choice[0] for choice in Job.Status.choices]
 

@@ -13,6 +13,8 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts import access
+from accounts.api.permissions import role_required
 from jobs import registry, services
 from jobs.api.filters import JobFilterSet
 from jobs.api.serializers import (
@@ -25,8 +27,6 @@ from jobs.api.serializers import (
     QueueSerializer,
 )
 from jobs.models import Job
-from vclmgr import access
-from vclmgr.api.permissions import role_required
 
 MAX_LOG = 1000
 

@@ -1,9 +1,9 @@
 from rest_framework import serializers
 
+from core.api.serializers import RefuseUnknownFields
 from inventory.api.serializers import ServiceSerializer
 from notifications import services
 from notifications.models import KIND_NAMES, Notification, Webhook, WebhookDelivery
-from vclmgr.api.serializers import RefuseUnknownFields
 
 
 class PreferenceSerializer(RefuseUnknownFields, serializers.Serializer):

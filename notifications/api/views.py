@@ -6,6 +6,8 @@ from rest_framework import mixins, viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts import access
+from accounts.api.permissions import AuditorOrAdmin, IsAuthenticatedWithTokenScope
 from inventory.api.serializers import as_drf
 from notifications import services
 from notifications.api.serializers import (
@@ -15,8 +17,6 @@ from notifications.api.serializers import (
     WebhookSerializer,
 )
 from notifications.models import KIND_NAMES, Notification, Webhook, WebhookDelivery
-from vclmgr import access
-from vclmgr.api.permissions import AuditorOrAdmin, IsAuthenticatedWithTokenScope
 
 
 class PreferenceView(APIView):

@@ -6,10 +6,10 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from accounts.api.permissions import OperatorOrAuditor
+from core.api.serializers import RefuseUnknownFields
 from provisioning import plans
 from provisioning.models import Plan
-from vclmgr.api.permissions import OperatorOrAuditor
-from vclmgr.api.serializers import RefuseUnknownFields
 
 
 class PlanSerializer(serializers.ModelSerializer):

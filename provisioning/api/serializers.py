@@ -5,13 +5,13 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from rest_framework import serializers
 
+from core.api.serializers import MomentField, RefuseUnknownFields
 from drivers.sim import steps
 from drivers.sim.models import SimFault
 from inventory.api.serializers import as_drf  # noqa: F401 (re-exported for the views)
 from inventory.models import NodeGroup
 from provisioning import services
 from provisioning.models import VM, Image, ImageVariant, QuotaRule
-from vclmgr.api.serializers import MomentField, RefuseUnknownFields
 
 
 class ImageVariantSerializer(RefuseUnknownFields, serializers.ModelSerializer):

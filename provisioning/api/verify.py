@@ -8,11 +8,11 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.api.permissions import IsStaffWithTokenScope, OperatorOrAuditor
+from core.api.serializers import RefuseUnknownFields
 from jobs import services as jobs
 from provisioning import repair, verify
 from provisioning.models import VerifyReport
-from vclmgr.api.permissions import IsStaffWithTokenScope, OperatorOrAuditor
-from vclmgr.api.serializers import RefuseUnknownFields
 
 
 class VerifyReportSerializer(serializers.ModelSerializer):

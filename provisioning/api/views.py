@@ -12,6 +12,15 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts import access
+from accounts.api.permissions import (
+    IsAuthenticatedWithTokenScope,
+    IsStaffWithTokenScope,
+    OperatorOrAuditor,
+    role_required,
+)
+from core.api.negotiation import FormatIsAFilter
+from core.errors import Conflict
 from drivers.sim import services as sim
 from drivers.sim.models import SimFault
 from inventory.models import Hypervisor
@@ -31,15 +40,6 @@ from provisioning.api.serializers import (
     as_drf,
 )
 from provisioning.models import VM, Image, ImageVariant, QuotaRule
-from vclmgr import access
-from vclmgr.api.negotiation import FormatIsAFilter
-from vclmgr.api.permissions import (
-    IsAuthenticatedWithTokenScope,
-    IsStaffWithTokenScope,
-    OperatorOrAuditor,
-    role_required,
-)
-from vclmgr.errors import Conflict
 
 #: images: every user reads the ones they may use; image maintainers (of the image's groups) write
 ImageMaintainerOrReadOnly = role_required(read=None, write="maintain_images", scope="run")

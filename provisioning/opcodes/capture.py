@@ -2,6 +2,7 @@
 
 from django.db import transaction
 
+from accounts import access
 from drivers import registry as drivers
 from jobs.registry import opcode
 from provisioning import services
@@ -9,7 +10,6 @@ from provisioning.models import Image
 from provisioning.opcodes.common import Refused, authorised_vm, load_vm
 from provisioning.opcodes.lifecycle import power
 from provisioning.opcodes.params import CaptureParams, capture_locks
-from vclmgr import access
 
 
 @opcode("vm.capture", params=CaptureParams, locks=capture_locks, staff_only=False)

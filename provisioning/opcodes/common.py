@@ -3,13 +3,14 @@ the variant a host runs."""
 
 from django.db.models import Exists, OuterRef
 
+from accounts import access
 from capacity import services as capacity
+from core import reconnect
 from drivers import base
 from jobs.runner import Handoff, LeaseLost
 from provisioning import services
 from provisioning.models import VM, HostImage
 from provisioning.opcodes import guest
-from vclmgr import access, reconnect
 
 S = VM.State
 POLL_SECONDS = 0.2

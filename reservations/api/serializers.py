@@ -4,10 +4,10 @@ from django.contrib.auth.models import Group
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
+from core.api.serializers import HORIZON_MINUTES, MomentField, RefuseUnknownFields
 from provisioning.models import Image
 from reservations import idle, services
 from reservations.models import BlockAllocation, Reservation
-from vclmgr.api.serializers import HORIZON_MINUTES, MomentField, RefuseUnknownFields
 
 
 class ReservationSerializer(serializers.ModelSerializer):

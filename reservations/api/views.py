@@ -15,6 +15,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.api.permissions import AuditorOrAdmin, IsAuthenticatedWithTokenScope
 from inventory.api.serializers import as_drf
 from reservations import services
 from reservations.api.serializers import (
@@ -30,7 +31,6 @@ from reservations.api.serializers import (
     job_url,
 )
 from reservations.models import BlockAllocation, Reservation
-from vclmgr.api.permissions import AuditorOrAdmin, IsAuthenticatedWithTokenScope
 
 CONFLICT = OpenApiResponse(description="Conflict with the current state")
 

@@ -4,10 +4,10 @@ import json
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
+from core.api.serializers import RefuseUnknownFields
 from provisioning.models import Image
 from runs import services
 from runs.models import Run, RunFile, RunOutput
-from vclmgr.api.serializers import RefuseUnknownFields
 
 
 class RunSerializer(serializers.ModelSerializer):

@@ -17,6 +17,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
+from accounts.api.permissions import IsAuthenticatedWithTokenScope
 from inventory.api.serializers import as_drf
 from runs import services
 from runs.api.serializers import (
@@ -28,7 +29,6 @@ from runs.api.serializers import (
     log_page,
 )
 from runs.models import Run, RunFile
-from vclmgr.api.permissions import IsAuthenticatedWithTokenScope
 
 CONFLICT = OpenApiResponse(description="Conflict with the current state")
 LOG_PAGE = 200

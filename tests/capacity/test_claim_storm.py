@@ -31,7 +31,7 @@ STORM = textwrap.dedent(
     from datetime import datetime, timedelta
     from django.db import connection, transaction
     from capacity import services
-    from vclmgr.changelog import Actor
+    from core.changelog import Actor
 
     base = datetime.fromisoformat(sys.argv[2])
     results = {"ok": 0, "refused": [], "errors": []}

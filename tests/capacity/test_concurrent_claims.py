@@ -19,7 +19,7 @@ RACER = textwrap.dedent(
     from datetime import timedelta
     from django.utils import timezone
     from capacity import services
-    from vclmgr.changelog import Actor
+    from core.changelog import Actor
     start = timezone.now().replace(microsecond=0)
     won = 0
     while True:
@@ -72,7 +72,7 @@ GROUP_RACER = textwrap.dedent(
     from capacity.snapshot import snapshot
     from provisioning import services as vms
     from provisioning.models import Image
-    from vclmgr.changelog import Actor
+    from core.changelog import Actor
     image = Image.objects.get(name="replica")
     start = timezone.now().replace(microsecond=0)
     snapshot.current()  # both racers decide on a snapshot taken before either claimed

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
+from core import outbound
 from drivers import base
 from tests.listeners import Listeners
-from vclmgr import outbound
 
 BODY = b"qcow2 bytes of a test image\n" * 100
 CHECKSUM = "sha256:" + hashlib.sha256(BODY).hexdigest()

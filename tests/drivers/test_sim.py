@@ -8,12 +8,12 @@ import time
 import pytest
 from django.core.exceptions import ValidationError
 
+from core.models import ObjectChange
 from drivers.base import Conflict, DriverError, Unreachable, VMState
 from drivers.sim import services
 from drivers.sim.driver import SimDriver
 from drivers.sim.models import SimFault, SimHost, SimVM
 from tests import processes
-from vclmgr.models import ObjectChange
 
 pytestmark = pytest.mark.django_db
 

@@ -1,7 +1,7 @@
 import pytest
 from playwright.sync_api import expect
 
-from vclmgr import events
+from core import events
 
 pytestmark = pytest.mark.slow
 

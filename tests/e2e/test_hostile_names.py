@@ -13,6 +13,8 @@ from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.utils import timezone
 
+from accounts import tokens
+from core.models import ObjectChange
 from inventory import services as inventory
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
 from jobs import services as jobs
@@ -23,8 +25,6 @@ from provisioning.models import VM, Image
 from reservations import services as reservations
 from reservations.models import Reservation
 from tests import processes
-from vclmgr import tokens
-from vclmgr.models import ObjectChange
 
 # The crawl runs once, in the module's fixture; each test reads one kind of finding from it. The
 # marker sets up the test database (the first test's teardown empties it, after the crawl).

@@ -15,11 +15,11 @@ import pytest
 from django.conf import settings
 from playwright.sync_api import expect
 
+from core import events
 from drivers.sim import services as sim
 from provisioning import services as vms
 from provisioning.models import QuotaRule
 from reservations.models import Reservation
-from vclmgr import events
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,10 +11,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from accounts import tokens
 from provisioning.models import VM, QuotaRule
 from reservations.models import Reservation
 from tests import processes
-from vclmgr import tokens
 
 pytestmark = pytest.mark.slow
 

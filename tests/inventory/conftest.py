@@ -6,10 +6,10 @@ import io
 
 import pytest
 
+from core.changelog import Actor
 from inventory import services
 from inventory.models import Hypervisor
 from inventory.resources import COLUMNS
-from vclmgr.changelog import Actor
 
 TEST = Actor(name="test")
 

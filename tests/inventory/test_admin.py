@@ -4,10 +4,10 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import override_settings
 
+from core import changelog
 from inventory import services
 from inventory.models import BladeCenter, Hypervisor
 from tests.inventory.conftest import TEST, host_row, to_csv
-from vclmgr import changelog
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ import openpyxl
 import pytest
 from django.test import override_settings
 
+from core.models import Event
 from inventory import services
 from inventory.models import BladeCenter, Hypervisor
 from tests.api_suite import ApiCrudSuite
 from tests.inventory.conftest import TEST, host_row, to_csv
-from vclmgr.models import Event
 
 
 class TestNodeGroupApi(ApiCrudSuite):

@@ -13,12 +13,12 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+from accounts import access
 from inventory import power, services
 from inventory.models import BladeCenter, Credential, Hypervisor
 from tests import redfish
 from tests.inventory.conftest import TEST
 from tests.listeners import Listeners
-from vclmgr import access
 
 SECRET = "s3cret-bmc-pass"  # noqa: S105 (a test credential)
 ROOT = {

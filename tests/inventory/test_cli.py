@@ -8,10 +8,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
+from core.models import ObjectChange
 from inventory.models import Hypervisor
 from tests import processes
 from tests.inventory.conftest import host_row, to_csv
-from vclmgr.models import ObjectChange
 
 
 def run(*args):

@@ -6,10 +6,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.test import override_settings
 
+from core import changelog
 from inventory import crypto, services
 from inventory.models import Credential
 from tests.inventory.conftest import TEST
-from vclmgr import changelog
 
 SECRET = "hunter2-very-secret"  # noqa: S105
 

@@ -11,10 +11,10 @@ import pytest
 import yaml
 from django.test import override_settings
 
+from core.models import Event, ObjectChange
 from inventory import formats, services
 from inventory.models import Hypervisor
 from tests.inventory.conftest import TEST, host_row, import_csv, to_csv
-from vclmgr.models import Event, ObjectChange
 
 
 def written():

@@ -5,12 +5,12 @@ import io
 import pytest
 from django.core.exceptions import ValidationError
 
+from core import changelog, topics
+from core.changelog import Actor
+from core.models import Event, ObjectChange
 from inventory import demo, services
 from inventory.models import BladeCenter, Hypervisor, NodeGroup
 from tests.inventory.conftest import TEST
-from vclmgr import changelog, topics
-from vclmgr.changelog import Actor
-from vclmgr.models import Event, ObjectChange
 
 
 def events_of(topic):
@@ -65,7 +65,7 @@ def test_moving_a_host_to_another_chassis_empties_its_old_slot_there(db, make_ho
 def test_an_import_racing_another_writer_is_refused_cleanly(db, monkeypatch):
     from django.db import IntegrityError
 
-    from vclmgr import bulk
+    from core import bulk
 
     def clash(*args, **kwargs):
         raise IntegrityError("UNIQUE constraint failed")

@@ -106,7 +106,7 @@ def test_cancel_and_retry(api, alice, bob, sync_jobs):
     assert response.json()["status"] == "canceled"
     assert response.json()["error"] == {"kind": "canceled", "message": "canceled by alice: oops"}
     again = api(alice).post(f"/api/v1/jobs/{job.pk}/cancel/")
-    assert again.status_code == 409  # a service Conflict, answered by vclmgr.api.errors
+    assert again.status_code == 409  # a service Conflict, answered by core.api.errors
     message = f"job {job.pk} already ended (canceled)"
     assert again.json() == {"error": {"status": 409, "code": "conflict", "message": message}}
     retry = api(alice).post(f"/api/v1/jobs/{job.pk}/retry/")
@@ -227,7 +227,7 @@ def test_a_user_cannot_cancel_a_job_the_system_runs_for_them(api, alice, admin_u
 def test_tracebacks_in_a_job_log_are_for_staff_only(api, alice, admin_user, client, sync_jobs):
     job = services.submit("test.fail", {}, actor="system", submitter=alice)
     sync_jobs.drain()
-    from vclmgr.models import Event
+    from core.models import Event
 
     theirs = api(alice).get(f"/api/v1/jobs/{job.pk}/log/").json()
     staff = api(admin_user).get(f"/api/v1/jobs/{job.pk}/log/").json()

@@ -16,13 +16,13 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from core import fencing
 from drivers import registry as drivers
 from drivers.sim.driver import SimDriver
 from inventory.models import Hypervisor
 from jobs import dispatcher, kept_records, runner, tasks
 from jobs.models import Gauge, Job, JobLog
 from tests.jobs.helpers import refresh, submit
-from vclmgr import fencing
 
 pytestmark = pytest.mark.django_db
 

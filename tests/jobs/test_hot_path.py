@@ -9,10 +9,10 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from core.models import Event
 from jobs import runner, tasks, transitions, wake
 from jobs.models import Gauge, Job, JobLog, update_returning
 from tests.jobs.helpers import refresh, submit, wait_until
-from vclmgr.models import Event
 
 # Measured: 6 per submit and 9 per job run (BEGIN/COMMIT included). A budget, not a target:
 # it fails when a change adds queries to every job.

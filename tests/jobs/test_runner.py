@@ -6,11 +6,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from core import topics
+from core.models import Event
 from jobs import dispatcher, registry, runner, services, tasks
 from jobs.models import Job
 from tests.jobs.helpers import refresh, submit
-from vclmgr import topics
-from vclmgr.models import Event
 
 pytestmark = pytest.mark.django_db
 

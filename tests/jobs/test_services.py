@@ -6,10 +6,10 @@ import pytest
 from django.utils import timezone
 from rest_framework import serializers
 
+from core.models import Event, ObjectChange
 from jobs import dispatcher, services
 from jobs.models import Job, JobLog, QueueSettings
 from tests.jobs.helpers import refresh, submit
-from vclmgr.models import Event, ObjectChange
 
 pytestmark = pytest.mark.django_db
 

@@ -136,7 +136,7 @@ def test_dependencies_chains_and_events(workers):
     for previous, job in zip(chain, chain[1:], strict=False):
         assert job.started >= previous.ended
     # Status changes and log lines written by the worker processes are events.
-    from vclmgr.models import Event
+    from core.models import Event
 
     kinds = Event.objects.filter(topic=f"job.{first.pk}").order_by("id").values_list("kind", "data")
     statuses = [data["status"] for kind, data in kinds if kind == "job.status"]

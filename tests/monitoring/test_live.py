@@ -7,11 +7,11 @@ import urllib.request
 import pytest
 from websockets.sync.client import connect
 
+from accounts import tokens
 from provisioning import services as vms
 from reservations.models import Reservation
 from tests import processes
 from tests.monitoring.helpers import promtool_check, samples, value
-from vclmgr import tokens
 
 pytestmark = pytest.mark.slow
 TOKEN = "live-metrics-token-0123456789abcdef"  # noqa: S105 (a test token)

@@ -116,11 +116,13 @@ def test_the_grafana_dashboard_queries_only_metrics_the_page_has(client, token, 
             for name in re.findall(r"\b(vclmgr_[a-z_]+)", target["expr"])}  # fmt: skip
     from prometheus_client.metrics import MetricWrapperBase
 
-    from vclmgr import metrics
+    from core import metrics as counters
+    from monitoring import metrics
 
     # The database gauges are always on the page; counters and histograms once first counted.
     known = set(re.findall(r"^# HELP (vclmgr_[a-z_]+)", scrape(client, token), re.M))
-    known |= {m._name for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)}
+    known |= {m._name for module in (counters, metrics) for m in vars(module).values()
+              if isinstance(m, MetricWrapperBase)}  # fmt: skip
     known |= {f"{name}_{part}" for name in known for part in ("bucket", "count", "sum", "total")}
     assert used and used <= known, used - known
 
@@ -131,8 +133,8 @@ def test_the_websocket_gauge_forgets_a_process_that_ended(db, tmp_path, monkeypa
 
     from prometheus_client.parser import text_string_to_metric_families
 
+    from monitoring import metrics
     from tests.processes import wait_for
-    from vclmgr import metrics
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     code = ("import sys, time; from prometheus_client import Gauge; "
@@ -163,13 +165,13 @@ def test_a_process_forgets_its_live_gauge_at_exit_and_never_takes_over_a_dead_on
     import subprocess
     import sys
 
+    from monitoring import metrics
     from tests.monitoring.helpers import stale_live_gauge, websocket_clients
     from tests.processes import ROOT
-    from vclmgr import metrics
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     code = ("import os, sys; print(os.getpid(), flush=True); sys.stdin.readline(); "
-            "from vclmgr import metrics; metrics.WS_CLIENTS.inc(); print('up', flush=True); "
+            "from core import metrics; metrics.WS_CLIENTS.inc(); print('up', flush=True); "
             "sys.stdin.readline()")  # fmt: skip
     child = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env={"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
@@ -195,7 +197,7 @@ def test_serve_clears_the_directory_at_start_but_not_a_running_serves_files(tmp_
     import subprocess
     import sys
 
-    from vclmgr import metrics
+    from core import metrics
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,

@@ -4,6 +4,7 @@ import time
 
 from django.utils import timezone
 
+from core import outbound
 from notifications import services as notify
 from notifications import tasks
 from notifications.models import Webhook, WebhookDelivery
@@ -11,7 +12,6 @@ from reservations import services
 from reservations.models import Reservation
 from tests.processes import free_port
 from tests.reservations.test_services import H
-from vclmgr import outbound
 
 
 def make_hook(server, kinds=("reservation.changed",), **fields):

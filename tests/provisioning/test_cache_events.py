@@ -4,11 +4,11 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from core import topics
+from core.models import Event
 from provisioning import services
 from provisioning.models import HostImage
 from provisioning.opcodes import staging
-from vclmgr import topics
-from vclmgr.models import Event
 
 
 def variants(image, n):

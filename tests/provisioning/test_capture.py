@@ -7,13 +7,13 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
+from accounts import access
 from drivers import registry as drivers
 from drivers.sim.models import SimImage, SimVM
 from jobs.models import Job
 from provisioning import services
 from provisioning.models import VM, Image
 from tests.provisioning.test_libvirt import kvm_host, kvm_image  # noqa: F401 (fixtures)
-from vclmgr import access
 
 
 def built(owner, image, sync_jobs):

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from core import fencing
+from core.models import Event
 from drivers.sim import services as sim
 from drivers.sim.models import SimFault, SimVM
 from jobs import dispatcher, runner, tasks
@@ -24,8 +26,6 @@ from jobs.models import Job, JobLog
 from provisioning import services
 from provisioning.models import VM
 from tests.processes import Child, child_env, wait_for
-from vclmgr import fencing
-from vclmgr.models import Event
 
 pytestmark = pytest.mark.slow
 

@@ -169,8 +169,8 @@ def secrets_shown(password):
 
     from django.core.management import call_command
 
+    from core.models import Event, ObjectChange
     from reservations.models import ReservationHistory
-    from vclmgr.models import Event, ObjectChange
 
     out = io.StringIO()
     call_command("vm", "list", stdout=out)

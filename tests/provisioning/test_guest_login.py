@@ -3,10 +3,10 @@ and the admin, stored encrypted, never shown back, masked in the change log."""
 
 import pytest
 
+from core.models import ObjectChange
 from drivers import registry as drivers
 from provisioning import services
 from provisioning.models import ImageVariant
-from vclmgr.models import ObjectChange
 
 SECRET = "svc-Pa55-word-'quoted' $x"  # noqa: S105 (made up here)
 OTHER = "another-made-up-one"  # noqa: S105

@@ -3,10 +3,10 @@
 import pytest
 from django.contrib.auth.models import Group
 
+from core.models import ObjectChange
 from jobs.models import Job
 from provisioning import services
 from provisioning.models import VM, Image, ImageVariant
-from vclmgr.models import ObjectChange
 
 pytestmark = pytest.mark.django_db
 

@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from capacity.models import Allocation
 from capacity.snapshot import snapshot
+from core.errors import Conflict
 from inventory import services as inventory
 from inventory.models import Hypervisor, NodeGroup
 from jobs.models import Job
@@ -14,7 +15,6 @@ from provisioning import plans, services
 from provisioning.models import VM, Plan
 from tests.jobs.helpers import wait_until
 from tests.provisioning.plan_helpers import build_cluster, future_claim, max_running_at_once, overcommits, wait_plan
-from vclmgr.errors import Conflict
 
 
 def test_a_balance_plan_is_a_dry_run_then_runs_as_jobs(make_host, image, admin_user, sync_jobs):
@@ -157,8 +157,8 @@ def test_a_group_evacuation_drains_its_hosts_and_moves_their_future_reservations
 def test_a_plan_ends_with_its_last_job_without_being_read(
     make_host, image, admin_user, alice, sync_jobs, django_capture_on_commit_callbacks
 ):
+    from core.models import Event
     from reservations import services as reservations
-    from vclmgr.models import Event
 
     hosts, _ = build_cluster(make_host, image, admin_user, sync_jobs, full=1, empty=2, vms=2)
     for other in hosts[1:]:

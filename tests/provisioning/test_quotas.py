@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from capacity import services as capacity
 from capacity.models import Allocation
+from core.errors import Conflict
 from provisioning import quotas, services
 from provisioning.models import VM, QuotaRule
-from vclmgr.errors import Conflict
 
 H = timedelta(hours=1)
 

@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from capacity.models import Allocation
+from core.models import ObjectChange
 from drivers import registry as drivers
 from drivers.sim import services as sim
 from drivers.sim.models import SimHost, SimVM
@@ -19,7 +20,6 @@ from provisioning.models import VM
 from reservations.models import Reservation
 from tests.provisioning.test_libvirt import kvm_host, kvm_image  # noqa: F401 (fixtures)
 from tests.provisioning.test_verify import only, run_verify, running_vm
-from vclmgr.models import ObjectChange
 
 H = timedelta(hours=1)
 

@@ -4,10 +4,10 @@ the row still holds what the caller knows of it, a fresh read when it does not."
 import pytest
 from django.contrib.contenttypes.models import ContentType
 
+from core.models import ObjectChange
 from provisioning import services
 from provisioning.models import VM
 from provisioning.opcodes.common import load_vm
-from vclmgr.models import ObjectChange
 
 pytestmark = pytest.mark.django_db
 

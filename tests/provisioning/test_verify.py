@@ -9,6 +9,7 @@ from django_q.models import Schedule
 
 from capacity import services as capacity
 from capacity.models import Allocation
+from core.errors import Conflict
 from drivers import registry as drivers
 from drivers.sim import services as sim
 from drivers.sim.models import SimHost, SimVM
@@ -18,7 +19,6 @@ from provisioning import services, tasks, verify
 from provisioning.models import VM, VerifyReport
 from reservations.models import Reservation
 from tests.provisioning.test_libvirt import kvm_host, kvm_image  # noqa: F401 (fixtures)
-from vclmgr.errors import Conflict
 
 
 def running_vm(image, owner, sync_jobs):

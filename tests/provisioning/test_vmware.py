@@ -98,10 +98,10 @@ def test_a_windows_reservation_on_vcsim_gets_cloudbase_inits_guestinfo(esx_host,
     import yaml
     from django.core.management import call_command
 
+    from core.models import Event
     from drivers.vmware import guestinfo
     from reservations import services as reservations
     from reservations.models import Reservation
-    from vclmgr.models import Event
 
     content = f"windows vmdk of {tmp_path.name}\n".encode()
     path = tmp_path / "win.vmdk"

@@ -9,6 +9,7 @@ import pytest
 
 from capacity.models import Allocation
 from capacity.snapshot import snapshot
+from core.models import Event
 from drivers.sim import services as sim
 from drivers.sim.models import SimVM
 from inventory.models import Hypervisor
@@ -19,7 +20,6 @@ from provisioning.opcodes import host_ops
 from reservations import services
 from reservations.models import Reservation
 from tests.provisioning.test_verify import run_verify
-from vclmgr.models import Event
 
 H = timedelta(hours=1)
 

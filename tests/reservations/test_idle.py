@@ -9,6 +9,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from core import events
+from core.models import Event
 from drivers.base import GuestSession
 from drivers.sim import services as sim
 from jobs.models import Job
@@ -17,8 +19,6 @@ from provisioning import services as vms
 from provisioning.models import VM
 from reservations import idle, services, tasks, usage
 from reservations.models import Refusal, Reservation
-from vclmgr import events
-from vclmgr.models import Event
 
 H, M = timedelta(hours=1), timedelta(minutes=1)
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)

@@ -11,11 +11,11 @@ from datetime import timedelta
 import pytest
 from django.db.models import Q
 
+from accounts.models import ApiToken
 from jobs.models import Job
 from reservations import services
 from reservations.models import Reservation
 from tests.lost_session import at_every_statement
-from vclmgr.models import ApiToken
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 URL = "/api/v1/reservations/"

@@ -8,14 +8,14 @@ from django.utils import timezone
 
 from capacity.models import Allocation
 from capacity.snapshot import snapshot
+from core import topics
+from core.models import Event
 from inventory import services as inventory
 from jobs.models import Job
 from provisioning import services as vms
 from provisioning.models import VM
 from reservations import services
 from reservations.models import Reservation
-from vclmgr import topics
-from vclmgr.models import Event
 
 H = timedelta(hours=1)
 URL = "/api/v1/reservations/"

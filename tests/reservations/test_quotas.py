@@ -10,11 +10,11 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 
+from core.errors import Conflict
 from provisioning import services as vms
 from provisioning.models import VM, QuotaRule
 from reservations import services
 from reservations.models import Reservation
-from vclmgr.errors import Conflict
 
 H = timedelta(hours=1)
 

@@ -8,11 +8,11 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from capacity.snapshot import snapshot
+from core.models import ObjectChange
 from inventory import services as inventory
 from inventory.models import Hypervisor
 from reservations import services
 from reservations.models import Reservation
-from vclmgr.models import ObjectChange
 
 H = timedelta(hours=1)
 

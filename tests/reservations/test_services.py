@@ -10,6 +10,8 @@ from django.utils import timezone
 
 from capacity import services as capacity
 from capacity.models import Allocation
+from core import topics
+from core.models import Event
 from drivers.sim import services as sim
 from drivers.sim.models import SimVM
 from jobs.models import Job
@@ -17,8 +19,6 @@ from provisioning import services as vms
 from provisioning.models import VM, QuotaRule
 from reservations import services
 from reservations.models import Reservation
-from vclmgr import topics
-from vclmgr.models import Event
 
 H = timedelta(hours=1)
 

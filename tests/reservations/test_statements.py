@@ -11,14 +11,14 @@ from django.test.utils import CaptureQueriesContext
 
 from capacity import snapshot as capacity_snapshot
 from capacity.models import Allocation
+from core import bulk
+from core.models import Event, ObjectChange
 from jobs import runner, wake
 from jobs import services as jobs
 from jobs.models import Job, JobLog
 from provisioning.models import VM
 from reservations import services
 from reservations.models import Reservation
-from vclmgr import bulk
-from vclmgr.models import Event, ObjectChange
 
 pytestmark = pytest.mark.django_db
 

@@ -2,9 +2,9 @@
 
 import pytest
 
+from core import topics
 from runs import services
 from runs.models import Run
-from vclmgr import topics
 
 pytestmark = pytest.mark.django_db
 

@@ -12,13 +12,13 @@ import logging
 import pytest
 
 from capacity.models import Allocation
+from core.models import Event, ObjectChange
 from drivers import registry as drivers
 from inventory import services as inventory
 from provisioning import services as vms
 from provisioning.models import VM
 from tests.runs.helpers import fresh, submit
 from tests.vcsim import VCSIM_PASSWORD, VCSIM_USER
-from vclmgr.models import Event, ObjectChange
 
 pytestmark = pytest.mark.slow
 GUEST_PASSWORD = "svc-guest-secret-91c2"  # noqa: S105 (made up here)

@@ -4,7 +4,7 @@ import http.client
 
 import pytest
 
-from vclmgr import tokens
+from accounts import tokens
 
 pytestmark = pytest.mark.slow
 

@@ -201,8 +201,8 @@ def test_serve_clears_old_metrics_and_forgets_a_killed_web_process(transactional
                                                                    session_cookie):  # fmt: skip
     from websockets.sync.client import connect
 
+    from monitoring import metrics
     from tests.monitoring.helpers import stale_live_gauge, websocket_clients
-    from vclmgr import metrics
 
     folder = tmp_path / "metrics"
     folder.mkdir()

@@ -6,8 +6,8 @@ import sys
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from core.env import Env
 from tests.processes import ROOT
-from vclmgr.env import Env
 
 
 def test_it_reads_json_values():
@@ -70,3 +70,12 @@ def test_tunables_are_read_from_the_environment(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "{'vmware': {'insecure': True}} 3 {'delay': 0.1}"
+
+
+def test_the_driver_kinds_settings_check_are_the_registrys():
+    # Settings name the kinds rather than import the drivers' registry (no app code in settings).
+    from django.conf import settings
+
+    from drivers import registry
+
+    assert tuple(settings.DRIVER_KINDS) == tuple(registry.KINDS)

@@ -305,7 +305,7 @@ def _delivered(sockets):
     """
     from datetime import UTC, datetime
 
-    from vclmgr.models import Event
+    from core.models import Event
 
     grace = 3.0
     missing, owed_total, servers = [], 0, defaultdict(int)

@@ -4,7 +4,7 @@ Each is started with ``ip netns exec <ns>`` (which execs: the Popen pid is the p
 and stopped by its pid; ``Cluster.close`` then SIGKILLs by pid whatever still runs in a
 machine's namespace. If the run's own process dies before it can (SIGKILL, a CI timeout), its
 processes go too: each asks the kernel for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``,
-``vclmgr.lifeline``), and vclmgr's ``serve`` also holds the run's lifeline pipe, so that its own
+``core.lifeline``), and vclmgr's ``serve`` also holds the run's lifeline pipe, so that its own
 children follow it. PDEATHSIG fires when the *thread* that forked ends, so every process is
 forked by one thread that lives as long as the run's process (``_Spawner``), whichever thread
 asks (the fault and supervisor threads restart machines).
@@ -26,8 +26,8 @@ import threading
 import time
 from pathlib import Path
 
-from vclmgr import lifeline
-from vclmgr.lifeline import pid_alive
+from core import lifeline
+from core.lifeline import pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_BIN = Path("/usr/lib/postgresql/15/bin")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from core.changelog import Actor
 from inventory.discovery import services
-from vclmgr.changelog import Actor
 
 PASSWORD_ENV = "VCLMGR_VCENTER_PASSWORD"  # noqa: S105 (a variable's name)
 

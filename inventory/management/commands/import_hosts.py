@@ -10,8 +10,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from core.changelog import Actor
 from inventory import formats, services
-from vclmgr.changelog import Actor
 
 
 class Command(BaseCommand):

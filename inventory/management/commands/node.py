@@ -13,9 +13,9 @@ from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from core.changelog import Actor
 from inventory import services
 from inventory.models import Hypervisor
-from vclmgr.changelog import Actor
 
 YES_NO = {"yes": True, "no": False}
 

@@ -18,9 +18,9 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from rest_framework import serializers
 
+from core.changelog import Actor
 from jobs import services
 from jobs.models import Job
-from vclmgr.changelog import Actor
 
 CLI = Actor(name="cli")
 POLL = 0.3

@@ -20,12 +20,12 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
+from core.changelog import Actor
+from core.errors import Conflict
 from jobs.models import Job
 from provisioning import plans
 from provisioning.api.plans import PlanSerializer
 from provisioning.models import Plan
-from vclmgr.changelog import Actor
-from vclmgr.errors import Conflict
 
 CLI = Actor(name="cli")
 KINDS = {"balance": "balance", "squeeze": "squeeze", "evacuate-node": "evacuate-node",

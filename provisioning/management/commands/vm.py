@@ -15,12 +15,12 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from core.changelog import Actor
 from inventory.models import Hypervisor
 from jobs.models import Job
 from provisioning import services
 from provisioning.api.serializers import VMSerializer
 from provisioning.models import VM, Image
-from vclmgr.changelog import Actor
 
 CLI = Actor(name="cli")
 ACTIONS = ("start", "stop", "suspend", "resume", "destroy", "migrate", "capture")

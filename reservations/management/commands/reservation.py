@@ -20,11 +20,11 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from core.changelog import Actor
 from provisioning.models import Image
 from reservations import services
 from reservations.api.serializers import ReservationSerializer
 from reservations.models import Reservation
-from vclmgr.changelog import Actor
 
 CLI = Actor(name="cli")
 

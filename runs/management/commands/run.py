@@ -21,10 +21,10 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from core.changelog import Actor
 from provisioning.models import Image
 from runs import services, validation
 from runs.models import Run, RunFile
-from vclmgr.changelog import Actor
 
 EXIT_TIME_LIMIT, EXIT_CANCELED, EXIT_VCLMGR = 124, 130, 125
 POLL = 0.2

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from accounts import tokens
 from tests import processes
 from tests.silent_peer import SilentPeer
-from vclmgr import tokens
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -8,11 +8,11 @@ stopped too and serve exits non-zero, so a process manager restarts the set.
 
 Its children never outlive it, however it dies (SIGKILL included): each gets SIGTERM from
 the kernel when the supervisor dies, and every process of the tree, grandchildren too,
-watches a lifeline pipe only the supervisor can hold open (``vclmgr.lifeline``).
+watches a lifeline pipe only the supervisor can hold open (``core.lifeline``).
 
 It keeps ``PROMETHEUS_MULTIPROC_DIR`` as prometheus_client asks: cleared when it starts (before
 any child), and each child that ends, killed or not, forgotten (its live gauges go, so a pid
-given again never counts a dead daphne's websockets); see ``vclmgr.metrics``.
+given again never counts a dead daphne's websockets); see ``core.metrics``.
 """
 
 import os
@@ -24,7 +24,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from vclmgr import lifeline, metrics
+from core import lifeline, metrics
 
 GRACE_SECONDS = 10
 ROLES = ("all", "web", "worker")

@@ -1,0 +1,31 @@
+from django import forms
+from django.utils import timezone
+
+from accounts import access
+from accounts.models import ApiToken
+
+
+class ApiTokenForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    scopes = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple, help_text="read is always given",
+    )  # fmt: skip
+    expires = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.user = user
+        allowed = access.allowed_scopes(user)
+        self.fields["scopes"].choices = [(s, s) for s in access.SCOPES if s in allowed and s != "read"]
+
+    def clean_name(self):
+        name = self.cleaned_data["name"]
+        if ApiToken.objects.filter(user=self.user, name=name).exists():
+            raise forms.ValidationError("You already have a token with this name.")
+        return name
+
+    def clean_expires(self):
+        expires = self.cleaned_data.get("expires")
+        if expires is not None and expires <= timezone.now():
+            raise forms.ValidationError("Must be in the future.")
+        return expires

@@ -1,0 +1,65 @@
+"""The RAPI's own opcodes: Ganeti answers these writes with a job, vclmgr's services do them at once."""
+
+from rest_framework import serializers
+
+from inventory.models import Hypervisor
+from jobs.registry import StringListField, opcode
+from provisioning.models import VM
+from rapi import services
+from rapi.models import ClusterTag
+
+ROLE_STATES = {"regular": Hypervisor.State.ONLINE, "drained": Hypervisor.State.DRAINED,
+               "offline": Hypervisor.State.OFFLINE}  # fmt: skip
+
+
+class RoleParams(serializers.Serializer):
+    hypervisor = serializers.IntegerField(min_value=1)
+    role = serializers.ChoiceField(choices=sorted(ROLE_STATES))
+    reason = serializers.CharField(max_length=500)
+
+
+class TagParams(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["cluster", "node", "instance"])
+    target = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+    tags = StringListField(min_length=1, max_length=20)
+
+    def validate(self, data):
+        if (data["kind"] == "cluster") != (data["target"] is None):
+            raise serializers.ValidationError("a node or instance tag names its target; a cluster tag none")
+        return data
+
+
+def _target(params):
+    if params["kind"] == "node":
+        return Hypervisor.objects.get(pk=params["target"])
+    if params["kind"] == "instance":
+        return VM.objects.get(pk=params["target"])
+    return ClusterTag
+
+
+# No host lock: set_state locks the row, and a role change must not wait behind an image copy.
+@opcode("node.set_role", params=RoleParams, staff_only=True)
+def node_set_role(job):
+    """Set a host's state from a Ganeti node role (regular = online, drained, offline)."""
+    params = job.params
+
+    def apply():
+        host = Hypervisor.objects.get(pk=params["hypervisor"])
+        changes = services.set_role(host, ROLE_STATES[params["role"]], params["reason"], actor=job.actor)
+        return {"hypervisor": host.pk, "state": ROLE_STATES[params["role"]], "changes": changes}
+
+    return job.step("set", apply)
+
+
+def _tags_opcode(name, add):
+    @opcode(name, params=TagParams, staff_only=True, description=f"{'Add' if add else 'Remove'} tags (Ganeti's).")
+    def run(job):
+        params = job.params
+        job.step("tags", lambda: services.change_tags(params["kind"], _target(params), params["tags"], add=add,
+                                                      actor=job.actor))  # fmt: skip
+
+    return run
+
+
+tags_set = _tags_opcode("tags.set", add=True)
+tags_delete = _tags_opcode("tags.delete", add=False)

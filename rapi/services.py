@@ -1,0 +1,96 @@
+"""The RAPI's writes: each builds on the apps' services and submits a job, whose id is the answer.
+
+Ganeti answers every write with a job id, so even what vclmgr does at once (a host's state,
+tags) runs as a job here (``opcodes``): the client waits for it the same way as for a create.
+"""
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from capacity import services as capacity
+from core.errors import Conflict
+from inventory import services as inventory
+from jobs import services as jobs
+from provisioning import services as vms
+from provisioning.models import VM
+from rapi.models import ClusterTag
+
+SOURCE = "gnt:rapi"
+
+
+def _reason(reason, default):
+    return [reason] if reason else [default]
+
+
+def create_instance(*, actor, image, name, vcpus=None, memory_mib=None, disk_gib=None, pnode=None, reason=""):
+    """Record the VM and submit its ``vm.create`` job; returns the job. With ``pnode`` the VM is
+    claimed on that host first (``NoCapacity`` refuses), and built on that claim."""
+    if VM.objects.exclude(state=VM.State.DESTROYED).filter(name=name).exists():
+        raise Conflict(f"Instance '{name}' already exists")
+    size = vms.size_for(image, vcpus, memory_mib, disk_gib)
+    why = reason or f"created through the RAPI as {name}"
+    with transaction.atomic():
+        allocation = None
+        if pnode is not None:
+            demand = vms.demand_for(image, size, start=timezone.now(), end=None, purpose=f"instance {name}")
+            try:
+                allocation = capacity.claim_on_host(pnode, demand, actor=actor, owner=actor)
+            except capacity.NoCapacity as exc:
+                raise ValidationError({"pnode": [f"{pnode.name} cannot take it: {exc}"]}) from None
+        _, job = vms.request_vm(actor=actor, owner=actor, image=image, name=name, allocation=allocation,
+                                reason=why, **size)  # fmt: skip
+    return job
+
+
+def submit(opcode, params, *, actor, reason):
+    return jobs.submit(opcode, params, actor=actor, reason=reason, source=SOURCE)
+
+
+def submit_vm(vm, action, *, actor, reason, **params):
+    return vms.submit_action(vm, action, actor=actor, reason=reason or f"{action} {vm.key} through the RAPI", **params)
+
+
+# --- what the RAPI's own opcodes do (run by a worker) ----------------------------------
+
+
+def set_role(host, state, reason, *, actor):
+    """Ganeti's node role as the host's state; returns the changed flags as Ganeti lists them."""
+    before = host.state
+    inventory.set_state(host, state, reason, actor=actor)
+    flags = ("offline", "drained")
+    changes = []
+    for flag in flags:
+        old, new = before == flag, state == flag
+        if old != new:
+            changes.append([flag, str(new)])
+    return changes
+
+
+def change_tags(kind, target, tags, *, add, actor, reason=""):
+    """Add or remove tags on the cluster, a host or a VM."""
+    if kind == "cluster":
+        _cluster_tags(tags, add=add, actor=actor)
+    elif kind == "node":
+        current = set(target.tags.names())
+        wanted = current | set(tags) if add else current - set(tags)
+        inventory.update_hypervisor(target, actor=actor, tags=sorted(wanted), reason=reason or "RAPI tags")
+    else:
+        current = set(target.tags.names())
+        wanted = current | set(tags) if add else current - set(tags)
+        vms.set_tags(target, sorted(wanted), actor=actor, reason=reason or "RAPI tags")
+
+
+@transaction.atomic
+def _cluster_tags(tags, *, add, actor):
+    from core import changelog
+
+    if add:
+        for name in tags:
+            tag, made = ClusterTag.objects.get_or_create(name=name)
+            if made:
+                changelog.record(tag, "create", actor, {"name": [None, name]}, "RAPI cluster tag")
+    else:
+        for tag in ClusterTag.objects.filter(name__in=tags):
+            changelog.record(tag, "delete", actor, {}, "RAPI cluster tag")
+            tag.delete()

@@ -1,0 +1,31 @@
+"""Ganeti RAPI v2 routes (``rlib2``'s resource names); anything else under ``/2/`` is Ganeti's 404."""
+
+from django.urls import path, re_path
+
+from rapi import protocol
+from rapi import views as v
+
+NAME = "<str:name>"
+
+urlpatterns = [
+    path("version", v.VERSION, name="rapi-version"),
+    path("2", v.ROOT, name="rapi-2"),
+    path("2/info", v.INFO, name="rapi-info"),
+    path("2/features", v.FEATURES_RESOURCE, name="rapi-features"),
+    path("2/tags", v.TAGS, name="rapi-tags"),
+    path("2/nodes", v.NODES, name="rapi-nodes"),
+    path(f"2/nodes/{NAME}", v.NODE, name="rapi-node"),
+    path(f"2/nodes/{NAME}/role", v.NODE_ROLE, name="rapi-node-role"),
+    path(f"2/nodes/{NAME}/evacuate", v.NODE_EVACUATE, name="rapi-node-evacuate"),
+    path(f"2/nodes/{NAME}/tags", v.NODE_TAGS, name="rapi-node-tags"),
+    path("2/groups", v.GROUPS, name="rapi-groups"),
+    path(f"2/groups/{NAME}", v.GROUP, name="rapi-group"),
+    path("2/instances", v.INSTANCES, name="rapi-instances"),
+    path(f"2/instances/{NAME}", v.INSTANCE, name="rapi-instance"),
+    path(f"2/instances/{NAME}/migrate", v.INSTANCE_MIGRATE, name="rapi-instance-migrate"),
+    path(f"2/instances/{NAME}/tags", v.INSTANCE_TAGS, name="rapi-instance-tags"),
+    path("2/jobs", v.JOBS, name="rapi-jobs"),
+    path("2/jobs/<int:job_id>", v.JOB, name="rapi-job"),
+    path("2/jobs/<int:job_id>/wait", v.JOB_WAIT, name="rapi-job-wait"),
+    re_path(r"^2/(?P<rest>.*)$", protocol.not_found),
+]

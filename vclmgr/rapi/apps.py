@@ -1,8 +1,0 @@
-from django.apps import AppConfig
-
-
-class RapiConfig(AppConfig):
-    name = "vclmgr.rapi"
-    label = "rapi"
-    verbose_name = "Ganeti RAPI"
-    default_auto_field = "django.db.models.BigAutoField"
