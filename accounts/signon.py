@@ -23,7 +23,6 @@ import logging
 
 from django.conf import settings
 from django.contrib.auth import forms as auth_forms
-from django.contrib.auth import views as auth_views
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
@@ -226,25 +225,3 @@ class LoginForm(auth_forms.AuthenticationForm):
             if getattr(self.request, _DOWN_FLAG, False):
                 raise ValidationError(self.error_messages["directory_down"], code="directory_down") from None
             raise
-
-
-class LoginView(auth_views.LoginView):
-    authentication_form = LoginForm
-    redirect_authenticated_user = True
-
-    def get_context_data(self, **kwargs):
-        return super().get_context_data(sign_on_methods=methods(), **kwargs)
-
-
-class LogoutView(auth_views.LogoutView):
-    """Sign-out; a session from a SAML sign-in also signs out at the IdP (accounts/saml.py)."""
-
-    def post(self, request, *args, **kwargs):
-        if settings.SAML_ENABLED:
-            from accounts import saml
-
-            if saml.signed_on(request):
-                response = saml.logout(request)
-                if response is not None:
-                    return response
-        return super().post(request, *args, **kwargs)

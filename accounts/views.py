@@ -1,12 +1,15 @@
-"""A user's API token pages (sign-in itself is ``accounts.signon``)."""
+"""Sign-in and sign-out pages (the rules are ``accounts.signon``) and a user's API token pages."""
 
+from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from accounts import access, tokens
 from accounts.forms import ApiTokenForm
+from accounts.signon import LoginForm, methods
 
 
 @login_required
@@ -29,3 +32,25 @@ def revoke_api_token(request, token_id):
     if tokens.revoke(request.user, token_id):
         messages.success(request, "Token revoked.")
     return redirect("api-tokens")
+
+
+class LoginView(auth_views.LoginView):
+    authentication_form = LoginForm
+    redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs):
+        return super().get_context_data(sign_on_methods=methods(), **kwargs)
+
+
+class LogoutView(auth_views.LogoutView):
+    """Sign-out; a session from a SAML sign-in also signs out at the IdP (accounts/saml.py)."""
+
+    def post(self, request, *args, **kwargs):
+        if settings.SAML_ENABLED:
+            from accounts import saml
+
+            if saml.signed_on(request):
+                response = saml.logout(request)
+                if response is not None:
+                    return response
+        return super().post(request, *args, **kwargs)

@@ -57,6 +57,9 @@ from dataclasses import asdict, dataclass, field
 from core import fencing, outbound
 from drivers.cloudinit import GuestLogin
 
+# The errors are part of the contract: drivers and callers take them from here too.
+from drivers.errors import Conflict, DriverError, Invalid, NoConsole, NotFound, Unauthorized, Unreachable  # noqa: F401
+
 VM_KEY_PREFIX = "vcl-"
 # Safe as a libvirt domain name, a vSphere VM name, a file name and a DNS label.
 VM_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
@@ -68,54 +71,6 @@ FORMATS = ("qcow2", "raw", "vmdk", "template", "sim")
 def vm_key(vm_id):
     """The stable hypervisor-side name of the VM with this database id."""
     return f"{VM_KEY_PREFIX}{int(vm_id)}"
-
-
-# --- errors ---------------------------------------------------------------------------------
-
-
-class DriverError(Exception):
-    """A driver call failed. ``permanent``: retrying the same call cannot succeed."""
-
-    permanent = True
-
-    def __init__(self, message, *, permanent=None):
-        super().__init__(message)
-        if permanent is not None:
-            self.permanent = permanent
-
-    def __reduce__(self):  # picklable with its flag, so it survives being sent between processes
-        return (_rebuild_error, (type(self), str(self), self.permanent))
-
-
-def _rebuild_error(cls, message, permanent):
-    return cls(message, permanent=permanent)
-
-
-class Invalid(DriverError):
-    """The request itself is wrong (bad spec, wrong image format, checksum mismatch)."""
-
-
-class NotFound(DriverError):
-    """The VM, snapshot, image, network or host does not exist."""
-
-
-class Conflict(DriverError):
-    """The object is in a state that forbids the call, or the name belongs to another VM."""
-
-
-class Unreachable(DriverError):
-    """The hypervisor cannot be reached or did not answer (temporary unless credentials are bad)."""
-
-    permanent = False
-
-
-class Unauthorized(DriverError):
-    """The host's credential may not be used for it (not saved for its URI): a permanent refusal."""
-
-
-class NoConsole(DriverError):
-    """The VM has no console vclmgr can reach (a simulated VM, a driver without one, a
-    console that listens where vclmgr cannot connect)."""
 
 
 class VMState(enum.StrEnum):

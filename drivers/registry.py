@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from django.utils.module_loading import import_string
 
-from drivers.base import DriverError, Invalid, Unauthorized
+from drivers.errors import DriverError, Invalid, Unauthorized
 
 __all__ = [
     "KINDS", "DriverError", "Invalid", "Unauthorized", "check_binding", "driver_class", "driver_for", "get_driver",

@@ -81,6 +81,12 @@ class Preference(models.Model):
     def __str__(self):
         return f"{self.user_id}: off {', '.join(self.disabled) or 'none'}"
 
+    @classmethod
+    def disabled_for(cls, user):
+        """The kinds ``user`` turned off (the sender asks before each mail; pages show them)."""
+        pref = cls.objects.filter(user=user).first()
+        return list(pref.disabled) if pref else []
+
 
 class Webhook(models.Model):
     """An integration's URL, called with a signed JSON body for each event of its kinds."""

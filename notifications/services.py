@@ -135,8 +135,7 @@ def on_any_event(kind, data, topics, ids):
 
 
 def disabled_kinds(user):
-    pref = Preference.objects.filter(user=user).first()
-    return list(pref.disabled) if pref else []
+    return Preference.disabled_for(user)
 
 
 def set_preferences(user, disabled, *, actor):

@@ -38,7 +38,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from core import metrics, outbound, periodic
-from notifications.models import Delivery, Notification, Webhook, WebhookDelivery
+from notifications.models import Delivery, Notification, Preference, Webhook, WebhookDelivery
 
 log = logging.getLogger(__name__)
 LEASE = timedelta(seconds=120)
@@ -141,13 +141,11 @@ def _context(row):
 
 
 def _send_mail(row):
-    from notifications.services import disabled_kinds
-
     user = type(row).user.field.related_model.objects.filter(pk=row.user_id).first()
     if user is None:
         return {"state": S.SKIPPED, "last_error": "the user was deleted"}
     row.user = user
-    if row.kind in disabled_kinds(user):
+    if row.kind in Preference.disabled_for(user):
         return {"state": S.SKIPPED, "last_error": "turned off in the user's preferences"}
     if not user.email or not user.is_active:
         return {"state": S.SKIPPED, "last_error": "the user has no e-mail address" if user.is_active else "inactive"}

@@ -11,7 +11,7 @@ from the database; all are idempotent, so a retried job changes nothing twice.
 from rest_framework import serializers
 
 from jobs.registry import opcode
-from reservations import idle, services
+from reservations import idle, reclaim, services
 
 
 class ReservationParams(serializers.Serializer):
@@ -77,7 +77,7 @@ def reservation_idle_check(job):
     or end the idle ones (one step each: a driver call, then one short transaction)."""
     ids = job.step("list", idle.due)
     job.expect(len(ids) + 1)
-    outcomes = [job.step(f"check-{rid}", idle.check, rid, actor=job.actor) for rid in ids]
+    outcomes = [job.step(f"check-{rid}", reclaim.check, rid, actor=job.actor) for rid in ids]
     return {
         "checked": len(ids),
         "warned": [o["reservation"] for o in outcomes if o["action"] == "warn"],

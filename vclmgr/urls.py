@@ -3,7 +3,6 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from accounts import signon
 from accounts import views as account_views
 from monitoring import health
 from monitoring import views as monitoring_views
@@ -39,8 +38,8 @@ urlpatterns = [
     path("notifications/", include("notifications.urls")),
     path("tokens/", account_views.api_tokens, name="api-tokens"),
     path("tokens/<int:token_id>/revoke/", account_views.revoke_api_token, name="api-token-revoke"),
-    path("login/", signon.LoginView.as_view(), name="login"),
-    path("logout/", signon.LogoutView.as_view(), name="logout"),
+    path("login/", account_views.LoginView.as_view(), name="login"),
+    path("logout/", account_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("inventory/", include("inventory.urls")),

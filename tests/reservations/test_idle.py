@@ -17,7 +17,7 @@ from jobs.models import Job
 from notifications.models import Notification
 from provisioning import services as vms
 from provisioning.models import VM
-from reservations import idle, services, tasks, usage
+from reservations import idle, reclaim, services, tasks, usage
 from reservations.models import Refusal, Reservation
 
 H, M = timedelta(hours=1), timedelta(minutes=1)
@@ -93,9 +93,9 @@ def test_no_show_on_the_simulator_ends_the_reservation_with_the_reason(sim_host,
     idle.set_policy(actor="test", image=image, no_show_minutes=15, idle_minutes=60, warn_minutes=10)
     reservation = ready(alice, image, sync_jobs)
     assert reservation.idle_check_at is not None and reservation.idle_kind == "no_show"
-    assert idle.check(reservation.pk, now=at(reservation, 10), actor="test")["action"] == "none"
+    assert reclaim.check(reservation.pk, now=at(reservation, 10), actor="test")["action"] == "none"
     assert fresh(reservation).status == "ready"
-    outcome = idle.check(reservation.pk, now=at(reservation, 16), actor="test")
+    outcome = reclaim.check(reservation.pk, now=at(reservation, 16), actor="test")
     assert outcome["action"] == "end" and outcome["sessions"] == 0
     sync_jobs.drain()
     reservation = fresh(reservation)
@@ -110,18 +110,18 @@ def test_idle_after_a_login_is_warned_by_event_and_mail_then_ended(sim_host, ima
     reservation = ready(alice, image, sync_jobs)
     start = fresh(reservation).idle_since
     login(reservation, "alice")
-    idle.check(reservation.pk, now=start + 5 * M, actor="test")
+    reclaim.check(reservation.pk, now=start + 5 * M, actor="test")
     assert fresh(reservation).connected_at == start + 5 * M and fresh(reservation).idle_kind == "idle"
     login(reservation)  # logged out
-    idle.check(reservation.pk, now=start + 30 * M, actor="test")
+    reclaim.check(reservation.pk, now=start + 30 * M, actor="test")
     assert fresh(reservation).idle_since == start + 5 * M  # no activity: the clock runs on
-    assert idle.check(reservation.pk, now=start + 56 * M, actor="test")["action"] == "warn"
+    assert reclaim.check(reservation.pk, now=start + 56 * M, actor="test")["action"] == "warn"
     event = Event.objects.filter(kind="reservation.idle", topic=f"reservation.{reservation.pk}").get()
     assert event.data["id"] == reservation.pk and event.data["minutes"] == 9
     mail = Notification.objects.get(kind="idle_warning")
     assert mail.user == alice and mail.data["id"] == reservation.pk
-    assert idle.check(reservation.pk, now=start + 57 * M, actor="test")["action"] == "none"  # warned once
-    assert idle.check(reservation.pk, now=start + 66 * M, actor="test")["action"] == "end"
+    assert reclaim.check(reservation.pk, now=start + 57 * M, actor="test")["action"] == "none"  # warned once
+    assert reclaim.check(reservation.pk, now=start + 66 * M, actor="test")["action"] == "end"
     sync_jobs.drain()
     reservation = fresh(reservation)
     assert reservation.status == "ended" and reservation.reclaimed == "idle"
@@ -133,12 +133,12 @@ def test_a_login_after_the_warning_keeps_the_reservation(sim_host, image, alice,
     reservation = ready(alice, image, sync_jobs)
     start = fresh(reservation).idle_since
     login(reservation, "alice")
-    idle.check(reservation.pk, now=start + 1 * M, actor="test")
+    reclaim.check(reservation.pk, now=start + 1 * M, actor="test")
     login(reservation)
-    assert idle.check(reservation.pk, now=start + 52 * M, actor="test")["action"] == "warn"
+    assert reclaim.check(reservation.pk, now=start + 52 * M, actor="test")["action"] == "warn"
     login(reservation, "alice")
-    assert idle.check(reservation.pk, now=start + 60 * M, actor="test")["action"] == "none"
-    assert idle.check(reservation.pk, now=start + 62 * M, actor="test")["action"] == "none"
+    assert reclaim.check(reservation.pk, now=start + 60 * M, actor="test")["action"] == "none"
+    assert reclaim.check(reservation.pk, now=start + 62 * M, actor="test")["action"] == "none"
     reservation = fresh(reservation)
     assert reservation.status == "ready" and reservation.idle_warned_at is None
     assert reservation.idle_deadline == start + 122 * M
@@ -162,18 +162,18 @@ def test_a_user_on_the_web_console_only_is_no_no_show_and_idles_from_its_close(s
     # Ready 16 minutes ago, nobody logged in the guest (sim: no sessions), the console open.
     Reservation.objects.filter(pk=reservation.pk).update(idle_since=timezone.now() - 16 * M)
     session = open_console(alice, reservation)
-    outcome = idle.check(reservation.pk, actor="test")
+    outcome = reclaim.check(reservation.pk, actor="test")
     assert outcome["action"] == "none" and outcome["sessions"] == 1
     reservation = fresh(reservation)
     assert reservation.status == "ready" and reservation.connected_at is not None and reservation.idle_kind == "idle"
 
     console.closed(session.pk)
     closed = ConsoleTicket.objects.get(pk=session.pk).closed
-    assert idle.check(reservation.pk, now=closed + 5 * M, actor="test")["action"] == "none"
+    assert reclaim.check(reservation.pk, now=closed + 5 * M, actor="test")["action"] == "none"
     reservation = fresh(reservation)
     assert reservation.idle_since == closed and reservation.idle_deadline == closed + 60 * M  # from the close
-    assert idle.check(reservation.pk, now=closed + 51 * M, actor="test")["action"] == "warn"
-    assert idle.check(reservation.pk, now=closed + 60 * M, actor="test")["action"] == "end"
+    assert reclaim.check(reservation.pk, now=closed + 51 * M, actor="test")["action"] == "warn"
+    assert reclaim.check(reservation.pk, now=closed + 60 * M, actor="test")["action"] == "end"
     sync_jobs.drain()
     assert fresh(reservation).status == "ended" and fresh(reservation).reclaimed == "idle"
 
@@ -192,7 +192,7 @@ def test_a_console_whose_heartbeat_stopped_counts_as_closed_at_its_last_beat(sim
     # Its web process died 61 minutes ago: no close recorded, the beats stopped then.
     ConsoleTicket.objects.filter(pk=session.pk).update(used=now - 70 * M, seen=now - 61 * M)
 
-    outcome = idle.check(reservation.pk, now=now, actor="test")
+    outcome = reclaim.check(reservation.pk, now=now, actor="test")
 
     assert outcome["action"] == "end" and outcome["kind"] == "idle"
     sync_jobs.drain()
@@ -203,14 +203,14 @@ def test_only_the_reservations_user_on_the_console_counts(sim_host, image, alice
     idle.set_policy(actor="test", image=image, no_show_minutes=15, idle_minutes=60, warn_minutes=10)
     reservation = ready(alice, image, sync_jobs)
     open_console(admin_user, reservation, kind="vnc")  # staff looking at it: not the user showing up
-    assert idle.check(reservation.pk, now=at(reservation, 16), actor="test")["action"] == "end"
+    assert reclaim.check(reservation.pk, now=at(reservation, 16), actor="test")["action"] == "end"
 
 
 def test_an_unreachable_guest_agent_ends_nothing(sim_host, image, alice, sync_jobs):
     idle.set_policy(actor="test", image=image, no_show_minutes=15, idle_minutes=60, warn_minutes=10)
     reservation = ready(alice, image, sync_jobs)
     sim.set_fault(sim_host.name, "guest_sessions", "unreachable", actor="test")
-    outcome = idle.check(reservation.pk, now=at(reservation, 30), actor="test")
+    outcome = reclaim.check(reservation.pk, now=at(reservation, 30), actor="test")
     assert outcome["action"] == "none" and "unreachable" in outcome["unknown"]
     assert fresh(reservation).status == "ready" and fresh(reservation).idle_check_at is not None
 
@@ -224,8 +224,8 @@ def test_the_group_policy_applies_to_its_members_and_the_image_policy_wins(
     mine, theirs = ready(alice, image, sync_jobs, hours=2), ready(bob, image, sync_jobs, hours=2)
     assert idle.policy_for(mine).source == "group lab" and mine.idle_check_at is not None
     assert idle.policy_for(theirs).source == "site" and theirs.idle_check_at is None  # the site's is off
-    assert idle.check(theirs.pk, now=at(theirs, 600), actor="test")["action"] == "none"
-    assert idle.check(mine.pk, now=at(mine, 6), actor="test")["action"] == "end"
+    assert reclaim.check(theirs.pk, now=at(theirs, 600), actor="test")["action"] == "none"
+    assert reclaim.check(mine.pk, now=at(mine, 6), actor="test")["action"] == "end"
 
     other = vms.create_image(actor="test", name="ubuntu", min_memory_mib=256, default_memory_mib=512,
                              default_disk_gib=5)  # fmt: skip
@@ -235,7 +235,7 @@ def test_the_group_policy_applies_to_its_members_and_the_image_policy_wins(
     carol.groups.add(lab)
     res = ready(carol, other, sync_jobs, hours=3)
     assert idle.policy_for(res).source == "image ubuntu" and res.idle_kind == "idle"  # no no-show limit
-    assert idle.check(res.pk, now=at(res, 60), actor="test")["action"] == "none"
+    assert reclaim.check(res.pk, now=at(res, 60), actor="test")["action"] == "none"
 
 
 def test_the_policy_read_along_is_the_image_s_else_the_first_group_s(sim_host, image, alice, bob, sync_jobs):
@@ -300,7 +300,7 @@ def test_staff_see_reclaimed_hours_and_refusals_by_quota_and_seats(
     # Reclaimed now, not at a clock moved ahead: the report's days are today's whatever the hour
     # (a check 16 minutes ahead at 23:50 was tomorrow's reclamation).
     Reservation.objects.filter(pk=reservation.pk).update(idle_since=timezone.now() - 16 * M)
-    idle.check(reservation.pk, actor="test")
+    reclaim.check(reservation.pk, actor="test")
     sync_jobs.drain()
     reclaimed = fresh(reservation)
     today = reclaimed.reclaimed_at.date()
