@@ -87,6 +87,7 @@ run-kvm: install system-kvm
 
 lint: install-dev
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	DEBUG=1 $(BIN)/python manage.py makemigrations --check --dry-run -v 1
 
 # The manual (docs/, mkdocs.yml) into site/: --strict fails on a page missing from the nav, a

@@ -183,9 +183,13 @@ def token_has(token, scope, what):
         return True
     log.warning(
         "API token %s… (%r) of %s refused: %s needs scope %r, it has %s",
-        token.prefix, token.name, token.user, what, scope,
+        token.prefix,
+        token.name,
+        token.user,
+        what,
+        scope,
         sorted(effective_scopes(token)),
-    )  # fmt: skip
+    )
     return False
 
 

@@ -8,8 +8,10 @@ from accounts.models import ApiToken
 class ApiTokenForm(forms.Form):
     name = forms.CharField(max_length=100)
     scopes = forms.MultipleChoiceField(
-        required=False, widget=forms.CheckboxSelectMultiple, help_text="read is always given",
-    )  # fmt: skip
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="read is always given",
+    )
     expires = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
 
     def __init__(self, *args, user, **kwargs):

@@ -42,6 +42,9 @@ def log_lockout(sender, request, username, ip_address, **kwargs):
     characters out of the log."""
     log.warning(
         "sign-in refused, locked out: username %r from %s on %s after %s wrong passwords (for %s)",
-        (username or "")[:150], ip_address, getattr(request, "path", "?"),
-        getattr(request, "axes_failures_since_start", "repeated"), settings.AXES_COOLOFF_TIME,
-    )  # fmt: skip
+        (username or "")[:150],
+        ip_address,
+        getattr(request, "path", "?"),
+        getattr(request, "axes_failures_since_start", "repeated"),
+        settings.AXES_COOLOFF_TIME,
+    )

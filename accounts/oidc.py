@@ -145,8 +145,12 @@ class Backend(OIDCAuthenticationBackend):
         except (requests.RequestException, ProviderUnavailable, ImproperlyConfigured) as exc:
             response = getattr(exc, "response", None)
             if response is not None and 400 <= response.status_code < 500:  # it answered: no
-                log.warning("OIDC sign-in from %s refused by the provider: %s %s",
-                            request.META.get("REMOTE_ADDR"), exc, response.text[:200])  # fmt: skip
+                log.warning(
+                    "OIDC sign-in from %s refused by the provider: %s %s",
+                    request.META.get("REMOTE_ADDR"),
+                    exc,
+                    response.text[:200],
+                )
             else:
                 log.error("OIDC sign-in failed, the provider did not answer properly: %s", exc)
                 setattr(request, _DOWN_FLAG, True)
@@ -189,9 +193,10 @@ class Backend(OIDCAuthenticationBackend):
 
     def filter_users_by_claims(self, claims):
         bound = self.UserModel.objects.filter(
-            signon_identities__method="oidc", signon_identities__issuer=issuer(),
+            signon_identities__method="oidc",
+            signon_identities__issuer=issuer(),
             signon_identities__subject=str(claims["sub"]),
-        )  # fmt: skip
+        )
         return bound if bound.exists() else self._by_verified_email(claims)
 
     def _by_verified_email(self, claims):
@@ -202,8 +207,11 @@ class Backend(OIDCAuthenticationBackend):
         found = list(self.UserModel.objects.filter(email__iexact=email)[:2])
         if len(found) != 1:
             if found:
-                log.warning("OIDC sign-in of %s: %s is on several accounts, linked to none",
-                            self.describe_user_by_claims(claims), email)  # fmt: skip
+                log.warning(
+                    "OIDC sign-in of %s: %s is on several accounts, linked to none",
+                    self.describe_user_by_claims(claims),
+                    email,
+                )
             return []
         user, refusal = found[0], None
         if user.has_usable_password():
@@ -211,8 +219,13 @@ class Backend(OIDCAuthenticationBackend):
         elif user.signon_identities.filter(method="oidc", issuer=issuer()).exists():
             refusal = "bound to another subject of this provider"
         if refusal is not None:
-            log.warning("OIDC sign-in of %s: %s has %s, not linked (%s)",
-                        self.describe_user_by_claims(claims), user.username, email, refusal)  # fmt: skip
+            log.warning(
+                "OIDC sign-in of %s: %s has %s, not linked (%s)",
+                self.describe_user_by_claims(claims),
+                user.username,
+                email,
+                refusal,
+            )
             return []
         log.info("OIDC sign-in of %s: linked to %s by its verified e-mail", self.describe_user_by_claims(claims), user)
         return [user]
@@ -280,8 +293,11 @@ class CallbackView(OIDCAuthenticationCallbackView):
         state = request.GET.get("state")
         if "code" in request.GET and state is not None and state not in request.session.get("oidc_states", {}):
             # The library answers a spent state with a 400 and an unknown one silently.
-            log.warning("OIDC callback refused from %s: not an answer to a sign-in this session started "
-                        "(replayed, or begun elsewhere)", request.META.get("REMOTE_ADDR"))  # fmt: skip
+            log.warning(
+                "OIDC callback refused from %s: not an answer to a sign-in this session started "
+                "(replayed, or begun elsewhere)",
+                request.META.get("REMOTE_ADDR"),
+            )
             return self.login_failure()
         return super().get(request)
 

@@ -54,8 +54,13 @@ class LocalBackend(ModelBackend):
 
     def get_all_permissions(self, user_obj, obj=None):
         cached = ("_perm_cache", "_user_perm_cache", "_group_perm_cache")
-        if (user_obj.is_active and not user_obj.is_anonymous and obj is None and not user_obj.is_superuser
-                and not any(hasattr(user_obj, name) for name in cached)):  # fmt: skip
+        if (
+            user_obj.is_active
+            and not user_obj.is_anonymous
+            and obj is None
+            and not user_obj.is_superuser
+            and not any(hasattr(user_obj, name) for name in cached)
+        ):
             _read_permissions(user_obj)
         return super().get_all_permissions(user_obj, obj)
 
@@ -183,8 +188,13 @@ def _service_connection(backend):
 def _retire(user):
     user.is_active = False
     user.save(update_fields=["is_active"])
-    changelog.record(user, "update", changelog.Actor(name="directory"), {"is_active": [True, False]},
-                     reason="no longer in the directory")  # fmt: skip
+    changelog.record(
+        user,
+        "update",
+        changelog.Actor(name="directory"),
+        {"is_active": [True, False]},
+        reason="no longer in the directory",
+    )
     log.warning("%s is no longer in the directory: account deactivated (its tokens and sessions end)", user)
 
 

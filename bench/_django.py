@@ -12,9 +12,17 @@ ROOT = Path(__file__).resolve().parent.parent
 def configure(postgres, prefix="vclmgr-bench-"):
     sys.path.insert(0, str(ROOT))
     var = tempfile.mkdtemp(prefix=prefix)
-    os.environ.update({"DJANGO_SETTINGS_MODULE": "vclmgr.settings", "DEBUG": "1", "VCLMGR_VAR_DIR": var,
-                       "LOG_LEVEL": "WARNING", "REDIS_URL": "", "VCLMGR_SIM_OPTIONS": "{}",
-                       "DATABASE_URL": postgres or f"sqlite:///{var}/bench.sqlite3"})  # fmt: skip
+    os.environ.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "vclmgr.settings",
+            "DEBUG": "1",
+            "VCLMGR_VAR_DIR": var,
+            "LOG_LEVEL": "WARNING",
+            "REDIS_URL": "",
+            "VCLMGR_SIM_OPTIONS": "{}",
+            "DATABASE_URL": postgres or f"sqlite:///{var}/bench.sqlite3",
+        }
+    )
     import django
 
     django.setup()

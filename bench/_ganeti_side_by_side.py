@@ -166,9 +166,7 @@ def hbal_rows(
             if theirs_score is not None:
                 better = ours_score <= theirs_score + 1e-9
                 note += "; ours better or equal" if better else "; ours worse"
-            rows.append(
-                Row(label, ours, theirs, ours_t.wall, theirs_s, note, ours_t.cpu, theirs_cpu)
-            )
+            rows.append(Row(label, ours, theirs, ours_t.wall, theirs_s, note, ours_t.cpu, theirs_cpu))
         return rows
 
 

@@ -92,8 +92,7 @@ def lab_workload(n: int, seed: int = 3, days: float = 7):
 def blade_center(blades: int = 14, cores: int = 32, mem: int = 262144, disk: int = 2000):
     return Cluster(
         tuple(
-            Host(f"blade{i:02d}", Resources(cores, mem, disk), reserved=Resources(2, 8192, 50))
-            for i in range(blades)
+            Host(f"blade{i:02d}", Resources(cores, mem, disk), reserved=Resources(2, 8192, 50)) for i in range(blades)
         )
     )
 

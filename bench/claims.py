@@ -56,12 +56,28 @@ def setup(args):
 
     call_command("migrate", verbosity=0)
     for n in range(args.room // HOST_VCPUS):
-        inventory.create_hypervisor(actor="bench", name=f"bench{n}", address=f"10.9.0.{n + 1}", driver="sim",
-                                    cpus=HOST_VCPUS, cpu_ratio=1.0, memory_mib=262144, disk_gib=5000)  # fmt: skip
-    image = vms.create_image(actor="bench", name="bench", os="Debian", min_memory_mib=256,
-                             default_vcpus=1, default_memory_mib=512, default_disk_gib=5)  # fmt: skip
-    vms.add_variant(image, actor="bench", hypervisor_type="sim", format="sim", location="sim://bench", checksum="",
-                    size_gib=1)  # fmt: skip
+        inventory.create_hypervisor(
+            actor="bench",
+            name=f"bench{n}",
+            address=f"10.9.0.{n + 1}",
+            driver="sim",
+            cpus=HOST_VCPUS,
+            cpu_ratio=1.0,
+            memory_mib=262144,
+            disk_gib=5000,
+        )
+    image = vms.create_image(
+        actor="bench",
+        name="bench",
+        os="Debian",
+        min_memory_mib=256,
+        default_vcpus=1,
+        default_memory_mib=512,
+        default_disk_gib=5,
+    )
+    vms.add_variant(
+        image, actor="bench", hypervisor_type="sim", format="sim", location="sim://bench", checksum="", size_gib=1
+    )
     users = get_user_model().objects
     clear = [
         tokens.issue(users.create_user(f"user{n:03d}", password=None), "bench", scopes="all")[1]
@@ -83,8 +99,12 @@ def start_web(env, log_path):
     log = open(log_path, "wb")  # noqa: SIM115 (closed by the caller's stop)
     proc = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "vclmgr.asgi:application"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with socket.socket() as s:
@@ -98,9 +118,11 @@ def start_web(env, log_path):
 
 def post(url, token, body):
     request = urllib.request.Request(
-        f"{url}/api/v1/reservations/", data=json.dumps(body).encode(), method="POST",
+        f"{url}/api/v1/reservations/",
+        data=json.dumps(body).encode(),
+        method="POST",
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )  # fmt: skip
+    )
     began = time.monotonic()
     try:
         with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310 (loopback)
@@ -132,13 +154,22 @@ def run_leg(label, database_url, args):
     with tempfile.TemporaryDirectory(prefix="vclmgr-bench-claims-") as tmp:
         if database_url is None:
             database_url = f"sqlite:///{tmp}/bench.sqlite3"
-        env = {**os.environ, "DATABASE_URL": database_url, "VCLMGR_VAR_DIR": tmp, "DEBUG": "1", "REDIS_URL": "",
-               "DJANGO_SETTINGS_MODULE": "vclmgr.settings", "LOG_LEVEL": "WARNING"}  # fmt: skip
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "VCLMGR_VAR_DIR": tmp,
+            "DEBUG": "1",
+            "REDIS_URL": "",
+            "DJANGO_SETTINGS_MODULE": "vclmgr.settings",
+            "LOG_LEVEL": "WARNING",
+        }
         data = Path(tmp) / "setup.json"
         subprocess.run(
             [sys.executable, __file__, "--setup", str(data), "--users", str(args.users), "--room", str(args.room)],
-            cwd=ROOT, env=env, check=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=env,
+            check=True,
+        )
         prepared = json.loads(data.read_text())
         webs = [start_web(env, Path(tmp) / f"web{n}.log") for n in range(2)]
         try:

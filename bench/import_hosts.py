@@ -33,7 +33,7 @@ def make_csv(rows, chassis_size=16, cpus=32):
         address = f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}"
         lines.append(
             f"bench-{i:06d},{address},libvirt,qemu+ssh://root@{address}/system,bench-root,"
-            f"bench-bc{chassis:04d},{slot + 1},bench-group,{cpus},131072,2000,\"bench, rack{chassis % 8}\""
+            f'bench-bc{chassis:04d},{slot + 1},bench-group,{cpus},131072,2000,"bench, rack{chassis % 8}"'
         )
     return ("\n".join(lines) + "\n").encode()
 
@@ -76,8 +76,10 @@ def main():
         start, cpu = time.perf_counter(), time.process_time()
         outcome = fn()
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
-        print(f"{label:<22} {elapsed:6.2f} s wall {cpu:6.2f} s cpu   peak RSS {peak_mib():5.0f} MiB   "
-              f"{getattr(outcome, 'summary', str)()}")
+        print(
+            f"{label:<22} {elapsed:6.2f} s wall {cpu:6.2f} s cpu   peak RSS {peak_mib():5.0f} MiB   "
+            f"{getattr(outcome, 'summary', str)()}"
+        )
         return outcome
 
     dry = phase("dry run", lambda: services.import_hypervisors(data, "csv", actor=actor, dry_run=True))

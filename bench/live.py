@@ -67,6 +67,7 @@ def setup_django():
 
 # --- the worker process: state changes, timed at commit ------------------------------------
 
+
 def emit_rounds(args):
     """Runs in its own process: ``--rounds`` rounds of changes; prints {event id: [topic, commit time]}."""
     setup_django()
@@ -87,6 +88,7 @@ def emit_rounds(args):
 
 
 # --- the client process: users, daphne, websockets ---------------------------------------------
+
 
 def make_users(count):
     """Half staff (shared topic), half regular (own topic); returns [(cookie, topic)]."""
@@ -192,8 +194,13 @@ async def run_client(port, client, cookie, topic, opened, received):
 
 
 async def measure(args, pairs, port, topics_file):
-    opened = {"gate": asyncio.Semaphore(CONNECT_CONCURRENCY), "count": 0, "total": len(pairs),
-              "all": asyncio.Event(), "retries": 0}
+    opened = {
+        "gate": asyncio.Semaphore(CONNECT_CONCURRENCY),
+        "count": 0,
+        "total": len(pairs),
+        "all": asyncio.Event(),
+        "retries": 0,
+    }
     received = []
     t0 = time.monotonic()
     tasks = [
@@ -209,8 +216,17 @@ async def measure(args, pairs, port, topics_file):
     connect_s = time.monotonic() - t0
     load_before = load()
     emitter = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--emit", "--rounds", str(args.rounds), "--interval", str(args.interval),
-        "--topics-file", topics_file, cwd=ROOT, stdout=asyncio.subprocess.PIPE,
+        sys.executable,
+        __file__,
+        "--emit",
+        "--rounds",
+        str(args.rounds),
+        "--interval",
+        str(args.interval),
+        "--topics-file",
+        topics_file,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
     )
     out, _ = await emitter.communicate()
     if emitter.returncode:
@@ -290,6 +306,7 @@ def one(args):
 
 # --- the driver --------------------------------------------------------------------------------
 
+
 def configurations(args):
     runs = []
     for name in args.configs.split(","):
@@ -297,8 +314,7 @@ def configurations(args):
             runs.append(("embedded (sqlite)", {"REDIS_URL": "", "DATABASE_URL": ""}))
         elif name == "redis":
             database = "postgres" if args.database_url else "sqlite"
-            runs.append((f"redis ({database})", {"REDIS_URL": args.redis_url,
-                                                                 "DATABASE_URL": args.database_url or ""}))
+            runs.append((f"redis ({database})", {"REDIS_URL": args.redis_url, "DATABASE_URL": args.database_url or ""}))
         else:
             raise SystemExit(f"--configs: unknown configuration {name!r} (embedded, redis)")
     return runs
@@ -312,8 +328,11 @@ def main():
     parser.add_argument("--grace", type=float, default=15.0, help="seconds to wait for stragglers")
     parser.add_argument("--configs", default="embedded,redis")
     parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"))
-    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL"),
-                        help="PostgreSQL for the redis configuration (disposable: its events are deleted)")
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("BENCH_DATABASE_URL"),
+        help="PostgreSQL for the redis configuration (disposable: its events are deleted)",
+    )
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--label", help=argparse.SUPPRESS)
     parser.add_argument("--emit", action="store_true", help=argparse.SUPPRESS)
@@ -341,8 +360,21 @@ def main():
             env["DATABASE_URL"] = env["DATABASE_URL"] or f"sqlite:///{var}/bench.sqlite3"
             if not env["REDIS_URL"]:
                 env.pop("REDIS_URL")
-            command = [sys.executable, __file__, "--one", "--label", label, "--clients", str(args.clients),
-                       "--rounds", str(args.rounds), "--interval", str(args.interval), "--grace", str(args.grace)]
+            command = [
+                sys.executable,
+                __file__,
+                "--one",
+                "--label",
+                label,
+                "--clients",
+                str(args.clients),
+                "--rounds",
+                str(args.rounds),
+                "--interval",
+                str(args.interval),
+                "--grace",
+                str(args.grace),
+            ]
             print(f"running {label} …", file=sys.stderr, flush=True)
             out = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
             if out.returncode:
@@ -350,10 +382,25 @@ def main():
                 raise SystemExit(f"{label}: benchmark failed")
             results.append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
-    keys = ["config", "clients", "events", "expected", "delivered_pct", "duplicates", "foreign",
-            "p50_s", "p99_s", "max_s", "shared_p99_s", "own_p99_s", "load_1m"]
-    print(f"{args.clients} websocket clients on one daphne process ({args.clients // 2} on '{SHARED_TOPIC}'), "
-          f"{args.rounds} rounds every {args.interval:g} s; targets: 100 % delivered, p99 < 1 s")
+    keys = [
+        "config",
+        "clients",
+        "events",
+        "expected",
+        "delivered_pct",
+        "duplicates",
+        "foreign",
+        "p50_s",
+        "p99_s",
+        "max_s",
+        "shared_p99_s",
+        "own_p99_s",
+        "load_1m",
+    ]
+    print(
+        f"{args.clients} websocket clients on one daphne process ({args.clients // 2} on '{SHARED_TOPIC}'), "
+        f"{args.rounds} rounds every {args.interval:g} s; targets: 100 % delivered, p99 < 1 s"
+    )
     print(" | ".join(keys))
     for row in results:
         print(" | ".join(str(row[k]) for k in keys))

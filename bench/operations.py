@@ -69,7 +69,7 @@ def seed(hosts, full, vms, memory_mib=1024):
             cpus=32,
             memory_mib=65536,
             disk_gib=2000,
-        )  # fmt: skip
+        )
         for i in range(hosts)
     )
     sim_hosts = {h.name: sim.ensure_host(h.name, reason="bench") for h in made}
@@ -90,7 +90,7 @@ def seed(hosts, full, vms, memory_mib=1024):
             vcpus=1,
             memory_mib=memory_mib,
             disk_gib=10,
-        )  # fmt: skip
+        )
         for h, a in zip(owners, allocations, strict=True)
     )
     for vm, a in zip(rows, allocations, strict=True):
@@ -108,7 +108,7 @@ def seed(hosts, full, vms, memory_mib=1024):
             image_format="sim",
             network="default",
             fingerprint="bench",
-        )  # fmt: skip
+        )
         for vm in rows
     )
     return admin, made
@@ -119,9 +119,13 @@ def start_workers(workers):
 
     log = open(Path(os.environ["VCLMGR_VAR_DIR"]) / "qcluster.log", "wb")  # noqa: SIM115 (kept open for the child)
     child = subprocess.Popen(
-        [sys.executable, "manage.py", "qcluster"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "VCLMGR_WORKERS": str(workers), "LOG_LEVEL": "WARNING"}, start_new_session=True,
-    )  # fmt: skip
+        [sys.executable, "manage.py", "qcluster"],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "VCLMGR_WORKERS": str(workers), "LOG_LEVEL": "WARNING"},
+        start_new_session=True,
+    )
     wait_for(lambda: live_worker_count() >= workers, 60, "the workers")
     return child
 
@@ -169,11 +173,16 @@ def evacuate(args):
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
     return {
-        "vms": args.evacuate_vms, "vm_memory_mib": VM.objects.first().memory_mib, "moves": len(plan.moves),
+        "vms": args.evacuate_vms,
+        "vm_memory_mib": VM.objects.first().memory_mib,
+        "moves": len(plan.moves),
         "plan_s": round(plan_s, 2),
-        "empty_after_s": round(elapsed, 2), "peak_running": peak_running(rows), "left_on_host": left,
-        "failed": len(failed), "first_error": failed[0][:200] if failed else "",
-    }  # fmt: skip
+        "empty_after_s": round(elapsed, 2),
+        "peak_running": peak_running(rows),
+        "left_on_host": left,
+        "failed": len(failed),
+        "first_error": failed[0][:200] if failed else "",
+    }
 
 
 def hbal(args):
@@ -196,8 +205,9 @@ def hbal(args):
     ganeti_hbal = tool("hbal")
     ganeti = (
         _timed([ganeti_hbal, "-t", str(path), *bound], args.ganeti_timeout)
-        if ganeti_hbal else ("not installed (make's test tools: ganeti-htools-3.0)", None, None)
-    )  # fmt: skip
+        if ganeti_hbal
+        else ("not installed (make's test tools: ganeti-htools-3.0)", None, None)
+    )
     bound = ["--max-moves", str(limit)] if limit > 0 else []
     ours = _timed([sys.executable, "manage.py", "hbal", "--ganeti-file", str(path), *bound], args.ganeti_timeout)
     worker = start_workers(args.workers)
@@ -207,14 +217,25 @@ def hbal(args):
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
     return {
-        "hosts": args.hosts, "vms": args.vms, "moves": len(plan.moves), "score": round(plan.score_before, 4),
-        "max_moves": limit if limit > 0 else "converge", "after": round(plan.score_after, 4),
-        "plan_s": round(plan_s, 2), "plan_cpu_s": round(plan_cpu, 2),
-        "ganeti_hbal_file_s": ganeti[0], "ganeti_cpu_s": ganeti[2], "ganeti_moves": ganeti[1],
-        "our_hbal_file_s": ours[0], "our_cpu_s": ours[2], "our_file_moves": ours[1],
-        "execute_s": round(elapsed, 2), "peak_running": peak_running(rows), "failed": len(failed),
+        "hosts": args.hosts,
+        "vms": args.vms,
+        "moves": len(plan.moves),
+        "score": round(plan.score_before, 4),
+        "max_moves": limit if limit > 0 else "converge",
+        "after": round(plan.score_after, 4),
+        "plan_s": round(plan_s, 2),
+        "plan_cpu_s": round(plan_cpu, 2),
+        "ganeti_hbal_file_s": ganeti[0],
+        "ganeti_cpu_s": ganeti[2],
+        "ganeti_moves": ganeti[1],
+        "our_hbal_file_s": ours[0],
+        "our_cpu_s": ours[2],
+        "our_file_moves": ours[1],
+        "execute_s": round(elapsed, 2),
+        "peak_running": peak_running(rows),
+        "failed": len(failed),
         "live_score": round(plans.live_score(plan.options.get("score_group")), 4),
-    }  # fmt: skip
+    }
 
 
 def _timed(argv, timeout):
@@ -222,8 +243,9 @@ def _timed(argv, timeout):
     and reported as such, with the moves it had printed."""
     start = time.monotonic()
     before = os.times()
-    child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)  # fmt: skip
+    child = subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         stdout, stderr = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -257,8 +279,9 @@ def main():
     parser.add_argument("--evacuate-vms", type=int, default=100)
     parser.add_argument("--hosts", type=int, default=200)
     parser.add_argument("--vms", type=int, default=2000)
-    parser.add_argument("--max-moves", type=int, default=0,
-                        help="hbal: at most N moves on both sides (Ganeti's -l N); 0: converge")  # fmt: skip
+    parser.add_argument(
+        "--max-moves", type=int, default=0, help="hbal: at most N moves on both sides (Ganeti's -l N); 0: converge"
+    )
     parser.add_argument("--ganeti-timeout", type=int, default=900, help="hbal: cap of each whole-process run (s)")
     parser.add_argument("--only", choices=("evacuate", "hbal"), help="run one of the two")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (seconds): does it run?")
@@ -272,13 +295,27 @@ def main():
     for label in (args.only,) if args.only else ("evacuate", "hbal"):
         with tempfile.TemporaryDirectory(prefix="vclmgr-bench-") as var:
             env = {
-                **os.environ, "DEBUG": "0", "SECRET_KEY": "bench-" + os.urandom(16).hex(), "VCLMGR_VAR_DIR": var,
-                "VCLMGR_QUEUE_NAME": f"bench-{os.getpid()}-{label}", "DATABASE_URL": f"sqlite:///{var}/bench.sqlite3",
+                **os.environ,
+                "DEBUG": "0",
+                "SECRET_KEY": "bench-" + os.urandom(16).hex(),
+                "VCLMGR_VAR_DIR": var,
+                "VCLMGR_QUEUE_NAME": f"bench-{os.getpid()}-{label}",
+                "DATABASE_URL": f"sqlite:///{var}/bench.sqlite3",
                 "LOG_LEVEL": "WARNING",
-            }  # fmt: skip
+            }
             env.pop("REDIS_URL", None)
-            sizes = ["--evacuate-vms", str(args.evacuate_vms), "--hosts", str(args.hosts), "--vms", str(args.vms),
-                     "--max-moves", str(args.max_moves), "--ganeti-timeout", str(args.ganeti_timeout)]  # fmt: skip
+            sizes = [
+                "--evacuate-vms",
+                str(args.evacuate_vms),
+                "--hosts",
+                str(args.hosts),
+                "--vms",
+                str(args.vms),
+                "--max-moves",
+                str(args.max_moves),
+                "--ganeti-timeout",
+                str(args.ganeti_timeout),
+            ]
             command = [sys.executable, __file__, "--one", label, "--workers", str(args.workers), *sizes]
             print(f"running {label} …", file=sys.stderr, flush=True)
             out = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)

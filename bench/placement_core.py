@@ -109,9 +109,7 @@ def bench_vcl(blades: int, reservations: int) -> list[list[str]]:
     for label, slot in (("largest image", largest), ("typical image", typical)):
         slot_counts[label] = work.vcl_static_slots(center, reqs, slot)
     for policy in ("pack", "balanced"):
-        engine = PlacementEngine(
-            center, PlacementOptions(default_policy=policy, earliest_fit=False)
-        )
+        engine = PlacementEngine(center, PlacementOptions(default_policy=policy, earliest_fit=False))
         accepted = 0
         for r in reqs:
             result = engine.place(r)
@@ -194,7 +192,7 @@ def process_cases(mode: str, tmp: str) -> list:
                 runs=3,
             )
         )
-    return cases  # fmt: skip
+    return cases
 
 
 def main(argv=None) -> None:
@@ -202,9 +200,7 @@ def main(argv=None) -> None:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="smaller sizes (a minute or two)")
     size.add_argument("--smoke", action="store_true", help="tiny sizes (seconds): does it run?")
-    parser.add_argument(
-        "--only", default=",".join(SECTIONS), help=f"comma-separated sections of {SECTIONS}"
-    )
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections of {SECTIONS}")
     args = parser.parse_args(argv)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     only = set(args.only.split(","))
@@ -232,10 +228,7 @@ def main(argv=None) -> None:
         )
         print(f"load average {_load()}")
     if "hspace" in only:
-        rows = [
-            side.hspace_row(n, capacity=n <= 10, timeout=min(ganeti_timeout, 600))
-            for n in hspace_sizes
-        ]
+        rows = [side.hspace_row(n, capacity=n <= 10, timeout=min(ganeti_timeout, 600)) for n in hspace_sizes]
         _side_table("hspace: instances placed (tiered / standard), same input", rows)
     if "hbal" in only:
         rows = [
@@ -260,10 +253,7 @@ def _side_table(title: str, rows) -> None:
     table(
         title,
         ["run", "vclmgr", "Ganeti", "vclmgr s", "Ganeti s", "speed-up (wall, CPU)", "note"],
-        [
-            [r.label, r.ours, r.theirs, f"{r.ours_s:.2f}", _s(r.theirs_s), r.ratio, r.note]
-            for r in rows
-        ],
+        [[r.label, r.ours, r.theirs, f"{r.ours_s:.2f}", _s(r.theirs_s), r.ratio, r.note] for r in rows],
     )
     print(f"load average {_load()}")
 

@@ -67,18 +67,32 @@ def main():
     Hypervisor.objects.all().delete()
     t = time.perf_counter()
     Hypervisor.objects.bulk_create(
-        Hypervisor(name=f"b{i:05d}", address=f"10.{i // 65536}.{i // 256 % 256}.{i % 256}", driver="sim",
-                   cpus=32, memory_mib=262144, disk_gib=4000)
+        Hypervisor(
+            name=f"b{i:05d}",
+            address=f"10.{i // 65536}.{i // 256 % 256}.{i % 256}",
+            driver="sim",
+            cpus=32,
+            memory_mib=262144,
+            disk_gib=4000,
+        )
         for i in range(args.hosts)
-    )  # fmt: skip
+    )
     ids = list(Hypervisor.objects.values_list("id", flat=True))
     now = timezone.now()
     rows = []
     for n in range(args.allocations):
         start = now + timedelta(minutes=rng.randrange(-600, 7 * 24 * 60))
-        rows.append(Allocation(host_id=rng.choice(ids), purpose=f"bench {n}", vcpus=rng.choice([1, 2, 4]),
-                               memory_mib=rng.choice([2048, 4096, 8192]), disk_gib=20, start=start,
-                               end=start + timedelta(hours=rng.choice([1, 2, 4, 8]))))  # fmt: skip
+        rows.append(
+            Allocation(
+                host_id=rng.choice(ids),
+                purpose=f"bench {n}",
+                vcpus=rng.choice([1, 2, 4]),
+                memory_mib=rng.choice([2048, 4096, 8192]),
+                disk_gib=20,
+                start=start,
+                end=start + timedelta(hours=rng.choice([1, 2, 4, 8])),
+            )
+        )
     Allocation.objects.bulk_create(rows, batch_size=5000)
     from django.db import connection
 
@@ -96,8 +110,9 @@ def main():
     latencies, cpu = [], []
     for n in range(args.claims):
         start = now + timedelta(minutes=rng.randrange(0, 3 * 24 * 60))
-        demand = services.Demand(vcpus=2, memory_mib=4096, disk_gib=20, start=start,
-                                 end=start + timedelta(hours=2), purpose=f"claim {n}")  # fmt: skip
+        demand = services.Demand(
+            vcpus=2, memory_mib=4096, disk_gib=20, start=start, end=start + timedelta(hours=2), purpose=f"claim {n}"
+        )
         t, c = time.perf_counter(), time.process_time()
         services.claim(demand, actor=actor)
         latencies.append((time.perf_counter() - t) * 1000)

@@ -82,12 +82,18 @@ def setup(args):
     per_host = -(-(2 * args.vms + args.hosts + COUNTED) // args.hosts) + 1
     for n in range(args.hosts):
         inventory.create_hypervisor(
-            actor="bench", name=f"sim{n:02d}", address=f"10.77.0.{n + 1}", driver="sim",
-            cpus=per_host * VM_SIZE["vcpus"], memory_mib=per_host * VM_SIZE["memory_mib"] + 1024,
+            actor="bench",
+            name=f"sim{n:02d}",
+            address=f"10.77.0.{n + 1}",
+            driver="sim",
+            cpus=per_host * VM_SIZE["vcpus"],
+            memory_mib=per_host * VM_SIZE["memory_mib"] + 1024,
             disk_gib=per_host * VM_SIZE["disk_gib"] + 10,
-        )  # fmt: skip
+        )
     image = services.create_image(actor="bench", name="bench-linux", os="Linux", min_memory_mib=256, default_disk_gib=5)
-    services.add_variant(image, actor="bench", hypervisor_type="sim", format="sim", location="sim://library/bench-linux")
+    services.add_variant(
+        image, actor="bench", hypervisor_type="sim", format="sim", location="sim://library/bench-linux"
+    )
     # Staff: what is measured is provisioning, not the quota (a user may hold only a few VMs at once).
     owner = get_user_model().objects.create_user("bench-user", password=os.urandom(8).hex(), is_staff=True)
     jobs.set_queue_settings(actor="bench", limit=max(4, args.workers * 2))
@@ -295,11 +301,25 @@ def main():
             print("postgres: skipped (give --postgres URL or BENCH_DATABASE_URL)", file=sys.stderr)
             continue
         results.append(run(label, args))
-    keys = ["config", "burst_vms_per_s", "burst_p50_s", "burst_p99_s", "burst_failed", "paced_rate", "paced_p50_s",
-            "paced_p99_s", "paced_max_s", "paced_failed", "cluster_cpu_ms_per_vm", "submit_queries_per_vm",
-            "run_queries_per_vm"]  # fmt: skip
-    print(f"{args.vms} VMs on {args.hosts} sim hosts (zero delays), {args.workers} worker processes; "
-          f"load {os.getloadavg()[0]:.2f}")  # fmt: skip
+    keys = [
+        "config",
+        "burst_vms_per_s",
+        "burst_p50_s",
+        "burst_p99_s",
+        "burst_failed",
+        "paced_rate",
+        "paced_p50_s",
+        "paced_p99_s",
+        "paced_max_s",
+        "paced_failed",
+        "cluster_cpu_ms_per_vm",
+        "submit_queries_per_vm",
+        "run_queries_per_vm",
+    ]
+    print(
+        f"{args.vms} VMs on {args.hosts} sim hosts (zero delays), {args.workers} worker processes; "
+        f"load {os.getloadavg()[0]:.2f}"
+    )
     print(" | ".join(keys))
     for row in results:
         print(" | ".join(str(row[k]) for k in keys))
@@ -321,8 +341,22 @@ def run(label, args):
         env.pop("REDIS_URL", None)
         if label == "postgres":
             env.update(DATABASE_URL=args.postgres, REDIS_URL=args.redis)
-        command = [sys.executable, __file__, "--one", label, "--label", label, "--vms", str(args.vms),
-                   "--hosts", str(args.hosts), "--workers", str(args.workers), "--rate", str(args.rate)]  # fmt: skip
+        command = [
+            sys.executable,
+            __file__,
+            "--one",
+            label,
+            "--label",
+            label,
+            "--vms",
+            str(args.vms),
+            "--hosts",
+            str(args.hosts),
+            "--workers",
+            str(args.workers),
+            "--rate",
+            str(args.rate),
+        ]
         if args.profile:
             Path(args.profile).mkdir(parents=True, exist_ok=True)
             command += ["--profile", str(Path(args.profile).resolve())]

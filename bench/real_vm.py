@@ -131,28 +131,51 @@ def vclmgr_child(args):
     conn = libvirt.open(daemon.uri)
     pool = realvm.Pool(conn, image_info, name=f"{realvm.PREFIX}bench-vclmgr", stage=False)
     worker = subprocess.Popen(
-        [sys.executable, "manage.py", "qcluster"], cwd=realvm.ROOT, start_new_session=True,
+        [sys.executable, "manage.py", "qcluster"],
+        cwd=realvm.ROOT,
+        start_new_session=True,
         env={**os.environ, "VCLMGR_WORKERS": str(max(2, args.together)), "LOG_LEVEL": "WARNING"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         inventory.create_hypervisor(
-            actor="bench", name="kvm-local", address="127.0.0.1", driver="libvirt", uri=daemon.uri, cpus=2,
-            memory_mib=4096, disk_gib=50, cpu_ratio=8,
-            driver_options={"domain_type": "qemu", "pool": pool.name, "network": "user", "name": "kvm-local",
-                            **({"disk_cache": args.disk_cache} if args.disk_cache else {})},
-        )  # fmt: skip
-        image = vms.create_image(actor="bench", name="bench-guest", min_memory_mib=128, default_memory_mib=256,
-                                 min_disk_gib=0, default_disk_gib=1)  # fmt: skip
-        vms.add_variant(image, actor="bench", hypervisor_type="kvm", format="qcow2",
-                        location=str(image_info["dir"] / "disk.qcow2"))  # fmt: skip
+            actor="bench",
+            name="kvm-local",
+            address="127.0.0.1",
+            driver="libvirt",
+            uri=daemon.uri,
+            cpus=2,
+            memory_mib=4096,
+            disk_gib=50,
+            cpu_ratio=8,
+            driver_options={
+                "domain_type": "qemu",
+                "pool": pool.name,
+                "network": "user",
+                "name": "kvm-local",
+                **({"disk_cache": args.disk_cache} if args.disk_cache else {}),
+            },
+        )
+        image = vms.create_image(
+            actor="bench",
+            name="bench-guest",
+            min_memory_mib=128,
+            default_memory_mib=256,
+            min_disk_gib=0,
+            default_disk_gib=1,
+        )
+        vms.add_variant(
+            image, actor="bench", hypervisor_type="kvm", format="qcow2", location=str(image_info["dir"] / "disk.qcow2")
+        )
         users = [get_user_model().objects.create_user(f"bench{n}") for n in range(args.together)]
 
         def reserve(user):
             login = new_login()
             t0 = time.monotonic()
-            reservation = reservations.reserve(user, image, actor=user, duration=timezone.timedelta(hours=1),
-                                               ssh_key=login["public"])  # fmt: skip
+            reservation = reservations.reserve(
+                user, image, actor=user, duration=timezone.timedelta(hours=1), ssh_key=login["public"]
+            )
             while (r := Reservation.objects.select_related("vm").get(pk=reservation.pk)).status != "ready":
                 if r.status in ("failed", "ended"):
                     raise RuntimeError(f"reservation {r.pk} {r.status}: {r.error}")
@@ -209,18 +232,26 @@ def vclmgr_child(args):
         at_once = [steps(reservation) for reservation, _ in together]
         for spent, (_, ready) in zip(at_once, together, strict=True):
             spent["vclmgr"] = own_share(ready, spent)
-        print(json.dumps({
-            "qemu_cpu": statistics.median(qemu_cpu[r.pk] for r in serial_reservations),
-            "qemu_cpu_together": statistics.median(qemu_cpu[r.pk] for r, _ in together),
-            # worker (all its processes) and libvirtd CPU per reservation, reserve → ready → end
-            "worker_cpu": (cpu1[0] - cpu0[0]) / args.runs, "libvirtd_cpu": (cpu1[1] - cpu0[1]) / args.runs,
-            "worker_cpu_together": (cpu2[0] - cpu1[0]) / args.together,
-            "libvirtd_cpu_together": (cpu2[1] - cpu1[1]) / args.together,
-            "first": serial[0], "serial": serial, "together": [t for _, t in together], "stage_cold": cold,
-            "stage_cached": cached,
-            "steps": {k: statistics.median(b[k] for b in breakdown[1:] or breakdown) for k in breakdown[0]},
-            "steps_together": {k: statistics.median(b.get(k, 0) for b in at_once) for k in at_once[0]},
-        }))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "qemu_cpu": statistics.median(qemu_cpu[r.pk] for r in serial_reservations),
+                    "qemu_cpu_together": statistics.median(qemu_cpu[r.pk] for r, _ in together),
+                    # worker (all its processes) and libvirtd CPU per reservation, reserve → ready → end
+                    "worker_cpu": (cpu1[0] - cpu0[0]) / args.runs,
+                    "libvirtd_cpu": (cpu1[1] - cpu0[1]) / args.runs,
+                    "worker_cpu_together": (cpu2[0] - cpu1[0]) / args.together,
+                    "libvirtd_cpu_together": (cpu2[1] - cpu1[1]) / args.together,
+                    "first": serial[0],
+                    "serial": serial,
+                    "together": [t for _, t in together],
+                    "stage_cold": cold,
+                    "stage_cached": cached,
+                    "steps": {k: statistics.median(b[k] for b in breakdown[1:] or breakdown) for k in breakdown[0]},
+                    "steps_together": {k: statistics.median(b.get(k, 0) for b in at_once) for k in at_once[0]},
+                }
+            )
+        )
     finally:
         worker.terminate()
         try:
@@ -235,13 +266,30 @@ def vclmgr_child(args):
 
 def vclmgr_rows(args):
     with tempfile.TemporaryDirectory(prefix="vclmgr-bench-") as tmp:
-        env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp}/db.sqlite3", "DEBUG": "1", "REDIS_URL": "",
-               "VCLMGR_QUEUE_NAME": f"bench-{os.getpid()}"}  # fmt: skip
+        env = {
+            **os.environ,
+            "DATABASE_URL": f"sqlite:///{tmp}/db.sqlite3",
+            "DEBUG": "1",
+            "REDIS_URL": "",
+            "VCLMGR_QUEUE_NAME": f"bench-{os.getpid()}",
+        }
         child = subprocess.run(
-            [sys.executable, __file__, "--vclmgr-child", "--runs", str(args.runs), "--together", str(args.together),
-             *(["--disk-cache", args.disk_cache] if args.disk_cache else [])],
-            env=env, cwd=realvm.ROOT, capture_output=True, text=True, timeout=3600,
-        )  # fmt: skip
+            [
+                sys.executable,
+                __file__,
+                "--vclmgr-child",
+                "--runs",
+                str(args.runs),
+                "--together",
+                str(args.together),
+                *(["--disk-cache", args.disk_cache] if args.disk_cache else []),
+            ],
+            env=env,
+            cwd=realvm.ROOT,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
     if child.returncode:
         raise SystemExit(f"vclmgr bench failed:\n{child.stderr[-4000:]}")
     return json.loads(child.stdout.strip().splitlines()[-1])
@@ -297,13 +345,18 @@ def main():
     print(f"{f'reserve → ready, {args.together} at once (p50)':<40} {statistics.median(got['together']):>8.2f} s")
     print(f"{f'reserve → ready, {args.together} at once (max)':<40} {max(got['together']):>8.2f} s")
     cached = f"{got['stage_cached']:.2f}" if got["stage_cached"] is not None else "-"
-    print(f"{'QEMU CPU s at ready, one / at once (p50)':<40} {got['qemu_cpu']:>8.2f} s / "
-          f"{got['qemu_cpu_together']:.2f} s")
-    print(f"{'per reservation CPU s: worker / libvirtd':<40} {got['worker_cpu']:>8.2f} s / {got['libvirtd_cpu']:.2f} s "
-          f"(one at a time), {got['worker_cpu_together']:.2f} s / {got['libvirtd_cpu_together']:.2f} s (at once)")
+    print(
+        f"{'QEMU CPU s at ready, one / at once (p50)':<40} {got['qemu_cpu']:>8.2f} s / {got['qemu_cpu_together']:.2f} s"
+    )
+    print(
+        f"{'per reservation CPU s: worker / libvirtd':<40} {got['worker_cpu']:>8.2f} s / {got['libvirtd_cpu']:.2f} s "
+        f"(one at a time), {got['worker_cpu_together']:.2f} s / {got['libvirtd_cpu_together']:.2f} s (at once)"
+    )
     print(f"{'staging: cold / cached':<40} {got['stage_cold']:>8.2f} s / {cached} s")
-    print(f"{f'vclmgr own share, one / {args.together} at once (p50)':<40} {got['steps']['vclmgr']:>8.2f} s / "
-          f"{got['steps_together']['vclmgr']:.2f} s (reserve → ready minus libvirt start and guest boot)")
+    print(
+        f"{f'vclmgr own share, one / {args.together} at once (p50)':<40} {got['steps']['vclmgr']:>8.2f} s / "
+        f"{got['steps_together']['vclmgr']:.2f} s (reserve → ready minus libvirt start and guest boot)"
+    )
     print("where the time goes (p50, s): " + ", ".join(f"{k} {v:.2f}" for k, v in got["steps"].items()))
     print(f"the same, {args.together} at once: " + ", ".join(f"{k} {v:.2f}" for k, v in got["steps_together"].items()))
     return None

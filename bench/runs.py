@@ -135,11 +135,23 @@ def sim_child(args):
     per_host = -(-2 * args.runs // args.hosts) + 2  # room for every run at once, whatever the queue does
     for n in range(args.hosts):
         inventory.create_hypervisor(
-            actor="bench", name=f"sim{n:02d}", address=f"10.78.0.{n + 1}", driver="sim", cpus=per_host,
-            memory_mib=per_host * 512 + 1024, disk_gib=per_host * 5 + 10,
-        )  # fmt: skip
-    image = vms.create_image(actor="bench", name=IMAGE, os="Debian 12", min_memory_mib=256, default_vcpus=1,
-                             default_memory_mib=512, default_disk_gib=5)  # fmt: skip
+            actor="bench",
+            name=f"sim{n:02d}",
+            address=f"10.78.0.{n + 1}",
+            driver="sim",
+            cpus=per_host,
+            memory_mib=per_host * 512 + 1024,
+            disk_gib=per_host * 5 + 10,
+        )
+    image = vms.create_image(
+        actor="bench",
+        name=IMAGE,
+        os="Debian 12",
+        min_memory_mib=256,
+        default_vcpus=1,
+        default_memory_mib=512,
+        default_disk_gib=5,
+    )
     vms.add_variant(image, actor="bench", hypervisor_type="sim", format="sim", location=f"sim://library/{IMAGE}")
     SimExecProfile.objects.create(image=IMAGE, output=OUTPUT, exit_status=0, seconds=0)
     user = owner()
@@ -169,8 +181,9 @@ def first_output(ids):
     from runs.models import Run
 
     topics = [f"run.{pk}" for pk in ids]
-    firsts = dict(Event.objects.filter(kind="run.output", topic__in=topics).values_list("topic")
-                  .annotate(first=Min("created")))  # fmt: skip
+    firsts = dict(
+        Event.objects.filter(kind="run.output", topic__in=topics).values_list("topic").annotate(first=Min("created"))
+    )
     created = dict(Run.objects.filter(pk__in=ids).values_list("pk", "created"))
     return [(firsts[f"run.{pk}"] - created[pk]).total_seconds() for pk in ids if f"run.{pk}" in firsts]
 
@@ -219,26 +232,36 @@ def mark(ok):
 
 def print_sim(args, got):
     w = 46
-    print(f"batch runs on {args.hosts} sim hosts (zero delays), {args.workers} worker processes, SQLite + ORM "
-          f"broker; load {os.getloadavg()[0]:.2f}")  # fmt: skip
+    print(
+        f"batch runs on {args.hosts} sim hosts (zero delays), {args.workers} worker processes, SQLite + ORM "
+        f"broker; load {os.getloadavg()[0]:.2f}"
+    )
     print(f"{'':<{w}} {'measured':>10}   target")
     print(f"burst: {args.runs} runs submitted at once")
-    print(f"{'  runs completed per minute':<{w}} {got['burst_per_minute']:>10.0f}   ≥ {TARGET_PER_MINUTE}  "
-          f"{mark(got['burst_per_minute'] >= TARGET_PER_MINUTE)}")  # fmt: skip
+    print(
+        f"{'  runs completed per minute':<{w}} {got['burst_per_minute']:>10.0f}   ≥ {TARGET_PER_MINUTE}  "
+        f"{mark(got['burst_per_minute'] >= TARGET_PER_MINUTE)}"
+    )
     print(f"{'  first submit → last end (s)':<{w}} {got['burst_span_s']:>10.2f}")
-    print(f"{'  submit → first output p50 / p99 (s)':<{w}} {got['burst_first_p50_s']:>10.3f}   "
-          f"/ {got['burst_first_p99_s']:.3f} (under the backlog)")  # fmt: skip
+    print(
+        f"{'  submit → first output p50 / p99 (s)':<{w}} {got['burst_first_p50_s']:>10.3f}   "
+        f"/ {got['burst_first_p99_s']:.3f} (under the backlog)"
+    )
     print(f"{'  failed runs':<{w}} {got['burst_failed']:>10}   0  {mark(not got['burst_failed'])}")
     lag = f" (submitting lagged {got['paced_submit_lag_s']} s)" if got["paced_submit_lag_s"] else ""
     print(f"paced: {args.runs} runs at {args.rate:g}/s{lag}")
     p99_ok = got["paced_first_p99_s"] < TARGET_FIRST_OUTPUT_P99
     target = f"< {TARGET_FIRST_OUTPUT_P99:g}" + ("" if args.rate >= TARGET_RATE else f" at {TARGET_RATE:g}/s")
     print(f"{'  submit → first output p99 (s)':<{w}} {got['paced_first_p99_s']:>10.3f}   {target}  {mark(p99_ok)}")
-    print(f"{'  submit → first output p50 / max (s)':<{w}} {got['paced_first_p50_s']:>10.3f}   "
-          f"/ {got['paced_first_max_s']:.3f}")  # fmt: skip
+    print(
+        f"{'  submit → first output p50 / max (s)':<{w}} {got['paced_first_p50_s']:>10.3f}   "
+        f"/ {got['paced_first_max_s']:.3f}"
+    )
     print(f"{'  submit → end p50 / p99 (s)':<{w}} {got['paced_end_p50_s']:>10.3f}   / {got['paced_end_p99_s']:.3f}")
-    print(f"{'  failed runs / successful without output':<{w}} {got['paced_failed']:>10}   "
-          f"/ {got['no_output']}   0  {mark(not got['paced_failed'] and not got['no_output'])}")  # fmt: skip
+    print(
+        f"{'  failed runs / successful without output':<{w}} {got['paced_failed']:>10}   "
+        f"/ {got['no_output']}   0  {mark(not got['paced_failed'] and not got['no_output'])}"
+    )
     print(f"{'submit p50 (ms, in the submitting process)':<{w}} {got['submit_p50_ms']:>10.1f}")
     print(f"{'qcluster CPU per run (ms, all its processes)':<{w}} {got['cluster_cpu_ms_per_run']:>10.1f}")
     return got["burst_failed"] + got["paced_failed"] + got["no_output"]
@@ -292,8 +315,14 @@ def vclmgr_true(user, image):
     pooled = any(entry[1].startswith("started on a pooled VM") for entry in run.reason)
     exited = (exit_read - run.created).total_seconds()
     boot = sum(spent.get(name, 0) for name in ("start", "address", "ready"))  # libvirt's start, the guest's boot
-    return {"started": (run.started - run.created).total_seconds(), "exited": exited, "boot": boot,
-            "own": exited - boot, "gone": (run.ended - run.created).total_seconds(), "pooled": pooled}  # fmt: skip
+    return {
+        "started": (run.started - run.created).total_seconds(),
+        "exited": exited,
+        "boot": boot,
+        "own": exited - boot,
+        "gone": (run.ended - run.created).total_seconds(),
+        "pooled": pooled,
+    }
 
 
 def real_child(args):
@@ -313,15 +342,31 @@ def real_child(args):
     worker = None
     try:
         inventory.create_hypervisor(
-            actor="bench", name="kvm-local", address="127.0.0.1", driver="libvirt", uri=daemon.uri, cpus=2,
-            memory_mib=2048, disk_gib=20, cpu_ratio=4,
+            actor="bench",
+            name="kvm-local",
+            address="127.0.0.1",
+            driver="libvirt",
+            uri=daemon.uri,
+            cpus=2,
+            memory_mib=2048,
+            disk_gib=20,
+            cpu_ratio=4,
             driver_options={"domain_type": "qemu", "pool": pool.name, "network": "user", "name": "kvm-local"},
-        )  # fmt: skip
-        image = vms.create_image(actor="bench", name="bench-guest", os="Debian 12 bench guest", min_memory_mib=128,
-                                 default_memory_mib=256, min_disk_gib=0, default_disk_gib=1, default_vcpus=1,
-                                 readiness="agent")  # fmt: skip
-        vms.add_variant(image, actor="bench", hypervisor_type="kvm", format="qcow2",
-                        location=str(image_info["dir"] / "disk.qcow2"))  # fmt: skip
+        )
+        image = vms.create_image(
+            actor="bench",
+            name="bench-guest",
+            os="Debian 12 bench guest",
+            min_memory_mib=128,
+            default_memory_mib=256,
+            min_disk_gib=0,
+            default_disk_gib=1,
+            default_vcpus=1,
+            readiness="agent",
+        )
+        vms.add_variant(
+            image, actor="bench", hypervisor_type="kvm", format="qcow2", location=str(image_info["dir"] / "disk.qcow2")
+        )
         user = owner()
         worker = started_workers(2)
         raw, fresh, pooled = [], [], []
@@ -334,8 +379,12 @@ def real_child(args):
         staged = HostImage.objects.get()
         stage = (staged.staged_at - staged.started).total_seconds()
         pooled = [vclmgr_true(user, image) for _ in range(args.real_runs)]
-        print(json.dumps({"raw": raw, "fresh": fresh, "pooled": pooled, "stage_s": stage,
-                          "poll_s": settings.RUN_POLL_SECONDS}), flush=True)  # fmt: skip
+        print(
+            json.dumps(
+                {"raw": raw, "fresh": fresh, "pooled": pooled, "stage_s": stage, "poll_s": settings.RUN_POLL_SECONDS}
+            ),
+            flush=True,
+        )
     finally:
         if worker is not None:
             stop(worker, graceful=True)
@@ -368,19 +417,31 @@ def print_real(got):
 
     raw, fresh, pooled = got["raw"], got["fresh"], got["pooled"]
     w = 52
-    print(f"\nreal QEMU (software emulation), the test guest, 256 MiB, 1 vCPU; p50 of {len(raw)} raw, {len(fresh)} "
-          f"fresh, {len(pooled)} pooled runs; run poll {got['poll_s']:g} s")  # fmt: skip
+    print(
+        f"\nreal QEMU (software emulation), the test guest, 256 MiB, 1 vCPU; p50 of {len(raw)} raw, {len(fresh)} "
+        f"fresh, {len(pooled)} pooled runs; run poll {got['poll_s']:g} s"
+    )
     print(f"{'seconds from define+start (raw) / submit (vclmgr)':<{w}} {'raw':>8} {'vclmgr':>8} {'pooled':>8}")
-    print(f"{'  guest agent answers / command started':<{w}} {p50(raw, 'agent'):>8.2f} {p50(fresh, 'started'):>8.2f} "
-          f"{p50(pooled, 'started'):>8.2f}")  # fmt: skip
-    print(f"{'  `true` exited (vclmgr: its exit read)':<{w}} {p50(raw, 'exited'):>8.2f} {p50(fresh, 'exited'):>8.2f} "
-          f"{p50(pooled, 'exited'):>8.2f}")  # fmt: skip
-    print(f"{'  VM gone (vclmgr: run ended; pooled: VM parked)':<{w}} {p50(raw, 'gone'):>8.2f} "
-          f"{p50(fresh, 'gone'):>8.2f} {p50(pooled, 'gone'):>8.2f}")  # fmt: skip
-    print(f"{'  of which its VM started + booted (start..ready)':<{w}} {'':>8} {p50(fresh, 'boot'):>8.2f} "
-          f"{p50(pooled, 'boot'):>8.2f}")  # fmt: skip
-    print(f"{'vclmgr own share: exit read − its VM start + boot':<{w}} {'':>8} {p50(fresh, 'own'):>8.2f} "
-          f"{p50(pooled, 'own'):>8.2f}")  # fmt: skip
+    print(
+        f"{'  guest agent answers / command started':<{w}} {p50(raw, 'agent'):>8.2f} {p50(fresh, 'started'):>8.2f} "
+        f"{p50(pooled, 'started'):>8.2f}"
+    )
+    print(
+        f"{'  `true` exited (vclmgr: its exit read)':<{w}} {p50(raw, 'exited'):>8.2f} {p50(fresh, 'exited'):>8.2f} "
+        f"{p50(pooled, 'exited'):>8.2f}"
+    )
+    print(
+        f"{'  VM gone (vclmgr: run ended; pooled: VM parked)':<{w}} {p50(raw, 'gone'):>8.2f} "
+        f"{p50(fresh, 'gone'):>8.2f} {p50(pooled, 'gone'):>8.2f}"
+    )
+    print(
+        f"{'  of which its VM started + booted (start..ready)':<{w}} {'':>8} {p50(fresh, 'boot'):>8.2f} "
+        f"{p50(pooled, 'boot'):>8.2f}"
+    )
+    print(
+        f"{'vclmgr own share: exit read − its VM start + boot':<{w}} {'':>8} {p50(fresh, 'own'):>8.2f} "
+        f"{p50(pooled, 'own'):>8.2f}"
+    )
     share = p50(fresh, "exited") - p50(raw, "exited")
     print(f"{'vclmgr − raw, `true` exited (p50; boots differ)':<{w}} {'':>8} {share:>8.2f}")
     print(f"{'pooled start against fresh (p50, s)':<{w}} {p50(pooled, 'started'):>8.2f} vs {p50(fresh, 'started'):.2f}")
@@ -397,13 +458,23 @@ def print_real(got):
 def child(part, args, timeout):
     with tempfile.TemporaryDirectory(prefix="vclmgr-bench-") as var:
         env = {
-            **os.environ, "DEBUG": "0", "SECRET_KEY": "bench-" + os.urandom(16).hex(), "VCLMGR_VAR_DIR": var,
-            "VCLMGR_QUEUE_NAME": f"bench-{os.getpid()}-{part}", "DATABASE_URL": f"sqlite:///{var}/bench.sqlite3",
-            "LOG_LEVEL": "WARNING", "VCLMGR_SIM_OPTIONS": "{}",
-        }  # fmt: skip
+            **os.environ,
+            "DEBUG": "0",
+            "SECRET_KEY": "bench-" + os.urandom(16).hex(),
+            "VCLMGR_VAR_DIR": var,
+            "VCLMGR_QUEUE_NAME": f"bench-{os.getpid()}-{part}",
+            "DATABASE_URL": f"sqlite:///{var}/bench.sqlite3",
+            "LOG_LEVEL": "WARNING",
+            "VCLMGR_SIM_OPTIONS": "{}",
+        }
         env.pop("REDIS_URL", None)
-        sizes = {"--runs": args.runs, "--rate": args.rate, "--workers": args.workers, "--hosts": args.hosts,
-                 "--real-runs": args.real_runs}  # fmt: skip
+        sizes = {
+            "--runs": args.runs,
+            "--rate": args.rate,
+            "--workers": args.workers,
+            "--hosts": args.hosts,
+            "--real-runs": args.real_runs,
+        }
         command = [sys.executable, __file__, "--one", part, *(str(x) for item in sizes.items() for x in item)]
         print(f"running {part} … (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
         out = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)

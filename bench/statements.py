@@ -43,15 +43,25 @@ def setup(repeat):
     from inventory import services as inventory
     from provisioning import services
 
-    inventory.create_hypervisor(actor="bench", name="sim00", address="10.77.0.1", driver="sim", cpus=4 * (repeat + 2),
-                                memory_mib=1024 * (repeat + 2), disk_gib=10 * (repeat + 2))  # fmt: skip
-    image = services.create_image(actor="bench", name="bench-linux", os="Linux", min_memory_mib=256,
-                                  default_memory_mib=512, default_disk_gib=5)  # fmt: skip
-    services.add_variant(image, actor="bench", hypervisor_type="sim", format="sim",
-                         location="sim://library/bench-linux")  # fmt: skip
+    inventory.create_hypervisor(
+        actor="bench",
+        name="sim00",
+        address="10.77.0.1",
+        driver="sim",
+        cpus=4 * (repeat + 2),
+        memory_mib=1024 * (repeat + 2),
+        disk_gib=10 * (repeat + 2),
+    )
+    image = services.create_image(
+        actor="bench", name="bench-linux", os="Linux", min_memory_mib=256, default_memory_mib=512, default_disk_gib=5
+    )
+    services.add_variant(
+        image, actor="bench", hypervisor_type="sim", format="sim", location="sim://library/bench-linux"
+    )
     SimExecProfile.objects.create(image=image.name, output="ok\n", exit_status=0, seconds=0)
-    users = [get_user_model().objects.create_user(f"student{n}", password=os.urandom(8).hex())
-             for n in range(repeat + 1)]  # fmt: skip
+    users = [
+        get_user_model().objects.create_user(f"student{n}", password=os.urandom(8).hex()) for n in range(repeat + 1)
+    ]
     return image, users
 
 

@@ -62,8 +62,11 @@ def main():
             config.spawn_rate, config.time_limit, config.fault_window = args.spawn_rate, 900, (20.0, 90.0)
         if args.seed is not None:
             config.seed = args.seed
-        print(f"== {worker_machines} worker machine(s), faults {'on' if faults else 'off'}, seed {config.seed}, "
-              f"logs in {work}", flush=True)  # fmt: skip
+        print(
+            f"== {worker_machines} worker machine(s), faults {'on' if faults else 'off'}, seed {config.seed}, "
+            f"logs in {work}",
+            flush=True,
+        )
         result = scenario.run(config)
         results.append(result)
         print(json.dumps({"worker_machines": worker_machines, "faults": faults, **result["figures"]}), flush=True)

@@ -70,8 +70,10 @@ def main(argv=None):
     client = Client()
     client.force_login(admin)
     query = f"?from={year[0]}&to={year[1]}"
-    for label, url in (("API /api/v1/usage/, year", "/api/v1/usage/"), ("page /reservations/usage/, year",
-                                                                       "/reservations/usage/")):  # fmt: skip
+    for label, url in (
+        ("API /api/v1/usage/, year", "/api/v1/usage/"),
+        ("page /reservations/usage/, year", "/reservations/usage/"),
+    ):
         seconds, response = timed(lambda u=url: client.get(u + query))
         assert response.status_code == 200, response.content[:300]
         rows.append((label + " (stored)", seconds))

@@ -234,9 +234,11 @@ def hspace(opts: dict, load: Loader, write: Writer) -> None:
         )
     cluster = load(template, False)
     options = HSpaceOptions(
-        disk_template=template, tiered=specs["tiered_alloc"], standard=specs["standard_alloc"],
+        disk_template=template,
+        tiered=specs["tiered_alloc"],
+        standard=specs["standard_alloc"],
         capacity=not opts["no_capacity_checks"],
-    )  # fmt: skip
+    )
     try:
         result = run_hspace(cluster, options)
     except HSpaceError as error:

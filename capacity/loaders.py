@@ -82,8 +82,26 @@ def host_tags(host_ids=None):
 
 
 def host_from_row(row, tags, allocations):
-    (_id, name, state, driver, group, exclusive, cpus, memory, disk, cpu_ratio, memory_ratio, disk_ratio,
-     reserved_cpus, reserved_memory, reserved_disk, max_vms, spindles, until) = row  # fmt: skip
+    (
+        _id,
+        name,
+        state,
+        driver,
+        group,
+        exclusive,
+        cpus,
+        memory,
+        disk,
+        cpu_ratio,
+        memory_ratio,
+        disk_ratio,
+        reserved_cpus,
+        reserved_memory,
+        reserved_disk,
+        max_vms,
+        spindles,
+        until,
+    ) = row
     return core.Host(
         name=name,
         total=core.Resources(cpus, memory, disk),

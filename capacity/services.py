@@ -288,9 +288,15 @@ def _claim_preempting(demand, request, actor, owner):
 
 def power_on_for(host, purpose, *, actor):
     """The id of the pending ``node.power_on`` of this standby host, or of a new one."""
-    pending = Job.objects.filter(
-        opcode=POWER_ON, params__node=host.name, status__in=(Job.Status.QUEUED, Job.Status.WAITING, Job.Status.RUNNING)
-    ).values_list("pk", flat=True).first()  # fmt: skip
+    pending = (
+        Job.objects.filter(
+            opcode=POWER_ON,
+            params__node=host.name,
+            status__in=(Job.Status.QUEUED, Job.Status.WAITING, Job.Status.RUNNING),
+        )
+        .values_list("pk", flat=True)
+        .first()
+    )
     if pending is not None:
         return pending
     reason = f"demand: {purpose or 'a claim'} fits only after powering on {host.name}"[:400]
@@ -466,9 +472,9 @@ def scheduled_due(now=None):
     if not scheduled:
         return []
     ids = [host.pk for host in scheduled]
-    pending = set(Allocation.objects.filter(host_id__in=ids, released__isnull=True, end__gt=now).values_list(
-        "host_id", flat=True
-    ))  # fmt: skip
+    pending = set(
+        Allocation.objects.filter(host_id__in=ids, released__isnull=True, end__gt=now).values_list("host_id", flat=True)
+    )
     return [host for host in scheduled if host.pk not in pending]
 
 
@@ -516,11 +522,17 @@ def hold(allocation, *, actor, reason):
         Hypervisor.objects.select_for_update().get(pk=allocation.host_id)
         Allocation.objects.filter(pk=allocation.pk, released__isnull=True).update(released=now)
         held = Allocation.objects.create(
-            host_id=allocation.host_id, owner_id=allocation.owner_id, purpose=allocation.purpose,
-            vcpus=allocation.vcpus, memory_mib=allocation.memory_mib, disk_gib=allocation.disk_gib,
-            extras=dict(allocation.extras), start=min(allocation.start, now), end=None,
+            host_id=allocation.host_id,
+            owner_id=allocation.owner_id,
+            purpose=allocation.purpose,
+            vcpus=allocation.vcpus,
+            memory_mib=allocation.memory_mib,
+            disk_gib=allocation.disk_gib,
+            extras=dict(allocation.extras),
+            start=min(allocation.start, now),
+            end=None,
             anti_affinity=allocation.anti_affinity,
-        )  # fmt: skip
+        )
         changelog.record(held, "create", actor, reason=f"held: {reason}"[:500])
         events.emit("allocation.claimed", _event(held), [f"hypervisor.{held.host_id}", "admin"])
     return held
@@ -568,14 +580,19 @@ def _event(allocation):
     }
 
 
+_IMAGE_TYPES = []
+
+
+def use_image_types(lookup):
+    """``lookup(name, user) -> frozenset`` of an image's hypervisor types: images live in the
+    layer above, which registers it at start-up (provisioning's AppConfig.ready)."""
+    _IMAGE_TYPES[:] = [lookup]
+
+
 def image_types(name, user=None):
     """The hypervisor types an image has variants for (placement restricts hosts to them);
     LookupError when there is no such image — or none ``user`` may use: the same answer, so
     restricted image names cannot be probed."""
-    from django.apps import apps
-
-    images = apps.get_model("vms", "Image").objects
-    image = (images if user is None else images.visible_to(user)).filter(name=name).first()
-    if image is None:
-        raise LookupError(f"no image named {name!r}")
-    return frozenset(image.variants.values_list("hypervisor_type", flat=True))
+    if not _IMAGE_TYPES:
+        raise LookupError(f"no image named {name!r} (no image catalogue is installed)")
+    return _IMAGE_TYPES[0](name, user)

@@ -61,9 +61,12 @@ def issue(user, vm, kind):
     ticket = secrets.token_urlsafe(32)
     now = timezone.now()
     ConsoleTicket.objects.create(
-        digest=_digest(ticket), user=user, vm=vm, kind=kind,
+        digest=_digest(ticket),
+        user=user,
+        vm=vm,
+        kind=kind,
         expires=now + timedelta(seconds=settings.CONSOLE_TICKET_SECONDS),
-    )  # fmt: skip
+    )
     ConsoleTicket.objects.filter(created__lt=now - PURGE_AFTER).delete()
     return ticket
 
@@ -120,9 +123,13 @@ def activity(vm_id, user_id, since, now=None):
     stale = now - timedelta(seconds=3 * settings.CONSOLE_HEARTBEAT_SECONDS)
     sessions = ConsoleTicket.objects.filter(vm_id=vm_id, user_id=user_id, used__isnull=False)
     sessions = sessions.annotate(alive=Coalesce("seen", "used")).annotate(
-        ended=Case(When(closed__isnull=False, then=F("closed")), When(alive__lt=stale, then=F("alive")),
-                   default=None, output_field=DateTimeField()),
-    )  # fmt: skip
+        ended=Case(
+            When(closed__isnull=False, then=F("closed")),
+            When(alive__lt=stale, then=F("alive")),
+            default=None,
+            output_field=DateTimeField(),
+        ),
+    )
     return sessions.aggregate(
         open=Count("pk", filter=Q(closed__isnull=True, alive__gte=stale)),
         last_closed=Max("ended", filter=Q(ended__gt=since)),

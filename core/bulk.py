@@ -81,8 +81,10 @@ def _prepared(connection, model, names):
     quote = connection.ops.quote_name
 
     def prepare(rows):
-        return [[field.get_db_prep_save(value, connection) for field, value in zip(fields, row, strict=True)]
-                for row in rows]  # fmt: skip
+        return [
+            [field.get_db_prep_save(value, connection) for field, value in zip(fields, row, strict=True)]
+            for row in rows
+        ]
 
     return quote(model._meta.db_table), ", ".join(quote(f.column) for f in fields), prepare
 
@@ -130,7 +132,7 @@ def update_instances(model, instances, field_names):
         for start in range(0, len(instances), BATCH):
             params = [
                 [*(f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields), obj.pk]
-                for obj in instances[start: start + BATCH]
+                for obj in instances[start : start + BATCH]
             ]
             cursor.executemany(sql, params)
 

@@ -81,9 +81,13 @@ def emit_many(items, *, rows=True, first=None):
         _tell(heard, items, [row.id for row in created])
         return created if rows else len(created)
     now = timezone.now()
-    written = bulk.insert_rows(Event, ["created", "topic", "kind", "data"],
-                               [(now, topic, kind, data) for kind, data, topic in flat],
-                               returning="id" if ids else None, first=first)  # fmt: skip
+    written = bulk.insert_rows(
+        Event,
+        ["created", "topic", "kind", "data"],
+        [(now, topic, kind, data) for kind, data, topic in flat],
+        returning="id" if ids else None,
+        first=first,
+    )
     _tell(heard, items, written if ids else None)
     return len(flat)
 

@@ -322,12 +322,24 @@ class _PinnedAdapter(HTTPAdapter):
         request.headers["Host"] = parts.netloc.rpartition("@")[2]
         if stream and getattr(_Deadline._current, "value", None) is not None:
             # ``download``: the body is read after this returns, under the caller's deadline.
-            return super().send(request, stream=True, timeout=(min(self.connect, self.total), self.total),
-                                verify=verify, cert=cert, proxies={})  # fmt: skip
+            return super().send(
+                request,
+                stream=True,
+                timeout=(min(self.connect, self.total), self.total),
+                verify=verify,
+                cert=cert,
+                proxies={},
+            )
         with _Deadline(self.total) as deadline:
             try:
-                response = super().send(request, stream=False, timeout=(min(self.connect, self.total), self.total),
-                                        verify=verify, cert=cert, proxies={})  # fmt: skip
+                response = super().send(
+                    request,
+                    stream=False,
+                    timeout=(min(self.connect, self.total), self.total),
+                    verify=verify,
+                    cert=cert,
+                    proxies={},
+                )
             except requests.RequestException:
                 if deadline.expired:
                     raise requests.exceptions.Timeout(f"timed out after {self.total:g} s", request=request) from None

@@ -147,8 +147,11 @@ class RetryLostSessionMiddleware:
         if not connection.in_atomic_block:
             connection.close()  # the next statement connects afresh (a pooled one is discarded)
         _rewind(request)
-        log.warning("%s %s: its database session was dropped before it committed; running it again",
-                    request.method, request.path)  # fmt: skip
+        log.warning(
+            "%s %s: its database session was dropped before it committed; running it again",
+            request.method,
+            request.path,
+        )
         return True
 
     def process_exception(self, request, exception):

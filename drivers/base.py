@@ -529,11 +529,16 @@ def _download(image, out):
     from django.conf import settings
 
     try:
-        outbound.download(image.location, out, timeout=settings.VCLMGR_IMAGE_FETCH_TIMEOUT,
-                          max_bytes=settings.VCLMGR_IMAGE_FETCH_MAX_GIB << 30)  # fmt: skip
+        outbound.download(
+            image.location,
+            out,
+            timeout=settings.VCLMGR_IMAGE_FETCH_TIMEOUT,
+            max_bytes=settings.VCLMGR_IMAGE_FETCH_MAX_GIB << 30,
+        )
     except outbound.Refused as exc:
-        raise Invalid(f"image {image.name}: {image.location} is not allowed: {exc} "
-                      "(VCLMGR_OUTBOUND_ALLOW names exceptions)") from None  # fmt: skip
+        raise Invalid(
+            f"image {image.name}: {image.location} is not allowed: {exc} (VCLMGR_OUTBOUND_ALLOW names exceptions)"
+        ) from None
     except outbound.TooLarge as exc:
         raise Invalid(f"image {image.name}: {exc} (VCLMGR_IMAGE_FETCH_MAX_GIB)") from None
     except outbound.Failed as exc:

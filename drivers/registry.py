@@ -25,9 +25,18 @@ from django.utils.module_loading import import_string
 from drivers.errors import DriverError, Invalid, Unauthorized
 
 __all__ = [
-    "KINDS", "DriverError", "Invalid", "Unauthorized", "check_binding", "driver_class", "driver_for", "get_driver",
-    "options_for", "serves", "serving_types",
-]  # fmt: skip
+    "KINDS",
+    "DriverError",
+    "Invalid",
+    "Unauthorized",
+    "check_binding",
+    "driver_class",
+    "driver_for",
+    "get_driver",
+    "options_for",
+    "serves",
+    "serving_types",
+]
 SIM = "sim"  # the simulator's hypervisor type
 
 

@@ -29,16 +29,25 @@ def change_log_table(obj):
     if obj is None or obj.pk is None:
         return "—"
     rows = [
-        (f"{change.time:%Y-%m-%d %H:%M:%S}", change.actor, change.get_action_display(),
-         ", ".join(f"{k}: {v[0]!r} → {v[1]!r}" if isinstance(v, list) and len(v) == 2 else k
-                   for k, v in change.changes.items()) or "—", change.reason or "")
+        (
+            f"{change.time:%Y-%m-%d %H:%M:%S}",
+            change.actor,
+            change.get_action_display(),
+            ", ".join(
+                f"{k}: {v[0]!r} → {v[1]!r}" if isinstance(v, list) and len(v) == 2 else k
+                for k, v in change.changes.items()
+            )
+            or "—",
+            change.reason or "",
+        )
         for change in changelog.history(obj, limit=50)
     ]
     if not rows:
         return "no changes recorded"
     body = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows)
-    return format_html("<table><tr><th>when</th><th>who</th><th>what</th><th>changes</th><th>why</th></tr>{}</table>",
-                       body)
+    return format_html(
+        "<table><tr><th>when</th><th>who</th><th>what</th><th>changes</th><th>why</th></tr>{}</table>", body
+    )
 
 
 class ServiceAdmin(admin.ModelAdmin):
@@ -156,8 +165,9 @@ class BladeCenterAdmin(ServiceAdmin):
         return ChassisForm
 
     def get_urls(self):
-        register = path("register/", self.admin_site.admin_view(self.register_view),
-                        name="inventory_bladecenter_register")
+        register = path(
+            "register/", self.admin_site.admin_view(self.register_view), name="inventory_bladecenter_register"
+        )
         return [register, *super().get_urls()]
 
     def register_view(self, request):
@@ -165,8 +175,12 @@ class BladeCenterAdmin(ServiceAdmin):
         if not self.has_add_permission(request) or not access.is_admin(request.user):
             raise PermissionDenied
         form = BladeCenterRegistrationForm(request.POST or None)
-        context = {**self.admin_site.each_context(request), "opts": self.model._meta, "form": form,
-                   "title": "Register a blade center"}
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "form": form,
+            "title": "Register a blade center",
+        }
         if request.method == "POST" and form.is_valid():
             confirm = "confirm" in request.POST
             try:
@@ -179,8 +193,9 @@ class BladeCenterAdmin(ServiceAdmin):
                     chassis = registration.blade_center
                     messages.success(request, f"Registered {chassis.name} with {len(registration.hosts)} hypervisors.")
                     return redirect("inventory:bladecenter", chassis.pk)
-                context.update(registration=registration, preview=zip(
-                    registration.hosts, registration.report.rows, strict=False))
+                context.update(
+                    registration=registration, preview=zip(registration.hosts, registration.report.rows, strict=False)
+                )
         return TemplateResponse(request, "inventory/admin/register_bladecenter.html", context)
 
 
@@ -193,23 +208,63 @@ class HypervisorAdmin(ServiceAdmin, ImportExportModelAdmin):
     change_list_template = "inventory/admin/hypervisor_change_list.html"
     action_form = StateActionForm
     actions = ["drain", "set_offline", "set_online"]
-    list_display = ("name", "state_badge", "group", "blade_center", "slot", "driver", "cpus", "memory_mib",
-                    "disk_gib", "tag_list")
+    list_display = (
+        "name",
+        "state_badge",
+        "group",
+        "blade_center",
+        "slot",
+        "driver",
+        "cpus",
+        "memory_mib",
+        "disk_gib",
+        "tag_list",
+    )
     list_filter = ("state", "driver", "group", "blade_center", ("tags__name", admin.AllValuesFieldListFilter))
     list_select_related = ("group", "blade_center")
     search_fields = ("name", "address", "state_reason")
-    readonly_fields = ("hypervisor_type", "state", "state_reason", "state_changed_by", "state_changed_at", "facts",
-                       "facts_updated_at", "power_state", "power_state_at", "power_standby", "change_log")
+    readonly_fields = (
+        "hypervisor_type",
+        "state",
+        "state_reason",
+        "state_changed_by",
+        "state_changed_at",
+        "facts",
+        "facts_updated_at",
+        "power_state",
+        "power_state_at",
+        "power_standby",
+        "change_log",
+    )
     fieldsets = (
         (None, {"fields": ("name", "address", "driver", "hypervisor_type", "uri", "credential", "tags")}),
         ("Driver options", {"fields": ("driver_options",)}),
         ("Placement", {"fields": ("blade_center", "slot", "group")}),
-        ("Capacity", {"fields": (("cpus", "memory_mib", "disk_gib"), ("cpu_ratio", "memory_ratio", "disk_ratio"),
-                                 ("reserved_cpus", "reserved_memory_mib", "reserved_disk_gib"),
-                                 ("max_vms", "spindles"))}),
+        (
+            "Capacity",
+            {
+                "fields": (
+                    ("cpus", "memory_mib", "disk_gib"),
+                    ("cpu_ratio", "memory_ratio", "disk_ratio"),
+                    ("reserved_cpus", "reserved_memory_mib", "reserved_disk_gib"),
+                    ("max_vms", "spindles"),
+                )
+            },
+        ),
         ("State", {"fields": ("state", "state_reason", "state_changed_by", "state_changed_at")}),
-        ("BMC (Redfish power)", {"fields": ("bmc_address", "bmc_credential", "bmc_system", "bmc_verify_tls",
-                                            "bmc_allow_http", ("power_state", "power_state_at", "power_standby"))}),
+        (
+            "BMC (Redfish power)",
+            {
+                "fields": (
+                    "bmc_address",
+                    "bmc_credential",
+                    "bmc_system",
+                    "bmc_verify_tls",
+                    "bmc_allow_http",
+                    ("power_state", "power_state_at", "power_standby"),
+                )
+            },
+        ),
         ("Reported by the driver", {"fields": ("facts", "facts_updated_at"), "classes": ("collapse",)}),
         ("Change log", {"fields": ("change_log",)}),
     )

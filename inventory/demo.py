@@ -14,12 +14,24 @@ def blade_center(stdout):
     if BladeCenter.objects.filter(name="bc1").exists():
         stdout.write("  blade center bc1: already there")
         return
-    registration = services.register_blade_center({
-        "name": "bc1", "site": "demo room", "model": "simulated 16-slot chassis", "slot_count": 16,
-        "hostname_pattern": "{chassis}-s{slot:02d}", "first_address": "192.0.2.11", "driver": "sim",
-        "uri_template": "sim://{name}", "group": "lab", "cpus": 32, "memory_mib": 131072, "disk_gib": 2000,
-        "tags": ["demo"],
-    }, actor=DEMO)
+    registration = services.register_blade_center(
+        {
+            "name": "bc1",
+            "site": "demo room",
+            "model": "simulated 16-slot chassis",
+            "slot_count": 16,
+            "hostname_pattern": "{chassis}-s{slot:02d}",
+            "first_address": "192.0.2.11",
+            "driver": "sim",
+            "uri_template": "sim://{name}",
+            "group": "lab",
+            "cpus": 32,
+            "memory_mib": 131072,
+            "disk_gib": 2000,
+            "tags": ["demo"],
+        },
+        actor=DEMO,
+    )
     if not registration.report.committed:
         raise RuntimeError("demo blade center refused: " + "; ".join(registration.report.messages()))
     stdout.write(f"  blade center bc1: {len(registration.hosts)} simulated hypervisors (bc1-s01 … bc1-s16)")

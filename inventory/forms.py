@@ -39,10 +39,11 @@ class CredentialAdminForm(forms.ModelForm):
     )
     clear_secret = forms.BooleanField(required=False, help_text="Remove the stored secret.")
     endpoints = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
         help_text="One URL a line: where the secret may be sent (a BMC's https://host:port, a vCenter's URL); "
         "nowhere else. Changing them needs the secret given again.",
-    )  # fmt: skip
+    )
 
     class Meta:
         model = Credential
@@ -100,11 +101,14 @@ class BladeCenterRegistrationForm(forms.Form):
     slot_count = forms.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS, initial=16)
     management_address = forms.CharField(max_length=253, required=False)
     bmc_address = forms.CharField(
-        label="BMC address", max_length=500, required=False,
+        label="BMC address",
+        max_length=500,
+        required=False,
         help_text="The chassis' Redfish service (https://…), for host power; each blade's system is set per host.",
-    )  # fmt: skip
-    bmc_credential = forms.ModelChoiceField(Credential.objects.all(), required=False, to_field_name="name",
-                                            label="BMC credential")  # fmt: skip
+    )
+    bmc_credential = forms.ModelChoiceField(
+        Credential.objects.all(), required=False, to_field_name="name", label="BMC credential"
+    )
     first_slot = forms.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS, initial=FIRST_SLOT)
     last_slot = forms.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS, initial=16)
     hostname_pattern = forms.CharField(
@@ -113,17 +117,20 @@ class BladeCenterRegistrationForm(forms.Form):
     first_address = forms.CharField(max_length=45, help_text="Address of the first host; the next ones follow.")
     driver = forms.ChoiceField(choices=Hypervisor.Driver.choices, initial="sim")
     uri_template = forms.CharField(
-        label="URI template", max_length=500, required=False, help_text="e.g. qemu+ssh://root@{address}/system — "
-        "placeholders {address} {name} {slot} {index} {chassis}; blank: derived from the driver."
+        label="URI template",
+        max_length=500,
+        required=False,
+        help_text="e.g. qemu+ssh://root@{address}/system — "
+        "placeholders {address} {name} {slot} {index} {chassis}; blank: derived from the driver.",
     )
     credential = forms.ModelChoiceField(Credential.objects.all(), required=False, to_field_name="name")
-    group = forms.ModelChoiceField(NodeGroup.objects.all(), required=False, to_field_name="name",
-                                   label="Node group")
+    group = forms.ModelChoiceField(NodeGroup.objects.all(), required=False, to_field_name="name", label="Node group")
     cpus = forms.IntegerField(label="CPUs", min_value=HOST_MINIMUMS["cpus"], help_text="Per host: physical cores.")
     memory_mib = forms.IntegerField(min_value=HOST_MINIMUMS["memory_mib"], label="Memory (MiB)")
     disk_gib = forms.IntegerField(min_value=HOST_MINIMUMS["disk_gib"], label="Disk (GiB)")
-    cpu_ratio = forms.FloatField(label="CPU ratio", min_value=RATIO_MIN, max_value=RATIO_MAX,
-                                 initial=RATIO_DEFAULTS["cpu_ratio"])
+    cpu_ratio = forms.FloatField(
+        label="CPU ratio", min_value=RATIO_MIN, max_value=RATIO_MAX, initial=RATIO_DEFAULTS["cpu_ratio"]
+    )
     memory_ratio = forms.FloatField(min_value=RATIO_MIN, max_value=RATIO_MAX, initial=RATIO_DEFAULTS["memory_ratio"])
     disk_ratio = forms.FloatField(min_value=RATIO_MIN, max_value=RATIO_MAX, initial=RATIO_DEFAULTS["disk_ratio"])
     tags = forms.CharField(max_length=500, required=False, help_text="Comma-separated.")

@@ -44,9 +44,10 @@ class Credential(models.Model):
     username = models.CharField(max_length=150, blank=True)
     encrypted_secret = models.TextField(blank=True, editable=False)
     endpoints = models.JSONField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text="Where the secret may be sent: origins such as https://bmc.example.org:443.",
-    )  # fmt: skip
+    )
     description = models.TextField(blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -121,9 +122,11 @@ class NodeGroup(models.Model):
             raise ValidationError({"iallocator": f"unknown IAllocator {self.iallocator!r}; known: {known}"})
         if self.placement_policy == self.PlacementPolicy.EXTERNAL and not self.iallocator_command():
             raise ValidationError(
-                {"iallocator": "the external policy needs an IAllocator program: name one of the IALLOCATORS "
-                 "setting, or set DEFAULT_IALLOCATOR"}
-            )  # fmt: skip
+                {
+                    "iallocator": "the external policy needs an IAllocator program: name one of the IALLOCATORS "
+                    "setting, or set DEFAULT_IALLOCATOR"
+                }
+            )
 
     def iallocator_command(self) -> str | None:
         """The command line of this group's IAllocator program, if any."""
@@ -142,9 +145,11 @@ class BladeCenter(models.Model):
     management_address = models.CharField(max_length=253, blank=True, validators=[validate_address])
     # One Redfish service for the whole chassis; each blade is a System in it (its host's bmc_system).
     bmc_address = models.CharField(
-        max_length=500, blank=True, validators=[validate_bmc_address],
+        max_length=500,
+        blank=True,
+        validators=[validate_bmc_address],
         help_text="Redfish service of the chassis (https://…); its blades use it unless they have their own.",
-    )  # fmt: skip
+    )
     bmc_credential = models.ForeignKey(
         Credential, null=True, blank=True, on_delete=models.PROTECT, related_name="bmc_blade_centers"
     )
@@ -233,9 +238,11 @@ class Hypervisor(models.Model):
     # A state change to make once its current reservations end (VCL's "after reservations").
     # From the moment it is scheduled the host takes nothing that outlasts ``scheduled_until``.
     scheduled_state = models.CharField(
-        max_length=10, blank=True, choices=[(s, s) for s in ("drained", "offline")],
+        max_length=10,
+        blank=True,
+        choices=[(s, s) for s in ("drained", "offline")],
         help_text="Drained or offline once its current reservations end (blank: nothing scheduled).",
-    )  # fmt: skip
+    )
     scheduled_reason = models.CharField(max_length=500, blank=True)
     scheduled_until = models.DateTimeField(
         null=True, blank=True, help_text="When its current reservations end: it takes nothing that lasts longer."
@@ -244,17 +251,24 @@ class Hypervisor(models.Model):
 
     # The host's BMC (Redfish). Blank address: the blade center's, when it has one.
     bmc_address = models.CharField(
-        max_length=500, blank=True, validators=[validate_bmc_address],
+        max_length=500,
+        blank=True,
+        validators=[validate_bmc_address],
         help_text="Redfish service of this host's BMC (https://…); blank: its blade center's.",
-    )  # fmt: skip
+    )
     bmc_credential = models.ForeignKey(
-        Credential, null=True, blank=True, on_delete=models.PROTECT, related_name="bmc_hosts",
+        Credential,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="bmc_hosts",
         help_text="Blank: the blade center's BMC credential.",
-    )  # fmt: skip
+    )
     bmc_system = models.CharField(
-        max_length=300, blank=True,
+        max_length=300,
+        blank=True,
         help_text="Redfish System of this host: its id or /redfish/v1/Systems/… path; blank: the BMC's only one.",
-    )  # fmt: skip
+    )
     bmc_verify_tls = models.BooleanField(default=True, help_text="Check the BMC's TLS certificate.")
     bmc_allow_http = models.BooleanField(default=False, help_text=ALLOW_HTTP_HELP)
     power_state = models.CharField(max_length=10, choices=PowerState.choices, default=PowerState.UNKNOWN)
@@ -265,10 +279,11 @@ class Hypervisor(models.Model):
 
     tags = TaggableManager(blank=True)
     driver_options = models.JSONField(
-        default=dict, blank=True,
+        default=dict,
+        blank=True,
         help_text='Options for this host\'s driver, over VCLMGR_DRIVER_OPTIONS (libvirt: {"domain_type": "qemu", '
         '"pool": "vms", "network": "default", "cpu_mode": "host-model"}).',
-    )  # fmt: skip
+    )
     facts = models.JSONField(default=dict, blank=True, help_text="As last reported by the driver.")
     facts_updated_at = models.DateTimeField(null=True, blank=True, help_text="When the driver last reported.")
 
@@ -336,8 +351,9 @@ class Hypervisor(models.Model):
             credential = chassis.bmc_credential
         verify = self.bmc_verify_tls if own or chassis is None else chassis.bmc_verify_tls and self.bmc_verify_tls
         allow_http = self.bmc_allow_http if own or chassis is None else chassis.bmc_allow_http
-        return BMC(address=address, credential=credential, system=self.bmc_system, verify_tls=verify,
-                   allow_http=allow_http)  # fmt: skip
+        return BMC(
+            address=address, credential=credential, system=self.bmc_system, verify_tls=verify, allow_http=allow_http
+        )
 
     def clean(self):
         """Rules across fields; no queries beyond loading the chassis."""
@@ -373,8 +389,11 @@ def cross_field_errors(hv, chassis):
         errors["slot"] = f"required: which slot of {chassis.name} ({FIRST_SLOT}–{chassis.slot_count})"
     elif chassis is not None and not FIRST_SLOT <= hv.slot <= chassis.slot_count:
         errors["slot"] = f"{chassis.name} has slots {FIRST_SLOT}–{chassis.slot_count}, not {hv.slot}"
-    for resource, reserved in (("cpus", "reserved_cpus"), ("memory_mib", "reserved_memory_mib"),
-                               ("disk_gib", "reserved_disk_gib")):
+    for resource, reserved in (
+        ("cpus", "reserved_cpus"),
+        ("memory_mib", "reserved_memory_mib"),
+        ("disk_gib", "reserved_disk_gib"),
+    ):
         total, kept = getattr(hv, resource), getattr(hv, reserved)
         if isinstance(total, int) and isinstance(kept, int) and kept > total and total > 0:
             errors[reserved] = f"cannot exceed {resource} ({total})"

@@ -59,8 +59,12 @@ ATTRS = [
     "state", "state_reason",
     "bmc_address", "bmc_credential_id", "bmc_system", "bmc_verify_tls",
 ]  # fmt: skip
-LOG_NAMES = {"credential_id": "credential", "blade_center_id": "blade_center", "group_id": "group",
-             "bmc_credential_id": "bmc_credential"}
+LOG_NAMES = {
+    "credential_id": "credential",
+    "blade_center_id": "blade_center",
+    "group_id": "group",
+    "bmc_credential_id": "bmc_credential",
+}
 _INT_RE = re.compile(r"^[+-]?\d{1,15}$")
 
 
@@ -310,8 +314,16 @@ class HypervisorResource(resources.ModelResource):
 
     # --- import: set up ------------------------------------------------------------
 
-    def import_data(self, dataset, dry_run=False, raise_errors=False, use_transactions=None,
-                    collect_failed_rows=False, rollback_on_validation_errors=False, **kwargs):
+    def import_data(
+        self,
+        dataset,
+        dry_run=False,
+        raise_errors=False,
+        use_transactions=None,
+        collect_failed_rows=False,
+        rollback_on_validation_errors=False,
+        **kwargs,
+    ):
         problem = header_problem(dataset.headers)
         if problem:
             result = self.get_result_class()()
@@ -324,8 +336,13 @@ class HypervisorResource(resources.ModelResource):
             return self.import_data_inner(dataset, True, raise_errors, False, collect_failed_rows, **kwargs)
         # One bad row, nothing written: whoever calls (the admin included).
         return super().import_data(
-            dataset, dry_run=dry_run, raise_errors=raise_errors, use_transactions=True,
-            collect_failed_rows=collect_failed_rows, rollback_on_validation_errors=True, **kwargs,
+            dataset,
+            dry_run=dry_run,
+            raise_errors=raise_errors,
+            use_transactions=True,
+            collect_failed_rows=collect_failed_rows,
+            rollback_on_validation_errors=True,
+            **kwargs,
         )
 
     def before_import(self, dataset, **kwargs):
@@ -367,8 +384,8 @@ class HypervisorResource(resources.ModelResource):
         ids, names = list(self.wanted_ids), list(self.wanted_names)
         found = []
         for chunk in range(0, max(len(ids), len(names)), 500):
-            query = Hypervisor.objects.filter(id__in=ids[chunk: chunk + 500]) | Hypervisor.objects.filter(
-                name__in=names[chunk: chunk + 500]
+            query = Hypervisor.objects.filter(id__in=ids[chunk : chunk + 500]) | Hypervisor.objects.filter(
+                name__in=names[chunk : chunk + 500]
             )
             found.extend(query.select_related("credential", "blade_center", "group", "bmc_credential"))
         self.existing = {hv.pk: hv for hv in found}
@@ -522,7 +539,7 @@ class HypervisorResource(resources.ModelResource):
             names = [hv.name for hv in self.create_instances]
             ids = {}
             for start in range(0, len(names), 500):
-                ids.update(Hypervisor.objects.filter(name__in=names[start: start + 500]).values_list("name", "id"))
+                ids.update(Hypervisor.objects.filter(name__in=names[start : start + 500]).values_list("name", "id"))
             for hv in self.create_instances:
                 hv.pk = ids[hv.name]
                 hv._state.adding = False
@@ -587,9 +604,10 @@ class HypervisorResource(resources.ModelResource):
         getters = getattr(self, "_export_getters", None)
         if getters is None or getters[0] != selected_fields:
             fields = self.get_export_fields(selected_fields)
-            getters = (selected_fields, [
-                getattr(self, f"dehydrate_{self.get_field_name(f)}", None) or f.export for f in fields
-            ])
+            getters = (
+                selected_fields,
+                [getattr(self, f"dehydrate_{self.get_field_name(f)}", None) or f.export for f in fields],
+            )
             self._export_getters = getters
         return [getter(instance) for getter in getters[1]]
 
@@ -626,8 +644,11 @@ def _snapshot(instance):
 
 def _changed(instance):
     before = instance._before or {}
-    return [attr.removesuffix("_id") if attr in LOG_NAMES else attr for attr in ATTRS
-            if before.get(attr) != getattr(instance, attr)]
+    return [
+        attr.removesuffix("_id") if attr in LOG_NAMES else attr
+        for attr in ATTRS
+        if before.get(attr) != getattr(instance, attr)
+    ]
 
 
 def _messages(error):
@@ -643,7 +664,7 @@ def _tags_of(ids):
     content_type = ContentType.objects.get_for_model(Hypervisor)
     tags = {}
     for start in range(0, len(ids), 500):
-        rows = TaggedItem.objects.filter(content_type=content_type, object_id__in=ids[start: start + 500])
+        rows = TaggedItem.objects.filter(content_type=content_type, object_id__in=ids[start : start + 500])
         for object_id, name in rows.values_list("object_id", "tag__name"):
             tags.setdefault(object_id, []).append(name)
     return {pk: sorted(names) for pk, names in tags.items()}
@@ -660,9 +681,10 @@ def _write_tags(instances):
         by_name[name] = Tag.objects.create(name=name)  # Tag.save() makes a unique slug
     ids = [hv.pk for hv in instances]
     for start in range(0, len(ids), 500):
-        TaggedItem.objects.filter(content_type=content_type, object_id__in=ids[start: start + 500]).delete()
+        TaggedItem.objects.filter(content_type=content_type, object_id__in=ids[start : start + 500]).delete()
     bulk.insert_rows(
-        TaggedItem, ["content_type", "object_id", "tag"],
+        TaggedItem,
+        ["content_type", "object_id", "tag"],
         [(content_type.pk, hv.pk, by_name[name].pk) for hv in instances for name in hv._import_tags],
     )
 
@@ -722,7 +744,8 @@ def _emit_import_events(created, updated, actor, file_name):
         kind = "hypervisor.state" if before["state"] != hv.state else "hypervisor.changed"
         items.append((kind, host_data(hv, action="updated"), [f"hypervisor.{hv.pk}"]))
         if before["blade_center_id"] is not None and (before["blade_center_id"], before["slot"]) != (
-            hv.blade_center_id, hv.slot
+            hv.blade_center_id,
+            hv.slot,
         ):
             slots_by_chassis.setdefault(before["blade_center_id"], []).append(
                 {"slot": before["slot"], "id": None, "name": None, "state": None}
@@ -732,9 +755,18 @@ def _emit_import_events(created, updated, actor, file_name):
             slots_by_chassis.setdefault(hv.blade_center_id, []).append(slot_data(hv))
     for chassis_id, slots in slots_by_chassis.items():
         items.append(("bladecenter.slots", {"blade_center": chassis_id, "slots": slots}, [f"bladecenter.{chassis_id}"]))
-    items.append(("hypervisor.imported", {
-        "created": len(created), "updated": len(updated), "by": actor.label, "file": file_name[:200],
-    }, ["admin"]))  # fmt: skip
+    items.append(
+        (
+            "hypervisor.imported",
+            {
+                "created": len(created),
+                "updated": len(updated),
+                "by": actor.label,
+                "file": file_name[:200],
+            },
+            ["admin"],
+        )
+    )
     events.emit_many(items, rows=False)
 
 
@@ -744,8 +776,12 @@ def slot_data(hv):
 
 def host_data(hv, **extra):
     data = {
-        "id": hv.pk, "name": hv.name, "state": hv.state, "state_reason": hv.state_reason,
-        "blade_center": hv.blade_center_id, "slot": hv.slot,
+        "id": hv.pk,
+        "name": hv.name,
+        "state": hv.state,
+        "state_reason": hv.state_reason,
+        "blade_center": hv.blade_center_id,
+        "slot": hv.slot,
         "slots": [slot_data(hv)] if hv.blade_center_id else [],
     }
     data.update(extra)
@@ -770,4 +806,3 @@ IMPORT_ACTIONS = {
     RowResult.IMPORT_TYPE_INVALID: "reject",
     RowResult.IMPORT_TYPE_ERROR: "reject",
 }
-

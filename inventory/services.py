@@ -52,8 +52,18 @@ HOST_FIELDS = [
 ]  # fmt: skip
 CREDENTIAL_FIELDS = ["name", "username", "description"]
 GROUP_FIELDS = ["name", "alloc_policy", "exclusive_storage", "placement_policy", "iallocator", "description"]
-CHASSIS_FIELDS = ["name", "site", "model", "slot_count", "management_address", "notes",
-                  "bmc_address", "bmc_credential", "bmc_verify_tls", "bmc_allow_http"]
+CHASSIS_FIELDS = [
+    "name",
+    "site",
+    "model",
+    "slot_count",
+    "management_address",
+    "notes",
+    "bmc_address",
+    "bmc_credential",
+    "bmc_verify_tls",
+    "bmc_allow_http",
+]
 
 
 # --- shared plumbing ------------------------------------------------------------------
@@ -151,8 +161,9 @@ def delete_credential(credential, *, actor, reason=""):
         raise InUse(f"credential {credential.name} is used by {used} hypervisor(s); give them another first")
     bmcs = credential.bmc_hosts.count() + credential.bmc_blade_centers.count()
     if bmcs:
-        raise InUse(f"credential {credential.name} logs in to {bmcs} BMC(s) (hosts or blade centers); "
-                    "give them another first")  # fmt: skip
+        raise InUse(
+            f"credential {credential.name} logs in to {bmcs} BMC(s) (hosts or blade centers); give them another first"
+        )
     _delete(actor, credential, reason, "credential.changed")
 
 
@@ -379,14 +390,20 @@ def schedule_state(hv, state, reason, *, actor):
     until = max([timezone.now(), *(moment(hv.pk) for moment in CLAIMS_END)])
     before = {name: getattr(hv, name) for name in SCHEDULE_FIELDS}
     Hypervisor.objects.filter(pk=hv.pk).update(
-        scheduled_state=state, scheduled_reason=reason, scheduled_until=until, scheduled_by=actor.label[:150],
+        scheduled_state=state,
+        scheduled_reason=reason,
+        scheduled_until=until,
+        scheduled_by=actor.label[:150],
         updated=timezone.now(),
-    )  # fmt: skip
+    )
     hv.scheduled_state, hv.scheduled_reason, hv.scheduled_until, hv.scheduled_by = state, reason, until, actor.label
     after = {name: getattr(hv, name) for name in SCHEDULE_FIELDS}
     changelog.record(hv, "update", actor, changelog.diff(before, after, list(SCHEDULE_FIELDS)), reason)
-    _emit("hypervisor.state", host_data(hv, by=actor.label, scheduled_state=state,
-                                        scheduled_until=until.isoformat()), _host_topics(hv))  # fmt: skip
+    _emit(
+        "hypervisor.state",
+        host_data(hv, by=actor.label, scheduled_state=state, scheduled_until=until.isoformat()),
+        _host_topics(hv),
+    )
     return hv
 
 
@@ -397,8 +414,13 @@ def cancel_schedule(hv, reason="", *, actor):
     if not locked.scheduled_state:
         return False
     actor = changelog.Actor.of(actor)
-    changelog.record(hv, "update", actor, {"scheduled_state": [locked.scheduled_state, ""]},
-                     reason or "scheduled state change canceled")  # fmt: skip
+    changelog.record(
+        hv,
+        "update",
+        actor,
+        {"scheduled_state": [locked.scheduled_state, ""]},
+        reason or "scheduled state change canceled",
+    )
     _clear_schedule(hv)
     _emit("hypervisor.state", host_data(hv, by=actor.label, scheduled_state=""), _host_topics(hv))
     return True
@@ -464,11 +486,17 @@ class ImportReport:
             "committed": self.committed,
             "ok": self.ok,
             "summary": self.summary(),
-            "totals": {"created": t["create"], "updated": t["update"], "unchanged": t["unchanged"],
-                       "rejected": t["reject"], "rows": len(self.rows)},
+            "totals": {
+                "created": t["create"],
+                "updated": t["update"],
+                "unchanged": t["unchanged"],
+                "rejected": t["reject"],
+                "rows": len(self.rows),
+            },
             "errors": self.messages(),
-            "rows": [{"row": r.row, "action": r.action, "name": r.name, "id": r.id, "errors": r.errors}
-                     for r in self.rows],
+            "rows": [
+                {"row": r.row, "action": r.action, "name": r.name, "id": r.id, "errors": r.errors} for r in self.rows
+            ],
         }
 
 
@@ -481,7 +509,12 @@ def _name_cells(dataset):
 def _run_import(dataset, *, actor, dry_run, reason="", file_name="", create_only=False):
     with bulk.gc_paused():
         result = HypervisorResource().import_data(
-            dataset, dry_run=dry_run, actor=actor, reason=reason, file_name=file_name, create_only=create_only,
+            dataset,
+            dry_run=dry_run,
+            actor=actor,
+            reason=reason,
+            file_name=file_name,
+            create_only=create_only,
             retain_instance_in_row_result=True,
         )
     report = ImportReport(dry_run=dry_run)
@@ -490,13 +523,15 @@ def _run_import(dataset, *, actor, dry_run, reason="", file_name="", create_only
     for number, row_result in enumerate(result.rows, 1):
         instance = getattr(row_result, "instance", None)
         object_id = instance.pk if instance is not None and not dry_run else row_result.object_id
-        report.rows.append(RowReport(
-            row=number,
-            action=IMPORT_ACTIONS.get(row_result.import_type, row_result.import_type),
-            name=row_result.object_repr or (names[number - 1] if number <= len(names) else ""),
-            id=int(object_id) if object_id not in (None, "") else None,
-            errors=row_messages(number, row_result),
-        ))
+        report.rows.append(
+            RowReport(
+                row=number,
+                action=IMPORT_ACTIONS.get(row_result.import_type, row_result.import_type),
+                name=row_result.object_repr or (names[number - 1] if number <= len(names) else ""),
+                id=int(object_id) if object_id not in (None, "") else None,
+                errors=row_messages(number, row_result),
+            )
+        )
     report.committed = not dry_run and report.ok
     return report
 
@@ -522,8 +557,17 @@ def export_hypervisors(fmt, queryset=None, *, with_id=True):
 
 PATTERN_FIELDS = {"slot", "index", "chassis"}
 # Per-host amounts a registration sets (the same for every host; cpus, memory and disk required).
-REGISTRATION_AMOUNTS = ("cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
-                        "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib")
+REGISTRATION_AMOUNTS = (
+    "cpus",
+    "memory_mib",
+    "disk_gib",
+    "cpu_ratio",
+    "memory_ratio",
+    "disk_ratio",
+    "reserved_cpus",
+    "reserved_memory_mib",
+    "reserved_disk_gib",
+)
 URI_FIELDS = {"slot", "index", "chassis", "name", "address"}
 
 
@@ -609,8 +653,11 @@ def _registration_plan(spec):
         values[key] = default if value is None else value
     if (spec.get("driver") or "sim") not in Hypervisor.Driver.values:
         errors["driver"] = [f"unknown driver {str(spec.get('driver'))[:30]!r} (use {drivers.names_text()})"]
-    for key, model, label in (("credential", Credential, "credential"), ("group", NodeGroup, "node group"),
-                              ("bmc_credential", Credential, "credential")):
+    for key, model, label in (
+        ("credential", Credential, "credential"),
+        ("group", NodeGroup, "node group"),
+        ("bmc_credential", Credential, "credential"),
+    ):
         wanted = spec.get(key)
         if wanted and not model.objects.filter(name=wanted).exists():
             errors[key] = [f"no {label} named {wanted!r}"]
@@ -631,11 +678,20 @@ def _registration_plan(spec):
         fill = {"slot": slot, "index": index, "chassis": name}
         host = pattern.format(**fill)
         host_address = str(address + (index - 1))
-        rows.append({
-            "name": host, "address": host_address, "driver": spec.get("driver") or "sim",
-            "uri": uri_template.format(**fill, name=host, address=host_address), "credential": spec.get("credential"),
-            "blade_center": name, "slot": slot, "group": spec.get("group"), **values, "tags": ", ".join(tags),
-        })
+        rows.append(
+            {
+                "name": host,
+                "address": host_address,
+                "driver": spec.get("driver") or "sim",
+                "uri": uri_template.format(**fill, name=host, address=host_address),
+                "credential": spec.get("credential"),
+                "blade_center": name,
+                "slot": slot,
+                "group": spec.get("group"),
+                **values,
+                "tags": ", ".join(tags),
+            }
+        )
     return chassis, rows
 
 
@@ -656,8 +712,14 @@ def register_blade_center(spec, *, actor, dry_run=False):
         chassis = create_blade_center(actor=actor, reason=reason, **chassis_fields)
         dataset = tablib.Dataset(headers=list(rows[0]))
         dataset.extend([list(row.values()) for row in rows])
-        report = _run_import(dataset, actor=actor, dry_run=dry_run, reason=reason,
-                             file_name=f"blade center {chassis.name}", create_only=True)
+        report = _run_import(
+            dataset,
+            actor=actor,
+            dry_run=dry_run,
+            reason=reason,
+            file_name=f"blade center {chassis.name}",
+            create_only=True,
+        )
         if dry_run or not report.ok:
             transaction.set_rollback(True)
             chassis.pk = None
@@ -670,5 +732,7 @@ def register_blade_center(spec, *, actor, dry_run=False):
 def chassis_slots(chassis):
     """[{slot, id, name, state}] for every slot of the chassis (id None: empty)."""
     taken = {hv.slot: hv for hv in chassis.hypervisors.only("id", "name", "state", "slot", "blade_center")}
-    return [slot_data(taken[slot]) if slot in taken else {"slot": slot, "id": None, "name": None, "state": None}
-            for slot in range(1, chassis.slot_count + 1)]
+    return [
+        slot_data(taken[slot]) if slot in taken else {"slot": slot, "id": None, "name": None, "state": None}
+        for slot in range(1, chassis.slot_count + 1)
+    ]

@@ -24,20 +24,31 @@ def hypervisor_list(request):
     query = request.GET.copy()
     query.pop("page", None)
     counts = dict(Hypervisor.objects.values_list("state").annotate(n=Count("id")).order_by())
-    return render(request, "inventory/hypervisor_list.html", {
-        "filterset": filterset, "page": page, "query": query.urlencode(), "counts": counts,
-    })
+    return render(
+        request,
+        "inventory/hypervisor_list.html",
+        {
+            "filterset": filterset,
+            "page": page,
+            "query": query.urlencode(),
+            "counts": counts,
+        },
+    )
 
 
 @operator_page
 def hypervisor_detail(request, pk):
     host = get_object_or_404(Hypervisor.objects.select_related("group", "blade_center", "credential"), pk=pk)
-    return render(request, "inventory/hypervisor_detail.html", {
-        "host": host,
-        "tags": sorted(t.name for t in host.tags.all()),
-        "state_form": StateForm(initial={"state": host.state}),
-        "changes": changelog.history(host),
-    })
+    return render(
+        request,
+        "inventory/hypervisor_detail.html",
+        {
+            "host": host,
+            "tags": sorted(t.name for t in host.tags.all()),
+            "state_form": StateForm(initial={"state": host.state}),
+            "changes": changelog.history(host),
+        },
+    )
 
 
 @operator_page
@@ -68,8 +79,9 @@ def hypervisor_schedule(request, pk):
     try:
         if not form.is_valid():
             raise ValidationError(form.errors)
-        host = services.schedule_state(host, form.cleaned_data["state"], form.cleaned_data["reason"],
-                                       actor=request.user)  # fmt: skip
+        host = services.schedule_state(
+            host, form.cleaned_data["state"], form.cleaned_data["reason"], actor=request.user
+        )
     except ValidationError as exc:
         messages.error(request, "; ".join(exc.messages))
     else:
@@ -96,8 +108,12 @@ def blade_center_list(request):
 @operator_page
 def blade_center_detail(request, pk):
     chassis = get_object_or_404(BladeCenter, pk=pk)
-    return render(request, "inventory/bladecenter_detail.html", {
-        "chassis": chassis,
-        "slots": services.chassis_slots(chassis),
-        "changes": changelog.history(chassis),
-    })
+    return render(
+        request,
+        "inventory/bladecenter_detail.html",
+        {
+            "chassis": chassis,
+            "slots": services.chassis_slots(chassis),
+            "changes": changelog.history(chassis),
+        },
+    )

@@ -215,10 +215,13 @@ def _first_page(size):
     def build():
         running = Job.objects.filter(status=S.RUNNING).annotate(turn=Value(0))
         pending = runnable()[:size]
-        parts = [rows.values_list(*PENDING_FIELDS, "priority", "turn").query.sql_with_params()
-                 for rows in (running, pending)]  # fmt: skip
-        return (f"SELECT * FROM ({parts[0][0]}) AS r UNION ALL SELECT * FROM ({parts[1][0]}) AS p",
-                (*parts[0][1], *parts[1][1]))  # fmt: skip
+        parts = [
+            rows.values_list(*PENDING_FIELDS, "priority", "turn").query.sql_with_params() for rows in (running, pending)
+        ]
+        return (
+            f"SELECT * FROM ({parts[0][0]}) AS r UNION ALL SELECT * FROM ({parts[1][0]}) AS p",
+            (*parts[0][1], *parts[1][1]),
+        )
 
     rows = _fetch(("first", size), build)
     running = [Running(row[0], _json(row[2]), _json(row[3])) for row in rows if row[1] == S.RUNNING]

@@ -364,9 +364,14 @@ class JobContext:
                 steps[-1]["result"] = result
                 value = result if job_result is _STEP else jsonable(job_result, "the job's result")
                 ended = self._end.locked(
-                    queue, S.SUCCESS, result=value, steps=steps, progress=progress,
-                    where={"cancel_requested": False}, then=lambda job: self._note_record(job, name, steps),
-                )  # fmt: skip
+                    queue,
+                    S.SUCCESS,
+                    result=value,
+                    steps=steps,
+                    progress=progress,
+                    where={"cancel_requested": False},
+                    then=lambda job: self._note_record(job, name, steps),
+                )
                 if ended[0] == "lost":  # a cancel asked before the end, or the lease lost: none of it happened
                     raise _NotEnded(self.lease.held().filter(cancel_requested=True).exists())
         except _NotEnded as not_ended:
@@ -419,9 +424,13 @@ class JobContext:
         steps, progress = self._next_record(name, result)
         sent = time.monotonic()
         rows = update_returning(
-            self.lease.held(), ["cancel_requested"], lease_until=self.lease.until(), steps=steps, progress=progress,
+            self.lease.held(),
+            ["cancel_requested"],
+            lease_until=self.lease.until(),
+            steps=steps,
+            progress=progress,
             reason=self.job.reason,
-        )  # fmt: skip
+        )
         self.lease.confirm(sent, rows)
         self._checked = (sent, rows[0].cancel_requested)
         self.job.progress = progress

@@ -104,9 +104,18 @@ def submit(
 
 
 def submit_batch(
-    specs, *, actor, submitter=None, source=None, parent=None, child_key="", trail=None, retry_of=None, capped=False,
+    specs,
+    *,
+    actor,
+    submitter=None,
+    source=None,
+    parent=None,
+    child_key="",
+    trail=None,
+    retry_of=None,
+    capped=False,
     savepoint=True,
-):  # fmt: skip
+):
     """Queue several jobs at once, all or none.
 
     Each spec: ``opcode``, ``params`` (dict), ``reason`` (a string or a list of them),

@@ -227,9 +227,20 @@ def update(queryset, **values):
 
 
 def finish(
-    job_id, token, status, *, result=None, error="", kind="", message=None, locked=False, where=None, trace=None,
-    then=None, **extra,
-):  # fmt: skip
+    job_id,
+    token,
+    status,
+    *,
+    result=None,
+    error="",
+    kind="",
+    message=None,
+    locked=False,
+    where=None,
+    trace=None,
+    then=None,
+    **extra,
+):
     """A running job ends (guarded by its lease token). The job, or None if it was not ours.
 
     ``locked``: the caller already holds the queue lock in its transaction. ``where``: more

@@ -23,8 +23,9 @@ class StateCollector:
     def collect(self):
         yield from self._capacity()
         yield _counted("vclmgr_hosts", "Hypervisors by state.", "state", Hypervisor, "state", Hypervisor.State.values)
-        yield _counted("vclmgr_reservations", "Reservations by status.", "status", Reservation, "status",
-                       Reservation.Status.values)  # fmt: skip
+        yield _counted(
+            "vclmgr_reservations", "Reservations by status.", "status", Reservation, "status", Reservation.Status.values
+        )
         yield _counted("vclmgr_vms", "VMs by state.", "state", VM, "state", VM.State.values)
         queue = GaugeMetricFamily("vclmgr_jobs", "Unfinished jobs by status and opcode.", labels=["status", "opcode"])
         rows = (
@@ -39,19 +40,22 @@ class StateCollector:
         for status, n in seen.items():
             depth.add_metric([status], n)
         yield depth
-        outbox = GaugeMetricFamily("vclmgr_deliveries", "Mails and webhook deliveries not sent (yet).",
-                                   labels=["channel", "state"])  # fmt: skip
+        outbox = GaugeMetricFamily(
+            "vclmgr_deliveries", "Mails and webhook deliveries not sent (yet).", labels=["channel", "state"]
+        )
         for channel, model in (("mail", Notification), ("webhook", WebhookDelivery)):
-            counts = dict(model.objects.filter(state__in=PENDING_STATES).order_by().values_list("state")
-                          .annotate(n=Count("id")))  # fmt: skip
+            counts = dict(
+                model.objects.filter(state__in=PENDING_STATES).order_by().values_list("state").annotate(n=Count("id"))
+            )
             for state in PENDING_STATES:
                 outbox.add_metric([channel, state], counts.get(state, 0))
         yield outbox
 
     def _capacity(self):
         usage = dashboard.utilisation(dashboard.hosts(timezone.now()))
-        usable = GaugeMetricFamily("vclmgr_capacity_usable", "Usable capacity of hosts in service.",
-                                   labels=["group", "resource"])  # fmt: skip
+        usable = GaugeMetricFamily(
+            "vclmgr_capacity_usable", "Usable capacity of hosts in service.", labels=["group", "resource"]
+        )
         allocated = GaugeMetricFamily(
             "vclmgr_capacity_allocated", "Capacity claimed now.", labels=["group", "resource"]
         )

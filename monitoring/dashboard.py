@@ -75,11 +75,19 @@ def hosts(now):
     for row in Hypervisor.objects.values_list(*loaders.HOST_COLUMNS, "blade_center_id", "slot").order_by("name"):
         core_host = loaders.host_from_row(row[:n], (), ())
         usable = core_host.usable()
-        found.append(HostUse(
-            id=row[0], name=core_host.name, state=str(core_host.state), group=core_host.group,
-            chassis_id=row[n], slot=row[n + 1], usable={r: usable.get(r) for r in RESOURCES},
-            used=dict(used.get(row[0]) or dict.fromkeys(RESOURCES, 0.0)), allocations=count.get(row[0], 0),
-        ))  # fmt: skip
+        found.append(
+            HostUse(
+                id=row[0],
+                name=core_host.name,
+                state=str(core_host.state),
+                group=core_host.group,
+                chassis_id=row[n],
+                slot=row[n + 1],
+                usable={r: usable.get(r) for r in RESOURCES},
+                used=dict(used.get(row[0]) or dict.fromkeys(RESOURCES, 0.0)),
+                allocations=count.get(row[0], 0),
+            )
+        )
     return found
 
 
@@ -113,9 +121,15 @@ def utilisation(host_uses):
 
 def _cell(h):
     return {
-        "id": h.id, "name": h.name, "state": h.state, "group": h.group, "slot": h.slot, "vms": h.allocations,
-        "utilisation": round(h.utilisation, 4), "ratios": {r: round(v, 4) for r, v in h.ratios.items()},
-    }  # fmt: skip
+        "id": h.id,
+        "name": h.name,
+        "state": h.state,
+        "group": h.group,
+        "slot": h.slot,
+        "vms": h.allocations,
+        "utilisation": round(h.utilisation, 4),
+        "ratios": {r: round(v, 4) for r, v in h.ratios.items()},
+    }
 
 
 def heatmap(host_uses):
@@ -130,8 +144,7 @@ def heatmap(host_uses):
     rows = []
     for pk, name, site, slot_count in BladeCenter.objects.values_list("id", "name", "site", "slot_count"):
         slots = by_chassis.get(pk, {})
-        rows.append({"id": pk, "name": name, "site": site,
-                     "slots": [slots.get(n) for n in range(1, slot_count + 1)]})  # fmt: skip
+        rows.append({"id": pk, "name": name, "site": site, "slots": [slots.get(n) for n in range(1, slot_count + 1)]})
     if loose:
         rows.append({"id": None, "name": "no chassis", "site": "", "slots": loose})
     return {"rows": rows}
@@ -176,15 +189,25 @@ def job_queue(now, latest=LATEST_JOBS):
         "id", "opcode", "status", "submitter__username", "received", "ended", "error_message"
     )[:latest]
     jobs = [
-        {"id": j["id"], "opcode": j["opcode"], "status": j["status"], "submitter": j["submitter__username"] or "",
-         "received": j["received"].isoformat(), "ended": j["ended"].isoformat() if j["ended"] else None,
-         "error": j["error_message"][:200]}
+        {
+            "id": j["id"],
+            "opcode": j["opcode"],
+            "status": j["status"],
+            "submitter": j["submitter__username"] or "",
+            "received": j["received"].isoformat(),
+            "ended": j["ended"].isoformat() if j["ended"] else None,
+            "error": j["error_message"][:200],
+        }
         for j in rows
-    ]  # fmt: skip
+    ]
     return {
-        "running": state["running"], "queued": state["queued"], "waiting": state["waiting"],
-        "limit": state["limit"], "failed_24h": failed, "latest": jobs,
-    }  # fmt: skip
+        "running": state["running"],
+        "queued": state["queued"],
+        "waiting": state["waiting"],
+        "limit": state["limit"],
+        "failed_24h": failed,
+        "latest": jobs,
+    }
 
 
 def gather(now=None):

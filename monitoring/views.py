@@ -41,8 +41,9 @@ def _refusal(request):
         response = HttpResponse("a bearer token is required\n", status=401, content_type="text/plain")
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
-    return HttpResponse("metrics are off here: set METRICS_TOKEN or METRICS_ALLOWED_NETWORKS\n", status=403,
-                        content_type="text/plain")  # fmt: skip
+    return HttpResponse(
+        "metrics are off here: set METRICS_TOKEN or METRICS_ALLOWED_NETWORKS\n", status=403, content_type="text/plain"
+    )
 
 
 @require_GET

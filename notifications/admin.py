@@ -25,17 +25,29 @@ class NotificationAdmin(ReadOnly):
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(ReadOnly):
-    list_display = ["id", "created", "webhook", "event_kind", "state", "attempts", "status_code", "duration_ms",
-                    "last_error"]  # fmt: skip
+    list_display = [
+        "id",
+        "created",
+        "webhook",
+        "event_kind",
+        "state",
+        "attempts",
+        "status_code",
+        "duration_ms",
+        "last_error",
+    ]
     list_filter = ["state", "webhook"]
 
 
 class WebhookForm(forms.ModelForm):
     url = forms.URLField(max_length=500, assume_scheme="https")
     secret = forms.CharField(
-        widget=forms.PasswordInput(render_value=False), required=False, min_length=16, strip=False,
+        widget=forms.PasswordInput(render_value=False),
+        required=False,
+        min_length=16,
+        strip=False,
         help_text="The HMAC-SHA256 signing key (at least 16 characters), stored encrypted. On change: blank keeps it.",
-    )  # fmt: skip
+    )
 
     class Meta:
         model = Webhook

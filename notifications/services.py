@@ -77,10 +77,16 @@ def on_event(kind, data, topics, ids):
         return
     notify_kind, key = told
     rows = [
-        Notification(key=f"{key}:{topic}:{notify_kind}"[:200], user_id=int(topic[5:]), kind=notify_kind,
-                     event_kind=kind, data=data)
-        for topic in topics if topic.startswith("user.") and topic[5:].isdigit()
-    ]  # fmt: skip
+        Notification(
+            key=f"{key}:{topic}:{notify_kind}"[:200],
+            user_id=int(topic[5:]),
+            kind=notify_kind,
+            event_kind=kind,
+            data=data,
+        )
+        for topic in topics
+        if topic.startswith("user.") and topic[5:].isdigit()
+    ]
     if rows:
         queue(rows)
 

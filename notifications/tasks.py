@@ -64,8 +64,10 @@ def send_due(limit=100, requeue=True):
     deadline = time.monotonic() + settings.NOTIFY_SEND_BUDGET_SECONDS
     done, left = {"mail": 0, "webhook": 0}, False
     # A mail try is bounded per SMTP operation (EMAIL_TIMEOUT) only: it begins while time is left.
-    channels = ((Notification, _send_mail, "mail", 0), (WebhookDelivery, _post_webhook, "webhook",
-                settings.WEBHOOK_TIMEOUT_SECONDS))  # fmt: skip
+    channels = (
+        (Notification, _send_mail, "mail", 0),
+        (WebhookDelivery, _post_webhook, "webhook", settings.WEBHOOK_TIMEOUT_SECONDS),
+    )
     for model, send, name, try_seconds in channels:
         for pk in _due(model, limit):
             if time.monotonic() + try_seconds > deadline:
@@ -83,8 +85,11 @@ def send_due(limit=100, requeue=True):
 def _due(model, limit):
     now = timezone.now()
     due = Q(state__in=(S.QUEUED, S.RETRY)) | Q(state=S.SENDING)
-    return list(model.objects.filter(due, next_attempt__lte=now).order_by("next_attempt", "pk")
-                .values_list("pk", flat=True)[:limit])  # fmt: skip
+    return list(
+        model.objects.filter(due, next_attempt__lte=now)
+        .order_by("next_attempt", "pk")
+        .values_list("pk", flat=True)[:limit]
+    )
 
 
 def _claim(model, pk):
@@ -154,10 +159,13 @@ def _send_mail(row):
     body = render_to_string(f"notifications/{row.kind}_body.txt", context)
     digest = hashlib.sha256(row.key.encode()).hexdigest()[:32]
     message = EmailMessage(
-        subject, body, settings.DEFAULT_FROM_EMAIL, [user.email],
+        subject,
+        body,
+        settings.DEFAULT_FROM_EMAIL,
+        [user.email],
         headers={"Message-ID": f"<{digest}@vclmgr>", "X-Vclmgr-Notification": row.kind},
         connection=get_connection(timeout=settings.EMAIL_TIMEOUT),
-    )  # fmt: skip
+    )
     message.send()
     return {"email": user.email, "subject": subject, "last_error": ""}
 
@@ -184,8 +192,10 @@ def _post_webhook(row):
         return {"state": S.SKIPPED, "last_error": "the webhook was deleted"}
     if not hook.active:
         return {"state": S.SKIPPED, "last_error": "the webhook was deactivated"}
-    body = json.dumps({"id": row.pk, "kind": row.event_kind, "time": row.created.isoformat(),
-                       "data": row.payload.get("data", {})}, sort_keys=True).encode()  # fmt: skip
+    body = json.dumps(
+        {"id": row.pk, "kind": row.event_kind, "time": row.created.isoformat(), "data": row.payload.get("data", {})},
+        sort_keys=True,
+    ).encode()
     timestamp = str(int(time.time()))
     headers = {
         "Content-Type": "application/json",
@@ -227,11 +237,13 @@ def queue_ending(now=None):
     rows = [
         Notification(
             key=f"reservation.{r.pk}.end.{r.end.isoformat()}:user.{r.user_id}:ending",
-            user_id=r.user_id, kind="ending", event_kind="reservation.ending",
+            user_id=r.user_id,
+            kind="ending",
+            event_kind="reservation.ending",
             data={"id": r.pk, "end": r.end.isoformat(), "minutes": max(1, round((r.end - now).total_seconds() / 60))},
         )
         for r in due
-    ]  # fmt: skip
+    ]
     known = set(Notification.objects.filter(key__in=[row.key for row in rows]).values_list("key", flat=True))
     rows = [row for row in rows if row.key not in known]
     Notification.objects.bulk_create(rows, ignore_conflicts=True)  # sent by the same round, just after

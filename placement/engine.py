@@ -93,9 +93,7 @@ class PlacementEngine:
             note=note,
         )
 
-    def _failure(
-        self, request: Request, window: Window, view: StaticView, note: str = ""
-    ) -> PlacementResult:
+    def _failure(self, request: Request, window: Window, view: StaticView, note: str = "") -> PlacementResult:
         counts, misses = explain(self.state, request, window, view, self.options.closest_misses)
         if counts.get(refusals.MISSING_TAG):
             note = "; ".join(n for n in (note, tag_note(self.state, request)) if n)
@@ -111,9 +109,7 @@ class PlacementEngine:
             note = "; ".join(n for n in (note, "no earliest fit: an external allocator decides") if n)
         elif self.options.earliest_fit:
             fit = self.earliest_fit(request)
-        return PlacementResult(
-            request, None, reasons=counts, closest_misses=misses, earliest_fit=fit, note=note
-        )
+        return PlacementResult(request, None, reasons=counts, closest_misses=misses, earliest_fit=fit, note=note)
 
     def _unknown_resource(self, request, view, missing) -> PlacementResult:
         counts = dict(view.counts)
@@ -155,9 +151,7 @@ class PlacementEngine:
 
     # ------------------------------------------------------------------ many at once
 
-    def place_many(
-        self, requests, all_or_nothing: bool = False, commit: bool = False
-    ) -> MultiPlacementResult:
+    def place_many(self, requests, all_or_nothing: bool = False, commit: bool = False) -> MultiPlacementResult:
         """Place requests in order, each seeing the ones before it.
 
         With ``all_or_nothing`` the first refusal undoes every placement and the rest are
@@ -168,9 +162,7 @@ class PlacementEngine:
         failed = False
         for request in requests:
             if failed and all_or_nothing:
-                results.append(
-                    PlacementResult(request, None, note="not tried: an earlier request failed")
-                )
+                results.append(PlacementResult(request, None, note="not tried: an earlier request failed"))
                 continue
             result = self.place(request)
             results.append(result)
@@ -198,6 +190,4 @@ class PlacementEngine:
         if duration is not None and math.isnan(duration):
             duration = None if request.end is None else request.end - request.start
         start = request.start if not_before is None else not_before
-        return _earliest_fit(
-            self.state, request, duration, start, self.options.earliest_fit_horizon
-        )
+        return _earliest_fit(self.state, request, duration, start, self.options.earliest_fit_horizon)

@@ -41,20 +41,12 @@ def explain(
             continue
         slot = state.slots[idx]
         peak = window.peak(state, slot)
-        short = [
-            max(0.0, p + n - c) if n else 0.0
-            for p, n, c in zip(peak, window.need, slot.capacity, strict=True)
-        ]
-        lacking = [
-            r for r in _check_order(len(short)) if short[r] > 1e-9 * max(1.0, slot.capacity[r])
-        ]
+        short = [max(0.0, p + n - c) if n else 0.0 for p, n, c in zip(peak, window.need, slot.capacity, strict=True)]
+        lacking = [r for r in _check_order(len(short)) if short[r] > 1e-9 * max(1.0, slot.capacity[r])]
         if not lacking:
             continue  # fits
         counts[refusals.lacks(space.names[lacking[0]])] += 1
-        distance = max(
-            short[r] / slot.capacity[r] if 0 < slot.capacity[r] < math.inf else math.inf
-            for r in lacking
-        )
+        distance = max(short[r] / slot.capacity[r] if 0 < slot.capacity[r] < math.inf else math.inf for r in lacking)
         miss = Miss(slot.name, refusals.lacks(space.names[lacking[0]]), space.resources(short))
         misses.append((distance, idx, miss))
     misses.sort(key=lambda item: (item[0], item[1]))

@@ -105,9 +105,7 @@ class Host:
 
     def usable(self) -> Resources:
         def one(name: str) -> float:
-            return max(0.0, (self.total.get(name) - self.reserved.get(name))) * (
-                self.overcommit.get(name, 1.0)
-            )
+            return max(0.0, (self.total.get(name) - self.reserved.get(name))) * (self.overcommit.get(name, 1.0))
 
         extras = {n: one(n) for n in set(self.total.extras) | set(self.reserved.extras)}
         return Resources(one("vcpus"), one("memory_mib"), one("disk_gib"), extras)

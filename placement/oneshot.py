@@ -14,9 +14,7 @@ from .options import PlacementOptions
 from .result import EarliestFit, MultiPlacementResult, PlacementResult
 
 
-def place(
-    cluster: Cluster, request: Request, options: PlacementOptions | None = None
-) -> PlacementResult:
+def place(cluster: Cluster, request: Request, options: PlacementOptions | None = None) -> PlacementResult:
     return PlacementEngine(cluster, options).place(request)
 
 

@@ -194,9 +194,7 @@ def evaluate(state: ClusterState, window: Window, idx: int, policy: Policy) -> f
     return balanced_score(n, s, q, util, ratio)
 
 
-def best_host(
-    state: ClusterState, window: Window, hosts: Sequence[int], policy: Policy
-) -> Choice | None:
+def best_host(state: ClusterState, window: Window, hosts: Sequence[int], policy: Policy) -> Choice | None:
     if not hosts:
         return None
     if window.entries is None or len(hosts) <= DIRECT_LIMIT:
@@ -291,9 +289,7 @@ def _pack(state: ClusterState, window: Window, eligible: frozenset[int]) -> Choi
         for idx in hosts[unknown].tolist():
             state.future_fill(slots[idx])
         fill = state.fill[hosts]
-    class_ratio = np.array(
-        [sum(request_ratios(state, cap, window.need)) for cap in state.class_capacity] + [0.0]
-    )
+    class_ratio = np.array([sum(request_ratios(state, cap, window.need)) for cap in state.class_capacity] + [0.0])
     bounds = nscored - fill - class_ratio[state.klass[hosts]]
     limit = math.inf if best is None else best.score + 1e-12
     keep = bounds <= limit  # others cannot beat the best untouched host

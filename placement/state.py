@@ -95,26 +95,17 @@ class ClusterState:
         for i, host in enumerate(cluster.hosts):
             if host.name in self.by_name:
                 raise ValueError(f"duplicate host name {host.name!r}")
-            cap = capacity_vector(
-                self.space, host.total, host.reserved, host.overcommit, host.max_vms
-            )
+            cap = capacity_vector(self.space, host.total, host.reserved, host.overcommit, host.max_vms)
             self.slots.append(HostSlot(i, host, cap, nslots))
             self.by_name[host.name] = i
-        self.scored = [
-            r for r in self.space.scored if any(0 < s.capacity[r] < math.inf for s in self.slots)
-        ]
+        self.scored = [r for r in self.space.scored if any(0 < s.capacity[r] < math.inf for s in self.slots)]
         for slot in self.slots:
             # 1/capacity per scored resource (0 where there is none): utilisation is a product.
-            slot.inv_cap = [
-                1.0 / slot.capacity[r] if 0 < slot.capacity[r] < math.inf else 0.0
-                for r in self.scored
-            ]
+            slot.inv_cap = [1.0 / slot.capacity[r] if 0 < slot.capacity[r] < math.inf else 0.0 for r in self.scored]
         self.owner: dict[str, int] = {}
         self.allocation: dict[str, Allocation] = {}
         self.anti: dict[str, dict[str, tuple[int, float, float]]] = {}
-        self.index = TimeIndex(
-            self.options.bucket_seconds or _bucket_width(cluster), 2 * len(self.scored)
-        )
+        self.index = TimeIndex(self.options.bucket_seconds or _bucket_width(cluster), 2 * len(self.scored))
         # Per host: `future_fill` (NaN = unknown) and capacity class, for array-wide bounds.
         self.fill = np.full(len(self.slots), np.nan)
         self.static_cache: dict[tuple, object] = {}
@@ -270,9 +261,12 @@ class ClusterState:
     def _index(self, slot: HostSlot, alloc: Allocation, vec: tuple[float, ...]) -> None:
         delta = slot.deltas[alloc.id] = self._deltas(slot, vec)
         self.index.add(
-            alloc.id, slot.idx, alloc.start, window_end(alloc.end),
+            alloc.id,
+            slot.idx,
+            alloc.start,
+            window_end(alloc.end),
             delta + _square_terms(delta, slot.base_util),
-        )  # fmt: skip
+        )
 
     def _deltas(self, slot: HostSlot, vec: tuple[float, ...]) -> list[float]:
         """The columns the time index keeps per allocation are ``d_1 … d_m, t_1 … t_m``
@@ -322,9 +316,7 @@ class ClusterState:
         """The current state as a plain `Cluster` (hosts carry their allocations)."""
         import dataclasses
 
-        hosts = tuple(
-            dataclasses.replace(s.host, allocations=self.allocations_on(s.name)) for s in self.slots
-        )
+        hosts = tuple(dataclasses.replace(s.host, allocations=self.allocations_on(s.name)) for s in self.slots)
         return dataclasses.replace(self.cluster, hosts=hosts)
 
     # ---------------------------------------------------------------- queries

@@ -42,8 +42,16 @@ class ImageVariantInline(admin.TabularInline):
     model = ImageVariant
     form = ImageVariantInlineForm
     extra = 0
-    fields = ["hypervisor_type", "format", "location", "checksum", "size_gib", "guest_username", "guest_password",
-              "has_guest_password"]  # fmt: skip
+    fields = [
+        "hypervisor_type",
+        "format",
+        "location",
+        "checksum",
+        "size_gib",
+        "guest_username",
+        "guest_password",
+        "has_guest_password",
+    ]
     readonly_fields = ["has_guest_password"]
 
     @admin.display(boolean=True, description="guest password set")
@@ -55,9 +63,17 @@ class ImageVariantInline(admin.TabularInline):
 class ImageAdmin(admin.ModelAdmin):
     form = ImageTagsMixin
     list_display = [
-        "name", "os", "platform", "visibility", "active", "parent", "revert_on_end", "pool_size", "anti_affinity",
+        "name",
+        "os",
+        "platform",
+        "visibility",
+        "active",
+        "parent",
+        "revert_on_end",
+        "pool_size",
+        "anti_affinity",
         "max_concurrent",
-    ]  # fmt: skip
+    ]
     list_filter = ["visibility", "active", "platform"]
     search_fields = ["name", "os", "description"]
     filter_horizontal = ["groups"]
@@ -102,9 +118,15 @@ class VMAdmin(admin.ModelAdmin):
 @admin.register(QuotaRule)
 class QuotaRuleAdmin(admin.ModelAdmin):
     list_display = [
-        "name", "group", "image", "max_duration_minutes", "max_per_user", "max_per_group", "max_vcpus",
+        "name",
+        "group",
+        "image",
+        "max_duration_minutes",
+        "max_per_user",
+        "max_per_group",
+        "max_vcpus",
         "max_memory_mib",
-    ]  # fmt: skip
+    ]
     list_filter = ["group", "image"]
     search_fields = ["name"]
 

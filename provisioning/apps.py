@@ -10,6 +10,7 @@ class VmsConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
+        from capacity import services as capacity
         from core import events, topics
         from inventory import services as inventory
         from jobs import opcodes as job_opcodes
@@ -19,6 +20,7 @@ class VmsConfig(AppConfig):
 
         if services.in_use_reason not in inventory.IN_USE_CHECKERS:
             inventory.IN_USE_CHECKERS.append(services.in_use_reason)
+        capacity.use_image_types(services.image_types)
         topics.register("vm", services.may_see_vm)
         topics.register("plan", topics.cluster_readers)
         events.listen("job.status", plans.job_ended)

@@ -45,7 +45,8 @@ def images(stdout):
             continue
         image = services.create_image(actor="demo", reason="demo", **spec)
         services.add_variant(
-            image, actor="demo",
+            image,
+            actor="demo",
             hypervisor_type="sim",
             format="sim",
             location=f"sim://library/{spec['name']}",

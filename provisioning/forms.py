@@ -92,8 +92,9 @@ class ImageForm(ImageTagsMixin, forms.ModelForm):
 
 def guest_password_field(help_text):
     """A variant's guest password: written, never shown back (the field is always empty)."""
-    return forms.CharField(required=False, strip=False, max_length=200,
-                           widget=forms.PasswordInput(render_value=False), help_text=help_text)  # fmt: skip
+    return forms.CharField(
+        required=False, strip=False, max_length=200, widget=forms.PasswordInput(render_value=False), help_text=help_text
+    )
 
 
 class VariantForm(forms.ModelForm):

@@ -93,14 +93,17 @@ class Image(models.Model):
         help_text="What makes a booted VM ready: its login port answers (SSH/RDP), or its guest agent does.",
     )
     max_concurrent = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1)],
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
         help_text="Licence cap: reservations and VMs of this image at once, over all users (blank: no cap).",
-    )  # fmt: skip
+    )
     on_host_failure = models.CharField(
-        max_length=10, choices=[("rebuild", "rebuild on another host"), ("fail", "fail the reservation")],
+        max_length=10,
+        choices=[("rebuild", "rebuild on another host"), ("fail", "fail the reservation")],
         default="rebuild",
         help_text="When the host of a reservation's VM dies: rebuild it elsewhere from this image, or fail it.",
-    )  # fmt: skip
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -243,9 +246,10 @@ class VM(models.Model):
     error = models.TextField(blank=True)
     tags = TaggableManager(blank=True, help_text="Free labels (Ganeti's instance tags, set through the RAPI).")
     host_key = models.CharField(
-        max_length=200, blank=True,
+        max_length=200,
+        blank=True,
         help_text="The hypervisor's name of a VM adopted by verify/repair (blank: vcl-<id>, made by vclmgr).",
-    )  # fmt: skip
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 

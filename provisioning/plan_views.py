@@ -24,9 +24,12 @@ def plan_create(request):
     data = request.POST
     try:
         plan = plans.compute(
-            data.get("kind", ""), actor=request.user, target=data.get("target", "").strip(),
-            group=data.get("group") or None, reason=data.get("reason", "").strip(),
-        )  # fmt: skip
+            data.get("kind", ""),
+            actor=request.user,
+            target=data.get("target", "").strip(),
+            group=data.get("group") or None,
+            reason=data.get("reason", "").strip(),
+        )
     except Conflict as exc:
         messages.error(request, str(exc))
         return redirect("vms:plans")

@@ -129,12 +129,14 @@ def _utilisation(gcluster, names):
         mem_used = node.t_mem - node.n_mem - node.f_mem
         ratio = gcluster.groups[node.group].ipolicy.vcpu_ratio or 1.0
         cpu_total = max(1.0, (node.t_cpu - node.n_cpu) * ratio)
-        rows.append({
-            "host": node.name,
-            "memory": round(100.0 * mem_used / max(1.0, node.t_mem - node.n_mem), 1),
-            "vcpus": round(100.0 * (node.u_cpu - node.n_cpu) / cpu_total, 1),
-            "instances": len(node.plist),
-        })  # fmt: skip
+        rows.append(
+            {
+                "host": node.name,
+                "memory": round(100.0 * mem_used / max(1.0, node.t_mem - node.n_mem), 1),
+                "vcpus": round(100.0 * (node.u_cpu - node.n_cpu) / cpu_total, 1),
+                "instances": len(node.plist),
+            }
+        )
     return rows
 
 
@@ -144,9 +146,11 @@ def _utilisation(gcluster, names):
 def _group_hosts(group):
     if not NodeGroup.objects.filter(name=group).exists() and group != loaders.DEFAULT_GROUP:
         raise Conflict(f"no node group named {group!r}")
-    hosts = Hypervisor.objects.filter(group__name=group) if group != loaders.DEFAULT_GROUP else (
-        Hypervisor.objects.filter(group__isnull=True)
-    )  # fmt: skip
+    hosts = (
+        Hypervisor.objects.filter(group__name=group)
+        if group != loaders.DEFAULT_GROUP
+        else (Hypervisor.objects.filter(group__isnull=True))
+    )
     if not hosts.exists():
         raise Conflict(f"node group {group} has no hosts: nothing to plan")
     return hosts
@@ -263,9 +267,12 @@ def _hosts(state, waking=()):
 
 def _as_allocation(request, alloc_id):
     return core.Allocation(
-        id=alloc_id, resources=request.resources, start=request.start, end=request.end,
+        id=alloc_id,
+        resources=request.resources,
+        start=request.start,
+        end=request.end,
         anti_affinity=request.anti_affinity,
-    )  # fmt: skip
+    )
 
 
 def _dependencies(accepted, state, waking=()):
@@ -325,8 +332,9 @@ def _future_claims(state, host_names, effect):
         if host.name in host_names:
             for a in host.allocations:
                 if a.start > now:
-                    found.append({"allocation": int(a.id), "host": host.name, "start": a.start, "end": a.end,
-                                  "effect": effect})  # fmt: skip
+                    found.append(
+                        {"allocation": int(a.id), "host": host.name, "start": a.start, "end": a.end, "effect": effect}
+                    )
     return found
 
 
@@ -406,11 +414,21 @@ def _fill(plan, state=None):
 def _move_row(i, move, deps, state):
     vm = state.vms[move["name"]]
     return {
-        "index": i, "vm": vm.pk, "name": vm.name or vm.key, "from": vm.host.name, "from_id": vm.host_id,
-        "to": move["to"], "to_id": state.ids[move["to"]], "allocation": vm.allocation_id,
-        "vcpus": vm.vcpus, "memory_mib": vm.memory_mib, "disk_gib": vm.disk_gib,
-        "depends": deps, "job": None, "status": "planned",
-    }  # fmt: skip
+        "index": i,
+        "vm": vm.pk,
+        "name": vm.name or vm.key,
+        "from": vm.host.name,
+        "from_id": vm.host_id,
+        "to": move["to"],
+        "to_id": state.ids[move["to"]],
+        "allocation": vm.allocation_id,
+        "vcpus": vm.vcpus,
+        "memory_mib": vm.memory_mib,
+        "disk_gib": vm.disk_gib,
+        "depends": deps,
+        "job": None,
+        "status": "planned",
+    }
 
 
 def rate_limit_of(reason, default=None):
@@ -437,8 +455,14 @@ def compute(kind, *, actor, target="", group=None, reason="", rate_limit=None, o
     if said is not None and int(limit) != said:
         raise Conflict(f"the reason says rate-limit {said}, rate_limit says {limit}: give one of them")
     actor = Actor.of(actor)
-    plan = Plan(kind=kind, target=target or "", reason=reason, rate_limit=int(limit),
-                options={**(options or {}), "group": group}, created_by=actor.label[:150])  # fmt: skip
+    plan = Plan(
+        kind=kind,
+        target=target or "",
+        reason=reason,
+        rate_limit=int(limit),
+        options={**(options or {}), "group": group},
+        created_by=actor.label[:150],
+    )
     _fill(plan)
     with transaction.atomic():
         plan.save()
@@ -523,8 +547,12 @@ def _prepare_hosts(plan, actor):
     for name in plan.power_on:
         host = Hypervisor.objects.get(name=name)
         if registry.registered(POWER_ON) and host.power_standby and host.bmc() is not None:
-            job = jobs.submit(POWER_ON, {"node": name, "reason": f"powered on by plan {plan.pk}"}, actor=actor,
-                              source=f"plan {plan.pk}")  # fmt: skip
+            job = jobs.submit(
+                POWER_ON,
+                {"node": name, "reason": f"powered on by plan {plan.pk}"},
+                actor=actor,
+                source=f"plan {plan.pk}",
+            )
             plan.jobs.append({"opcode": POWER_ON, "job": job.pk, "host": name, "status": job.status})
             waking[name] = job.pk
         elif host.state != Hypervisor.State.ONLINE:
@@ -535,9 +563,11 @@ def _prepare_hosts(plan, actor):
             # Nothing new lands on it while it empties, or the power-off would find it held.
             reason = f"emptying to power off: plan {plan.pk}"
         else:
-            reason = f"powered off by plan {plan.pk}" if not registry.registered(POWER_OFF) else (
-                f"emptied by plan {plan.pk}: no BMC to power it off"
-            )  # fmt: skip
+            reason = (
+                f"powered off by plan {plan.pk}"
+                if not registry.registered(POWER_OFF)
+                else (f"emptied by plan {plan.pk}: no BMC to power it off")
+            )
         if host.state == Hypervisor.State.ONLINE:
             inventory.set_state(host, Hypervisor.State.DRAINED, reason, actor=actor)
     return waking
@@ -554,8 +584,10 @@ def _drain(plan, host, reason, actor):
     if host.state == Hypervisor.State.ONLINE:
         inventory.set_state(host, Hypervisor.State.DRAINED, reason[:500], actor=actor)
     submitted = Job.objects.filter(opcode=REPLACE_RESERVATIONS, pk__gt=before or 0, params__hypervisor=host.pk)
-    plan.jobs += [{"opcode": REPLACE_RESERVATIONS, "job": pk, "status": status}
-                  for pk, status in submitted.values_list("pk", "status")]  # fmt: skip
+    plan.jobs += [
+        {"opcode": REPLACE_RESERVATIONS, "job": pk, "status": status}
+        for pk, status in submitted.values_list("pk", "status")
+    ]
     held = any(c["host"] == host.name for c in plan.claims)
     if not submitted.exists() and held and registry.registered(REPLACE_RESERVATIONS):
         job = jobs.submit(REPLACE_RESERVATIONS, {"hypervisor": host.pk}, actor=actor, reason=f"plan {plan.pk}")
@@ -576,8 +608,9 @@ def _submit(plan, actor, waking):
             }
             for m in chunk
         ]
-        for move, job in zip(chunk, jobs.submit_batch(specs, actor=actor, source=f"plan {plan.pk}", trail=trail),
-                             strict=True):  # fmt: skip
+        for move, job in zip(
+            chunk, jobs.submit_batch(specs, actor=actor, source=f"plan {plan.pk}", trail=trail), strict=True
+        ):
             created[move["index"]] = job.pk
             move["job"], move["status"] = job.pk, job.status
     for name in plan.power_off:
@@ -587,9 +620,14 @@ def _submit(plan, actor, waking):
         # Past MAX_DEPENDS moves the job could start before the host is empty; it then fails
         # ("cannot power off …: N VMs"), and the host stays drained.
         job = jobs.submit(
-            POWER_OFF, {"node": name, "reason": f"powered off by plan {plan.pk}"}, actor=actor,
-            reason=plan.bucket, source=f"plan {plan.pk}", depends=emptying[-jobs.MAX_DEPENDS :], trail=trail,
-        )  # fmt: skip
+            POWER_OFF,
+            {"node": name, "reason": f"powered off by plan {plan.pk}"},
+            actor=actor,
+            reason=plan.bucket,
+            source=f"plan {plan.pk}",
+            depends=emptying[-jobs.MAX_DEPENDS :],
+            trail=trail,
+        )
         plan.jobs.append({"opcode": POWER_OFF, "job": job.pk, "host": name, "status": job.status})
 
 
@@ -689,8 +727,12 @@ def cancel(plan, *, actor, reason=""):
 
 
 def _emit_status(plan):
-    data = {"plan": plan.pk, "state": plan.state, "moves": len(plan.moves),
-            "done": sum(1 for m in plan.moves if m["status"] == "success")}  # fmt: skip
+    data = {
+        "plan": plan.pk,
+        "state": plan.state,
+        "moves": len(plan.moves),
+        "done": sum(1 for m in plan.moves if m["status"] == "success"),
+    }
     events.emit("plan.status", data, [topic(plan.pk), "admin"])
 
 

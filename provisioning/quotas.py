@@ -119,8 +119,11 @@ def limits_for(user, image):
         scoped = rule.image if rule.image_id else None
         candidates = [(rule.max_per_user, "count", None)]
         if rule.group_id is not None:
-            candidates += [(rule.max_per_group, "count", rule.group), (rule.max_vcpus, "vcpus", rule.group),
-                           (rule.max_memory_mib, "memory_mib", rule.group)]  # fmt: skip
+            candidates += [
+                (rule.max_per_group, "count", rule.group),
+                (rule.max_vcpus, "vcpus", rule.group),
+                (rule.max_memory_mib, "memory_mib", rule.group),
+            ]
         for value, measure, group in candidates:
             key = (measure, group.pk if group else None, scoped.pk if scoped else None)
             if value is not None and (key not in strictest or value < strictest[key].value):
@@ -153,10 +156,13 @@ def check(user, image, start, end, size, *, limits=None, exclude=None, when_fiel
         if user is None and not limit.everyone:
             continue
         window = Window(
-            start, end, user_id=None if limit.everyone or limit.group else user.pk,
-            group_id=limit.group.pk if limit.group else None, image_id=limit.image.pk if limit.image else None,
+            start,
+            end,
+            user_id=None if limit.everyone or limit.group else user.pk,
+            group_id=limit.group.pk if limit.group else None,
+            image_id=limit.image.pk if limit.image else None,
             exclude=exclude,
-        )  # fmt: skip
+        )
         message = _refusal(limit, held(window), size)
         if message:
             errors.setdefault(when_field, []).append(message)
@@ -170,16 +176,20 @@ def _refusal(limit, rows, size):
             return None
         things = _things(len(rows), of)
         if limit.everyone:
-            return (f"{limit.image.name} may run at most {limit.value} at once ({limit.rule}); "
-                    f"{things} already overlap that time")  # fmt: skip
+            return (
+                f"{limit.image.name} may run at most {limit.value} at once ({limit.rule}); "
+                f"{things} already overlap that time"
+            )
         who = f"group {limit.group.name} already has" if limit.group else "you already have"
         return f"{who} {things} at that time; at most {limit.value} ({limit.rule})"
     index, unit = (0, "vCPUs") if limit.measure == "vcpus" else (1, "MiB of memory")
     total, more = sum(row[index] for row in rows), size[limit.measure]
     if total + more <= limit.value:
         return None
-    return (f"group {limit.group.name} already holds {total} {unit}{of} at that time; {more} more would make "
-            f"{total + more}, at most {limit.value} ({limit.rule})")  # fmt: skip
+    return (
+        f"group {limit.group.name} already holds {total} {unit}{of} at that time; {more} more would make "
+        f"{total + more}, at most {limit.value} ({limit.rule})"
+    )
 
 
 def _things(count, of=""):

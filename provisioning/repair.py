@@ -96,17 +96,27 @@ def adopt(host_id, key, owner_id=None, image_id=None, *, actor):
     with transaction.atomic():
         image = Image.objects.get(pk=image_id) if image_id else _adoption_image(actor)
         vm = VM.objects.create(
-            name=key, image=image, owner=owner, host=host, host_key=key, state=_STATE.get(info.state, VM.State.STOPPED),
-            vcpus=max(1, info.vcpus), memory_mib=max(16, info.memory_mib), disk_gib=0, adhoc=True,
-        )  # fmt: skip
-        demand = capacity.Demand(vcpus=vm.vcpus, memory_mib=vm.memory_mib, disk_gib=0, start=timezone.now(),
-                                 purpose=f"vm {vm.pk} (adopted)")  # fmt: skip
+            name=key,
+            image=image,
+            owner=owner,
+            host=host,
+            host_key=key,
+            state=_STATE.get(info.state, VM.State.STOPPED),
+            vcpus=max(1, info.vcpus),
+            memory_mib=max(16, info.memory_mib),
+            disk_gib=0,
+            adhoc=True,
+        )
+        demand = capacity.Demand(
+            vcpus=vm.vcpus, memory_mib=vm.memory_mib, disk_gib=0, start=timezone.now(), purpose=f"vm {vm.pk} (adopted)"
+        )
         try:
             claim = capacity.claim_on_host(host, demand, actor=actor, owner=owner)
         except capacity.NoCapacity as exc:
             why = refusals.summarize(exc.result.reasons) or exc.result.note or "no room"
-            raise Conflict(f"cannot adopt {key}: {host.name} has no room for {vm.vcpus} vCPUs, "
-                           f"{vm.memory_mib} MiB ({why})") from None  # fmt: skip
+            raise Conflict(
+                f"cannot adopt {key}: {host.name} has no room for {vm.vcpus} vCPUs, {vm.memory_mib} MiB ({why})"
+            ) from None
         VM.objects.filter(pk=vm.pk).update(allocation=claim)
         vm.allocation = claim
         changelog.record(vm, "create", actor, reason=f"adopted from {host.name} after verify ({key})")
@@ -119,9 +129,12 @@ def _adoption_image(actor):
     image = Image.objects.filter(name=ADOPTED_IMAGE).first()
     if image is None:
         image = services.create_image(
-            actor=actor, name=ADOPTED_IMAGE, active=False, reason="for VMs adopted after verify",
+            actor=actor,
+            name=ADOPTED_IMAGE,
+            active=False,
+            reason="for VMs adopted after verify",
             description="VMs found on hypervisors and adopted by an administrator; not an image to reserve.",
-        )  # fmt: skip
+        )
     return image
 
 
@@ -145,8 +158,9 @@ def destroy(host_id, key, force=False, *, actor):
         )
         lost = VM.objects.filter(pk=int(match[1]), host=host, state=VM.State.LOST).first() if match else None
         if lost is not None:
-            services.set_state(lost.pk, VM.State.DESTROYED, f"removed from {host.name} after its host came back",
-                               actor=actor)  # fmt: skip
+            services.set_state(
+                lost.pk, VM.State.DESTROYED, f"removed from {host.name} after its host came back", actor=actor
+            )
     return {"destroyed": key, "host": host.pk, "lost_vm": lost.pk if lost else None}
 
 
@@ -173,8 +187,9 @@ def take_host_state(vm_id, *, actor):
     fields = {}
     if state == VM.State.RUNNING:
         fields["address"] = drivers.driver_for(vm.host).address(vm.key) or vm.address
-    services.set_state(vm.pk, state, f"took {vm.host.name}'s state after verify ({vm.state} → {now})",
-                       actor=actor, **fields)  # fmt: skip
+    services.set_state(
+        vm.pk, state, f"took {vm.host.name}'s state after verify ({vm.state} → {now})", actor=actor, **fields
+    )
     return {"vm": vm.pk, "state": state}
 
 

@@ -344,9 +344,23 @@ def _image_event(image):
 
 
 def request_vm(
-    *, actor, owner, image, vcpus=None, memory_mib=None, disk_gib=None, name="", end=None, allocation=None, reason="",
-    ssh_key="", checked=False, savepoint=True, depends=(), variant=None,
-):  # fmt: skip
+    *,
+    actor,
+    owner,
+    image,
+    vcpus=None,
+    memory_mib=None,
+    disk_gib=None,
+    name="",
+    end=None,
+    allocation=None,
+    reason="",
+    ssh_key="",
+    checked=False,
+    savepoint=True,
+    depends=(),
+    variant=None,
+):
     """Record a VM and submit the ``vm.create`` job that builds it; returns ``(vm, job)``.
 
     ``checked``: the caller validated the image for ``owner`` in this request (not read again).
@@ -396,15 +410,27 @@ def request_vm(
         if limited:  # counted again under the quota locks, in the transaction that records the VM
             quotas.check_locked(owner, image, now, end, size, when_field=NON_FIELD_ERRORS)
         vm = VM.objects.create(
-            name=name, image=image, owner=owner, end=end, allocation=allocation, adhoc=adhoc, ssh_key=ssh_key.strip(),
-            variant_id=variant, **size,
-        )  # fmt: skip
+            name=name,
+            image=image,
+            owner=owner,
+            end=end,
+            allocation=allocation,
+            adhoc=adhoc,
+            ssh_key=ssh_key.strip(),
+            variant_id=variant,
+            **size,
+        )
         changelog.record(vm, "create", actor, reason=reason or "requested")
         _emit(vm)
         job = jobs.submit(
-            "vm.create", {"vm": vm.pk}, actor=actor, submitter=owner, reason=reason or f"create {vm.key}",
-            savepoint=False, depends=depends,
-        )  # fmt: skip
+            "vm.create",
+            {"vm": vm.pk},
+            actor=actor,
+            submitter=owner,
+            reason=reason or f"create {vm.key}",
+            savepoint=False,
+            depends=depends,
+        )
     return vm, job
 
 
@@ -544,9 +570,14 @@ def take_parked(vm, *, actor, owner, allocation, name="", end=None, reason=""):
     refreshed. Booting it is the caller's (``opcodes.reuse.bring_up``)."""
     with transaction.atomic():
         taken = VM.objects.filter(pk=vm.pk, state=VM.State.STOPPED, allocation_id=vm.allocation_id).update(
-            allocation=allocation, owner=owner, end=end, name=name or vm.name, error="", ssh_key="",
+            allocation=allocation,
+            owner=owner,
+            end=end,
+            name=name or vm.name,
+            error="",
+            ssh_key="",
             updated=timezone.now(),
-        )  # fmt: skip
+        )
         if not taken:
             return False
         if is_parked_claim(vm.allocation):  # the new claim counts its disk from now
@@ -597,7 +628,7 @@ def size_for(image, vcpus=None, memory_mib=None, disk_gib=None):
 
 def demand_for(
     image, size, *, start, end, purpose, hypervisors=None, exclude_hosts=(), prefer_cached=True, usable=None
-):  # fmt: skip
+):
     """The placement ``Demand`` of one VM of ``image`` and ``size`` over ``[start, end)``.
 
     The one builder for VMs and reservations: the image's required and forbidden host tags, its
@@ -615,12 +646,21 @@ def demand_for(
     if prefer_cached:
         staged = usable.staged if usable is not None else hosts_with(image)
     return capacity.Demand(
-        vcpus=size["vcpus"], memory_mib=size["memory_mib"], disk_gib=size["disk_gib"], start=start, end=end,
-        hypervisors=frozenset(hypervisors), purpose=purpose, exclude_hosts=frozenset(exclude_hosts),
-        prefer_hosts=staged, image=image.name,
-        required_tags=frozenset(image.required_tags), forbidden_tags=frozenset(image.forbidden_tags),
-        anti_affinity=image.anti_affinity, exclusive_storage=image.exclusive_storage,
-    )  # fmt: skip
+        vcpus=size["vcpus"],
+        memory_mib=size["memory_mib"],
+        disk_gib=size["disk_gib"],
+        start=start,
+        end=end,
+        hypervisors=frozenset(hypervisors),
+        purpose=purpose,
+        exclude_hosts=frozenset(exclude_hosts),
+        prefer_hosts=staged,
+        image=image.name,
+        required_tags=frozenset(image.required_tags),
+        forbidden_tags=frozenset(image.forbidden_tags),
+        anti_affinity=image.anti_affinity,
+        exclusive_storage=image.exclusive_storage,
+    )
 
 
 def vm_demand(vm, *, purpose, **options):
@@ -896,3 +936,13 @@ def vms_on(host):
 def in_use_reason(host):
     count = vms_on(host).count()
     return f"{count} VMs on it" if count else None
+
+
+def image_types(name, user=None):
+    """The hypervisor types of the image ``name`` that ``user`` may use (capacity's what-if
+    placement asks through ``capacity.services.use_image_types``); LookupError otherwise."""
+    images = Image.objects if user is None else Image.objects.visible_to(user)
+    image = images.filter(name=name).first()
+    if image is None:
+        raise LookupError(f"no image named {name!r}")
+    return frozenset(image.variants.values_list("hypervisor_type", flat=True))

@@ -61,10 +61,13 @@ def refresh_all():
     todo = [pk for pk in hosts if pk not in busy]
     for start in range(0, len(todo), jobs.MAX_BATCH):
         specs = [
-            {"opcode": "hypervisor.refresh", "params": {"hypervisor": pk, "drain_unreachable": True},
-             "reason": [REFRESH_REASON]}
-            for pk in todo[start: start + jobs.MAX_BATCH]
-        ]  # fmt: skip
+            {
+                "opcode": "hypervisor.refresh",
+                "params": {"hypervisor": pk, "drain_unreachable": True},
+                "reason": [REFRESH_REASON],
+            }
+            for pk in todo[start : start + jobs.MAX_BATCH]
+        ]
         jobs.submit_batch(specs, actor=ACTOR, source="vclmgr:schedule")
     return {"submitted": len(todo), "skipped": len(hosts) - len(todo)}
 
@@ -83,9 +86,12 @@ def on_worker_start(**kwargs):
     except Exception:  # a worker must start even if the database is briefly away; the migration made it
         log.exception("could not ensure the facts refresh or verify schedule")
     periodic.start_daemon(
-        "vm-clock", end_overdue, lambda: settings.RESERVATION_TICK_SECONDS,
-        setup=lambda: periodic.ensure_schedule(END_SCHEDULE, END_FUNC, 1), wait_first=True,
-    )  # fmt: skip
+        "vm-clock",
+        end_overdue,
+        lambda: settings.RESERVATION_TICK_SECONDS,
+        setup=lambda: periodic.ensure_schedule(END_SCHEDULE, END_FUNC, 1),
+        wait_first=True,
+    )
 
 
 def end_overdue():

@@ -106,9 +106,8 @@ def _why_not_known(vm_id, host):
 def check_claims():
     """Claims nothing holds, and live VMs without a claim."""
     live = VM.objects.filter(state__in=VM.LIVE)
-    held = (
-        Q(vms__state__in=VM.LIVE)
-        | Q(pk__in=live.filter(target_allocation__isnull=False).values("target_allocation"))
+    held = Q(vms__state__in=VM.LIVE) | Q(
+        pk__in=live.filter(target_allocation__isnull=False).values("target_allocation")
     )
     for holds in CLAIM_HOLDERS:
         held |= holds()

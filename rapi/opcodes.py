@@ -55,8 +55,10 @@ def _tags_opcode(name, add):
     @opcode(name, params=TagParams, staff_only=True, description=f"{'Add' if add else 'Remove'} tags (Ganeti's).")
     def run(job):
         params = job.params
-        job.step("tags", lambda: services.change_tags(params["kind"], _target(params), params["tags"], add=add,
-                                                      actor=job.actor))  # fmt: skip
+        job.step(
+            "tags",
+            lambda: services.change_tags(params["kind"], _target(params), params["tags"], add=add, actor=job.actor),
+        )
 
     return run
 

@@ -38,8 +38,9 @@ def create_instance(*, actor, image, name, vcpus=None, memory_mib=None, disk_gib
                 allocation = capacity.claim_on_host(pnode, demand, actor=actor, owner=actor)
             except capacity.NoCapacity as exc:
                 raise ValidationError({"pnode": [f"{pnode.name} cannot take it: {exc}"]}) from None
-        _, job = vms.request_vm(actor=actor, owner=actor, image=image, name=name, allocation=allocation,
-                                reason=why, **size)  # fmt: skip
+        _, job = vms.request_vm(
+            actor=actor, owner=actor, image=image, name=name, allocation=allocation, reason=why, **size
+        )
     return job
 
 

@@ -88,8 +88,17 @@ def info(request):
         "default_hypervisor": hv_types[0] if hv_types else "fake",
         "enabled_hypervisors": hv_types,
         "hvparams": {kind: {} for kind in hv_types},
-        "beparams": {"default": {"vcpus": 1, "maxmem": 1024, "minmem": 1024, "memory": 1024,
-                                 "auto_balance": True, "always_failover": False, "spindle_use": 1}},
+        "beparams": {
+            "default": {
+                "vcpus": 1,
+                "maxmem": 1024,
+                "minmem": 1024,
+                "memory": 1024,
+                "auto_balance": True,
+                "always_failover": False,
+                "spindle_use": 1,
+            }
+        },
         "ndparams": {"exclusive_storage": False, "spindle_count": 1, "oob_program": None},
         "ipolicy": R._ipolicy(1.0),
         "candidate_pool_size": 0,
@@ -97,7 +106,7 @@ def info(request):
         "uuid": R._uuid("cluster", 1),
         "ctime": None,
         "mtime": None,
-    }  # fmt: skip
+    }
 
 
 def cluster_tag_names():
@@ -133,8 +142,12 @@ def set_node_role(request, name):
         raise bad_request(f"Can't set '{role}' role")
     _no_dry_run(request)
     reason = request.reason or f"{role} through the RAPI"
-    job = services.submit("node.set_role", {"hypervisor": host.pk, "role": role, "reason": reason[:500]},
-                          actor=request.user, reason=reason)  # fmt: skip
+    job = services.submit(
+        "node.set_role",
+        {"hypervisor": host.pk, "role": role, "reason": reason[:500]},
+        actor=request.user,
+        reason=reason,
+    )
     return _job_answer(job)
 
 
@@ -159,8 +172,12 @@ def evacuate_node(request, name):
     if body.get("depends"):
         raise bad_request("depends is not supported on this resource")
     _no_dry_run(request)
-    job = services.submit("node.evacuate", {"hypervisor": host.pk}, actor=request.user,
-                          reason=request.reason or f"evacuate {host.name} through the RAPI")  # fmt: skip
+    job = services.submit(
+        "node.evacuate",
+        {"hypervisor": host.pk},
+        actor=request.user,
+        reason=request.reason or f"evacuate {host.name} through the RAPI",
+    )
     return _job_answer(job)
 
 
@@ -292,8 +309,9 @@ def create_instance(request):
     for key, value in sizes.items():
         if value is not None and value < (0 if key == "disk_gib" else 1):
             raise bad_request(f"{key} must be positive")
-    job = services.create_instance(actor=request.user, image=image, name=name, pnode=pnode, reason=request.reason,
-                                   **sizes)  # fmt: skip
+    job = services.create_instance(
+        actor=request.user, image=image, name=name, pnode=pnode, reason=request.reason, **sizes
+    )
     return _job_answer(job)
 
 

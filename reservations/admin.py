@@ -56,7 +56,6 @@ class BlockAllocationAdmin(ReadOnlyAdmin):
     list_select_related = ["image", "group", "created_by"]
 
 
-
 @admin.register(IdlePolicy)
 class IdlePolicyAdmin(admin.ModelAdmin):
     """Idle reclamation per image or group (a setting, like quota rules; read at each ready)."""

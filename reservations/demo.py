@@ -32,9 +32,15 @@ def reservations(stdout):
         monday = today + timedelta(days=(7 - today.weekday()) % 7 or 7)
         try:
             services.create_block(
-                actor="demo", name=BLOCK, image=image, group=students, seats=4, start=monday,
-                end=monday + timedelta(hours=2), weeks=4,
-            )  # fmt: skip
+                actor="demo",
+                name=BLOCK,
+                image=image,
+                group=students,
+                seats=4,
+                start=monday,
+                end=monday + timedelta(hours=2),
+                weeks=4,
+            )
             made = "made"
         except ValidationError as exc:  # a demo inventory too small for it: say so, carry on
             made = f"skipped ({'; '.join(exc.messages)})"
@@ -93,18 +99,30 @@ def usage_history(days, per_day, *, seed=1, now=None, batch=5000):
                 start = base + timedelta(minutes=rng.choice((rng.randint(8 * 60, 18 * 60), rng.randint(0, 1439))))
                 end = start + timedelta(minutes=rng.randint(60, 240))
                 failed = rng.random() < 0.05
-                rows.append(Reservation(
-                    user=rng.choice(users), image=rng.choice(images), start=start, end=end, created=start,
-                    status="failed" if failed else "ended", vcpus=2, memory_mib=2048, disk_gib=10,
-                ))  # fmt: skip
+                rows.append(
+                    Reservation(
+                        user=rng.choice(users),
+                        image=rng.choice(images),
+                        start=start,
+                        end=end,
+                        created=start,
+                        status="failed" if failed else "ended",
+                        vcpus=2,
+                        memory_mib=2048,
+                        disk_gib=10,
+                    )
+                )
                 pending.append((start, end, failed, rng.randint(20, 300)))
             refused = rng.randint(0, per_day // 20 + 1)
             Refusal.objects.bulk_create(
-                Refusal(at=base + timedelta(hours=rng.randint(8, 18)), user=rng.choice(users),
-                        image=rng.choice(images).name, reason=rng.choice(("lacks_memory_mib", "lacks_vcpus", "drained",
-                                                                          "max_vms")))
+                Refusal(
+                    at=base + timedelta(hours=rng.randint(8, 18)),
+                    user=rng.choice(users),
+                    image=rng.choice(images).name,
+                    reason=rng.choice(("lacks_memory_mib", "lacks_vcpus", "drained", "max_vms")),
+                )
                 for _ in range(refused)
-            )  # fmt: skip
+            )
             if len(rows) >= batch or day == 1:
                 made += _flush(rows, pending)
                 rows, pending = [], []

@@ -49,10 +49,12 @@ class ReserveForm(forms.Form):
     start = forms.DateTimeField(required=False, widget=DATETIME_INPUT, label="Start (for later)")
     duration = forms.TypedChoiceField(coerce=int, label="Duration")
     ssh_key = forms.CharField(
-        required=False, max_length=4000, label="SSH public key (optional)",
+        required=False,
+        max_length=4000,
+        label="SSH public key (optional)",
         widget=forms.Textarea(attrs={"rows": 2, "placeholder": "ssh-ed25519 AAAA… you@laptop"}),
         help_text="Log in with your key instead of a one-time password.",
-    )  # fmt: skip
+    )
     request_key = forms.UUIDField(widget=forms.HiddenInput)
 
     def __init__(self, *args, user, **kwargs):
@@ -62,9 +64,9 @@ class ReserveForm(forms.Form):
         self.fields["start"].help_text = f"Time zone {timezone.get_current_timezone_name()}."
         self.limits = quotas.limits_for(user, self._chosen_image())
         self.fields["duration"].choices = duration_choices(self.limits.max_minutes)
-        self.fields["duration"].help_text = (
-            f"At most {quotas.human_minutes(self.limits.max_minutes)} ({self.limits.max_minutes_rule})."
-        )
+        self.fields[
+            "duration"
+        ].help_text = f"At most {quotas.human_minutes(self.limits.max_minutes)} ({self.limits.max_minutes_rule})."
         if not self.is_bound and "request_key" not in self.initial:
             self.initial["request_key"] = uuid.uuid4()
 

@@ -60,12 +60,16 @@ def classes_of(user, now=None):
     now = now or timezone.now()
     classes = (
         BlockAllocation.objects.filter(group__in=user.groups.all(), canceled=False)
-        .filter(seat_reservations__end__gt=now).distinct().select_related("image", "group").order_by("start")
-    )  # fmt: skip
+        .filter(seat_reservations__end__gt=now)
+        .distinct()
+        .select_related("image", "group")
+        .order_by("start")
+    )
     held = dict(
         Reservation.objects.filter(user=user, block__in=classes, status__in=Reservation.ACTIVE, end__gt=now)
-        .order_by("-start").values_list("block_id", "pk")
-    )  # fmt: skip
+        .order_by("-start")
+        .values_list("block_id", "pk")
+    )
     return [(b, held.get(b.pk)) for b in classes]
 
 

@@ -90,13 +90,23 @@ def with_policy(reservations):
     from django.contrib.auth import get_user_model
 
     block_group = BlockAllocation.objects.filter(pk=OuterRef(OuterRef("block_id"))).values("group_id")
-    user_group = (get_user_model().groups.through.objects.filter(user_id=OuterRef(OuterRef("user_id")))
-                  .order_by("group_id").values("group_id")[:1])  # fmt: skip
+    user_group = (
+        get_user_model()
+        .groups.through.objects.filter(user_id=OuterRef(OuterRef("user_id")))
+        .order_by("group_id")
+        .values("group_id")[:1]
+    )
     # (The group: the reservation's block's, else the user's first by id, as the usage report counts it.)
     mine = Q(image_id=OuterRef("image_id")) | Q(group_id=Coalesce(Subquery(block_group), Subquery(user_group)))
     image_first = F("image_id").asc(nulls_last=True)  # the image's row (a group's has no image)
-    row = JSONObject(no_show="no_show_minutes", idle="idle_minutes", warn="warn_minutes", image_id="image_id",
-                     image="image__name", group="group__name")  # fmt: skip
+    row = JSONObject(
+        no_show="no_show_minutes",
+        idle="idle_minutes",
+        warn="warn_minutes",
+        image_id="image_id",
+        image="image__name",
+        group="group__name",
+    )
     first = IdlePolicy.objects.filter(mine).order_by(image_first, "pk").values(row=row)[:1]
     return reservations.annotate(idle_policy_row=Subquery(first))
 
@@ -184,8 +194,14 @@ def set_policy(*, actor, image=None, group=None, no_show_minutes=15, idle_minute
 
 def arm(reservation, now):
     """The idle fields of a reservation becoming ready now (its policy read once, here)."""
-    values = {"idle_since": now, "connected_at": None, "idle_warned_at": None, "idle_check_at": None,
-              "idle_deadline": None, "idle_kind": ""}  # fmt: skip
+    values = {
+        "idle_since": now,
+        "connected_at": None,
+        "idle_warned_at": None,
+        "idle_check_at": None,
+        "idle_deadline": None,
+        "idle_kind": "",
+    }
     policy = policy_for(reservation)
     if policy.active:
         decision = decide(policy, Clock(now), None, now)
@@ -212,5 +228,9 @@ def countdown(reservation, now=None):
     if reservation.status != S.READY or reservation.idle_check_at is None or at is None:
         return None
     now = now or timezone.now()
-    return {"kind": reservation.idle_kind, "at": at, "minutes": max(0, round((at - now).total_seconds() / 60)),
-            "warned": reservation.idle_warned_at is not None}  # fmt: skip
+    return {
+        "kind": reservation.idle_kind,
+        "at": at,
+        "minutes": max(0, round((at - now).total_seconds() / 60)),
+        "warned": reservation.idle_warned_at is not None,
+    }

@@ -33,9 +33,13 @@ class Reservation(models.Model):
     FINAL = ("ended", "failed", "canceled")
 
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="reservations",
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="reservations",
         help_text="Blank: an untaken seat of a block allocation.",
-    )  # fmt: skip
+    )
     image = models.ForeignKey("vms.Image", on_delete=models.PROTECT, related_name="reservations")
     start = models.DateTimeField()
     end = models.DateTimeField()
@@ -60,9 +64,10 @@ class Reservation(models.Model):
     warned = models.BooleanField(default=False, help_text="The end-of-reservation warning was sent.")
     error = models.TextField(blank=True)
     degraded = models.CharField(
-        max_length=500, blank=True,
+        max_length=500,
+        blank=True,
         help_text="Why its claim stays on a host taken out of service (no other host had room); blank: fine.",
-    )  # fmt: skip
+    )
     # Idle reclamation (``reservations.idle``): the idle clock runs from ``idle_since`` (ready,
     # then the last activity seen); ``idle_check_at`` is when the guest is asked next (None: no
     # policy applies, never asked).
@@ -73,9 +78,11 @@ class Reservation(models.Model):
     idle_deadline = models.DateTimeField(null=True, blank=True, help_text="Reclaimed then unless someone logs in.")
     idle_kind = models.CharField(max_length=10, blank=True, help_text="What the deadline is for: no_show or idle.")
     reclaimed = models.CharField(
-        max_length=10, blank=True, choices=[("no_show", "no-show"), ("idle", "idle")],
+        max_length=10,
+        blank=True,
+        choices=[("no_show", "no-show"), ("idle", "idle")],
         help_text="Ended early by idle reclamation, and why.",
-    )  # fmt: skip
+    )
     reclaimed_at = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -187,7 +194,6 @@ class BlockAllocation(models.Model):
 
     def __str__(self):
         return self.name
-
 
 
 class UsageDay(models.Model):

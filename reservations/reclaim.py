@@ -64,16 +64,24 @@ def check(reservation_id, now=None, *, actor):
         sessions = [*sessions, *console_sessions(reservation, now)]
     policy = policy_for(reservation)
     decision = decide(policy, clock_of(reservation), sessions, now)
-    outcome = {"reservation": reservation.pk, "action": decision.action, "kind": decision.kind,
-               "sessions": None if sessions is None else len(sessions)}  # fmt: skip
+    outcome = {
+        "reservation": reservation.pk,
+        "action": decision.action,
+        "kind": decision.kind,
+        "sessions": None if sessions is None else len(sessions),
+    }
     if why:
         outcome["unknown"] = why[:200]
     with transaction.atomic():
         c = decision.clock
         updated = Reservation.objects.filter(pk=reservation.pk, status=S.READY, idle_check_at__isnull=False).update(
-            idle_since=c.idle_since, connected_at=c.connected_at, idle_warned_at=c.warned_at,
-            idle_check_at=decision.next_check, idle_deadline=decision.deadline, idle_kind=decision.kind,
-        )  # fmt: skip
+            idle_since=c.idle_since,
+            connected_at=c.connected_at,
+            idle_warned_at=c.warned_at,
+            idle_check_at=decision.next_check,
+            idle_deadline=decision.deadline,
+            idle_kind=decision.kind,
+        )
         if not updated:
             return {**outcome, "action": "none", "note": "changed meanwhile"}
         if decision.action == "warn":
@@ -93,8 +101,12 @@ def _disarm(reservation, note):
 def _warn(reservation, decision, now):
     minutes = max(1, round((decision.deadline - now).total_seconds() / 60))
     targets = [f"reservation.{reservation.pk}", topics.user_topic(reservation.user_id)]
-    data = {"id": reservation.pk, "minutes": minutes, "at": decision.deadline.isoformat(),
-            "since": decision.clock.idle_since.isoformat()}  # fmt: skip
+    data = {
+        "id": reservation.pk,
+        "minutes": minutes,
+        "at": decision.deadline.isoformat(),
+        "since": decision.clock.idle_since.isoformat(),
+    }
     events.emit("reservation.idle", data, targets)
 
 

@@ -215,8 +215,19 @@ def reserve(
                 raise QuotaRefused(exc.message_dict) from None
             starts_now = start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) <= now
             unsaved = _Unsaved()
-            reservation = _create(user, image, start, end, ssh_key, request_key, size or {}, actor=actor,
-                                  rank=_rank(start, now), unsaved=unsaved, usable=usable)  # fmt: skip
+            reservation = _create(
+                user,
+                image,
+                start,
+                end,
+                ssh_key,
+                request_key,
+                size or {},
+                actor=actor,
+                rank=_rank(start, now),
+                unsaved=unsaved,
+                usable=usable,
+            )
             if starts_now:  # the claim's host is known: so is the variant it runs
                 variant = usable.variant_on(getattr(reservation.allocation, "host_type", None))
                 provision(reservation, actor=actor, savepoint=False, unsaved=unsaved, variant=variant)
@@ -259,9 +270,13 @@ QUOTA, SEATS = "quota", "seats_taken"
 def _refused(user, image, reasons, now, group=None):
     """Count the refusal for the usage report (outside the rolled-back reservation)."""
     Refusal.objects.create(
-        at=now, user=user, image=image.name, group=usage.group_of_user(user) if group is None else group,
-        reason=usage.top_reason(reasons), reasons=reasons,
-    )  # fmt: skip
+        at=now,
+        user=user,
+        image=image.name,
+        group=usage.group_of_user(user) if group is None else group,
+        reason=usage.top_reason(reasons),
+        reasons=reasons,
+    )
 
 
 class _Unsaved:
@@ -287,19 +302,39 @@ class _Unsaved:
 
 
 def _create(
-    user, image, start, end, ssh_key, request_key, size, block=None, occurrence=0, *, actor, rank=None, unsaved=None,
+    user,
+    image,
+    start,
+    end,
+    ssh_key,
+    request_key,
+    size,
+    block=None,
+    occurrence=0,
+    *,
+    actor,
+    rank=None,
+    unsaved=None,
     usable=None,
-):  # fmt: skip
+):
     """``unsaved``: an ``_Unsaved`` keeping its writes after the INSERT (the caller writes them);
     ``usable``: the image's ``vms.usable`` as the caller read it (else it is read here)."""
     size = vms.size_for(image, **size)
     reservation = Reservation.objects.create(
-        user=user, image=image, start=start, end=end, ssh_key=ssh_key.strip(), request_key=request_key,
-        block=block, occurrence=occurrence, **size,
-    )  # fmt: skip
+        user=user,
+        image=image,
+        start=start,
+        end=end,
+        ssh_key=ssh_key.strip(),
+        request_key=request_key,
+        block=block,
+        occurrence=occurrence,
+        **size,
+    )
     try:
-        demand = vms.demand_for(image, size, start=start, end=end, purpose=f"reservation {reservation.pk}",
-                                usable=usable)  # fmt: skip
+        demand = vms.demand_for(
+            image, size, start=start, end=end, purpose=f"reservation {reservation.pk}", usable=usable
+        )
         allocation = capacity.claim(replace(demand, rank=rank), actor=actor, owner=user)
     except capacity.NoCapacity as exc:
         raise NoRoom({"start": [_no_capacity_message(exc.result, start)]}, dict(exc.result.reasons)) from None
@@ -408,15 +443,21 @@ def provision(reservation, reason="building the VM", *, actor, savepoint=True, u
         reservation.attempts += 1
         size = {"vcpus": reservation.vcpus, "memory_mib": reservation.memory_mib, "disk_gib": reservation.disk_gib}
         common = {
-            "actor": actor, "owner": reservation.user, "image": reservation.image, "name": f"res-{reservation.pk}",
-            "end": reservation.end, "allocation": reservation.allocation, "reason": f"reservation {reservation.pk}",
-        }  # fmt: skip
+            "actor": actor,
+            "owner": reservation.user,
+            "image": reservation.image,
+            "name": f"res-{reservation.pk}",
+            "end": reservation.end,
+            "allocation": reservation.allocation,
+            "reason": f"reservation {reservation.pk}",
+        }
         # Its claim suspended runs to make room (``reserve``): the build waits for their jobs' end.
         waits = [(pk, []) for pk in getattr(reservation.allocation, "preempt_jobs", ())]
         # The VM is set on the reservation before the reused one reads its login from it (on commit).
         reused = vms.reuse_parked(size=size, **common, depends=waits) if reservation.image.revert_on_end else None
-        vm, job = reused or vms.request_vm(**size, **common, checked=known is not None, savepoint=False, depends=waits,
-                                           variant=variant)  # fmt: skip
+        vm, job = reused or vms.request_vm(
+            **size, **common, checked=known is not None, savepoint=False, depends=waits, variant=variant
+        )
         if unsaved is not None:
             unsaved.change(reservation, vm=vm, attempts=reservation.attempts)
         else:
@@ -527,9 +568,13 @@ def _retry_elsewhere(reservation, failed_hosts, why, *, actor):
     start = max(reservation.start, timezone.now())
     size = {"vcpus": reservation.vcpus, "memory_mib": reservation.memory_mib, "disk_gib": reservation.disk_gib}
     demand = vms.demand_for(
-        reservation.image, size, start=start, end=reservation.end, purpose=f"reservation {reservation.pk}",
+        reservation.image,
+        size,
+        start=start,
+        end=reservation.end,
+        purpose=f"reservation {reservation.pk}",
         exclude_hosts=failed_hosts,
-    )  # fmt: skip
+    )
     try:
         with transaction.atomic():
             allocation = capacity.claim(demand, actor=actor, owner=reservation.user)
@@ -579,8 +624,10 @@ def _one_time_password():
     # symbols; a random token can lack them, and cloudbase-init would then fail to set it.
     while True:
         candidate = secrets.token_urlsafe(12)
-        if any(c.isupper() for c in candidate) and any(c.islower() for c in candidate) and any(
-            c.isdigit() for c in candidate
+        if (
+            any(c.isupper() for c in candidate)
+            and any(c.islower() for c in candidate)
+            and any(c.isdigit() for c in candidate)
         ):
             return candidate
 
@@ -635,9 +682,13 @@ def end(reservation, reason="ended by the user", *, actor):
                 "vm.destroy", {"vm": vm.pk}, actor=actor, submitter=moved.user, reason=f"reservation {moved.pk} ended"
             )
         jobs.submit(
-            "reservation.finish", {"reservation": moved.pk}, actor=actor, submitter=moved.user,
-            reason=f"reservation {moved.pk}: after teardown", depends=[(job.pk, [])],
-        )  # fmt: skip
+            "reservation.finish",
+            {"reservation": moved.pk},
+            actor=actor,
+            submitter=moved.user,
+            reason=f"reservation {moved.pk}: after teardown",
+            depends=[(job.pk, [])],
+        )
     return job
 
 
@@ -697,8 +748,14 @@ def extend(reservation, new_end, *, actor):
     with transaction.atomic():
         # The new window is a new holding: counted against every limit (the reservation's own
         # old window aside) under the same locks as ``reserve``, in this transaction.
-        quotas.check_locked(reservation.user, reservation.image, reservation.start, new_end, size,
-                            exclude=("reservation", reservation.pk))  # fmt: skip
+        quotas.check_locked(
+            reservation.user,
+            reservation.image,
+            reservation.start,
+            new_end,
+            size,
+            exclude=("reservation", reservation.pk),
+        )
         try:
             fresh = capacity.extend(allocation, new_end, actor=actor)
         except capacity.NoCapacity as exc:
@@ -738,23 +795,28 @@ def host_left_service(hv, old_state, *, actor):
     reservations (registered in ``inventory.services.ON_STATE_CHANGE``; runs in its transaction)."""
     if hv.state == "online":
         # Back in service: what was flagged for it is safe again where it is.
-        for reservation in Reservation.objects.filter(allocation__host_id=hv.pk, allocation__released__isnull=True,
-                                                      status__in=NOT_BUILT).exclude(degraded=""):  # fmt: skip
+        for reservation in Reservation.objects.filter(
+            allocation__host_id=hv.pk, allocation__released__isnull=True, status__in=NOT_BUILT
+        ).exclude(degraded=""):
             Reservation.objects.filter(pk=reservation.pk).update(degraded="", updated=timezone.now())
             reservation.degraded = ""
             _history(reservation, f"safe again: {hv.name} is back online")
         return None
     if hv.state == "offline" and hv.state_reason.startswith(vm_host_ops.AUTO_OFFLINE) and on_dead_host(hv.pk):
         jobs.submit(
-            "node.reprovision", {"hypervisor": hv.pk}, actor=actor,
+            "node.reprovision",
+            {"hypervisor": hv.pk},
+            actor=actor,
             reason=f"{hv.name} stopped answering: {hv.state_reason}"[:500],
-        )  # fmt: skip
+        )
     if not future_on_host(hv.pk):
         return None
     return jobs.submit(
-        "node.replace_reservations", {"hypervisor": hv.pk}, actor=actor,
+        "node.replace_reservations",
+        {"hypervisor": hv.pk},
+        actor=actor,
         reason=f"{hv.name} is {hv.state}: {hv.state_reason}"[:500],
-    )  # fmt: skip
+    )
 
 
 # --- a host that died: its reservations' VMs rebuilt elsewhere (Ganeti's harep) ---------------
@@ -766,8 +828,9 @@ def on_dead_host(host_id):
     """Ids of the reservations being built or ready whose VM is (was) on the host."""
     return list(
         Reservation.objects.filter(status__in=BUILDING_OR_READY, vm__host_id=host_id, vm__state__in=VM.LIVE)
-        .order_by("start", "pk").values_list("pk", flat=True)
-    )  # fmt: skip
+        .order_by("start", "pk")
+        .values_list("pk", flat=True)
+    )
 
 
 def reprovision_off_host(reservation_id, host_id, *, actor):
@@ -785,9 +848,12 @@ def reprovision_off_host(reservation_id, host_id, *, actor):
         reservation = rows.get(pk=reservation_id)
         vm = reservation.vm
         if (
-            reservation.status not in BUILDING_OR_READY or vm is None or vm.host_id != host_id
-            or vm.state not in VM.LIVE or host.state != Hypervisor.State.OFFLINE
-        ):  # fmt: skip
+            reservation.status not in BUILDING_OR_READY
+            or vm is None
+            or vm.host_id != host_id
+            or vm.state not in VM.LIVE
+            or host.state != Hypervisor.State.OFFLINE
+        ):
             return {"reservation": reservation_id, "note": "not on that host any more (or the host is back)"}
         why = f"its host {host.name} stopped answering ({host.state_reason})"
         vms.mark_lost(vm.pk, f"lost with its host {host.name}"[:500], actor=actor)
@@ -812,12 +878,25 @@ def _rebuild(reservation, host, why, *, actor):
     size = {"vcpus": reservation.vcpus, "memory_mib": reservation.memory_mib, "disk_gib": reservation.disk_gib}
     failed = sorted({*reservation.failed_hosts, host.pk})
     demand = vms.demand_for(
-        reservation.image, size, start=max(reservation.start, timezone.now()), end=reservation.end,
-        purpose=f"reservation {reservation.pk}", exclude_hosts=failed,
-    )  # fmt: skip
+        reservation.image,
+        size,
+        start=max(reservation.start, timezone.now()),
+        end=reservation.end,
+        purpose=f"reservation {reservation.pk}",
+        exclude_hosts=failed,
+    )
     allocation = capacity.claim(demand, actor=actor, owner=reservation.user)
-    moved = _move(reservation.pk, BUILDING_OR_READY, S.PLACING, f"rebuilding on {allocation.host.name}: {why}",
-                  allocation=allocation, vm=None, attempts=0, failed_hosts=failed, error="")  # fmt: skip
+    moved = _move(
+        reservation.pk,
+        BUILDING_OR_READY,
+        S.PLACING,
+        f"rebuilding on {allocation.host.name}: {why}",
+        allocation=allocation,
+        vm=None,
+        attempts=0,
+        failed_hosts=failed,
+        error="",
+    )
     if moved is None:
         raise Conflict(f"reservation {reservation.pk} changed meanwhile")
     changelog.record(moved, "update", actor, {"host": [host.name, allocation.host.name]}, why)
@@ -839,16 +918,25 @@ def _host_lost_event(reservation, host, why, outcome):
     targets = [f"reservation.{reservation.pk}", "admin"]
     if reservation.user_id:
         targets.append(topics.user_topic(reservation.user_id))
-    events.emit("reservation.host_lost", {"id": reservation.pk, "host": host.name, "outcome": outcome,
-                                          "reason": why, "user": reservation.user_id}, targets)  # fmt: skip
+    events.emit(
+        "reservation.host_lost",
+        {"id": reservation.pk, "host": host.name, "outcome": outcome, "reason": why, "user": reservation.user_id},
+        targets,
+    )
 
 
 def vm_gone(vm, reason, *, actor):
     """A VM found gone from its host (verify's repair; registered in ``repair.ON_GONE``):
     its reservation ends with the reason (its claims were released with the VM)."""
     for reservation in Reservation.objects.filter(vm=vm, status__in=(*Reservation.ACTIVE, S.ENDING)):
-        done = _move(reservation.pk, (*Reservation.ACTIVE, S.ENDING), S.ENDED, f"ended: {reason}",
-                     error=reason[:4000], connect_secret="")  # fmt: skip
+        done = _move(
+            reservation.pk,
+            (*Reservation.ACTIVE, S.ENDING),
+            S.ENDED,
+            f"ended: {reason}",
+            error=reason[:4000],
+            connect_secret="",
+        )
         if done is not None:
             _release(done, f"reservation ended: {reason}"[:500], actor=actor)
             changelog.record(done, "update", actor, {"status": [reservation.status, S.ENDED]}, reason[:500])
@@ -858,10 +946,15 @@ def future_on_host(host_id, now=None):
     """Ids of the accepted, not yet built reservations whose live claim is on the host."""
     return list(
         Reservation.objects.filter(
-            status__in=NOT_BUILT, vm__isnull=True, start__gt=now or timezone.now(),
-            allocation__host_id=host_id, allocation__released__isnull=True,
-        ).order_by("start", "pk").values_list("pk", flat=True)
-    )  # fmt: skip
+            status__in=NOT_BUILT,
+            vm__isnull=True,
+            start__gt=now or timezone.now(),
+            allocation__host_id=host_id,
+            allocation__released__isnull=True,
+        )
+        .order_by("start", "pk")
+        .values_list("pk", flat=True)
+    )
 
 
 def replace_off_host(reservation_id, host_id, *, actor):
@@ -876,15 +969,22 @@ def replace_off_host(reservation_id, host_id, *, actor):
         reservation = Reservation.objects.select_for_update().select_related("image").get(pk=reservation_id)
         allocation = reservation.allocation
         if (
-            reservation.status not in NOT_BUILT or allocation is None or allocation.released is not None
-            or allocation.host_id != host_id or host.state == Hypervisor.State.ONLINE
-        ):  # fmt: skip
+            reservation.status not in NOT_BUILT
+            or allocation is None
+            or allocation.released is not None
+            or allocation.host_id != host_id
+            or host.state == Hypervisor.State.ONLINE
+        ):
             return {"reservation": reservation_id, "note": "not on that host (or the host is back)"}
         size = {"vcpus": reservation.vcpus, "memory_mib": reservation.memory_mib, "disk_gib": reservation.disk_gib}
         demand = vms.demand_for(
-            reservation.image, size, start=reservation.start, end=reservation.end,
-            purpose=f"reservation {reservation.pk}", exclude_hosts=[host_id],
-        )  # fmt: skip
+            reservation.image,
+            size,
+            start=reservation.start,
+            end=reservation.end,
+            purpose=f"reservation {reservation.pk}",
+            exclude_hosts=[host_id],
+        )
         why = f"{host.name} is {host.state} ({host.state_reason})"
         try:
             fresh = capacity.replace_claim(allocation, demand, actor=actor, reason=f"reservation {reservation.pk}")
@@ -893,8 +993,11 @@ def replace_off_host(reservation_id, host_id, *, actor):
             return _degrade(reservation, f"{why}; tried every other host: {text}")
         reservation.refresh_from_db()
         _history(reservation, f"moved from {host.name} to {fresh.host.name}: {why}")
-        events.emit("reservation.moved", {"id": reservation.pk, "reason": why, "allocation": fresh.pk,
-                                          "start": reservation.start.isoformat()}, _targets(reservation))  # fmt: skip
+        events.emit(
+            "reservation.moved",
+            {"id": reservation.pk, "reason": why, "allocation": fresh.pk, "start": reservation.start.isoformat()},
+            _targets(reservation),
+        )
         changelog.record(reservation, "update", actor, {"host": [host.name, fresh.host.name]}, why)
     return {"reservation": reservation_id, "moved": True, "host": fresh.host_id}
 
@@ -906,8 +1009,9 @@ def _degrade(reservation, why):
     reservation.degraded = why
     _history(reservation, f"endangered: {why}")
     targets = _targets(reservation)
-    events.emit("reservation.degraded", {"id": reservation.pk, "reason": why, "start": reservation.start.isoformat()},
-                targets)  # fmt: skip
+    events.emit(
+        "reservation.degraded", {"id": reservation.pk, "reason": why, "start": reservation.start.isoformat()}, targets
+    )
     return {"reservation": reservation.pk, "degraded": True, "reason": why}
 
 
@@ -995,9 +1099,15 @@ def create_block(*, actor, name, image, group, seats, start, end, weeks=1, creat
     members = list(group.user_set.filter(is_active=True).order_by("username")) if isinstance(group, Group) else []
     with transaction.atomic():
         block = BlockAllocation.objects.create(
-            name=name.strip(), image=image, group=group, seats=seats, start=start, end=end, weeks=weeks,
+            name=name.strip(),
+            image=image,
+            group=group,
+            seats=seats,
+            start=start,
+            end=end,
+            weeks=weeks,
             created_by=created_by,
-        )  # fmt: skip
+        )
         for week in range(int(weeks)):
             shift = timedelta(weeks=week)
             for seat in range(int(seats)):
@@ -1091,8 +1201,11 @@ def tick(now=None, *, actor=None):
             if Reservation.objects.filter(pk=reservation.pk, warned=False).update(warned=True):
                 minutes = max(1, round((reservation.end - now).total_seconds() / 60))
                 targets = [f"reservation.{reservation.pk}", topics.user_topic(reservation.user_id)]
-                events.emit("reservation.ending", {"id": reservation.pk, "minutes": minutes,
-                                                   "end": reservation.end.isoformat()}, targets)  # fmt: skip
+                events.emit(
+                    "reservation.ending",
+                    {"id": reservation.pk, "minutes": minutes, "end": reservation.end.isoformat()},
+                    targets,
+                )
                 done["warned"] += 1
     done["refinished"] = _finish_stalled_endings(now, actor=actor)
     # A host scheduled to leave service "after its reservations" goes once the last has ended.
@@ -1126,8 +1239,12 @@ def _finish_stalled_endings(now, *, actor):
     busy_ids |= {rid for rid, vm_id in vms_of.items() if vm_id in busy_vms}
     for rid in ids:
         if rid not in busy_ids:
-            jobs.submit("reservation.finish", {"reservation": rid}, actor=actor,
-                        reason=f"reservation {rid}: still ending {STALLED_ENDING} after its teardown")  # fmt: skip
+            jobs.submit(
+                "reservation.finish",
+                {"reservation": rid},
+                actor=actor,
+                reason=f"reservation {rid}: still ending {STALLED_ENDING} after its teardown",
+            )
     return len(set(ids) - busy_ids)
 
 

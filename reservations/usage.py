@@ -154,15 +154,19 @@ def aggregate(first, last=None, now=None):
         UsageDay.objects.bulk_create(
             [
                 UsageDay(day=day, image=image, group=group, **vars(cell))
-                for day, usage in computed.items() for (image, group), cell in usage.cells.items()
-            ], batch_size=1000,
-        )  # fmt: skip
+                for day, usage in computed.items()
+                for (image, group), cell in usage.cells.items()
+            ],
+            batch_size=1000,
+        )
         UsagePeak.objects.bulk_create(
             [
                 UsagePeak(day=day, image=image, group=group, peak=peak)
-                for day, usage in computed.items() for (image, group), peak in usage.peaks.items()
-            ], batch_size=1000,
-        )  # fmt: skip
+                for day, usage in computed.items()
+                for (image, group), peak in usage.peaks.items()
+            ],
+            batch_size=1000,
+        )
     return sorted(computed)
 
 
@@ -213,9 +217,10 @@ def _live(days, image, group, now):
         for day in run:
             usage = computed[day]
             cells = [
-                (key, cell) for key, cell in usage.cells.items()
+                (key, cell)
+                for key, cell in usage.cells.items()
                 if (image is None or key[0] == image) and (group is None or key[1] == group)
-            ]  # fmt: skip
+            ]
             out[day] = (cells, usage.peaks.get((image, group), 0))
     return out
 
@@ -265,10 +270,11 @@ def reclaimed(first, last, image=None, group=None):
     rows = list(
         Reservation.objects.filter(
             reclaimed_at__gte=day_start(first), reclaimed_at__lt=day_start(last + timedelta(days=1))
-        ).exclude(reclaimed="")
+        )
+        .exclude(reclaimed="")
         .order_by()
         .values_list("reclaimed", "image__name", "block__group__name", "user_id", "end", "reclaimed_at")
-    )  # fmt: skip
+    )
     groups = _user_groups({r[3] for r in rows if r[3] is not None and r[2] is None})
     counts, seconds = defaultdict(int), defaultdict(int)
     for kind, img, block_group, user_id, end, at in rows:
@@ -308,18 +314,27 @@ def report(first, last, image=None, group=None, now=None, stored=True):
             groups[grp] += c.seconds
             for name in vars(total):
                 setattr(total, name, getattr(total, name) + getattr(c, name))
-        per_day.append({
-            "day": day.isoformat(), "hours": _hours(seconds), "reservations": sum(c.reservations for _, c in cells),
-            "peak": peak, "refusals": refused_per_day.get(day, 0),
-        })  # fmt: skip
+        per_day.append(
+            {
+                "day": day.isoformat(),
+                "hours": _hours(seconds),
+                "reservations": sum(c.reservations for _, c in cells),
+                "peak": peak,
+                "refusals": refused_per_day.get(day, 0),
+            }
+        )
     top = max(per_day, key=lambda d: d["peak"], default=None)
     return {
-        "from": first.isoformat(), "to": last.isoformat(),
+        "from": first.isoformat(),
+        "to": last.isoformat(),
         "filters": {"image": image, "group": group},
-        "totals": {"hours": _hours(total.seconds), "reservations": total.reservations,
-                   "refusals": sum(r["count"] for r in refused),
-                   "reclaimed": sum(r["count"] for r in given_back),
-                   "reclaimed_hours": round(sum(r["hours"] for r in given_back), 3)},
+        "totals": {
+            "hours": _hours(total.seconds),
+            "reservations": total.reservations,
+            "refusals": sum(r["count"] for r in refused),
+            "reclaimed": sum(r["count"] for r in given_back),
+            "reclaimed_hours": round(sum(r["hours"] for r in given_back), 3),
+        },
         "days": per_day,
         "images": _ranked(images, "image"),
         "groups": _ranked(groups, "group"),
@@ -330,7 +345,7 @@ def report(first, last, image=None, group=None, now=None, stored=True):
             "count": total.ready_count,
             "mean_seconds": round(total.ready_seconds / total.ready_count, 1) if total.ready_count else None,
         },
-    }  # fmt: skip
+    }
 
 
 def _hours(seconds):
@@ -358,8 +373,11 @@ def csv_text(data):
     for row in data.get("reclaimed", []):
         w.writerow(["reclaimed", row["reason"], row["hours"], row["count"], "", ""])
     mean = data["time_to_ready"]["mean_seconds"]
-    w.writerow(["time_to_ready_mean_seconds", "", "", data["time_to_ready"]["count"], "", ""] if mean is None else
-               ["time_to_ready_mean_seconds", mean, "", data["time_to_ready"]["count"], "", ""])  # fmt: skip
+    w.writerow(
+        ["time_to_ready_mean_seconds", "", "", data["time_to_ready"]["count"], "", ""]
+        if mean is None
+        else ["time_to_ready_mean_seconds", mean, "", data["time_to_ready"]["count"], "", ""]
+    )
     return out.getvalue()
 
 

@@ -63,9 +63,14 @@ def reserve(request):
             start, duration = form.window()
             try:
                 reservation = services.reserve(
-                    request.user, form.cleaned_data["image"], actor=request.user, start=start, duration=duration,
-                    ssh_key=form.cleaned_data["ssh_key"], request_key=str(form.cleaned_data["request_key"]),
-                )  # fmt: skip
+                    request.user,
+                    form.cleaned_data["image"],
+                    actor=request.user,
+                    start=start,
+                    duration=duration,
+                    ssh_key=form.cleaned_data["ssh_key"],
+                    request_key=str(form.cleaned_data["request_key"]),
+                )
             except ValidationError as exc:
                 form.add_service_errors(exc)
             else:
@@ -114,9 +119,14 @@ def reservation_list(request):
         reservations = reservations.filter(status__in=SHOWS[show])
     page = Paginator(reservations, PAGE_SIZE).get_page(request.GET.get("page"))
     query = urlencode({"show": show, **({"everyone": 1} if everyone else {})})
-    context = {"page": page, "query": query, "show": show, "shows": list(SHOWS), "everyone": everyone,
-               "topics": "admin" if everyone and access.can(request.user, "see_all")
-               else topics.user_topic(request.user)}  # fmt: skip
+    context = {
+        "page": page,
+        "query": query,
+        "show": show,
+        "shows": list(SHOWS),
+        "everyone": everyone,
+        "topics": "admin" if everyone and access.can(request.user, "see_all") else topics.user_topic(request.user),
+    }
     return render(request, "reservations/reservation_list.html", context)
 
 
@@ -129,19 +139,24 @@ def _panel_context(reservation):
         "reservation": reservation,
         "history": list(reservation.history.all()),
         "connection": services.connection(reservation),
-        "steps": [(name, label, "done" if i < reached else "current" if i == reached else "todo")
-                  for i, (name, label) in enumerate(STEPS)],  # fmt: skip
+        "steps": [
+            (name, label, "done" if i < reached else "current" if i == reached else "todo")
+            for i, (name, label) in enumerate(STEPS)
+        ],
         "may_extend": reservation.status in Reservation.ACTIVE and reservation.allocation_id is not None,
-        "may_end": reservation.status in (Reservation.Status.PLACING, Reservation.Status.PROVISIONING,
-                                          Reservation.Status.READY),  # fmt: skip
+        "may_end": reservation.status
+        in (Reservation.Status.PLACING, Reservation.Status.PROVISIONING, Reservation.Status.READY),
         "may_cancel": reservation.status in (Reservation.Status.REQUESTED, Reservation.Status.PENDING),
         "ending_soon": reservation.status == Reservation.Status.READY and reservation.end - now <= warn,
         "extend_form": ExtendForm(),
         "warn_minutes": settings.RESERVATION_WARN_MINUTES,
         "idle": idle.countdown(reservation, now),
         # its own topic (status, end warnings) and its owner's (the VM's build steps)
-        "live_topics": ",".join([f"reservation.{reservation.pk}", topics.user_topic(reservation.user_id)]
-                                if reservation.user_id else [f"reservation.{reservation.pk}"]),
+        "live_topics": ",".join(
+            [f"reservation.{reservation.pk}", topics.user_topic(reservation.user_id)]
+            if reservation.user_id
+            else [f"reservation.{reservation.pk}"]
+        ),
     }
 
 
@@ -287,9 +302,16 @@ def usage_page(request):
     if error is not None:
         return error
     images, groups = usage.choices()
-    return render(request, "reservations/usage.html", {
-        "report": data, "images": images, "groups": groups, "query": request.GET.urlencode(),
-    })  # fmt: skip
+    return render(
+        request,
+        "reservations/usage.html",
+        {
+            "report": data,
+            "images": images,
+            "groups": groups,
+            "query": request.GET.urlencode(),
+        },
+    )
 
 
 @login_required
@@ -301,5 +323,3 @@ def usage_csv(request):
     response = HttpResponse(usage.csv_text(data), content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="usage-{data["from"]}-{data["to"]}.csv"'
     return response
-
-

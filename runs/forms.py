@@ -23,9 +23,12 @@ class RunForm(forms.Form):
     time_limit = forms.IntegerField(min_value=1, initial=10, help_text="minutes")
     artifacts = forms.CharField(required=False, max_length=1000, help_text="Patterns, space-separated: out/*.xml")
     keep_failed_minutes = forms.IntegerField(
-        min_value=0, initial=0, required=False, label="Keep a failed VM",
+        min_value=0,
+        initial=0,
+        required=False,
+        label="Keep a failed VM",
         help_text="minutes its VM is kept stopped for inspection if it fails (0: destroyed at once)",
-    )  # fmt: skip
+    )
     capture_failed = forms.BooleanField(required=False, label="Capture a failed VM as my image")
 
     def __init__(self, *args, user, **kwargs):
@@ -40,9 +43,14 @@ class RunForm(forms.Form):
 
     def submit_kwargs(self):
         data = self.cleaned_data
-        return {"platform": data["platform"], "argv": data["command"], "time_limit": data["time_limit"] * 60,
-                "artifacts": data["artifacts"].split(), "keep_failed_minutes": data["keep_failed_minutes"] or 0,
-                "capture_failed": data["capture_failed"]}  # fmt: skip
+        return {
+            "platform": data["platform"],
+            "argv": data["command"],
+            "time_limit": data["time_limit"] * 60,
+            "artifacts": data["artifacts"].split(),
+            "keep_failed_minutes": data["keep_failed_minutes"] or 0,
+            "capture_failed": data["capture_failed"],
+        }
 
 
 FIELD_OF = {"command": "command", "platform": "platform", "artifacts": "artifacts", "time_limit": "time_limit",

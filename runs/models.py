@@ -75,9 +75,13 @@ class Run(models.Model):
     )
     kept_until = models.DateTimeField(null=True, blank=True, help_text="Its failed VM is kept (stopped) until then.")
     captured_image = models.ForeignKey(
-        "vms.Image", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        "vms.Image",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
         help_text="The image its failed VM was captured to.",
-    )  # fmt: skip
+    )
     files_removed = models.DateTimeField(
         null=True, blank=True, help_text="When retention (RUNS_RETENTION_DAYS) removed its output and files."
     )

@@ -103,8 +103,14 @@ def _driven(job, drive):
         ran = Run.objects.filter(pk=run_id, started__isnull=False).exists()
         own_end = ran and isinstance(exc, (RunEnded, Canceled)) and not isinstance(exc, Unsound)
         _teardown_now(run_id, message, job.actor, poolable=own_end, keepable=own_end and state == S.ERROR)
-        services.finish(run_id, state, message, actor=job.actor, exit_status=getattr(exc, "exit_status", None),
-                        error="" if state == S.CANCELED else message)  # fmt: skip
+        services.finish(
+            run_id,
+            state,
+            message,
+            actor=job.actor,
+            exit_status=getattr(exc, "exit_status", None),
+            error="" if state == S.CANCELED else message,
+        )
         if isinstance(exc, RunEnded):  # the run's own end: the job did its work
             return {"run": run_id, "state": state, "reason": message}
         raise
@@ -188,8 +194,13 @@ def stay_suspended(run_id, target_id, *, actor):
     stays suspended, its trail says why (the VM's error, from ``undo_migrate``)."""
     vm = load_vm(Run.objects.values_list("vm_id", flat=True).get(pk=run_id))
     target = Hypervisor.objects.values_list("name", flat=True).get(pk=target_id)
-    services.set_state(run_id, S.SUSPENDED, f"its VM could not be moved to {target} ({vm.error or 'failed'}); "
-                       f"still suspended on {vm.host.name}, it resumes when room returns", actor=actor)  # fmt: skip
+    services.set_state(
+        run_id,
+        S.SUSPENDED,
+        f"its VM could not be moved to {target} ({vm.error or 'failed'}); "
+        f"still suspended on {vm.host.name}, it resumes when room returns",
+        actor=actor,
+    )
 
 
 def _follow(job, run_id):
@@ -225,8 +236,14 @@ def _follow(job, run_id):
 
 
 def end(run_id, state, message, *, actor, exit_status):
-    services.finish(run_id, state, message, actor=actor, exit_status=exit_status,
-                    error="" if state in (S.SUCCESS, S.CANCELED) else message)  # fmt: skip
+    services.finish(
+        run_id,
+        state,
+        message,
+        actor=actor,
+        exit_status=exit_status,
+        error="" if state in (S.SUCCESS, S.CANCELED) else message,
+    )
 
 
 def _build(job, vm_id, priority):
@@ -277,13 +294,20 @@ def make_vm(run_id, *, actor):
     if vm is not None:
         Run.objects.filter(pk=run_id).update(vm=vm)
         how = "its warm snapshot: no boot" if vms.has_warm_snapshot(vm) else "its clean snapshot, a fresh seed"
-        services.set_state(run_id, S.WAITING, f"started on a pooled VM {vm.key} on {vm.host.name} (reverted to "
-                           f"{how})", actor=actor)  # fmt: skip
+        services.set_state(
+            run_id, S.WAITING, f"started on a pooled VM {vm.key} on {vm.host.name} (reverted to {how})", actor=actor
+        )
         return {"vm": vm.pk, "pooled": True}
     vm = VM.objects.create(
-        name=f"run-{run_id}", image=run.image, owner=run.owner, adhoc=False, vcpus=run.vcpus,
-        memory_mib=run.memory_mib, disk_gib=run.disk_gib, end=end,
-    )  # fmt: skip
+        name=f"run-{run_id}",
+        image=run.image,
+        owner=run.owner,
+        adhoc=False,
+        vcpus=run.vcpus,
+        memory_mib=run.memory_mib,
+        disk_gib=run.disk_gib,
+        end=end,
+    )
     Run.objects.filter(pk=run_id).update(vm=vm)
     services.set_state(run_id, S.WAITING, f"building its VM {vm.key} ({run.image.name})", actor=actor)
     return {"vm": vm.pk, "pooled": False}
@@ -467,8 +491,12 @@ def keep_in_pool(step, run_id, *, actor, log):
         return False
     kept = step("park", vms.park_in_pool, vm_id, f"pooled after run {run_id}", actor=actor)
     if kept:
-        services.set_state(run_id, Run.objects.get(pk=run_id).state, f"its VM {load_vm(vm_id).key} reverted to "
-                           "its clean snapshot and kept in the pool", actor=actor)  # fmt: skip
+        services.set_state(
+            run_id,
+            Run.objects.get(pk=run_id).state,
+            f"its VM {load_vm(vm_id).key} reverted to its clean snapshot and kept in the pool",
+            actor=actor,
+        )
     return kept
 
 
@@ -542,8 +570,12 @@ def keep_failed(run_id, *, actor):
     until = timezone.now() + timedelta(minutes=run.keep_failed_minutes)
     vms.keep_stopped(vm.pk, f"kept stopped for inspection after run {run_id} failed", actor=actor)
     what = "captured and destroyed" if run.capture_failed else "destroyed"
-    services.kept(run_id, until, f"its VM {vm.key} kept stopped for inspection until {until:%Y-%m-%d %H:%M} UTC, "
-                  f"then {what}", actor=actor)  # fmt: skip
+    services.kept(
+        run_id,
+        until,
+        f"its VM {vm.key} kept stopped for inspection until {until:%Y-%m-%d %H:%M} UTC, then {what}",
+        actor=actor,
+    )
     return True
 
 
@@ -562,8 +594,13 @@ def run_discard(job):
         except Exception as exc:
             if passes_through(exc) or isinstance(exc, Canceled):
                 raise
-            services.set_state(run_id, run.state, f"capturing its VM failed: {fail_reason(exc)}; destroying it",
-                               actor=job.actor, unless_final=False)  # fmt: skip
+            services.set_state(
+                run_id,
+                run.state,
+                f"capturing its VM failed: {fail_reason(exc)}; destroying it",
+                actor=job.actor,
+                unless_final=False,
+            )
     job.step("teardown", teardown, run_id, actor=job.actor)
     services.set_state(run_id, run.state, f"its kept VM {run.vm.key} destroyed", actor=job.actor, unless_final=False)
     return {"run": run_id, "vm": run.vm_id, "image": Run.objects.get(pk=run_id).captured_image_id}
@@ -574,12 +611,16 @@ def _capture(job, run):
     captured = job.step("capture", captures.capture_on_host, run.vm_id, name)
     # The owner's image, as when they capture a VM themselves: restricted, to their groups only.
     visibility, groups = access.capture_access(run.owner, run.image)
-    image = job.step("register", captures.register_capture, run.vm_id, captured, visibility, groups,
-                     actor=job.actor)  # fmt: skip
+    image = job.step("register", captures.register_capture, run.vm_id, captured, visibility, groups, actor=job.actor)
     job.step("captured", _captured, run.pk, image["image"], name, actor=job.actor)
 
 
 def _captured(run_id, image_id, name, *, actor):
     Run.objects.filter(pk=run_id).update(captured_image=image_id)
-    services.set_state(run_id, Run.objects.get(pk=run_id).state, f"its VM captured as the image {name}",
-                       actor=actor, unless_final=False)  # fmt: skip
+    services.set_state(
+        run_id,
+        Run.objects.get(pk=run_id).state,
+        f"its VM captured as the image {name}",
+        actor=actor,
+        unless_final=False,
+    )

@@ -51,15 +51,23 @@ def take(run, end, *, actor):
 
 
 def _take_one(vm, run, size, end, *, actor):
-    demand = vms.demand_for(image := run.image, size, start=timezone.now(), end=end, purpose=f"vm {vm.pk}",
-                            prefer_cached=False)  # fmt: skip
+    demand = vms.demand_for(
+        image := run.image, size, start=timezone.now(), end=end, purpose=f"vm {vm.pk}", prefer_cached=False
+    )
     try:
         with transaction.atomic():
             if vms.is_parked_claim(vm.allocation):  # its disk is counted once: by the run's claim from now
                 capacity.release(vm.allocation, actor=actor, reason=f"{vm.key} taken from the {image.name} pool")
             allocation = capacity.claim_on_host(vm.host, demand, actor=actor, owner=run.owner)
-            if not vms.take_parked(vm, actor=actor, owner=run.owner, allocation=allocation, name=f"run-{run.pk}",
-                                   end=end, reason=f"run {run.pk}: from the {image.name} pool"):  # fmt: skip
+            if not vms.take_parked(
+                vm,
+                actor=actor,
+                owner=run.owner,
+                allocation=allocation,
+                name=f"run-{run.pk}",
+                end=end,
+                reason=f"run {run.pk}: from the {image.name} pool",
+            ):
                 raise _Taken
     except (_Taken, capacity.NoCapacity):  # rolled back: its parked claim stands again
         return False

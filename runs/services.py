@@ -112,18 +112,39 @@ def _inputs(inputs):
         size = len(content) if isinstance(content, bytes) else content.size
         total += size
         if total > settings.RUN_INPUT_MAX_BYTES:
-            raise ValidationError({"inputs": [
-                f"input files are over the limit of {settings.RUN_INPUT_MAX_BYTES} bytes (RUN_INPUT_MAX_BYTES)"
-            ]})  # fmt: skip
+            raise ValidationError(
+                {
+                    "inputs": [
+                        f"input files are over the limit of {settings.RUN_INPUT_MAX_BYTES} bytes (RUN_INPUT_MAX_BYTES)"
+                    ]
+                }
+            )
         cleaned.append((path, content if isinstance(content, bytes) else content.read()))
     if len({p for p, _ in cleaned}) != len(cleaned):
         raise ValidationError({"inputs": ["two input files have the same path"]})
     return cleaned
 
 
-def submit(*, actor, owner, platform="", image=None, argv=None, script="", env=None, artifacts=(), inputs=(),
-           time_limit=None, priority="batch", vcpus=None, memory_mib=None, disk_gib=None, keep_failed_minutes=0,
-           capture_failed=False, reason=""):  # fmt: skip
+def submit(
+    *,
+    actor,
+    owner,
+    platform="",
+    image=None,
+    argv=None,
+    script="",
+    env=None,
+    artifacts=(),
+    inputs=(),
+    time_limit=None,
+    priority="batch",
+    vcpus=None,
+    memory_mib=None,
+    disk_gib=None,
+    keep_failed_minutes=0,
+    capture_failed=False,
+    reason="",
+):
     """Validate and record a run and queue its ``run.execute`` job; returns the run.
 
     Nothing is created when anything is refused (``ValidationError`` per field; a quota's
@@ -138,9 +159,15 @@ def submit(*, actor, owner, platform="", image=None, argv=None, script="", env=N
         raise ValidationError({"priority": [f"one of {', '.join(JOB_PRIORITY)}"]})
     files = _inputs(inputs)
     size = vms.size_for(image, vcpus, memory_mib, disk_gib)
-    errors = {f: [f"{image.name} needs at least {low}"] for f, low in
-              (("vcpus", image.min_vcpus), ("memory_mib", image.min_memory_mib), ("disk_gib", image.min_disk_gib))
-              if size[f] < low}  # fmt: skip
+    errors = {
+        f: [f"{image.name} needs at least {low}"]
+        for f, low in (
+            ("vcpus", image.min_vcpus),
+            ("memory_mib", image.min_memory_mib),
+            ("disk_gib", image.min_disk_gib),
+        )
+        if size[f] < low
+    }
     if errors:
         raise ValidationError(errors)
     now = timezone.now()
@@ -162,18 +189,33 @@ def submit(*, actor, owner, platform="", image=None, argv=None, script="", env=N
                         raise ValidationError({k: v for k, v in exc.message_dict.items() if k != "end"}) from None
             trail = [reasons.entry(f"vclmgr:run:{Actor.of(actor).label}"[:64], reason or "submitted")]
             run = Run.objects.create(
-                owner=owner, platform=platform or "", image=image, argv=argv, script=script, env=env,
-                artifacts=artifacts, time_limit=time_limit, priority=priority, hold_until=hold_until, reason=trail,
-                keep_failed_minutes=keep_failed_minutes, capture_failed=capture_failed, **size,
-            )  # fmt: skip
+                owner=owner,
+                platform=platform or "",
+                image=image,
+                argv=argv,
+                script=script,
+                env=env,
+                artifacts=artifacts,
+                time_limit=time_limit,
+                priority=priority,
+                hold_until=hold_until,
+                reason=trail,
+                keep_failed_minutes=keep_failed_minutes,
+                capture_failed=capture_failed,
+                **size,
+            )
             for path, data in files:
                 name = storage().save(f"{run.pk}/input/{path}", ContentFile(data))
                 stored.append(name)
                 RunFile.objects.create(run=run, kind=RunFile.Kind.INPUT, path=path, size=len(data), stored=name)
             job = jobs.submit(
-                "run.execute", {"run": run.pk}, actor=actor, submitter=owner, priority=JOB_PRIORITY[priority],
+                "run.execute",
+                {"run": run.pk},
+                actor=actor,
+                submitter=owner,
+                priority=JOB_PRIORITY[priority],
                 reason=reason or f"run {run.pk}",
-            )  # fmt: skip
+            )
             Run.objects.filter(pk=run.pk).update(job=job.pk)
             run.job = job.pk
             changelog.record(run, "create", actor, reason=reason or "submitted")
@@ -248,8 +290,9 @@ def store_artifact(run_id, path, data):
 
 
 def finish(run_id, state, message, *, actor, exit_status=None, error=""):
-    return set_state(run_id, state, message, actor=actor, exit_status=exit_status, error=error[:4000],
-                     ended=timezone.now())  # fmt: skip
+    return set_state(
+        run_id, state, message, actor=actor, exit_status=exit_status, error=error[:4000], ended=timezone.now()
+    )
 
 
 def cancel(run, *, actor, reason=""):
@@ -298,8 +341,7 @@ def truncation_note(run):
         return RETENTION_NOTE
     if not run.truncated:
         return ""
-    return (f"[vclmgr: output truncated: {run.output_kept} bytes kept of {run.output_seen} "
-            f"(RUN_OUTPUT_MAX_BYTES)]")  # fmt: skip
+    return f"[vclmgr: output truncated: {run.output_kept} bytes kept of {run.output_seen} (RUN_OUTPUT_MAX_BYTES)]"
 
 
 # --- a run whose job ended without ending it ----------------------------------------------------
@@ -314,8 +356,11 @@ def job_ended(kind, data, topics, ids):
     run = Run.objects.filter(job=data["id"]).exclude(state__in=FINAL).only("pk", "owner_id").first()
     if run is None:
         return
-    transaction.on_commit(lambda: jobs.submit("run.cleanup", {"run": run.pk}, actor=f"run {run.pk}",
-                                              reason=f"run {run.pk}: its job {data['id']} ended"))  # fmt: skip
+    transaction.on_commit(
+        lambda: jobs.submit(
+            "run.cleanup", {"run": run.pk}, actor=f"run {run.pk}", reason=f"run {run.pk}: its job {data['id']} ended"
+        )
+    )
 
 
 DRIVING = ("run.execute", "run.resume")  # the jobs that drive a run (``Run.job``)
@@ -335,9 +380,13 @@ def preemptible():
     """The claims of runs whose command runs and which may be suspended now:
     ``(allocation id, host id, class)`` (``preemption.Holder.candidates``)."""
     rows = Run.objects.filter(
-        state=S.RUNNING, started__isnull=False, cancel_requested=False, suspend_requested=False,
-        vm__state=VM.State.RUNNING, vm__allocation__released__isnull=True,
-    ).exclude(vm__allocation__vcpus=0, vm__allocation__memory_mib=0)  # fmt: skip
+        state=S.RUNNING,
+        started__isnull=False,
+        cancel_requested=False,
+        suspend_requested=False,
+        vm__state=VM.State.RUNNING,
+        vm__allocation__released__isnull=True,
+    ).exclude(vm__allocation__vcpus=0, vm__allocation__memory_mib=0)
     return list(rows.values_list("vm__allocation_id", "vm__host_id", "priority"))
 
 
@@ -352,24 +401,37 @@ def suspend_for(allocation_ids, *, actor, reason):
         raise preemption.Gone(f"{len(set(allocation_ids)) - len(runs)} of the runs to suspend ended or changed")
     for run in runs:
         vms.suspend_claim(run.vm_id, f"its CPU and memory given back to suspend it: {reason}", actor=actor)
-        set_state(run.pk, run.state, f"to be suspended ({run.priority} class): {reason}", actor=actor,
-                  suspend_requested=True)  # fmt: skip
+        set_state(
+            run.pk, run.state, f"to be suspended ({run.priority} class): {reason}", actor=actor, suspend_requested=True
+        )
     return [run.job for run in runs if run.job]
 
 
 def suspended(run_id, *, actor):
     """The run's job suspended its VM (to disk): the run is ``suspended`` from now."""
     run = Run.objects.select_related("vm__host").get(pk=run_id)
-    return set_state(run_id, S.SUSPENDED, f"suspended: its VM {run.vm.key} saved to disk on {run.vm.host.name}",
-                     actor=actor, suspend_requested=False, suspended_at=timezone.now())  # fmt: skip
+    return set_state(
+        run_id,
+        S.SUSPENDED,
+        f"suspended: its VM {run.vm.key} saved to disk on {run.vm.host.name}",
+        actor=actor,
+        suspend_requested=False,
+        suspended_at=timezone.now(),
+    )
 
 
 def resumed(run_id, *, actor):
     """The run's VM runs again: the time it spent suspended is added to what its limit ignores."""
     run = Run.objects.select_related("vm__host").get(pk=run_id)
     away = (timezone.now() - run.suspended_at).total_seconds() if run.suspended_at else 0.0
-    return set_state(run_id, S.RUNNING, f"resumed on {run.vm.host.name} after {away:.0f} s suspended", actor=actor,
-                     suspended_seconds=run.suspended_seconds + away, suspended_at=None)  # fmt: skip
+    return set_state(
+        run_id,
+        S.RUNNING,
+        f"resumed on {run.vm.host.name} after {away:.0f} s suspended",
+        actor=actor,
+        suspended_seconds=run.suspended_seconds + away,
+        suspended_at=None,
+    )
 
 
 def _resumable():
@@ -389,8 +451,13 @@ def resume_suspended(*, actor):
     for run in _resumable():
         host = run.vm.host
         if host.state == host.State.OFFLINE:  # its memory and disk went with the host
-            _attempt(_hand_over, run, "run.cleanup", f"its host {host.name} went offline while it was suspended: "
-                     "ending it", actor=actor)  # fmt: skip
+            _attempt(
+                _hand_over,
+                run,
+                "run.cleanup",
+                f"its host {host.name} went offline while it was suspended: ending it",
+                actor=actor,
+            )
         elif host.state == host.State.ONLINE and _attempt(_resume_one, run, actor=actor):
             done += 1
         elif drivers.driver_for(host).moves_suspended and _attempt(_move_one, run, actor=actor):
@@ -416,8 +483,9 @@ def _resume_one(run, *, actor):
     hold_until = _latest_end(run)
     with transaction.atomic():
         vms.resume_claim(run.vm_id, hold_until, f"room returned: resuming run {run.pk}", actor=actor)
-        _hand_over(run, "run.resume", f"room returned on {run.vm.host.name}: resuming", actor=actor,
-                   hold_until=hold_until)  # fmt: skip
+        _hand_over(
+            run, "run.resume", f"room returned on {run.vm.host.name}: resuming", actor=actor, hold_until=hold_until
+        )
 
 
 def _move_one(run, *, actor):
@@ -427,24 +495,46 @@ def _move_one(run, *, actor):
     vm, hold_until = run.vm, _latest_end(run)
     last = Job.objects.filter(pk=run.job).values_list("result", flat=True).first()
     refused = [last["refused_by"]] if isinstance(last, dict) and last.get("refused_by") else []
-    demand = vms.vm_demand(vm, purpose=f"vm {vm.pk} (resumed elsewhere)", hypervisors=[vm.variant.hypervisor_type],
-                           exclude_hosts=[vm.host_id, *refused], prefer_cached=False)  # fmt: skip
+    demand = vms.vm_demand(
+        vm,
+        purpose=f"vm {vm.pk} (resumed elsewhere)",
+        hypervisors=[vm.variant.hypervisor_type],
+        exclude_hosts=[vm.host_id, *refused],
+        prefer_cached=False,
+    )
     with transaction.atomic():
         target = capacity.claim(replace(demand, end=hold_until), actor=actor, owner=vm.owner)
         if target.host.driver != vm.host.driver or getattr(target, "power_on_job", None):
             raise _Raced  # no move between kinds, nor onto a host still to be powered on: rolled back
-        vms.set_state(vm.pk, vm.state, f"to be moved to {target.host.name} to resume there", actor=actor,
-                      target_allocation=target, end=hold_until)  # fmt: skip
-        _hand_over(run, "run.resume", f"room on {target.host.name}: moving it there to resume", actor=actor,
-                   hold_until=hold_until)  # fmt: skip
+        vms.set_state(
+            vm.pk,
+            vm.state,
+            f"to be moved to {target.host.name} to resume there",
+            actor=actor,
+            target_allocation=target,
+            end=hold_until,
+        )
+        _hand_over(
+            run,
+            "run.resume",
+            f"room on {target.host.name}: moving it there to resume",
+            actor=actor,
+            hold_until=hold_until,
+        )
 
 
 def _hand_over(run, opcode, message, *, actor, **fields):
     """Submit the job that takes the suspended run on and make it the run's, if no one did
     first (a conditional UPDATE; ``_Raced`` rolls the caller's transaction back)."""
     with transaction.atomic():
-        job = jobs.submit(opcode, {"run": run.pk}, actor=actor, submitter=run.owner,
-                          priority=JOB_PRIORITY[run.priority], reason=f"run {run.pk}: {message}")  # fmt: skip
+        job = jobs.submit(
+            opcode,
+            {"run": run.pk},
+            actor=actor,
+            submitter=run.owner,
+            priority=JOB_PRIORITY[run.priority],
+            reason=f"run {run.pk}: {message}",
+        )
         if not Run.objects.filter(pk=run.pk, state=S.SUSPENDED, job=run.job).update(job=job.pk, **fields):
             raise _Raced
         set_state(run.pk, S.SUSPENDED, f"{message} (job {job.pk})", actor=actor)
@@ -520,8 +610,9 @@ KEEP_RETRY = timedelta(minutes=10)  # a discard that failed is tried again after
 
 def kept(run_id, until, message, *, actor):
     """The job kept the run's VM stopped (``vms.keep_stopped``) until ``until``: say so."""
-    return set_state(run_id, Run.objects.get(pk=run_id).state, message, actor=actor, unless_final=False,
-                     kept_until=until)  # fmt: skip
+    return set_state(
+        run_id, Run.objects.get(pk=run_id).state, message, actor=actor, unless_final=False, kept_until=until
+    )
 
 
 def kept_vm(run):

@@ -96,13 +96,17 @@ def keep_failed(minutes, capture):
     high = settings.RUN_KEEP_FAILED_MAX_MINUTES
     minutes = minutes or 0
     if not isinstance(minutes, int) or isinstance(minutes, bool) or not 0 <= minutes <= high:
-        raise ValidationError({"keep_failed_minutes": [
-            f"a failed run's VM is kept 0 to {high} minutes (RUN_KEEP_FAILED_MAX_MINUTES); this is {minutes}"
-        ]})  # fmt: skip
+        raise ValidationError(
+            {
+                "keep_failed_minutes": [
+                    f"a failed run's VM is kept 0 to {high} minutes (RUN_KEEP_FAILED_MAX_MINUTES); this is {minutes}"
+                ]
+            }
+        )
     if capture and not high:
-        raise ValidationError({"capture_failed": [
-            "keeping failed runs' VMs is turned off (RUN_KEEP_FAILED_MAX_MINUTES)"
-        ]})  # fmt: skip
+        raise ValidationError(
+            {"capture_failed": ["keeping failed runs' VMs is turned off (RUN_KEEP_FAILED_MAX_MINUTES)"]}
+        )
     return minutes, bool(capture)
 
 

@@ -24,8 +24,9 @@ def run_list(request):
     form = RunForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
         try:
-            run = services.submit(actor=request.user, owner=request.user, reason="from the runs page",
-                                  **form.submit_kwargs())  # fmt: skip
+            run = services.submit(
+                actor=request.user, owner=request.user, reason="from the runs page", **form.submit_kwargs()
+            )
         except ValidationError as exc:
             add_service_errors(form, exc)
         else:
@@ -40,10 +41,14 @@ def run_detail(request, pk):
     chunks, last = services.log(run, -1, LOG_ON_PAGE)
     text = b"".join(bytes(c.data) for c in chunks).decode("utf-8", "replace")
     context = {
-        "run": run, "kept_vm": services.kept_vm(run), "log_text": text, "last_seq": last,
+        "run": run,
+        "kept_vm": services.kept_vm(run),
+        "log_text": text,
+        "last_seq": last,
         "note": services.truncation_note(run),
-        "artifacts": run.files.filter(kind=RunFile.Kind.ARTIFACT), "inputs": run.files.filter(kind=RunFile.Kind.INPUT),
-    }  # fmt: skip
+        "artifacts": run.files.filter(kind=RunFile.Kind.ARTIFACT),
+        "inputs": run.files.filter(kind=RunFile.Kind.INPUT),
+    }
     return render(request, "runs/run_detail.html", context)
 
 

@@ -64,7 +64,7 @@ def _shares_by_module(item):
     module) goes to the same xdist worker as the rest of its module (`--dist loadgroup`), so the
     module starts its shared things once, not once per worker."""
     info = getattr(item, "_fixtureinfo", None)
-    for definitions in (info.name2fixturedefs.values() if info else ()):
+    for definitions in info.name2fixturedefs.values() if info else ():
         if any(definition.scope == "module" for definition in definitions):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
             return
@@ -113,8 +113,7 @@ def migrated_schedules(db):
 
     from django.apps import apps
 
-    for module in ("jobs.migrations.0002_job_sweep_schedule",
-                   "provisioning.migrations.0002_facts_refresh_schedule"):  # fmt: skip
+    for module in ("jobs.migrations.0002_job_sweep_schedule", "provisioning.migrations.0002_facts_refresh_schedule"):
         import_module(module).create(apps, None)
 
 
@@ -232,6 +231,7 @@ def ws_connect(asgi_server):
 
 # --- inventory objects, made through the services -----------------------------------
 
+
 @pytest.fixture
 def group(db):
     return inventory_services.create_node_group(actor=TEST, name="lab", alloc_policy="preferred")
@@ -245,7 +245,10 @@ def chassis(db):
 @pytest.fixture
 def credential(db):
     return inventory_services.create_credential(
-        actor=TEST, name="root-ssh", username="root", secret="hunter2-very-secret"  # noqa: S106
+        actor=TEST,
+        name="root-ssh",
+        username="root",
+        secret="hunter2-very-secret",  # noqa: S106
     )
 
 
@@ -253,8 +256,14 @@ def credential(db):
 def make_host(db):
     def make(name=None, tags=(), **fields):
         n = next(_numbers)
-        values = {"name": name or f"host{n:04d}", "address": f"10.1.{n // 250}.{n % 250 + 1}", "driver": "sim",
-                  "cpus": 16, "memory_mib": 65536, "disk_gib": 500}
+        values = {
+            "name": name or f"host{n:04d}",
+            "address": f"10.1.{n // 250}.{n % 250 + 1}",
+            "driver": "sim",
+            "cpus": 16,
+            "memory_mib": 65536,
+            "disk_gib": 500,
+        }
         values.update(fields)
         return inventory_services.create_hypervisor(actor=TEST, tags=tags, **values)
 
@@ -262,6 +271,7 @@ def make_host(db):
 
 
 # --- a Redfish BMC: sushy-emulator, one per test (it starts in ~0.5 s) ---------------------
+
 
 @pytest.fixture
 def redfish_bmc(tmp_path, settings):
@@ -292,11 +302,19 @@ def bmc_host(db):
 
     def point(host, emulator, name, password=redfish.PASSWORD, **fields):
         credential = inventory_services.create_credential(
-            actor=TEST, name=f"bmc-{host.name}-{next(_numbers)}", username=redfish.USERNAME, secret=password,
+            actor=TEST,
+            name=f"bmc-{host.name}-{next(_numbers)}",
+            username=redfish.USERNAME,
+            secret=password,
             endpoints=[fields.get("bmc_address", emulator.url)],
-        )  # fmt: skip
-        values = {"bmc_address": emulator.url, "bmc_credential": credential, "bmc_system": emulator.systems[name],
-                  "bmc_verify_tls": False, **fields}  # fmt: skip
+        )
+        values = {
+            "bmc_address": emulator.url,
+            "bmc_credential": credential,
+            "bmc_system": emulator.systems[name],
+            "bmc_verify_tls": False,
+            **fields,
+        }
         return inventory_services.update_hypervisor(host, actor=TEST, **values)
 
     return point

@@ -53,11 +53,15 @@ def _write_certificates(folder):
 
     def make(subject, issuer, key, signer, ca, san=None):
         builder = (
-            x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(issuer)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=1))
             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        )  # fmt: skip
+        )
         if san:
             builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
         return builder.sign(signer, hashes.SHA256())

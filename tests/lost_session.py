@@ -22,8 +22,13 @@ class EndSessionAt:
 
 def _terminate(pid):
     params = connection.get_connection_params()
-    with psycopg.connect(host=params.get("host"), port=params.get("port"), user=params.get("user"),
-                         dbname=params["dbname"], autocommit=True) as admin:  # fmt: skip
+    with psycopg.connect(
+        host=params.get("host"),
+        port=params.get("port"),
+        user=params.get("user"),
+        dbname=params["dbname"],
+        autocommit=True,
+    ) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", [pid])
 
 

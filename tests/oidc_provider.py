@@ -50,9 +50,18 @@ class Provider:
 
     def user(self, username, password, email="", groups=(), first_name="", last_name=""):
         self.manage(
-            "idp_user", username, password, "--email", email, "--groups", ",".join(groups),
-            "--first-name", first_name, "--last-name", last_name,
-        )  # fmt: skip
+            "idp_user",
+            username,
+            password,
+            "--email",
+            email,
+            "--groups",
+            ",".join(groups),
+            "--first-name",
+            first_name,
+            "--last-name",
+            last_name,
+        )
 
     def stop(self):
         self.child.stop()

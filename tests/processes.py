@@ -76,9 +76,14 @@ class Child:
         read_fd, self._lifeline, value = lifeline.open_pipe()
         try:
             self.proc = subprocess.Popen(
-                args, cwd=ROOT, env={**env, lifeline.ENV: value}, stdout=self.log, stderr=subprocess.STDOUT,
-                start_new_session=True, pass_fds=(read_fd,),
-            )  # fmt: skip
+                args,
+                cwd=ROOT,
+                env={**env, lifeline.ENV: value},
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(read_fd,),
+            )
         finally:
             os.close(read_fd)
 
@@ -184,11 +189,22 @@ def start_redis(tmp_path):
     """A private redis-server on a free loopback port (no disk writes); ``.url`` to reach it."""
     port = free_port()
     child = Child(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)],
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
         dict(os.environ),
         tmp_path / "redis.log",
-    )  # fmt: skip
+    )
 
     wait_for(lambda: listens(port), 15, "redis-server to listen", child)
     child.url = f"redis://127.0.0.1:{port}/0"

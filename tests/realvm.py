@@ -308,8 +308,17 @@ def seed_for(user):
 def ssh_run(port, login, command, host="127.0.0.1", **auth):
     client = paramiko.SSHClient()
     client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a fresh guest: its host key is new
-    client.connect(host, port=port, username=login, timeout=30, banner_timeout=30, auth_timeout=60,
-                   allow_agent=False, look_for_keys=False, **auth)
+    client.connect(
+        host,
+        port=port,
+        username=login,
+        timeout=30,
+        banner_timeout=30,
+        auth_timeout=60,
+        allow_agent=False,
+        look_for_keys=False,
+        **auth,
+    )
     try:
         _, stdout, stderr = client.exec_command(command, timeout=60)
         out = stdout.read().decode()

@@ -70,8 +70,16 @@ class Emulator:
             raise EmulatorError(f"{BINARY} is missing: pip install -r requirements-dev.txt (sushy-tools)")
         self.directory.mkdir(parents=True, exist_ok=True)
         self.systems = {name: str(uuid.uuid4()) for name in self.initial}
-        fake = [{"uuid": self.systems[name], "name": name, "power_state": STATES[state], "external_notifier": False,
-                 "nics": []} for name, state in self.initial.items()]  # fmt: skip
+        fake = [
+            {
+                "uuid": self.systems[name],
+                "name": name,
+                "power_state": STATES[state],
+                "external_notifier": False,
+                "nics": [],
+            }
+            for name, state in self.initial.items()
+        ]
         auth = self.directory / "htpasswd"
         auth.write_text(f"{USERNAME}:{bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()}\n")
         config = {
@@ -90,9 +98,12 @@ class Emulator:
         log = open(self.directory / "emulator.log", "wb")  # noqa: SIM115 (the child keeps writing to it)
         self.process = subprocess.Popen(
             [*self._command(), "--config", str(conf), "--port", str(self.port)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
             env={**os.environ, "SUSHY_EMULATOR_CONFIG": "", "BMC_MIN_DELAY": str(self.min_delay)},
-        )  # fmt: skip
+        )
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -75,9 +75,11 @@ class IdentityProvider:
             "ann": student("ann@uni.example"),
             "mallory-sig": student("mallory-sig@uni.example", mode="tamper"),
             "mallory-aud": student("mallory-aud@uni.example", mode="other-audience"),
-            **{f"mallory-{mode}": student(f"mallory-{mode}@uni.example", mode=mode)
-               for mode in ("unsigned", "response-only", "rogue-key", "expired")},
-        }  # fmt: skip
+            **{
+                f"mallory-{mode}": student(f"mallory-{mode}@uni.example", mode=mode)
+                for mode in ("unsigned", "response-only", "rogue-key", "expired")
+            },
+        }
         self.save()
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"

@@ -141,8 +141,7 @@ def test_every_directory_the_settings_write_to_is_writable_in_the_read_only_cont
         if value.startswith("/") and name != "PATH":
             env[name] = root + value
     env.update(PATH="/usr/bin:/bin", HOME=str(tmp_path), DJANGO_SETTINGS_MODULE="vclmgr.settings")
-    done = subprocess.run([sys.executable, "-c", WRITES], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", WRITES], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     mounts = _writable(service)

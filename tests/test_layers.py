@@ -1,7 +1,9 @@
 """The folder tree is the architecture: each layer imports only the layers below it.
 
 Read from the source with ``ast`` (also imports inside functions), so a lazy import cannot
-hide a wrong direction. ARCHITECTURE.md draws the same table.
+hide a wrong direction; a model named to ``apps.get_model`` and a command named to
+``call_command`` count as imports of the app that provides them. ARCHITECTURE.md draws the
+same table.
 """
 
 import ast
@@ -41,8 +43,16 @@ ALLOWED = {
     "rapi": UP_TO_PROVISIONING | {"console", "reservations", "runs", "notifications"},
 }
 # The project's wiring sits above every app: it may import anything.
-SITE = ("vclmgr.urls", "vclmgr.routing", "vclmgr.asgi", "vclmgr.settings", "vclmgr.views", "vclmgr.demo",
-        "vclmgr.management", "vclmgr.apps")
+SITE = (
+    "vclmgr.urls",
+    "vclmgr.routing",
+    "vclmgr.asgi",
+    "vclmgr.settings",
+    "vclmgr.views",
+    "vclmgr.demo",
+    "vclmgr.management",
+    "vclmgr.apps",
+)
 LAYERS = sorted(ALLOWED, key=len, reverse=True)
 
 
@@ -70,6 +80,26 @@ def imports_of(path):
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             # ``from a.b import c`` may name a module or a name inside one: a.b.c covers both.
             yield from (f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            name = getattr(node.func, "attr", getattr(node.func, "id", None))
+            if name == "get_model" and isinstance(node.args[0].value, str):
+                yield _model_module(node.args[0].value)
+            elif name == "call_command" and isinstance(node.args[0].value, str):
+                yield _command_module(node.args[0].value)
+
+
+def _model_module(label):
+    """``apps.get_model("vms", "VM")`` or ``("vms.VM")`` → the module of the app labelled ``vms``."""
+    from django.apps import apps
+
+    label = label.split(".")[0]
+    return f"{apps.get_app_config(label).name}.models" if label in apps.app_configs else label
+
+
+def _command_module(command):
+    from django.core.management import get_commands
+
+    return f"{get_commands().get(command, 'django.core')}.management.commands.{command}"
 
 
 def wrong_directions():
@@ -96,10 +126,16 @@ def test_layers_import_only_downwards():
     assert sorted(set(wrong_directions())) == []
 
 
-@pytest.mark.parametrize(("module", "layer"), [
-    ("placement.engine", "placement"), ("provisioning.opcodes.lifecycle", "provisioning"),
-    ("drivers.registry", "drivers"), ("vclmgr.urls", "site"), ("tests.fake.x", None),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("module", "layer"),
+    [
+        ("placement.engine", "placement"),
+        ("provisioning.opcodes.lifecycle", "provisioning"),
+        ("drivers.registry", "drivers"),
+        ("vclmgr.urls", "site"),
+        ("tests.fake.x", None),
+    ],
+)
 def test_layer_of_knows_the_tree(module, layer):
     # The checker itself: each folder is its layer; the site's wiring above all; tests in none.
     assert layer_of(module) == layer
@@ -110,3 +146,19 @@ def test_the_checker_sees_a_wrong_direction(tmp_path):
     bad.write_text("def f():\n    from reservations import services\n")
     assert "reservations.services" in set(imports_of(bad))
     assert "reservations" not in ALLOWED["placement"]
+
+
+def test_the_checker_sees_models_and_commands_named_across_layers(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from django.apps import apps\n"
+        "from django.core.management import call_command\n"
+        "def f():\n"
+        "    apps.get_model('vms', 'VM')\n"
+        "    apps.get_model('reservations.Reservation')\n"
+        "    call_command('plan', 'list')\n"
+        "    call_command('migrate')\n"
+    )
+    named = set(imports_of(bad))
+    assert {"provisioning.models", "reservations.models", "provisioning.management.commands.plan"} <= named
+    assert layer_of("django.core.management.commands.migrate") is None  # Django's own: no layer

@@ -46,9 +46,11 @@ def _vcsim_binary():
     except (OSError, subprocess.TimeoutExpired) as exc:
         pytest.fail(f"cannot build vcsim: {exc}", pytrace=False)
     if build.returncode != 0:
-        pytest.fail(f"cannot build vcsim (tools/vcsim/build.sh): {build.stderr.strip()[-2000:]}\n"
-                    f"Go and govmomi are needed: {INSTALL_HINT} (Debian golang-go golang-github-vmware-govmomi-dev)",
-                    pytrace=False)
+        pytest.fail(
+            f"cannot build vcsim (tools/vcsim/build.sh): {build.stderr.strip()[-2000:]}\n"
+            f"Go and govmomi are needed: {INSTALL_HINT} (Debian golang-go golang-github-vmware-govmomi-dev)",
+            pytrace=False,
+        )
     return build.stdout.strip().splitlines()[-1]
 
 
@@ -70,9 +72,21 @@ def vcsim(tmp_path_factory):
     log_path = tmp_path_factory.mktemp("vcsim") / "vcsim.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [binary, "-listen", "127.0.0.1:0", "-username", VCSIM_USER, "-password", VCSIM_PASSWORD,
-             "-stdin-eof", *VCSIM_ARGS],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+            [
+                binary,
+                "-listen",
+                "127.0.0.1:0",
+                "-username",
+                VCSIM_USER,
+                "-password",
+                VCSIM_PASSWORD,
+                "-stdin-eof",
+                *VCSIM_ARGS,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
         )
     try:
         line = _first_line(proc, timeout=60)
@@ -89,5 +103,3 @@ def vcsim(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-

@@ -190,14 +190,16 @@ class Libvirtd:
         # A virtlogd someone else runs serves us as well; we only stop the one we start.
         if not _running(("virtlogd",)):
             subprocess.run(["virtlogd", "-d", "-p", str(STATE / "virtlogd.pid")], check=True, timeout=30)
-        subprocess.run(
-            [LIBVIRTD, "-d", "-p", str(STATE / "libvirtd.pid"), "-f", str(conf)], check=True, timeout=30
-        )
+        subprocess.run([LIBVIRTD, "-d", "-p", str(STATE / "libvirtd.pid"), "-f", str(conf)], check=True, timeout=30)
         with open(STATE / "reaper.log", "ab") as log:
             subprocess.Popen(  # noqa: S603 (this file, fixed arguments)
-                [sys.executable, str(Path(__file__).resolve()), "reap"], start_new_session=True,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT,
-            )  # fmt: skip
+                [sys.executable, str(Path(__file__).resolve()), "reap"],
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                cwd=ROOT,
+            )
         import libvirt
 
         deadline = time.monotonic() + timeout

@@ -67,8 +67,13 @@ def main(path="/", out="docs/screenshot.png"):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([*run, "serve", "--port", str(port), "--workers", "1"], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    server = subprocess.Popen(
+        [*run, "serve", "--port", str(port), "--workers", "1"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while socket.socket().connect_ex(("127.0.0.1", port)) != 0:

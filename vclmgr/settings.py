@@ -158,9 +158,10 @@ elif _db["ENGINE"] != "django.db.backends.sqlite3":
     _pool_size = env.int("DATABASE_POOL_SIZE", 10, minimum=0)
     if _pool_size:
         _db.setdefault("OPTIONS", {})["pool"] = {
-            "min_size": 1, "max_size": _pool_size,
+            "min_size": 1,
+            "max_size": _pool_size,
             "timeout": env.float("DATABASE_POOL_TIMEOUT", 10.0, minimum=0.1),
-        }  # fmt: skip
+        }
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -276,8 +277,12 @@ if OIDC_ENABLED:
     if not OIDC_OP_DISCOVERY_URL:
         _missing = [
             name
-            for name in ("OIDC_OP_ISSUER", "OIDC_OP_AUTHORIZATION_ENDPOINT", "OIDC_OP_TOKEN_ENDPOINT",
-                         "OIDC_OP_USER_ENDPOINT")
+            for name in (
+                "OIDC_OP_ISSUER",
+                "OIDC_OP_AUTHORIZATION_ENDPOINT",
+                "OIDC_OP_TOKEN_ENDPOINT",
+                "OIDC_OP_USER_ENDPOINT",
+            )
             + (("OIDC_OP_JWKS_ENDPOINT",) if OIDC_RP_SIGN_ALGO != "HS256" else ())
             if not globals()[name]
         ]
@@ -312,8 +317,10 @@ if SAML_ENABLED:
     INSTALLED_APPS.append("djangosaml2")
     # Its own session (cookie saml_session) keeps the outstanding requests and the subject
     # for single logout across the IdP round trip.
-    MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.sessions.middleware.SessionMiddleware") + 1,
-                      "djangosaml2.middleware.SamlSessionMiddleware")  # fmt: skip
+    MIDDLEWARE.insert(
+        MIDDLEWARE.index("django.contrib.sessions.middleware.SessionMiddleware") + 1,
+        "djangosaml2.middleware.SamlSessionMiddleware",
+    )
     AUTHENTICATION_BACKENDS.append("accounts.saml.Backend")
     SIGN_ON_METHODS.append({"label": f"Sign in with {globals()['SAML_PROVIDER_NAME']}", "url_name": "saml2_login"})
 
@@ -372,9 +379,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "APPEND_COMPONENTS": {
-        "securitySchemes": {
-            "tokenAuth": {"type": "http", "scheme": "bearer", "description": "An API token (vcl_…)"}
-        }
+        "securitySchemes": {"tokenAuth": {"type": "http", "scheme": "bearer", "description": "An API token (vcl_…)"}}
     },
     "SECURITY": [{"tokenAuth": []}, {"cookieAuth": []}],
     "POSTPROCESSING_HOOKS": [
@@ -468,9 +473,7 @@ for _entry in VCLMGR_OUTBOUND_ALLOW:
 # IAllocator programs the "external" placement policy may run, by name:
 # "name=command [options];name=command". Node groups choose one by name, so only whoever
 # sets the environment decides what the workers execute.
-IALLOCATORS = env.mapping(
-    "IALLOCATORS", {"hail": "/usr/lib/ganeti/3.0/usr/lib/ganeti/iallocators/hail"}
-)
+IALLOCATORS = env.mapping("IALLOCATORS", {"hail": "/usr/lib/ganeti/3.0/usr/lib/ganeti/iallocators/hail"})
 # The one used when a node group (or a request's policy override) names none; "" for none.
 DEFAULT_IALLOCATOR = env.str("DEFAULT_IALLOCATOR", "hail")
 if DEFAULT_IALLOCATOR and DEFAULT_IALLOCATOR not in IALLOCATORS:

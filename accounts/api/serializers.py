@@ -35,9 +35,12 @@ class ApiTokenSerializer(RefuseUnknownFields, serializers.ModelSerializer):
         read_only_fields = ["id", "prefix", "created", "last_used"]
 
     scopes = serializers.ListField(
-        child=serializers.ChoiceField(choices=access.SCOPES), required=False, default=list, max_length=5,
+        child=serializers.ChoiceField(choices=access.SCOPES),
+        required=False,
+        default=list,
+        max_length=5,
         help_text="read (always), reserve, run, operate, admin",
-    )  # fmt: skip
+    )
     effective_scopes = serializers.SerializerMethodField(help_text="The scopes ∩ what the user's roles allow now.")
 
     def get_effective_scopes(self, token) -> list[str]:

@@ -20,13 +20,16 @@ class PlanRequestSerializer(RefuseUnknownFields, serializers.Serializer):
     start = MomentField(required=False, help_text="Default: now.")
     duration = serializers.CharField(required=False, max_length=20, help_text="e.g. 2h, 90m; default open-ended.")
     formats = serializers.ListField(
-        child=_name(), required=False, max_length=10,
+        child=_name(),
+        required=False,
+        max_length=10,
         help_text="Image formats available (a simulated host serves an image's simulated variant only: give image).",
-    )  # fmt: skip
+    )
     image = serializers.CharField(
-        required=False, max_length=200,
+        required=False,
+        max_length=200,
         help_text="An image's name: hosts are restricted to the hypervisor types it has variants for.",
-    )  # fmt: skip
+    )
     required_tags = serializers.ListField(child=_name(), default=list, max_length=50)
     forbidden_tags = serializers.ListField(child=_name(), default=list, max_length=50)
     anti_affinity = serializers.CharField(max_length=100, default="", allow_blank=True)
@@ -34,10 +37,11 @@ class PlanRequestSerializer(RefuseUnknownFields, serializers.Serializer):
     policy = serializers.ChoiceField(choices=[p.value for p in core.Policy], required=False)
     groups = serializers.ListField(child=_name(), required=False, max_length=100)
     priority = serializers.ChoiceField(
-        choices=list(preemption.RANKS), required=False,
+        choices=list(preemption.RANKS),
+        required=False,
         help_text="The priority class it claims with: it may suspend runs of a lower class to fit (default: an "
         "interactive reservation's, RESERVATION_PRIORITY, when it starts now; none for a later start).",
-    )  # fmt: skip
+    )
 
     def validate(self, data):
         if "image" in data:
@@ -79,6 +83,7 @@ class PlanResultSerializer(serializers.Serializer):
     closest_misses = serializers.ListField(child=serializers.DictField(), help_text="Administrators only.")
     earliest_fit = EarliestFitSerializer(allow_null=True)
     suspend = serializers.CharField(
-        allow_blank=True, help_text="When it fits only if runs of a lower class are suspended: how many "
+        allow_blank=True,
+        help_text="When it fits only if runs of a lower class are suspended: how many "
         "('fits if 2 batch runs are suspended'); a claim (a reservation starting now) would suspend them.",
-    )  # fmt: skip
+    )

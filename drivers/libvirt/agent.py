@@ -53,16 +53,22 @@ def start(dom, tag, argv, env, workdir):
     no command. A wrapper that already ended ran, or found the tag's directory of an earlier start."""
     base.check_exec(tag, argv, env)
     variables = {**DEFAULT_ENV, **(env or {})}
-    pid = command(dom, "guest-exec", path="/bin/sh", arg=["-c", WRAPPER, tag, workdir, *argv],
-                  env=[f"{k}={v}" for k, v in variables.items()])["pid"]  # fmt: skip
+    pid = command(
+        dom,
+        "guest-exec",
+        path="/bin/sh",
+        arg=["-c", WRAPPER, tag, workdir, *argv],
+        env=[f"{k}={v}" for k, v in variables.items()],
+    )["pid"]
     where = f"{EXEC_DIR}/{tag}"
     deadline = time.monotonic() + START_TIMEOUT
     while not command(dom, "guest-exec-status", pid=pid).get("exited"):
         if run(dom, ["/bin/sh", "-c", 'test -d "$0"', where])[0] == 0:
             return
         if time.monotonic() > deadline:
-            raise base.DriverError(f"command {tag} did not start within {START_TIMEOUT} s in the guest",
-                                   permanent=False)
+            raise base.DriverError(
+                f"command {tag} did not start within {START_TIMEOUT} s in the guest", permanent=False
+            )
         time.sleep(0.1)
 
 

@@ -35,9 +35,19 @@ def _sub(parent, tag, text=None, **attrs):
 
 
 def domain_xml(
-    spec, *, domain_type, disk_path, disk_format="qcow2", seed_path=None, cpu_mode=None, network=None,
-    forward_port=None, seed_digest=None, disk_cache="none", vnc_listen="127.0.0.1",
-):  # fmt: skip
+    spec,
+    *,
+    domain_type,
+    disk_path,
+    disk_format="qcow2",
+    seed_path=None,
+    cpu_mode=None,
+    network=None,
+    forward_port=None,
+    seed_digest=None,
+    disk_cache="none",
+    vnc_listen="127.0.0.1",
+):
     """The persistent definition of the VM: vcpus, memory, the overlay disk, the NoCloud seed
     as a read-only CD-ROM (``seed_path``), one NIC, a serial console, the guest agent channel,
     and a VNC display on ``vnc_listen`` (the host's loopback by default: only vclmgr's console
@@ -141,8 +151,14 @@ def with_seed(xml_text, seed_path, instance_id, digest):
     empty tray) and the metadata naming the seed's ``instance_id`` and ``digest`` (None: no seed)."""
     root = ET.fromstring(xml_text)
     devices = root.find("devices")
-    old = next((d for d in devices.findall("disk") if d.get("device") == "cdrom"
-                and d.find("target") is not None and d.find("target").get("dev") == "hdc"), None)  # fmt: skip
+    old = next(
+        (
+            d
+            for d in devices.findall("disk")
+            if d.get("device") == "cdrom" and d.find("target") is not None and d.find("target").get("dev") == "hdc"
+        ),
+        None,
+    )
     new = seed_cdrom_xml(seed_path)
     if old is None:
         devices.insert(1 + max((i for i, d in enumerate(devices) if d.tag == "disk"), default=-1), new)

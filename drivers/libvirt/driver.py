@@ -313,13 +313,17 @@ class LibvirtDriver(base.Driver):
             seed = self._seed(pool, spec) if spec.guest is not None else None
             network = self.options.get("network") or spec.network
             xml = domxml.domain_xml(
-                spec, domain_type=self._domain_type(), disk_path=overlay.path(), cpu_mode=self._cpu_mode(),
+                spec,
+                domain_type=self._domain_type(),
+                disk_path=overlay.path(),
+                cpu_mode=self._cpu_mode(),
                 disk_cache=self._disk_cache(),
-                seed_path=seed.path() if seed is not None else None, network=network,
+                seed_path=seed.path() if seed is not None else None,
+                network=network,
                 seed_digest=cloudinit.seed_digest(cloudinit.seed_files(spec.guest)) if spec.guest else None,
                 forward_port=_free_port() if network == domxml.USER_NETWORK else None,
                 vnc_listen=None if self._vnc_listen() == "none" else self._vnc_listen(),
-            )  # fmt: skip
+            )
             dom = self._call(f"define {spec.key}", self.conn.defineXML, xml)
         except (DriverError, cloudinit.SeedError) as exc:
             existing = self._find_domain(spec.key)  # a concurrent create won the race
@@ -669,7 +673,6 @@ class LibvirtDriver(base.Driver):
     def guest_glob(self, key, directory, patterns):
         return agent.glob(self._agent_domain(key), directory, list(patterns))
 
-
     @translated
     def guest_sessions(self, key):
         """The guest's logins from the QEMU guest agent's ``guest-get-users`` (through libvirt's
@@ -688,9 +691,11 @@ class LibvirtDriver(base.Driver):
         for i in range(int(info.get("user.count", 0))):
             login_ms = info.get(f"user.{i}.login-time")
             sessions.append(
-                base.GuestSession(user=str(info.get(f"user.{i}.name", "?")),
-                                  login_time=login_ms / 1000 if login_ms is not None else None)
-            )  # fmt: skip
+                base.GuestSession(
+                    user=str(info.get(f"user.{i}.name", "?")),
+                    login_time=login_ms / 1000 if login_ms is not None else None,
+                )
+            )
         return sessions
 
 

@@ -207,8 +207,9 @@ def _save(source, key):
         raise Conflict(f"{key} runs on {source.host_name}: it is no longer suspended")
     if old is not None:  # left by an attempt whose undo died: the managed save was the memory
         source._call(f"delete stale {old.name()}", old.delete, 0)
-    vol = source._call(f"create {save_name(key)}", pool.createXML,
-                       domxml.volume_xml(save_name(key), 0, "raw", allocation_bytes=0), 0)  # fmt: skip
+    vol = source._call(
+        f"create {save_name(key)}", pool.createXML, domxml.volume_xml(save_name(key), 0, "raw", allocation_bytes=0), 0
+    )
     source._call(f"save the memory of {key}", dom.saveFlags, vol.path(), None, libvirt.VIR_DOMAIN_SAVE_RUNNING)
 
 
@@ -278,10 +279,19 @@ def _settle(target, plan):
         save = target._volume(tpool, save_name(key))
         if save is None:
             raise NotFound(f"the saved memory of {key} is not on {target.host_name}")
-        xml = target._call(f"saved definition of {key}", target.conn.saveImageGetXMLDesc, save.path(),
-                           libvirt.VIR_DOMAIN_SAVE_IMAGE_XML_SECURE)  # fmt: skip
-        target._call(f"restore {key} on {target.host_name}", target.conn.restoreFlags, save.path(),
-                     domxml.repathed(xml, plan.paths), libvirt.VIR_DOMAIN_SAVE_PAUSED)  # fmt: skip
+        xml = target._call(
+            f"saved definition of {key}",
+            target.conn.saveImageGetXMLDesc,
+            save.path(),
+            libvirt.VIR_DOMAIN_SAVE_IMAGE_XML_SECURE,
+        )
+        target._call(
+            f"restore {key} on {target.host_name}",
+            target.conn.restoreFlags,
+            save.path(),
+            domxml.repathed(xml, plan.paths),
+            libvirt.VIR_DOMAIN_SAVE_PAUSED,
+        )
         there = target._domain(key)
     if there.isActive():
         _define(target, key, plan.target_xml(), plan.target_snapshots())
@@ -291,8 +301,9 @@ def _settle(target, plan):
 def _define(driver, key, xml, snapshots):
     dom = driver._call(f"define {key} on {driver.host_name}", driver.conn.defineXML, xml)
     for snap in snapshots:  # redefined: also where they exist (their paths are the host's)
-        driver._call(f"define a snapshot of {key}", dom.snapshotCreateXML, snap,
-                     libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_REDEFINE)  # fmt: skip
+        driver._call(
+            f"define a snapshot of {key}", dom.snapshotCreateXML, snap, libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_REDEFINE
+        )
 
 
 def _undo(source, target, plan, exc):
@@ -313,9 +324,11 @@ def _undo(source, target, plan, exc):
                 target._call(f"delete the copy of {name}", vol.delete, 0)
         _suspend_again(source, key)
     except Exception as failed:
-        raise DriverError(f"moving {key} to {target.host_name} failed ({exc}), and undoing it failed too: {failed}; "
-                          f"its saved memory may be in {save_name(key)} on {source.host_name}",
-                          permanent=True) from exc  # fmt: skip
+        raise DriverError(
+            f"moving {key} to {target.host_name} failed ({exc}), and undoing it failed too: {failed}; "
+            f"its saved memory may be in {save_name(key)} on {source.host_name}",
+            permanent=True,
+        ) from exc
 
 
 def _suspend_again(source, key):
@@ -327,8 +340,9 @@ def _suspend_again(source, key):
     if not dom.isActive() and not dom.hasManagedSaveImage(0):
         if save is None:
             raise Conflict(f"{key} on {source.host_name} has neither a managed save nor {save_name(key)}")
-        source._call(f"restore {key} paused", source.conn.restoreFlags, save.path(), None,
-                     libvirt.VIR_DOMAIN_SAVE_PAUSED)  # fmt: skip
+        source._call(
+            f"restore {key} paused", source.conn.restoreFlags, save.path(), None, libvirt.VIR_DOMAIN_SAVE_PAUSED
+        )
         dom = source._domain(key)
     if dom.isActive():
         source._call(f"suspend {key} again", dom.managedSave, libvirt.VIR_DOMAIN_SAVE_RUNNING)

@@ -85,8 +85,11 @@ class SimDriver(base.Driver):
         row is read with it (every call needs both, and most drivers make one call)."""
         faults = self._faults(step)
         if self._host is None:
-            host = SimHost.objects.filter(name=self.host_name).annotate(fault_id=Subquery(
-                faults.filter(host=OuterRef("pk"))[:1])).first()  # fmt: skip
+            host = (
+                SimHost.objects.filter(name=self.host_name)
+                .annotate(fault_id=Subquery(faults.filter(host=OuterRef("pk"))[:1]))
+                .first()
+            )
             if host is not None:
                 self._host = host
                 return host.fault_id
@@ -243,10 +246,16 @@ class SimDriver(base.Driver):
         staged = base.staged_name(spec.image)
         fingerprint = spec.fingerprint()
         fields = {
-            "key": spec.key, "vcpus": spec.vcpus, "memory_mib": spec.memory_mib, "disk_gib": spec.disk_gib,
-            "image": staged, "image_format": spec.image.format, "network": spec.network, "fingerprint": fingerprint,
+            "key": spec.key,
+            "vcpus": spec.vcpus,
+            "memory_mib": spec.memory_mib,
+            "disk_gib": spec.disk_gib,
+            "image": staged,
+            "image_format": spec.image.format,
+            "network": spec.network,
+            "fingerprint": fingerprint,
             "seed": _seed(spec.key, spec.guest),
-        }  # fmt: skip
+        }
         try:
             # The INSERT alone (a repeated create is the rare case): a savepoint only when a
             # caller's transaction must survive the duplicate key.
@@ -270,18 +279,24 @@ class SimDriver(base.Driver):
         of the usual way would have found); None otherwise (nothing written)."""
         if self._delay("create"):
             return None
-        hosts = SimHost.objects.filter(name=self.host_name).filter(
-            ~Exists(self._faults("create").filter(host=OuterRef("pk"))),
-            Exists(SimImage.objects.filter(host=OuterRef("pk"), name=staged)),
-        ).values("pk")  # fmt: skip
+        hosts = (
+            SimHost.objects.filter(name=self.host_name)
+            .filter(
+                ~Exists(self._faults("create").filter(host=OuterRef("pk"))),
+                Exists(SimImage.objects.filter(host=OuterRef("pk"), name=staged)),
+            )
+            .values("pk")
+        )
         select, select_params = hosts.query.sql_with_params()
         vm = SimVM(**fields)
         columns = [f for f in SimVM._meta.concrete_fields if not f.primary_key and f.name != "host"]
         values = [f.get_db_prep_save(f.pre_save(vm, add=True), connection) for f in columns]
         quote = connection.ops.quote_name
         names = ", ".join(quote(f.column) for f in [*columns, SimVM._meta.get_field("host")])
-        sql = (f"INSERT INTO {quote(SimVM._meta.db_table)} ({names}) SELECT {', '.join(['%s'] * len(values))}, "
-               f"{select.removeprefix('SELECT ')} RETURNING {quote('id')}")  # fmt: skip
+        sql = (
+            f"INSERT INTO {quote(SimVM._meta.db_table)} ({names}) SELECT {', '.join(['%s'] * len(values))}, "
+            f"{select.removeprefix('SELECT ')} RETURNING {quote('id')}"
+        )
         with connection.cursor() as cursor:
             cursor.execute(sql, [*values, *select_params])
             row = cursor.fetchone()

@@ -30,11 +30,19 @@ def image_name(vm):
 def _profile(vm, argv):
     profile = SimExecProfile.objects.filter(image=image_name(vm)).first()
     if profile is None:
-        return {"output": base64.b64encode(f"sim: {shlex.join(argv)}\n".encode()).decode(), "exit_status": 0,
-                "seconds": 0, "files": {}}  # fmt: skip
+        return {
+            "output": base64.b64encode(f"sim: {shlex.join(argv)}\n".encode()).decode(),
+            "exit_status": 0,
+            "seconds": 0,
+            "files": {},
+        }
     output = (profile.output.encode() + bytes.fromhex(profile.output_hex)) * profile.repeat
-    return {"output": base64.b64encode(output).decode(), "exit_status": profile.exit_status,
-            "seconds": profile.seconds, "files": profile.files}  # fmt: skip
+    return {
+        "output": base64.b64encode(output).decode(),
+        "exit_status": profile.exit_status,
+        "seconds": profile.seconds,
+        "files": profile.files,
+    }
 
 
 def paused(state, before, after):

@@ -89,9 +89,10 @@ class SimVM(models.Model):
         default=dict, blank=True, help_text='Its seed: {"instance_id", "digest"} (never the login itself).'
     )
     guest = models.JSONField(
-        default=dict, blank=True,
+        default=dict,
+        blank=True,
         help_text='The emulated guest: {"files": {path: base64}, "execs": {tag: {...}}} (never runs anything).',
-    )  # fmt: skip
+    )
     # Who is "logged in" to the emulated guest (``services.set_sessions``): what the driver's
     # guest_sessions reports while the VM runs, so idle reclamation can be tested without a guest.
     sessions = models.JSONField(

@@ -270,8 +270,9 @@ class GuestChannel:
 
     def _make_directory(self, path):
         try:
-            self._call(f"make {path}", self.files.MakeDirectoryInGuest, directoryPath=path,
-                       createParentDirectories=True)  # fmt: skip
+            self._call(
+                f"make {path}", self.files.MakeDirectoryInGuest, directoryPath=path, createParentDirectories=True
+            )
         except Conflict:
             pass  # there already (made meanwhile)
 
@@ -283,8 +284,9 @@ class GuestChannel:
         entries, index = [], 0
         while True:
             try:
-                page = self._call(f"list {path}", self.files.ListFilesInGuest, filePath=path, index=index,
-                                  maxResults=LIST_PAGE)  # fmt: skip
+                page = self._call(
+                    f"list {path}", self.files.ListFilesInGuest, filePath=path, index=index, maxResults=LIST_PAGE
+                )
             except NotFound:
                 return None
             files = page.files or []
@@ -328,8 +330,9 @@ class GuestChannel:
             if response.status == 416:  # an offset at or past its end: nothing new
                 return b""
             if response.status >= 400:
-                raise TransferFailed(f"{method} of {path} in {self.key} answered {response.status}",
-                                     permanent=response.status < 500)  # fmt: skip
+                raise TransferFailed(
+                    f"{method} of {path} in {self.key} answered {response.status}", permanent=response.status < 500
+                )
             if method != "GET":
                 response.read()
                 return None
@@ -343,8 +346,10 @@ class GuestChannel:
             return response.read(limit)
         except (OSError, http.client.HTTPException) as exc:
             if isinstance(exc, ssl.SSLCertVerificationError):
-                raise Unreachable(f"{method} of {path} in {self.key}: {exc} (set the insecure option to skip the "
-                                  "check)", permanent=True) from None  # fmt: skip
+                raise Unreachable(
+                    f"{method} of {path} in {self.key}: {exc} (set the insecure option to skip the check)",
+                    permanent=True,
+                ) from None
             raise Unreachable(f"{method} of {path} in {self.key}: {exc}") from None
         finally:
             conn.close()

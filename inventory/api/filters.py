@@ -13,8 +13,9 @@ class ByName(django_filters.ModelMultipleChoiceFilter):
     """Objects by name; repeat the parameter for several (?group=a&group=b)."""
 
     def __init__(self, model, **kwargs):
-        super().__init__(field_name=f"{kwargs.pop('path')}__name", to_field_name="name",
-                         queryset=model.objects.all(), **kwargs)
+        super().__init__(
+            field_name=f"{kwargs.pop('path')}__name", to_field_name="name", queryset=model.objects.all(), **kwargs
+        )
 
 
 class HypervisorFilterSet(django_filters.FilterSet):

@@ -55,16 +55,22 @@ class TagListField(serializers.ListField):
 
 class CredentialSerializer(ServiceSerializer):
     secret = serializers.CharField(
-        write_only=True, required=False, allow_blank=True, max_length=4096, trim_whitespace=False,
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        max_length=4096,
+        trim_whitespace=False,
         style={"input_type": "password"},
         help_text="Write-only: stored encrypted, never returned. On update, omit to keep, '' to remove.",
     )
     has_secret = serializers.BooleanField(read_only=True)
     endpoints = serializers.ListField(
-        child=serializers.CharField(max_length=500), required=False, max_length=100,
+        child=serializers.CharField(max_length=500),
+        required=False,
+        max_length=100,
         help_text="The URLs the secret may be sent to (a BMC's https://host:port, a vCenter's URL), kept as "
         "origins; nowhere else. On update they change only with the secret given again.",
-    )  # fmt: skip
+    )
     service_create = staticmethod(services.create_credential)
     service_update = staticmethod(services.update_credential)
 
@@ -88,8 +94,18 @@ class NodeGroupSerializer(HypervisorCountMixin, ServiceSerializer):
 
     class Meta:
         model = NodeGroup
-        fields = ["id", "name", "alloc_policy", "exclusive_storage", "placement_policy", "iallocator",
-                  "description", "hypervisor_count", "created", "updated"]
+        fields = [
+            "id",
+            "name",
+            "alloc_policy",
+            "exclusive_storage",
+            "placement_policy",
+            "iallocator",
+            "description",
+            "hypervisor_count",
+            "created",
+            "updated",
+        ]
         read_only_fields = ["created", "updated"]
 
 
@@ -100,9 +116,22 @@ class BladeCenterSerializer(HypervisorCountMixin, ServiceSerializer):
 
     class Meta:
         model = BladeCenter
-        fields = ["id", "name", "site", "model", "slot_count", "management_address", "notes",
-                  "bmc_address", "bmc_credential", "bmc_verify_tls", "bmc_allow_http",
-                  "hypervisor_count", "created", "updated"]
+        fields = [
+            "id",
+            "name",
+            "site",
+            "model",
+            "slot_count",
+            "management_address",
+            "notes",
+            "bmc_address",
+            "bmc_credential",
+            "bmc_verify_tls",
+            "bmc_allow_http",
+            "hypervisor_count",
+            "created",
+            "updated",
+        ]
         read_only_fields = ["created", "updated"]
 
 
@@ -120,17 +149,60 @@ class HypervisorSerializer(ServiceSerializer):
     class Meta:
         model = Hypervisor
         fields = [
-            "id", "name", "address", "driver", "hypervisor_type", "uri", "credential", "blade_center", "slot",
-            "group", "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
-            "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles", "driver_options",
-            "state", "state_reason", "state_changed_by", "state_changed_at", "tags", "facts", "facts_updated_at",
-            "bmc_address", "bmc_credential", "bmc_system", "bmc_verify_tls", "bmc_allow_http", "power_state",
+            "id",
+            "name",
+            "address",
+            "driver",
+            "hypervisor_type",
+            "uri",
+            "credential",
+            "blade_center",
+            "slot",
+            "group",
+            "cpus",
+            "memory_mib",
+            "disk_gib",
+            "cpu_ratio",
+            "memory_ratio",
+            "disk_ratio",
+            "reserved_cpus",
+            "reserved_memory_mib",
+            "reserved_disk_gib",
+            "max_vms",
+            "spindles",
+            "driver_options",
+            "state",
+            "state_reason",
+            "state_changed_by",
+            "state_changed_at",
+            "tags",
+            "facts",
+            "facts_updated_at",
+            "bmc_address",
+            "bmc_credential",
+            "bmc_system",
+            "bmc_verify_tls",
+            "bmc_allow_http",
+            "power_state",
             "power_state_at",
-            "power_standby", "created", "updated",
+            "power_standby",
+            "created",
+            "updated",
         ]
         fields += ["scheduled_state", "scheduled_reason", "scheduled_until", "scheduled_by"]
-        read_only_fields = ["state", "state_reason", "state_changed_by", "state_changed_at", "facts",
-                            "facts_updated_at", "power_state", "power_state_at", "power_standby", "created", "updated"]
+        read_only_fields = [
+            "state",
+            "state_reason",
+            "state_changed_by",
+            "state_changed_at",
+            "facts",
+            "facts_updated_at",
+            "power_state",
+            "power_state_at",
+            "power_standby",
+            "created",
+            "updated",
+        ]
         read_only_fields += ["scheduled_state", "scheduled_reason", "scheduled_until", "scheduled_by"]
         validators = []  # name and slot uniqueness: the service checks them (case-insensitive names)
 
@@ -171,12 +243,21 @@ class SlotSerializer(serializers.Serializer):
 
 class ImportRequestSerializer(RefuseUnknownFields, serializers.Serializer):
     file = serializers.FileField(required=False, help_text="A CSV, XLSX, JSON or YAML file (multipart).")
-    data = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False,
-                                 help_text="Or the file's text (CSV, JSON or YAML) in a JSON body.")
-    rows = serializers.ListField(child=serializers.DictField(), required=False, max_length=100_000,
-                                 help_text="Or the rows themselves, one object per hypervisor.")
-    format = serializers.ChoiceField(choices=formats.FORMATS, required=False,
-                                     help_text="Default: from the file name's extension.")
+    data = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="Or the file's text (CSV, JSON or YAML) in a JSON body.",
+    )
+    rows = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        max_length=100_000,
+        help_text="Or the rows themselves, one object per hypervisor.",
+    )
+    format = serializers.ChoiceField(
+        choices=formats.FORMATS, required=False, help_text="Default: from the file name's extension."
+    )
     dry_run = serializers.BooleanField(default=False, help_text="Validate and report; write nothing.")
 
     def validate(self, attrs):
@@ -241,21 +322,31 @@ class RegistrationRequestSerializer(RefuseUnknownFields, serializers.Serializer)
     model = serializers.CharField(max_length=100, required=False, allow_blank=True)
     slot_count = serializers.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS)
     management_address = serializers.CharField(max_length=253, required=False, allow_blank=True)
-    bmc_address = serializers.CharField(max_length=500, required=False, allow_blank=True,
-                                        help_text="The chassis' Redfish service (https://…), for host power.")
-    bmc_credential = serializers.CharField(max_length=100, required=False, allow_null=True,
-                                           help_text="The BMC's credential, by name.")
+    bmc_address = serializers.CharField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        help_text="The chassis' Redfish service (https://…), for host power.",
+    )
+    bmc_credential = serializers.CharField(
+        max_length=100, required=False, allow_null=True, help_text="The BMC's credential, by name."
+    )
     notes = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
     first_slot = serializers.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS, required=False)
     last_slot = serializers.IntegerField(min_value=FIRST_SLOT, max_value=MAX_SLOTS, required=False)
-    hostname_pattern = serializers.CharField(max_length=100, required=False,
-                                             help_text="Default {chassis}-s{slot:02d}; placeholders {chassis} "
-                                                       "{slot} {index}.")
+    hostname_pattern = serializers.CharField(
+        max_length=100,
+        required=False,
+        help_text="Default {chassis}-s{slot:02d}; placeholders {chassis} {slot} {index}.",
+    )
     first_address = serializers.CharField(max_length=45, help_text="The next hosts get the next addresses.")
     driver = serializers.ChoiceField(choices=Hypervisor.Driver.choices, default="sim")
-    uri_template = serializers.CharField(max_length=500, required=False, allow_blank=True,
-                                         help_text="e.g. qemu+ssh://root@{address}/system; placeholders "
-                                                   "{address} {name} {slot} {index} {chassis}.")
+    uri_template = serializers.CharField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        help_text="e.g. qemu+ssh://root@{address}/system; placeholders {address} {name} {slot} {index} {chassis}.",
+    )
     credential = serializers.CharField(max_length=100, required=False, allow_null=True)
     group = serializers.CharField(max_length=100, required=False, allow_null=True)
     cpus = serializers.IntegerField(min_value=HOST_MINIMUMS["cpus"], max_value=INT_MAX)

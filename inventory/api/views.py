@@ -212,8 +212,11 @@ class HypervisorViewSet(InventoryViewSet):
         return Response(HypervisorSerializer(self.get_queryset().get(pk=hypervisor.pk)).data)
 
     @extend_schema(
-        responses={200: PowerStateSerializer, 409: OpenApiResponse(description="no BMC"),
-                   502: OpenApiResponse(description="the BMC refused the credential or did not answer")},
+        responses={
+            200: PowerStateSerializer,
+            409: OpenApiResponse(description="no BMC"),
+            502: OpenApiResponse(description="the BMC refused the credential or did not answer"),
+        },
         filters=False,
     )
     @action(detail=True, methods=["get"], filter_backends=[], pagination_class=None)
@@ -229,8 +232,13 @@ class HypervisorViewSet(InventoryViewSet):
         responses={200: ImportReportSerializer, 400: ImportFailureSerializer},
         filters=False,
     )
-    @action(detail=False, methods=["post"], url_path="import", filter_backends=[],
-            parser_classes=[MultiPartParser, FormParser, ImportJSONParser])
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path="import",
+        filter_backends=[],
+        parser_classes=[MultiPartParser, FormParser, ImportJSONParser],
+    )
     def import_(self, request):
         """Import hypervisors from a file (or rows): all rows or none.
 
@@ -258,20 +266,28 @@ class HypervisorViewSet(InventoryViewSet):
             data, name = json.dumps(args["rows"]).encode(), "rows"
         else:
             data, name = args["data"].encode(), "request body"
-        report = services.import_hypervisors(data, args["format"], actor=request.user, dry_run=args["dry_run"],
-                                             file_name=name[:200])
+        report = services.import_hypervisors(
+            data, args["format"], actor=request.user, dry_run=args["dry_run"], file_name=name[:200]
+        )
         if not report.dry_run and not report.ok:
             return _report_failure(report, "the import was refused; nothing was written")
         return Response(ImportReportSerializer(report.as_dict()).data)
 
     @extend_schema(
-        parameters=[OpenApiParameter("format", OpenApiTypes.STR, enum=list(formats.FORMATS),
-                                     description="File format (default csv).")],
+        parameters=[
+            OpenApiParameter(
+                "format", OpenApiTypes.STR, enum=list(formats.FORMATS), description="File format (default csv)."
+            )
+        ],
         responses=EXPORT_RESPONSES,
         filters=True,
     )
-    @action(detail=False, methods=["get"], pagination_class=None,
-            renderer_classes=[CSVRenderer, renderers.JSONRenderer, XLSXRenderer, YAMLRenderer])
+    @action(
+        detail=False,
+        methods=["get"],
+        pagination_class=None,
+        renderer_classes=[CSVRenderer, renderers.JSONRenderer, XLSXRenderer, YAMLRenderer],
+    )
     def export(self, request):
         """The (filtered) hypervisors as a file that imports back unchanged."""
         fmt = request.accepted_renderer.format

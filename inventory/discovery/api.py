@@ -32,9 +32,13 @@ class DiscoverRequestSerializer(RefuseUnknownFields, serializers.Serializer):
     credential = serializers.CharField(required=False, max_length=100, help_text="An existing credential's name.")
     username = serializers.CharField(required=False, allow_blank=True, max_length=150)
     password = serializers.CharField(
-        required=False, allow_blank=True, write_only=True, max_length=500, style={"input_type": "password"},
+        required=False,
+        allow_blank=True,
+        write_only=True,
+        max_length=500,
+        style={"input_type": "password"},
         help_text="Stored as a credential on commit; never returned.",
-    )  # fmt: skip
+    )
     group = serializers.CharField(required=False, max_length=100, help_text="Node group for the hosts.")
     commit = serializers.BooleanField(default=False, help_text="Register or update the hosts (default: preview).")
     reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
@@ -100,16 +104,26 @@ class DiscoverView(APIView):
         args = body.validated_data
         try:
             found = services.discover(
-                args["driver"], args["uris"], actor=request.user, username=args.get("username", ""),
-                password=args.get("password", ""), credential=args.get("credential"), group=args.get("group"),
-                commit=args["commit"], reason=args["reason"] or "discovery through the API",
-            )  # fmt: skip
+                args["driver"],
+                args["uris"],
+                actor=request.user,
+                username=args.get("username", ""),
+                password=args.get("password", ""),
+                credential=args.get("credential"),
+                group=args.get("group"),
+                commit=args["commit"],
+                reason=args["reason"] or "discovery through the API",
+            )
         except services.DiscoveryError as exc:
             code, kind = (400, "invalid") if exc.permanent else (502, "unreachable")
             return Response(error_body(code, kind, f"discovery failed, nothing was written: {exc}"), status=code)
         result = DiscoveryResultSerializer(found.as_dict()).data
         if not found.report.ok:
-            body = error_body(400, "invalid", "a discovered host was rejected; nothing was written",
-                              {"hosts": found.report.messages()[:200]})  # fmt: skip
+            body = error_body(
+                400,
+                "invalid",
+                "a discovered host was rejected; nothing was written",
+                {"hosts": found.report.messages()[:200]},
+            )
             return Response({**body, "report": result}, status=status.HTTP_400_BAD_REQUEST)
         return Response(result, status=status.HTTP_201_CREATED if found.committed else status.HTTP_200_OK)

@@ -68,15 +68,17 @@ class Discovery:
         hosts = []
         for number, (record, (_uri, facts)) in enumerate(zip(self.records, self.facts, strict=True), 1):
             row = rows.get(number)
-            hosts.append({
-                **{name: record.get(name) for name in ("name", "address", "uri", "cpus", "memory_mib", "disk_gib")},
-                "group": record.get("group"),
-                "version": facts.version,
-                "vms": facts.vms,
-                "action": row.action if row else None,
-                "id": row.id if row else None,
-                "errors": row.errors if row else [],
-            })  # fmt: skip
+            hosts.append(
+                {
+                    **{name: record.get(name) for name in ("name", "address", "uri", "cpus", "memory_mib", "disk_gib")},
+                    "group": record.get("group"),
+                    "version": facts.version,
+                    "vms": facts.vms,
+                    "action": row.action if row else None,
+                    "id": row.id if row else None,
+                    "errors": row.errors if row else [],
+                }
+            )
         report = self.report.as_dict()
         return {
             "driver": self.driver,
@@ -255,9 +257,13 @@ def discover(driver, uris, *, actor, username="", password="", credential=None, 
         if credential_name and not credential:  # store the password given (on a dry run: rolled back)
             created = _store_credential(actor, credential_name, user, secret, why, cleaned)
         report = inventory.import_hypervisors(
-            json.dumps(records).encode(), "json", actor=actor, dry_run=not commit, file_name=f"{driver} discovery",
+            json.dumps(records).encode(),
+            "json",
+            actor=actor,
+            dry_run=not commit,
+            file_name=f"{driver} discovery",
             reason=why,
-        )  # fmt: skip
+        )
         if commit and report.ok:
             _report_facts(actor, report, found)
         else:
@@ -274,13 +280,15 @@ def _store_credential(actor, name, username, secret, reason, uris):
     """Saved for the URIs it was given with (and, updated, for those it was saved for before)."""
     existing = Credential.objects.filter(name=name).first()
     if existing is None:
-        inventory.create_credential(actor=actor, name=name, username=username, secret=secret, endpoints=uris,
-                                    description="stored by discovery")  # fmt: skip
+        inventory.create_credential(
+            actor=actor, name=name, username=username, secret=secret, endpoints=uris, description="stored by discovery"
+        )
         return True
     endpoints = inventory.clean_endpoints([*existing.endpoints, *uris])
     if existing.username != username or existing.get_secret() != secret or endpoints != sorted(existing.endpoints):
-        inventory.update_credential(existing, actor=actor, secret=secret, username=username, endpoints=endpoints,
-                                    reason=reason)  # fmt: skip
+        inventory.update_credential(
+            existing, actor=actor, secret=secret, username=username, endpoints=endpoints, reason=reason
+        )
     return False
 
 

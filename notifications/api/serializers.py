@@ -7,17 +7,24 @@ from notifications.models import KIND_NAMES, Notification, Webhook, WebhookDeliv
 
 
 class PreferenceSerializer(RefuseUnknownFields, serializers.Serializer):
-    disabled = serializers.ListField(child=serializers.ChoiceField(choices=KIND_NAMES), allow_empty=True,
-                                     help_text="Notification kinds turned off; every other kind is on.")  # fmt: skip
+    disabled = serializers.ListField(
+        child=serializers.ChoiceField(choices=KIND_NAMES),
+        allow_empty=True,
+        help_text="Notification kinds turned off; every other kind is on.",
+    )
     kinds = serializers.ListField(child=serializers.CharField(), read_only=True, help_text="Every kind there is.")
 
 
 class WebhookSerializer(ServiceSerializer):
     secret = serializers.CharField(
-        write_only=True, required=False, min_length=16, max_length=4096, trim_whitespace=False,
+        write_only=True,
+        required=False,
+        min_length=16,
+        max_length=4096,
+        trim_whitespace=False,
         style={"input_type": "password"},
         help_text="Write-only HMAC-SHA256 signing key: stored encrypted, never returned. On update, omit to keep.",
-    )  # fmt: skip
+    )
     event_kinds = serializers.ListField(child=serializers.CharField(max_length=100), allow_empty=False)
     service_create = staticmethod(services.create_webhook)
     service_update = staticmethod(services.update_webhook)
@@ -36,12 +43,35 @@ class WebhookSerializer(ServiceSerializer):
 class WebhookDeliverySerializer(serializers.ModelSerializer):
     class Meta:
         model = WebhookDelivery
-        fields = ["id", "webhook", "event_kind", "state", "attempts", "status_code", "duration_ms", "last_error",
-                  "created", "next_attempt", "finished"]  # fmt: skip
+        fields = [
+            "id",
+            "webhook",
+            "event_kind",
+            "state",
+            "attempts",
+            "status_code",
+            "duration_ms",
+            "last_error",
+            "created",
+            "next_attempt",
+            "finished",
+        ]
 
 
 class NotificationSerializer(serializers.ModelSerializer):
     class Meta:
         model = Notification
-        fields = ["id", "user", "kind", "event_kind", "email", "subject", "state", "attempts", "last_error",
-                  "created", "next_attempt", "finished"]  # fmt: skip
+        fields = [
+            "id",
+            "user",
+            "kind",
+            "event_kind",
+            "email",
+            "subject",
+            "state",
+            "attempts",
+            "last_error",
+            "created",
+            "next_attempt",
+            "finished",
+        ]

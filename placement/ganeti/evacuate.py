@@ -141,9 +141,7 @@ def _evacuate_one(state: _State, inst: Instance, mode: str, gdx: int, avail, for
         raise EvacFailure(f"Instances of type {template} cannot be relocated")
     if template != "drbd":
         if mode == CHANGE_SECONDARY:
-            raise EvacFailure(
-                f"Instances with disk template '{template}' can't execute change secondary"
-            )
+            raise EvacFailure(f"Instances with disk template '{template}' can't execute change secondary")
         return _best_single(state, inst, gdx, avail, FAILOVER_ANY, force)
     if mode == CHANGE_PRIMARY:
         try:
@@ -215,20 +213,14 @@ def node_evacuate(cluster: GCluster, mode: str, names, force: bool = False) -> E
     for i in idxs:
         inst = state.instances[i]
         gdx = state.nodes[inst.pnode].group
-        avail = [
-            n.idx
-            for n in state.nodes
-            if n.group == gdx and n.idx not in excluded and n.idx != inst.pnode
-        ]
+        avail = [n.idx for n in state.nodes if n.group == gdx and n.idx not in excluded and n.idx != inst.pnode]
         try:
             ops = _evacuate_one(state, inst, mode, gdx, avail, force)
         except EvacFailure as exc:
             result.failed.append((inst.name, str(exc)))
             continue
         new = state.instances[i]
-        result.moved.append(
-            (new.name, cluster.groups[gdx].name, [state.nodes[n].name for n in new.all_nodes()])
-        )
+        result.moved.append((new.name, cluster.groups[gdx].name, [state.nodes[n].name for n in new.all_nodes()]))
         result.jobs.append(ops)
     result.cluster = cluster.replaced(state.nodes, state.instances)
     return result
@@ -250,9 +242,7 @@ def change_group(cluster: GCluster, names, target_groups=()) -> EvacResult:
         try:
             view = cluster.replaced(state.nodes, state.instances)
             count = T.required_nodes(inst.disk_template)
-            group, _, _ = find_best_alloc_group(
-                AllocOptions(capacity=False), view, inst, count, targets
-            )
+            group, _, _ = find_best_alloc_group(AllocOptions(capacity=False), view, inst, count, targets)
             avail = [n.idx for n in state.nodes if n.group == group.idx and n.idx not in offline]
             if not avail:
                 raise EvacFailure(f"no available nodes in group {group.name}")

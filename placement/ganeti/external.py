@@ -32,17 +32,13 @@ def run_iallocator(program: str, request: dict, timeout: float = 60.0) -> dict:
         with os.fdopen(fd, "w") as handle:
             json.dump(request, handle)
         try:
-            done = subprocess.run(
-                [*argv, path], capture_output=True, text=True, timeout=timeout, check=False
-            )
+            done = subprocess.run([*argv, path], capture_output=True, text=True, timeout=timeout, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ExternalAllocatorError(f"{program}: {exc}") from exc
     finally:
         os.unlink(path)
     if done.returncode != 0:
-        raise ExternalAllocatorError(
-            f"{program} exited {done.returncode}: {done.stderr.strip()[:500]}"
-        )
+        raise ExternalAllocatorError(f"{program} exited {done.returncode}: {done.stderr.strip()[:500]}")
     try:
         answer = json.loads(done.stdout)
     except json.JSONDecodeError as exc:

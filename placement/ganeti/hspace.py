@@ -71,8 +71,20 @@ class Spec(Frozen):
 
 
 class HSpaceOptions(Frozen):
-    __slots__ = ("disk_template", "tiered", "standard", "capacity", "spindle_use", "max_length", "accept_existing",
-                 "independent_groups", "offline", "max_cpu", "min_disk", "exact")  # fmt: skip
+    __slots__ = (
+        "disk_template",
+        "tiered",
+        "standard",
+        "capacity",
+        "spindle_use",
+        "max_length",
+        "accept_existing",
+        "independent_groups",
+        "offline",
+        "max_cpu",
+        "min_disk",
+        "exact",
+    )
 
     def __init__(
         self,
@@ -89,15 +101,50 @@ class HSpaceOptions(Frozen):
         min_disk: float | None = None,
         exact: bool = True,  # rank by htools' two-pass scores (near ties re-scored exactly)
     ) -> None:
-        values = (disk_template, tiered, standard, capacity, spindle_use, max_length, accept_existing,
-                  independent_groups, offline, max_cpu, min_disk, exact)  # fmt: skip
+        values = (
+            disk_template,
+            tiered,
+            standard,
+            capacity,
+            spindle_use,
+            max_length,
+            accept_existing,
+            independent_groups,
+            offline,
+            max_cpu,
+            min_disk,
+            exact,
+        )
         for name, value in zip(self.__slots__, values, strict=True):
             _set(self, name, value)
 
 
 class CStats(Record):
-    __slots__ = ("fmem", "fdsk", "fspn", "amem", "adsk", "acpu", "mmem", "mdsk", "mcpu", "imem", "idsk", "ispn",
-                 "icpu", "tmem", "tdsk", "tspn", "tcpu", "vcpu", "ncpu", "xmem", "nmem", "score", "ninst")  # fmt: skip
+    __slots__ = (
+        "fmem",
+        "fdsk",
+        "fspn",
+        "amem",
+        "adsk",
+        "acpu",
+        "mmem",
+        "mdsk",
+        "mcpu",
+        "imem",
+        "idsk",
+        "ispn",
+        "icpu",
+        "tmem",
+        "tdsk",
+        "tspn",
+        "tcpu",
+        "vcpu",
+        "ncpu",
+        "xmem",
+        "nmem",
+        "score",
+        "ninst",
+    )
 
     def __init__(self, **values) -> None:
         for name in self.__slots__:
@@ -398,9 +445,19 @@ class _Chain:
 
 def _shape(inst: Instance) -> tuple:
     """What `try_alloc` reads of a new instance (its name and index aside)."""
-    return (inst.mem, inst.dsk, inst.vcpus, tuple(inst.disks), inst.spindle_use, inst.status,
-            inst.disk_template, inst.auto_balance, inst.forthcoming, tuple(inst.tags),
-            tuple(inst.excl_tags))  # fmt: skip
+    return (
+        inst.mem,
+        inst.dsk,
+        inst.vcpus,
+        tuple(inst.disks),
+        inst.spindle_use,
+        inst.status,
+        inst.disk_template,
+        inst.auto_balance,
+        inst.forthcoming,
+        tuple(inst.tags),
+        tuple(inst.excl_tags),
+    )
 
 
 def _most_frequent(failures: FailStats) -> FailMode:
@@ -471,9 +528,18 @@ def _initial_pairs(cluster: GCluster, ini: CStats) -> list[tuple[str, str]]:
 
 class HSpaceResult(Record):
     __slots__ = (
-        "cluster", "disk_template", "tiered_spec", "standard_spec", "initial", "tiered_cluster", "tiered_placed",
-        "tiered_failures", "standard_cluster", "standard_placed", "standard_failures",
-    )  # fmt: skip
+        "cluster",
+        "disk_template",
+        "tiered_spec",
+        "standard_spec",
+        "initial",
+        "tiered_cluster",
+        "tiered_placed",
+        "tiered_failures",
+        "standard_cluster",
+        "standard_placed",
+        "standard_failures",
+    )
 
     def __init__(
         self,

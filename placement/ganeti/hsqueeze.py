@@ -92,9 +92,7 @@ def _can_switch(cluster: GCluster, inst: Instance, idxs, offline: bool) -> bool:
     return _all_on_online(settled) and _capacity_for(inst, settled.nodes)
 
 
-def squeeze(
-    cluster: GCluster, target_resources: float = 2.0, minimal_resources: float = 2.0
-) -> SqueezeResult:
+def squeeze(cluster: GCluster, target_resources: float = 2.0, minimal_resources: float = 2.0) -> SqueezeResult:
     std = cluster.ipolicy.std
     target = _instance_from_spec(target_resources, std)
     minimal = _instance_from_spec(minimal_resources, std)
@@ -102,18 +100,11 @@ def squeeze(
     candidates = [
         n
         for n in cluster.nodes
-        if not n.offline
-        and not n.is_master
-        and not n.slist
-        and not any(insts[i].local_storage for i in n.plist)
+        if not n.offline and not n.is_master and not n.slist and not any(insts[i].local_storage for i in n.plist)
     ]
     # htools sorts by primary count, largest first (stable), and decides from the end.
     candidates.sort(key=lambda n: -len(n.plist))
-    standby = [
-        n
-        for n in cluster.nodes
-        if n.offline and any(t.startswith(STANDBY_TAG_PREFIX) for t in n.tags)
-    ]
+    standby = [n for n in cluster.nodes if n.offline and any(t.startswith(STANDBY_TAG_PREFIX) for t in n.tags)]
     if not _capacity_for(minimal, cluster.nodes):
         chosen = standby
         for k in range(len(standby) + 1):

@@ -140,9 +140,7 @@ def _optional_int(obj: dict, key: str, what: str) -> int | None:
     return None if obj.get(key) is None else _int(obj, key, what)
 
 
-def parse_request(
-    data: dict, static_kvm_node_memory: int = DEFAULT_STATIC_KVM_MEMORY
-) -> IAllocRequest:
+def parse_request(data: dict, static_kvm_node_memory: int = DEFAULT_STATIC_KVM_MEMORY) -> IAllocRequest:
     """Parse and validate the whole message, as hail does before answering: any malformed
     field raises `IAllocatorError` naming it (hail: exit 1, ``Error: …``)."""
     msg = "invalid iallocator message"
@@ -360,10 +358,7 @@ def _process(req: IAllocRequest, opts: AllocOptions):
         _, results = alloc_list(opts, cluster, requests)
         done = [(i.name, sol.solution.node_names()) for i, sol in results if sol.solution]
         failed = [(i.name, ", ".join(sol.log)) for i, sol in results if sol.solution is None]
-        info = (
-            f"{len(failed)} instances failed to allocate and "
-            f"{len(done)} were allocated successfully"
-        )
+        info = f"{len(failed)} instances failed to allocate and {len(done)} were allocated successfully"
         return info, [[[n, nodes] for n, nodes in done], [[n, m] for n, m in failed]]
     if req.kind == "relocate":
         return "success", _relocate(cluster, body)
@@ -371,9 +366,7 @@ def _process(req: IAllocRequest, opts: AllocOptions):
         res = node_evacuate(cluster, body["evac_mode"], body["instances"])
     else:
         res = change_group(cluster, body["instances"], body.get("target_groups") or [])
-    info = (
-        f"{len(res.failed)} instances failed to move and {len(res.moved)} were moved successfully"
-    )
+    info = f"{len(res.failed)} instances failed to move and {len(res.moved)} were moved successfully"
     return info, res.to_json()
 
 
@@ -397,8 +390,7 @@ def _relocate(cluster: GCluster, body: dict) -> list[str]:
     kind = "secondary" if mirror == T.MIRROR_INTERNAL else "primary"
     if excluded != [expected]:
         raise AllocError(
-            "Unsupported request: excluded nodes not equal to instance's "
-            f"{kind}({expected} versus {excluded})"
+            f"Unsupported request: excluded nodes not equal to instance's {kind}({expected} versus {excluded})"
         )
     mode = "secondary-only" if mirror == T.MIRROR_INTERNAL else "primary-only"
     res = node_evacuate(cluster, mode, [name])

@@ -145,9 +145,19 @@ def shape(inst: Instance) -> tuple:
     """Everything of an instance that adding it to a node reads (the checks, the new
     values), its name, index and nodes aside: equal shapes, equal outcomes on a node."""
     util = inst.extra.get("util")
-    return (inst.mem, inst.dsk, inst.vcpus, inst.status, inst.auto_balance, inst.disk_template,
-            inst.spindle_use, tuple(inst.disks), inst.forthcoming, tuple(inst.excl_tags),
-            None if util is None else tuple(util))  # fmt: skip
+    return (
+        inst.mem,
+        inst.dsk,
+        inst.vcpus,
+        inst.status,
+        inst.auto_balance,
+        inst.disk_template,
+        inst.spindle_use,
+        tuple(inst.disks),
+        inst.forthcoming,
+        tuple(inst.excl_tags),
+        None if util is None else tuple(util),
+    )
 
 
 def check_policy(inst: Instance, ipol: T.IPolicy, excl_storage: bool) -> T.FailMode | None:

@@ -369,8 +369,20 @@ class ValueRows:
     two nodes away from a known one is `derive`d from it (its unchanged columns shared),
     as hspace's consecutive placements each change one node."""
 
-    __slots__ = ("nodes", "base", "columns", "offline", "position", "rows", "slot", "terms", "prefixes",
-                 "deviations", "stats", "twin")  # fmt: skip
+    __slots__ = (
+        "nodes",
+        "base",
+        "columns",
+        "offline",
+        "position",
+        "rows",
+        "slot",
+        "terms",
+        "prefixes",
+        "deviations",
+        "stats",
+        "twin",
+    )
 
     def __init__(self, nodes: Sequence[Node] | None) -> None:
         if nodes is None:  # filled in by `derive`

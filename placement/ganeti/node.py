@@ -330,9 +330,7 @@ class Node:
         _add_load(node.load_forth, inst.extra.get("util"), primary=True)
         return node
 
-    def add_sec(
-        self, inst: Instance, pdx: int, force: bool = False, ignore_disks: bool = False
-    ) -> Node:
+    def add_sec(self, inst: Instance, pdx: int, force: bool = False, ignore_disks: bool = False) -> Node:
         """`addSecExEx`: a new node with ``inst`` as secondary (primary on ``pdx``)."""
         values = sec_added(self, self, inst, pdx, force, ignore_disks)
         node = self.copy()

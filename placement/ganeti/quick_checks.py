@@ -64,9 +64,7 @@ class NodeColumns:
         import numpy as np
 
         self.nodes = list(nodes)  # held, so the ids keying the cache stay theirs
-        self.free_base = np.array(
-            [int(n.t_mem) - n.n_mem - n.i_mem - max(0, n.x_mem) for n in nodes], dtype=np.int64
-        )
+        self.free_base = np.array([int(n.t_mem) - n.n_mem - n.i_mem - max(0, n.x_mem) for n in nodes], dtype=np.int64)
         self.f_dsk = np.array([n.f_dsk for n in nodes], dtype=float)
         self.lo_dsk = np.array([n.lo_dsk for n in nodes], dtype=float)
         self.excl = np.array([n.excl_storage for n in nodes], dtype=bool)
@@ -163,11 +161,20 @@ def _rows(nodes: Sequence[Node]) -> list[tuple]:
             _ROWS.pop(next(iter(_ROWS)))
         rows = [
             (
-                int(n.t_mem) - n.n_mem - n.i_mem - max(0, n.x_mem), n.f_dsk, n.lo_dsk, n.excl_storage,
-                n.inst_spindles, n.hi_spindles, n.r_mem, n.fail_n1, n.u_cpu, n.vcpu_ratio, n.t_cpu,
+                int(n.t_mem) - n.n_mem - n.i_mem - max(0, n.x_mem),
+                n.f_dsk,
+                n.lo_dsk,
+                n.excl_storage,
+                n.inst_spindles,
+                n.hi_spindles,
+                n.r_mem,
+                n.fail_n1,
+                n.u_cpu,
+                n.vcpu_ratio,
+                n.t_cpu,
             )
             for n in nodes
-        ]  # fmt: skip
+        ]
         found = _ROWS[key] = (list(nodes), rows)  # the nodes held: their ids key the cache
     return found[1]
 

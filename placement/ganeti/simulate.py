@@ -86,8 +86,13 @@ def parse_spec(spec: str) -> tuple[str, int, int, int, int, int, bool]:
     cpus = _integer(parts[4], "number of CPUs", spec)
     spindles = _integer(parts[5], "spindles", spec)
     # htools answers nonsense (or loops) for these; we refuse them up front.
-    for value, what in ((count, "node count"), (disk, "disk size"), (mem, "memory size"),
-                        (cpus, "number of CPUs"), (spindles, "spindles")):  # fmt: skip
+    for value, what in (
+        (count, "node count"),
+        (disk, "disk size"),
+        (mem, "memory size"),
+        (cpus, "number of CPUs"),
+        (spindles, "spindles"),
+    ):
         if value < 1:
             raise ValueError(f"{what} must be at least 1, got {value} in '{spec}'")
     return (policy, count, disk, mem, cpus, spindles, excl == "True")

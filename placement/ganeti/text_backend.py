@@ -59,9 +59,7 @@ def parse(text: str, ignore_dynu: bool = False) -> GCluster:
     if len(sections) == 4:
         sections.append([])
     if len(sections) != 5:
-        raise TextFormatError(
-            f"Invalid format of the input file: {len(sections)} sections instead of 4 or 5"
-        )
+        raise TextFormatError(f"Invalid format of the input file: {len(sections)} sections instead of 4 or 5")
     glines, nlines, ilines, ctags, pollines = sections
     groups: list[T.Group] = []
     by_uuid: dict[str, int] = {}
@@ -92,9 +90,7 @@ def parse(text: str, ignore_dynu: bool = False) -> GCluster:
                     break
             else:
                 raise TextFormatError(f"policy for unknown group {owner!r}")
-    return GCluster.build(
-        groups, nodes, instances, [t for t in ctags if t], cluster_policy, ignore_dynu=ignore_dynu
-    )
+    return GCluster.build(groups, nodes, instances, [t for t in ctags if t], cluster_policy, ignore_dynu=ignore_dynu)
 
 
 def _parse_node(line: str, by_uuid: dict[str, int]) -> Node:
@@ -184,10 +180,7 @@ def _parse_ipolicy(line: str) -> tuple[str, T.IPolicy]:
     specs = minmax.split(";")
     if len(specs) % 2:
         raise TextFormatError(f"Odd number of min/max specs for {owner}")
-    pairs = [
-        (T.ISpec.from_text(specs[i]), T.ISpec.from_text(specs[i + 1]))
-        for i in range(0, len(specs), 2)
-    ]
+    pairs = [(T.ISpec.from_text(specs[i]), T.ISpec.from_text(specs[i + 1])) for i in range(0, len(specs), 2)]
     return owner, T.IPolicy(
         tuple(pairs),
         T.ISpec.from_text(std),

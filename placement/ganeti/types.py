@@ -158,8 +158,9 @@ UNIT_SPINDLE = 1
 class ISpec(Frozen):
     __slots__ = ("mem", "cpu", "disk", "disk_count", "nic_count", "spindle_use")
 
-    def __init__(self, mem: int, cpu: int, disk: int, disk_count: int = 1, nic_count: int = 1,
-                 spindle_use: int = 1) -> None:  # fmt: skip
+    def __init__(
+        self, mem: int, cpu: int, disk: int, disk_count: int = 1, nic_count: int = 1, spindle_use: int = 1
+    ) -> None:
         _set(self, "mem", mem)
         _set(self, "cpu", cpu)
         _set(self, "disk", disk)
@@ -248,10 +249,7 @@ class IPolicy(Frozen):
         if not data:
             return cls()
         return cls(
-            tuple(
-                (ISpec.from_json(m["min"]), ISpec.from_json(m["max"]))
-                for m in data.get("minmax", [])
-            )
+            tuple((ISpec.from_json(m["min"]), ISpec.from_json(m["max"])) for m in data.get("minmax", []))
             or ((DEFAULT_MIN, DEFAULT_MAX),),
             ISpec.from_json(data["std"]) if "std" in data else DEFAULT_STD,
             tuple(data.get("disk-templates", DISK_TEMPLATES)),

@@ -16,10 +16,27 @@ class PlanSerializer(serializers.ModelSerializer):
     class Meta:
         model = Plan
         fields = [
-            "id", "kind", "state", "target", "options", "reason", "rate_limit", "score_before", "score_after",
-            "moves", "power_off", "power_on", "claims", "utilisation", "notes", "jobs", "created", "created_by",
-            "executed", "finished",
-        ]  # fmt: skip
+            "id",
+            "kind",
+            "state",
+            "target",
+            "options",
+            "reason",
+            "rate_limit",
+            "score_before",
+            "score_after",
+            "moves",
+            "power_off",
+            "power_on",
+            "claims",
+            "utilisation",
+            "notes",
+            "jobs",
+            "created",
+            "created_by",
+            "executed",
+            "finished",
+        ]
         read_only_fields = fields
 
 
@@ -52,9 +69,14 @@ class PlanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         data = _valid(PlanCreateSerializer, request.data)
         options = {"max_moves": data["max_moves"]} if data["max_moves"] != -1 else {}
         plan = plans.compute(
-            data["kind"], actor=request.user, target=data["target"], group=data["group"],
-            reason=data["reason"], rate_limit=data["rate_limit"], options=options,
-        )  # fmt: skip
+            data["kind"],
+            actor=request.user,
+            target=data["target"],
+            group=data["group"],
+            reason=data["reason"],
+            rate_limit=data["rate_limit"],
+            options=options,
+        )
         return Response(PlanSerializer(plan).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=ExecuteSerializer, responses={202: PlanSerializer})

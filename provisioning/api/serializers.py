@@ -16,15 +16,31 @@ from provisioning.models import VM, Image, ImageVariant, QuotaRule
 
 class ImageVariantSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     guest_password = serializers.CharField(
-        write_only=True, required=False, allow_blank=True, max_length=200, trim_whitespace=False,
-        style={"input_type": "password"}, help_text="VMware: the guest user's password (write-only, stored encrypted).",
-    )  # fmt: skip
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        max_length=200,
+        trim_whitespace=False,
+        style={"input_type": "password"},
+        help_text="VMware: the guest user's password (write-only, stored encrypted).",
+    )
     has_guest_password = serializers.BooleanField(read_only=True)
 
     class Meta:
         model = ImageVariant
-        fields = ["id", "image", "hypervisor_type", "format", "location", "checksum", "size_gib", "guest_username",
-                  "guest_password", "has_guest_password", "created"]  # fmt: skip
+        fields = [
+            "id",
+            "image",
+            "hypervisor_type",
+            "format",
+            "location",
+            "checksum",
+            "size_gib",
+            "guest_username",
+            "guest_password",
+            "has_guest_password",
+            "created",
+        ]
         read_only_fields = ["created"]
         validators = []  # the service reports a duplicate type with a clear message
 
@@ -42,12 +58,36 @@ class ImageSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     class Meta:
         model = Image
         fields = [
-            "id", "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib",
-            "default_vcpus", "default_memory_mib", "default_disk_gib", "visibility", "groups", "parent",
-            "revert_on_end", "pool_size", "active", "user_data", "ready_timeout", "readiness", "required_tags",
-            "forbidden_tags", "anti_affinity", "exclusive_storage", "max_concurrent", "on_host_failure", "variants",
-            "created", "updated",
-        ]  # fmt: skip
+            "id",
+            "name",
+            "os",
+            "platform",
+            "description",
+            "min_vcpus",
+            "min_memory_mib",
+            "min_disk_gib",
+            "default_vcpus",
+            "default_memory_mib",
+            "default_disk_gib",
+            "visibility",
+            "groups",
+            "parent",
+            "revert_on_end",
+            "pool_size",
+            "active",
+            "user_data",
+            "ready_timeout",
+            "readiness",
+            "required_tags",
+            "forbidden_tags",
+            "anti_affinity",
+            "exclusive_storage",
+            "max_concurrent",
+            "on_host_failure",
+            "variants",
+            "created",
+            "updated",
+        ]
         read_only_fields = ["created", "updated"]
 
     def get_variants(self, image) -> list[dict]:
@@ -67,9 +107,28 @@ class VMSerializer(serializers.ModelSerializer):
     class Meta:
         model = VM
         fields = [
-            "id", "key", "name", "image", "variant", "host", "host_name", "allocation", "owner", "state", "vcpus",
-            "memory_mib", "disk_gib", "end", "adhoc", "address", "port", "snapshots", "error", "created", "updated",
-        ]  # fmt: skip
+            "id",
+            "key",
+            "name",
+            "image",
+            "variant",
+            "host",
+            "host_name",
+            "allocation",
+            "owner",
+            "state",
+            "vcpus",
+            "memory_mib",
+            "disk_gib",
+            "end",
+            "adhoc",
+            "address",
+            "port",
+            "snapshots",
+            "error",
+            "created",
+            "updated",
+        ]
         read_only_fields = fields
 
 
@@ -80,14 +139,19 @@ class VMCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     memory_mib = serializers.IntegerField(min_value=16, max_value=16 * 1024 * 1024, required=False)
     disk_gib = serializers.IntegerField(min_value=0, max_value=1024 * 1024, required=False)
     end = MomentField(
-        required=False, allow_null=True, default=None,
+        required=False,
+        allow_null=True,
+        default=None,
         help_text="When it is destroyed (blank: the site's default time; staff: no end). At most the longest time "
         "a reservation may take.",
-    )  # fmt: skip
+    )
     ssh_key = serializers.CharField(
-        required=False, allow_blank=True, default="", max_length=4000,
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=4000,
         help_text="A public key the guest lets its owner in with (blank: the image's own login).",
-    )  # fmt: skip
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -145,9 +209,16 @@ class QuotaRuleSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     class Meta:
         model = QuotaRule
         fields = [
-            "id", "name", "group", "image", "max_duration_minutes", "max_per_user", "max_per_group", "max_vcpus",
+            "id",
+            "name",
+            "group",
+            "image",
+            "max_duration_minutes",
+            "max_per_user",
+            "max_per_group",
+            "max_vcpus",
             "max_memory_mib",
-        ]  # fmt: skip
+        ]
 
     def validate(self, attrs):
         """The rule's own checks (never above a site default; group totals need a group), as the admin runs them."""

@@ -80,8 +80,9 @@ class RepairView(APIView):
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         try:
-            job = repair.submit(data.pop("action"), data, actor=request.user,
-                                source=f"api:{request.user.get_username()}")  # fmt: skip
+            job = repair.submit(
+                data.pop("action"), data, actor=request.user, source=f"api:{request.user.get_username()}"
+            )
         except DjangoValidationError as exc:
             raise serializers.ValidationError(
                 exc.message_dict if hasattr(exc, "error_dict") else exc.messages

@@ -27,8 +27,9 @@ def load_vm(vm_id, building=False):
     (``guest.reservation_login``)."""
     rows = VM.objects.select_related(*services.LOADED)
     if building:
-        cached = HostImage.objects.filter(host=OuterRef("allocation__host"), variant=OuterRef("variant"),
-                                          state=HostImage.State.STAGED)  # fmt: skip
+        cached = HostImage.objects.filter(
+            host=OuterRef("allocation__host"), variant=OuterRef("variant"), state=HostImage.State.STAGED
+        )
         rows = rows.annotate(variant_staged=Exists(cached), reservation_login=guest.reservation_login())
     return rows.get(pk=vm_id)
 
@@ -36,8 +37,10 @@ def load_vm(vm_id, building=False):
 def keeps_variant(vm, host):
     """Does the variant the VM was given (by its reservation, which knew its claim's host) suit
     ``host``? (A claim moved to a host of another type since needs another.)"""
-    return vm.variant is not None and services.pick_variant({vm.variant.hypervisor_type: vm.variant},
-                                                            host.hypervisor_type) is not None  # fmt: skip
+    return (
+        vm.variant is not None
+        and services.pick_variant({vm.variant.hypervisor_type: vm.variant}, host.hypervisor_type) is not None
+    )
 
 
 def authorised_vm(job, building=False):

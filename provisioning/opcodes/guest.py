@@ -38,8 +38,9 @@ def reservation_login(vm=None):
     """The login of a VM's latest reservation as one value (a JSON object; None without one):
     an expression for ``common.load_vm`` to read with the VM (``vm`` None), or read now."""
     rows = VM.reservations.rel.related_model.objects.order_by("-pk")
-    login = JSONObject(encrypted="connect_secret", key="ssh_key", login="connect_user",
-                       user=f"user__{get_user_model().USERNAME_FIELD}")  # fmt: skip
+    login = JSONObject(
+        encrypted="connect_secret", key="ssh_key", login="connect_user", user=f"user__{get_user_model().USERNAME_FIELD}"
+    )
     if vm is None:
         return Subquery(rows.filter(vm=OuterRef("pk")).annotate(login=login).values("login")[:1])
     return rows.filter(vm=vm).annotate(login=login).values_list("login", flat=True).first()

@@ -61,8 +61,13 @@ def refresh_facts(host_id, drain_unreachable=False, *, actor):
     except base.DriverError as exc:
         # failures in a row: the count restarts with every answer (a fresh facts dict has none)
         failures = 1 + (host.facts.get("failed_checks", 0) if host.facts.get("reachable") is False else 0)
-        facts = {**host.facts, "reachable": False, "error": str(exc)[:1000], "checked": checked,
-                 "failed_checks": failures}  # fmt: skip
+        facts = {
+            **host.facts,
+            "reachable": False,
+            "error": str(exc)[:1000],
+            "checked": checked,
+            "failed_checks": failures,
+        }
     inventory.report_facts(host, facts, actor=actor)
     if drain_unreachable:
         _follow_reachability(host, facts, actor=actor)
@@ -79,9 +84,11 @@ def _follow_reachability(host, facts, *, actor):
     if not facts["reachable"]:
         failures = facts.get("failed_checks", 1)
         silent = f"{facts['error']} ({failures} failed check{'s' if failures != 1 else ''})"
-        if limit and failures >= limit and (host.state == Hypervisor.State.ONLINE or (
-            host.state == Hypervisor.State.DRAINED and auto
-        )):  # fmt: skip
+        if (
+            limit
+            and failures >= limit
+            and (host.state == Hypervisor.State.ONLINE or (host.state == Hypervisor.State.DRAINED and auto))
+        ):
             inventory.set_state(host, Hypervisor.State.OFFLINE, f"{AUTO_OFFLINE}: {silent}"[:500], actor=actor)
         elif host.state == Hypervisor.State.ONLINE:
             inventory.set_state(host, Hypervisor.State.DRAINED, f"{AUTO_DRAIN}: {silent}"[:500], actor=actor)
@@ -91,8 +98,12 @@ def _follow_reachability(host, facts, *, actor):
     lost = VM.objects.filter(host=host, state=S.LOST).count()
     if lost:
         if host.state == Hypervisor.State.OFFLINE:
-            inventory.set_state(host, Hypervisor.State.DRAINED, f"reachable again after being offline; {lost} lost "
-                                "VM(s) may still be on it: run verify, destroy them, then put it online",
-                                actor=actor)  # fmt: skip
+            inventory.set_state(
+                host,
+                Hypervisor.State.DRAINED,
+                f"reachable again after being offline; {lost} lost "
+                "VM(s) may still be on it: run verify, destroy them, then put it online",
+                actor=actor,
+            )
         return
     inventory.set_state(host, Hypervisor.State.ONLINE, "reachable again (facts refresh)", actor=actor)

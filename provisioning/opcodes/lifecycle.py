@@ -128,8 +128,9 @@ class Attempt:
             self.placed = self.kept_step("claim", adopt, placing)
         else:
             placing = self.loaded
-            self.placed = self.db_step("claim", claim, vm_id, self.exclude, actor=actor, loaded=self.loaded,
-                                       rank=self.rank)  # fmt: skip
+            self.placed = self.db_step(
+                "claim", claim, vm_id, self.exclude, actor=actor, loaded=self.loaded, rank=self.rank
+            )
         placement = self._placement(placing)
         for n in range(ROOM_STEPS):  # their memory is given back on the host only when they are suspended
             if not self.placed.get("after") or self.step(f"room-{n}", suspensions_ended, self.placed["after"]):
@@ -144,8 +145,13 @@ class Attempt:
             child = self.job.submit_child(
                 "vm.create", {"vm": vm_id}, depends=[[woken["power_on_job"], []]], key=AFTER_POWER_ON
             )
-            return {"vm": vm_id, "host": self.placed["host"], "allocation": self.placed["allocation"],
-                    "after_power_on": woken["power_on_job"], "continued_by": child}  # fmt: skip
+            return {
+                "vm": vm_id,
+                "host": self.placed["host"],
+                "allocation": self.placed["allocation"],
+                "after_power_on": woken["power_on_job"],
+                "continued_by": child,
+            }
         # Each step's record is written by the next one's state change (define's "defining",
         # start's "booting") or by the ready step: a crash in between repeats the step, which
         # finds its work done (a staged image, a defined or running domain).
@@ -162,9 +168,15 @@ class Attempt:
         if self.last:
             self.at = "ready"
             return self.job.last_db_step(
-                "ready" + self.suffix, ready, vm_id, address, actor=actor, job_id=self.job.job_id, job_result=built,
+                "ready" + self.suffix,
+                ready,
+                vm_id,
+                address,
+                actor=actor,
+                job_id=self.job.job_id,
+                job_result=built,
                 known=self.booted,
-            )  # fmt: skip
+            )
         self.db_step("ready", ready, vm_id, address, actor=actor, known=self.booted)
         return built
 
@@ -219,9 +231,15 @@ def retry_elsewhere(vm_id, step, reason, *, actor):
             capacity.release(vm.allocation, actor=actor, reason=f"{vm.key}: {step} failed, retrying on another host")
         where = f" on {failed_host.name}" if failed_host else ""
         services.set_state(
-            vm_id, S.REQUESTED, f"{step} failed{where}; retrying on another host", host=None, allocation=None,
-            variant=None, error=reason[:4000], actor=actor,
-        )  # fmt: skip
+            vm_id,
+            S.REQUESTED,
+            f"{step} failed{where}; retrying on another host",
+            host=None,
+            allocation=None,
+            variant=None,
+            error=reason[:4000],
+            actor=actor,
+        )
     return {"exclude": [failed_host.pk] if failed_host else [], "failed": step, "reason": reason[:1000]}
 
 
@@ -325,9 +343,14 @@ def vm_spec(vm):
     """What the driver is asked for; ``guest`` carries secrets (a password hash), so the spec
     is made for the call and never stored, logged or put in a job result."""
     return base.VMSpec(
-        key=vm.key, vcpus=vm.vcpus, memory_mib=vm.memory_mib, disk_gib=vm.disk_gib, image=services.spec(vm.variant),
-        extra={"guest_port": services.login_port(vm.image)}, guest=guest.guest_login(vm),
-    )  # fmt: skip
+        key=vm.key,
+        vcpus=vm.vcpus,
+        memory_mib=vm.memory_mib,
+        disk_gib=vm.disk_gib,
+        image=services.spec(vm.variant),
+        extra={"guest_port": services.login_port(vm.image)},
+        guest=guest.guest_login(vm),
+    )
 
 
 def define(vm_id, *, actor, known=None, **fields):
@@ -506,7 +529,8 @@ def snapshot(vm_id, name, *, actor):
         vm_id,
         vm.state,
         f"snapshot {name}",
-        snapshots=[*snaps, {"name": name, "state": vm.state, "created": timezone.now().isoformat()}], actor=actor,
+        snapshots=[*snaps, {"name": name, "state": vm.state, "created": timezone.now().isoformat()}],
+        actor=actor,
     )
 
 

@@ -50,9 +50,12 @@ def claim_target(vm_id, target_id, *, actor):
         return {"target": vm.target_allocation.host_id, "allocation": vm.target_allocation_id, "state": vm.state}
     # The disk exists in its variant's format only; the source host is no target (pack would pick it).
     demand = services.vm_demand(
-        vm, purpose=f"vm {vm_id} (migration)", hypervisors=[vm.variant.hypervisor_type], exclude_hosts=[vm.host_id],
+        vm,
+        purpose=f"vm {vm_id} (migration)",
+        hypervisors=[vm.variant.hypervisor_type],
+        exclude_hosts=[vm.host_id],
         prefer_cached=False,
-    )  # fmt: skip
+    )
     with transaction.atomic():
         if target_id:
             target = Hypervisor.objects.filter(pk=target_id).first()

@@ -144,6 +144,5 @@ def host_for_vm(host_id, vm_id, wake, *, actor):
         error = (last.error_message if last is not None else "") or "it is still not online"
         raise Refused(f"{host.name} was to be powered on for this VM, but {error}")
     job_id = capacity.power_on_for(host, f"vm {vm_id}", actor=actor)
-    vms.set_state(vm_id, S.STAGING, f"waiting for {host.name} to be powered on (job {job_id})",
-                  actor=actor)  # fmt: skip
+    vms.set_state(vm_id, S.STAGING, f"waiting for {host.name} to be powered on (job {job_id})", actor=actor)
     return {"power_on_job": job_id, "host_name": host.name}

@@ -20,9 +20,12 @@ class AdoptParams(UnknownParams):
         min_value=1, required=False, allow_null=True, default=None, help_text="User id (default: the admin)."
     )
     image = serializers.IntegerField(
-        min_value=1, required=False, allow_null=True, default=None,
+        min_value=1,
+        required=False,
+        allow_null=True,
+        default=None,
         help_text="Image id to record it with (default: the inactive 'adopted').",
-    )  # fmt: skip
+    )
 
 
 class DestroyParams(UnknownParams):

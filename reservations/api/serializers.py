@@ -21,10 +21,32 @@ class ReservationSerializer(serializers.ModelSerializer):
     class Meta:
         model = Reservation
         fields = [
-            "id", "user", "image", "image_name", "start", "end", "status", "vcpus", "memory_mib", "disk_gib",
-            "vm", "vm_state", "block", "attempts", "error", "degraded", "warned", "connection", "history", "created",
-            "updated", "idle", "connected_at", "reclaimed", "reclaimed_at",
-        ]  # fmt: skip
+            "id",
+            "user",
+            "image",
+            "image_name",
+            "start",
+            "end",
+            "status",
+            "vcpus",
+            "memory_mib",
+            "disk_gib",
+            "vm",
+            "vm_state",
+            "block",
+            "attempts",
+            "error",
+            "degraded",
+            "warned",
+            "connection",
+            "history",
+            "created",
+            "updated",
+            "idle",
+            "connected_at",
+            "reclaimed",
+            "reclaimed_at",
+        ]
         read_only_fields = fields
 
     def get_connection(self, reservation) -> dict | None:
@@ -52,9 +74,12 @@ class ReservationCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     )
     ssh_key = serializers.CharField(required=False, allow_blank=True, default="", max_length=4000)
     request_key = serializers.CharField(
-        required=False, allow_blank=True, default="", max_length=64,
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=64,
         help_text="Idempotency key: sending the same key again returns the first reservation.",
-    )  # fmt: skip
+    )
 
     def validate(self, data):
         if (data["end"] is None) == (data["duration_minutes"] is None):
@@ -105,7 +130,6 @@ class BlockAllocationSerializer(RefuseUnknownFields, serializers.ModelSerializer
 
     def get_usage(self, block) -> dict:
         return services.block_usage(block)
-
 
 
 # --- usage reports -----------------------------------------------------------------------------

@@ -74,9 +74,10 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         body = ReservationCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = dict(body.validated_data)
-        existing = data["request_key"] and Reservation.objects.filter(
-            user=request.user, request_key=data["request_key"]
-        ).exists()
+        existing = (
+            data["request_key"]
+            and Reservation.objects.filter(user=request.user, request_key=data["request_key"]).exists()
+        )
         try:
             reservation = services.reserve(request.user, data.pop("image"), actor=request.user, **data)
         except ValidationError as exc:

@@ -21,11 +21,40 @@ class RunSerializer(serializers.ModelSerializer):
     class Meta:
         model = Run
         fields = [
-            "id", "owner", "platform", "image", "image_name", "vm", "vcpus", "memory_mib", "disk_gib", "argv",
-            "script", "env_names", "artifacts", "time_limit", "priority", "state", "exit_status", "error", "reason",
-            "job", "output_seen", "output_kept", "truncated", "created", "started", "ended", "files_removed",
-            "keep_failed_minutes", "capture_failed", "kept_until", "kept_vm", "captured_image", "log_url",
-        ]  # fmt: skip
+            "id",
+            "owner",
+            "platform",
+            "image",
+            "image_name",
+            "vm",
+            "vcpus",
+            "memory_mib",
+            "disk_gib",
+            "argv",
+            "script",
+            "env_names",
+            "artifacts",
+            "time_limit",
+            "priority",
+            "state",
+            "exit_status",
+            "error",
+            "reason",
+            "job",
+            "output_seen",
+            "output_kept",
+            "truncated",
+            "created",
+            "started",
+            "ended",
+            "files_removed",
+            "keep_failed_minutes",
+            "capture_failed",
+            "kept_until",
+            "kept_vm",
+            "captured_image",
+            "log_url",
+        ]
         read_only_fields = fields
 
     def get_env_names(self, run) -> list[str]:
@@ -57,10 +86,16 @@ class _JSONish(serializers.JSONField):
 
 
 class RunCreateSerializer(RefuseUnknownFields, serializers.Serializer):
-    platform = serializers.CharField(max_length=100, required=False, default="", allow_blank=True,
-                                     help_text="os[/arch] as images declare them, e.g. debian-12")  # fmt: skip
-    image = serializers.PrimaryKeyRelatedField(queryset=Image.objects.all(), required=False, default=None,
-                                               allow_null=True)  # fmt: skip
+    platform = serializers.CharField(
+        max_length=100,
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text="os[/arch] as images declare them, e.g. debian-12",
+    )
+    image = serializers.PrimaryKeyRelatedField(
+        queryset=Image.objects.all(), required=False, default=None, allow_null=True
+    )
     argv = _JSONish(list, required=False, default=list, help_text="The command as a list of words.")
     script = serializers.CharField(required=False, default="", allow_blank=True, trim_whitespace=False)
     env = _JSONish(dict, required=False, default=dict)
@@ -128,5 +163,12 @@ class RunFileSerializer(serializers.ModelSerializer):
 
 def log_page(run, after, limit):
     chunks, nxt = services.log(run, after, limit)
-    return {"chunks": chunks, "next": nxt, "state": run.state, "exit_status": run.exit_status,
-            "ended": run.is_final, "truncated": run.truncated, "note": services.truncation_note(run)}  # fmt: skip
+    return {
+        "chunks": chunks,
+        "next": nxt,
+        "state": run.state,
+        "exit_status": run.exit_status,
+        "ended": run.is_final,
+        "truncated": run.truncated,
+        "note": services.truncation_note(run),
+    }

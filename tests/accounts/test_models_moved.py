@@ -45,9 +45,12 @@ def _rows_of_the_old_layout(old):
     group.permissions.add(operate)
     olga.groups.add(group)
     old.get_model("django_q", "Schedule").objects.create(
-        name="vclmgr: retire users gone from the directory", func="vclmgr.signon.retire_gone",
-        schedule_type="I", minutes=60, repeats=-1,
-    )  # fmt: skip
+        name="vclmgr: retire users gone from the directory",
+        func="vclmgr.signon.retire_gone",
+        schedule_type="I",
+        minutes=60,
+        repeats=-1,
+    )
     return olga.pk, operate.pk
 
 

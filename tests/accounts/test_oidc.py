@@ -159,8 +159,9 @@ def test_it_refuses_a_replayed_callback(vclmgr, provider, where):
 
 
 @pytest.mark.parametrize("how", ["refuses connections", "is silent"])
-def test_a_provider_that_does_not_answer_is_a_message_on_the_login_page(transactional_db, tmp_path, provider, alice,
-                                                                        how):  # fmt: skip
+def test_a_provider_that_does_not_answer_is_a_message_on_the_login_page(
+    transactional_db, tmp_path, provider, alice, how
+):
     dead = socket.socket()
     dead.bind(("127.0.0.1", 0))
     if how == "is silent":
@@ -184,8 +185,9 @@ def test_a_provider_that_does_not_answer_is_a_message_on_the_login_page(transact
         dead.close()
 
 
-def test_a_provider_that_stops_answering_during_a_sign_in_is_a_message_on_the_login_page(transactional_db, tmp_path,
-                                                                                         alice):  # fmt: skip
+def test_a_provider_that_stops_answering_during_a_sign_in_is_a_message_on_the_login_page(
+    transactional_db, tmp_path, alice
+):
     # A provider of its own: this one is stopped between its redirect back and the code's exchange.
     idp = Provider(tmp_path / "idp")
     child = None
@@ -276,9 +278,13 @@ def test_it_refuses_to_start_without_a_way_to_find_the_endpoints():
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "DEBUG": "1", "DJANGO_SETTINGS_MODULE": "vclmgr.settings"}
     env |= {"OIDC_RP_CLIENT_ID": "vclmgr", "OIDC_RP_CLIENT_SECRET": "x", "OIDC_OP_TOKEN_ENDPOINT": "https://op/t"}
     done = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=60,
-    )  # fmt: skip
+    )
     assert done.returncode != 0
     assert (
         "set OIDC_OP_DISCOVERY_URL or OIDC_OP_ISSUER, OIDC_OP_AUTHORIZATION_ENDPOINT, OIDC_OP_USER_ENDPOINT, "

@@ -52,8 +52,12 @@ def test_remote_saml_metadata_from_a_silent_idp_fails_within_its_timeout(silent_
 
 def test_the_saml_timeout_is_read_strictly(sp_keys):  # noqa: F811
     key, cert = sp_keys
-    environ = {"SAML_BASE_URL": "http://testserver", "SAML_METADATA_REMOTE": "http://127.0.0.1:9/md",
-               "SAML_KEY_FILE": key, "SAML_CERT_FILE": cert}  # fmt: skip
+    environ = {
+        "SAML_BASE_URL": "http://testserver",
+        "SAML_METADATA_REMOTE": "http://127.0.0.1:9/md",
+        "SAML_KEY_FILE": key,
+        "SAML_CERT_FILE": cert,
+    }
     assert saml_settings(Env(environ), debug=True)["SAML_CONFIG"]["http_client_timeout"] == 10.0
     with pytest.raises(Exception, match="SAML_HTTP_CLIENT_TIMEOUT: expected a number"):
         saml_settings(Env({**environ, "SAML_HTTP_CLIENT_TIMEOUT": "soon"}), debug=True)
@@ -76,8 +80,14 @@ def test_the_driver_timeouts_default_to_the_documented_values():
 )
 def test_a_bad_driver_timeout_stops_the_start_naming_it(tmp_path, env, message):
     code = "from django.conf import settings\nsettings.VCLMGR_VSPHERE_TIMEOUT\n"
-    base = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "DEBUG": "1", "DJANGO_SETTINGS_MODULE": "vclmgr.settings",
-            "VCLMGR_VAR_DIR": str(tmp_path)}  # fmt: skip
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**base, **env}, capture_output=True,
-                            text=True, timeout=60)  # fmt: skip
+    base = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/tmp",
+        "DEBUG": "1",
+        "DJANGO_SETTINGS_MODULE": "vclmgr.settings",
+        "VCLMGR_VAR_DIR": str(tmp_path),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode != 0 and message in result.stderr

@@ -43,9 +43,15 @@ class World:
         self.theirs = self._image("cs102-rstudio", [self.cs102])
         self.start = timezone.now() + 24 * H
         self.block = reservations.create_block(
-            actor="test", name="CS101", image=self.image, group=self.cs101, seats=1, start=self.start,
-            end=self.start + H, created_by=users["admin"],
-        )  # fmt: skip
+            actor="test",
+            name="CS101",
+            image=self.image,
+            group=self.cs101,
+            seats=1,
+            start=self.start,
+            end=self.start + H,
+            created_by=users["admin"],
+        )
         self.seat = Reservation.objects.get(block=self.block)
 
     @staticmethod
@@ -56,8 +62,15 @@ class World:
 
     def block_body(self, group):
         start = self.start + 48 * H
-        return {"name": f"for {group}", "image": self.image.pk, "group": group, "seats": 1,
-                "start": start.isoformat(), "end": (start + H).isoformat(), "weeks": 1}  # fmt: skip
+        return {
+            "name": f"for {group}",
+            "image": self.image.pk,
+            "group": group,
+            "seats": 1,
+            "start": start.isoformat(),
+            "end": (start + H).isoformat(),
+            "weeks": 1,
+        }
 
     def state(self):
         """What a refused action must leave as it was."""
@@ -80,8 +93,12 @@ def world(make_host, django_user_model):
         "other": make("otto"),
         "amy": make("amy"),
     }
-    for persona, role in [("instructor", "instructor"), ("maintainer", "image-maintainer"),
-                          ("operator", "operator"), ("auditor", "auditor")]:  # fmt: skip
+    for persona, role in [
+        ("instructor", "instructor"),
+        ("maintainer", "image-maintainer"),
+        ("operator", "operator"),
+        ("auditor", "auditor"),
+    ]:
         users[persona] = make(persona)
         access.set_roles(users[persona], [role], actor="test")
     return World(make_host, users)
@@ -248,9 +265,15 @@ def test_each_role_on_each_class_of_endpoint(world, api, kind, persona, allowed)
 def test_an_instructor_acting_on_a_group_not_theirs_is_refused_everywhere(world, api, caplog):
     instructor = world.users["instructor"]
     theirs = reservations.create_block(
-        actor="test", name="CS102", image=world.image, group=world.cs102, seats=1,
-        start=world.start + 72 * H, end=world.start + 73 * H, created_by=world.users["admin"],
-    )  # fmt: skip
+        actor="test",
+        name="CS102",
+        image=world.image,
+        group=world.cs102,
+        seats=1,
+        start=world.start + 72 * H,
+        end=world.start + 73 * H,
+        created_by=world.users["admin"],
+    )
     before = world.state()
 
     assert (
@@ -290,9 +313,15 @@ def test_it_refuses_an_instructor_blocks_for_a_role_group(world, api, caplog):
     assert "not one of their groups" in caplog.text
     # A block an administrator made for the role group is not theirs to cancel or watch either.
     theirs = reservations.create_block(
-        actor="test", name="all instructors", image=world.image, group=role_group, seats=2,
-        start=world.start + 72 * H, end=world.start + 73 * H, created_by=world.users["admin"],
-    )  # fmt: skip
+        actor="test",
+        name="all instructors",
+        image=world.image,
+        group=role_group,
+        seats=2,
+        start=world.start + 72 * H,
+        end=world.start + 73 * H,
+        created_by=world.users["admin"],
+    )
     assert not access.can_manage_block(instructor, theirs)
     assert api(instructor).post(f"/api/v1/block-allocations/{theirs.pk}/cancel/").status_code == 404
     seat = Reservation.objects.filter(block=theirs).exclude(user=instructor).get()  # a seat not theirs

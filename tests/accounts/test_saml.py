@@ -43,9 +43,10 @@ def idp_answer(session, base_url, username, password=None, start=None):
     key = re.search(r'name="key" value="([^"]+)"', form.text).group(1)
     idp_url = form.url.split("/sso/")[0]
     page = session.post(
-        f"{idp_url}/login", data={"key": key, "username": username, "password": password or f"{username}-pass"},
+        f"{idp_url}/login",
+        data={"key": key, "username": username, "password": password or f"{username}-pass"},
         timeout=30,
-    )  # fmt: skip
+    )
     action = re.search(r'<form action="([^"]+)" method="post">', page.text)
     assert action, page.text
     return html.unescape(action.group(1)), hidden_fields(page.text)
@@ -309,9 +310,13 @@ def _start(tmp_path, sp_keys, **variables):
     env |= {k: str(v) for k, v in variables.items()}
     env = {k: v for k, v in env.items() if v != "None"}
     return subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=60,
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize(

@@ -122,9 +122,12 @@ def test_the_rapi_needs_the_operate_scope_to_write(operator, make_host):
     _, ops = tokens.issue(operator, "o", scopes=("operate",))
     for clear, status in [(run_only, 403), (ops, 200)]:
         response = Client().generic(
-            "PUT", "/2/nodes/node1/role", data=json.dumps("drained"), content_type="application/json",
+            "PUT",
+            "/2/nodes/node1/role",
+            data=json.dumps("drained"),
+            content_type="application/json",
             HTTP_AUTHORIZATION=f"Bearer {clear}",
-        )  # fmt: skip
+        )
         assert response.status_code == status, response.content
 
 

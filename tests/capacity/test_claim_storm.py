@@ -70,10 +70,16 @@ def test_a_storm_of_overlapping_claims_has_no_errors_and_refuses_only_what_canno
     hosts = [make_host(f"storm{i}", cpus=CPUS, cpu_ratio=1.0, memory_mib=65536) for i in range(HOSTS)]
     base = (timezone.now() + timedelta(days=1)).replace(minute=0, second=0, microsecond=0)
     racers = [
-        subprocess.Popen([sys.executable, "-c", STORM, str(n), base.isoformat(), str(THREADS), str(CLAIMS)],
-                         cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", STORM, str(n), base.isoformat(), str(THREADS), str(CLAIMS)],
+            cwd=ROOT,
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for n in range(2)
-    ]  # fmt: skip
+    ]
     outputs = [racer.communicate(timeout=300) for racer in racers]
     for racer, (_out, err) in zip(racers, outputs, strict=True):
         assert racer.returncode == 0, err[-3000:]

@@ -84,7 +84,11 @@ def test_a_stale_snapshot_is_caught_by_the_locked_recheck(make_host):
         snapshot.current()
     Allocation.objects.create(host=first, purpose="racer", vcpus=2, memory_mib=0, disk_gib=0, start=timezone.now())
     Allocation.objects.create(
-        host=first.__class__.objects.get(name="second"), purpose="racer", vcpus=1, memory_mib=0, disk_gib=0,
+        host=first.__class__.objects.get(name="second"),
+        purpose="racer",
+        vcpus=1,
+        memory_mib=0,
+        disk_gib=0,
         start=timezone.now(),
     )
     allocation = capacity.claim(demand(vcpus=1), actor=TEST)

@@ -40,10 +40,16 @@ RACER = textwrap.dedent(
 def race(script, processes=2):
     """Run ``script`` in that many processes at once; their outputs (each must exit 0)."""
     racers = [
-        subprocess.Popen([sys.executable, "-c", script, str(n)], cwd=ROOT, env=child_env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(n)],
+            cwd=ROOT,
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for n in range(processes)
-    ]  # fmt: skip
+    ]
     results = [racer.communicate(timeout=120) for racer in racers]
     for racer, (_out, err) in zip(racers, results, strict=True):
         assert racer.returncode == 0, err[-3000:]

@@ -28,9 +28,10 @@ def test_hspace_on_the_seed_cluster_matches_ganeti(capsys):
     call_command("hspace", *args, "--machine-readable")
     ours = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines() if "=" in line)
     theirs = dict(
-        line.split("=", 1) for line in ganeti(str(HTOOLS / "hspace"), *args, "--machine-readable").splitlines()
+        line.split("=", 1)
+        for line in ganeti(str(HTOOLS / "hspace"), *args, "--machine-readable").splitlines()
         if "=" in line
-    )  # fmt: skip
+    )
     for key in ["HTS_TSPEC", "HTS_ALLOC_INSTANCES", "HTS_ALLOC_FAIL_REASON", "HTS_OK"]:
         assert ours[key] == theirs[key], key
     assert ours["HTS_TSPEC"] == "'1024,1048576,8,1=33 1024,1048576,7,1=3'"
@@ -79,13 +80,16 @@ def test_the_commands_read_the_live_inventory_and_its_reservations(make_host, ca
         make_host(f"live{n}", cpus=8, memory_mib=32768, disk_gib=500)
     now = timezone.now()
     for _ in range(6):
-        capacity.claim(capacity.Demand(vcpus=2, memory_mib=4096, disk_gib=20, start=now,
-                                       end=now + timedelta(hours=4), policy="pack"), actor=TEST)  # fmt: skip
+        capacity.claim(
+            capacity.Demand(
+                vcpus=2, memory_mib=4096, disk_gib=20, start=now, end=now + timedelta(hours=4), policy="pack"
+            ),
+            actor=TEST,
+        )
     call_command("hspace", "--standard-alloc=20480,4096,2", "--no-capacity-checks", "--machine-readable")
     now_count = int(dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())["HTS_ALLOC_INSTANCES"])
     later = (now + timedelta(hours=5)).strftime("%Y-%m-%d %H:%M")
-    call_command("hspace", "--standard-alloc=20480,4096,2", "--no-capacity-checks", "--machine-readable",
-                 "--at", later)  # fmt: skip
+    call_command("hspace", "--standard-alloc=20480,4096,2", "--no-capacity-checks", "--machine-readable", "--at", later)
     later_count = int(dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())["HTS_ALLOC_INSTANCES"])
     assert later_count > now_count  # the reservations are over by then
     call_command("hbal", "--json")
@@ -108,11 +112,19 @@ def test_live_hbal_and_hsqueeze_never_break_a_future_reservation(make_host, caps
     busy, booked, _ = (make_host(name, cpus=16, memory_mib=65536, disk_gib=500) for name in ("busy", "booked", "free"))
     now = timezone.now()
     for n in range(6):  # running VMs, all on one host: balancing wants to spread them
-        Allocation.objects.create(host=busy, purpose=f"vm {n}", vcpus=2, memory_mib=8192, disk_gib=20,
-                                  start=now - timedelta(hours=1))  # fmt: skip
+        Allocation.objects.create(
+            host=busy, purpose=f"vm {n}", vcpus=2, memory_mib=8192, disk_gib=20, start=now - timedelta(hours=1)
+        )
     # Two hours from now a class fills nearly all of `booked`.
-    Allocation.objects.create(host=booked, purpose="reservation 9", vcpus=8, memory_mib=60000, disk_gib=100,
-                              start=now + timedelta(hours=2), end=now + timedelta(hours=4))  # fmt: skip
+    Allocation.objects.create(
+        host=booked,
+        purpose="reservation 9",
+        vcpus=8,
+        memory_mib=60000,
+        disk_gib=100,
+        start=now + timedelta(hours=2),
+        end=now + timedelta(hours=4),
+    )
     call_command("hbal", "--json")
     plan = json.loads(capsys.readouterr().out)
     assert plan["moves"], "the test needs a plan that moves something"

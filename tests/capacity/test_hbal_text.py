@@ -21,8 +21,11 @@ def ours(*args):
     """``manage.py hbal ARGS`` as a user runs it (no Django for a file), Ganeti's own path."""
     done = subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "hbal", *args, "--strategy", "steepest"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -93,9 +96,16 @@ def test_job_sets_are_split_from_the_newest_move_back_as_ganeti_does():
 
 @pytest.mark.parametrize(
     "value, text",
-    [(12.68024006, "12.68024006"), (2.123456785, "2.12345678"), (2.123456775, "2.12345678"),
-     (1.5e-08, "0.00000002"), (5e-09, "0.00000000"), (9.999999995, "10.00000000"), (0.0, "0.00000000")],
-)  # fmt: skip
+    [
+        (12.68024006, "12.68024006"),
+        (2.123456785, "2.12345678"),
+        (2.123456775, "2.12345678"),
+        (1.5e-08, "0.00000002"),
+        (5e-09, "0.00000000"),
+        (9.999999995, "10.00000000"),
+        (0.0, "0.00000000"),
+    ],
+)
 def test_scores_round_as_haskells_printf(value, text):
     # GHC rounds the shortest digits half to even; C rounds the binary value (2.12345679 here).
     assert ganeti_float(value) == text
@@ -122,6 +132,9 @@ def test_the_same_flags_print_the_same_text(tmp_path):
     path = str(DATA / "drbd-8-nodes.txt")
     done = subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "hbal", "-t", path, "-C"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert done.stdout == theirs("-t", path, "-C")

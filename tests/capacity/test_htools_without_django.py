@@ -22,8 +22,12 @@ def manage(*args):
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     return subprocess.run(
         [sys.executable, "-X", "importtime", str(ROOT / "manage.py"), *args],
-        capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def imported(done) -> set[str]:
@@ -34,11 +38,15 @@ def imported(done) -> set[str]:
     "args",
     [
         ["-t", str(DATA / "mixed-states.txt"), *CHAIN, "--machine-readable"],
-        ["--simulate=p,3,34052480,65523,24", "--disk-template=drbd", "--tiered-alloc=1048576,1024,8",
-         "--machine-readable"],
+        [
+            "--simulate=p,3,34052480,65523,24",
+            "--disk-template=drbd",
+            "--tiered-alloc=1048576,1024,8",
+            "--machine-readable",
+        ],
     ],
     ids=["file", "simulate"],
-)  # fmt: skip
+)
 def test_hspace_answers_as_ganeti_without_django_or_numpy(args, capsys):
     done = manage("hspace", *args)
     assert done.returncode == 0, done.stderr[-2000:]

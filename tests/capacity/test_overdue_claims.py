@@ -22,9 +22,14 @@ def whole_host(hours=1):
 
 def hold(host, end):
     return Allocation.objects.create(
-        host=host, purpose="vm 1", vcpus=2, memory_mib=4096, disk_gib=20, start=timezone.now() - timedelta(hours=2),
+        host=host,
+        purpose="vm 1",
+        vcpus=2,
+        memory_mib=4096,
+        disk_gib=20,
+        start=timezone.now() - timedelta(hours=2),
         end=end,
-    )  # fmt: skip
+    )
 
 
 def test_an_overdue_claim_holds_its_room_in_a_fresh_snapshot_and_the_locked_recheck(make_host):

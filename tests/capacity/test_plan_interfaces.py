@@ -111,8 +111,9 @@ def test_a_restricted_image_name_answers_as_an_unknown_one(api, alice, admin_use
     from provisioning import services as vms
 
     make_host("h1")
-    secret = vms.create_image(actor="test", name="secret-lab", min_memory_mib=256, default_memory_mib=512,
-                              visibility="restricted")  # fmt: skip
+    secret = vms.create_image(
+        actor="test", name="secret-lab", min_memory_mib=256, default_memory_mib=512, visibility="restricted"
+    )
     vms.add_variant(secret, actor="test", hypervisor_type="sim", format="sim", location="sim://s", size_gib=1)
     plan = {"vcpus": 1, "memory_mib": 512}
 

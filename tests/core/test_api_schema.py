@@ -34,9 +34,13 @@ def test_a_users_email_may_be_blank(schema):
 
 
 def test_every_error_response_has_the_error_body(schema):
-    missing = [f"{method.upper()} {path} {code}" for path, operations in schema["paths"].items()
-               for method, operation in operations.items() for code, response in operation["responses"].items()
-               if int(code) >= 400 and "content" not in response]  # fmt: skip
+    missing = [
+        f"{method.upper()} {path} {code}"
+        for path, operations in schema["paths"].items()
+        for method, operation in operations.items()
+        for code, response in operation["responses"].items()
+        if int(code) >= 400 and "content" not in response
+    ]
     assert not missing, missing
     discover = schema["paths"]["/api/v1/hypervisors/discover/"]["post"]["responses"]
     assert discover["502"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}

@@ -1,6 +1,5 @@
 """``core.periodic``: Schedules that must exist, and the daemon-thread loop."""
 
-
 import pytest
 from django_q.models import Schedule
 

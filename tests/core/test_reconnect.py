@@ -16,8 +16,13 @@ PG = "postgresql://postgres@127.0.0.1:5432/test"
 
 @pytest.fixture
 def pg(db):
-    pg = {"ENGINE": "django.db.backends.postgresql", "NAME": "test", "USER": "postgres", "HOST": "127.0.0.1",
-          "PORT": "5432"}  # fmt: skip
+    pg = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "test",
+        "USER": "postgres",
+        "HOST": "127.0.0.1",
+        "PORT": "5432",
+    }
     handler = ConnectionHandler({"default": pg, "pg": pg})
     connection = handler["pg"]
     yield connection
@@ -67,9 +72,13 @@ def test_a_sqlite_connection_gets_no_wrapper(db):
 
 @pytest.mark.parametrize(
     ("sql", "write"),
-    [("SELECT 1", False), ("(SELECT 1) UNION ALL (SELECT 2)", False), ("UPDATE t SET a = 1", True),
-     ("INSERT INTO t VALUES (1)", True)],
-)  # fmt: skip
+    [
+        ("SELECT 1", False),
+        ("(SELECT 1) UNION ALL (SELECT 2)", False),
+        ("UPDATE t SET a = 1", True),
+        ("INSERT INTO t VALUES (1)", True),
+    ],
+)
 def test_only_writes_in_autocommit_count_as_commits(sql, write):
     class Connection:
         in_atomic_block = False

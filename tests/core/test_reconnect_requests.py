@@ -21,8 +21,13 @@ def terminate_own_session():
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]
     params = connection.get_connection_params()
-    with psycopg.connect(host=params.get("host"), port=params.get("port"), user=params.get("user"),
-                         dbname=params["dbname"], autocommit=True) as admin:  # fmt: skip
+    with psycopg.connect(
+        host=params.get("host"),
+        port=params.get("port"),
+        user=params.get("user"),
+        dbname=params["dbname"],
+        autocommit=True,
+    ) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", [pid])
 
 

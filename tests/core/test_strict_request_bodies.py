@@ -24,8 +24,9 @@ def request_serializers():
 
 
 def test_every_request_serializer_refuses_unknown_fields(db):
-    lax = sorted({f"{where}: {cls.__name__}" for where, cls in request_serializers()
-                  if not issubclass(cls, RefuseUnknownFields)})
+    lax = sorted(
+        {f"{where}: {cls.__name__}" for where, cls in request_serializers() if not issubclass(cls, RefuseUnknownFields)}
+    )
     assert not lax, "request serializers without RefuseUnknownFields:\n" + "\n".join(lax)
 
 

@@ -46,8 +46,14 @@ class Peer:
     def spec(self, key=None, image=None, **overrides):
         key = key or next_key()
         self.made.append(key)
-        values = {"vcpus": 2, "memory_mib": 1024, "disk_gib": 10, "image": image or self.image,
-                  "extra": self.spec_extra, **overrides}
+        values = {
+            "vcpus": 2,
+            "memory_mib": 1024,
+            "disk_gib": 10,
+            "image": image or self.image,
+            "extra": self.spec_extra,
+            **overrides,
+        }
         return VMSpec(key=key, **values)
 
     def cleanup(self):
@@ -62,8 +68,9 @@ class Peer:
 def image_file(tmp_path, name, fmt, content=b"vclmgr test image\n"):
     path = tmp_path / f"{name}.{fmt}"
     path.write_bytes(content)
-    return ImageVariantSpec(name=name, format=fmt, location=str(path),
-                            checksum="sha256:" + hashlib.sha256(content).hexdigest(), size_gib=4)
+    return ImageVariantSpec(
+        name=name, format=fmt, location=str(path), checksum="sha256:" + hashlib.sha256(content).hexdigest(), size_gib=4
+    )
 
 
 # --- sim ----------------------------------------------------------------------------------
@@ -90,8 +97,9 @@ def require_libvirt():
     try:
         import libvirt  # noqa: F401
     except ImportError as exc:
-        pytest.fail(f"libvirt-python is not importable ({exc}); {INSTALL_HINT} (Debian libvirt-dev, pkg-config)",
-                    pytrace=False)
+        pytest.fail(
+            f"libvirt-python is not importable ({exc}); {INSTALL_HINT} (Debian libvirt-dev, pkg-config)", pytrace=False
+        )
 
 
 @pytest.fixture

@@ -40,9 +40,13 @@ def test_the_fingerprint_tells_a_retry_from_a_stranger():
 
 @pytest.mark.parametrize(
     ("image", "message"),
-    [(dataclasses.replace(IMAGE, name="a/b"), "image name"), (dataclasses.replace(IMAGE, format="iso"), "format"),
-     (dataclasses.replace(IMAGE, location=""), "location"), (dataclasses.replace(IMAGE, checksum="md5"), "checksum"),
-     (dataclasses.replace(IMAGE, size_gib=-1), "size_gib")],
+    [
+        (dataclasses.replace(IMAGE, name="a/b"), "image name"),
+        (dataclasses.replace(IMAGE, format="iso"), "format"),
+        (dataclasses.replace(IMAGE, location=""), "location"),
+        (dataclasses.replace(IMAGE, checksum="md5"), "checksum"),
+        (dataclasses.replace(IMAGE, size_gib=-1), "size_gib"),
+    ],
 )
 def test_bad_images_are_invalid(image, message):
     with pytest.raises(Invalid, match=message):
@@ -88,8 +92,14 @@ def test_libvirt_and_pyvmomi_load_only_when_used():
         "registry.get_driver('vmware', 'https://vcenter.example.org/sdk')\n"
         "print(sorted(m for m in ('libvirt', 'pyVmomi') if m in sys.modules))\n"
     )
-    child = subprocess.run([sys.executable, "-c", code], cwd=processes.ROOT, env=processes.child_env(),
-                           capture_output=True, text=True, timeout=60)
+    child = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=processes.ROOT,
+        env=processes.child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
     assert child.returncode == 0, child.stderr
     assert child.stdout.splitlines() == ["[]", "['libvirt', 'pyVmomi']"]

@@ -18,8 +18,13 @@ HASH = cloudinit.password_hash("one-time-Secret-1")
 
 
 def guest(**over):
-    fields = {"instance_id": "vm-42", "hostname": "lab-42", "login": "alice", "password_hash": HASH,
-              "ssh_keys": (KEY + "\n",)}
+    fields = {
+        "instance_id": "vm-42",
+        "hostname": "lab-42",
+        "login": "alice",
+        "password_hash": HASH,
+        "ssh_keys": (KEY + "\n",),
+    }
     return GuestLogin(**{**fields, **over})
 
 
@@ -137,8 +142,7 @@ def test_the_iso_reads_back_as_a_cidata_volume_with_exact_names():
     try:
         assert iso.pvd.volume_identifier.decode().strip() == "cidata"
         assert iso.has_rock_ridge() and iso.has_joliet()
-        names = sorted(child.rock_ridge.name().decode() for child in iso.list_children(rr_path="/")
-                       if child.is_file())
+        names = sorted(child.rock_ridge.name().decode() for child in iso.list_children(rr_path="/") if child.is_file())
         assert names == ["meta-data", "network-config", "user-data"]
         for name, data in files.items():
             for path in ({"rr_path": f"/{name}"}, {"joliet_path": f"/{name}"}):
@@ -160,8 +164,14 @@ CLEAR = "One-time-Secret-9"
 
 
 def windows(**over):
-    fields = {"instance_id": "vm-43", "hostname": "lab-43", "login": "alice", "password": CLEAR,
-              "ssh_keys": (KEY,), "flavour": "cloudbase-init"}
+    fields = {
+        "instance_id": "vm-43",
+        "hostname": "lab-43",
+        "login": "alice",
+        "password": CLEAR,
+        "ssh_keys": (KEY,),
+        "flavour": "cloudbase-init",
+    }
     return GuestLogin(**{**fields, **over})
 
 
@@ -169,8 +179,14 @@ def test_a_windows_guest_gets_its_user_with_the_clear_password_in_the_rdp_groups
     doc = cloud_config(cloudinit.user_data(windows()))
     assert doc == {
         "set_hostname": "lab-43",
-        "users": [{"name": "alice", "groups": ["Administrators", "Remote Desktop Users"], "passwd": CLEAR,
-                   "ssh_authorized_keys": [KEY]}],
+        "users": [
+            {
+                "name": "alice",
+                "groups": ["Administrators", "Remote Desktop Users"],
+                "passwd": CLEAR,
+                "ssh_authorized_keys": [KEY],
+            }
+        ],
     }  # cloudbase-init's dialect: nothing it does not read (sudo, shell, lock_passwd, ssh_pwauth)
     assert "$6$" not in cloudinit.user_data(windows())
     assert yaml.safe_load(cloudinit.meta_data(windows())) == {"instance-id": "vm-43", "local-hostname": "lab-43"}
@@ -217,8 +233,23 @@ def test_windows_login_names_windows_allows(login):
 
 
 @pytest.mark.parametrize(
-    "login", ["", "a" * 21, "Administrator", "guest", "a/b", "a\\b", "a@b", "a:b", "a*b", 'a"b', "...", "  ",
-              "alice\n", "tab\tbed"],
+    "login",
+    [
+        "",
+        "a" * 21,
+        "Administrator",
+        "guest",
+        "a/b",
+        "a\\b",
+        "a@b",
+        "a:b",
+        "a*b",
+        'a"b',
+        "...",
+        "  ",
+        "alice\n",
+        "tab\tbed",
+    ],
 )
 def test_windows_login_names_windows_refuses(login):
     with pytest.raises(SeedError, match="Windows user name"):

@@ -102,8 +102,12 @@ def test_it_rejects_an_image_whose_checksum_does_not_match(peer):
 
 @pytest.mark.parametrize(
     ("change", "message"),
-    [({"key": "bad name!"}, "VM key"), ({"vcpus": 0}, "vcpus"), ({"memory_mib": -1}, "memory_mib"),
-     ({"network": "a b"}, "network")],
+    [
+        ({"key": "bad name!"}, "VM key"),
+        ({"vcpus": 0}, "vcpus"),
+        ({"memory_mib": -1}, "memory_mib"),
+        ({"network": "a b"}, "network"),
+    ],
 )
 def test_invalid_requests_are_permanent(peer, change, message):
     spec = dataclasses.replace(staged(peer), **change)
@@ -194,8 +198,7 @@ def test_calls_on_an_absent_vm(peer):
 
     assert peer.source.state(key) == VMState.ABSENT
     peer.source.destroy(key)
-    for call in (peer.source.start, peer.source.stop, peer.source.suspend, peer.source.resume,
-                 peer.source.address):
+    for call in (peer.source.start, peer.source.stop, peer.source.suspend, peer.source.resume, peer.source.address):
         with pytest.raises(NotFound) as caught:
             call(key)
         assert caught.value.permanent, call

@@ -28,7 +28,9 @@ def test_facts_follow_each_node_file(libvirt_nodes):
     facts = {name: LibvirtDriver(uri).facts() for name, uri in libvirt_nodes.items()}
 
     assert {name: (f.cpus, f.memory_mib) for name, f in facts.items()} == {
-        "kvm-small": (4, 8192), "kvm-medium": (16, 65536), "kvm-large": (64, 262144),
+        "kvm-small": (4, 8192),
+        "kvm-medium": (16, 65536),
+        "kvm-large": (64, 262144),
     }
     assert facts["kvm-large"].extra["cpu_mhz"] == 3000
     assert facts["kvm-small"].hypervisor_type == "kvm"
@@ -74,16 +76,23 @@ def test_domain_xml_escapes_every_value(lv):
     assert root.find("devices/interface/source").get("network") == hostile
     assert root.find("devices/disk/source").get("file") == "/a&b/<c>.qcow2"
     assert "<x>" not in text
-    bridge = ET.fromstring(domxml.domain_xml(dataclasses.replace(spec, network="bridge:br0"), domain_type="kvm",
-                                                disk_path="/d.qcow2"))
+    bridge = ET.fromstring(
+        domxml.domain_xml(dataclasses.replace(spec, network="bridge:br0"), domain_type="kvm", disk_path="/d.qcow2")
+    )
     assert bridge.find("devices/interface").get("type") == "bridge"
     assert bridge.find("devices/interface/source").get("bridge") == "br0"
 
 
 def test_a_moved_definition_names_the_target_pools_files_and_keeps_the_rest(lv):
     spec = lv.spec()
-    text = domxml.domain_xml(spec, domain_type="qemu", disk_path="/pool-a/vcl-9.qcow2", seed_path="/pool-a/s&d.iso",
-                             network="user", forward_port=40000)  # fmt: skip
+    text = domxml.domain_xml(
+        spec,
+        domain_type="qemu",
+        disk_path="/pool-a/vcl-9.qcow2",
+        seed_path="/pool-a/s&d.iso",
+        network="user",
+        forward_port=40000,
+    )
     paths = {"/pool-a/vcl-9.qcow2": "/pool-b/vcl-9.qcow2", "/pool-a/s&d.iso": "/pool-b/s&d.iso"}
 
     moved = domxml.repathed(text, paths)
@@ -258,8 +267,9 @@ def test_it_stages_an_image_from_a_repository_over_http(lv, image_server):
     root, base_url = image_server
     content = b"qcow2 from the repository"
     (root / "centos.qcow2").write_bytes(content)
-    image = ImageVariantSpec("centos-9", "qcow2", f"{base_url}/centos.qcow2",
-                             "sha256:" + hashlib.sha256(content).hexdigest())
+    image = ImageVariantSpec(
+        "centos-9", "qcow2", f"{base_url}/centos.qcow2", "sha256:" + hashlib.sha256(content).hexdigest()
+    )
 
     path = lv.source.stage_image(image)
 
@@ -278,9 +288,12 @@ def login():
     from drivers import cloudinit
 
     return cloudinit.GuestLogin(
-        instance_id="vcl-1-abc", hostname="vcl-1", login="alice", password_hash=cloudinit.password_hash("s3cret-pw"),
+        instance_id="vcl-1-abc",
+        hostname="vcl-1",
+        login="alice",
+        password_hash=cloudinit.password_hash("s3cret-pw"),
         ssh_keys=("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGJ0ZXN0 alice@laptop",),
-    )  # fmt: skip
+    )
 
 
 def volumes(driver):
@@ -360,9 +373,13 @@ def test_user_mode_networking_forwards_the_login_port_from_the_hosts_loopback(li
 
 @pytest.mark.parametrize(
     ("options", "cpu"),
-    [({}, "host-model"), ({"domain_type": "qemu"}, None), ({"domain_type": "qemu", "cpu_mode": "custom:qemu64"},
-     "custom"), ({"cpu_mode": "host-passthrough"}, "host-passthrough")],
-)  # fmt: skip
+    [
+        ({}, "host-model"),
+        ({"domain_type": "qemu"}, None),
+        ({"domain_type": "qemu", "cpu_mode": "custom:qemu64"}, "custom"),
+        ({"cpu_mode": "host-passthrough"}, "host-passthrough"),
+    ],
+)
 def test_the_cpu_mode_follows_the_host_options(lv, options, cpu):
     from drivers.libvirt.driver import LibvirtDriver
 
@@ -374,16 +391,22 @@ def test_the_cpu_mode_follows_the_host_options(lv, options, cpu):
 
 @pytest.mark.parametrize(
     ("options", "cache"),
-    [({}, "none"), ({"domain_type": "qemu"}, None), ({"domain_type": "qemu", "disk_cache": "none"}, "none"),
-     ({"disk_cache": "default"}, None), ({"disk_cache": "writeback"}, "writeback")],
-)  # fmt: skip
+    [
+        ({}, "none"),
+        ({"domain_type": "qemu"}, None),
+        ({"domain_type": "qemu", "disk_cache": "none"}, "none"),
+        ({"disk_cache": "default"}, None),
+        ({"disk_cache": "writeback"}, "writeback"),
+    ],
+)
 def test_the_disk_cache_is_uncached_on_kvm_and_the_page_cache_under_emulation(lv, options, cache):
     # Under software emulation an uncached disk made every boot cost ~2.7 CPU s more.
     from drivers.libvirt.driver import LibvirtDriver
 
     driver = LibvirtDriver("test:///default", options={"domain_type": "kvm", **options})
-    text = domxml.domain_xml(lv.spec(), domain_type=driver._domain_type(), disk_path="/d",
-                             disk_cache=driver._disk_cache())  # fmt: skip
+    text = domxml.domain_xml(
+        lv.spec(), domain_type=driver._domain_type(), disk_path="/d", disk_cache=driver._disk_cache()
+    )
     assert ET.fromstring(text).find("devices/disk[@device='disk']/driver").get("cache") == cache
 
 

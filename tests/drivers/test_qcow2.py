@@ -50,8 +50,10 @@ def test_qemu_img_reads_the_rewritten_overlay(tmp_path):
     for name in ("base-a.qcow2", "other-base-with-a-longer-name.qcow2"):
         subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(tmp_path / name), "64M"], check=True)
     overlay = tmp_path / "vcl-1.qcow2"
-    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(tmp_path / "base-a.qcow2"),
-                    str(overlay)], check=True)  # fmt: skip
+    subprocess.run(
+        ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(tmp_path / "base-a.qcow2"), str(overlay)],
+        check=True,
+    )
     data = overlay.read_bytes()
     first = qcow2.cluster_size(data)
     new = str(tmp_path / "other-base-with-a-longer-name.qcow2")

@@ -71,8 +71,16 @@ def test_a_hosts_own_driver_options_win_over_the_kinds(settings, db):
     from inventory.models import Hypervisor
 
     settings.VCLMGR_DRIVER_OPTIONS = {"libvirt": {"pool": "vms", "domain_type": "kvm"}}
-    host = Hypervisor(name="kvm-1", address="10.0.0.1", driver="libvirt", uri="test:///default", cpus=4,
-                      memory_mib=4096, disk_gib=10, driver_options={"domain_type": "qemu"})  # fmt: skip
+    host = Hypervisor(
+        name="kvm-1",
+        address="10.0.0.1",
+        driver="libvirt",
+        uri="test:///default",
+        cpus=4,
+        memory_mib=4096,
+        disk_gib=10,
+        driver_options={"domain_type": "qemu"},
+    )
     assert registry.driver_for(host).options == {"pool": "vms", "domain_type": "qemu"}
     host.driver_options = ["qemu"]
     with pytest.raises(registry.Invalid, match="driver_options must be a JSON object"):

@@ -118,8 +118,12 @@ def test_set_fault_replaces_and_records_who_and_why(sim_peer, admin_user):
 
 @pytest.mark.parametrize(
     ("args", "field"),
-    [(("boot", "fail"), "step"), (("create", "explode"), "mode"), (("create", "slow"), "seconds"),
-     (("create", "slow", -1), "seconds")],
+    [
+        (("boot", "fail"), "step"),
+        (("create", "explode"), "mode"),
+        (("create", "slow"), "seconds"),
+        (("create", "slow", -1), "seconds"),
+    ],
 )
 def test_set_fault_rejects_bad_input(sim_peer, args, field):
     with pytest.raises(ValidationError) as caught:
@@ -243,8 +247,14 @@ def test_another_process_sees_the_same_hosts_and_vms(sim_peer, running):
         "except Exception as exc:\n"
         "    print('failed once:', exc.permanent)\n"
     )
-    child = subprocess.run([sys.executable, "-c", code], cwd=processes.ROOT, env=processes.child_env(),
-                           capture_output=True, text=True, timeout=60)
+    child = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=processes.ROOT,
+        env=processes.child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
     assert child.returncode == 0, child.stderr
     assert child.stdout.splitlines() == [f"running {address}", "failed once: False"]

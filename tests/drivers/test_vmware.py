@@ -169,8 +169,10 @@ def running_vm(peer, **guest):
 def test_file_transfers_without_guest_tools_say_that_tools_are_missing(vmware_peer):
     driver, key = running_vm(vmware_peer)
 
-    for call in (lambda: driver.guest_put_file(key, "/tmp/vclmgr-run/in.txt", b"data"),
-                 lambda: driver.guest_get_file(key, "/tmp/vclmgr-run/out.xml", 1 << 20)):  # fmt: skip
+    for call in (
+        lambda: driver.guest_put_file(key, "/tmp/vclmgr-run/in.txt", b"data"),
+        lambda: driver.guest_get_file(key, "/tmp/vclmgr-run/out.xml", 1 << 20),
+    ):
         with pytest.raises(DriverError, match=rf"VMware Tools on VM {key} do not offer guest operations") as caught:
             call()
         assert not caught.value.permanent  # Tools may still be starting: a retry may see them
@@ -204,8 +206,9 @@ def test_guest_calls_on_vcsim_without_a_guest_login_are_refused(vmware_peer):
 
 
 def test_guest_calls_for_a_vm_that_is_not_there_are_not_found(vmware_peer):
-    driver = type(vmware_peer.source)(vmware_peer.source.uri, {**vmware_peer.source.credentials, "guest": GUEST},
-                                      vmware_peer.source.options)  # fmt: skip
+    driver = type(vmware_peer.source)(
+        vmware_peer.source.uri, {**vmware_peer.source.credentials, "guest": GUEST}, vmware_peer.source.options
+    )
 
     with pytest.raises(NotFound, match="no VM vcl-999999"):
         driver.guest_exec_status("vcl-999999", "run-1", 0)

@@ -84,28 +84,45 @@ def test_a_transfer_url_naming_host_star_goes_to_the_sessions_host():
     endpoint = ("https", "vc.example.org", 8443, "/sdk")
 
     assert guestops.transfer_target("https://*/guestFile?id=1&token=a", endpoint) == (
-        "https", "vc.example.org", 8443, "/guestFile?id=1&token=a",
-    )  # fmt: skip
+        "https",
+        "vc.example.org",
+        8443,
+        "/guestFile?id=1&token=a",
+    )
     assert guestops.transfer_target("https://esx01.example.org:443/guestFile?id=2", endpoint) == (
-        "https", "esx01.example.org", 443, "/guestFile?id=2",
-    )  # fmt: skip
+        "https",
+        "esx01.example.org",
+        443,
+        "/guestFile?id=2",
+    )
     assert guestops.transfer_target("http://esx02/guestFile", endpoint)[1:3] == ("esx02", 80)
 
 
 def test_glob_matches_each_path_component_as_the_shell_does():
     tree = {
-        "/w": [(".", "directory"), ("..", "directory"), ("a.xml", "file"), (".hidden.xml", "file"),
-               ("out", "directory"), ("link.xml", "symlink"), ("b.txt", "file")],
+        "/w": [
+            (".", "directory"),
+            ("..", "directory"),
+            ("a.xml", "file"),
+            (".hidden.xml", "file"),
+            ("out", "directory"),
+            ("link.xml", "symlink"),
+            ("b.txt", "file"),
+        ],
         "/w/out": [("r1.xml", "file"), ("r2.xml", "file"), ("sub", "directory")],
         "/w/out/sub": [("deep.xml", "file")],
-    }  # fmt: skip
+    }
 
     def list_dir(path):
         return tree.get(path)
 
     assert guestops.glob(list_dir, "/w", ["*.xml"]) == ["a.xml"]
-    assert guestops.glob(list_dir, "/w/", ["out/*.xml", "b.txt", ".h*"]) == [".hidden.xml", "b.txt", "out/r1.xml",
-                                                                              "out/r2.xml"]  # fmt: skip
+    assert guestops.glob(list_dir, "/w/", ["out/*.xml", "b.txt", ".h*"]) == [
+        ".hidden.xml",
+        "b.txt",
+        "out/r1.xml",
+        "out/r2.xml",
+    ]
     assert guestops.glob(list_dir, "/w", ["*/*/*.xml", "../*", "missing/*"]) == ["out/sub/deep.xml"]
     assert guestops.glob(list_dir, "/nowhere", ["*"]) == []
 
@@ -118,11 +135,14 @@ def test_glob_matches_each_path_component_as_the_shell_does():
         (vim.fault.GuestPermissionDenied(), Invalid, "permission denied in the guest"),
         (vim.fault.InvalidPowerState(), Conflict, "not powered on"),
         (vim.fault.FileNotFound(file="/x"), NotFound, "no such file"),
-        (vmodl.fault.MethodNotFound(method="ListFilesInGuest"), Invalid, "does not implement the guest operation "
-                                                                         "ListFilesInGuest"),
+        (
+            vmodl.fault.MethodNotFound(method="ListFilesInGuest"),
+            Invalid,
+            "does not implement the guest operation ListFilesInGuest",
+        ),
         (vim.fault.OperationDisabledByGuest(), Invalid, "refuse guest operations"),
     ],
-)  # fmt: skip
+)
 def test_guest_faults_say_what_went_wrong(fault, error, words):
     translated = guestops.guest_fault(fault, "vcl-1", "write /tmp/x", "svc")
 

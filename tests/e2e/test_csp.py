@@ -34,12 +34,25 @@ def test_no_page_breaks_the_policy(admin_user, login, things):
     page = login("admin", "admin-pass-1")
     seen = _violations(page)
     urls = [
-        "/", "/provisioning/jobs/", f"/provisioning/jobs/{things['job'].pk}/", "/vms/", f"/vms/{things['vm'].pk}/",
-        "/vms/images/", f"/vms/images/{things['image'].pk}/", f"/inventory/hypervisors/{things['host'].pk}/",
-        f"/inventory/blade-centers/{things['chassis'].pk}/", "/inventory/", "/reservations/", "/reservations/images/",
-        "/reservations/new/", "/reservations/blocks/", "/tokens/", "/admin/", "/admin/jobs/job/",
+        "/",
+        "/provisioning/jobs/",
+        f"/provisioning/jobs/{things['job'].pk}/",
+        "/vms/",
+        f"/vms/{things['vm'].pk}/",
+        "/vms/images/",
+        f"/vms/images/{things['image'].pk}/",
+        f"/inventory/hypervisors/{things['host'].pk}/",
+        f"/inventory/blade-centers/{things['chassis'].pk}/",
+        "/inventory/",
+        "/reservations/",
+        "/reservations/images/",
+        "/reservations/new/",
+        "/reservations/blocks/",
+        "/tokens/",
+        "/admin/",
+        "/admin/jobs/job/",
         f"/admin/vms/vm/{things['vm'].pk}/change/",
-    ]  # fmt: skip
+    ]
     for url in urls:
         response = page.goto(url)
         assert response.status == 200, url

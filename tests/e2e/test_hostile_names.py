@@ -65,27 +65,48 @@ def _hostile_rows():
     user = User.objects.create_user(HOSTILE[:150], "x@example.org", "pw-unused-1", first_name=SCRIPT)
     group = Group.objects.create(name=HOSTILE[:150])
     user.groups.add(group)
-    credential = inventory.create_credential(actor=admin, name="cred-x", username=IMG, secret=SECRET,
-                                             description=HOSTILE)  # fmt: skip
+    credential = inventory.create_credential(
+        actor=admin, name="cred-x", username=IMG, secret=SECRET, description=HOSTILE
+    )
     node_group = inventory.create_node_group(actor=admin, name="ng-x", description=HOSTILE)
-    chassis = inventory.create_blade_center(actor=admin, name="bc-x", slot_count=4, site=IMG, model=SCRIPT,
-                                            notes=HOSTILE)  # fmt: skip
-    host = inventory.create_hypervisor(actor=admin, name="hv-x", address="10.9.0.1", driver="sim", cpus=8,
-                                       memory_mib=16384, disk_gib=100, blade_center=chassis, slot=1,
-                                       group=node_group, credential=credential, tags=["tag-x"],
-                                       reason=HOSTILE)  # fmt: skip
+    chassis = inventory.create_blade_center(
+        actor=admin, name="bc-x", slot_count=4, site=IMG, model=SCRIPT, notes=HOSTILE
+    )
+    host = inventory.create_hypervisor(
+        actor=admin,
+        name="hv-x",
+        address="10.9.0.1",
+        driver="sim",
+        cpus=8,
+        memory_mib=16384,
+        disk_gib=100,
+        blade_center=chassis,
+        slot=1,
+        group=node_group,
+        credential=credential,
+        tags=["tag-x"],
+        reason=HOSTILE,
+    )
     inventory.set_state(host, "drained", HOSTILE, actor=admin)
     image = vms.create_image(actor=admin, name="img-x", os=HOSTILE, description=HOSTILE, reason=HOSTILE)
     vms.add_variant(image, actor=admin, hypervisor_type="sim", format="sim", location="sim://library/img-x")
     vm, _ = vms.request_vm(actor=admin, owner=user, image=image, name="vm-x", reason=HOSTILE)
     job = jobs.submit("noop", {}, actor=admin, reason=HOSTILE)
     tokens.issue(admin, HOSTILE[:100])
-    inventory.create_hypervisor(actor=admin, name="hv-y", address="10.9.0.2", driver="sim", cpus=8, memory_mib=16384,
-                                disk_gib=100)  # fmt: skip
+    inventory.create_hypervisor(
+        actor=admin, name="hv-y", address="10.9.0.2", driver="sim", cpus=8, memory_mib=16384, disk_gib=100
+    )
     start = timezone.now() + timedelta(days=1)
     reservation = reservations.reserve(admin, image, actor=admin, start=start, duration=timedelta(hours=1))
-    block = reservations.create_block(actor=admin, name=HOSTILE[:100], image=image, group=group, seats=1,
-                                      start=start + timedelta(hours=2), end=start + timedelta(hours=3))  # fmt: skip
+    block = reservations.create_block(
+        actor=admin,
+        name=HOSTILE[:100],
+        image=image,
+        group=group,
+        seats=1,
+        start=start + timedelta(hours=2),
+        end=start + timedelta(hours=3),
+    )
     # Rows as a sign-on provider, an import or an older version may have left them: past the forms.
     BladeCenter.objects.filter(pk=chassis.pk).update(management_address=JS_URL, bmc_address=JS_URL)
     Hypervisor.objects.filter(pk=host.pk).update(bmc_address=JS_URL, state_reason=HOSTILE)
@@ -138,13 +159,29 @@ def crawl(browser, django_db_setup, django_db_blocker, tmp_path_factory):
 
 
 def _seeds(rows):
-    return ["/", "/inventory/", "/vms/", "/vms/images/", "/provisioning/jobs/", "/reservations/",
-            "/reservations/images/", "/reservations/new/", "/reservations/blocks/", "/tokens/",
-            f"/vms/{rows['vm'].pk}/", f"/vms/images/{rows['image'].pk}/", f"/inventory/hypervisors/{rows['host'].pk}/",
-            f"/inventory/blade-centers/{rows['chassis'].pk}/", f"/provisioning/jobs/{rows['job'].pk}/",
-            f"/admin/auth/user/{rows['user'].pk}/change/", f"/admin/auth/group/{rows['group'].pk}/change/",
-            f"/admin/jobs/job/{rows['job'].pk}/change/", f"/admin/vms/vm/{rows['vm'].pk}/change/",
-            f"/reservations/{rows['reservation'].pk}/", "/admin/"]  # fmt: skip
+    return [
+        "/",
+        "/inventory/",
+        "/vms/",
+        "/vms/images/",
+        "/provisioning/jobs/",
+        "/reservations/",
+        "/reservations/images/",
+        "/reservations/new/",
+        "/reservations/blocks/",
+        "/tokens/",
+        f"/vms/{rows['vm'].pk}/",
+        f"/vms/images/{rows['image'].pk}/",
+        f"/inventory/hypervisors/{rows['host'].pk}/",
+        f"/inventory/blade-centers/{rows['chassis'].pk}/",
+        f"/provisioning/jobs/{rows['job'].pk}/",
+        f"/admin/auth/user/{rows['user'].pk}/change/",
+        f"/admin/auth/group/{rows['group'].pk}/change/",
+        f"/admin/jobs/job/{rows['job'].pk}/change/",
+        f"/admin/vms/vm/{rows['vm'].pk}/change/",
+        f"/reservations/{rows['reservation'].pk}/",
+        "/admin/",
+    ]
 
 
 def _visit(page, url, dialogs):
@@ -185,15 +222,25 @@ def _crawl(page, base, seeds, dialogs):
 
 
 def _of_kind(report, kind):
-    return {path: [detail for each, detail in found if each == kind] for path, found in report.items()
-            if any(each == kind for each, _ in found)}  # fmt: skip
+    return {
+        path: [detail for each, detail in found if each == kind]
+        for path, found in report.items()
+        if any(each == kind for each, _ in found)
+    }
 
 
 def test_the_crawl_reaches_every_kind_of_page_without_a_server_error(crawl):
     seen, report = crawl
     assert _of_kind(report, "error") == {}
-    for path in ("/admin/inventory/hypervisor/", "/admin/notifications/webhook/", "/admin/auth/group/",
-                 "/inventory/", "/vms/images/", "/provisioning/jobs/", "/tokens/"):  # fmt: skip
+    for path in (
+        "/admin/inventory/hypervisor/",
+        "/admin/notifications/webhook/",
+        "/admin/auth/group/",
+        "/inventory/",
+        "/vms/images/",
+        "/provisioning/jobs/",
+        "/tokens/",
+    ):
         assert path in seen, sorted(seen)
 
 

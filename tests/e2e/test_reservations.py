@@ -30,13 +30,34 @@ SHOTS = Path(settings.VAR_DIR) / "screenshots"
 def lab(make_host, transactional_db):
     host = make_host("sim-e2e", driver="sim", cpus=16, memory_mib=16384, disk_gib=200)
     sim.set_fault("sim-e2e", "start", "slow", 2)
-    image = vms.create_image(actor="test", name="ubuntu-24.04", os="Ubuntu 24.04", description="Python, gcc, MATLAB",
-                             default_vcpus=2, default_memory_mib=2048, default_disk_gib=10)  # fmt: skip
-    vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/ubuntu",
-                    checksum="", size_gib=2)  # fmt: skip
+    image = vms.create_image(
+        actor="test",
+        name="ubuntu-24.04",
+        os="Ubuntu 24.04",
+        description="Python, gcc, MATLAB",
+        default_vcpus=2,
+        default_memory_mib=2048,
+        default_disk_gib=10,
+    )
+    vms.add_variant(
+        image,
+        actor="test",
+        hypervisor_type="sim",
+        format="sim",
+        location="sim://library/ubuntu",
+        checksum="",
+        size_gib=2,
+    )
     other = vms.create_image(actor="test", name="windows-11", os="Windows 11", description="Office, Visual Studio")
-    vms.add_variant(other, actor="test", hypervisor_type="sim", format="sim", location="sim://library/win11",
-                    checksum="", size_gib=2)  # fmt: skip
+    vms.add_variant(
+        other,
+        actor="test",
+        hypervisor_type="sim",
+        format="sim",
+        location="sim://library/win11",
+        checksum="",
+        size_gib=2,
+    )
     return host, image
 
 
@@ -76,8 +97,10 @@ def test_a_user_reserves_watches_it_become_ready_connects_and_ends_it(
     try:
         expect(status).to_have_text("ready", timeout=30000)
     except AssertionError as error:
-        raise AssertionError(f"not ready: {Reservation.objects.get(pk=reservation.pk).status}\n"
-                             f"{asgi_server.output()[-3000:]}\n{worker.output()[-3000:]}") from error  # fmt: skip
+        raise AssertionError(
+            f"not ready: {Reservation.objects.get(pk=reservation.pk).status}\n"
+            f"{asgi_server.output()[-3000:]}\n{worker.output()[-3000:]}"
+        ) from error
     assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
     reservation.refresh_from_db()
     expect(page.locator("#connect-address")).to_have_text(reservation.vm.address)
@@ -91,8 +114,11 @@ def test_a_user_reserves_watches_it_become_ready_connects_and_ends_it(
     page.click("button.reveal")
     expect(page.locator("#connect-password")).to_have_text(reservation.get_password())
     expect(page.locator("#ending-warning")).to_be_hidden()
-    events.emit("reservation.ending", {"id": reservation.pk, "minutes": 7, "end": reservation.end.isoformat()},
-                [f"reservation.{reservation.pk}"])  # what the scheduler's tick sends  # fmt: skip
+    events.emit(
+        "reservation.ending",
+        {"id": reservation.pk, "minutes": 7, "end": reservation.end.isoformat()},
+        [f"reservation.{reservation.pk}"],
+    )  # what the scheduler's tick sends
     expect(page.locator("#ending-warning")).to_be_visible(timeout=10000)
     expect(page.locator("#ending-warning")).to_contain_text("in about 7 min")
 
@@ -112,9 +138,10 @@ def test_a_user_reserves_watches_it_become_ready_connects_and_ends_it(
         from jobs.models import Job
 
         jobs = list(Job.objects.values_list("pk", "opcode", "status"))
-        raise AssertionError(f"not ended: {Reservation.objects.get(pk=reservation.pk).status} {jobs}\n"
-                             f"{worker.output()[-3000:]}\n{asgi_server.output()[-3000:]}\n"
-                             + "\n".join(console[-40:])) from error  # fmt: skip
+        raise AssertionError(
+            f"not ended: {Reservation.objects.get(pk=reservation.pk).status} {jobs}\n"
+            f"{worker.output()[-3000:]}\n{asgi_server.output()[-3000:]}\n" + "\n".join(console[-40:])
+        ) from error
     expect(page.locator("#connection")).not_to_contain_text(reservation.vm.address)
 
     # a second user sees nothing of it: not in the list, not by its URL

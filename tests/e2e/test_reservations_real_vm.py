@@ -33,13 +33,21 @@ def wait_ready_live(page, reservation, worker):
     try:
         expect(page.locator("#reservation-status")).to_have_text("ready", timeout=READY_TIMEOUT_MS)
     except AssertionError as error:
-        raise AssertionError(f"not ready: {Reservation.objects.get(pk=reservation.pk).error}\n"
-                             f"{worker.output()[-3000:]}") from error  # fmt: skip
+        raise AssertionError(
+            f"not ready: {Reservation.objects.get(pk=reservation.pk).error}\n{worker.output()[-3000:]}"
+        ) from error
     assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
 
 
 def test_a_user_reserves_a_real_vm_sees_it_ready_live_and_logs_in_with_the_shown_password(
-    kvm_host, guest, alice, worker, asgi_server, login, page, libvirt_conn  # noqa: F811
+    kvm_host,  # noqa: F811
+    guest,  # noqa: F811
+    alice,
+    worker,
+    asgi_server,
+    login,
+    page,
+    libvirt_conn,  # noqa: F811
 ):
     _host, pool = kvm_host
     login("alice", "alice-pass-1")

@@ -69,8 +69,9 @@ def test_the_usage_page_draws_its_charts_under_the_csp(admin_user, alice, bob, i
 
 def test_a_users_home_follows_their_reservation_live(alice, image, login):
     start = timezone.now() + 24 * H
-    reservation = Reservation.objects.create(user=alice, image=image, start=start, end=start + H, status="pending",
-                                             vcpus=1, memory_mib=256, disk_gib=1)  # fmt: skip
+    reservation = Reservation.objects.create(
+        user=alice, image=image, start=start, end=start + H, status="pending", vcpus=1, memory_mib=256, disk_gib=1
+    )
     page = login("alice", "alice-pass-1")
     seen = _violations(page)
     row = page.locator(f"#home-reservation-{reservation.pk}")

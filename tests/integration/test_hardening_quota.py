@@ -39,9 +39,11 @@ def servers(transactional_db, tmp_path):
 
 def _post(url, token, body):
     request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), method="POST",
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )  # fmt: skip
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 (loopback)
             return response.status, json.loads(response.read())
@@ -79,10 +81,18 @@ def _image(make_host):
     from provisioning import services as vms
 
     make_host("burst-1", cpus=64, memory_mib=262144, disk_gib=2000)
-    image = vms.create_image(actor="test", name="deb", os="Debian", min_memory_mib=256,
-                             default_vcpus=1, default_memory_mib=512, default_disk_gib=5)  # fmt: skip
-    vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://deb", checksum="",
-                    size_gib=1)  # fmt: skip
+    image = vms.create_image(
+        actor="test",
+        name="deb",
+        os="Debian",
+        min_memory_mib=256,
+        default_vcpus=1,
+        default_memory_mib=512,
+        default_disk_gib=5,
+    )
+    vms.add_variant(
+        image, actor="test", hypervisor_type="sim", format="sim", location="sim://deb", checksum="", size_gib=1
+    )
     QuotaRule.objects.create(name="two at a time", max_per_user=LIMIT)
     return image
 

@@ -29,9 +29,15 @@ MINUTE = 20  # s: long enough for the second guest's SSH login to be seen before
 def guest(guest_image):
     """The test guest, with room to boot two at once on a loaded machine (software emulation)."""
     image = vms.create_image(
-        actor="test", name="guest-idle", os="Debian 12 test guest", min_memory_mib=128, default_memory_mib=256,
-        min_disk_gib=0, default_disk_gib=1, ready_timeout=280,
-    )  # fmt: skip
+        actor="test",
+        name="guest-idle",
+        os="Debian 12 test guest",
+        min_memory_mib=128,
+        default_memory_mib=256,
+        min_disk_gib=0,
+        default_disk_gib=1,
+        ready_timeout=280,
+    )
     vms.add_variant(
         image, actor="test", hypervisor_type="kvm", format="qcow2", location=str(guest_image["dir"] / "disk.qcow2")
     )
@@ -42,8 +48,17 @@ def open_shell(details, pkey):
     """An interactive session (a terminal: dropbear records it in utmp), kept open by the caller."""
     client = paramiko.SSHClient()
     client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a fresh guest: its host key is new
-    client.connect(details["address"], port=details["port"], username=details["user"], pkey=pkey, timeout=30,
-                   banner_timeout=30, auth_timeout=60, allow_agent=False, look_for_keys=False)  # fmt: skip
+    client.connect(
+        details["address"],
+        port=details["port"],
+        username=details["user"],
+        pkey=pkey,
+        timeout=30,
+        banner_timeout=30,
+        auth_timeout=60,
+        allow_agent=False,
+        look_for_keys=False,
+    )
     shell = client.invoke_shell()
     shell.send(b"echo hello-$((6*7))\n")
     seen = b""
@@ -61,8 +76,15 @@ def status(rid):
 
 
 def test_a_no_show_is_reclaimed_and_a_reservation_with_an_ssh_session_is_not(
-    transactional_db, tmp_path, api, alice, kvm_host, guest, libvirt_conn, settings  # noqa: F811 (an imported fixture)
-):  # fmt: skip
+    transactional_db,
+    tmp_path,
+    api,
+    alice,
+    kvm_host,  # noqa: F811
+    guest,
+    libvirt_conn,
+    settings,  # noqa: F811 (an imported fixture)
+):
     from tests import processes
 
     host, _pool = kvm_host
@@ -91,8 +113,11 @@ def test_a_no_show_is_reclaimed_and_a_reservation_with_an_ssh_session_is_not(
         ready_at = kept.history.filter(status="ready").first().at
         wait_until(
             lambda: Reservation.objects.get(pk=used).idle_since > ready_at + timedelta(seconds=1.2 * MINUTE),
-            120, "the kept reservation's idle clock to move past both limits", child, interval=0.5,
-        )  # fmt: skip
+            120,
+            "the kept reservation's idle clock to move past both limits",
+            child,
+            interval=0.5,
+        )
         kept = Reservation.objects.get(pk=used)
         assert kept.status == "ready" and kept.connected_at is not None and not kept.reclaimed
 

@@ -58,10 +58,17 @@ def kvm_hosts(libvirtd, libvirt_conn, guest_image, vm_ids):  # noqa: F811
         for i in range(n):
             pool = realvm.Pool(libvirt_conn, guest_image, name=f"{realvm.PREFIX}vcl-{os.getpid()}-{i}", stage=False)
             host = inventory.create_hypervisor(
-                actor="test", name=f"kvm-{i}", address="127.0.0.1", driver="libvirt", uri=libvirtd.uri,
-                cpus=2, memory_mib=2048, disk_gib=20, cpu_ratio=4,
+                actor="test",
+                name=f"kvm-{i}",
+                address="127.0.0.1",
+                driver="libvirt",
+                uri=libvirtd.uri,
+                cpus=2,
+                memory_mib=2048,
+                disk_gib=20,
+                cpu_ratio=4,
                 driver_options={"domain_type": "qemu", "pool": pool.name, "network": "user", "name": f"kvm-{i}"},
-            )  # fmt: skip
+            )
             made.append((host, pool))
         snapshot.reset()  # this process places: it must see the hosts just made
         return made
@@ -75,10 +82,19 @@ def kvm_hosts(libvirtd, libvirt_conn, guest_image, vm_ids):  # noqa: F811
 
 
 def image(guest_image, name, **fields):
-    made = vms.create_image(actor="test", name=name, os="Debian 12 test guest", min_memory_mib=128,
-                            default_memory_mib=256, min_disk_gib=0, default_disk_gib=1, **fields)  # fmt: skip
-    vms.add_variant(made, actor="test", hypervisor_type="kvm", format="qcow2",
-                    location=str(guest_image["dir"] / "disk.qcow2"))  # fmt: skip
+    made = vms.create_image(
+        actor="test",
+        name=name,
+        os="Debian 12 test guest",
+        min_memory_mib=128,
+        default_memory_mib=256,
+        min_disk_gib=0,
+        default_disk_gib=1,
+        **fields,
+    )
+    vms.add_variant(
+        made, actor="test", hypervisor_type="kvm", format="qcow2", location=str(guest_image["dir"] / "disk.qcow2")
+    )
     return made
 
 

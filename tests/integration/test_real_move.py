@@ -107,8 +107,9 @@ def test_a_suspended_vm_moves_to_another_host_with_its_memory_and_failed_moves_l
     image = ImageVariantSpec("guest-debian", "qcow2", str(guest_image["dir"] / "disk.qcow2"))
     a.stage_image(image)
     b.stage_image(image)
-    login = cloudinit.GuestLogin(instance_id=f"i-{key}", hostname=key, login="alice",
-                                 password_hash=cloudinit.password_hash("pw-12345678"))  # fmt: skip
+    login = cloudinit.GuestLogin(
+        instance_id=f"i-{key}", hostname=key, login="alice", password_hash=cloudinit.password_hash("pw-12345678")
+    )
     a.create(VMSpec(key, 1, 256, 1, image, extra={"guest_port": 22}, guest=login))
     a.snapshot(key, "clean")  # before its first boot (as a pooled image's VM has it): it moves too
     a.start(key)

@@ -40,9 +40,13 @@ READ_MARK = f"dd if=/dev/vda bs=512 skip={MARK_AT} count=1 2>/dev/null | head -c
 
 
 def write_mark(details, text, **auth):
-    ssh_run(details["port"], details["user"],
-            f"printf '%-32s' {text} | dd of=/dev/vda bs=512 seek={MARK_AT} conv=notrunc,sync 2>/dev/null; sync",
-            host=details["address"], **auth)  # fmt: skip
+    ssh_run(
+        details["port"],
+        details["user"],
+        f"printf '%-32s' {text} | dd of=/dev/vda bs=512 seek={MARK_AT} conv=notrunc,sync 2>/dev/null; sync",
+        host=details["address"],
+        **auth,
+    )
 
 
 def read_mark(details, **auth):

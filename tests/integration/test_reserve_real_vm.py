@@ -48,10 +48,17 @@ def kvm_host(libvirtd, libvirt_conn, guest_image, vm_ids):
     user-mode networking (the guest reached through a forward on 127.0.0.1)."""
     pool = realvm.Pool(libvirt_conn, guest_image, name=f"{realvm.PREFIX}vcl-{os.getpid()}", stage=False)
     host = inventory.create_hypervisor(
-        actor="test", name="kvm-local", address="127.0.0.1", driver="libvirt", uri=libvirtd.uri,
-        cpus=2, memory_mib=2048, disk_gib=20, cpu_ratio=4,
+        actor="test",
+        name="kvm-local",
+        address="127.0.0.1",
+        driver="libvirt",
+        uri=libvirtd.uri,
+        cpus=2,
+        memory_mib=2048,
+        disk_gib=20,
+        cpu_ratio=4,
         driver_options={"domain_type": "qemu", "pool": pool.name, "network": "user", "name": "kvm-local"},
-    )  # fmt: skip
+    )
     yield host, pool
     for dom in libvirt_conn.listAllDomains():  # a failed test must not leave its VMs running
         try:
@@ -70,9 +77,14 @@ def kvm_host(libvirtd, libvirt_conn, guest_image, vm_ids):
 @pytest.fixture
 def guest(guest_image):
     image = vms.create_image(
-        actor="test", name="guest-debian", os="Debian 12 test guest", min_memory_mib=128, default_memory_mib=256,
-        min_disk_gib=0, default_disk_gib=1,
-    )  # fmt: skip
+        actor="test",
+        name="guest-debian",
+        os="Debian 12 test guest",
+        min_memory_mib=128,
+        default_memory_mib=256,
+        min_disk_gib=0,
+        default_disk_gib=1,
+    )
     vms.add_variant(
         image, actor="test", hypervisor_type="kvm", format="qcow2", location=str(guest_image["dir"] / "disk.qcow2")
     )
@@ -157,15 +169,25 @@ def test_a_guest_that_never_answers_fails_with_the_reason_and_leaves_nothing(
     host, pool = kvm_host
     blank = tmp_path / "blank.qcow2"
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(blank), "64M"], check=True, timeout=30)
-    image = vms.create_image(actor="test", name="mute", min_memory_mib=128, default_memory_mib=128,
-                             min_disk_gib=0, default_disk_gib=1, ready_timeout=8)  # fmt: skip
+    image = vms.create_image(
+        actor="test",
+        name="mute",
+        min_memory_mib=128,
+        default_memory_mib=128,
+        min_disk_gib=0,
+        default_disk_gib=1,
+        ready_timeout=8,
+    )
     vms.add_variant(image, actor="test", hypervisor_type="kvm", format="qcow2", location=str(blank))
     client = api(alice)
     rid = reserve(client, image)
     wait_until(
-        lambda: client.get(f"{URL}{rid}/").json()["status"] == "failed", READY_TIMEOUT, "the failure", worker,
+        lambda: client.get(f"{URL}{rid}/").json()["status"] == "failed",
+        READY_TIMEOUT,
+        "the failure",
+        worker,
         interval=0.2,
-    )  # fmt: skip
+    )
     reservation = Reservation.objects.get(pk=rid)
     assert "guest did not answer on port 22 within 8 s" in reservation.error, reservation.error
     key = reservation.vm.key
@@ -183,8 +205,9 @@ def test_three_reservations_at_once_all_become_ready_and_let_their_users_in(
     _host, pool = kvm_host
     child = processes.start_worker(tmp_path, workers=3)
     try:
-        people = [django_user_model.objects.create_user(f"user{n}", f"u{n}@example.org", "pw-123456789")
-                  for n in range(3)]  # fmt: skip
+        people = [
+            django_user_model.objects.create_user(f"user{n}", f"u{n}@example.org", "pw-123456789") for n in range(3)
+        ]
         logins = [new_login() for _ in people]
         clients = [api(person) for person in people]
         rids = [reserve(c, guest, ssh_key=login["public"]) for c, login in zip(clients, logins, strict=True)]

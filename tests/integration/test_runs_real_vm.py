@@ -27,8 +27,10 @@ RUN_TIMEOUT = 400  # s: a boot takes ~10 s alone, but the two cores may be share
 @pytest.fixture
 def storage_dir(settings, tmp_path):
     where = tmp_path / "runs"
-    settings.STORAGES = {**settings.STORAGES, "runs": {
-        "BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(where)}}}  # fmt: skip
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "runs": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(where)}},
+    }
     return where
 
 
@@ -44,9 +46,16 @@ def run_worker(transactional_db, tmp_path, storage_dir):
 @pytest.fixture
 def guest_os(guest_image):
     image = vms.create_image(
-        actor="test", name="guest-debian", os="Debian 12 test guest", min_memory_mib=128, default_memory_mib=256,
-        min_disk_gib=0, default_disk_gib=1, readiness="agent", default_vcpus=1,
-    )  # fmt: skip
+        actor="test",
+        name="guest-debian",
+        os="Debian 12 test guest",
+        min_memory_mib=128,
+        default_memory_mib=256,
+        min_disk_gib=0,
+        default_disk_gib=1,
+        readiness="agent",
+        default_vcpus=1,
+    )
     vms.add_variant(
         image, actor="test", hypervisor_type="kvm", format="qcow2", location=str(guest_image["dir"] / "disk.qcow2")
     )
@@ -82,8 +91,12 @@ def submit(user, **kwargs):
 def test_runs_exit_0_and_3_with_their_output_and_leave_nothing(run_worker, alice, kvm_host, guest_os, libvirt_conn):
     _host, pool = kvm_host
     started = time.monotonic()
-    ok = run_to_end(submit(alice, argv=["/bin/sh", "-c", "echo hello from $(uname -s); echo $GREETING"],
-                           env={"GREETING": "hi there"}), run_worker)  # fmt: skip
+    ok = run_to_end(
+        submit(
+            alice, argv=["/bin/sh", "-c", "echo hello from $(uname -s); echo $GREETING"], env={"GREETING": "hi there"}
+        ),
+        run_worker,
+    )
     first = time.monotonic() - started
     assert ok.state == "success", (ok.reason, run_worker.output()[-3000:])
     assert ok.exit_status == 0
@@ -120,8 +133,7 @@ def test_a_run_past_its_time_limit_is_killed_and_its_vm_destroyed(run_worker, al
     assert_left_nothing(run, libvirt_conn, pool)
 
 
-def test_a_pooled_images_second_run_starts_on_the_reverted_vm(run_worker, alice, bob, kvm_host, guest_os,
-                                                              libvirt_conn):  # fmt: skip
+def test_a_pooled_images_second_run_starts_on_the_reverted_vm(run_worker, alice, bob, kvm_host, guest_os, libvirt_conn):
     """The first run's VM is booted, snapshotted warm (memory included, nothing of the run in it
     yet), runs its command (which writes a file), and is reverted to its clean snapshot and
     parked; the second run (another user) gets that VM back at its warm snapshot: the same boot
@@ -133,8 +145,9 @@ def test_a_pooled_images_second_run_starts_on_the_reverted_vm(run_worker, alice,
     vms.update_image(guest_os, actor="test", pool_size=1)
     boot_id = "cat /proc/sys/kernel/random/boot_id"
     began = time.monotonic()
-    first = run_to_end(submit(alice, argv=["/bin/sh", "-c", f"echo secret > /root/left-behind; sync; {boot_id}"]),
-                       run_worker)  # fmt: skip
+    first = run_to_end(
+        submit(alice, argv=["/bin/sh", "-c", f"echo secret > /root/left-behind; sync; {boot_id}"]), run_worker
+    )
     fresh_s = time.monotonic() - began
     assert first.state == "success", (first.reason, run_worker.output()[-3000:])
     parked = VM.objects.get(pk=first.vm_id)
@@ -147,8 +160,9 @@ def test_a_pooled_images_second_run_starts_on_the_reverted_vm(run_worker, alice,
     pooled_s = time.monotonic() - began
     assert second.state == "success", (second.reason, run_worker.output()[-3000:])
     assert second.vm_id == first.vm_id
-    assert any(entry[1].startswith(f"started on a pooled VM {parked.key}") and "no boot" in entry[1]
-               for entry in second.reason), second.reason  # fmt: skip
+    assert any(
+        entry[1].startswith(f"started on a pooled VM {parked.key}") and "no boot" in entry[1] for entry in second.reason
+    ), second.reason
     gone, second_boot = output(second).decode().split()
     assert gone == "gone"
     assert second_boot == output(first).decode().strip()  # the same boot: resumed, not booted again
@@ -195,8 +209,14 @@ def let_go(run, worker, conn, host=None):
 @pytest.fixture
 def workers(transactional_db, tmp_path, storage_dir):
     """Three workers: two runs wait on their commands while the reservation's jobs go on."""
-    child = processes.start_worker(tmp_path, workers=3, RUN_STORAGE_DIR=str(storage_dir), RUN_STEP_SECONDS=2,
-                                   RUN_POLL_SECONDS=0.2, RUN_MIN_SECONDS=5)  # fmt: skip
+    child = processes.start_worker(
+        tmp_path,
+        workers=3,
+        RUN_STORAGE_DIR=str(storage_dir),
+        RUN_STEP_SECONDS=2,
+        RUN_POLL_SECONDS=0.2,
+        RUN_MIN_SECONDS=5,
+    )
     yield child
     child.stop()
 
@@ -221,8 +241,7 @@ def test_a_reservation_that_fits_only_if_two_runs_are_suspended_gets_its_vm_and_
 
     wait_until(all_running, RUN_TIMEOUT, "both runs to run", workers, interval=0.3)
     booted = time.monotonic()
-    reservation = reservations.reserve(bob, guest_os, actor=bob, duration=timedelta(hours=1),
-                                       size={"memory_mib": 512})  # fmt: skip
+    reservation = reservations.reserve(bob, guest_os, actor=bob, duration=timedelta(hours=1), size={"memory_mib": 512})
     assert any("suspending 2 low runs" in h.reason for h in reservation.history.all())
 
     def ready():
@@ -253,8 +272,10 @@ def test_a_reservation_that_fits_only_if_two_runs_are_suspended_gets_its_vm_and_
         assert run.suspended_seconds > 0
         assert_left_nothing(run, libvirt_conn, pool)
     assert Reservation.objects.get(pk=reservation.pk).status == "ended"
-    print(f"\nruns running after {booted - started:.1f} s; reservation ready {reserved - booted:.1f} s later "
-          f"(two runs suspended); runs done {done - reserved:.1f} s after that")  # fmt: skip
+    print(
+        f"\nruns running after {booted - started:.1f} s; reservation ready {reserved - booted:.1f} s later "
+        f"(two runs suspended); runs done {done - reserved:.1f} s after that"
+    )
 
 
 def wait_running(run, worker, printed=b""):
@@ -273,8 +294,14 @@ def test_two_megabytes_of_output_are_counted_and_kept_up_to_the_limit(
 ):
     """The guest prints 2 MiB; the worker keeps 1 MiB (its limit) and counts every byte."""
     _host, pool = kvm_host
-    worker = processes.start_worker(tmp_path, RUN_STORAGE_DIR=str(storage_dir), RUN_STEP_SECONDS=2,
-                                    RUN_POLL_SECONDS=0.2, RUN_MIN_SECONDS=5, RUN_OUTPUT_MAX_BYTES=1 << 20)  # fmt: skip
+    worker = processes.start_worker(
+        tmp_path,
+        RUN_STORAGE_DIR=str(storage_dir),
+        RUN_STEP_SECONDS=2,
+        RUN_POLL_SECONDS=0.2,
+        RUN_MIN_SECONDS=5,
+        RUN_OUTPUT_MAX_BYTES=1 << 20,
+    )
     try:
         run = run_to_end(submit(alice, argv=["/bin/sh", "-c", "head -c 2097152 /dev/zero | tr '\\000' x"]), worker)
         assert run.state == "success", (run.reason, worker.output()[-3000:])
@@ -285,8 +312,9 @@ def test_two_megabytes_of_output_are_counted_and_kept_up_to_the_limit(
     assert_left_nothing(run, libvirt_conn, pool)
 
 
-def test_a_run_canceled_while_its_command_runs_ends_canceled_and_leaves_nothing(run_worker, alice, kvm_host,
-                                                                                 guest_os, libvirt_conn):  # fmt: skip
+def test_a_run_canceled_while_its_command_runs_ends_canceled_and_leaves_nothing(
+    run_worker, alice, kvm_host, guest_os, libvirt_conn
+):
     _host, pool = kvm_host
     run = submit(alice, argv=["/bin/sh", "-c", "echo started; sleep 600"], time_limit=900)
     wait_running(run, run_worker, b"started\n")

@@ -17,12 +17,32 @@ TEST = Actor(name="test")
 def host_row(i, **overrides):
     """A full import row (as a dict of the export columns, without id)."""
     row = {
-        "name": f"h{i:05d}", "address": f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}", "driver": "libvirt",
-        "uri": f"qemu+ssh://root@10.0.0.{i % 250 + 1}/system", "credential": "", "blade_center": "", "slot": "",
-        "group": "", "cpus": 32, "memory_mib": 131072, "disk_gib": 2000, "cpu_ratio": 4.0, "memory_ratio": 1.0,
-        "disk_ratio": 1.0, "reserved_cpus": 0, "reserved_memory_mib": 0, "reserved_disk_gib": 0, "max_vms": "",
-        "spindles": 1, "state": "online", "state_reason": "", "tags": "",
-        "bmc_address": "", "bmc_credential": "", "bmc_system": "", "bmc_verify_tls": "true",
+        "name": f"h{i:05d}",
+        "address": f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}",
+        "driver": "libvirt",
+        "uri": f"qemu+ssh://root@10.0.0.{i % 250 + 1}/system",
+        "credential": "",
+        "blade_center": "",
+        "slot": "",
+        "group": "",
+        "cpus": 32,
+        "memory_mib": 131072,
+        "disk_gib": 2000,
+        "cpu_ratio": 4.0,
+        "memory_ratio": 1.0,
+        "disk_ratio": 1.0,
+        "reserved_cpus": 0,
+        "reserved_memory_mib": 0,
+        "reserved_disk_gib": 0,
+        "max_vms": "",
+        "spindles": 1,
+        "state": "online",
+        "state_reason": "",
+        "tags": "",
+        "bmc_address": "",
+        "bmc_credential": "",
+        "bmc_system": "",
+        "bmc_verify_tls": "true",
     }
     row.update(overrides)
     return row

@@ -20,15 +20,24 @@ def admin_client(client, admin_user):
 def test_admin_pages_render(db, admin_client, model, make_host, chassis, group, credential):
     host = make_host(blade_center=chassis, slot=1, group=group, credential=credential)
     obj_id = {"hypervisor": host.pk, "bladecenter": chassis.pk, "nodegroup": group.pk, "credential": credential.pk}
-    for url in (f"/admin/inventory/{model}/", f"/admin/inventory/{model}/add/",
-                f"/admin/inventory/{model}/{obj_id[model]}/change/"):
+    for url in (
+        f"/admin/inventory/{model}/",
+        f"/admin/inventory/{model}/add/",
+        f"/admin/inventory/{model}/{obj_id[model]}/change/",
+    ):
         assert admin_client.get(url).status_code == 200, url
 
 
 def test_admin_edits_go_through_the_service_and_the_change_log(db, admin_client, make_host):
     host = make_host(name="h1", tags=["old"])
-    form = {**{k: v for k, v in host_row(1).items() if v != ""}, "name": "h1", "cpus": 20, "tags": "new, gpu",
-            "driver": "sim", "uri": ""}
+    form = {
+        **{k: v for k, v in host_row(1).items() if v != ""},
+        "name": "h1",
+        "cpus": 20,
+        "tags": "new, gpu",
+        "driver": "sim",
+        "uri": "",
+    }
     response = admin_client.post(f"/admin/inventory/hypervisor/{host.pk}/change/", form)
     assert response.status_code == 302, response.content.decode()[:3000]
     host.refresh_from_db()
@@ -85,16 +94,33 @@ def test_admin_import_refuses_files_with_the_same_messages(db, admin_client):
 def test_admin_export_escapes_formulas(db, admin_client, make_host):
     host = make_host(name="h1")
     services.set_state(host, "drained", "=cmd|' /C calc'!A0", actor=TEST)
-    response = admin_client.post("/admin/inventory/hypervisor/export/", {"format": "0", "resource": "0",
-                                 **{f"hypervisorresource_{c}": "on" for c in ("id", "name", "state_reason")}})
+    response = admin_client.post(
+        "/admin/inventory/hypervisor/export/",
+        {"format": "0", "resource": "0", **{f"hypervisorresource_{c}": "on" for c in ("id", "name", "state_reason")}},
+    )
     assert response.status_code == 200
     assert "'=cmd|' /C calc'!A0" in response.content.decode()
 
 
 def test_admin_registration_form_previews_then_registers(db, admin_client, group):
-    form = {"name": "bc4", "slot_count": 4, "first_slot": 1, "last_slot": 4, "hostname_pattern": "{chassis}-n{slot}",
-            "first_address": "10.4.0.1", "driver": "sim", "uri_template": "", "group": "lab", "cpus": 8,
-            "memory_mib": 8192, "disk_gib": 100, "cpu_ratio": 4, "memory_ratio": 1, "disk_ratio": 1, "tags": "x"}
+    form = {
+        "name": "bc4",
+        "slot_count": 4,
+        "first_slot": 1,
+        "last_slot": 4,
+        "hostname_pattern": "{chassis}-n{slot}",
+        "first_address": "10.4.0.1",
+        "driver": "sim",
+        "uri_template": "",
+        "group": "lab",
+        "cpus": 8,
+        "memory_mib": 8192,
+        "disk_gib": 100,
+        "cpu_ratio": 4,
+        "memory_ratio": 1,
+        "disk_ratio": 1,
+        "tags": "x",
+    }
     url = "/admin/inventory/bladecenter/register/"
     assert admin_client.get(url).status_code == 200
     preview = admin_client.post(url, {**form, "preview": "1"})

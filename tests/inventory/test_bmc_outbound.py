@@ -101,8 +101,9 @@ def test_an_operator_cannot_make_a_saved_credential_go_to_their_listener(
 
 def test_a_credential_goes_over_http_only_where_the_host_allows_it(make_host, listener, settings, db):
     plain = listener(status=401, body='{"error": {"code": "Base.1.0.GeneralError", "message": "no"}}', root=True)
-    credential = services.create_credential(actor=TEST, name="bmc", username=redfish.USERNAME,
-                                            secret=redfish.PASSWORD, endpoints=[plain.url])  # fmt: skip
+    credential = services.create_credential(
+        actor=TEST, name="bmc", username=redfish.USERNAME, secret=redfish.PASSWORD, endpoints=[plain.url]
+    )
     host = make_host(name="node-1", bmc_address=plain.url, bmc_credential=credential)
     with pytest.raises(power.PowerError, match="sent over https:// only"):
         power.read_power(host, actor=TEST)
@@ -154,8 +155,9 @@ def test_the_api_shows_where_a_credential_goes_and_never_its_secret(api, admin_u
 
 
 def test_the_admin_changes_where_a_credential_goes_only_with_its_secret(client, admin_user, db):
-    credential = services.create_credential(actor=TEST, name="bmc", username="root", secret=SECRET,
-                                            endpoints=["https://bmc1.example.org"])  # fmt: skip
+    credential = services.create_credential(
+        actor=TEST, name="bmc", username="root", secret=SECRET, endpoints=["https://bmc1.example.org"]
+    )
     client.force_login(admin_user)
     url = f"/admin/inventory/credential/{credential.pk}/change/"
     assert "https://bmc1.example.org:443" in client.get(url).content.decode()
@@ -164,8 +166,9 @@ def test_the_admin_changes_where_a_credential_goes_only_with_its_secret(client, 
     assert refused.status_code == 200 and "give the secret again" in refused.content.decode()
     assert client.post(url, {**form, "secret": SECRET}).status_code == 302
     assert Credential.objects.get(pk=credential.pk).endpoints == [
-        "http://listener.example.org:80", "https://bmc1.example.org:443"
-    ]  # fmt: skip
+        "http://listener.example.org:80",
+        "https://bmc1.example.org:443",
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -179,15 +182,25 @@ def test_the_migration_binds_each_credential_to_where_it_is_used_now():
     chassis = Chassis.objects.create(name="bc1", bmc_address="http://10.9.0.1:8000", bmc_credential=bmc)
     common = {"cpus": 1, "memory_mib": 1, "disk_gib": 1}
     Host.objects.create(name="blade", address="10.1.0.1", blade_center=chassis, slot=1, **common)
-    Host.objects.create(name="own", address="10.1.0.2", bmc_address="https://BMC2.example.org/", bmc_credential=bmc,
-                        uri="https://vc.example.org/sdk?host=own", credential=vc, **common)  # fmt: skip
+    Host.objects.create(
+        name="own",
+        address="10.1.0.2",
+        bmc_address="https://BMC2.example.org/",
+        bmc_credential=bmc,
+        uri="https://vc.example.org/sdk?host=own",
+        credential=vc,
+        **common,
+    )
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()
     executor.migrate(after)
     new = executor.loader.project_state(after).apps
     bound = dict(new.get_model("inventory", "Credential").objects.values_list("name", "endpoints"))
-    assert bound == {"bmc": ["http://10.9.0.1:8000", "https://bmc2.example.org:443"],
-                     "vc": ["https://vc.example.org:443"], "unused": []}  # fmt: skip
+    assert bound == {
+        "bmc": ["http://10.9.0.1:8000", "https://bmc2.example.org:443"],
+        "vc": ["https://vc.example.org:443"],
+        "unused": [],
+    }
     # A BMC reached over http:// with a credential keeps working; the https:// one needs nothing.
     assert new.get_model("inventory", "BladeCenter").objects.get().bmc_allow_http is True
     assert not new.get_model("inventory", "Hypervisor").objects.filter(bmc_allow_http=True).exists()

@@ -84,10 +84,13 @@ def test_import_hosts_logs_the_cli_as_actor(db, tmp_path):
     assert (change.actor, change.reason) == ("cli", "rack 12 arrived")
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["missing.csv"], "cannot read missing.csv"),
-    (["hosts.txt"], "cannot tell the format"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.csv"], "cannot read missing.csv"),
+        (["hosts.txt"], "cannot tell the format"),
+    ],
+)
 def test_import_hosts_file_problems(db, tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "hosts.txt").write_text("x")
@@ -125,8 +128,9 @@ def test_the_exit_status_is_0_on_success_and_1_when_rows_are_rejected(transactio
     manage = [sys.executable, "manage.py", "import_hosts"]
     ok = subprocess.run([*manage, str(good)], cwd=processes.ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0, ok.stderr
-    refused = subprocess.run([*manage, str(bad)], cwd=processes.ROOT, env=env, capture_output=True, text=True,
-                             timeout=60)
+    refused = subprocess.run(
+        [*manage, str(bad)], cwd=processes.ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert refused.returncode == 1
     assert "Row 1 cpus: must be a positive integer" in refused.stderr
     assert list(Hypervisor.objects.values_list("name", flat=True)) == ["h00001"]
@@ -146,13 +150,16 @@ def test_node_modify_drains_offlines_and_onlines(db, make_host):
     assert "nothing changed" in out
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["modify", "n1", "--reason", "x"], "give --drained=yes|no or --offline=yes|no"),
-    (["modify", "n1", "--drained=yes", "--offline=yes", "--reason", "x"], "either drained or offline"),
-    (["modify", "ghost", "--drained=yes", "--reason", "x"], "no hypervisor named 'ghost'"),
-    (["modify", "n1", "--drained=yes", "--reason", "  "], "required: say why"),
-    (["modify", "n1", "--drained=yes"], "--reason"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["modify", "n1", "--reason", "x"], "give --drained=yes|no or --offline=yes|no"),
+        (["modify", "n1", "--drained=yes", "--offline=yes", "--reason", "x"], "either drained or offline"),
+        (["modify", "ghost", "--drained=yes", "--reason", "x"], "no hypervisor named 'ghost'"),
+        (["modify", "n1", "--drained=yes", "--reason", "  "], "required: say why"),
+        (["modify", "n1", "--drained=yes"], "--reason"),
+    ],
+)
 def test_node_modify_refuses_bad_input(db, make_host, args, message):
     make_host(name="n1")
     with pytest.raises(CommandError, match=message):

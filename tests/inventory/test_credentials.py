@@ -73,8 +73,11 @@ def test_the_api_never_returns_the_secret(db, api, admin_user, credential):
     client = api(admin_user)
     created = client.post("/api/v1/credentials/", {"name": "c2", "username": "u", "secret": "pa55"}, format="json")
     assert created.status_code == 201 and "secret" not in created.json() and created.json()["has_secret"]
-    for url in ("/api/v1/credentials/", f"/api/v1/credentials/{credential.pk}/",
-                f"/api/v1/credentials/{credential.pk}/changes/"):
+    for url in (
+        "/api/v1/credentials/",
+        f"/api/v1/credentials/{credential.pk}/",
+        f"/api/v1/credentials/{credential.pk}/changes/",
+    ):
         body = client.get(url).content.decode()
         assert SECRET not in body and "pa55" not in body and "gAAAA" not in body
     assert Credential.objects.get(name="c2").get_secret() == "pa55"
@@ -84,8 +87,10 @@ def test_the_admin_never_shows_the_secret(db, client, admin_user, credential):
     client.force_login(admin_user)
     page = client.get(f"/admin/inventory/credential/{credential.pk}/change/").content.decode()
     assert SECRET not in page and credential.encrypted_secret not in page
-    response = client.post(f"/admin/inventory/credential/{credential.pk}/change/", {
-        "name": "root-ssh", "username": "root", "secret": "", "description": "kept"})
+    response = client.post(
+        f"/admin/inventory/credential/{credential.pk}/change/",
+        {"name": "root-ssh", "username": "root", "secret": "", "description": "kept"},
+    )
     assert response.status_code == 302
     assert Credential.objects.get(pk=credential.pk).get_secret() == SECRET  # blank keeps it
     client.post("/admin/inventory/credential/add/", {"name": "c3", "username": "u", "secret": "fresh-secret"})

@@ -30,8 +30,9 @@ BAD = [
 
 
 def create(**fields):
-    return services.create_hypervisor(actor=TEST, name="kvm01", address="10.0.0.1", driver="libvirt",
-                                      cpus=4, memory_mib=4096, disk_gib=40, **fields)  # fmt: skip
+    return services.create_hypervisor(
+        actor=TEST, name="kvm01", address="10.0.0.1", driver="libvirt", cpus=4, memory_mib=4096, disk_gib=40, **fields
+    )
 
 
 def test_the_known_forms_are_accepted():
@@ -58,14 +59,29 @@ def test_update_refuses_them_and_keeps_the_old_options(db):
 
 
 def test_other_kinds_are_not_held_to_libvirt_options(db):
-    host = services.create_hypervisor(actor=TEST, name="esx01", address="10.0.0.2", driver="vmware",
-                                      cpus=4, memory_mib=4096, disk_gib=40, driver_options={"insecure": True})
+    host = services.create_hypervisor(
+        actor=TEST,
+        name="esx01",
+        address="10.0.0.2",
+        driver="vmware",
+        cpus=4,
+        memory_mib=4096,
+        disk_gib=40,
+        driver_options={"insecure": True},
+    )
     assert host.driver_options == {"insecure": True}
 
 
 def test_the_api_answers_400_with_the_field(db, api, admin_user):
-    body = {"name": "kvm01", "address": "10.0.0.1", "driver": "libvirt", "cpus": 4, "memory_mib": 4096,
-            "disk_gib": 40, "driver_options": {"domain_type": "xen", "cpu_mode": "fastest"}}
+    body = {
+        "name": "kvm01",
+        "address": "10.0.0.1",
+        "driver": "libvirt",
+        "cpus": 4,
+        "memory_mib": 4096,
+        "disk_gib": 40,
+        "driver_options": {"domain_type": "xen", "cpu_mode": "fastest"},
+    }
     response = api(admin_user).post("/api/v1/hypervisors/", body, format="json")
     assert response.status_code == 400, response.content
     text = json.dumps(response.json()["error"]["fields"]["driver_options"])

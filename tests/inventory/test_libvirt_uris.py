@@ -46,10 +46,17 @@ def test_the_validator_refuses_each_dangerous_uri_and_names_why(program):
         assert problem and ("transport" in problem or "parameter" in problem), uri
 
 
-@pytest.mark.parametrize("uri", [
-    "qemu+ssh://root@kvm01/system", "qemu+tls://kvm01/system", "qemu+tcp://kvm01/system",
-    "qemu:///system", "qemu+ssh://root@kvm01/system?no_verify=1&sshauth=privkey", "test:///default",
-])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "qemu+ssh://root@kvm01/system",
+        "qemu+tls://kvm01/system",
+        "qemu+tcp://kvm01/system",
+        "qemu:///system",
+        "qemu+ssh://root@kvm01/system?no_verify=1&sshauth=privkey",
+        "test:///default",
+    ],
+)
 def test_ordinary_uris_stay_accepted(uri):
     assert uri_errors(uri, "libvirt") is None
 
@@ -66,8 +73,16 @@ def test_create_refuses_them_and_writes_nothing(db, program):
     before = written()
     for uri in dangerous(program):
         with pytest.raises(ValidationError) as refused:
-            services.create_hypervisor(actor=TEST, name="kvm01", address="127.0.0.1", driver="libvirt", uri=uri,
-                                       cpus=4, memory_mib=4096, disk_gib=40)  # fmt: skip
+            services.create_hypervisor(
+                actor=TEST,
+                name="kvm01",
+                address="127.0.0.1",
+                driver="libvirt",
+                uri=uri,
+                cpus=4,
+                memory_mib=4096,
+                disk_gib=40,
+            )
         assert "uri" in refused.value.message_dict
     assert written() == before
 
@@ -75,9 +90,19 @@ def test_create_refuses_them_and_writes_nothing(db, program):
 def test_the_api_refuses_them(db, api, admin_user, program):
     client = api(admin_user)
     for uri in dangerous(program):
-        response = client.post("/api/v1/hypervisors/", {
-            "name": "kvm01", "address": "127.0.0.1", "driver": "libvirt", "uri": uri,
-            "cpus": 4, "memory_mib": 4096, "disk_gib": 40}, format="json")  # fmt: skip
+        response = client.post(
+            "/api/v1/hypervisors/",
+            {
+                "name": "kvm01",
+                "address": "127.0.0.1",
+                "driver": "libvirt",
+                "uri": uri,
+                "cpus": 4,
+                "memory_mib": 4096,
+                "disk_gib": 40,
+            },
+            format="json",
+        )
         assert response.status_code == 400, uri
         assert "uri" in response.json()["error"]["fields"]
 

@@ -16,8 +16,16 @@ def _subscribe(ws, topics):
 
 def test_chassis_slots_update_live(admin_user, alice, session_cookie, ws_connect):
     chassis = services.create_blade_center(actor=TEST, name="bc1", slot_count=16)
-    host = services.create_hypervisor(actor=TEST, name="bc1-s03", address="10.0.0.3", cpus=8, memory_mib=4096,
-                                      disk_gib=100, blade_center=chassis, slot=3)
+    host = services.create_hypervisor(
+        actor=TEST,
+        name="bc1-s03",
+        address="10.0.0.3",
+        cpus=8,
+        memory_mib=4096,
+        disk_gib=100,
+        blade_center=chassis,
+        slot=3,
+    )
     topic = f"bladecenter.{chassis.pk}"
 
     outsider = ws_connect(cookie=session_cookie(alice))

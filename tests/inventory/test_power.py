@@ -48,10 +48,12 @@ def test_a_bmc_that_refuses_is_a_502_and_no_bmc_a_409(api, admin_user, make_host
 
 def test_a_blade_inherits_the_chassis_bmc(make_host, redfish_bmc, chassis, db):
     emulator = redfish_bmc({"blade-3": "off", "blade-4": "on"})
-    credential = services.create_credential(actor=TEST, name="bmc", username=redfish.USERNAME, secret=redfish.PASSWORD,
-                                            endpoints=[emulator.url])  # fmt: skip
-    services.update_blade_center(chassis, actor=TEST, bmc_address=emulator.url, bmc_credential=credential,
-                                 bmc_verify_tls=False)  # fmt: skip
+    credential = services.create_credential(
+        actor=TEST, name="bmc", username=redfish.USERNAME, secret=redfish.PASSWORD, endpoints=[emulator.url]
+    )
+    services.update_blade_center(
+        chassis, actor=TEST, bmc_address=emulator.url, bmc_credential=credential, bmc_verify_tls=False
+    )
     blade = make_host(name="blade-3", blade_center=chassis, slot=3, bmc_system=emulator.systems["blade-3"])
     assert power.read_power(blade, actor=TEST) == "off"
     other = make_host(name="blade-4", blade_center=chassis, slot=4)
@@ -73,9 +75,12 @@ def test_bmc_addresses_are_checked(make_host, db):
 
 
 def test_the_import_and_export_carry_the_bmc(db, credential):
-    rows = [host_row(1, bmc_address="https://10.9.0.1", bmc_credential=credential.name, bmc_system="1",
-                     bmc_verify_tls="false"),
-            host_row(2)]  # fmt: skip
+    rows = [
+        host_row(
+            1, bmc_address="https://10.9.0.1", bmc_credential=credential.name, bmc_system="1", bmc_verify_tls="false"
+        ),
+        host_row(2),
+    ]
     report = import_csv(rows)
     assert report.ok, report.messages()
     first = Hypervisor.objects.get(name="h00001")
@@ -118,8 +123,12 @@ def test_the_host_page_shows_its_power(client, admin_user, make_host, chassis, d
 def test_the_api_sets_a_hosts_bmc_by_credential_name(api, admin_user, make_host, credential):
     host = make_host(name="node-1")
     url = f"/api/v1/hypervisors/{host.pk}/"
-    body = {"bmc_address": "https://10.9.0.1:8443", "bmc_credential": credential.name, "bmc_system": "1",
-            "bmc_verify_tls": False}  # fmt: skip
+    body = {
+        "bmc_address": "https://10.9.0.1:8443",
+        "bmc_credential": credential.name,
+        "bmc_system": "1",
+        "bmc_verify_tls": False,
+    }
     response = api(admin_user).patch(url, body, format="json")
     assert response.status_code == 200, response.json()
     assert {k: response.json()[k] for k in body} == body

@@ -22,8 +22,18 @@ def events_of(topic):
 
 def test_create_validates_everything_and_writes_nothing_when_invalid(db, chassis):
     with pytest.raises(ValidationError) as invalid:
-        services.create_hypervisor(actor=TEST, name="bad name", address="10.0.0.300", driver="libvirt",
-                                   uri="https://x/sdk", cpus=0, memory_mib=1, disk_gib=1, blade_center=chassis, slot=40)
+        services.create_hypervisor(
+            actor=TEST,
+            name="bad name",
+            address="10.0.0.300",
+            driver="libvirt",
+            uri="https://x/sdk",
+            cpus=0,
+            memory_mib=1,
+            disk_gib=1,
+            blade_center=chassis,
+            slot=40,
+        )
     errors = invalid.value.message_dict
     assert set(errors) >= {"name", "address", "uri", "cpus", "slot"}
     assert errors["slot"] == ["bc1 has slots 1–16, not 40"]
@@ -38,8 +48,9 @@ def test_names_are_unique_ignoring_case(db, make_host):
 
 def test_update_logs_the_difference_and_emits_to_host_chassis_and_admin(db, make_host, chassis, group):
     host = make_host(name="h1", blade_center=chassis, slot=1)
-    services.update_hypervisor(host, actor=Actor.of("alice-bot"), cpus=64, group=group, slot=2, tags=["gpu"],
-                               reason="upgrade")
+    services.update_hypervisor(
+        host, actor=Actor.of("alice-bot"), cpus=64, group=group, slot=2, tags=["gpu"], reason="upgrade"
+    )
     change = changelog.history(host)[0]
     assert change.action == "update" and change.reason == "upgrade" and change.actor == "alice-bot"
     assert change.changes == {"cpus": [16, 64], "group": [None, "lab"], "slot": [1, 2], "tags": [[], ["gpu"]]}
@@ -111,10 +122,14 @@ def test_state_changes_need_a_reason_and_are_logged_and_emitted(db, make_host, c
 def test_delete_asks_the_in_use_checkers(db, make_host, monkeypatch, chassis):
     busy = make_host(name="busy", blade_center=chassis, slot=3)
     idle = make_host(name="idle")
-    monkeypatch.setattr(services, "IN_USE_CHECKERS", [
-        lambda hv: "3 VMs running" if hv.name == "busy" else None,
-        lambda hv: None,
-    ])
+    monkeypatch.setattr(
+        services,
+        "IN_USE_CHECKERS",
+        [
+            lambda hv: "3 VMs running" if hv.name == "busy" else None,
+            lambda hv: None,
+        ],
+    )
     with pytest.raises(services.InUse, match="hypervisor busy is in use: 3 VMs running"):
         services.delete_hypervisor(busy, actor=TEST)
     assert Hypervisor.objects.filter(pk=busy.pk).exists()
@@ -132,8 +147,11 @@ def test_delete_asks_the_in_use_checkers(db, make_host, monkeypatch, chassis):
 
 def test_groups_chassis_and_credentials_in_use_cannot_be_deleted(db, make_host, group, chassis, credential):
     make_host(group=group, blade_center=chassis, slot=1, credential=credential)
-    for delete, obj in ((services.delete_node_group, group), (services.delete_blade_center, chassis),
-                        (services.delete_credential, credential)):
+    for delete, obj in (
+        (services.delete_node_group, group),
+        (services.delete_blade_center, chassis),
+        (services.delete_credential, credential),
+    ):
         with pytest.raises(services.InUse):
             delete(obj, actor=TEST)
 
@@ -147,8 +165,15 @@ def test_a_chassis_cannot_shrink_below_an_occupied_slot(db, make_host, chassis):
 
 
 def test_facts_and_derived_properties(db, make_host):
-    host = make_host(driver="libvirt", cpus=10, reserved_cpus=2, cpu_ratio=4.0, memory_mib=1000,
-                     reserved_memory_mib=200, address="kvm1.example.org")
+    host = make_host(
+        driver="libvirt",
+        cpus=10,
+        reserved_cpus=2,
+        cpu_ratio=4.0,
+        memory_mib=1000,
+        reserved_memory_mib=200,
+        address="kvm1.example.org",
+    )
     assert host.hypervisor_type == "kvm" and host.image_formats == ("qcow2", "raw")
     assert host.connection_uri == "qemu+ssh://root@kvm1.example.org/system"
     assert (host.usable_vcpus, host.usable_memory_mib) == (32.0, 800.0)
@@ -168,9 +193,19 @@ def test_topics_for_hosts_and_chassis_are_staff_only(db, admin_user, alice):
 # --- blade-center registration ----------------------------------------------------------
 
 SPEC = {
-    "name": "bc7", "slot_count": 16, "first_slot": 1, "last_slot": 16, "hostname_pattern": "bc7-s{slot:02d}",
-    "first_address": "10.7.0.250", "driver": "libvirt", "uri_template": "qemu+ssh://root@{address}/system",
-    "cpus": 48, "memory_mib": 262144, "disk_gib": 4000, "group": "lab", "tags": ["rack7", "gpu"],
+    "name": "bc7",
+    "slot_count": 16,
+    "first_slot": 1,
+    "last_slot": 16,
+    "hostname_pattern": "bc7-s{slot:02d}",
+    "first_address": "10.7.0.250",
+    "driver": "libvirt",
+    "uri_template": "qemu+ssh://root@{address}/system",
+    "cpus": 48,
+    "memory_mib": 262144,
+    "disk_gib": 4000,
+    "group": "lab",
+    "tags": ["rack7", "gpu"],
 }
 
 
@@ -198,18 +233,21 @@ def test_registration_creates_the_chassis_and_its_hosts_at_once(db, group):
     assert [s["id"] is not None for s in services.chassis_slots(chassis)].count(True) == 8
 
 
-@pytest.mark.parametrize(("change", "field", "message"), [
-    ({"hostname_pattern": "{slot.__class__}"}, "hostname_pattern", "unknown placeholder"),
-    ({"hostname_pattern": "x{slot:zz}"}, "hostname_pattern", "cannot fill"),
-    ({"uri_template": "qemu://{nope}/"}, "uri_template", "unknown placeholder {nope}"),
-    ({"first_address": "10.0.0.x"}, "first_address", "must be an IP address"),
-    ({"first_address": "255.255.255.250"}, "first_address", "room for one address per slot"),
-    ({"last_slot": 17}, "last_slot", "within 1–16"),
-    ({"cpus": -1}, "cpus", "must be a positive integer"),
-    ({"group": "nope"}, "group", "no node group named 'nope'"),
-    ({"driver": "xen"}, "driver", "unknown driver"),
-    ({"name": "bad name"}, "name", "must be 1–100"),
-])
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        ({"hostname_pattern": "{slot.__class__}"}, "hostname_pattern", "unknown placeholder"),
+        ({"hostname_pattern": "x{slot:zz}"}, "hostname_pattern", "cannot fill"),
+        ({"uri_template": "qemu://{nope}/"}, "uri_template", "unknown placeholder {nope}"),
+        ({"first_address": "10.0.0.x"}, "first_address", "must be an IP address"),
+        ({"first_address": "255.255.255.250"}, "first_address", "room for one address per slot"),
+        ({"last_slot": 17}, "last_slot", "within 1–16"),
+        ({"cpus": -1}, "cpus", "must be a positive integer"),
+        ({"group": "nope"}, "group", "no node group named 'nope'"),
+        ({"driver": "xen"}, "driver", "unknown driver"),
+        ({"name": "bad name"}, "name", "must be 1–100"),
+    ],
+)
 def test_registration_refuses_a_bad_spec(db, group, change, field, message):
     with pytest.raises(ValidationError) as refused:
         services.register_blade_center({**SPEC, **change}, actor=TEST)

@@ -81,10 +81,11 @@ def test_the_list_pages_and_keeps_the_filter(db, staff_client, make_host, group)
     from inventory.models import Hypervisor
 
     Hypervisor.objects.bulk_create(
-        Hypervisor(name=f"h{n:03d}", address=f"10.9.0.{n}", driver="sim", cpus=4, memory_mib=4096, disk_gib=50,
-                   group=group)
+        Hypervisor(
+            name=f"h{n:03d}", address=f"10.9.0.{n}", driver="sim", cpus=4, memory_mib=4096, disk_gib=50, group=group
+        )
         for n in range(1, 106)
-    )  # fmt: skip
+    )
     first = staff_client.get("/inventory/?group=lab").content.decode()
     assert "page 1 of 2" in first and 'href="?group=lab&amp;page=2"' in first and "‹ previous" not in first
     second = staff_client.get("/inventory/?group=lab&page=2").content.decode()

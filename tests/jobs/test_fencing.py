@@ -101,8 +101,9 @@ def test_the_new_run_finishes_with_its_own_result(sync_jobs):
 
 @pytest.fixture
 def sim_driver(db):
-    host = Hypervisor.objects.create(name="sim-f", address="sim-f.example.org", driver="sim", cpus=8,
-                                     memory_mib=8192, disk_gib=100)  # fmt: skip
+    host = Hypervisor.objects.create(
+        name="sim-f", address="sim-f.example.org", driver="sim", cpus=8, memory_mib=8192, disk_gib=100
+    )
     return drivers.driver_for(host)
 
 

@@ -19,9 +19,13 @@ def old_path(path):
 @pytest.mark.django_db
 def test_the_old_paths_are_rewritten_and_import():
     moved = Schedule.objects.create(
-        name="sweep", func=old_path(tasks.SWEEP_FUNC), hook=old_path("jobs.tasks.run_next"),
-        schedule_type=Schedule.MINUTES, minutes=1, repeats=-1,
-    )  # fmt: skip
+        name="sweep",
+        func=old_path(tasks.SWEEP_FUNC),
+        hook=old_path("jobs.tasks.run_next"),
+        schedule_type=Schedule.MINUTES,
+        minutes=1,
+        repeats=-1,
+    )
     other = Schedule.objects.create(name="other", func="reservations.tasks.tick", schedule_type=Schedule.MINUTES)
 
     MIGRATION.rewrite(apps, None)

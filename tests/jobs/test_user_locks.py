@@ -26,8 +26,9 @@ def test_it_refuses_a_plain_users_lock_grab_and_queues_nothing(api, alice, spec,
 
 def test_it_refuses_them_on_the_page_too(client, alice, sync_jobs):
     client.force_login(alice)
-    client.post("/provisioning/jobs/submit/", {"opcode": "test.sleep", "params": '{"locks": ["cluster"]}',
-                                               "priority": "0"})  # fmt: skip
+    client.post(
+        "/provisioning/jobs/submit/", {"opcode": "test.sleep", "params": '{"locks": ["cluster"]}', "priority": "0"}
+    )
     assert Job.objects.count() == 0
 
 

@@ -91,9 +91,7 @@ def test_admin_pages_render(client, admin_user, sync_jobs):
     assert client.get("/admin/jobs/job/").status_code == 200
     assert client.get(f"/admin/jobs/job/{job.pk}/change/").status_code == 200
     assert client.get("/admin/jobs/queuesettings/").status_code == 200
-    response = client.post(
-        "/admin/jobs/queuesettings/1/change/", {"limit": 7, "lease_seconds": 30, "max_attempts": 3}
-    )
+    response = client.post("/admin/jobs/queuesettings/1/change/", {"limit": 7, "lease_seconds": 30, "max_attempts": 3})
     assert response.status_code == 302 and QueueSettings.get().limit == 7
     response = client.post("/admin/jobs/job/", {"action": "cancel_jobs", "_selected_action": [job.pk]})
     assert response.status_code == 302 and refresh(job).status == "canceled"

@@ -33,11 +33,19 @@ def stale_live_gauge(folder, pid, clients):
     import sys
     from pathlib import Path
 
-    code = ("import os; from prometheus_client import Gauge; "
-            f"Gauge('vclmgr_websocket_clients', 'x', multiprocess_mode='livesum').inc({clients}); "
-            "print(os.getpid())")  # fmt: skip
-    writer = subprocess.run([sys.executable, "-c", code], env={"PROMETHEUS_MULTIPROC_DIR": str(folder)},
-                            capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    code = (
+        "import os; from prometheus_client import Gauge; "
+        f"Gauge('vclmgr_websocket_clients', 'x', multiprocess_mode='livesum').inc({clients}); "
+        "print(os.getpid())"
+    )
+    writer = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PROMETHEUS_MULTIPROC_DIR": str(folder)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     written = Path(folder) / f"gauge_livesum_{writer.stdout.strip()}.db"
     return written.rename(Path(folder) / f"gauge_livesum_{pid}.db")
 

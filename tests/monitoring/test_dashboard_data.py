@@ -47,8 +47,9 @@ def inventory_(group, chassis, make_host):
     released = claim(loose, 4, 4096, 40)
     capacity.release(released, actor=TEST)
     now = timezone.now()  # over its end but not released: its VM is not known gone, so it still holds its room
-    Allocation.objects.create(host=loose, purpose="old", vcpus=3, memory_mib=3000, disk_gib=3, start=now - 3 * H,
-                              end=now - H)  # fmt: skip
+    Allocation.objects.create(
+        host=loose, purpose="old", vcpus=3, memory_mib=3000, disk_gib=3, start=now - 3 * H, end=now - H
+    )
     inventory.set_state(s3, "drained", "maintenance", actor=TEST)
     inventory.set_state(gone, "offline", "dead PSU", actor=TEST)
     return {"s1": s1, "s3": s3, "loose": loose, "gone": gone}
@@ -97,8 +98,9 @@ def test_the_timeline_counts_reservations_per_hour_by_status(db, image, alice):
     hour = now.replace(minute=0)
 
     def make(status, start, end):
-        return Reservation.objects.create(user=alice, image=image, start=start, end=end, status=status,
-                                          vcpus=1, memory_mib=512, disk_gib=5)  # fmt: skip
+        return Reservation.objects.create(
+            user=alice, image=image, start=start, end=end, status=status, vcpus=1, memory_mib=512, disk_gib=5
+        )
 
     make("ready", now - 2 * H, now + H)  # hours 0 and 1
     make("provisioning", now, now + 30 * timedelta(minutes=1))  # hour 0 (ends on the hour)
@@ -168,8 +170,16 @@ def test_the_numbers_take_a_fixed_number_of_queries(admin_user, client, chassis,
     make_host()
     start = timezone.now()
     for i in range(5):
-        Reservation.objects.create(user=alice, image=image, start=start + i * H, end=start + (i + 2) * H,
-                                   status="pending", vcpus=1, memory_mib=512, disk_gib=5)  # fmt: skip
+        Reservation.objects.create(
+            user=alice,
+            image=image,
+            start=start + i * H,
+            end=start + (i + 2) * H,
+            status="pending",
+            vcpus=1,
+            memory_mib=512,
+            disk_gib=5,
+        )
         Job.objects.create(opcode="test.noop", status="running")
     many = count()
     assert few == many <= dashboard.QUERY_BUDGET

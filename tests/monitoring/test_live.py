@@ -18,8 +18,12 @@ TOKEN = "live-metrics-token-0123456789abcdef"  # noqa: S105 (a test token)
 
 
 def call(url, method="GET", body=None, token=None):
-    request = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body else None,
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    request = urllib.request.Request(
+        url,
+        method=method,
+        data=json.dumps(body).encode() if body else None,
+        headers={"Content-Type": "application/json"},
+    )
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
@@ -39,24 +43,44 @@ def test_metrics_of_web_and_worker_processes_add_up(transactional_db, sim_host, 
     try:
         assert call(f"{web.url}/metrics")[0] == 401
         assert call(f"{web.url}/metrics", token="wrong")[0] == 403  # noqa: S106
-        huge = vms.create_image(actor="test", name="huge", os="Debian 12", min_memory_mib=256, default_vcpus=2,
-                                default_memory_mib=64 * 1024, default_disk_gib=10)  # fmt: skip
-        vms.add_variant(huge, actor="test", hypervisor_type="sim", format="sim", location="sim://library/huge",
-                        checksum="", size_gib=2)  # fmt: skip
+        huge = vms.create_image(
+            actor="test",
+            name="huge",
+            os="Debian 12",
+            min_memory_mib=256,
+            default_vcpus=2,
+            default_memory_mib=64 * 1024,
+            default_disk_gib=10,
+        )
+        vms.add_variant(
+            huge,
+            actor="test",
+            hypervisor_type="sim",
+            format="sim",
+            location="sim://library/huge",
+            checksum="",
+            size_gib=2,
+        )
         _, clear = tokens.issue(alice, "live", scopes="all")
-        status, body = call(f"{web.url}/api/v1/reservations/", "POST", {"image": image.pk, "duration_minutes": 60},
-                            token=clear)  # fmt: skip
+        status, body = call(
+            f"{web.url}/api/v1/reservations/", "POST", {"image": image.pk, "duration_minutes": 60}, token=clear
+        )
         assert status == 202, body
         rid = json.loads(body)["reservation"]["id"]
-        status, body = call(f"{web2.url}/api/v1/reservations/", "POST", {"image": huge.pk, "duration_minutes": 60},
-                            token=clear)  # fmt: skip
+        status, body = call(
+            f"{web2.url}/api/v1/reservations/", "POST", {"image": huge.pk, "duration_minutes": 60}, token=clear
+        )
         assert status == 400 and "no host has room" in body
         processes.wait_for(lambda: Reservation.objects.get(pk=rid).status == "ready", 60, "the reservation", worker)
         sockets = [  # one on each web process
-            connect(f"ws://127.0.0.1:{server.port}/ws/events/", additional_headers={"Cookie": session_cookie(alice)},
-                    origin=f"http://127.0.0.1:{server.port}", open_timeout=10)
+            connect(
+                f"ws://127.0.0.1:{server.port}/ws/events/",
+                additional_headers={"Cookie": session_cookie(alice)},
+                origin=f"http://127.0.0.1:{server.port}",
+                open_timeout=10,
+            )
             for server in (web, web2)
-        ]  # fmt: skip
+        ]
 
         def scraped():
             status, text = call(f"{web.url}/metrics", token=TOKEN)

@@ -97,8 +97,11 @@ def test_a_failed_job_is_counted_by_opcode_and_kind(
         services.reserve(alice, image, actor=alice, duration=2 * H)
         sync_jobs.drain()
     after = samples(scrape(client, token))
-    failures = {labels: v - before.get((name, labels), 0) for (name, labels), v in after.items()
-                if name == "vclmgr_job_failures_total" and dict(labels)["opcode"] == "vm.create"}  # fmt: skip
+    failures = {
+        labels: v - before.get((name, labels), 0)
+        for (name, labels), v in after.items()
+        if name == "vclmgr_job_failures_total" and dict(labels)["opcode"] == "vm.create"
+    }
     assert sum(failures.values()) >= 1
     assert value(after, "vclmgr_provisioning_seconds_count", outcome="error") > value(
         before, "vclmgr_provisioning_seconds_count", outcome="error"
@@ -112,8 +115,12 @@ def test_the_grafana_dashboard_queries_only_metrics_the_page_has(client, token, 
     from pathlib import Path
 
     dashboard = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana-vclmgr.json").read_text())
-    used = {name for panel in dashboard["panels"] for target in panel["targets"]
-            for name in re.findall(r"\b(vclmgr_[a-z_]+)", target["expr"])}  # fmt: skip
+    used = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\b(vclmgr_[a-z_]+)", target["expr"])
+    }
     from prometheus_client.metrics import MetricWrapperBase
 
     from core import metrics as counters
@@ -121,8 +128,9 @@ def test_the_grafana_dashboard_queries_only_metrics_the_page_has(client, token, 
 
     # The database gauges are always on the page; counters and histograms once first counted.
     known = set(re.findall(r"^# HELP (vclmgr_[a-z_]+)", scrape(client, token), re.M))
-    known |= {m._name for module in (counters, metrics) for m in vars(module).values()
-              if isinstance(m, MetricWrapperBase)}  # fmt: skip
+    known |= {
+        m._name for module in (counters, metrics) for m in vars(module).values() if isinstance(m, MetricWrapperBase)
+    }
     known |= {f"{name}_{part}" for name in known for part in ("bucket", "count", "sum", "total")}
     assert used and used <= known, used - known
 
@@ -137,11 +145,14 @@ def test_the_websocket_gauge_forgets_a_process_that_ended(db, tmp_path, monkeypa
     from tests.processes import wait_for
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    code = ("import sys, time; from prometheus_client import Gauge; "
-            "Gauge('vclmgr_websocket_clients', 'x', multiprocess_mode='livesum').inc(3); print('up', flush=True); "
-            "time.sleep(60)")  # fmt: skip
-    child = subprocess.Popen([sys.executable, "-c", code], env={"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
-                             stdout=subprocess.PIPE)  # fmt: skip
+    code = (
+        "import sys, time; from prometheus_client import Gauge; "
+        "Gauge('vclmgr_websocket_clients', 'x', multiprocess_mode='livesum').inc(3); print('up', flush=True); "
+        "time.sleep(60)"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], env={"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}, stdout=subprocess.PIPE
+    )
     try:
         assert child.stdout.readline().strip() == b"up"
 
@@ -170,11 +181,19 @@ def test_a_process_forgets_its_live_gauge_at_exit_and_never_takes_over_a_dead_on
     from tests.processes import ROOT
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    code = ("import os, sys; print(os.getpid(), flush=True); sys.stdin.readline(); "
-            "from core import metrics; metrics.WS_CLIENTS.inc(); print('up', flush=True); "
-            "sys.stdin.readline()")  # fmt: skip
-    child = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env={"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    code = (
+        "import os, sys; print(os.getpid(), flush=True); sys.stdin.readline(); "
+        "from core import metrics; metrics.WS_CLIENTS.inc(); print('up', flush=True); "
+        "sys.stdin.readline()"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         pid = int(child.stdout.readline())
         stale_live_gauge(tmp_path, pid, 3)  # a process that had this pid died with 3 sockets counted
@@ -200,14 +219,19 @@ def test_serve_clears_the_directory_at_start_but_not_a_running_serves_files(tmp_
     from core import metrics
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                           check=True).stdout.strip()  # fmt: skip
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
 
         def leave_files():
-            for name in (f"counter_{ended}.db", f"gauge_livesum_{ended}.db", f"counter_{running.pid}.db",
-                         f"gauge_livesum_{running.pid}.db"):  # fmt: skip
+            for name in (
+                f"counter_{ended}.db",
+                f"gauge_livesum_{ended}.db",
+                f"counter_{running.pid}.db",
+                f"gauge_livesum_{running.pid}.db",
+            ):
                 (tmp_path / name).write_bytes(b"")
             return {f"counter_{running.pid}.db", f"gauge_livesum_{running.pid}.db"}
 

@@ -100,8 +100,9 @@ class Receiver(http.server.BaseHTTPRequestHandler):
             time.sleep(server.delay)
         signed = verify(server.secret, self.headers, body)
         status = server.status if signed else 401
-        server.received.append({"body": json.loads(body), "raw": body, "headers": dict(self.headers),
-                                "signed": signed, "status": status})  # fmt: skip
+        server.received.append(
+            {"body": json.loads(body), "raw": body, "headers": dict(self.headers), "signed": signed, "status": status}
+        )
         self.send_response(status)
         if server.location:
             self.send_header("Location", server.location)

@@ -17,12 +17,22 @@ pytestmark = pytest.mark.slow
 def test_workers_mail_and_post_a_ready_reservation(
     transactional_db, sim_host, image, alice, tmp_path, smtp_server, webhook_server
 ):
-    notify.create_webhook(actor="test", name="ci", url=webhook_server.url, event_kinds=["reservation.changed"],
-                          secret=webhook_server.secret)  # fmt: skip
+    notify.create_webhook(
+        actor="test",
+        name="ci",
+        url=webhook_server.url,
+        event_kinds=["reservation.changed"],
+        secret=webhook_server.secret,
+    )
     worker = processes.start_worker(
-        tmp_path, workers=2, EMAIL_BACKEND="smtp", EMAIL_HOST="127.0.0.1", EMAIL_PORT=smtp_server.port,
-        NOTIFY_POLL_SECONDS=0.5, PROMETHEUS_MULTIPROC_DIR=tmp_path,
-    )  # fmt: skip
+        tmp_path,
+        workers=2,
+        EMAIL_BACKEND="smtp",
+        EMAIL_HOST="127.0.0.1",
+        EMAIL_PORT=smtp_server.port,
+        NOTIFY_POLL_SECONDS=0.5,
+        PROMETHEUS_MULTIPROC_DIR=tmp_path,
+    )
     try:
         reservation = services.reserve(alice, image, actor=alice, duration=2 * H)
         processes.wait_for(lambda: Reservation.objects.get(pk=reservation.pk).status == "ready", 60, "ready", worker)

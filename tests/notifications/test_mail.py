@@ -65,8 +65,10 @@ def test_an_ended_reservation_mails_once(sim_host, image, alice, sync_jobs, smtp
     sync_jobs.drain()
     tasks.send_due()
     subjects = [m["subject"] for m in smtp_server.wait_for(2)]
-    assert subjects == [f"Your reservation #{reservation.pk} (debian-12) is ready",
-                        f"Your reservation #{reservation.pk} has ended"]  # fmt: skip
+    assert subjects == [
+        f"Your reservation #{reservation.pk} (debian-12) is ready",
+        f"Your reservation #{reservation.pk} has ended",
+    ]
 
 
 def test_ending_soon_is_mailed_once_per_end_time(sim_host, image, alice, sync_jobs, smtp_server, settings):
@@ -201,11 +203,29 @@ def test_maintenance_mails_moved_and_endangered_reservations(make_host, image, a
 def test_a_line_break_in_a_name_or_an_address_adds_no_header_nor_recipient(alice, bob, smtp_server):
     # A run's name is the owner's text; an address may come from a directory (LDAP, SAML).
     injected = "nightly\r\nBcc: mallory@example.org\r\nX-Injected: 1"
-    notify.queue([Notification(key="run.1", user=alice, kind="run_finished", event_kind="run.finished",
-                               data={"id": 1, "name": injected, "status": "success"})])  # fmt: skip
+    notify.queue(
+        [
+            Notification(
+                key="run.1",
+                user=alice,
+                kind="run_finished",
+                event_kind="run.finished",
+                data={"id": 1, "name": injected, "status": "success"},
+            )
+        ]
+    )
     type(bob).objects.filter(pk=bob.pk).update(email="bob@example.org\r\nBcc: mallory@example.org")
-    notify.queue([Notification(key="run.2", user=bob, kind="run_finished", event_kind="run.finished",
-                               data={"id": 2, "name": "plain", "status": "success"})])  # fmt: skip
+    notify.queue(
+        [
+            Notification(
+                key="run.2",
+                user=bob,
+                kind="run_finished",
+                event_kind="run.finished",
+                data={"id": 2, "name": "plain", "status": "success"},
+            )
+        ]
+    )
     tasks.send_due()
     [mail] = smtp_server.wait_for(1)
     assert mail["to"] == ["alice@example.org"]

@@ -22,8 +22,10 @@ def test_it_rejects_an_unknown_kind_and_changes_nothing(alice, api):
 
 def test_a_read_only_token_cannot_change_them_and_strangers_see_only_their_own(alice, bob, api):
     notify.set_preferences(alice, ["ended"], actor=alice)
-    assert api(alice, write=False).put("/api/v1/notifications/preferences/", {"disabled": []},
-                                       format="json").status_code == 403  # fmt: skip
+    assert (
+        api(alice, write=False).put("/api/v1/notifications/preferences/", {"disabled": []}, format="json").status_code
+        == 403
+    )
     assert api(bob).get("/api/v1/notifications/preferences/").json()["disabled"] == []
     assert api().get("/api/v1/notifications/preferences/").status_code in (401, 403)
 

@@ -12,10 +12,16 @@ PRINT = (
 
 
 def _run(tmp_path, **env):
-    base = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "DEBUG": "1", "DJANGO_SETTINGS_MODULE": "vclmgr.settings",
-            "VCLMGR_VAR_DIR": str(tmp_path)}  # fmt: skip
-    return subprocess.run([sys.executable, "-c", PRINT], cwd=ROOT, env={**base, **env}, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    base = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/tmp",
+        "DEBUG": "1",
+        "DJANGO_SETTINGS_MODULE": "vclmgr.settings",
+        "VCLMGR_VAR_DIR": str(tmp_path),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", PRINT], cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_without_an_smtp_host_mail_stays_in_files_under_var(tmp_path):
@@ -29,16 +35,30 @@ def test_it_reads_djangos_email_names_and_secrets_from_files(tmp_path):
     (tmp_path / "pw").write_text("smtp-secret\n")
     (tmp_path / "tok").write_text("scrape-token\n")
     env = {
-        "EMAIL_HOST": "mail.example.org", "EMAIL_PORT": "587", "EMAIL_HOST_PASSWORD_FILE": str(tmp_path / "pw"),
-        "EMAIL_USE_TLS": "1", "DEFAULT_FROM_EMAIL": "lab@example.org", "NOTIFY_ENDING_MINUTES": "5",
-        "METRICS_TOKEN_FILE": str(tmp_path / "tok"), "METRICS_ALLOWED_NETWORKS": "10.0.0.0/8, 127.0.0.1",
-    }  # fmt: skip
+        "EMAIL_HOST": "mail.example.org",
+        "EMAIL_PORT": "587",
+        "EMAIL_HOST_PASSWORD_FILE": str(tmp_path / "pw"),
+        "EMAIL_USE_TLS": "1",
+        "DEFAULT_FROM_EMAIL": "lab@example.org",
+        "NOTIFY_ENDING_MINUTES": "5",
+        "METRICS_TOKEN_FILE": str(tmp_path / "tok"),
+        "METRICS_ALLOWED_NETWORKS": "10.0.0.0/8, 127.0.0.1",
+    }
     done = _run(tmp_path, **env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [
-        "django.core.mail.backends.smtp.EmailBackend", "mail.example.org", "587", "smtp-secret", "True",
-        "lab@example.org", "5", "scrape-token", "['10.0.0.0/8',", "'127.0.0.1']", "True",
-    ]  # fmt: skip
+        "django.core.mail.backends.smtp.EmailBackend",
+        "mail.example.org",
+        "587",
+        "smtp-secret",
+        "True",
+        "lab@example.org",
+        "5",
+        "scrape-token",
+        "['10.0.0.0/8',",
+        "'127.0.0.1']",
+        "True",
+    ]
 
 
 @pytest.mark.parametrize(

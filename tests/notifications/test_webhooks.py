@@ -15,8 +15,9 @@ from tests.reservations.test_services import H
 
 
 def make_hook(server, kinds=("reservation.changed",), **fields):
-    return notify.create_webhook(actor="test", name="ci", url=server.url, event_kinds=list(kinds),
-                                 secret=server.secret, **fields)  # fmt: skip
+    return notify.create_webhook(
+        actor="test", name="ci", url=server.url, event_kinds=list(kinds), secret=server.secret, **fields
+    )
 
 
 def send_until_settled(limit=50):
@@ -101,8 +102,16 @@ def test_a_webhook_that_never_answers_holds_one_send_due_only_its_budget_then_is
     kicked = []
     monkeypatch.setattr(tasks, "kick", lambda: kicked.append(1))
     silent = silent_server()
-    hooks = [notify.create_webhook(actor="test", name=f"slow{i}", url=silent.url, secret=webhook_server.secret,
-                                   event_kinds=["reservation.changed"]) for i in range(4)]  # fmt: skip
+    hooks = [
+        notify.create_webhook(
+            actor="test",
+            name=f"slow{i}",
+            url=silent.url,
+            secret=webhook_server.secret,
+            event_kinds=["reservation.changed"],
+        )
+        for i in range(4)
+    ]
     services.reserve(alice, image, actor=alice, duration=2 * H)  # pending, provisioning: 8 deliveries
     began = time.monotonic()
     done = tasks.send_due()
@@ -126,8 +135,9 @@ def test_a_webhook_answering_a_byte_at_a_time_is_cut_at_its_time_limit(
     settings.WEBHOOK_TIMEOUT_SECONDS = 0.5
     monkeypatch.setattr(tasks, "kick", lambda: None)
     trickle = silent_server(trickle=True, interval=0.02)  # each read gets a byte well within its timeout
-    notify.create_webhook(actor="test", name="trickle", url=trickle.url, secret=webhook_server.secret,
-                          event_kinds=["reservation.changed"])  # fmt: skip
+    notify.create_webhook(
+        actor="test", name="trickle", url=trickle.url, secret=webhook_server.secret, event_kinds=["reservation.changed"]
+    )
     services.reserve(alice, image, actor=alice, duration=2 * H)
     row = WebhookDelivery.objects.order_by("pk").first()
     began = time.monotonic()
@@ -149,8 +159,9 @@ def test_a_try_whose_socket_times_out_before_the_deadline_fires_says_the_same(
     monkeypatch.setattr(tasks, "kick", lambda: None)
     monkeypatch.setattr(outbound._Deadline, "_expire", lambda deadline: None)
     silent = silent_server()
-    notify.create_webhook(actor="test", name="silent", url=silent.url, secret=webhook_server.secret,
-                          event_kinds=["reservation.changed"])  # fmt: skip
+    notify.create_webhook(
+        actor="test", name="silent", url=silent.url, secret=webhook_server.secret, event_kinds=["reservation.changed"]
+    )
     services.reserve(alice, image, actor=alice, duration=2 * H)
     row = WebhookDelivery.objects.order_by("pk").first()
     with caplog.at_level("INFO", logger="notifications.tasks"):
@@ -177,8 +188,9 @@ def test_a_recovering_webhook_gets_each_delivery_once(sim_host, image, alice, we
 
 def test_other_kinds_and_inactive_webhooks_get_nothing(sim_host, image, alice, webhook_server):
     make_hook(webhook_server, kinds=["hypervisor.state"])
-    notify.create_webhook(actor="test", name="off", url=webhook_server.url, event_kinds=["*"],
-                          secret=webhook_server.secret, active=False)  # fmt: skip
+    notify.create_webhook(
+        actor="test", name="off", url=webhook_server.url, event_kinds=["*"], secret=webhook_server.secret, active=False
+    )
     services.reserve(alice, image, actor=alice, duration=2 * H)
     assert not WebhookDelivery.objects.exists()
 
@@ -243,8 +255,13 @@ def test_admins_configure_a_webhook_in_the_admin_and_the_secret_stays_hidden(adm
 def test_a_webhook_to_an_internal_address_is_refused_when_saved(admin_user, api, settings, db):
     settings.VCLMGR_OUTBOUND_ALLOW = []  # the production default
     body = {"name": "meta", "event_kinds": ["*"], "secret": "x" * 20}
-    for url in ("http://169.254.169.254/latest/meta-data/", "http://127.0.0.1:6379/", "http://[::1]:5432/",
-                "http://10.0.0.5/hook", "http://metadata.google.internal/"):
+    for url in (
+        "http://169.254.169.254/latest/meta-data/",
+        "http://127.0.0.1:6379/",
+        "http://[::1]:5432/",
+        "http://10.0.0.5/hook",
+        "http://metadata.google.internal/",
+    ):
         refused = api(admin_user).post("/api/v1/webhooks/", {**body, "url": url}, format="json")
         assert refused.status_code == 400 and "not allowed" in str(refused.json()["error"]["fields"]["url"]), url
     assert not Webhook.objects.exists()

@@ -112,9 +112,7 @@ def fits(h: Host, r: Request, start: float | None = None, end=...) -> bool:
     e = r.end if end is ... else end
     stop = math.inf if e is None else e
     if r.anti_affinity and any(
-        a.anti_affinity == r.anti_affinity
-        and a.start < stop
-        and s < (math.inf if a.end is None else a.end)
+        a.anti_affinity == r.anti_affinity and a.start < stop and s < (math.inf if a.end is None else a.end)
         for a in h.allocations
     ):
         return False
@@ -138,9 +136,7 @@ def scored_names(c: Cluster) -> list[str]:
         names |= set(h.total.extras)
     return [
         n
-        for n in sorted(
-            names, key=lambda n: (n not in NAMES, NAMES.index(n) if n in NAMES else 0, n)
-        )
+        for n in sorted(names, key=lambda n: (n not in NAMES, NAMES.index(n) if n in NAMES else 0, n))
         if any(0 < capacity(h, n) < math.inf for h in c.hosts)
     ]
 
@@ -198,9 +194,7 @@ def brute_earliest(c: Cluster, r: Request, duration, not_before, horizon):
 def never_overcommitted(c: Cluster) -> bool:
     for h in c.hosts:
         names = set(NAMES) | set(h.total.extras)
-        instants = {a.start for a in h.allocations} | {
-            a.end for a in h.allocations if a.end is not None
-        }
+        instants = {a.start for a in h.allocations} | {a.end for a in h.allocations if a.end is not None}
         for t in instants:
             for n in names:
                 if usage_at(h, t, n) > capacity(h, n) + 1e-9:

@@ -34,8 +34,6 @@ def test_it_imports_with_django_unconfigured():
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'django')))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
-    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []

@@ -68,12 +68,8 @@ def test_result_explains_a_refusal_in_one_line():
         host("c", hypervisor="esx"),
         now=jan1,
     )
-    result = place(
-        c, request(mem=8192, start=jan1, end=jan1 + 3600, hypervisors=frozenset({"kvm"}))
-    )
-    assert str(result) == (
-        "no host: 1 drained, 1 wrong hypervisor type, 1 lack memory; earliest fit 2026-12-01 14:30"
-    )
+    result = place(c, request(mem=8192, start=jan1, end=jan1 + 3600, hypervisors=frozenset({"kvm"})))
+    assert str(result) == ("no host: 1 drained, 1 wrong hypervisor type, 1 lack memory; earliest fit 2026-12-01 14:30")
     assert result.closest_misses[0].host == "a"
     assert result.closest_misses[0].shortfall.memory_mib == 60000 + 8192 - 65536
     data = result.to_dict()

@@ -32,9 +32,7 @@ def allocations(draw, prefix, horizon=40):
         out.append(
             Allocation(
                 f"{prefix}-{i}",
-                Resources(
-                    draw(st.integers(0, 4)), draw(st.integers(0, 4)), draw(st.integers(0, 3))
-                ),
+                Resources(draw(st.integers(0, 4)), draw(st.integers(0, 4)), draw(st.integers(0, 3))),
                 start,
                 end,
                 draw(st.sampled_from([None, None, "aa"])),
@@ -60,9 +58,7 @@ def clusters(draw):
         hosts.append(
             Host(
                 f"h{i}",
-                Resources(
-                    draw(st.integers(2, 8)), draw(st.integers(2, 8)), draw(st.integers(1, 6))
-                ),
+                Resources(draw(st.integers(2, 8)), draw(st.integers(2, 8)), draw(st.integers(1, 6))),
                 reserved=Resources(draw(st.integers(0, 1)), 0, 0),
                 overcommit={"vcpus": draw(st.sampled_from([1.0, 1.5, 2.0]))},
                 state=draw(st.sampled_from(["online", "online", "online", "drained", "offline"])),
@@ -154,18 +150,11 @@ def _check_choice(cluster, r):
         return
     assert result.ok, result
     # the deciding tier: preferred groups if any of their hosts fits
-    first = [name for name in tiers[0] if name in feasible] or [
-        name for name in tiers[1] if name in feasible
-    ]
+    first = [name for name in tiers[0] if name in feasible] or [name for name in tiers[1] if name in feasible]
     assert result.host in first
-    policy = (
-        r.policy
-        or cluster.group(next(h.group for h in cluster.hosts if h.name == result.host)).policy
-    )
+    policy = r.policy or cluster.group(next(h.group for h in cluster.hosts if h.name == result.host)).policy
     scores = (helpers.pack_scores if str(policy) == "pack" else helpers.balanced_scores)(cluster, r)
-    in_tier = {
-        h: s for h, s in scores.items() if h in first and _policy_of(cluster, h, r) == policy
-    }
+    in_tier = {h: s for h, s in scores.items() if h in first and _policy_of(cluster, h, r) == policy}
     assert math.isclose(scores[result.host], min(in_tier.values()), rel_tol=1e-9, abs_tol=1e-9)
 
 

@@ -15,8 +15,15 @@ def sync_jobs(monkeypatch):
 @pytest.fixture
 def make_host(db):
     def make(name, driver="sim", cpus=16, memory_mib=65536, disk_gib=1000, **fields):
-        return Hypervisor.objects.create(name=name, address=f"{name}.example.org", driver=driver, cpus=cpus,
-                                         memory_mib=memory_mib, disk_gib=disk_gib, **fields)  # fmt: skip
+        return Hypervisor.objects.create(
+            name=name,
+            address=f"{name}.example.org",
+            driver=driver,
+            cpus=cpus,
+            memory_mib=memory_mib,
+            disk_gib=disk_gib,
+            **fields,
+        )
 
     return make
 
@@ -28,10 +35,18 @@ def sim_host(make_host):
 
 def sim_image(name, os):
     """An image with one simulated variant, sized like a small Linux (or Windows) guest."""
-    image = services.create_image(actor="test", name=name, os=os, min_memory_mib=256, default_memory_mib=512,
-                                  default_disk_gib=5)  # fmt: skip
-    services.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location=f"sim://library/{name}",
-                         checksum="", size_gib=2)  # fmt: skip
+    image = services.create_image(
+        actor="test", name=name, os=os, min_memory_mib=256, default_memory_mib=512, default_disk_gib=5
+    )
+    services.add_variant(
+        image,
+        actor="test",
+        hypervisor_type="sim",
+        format="sim",
+        location=f"sim://library/{name}",
+        checksum="",
+        size_gib=2,
+    )
     return image
 
 

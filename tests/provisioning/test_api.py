@@ -15,8 +15,14 @@ from provisioning.models import VM, Image
 @pytest.fixture
 def restricted(db):
     group = Group.objects.create(name="course-101")
-    image = services.create_image(actor="test", name="secret-lab", visibility="restricted", groups=[group],
-                                  min_memory_mib=256, default_memory_mib=512)
+    image = services.create_image(
+        actor="test",
+        name="secret-lab",
+        visibility="restricted",
+        groups=[group],
+        min_memory_mib=256,
+        default_memory_mib=512,
+    )
     services.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/secret")
     return image, group
 
@@ -43,18 +49,23 @@ def test_only_staff_manage_images(api, alice, admin_user, image):
     response = clients[admin_user].post("/api/v1/images/", body, format="json")
     assert response.status_code == 201, response.json()
     image_id = response.json()["id"]
-    bad = clients[admin_user].post("/api/v1/image-variants/", {"image": image_id, "hypervisor_type": "kvm",
-                                                           "format": "vmdk", "location": "/x.vmdk"}, format="json")
+    bad = clients[admin_user].post(
+        "/api/v1/image-variants/",
+        {"image": image_id, "hypervisor_type": "kvm", "format": "vmdk", "location": "/x.vmdk"},
+        format="json",
+    )
     assert bad.status_code == 400 and "format" in str(bad.json())
-    good = clients[admin_user].post("/api/v1/image-variants/", {"image": image_id, "hypervisor_type": "sim",
-                                                            "format": "sim", "location": "sim://l/u"}, format="json")
+    good = clients[admin_user].post(
+        "/api/v1/image-variants/",
+        {"image": image_id, "hypervisor_type": "sim", "format": "sim", "location": "sim://l/u"},
+        format="json",
+    )
     assert good.status_code == 201, good.json()
     assert clients[alice].get("/api/v1/image-variants/").status_code == 403
 
 
 def test_it_rejects_a_default_below_the_minimum(api, admin_user):
-    response = api(admin_user).post("/api/v1/images/", {"name": "x", "min_vcpus": 4, "default_vcpus": 2},
-                                    format="json")
+    response = api(admin_user).post("/api/v1/images/", {"name": "x", "min_vcpus": 4, "default_vcpus": 2}, format="json")
     assert response.status_code == 400 and "default_vcpus" in str(response.json())
 
 
@@ -71,8 +82,13 @@ def test_a_user_requests_and_drives_their_vm(api, alice, bob, sim_host, image, s
     assert clients[bob].post(f"/api/v1/vms/{vm_id}/stop/").status_code == 404
     assert clients[bob].get("/api/v1/vms/").json()["count"] == 0
     assert api(alice, write=False).post(f"/api/v1/vms/{vm_id}/stop/").status_code == 403
-    for verb, state in (("stop", "stopped"), ("start", "running"), ("suspend", "suspended"), ("resume", "running"),
-                        ("destroy", "destroyed")):
+    for verb, state in (
+        ("stop", "stopped"),
+        ("start", "running"),
+        ("suspend", "suspended"),
+        ("resume", "running"),
+        ("destroy", "destroyed"),
+    ):
         response = clients[alice].post(f"/api/v1/vms/{vm_id}/{verb}/")
         assert response.status_code == 202, response.json()
         sync_jobs.drain()

@@ -15,7 +15,9 @@ def variants(image, n):
     out = []
     for i in range(n):
         other = services.create_image(actor="test", name=f"img-{i}", min_memory_mib=256, default_memory_mib=512)
-        out.append(services.add_variant(other, actor="test", hypervisor_type="sim", format="sim", location=f"sim://l/{i}"))
+        out.append(
+            services.add_variant(other, actor="test", hypervisor_type="sim", format="sim", location=f"sim://l/{i}")
+        )
     return out
 
 

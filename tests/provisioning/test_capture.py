@@ -68,8 +68,9 @@ def maintainer(django_user_model):
     return user
 
 
-def test_a_maintainers_capture_of_their_groups_image_keeps_only_their_groups(sim_host, image, maintainer, bob,
-                                                                             sync_jobs):  # fmt: skip
+def test_a_maintainers_capture_of_their_groups_image_keeps_only_their_groups(
+    sim_host, image, maintainer, bob, sync_jobs
+):
     lab, other = Group.objects.get(name="lab"), Group.objects.create(name="other-course")
     services.update_image(image, actor="test", visibility="restricted", groups=[lab, other])
     job = capture(maintainer, built(maintainer, image, sync_jobs), "lab-custom", sync_jobs)

@@ -19,6 +19,11 @@ def test_admin_pages_answer(client, admin_user, image, sim_host, alice, sync_job
     services.request_vm(actor=alice, owner=alice, image=image)
     sync_jobs.drain()
     client.force_login(admin_user)
-    for url in ("/admin/vms/image/", f"/admin/vms/image/{image.pk}/change/", "/admin/vms/vm/", "/admin/vms/hostimage/",
-                "/admin/vms/image/add/"):
+    for url in (
+        "/admin/vms/image/",
+        f"/admin/vms/image/{image.pk}/change/",
+        "/admin/vms/vm/",
+        "/admin/vms/hostimage/",
+        "/admin/vms/image/add/",
+    ):
         assert client.get(url).status_code == 200, url

@@ -53,8 +53,9 @@ def test_a_worker_frozen_past_its_lease_is_fenced_off(transactional_db, tmp_path
     vm, job = services.request_vm(actor=alice, owner=alice, image=image)
     sim.set_fault(sim_host.name, "start", SimFault.Mode.HANG, seconds=120)  # the first worker stops there
     calls_path = tmp_path / "first-calls.jsonl"
-    first = Child([sys.executable, "-m", "tests.provisioning.stale_runner", str(calls_path)], child_env(),
-                  tmp_path / "first.log")  # fmt: skip
+    first = Child(
+        [sys.executable, "-m", "tests.provisioning.stale_runner", str(calls_path)], child_env(), tmp_path / "first.log"
+    )
     try:
         in_start = lambda: [c[1] for c in _calls(calls_path)][-1:] == ["start"]  # noqa: E731
         wait_for(in_start, 60, "the first worker to call start", first)

@@ -21,8 +21,9 @@ def assert_never_shown(text):
 def test_the_page_takes_a_guest_login_and_never_shows_the_password(client, admin_user, image):
     client.force_login(admin_user)
 
-    response = client.post(f"/vms/images/{image.pk}/variants/", {**VMDK, "guest_username": "svc",
-                                                                 "guest_password": SECRET})  # fmt: skip
+    response = client.post(
+        f"/vms/images/{image.pk}/variants/", {**VMDK, "guest_username": "svc", "guest_password": SECRET}
+    )
 
     assert response.status_code == 302
     variant = image.variants.get(hypervisor_type="vmware")
@@ -38,8 +39,11 @@ def test_the_page_takes_a_guest_login_and_never_shows_the_password(client, admin
 def test_the_api_takes_the_password_write_only(admin_user, api, image):
     client = api(admin_user)
 
-    made = client.post("/api/v1/image-variants/", {"image": image.pk, **VMDK, "guest_username": "svc",
-                                                   "guest_password": SECRET}, format="json")  # fmt: skip
+    made = client.post(
+        "/api/v1/image-variants/",
+        {"image": image.pk, **VMDK, "guest_username": "svc", "guest_password": SECRET},
+        format="json",
+    )
 
     assert made.status_code == 201, made.content
     assert made.json()["has_guest_password"] is True and "guest_password" not in made.json()

@@ -11,8 +11,15 @@ def add(image, location):
     return services.add_variant(image, actor="test", hypervisor_type="kvm", format="qcow2", location=location)
 
 
-@pytest.mark.parametrize("location", ["http://127.0.0.1:8000/a.qcow2", "http://169.254.169.254/a.qcow2",
-                                      "https://images.internal/a.qcow2", "http://10.1.2.3/a.qcow2"])  # fmt: skip
+@pytest.mark.parametrize(
+    "location",
+    [
+        "http://127.0.0.1:8000/a.qcow2",
+        "http://169.254.169.254/a.qcow2",
+        "https://images.internal/a.qcow2",
+        "http://10.1.2.3/a.qcow2",
+    ],
+)
 def test_it_refuses_an_internal_location_on_its_field(image, location, settings):
     settings.VCLMGR_OUTBOUND_ALLOW = []
     with pytest.raises(ValidationError) as refused:

@@ -30,10 +30,18 @@ def kvm_image(tmp_path):
     content = b"vclmgr test qcow2\n"
     path = tmp_path / "ubuntu.qcow2"
     path.write_bytes(content)
-    image = services.create_image(actor="test", name="ubuntu-24.04", min_memory_mib=256, default_memory_mib=512,
-                                  default_disk_gib=10)
-    services.add_variant(image, actor="test", hypervisor_type="kvm", format="qcow2", location=str(path),
-                         checksum="sha256:" + hashlib.sha256(content).hexdigest(), size_gib=4)
+    image = services.create_image(
+        actor="test", name="ubuntu-24.04", min_memory_mib=256, default_memory_mib=512, default_disk_gib=10
+    )
+    services.add_variant(
+        image,
+        actor="test",
+        hypervisor_type="kvm",
+        format="qcow2",
+        location=str(path),
+        checksum="sha256:" + hashlib.sha256(content).hexdigest(),
+        size_gib=4,
+    )
     return image
 
 

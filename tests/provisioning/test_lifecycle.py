@@ -293,8 +293,9 @@ def test_a_vm_given_a_claim_on_a_host_out_of_service_is_built_elsewhere(make_hos
 
     gone = make_host("sim-a")
     end = timezone.now() + timedelta(hours=2)
-    demand = services.demand_for(image, {"vcpus": 1, "memory_mib": 512, "disk_gib": 5}, start=timezone.now(),
-                                 end=end, purpose="held ahead")  # fmt: skip
+    demand = services.demand_for(
+        image, {"vcpus": 1, "memory_mib": 512, "disk_gib": 5}, start=timezone.now(), end=end, purpose="held ahead"
+    )
     claim = capacity.claim(demand, actor="test", owner=alice)
     make_host("sim-b")
     Hypervisor.objects.filter(pk=gone.pk).update(state="drained")

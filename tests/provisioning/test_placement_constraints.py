@@ -86,12 +86,14 @@ def test_tags_are_normalised(image):
 
 def test_the_api_reads_and_writes_them(api, admin_user, image):
     client = api(admin_user)
-    response = client.patch(f"/api/v1/images/{image.pk}/", {"required_tags": ["gpu"], "anti_affinity": "db"},
-                            format="json")
+    response = client.patch(
+        f"/api/v1/images/{image.pk}/", {"required_tags": ["gpu"], "anti_affinity": "db"}, format="json"
+    )
     assert response.status_code == 200, response.json()
     assert response.json()["required_tags"] == ["gpu"] and response.json()["anti_affinity"] == "db"
-    bad = client.patch(f"/api/v1/images/{image.pk}/", {"required_tags": ["gpu"], "forbidden_tags": ["gpu"]},
-                       format="json")
+    bad = client.patch(
+        f"/api/v1/images/{image.pk}/", {"required_tags": ["gpu"], "forbidden_tags": ["gpu"]}, format="json"
+    )
     assert bad.status_code == 400 and "forbidden_tags" in bad.json()["error"]["fields"]
 
 

@@ -283,8 +283,13 @@ def test_a_squeeze_powers_the_emptied_hosts_off_and_demand_powers_one_on(
         bmc_host(host, emulator, host.name)
     plan = plans.compute("squeeze", actor=admin_user)
     assert plan.power_off and plan.moves, plan.notes
-    child = start_workers(4, VCLMGR_BMC_TIMEOUT=5, VCLMGR_BMC_GRACEFUL_SECONDS=30, VCLMGR_BMC_POWER_SECONDS=30,
-                          VCLMGR_POWER_ON_BOOT_SECONDS=30)  # fmt: skip
+    child = start_workers(
+        4,
+        VCLMGR_BMC_TIMEOUT=5,
+        VCLMGR_BMC_GRACEFUL_SECONDS=30,
+        VCLMGR_BMC_POWER_SECONDS=30,
+        VCLMGR_POWER_ON_BOOT_SECONDS=30,
+    )
     plans.execute(plan, actor=admin_user)
     plan = wait_plan(plan, child, timeout=180)
     assert plan.state == "done", (plan.moves, plan.jobs)
@@ -309,10 +314,13 @@ def test_a_squeeze_powers_the_emptied_hosts_off_and_demand_powers_one_on(
     woken = reservation.allocation.host
     assert woken.name in plan.power_off
     wait_until(
-        lambda: Job.objects.filter(opcode="vm.create").exists()
-        and not Job.objects.exclude(status__in=Job.FINAL).exists(),
-        120, "the reservation to be built", child,
-    )  # fmt: skip
+        lambda: (
+            Job.objects.filter(opcode="vm.create").exists() and not Job.objects.exclude(status__in=Job.FINAL).exists()
+        ),
+        120,
+        "the reservation to be built",
+        child,
+    )
     wake = Job.objects.get(opcode="node.power_on")
     assert wake.status == "success" and wake.params["node"] == woken.name, wake.error_message
     assert emulator.power_state(woken.name) == "On"

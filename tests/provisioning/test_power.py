@@ -137,8 +137,11 @@ def test_a_host_that_never_answers_after_power_on_fails_in_slices(
     assert job.status == "error"
     assert "node-1: powered on, but its hypervisor did not answer within 2 s" in job.error_message
     slices = [s["name"] for s in job.steps if s["name"].startswith("hypervisor-")]
-    assert len(slices) >= 2 and all(s["result"] == {"reachable": False, "waited_s": s["result"]["waited_s"]}
-                                    for s in job.steps if s["name"] in slices)  # fmt: skip
+    assert len(slices) >= 2 and all(
+        s["result"] == {"reachable": False, "waited_s": s["result"]["waited_s"]}
+        for s in job.steps
+        if s["name"] in slices
+    )
     host.refresh_from_db()
     assert host.state == "offline"  # never put back online
 
@@ -149,8 +152,9 @@ def test_only_staff_submit_power_jobs(api, alice, admin_user, make_host, sync_jo
     response = api(alice).post("/api/v1/jobs/", payload, format="json")
     assert response.status_code == 403
     assert not Job.objects.exists()
-    response = api(admin_user).post("/api/v1/jobs/", {**payload, "params": {"node": "nope", "reason": "x"}},
-                                    format="json")  # fmt: skip
+    response = api(admin_user).post(
+        "/api/v1/jobs/", {**payload, "params": {"node": "nope", "reason": "x"}}, format="json"
+    )
     assert response.status_code == 400
     assert response.json()["error"]["fields"]["params.node"] == ["no host named 'nope'"]
 

@@ -66,9 +66,12 @@ def test_a_vms_end_is_enforced_and_its_claim_counts_until_it_is_gone(make_host, 
     VM.objects.filter(pk=vm.pk).update(end=timezone.now() - timedelta(minutes=1))
     Allocation.objects.filter(pk=vm.allocation_id).update(end=timezone.now() - timedelta(minutes=1))
     whole_host = services.demand_for(
-        image, {"vcpus": 1, "memory_mib": 1024, "disk_gib": 5}, start=timezone.now(), end=timezone.now() + H,
+        image,
+        {"vcpus": 1, "memory_mib": 1024, "disk_gib": 5},
+        start=timezone.now(),
+        end=timezone.now() + H,
         purpose="probe",
-    )  # fmt: skip
+    )
     assert not capacity.plan(whole_host).ok  # over its end, but still on the host: its room is taken
     with pytest.raises(capacity.NoCapacity):
         capacity.claim(whole_host, actor="test")
@@ -113,8 +116,9 @@ def test_a_start_job_queued_before_the_claim_went_is_refused_when_it_runs(sim_ho
 
 
 def test_an_image_rule_counts_only_that_images_holdings(sim_host, image, alice):
-    other = services.create_image(actor="test", name="windows-11", os="Windows 11", min_memory_mib=256,
-                                  default_memory_mib=512, default_disk_gib=5)  # fmt: skip
+    other = services.create_image(
+        actor="test", name="windows-11", os="Windows 11", min_memory_mib=256, default_memory_mib=512, default_disk_gib=5
+    )
     services.add_variant(other, actor="test", hypervisor_type="sim", format="sim", location="sim://w11", size_gib=1)
     QuotaRule.objects.create(name="one windows", image=other, max_per_user=1)
     request(alice, image)

@@ -69,10 +69,12 @@ def test_an_unreachable_host_is_drained_until_it_answers(make_host, sync_jobs):
 
 @pytest.mark.slow
 def test_a_worker_runs_the_schedule(worker):
-    host = Hypervisor.objects.create(name="sim-w", address="sim-w.example.org", driver="sim", cpus=8,
-                                     memory_mib=16384, disk_gib=200)
+    host = Hypervisor.objects.create(
+        name="sim-w", address="sim-w.example.org", driver="sim", cpus=8, memory_mib=16384, disk_gib=200
+    )
     sim.set_fault("sim-w", "facts", "unreachable")
     Schedule.objects.filter(name=tasks.REFRESH_SCHEDULE).update(next_run=timezone.now())
+
     def refreshed():
         job = Job.objects.filter(opcode="hypervisor.refresh").first()
         return job is not None and job.is_final

@@ -27,9 +27,18 @@ H = timedelta(hours=1)
 def foreign_vm(sim_host, key, memory_mib=256, vcpus=1):
     """A VM made on the simulated host behind vclmgr's back."""
     sim.ensure_host(sim_host.name)
-    return SimVM.objects.create(key=key, host=SimHost.objects.get(name=sim_host.name), state="running", vcpus=vcpus,
-                                memory_mib=memory_mib, disk_gib=1, image="by-hand", image_format="sim",
-                                network="default", fingerprint="x")  # fmt: skip
+    return SimVM.objects.create(
+        key=key,
+        host=SimHost.objects.get(name=sim_host.name),
+        state="running",
+        vcpus=vcpus,
+        memory_mib=memory_mib,
+        disk_gib=1,
+        image="by-hand",
+        image_format="sim",
+        network="default",
+        fingerprint="x",
+    )
 
 
 def do(action, admin, sync_jobs, **fields):
@@ -47,8 +56,13 @@ def test_adopting_an_unknown_vm_claims_its_size_and_verify_is_clean(sim_host, im
     assert job.status == "success", job.error_message
     vm = VM.objects.get(pk=job.result["vm"])
     assert (vm.key, vm.host, vm.owner, vm.state, vm.vcpus, vm.memory_mib) == (
-        "someones-vm", sim_host, alice, "running", 2, 1024,
-    )  # fmt: skip
+        "someones-vm",
+        sim_host,
+        alice,
+        "running",
+        2,
+        1024,
+    )
     assert vm.allocation.host == sim_host and vm.allocation.released is None and vm.allocation.end is None
     assert vm.image.name == repair.ADOPTED_IMAGE and not vm.image.active
     assert ObjectChange.objects.filter(object_id=str(vm.pk), action="create", reason__contains="adopted").exists()
@@ -128,8 +142,10 @@ def test_each_repair_on_libvirt(kvm_host, kvm_image, alice, admin_user, sync_job
     driver.destroy(gone.key)
     driver.stop(stopped.key, force=True)
     for name in ("someones-vm", "leftover-vm"):
-        driver.conn.defineXML(f"<domain type='test'><name>{name}</name><memory>262144</memory><vcpu>1</vcpu>"
-                              "<os><type>hvm</type></os></domain>")  # fmt: skip
+        driver.conn.defineXML(
+            f"<domain type='test'><name>{name}</name><memory>262144</memory><vcpu>1</vcpu>"
+            "<os><type>hvm</type></os></domain>"
+        )
     _, report = run_verify(sync_jobs, admin_user)
     assert sorted(f["kind"] for f in report.findings) == ["absent", "drift", "unknown", "unknown"]
     assert do("adopt", admin_user, sync_jobs, host="kvm-1", key="someones-vm").status == "success"
@@ -145,8 +161,11 @@ def test_each_repair_on_libvirt(kvm_host, kvm_image, alice, admin_user, sync_job
 
 
 def test_bad_repair_requests_are_refused_with_the_field(sim_host, admin_user):
-    for action, fields, field in (("fix", {}, "action"), ("adopt", {"host": "nope", "key": "x"}, "host"),
-                                  ("adopt", {"host": "sim-1", "key": "x", "owner": "nobody"}, "owner")):  # fmt: skip
+    for action, fields, field in (
+        ("fix", {}, "action"),
+        ("adopt", {"host": "nope", "key": "x"}, "host"),
+        ("adopt", {"host": "sim-1", "key": "x", "owner": "nobody"}, "owner"),
+    ):
         with pytest.raises(ValidationError) as exc:
             repair.submit(action, fields, actor=admin_user, source="test")
         assert field in exc.value.message_dict
@@ -161,11 +180,18 @@ def test_repairs_are_staff_only_everywhere(client, api, sim_host, image, alice, 
     assert api(alice).post("/api/v1/verify/repairs/", body, format="json").status_code == 403
     client.force_login(alice)
     for action in repair.ACTIONS:
-        assert client.post(f"/vms/verify/repair/{action}/", {"host": "sim-1", "key": "someones-vm",
-                                                             "vm": vm.pk}).status_code == 403  # fmt: skip
-    for opcode, params in (("repair.adopt", {"hypervisor": sim_host.pk, "key": "someones-vm"}),
-                           ("repair.destroy", {"hypervisor": sim_host.pk, "key": "someones-vm", "force": True}),
-                           ("repair.drift", {"vm": vm.pk}), ("repair.absent", {"vm": vm.pk})):  # fmt: skip
+        assert (
+            client.post(
+                f"/vms/verify/repair/{action}/", {"host": "sim-1", "key": "someones-vm", "vm": vm.pk}
+            ).status_code
+            == 403
+        )
+    for opcode, params in (
+        ("repair.adopt", {"hypervisor": sim_host.pk, "key": "someones-vm"}),
+        ("repair.destroy", {"hypervisor": sim_host.pk, "key": "someones-vm", "force": True}),
+        ("repair.drift", {"vm": vm.pk}),
+        ("repair.absent", {"vm": vm.pk}),
+    ):
         response = api(alice).post("/api/v1/jobs/", {"opcode": opcode, "params": params}, format="json")
         assert response.status_code in (400, 403), response.content
     assert Job.objects.count() == before and SimVM.objects.filter(key="someones-vm").exists()
@@ -182,8 +208,9 @@ def test_the_page_offers_each_repair_with_a_confirmation(client, sim_host, image
     SimVM.objects.filter(key=drifting.key).update(state="stopped")
     SimVM.objects.filter(key=absent.key).delete()
     foreign_vm(sim_host, "someones-vm")
-    Allocation.objects.create(host=sim_host, purpose="vm 424242", vcpus=1, memory_mib=256, disk_gib=1,
-                              start=timezone.now())  # fmt: skip
+    Allocation.objects.create(
+        host=sim_host, purpose="vm 424242", vcpus=1, memory_mib=256, disk_gib=1, start=timezone.now()
+    )
     run_verify(sync_jobs, admin_user)
     client.force_login(admin_user)
     page = client.get("/vms/verify/").content.decode()

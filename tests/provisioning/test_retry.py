@@ -14,8 +14,12 @@ from provisioning.models import VM
 
 def first_choice(image):
     """The host the first claim goes to (placement is deterministic on an unchanged cluster)."""
-    demand = capacity.Demand(vcpus=image.default_vcpus, memory_mib=image.default_memory_mib,
-                             disk_gib=image.default_disk_gib, start=timezone.now())
+    demand = capacity.Demand(
+        vcpus=image.default_vcpus,
+        memory_mib=image.default_memory_mib,
+        disk_gib=image.default_disk_gib,
+        start=timezone.now(),
+    )
     return capacity.plan(demand).host
 
 
@@ -44,8 +48,15 @@ def test_it_boots_on_another_host_when_the_first_fails(two_hosts, image, alice, 
     assert any(f"failed on {bad}" in entry[1] and "another host" in entry[1] for entry in job.reason), job.reason
     assert JobLog.objects.filter(job=job, level="warning", message__contains="retrying once").exists()
     names = [s["name"] for s in job.steps]
-    assert names[-7:] == ["retry", "claim-retry", "stage-retry", "define-retry", "start-retry", "address-retry",
-                          "ready-retry"]
+    assert names[-7:] == [
+        "retry",
+        "claim-retry",
+        "stage-retry",
+        "define-retry",
+        "start-retry",
+        "address-retry",
+        "ready-retry",
+    ]
     assert job.steps[names.index("retry")]["result"]["exclude"] == [two_hosts[bad].pk]
 
 

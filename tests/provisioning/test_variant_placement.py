@@ -29,8 +29,15 @@ def kvm_local(make_host):
 
 @pytest.fixture
 def guest(db):
-    image = services.create_image(actor=TEST, name="debian-guest", os="Debian 12 (test guest)", min_memory_mib=128,
-                                  default_memory_mib=256, min_disk_gib=0, default_disk_gib=1)  # fmt: skip
+    image = services.create_image(
+        actor=TEST,
+        name="debian-guest",
+        os="Debian 12 (test guest)",
+        min_memory_mib=128,
+        default_memory_mib=256,
+        min_disk_gib=0,
+        default_disk_gib=1,
+    )
     services.add_variant(image, actor=TEST, hypervisor_type="kvm", format="qcow2", location="/srv/guest.qcow2")
     return image
 

@@ -61,12 +61,22 @@ def test_each_drift_on_sim_is_found(sim_host, make_host, image, alice, admin_use
     SimVM.objects.filter(key=gone.key).delete()  # (2) vclmgr thinks it exists; the host lost it
     SimVM.objects.filter(key=stopped.key).update(state="stopped")  # (3) drift
     for key in ("someones-vm", "vcl-9999"):  # (1) one foreign, one named like ours
-        SimVM.objects.create(key=key, host=host, state="running", vcpus=1, memory_mib=256, disk_gib=1,
-                             image=template.image, image_format=template.image_format, network=template.network,
-                             fingerprint="x")
+        SimVM.objects.create(
+            key=key,
+            host=host,
+            state="running",
+            vcpus=1,
+            memory_mib=256,
+            disk_gib=1,
+            image=template.image,
+            image_format=template.image_format,
+            network=template.network,
+            fingerprint="x",
+        )
     capacity.release(unclaimed.allocation, actor="test")  # (5) a live VM without a claim
-    orphan = Allocation.objects.create(host=sim_host, purpose="vm 424242", vcpus=1, memory_mib=256, disk_gib=1,
-                                       start=timezone.now())  # (4) a claim left behind
+    orphan = Allocation.objects.create(
+        host=sim_host, purpose="vm 424242", vcpus=1, memory_mib=256, disk_gib=1, start=timezone.now()
+    )  # (4) a claim left behind
     dead = make_host("sim-dead")
     sim.ensure_host("sim-dead")
     sim.set_fault("sim-dead", "list_vms", "unreachable")
@@ -99,10 +109,26 @@ def test_claims_of_reservations_and_parked_vms_are_not_orphans(sim_host, image, 
     services.park(vm.pk, "test", actor="test")
     SimVM.objects.filter(key=vm.key).update(state="stopped")
     start = timezone.now() + timedelta(days=1)
-    future = Allocation.objects.create(host=sim_host, purpose="reservation 1", vcpus=1, memory_mib=256, disk_gib=1,
-                                       start=start, end=start + timedelta(hours=1))
-    Reservation.objects.create(user=alice, image=image, start=start, end=start + timedelta(hours=1),
-                               status="pending", vcpus=1, memory_mib=256, disk_gib=1, allocation=future)
+    future = Allocation.objects.create(
+        host=sim_host,
+        purpose="reservation 1",
+        vcpus=1,
+        memory_mib=256,
+        disk_gib=1,
+        start=start,
+        end=start + timedelta(hours=1),
+    )
+    Reservation.objects.create(
+        user=alice,
+        image=image,
+        start=start,
+        end=start + timedelta(hours=1),
+        status="pending",
+        vcpus=1,
+        memory_mib=256,
+        disk_gib=1,
+        allocation=future,
+    )
     _, report = run_verify(sync_jobs, admin_user)
     assert report.findings == []
     Reservation.objects.update(status="canceled")  # its claim should have gone with it
@@ -115,8 +141,10 @@ def test_each_drift_on_libvirt_is_found(kvm_host, kvm_image, alice, admin_user, 
     driver = drivers.driver_for(kvm_host)
     driver.destroy(gone.key)  # behind vclmgr's back
     driver.stop(stopped.key, force=True)
-    driver.conn.defineXML("<domain type='test'><name>someones-vm</name><memory>262144</memory><vcpu>1</vcpu>"
-                          "<os><type>hvm</type></os></domain>")  # a VM someone made by hand
+    driver.conn.defineXML(
+        "<domain type='test'><name>someones-vm</name><memory>262144</memory><vcpu>1</vcpu>"
+        "<os><type>hvm</type></os></domain>"
+    )  # a VM someone made by hand
     job, report = run_verify(sync_jobs, admin_user)
     assert job.status == "error"
     assert only(report, "absent")["message"] == f"{gone.key} is running in vclmgr but absent on kvm-1"
@@ -146,8 +174,15 @@ def test_an_unreachable_libvirt_host_is_not_all_absent(kvm_host, kvm_image, alic
 
 def test_releasing_an_orphan_claim(sim_host, image, alice, admin_user, sync_jobs):
     vm = running_vm(image, alice, sync_jobs)
-    orphan = Allocation.objects.create(host=sim_host, purpose="vm 424242", vcpus=1, memory_mib=256, disk_gib=1,
-                                       start=timezone.now(), end=timezone.now() + timedelta(hours=1))
+    orphan = Allocation.objects.create(
+        host=sim_host,
+        purpose="vm 424242",
+        vcpus=1,
+        memory_mib=256,
+        disk_gib=1,
+        start=timezone.now(),
+        end=timezone.now() + timedelta(hours=1),
+    )
     with pytest.raises(Conflict, match="is held"):
         verify.release_orphan_claim(vm.allocation_id, actor=admin_user)
     verify.release_orphan_claim(orphan.pk, actor=admin_user)
@@ -167,8 +202,9 @@ def test_the_schedule_follows_the_setting_and_does_not_pile_up(db, admin_user):
 
 
 def test_the_api_shows_runs_and_releases_for_staff_only(sim_host, image, alice, admin_user, api, sync_jobs):
-    orphan = Allocation.objects.create(host=sim_host, purpose="vm 424242", vcpus=1, memory_mib=256, disk_gib=1,
-                                       start=timezone.now())
+    orphan = Allocation.objects.create(
+        host=sim_host, purpose="vm 424242", vcpus=1, memory_mib=256, disk_gib=1, start=timezone.now()
+    )
     assert api(admin_user).get("/api/v1/verify/").status_code == 404  # no report yet
     response = api(admin_user).post("/api/v1/verify/")
     assert response.status_code == 202, response.content
@@ -177,8 +213,11 @@ def test_the_api_shows_runs_and_releases_for_staff_only(sim_host, image, alice, 
     body = api(admin_user).get("/api/v1/verify/").json()
     assert body["job_id"] == response.json()["job"]
     assert [f["kind"] for f in body["findings"]] == ["orphan_claim"]
-    for call in (lambda c: c.get("/api/v1/verify/"), lambda c: c.post("/api/v1/verify/"),
-                 lambda c: c.post(f"/api/v1/verify/claims/{orphan.pk}/release/")):
+    for call in (
+        lambda c: c.get("/api/v1/verify/"),
+        lambda c: c.post("/api/v1/verify/"),
+        lambda c: c.post(f"/api/v1/verify/claims/{orphan.pk}/release/"),
+    ):
         assert call(api(alice)).status_code in (403, 404)
     assert Job.objects.filter(opcode="cluster.verify").count() == 1  # alice's POST submitted nothing
     assert Allocation.objects.get(pk=orphan.pk).released is None
@@ -188,11 +227,15 @@ def test_the_api_shows_runs_and_releases_for_staff_only(sim_host, image, alice, 
 
 
 def test_the_page_lists_findings_for_staff_only(client, sim_host, image, alice, admin_user, sync_jobs):
-    orphan = Allocation.objects.create(host=sim_host, purpose="vm 424242", vcpus=1, memory_mib=256, disk_gib=1,
-                                       start=timezone.now())
+    orphan = Allocation.objects.create(
+        host=sim_host, purpose="vm 424242", vcpus=1, memory_mib=256, disk_gib=1, start=timezone.now()
+    )
     client.force_login(alice)
-    for response in (client.get("/vms/verify/"), client.post("/vms/verify/run/"),
-                     client.post(f"/vms/verify/claims/{orphan.pk}/release/")):
+    for response in (
+        client.get("/vms/verify/"),
+        client.post("/vms/verify/run/"),
+        client.post(f"/vms/verify/claims/{orphan.pk}/release/"),
+    ):
         assert response.status_code in (403, 404)
     assert not Job.objects.filter(opcode="cluster.verify").exists()
     client.force_login(admin_user)

@@ -24,8 +24,15 @@ def esx_host(vcsim, make_host, settings):  # noqa: F811
         actor="test", name="vcsim", username=VCSIM_USER, secret=VCSIM_PASSWORD, endpoints=[vcsim.url]
     )
     name = next(host["name"] for host in vcsim.hosts if "_C" in host["name"])
-    return make_host(name, driver="vmware", uri=f"{vcsim.url}?host={name}", credential=credential, cpus=16,
-                     memory_mib=32768, disk_gib=200)
+    return make_host(
+        name,
+        driver="vmware",
+        uri=f"{vcsim.url}?host={name}",
+        credential=credential,
+        cpus=16,
+        memory_mib=32768,
+        disk_gib=200,
+    )
 
 
 @pytest.fixture
@@ -34,10 +41,18 @@ def vmdk_image(tmp_path):
     content = f"vmdk of {tmp_path.name}\n".encode()
     path = tmp_path / "ubuntu.vmdk"
     path.write_bytes(content)
-    image = services.create_image(actor="test", name="ubuntu-vmware", min_memory_mib=256, default_memory_mib=512,
-                                  default_disk_gib=10)
-    services.add_variant(image, actor="test", hypervisor_type="vmware", format="vmdk", location=str(path),
-                         checksum="sha256:" + hashlib.sha256(content).hexdigest(), size_gib=1)
+    image = services.create_image(
+        actor="test", name="ubuntu-vmware", min_memory_mib=256, default_memory_mib=512, default_disk_gib=10
+    )
+    services.add_variant(
+        image,
+        actor="test",
+        hypervisor_type="vmware",
+        format="vmdk",
+        location=str(path),
+        checksum="sha256:" + hashlib.sha256(content).hexdigest(),
+        size_gib=1,
+    )
     return image
 
 
@@ -106,10 +121,23 @@ def test_a_windows_reservation_on_vcsim_gets_cloudbase_inits_guestinfo(esx_host,
     content = f"windows vmdk of {tmp_path.name}\n".encode()
     path = tmp_path / "win.vmdk"
     path.write_bytes(content)
-    image = services.create_image(actor="test", name="win-vmware", os="Windows Server 2022", min_memory_mib=256,
-                                  default_memory_mib=512, default_disk_gib=10)
-    services.add_variant(image, actor="test", hypervisor_type="vmware", format="vmdk", location=str(path),
-                         checksum="sha256:" + hashlib.sha256(content).hexdigest(), size_gib=1)
+    image = services.create_image(
+        actor="test",
+        name="win-vmware",
+        os="Windows Server 2022",
+        min_memory_mib=256,
+        default_memory_mib=512,
+        default_disk_gib=10,
+    )
+    services.add_variant(
+        image,
+        actor="test",
+        hypervisor_type="vmware",
+        format="vmdk",
+        location=str(path),
+        checksum="sha256:" + hashlib.sha256(content).hexdigest(),
+        size_gib=1,
+    )
     driver = drivers.driver_for(esx_host)
     caplog.set_level(logging.DEBUG)
     reservation = reservations.reserve(alice, image, actor=alice, duration=timedelta(hours=1))
@@ -123,8 +151,9 @@ def test_a_windows_reservation_on_vcsim_gets_cloudbase_inits_guestinfo(esx_host,
         user = yaml.safe_load(guestinfo.decode(extra["guestinfo.userdata"], extra["guestinfo.userdata.encoding"]))
         meta = json.loads(guestinfo.decode(extra["guestinfo.metadata"], extra["guestinfo.metadata.encoding"]))
         assert user["set_hostname"] == meta["local-hostname"] == key
-        assert user["users"] == [{"name": "alice", "groups": ["Administrators", "Remote Desktop Users"],
-                                  "passwd": password}]
+        assert user["users"] == [
+            {"name": "alice", "groups": ["Administrators", "Remote Desktop Users"], "passwd": password}
+        ]
         listing = io.StringIO()
         call_command("vm", "list", stdout=listing)
         assert key in listing.getvalue() and password not in listing.getvalue()

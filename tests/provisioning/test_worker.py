@@ -15,8 +15,9 @@ pytestmark = pytest.mark.slow
 
 def test_a_worker_builds_a_vm(worker, django_user_model):
     alice = django_user_model.objects.create_user("alice", "alice@example.org", "alice-pass-1")
-    host = Hypervisor.objects.create(name="sim-w", address="sim-w.example.org", driver="sim", cpus=8,
-                                     memory_mib=16384, disk_gib=200)
+    host = Hypervisor.objects.create(
+        name="sim-w", address="sim-w.example.org", driver="sim", cpus=8, memory_mib=16384, disk_gib=200
+    )
     image = services.create_image(actor="test", name="debian-12", min_memory_mib=256, default_memory_mib=512)
     services.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/debian-12")
     vm, job = services.request_vm(actor=alice, owner=alice, image=image)

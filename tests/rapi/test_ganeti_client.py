@@ -35,10 +35,18 @@ def cluster(transactional_db, tmp_path, make_host, admin_user):
         pytest.fail("Ganeti's RAPI client is missing: apt-get install python3-ganeti-rapi (make install-dev)")
     for n in (1, 2, 3):
         make_host(f"node{n}", cpus=16, memory_mib=32768, disk_gib=500)
-    image = vms.create_image(actor="test", name="debian-12", os="Debian", min_memory_mib=256, default_vcpus=1,
-                             default_memory_mib=512, default_disk_gib=5)  # fmt: skip
-    vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://deb", checksum="",
-                    size_gib=1)  # fmt: skip
+    image = vms.create_image(
+        actor="test",
+        name="debian-12",
+        os="Debian",
+        min_memory_mib=256,
+        default_vcpus=1,
+        default_memory_mib=512,
+        default_disk_gib=5,
+    )
+    vms.add_variant(
+        image, actor="test", hypervisor_type="sim", format="sim", location="sim://deb", checksum="", size_gib=1
+    )
     cert, key = self_signed(tmp_path, "rapi")
     worker = processes.start_worker(tmp_path, workers=2)
     (tmp_path / "web").mkdir()
@@ -53,12 +61,21 @@ def cluster(transactional_db, tmp_path, make_host, admin_user):
         cafile = str(cert)
 
         def call(self, user, password, *calls):
-            order = {"port": self.port, "cafile": self.cafile, "user": user, "password": password,
-                     "calls": [list(c) + [{}] * (3 - len(c)) for c in calls]}  # fmt: skip
+            order = {
+                "port": self.port,
+                "cafile": self.cafile,
+                "user": user,
+                "password": password,
+                "calls": [list(c) + [{}] * (3 - len(c)) for c in calls],
+            }
             done = subprocess.run(  # noqa: S603 (fixed command)
-                [SYSTEM_PYTHON, str(CLIENT)], input=json.dumps(order), capture_output=True, text=True, timeout=180,
+                [SYSTEM_PYTHON, str(CLIENT)],
+                input=json.dumps(order),
+                capture_output=True,
+                text=True,
+                timeout=180,
                 env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-            )  # fmt: skip
+            )
             assert done.returncode == 0, done.stderr + web.output()[-3000:]
             return json.loads(done.stdout)
 
@@ -79,10 +96,16 @@ def ok(answers):
 
 
 def test_the_ganeti_client_reads_the_cluster(cluster):
-    info, version, features, nodes, node_list, groups = ok(cluster.admin(
-        ("GetInfo",), ("GetVersion",), ("GetFeatures",), ("GetNodes", [], {"bulk": True}), ("GetNodes",),
-        ("GetGroups", [], {"bulk": True}),
-    ))  # fmt: skip
+    info, version, features, nodes, node_list, groups = ok(
+        cluster.admin(
+            ("GetInfo",),
+            ("GetVersion",),
+            ("GetFeatures",),
+            ("GetNodes", [], {"bulk": True}),
+            ("GetNodes",),
+            ("GetGroups", [], {"bulk": True}),
+        )
+    )
 
     assert version == 2
     assert "instance-create-reqv1" in features and "node-evac-res1" in features
@@ -98,16 +121,31 @@ def test_the_ganeti_client_reads_the_cluster(cluster):
 
 
 def test_the_ganeti_client_creates_migrates_evacuates_and_deletes(cluster):
-    create = {"disks": [{"size": 4096}], "nics": [{}], "beparams": {"memory": 1024, "vcpus": 2},
-              "os_type": "debian-12", "pnode": "node1"}  # fmt: skip
-    [job_id] = ok(cluster.admin(("CreateInstance", ["create", "web1", "plain", [{"size": 4096}], [{}]], {
-        k: v for k, v in create.items() if k not in ("disks", "nics")})))  # fmt: skip
+    create = {
+        "disks": [{"size": 4096}],
+        "nics": [{}],
+        "beparams": {"memory": 1024, "vcpus": 2},
+        "os_type": "debian-12",
+        "pnode": "node1",
+    }
+    [job_id] = ok(
+        cluster.admin(
+            (
+                "CreateInstance",
+                ["create", "web1", "plain", [{"size": 4096}], [{}]],
+                {k: v for k, v in create.items() if k not in ("disks", "nics")},
+            )
+        )
+    )
     assert isinstance(job_id, int)
 
-    done, status, change = ok(cluster.admin(
-        ("WaitForJobCompletion", [job_id], {"period": 0.2}), ("GetJobStatus", [job_id]),
-        ("WaitForJobChange", [job_id, ["status"], None, None]),
-    ))  # fmt: skip
+    done, status, change = ok(
+        cluster.admin(
+            ("WaitForJobCompletion", [job_id], {"period": 0.2}),
+            ("GetJobStatus", [job_id]),
+            ("WaitForJobChange", [job_id, ["status"], None, None]),
+        )
+    )
     assert done is True, status
     assert status["status"] == "success" and status["opstatus"] == ["success"]
     assert status["summary"] == ["INSTANCE_CREATE(web1)"] and status["ops"][0]["OP_ID"] == "OP_INSTANCE_CREATE"
@@ -128,8 +166,9 @@ def test_the_ganeti_client_creates_migrates_evacuates_and_deletes(cluster):
     assert vm.host.name == "node2"
 
     [evacuate] = ok(cluster.admin(("EvacuateNode", ["node2"], {"mode": "all"})))
-    [finished, evac_status] = ok(cluster.admin(("WaitForJobCompletion", [evacuate], {"period": 0.2}),
-                                               ("GetJobStatus", [evacuate])))  # fmt: skip
+    [finished, evac_status] = ok(
+        cluster.admin(("WaitForJobCompletion", [evacuate], {"period": 0.2}), ("GetJobStatus", [evacuate]))
+    )
     assert finished is True, evac_status
     [[accepted, child]] = evac_status["opresult"][0]["jobs"]
     assert accepted is True and Job.objects.get(pk=child).opcode == "vm.migrate"
@@ -144,7 +183,9 @@ def test_the_ganeti_client_creates_migrates_evacuates_and_deletes(cluster):
     assert role == "offline" and node3["offline"] is True and node3["role"] == "O"
     [back] = ok(cluster.admin(("SetNodeRole", ["node3", "regular"])))
     assert ok(cluster.admin(("WaitForJobCompletion", [back], {"period": 0.2}), ("GetNodeRole", ["node3"]))) == [
-        True, "regular"]  # fmt: skip
+        True,
+        "regular",
+    ]
 
     [delete] = ok(cluster.admin(("DeleteInstance", ["web1"])))
     assert ok(cluster.admin(("WaitForJobCompletion", [delete], {"period": 0.2}), ("GetInstances",))) == [True, []]
@@ -156,21 +197,30 @@ def test_the_ganeti_client_sets_and_removes_tags(cluster):
     vm, _ = vms.request_vm(actor="test", owner=None, image=Image.objects.get(), name="db1")
     # RAPI knows an instance once it is on a node: wait for the worker to place it.
     processes.wait_for(lambda: VM.objects.filter(pk=vm.pk, host__isnull=False).exists(), 60, "db1 placed")
-    calls = [("AddNodeTags", ["node1", ["rack:a", "gpu"]]), ("AddInstanceTags", ["db1", ["backup"]]),
-             ("AddClusterTags", [["htools:iextags:service"]])]  # fmt: skip
+    calls = [
+        ("AddNodeTags", ["node1", ["rack:a", "gpu"]]),
+        ("AddInstanceTags", ["db1", ["backup"]]),
+        ("AddClusterTags", [["htools:iextags:service"]]),
+    ]
     job_ids = ok(cluster.admin(*calls))
     assert ok(cluster.admin(*[("WaitForJobCompletion", [j], {"period": 0.2}) for j in job_ids])) == [True] * 3
     assert ok(cluster.admin(("GetNodeTags", ["node1"]), ("GetInstanceTags", ["db1"]), ("GetClusterTags",))) == [
-        ["gpu", "rack:a"], ["backup"], ["htools:iextags:service"]]  # fmt: skip
+        ["gpu", "rack:a"],
+        ["backup"],
+        ["htools:iextags:service"],
+    ]
 
     [removed] = ok(cluster.admin(("DeleteNodeTags", ["node1", ["gpu"]])))
     assert ok(cluster.admin(("WaitForJobCompletion", [removed], {"period": 0.2}), ("GetNodeTags", ["node1"]))) == [
-        True, ["rack:a"]]  # fmt: skip
+        True,
+        ["rack:a"],
+    ]
     assert sorted(Hypervisor.objects.get(name="node1").tags.names()) == ["rack:a"]
     assert sorted(VM.objects.get(pk=vm.pk).tags.names()) == ["backup"]
 
-    listed, bulk, (canceled, why) = ok(cluster.admin(("GetJobs",), ("GetJobs", [], {"bulk": True}),
-                                                     ("CancelJob", [removed])))  # fmt: skip
+    listed, bulk, (canceled, why) = ok(
+        cluster.admin(("GetJobs",), ("GetJobs", [], {"bulk": True}), ("CancelJob", [removed]))
+    )
     assert set(job_ids) < set(listed) and {row["id"] for row in bulk} == set(listed)
     assert canceled is False and "already ended" in why
 
@@ -181,7 +231,7 @@ def test_the_ganeti_client_gets_ganeti_errors_for_bad_input(cluster, alice):
         ("CreateInstance", ["create", "x2", "plain", [{"size": "big"}], [{}]], {"os_type": "debian-12"}),
         ("SetNodeRole", ["node1", "master-candidate"]),
         ("GetInstance", ["nowhere"]),
-    )  # fmt: skip
+    )
     assert bad_field["code"] == 400 and "'colour'" in bad_field["error"] and bad_field["error"].startswith("400 ")
     assert bad_type["code"] == 400 and "disks.size" in bad_type["error"] and "'int' is expected" in bad_type["error"]
     assert bad_role["code"] == 400 and "master-candidate" in bad_role["error"]
@@ -189,8 +239,9 @@ def test_the_ganeti_client_gets_ganeti_errors_for_bad_input(cluster, alice):
     assert not VM.objects.exists() and not Job.objects.filter(opcode="vm.create").exists()
 
     # Non-staff: reads of their own (no instances), no nodes, no writes; no credentials: 401.
-    mine, nodes, write = cluster.call("alice", "alice-pass-1", ("GetInstances",), ("GetNodes",),
-                                      ("SetNodeRole", ["node1", "drained"]))  # fmt: skip
+    mine, nodes, write = cluster.call(
+        "alice", "alice-pass-1", ("GetInstances",), ("GetNodes",), ("SetNodeRole", ["node1", "drained"])
+    )
     assert mine == {"ok": []} and nodes["code"] == 403 and write["code"] == 403
     [anonymous] = cluster.call(None, None, ("GetInfo",))
     assert anonymous["code"] == 401

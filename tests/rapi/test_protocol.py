@@ -44,8 +44,16 @@ def image(admin_user, make_host):
 
 
 def create_body(**changes):
-    body = {"__version__": 1, "mode": "create", "name": "web1", "disk_template": "plain", "disks": [{"size": 2048}],
-            "nics": [{}], "os_type": "debian-12", "beparams": {"memory": 1024, "vcpus": 2}}  # fmt: skip
+    body = {
+        "__version__": 1,
+        "mode": "create",
+        "name": "web1",
+        "disk_template": "plain",
+        "disks": [{"size": 2048}],
+        "nics": [{}],
+        "os_type": "debian-12",
+        "beparams": {"memory": 1024, "vcpus": 2},
+    }
     body.update(changes)
     return body
 
@@ -159,9 +167,11 @@ def test_ganetis_htools_parse_the_nodes_instances_and_groups(image, alice, tmp_p
     info = call("GET", "/2/info", ADMIN)[1]
     (tmp_path / "info.json").write_text(json.dumps({**info, "master": "node1"}))
     done = subprocess.run(  # noqa: S603 (fixed command)
-        ["/usr/lib/ganeti/3.0/usr/bin/hinfo", "-m", f"file://{tmp_path}", "-v"], capture_output=True, text=True,
+        ["/usr/lib/ganeti/3.0/usr/bin/hinfo", "-m", f"file://{tmp_path}", "-v"],
+        capture_output=True,
+        text=True,
         timeout=60,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     assert "Loaded 1 node, 1 instance, 1 node group" in done.stdout
 

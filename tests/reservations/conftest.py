@@ -18,8 +18,22 @@ def sim_host(make_host):
 
 @pytest.fixture
 def image(db):
-    image = vms.create_image(actor="test", name="debian-12", os="Debian 12", min_memory_mib=256,
-                             default_vcpus=2, default_memory_mib=2048, default_disk_gib=10)
-    vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/debian-12",
-                    checksum="", size_gib=2)
+    image = vms.create_image(
+        actor="test",
+        name="debian-12",
+        os="Debian 12",
+        min_memory_mib=256,
+        default_vcpus=2,
+        default_memory_mib=2048,
+        default_disk_gib=10,
+    )
+    vms.add_variant(
+        image,
+        actor="test",
+        hypervisor_type="sim",
+        format="sim",
+        location="sim://library/debian-12",
+        checksum="",
+        size_gib=2,
+    )
     return image

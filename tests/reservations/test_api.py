@@ -127,8 +127,9 @@ def test_check_says_whether_it_fits_and_when(sim_host, image, alice, bob, api):
     body = response.json()
     assert response.status_code == 200 and body["fits"] is False and "lack memory" in body["message"]
     assert body["earliest"].startswith(first.end.strftime("%Y-%m-%dT%H:%M"))
-    later = api(bob).post(f"{URL}check/", {"image": image.pk, "start": iso(first.end), "duration_minutes": 60},
-                          format="json")
+    later = api(bob).post(
+        f"{URL}check/", {"image": image.pk, "start": iso(first.end), "duration_minutes": 60}, format="json"
+    )
     assert later.json()["fits"] is True
     assert Reservation.objects.count() == 1
 
@@ -136,8 +137,15 @@ def test_check_says_whether_it_fits_and_when(sim_host, image, alice, bob, api):
 def test_blocks_members_take_seats_others_cannot_create(sim_host, image, alice, bob, admin_user, api):
     klass = Group.objects.create(name="cs101")
     start = timezone.now() + 24 * H
-    body = {"name": "CS101", "image": image.pk, "group": "cs101", "seats": 2, "start": iso(start),
-            "end": iso(start + H), "weeks": 2}
+    body = {
+        "name": "CS101",
+        "image": image.pk,
+        "group": "cs101",
+        "seats": 2,
+        "start": iso(start),
+        "end": iso(start + H),
+        "weeks": 2,
+    }
     assert api(alice).post("/api/v1/block-allocations/", body, format="json").status_code == 403
     response = api(admin_user).post("/api/v1/block-allocations/", body, format="json")
     assert response.status_code == 201, response.json()
@@ -178,8 +186,15 @@ def test_an_instructor_cannot_cancel_another_instructors_block(sim_host, image, 
 
     klass = Group.objects.create(name="cs101")
     start = timezone.now() + 24 * H
-    body = {"name": "CS101", "image": image.pk, "group": "cs101", "seats": 1, "start": iso(start),
-            "end": iso(start + H), "weeks": 1}
+    body = {
+        "name": "CS101",
+        "image": image.pk,
+        "group": "cs101",
+        "seats": 1,
+        "start": iso(start),
+        "end": iso(start + H),
+        "weeks": 1,
+    }
     ivy, max_ = (django_user_model.objects.create_user(name) for name in ("ivy", "max"))
     for instructor in (ivy, max_):
         instructor.user_permissions.add(Permission.objects.get(codename="add_blockallocation"))
@@ -218,8 +233,15 @@ def test_extending_to_year_9999_is_a_400(sim_host, image, alice, api):
 
 def test_a_block_in_year_9999_is_a_400(sim_host, image, admin_user, api):
     group = Group.objects.create(name="class-9999")
-    body = {"name": "far", "image": image.pk, "group": group.name, "seats": 1, "weeks": 52,
-            "start": "9999-12-01T10:00:00Z", "end": "9999-12-01T12:00:00Z"}
+    body = {
+        "name": "far",
+        "image": image.pk,
+        "group": group.name,
+        "seats": 1,
+        "weeks": 52,
+        "start": "9999-12-01T10:00:00Z",
+        "end": "9999-12-01T12:00:00Z",
+    }
     response = api(admin_user).post("/api/v1/block-allocations/", body, format="json")
     assert response.status_code == 400 and "start" in response.json()["error"]["fields"], response.content[:300]
 

@@ -136,8 +136,9 @@ def test_offline_by_hand_or_unreachable_once_rebuilds_nothing(make_host, image, 
 
 def test_reprovision_is_staff_only(make_host, image, alice, api, sync_jobs):
     host, _ = ready_on(make_host, image, alice, sync_jobs)
-    response = api(alice).post("/api/v1/jobs/", {"opcode": "node.reprovision", "params": {"hypervisor": host.pk}},
-                               format="json")  # fmt: skip
+    response = api(alice).post(
+        "/api/v1/jobs/", {"opcode": "node.reprovision", "params": {"hypervisor": host.pk}}, format="json"
+    )
     assert response.status_code in (400, 403), response.content
     assert not Job.objects.filter(opcode="node.reprovision").exists()
     assert Hypervisor.objects.get(pk=host.pk).state == "online"

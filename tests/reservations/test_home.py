@@ -17,9 +17,16 @@ H = timedelta(hours=1)
 def booked(user, image, status, start_in=0, error=""):
     start = timezone.now() + start_in * H
     return Reservation.objects.create(
-        user=user, image=image, start=start, end=start + 2 * H, status=status, vcpus=1, memory_mib=256, disk_gib=1,
+        user=user,
+        image=image,
+        start=start,
+        end=start + 2 * H,
+        status=status,
+        vcpus=1,
+        memory_mib=256,
+        disk_gib=1,
         error=error,
-    )  # fmt: skip
+    )
 
 
 def test_home_shows_only_the_users_own_reservations_with_the_next_action(client, image, alice, bob):
@@ -44,10 +51,20 @@ def test_home_lists_the_classes_of_the_users_groups_with_their_seat(client, imag
     physics = Group.objects.create(name="physics")
     alice.groups.add(physics)
     start = timezone.now() + H
-    block = BlockAllocation.objects.create(name="Physics lab", image=image, group=physics, seats=2, start=start,
-                                           end=start + H, created_by=admin_user)  # fmt: skip
-    seat = Reservation.objects.create(user=alice, image=image, start=start, end=start + H, status="pending", vcpus=1,
-                                      memory_mib=256, disk_gib=1, block=block)  # fmt: skip
+    block = BlockAllocation.objects.create(
+        name="Physics lab", image=image, group=physics, seats=2, start=start, end=start + H, created_by=admin_user
+    )
+    seat = Reservation.objects.create(
+        user=alice,
+        image=image,
+        start=start,
+        end=start + H,
+        status="pending",
+        vcpus=1,
+        memory_mib=256,
+        disk_gib=1,
+        block=block,
+    )
     client.force_login(alice)
     page = client.get("/").content.decode()
     assert f'id="home-class-{block.pk}"' in page and f"/reservations/{seat.pk}/" in page

@@ -227,8 +227,9 @@ def test_the_group_policy_applies_to_its_members_and_the_image_policy_wins(
     assert reclaim.check(theirs.pk, now=at(theirs, 600), actor="test")["action"] == "none"
     assert reclaim.check(mine.pk, now=at(mine, 6), actor="test")["action"] == "end"
 
-    other = vms.create_image(actor="test", name="ubuntu", min_memory_mib=256, default_memory_mib=512,
-                             default_disk_gib=5)  # fmt: skip
+    other = vms.create_image(
+        actor="test", name="ubuntu", min_memory_mib=256, default_memory_mib=512, default_disk_gib=5
+    )
     vms.add_variant(other, actor="test", hypervisor_type="sim", format="sim", location="sim://library/ubuntu")
     idle.set_policy(actor="test", image=other, no_show_minutes=0, idle_minutes=120, warn_minutes=10)
     carol = django_user_model.objects.create_user("carol", "carol@example.org", "pw")
@@ -318,8 +319,15 @@ def test_staff_see_reclaimed_hours_and_refusals_by_quota_and_seats(
         services.reserve(bob, image, actor=bob, duration=2 * H)
     lab = Group.objects.create(name="class")
     bob.groups.add(lab)
-    block = services.create_block(actor=admin_user, name="c", image=image, group=lab, seats=1,
-                                  start=timezone.now() + 3 * H, end=timezone.now() + 4 * H)  # fmt: skip
+    block = services.create_block(
+        actor=admin_user,
+        name="c",
+        image=image,
+        group=lab,
+        seats=1,
+        start=timezone.now() + 3 * H,
+        end=timezone.now() + 4 * H,
+    )
     services.take_seat(alice if alice.groups.filter(pk=lab.pk).exists() else bob, block, actor=bob)
     carol_in = type(alice).objects.create_user("carol", "c@example.org", "pw")
     carol_in.groups.add(lab)
@@ -341,9 +349,15 @@ def test_the_host_lost_and_idle_events_have_their_mail_kinds(alice, db):
     from django.db import transaction
 
     with transaction.atomic():
-        events.emit("reservation.host_lost", {"id": 7, "host": "h1", "outcome": "rebuilding", "reason": "dead"},
-                    [f"user.{alice.pk}"])  # fmt: skip
-        events.emit("reservation.host_lost", {"id": 8, "host": "h1", "outcome": "failed", "reason": "dead"},
-                    [f"user.{alice.pk}"])  # fmt: skip
+        events.emit(
+            "reservation.host_lost",
+            {"id": 7, "host": "h1", "outcome": "rebuilding", "reason": "dead"},
+            [f"user.{alice.pk}"],
+        )
+        events.emit(
+            "reservation.host_lost",
+            {"id": 8, "host": "h1", "outcome": "failed", "reason": "dead"},
+            [f"user.{alice.pk}"],
+        )
     rows = list(Notification.objects.values_list("kind", "data__id"))
     assert rows == [("host_lost", 7)]  # a failed one is told by its "failed" mail

@@ -21,8 +21,9 @@ def subscribe(ws, topics, since=None):
 def test_only_the_owner_follows_a_reservation_and_resumes_after_a_reconnect(
     sim_host, image, alice, bob, session_cookie, ws_connect
 ):
-    reservation = services.reserve(alice, image, actor=alice, start=timezone.now() + timedelta(hours=2),
-                                   duration=timedelta(hours=1))
+    reservation = services.reserve(
+        alice, image, actor=alice, start=timezone.now() + timedelta(hours=2), duration=timedelta(hours=1)
+    )
     topic = f"reservation.{reservation.pk}"
     spy = ws_connect(cookie=session_cookie(bob))
     assert subscribe(spy, [topic])["denied"] == [topic]

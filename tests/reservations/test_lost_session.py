@@ -86,8 +86,9 @@ def test_an_extension_while_the_session_is_lost_moves_the_end_and_its_claim_toge
     def extend_once(fault):
         row = Reservation.objects.get(pk=reservation.pk)
         fault.armed = True
-        answer = client.post(f"{URL}{row.pk}/extend/", {"end": (row.end + MINUTE).isoformat()},
-                             content_type="application/json")  # fmt: skip
+        answer = client.post(
+            f"{URL}{row.pk}/extend/", {"end": (row.end + MINUTE).isoformat()}, content_type="application/json"
+        )
         fault.armed = False
         assert answer.status_code == 200, (fault.n, answer.content)
         after = Reservation.objects.get(pk=reservation.pk)

@@ -27,8 +27,14 @@ def page(client, user, url, status=200):
 
 
 def form_data(image, **extra):
-    data = {"image": image.pk, "when": "now", "start": "", "duration": 60, "ssh_key": "",
-            "request_key": str(uuid.uuid4())}  # fmt: skip
+    data = {
+        "image": image.pk,
+        "when": "now",
+        "start": "",
+        "duration": 60,
+        "ssh_key": "",
+        "request_key": str(uuid.uuid4()),
+    }
     data.update(extra)
     return data
 
@@ -260,8 +266,9 @@ def test_the_list_shows_live_badges_and_subscribes_to_the_users_topic(client, re
     assert f'id="reservation-{future.pk}"' in page(client, alice, "/reservations/?show=past")
 
 
-def test_the_list_costs_the_same_queries_for_many_reservations(client, sim_host, image, alice,
-                                                               django_assert_max_num_queries):
+def test_the_list_costs_the_same_queries_for_many_reservations(
+    client, sim_host, image, alice, django_assert_max_num_queries
+):
     for hours in range(2):
         services.reserve(alice, image, actor=alice, start=timezone.now() + (3 + hours * 2) * H, duration=H)
     client.force_login(alice)
@@ -276,9 +283,9 @@ def test_the_list_costs_the_same_queries_for_many_reservations(client, sim_host,
 def test_the_detail_of_a_ready_one_shows_how_to_connect(client, ready, alice):
     html = page(client, alice, f"/reservations/{ready.pk}/")
     details = services.connection(ready)
-    assert details["address"] in html and f'ssh alice@{details["address"]}' in html
+    assert details["address"] in html and f"ssh alice@{details['address']}" in html
     assert f'data-secret="{details["password"]}"' in html and 'class="copy"' in html
-    assert html.count('data-step=') == 4 and '<li class="current" data-step="running">' in html
+    assert html.count("data-step=") == 4 and '<li class="current" data-step="running">' in html
     assert "reserved on sim-1" in html and "ready on sim-1" in html  # the history with reasons
     assert 'id="end-now"' in html and 'id="cancel"' not in html and 'id="extend-form"' in html
     assert f'data-topics="reservation.{ready.pk},user.{alice.pk}"' in html
@@ -324,7 +331,7 @@ def test_end_now_tears_the_vm_down(client, ready, alice, sync_jobs):
     assert response.status_code == 302 and Reservation.objects.get(pk=ready.pk).status == "ending"
     sync_jobs.drain()
     html = page(client, alice, f"/reservations/{ready.pk}/")
-    assert 'badge res-ended' in html and 'id="end-now"' not in html and "ended: VM destroyed" in html
+    assert "badge res-ended" in html and 'id="end-now"' not in html and "ended: VM destroyed" in html
     html = client.post(f"/reservations/{ready.pk}/end/", follow=True).content.decode()
     assert "is already ended" in html
 
@@ -350,8 +357,15 @@ def instructor(django_user_model):
 
 def block_data(image, group, **extra):
     start = (timezone.now() + 24 * H).replace(second=0, microsecond=0)
-    data = {"name": "CS101 lab", "image": image.pk, "group": group.pk, "seats": 2, "start": local_input(start),
-            "end": local_input(start + 2 * H), "weeks": 2}  # fmt: skip
+    data = {
+        "name": "CS101 lab",
+        "image": image.pk,
+        "group": group.pk,
+        "seats": 2,
+        "start": local_input(start),
+        "end": local_input(start + 2 * H),
+        "weeks": 2,
+    }
     data.update(extra)
     return data
 
@@ -401,8 +415,15 @@ def test_block_errors_are_shown_per_field(client, sim_host, image, instructor):
 
 def test_a_stranger_cannot_take_a_seat_or_cancel_a_block(client, sim_host, image, instructor, bob):
     klass = Group.objects.create(name="cs101")
-    block = services.create_block(actor=instructor, name="lab", image=image, group=klass, seats=1,
-                                  start=timezone.now() + 24 * H, end=timezone.now() + 26 * H)
+    block = services.create_block(
+        actor=instructor,
+        name="lab",
+        image=image,
+        group=klass,
+        seats=1,
+        start=timezone.now() + 24 * H,
+        end=timezone.now() + 26 * H,
+    )
     client.force_login(bob)
     assert client.post(f"/reservations/blocks/{block.pk}/seat/").status_code == 404
     assert client.post(f"/reservations/blocks/{block.pk}/cancel/").status_code == 403

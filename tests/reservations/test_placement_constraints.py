@@ -48,8 +48,9 @@ def test_a_refusal_names_the_tag_no_host_has(hosts, image, alice):
 
 def test_an_anti_affinity_group_spreads_reservations_over_hosts(hosts, image, alice, bob):
     vms.update_image(image, actor="test", anti_affinity="exam-proctors")
-    placed = {services.reserve(user, image, actor=user, duration=2 * H).allocation.host_id
-              for user in (alice, bob, alice)}  # fmt: skip
+    placed = {
+        services.reserve(user, image, actor=user, duration=2 * H).allocation.host_id for user in (alice, bob, alice)
+    }
     assert placed == {host.pk for host in hosts.values()}
     with pytest.raises(ValidationError, match="anti-affinity"):
         services.reserve(bob, image, actor=bob, duration=2 * H)

@@ -74,10 +74,11 @@ def test_parallel_extend_and_reserve_are_counted_one_after_the_other(transaction
 
     threads = [
         threading.Thread(target=run, args=(lambda: services.extend(fresh(early), later + 2.5 * H, actor=alice),)),
-        threading.Thread(target=run, args=(
-            lambda: services.reserve(alice, image, actor=alice, start=later + 1.5 * H, end=later + 2.5 * H),
-        )),
-    ]  # fmt: skip
+        threading.Thread(
+            target=run,
+            args=(lambda: services.reserve(alice, image, actor=alice, start=later + 1.5 * H, end=later + 2.5 * H),),
+        ),
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -120,8 +121,14 @@ def test_parallel_reservations_for_now_are_counted_and_claimed_one_after_the_oth
 
 
 def test_an_image_rule_counts_only_that_images_reservations(big_host, image, alice, later):
-    other = vms.create_image(actor="test", name="windows-11", os="Windows 11", min_memory_mib=256,
-                             default_memory_mib=1024, default_disk_gib=10)  # fmt: skip
+    other = vms.create_image(
+        actor="test",
+        name="windows-11",
+        os="Windows 11",
+        min_memory_mib=256,
+        default_memory_mib=1024,
+        default_disk_gib=10,
+    )
     vms.add_variant(other, actor="test", hypervisor_type="sim", format="sim", location="sim://w11", size_gib=1)
     QuotaRule.objects.create(name="one windows", image=other, max_per_user=1)
     services.reserve(alice, image, actor=alice, start=later, duration=H)

@@ -80,8 +80,10 @@ def test_the_api_and_the_page_show_and_cancel_it_for_staff_only(make_host, admin
     assert api(alice).post(url, {"state": "drained", "reason": "x"}, format="json").status_code == 403
     assert api(alice).delete(url).status_code == 403
     client.force_login(alice)
-    assert client.post(f"/inventory/hypervisors/{host.pk}/schedule/", {"state": "drained", "reason": "x"}
-                       ).status_code == 403  # fmt: skip
+    assert (
+        client.post(f"/inventory/hypervisors/{host.pk}/schedule/", {"state": "drained", "reason": "x"}).status_code
+        == 403
+    )
     assert client.post(f"/inventory/hypervisors/{host.pk}/schedule/cancel/").status_code == 403
     assert Hypervisor.objects.get(pk=host.pk).scheduled_state == ""
     assert api(admin_user).post(url, {"state": "drained", "reason": "x", "when": 1}, format="json").status_code == 400
@@ -92,8 +94,9 @@ def test_the_api_and_the_page_show_and_cancel_it_for_staff_only(make_host, admin
     page = client.get(f"/inventory/hypervisors/{host.pk}/").content.decode()
     assert "Goes <strong>drained</strong> when its current reservations end" in page
     assert api(admin_user).delete(url).json()["scheduled_state"] == ""
-    response = client.post(f"/inventory/hypervisors/{host.pk}/schedule/", {"state": "offline", "reason": "old"},
-                           follow=True)  # fmt: skip
+    response = client.post(
+        f"/inventory/hypervisors/{host.pk}/schedule/", {"state": "offline", "reason": "old"}, follow=True
+    )
     assert "goes offline when its reservations end" in response.content.decode()
     client.post(f"/inventory/hypervisors/{host.pk}/schedule/cancel/")
     assert Hypervisor.objects.get(pk=host.pk).scheduled_state == ""

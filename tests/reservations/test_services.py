@@ -299,14 +299,24 @@ def test_block_allocations_claim_every_week_or_nothing(sim_host, image, alice, b
     klass = Group.objects.create(name="cs101")
     alice.groups.add(klass)
     start = timezone.now() + 24 * H
-    block = services.create_block(actor=admin_user, name="CS101 lab", image=image, group=klass, seats=2,
-                                  start=start, end=start + 2 * H, weeks=3, created_by=admin_user)
+    block = services.create_block(
+        actor=admin_user,
+        name="CS101 lab",
+        image=image,
+        group=klass,
+        seats=2,
+        start=start,
+        end=start + 2 * H,
+        weeks=3,
+        created_by=admin_user,
+    )
     seats = Reservation.objects.filter(block=block)
     assert seats.count() == 6 and seats.filter(user=alice).count() == 3 and seats.filter(user=None).count() == 3
     assert sorted({s.start for s in seats}) == [start, start + timedelta(weeks=1), start + timedelta(weeks=2)]
     with pytest.raises(ValidationError, match="week 1, seat 3 of 3 does not fit"):
-        services.create_block(actor=admin_user, name="too big", image=image, group=klass, seats=3,
-                              start=start, end=start + H, weeks=1)
+        services.create_block(
+            actor=admin_user, name="too big", image=image, group=klass, seats=3, start=start, end=start + H, weeks=1
+        )
     assert Reservation.objects.count() == 6
     with pytest.raises(ValidationError, match="not in this class"):
         services.take_seat(bob, block, actor=bob)
@@ -321,8 +331,9 @@ def test_block_seats_are_pre_provisioned(sim_host, image, alice, admin_user, syn
     klass = Group.objects.create(name="cs101")
     alice.groups.add(klass)
     start = timezone.now() + 5 * timedelta(minutes=1)
-    block = services.create_block(actor=admin_user, name="now", image=image, group=klass, seats=2,
-                                  start=start, end=start + H)
+    block = services.create_block(
+        actor=admin_user, name="now", image=image, group=klass, seats=2, start=start, end=start + H
+    )
     sync_jobs.drain()
     seats = Reservation.objects.filter(block=block)
     assert set(seats.values_list("status", flat=True)) == {"ready"}
@@ -391,9 +402,7 @@ def test_destroying_a_parked_vm_releases_its_disk_claim(sim_host, image, alice, 
     assert VM.objects.get(pk=parked.pk).state == "destroyed" and _live(sim_host) == []
 
 
-def test_a_reservation_left_ending_by_a_canceled_finish_job_is_finished_by_the_clock(
-    sim_host, image, alice, sync_jobs
-):
+def test_a_reservation_left_ending_by_a_canceled_finish_job_is_finished_by_the_clock(sim_host, image, alice, sync_jobs):
     reservation = services.reserve(alice, image, actor=alice, duration=H)
     sync_jobs.drain()
     services.end(Reservation.objects.get(pk=reservation.pk), actor=alice)

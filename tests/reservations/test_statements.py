@@ -107,13 +107,25 @@ def test_a_failure_while_provisioning_leaves_nothing_behind(sim_host, image, ali
     def broken(*args, **kwargs):
         raise RuntimeError("the broker is gone")
 
-    counts = (Reservation.objects.count(), Allocation.objects.count(), VM.objects.count(), Job.objects.count(),
-              ObjectChange.objects.count(), Event.objects.count())  # fmt: skip
+    counts = (
+        Reservation.objects.count(),
+        Allocation.objects.count(),
+        VM.objects.count(),
+        Job.objects.count(),
+        ObjectChange.objects.count(),
+        Event.objects.count(),
+    )
     monkeypatch.setattr(jobs, "submit", broken)
     with pytest.raises(RuntimeError):
         _reserve(alice, image)
-    after = (Reservation.objects.count(), Allocation.objects.count(), VM.objects.count(), Job.objects.count(),
-             ObjectChange.objects.count(), Event.objects.count())  # fmt: skip
+    after = (
+        Reservation.objects.count(),
+        Allocation.objects.count(),
+        VM.objects.count(),
+        Job.objects.count(),
+        ObjectChange.objects.count(),
+        Event.objects.count(),
+    )
     assert after == counts  # one transaction: the claim, the rows, their trail and events, or none of them
 
 

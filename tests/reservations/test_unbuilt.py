@@ -62,8 +62,9 @@ def test_a_build_retried_on_another_host_by_its_settle_job_makes_the_reservation
     assert reservation.status == "ready" and reservation.attempts == 2
     assert _settle_jobs(reservation).get().status == "success"
     assert list(Job.objects.filter(opcode="vm.create").order_by("pk").values_list("status", flat=True)) == [
-        "error", "success",
-    ]  # fmt: skip
+        "error",
+        "success",
+    ]
 
 
 def test_a_canceled_queued_build_queues_the_settle_job_in_the_cancel_s_transaction(sim_host, image, alice, sync_jobs):

@@ -88,8 +88,10 @@ def test_peak_concurrency_counts_overlaps_not_touching_windows(history):
 def test_refusals_are_counted_by_reason_and_mean_time_to_ready(history):
     report = usage.report(D, D1, now=NOW)
     assert [(r["reason"], r["count"]) for r in report["refusals"]] == [
-        ("lacks_memory_mib", 3), ("drained", 1), ("lacks_vcpus", 1)
-    ]  # fmt: skip
+        ("lacks_memory_mib", 3),
+        ("drained", 1),
+        ("lacks_vcpus", 1),
+    ]
     assert report["refusals"][0]["label"] == "lack memory"
     assert day(report, D)["refusals"] == 4 and day(report, D1)["refusals"] == 1
     assert report["time_to_ready"] == {"count": 4, "mean_seconds": 157.5}  # (600 + 30 + 0 + 0) / 4

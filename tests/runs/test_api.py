@@ -14,8 +14,11 @@ pytestmark = pytest.mark.django_db
 def test_a_run_submitted_as_json_is_accepted_and_its_log_paged(api, sim_host, image, alice, profile, sync_jobs):
     profile(output="line\n", repeat=3)
     client = api(alice)
-    response = client.post(URL, {"platform": "debian-12", "argv": ["make", "test"], "time_limit": 60,
-                                 "env": {"TOKEN": "s3cret"}}, format="json")  # fmt: skip
+    response = client.post(
+        URL,
+        {"platform": "debian-12", "argv": ["make", "test"], "time_limit": 60, "env": {"TOKEN": "s3cret"}},
+        format="json",
+    )
     assert response.status_code == 202, response.content
     body = response.json()
     rid = body["run"]["id"]
@@ -38,8 +41,12 @@ def test_multipart_brings_input_files_and_artifacts_download(api, sim_host, imag
     client = api(alice)
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    form = {"platform": "debian-12", "argv": '["./check"]', "artifacts": '["out/*.xml"]',
-            "input:data/x.txt": SimpleUploadedFile("x.txt", b"abc")}  # fmt: skip
+    form = {
+        "platform": "debian-12",
+        "argv": '["./check"]',
+        "artifacts": '["out/*.xml"]',
+        "input:data/x.txt": SimpleUploadedFile("x.txt", b"abc"),
+    }
     response = client.post(URL, form, format="multipart")
     assert response.status_code == 202, response.content
     rid = response.json()["run"]["id"]
@@ -69,14 +76,18 @@ def test_bad_input_is_a_400_naming_the_field_and_creates_nothing(api, sim_host, 
         assert response.status_code == 400 and field in response.json()["error"]["fields"], (body, response.content)
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    response = client.post(URL, {"platform": "debian-12", "argv": '["x"]',
-                                 "input:../etc/x": SimpleUploadedFile("x", b"1")}, format="multipart")  # fmt: skip
+    response = client.post(
+        URL,
+        {"platform": "debian-12", "argv": '["x"]', "input:../etc/x": SimpleUploadedFile("x", b"1")},
+        format="multipart",
+    )
     assert response.status_code == 400 and "inputs" in response.json()["error"]["fields"]
     assert not Run.objects.exists()
 
 
-def test_another_users_run_is_a_404_everywhere_and_staff_see_it(api, sim_host, image, alice, bob, admin_user,
-                                                                 sync_jobs):  # fmt: skip
+def test_another_users_run_is_a_404_everywhere_and_staff_see_it(
+    api, sim_host, image, alice, bob, admin_user, sync_jobs
+):
     rid = api(alice).post(URL, {"platform": "debian-12", "argv": ["x"]}, format="json").json()["run"]["id"]
     sync_jobs.drain()
     stranger = api(bob)

@@ -20,8 +20,9 @@ def cli(monkeypatch, sync_jobs, tmp_path):
     def call(*args):
         out, err = StringIO(), StringIO()
         with pytest.raises(SystemExit) as ended:
-            call_command("run", "--user", "alice", "--artifacts-dir", str(tmp_path / "got"), *args, stdout=out,
-                         stderr=err)  # fmt: skip
+            call_command(
+                "run", "--user", "alice", "--artifacts-dir", str(tmp_path / "got"), *args, stdout=out, stderr=err
+            )
         return ended.value.code, out.getvalue(), err.getvalue()
 
     return call
@@ -38,8 +39,9 @@ def test_it_saves_the_artifacts_and_exits_0(cli, sim_host, image, alice, profile
     profile(output="ok\n", files={"out/junit.xml": "<testsuite/>"})
     source = tmp_path / "in.txt"
     source.write_bytes(b"data")
-    code, out, _err = cli("--platform", "debian-12", "--artifact", "out/*.xml", "--input", f"{source}=src/in.txt",
-                          "--", "make", "test")  # fmt: skip
+    code, out, _err = cli(
+        "--platform", "debian-12", "--artifact", "out/*.xml", "--input", f"{source}=src/in.txt", "--", "make", "test"
+    )
     assert code == 0 and out == "ok\n"
     assert (tmp_path / "got" / "out" / "junit.xml").read_text() == "<testsuite/>"
 

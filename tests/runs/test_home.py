@@ -14,9 +14,19 @@ pytestmark = pytest.mark.django_db
 def run_of(user, image, state, ended_ago=None, error="", exit_status=None):
     ended = timezone.now() - ended_ago if ended_ago is not None else None
     return Run.objects.create(
-        owner=user, image=image, vcpus=1, memory_mib=256, disk_gib=1, argv=["make", "test"], time_limit=60,
-        state=state, ended=ended, error=error, exit_status=exit_status, hold_until=timezone.now(),
-    )  # fmt: skip
+        owner=user,
+        image=image,
+        vcpus=1,
+        memory_mib=256,
+        disk_gib=1,
+        argv=["make", "test"],
+        time_limit=60,
+        state=state,
+        ended=ended,
+        error=error,
+        exit_status=exit_status,
+        hold_until=timezone.now(),
+    )
 
 
 def test_home_lists_the_users_own_runs_with_the_next_action(client, image, alice, bob):

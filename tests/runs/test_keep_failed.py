@@ -112,8 +112,9 @@ def test_capture_makes_an_image_of_the_owners_then_destroys(sim_host, image, ali
     assert any("captured as the image" in entry[1] for entry in run.reason)
 
 
-def test_the_owner_sees_and_discards_it_early_and_a_stranger_cannot(sim_host, image, alice, bob, profile, sync_jobs,
-                                                                    client):  # fmt: skip
+def test_the_owner_sees_and_discards_it_early_and_a_stranger_cannot(
+    sim_host, image, alice, bob, profile, sync_jobs, client
+):
     run = failed(alice, sync_jobs, profile, keep_failed_minutes=60)
     client.force_login(bob)
     assert client.post(f"/api/v1/runs/{run.pk}/discard/").status_code == 404
@@ -147,8 +148,9 @@ def fresh_runs():
 def test_the_form_asks_for_it_and_the_page_discards_it(sim_host, image, alice, profile, sync_jobs, client):
     profile(output="FAIL\n", exit_status=1)
     client.force_login(alice)
-    client.post("/runs/", {"platform": "debian-12/x86_64", "command": "make test", "time_limit": 5,
-                           "keep_failed_minutes": 15})  # fmt: skip
+    client.post(
+        "/runs/", {"platform": "debian-12/x86_64", "command": "make test", "time_limit": 5, "keep_failed_minutes": 15}
+    )
     sync_jobs.drain()
     [run] = fresh_runs()
     assert run.keep_failed_minutes == 15 and services.kept_vm(run) == run.vm_id, run.reason

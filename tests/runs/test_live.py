@@ -22,8 +22,9 @@ def subscribe(ws, *topics):
     return ws.receive_until(lambda m: m["type"] == "subscribed")
 
 
-def test_another_users_run_topic_is_refused_and_its_events_never_arrive(sim_host, image, alice, bob, admin_user,
-                                                                          session_cookie, ws_connect):  # fmt: skip
+def test_another_users_run_topic_is_refused_and_its_events_never_arrive(
+    sim_host, image, alice, bob, admin_user, session_cookie, ws_connect
+):
     run = submit(alice)
     topic = f"run.{run.pk}"
     owner = ws_connect(cookie=session_cookie(alice))

@@ -17,8 +17,11 @@ def test_a_run_submitted_while_the_session_is_lost_is_made_once(sim_host, image,
     def submit_once(fault):
         before = set(Run.objects.values_list("pk", flat=True))
         fault.armed = True
-        answer = client.post("/api/v1/runs/", {"image": image.pk, "argv": ["make", "test"], "time_limit": 60},
-                             content_type="application/json")  # fmt: skip
+        answer = client.post(
+            "/api/v1/runs/",
+            {"image": image.pk, "argv": ["make", "test"], "time_limit": 60},
+            content_type="application/json",
+        )
         fault.armed = False
         assert answer.status_code == 202, (fault.n, answer.content)
         made = list(Run.objects.exclude(pk__in=before).values_list("pk", flat=True))

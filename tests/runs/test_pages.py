@@ -40,8 +40,10 @@ def test_a_run_started_from_the_page_goes_to_its_page(client, sim_host, image, a
     client.force_login(alice)
     page = client.get("/runs/").content.decode()
     assert 'value="debian-12/x86_64"' in page
-    response = client.post("/runs/", {"platform": "debian-12/x86_64", "command": "make 'unit tests'",
-                                      "time_limit": 5, "artifacts": "out/*.xml"})  # fmt: skip
+    response = client.post(
+        "/runs/",
+        {"platform": "debian-12/x86_64", "command": "make 'unit tests'", "time_limit": 5, "artifacts": "out/*.xml"},
+    )
     run = Run.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/runs/{run.pk}/"
     assert run.argv == ["make", "unit tests"] and run.time_limit == 300 and run.artifacts == ["out/*.xml"]
@@ -49,8 +51,9 @@ def test_a_run_started_from_the_page_goes_to_its_page(client, sim_host, image, a
 
 def test_the_page_form_shows_the_services_refusal(client, sim_host, image, alice):
     client.force_login(alice)
-    response = client.post("/runs/", {"platform": "debian-12/x86_64", "command": "make", "time_limit": 5,
-                                      "artifacts": "../secret"})  # fmt: skip
+    response = client.post(
+        "/runs/", {"platform": "debian-12/x86_64", "command": "make", "time_limit": 5, "artifacts": "../secret"}
+    )
     assert response.status_code == 200 and "cannot leave the work directory" in response.content.decode()
     assert not Run.objects.exists()
 

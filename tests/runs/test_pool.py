@@ -134,8 +134,16 @@ def test_the_api_and_the_admin_refuse_a_pool_on_a_restricted_image(admin_client,
     page = admin_client.get(f"/admin/vms/image/{image.pk}/change/")
     form = page.context["adminform"].form
     data = {k: v for k, v in form.initial.items() if v is not None and k not in ("groups",)}
-    data.update({"visibility": "restricted", "pool_size": 1, "required_tags": "", "forbidden_tags": "",
-                 "variants-TOTAL_FORMS": 0, "variants-INITIAL_FORMS": 0})  # fmt: skip
+    data.update(
+        {
+            "visibility": "restricted",
+            "pool_size": 1,
+            "required_tags": "",
+            "forbidden_tags": "",
+            "variants-TOTAL_FORMS": 0,
+            "variants-INITIAL_FORMS": 0,
+        }
+    )
     answer = admin_client.post(f"/admin/vms/image/{image.pk}/change/", data)
     assert answer.status_code == 200 and "never pools" in answer.content.decode()
     image.refresh_from_db()
@@ -169,8 +177,9 @@ def test_a_pooled_vm_on_a_full_host_is_left_and_a_new_vm_built_elsewhere(make_ho
     make_host("sim-2", driver="sim", cpus=4, memory_mib=4096, disk_gib=200)
     first = run_to_end(alice, sync_jobs)
     assert first.vm.state == "stopped" and first.vm.host == big
-    Allocation.objects.create(host=big, purpose="someone else", vcpus=8, memory_mib=8192, disk_gib=0,
-                              start=first.created, end=None)  # fmt: skip
+    Allocation.objects.create(
+        host=big, purpose="someone else", vcpus=8, memory_mib=8192, disk_gib=0, start=first.created, end=None
+    )
     second = run_to_end(alice, sync_jobs)
     assert second.state == "success", second.reason
     assert second.vm_id != first.vm_id and second.vm.host.name == "sim-2"  # never onto a full host
@@ -203,8 +212,7 @@ def test_a_pooled_run_resumes_the_warm_snapshot_without_a_boot(sim_host, pooled,
     assert SimVM.objects.get().seed == {}  # the warm snapshot's: no one's login
 
 
-def test_a_vm_whose_warm_snapshot_failed_still_pools_and_boots_its_next_run(sim_host, pooled, alice, bob,
-                                                                             sync_jobs):  # fmt: skip
+def test_a_vm_whose_warm_snapshot_failed_still_pools_and_boots_its_next_run(sim_host, pooled, alice, bob, sync_jobs):
     first = submit(alice)
     for _ in range(30):  # up to the VM's ready, one step at a time; then its warm snapshot fails
         sync_jobs.run_one(budget=0) if not sync_jobs.handoffs else sync_jobs.drain(limit=1, budget=0)

@@ -360,8 +360,10 @@ def test_a_guest_listing_more_artifacts_than_allowed_gets_the_first_kept_and_one
     run = fresh(run)
     assert run.state == "success", run.reason
     assert sorted(run.files.filter(kind="artifact").values_list("path", flat=True)) == [
-        "out/000.xml", "out/001.xml", "out/002.xml"
-    ]  # fmt: skip
+        "out/000.xml",
+        "out/001.xml",
+        "out/002.xml",
+    ]
     trail = [str(entry) for entry in run.reason[before:]]
     assert sum("artifact" in entry for entry in trail) == 2, trail  # not one line per name
     assert any("5 artifacts past the first 3 not kept (RUN_ARTIFACT_MAX_FILES)" in entry for entry in trail)

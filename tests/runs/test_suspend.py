@@ -48,10 +48,18 @@ def small_host(make_host):
 @pytest.fixture
 def desk(db):
     """An interactive image of 2048 MiB: it fits the full host only once two runs are suspended."""
-    image = vms.create_image(actor="test", name="desk", os="Desk", min_memory_mib=256, default_vcpus=1,
-                             default_memory_mib=2048, default_disk_gib=10)  # fmt: skip
-    vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/desk",
-                    checksum="", size_gib=2)  # fmt: skip
+    image = vms.create_image(
+        actor="test",
+        name="desk",
+        os="Desk",
+        min_memory_mib=256,
+        default_vcpus=1,
+        default_memory_mib=2048,
+        default_disk_gib=10,
+    )
+    vms.add_variant(
+        image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/desk", checksum="", size_gib=2
+    )
     return image
 
 
@@ -242,8 +250,9 @@ def test_a_run_canceled_while_suspended_is_canceled_and_its_vm_destroyed(
     assert fresh(victim).state == "canceled"
 
 
-def test_a_run_canceled_while_its_resume_is_queued_is_canceled(small_host, image, desk, alice, bob, profile, sync_jobs,
-                                                               django_capture_on_commit_callbacks):  # fmt: skip
+def test_a_run_canceled_while_its_resume_is_queued_is_canceled(
+    small_host, image, desk, alice, bob, profile, sync_jobs, django_capture_on_commit_callbacks
+):
     profile(output="x\n", seconds=3600)
     runs, reservation = made_room(sync_jobs, alice, bob, desk)
     end(sync_jobs, reservation, bob)
@@ -284,8 +293,9 @@ def test_a_drained_host_does_not_resume_its_suspended_runs(small_host, image, de
     assert sorted(states(runs)) == ["running", "suspended", "suspended"]
 
 
-def test_a_reservation_a_person_is_using_is_never_suspended(small_host, image, desk, alice, bob, profile, sync_jobs,
-                                                            django_user_model):  # fmt: skip
+def test_a_reservation_a_person_is_using_is_never_suspended(
+    small_host, image, desk, alice, bob, profile, sync_jobs, django_user_model
+):
     carol = django_user_model.objects.create_user("carol", password="x")  # noqa: S106
     profile(output="x\n", seconds=3600)
     in_use = reserve(bob, desk)  # 2048 of 3072 MiB
@@ -319,8 +329,9 @@ def test_a_future_reservation_suspends_nothing(small_host, image, desk, alice, b
     assert not any(fresh(run).suspend_requested for run in runs)
 
 
-def test_the_plan_says_how_many_runs_suspending_would_take(small_host, image, alice, admin_user, api, profile,
-                                                           sync_jobs):  # fmt: skip
+def test_the_plan_says_how_many_runs_suspending_would_take(
+    small_host, image, alice, admin_user, api, profile, sync_jobs
+):
     profile(output="x\n", seconds=3600)
     running_runs(sync_jobs, alice)
     ask = {"vcpus": 1, "memory_mib": 2048, "disk_gib": 10}
@@ -397,7 +408,8 @@ def test_a_failed_move_leaves_the_run_suspended_where_it_was_and_it_resumes_ther
         run = fresh(run)
         assert run.state == "suspended", trail(run)
         assert trail(run)[-1].startswith("its VM could not be moved to sim-2 (") and trail(run)[-1].endswith(
-            "still suspended on sim-1, it resumes when room returns"), trail(run)  # fmt: skip
+            "still suspended on sim-1, it resumes when room returns"
+        ), trail(run)
         assert run.vm.host.name == "sim-1" and SimVM.objects.get(key=run.vm.key).state == "suspended"
         assert vms.is_suspended_claim(run.vm.allocation) and run.vm.target_allocation_id is None
         assert Job.objects.get(pk=run.job).result["refused_by"] == other.pk

@@ -32,18 +32,39 @@ def esx_host(vcsim, make_host, settings):  # noqa: F811
         actor="test", name="vcsim", username=VCSIM_USER, secret=VCSIM_PASSWORD, endpoints=[vcsim.url]
     )
     name = next(host["name"] for host in vcsim.hosts if "_C" in host["name"])
-    return make_host(name, driver="vmware", uri=f"{vcsim.url}?host={name}", credential=credential, cpus=16,
-                     memory_mib=32768, disk_gib=200)  # fmt: skip
+    return make_host(
+        name,
+        driver="vmware",
+        uri=f"{vcsim.url}?host={name}",
+        credential=credential,
+        cpus=16,
+        memory_mib=32768,
+        disk_gib=200,
+    )
 
 
 def vmware_image(tmp_path, **guest):
     content = f"vmdk of {tmp_path.name}\n".encode()  # vcsim lives for the session: unique content
     path = tmp_path / "debian.vmdk"
     path.write_bytes(content)
-    image = vms.create_image(actor="test", name=f"debian-vmware-{tmp_path.name}"[:60], platform="debian-vmware",
-                             min_memory_mib=256, default_memory_mib=512, default_disk_gib=10)  # fmt: skip
-    vms.add_variant(image, actor="test", hypervisor_type="vmware", format="vmdk", location=str(path),
-                    checksum="sha256:" + hashlib.sha256(content).hexdigest(), size_gib=1, **guest)  # fmt: skip
+    image = vms.create_image(
+        actor="test",
+        name=f"debian-vmware-{tmp_path.name}"[:60],
+        platform="debian-vmware",
+        min_memory_mib=256,
+        default_memory_mib=512,
+        default_disk_gib=10,
+    )
+    vms.add_variant(
+        image,
+        actor="test",
+        hypervisor_type="vmware",
+        format="vmdk",
+        location=str(path),
+        checksum="sha256:" + hashlib.sha256(content).hexdigest(),
+        size_gib=1,
+        **guest,
+    )
     return image
 
 
@@ -80,9 +101,7 @@ def test_a_run_on_vcsim_fails_at_its_first_guest_operation_and_leaves_nothing(
     assert GUEST_PASSWORD not in repr(fresh(run).__dict__) and GUEST_PASSWORD not in caplog.text
 
 
-def test_a_run_whose_image_has_no_guest_login_is_refused_before_any_guest_call(
-    esx_host, alice, sync_jobs, tmp_path
-):  # fmt: skip
+def test_a_run_whose_image_has_no_guest_login_is_refused_before_any_guest_call(esx_host, alice, sync_jobs, tmp_path):
     image = vmware_image(tmp_path)
 
     run = submit(alice, image=image, platform="", argv=["make", "test"])
@@ -98,9 +117,18 @@ def test_a_guest_login_needs_both_user_and_password(esx_host, tmp_path, admin_us
 
     image = vmware_image(tmp_path)
     with pytest.raises(ValidationError, match="both a user and a password"):
-        vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://x",
-                        guest_username="svc")  # fmt: skip
-    refused = api(admin_user).post("/api/v1/image-variants/", {
-        "image": image.pk, "hypervisor_type": "sim", "format": "sim", "location": "sim://x", "guest_password": "p",
-    }, format="json")  # fmt: skip
+        vms.add_variant(
+            image, actor="test", hypervisor_type="sim", format="sim", location="sim://x", guest_username="svc"
+        )
+    refused = api(admin_user).post(
+        "/api/v1/image-variants/",
+        {
+            "image": image.pk,
+            "hypervisor_type": "sim",
+            "format": "sim",
+            "location": "sim://x",
+            "guest_password": "p",
+        },
+        format="json",
+    )
     assert refused.status_code == 400 and "guest_username" in refused.json()["error"]["fields"]

@@ -148,8 +148,11 @@ def _manage(*args):
 def test_the_roles_run_apart_with_their_own_checks(transactional_db, tmp_path):
     port = free_port()
     web = _serve(tmp_path, port, "--role", "web", name="web")
-    worker = Child([sys.executable, "manage.py", "serve", "--role", "worker", "--workers", "1"],
-                   _env(tmp_path), tmp_path / "worker.log")  # fmt: skip
+    worker = Child(
+        [sys.executable, "manage.py", "serve", "--role", "worker", "--workers", "1"],
+        _env(tmp_path),
+        tmp_path / "worker.log",
+    )
     family = set()
     try:
         wait_for(lambda: _healthz(port, "/healthz/ready")[0] == 200, 60, "the web role to be ready", web)
@@ -197,8 +200,9 @@ def test_it_refuses_a_busy_port_with_a_clear_message(transactional_db):
     assert f"127.0.0.1:{port} is busy" in result.stderr
 
 
-def test_serve_clears_old_metrics_and_forgets_a_killed_web_process(transactional_db, tmp_path, alice, monkeypatch,
-                                                                   session_cookie):  # fmt: skip
+def test_serve_clears_old_metrics_and_forgets_a_killed_web_process(
+    transactional_db, tmp_path, alice, monkeypatch, session_cookie
+):
     from websockets.sync.client import connect
 
     from monitoring import metrics
@@ -215,8 +219,15 @@ def test_serve_clears_old_metrics_and_forgets_a_killed_web_process(transactional
         child = _serve(tmp_path, port, "--role", "web", name="web")
         wait_for(lambda: _healthz(port, "/healthz/live")[0] == 200, 60, "the web role", child)
         assert not stale.exists() and websocket_clients(metrics.render().decode()) == 0
-        sockets = [connect(f"ws://127.0.0.1:{port}/ws/events/", additional_headers={"Cookie": session_cookie(alice)},
-                           origin=f"http://127.0.0.1:{port}", open_timeout=10) for _ in range(2)]  # fmt: skip
+        sockets = [
+            connect(
+                f"ws://127.0.0.1:{port}/ws/events/",
+                additional_headers={"Cookie": session_cookie(alice)},
+                origin=f"http://127.0.0.1:{port}",
+                open_timeout=10,
+            )
+            for _ in range(2)
+        ]
         wait_for(lambda: websocket_clients(metrics.render().decode()) == 2, 10, "daphne to count its sockets")
         [daphne] = [p for p in _descendants(child.pid) if "asgi_server" in _cmdline(p)]
         os.kill(daphne, signal.SIGKILL)  # no exit handler runs: serve sees it die and stops

@@ -27,8 +27,10 @@ def test_the_defaults():
     from django.conf import settings
 
     assert (settings.VCLMGR_STAGE_PER_HOST, settings.VCLMGR_STAGE_PER_CHASSIS, settings.VCLMGR_STAGE_GLOBAL) == (
-        2, 4, 16,
-    )  # fmt: skip
+        2,
+        4,
+        16,
+    )
     assert settings.VCLMGR_ADDRESS_TIMEOUT == 120 and settings.VCLMGR_SAVE_REFUSED_DECISIONS == ""
     assert settings.VCLMGR_DRIVER_OPTIONS == {} and settings.VCLMGR_SIM_OPTIONS == {}
     assert settings.VCLMGR_OUTBOUND_ALLOW == []  # outbound requests reach public addresses only
@@ -41,8 +43,9 @@ def _settings_of(**env):
         "print(settings.VCLMGR_DRIVER_OPTIONS, settings.VCLMGR_STAGE_GLOBAL, settings.VCLMGR_SIM_OPTIONS)\n"
     )
     base = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "DEBUG": "1", "DJANGO_SETTINGS_MODULE": "vclmgr.settings"}
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**base, **env}, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.mark.parametrize(
@@ -65,9 +68,11 @@ def test_a_bad_tunable_stops_the_start_naming_the_variable(tmp_path, env, messag
 
 def test_tunables_are_read_from_the_environment(tmp_path):
     result = _settings_of(
-        VCLMGR_VAR_DIR=str(tmp_path), VCLMGR_DRIVER_OPTIONS='{"vmware": {"insecure": true}}',
-        VCLMGR_STAGE_GLOBAL="3", VCLMGR_SIM_OPTIONS='{"delay": 0.1}',
-    )  # fmt: skip
+        VCLMGR_VAR_DIR=str(tmp_path),
+        VCLMGR_DRIVER_OPTIONS='{"vmware": {"insecure": true}}',
+        VCLMGR_STAGE_GLOBAL="3",
+        VCLMGR_SIM_OPTIONS='{"delay": 0.1}',
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "{'vmware': {'insecure': True}} 3 {'delay': 0.1}"
 

@@ -46,8 +46,16 @@ PROGRAMS = ["usr/sbin/dropbear", "usr/bin/dropbearkey", "usr/sbin/qemu-ga"]
 # Kernel modules the guest loads at boot (their dependencies are added and ordered here):
 # virtio devices, the seed CD-ROM on IDE (pc), SATA (q35) or virtio-scsi, and its filesystem.
 MODULES = [
-    "virtio_pci", "virtio_net", "virtio_blk", "virtio_scsi", "virtio_console", "virtio_rng",
-    "ata_piix", "ahci", "sr_mod", "isofs",
+    "virtio_pci",
+    "virtio_net",
+    "virtio_blk",
+    "virtio_scsi",
+    "virtio_console",
+    "virtio_rng",
+    "ata_piix",
+    "ahci",
+    "sr_mod",
+    "isofs",
 ]
 CMDLINE = (
     "console=ttyS0 cryptomgr.notests mitigations=off i8042.noaux i8042.nokbd i8042.nopnp"
@@ -158,7 +166,7 @@ def elf_needed(path):
     data = Path(path).read_bytes()
     if data[:4] != b"\x7fELF" or data[4] != 2:
         return []
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
     sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
     needed = []
@@ -170,7 +178,7 @@ def elf_needed(path):
             tag, val = struct.unpack_from("<qQ", data, off + i)
             if tag == 1:  # DT_NEEDED
                 end = data.index(b"\0", stroff + val)
-                needed.append(data[stroff + val:end].decode())
+                needed.append(data[stroff + val : end].decode())
     return needed
 
 
@@ -197,7 +205,7 @@ def modinfo_depends(ko):
     at = data.find(b"\0depends=")
     if at < 0:
         return []
-    raw = data[at + 9:data.index(b"\0", at + 1)].decode()
+    raw = data[at + 9 : data.index(b"\0", at + 1)].decode()
     return [d for d in raw.split(",") if d]
 
 
@@ -324,8 +332,22 @@ def disk_image(out, vmlinuz, initrd, work):
     with open(raw, "wb") as f:
         f.truncate(sectors * 512)
     part = f"{raw}@@{PART_START * 512}"
-    run("mformat", "-i", part, "-T", str(sectors - PART_START), "-H", str(PART_START),
-        "-h", "64", "-s", "32", "-v", "GUESTBOOT", "::")
+    run(
+        "mformat",
+        "-i",
+        part,
+        "-T",
+        str(sectors - PART_START),
+        "-H",
+        str(PART_START),
+        "-h",
+        "64",
+        "-s",
+        "32",
+        "-v",
+        "GUESTBOOT",
+        "::",
+    )
     run("syslinux", "--offset", str(PART_START * 512), "--install", str(raw))
     cfg = work / "syslinux.cfg"
     cfg.write_text(f"DEFAULT guest\nPROMPT 0\nLABEL guest\n  KERNEL /vmlinuz\n  INITRD /initrd\n  APPEND {CMDLINE}\n")
@@ -353,10 +375,21 @@ def build(target, kernel, versions, tools):
         (out / "initrd").write_bytes(initramfs(stage, kver))
         (out / "vmlinux").write_bytes(extract_vmlinux(vmlinuz))
         disk_image(out / "disk.qcow2", vmlinuz, out / "initrd", work)
-        (out / "guest.json").write_text(json.dumps({
-            "kernel": kver, "cmdline": CMDLINE, "packages": versions, "host_tools": tools,
-            "disk": "disk.qcow2", "vmlinux": "vmlinux", "initrd": "initrd",
-        }, indent=2) + "\n")
+        (out / "guest.json").write_text(
+            json.dumps(
+                {
+                    "kernel": kver,
+                    "cmdline": CMDLINE,
+                    "packages": versions,
+                    "host_tools": tools,
+                    "disk": "disk.qcow2",
+                    "vmlinux": "vmlinux",
+                    "initrd": "initrd",
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         for p in out.iterdir():
             p.chmod(0o644)
         out.chmod(0o755)

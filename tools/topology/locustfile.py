@@ -260,8 +260,9 @@ class Builder(SignedIn):
             return
         run = answer.json()["run"]["id"]
         RECORD["runs"].append(run)
-        got = self.socket.wait_for(run, ("success", "error", "canceled"), READY_TIMEOUT * 2, kind="run.changed",
-                                   key="run", field="state")  # fmt: skip
+        got = self.socket.wait_for(
+            run, ("success", "error", "canceled"), READY_TIMEOUT * 2, kind="run.changed", key="run", field="state"
+        )
         if got is None:
             RECORD["errors"].append(f"run {run}: no end event within {READY_TIMEOUT * 2}s")
             return

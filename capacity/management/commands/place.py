@@ -47,11 +47,18 @@ class Command(BaseCommand):
         if opts["image"]:
             types = image_types(opts["image"])
         demand = services.Demand(
-            vcpus=opts["vcpus"], memory_mib=opts["memory"], disk_gib=opts["disk"], start=start,
-            end=start + duration if duration else None, hypervisors=types, image=opts["image"] or "",
-            required_tags=_names(opts["tags"]), forbidden_tags=_names(opts["not_tags"]),
-            anti_affinity=opts["anti_affinity"], policy=opts["policy"],
-        )  # fmt: skip
+            vcpus=opts["vcpus"],
+            memory_mib=opts["memory"],
+            disk_gib=opts["disk"],
+            start=start,
+            end=start + duration if duration else None,
+            hypervisors=types,
+            image=opts["image"] or "",
+            required_tags=_names(opts["tags"]),
+            forbidden_tags=_names(opts["not_tags"]),
+            anti_affinity=opts["anti_affinity"],
+            policy=opts["policy"],
+        )
         try:
             result = services.plan(demand, save_to=opts["save"])
         except OSError as error:

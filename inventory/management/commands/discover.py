@@ -46,9 +46,15 @@ class Command(BaseCommand):
             driver, uris, password = "libvirt", options["uris"], ""
         try:
             found = services.discover(
-                driver, uris, actor=Actor(name="cli"), password=password, credential=options["credential"],
-                group=options["group"], commit=options["commit"], reason=options["reason"],
-            )  # fmt: skip
+                driver,
+                uris,
+                actor=Actor(name="cli"),
+                password=password,
+                credential=options["credential"],
+                group=options["group"],
+                commit=options["commit"],
+                reason=options["reason"],
+            )
         except services.DiscoveryError as exc:
             raise CommandError(f"discovery failed, nothing was written: {exc}") from None
         self.table(found.as_dict())

@@ -20,8 +20,13 @@ class Command(BaseCommand):
         parser.add_argument("--output", "-o", default="-", help="file to write (default: standard output)")
         parser.add_argument("--no-id", action="store_true", help="leave out the id column (match by name only)")
         for name in ("group", "blade_center", "state", "driver", "tag"):
-            parser.add_argument(f"--{name.replace('_', '-')}", action="append", dest=name, metavar=name.upper(),
-                                help=f"only hosts with this {name.replace('_', ' ')} (repeatable)")
+            parser.add_argument(
+                f"--{name.replace('_', '-')}",
+                action="append",
+                dest=name,
+                metavar=name.upper(),
+                help=f"only hosts with this {name.replace('_', ' ')} (repeatable)",
+            )
 
     def handle(self, *args, **options):
         output = options["output"]

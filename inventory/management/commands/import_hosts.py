@@ -34,7 +34,11 @@ class Command(BaseCommand):
             report = services.ImportReport(dry_run=options["dry_run"], file_errors=[str(exc)])
         else:
             report = services.import_hypervisors(
-                data, fmt, actor=Actor(name="cli"), dry_run=options["dry_run"], file_name=Path(path).name,
+                data,
+                fmt,
+                actor=Actor(name="cli"),
+                dry_run=options["dry_run"],
+                file_name=Path(path).name,
                 reason=options["reason"],
             )
         for message in report.messages():

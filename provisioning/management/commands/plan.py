@@ -53,10 +53,16 @@ class Command(BaseCommand):
             if kind == "balance":
                 make.add_argument("--max-moves", type=int, default=-1)
             if kind == "squeeze":
-                make.add_argument("--target-resources", type=float,
-                                  help="free capacity to keep, in standard instances per host (default 2)")  # fmt: skip
-                make.add_argument("--minimal-resources", type=float,
-                                  help="below this free capacity per host, bring hosts back (default 2)")  # fmt: skip
+                make.add_argument(
+                    "--target-resources",
+                    type=float,
+                    help="free capacity to keep, in standard instances per host (default 2)",
+                )
+                make.add_argument(
+                    "--minimal-resources",
+                    type=float,
+                    help="below this free capacity per host, bring hosts back (default 2)",
+                )
             make.add_argument("--reason", default="", help="why; rate-limit:N:label caps concurrent moves at N")
             make.add_argument("--rate-limit", type=int, help="at most N migrations at once (default 4)")
             make.add_argument("--wait", action="store_true", help="wait until the jobs have ended")
@@ -91,16 +97,30 @@ class Command(BaseCommand):
         line = "{:>5} {:<15} {:<10} {:<16} {:>6} {:>12} {:>12}"
         self.stdout.write(line.format("ID", "Kind", "State", "Target", "Moves", "Score", "After"))
         for p in Plan.objects.all()[:100]:
-            self.stdout.write(line.format(p.pk, p.kind, p.state, p.target[:16], len(p.moves),
-                                          f"{p.score_before or 0:.8f}", f"{p.score_after or 0:.8f}"))  # fmt: skip
+            self.stdout.write(
+                line.format(
+                    p.pk,
+                    p.kind,
+                    p.state,
+                    p.target[:16],
+                    len(p.moves),
+                    f"{p.score_before or 0:.8f}",
+                    f"{p.score_after or 0:.8f}",
+                )
+            )
 
     def make(self, kind, opts):
         options = {"max_moves": opts["max_moves"]} if opts.get("max_moves", -1) != -1 else {}
         options.update({key: opts[key] for key in SQUEEZE_OPTIONS if opts.get(key) is not None})
         plan = plans.compute(
-            kind, actor=CLI, target=opts.get("name", ""), group=opts.get("group"), reason=opts["reason"],
-            rate_limit=opts["rate_limit"], options=options,
-        )  # fmt: skip
+            kind,
+            actor=CLI,
+            target=opts.get("name", ""),
+            group=opts.get("group"),
+            reason=opts["reason"],
+            rate_limit=opts["rate_limit"],
+            options=options,
+        )
         run = opts.get("execute") or (kind.startswith("evacuate") and not opts.get("dry_run"))
         if not run:
             return self.show(plan, opts["json"])
@@ -127,8 +147,9 @@ class Command(BaseCommand):
             self.stdout.write(f"Note: {note}")
 
     def after(self, plan, opts):
-        self.stdout.write(f"plan {plan.pk}: {plan.state}, {sum(1 for m in plan.moves if m['job'])} jobs "
-                          f"under {plan.bucket}")  # fmt: skip
+        self.stdout.write(
+            f"plan {plan.pk}: {plan.state}, {sum(1 for m in plan.moves if m['job'])} jobs under {plan.bucket}"
+        )
         if not opts.get("wait"):
             return
         # The moves and the plan's other jobs (power, re-placing): the plan ends with the last.

@@ -101,8 +101,10 @@ class Command(BaseCommand):
             return self._json(ReservationSerializer(rows, many=True).data)
         for r in rows:
             owner = r.user.username if r.user else "(free seat)"
-            self.stdout.write(f"{r.pk:>6}  {r.status:<12} {owner:<16} {r.image.name:<24} "
-                              f"{r.start:%Y-%m-%d %H:%M} → {r.end:%Y-%m-%d %H:%M}")  # fmt: skip
+            self.stdout.write(
+                f"{r.pk:>6}  {r.status:<12} {owner:<16} {r.image.name:<24} "
+                f"{r.start:%Y-%m-%d %H:%M} → {r.end:%Y-%m-%d %H:%M}"
+            )
 
     def do_info(self, id, json=False, **_):
         data = ReservationSerializer(self._get(id)).data

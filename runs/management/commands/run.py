@@ -68,8 +68,10 @@ class Command(BaseCommand):
         run = Run.objects.select_related("vm").get(pk=run.pk)
         if services.kept_vm(run):
             until = f"{run.kept_until:%Y-%m-%d %H:%M} UTC"
-            self.stderr.write(f"vclmgr: its VM {run.vm.key} is kept stopped for inspection until {until} "
-                              f"(POST /api/v1/runs/{run.pk}/discard/ ends it)")  # fmt: skip
+            self.stderr.write(
+                f"vclmgr: its VM {run.vm.key} is kept stopped for inspection until {until} "
+                f"(POST /api/v1/runs/{run.pk}/discard/ ends it)"
+            )
         self.save_artifacts(run, Path(opts["artifacts_dir"]))
         raise SystemExit(code)
 
@@ -94,11 +96,21 @@ class Command(BaseCommand):
         script = Path(opts["script"]).read_text() if opts["script"] else ""
         try:
             return services.submit(
-                actor=Actor(name=f"cli:{user.username}", user=user), owner=user, platform=opts["platform"] or "",
-                image=image, argv=opts["command"], script=script, env=dict(opts["env"]), artifacts=opts["artifact"],
-                inputs=inputs, time_limit=timeout, priority=opts["priority"], keep_failed_minutes=-(-keep // 60),
-                capture_failed=opts["capture_failed"], reason="manage.py run",
-            )  # fmt: skip
+                actor=Actor(name=f"cli:{user.username}", user=user),
+                owner=user,
+                platform=opts["platform"] or "",
+                image=image,
+                argv=opts["command"],
+                script=script,
+                env=dict(opts["env"]),
+                artifacts=opts["artifact"],
+                inputs=inputs,
+                time_limit=timeout,
+                priority=opts["priority"],
+                keep_failed_minutes=-(-keep // 60),
+                capture_failed=opts["capture_failed"],
+                reason="manage.py run",
+            )
         except ValidationError as exc:
             text = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
             self.stderr.write(f"vclmgr: refused: {text}")

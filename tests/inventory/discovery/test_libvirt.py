@@ -21,8 +21,10 @@ def run(*args):
 def test_a_preview_reads_the_hosts_and_writes_nothing(libvirt_nodes):
     found = services.discover("libvirt", [libvirt_nodes["kvm-small"], libvirt_nodes["kvm-medium"]], actor="test")
     hosts = found.as_dict()["hosts"]
-    assert [(h["name"], h["action"], h["cpus"]) for h in hosts] == [("kvm-small", "create", 4),
-                                                                   ("kvm-medium", "create", hosts[1]["cpus"])]
+    assert [(h["name"], h["action"], h["cpus"]) for h in hosts] == [
+        ("kvm-small", "create", 4),
+        ("kvm-medium", "create", hosts[1]["cpus"]),
+    ]
     assert hosts[0]["memory_mib"] == 8192 and hosts[0]["uri"] == libvirt_nodes["kvm-small"]
     assert found.report.dry_run and not found.committed
     assert not Hypervisor.objects.exists()
@@ -60,8 +62,9 @@ def test_a_rejected_host_writes_nothing(libvirt_nodes):
 
 def test_an_unreadable_uri_fails_clearly_and_writes_nothing(libvirt_nodes, tmp_path):
     with pytest.raises(services.DiscoveryError, match="missing.xml"):
-        services.discover("libvirt", [libvirt_nodes["kvm-small"], f"test://{tmp_path}/missing.xml"], actor="test",
-                          commit=True)
+        services.discover(
+            "libvirt", [libvirt_nodes["kvm-small"], f"test://{tmp_path}/missing.xml"], actor="test", commit=True
+        )
     assert not Hypervisor.objects.exists()
 
 

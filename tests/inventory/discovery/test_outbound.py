@@ -34,8 +34,13 @@ def test_the_api_says_so_with_a_400(api, admin_user, connects, settings):
 
 
 def test_a_stored_credential_goes_only_to_the_uris_it_was_saved_for(connects):
-    inventory.create_credential(actor=TEST, name="vc", username="root", secret="vc-pass-1",  # noqa: S106
-                                endpoints=["https://vc.example.org/sdk"])  # fmt: skip
+    inventory.create_credential(
+        actor=TEST,
+        name="vc",
+        username="root",
+        secret="vc-pass-1",  # noqa: S106
+        endpoints=["https://vc.example.org/sdk"],
+    )
     elsewhere = f"https://127.0.0.1:{free_port()}/sdk"  # allow-listed here: only the binding refuses it
     with pytest.raises(services.DiscoveryError, match="credential vc was not saved for"):
         services.discover("vmware", elsewhere, actor=TEST, credential="vc", commit=True)

@@ -37,7 +37,8 @@ def test_a_silent_vcenter_answers_502_within_the_vsphere_timeout(api, admin_user
     settings.VCLMGR_VSPHERE_TIMEOUT = 0.5
     with SilentPeer() as peer:
         body = {"driver": "vmware", "uri": f"http://127.0.0.1:{peer.port}/sdk", "username": "u", "password": "p"}
-        answer, error, took = outcome_within(10, api(admin_user).post, "/api/v1/hypervisors/discover/", body,
-                                             format="json")  # fmt: skip
+        answer, error, took = outcome_within(
+            10, api(admin_user).post, "/api/v1/hypervisors/discover/", body, format="json"
+        )
         assert error is None and answer.status_code == 502, answer.content
         assert "timed out" in answer.json()["error"]["message"] and took < 5

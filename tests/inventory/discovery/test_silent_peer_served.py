@@ -20,8 +20,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 def post(port, token, body, timeout=30):
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        connection.request("POST", "/api/v1/hypervisors/discover/", json.dumps(body),
-                           {"Content-Type": "application/json", "Authorization": f"Bearer {token}"})  # fmt: skip
+        connection.request(
+            "POST",
+            "/api/v1/hypervisors/discover/",
+            json.dumps(body),
+            {"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+        )
         response = connection.getresponse()
         return response.status, json.loads(response.read())
     finally:

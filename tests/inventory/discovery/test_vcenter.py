@@ -19,8 +19,9 @@ def with_user(url):
 
 
 def test_it_registers_every_host_and_stores_the_password_as_a_credential(vcsim, group):
-    found = services.discover("vmware", with_user(vcsim.url), actor="test", password=VCSIM_PASSWORD, group="lab",
-                              commit=True)
+    found = services.discover(
+        "vmware", with_user(vcsim.url), actor="test", password=VCSIM_PASSWORD, group="lab", commit=True
+    )
     assert found.committed, found.report.messages()
     names = sorted(host["name"] for host in vcsim.hosts)
     assert sorted(Hypervisor.objects.values_list("name", flat=True)) == names

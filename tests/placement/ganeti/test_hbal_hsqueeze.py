@@ -22,9 +22,7 @@ DATA = Path(__file__).resolve().parents[2] / "data" / "placement" / "ganeti"
 
 
 def hinfo_score(path) -> float:
-    out = subprocess.run(
-        [ganeti_tool("hinfo"), "-t", str(path), "--ignore-dynu"], capture_output=True, text=True
-    )
+    out = subprocess.run([ganeti_tool("hinfo"), "-t", str(path), "--ignore-dynu"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return float(out.stdout.strip().splitlines()[-1].split()[-1])
 
@@ -42,9 +40,7 @@ def test_our_hbal_ends_no_worse_than_ganetis(tmp_path):
     theirs = consistent_free_memory(text_backend.parse((tmp_path / "g.balanced").read_text()))
     (tmp_path / "theirs.txt").write_text(text_backend.serialize(theirs))
     result = balance(text_backend.parse(src.read_text(), ignore_dynu=True))
-    (tmp_path / "ours.txt").write_text(
-        text_backend.serialize(consistent_free_memory(result.cluster))
-    )
+    (tmp_path / "ours.txt").write_text(text_backend.serialize(consistent_free_memory(result.cluster)))
     our_score = hinfo_score(tmp_path / "ours.txt")
     assert our_score == pytest.approx(result.final_score, abs=1e-8)
     assert our_score <= hinfo_score(tmp_path / "theirs.txt") + 1e-9
@@ -121,15 +117,11 @@ def test_per_node_move_effects_compose_to_the_whole_move():
 
 def test_steepest_descent_takes_ganetis_exact_path():
     src = DATA / "drbd-8-nodes.txt"
-    done = subprocess.run(
-        [ganeti_tool("hbal"), "-t", str(src), "--ignore-dynu"], capture_output=True, text=True
-    )
+    done = subprocess.run([ganeti_tool("hbal"), "-t", str(src), "--ignore-dynu"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     line = re.compile(r"\s+\d+\. (\S+) \S+ => (\S+)\s+([\d.]+) a=(.*)$")
     theirs = [m.groups() for m in map(line.match, done.stdout.splitlines()) if m]
-    result = balance(
-        text_backend.parse(src.read_text(), ignore_dynu=True), HbalOptions(strategy="steepest")
-    )
+    result = balance(text_backend.parse(src.read_text(), ignore_dynu=True), HbalOptions(strategy="steepest"))
     ours = [(s.instance, ":".join(s.new_nodes), f"{s.score:.8f}", s.move) for s in result.steps]
     assert len(theirs) > 10
     assert ours == [(i, n, sc, a.strip()) for i, n, sc, a in theirs]
@@ -137,9 +129,7 @@ def test_steepest_descent_takes_ganetis_exact_path():
 
 def test_hsqueeze_offlines_the_same_nodes_as_ganeti():
     path = DATA / "ext-6-nodes.txt"
-    done = subprocess.run(
-        [ganeti_tool("hsqueeze"), "-t", str(path), "--no-headers"], capture_output=True, text=True
-    )
+    done = subprocess.run([ganeti_tool("hsqueeze"), "-t", str(path), "--no-headers"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     result = squeeze(text_backend.parse(path.read_text()))
     assert result.action == "offline"

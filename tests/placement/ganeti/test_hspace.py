@@ -16,9 +16,7 @@ SEED = "p,3,34052480,65523,24"
 
 
 def ganeti_hspace(args):
-    out = subprocess.run(
-        [ganeti_tool("hspace"), "--machine-readable", *args], capture_output=True, text=True
-    )
+    out = subprocess.run([ganeti_tool("hspace"), "--machine-readable", *args], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()
 
@@ -136,9 +134,7 @@ def test_a_failing_run_prints_what_ganeti_prints_before_the_error():
     ]
     with pytest.raises(HSpaceError, match="Not enough online nodes") as failure:
         ours(simulated_cluster(["p,1,2000000,16384,24"]), args)
-    out = subprocess.run(
-        [ganeti_tool("hspace"), "--machine-readable", *args], capture_output=True, text=True
-    )
+    out = subprocess.run([ganeti_tool("hspace"), "--machine-readable", *args], capture_output=True, text=True)
     assert out.returncode == 1 and "Not enough online nodes" in out.stderr
     assert failure.value.lines == out.stdout.splitlines()
 

@@ -61,9 +61,7 @@ def hosts(hail_args=""):
             )
             for i in range(4)
         ),
-        groups=(
-            NodeGroup("default", policy="external", iallocator=ganeti_tool("hail") + hail_args),
-        ),
+        groups=(NodeGroup("default", policy="external", iallocator=ganeti_tool("hail") + hail_args),),
     )
 
 

@@ -106,9 +106,22 @@ def _alike_cluster(seed: int) -> GCluster:
         state = "running" if rng.random() < 0.85 else "ADMIN_down"
         disks = [] if template == "diskless" else [(dsk, 1)]
         instances.append(
-            Instance(f"i{k}", mem, dsk, 1, state, True, rng.randrange(len(nodes)), -1, template, [], 1, disks,
-                     forthcoming=rng.random() < 0.1)
-        )  # fmt: skip
+            Instance(
+                f"i{k}",
+                mem,
+                dsk,
+                1,
+                state,
+                True,
+                rng.randrange(len(nodes)),
+                -1,
+                template,
+                [],
+                1,
+                disks,
+                forthcoming=rng.random() < 0.1,
+            )
+        )
     _fill_free(nodes, instances, rng)
     cluster = GCluster.build([T.Group("default", "uuid-default", "preferred")], nodes, instances, name="alike")
     return text_backend.parse(text_backend.serialize(cluster))

@@ -117,8 +117,21 @@ def _filled(cluster, count, seed):
     rng = random.Random(seed)
     nodes = list(cluster.nodes)
     for k in range(count):
-        inst = Instance(f"i{k}", rng.choice([16384, 4096]), rng.choice([102400, 20480]), rng.choice([1, 2, 8]),
-                        "running", True, -1, -1, "plain", [], 1, None, idx=k)  # fmt: skip
+        inst = Instance(
+            f"i{k}",
+            rng.choice([16384, 4096]),
+            rng.choice([102400, 20480]),
+            rng.choice([1, 2, 8]),
+            "running",
+            True,
+            -1,
+            -1,
+            "plain",
+            [],
+            1,
+            None,
+            idx=k,
+        )
         i = rng.randrange(len(nodes))
         try:
             nodes[i] = nodes[i].add_pri(inst, force=True)
@@ -173,13 +186,18 @@ def test_class_scores_equal_one_by_one_bit_for_bit(monkeypatch, small_class):
                 expected = []
                 for k in slots:
                     column = rows.columns[c][:k] + [new[c]] + rows.columns[c][k + 1 :]
-                    expected.append(metrics._term(c, metrics._std_stat(column) if metrics.KINDS[c] == metrics.STD
-                                                  else metrics._sum_stat(column)))  # fmt: skip
+                    expected.append(
+                        metrics._term(
+                            c,
+                            metrics._std_stat(column) if metrics.KINDS[c] == metrics.STD else metrics._sum_stat(column),
+                        )
+                    )
                 assert _hexes(rows.column_terms(c, slots, new[c])) == _hexes(expected)
                 assert _hexes(rows._rebuilt_terms(c, slots, new[c])) == _hexes(expected)
                 if metrics.KINDS[c] == metrics.STD:
-                    several_means += len({sum(rows.columns[c][:k] + [new[c]] + rows.columns[c][k + 1 :], 0.0)
-                                          for k in slots}) > 1  # fmt: skip
+                    several_means += (
+                        len({sum(rows.columns[c][:k] + [new[c]] + rows.columns[c][k + 1 :], 0.0) for k in slots}) > 1
+                    )
     assert checked > 30 and several_means  # classes, and the several-means branch
 
 

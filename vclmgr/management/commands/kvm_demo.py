@@ -77,8 +77,16 @@ def register(uri, pool, image, domain_type, out):
     from provisioning.models import Image
 
     options = {"domain_type": domain_type, "pool": pool, "network": "user", "name": HOST}
-    fields = dict(address="127.0.0.1", driver="libvirt", uri=uri, cpus=os.cpu_count() or 2, memory_mib=4096,
-                  disk_gib=20, cpu_ratio=4, driver_options=options)  # fmt: skip
+    fields = dict(
+        address="127.0.0.1",
+        driver="libvirt",
+        uri=uri,
+        cpus=os.cpu_count() or 2,
+        memory_mib=4096,
+        disk_gib=20,
+        cpu_ratio=4,
+        driver_options=options,
+    )
     found = Hypervisor.objects.filter(name=HOST).first()
     if found is None:
         inventory.create_hypervisor(actor="kvm_demo", name=HOST, reason="make run-kvm", **fields)
@@ -88,9 +96,15 @@ def register(uri, pool, image, domain_type, out):
     guest = Image.objects.filter(name=IMAGE).first()
     if guest is None:
         guest = vms.create_image(
-            actor="kvm_demo", name=IMAGE, os="Debian 12 (test guest)", min_memory_mib=128, default_memory_mib=256,
-            min_disk_gib=0, default_disk_gib=1, description="vclmgr's test guest: busybox, dropbear, qemu-ga",
-        )  # fmt: skip
+            actor="kvm_demo",
+            name=IMAGE,
+            os="Debian 12 (test guest)",
+            min_memory_mib=128,
+            default_memory_mib=256,
+            min_disk_gib=0,
+            default_disk_gib=1,
+            description="vclmgr's test guest: busybox, dropbear, qemu-ga",
+        )
     variant = guest.variants.filter(hypervisor_type="kvm").first()
     if variant is not None and variant.location != location:  # the guest image was rebuilt
         vms.delete_variant(variant, actor="kvm_demo", reason="the guest image was rebuilt")

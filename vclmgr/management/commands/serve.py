@@ -69,8 +69,16 @@ class Command(BaseCommand):
             env["VCLMGR_WORKERS"] = str(workers)
         commands = {}
         if role in ("all", "web"):
-            commands["web"] = [sys.executable, "-m", "vclmgr.asgi_server", "-b", host, "-p", str(port),
-                               "vclmgr.asgi:application"]  # fmt: skip
+            commands["web"] = [
+                sys.executable,
+                "-m",
+                "vclmgr.asgi_server",
+                "-b",
+                host,
+                "-p",
+                str(port),
+                "vclmgr.asgi:application",
+            ]
         if role in ("all", "worker"):
             commands["workers"] = [sys.executable, "manage.py", "qcluster"]
         children = {

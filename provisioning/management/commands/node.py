@@ -42,10 +42,18 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         if options["command"] == "evacuate":
-            # Plans and VMs are in the layer above: reached by command name, never imported.
+            # Evacuating is a plan of moves: the plan command (provisioning, as this command).
             extra = ["--dry-run"] if options["dry_run"] else []
-            return call_command("plan", "evacuate-node", options["name"], "--reason", options["reason"], *extra,
-                                stdout=self.stdout, stderr=self.stderr)  # fmt: skip
+            return call_command(
+                "plan",
+                "evacuate-node",
+                options["name"],
+                "--reason",
+                options["reason"],
+                *extra,
+                stdout=self.stdout,
+                stderr=self.stderr,
+            )
         if options["command"] == "list":
             self.list(options)
         else:

@@ -7,8 +7,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from capacity import htools
-
-from ._ganeti_input import ganeti_cluster
+from capacity.management.commands._ganeti_input import ganeti_cluster
 
 
 class Command(BaseCommand):
@@ -16,18 +15,28 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         htools.add_arguments("hsqueeze", parser)
-        parser.add_argument("-X", "--exec", dest="execute", action="store_true",
-                            help="execute: move the VMs, then power the emptied hosts off")  # fmt: skip
+        parser.add_argument(
+            "-X",
+            "--exec",
+            dest="execute",
+            action="store_true",
+            help="execute: move the VMs, then power the emptied hosts off",
+        )
         parser.add_argument("--reason", default="", help="with -X: why; rate-limit:N:label caps moves at once")
 
     def handle(self, *args, **opts):
         if opts["execute"]:
             if opts["ganeti_file"] or opts["at"]:
                 raise CommandError("-X executes on the live cluster now: not with -t/--ganeti-file or --at")
-            thresholds = ["--target-resources", str(opts["target_resources"]),
-                          "--minimal-resources", str(opts["minimal_resources"])]  # fmt: skip
-            return call_command("plan", "squeeze", "-X", "--reason", opts["reason"], *thresholds,
-                                stdout=self.stdout, stderr=self.stderr)  # fmt: skip
+            thresholds = [
+                "--target-resources",
+                str(opts["target_resources"]),
+                "--minimal-resources",
+                str(opts["minimal_resources"]),
+            ]
+            return call_command(
+                "plan", "squeeze", "-X", "--reason", opts["reason"], *thresholds, stdout=self.stdout, stderr=self.stderr
+            )
 
         def load(template, hold_future):
             return ganeti_cluster(opts, template=template, hold_future=hold_future)

@@ -7,8 +7,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from capacity import htools
-
-from ._ganeti_input import ganeti_cluster
+from capacity.management.commands._ganeti_input import ganeti_cluster
 
 
 class Command(BaseCommand):
@@ -17,18 +16,33 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         htools.add_arguments("hbal", parser)
         parser.add_argument("-L", "--luxi", action="store_true", help="the live cluster (the default without -t)")
-        parser.add_argument("-X", "--exec", dest="execute", action="store_true",
-                            help="execute the moves as jobs (a stored plan: manage.py plan)")  # fmt: skip
+        parser.add_argument(
+            "-X",
+            "--exec",
+            dest="execute",
+            action="store_true",
+            help="execute the moves as jobs (a stored plan: manage.py plan)",
+        )
         parser.add_argument("--reason", default="", help="with -X: why; rate-limit:N:label caps moves at once")
 
     def handle(self, *args, **opts):
         if opts["execute"]:
             if opts["ganeti_file"] or opts["at"]:
                 raise CommandError("-X executes on the live cluster now: not with -t/--ganeti-file or --at")
-            # The plan and its jobs live in the VM layer above this one: reached by command name.
+            # -X stores a plan and runs it: the plan command does that (provisioning, as this command).
             extra = ["-G", opts["group"]] if opts["group"] else []
-            return call_command("plan", "balance", "-X", "--max-moves", str(opts["max_moves"]), "--reason",
-                                opts["reason"], *extra, stdout=self.stdout, stderr=self.stderr)  # fmt: skip
+            return call_command(
+                "plan",
+                "balance",
+                "-X",
+                "--max-moves",
+                str(opts["max_moves"]),
+                "--reason",
+                opts["reason"],
+                *extra,
+                stdout=self.stdout,
+                stderr=self.stderr,
+            )
 
         def load(template, hold_future):
             return ganeti_cluster(opts, template=template, hold_future=hold_future)

@@ -30,6 +30,14 @@ class Command(BaseCommand):
                 self.stdout.write(f"{group.name:<24} {group.alloc_policy:<12} {group.hypervisors.count():>5} hosts")
             return
         extra = ["--dry-run"] if options["dry_run"] else []
-        # Plans and VMs are in the layer above: reached by command name, never imported.
-        call_command("plan", "evacuate-group", options["name"], "--reason", options["reason"], *extra,
-                     stdout=self.stdout, stderr=self.stderr)  # fmt: skip
+        # Evacuating is a plan of moves: the plan command (provisioning, as this command).
+        call_command(
+            "plan",
+            "evacuate-group",
+            options["name"],
+            "--reason",
+            options["reason"],
+            *extra,
+            stdout=self.stdout,
+            stderr=self.stderr,
+        )
