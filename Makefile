@@ -59,12 +59,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.run-installed: requirements.txt | $(BIN)/python
+# The project itself goes in editable (no copy, no network), for its console script `htools`.
+$(VENV)/.run-installed: requirements.txt pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
-$(VENV)/.dev-installed: requirements.txt requirements-dev.txt | $(BIN)/python
+$(VENV)/.dev-installed: requirements.txt requirements-dev.txt pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@ $(VENV)/.run-installed
 
 install: system-run $(VENV)/.run-installed

@@ -176,9 +176,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "placement", "ganeti")
 
 
+def htools_command() -> str:
+    """Our ``htools`` (pyproject's console script, beside the interpreter), as a user runs it."""
+    path = os.path.join(os.path.dirname(sys.executable), "htools")
+    if not os.access(path, os.X_OK):
+        raise SystemExit(f"{path} is missing: run make install-dev (it installs the project's htools command)")
+    return path
+
+
 @dataclass
 class ProcessCase:
-    """One command line given to Ganeti's tool and to ``manage.py`` (``ours_extra``: our
+    """One command line given to Ganeti's tool and to our ``htools`` (``ours_extra``: our
     flags on top, e.g. hbal's ``--strategy steepest``, Ganeti's own path)."""
 
     label: str
@@ -200,7 +208,7 @@ def _ours_env() -> dict:
     which would add the compilation of every module to each run)."""
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    # What `manage.py hbal -t …` imports before Django: capacity's htools and the placement core.
+    # What `htools hbal -t …` imports: capacity's htools and the placement core.
     packages = [os.path.join(ROOT, name) for name in ("capacity", "placement")]
     subprocess.run([sys.executable, "-m", "compileall", "-q", *packages], env=env, check=True)
     return env
@@ -238,7 +246,7 @@ def process_row(case: ProcessCase, timeout: float) -> ProcessRow:
     """``case.runs`` rounds, ours then Ganeti's in each (so both see the same load);
     the first run of each is a warm-up of the file cache, and is not counted."""
     env = _ours_env()
-    ours_argv = [sys.executable, os.path.join(ROOT, "manage.py"), case.tool, *case.args, *case.ours_extra]
+    ours_argv = [htools_command(), case.tool, *case.args, *case.ours_extra]
     theirs_argv = None if tool(case.tool) is None else [tool(case.tool), *case.args]
     ours_out, _ = _run_once(ours_argv, timeout, env)
     if ours_out is None:

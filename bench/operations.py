@@ -8,7 +8,7 @@
    number of migrations running at once (from the job rows' start and end times).
 2. hbal: ``--hosts`` hosts, half of them holding ``--vms`` VMs, half empty: plan time
    (``plans.compute``, in process) against Ganeti's ``hbal -t`` on the same cluster exported as
-   an htools text file (and our ``manage.py hbal --ganeti-file`` on it, whole process), then
+   an htools text file (and our ``htools hbal --ganeti-file`` on it, whole process), then
    the execution time of the plan's moves and the most migrations running at once.
 
    Bounded, the same for both sides: ``--max-moves N`` is our plan's and CLI's limit and
@@ -200,7 +200,8 @@ def hbal(args):
     path = Path(os.environ["VCLMGR_VAR_DIR"]) / "cluster.txt"
     path.write_text(text_backend.serialize(plans.live().gcluster))
     bound = ["-l", str(limit)] if limit > 0 else []
-    from bench._ganeti_side_by_side import tool  # Ganeti's binaries where bench/placement_core.py finds them
+    # Ganeti's binaries where bench/placement_core.py finds them, and our htools command.
+    from bench._ganeti_side_by_side import htools_command, tool
 
     ganeti_hbal = tool("hbal")
     ganeti = (
@@ -209,7 +210,7 @@ def hbal(args):
         else ("not installed (make's test tools: ganeti-htools-3.0)", None, None)
     )
     bound = ["--max-moves", str(limit)] if limit > 0 else []
-    ours = _timed([sys.executable, "manage.py", "hbal", "--ganeti-file", str(path), *bound], args.ganeti_timeout)
+    ours = _timed([htools_command(), "hbal", "--ganeti-file", str(path), *bound], args.ganeti_timeout)
     worker = start_workers(args.workers)
     try:
         elapsed, rows, failed = run_plan(plan, admin)

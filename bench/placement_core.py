@@ -148,7 +148,7 @@ SIZES = {
 
 
 def process_cases(mode: str, tmp: str) -> list:
-    """Whole processes, as a user runs them: ``manage.py hspace|hbal`` (no Django for a file
+    """Whole processes, as a user runs them: ``htools hspace|hbal`` (no Django for a file
     or a simulation) against Ganeti's binary, the same arguments, several runs each."""
     sim = "--disk-template=plain --tiered-alloc=102400,16384,8 --standard-alloc=20480,4096,2 --machine-readable"
     chain = "--disk-template=plain --standard-alloc=10240,1024,1 --tiered-alloc=102400,8192,4 --machine-readable"
@@ -272,7 +272,7 @@ def _process_table(rows) -> None:
         runs = max(len(r.ours), len(r.theirs or ()))
         lines.append([r.label, ms(r.ours), ms(r.theirs), verdict, f"{r.note}; {runs} runs"])
     table(
-        "whole processes: manage.py (ours) against Ganeti's binary, CPU ms (user + system)",
+        "whole processes: htools (ours) against Ganeti's binary, CPU ms (user + system)",
         ["run", "ours best / median", "Ganeti best / median", "speed vs Ganeti (best)", "note"],
         lines,
     )

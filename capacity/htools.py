@@ -6,13 +6,14 @@ write)` does its work with ``opts`` as argparse (or Django's ``call_command``) g
 line; a refusal raises `CommandFailed` after printing what the command prints before it.
 The management commands (``manage.py hspace``…) call these with a loader that can also read
 the live inventory; `main` runs them on a Ganeti text file (``-t``) or ``--simulate`` specs,
-which need no database, so Django is never set up:
+which need no database, so Django is never set up.
 
-    python -m capacity.htools hspace --simulate=p,10,2000000,131072,32 ...
-
-``manage.py`` takes that path itself when the arguments allow (`runs_without_django`):
-Django's start-up costs more than Ganeti's whole run on a small cluster. Only the standard
-library and `placement` are imported here, and those lazily, per command.
+`console` is the ``htools`` command (pyproject's console script; like Ganeti's multi-call
+binary): ``htools hspace|hbal|hsqueeze [options]`` takes that path when the arguments allow
+(`runs_without_django`) — Django's start-up costs more than Ganeti's whole run on a small
+cluster — and hands anything else (the live inventory, ``-X``, Django's options) to the
+management command. Only the standard library and `placement` are imported here, and those
+lazily, per command.
 """
 
 from __future__ import annotations
@@ -324,7 +325,7 @@ _COMMANDS = {"hspace": hspace, "hbal": hbal, "hsqueeze": hsqueeze}
 
 # ---------------------------------------------------------------------- without Django
 
-#: Django's own command options: given any of them, manage.py goes the Django way.
+#: Django's own command options: given any of them, htools goes the Django way.
 _DJANGO_OPTIONS = (
     "--version", "-v", "--verbosity", "--settings", "--pythonpath", "--traceback",
     "--no-color", "--force-color", "--skip-checks", "-h", "--help",
@@ -332,7 +333,7 @@ _DJANGO_OPTIONS = (
 
 
 def runs_without_django(argv: list[str]) -> bool:
-    """``manage.py`` arguments (without the program) that `main` answers exactly as the
+    """``htools`` arguments (without the program) that `main` answers exactly as the
     management command would: one of `COMMANDS` reading a file or a simulation."""
     if not argv or argv[0] not in COMMANDS:
         return False
@@ -346,7 +347,7 @@ def runs_without_django(argv: list[str]) -> bool:
 
 
 def _parse(name: str, args: list[str], prog: str | None, from_manage: bool) -> dict | None:
-    """argparse's reading of ``args`` (or its error); from manage.py, None on an error."""
+    """argparse's reading of ``args`` (or its error); ``from_manage``, None on an error."""
     import argparse
 
     class Parser(argparse.ArgumentParser):
@@ -369,7 +370,7 @@ class _BadArguments(Exception):
 
 def main(argv: list[str] | None = None, prog: str | None = None, from_manage: bool = False) -> int | None:
     """Run one command; returns the exit status. ``from_manage``: arguments that do not
-    parse return None, so that manage.py lets Django answer them (its usage text)."""
+    parse return None, so that `console` lets Django answer them (its usage text)."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
         print(f"usage: {prog or 'htools'} {{{','.join(COMMANDS)}}} [options]", file=sys.stderr)
@@ -431,5 +432,24 @@ def exit_now(status: int) -> None:
     os._exit(status)
 
 
+def console(argv: list[str] | None = None) -> int | None:
+    """The ``htools`` command: a file or a simulation answered here; anything else by
+    ``manage.py`` with the same arguments (through Django, which sets itself up)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        return main(argv, prog="htools")  # the usage line, status 2
+    if runs_without_django(argv):
+        status = main(argv, prog="htools", from_manage=True)
+        if status is not None:  # None: argparse refused them; Django's parser says how
+            exit_now(status)
+    import os
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vclmgr.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(["manage.py", *argv])
+    return None
+
+
 if __name__ == "__main__":
-    exit_now(main(prog="python -m capacity.htools"))
+    sys.exit(console())

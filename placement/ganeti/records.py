@@ -1,7 +1,7 @@
 """Plain records for the htools ports: ``__slots__`` classes with a dataclass's equality,
 repr and `replace`, without `dataclasses`.
 
-Why: ``manage.py hspace --simulate …`` on a small cluster must finish before Ganeti's
+Why: ``htools hspace --simulate …`` on a small cluster must finish before Ganeti's
 compiled hspace does (about 0.04 s), and importing `dataclasses` (it pulls in `inspect`,
 `ast`, `dis`, `tokenize`, …) plus generating every class's methods at import time cost
 more than half of that. Each record lists its fields in ``__slots__`` and writes its own

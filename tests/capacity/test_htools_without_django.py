@@ -1,32 +1,32 @@
-"""``manage.py hspace|hbal`` on a Ganeti file or a simulation never sets Django up, and prints
-byte for byte what Ganeti's binary and the Django management command print."""
+"""``htools hspace|hbal`` (the console script) on a Ganeti file or a simulation never sets
+Django up, and prints byte for byte what Ganeti's binary and the Django management command print."""
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 
 from capacity import htools
-from tests.placement.helpers import ganeti_tool
+from tests.placement.helpers import ganeti_tool, htools_command
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "placement" / "ganeti"
 CHAIN = ["--disk-template=plain", "--standard-alloc=10240,1024,1", "--tiered-alloc=102400,8192,4"]
 
 
-def manage(*args):
-    """``manage.py ARGS`` in a fresh process; stderr carries ``-X importtime``'s module list."""
-    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+def run_htools(*args):
+    """``htools ARGS`` as a user runs it, in a fresh process, from elsewhere than the project
+    (the editable install finds it); stderr carries ``-X importtime``'s module list."""
+    env = {k: v for k, v in os.environ.items() if k not in {"DJANGO_SETTINGS_MODULE", "PYTHONPATH"}}
     return subprocess.run(
-        [sys.executable, "-X", "importtime", str(ROOT / "manage.py"), *args],
+        [htools_command(), *args],
         capture_output=True,
         text=True,
         timeout=120,
-        env=env,
-        cwd=ROOT,
+        env={**env, "PYTHONPROFILEIMPORTTIME": "1"},
+        cwd=DATA,
     )
 
 
@@ -48,7 +48,7 @@ def imported(done) -> set[str]:
     ids=["file", "simulate"],
 )
 def test_hspace_answers_as_ganeti_without_django_or_numpy(args, capsys):
-    done = manage("hspace", *args)
+    done = run_htools("hspace", *args)
     assert done.returncode == 0, done.stderr[-2000:]
     modules = imported(done)
     assert "placement.ganeti.hspace" in modules
@@ -62,7 +62,7 @@ def test_hspace_answers_as_ganeti_without_django_or_numpy(args, capsys):
 
 
 def test_a_refusal_is_djangos_command_error_with_its_exit_status():
-    done = manage("hspace", "--simulate=p,x,100g,64g,8")
+    done = run_htools("hspace", "--simulate=p,x,100g,64g,8")
     assert done.returncode == 1
     message = "--simulate: node count: cannot parse 'x' as an integer in 'p,x,100g,64g,8'"
     assert done.stderr.splitlines()[-1] == f"CommandError: {message}"
@@ -71,11 +71,37 @@ def test_a_refusal_is_djangos_command_error_with_its_exit_status():
 
 def test_hbal_on_a_file_prints_the_same_plan_as_the_django_command(capsys):
     path = DATA / "drbd-8-nodes.txt"
-    done = manage("hbal", "-t", str(path), "--strategy", "steepest", "-C")
+    done = run_htools("hbal", "-t", str(path), "--strategy", "steepest", "-C")
     assert done.returncode == 0, done.stderr[-2000:]
     assert not {m for m in imported(done) if m.startswith("django")}
     call_command("hbal", "-t", str(path), "--strategy", "steepest", "-C")
     assert capsys.readouterr().out == done.stdout
+
+
+def test_django_options_go_through_the_management_command_to_the_same_answer():
+    args = ["-t", str(DATA / "mixed-states.txt"), *CHAIN, "--machine-readable"]
+    lean, django = run_htools("hspace", *args), run_htools("hspace", *args, "--verbosity=1")
+    assert django.returncode == 0, django.stderr[-2000:]
+    assert "django.core.management" in imported(django)
+    assert django.stdout == lean.stdout
+
+
+def test_the_live_inventory_and_unreadable_arguments_are_handed_to_manage_py(monkeypatch):
+    import django.core.management
+
+    handed = []
+    monkeypatch.setattr(django.core.management, "execute_from_command_line", handed.append)
+    monkeypatch.delenv("DJANGO_SETTINGS_MODULE")
+    assert htools.console(["hbal", "-X"]) is None
+    assert htools.console(["hspace", "-t", "f.txt", "--bogus"]) is None  # Django's parser says why
+    assert handed == [["manage.py", "hbal", "-X"], ["manage.py", "hspace", "-t", "f.txt", "--bogus"]]
+    assert os.environ["DJANGO_SETTINGS_MODULE"] == "vclmgr.settings"
+
+
+@pytest.mark.parametrize("argv", [[], ["migrate"], ["--help"]])
+def test_htools_is_not_manage_py(argv, capsys):
+    assert htools.console(argv) == 2
+    assert capsys.readouterr().err == "usage: htools {hspace,hbal,hsqueeze} [options]\n"
 
 
 @pytest.mark.parametrize(

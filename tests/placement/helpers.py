@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import sys
 
 import pytest
 
@@ -39,6 +40,15 @@ def ganeti_tool(name: str) -> str:
             f"Ganeti's {name} is not installed at {path}: install the Debian package "
             "ganeti-htools-3.0 (the Makefile does) or set GANETI_BIN / GANETI_HAIL"
         )
+    return path
+
+
+def htools_command() -> str:
+    """Path of our ``htools`` (pyproject's console script, beside the interpreter); a
+    missing one fails the test: the project is installed into the venv by make."""
+    path = os.path.join(os.path.dirname(sys.executable), "htools")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{path} is missing: run make install-dev (it installs the project's htools command)")
     return path
 
 

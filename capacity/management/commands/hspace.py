@@ -1,6 +1,6 @@
 """``manage.py hspace``: capacity planning, as Ganeti's hspace (same input, same HTS_ keys).
 
-The work is `capacity.htools` (shared with the Django-free path that manage.py
+The work is `capacity.htools` (shared with the Django-free path that the htools command
 takes for ``-t FILE`` and ``--simulate``); this adds the live inventory as a source."""
 
 from django.core.management.base import BaseCommand, CommandError

@@ -1,6 +1,6 @@
 """``manage.py hbal``: a move plan that lowers the cluster score, as Ganeti's hbal (faster).
 
-The work is `capacity.htools` (shared with the Django-free path that manage.py
+The work is `capacity.htools` (shared with the Django-free path that the htools command
 takes for ``-t FILE``); this adds the live inventory as a source."""
 
 from django.core.management import call_command

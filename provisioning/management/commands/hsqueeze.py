@@ -1,6 +1,6 @@
 """``manage.py hsqueeze``: which hosts can be emptied and powered off at low load, and how.
 
-The work is `capacity.htools` (shared with the Django-free path that manage.py
+The work is `capacity.htools` (shared with the Django-free path that the htools command
 takes for ``-t FILE``); this adds the live inventory as a source."""
 
 from django.core.management import call_command
