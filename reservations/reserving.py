@@ -247,7 +247,7 @@ def create(
     unsaved=None,
     usable=None,
 ):
-    """``unsaved``: an ``status.Unsaved`` keeping its writes after the INSERT (the caller writes them);
+    """``unsaved``: a ``status.Unsaved`` keeping its writes after the INSERT (the caller writes them);
     ``usable``: the image's ``vms.usable`` as the caller read it (else it is read here)."""
     size = vms.size_for(image, **size)
     reservation = Reservation.objects.create(
