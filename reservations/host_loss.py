@@ -18,8 +18,6 @@ from reservations import ending, reserving, status
 from reservations.models import Reservation
 
 S = Reservation.Status
-
-
 NOT_BUILT = (S.REQUESTED, S.PENDING)
 
 

@@ -26,8 +26,6 @@ from reservations import logins, status, usage
 from reservations.models import Refusal, Reservation
 
 S = Reservation.Status
-
-
 START_GRACE = timedelta(minutes=2)  # a form filled in at 10:00 and sent at 10:01 still means "now"
 
 

@@ -15,8 +15,6 @@ from reservations import ending, idle, logins, reserving, status
 from reservations.models import Reservation
 
 S = Reservation.Status
-
-
 MAX_ATTEMPTS = 2  # a VM that fails to build is retried once on another host
 
 
