@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from accounts import access
 from core import topics
+from core.errors import Conflict
 from provisioning import services as vms
 from provisioning.forms import ImageFilterForm
 from reservations import home, idle, services, usage
@@ -191,7 +192,7 @@ def extend(request, pk):
         services.extend(reservation, new_end, actor=request.user)
     except ValidationError as exc:
         messages.error(request, "Not extended: " + " ".join(exc.messages))
-    except services.Conflict as exc:
+    except Conflict as exc:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"Extended to {timezone.localtime(new_end):%Y-%m-%d %H:%M}.")
@@ -214,7 +215,7 @@ def _act(request, pk, verb, done):
     reservation = _reservation(request, pk)
     try:
         verb(reservation, actor=request.user)
-    except services.Conflict as exc:
+    except Conflict as exc:
         messages.error(request, str(exc))
     else:
         messages.success(request, done)

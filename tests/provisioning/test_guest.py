@@ -217,7 +217,7 @@ def yaml_users(text):
 
 
 def test_one_time_passwords_meet_windows_default_policy():
-    from reservations.services import _one_time_password
+    from reservations.logins import _one_time_password
 
     for _ in range(300):
         word = _one_time_password()

@@ -11,6 +11,7 @@ from django.utils import timezone
 from capacity import services as capacity
 from capacity.models import Allocation
 from core import topics
+from core.errors import Conflict
 from core.models import Event
 from drivers.sim import services as sim
 from drivers.sim.models import SimVM
@@ -58,7 +59,7 @@ def test_ending_destroys_the_vm_and_releases_the_capacity(sim_host, image, alice
     assert reservation.status == "ended" and reservation.connect_secret == ""
     assert reservation.vm.state == "destroyed" and not SimVM.objects.filter(key=reservation.vm.key).exists()
     assert not Allocation.objects.filter(host=sim_host, released__isnull=True).exists()
-    with pytest.raises(services.Conflict):
+    with pytest.raises(Conflict):
         services.end(reservation, actor=alice)
 
 
@@ -167,7 +168,7 @@ def test_a_future_one_can_be_canceled_and_gives_capacity_back(sim_host, image, a
 
 def test_a_started_one_cannot_be_canceled_only_ended(sim_host, image, alice, sync_jobs):
     reservation = reserve_now(alice, image)
-    with pytest.raises(services.Conflict, match="end it instead"):
+    with pytest.raises(Conflict, match="end it instead"):
         services.cancel(reservation, actor=alice)
 
 
@@ -260,7 +261,7 @@ def test_an_end_racing_an_extend_leaves_no_claim_behind(sim_host, image, alice):
     reservation = services.reserve(alice, image, actor=alice, start=timezone.now() + 5 * H, duration=H)
     stale = Reservation.objects.select_related("allocation").get(pk=reservation.pk)  # read before the cancel
     services.cancel(fresh(reservation), actor=alice)  # commits between the extend's read and its write
-    with pytest.raises(services.Conflict, match="changed meanwhile"):
+    with pytest.raises(Conflict, match="changed meanwhile"):
         services.extend(stale, stale.end + H, actor=alice)
     assert fresh(reservation).status == "canceled" and fresh(reservation).end == stale.end
     assert not Allocation.objects.filter(released__isnull=True).exists()
@@ -379,7 +380,7 @@ def test_a_parked_vm_keeps_its_disk_claimed_on_its_host(sim_host, image, alice, 
 def test_a_parked_vm_cannot_be_started_on_its_disk_claim(sim_host, image, alice, admin_user, sync_jobs):
     _, parked = _park_one(image, alice, sync_jobs)
     assert vms.run_refusal(parked, "start") and vms.run_refusal(parked, "revert")
-    with pytest.raises(services.Conflict):
+    with pytest.raises(Conflict):
         vms.submit_action(parked, "start", actor=admin_user)
     assert vms.run_refusal(parked, "stop") is None
 

@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from core.changelog import Actor
+from core.errors import Conflict
 from provisioning.models import Image
 from reservations import services
 from reservations.api.serializers import ReservationSerializer
@@ -70,7 +71,7 @@ class Command(BaseCommand):
         except ValidationError as exc:
             lines = [f"{field}: {m}" for field, msgs in exc.message_dict.items() for m in msgs]
             raise CommandError("refused: " + "; ".join(lines)) from None
-        except services.Conflict as exc:
+        except Conflict as exc:
             raise CommandError(str(exc)) from None
 
     def _get(self, pk):

@@ -1,0 +1,142 @@
+"""Block allocations (classes): seats of an image for a group, each week, all claimed at once or
+none; who may make and cancel them, a member taking a seat, a block's usage."""
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from accounts import access
+from core import changelog
+from core.changelog import Actor
+from core.errors import Conflict
+from provisioning import quotas
+from provisioning import services as vms
+from provisioning.models import VM
+from reservations import ending, reserving, status
+from reservations.models import BlockAllocation, Reservation
+
+log = logging.getLogger(__name__)
+S = Reservation.Status
+
+
+def may_manage_blocks(user):
+    """Instructors (``accounts.access``; the older ``add_blockallocation`` permission counts too)."""
+    return access.can(user, "teach") or user.has_perm("reservations.add_blockallocation")
+
+
+def managed_blocks(user):
+    """The blocks ``user`` may cancel: administrators any, an instructor those of their groups."""
+    blocks = BlockAllocation.objects.select_related("image", "group")
+    if access.is_admin(user):
+        return blocks
+    return blocks.filter(group__in=teaching_groups(user)) if may_manage_blocks(user) else blocks.none()
+
+
+def teaching_groups(user):
+    """``access.teaching_groups``, for the older permission too: never a role group."""
+    if access.is_admin(user):
+        return Group.objects.all()
+    return access.own_groups(user) if may_manage_blocks(user) else Group.objects.none()
+
+
+def create_block(*, actor, name, image, group, seats, start, end, weeks=1, created_by=None, now=None):
+    """Reserve ``seats`` of ``image`` for ``group`` each week; all occurrences claimed at once or none."""
+    actor = Actor.of(actor)
+    now = now or timezone.now()
+    errors = {}
+    if not name.strip():
+        errors["name"] = ["give the block a name"]
+    if not isinstance(group, Group):
+        errors["group"] = ["no such group"]
+    if not (1 <= int(seats) <= 1000):
+        errors["seats"] = ["between 1 and 1000 seats"]
+    if not (1 <= int(weeks) <= 52):
+        errors["weeks"] = ["between 1 and 52 weeks"]
+    errors.update({k: v for k, v in reserving.validate(None, image, start, end, now).items() if k not in errors})
+    if errors:
+        raise ValidationError(errors)
+    if created_by is not None and not teaching_groups(created_by).filter(pk=group.pk).exists():
+        log.warning("block for group %s refused to %s: not one of their groups", group.name, created_by)
+        raise PermissionDenied(f"you may only make blocks for your own groups, not {group.name}")
+    members = list(group.user_set.filter(is_active=True).order_by("username")) if isinstance(group, Group) else []
+    with transaction.atomic():
+        block = BlockAllocation.objects.create(
+            name=name.strip(),
+            image=image,
+            group=group,
+            seats=seats,
+            start=start,
+            end=end,
+            weeks=weeks,
+            created_by=created_by,
+        )
+        for week in range(int(weeks)):
+            shift = timedelta(weeks=week)
+            for seat in range(int(seats)):
+                user = members[seat] if seat < len(members) else None
+                try:
+                    if image.max_concurrent is not None:  # seats are the instructor's: only the licence cap binds
+                        quotas.check_locked(None, image, start + shift, end + shift, vms.size_for(image))
+                    reserving.create(user, image, start + shift, end + shift, "", "", {}, block, week, actor=actor)
+                except ValidationError as exc:  # all or nothing: roll every claim back
+                    detail = "; ".join(exc.message_dict.get("start", exc.messages))
+                    raise ValidationError(
+                        {"seats": [f"week {week + 1}, seat {seat + 1} of {seats} does not fit: {detail}"]}
+                    ) from None
+        changelog.record(block, "create", actor, reason=f"{seats} seats × {weeks} weeks for {group.name}")
+    due = start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) <= now
+    if due:
+        for seat_id in block.seat_reservations.filter(occurrence=0).values_list("pk", flat=True):
+            reserving.provision(seat_id, "pre-provisioning a class seat", actor=actor)
+    return block
+
+
+def take_seat(user, block, now=None, *, actor):
+    """A member of the block's group takes a free seat of the current or next occurrence."""
+    now = now or timezone.now()
+    if block.canceled or not user.groups.filter(pk=block.group_id).exists():
+        raise ValidationError({"block": ["you are not in this class's group"]})
+    upcoming = block.seat_reservations.filter(status__in=Reservation.ACTIVE, end__gt=now).order_by("start", "pk")
+    held = upcoming.filter(user=user).first()
+    if held is not None:
+        return held
+    for seat in upcoming.filter(user__isnull=True):
+        with transaction.atomic():
+            if Reservation.objects.filter(pk=seat.pk, user__isnull=True).update(user=user):
+                if seat.vm_id:
+                    VM.objects.filter(pk=seat.vm_id).update(owner=user)
+                seat.refresh_from_db()
+                status.history(seat, f"seat taken by {user.get_username()}")
+                return seat
+    reserving.refused(user, block.image, {reserving.SEATS: 1}, now, group=block.group.name)
+    raise ValidationError({"block": ["every seat is taken"]})
+
+
+def block_usage(block, now=None):
+    now = now or timezone.now()
+    current = (
+        block.seat_reservations.filter(end__gt=now).order_by("occurrence").values_list("occurrence", flat=True).first()
+    )
+    seats = block.seat_reservations.filter(occurrence=current if current is not None else block.weeks - 1)
+    return {
+        "occurrence": (current or 0) + 1,
+        "seats": block.seats,
+        "taken": seats.filter(user__isnull=False).count(),
+        "ready": seats.filter(status=S.READY).count(),
+        "failed": seats.filter(status=S.FAILED).count(),
+    }
+
+
+def cancel_block(block, reason="block canceled", *, actor):
+    actor = Actor.of(actor)
+    BlockAllocation.objects.filter(pk=block.pk).update(canceled=True)
+    for seat in block.seat_reservations.filter(status__in=Reservation.ACTIVE):
+        try:
+            ending.end(seat, reason, actor=actor)
+        except Conflict:
+            pass

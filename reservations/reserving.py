@@ -1,0 +1,352 @@
+"""Accepting a reservation: the request checked (``validate``, ``check_fit``), the quotas counted
+under their locks, the capacity claimed for the whole window in the transaction that creates
+the row (``reserve``, ``create``), a refusal counted for the usage report (``refused``), and the
+build of its VM started on that claim (``provision``). Also the quota engine's holder for
+reservations (``holdings``)."""
+
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from capacity import preemption
+from capacity import services as capacity
+from core import changelog
+from core.changelog import Actor
+from jobs import services as jobs
+from jobs import transitions
+from placement import refusals as placement_reasons
+from placement.result import format_time
+from provisioning import quotas
+from provisioning import services as vms
+from reservations import logins, status, usage
+from reservations.models import Refusal, Reservation
+
+S = Reservation.Status
+START_GRACE = timedelta(minutes=2)  # a form filled in at 10:00 and sent at 10:01 still means "now"
+
+
+def holdings(window):
+    """The quota engine's holder for reservations (registered at start-up): each active one
+    overlapping the window, as ``(vcpus, memory_mib)``."""
+    rows = Reservation.objects.filter(status__in=Reservation.ACTIVE, end__gt=window.start)
+    if window.end is not None:  # None: open-ended (a staff VM's), every later one overlaps
+        rows = rows.filter(start__lt=window.end)
+    rows = window.narrow(rows, "reservation")
+    return rows.values_list("vcpus", "memory_mib")
+
+
+@dataclass
+class Fit:
+    """The answer to "would this fit?", in plain words for the form."""
+
+    fits: bool
+    message: str
+    earliest: object = None  # a datetime, or None (fits as asked, or never)
+    reasons: dict = field(default_factory=dict)
+
+    def as_dict(self):
+        return {
+            "fits": self.fits,
+            "message": self.message,
+            "earliest": self.earliest.isoformat() if self.earliest else None,
+            "reasons": self.reasons,
+        }
+
+
+def plain_refusal(result):
+    """A placement refusal in words a user understands."""
+    why = "; ".join(n for n in (placement_reasons.summarize(result.reasons), result.note) if n) or "no hosts"
+    return f"no host has room then ({why})"
+
+
+def _no_capacity_message(result, start):
+    text = plain_refusal(result)
+    fit = result.earliest_fit
+    if fit is not None and fit.start is not None:
+        return f"{text}; the earliest start that fits is {format_time(fit.start)} UTC"
+    return f"{text}; it does not fit at any time soon"
+
+
+def check_fit(image, start, end, **size):
+    """Would an ``image`` VM fit over ``[start, end)``? Writes nothing."""
+    from datetime import UTC, datetime
+
+    demand = vms.demand_for(image, vms.size_for(image, **size), start=start, end=end, purpose="check")
+    result = capacity.plan(replace(demand, rank=_rank(start)))
+    if result.ok:
+        woken = result.note.startswith(capacity.WAKE_NOTE)
+        return Fit(True, f"{result.note}" if woken else "fits: a host has room for the whole time")
+    suspending = capacity.preemption_note(result)
+    if suspending:
+        return Fit(True, suspending)
+    earliest = None
+    if result.earliest_fit is not None and result.earliest_fit.start is not None:
+        earliest = datetime.fromtimestamp(result.earliest_fit.start, UTC)
+    return Fit(False, _no_capacity_message(result, start), earliest, dict(result.reasons))
+
+
+class QuotaRefused(ValidationError):
+    """A request over a quota (internal to ``validate``: the usage report counts it)."""
+
+
+def validate(user, image, start, end, now=None, size=None, *, quota=True):
+    """Per-field errors for a reservation request (empty: acceptable, capacity aside).
+
+    ``quota`` False: the quotas are left out (``reserve`` counts them once, under their locks).
+    """
+    try:
+        return _validate(user, image, start, end, now, size, quota=quota)[0]
+    except QuotaRefused as exc:
+        return exc.message_dict
+
+
+def _validate(user, image, start, end, now=None, size=None, *, quota=True):
+    """``validate``'s errors, and the image's ``vms.usable`` (read once: the claim uses it too)."""
+    now = now or timezone.now()
+    errors = {}
+    usable = vms.usable(user, image)
+    # None: not the user's to use, or no variant; which of them is read again (a refusal).
+    if usable is None and user is not None and not vms.visible_images(user).filter(pk=image.pk).exists():
+        return {"image": ["no such image, or you may not use it"]}, None
+    if not image.active:
+        errors["image"] = [f"image {image.name} is inactive"]
+    elif usable is None:
+        errors["image"] = [f"image {image.name} cannot be run yet: it has no variant for any hypervisor"]
+    if start < now - START_GRACE:
+        errors["start"] = ["the start is in the past"]
+    elif start > now + timedelta(days=settings.RESERVATION_HORIZON_DAYS):
+        errors["start"] = [f"at most {settings.RESERVATION_HORIZON_DAYS} days ahead"]
+    if end <= start:
+        errors["end"] = ["the end must be after the start"]
+    if errors or not quota:
+        return errors, usable
+    quota = quotas.check(user, image, start, end, vms.size_for(image, **(size or {})))
+    if quota:
+        raise QuotaRefused(quota)
+    return {}, usable
+
+
+def reserve(
+    user, image, *, actor, start=None, end=None, duration=None, ssh_key="", request_key="", now=None, size=None
+):
+    """Accept a reservation and claim its capacity; returns it. ``ValidationError`` if refused.
+
+    ``start`` None: now. ``end`` or ``duration`` (a timedelta). ``request_key``: the form's one-time
+    key; submitting it again returns the first reservation instead of making a second.
+    """
+    actor = Actor.of(actor)
+    now = now or timezone.now()
+    if request_key:
+        existing = Reservation.objects.filter(user=user, request_key=request_key).first()
+        if existing is not None:
+            return existing
+    start = start or now
+    if end is None:
+        if duration is None:
+            raise ValidationError({"end": ["give an end or a duration"]})
+        end = start + duration
+    # The quotas are counted once, under their locks (check_locked), not also before them.
+    errors, usable = _validate(user, image, start, end, now, size, quota=False)
+    if errors:
+        raise ValidationError(errors)
+    start = max(start, now)  # within the grace period: "now" (capacity is claimed from now)
+    try:
+        # One transaction: the claim, the reservation and (when it starts now) its VM and build
+        # jobs commit together; a crash leaves either all of it or nothing. Its change-log rows,
+        # events and job log lines go in at its end, one INSERT per table.
+        with transaction.atomic(), transitions.batched():
+            try:
+                quotas.check_locked(user, image, start, end, vms.size_for(image, **(size or {})))
+            except ValidationError as exc:
+                raise QuotaRefused(exc.message_dict) from None
+            starts_now = start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) <= now
+            unsaved = status.Unsaved()
+            reservation = create(
+                user,
+                image,
+                start,
+                end,
+                ssh_key,
+                request_key,
+                size or {},
+                actor=actor,
+                rank=_rank(start, now),
+                unsaved=unsaved,
+                usable=usable,
+            )
+            if starts_now:  # the claim's host is known: so is the variant it runs
+                variant = usable.variant_on(getattr(reservation.allocation, "host_type", None))
+                provision(reservation, actor=actor, savepoint=False, unsaved=unsaved, variant=variant)
+            unsaved.write(reservation)
+    except NoRoom as exc:
+        refused(user, image, exc.reasons, now)
+        raise
+    except QuotaRefused as exc:
+        refused(user, image, {QUOTA: 1}, now)
+        raise ValidationError(exc.message_dict) from None
+    except IntegrityError:  # the same form, submitted twice at once: the other one won
+        existing = Reservation.objects.filter(user=user, request_key=request_key).first()
+        if request_key and existing is not None:
+            return existing
+        raise
+    return reservation
+
+
+def _rank(start, now=None):
+    """The priority class a reservation claims with: ``RESERVATION_PRIORITY`` when it starts now
+    (it may suspend runs of a lower class to make room), none for later (nothing is suspended
+    ahead of time: runs end, and a later one is placed where there is room then)."""
+    if start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) > (now or timezone.now()):
+        return None
+    return preemption.rank(settings.RESERVATION_PRIORITY)
+
+
+class NoRoom(ValidationError):
+    """A refusal for want of capacity; ``reasons``: hosts refused per reason code."""
+
+    def __init__(self, message, reasons):
+        super().__init__(message)
+        self.reasons = reasons
+
+
+# Refusals that are not for want of capacity, as the usage report counts them.
+QUOTA, SEATS = "quota", "seats_taken"
+
+
+def refused(user, image, reasons, now, group=None):
+    """Count the refusal for the usage report (outside the rolled-back reservation)."""
+    Refusal.objects.create(
+        at=now,
+        user=user,
+        image=image.name,
+        group=usage.group_of_user(user) if group is None else group,
+        reason=usage.top_reason(reasons),
+        reasons=reasons,
+    )
+
+
+def create(
+    user,
+    image,
+    start,
+    end,
+    ssh_key,
+    request_key,
+    size,
+    block=None,
+    occurrence=0,
+    *,
+    actor,
+    rank=None,
+    unsaved=None,
+    usable=None,
+):
+    """``unsaved``: a ``status.Unsaved`` keeping its writes after the INSERT (the caller writes them);
+    ``usable``: the image's ``vms.usable`` as the caller read it (else it is read here)."""
+    size = vms.size_for(image, **size)
+    reservation = Reservation.objects.create(
+        user=user,
+        image=image,
+        start=start,
+        end=end,
+        ssh_key=ssh_key.strip(),
+        request_key=request_key,
+        block=block,
+        occurrence=occurrence,
+        **size,
+    )
+    try:
+        demand = vms.demand_for(
+            image, size, start=start, end=end, purpose=f"reservation {reservation.pk}", usable=usable
+        )
+        allocation = capacity.claim(replace(demand, rank=rank), actor=actor, owner=user)
+    except capacity.NoCapacity as exc:
+        raise NoRoom({"start": [_no_capacity_message(exc.result, start)]}, dict(exc.result.reasons)) from None
+    except capacity.TryAgain as exc:
+        raise NoRoom({"start": [str(exc)]}, {"try_again": 1}) from None
+    pending = status.Unsaved() if unsaved is None else unsaved
+    pending.change(reservation, allocation=allocation, status=S.PENDING)
+    changelog.record(reservation, "create", actor, reason="reserved")
+    woken = f" ({allocation.placement_note})" if getattr(allocation, "placement_note", "") else ""
+    window = f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
+    host = getattr(allocation, "host_name", None) or allocation.host.name  # (as the claim checked it)
+    status.history(reservation, f"reserved on {host}{woken}, {window}", pending)
+    if unsaved is None:
+        pending.write(reservation)
+    return reservation
+
+
+SETTLE = "reservation.settle"
+
+
+def provision(reservation, reason="building the VM", *, actor, savepoint=True, unsaved=None, variant=None):
+    """Build the reservation's VM on its claim (a ``vm.create`` job; its last step settles the
+    reservation, ``settle_built``; a build that ends otherwise queues ``reservation.settle``
+    as it ends, ``settle_unbuilt``). A parked VM reused instead (``vm.reuse``) is followed by a
+    ``reservation.settle`` job waiting for it.
+
+    ``reservation``: an id, or the row as just written in the caller's transaction (``reserve``;
+    it is kept up to date in memory). ``savepoint`` False: the caller's transaction is all or
+    nothing anyway, so no savepoint of its own. ``unsaved``: the row was inserted in the
+    caller's transaction, which writes what is kept there (``status.Unsaved``) after this returns:
+    its status change, VM and history go there too (no conditional UPDATE: the row is the
+    caller's own, not yet visible to anyone). ``variant``: the id of the image's variant for
+    the claim's host, when the caller knows it (the VM is recorded with it).
+    """
+    with transaction.atomic(savepoint=savepoint):
+        # The guest is given the login at its first boot, so it is made before the VM (once: a
+        # retry keeps it); it is written with the status change.
+        known = reservation if isinstance(reservation, Reservation) else None
+        login = logins.fields_lacking(known) if known is not None else {}
+        if unsaved is not None:
+            unsaved.change(known, status=S.PROVISIONING, updated=timezone.now(), **login)
+            status.history(known, reason, unsaved)
+        else:
+            reservation = status.move(
+                reservation, (S.PENDING, S.PLACING), S.PROVISIONING, reason, savepoint=False, **login
+            )
+        if reservation is None:
+            return None
+        if known is None:
+            login = logins.fields_lacking(reservation)
+            Reservation.objects.filter(pk=reservation.pk).update(**login)
+            for name, value in login.items():
+                setattr(reservation, name, value)
+        reservation.attempts += 1
+        size = {"vcpus": reservation.vcpus, "memory_mib": reservation.memory_mib, "disk_gib": reservation.disk_gib}
+        common = {
+            "actor": actor,
+            "owner": reservation.user,
+            "image": reservation.image,
+            "name": f"res-{reservation.pk}",
+            "end": reservation.end,
+            "allocation": reservation.allocation,
+            "reason": f"reservation {reservation.pk}",
+        }
+        # Its claim suspended runs to make room (``reserve``): the build waits for their jobs' end.
+        waits = [(pk, []) for pk in getattr(reservation.allocation, "preempt_jobs", ())]
+        # The VM is set on the reservation before the reused one reads its login from it (on commit).
+        reused = vms.reuse_parked(size=size, **common, depends=waits) if reservation.image.revert_on_end else None
+        vm, job = reused or vms.request_vm(
+            **size, **common, checked=known is not None, savepoint=False, depends=waits, variant=variant
+        )
+        if unsaved is not None:
+            unsaved.change(reservation, vm=vm, attempts=reservation.attempts)
+        else:
+            reservation.vm = vm
+            reservation.save(update_fields=["vm", "attempts"])
+        if reused:
+            jobs.submit(
+                SETTLE,
+                {"reservation": reservation.pk},
+                actor=actor,
+                submitter=reservation.user,
+                reason=f"reservation {reservation.pk}: when {vm.key} is built",
+                depends=[(job, [])],
+                savepoint=False,
+            )
+    return job

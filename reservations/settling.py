@@ -1,0 +1,152 @@
+"""The reservation follows its VM's build: ``settle`` after a ``vm.create`` ended (ready, retried
+once on another host, or failed), ``settle_built`` in the build's last step, ``settle_unbuilt``
+when a build ends otherwise (a ``reservation.settle`` job queued). Idempotent."""
+
+from django.db import transaction
+from django.utils import timezone
+
+from capacity import services as capacity
+from core.changelog import Actor
+from jobs import services as jobs
+from jobs.models import Job
+from provisioning import services as vms
+from provisioning.models import VM
+from reservations import ending, idle, logins, reserving, status
+from reservations.models import Reservation
+
+S = Reservation.Status
+MAX_ATTEMPTS = 2  # a VM that fails to build is retried once on another host
+
+
+def settle(reservation_id, *, actor):
+    """After a ``vm.create`` ended: ready, retry on another host, or failed. Idempotent."""
+    return _settle(Reservation.objects.select_related("vm", "vm__host", "image").get(pk=reservation_id), actor=actor)
+
+
+BUILDING = (VM.State.STAGING, VM.State.DEFINING, VM.State.STARTING)
+
+
+def _settle(reservation, *, actor):
+    """``settle`` of the row as read (with its VM, the VM's host and its image)."""
+    vm = reservation.vm
+    if reservation.status != S.PROVISIONING or vm is None:
+        return {"status": reservation.status, "note": "nothing to settle"}
+    if vm.state == VM.State.RUNNING:
+        return _ready(reservation, vm, actor=actor)
+    if vm.state in BUILDING and not _build_pending(vm):
+        # Its build ended without finishing it or cleaning up (canceled between steps, given up
+        # after its workers or database sessions were lost): it may be half made on its host.
+        # In error it keeps its claims until the destroy queued here removes it (the build's own
+        # undo, which did not run); the reservation goes on as below.
+        vm = vms.cleanup_failed(vm.pk, f"its build ended with the VM {vm.state}", actor=actor)
+        why = f"reservation {reservation.pk}: its build ended unfinished"
+        jobs.submit("vm.destroy", {"vm": vm.pk}, actor=actor, submitter=reservation.user, reason=why)
+    elif vm.state == VM.State.REQUESTED and not _build_pending(vm):
+        # Given up before define (workers or database sessions lost at every attempt): nothing
+        # of it is on a host, so its claim goes back now, before a retry claims again.
+        vm = vms.fail_build(vm.pk, "its build was given up before it defined the VM", "build given up", actor=actor)
+    if vm.state in VM.LIVE and vm.state != VM.State.ERROR:  # still building (a settle run early): wait
+        return {"status": reservation.status, "vm": vm.state}
+    failed = [*reservation.failed_hosts, *([vm.host_id] if vm.host_id else [])]
+    why = vm.error or f"the VM ended {vm.state}"
+    if reservation.attempts >= MAX_ATTEMPTS or reservation.end <= timezone.now():
+        status.move(reservation.pk, S.PROVISIONING, S.FAILED, f"failed: {why}", error=why[:4000], failed_hosts=failed)
+        ending.release(reservation, "reservation failed", actor=actor)
+        return {"status": S.FAILED, "error": why}
+    return _retry_elsewhere(reservation, failed, why, actor=actor)
+
+
+def _build_pending(vm):
+    """Is a ``vm.create`` of this VM queued, waiting or running (its retry, its continuation)?"""
+    return Job.objects.filter(opcode="vm.create", params__vm=vm.pk).exclude(status__in=Job.FINAL).exists()
+
+
+def settle_built(vm, job_id, *, actor):
+    """A ``vm.create`` succeeded (``lifecycle.ON_BUILT``: in the transaction of its last step,
+    which ends it, holding the queue lock): its reservation turns ready there, with no job of
+    its own; both commit or neither does (a lost lease rolls both back)."""
+    rows = Reservation.objects.select_related("vm", "vm__host", "image").filter(vm_id=vm.pk, status=S.PROVISIONING)
+    reservation = idle.with_policy(rows).first()  # (its idle policy read with it, for its ready)
+    if reservation is not None:
+        _settle(reservation, actor=Actor(name=f"job {job_id}"))
+
+
+def settle_unbuilt(job):
+    """A ``vm.create`` ended other than in success (``transitions.on_end``: failed, canceled,
+    given up after lost workers; in the transaction that ends it): queue ``reservation.settle``
+    for the reservation it was building, then, so that it settles (retry elsewhere, or failed)
+    even if nothing else happens. (Its success settled it in its last step: ``settle_built``.)"""
+    if job.status == Job.Status.SUCCESS:
+        return
+    vm_id = Job.objects.filter(pk=job.id).values_list("params__vm", flat=True).first()
+    if not vm_id:
+        return
+    reservation = Reservation.objects.select_related("user").filter(vm_id=vm_id, status=S.PROVISIONING).first()
+    if reservation is None:  # an ad-hoc VM's, or its reservation has moved on
+        return
+    queued = Job.objects.filter(opcode=reserving.SETTLE, status__in=Job.PENDING, params__reservation=reservation.pk)
+    if queued.exists():  # (a continued build's child and parent both end: once is enough)
+        return
+    jobs.submit(
+        reserving.SETTLE,
+        {"reservation": reservation.pk},
+        actor=Actor(name=f"job {job.id}"),
+        submitter=reservation.user,
+        reason=f"reservation {reservation.pk}: its build, job {job.id}, ended {job.status}",
+        savepoint=False,
+    )
+
+
+def _retry_elsewhere(reservation, failed_hosts, why, *, actor):
+    """Claim again, avoiding the hosts that failed, and build again (once)."""
+    if (
+        status.move(
+            reservation.pk, S.PROVISIONING, S.PLACING, f"retrying on another host: {why}", failed_hosts=failed_hosts
+        )
+        is None
+    ):
+        return {"status": reservation.status}
+    start = max(reservation.start, timezone.now())
+    size = {"vcpus": reservation.vcpus, "memory_mib": reservation.memory_mib, "disk_gib": reservation.disk_gib}
+    demand = vms.demand_for(
+        reservation.image,
+        size,
+        start=start,
+        end=reservation.end,
+        purpose=f"reservation {reservation.pk}",
+        exclude_hosts=failed_hosts,
+    )
+    try:
+        with transaction.atomic():
+            allocation = capacity.claim(demand, actor=actor, owner=reservation.user)
+            Reservation.objects.filter(pk=reservation.pk).update(allocation=allocation)
+    except (capacity.NoCapacity, capacity.TryAgain) as exc:
+        text = reserving.plain_refusal(exc.result) if isinstance(exc, capacity.NoCapacity) else str(exc)
+        error = f"{why}; no other host for a retry: {text}"
+        status.move(reservation.pk, S.PLACING, S.FAILED, f"failed: {error}", error=error[:4000])
+        return {"status": S.FAILED, "error": error}
+    reserving.provision(reservation.pk, f"retrying on {allocation.host.name} after: {why}", actor=actor)
+    return {"status": S.PROVISIONING, "retry": True, "host": allocation.host_id}
+
+
+def _ready(reservation, vm, *, actor):
+    status.move(
+        reservation,
+        S.PROVISIONING,
+        S.READY,
+        f"ready on {vm.host.name if vm.host else '?'} at {vm.address or 'an unknown address'}",
+        savepoint=False,  # in the settle step's transaction, which catches nothing
+        **logins.fields_lacking(reservation),
+        **idle.arm(reservation, timezone.now()),
+        error="",
+    )
+    return {"status": S.READY, "vm": vm.pk, "address": vm.address}
+
+
+def build_job(reservation):
+    """The job building the reservation's current VM (None before building starts)."""
+    from jobs.models import Job
+
+    if not reservation.vm_id:
+        return None
+    return Job.objects.filter(opcode="vm.create", params__vm=reservation.vm_id).order_by("-id").first()
