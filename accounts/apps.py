@@ -18,6 +18,6 @@ class AccountsConfig(AppConfig):
 
         post_migrate.connect(access.ensure_roles, sender=self, dispatch_uid="accounts.access.roles")
         user_locked_out.connect(lockout.log_lockout, dispatch_uid="accounts.lockout.log")
-        topics.use_role_check(access.can)
+        topics.ROLE_CHECK.register(access.can)
         topics.register_builtin_topics()
-        consumers.check_tokens_with(tokens.is_live)
+        consumers.TOKEN_CHECK.register(tokens.is_live)

@@ -17,6 +17,7 @@ event once, replayed ones before live ones.
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -24,6 +25,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from core import events, metrics, topics
+from core.hooks import Hook
 from core.relay import _max_id, relay
 
 log = logging.getLogger(__name__)
@@ -31,17 +33,13 @@ log = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
 MAX_TOPICS = 50
 # ``is_live(token_id) -> bool``: does the API token a socket was opened with still work? The
-# accounts app registers it at start-up (``check_tokens_with``); without one, such a socket
-# closes at its first check.
-_TOKEN_CHECK = []
-
-
-def check_tokens_with(is_live):
-    _TOKEN_CHECK[:] = [is_live]
+# accounts app fills it at start-up; without one, such a socket closes at its first check.
+TOKEN_CHECK: Hook[Callable[[int], bool]] = Hook("core.consumers.TOKEN_CHECK", single=True)
 
 
 def _token_is_live(token_id):
-    return bool(_TOKEN_CHECK) and _TOKEN_CHECK[0](token_id)
+    is_live = TOKEN_CHECK.one()
+    return is_live is not None and is_live(token_id)
 
 
 class EventConsumer(AsyncJsonWebsocketConsumer):

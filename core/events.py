@@ -4,25 +4,36 @@
 when the change it describes is committed, in whichever process made it. The relay
 (``core.relay``) delivers committed rows to websocket subscribers.
 
-Listeners (``listen(kind, handler)``, ``"*"`` for every kind) are called with
+Listeners, registered by kind (``"*"`` for every kind) in an app's ``AppConfig.ready()`` as
+``events.LISTENERS.register(kind, events.Listener(handler))``, are called with
 ``(kind, data, topics, ids)`` inside that same transaction, once per emitted event: what
 follows from an event (a notification, a webhook delivery, a metric) is written or counted
 in one place and commits or rolls back with it. ``ids`` lists the outbox row id of each
-topic when the listener asked for them (``ids=True``), else None. Listeners must be cheap
-and must not fail: they run on every hot path that emits.
+topic when the listener asked for them (``Listener(handler, ids=True)``), else None. Listeners
+must be cheap and must not fail: they run on every hot path that emits.
 """
 
 import threading
+from collections.abc import Callable
 from datetime import timedelta
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
 from core import bulk
+from core.hooks import Hook
 from core.models import Event
 
-_LISTENERS = {}  # kind or "*" -> [(handler, wants_ids)]
+
+class Listener(NamedTuple):
+    handler: Callable
+    ids: bool = False  # wants the outbox row ids
+
+
+LISTENERS: Hook[Listener] = Hook("core.events.LISTENERS", keyed=True)
+_BY_KIND = LISTENERS.by_key  # kind or "*" -> (Listener, …): ``emit`` looks them up on its hot path
 _local = threading.local()  # .sink: a batch collecting this thread's events (see ``deferred_to``)
 
 
@@ -35,19 +46,8 @@ def deferred_to(sink):
     return previous
 
 
-def listen(kind, handler, *, ids=False):
-    """Call ``handler(kind, data, topics, ids)`` for each event of ``kind`` (``"*"``: all); idempotent."""
-    entries = _LISTENERS.setdefault(kind, [])
-    if all(existing is not handler for existing, _ in entries):
-        entries.append((handler, ids))
-
-
-def unlisten(kind, handler):
-    _LISTENERS[kind] = [entry for entry in _LISTENERS.get(kind, []) if entry[0] is not handler]
-
-
 def _listeners(kind):
-    return _LISTENERS.get(kind, []) + _LISTENERS.get("*", [])
+    return _BY_KIND.get(kind, ()) + _BY_KIND.get("*", ())
 
 
 def emit(kind, data, topics):
@@ -71,7 +71,7 @@ def emit_many(items, *, rows=True, first=None):
     """
     items = [(kind, data, list(dict.fromkeys(topics))) for kind, data, topics in items]
     flat = [(kind, data, topic) for kind, data, topics in items for topic in topics]
-    heard = [(item, _listeners(item[0])) for item in items] if _LISTENERS else []
+    heard = [(item, _listeners(item[0])) for item in items] if _BY_KIND else []
     heard = [(item, entries) for item, entries in heard if entries]
     ids = any(wants for _, entries in heard for _, wants in entries)
     if rows or (ids and not connection.features.can_return_rows_from_bulk_insert):  # (SQLite < 3.35)

@@ -1,33 +1,30 @@
 """Who may subscribe to which event topic.
 
 A topic is a dotted name: ``user.<id>`` (a user's own reservations and jobs), ``admin``
-(the dashboard), or one an app registers (``job.<id>``, ``hypervisor.<id>`` …). Each prefix
-maps to an authoriser ``(user, rest) -> bool``; a topic whose prefix nobody registered is
-refused. Authorisers run the ORM: call them from async code through
+(the dashboard), or one an app registers in ``AUTHORISERS`` (``job.<id>``, ``hypervisor.<id>`` …).
+Each prefix maps to an authoriser ``(user, rest) -> bool``; a topic whose prefix nobody
+registered is refused. Authorisers run the ORM: call them from async code through
 ``database_sync_to_async``.
 
-Roles are the accounts app's (``accounts.access.can``), a layer above: it hands its check here at
-start-up (``use_role_check``). Until it has, every topic that needs a role is refused.
+Roles are the accounts app's (``accounts.access.can``), a layer above: it fills ``ROLE_CHECK``
+at start-up. Until it has, every topic that needs a role is refused.
 """
 
 import re
+from collections.abc import Callable
 
-_AUTHORISERS = {}
-_ROLE_CHECK = []
+from core.hooks import Hook
+
+# prefix -> ``authoriser(user, rest) -> bool``: each app its topics, in its AppConfig.ready().
+AUTHORISERS: Hook[Callable[..., bool]] = Hook("core.topics.AUTHORISERS", keyed=True, single=True)
+# ``can(user, capability) -> bool`` answers for the authorisers below (accounts fills it).
+ROLE_CHECK: Hook[Callable[..., bool]] = Hook("core.topics.ROLE_CHECK", single=True)
 TOPIC_RE = re.compile(r"^[a-z][a-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")
 
 
-def register(prefix, authoriser):
-    _AUTHORISERS[prefix] = authoriser
-
-
-def use_role_check(can):
-    """``can(user, capability) -> bool`` answers for the authorisers below (accounts registers it)."""
-    _ROLE_CHECK[:] = [can]
-
-
 def _can(user, capability):
-    return bool(_ROLE_CHECK) and _ROLE_CHECK[0](user, capability)
+    can = ROLE_CHECK.one()
+    return can is not None and can(user, capability)
 
 
 def staff_only(user, rest):
@@ -49,7 +46,7 @@ def may_subscribe(user, topic):
     if not user.is_authenticated or not TOPIC_RE.match(topic) or len(topic) > 80:
         return False
     prefix, _, rest = topic.partition(".")
-    authoriser = _AUTHORISERS.get(prefix)
+    authoriser = AUTHORISERS.one(prefix)
     return bool(authoriser and authoriser(user, rest))
 
 
@@ -58,8 +55,8 @@ def _own_user_topic(user, rest):
 
 
 def register_builtin_topics():
-    register("user", _own_user_topic)
-    register("admin", cluster_readers)
+    AUTHORISERS.register("user", _own_user_topic)
+    AUTHORISERS.register("admin", cluster_readers)
 
 
 def user_topic(user_or_id):

@@ -10,8 +10,8 @@ class InventoryConfig(AppConfig):
         from core import topics
 
         # Live updates of one host or one chassis: operators and auditors.
-        topics.register("hypervisor", topics.cluster_readers)
-        topics.register("bladecenter", topics.cluster_readers)
+        topics.AUTHORISERS.register("hypervisor", topics.cluster_readers)
+        topics.AUTHORISERS.register("bladecenter", topics.cluster_readers)
         checks.register(credential_key_check, checks.Tags.security, deploy=True)
 
 

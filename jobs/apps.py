@@ -12,7 +12,7 @@ class JobsConfig(AppConfig):
         from core import topics
         from jobs import opcodes, tasks  # noqa: F401 (registers the built-in opcodes)
 
-        topics.register("job", _may_watch_job)
+        topics.AUTHORISERS.register("job", _may_watch_job)
         # Other apps register their opcodes in <app>/opcodes.py.
         autodiscover_modules("opcodes")
         post_spawn.connect(tasks.start_janitor, dispatch_uid="jobs.janitor")

@@ -12,5 +12,5 @@ class MonitoringConfig(AppConfig):
         from monitoring.collector import StateCollector
 
         metrics.register_collector(StateCollector())
-        events.listen("job.status", metrics.on_job_status)
+        events.LISTENERS.register("job.status", events.Listener(metrics.on_job_status))
         post_spawn.connect(worker_health.start, dispatch_uid="monitoring.worker_health")

@@ -12,6 +12,6 @@ class NotificationsConfig(AppConfig):
         from notifications import services, tasks
 
         for kind in services.RULES:
-            events.listen(kind, services.on_event, ids=True)
-        events.listen("*", services.on_any_event)
+            events.LISTENERS.register(kind, events.Listener(services.on_event, ids=True))
+        events.LISTENERS.register("*", events.Listener(services.on_any_event))
         post_spawn.connect(tasks.start_sender, dispatch_uid="notifications.sender")

@@ -1,16 +1,16 @@
 """What each event means for users' mail and for webhooks; preferences; webhook settings.
 
 The one place notifications come from is the event outbox (``core.events``): ``on_event``
-listens to the kinds in ``RULES`` and ``on_any_event`` to every kind a webhook wants, inside
-the transaction that emits the event. Each writes rows only (one INSERT); rendering and
-sending happen after commit in ``notifications.tasks``, so a broken template or a dead SMTP
-server never fails the action that emitted the event.
+listens to the kinds in ``RULES`` and ``on_any_event`` to every kind a webhook wants
+(``NotificationsConfig.ready`` registers both), inside the transaction that emits the event.
+Each writes rows only (one INSERT); rendering and sending happen after commit in
+``notifications.tasks``, so a broken template or a dead SMTP server never fails the action that emitted the event.
 
 A rule turns an event into ``(kind, key)``: the notification kind and the identity of the
 thing it tells (a reservation's VM being ready, its failure…). Recipients are the users whose
 ``user.<id>`` topic the event went to. The row's unique key is (key, user, kind): an event
 told twice (an extension re-announces "ready", a re-run job degrades again) mails once.
-Apps above or beside this one add rules with ``register(event_kind, rule)``.
+The rules are this app's own table: every kind it mails about is one below it.
 """
 
 import hashlib
@@ -21,7 +21,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from core import changelog, events, outbound
+from core import changelog, outbound
 from core.changelog import Actor
 from notifications.models import KIND_NAMES, Notification, Preference, Webhook, WebhookDelivery
 
@@ -62,12 +62,6 @@ RULES = {
     # A batch run's end (runs.services.set_state), to its owner's topic.
     "run.finished": lambda data, _id: ("run_finished", f"run.{data.get('id')}"),
 }
-
-
-def register(event_kind, rule):
-    """``rule(data, event_id) -> (kind, key) | None``; mails follow events of ``event_kind``."""
-    RULES[event_kind] = rule
-    events.listen(event_kind, on_event, ids=True)
 
 
 def on_event(kind, data, topics, ids):

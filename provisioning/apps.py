@@ -21,7 +21,7 @@ class VmsConfig(AppConfig):
         if services.in_use_reason not in inventory.IN_USE_CHECKERS:
             inventory.IN_USE_CHECKERS.append(services.in_use_reason)
         capacity.use_image_types(services.image_types)
-        topics.register("vm", services.may_see_vm)
-        topics.register("plan", topics.cluster_readers)
-        events.listen("job.status", plans.job_ended)
+        topics.AUTHORISERS.register("vm", services.may_see_vm)
+        topics.AUTHORISERS.register("plan", topics.cluster_readers)
+        events.LISTENERS.register("job.status", events.Listener(plans.job_ended))
         job_opcodes.VERIFY_CHECKS["hypervisors"] = verify.job_check

@@ -16,7 +16,7 @@ class ReservationsConfig(AppConfig):
         from provisioning.opcodes import lifecycle
         from reservations import services, tasks
 
-        topics.register("reservation", services.may_see)
+        topics.AUTHORISERS.register("reservation", services.may_see)
         quotas.register("reservation", services.holdings)
         verify.register_claim_holder(services.held_claims)
         if services.follow_claim not in capacity.ON_MOVED:

@@ -13,9 +13,9 @@ class RunsConfig(AppConfig):
         from provisioning import quotas
         from runs import services, tasks
 
-        topics.register("run", services.may_see)
+        topics.AUTHORISERS.register("run", services.may_see)
         quotas.register("run", services.holdings)
-        events.listen("job.status", services.job_ended)
-        events.listen("allocation.released", services.room_returned)
+        events.LISTENERS.register("job.status", events.Listener(services.job_ended))
+        events.LISTENERS.register("allocation.released", events.Listener(services.room_returned))
         preemption.register(preemption.Holder(services.preemptible, services.suspend_for, noun="run"))
         post_spawn.connect(tasks.on_worker_start, dispatch_uid="runs.housekeeping")
