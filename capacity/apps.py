@@ -10,9 +10,8 @@ class CapacityConfig(AppConfig):
         from capacity import services
         from inventory import services as inventory
 
-        inventory.IN_USE_CHECKERS.append(_live_allocations)
-        if services.claims_end not in inventory.CLAIMS_END:
-            inventory.CLAIMS_END.append(services.claims_end)
+        inventory.IN_USE_CHECKERS.register(_live_allocations)
+        inventory.CLAIMS_END.register(services.claims_end)
 
 
 def _live_allocations(hypervisor):

@@ -4,7 +4,7 @@ claims that may be suspended, and the plan of which to suspend (the pure core's 
 A demand of some class (``Demand.rank``) that fits nowhere may still fit once claims of a lower
 class are suspended: their VMs' memory saved to disk, their CPU and memory given back, their
 disk still claimed. What holds such claims (batch runs, a layer above) registers a ``Holder``
-in its ``AppConfig.ready()``:
+in ``HOLDERS`` in its ``AppConfig.ready()``:
 
 - ``candidates()`` → ``[(allocation id, host id, class)]``: the claims it would suspend now;
 - ``suspend(allocation ids, *, actor, reason)`` → the ids of the jobs after whose end their
@@ -19,10 +19,10 @@ machine a person is using is never suspended.
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from core.hooks import Hook
 from placement import preempt
 
 RANKS = {"low": 1, "batch": 2, "high": 3}  # runs' classes; reservations take one (RESERVATION_PRIORITY)
-HOLDERS = []
 
 
 class Gone(Exception):
@@ -37,6 +37,9 @@ class Holder:
     noun: str = "run"
 
 
+HOLDERS: Hook[Holder] = Hook("capacity.preemption.HOLDERS")
+
+
 @dataclass(frozen=True)
 class Found:
     """A preemption on a host: the core's answer, the host's id, the holder of each victim."""
@@ -47,11 +50,6 @@ class Found:
 
     def note(self):
         return self.plan.note()
-
-
-def register(holder):
-    if holder not in HOLDERS:
-        HOLDERS.append(holder)
 
 
 def rank(name):

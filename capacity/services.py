@@ -16,6 +16,7 @@ the same (a caller making several claims in one transaction) rolls back that att
 is retried like a full host.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -28,6 +29,7 @@ from capacity.models import Allocation
 from capacity.snapshot import snapshot
 from core import changelog, events, metrics
 from core.errors import Conflict
+from core.hooks import Hook
 from inventory import power as inventory_power
 from inventory.models import Hypervisor
 from jobs import services as jobs
@@ -38,9 +40,9 @@ MAX_ATTEMPTS = 5
 WAKE_NOTE = "fits after powering on host"  # a placement's note when a standby host would take it
 POWER_ON = "node.power_on"  # provisioning.opcodes.power (above this layer: by name)
 
-# Who else points at a claim (a reservation, above this layer) registers ``(old, new, actor)``
+# Who else points at a claim (a reservation, above this layer) registers ``(old, new, *, actor)``
 # in its ``AppConfig.ready()``; ``moved`` calls each, inside the transaction that moved it.
-ON_MOVED = []
+ON_MOVED: Hook[Callable[..., None]] = Hook("capacity.services.ON_MOVED")
 
 
 class Released(Conflict):
@@ -580,19 +582,16 @@ def _event(allocation):
     }
 
 
-_IMAGE_TYPES = []
-
-
-def use_image_types(lookup):
-    """``lookup(name, user) -> frozenset`` of an image's hypervisor types: images live in the
-    layer above, which registers it at start-up (provisioning's AppConfig.ready)."""
-    _IMAGE_TYPES[:] = [lookup]
+# ``lookup(name, user) -> frozenset`` of an image's hypervisor types: images live in the layer
+# above, which fills it at start-up (provisioning's AppConfig.ready).
+IMAGE_TYPES: Hook[Callable[..., frozenset]] = Hook("capacity.services.IMAGE_TYPES", single=True)
 
 
 def image_types(name, user=None):
     """The hypervisor types an image has variants for (placement restricts hosts to them);
     LookupError when there is no such image — or none ``user`` may use: the same answer, so
     restricted image names cannot be probed."""
-    if not _IMAGE_TYPES:
+    lookup = IMAGE_TYPES.one()
+    if lookup is None:
         raise LookupError(f"no image named {name!r} (no image catalogue is installed)")
-    return _IMAGE_TYPES[0](name, user)
+    return lookup(name, user)

@@ -5,16 +5,19 @@ why (``actor=``, keyword-only: a user, or an ``Actor`` such as ``Actor(name="cli
 as outbox rows in that same transaction. Invalid input raises Django's
 ``ValidationError`` (a dict of field → messages) and writes nothing.
 
-``IN_USE_CHECKERS`` lets other apps veto deleting a hypervisor: provisioning appends a
-function ``(hypervisor) -> str | None`` in its ``AppConfig.ready()`` that returns why the
-host is still in use (VMs running on it), or None. ``ON_STATE_CHANGE`` likewise: functions
-``(hypervisor, old_state, *, actor)`` called inside ``set_state``'s transaction (reservations
-submits the job that moves its future claims off a drained or offline host).
+The layers above extend it through hooks (``core.hooks``) they fill in their
+``AppConfig.ready()``: ``IN_USE_CHECKERS`` vetoes deleting a hypervisor (capacity and
+provisioning say why the host is still in use: live claims, VMs running on it), ``ON_STATE_CHANGE``
+follows a state change inside ``set_state``'s transaction (reservations submits the job that
+moves its future claims off a drained or offline host), ``CLAIMS_END`` says when what a host
+holds ends (capacity's claims).
 """
 
 import ipaddress
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import tablib
 from django.core.exceptions import ValidationError
@@ -24,6 +27,7 @@ from django.utils import timezone
 
 from core import bulk, changelog, events, outbound
 from core.errors import InUse
+from core.hooks import Hook
 from drivers import registry as drivers
 from inventory import formats
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
@@ -39,10 +43,12 @@ from inventory.resources import (
 )
 from inventory.validators import FIRST_SLOT, MAX_SLOTS, validate_name
 
-IN_USE_CHECKERS = []
-ON_STATE_CHANGE = []
-# ``(hypervisor_id) -> datetime``: when what the host holds ends (capacity registers its claims).
-CLAIMS_END = []
+# ``(hypervisor) -> str | None``: why the host is still in use, or None.
+IN_USE_CHECKERS: Hook[Callable[[Hypervisor], str | None]] = Hook("inventory.services.IN_USE_CHECKERS")
+# ``(hypervisor, old_state, *, actor)``: in set_state's transaction; raising rolls the change back.
+ON_STATE_CHANGE: Hook[Callable[..., None]] = Hook("inventory.services.ON_STATE_CHANGE")
+# ``(hypervisor_id) -> datetime``: when what the host holds ends.
+CLAIMS_END: Hook[Callable[[int], datetime]] = Hook("inventory.services.CLAIMS_END")
 
 HOST_FIELDS = [
     "name", "address", "driver", "uri", "credential", "blade_center", "slot", "group",

@@ -13,7 +13,7 @@ class JobsConfig(AppConfig):
         from jobs import opcodes, tasks  # noqa: F401 (registers the built-in opcodes)
 
         topics.AUTHORISERS.register("job", _may_watch_job)
-        # Other apps register their opcodes in <app>/opcodes.py.
+        # Other apps register their opcodes in <app>/opcodes.py (``@opcode`` fills registry.OPCODES).
         autodiscover_modules("opcodes")
         post_spawn.connect(tasks.start_janitor, dispatch_uid="jobs.janitor")
 

@@ -6,12 +6,14 @@ and register the same way (``<app>/opcodes.py`` is imported at start).
 """
 
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.db.models import Count, Q
 from django.utils import timezone
 from rest_framework import serializers
 
+from core.hooks import Hook
 from jobs import services
 from jobs.locks import EXCLUSIVE, SHARED
 from jobs.models import Gauge, Job, JobDependency, QueueSettings
@@ -153,7 +155,7 @@ class VerifyFailed(Exception):
 
 # Checks other apps add (name -> fn(job) returning {"problems": [...], ...}): the jobs layer may
 # not import them, so they register themselves (the VM app's hypervisor check, in its ready()).
-VERIFY_CHECKS = {}
+VERIFY_CHECKS: Hook[Callable[..., dict]] = Hook("jobs.opcodes.VERIFY_CHECKS", keyed=True, single=True)
 
 
 @opcode("cluster.verify", params=VerifyParams, locks=lambda p: [("cluster", SHARED)])

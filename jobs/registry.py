@@ -1,7 +1,7 @@
 """The opcode registry: an opcode name → the function that runs it, and what it needs.
 
-Register with the decorator, in a module Django imports at start (``<app>/opcodes.py`` is
-discovered automatically)::
+Register with the decorator (it fills the ``OPCODES`` hook), in a module Django imports at start
+(``<app>/opcodes.py`` is discovered automatically by the jobs app's ``ready()``)::
 
     class CreateParams(serializers.Serializer):
         vm = serializers.IntegerField(min_value=1)
@@ -32,8 +32,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from rest_framework import serializers
 
 from accounts import access
-
-_REGISTRY = {}
+from core.hooks import Hook
 
 
 class NoParams(serializers.Serializer):
@@ -57,14 +56,18 @@ class Opcode:
         return list(self.locks(params)) if self.locks else []
 
 
+OPCODES: Hook[Opcode] = Hook("jobs.registry.OPCODES", keyed=True, single=True)
+
+
 def opcode(name, *, params=None, locks=None, staff_only=True, description=None, capability=None):
     """Decorator: register ``func`` as the implementation of opcode ``name``."""
 
     def register(func):
-        if name in _REGISTRY and _REGISTRY[name].func is not func:
-            raise ValueError(f"opcode {name!r} is already registered by {_REGISTRY[name].func.__module__}")
+        known = OPCODES.one(name)
+        if known is not None and known.func is not func:
+            raise ValueError(f"opcode {name!r} is already registered by {known.func.__module__}")
         doc = (func.__doc__ or "").strip().splitlines()
-        _REGISTRY[name] = Opcode(
+        op = Opcode(
             name=name,
             func=func,
             params=params or NoParams,
@@ -75,6 +78,7 @@ def opcode(name, *, params=None, locks=None, staff_only=True, description=None, 
             capability=capability or ("operate" if staff_only else None),
             scope={"admin": "admin", None: "operate" if staff_only else "run"}.get(capability, "operate"),
         )
+        OPCODES.register(name, op)
         return func
 
     return register
@@ -83,23 +87,26 @@ def opcode(name, *, params=None, locks=None, staff_only=True, description=None, 
 def get(name):
     """The Opcode, or LookupError naming the known ones."""
     try:
-        return _REGISTRY[name]
-    except (KeyError, TypeError):
-        known = ", ".join(sorted(_REGISTRY)) or "none"
-        raise LookupError(f"unknown opcode {str(name)[:64]!r} (known: {known})") from None
+        found = OPCODES.one(name)
+    except TypeError:  # an unhashable name
+        found = None
+    if found is None:
+        known = ", ".join(sorted(op.name for op in OPCODES)) or "none"
+        raise LookupError(f"unknown opcode {str(name)[:64]!r} (known: {known})")
+    return found
 
 
 def registered(name):
-    return name in _REGISTRY
+    return OPCODES.one(name) is not None
 
 
 def all_opcodes():
-    return [_REGISTRY[name] for name in sorted(_REGISTRY)]
+    return sorted(OPCODES, key=lambda op: op.name)
 
 
 def may_submit(user, name):
     """May this user submit the opcode through an interface (web, API)?"""
-    op = _REGISTRY.get(name)
+    op = OPCODES.one(name)
     if not (op and user is not None and user.is_authenticated):
         return False
     return op.capability is None or access.can(user, op.capability)
@@ -107,7 +114,7 @@ def may_submit(user, name):
 
 def operator_opcodes():
     """The opcodes that need ``operate`` to submit: the cluster's jobs an operator sees."""
-    return [name for name, op in _REGISTRY.items() if op.capability == "operate"]
+    return [op.name for op in OPCODES if op.capability == "operate"]
 
 
 def clean_params(op, params):

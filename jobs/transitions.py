@@ -13,6 +13,7 @@ INSERT, the change-log rows and events in one more (PostgreSQL) or two (SQLite).
 """
 
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
 
 from django.db import connection, transaction
@@ -20,21 +21,16 @@ from django.utils import timezone
 
 from core import bulk, changelog, events
 from core.changelog import Actor
+from core.hooks import Hook
 from jobs.models import Job, JobDependency, JobLog, QueueSettings, update_returning
 
 S = Job.Status
 LEVEL_OF = {S.SUCCESS: "info", S.ERROR: "error", S.CANCELED: "warning"}
-# What follows the end of a job of an opcode, registered by the apps above (``on_end``):
+# What follows the end of a job of an opcode, registered by opcode by the apps above:
 # ``hook(job)`` (the lean job as it ended) in the transaction that ends it, holding the queue
 # lock, whichever way it ended: its run, a cancel, a failed dependency, a lost worker given up
 # on, its children's end. (Every end passes through ``settle``.)
-ON_END = {}
-
-
-def on_end(opcode, hook):
-    hooks = ON_END.setdefault(opcode, [])
-    if hook not in hooks:
-        hooks.append(hook)
+ON_END: Hook[Callable[[Job], None]] = Hook("jobs.transitions.ON_END", keyed=True)
 
 
 def topics(job_id, submitter_id):
@@ -304,7 +300,7 @@ def settle(job):
     work = [job]
     while work:
         done = work.pop()
-        for hook in ON_END.get(done.opcode, ()):
+        for hook in ON_END.for_key(done.opcode):
             hook(done)
         dependents = ()
         if done.has_dependents:  # (building the query costs even when it is not run)

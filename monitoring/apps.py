@@ -11,6 +11,6 @@ class MonitoringConfig(AppConfig):
         from monitoring import metrics, worker_health
         from monitoring.collector import StateCollector
 
-        metrics.register_collector(StateCollector())
+        metrics.COLLECTORS.register(StateCollector)
         events.LISTENERS.register("job.status", events.Listener(metrics.on_job_status))
         post_spawn.connect(worker_health.start, dispatch_uid="monitoring.worker_health")

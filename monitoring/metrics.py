@@ -2,20 +2,22 @@
 
 A scrape sums the counters every process of this machine wrote (``core.metrics``: prometheus_client's
 multiprocess mode) and adds the gauges of state (capacity, hosts, reservations, VMs, queue depth)
-read from the database at scrape time by collectors apps register (``register_collector``): the
+read from the database at scrape time by the collectors registered in ``COLLECTORS``: the
 same on every process and every machine.
 
-Jobs are counted from their ``job.status`` events (``core.events.listen``, registered by
+Jobs are counted from their ``job.status`` events (``core.events.LISTENERS``, registered by
 ``MonitoringConfig.ready``): the one module that moves jobs between states emits them, so nothing
 in the job system calls here. Observations are made after commit: a rolled-back transition
 counts nothing.
 """
 
+from collections.abc import Callable
 from datetime import datetime
 
 from django.db import transaction
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 
+from core.hooks import Hook
 from core.metrics import forget_dead_processes
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -30,13 +32,9 @@ JOB_FAILURES = Counter("vclmgr_job_failures_total", "Jobs that ended in error, b
 PROVISIONING = Histogram("vclmgr_provisioning_seconds", "vm.create run time (stage, define, boot, address).",
                          ["outcome"], buckets=_DURATIONS)  # fmt: skip
 
-_COLLECTORS = []
-
-
-def register_collector(collector):
-    """A prometheus_client collector (``collect()`` yielding metric families), run at each scrape."""
-    if collector not in _COLLECTORS:
-        _COLLECTORS.append(collector)
+# Makers of prometheus_client collectors (``collect()`` yielding metric families), each made and
+# run at every scrape: a class registers once however often ready() runs.
+COLLECTORS: Hook[Callable[[], object]] = Hook("monitoring.metrics.COLLECTORS")
 
 
 def render():
@@ -44,8 +42,8 @@ def render():
     forget_dead_processes()
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
-    for collector in _COLLECTORS:
-        registry.register(collector)
+    for make in COLLECTORS:
+        registry.register(make())
     return generate_latest(registry)
 
 

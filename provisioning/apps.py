@@ -14,14 +14,14 @@ class VmsConfig(AppConfig):
         from core import events, topics
         from inventory import services as inventory
         from jobs import opcodes as job_opcodes
-        from provisioning import plans, services, tasks, verify
+        from provisioning import plans, quotas, services, tasks, verify
 
         post_spawn.connect(tasks.on_worker_start, dispatch_uid="provisioning.facts_refresh")
 
-        if services.in_use_reason not in inventory.IN_USE_CHECKERS:
-            inventory.IN_USE_CHECKERS.append(services.in_use_reason)
-        capacity.use_image_types(services.image_types)
+        quotas.HOLDERS.register("vm", quotas.vm_holdings)  # its own: ad-hoc VMs
+        inventory.IN_USE_CHECKERS.register(services.in_use_reason)
+        capacity.IMAGE_TYPES.register(services.image_types)
         topics.AUTHORISERS.register("vm", services.may_see_vm)
         topics.AUTHORISERS.register("plan", topics.cluster_readers)
         events.LISTENERS.register("job.status", events.Listener(plans.job_ended))
-        job_opcodes.VERIFY_CHECKS["hypervisors"] = verify.job_check
+        job_opcodes.VERIFY_CHECKS.register("hypervisors", verify.job_check)

@@ -23,6 +23,7 @@ allotment (its seats are counted against the image's licence cap when the block 
 the seat counts among the member's holdings from then on.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -31,13 +32,17 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from core.hooks import Hook
 from provisioning.models import VM, Image, QuotaRule
 
 SITE = "the site default"
-_holders = {}
+# kind -> ``holdings(window)``: ``(vcpus, memory_mib)`` of each of ``kind`` held in the window, as
+# a ``values_list`` QuerySet (``held`` sends every holder's in one statement). Reservations and
+# runs, above this layer, fill it in their AppConfig.ready().
+HOLDERS: Hook[Callable[..., QuerySet]] = Hook("provisioning.quotas.HOLDERS", keyed=True, single=True)
 
 
 @dataclass(frozen=True)
@@ -63,15 +68,9 @@ class Window:
         return rows
 
 
-def register(kind, holdings):
-    """``holdings(window)`` → ``(vcpus, memory_mib)`` of each of ``kind`` held in the window, as a
-    ``values_list`` QuerySet (``held`` sends every holder's in one statement)."""
-    _holders[kind] = holdings
-
-
 def held(window):
     """What every holder holds over the window, in one statement (their rows, unioned)."""
-    rows = [holdings(window).order_by() for holdings in _holders.values()]
+    rows = [holdings(window).order_by() for holdings in HOLDERS]
     if not rows:
         return []
     return list(rows[0].union(*rows[1:], all=True)) if len(rows) > 1 else list(rows[0])
@@ -231,6 +230,3 @@ def vm_holdings(window):
         rows = rows.filter(Q(end__isnull=True) | Q(end__gt=window.start))
     rows = window.narrow(rows, "vm", user="owner_id", group="owner__groups")
     return rows.values_list("vcpus", "memory_mib")
-
-
-register("vm", vm_holdings)

@@ -14,6 +14,8 @@ idempotent: a repair done already answers with a note and changes nothing.
   registered in ``ON_GONE`` told (reservations ends its reservation with the reason).
 """
 
+from collections.abc import Callable
+
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -23,6 +25,7 @@ from django.utils import timezone
 from capacity import services as capacity
 from core import changelog
 from core.errors import Conflict
+from core.hooks import Hook
 from drivers import base
 from drivers import registry as drivers
 from inventory.models import Hypervisor
@@ -35,7 +38,7 @@ from provisioning.verify import CHECKED, OUR_KEY
 ACTIONS = ("adopt", "destroy", "drift", "absent")
 ADOPTED_IMAGE = "adopted"
 # ``(vm, reason, *, actor)``: a VM was found gone from its host (reservations ends its reservation).
-ON_GONE = []
+ON_GONE: Hook[Callable[..., None]] = Hook("provisioning.repair.ON_GONE")
 _STATE = {base.VMState.RUNNING: VM.State.RUNNING, base.VMState.SUSPENDED: VM.State.SUSPENDED}
 
 

@@ -940,7 +940,7 @@ def in_use_reason(host):
 
 def image_types(name, user=None):
     """The hypervisor types of the image ``name`` that ``user`` may use (capacity's what-if
-    placement asks through ``capacity.services.use_image_types``); LookupError otherwise."""
+    placement asks through ``capacity.services.IMAGE_TYPES``); LookupError otherwise."""
     images = Image.objects if user is None else Image.objects.visible_to(user)
     image = images.filter(name=name).first()
     if image is None:

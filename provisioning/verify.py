@@ -14,6 +14,7 @@ Only reads; the one repair is ``release_orphan_claim`` (an admin confirms it).
 """
 
 import re
+from collections.abc import Callable
 
 from django.db import transaction
 from django.db.models import Q
@@ -21,6 +22,7 @@ from django.db.models import Q
 from capacity import services as capacity
 from capacity.models import Allocation
 from core.errors import Conflict
+from core.hooks import Hook
 from drivers import base
 from drivers import registry as drivers
 from inventory.models import Hypervisor
@@ -30,15 +32,10 @@ OUR_KEY = re.compile(rf"^{re.escape(base.VM_KEY_PREFIX)}(\d+)$")
 # Defined on the host by now; staging/defining may not be yet, migrating is on two hosts at once.
 CHECKED = ("starting", "running", "stopped", "suspended", "error")
 KEEP_REPORTS = 100
-# What else holds a claim, as Q objects on Allocation, registered at start-up by the layers
-# above this one (reservations: its active reservations), so a claim nobody holds is an orphan.
-CLAIM_HOLDERS = []
-
-
-def register_claim_holder(holds):
-    """``holds()``: a Q on Allocation matching the claims its app holds."""
-    if holds not in CLAIM_HOLDERS:
-        CLAIM_HOLDERS.append(holds)
+# What else holds a claim, registered at start-up by the layers above this one (reservations:
+# its active reservations), so a claim nobody holds is an orphan. ``holds()``: a Q on Allocation
+# matching the claims its app holds.
+CLAIM_HOLDERS: Hook[Callable[[], Q]] = Hook("provisioning.verify.CLAIM_HOLDERS")
 
 
 def _finding(kind, message, **fields):

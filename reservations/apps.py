@@ -17,15 +17,11 @@ class ReservationsConfig(AppConfig):
         from reservations import services, tasks
 
         topics.AUTHORISERS.register("reservation", services.may_see)
-        quotas.register("reservation", services.holdings)
-        verify.register_claim_holder(services.held_claims)
-        if services.follow_claim not in capacity.ON_MOVED:
-            capacity.ON_MOVED.append(services.follow_claim)
-        if services.host_left_service not in inventory.ON_STATE_CHANGE:
-            inventory.ON_STATE_CHANGE.append(services.host_left_service)
-        if services.vm_gone not in repair.ON_GONE:
-            repair.ON_GONE.append(services.vm_gone)
-        if services.settle_built not in lifecycle.ON_BUILT:
-            lifecycle.ON_BUILT.append(services.settle_built)
-        transitions.on_end("vm.create", services.settle_unbuilt)
+        quotas.HOLDERS.register("reservation", services.holdings)
+        verify.CLAIM_HOLDERS.register(services.held_claims)
+        capacity.ON_MOVED.register(services.follow_claim)
+        inventory.ON_STATE_CHANGE.register(services.host_left_service)
+        repair.ON_GONE.register(services.vm_gone)
+        lifecycle.ON_BUILT.register(services.settle_built)
+        transitions.ON_END.register("vm.create", services.settle_unbuilt)
         post_spawn.connect(tasks.start_clock, dispatch_uid="reservations.clock")

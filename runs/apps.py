@@ -14,8 +14,8 @@ class RunsConfig(AppConfig):
         from runs import services, tasks
 
         topics.AUTHORISERS.register("run", services.may_see)
-        quotas.register("run", services.holdings)
+        quotas.HOLDERS.register("run", services.holdings)
         events.LISTENERS.register("job.status", events.Listener(services.job_ended))
         events.LISTENERS.register("allocation.released", events.Listener(services.room_returned))
-        preemption.register(preemption.Holder(services.preemptible, services.suspend_for, noun="run"))
+        preemption.HOLDERS.register(preemption.Holder(services.preemptible, services.suspend_for, noun="run"))
         post_spawn.connect(tasks.on_worker_start, dispatch_uid="runs.housekeeping")

@@ -3,6 +3,7 @@
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from django.conf import settings
@@ -10,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from capacity import services as capacity
+from core.hooks import Hook
 from drivers import base
 from drivers import registry as drivers
 from inventory.models import Hypervisor
@@ -38,7 +40,7 @@ RETRY_STEPS = ("claim", "define", "clean", "start", "address")  # a failure here
 # What follows from a vm.create's success, registered by the apps above (reservations: its
 # reservation turns ready): ``hook(vm, job_id, actor=)`` in the transaction that makes the VM
 # ready and ends the job, which holds the queue lock; rolled back with it if the lease was lost.
-ON_BUILT = []
+ON_BUILT: Hook[Callable[..., None]] = Hook("provisioning.opcodes.lifecycle.ON_BUILT")
 
 
 @opcode("vm.create", params=VMParams, locks=vm_lock, staff_only=False)

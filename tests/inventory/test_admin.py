@@ -135,11 +135,11 @@ def test_admin_registration_form_previews_then_registers(db, admin_client, group
     assert "already exists" in again
 
 
-def test_admin_offers_no_delete_for_a_host_in_use(db, admin_client, make_host, monkeypatch):
+def test_admin_offers_no_delete_for_a_host_in_use(db, admin_client, make_host):
     host = make_host(name="busy")
-    monkeypatch.setattr(services, "IN_USE_CHECKERS", [lambda hv: "VMs running"])
-    assert admin_client.get(f"/admin/inventory/hypervisor/{host.pk}/delete/").status_code == 403
+    with services.IN_USE_CHECKERS.replaced(lambda hv: "VMs running"):
+        assert admin_client.get(f"/admin/inventory/hypervisor/{host.pk}/delete/").status_code == 403
     assert Hypervisor.objects.filter(pk=host.pk).exists()
-    monkeypatch.setattr(services, "IN_USE_CHECKERS", [])
-    response = admin_client.post(f"/admin/inventory/hypervisor/{host.pk}/delete/", {"post": "yes"})
+    with services.IN_USE_CHECKERS.replaced():
+        response = admin_client.post(f"/admin/inventory/hypervisor/{host.pk}/delete/", {"post": "yes"})
     assert response.status_code == 302 and not Hypervisor.objects.filter(name="busy").exists()

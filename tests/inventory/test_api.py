@@ -189,10 +189,10 @@ def test_state_endpoint(db, api, admin_user, make_host, chassis):
     assert Hypervisor.objects.get(pk=host.pk).state == "drained"
 
 
-def test_delete_is_refused_while_the_host_is_in_use(db, api, admin_user, make_host, monkeypatch):
+def test_delete_is_refused_while_the_host_is_in_use(db, api, admin_user, make_host):
     host = make_host(name="busy")
-    monkeypatch.setattr(services, "IN_USE_CHECKERS", [lambda hv: "2 VMs running"])
-    response = api(admin_user).delete(f"/api/v1/hypervisors/{host.pk}/")
+    with services.IN_USE_CHECKERS.replaced(lambda hv: "2 VMs running"):
+        response = api(admin_user).delete(f"/api/v1/hypervisors/{host.pk}/")
     assert response.status_code == 409
     assert response.json()["error"]["message"] == "hypervisor busy is in use: 2 VMs running"
     assert Hypervisor.objects.filter(pk=host.pk).exists()

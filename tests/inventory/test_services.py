@@ -119,27 +119,20 @@ def test_state_changes_need_a_reason_and_are_logged_and_emitted(db, make_host, c
     assert services.set_state(host, "drained", "evacuating", actor=TEST) is False  # nothing new
 
 
-def test_delete_asks_the_in_use_checkers(db, make_host, monkeypatch, chassis):
+def test_delete_asks_the_in_use_checkers(db, make_host, chassis):
     busy = make_host(name="busy", blade_center=chassis, slot=3)
     idle = make_host(name="idle")
-    monkeypatch.setattr(
-        services,
-        "IN_USE_CHECKERS",
-        [
-            lambda hv: "3 VMs running" if hv.name == "busy" else None,
-            lambda hv: None,
-        ],
-    )
-    with pytest.raises(services.InUse, match="hypervisor busy is in use: 3 VMs running"):
-        services.delete_hypervisor(busy, actor=TEST)
-    assert Hypervisor.objects.filter(pk=busy.pk).exists()
-    idle_pk = idle.pk
-    services.delete_hypervisor(idle, actor=TEST, reason="decommissioned")
+    with services.IN_USE_CHECKERS.replaced(lambda hv: "3 VMs running" if hv.name == "busy" else None, lambda hv: None):
+        with pytest.raises(services.InUse, match="hypervisor busy is in use: 3 VMs running"):
+            services.delete_hypervisor(busy, actor=TEST)
+        assert Hypervisor.objects.filter(pk=busy.pk).exists()
+        idle_pk = idle.pk
+        services.delete_hypervisor(idle, actor=TEST, reason="decommissioned")
     assert not Hypervisor.objects.filter(pk=idle_pk).exists()
     change = ObjectChange.objects.filter(object_id=str(idle_pk), content_type__model="hypervisor").first()
     assert (change.action, change.reason) == ("delete", "decommissioned")
-    monkeypatch.setattr(services, "IN_USE_CHECKERS", [])
-    services.delete_hypervisor(busy, actor=TEST)
+    with services.IN_USE_CHECKERS.replaced():
+        services.delete_hypervisor(busy, actor=TEST)
     assert events_of(f"bladecenter.{chassis.pk}")[-1].data["slots"] == [
         {"slot": 3, "id": None, "name": None, "state": None}
     ]
@@ -281,22 +274,21 @@ def test_the_demo_step_registers_bc1_once(db):
     assert NodeGroup.objects.filter(name="lab").count() == 1
 
 
-def test_a_state_change_tells_the_registered_hooks_inside_its_transaction(db, make_host, monkeypatch):
+def test_a_state_change_tells_the_registered_hooks_inside_its_transaction(db, make_host):
     host = make_host(name="maint")
     seen = []
 
     def hook(hv, old_state, *, actor):
         seen.append((hv.name, old_state, hv.state, Hypervisor.objects.get(pk=hv.pk).state))
 
-    monkeypatch.setattr(services, "ON_STATE_CHANGE", [hook])
-    services.set_state(host, "drained", "new disks", actor=TEST)
-    services.set_state(host, "drained", "new disks", actor=TEST)  # nothing changed: no call
+    with services.ON_STATE_CHANGE.replaced(hook):
+        services.set_state(host, "drained", "new disks", actor=TEST)
+        services.set_state(host, "drained", "new disks", actor=TEST)  # nothing changed: no call
     assert seen == [("maint", "online", "drained", "drained")]
 
     def refuse(hv, old_state, *, actor):
         raise ValidationError({"state": ["the hook refused"]})
 
-    monkeypatch.setattr(services, "ON_STATE_CHANGE", [refuse])
-    with pytest.raises(ValidationError):
+    with services.ON_STATE_CHANGE.replaced(refuse), pytest.raises(ValidationError):
         services.set_state(host, "offline", "power", actor=TEST)
     assert Hypervisor.objects.get(pk=host.pk).state == "drained"  # the hook's failure rolls the change back
