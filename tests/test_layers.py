@@ -116,6 +116,66 @@ def wrong_directions():
                 yield f"{module} imports {imported} ({source} may not import {target})"
 
 
+# Calls that change a list, dict or set in place: ``inventory.IN_USE_CHECKERS.append(...)``.
+MUTATORS = {"append", "extend", "insert", "remove", "pop", "clear", "add", "discard", "update", "setdefault"}
+
+
+def _is_module(dotted):
+    path = ROOT.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _aliases(tree):
+    """Local name -> what it is bound to, for every import in the module (functions' too)."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):  # ``import a.b`` binds ``a``; ``import a.b as c`` binds a.b
+            bound.update((a.asname, a.name) if a.asname else (a.name.split(".")[0],) * 2 for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            bound.update((a.asname or a.name, f"{node.module}.{a.name}") for a in node.names)
+    return bound
+
+
+def _module_name(node, bound):
+    """``mod.NAME`` (``mod`` an imported module) or ``NAME`` imported from one -> ``mod.NAME``."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound:
+        module = bound[node.value.id]
+        return f"{module}.{node.attr}" if _is_module(module) else None
+    if isinstance(node, ast.Name) and node.id in bound:
+        dotted = bound[node.id]
+        return dotted if _is_module(dotted.rpartition(".")[0]) and not _is_module(dotted) else None
+    return None
+
+
+def written_names(path):
+    """Module-level names of other modules that this module rebinds, item-assigns or mutates."""
+    tree = ast.parse(path.read_text(), str(path))
+    bound = _aliases(tree)
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Assign | ast.Delete):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            targets = [node.func.value]
+        for target in targets:
+            # ``NAME = …`` after ``from mod import NAME`` only rebinds the local name.
+            local = isinstance(target, ast.Name) and isinstance(node, ast.Assign | ast.AnnAssign | ast.Delete)
+            while isinstance(target, ast.Subscript):  # ``mod.NAME[key] = …`` writes into mod.NAME
+                target, local = target.value, False
+            if not local and (name := _module_name(target, bound)):
+                yield name
+
+
+def foreign_writes():
+    for module, path in project_modules():
+        source = layer_of(module)
+        for name in written_names(path):
+            if layer_of(name) not in (None, source):
+                yield f"{module} writes {name} (a layer is extended through its hooks: core.hooks)"
+
+
 def test_every_module_belongs_to_a_layer():
     folders = {path.parent.name for path in ROOT.glob("*/__init__.py")}
     strays = [m for m, _ in project_modules() if m.split(".")[0] in folders and layer_of(m) is None]
@@ -124,6 +184,12 @@ def test_every_module_belongs_to_a_layer():
 
 def test_layers_import_only_downwards():
     assert sorted(set(wrong_directions())) == []
+
+
+def test_no_app_writes_into_another_apps_module():
+    # A layer is extended through the hooks it declares, registered in AppConfig.ready():
+    # never by appending to, item-assigning into or rebinding a name of another app's module.
+    assert sorted(set(foreign_writes())) == []
 
 
 @pytest.mark.parametrize(

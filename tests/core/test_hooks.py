@@ -79,3 +79,23 @@ def test_replaced_swaps_the_registrations_for_a_block_only(make_hook):
     with hook.replaced():
         assert not hook
     assert list(hook) == [one] and seen == {"a": (one,)}
+
+
+def test_every_hook_the_project_declares_is_filled_at_start_up():
+    # The site installs every app, so a hook still empty after Django's start-up is either dead
+    # or an app forgot to register in its ready() (the role and token checks would then refuse
+    # everyone, quietly).
+    declared = {hook.name: hook for hook in hooks.HOOKS if not hook.name.startswith("test.")}
+    assert {"core.topics.ROLE_CHECK", "core.consumers.TOKEN_CHECK", "capacity.services.IMAGE_TYPES"} <= set(declared)
+    assert [name for name, hook in declared.items() if not hook] == []
+
+
+def test_the_slots_are_filled_by_the_apps_above():
+    from accounts import access, tokens
+    from capacity import services as capacity
+    from core import consumers, topics
+    from provisioning import services as provisioning
+
+    assert topics.ROLE_CHECK.one() is access.can
+    assert consumers.TOKEN_CHECK.one() is tokens.is_live
+    assert capacity.IMAGE_TYPES.one() is provisioning.image_types
