@@ -137,14 +137,16 @@ def _aliases(tree):
 
 
 def _module_name(node, bound):
-    """``mod.NAME`` (``mod`` an imported module) or ``NAME`` imported from one -> ``mod.NAME``."""
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound:
-        module = bound[node.value.id]
-        return f"{module}.{node.attr}" if _is_module(module) else None
-    if isinstance(node, ast.Name) and node.id in bound:
-        dotted = bound[node.id]
-        return dotted if _is_module(dotted.rpartition(".")[0]) and not _is_module(dotted) else None
-    return None
+    """``mod.NAME`` (``mod`` an imported module) or ``NAME`` imported from one -> ``mod.NAME``;
+    None for anything else (a module itself, an attribute of a class or of another object)."""
+    attrs = []
+    while isinstance(node, ast.Attribute):
+        attrs.insert(0, node.attr)
+        node = node.value
+    if not (isinstance(node, ast.Name) and node.id in bound):
+        return None
+    dotted = ".".join([bound[node.id], *attrs])
+    return dotted if _is_module(dotted.rpartition(".")[0]) and not _is_module(dotted) else None
 
 
 def written_names(path):
@@ -228,3 +230,24 @@ def test_the_checker_sees_models_and_commands_named_across_layers(tmp_path):
     named = set(imports_of(bad))
     assert {"provisioning.models", "reservations.models", "provisioning.management.commands.plan"} <= named
     assert layer_of("django.core.management.commands.migrate") is None  # Django's own: no layer
+
+
+def test_the_checker_sees_a_write_into_another_module(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from inventory import services as inventory\n"
+        "from inventory.services import CLAIMS_END, ON_STATE_CHANGE\n"
+        "import jobs.opcodes\n"
+        "def ready(f):\n"
+        "    inventory.IN_USE_CHECKERS.append(f)\n"
+        "    jobs.opcodes.VERIFY_CHECKS['x'] = f\n"
+        "    CLAIMS_END[:] = [f]\n"
+        "    inventory.IN_USE_CHECKERS.register(f)  # a hook: fine\n"
+        "    inventory.update_hypervisor(f, actor=f)  # a function of the module, not a write\n"
+        "    ON_STATE_CHANGE = [f]  # a local name\n"
+    )
+    assert set(written_names(bad)) == {
+        "inventory.services.IN_USE_CHECKERS",
+        "inventory.services.CLAIMS_END",
+        "jobs.opcodes.VERIFY_CHECKS",
+    }
