@@ -8,7 +8,7 @@ Quota rules are plain rows and edited here (the form runs the rule's own checks)
 from django import forms
 from django.contrib import admin
 
-from provisioning import services
+from provisioning import revisions, services
 from provisioning.forms import ImageTagsMixin, guest_password_field
 from provisioning.models import VM, HostImage, Image, ImageVariant, Plan, QuotaRule
 
@@ -33,6 +33,8 @@ class ImageVariantInlineForm(forms.ModelForm):
             variant.set_guest_password("")
         elif self.cleaned_data.get("guest_password"):
             variant.set_guest_password(self.cleaned_data["guest_password"])
+        if variant.revision_id is None:  # a variant added here joins the production revision
+            variant.revision = revisions.production_for_variant(variant.image, actor="admin")
         if commit:
             variant.save()
         return variant
@@ -43,6 +45,7 @@ class ImageVariantInline(admin.TabularInline):
     form = ImageVariantInlineForm
     extra = 0
     fields = [
+        "revision",
         "hypervisor_type",
         "format",
         "location",
@@ -52,7 +55,7 @@ class ImageVariantInline(admin.TabularInline):
         "guest_password",
         "has_guest_password",
     ]
-    readonly_fields = ["has_guest_password"]
+    readonly_fields = ["revision", "has_guest_password"]
 
     @admin.display(boolean=True, description="guest password set")
     def has_guest_password(self, obj):

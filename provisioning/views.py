@@ -59,7 +59,7 @@ def _flash_errors(request, errors):
 def image_list(request):
     visible = services.visible_images(request.user)
     form = ImageFilterForm(request.GET or None, images=visible)
-    images = form.filter(visible).select_related("parent").prefetch_related("variants").order_by("name")
+    images = services.with_production_variants(form.filter(visible).select_related("parent")).order_by("name")
     page = Paginator(images, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -69,7 +69,7 @@ def image_list(request):
 @login_required
 def image_detail(request, pk):
     visible = services.visible_images(request.user)
-    image = _get(visible.select_related("parent").prefetch_related("variants", "groups"), pk)
+    image = _get(services.with_production_variants(visible.select_related("parent").prefetch_related("groups")), pk)
     context = {
         "image": image,
         "derived": visible.filter(parent=image).order_by("name"),

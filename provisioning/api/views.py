@@ -61,7 +61,8 @@ class ImageViewSet(viewsets.ModelViewSet):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return Image.objects.none()
-        return services.visible_images(self.request.user).prefetch_related("variants", "groups").order_by("name")
+        images = services.visible_images(self.request.user).prefetch_related("groups")
+        return services.with_production_variants(images).order_by("name")
 
     def perform_create(self, serializer):
         data = dict(serializer.validated_data)
