@@ -26,6 +26,7 @@ def variants_back(apps, schema_editor):
         ImageVariant.objects.values("image__name", "hypervisor_type")
         .annotate(n=models.Count("pk"))
         .filter(n__gt=1)
+        .order_by("image__name", "hypervisor_type")
         .first()
     )
     if twice:
