@@ -1,4 +1,4 @@
-"""Admin for images, variants, the host image cache, VMs and quota rules.
+"""Admin for images, their revisions and variants, the host image cache, VMs and quota rules.
 
 Images and variants are written through the services (change log). VMs are read-only here:
 their state changes only through jobs, so the hypervisor and the database never disagree.
@@ -10,7 +10,7 @@ from django.contrib import admin
 
 from provisioning import revisions, services
 from provisioning.forms import ImageTagsMixin, guest_password_field
-from provisioning.models import VM, HostImage, Image, ImageVariant, Plan, QuotaRule
+from provisioning.models import VM, HostImage, Image, ImageRevision, ImageVariant, Plan, QuotaRule
 
 
 class ImageVariantInlineForm(forms.ModelForm):
@@ -92,6 +92,22 @@ class ImageAdmin(admin.ModelAdmin):
 
     def delete_model(self, request, obj):
         services.delete_image(obj, actor=request.user, reason="admin")
+
+
+@admin.register(ImageRevision)
+class ImageRevisionAdmin(admin.ModelAdmin):
+    """Read-only: revisions change through the image's page, the API or ``manage.py revision``."""
+
+    list_display = ["image", "number", "state", "created_by", "created", "comment"]
+    list_filter = ["state"]
+    search_fields = ["image__name", "comment"]
+    readonly_fields = [field.name for field in ImageRevision._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(HostImage)

@@ -16,7 +16,7 @@ revision are decided under it) and writes the change log.
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import F, Max
+from django.db.models import F, Max, ProtectedError, Q
 
 from core import changelog, events
 from core.errors import Conflict, InUse
@@ -120,7 +120,7 @@ def delete_revision(revision, *, actor, reason=""):
             raise InUse(f"{name} is in use by {used}")
         copies = _copies_to_remove(revision)
         # Destroyed VMs keep their history in the change log; they stop pointing at the rows.
-        VM.objects.filter(revision=revision, state__in=DONE).update(revision=None, variant=None)
+        _vms_of(revision).filter(state__in=DONE).update(revision=None, variant=None)
         changelog.record(revision, "delete", actor, reason=reason)
         submitted = [
             jobs.submit(
@@ -134,16 +134,21 @@ def delete_revision(revision, *, actor, reason=""):
         ]
         try:
             revision.delete()
-        except IntegrityError:  # a VM row made meanwhile; the lock makes this rare
+        except (IntegrityError, ProtectedError):  # a VM given one of its variants meanwhile
             raise InUse(f"{name} is in use") from None
         events.emit("image.updated", _event(revision), ["admin"])
     return submitted
 
 
 def in_use(revision):
-    """What still uses ``revision`` (words), or "" : VMs built from it that are not gone."""
-    count = VM.objects.filter(revision=revision).exclude(state__in=DONE).count()
+    """What still uses ``revision`` (words), or "": VMs built (or to be built) from it that are not gone."""
+    count = _vms_of(revision).exclude(state__in=DONE).count()
     return f"{count} VMs" if count else ""
+
+
+def _vms_of(revision):
+    # A reservation's VM is given its variant when requested, and its revision when placed.
+    return VM.objects.filter(Q(revision=revision) | Q(variant__revision=revision))
 
 
 def _copies_to_remove(revision):

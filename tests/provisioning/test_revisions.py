@@ -183,3 +183,12 @@ def test_parked_vms_of_an_old_revision_are_not_handed_on(sim_host, image, alice,
     assert list(services.parked(image)) == [VM.objects.get(pk=vm.pk)]
     revisions.make_production(second_revision(image), actor="test")
     assert list(services.parked(image)) == []
+
+
+def test_a_vm_requested_with_a_revisions_variant_holds_it(image, alice):
+    old = revisions.production(image)
+    # As a reservation does: the variant is picked with the claim, the revision written when built.
+    services.request_vm(actor=alice, owner=alice, image=image, variant=old.variants.get().pk)
+    revisions.make_production(second_revision(image), actor="test")
+    with pytest.raises(InUse, match="in use by 1 VMs"):
+        revisions.delete_revision(old, actor="test")
