@@ -12,7 +12,7 @@ from provisioning.models import VM
 from tests.provisioning.test_vmware import act, esx_host, run, vmdk_image  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slow
-MARK = "debian11_64Guest"  # the guest id given to revision 2's template only: a clone inherits it
+MARK = "ubuntu64Guest"  # the guest id given to revision 2's template only: a clone inherits it
 
 
 def build(image, owner, sync_jobs):
