@@ -93,9 +93,12 @@ class ImageSerializer(RefuseUnknownFields, serializers.ModelSerializer):
         read_only_fields = ["created", "updated"]
 
     def get_variants(self, image) -> list[dict]:
+        """The production revision's (``services.with_production_variants`` read them with the list;
+        an image just written, whose prefetch DRF drops, reads them here)."""
+        rows = getattr(image, "_prefetched_objects_cache", {}).get("variants")
         return [
             {"hypervisor_type": v.hypervisor_type, "format": v.format, "size_gib": v.size_gib}
-            for v in image.variants.all()
+            for v in (rows if rows is not None else image.variants.production())
         ]
 
 

@@ -100,3 +100,11 @@ def test_bad_input_is_refused_with_the_field(api, admin_user, image, lab):
             continue
         assert response.status_code == 400 and field in str(response.json()), (body, response.json())
     assert image.revisions.count() == 2
+
+
+def test_an_image_shows_its_production_variants_only(api, admin_user, image):
+    revisions.add_revision(image, actor="test", variants=[{**DISK, "format": "sim"}])
+    client = api(admin_user)
+    listed = client.get("/api/v1/images/").json()["results"][0]["variants"]
+    updated = client.patch(f"/api/v1/images/{image.pk}/", {"description": "new"}, format="json").json()["variants"]
+    assert listed == updated == [{"hypervisor_type": "sim", "format": "sim", "size_gib": 2}]
