@@ -300,6 +300,12 @@ class Driver:
     def stage_image(self, image: ImageVariantSpec) -> str:
         raise NotImplementedError
 
+    def unstage_image(self, location) -> bool:
+        """Remove the copy of an image that ``stage_image`` made and answered ``location`` for;
+        False when it is not there (any more). Never the library's own source (a template, a
+        disk that was on the host's storage already): callers pass only copies."""
+        raise NotImplementedError
+
     # lifecycle
     def create(self, spec: VMSpec) -> VMInfo:
         raise NotImplementedError

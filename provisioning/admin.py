@@ -1,4 +1,4 @@
-"""Admin for images, variants, the host image cache, VMs and quota rules.
+"""Admin for images, their revisions and variants, the host image cache, VMs and quota rules.
 
 Images and variants are written through the services (change log). VMs are read-only here:
 their state changes only through jobs, so the hypervisor and the database never disagree.
@@ -8,9 +8,9 @@ Quota rules are plain rows and edited here (the form runs the rule's own checks)
 from django import forms
 from django.contrib import admin
 
-from provisioning import services
+from provisioning import revisions, services
 from provisioning.forms import ImageTagsMixin, guest_password_field
-from provisioning.models import VM, HostImage, Image, ImageVariant, Plan, QuotaRule
+from provisioning.models import VM, HostImage, Image, ImageRevision, ImageVariant, Plan, QuotaRule
 
 
 class ImageVariantInlineForm(forms.ModelForm):
@@ -33,6 +33,8 @@ class ImageVariantInlineForm(forms.ModelForm):
             variant.set_guest_password("")
         elif self.cleaned_data.get("guest_password"):
             variant.set_guest_password(self.cleaned_data["guest_password"])
+        if variant.revision_id is None:  # a variant added here joins the production revision
+            variant.revision = revisions.production_for_variant(variant.image, actor="admin")
         if commit:
             variant.save()
         return variant
@@ -43,6 +45,7 @@ class ImageVariantInline(admin.TabularInline):
     form = ImageVariantInlineForm
     extra = 0
     fields = [
+        "revision",
         "hypervisor_type",
         "format",
         "location",
@@ -52,7 +55,7 @@ class ImageVariantInline(admin.TabularInline):
         "guest_password",
         "has_guest_password",
     ]
-    readonly_fields = ["has_guest_password"]
+    readonly_fields = ["revision", "has_guest_password"]
 
     @admin.display(boolean=True, description="guest password set")
     def has_guest_password(self, obj):
@@ -89,6 +92,22 @@ class ImageAdmin(admin.ModelAdmin):
 
     def delete_model(self, request, obj):
         services.delete_image(obj, actor=request.user, reason="admin")
+
+
+@admin.register(ImageRevision)
+class ImageRevisionAdmin(admin.ModelAdmin):
+    """Read-only: revisions change through the image's page, the API or ``manage.py revision``."""
+
+    list_display = ["image", "number", "state", "created_by", "created", "comment"]
+    list_filter = ["state"]
+    search_fields = ["image__name", "comment"]
+    readonly_fields = [field.name for field in ImageRevision._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(HostImage)

@@ -105,6 +105,12 @@ class VariantForm(forms.ModelForm):
         fields = list(services.VARIANT_FIELDS)
 
 
+class RevisionForm(VariantForm):
+    """A new revision with one disk (more are added through the API or ``manage.py revision``)."""
+
+    comment = forms.CharField(required=False, max_length=2000, help_text="What changed, for whoever rolls back.")
+
+
 class ActionForm(forms.Form):
     action = forms.ChoiceField(choices=[(a, a) for a in (*services.ACTIONS, "snapshot", "revert")])
     name = forms.CharField(max_length=100, required=False)

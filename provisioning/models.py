@@ -1,16 +1,20 @@
 """The image library, the host image cache and virtual machines.
 
-An ``Image`` is what users pick; it has one ``ImageVariant`` per hypervisor type, because
-images are not portable across hypervisors. ``HostImage`` records which variant is cached on
-which host (staging it is done once per host, and throttled). A ``VM`` is the database's view
-of one virtual machine; the hypervisor knows it by ``key`` (``vcl-<id>``). ``QuotaRule`` rows
-limit what the members of a group may hold at once (reservations and VMs, ``quotas.py``).
+An ``Image`` is what users pick. It has numbered ``ImageRevision`` rows (Apache VCL's model):
+one is ``production`` (what new VMs are built from), the others are ``testing`` or ``retired``.
+A revision has one ``ImageVariant`` per hypervisor type, because images are not portable
+across hypervisors; a VM records the revision it was built from and keeps it. ``HostImage``
+records which variant is cached on which host (staging it is done once per host, and
+throttled). A ``VM`` is the database's view of one virtual machine; the hypervisor knows it by
+``key`` (``vcl-<id>``). ``QuotaRule`` rows limit what the members of a group may hold at once
+(reservations and VMs, ``quotas.py``).
 """
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.utils import timezone
 from taggit.managers import TaggableManager
 
 from accounts import access
@@ -116,12 +120,57 @@ class Image(models.Model):
         return self.name
 
 
+class ImageRevision(models.Model):
+    """One numbered version of an image: its disks (``variants``), who made it, when, from
+    which revision, why. At most one revision of an image is ``production``; making another
+    one production is the roll-back (or forward), and the one it replaces becomes ``testing``
+    (``provisioning.revisions``). ``retired``: kept for the VMs still built from it, never
+    offered again unless made production."""
+
+    class State(models.TextChoices):
+        TESTING = "testing", "testing"
+        PRODUCTION = "production", "production"
+        RETIRED = "retired", "retired"
+
+    image = models.ForeignKey(Image, on_delete=models.CASCADE, related_name="revisions")
+    number = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    state = models.CharField(max_length=12, choices=State.choices, default=State.TESTING)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created = models.DateTimeField(default=timezone.now, editable=False)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children", help_text="Made from."
+    )
+    comment = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["image", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["image", "number"], name="imagerevision_number"),
+            models.UniqueConstraint(
+                fields=["image"], condition=models.Q(state="production"), name="imagerevision_one_production"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.image.name} r{self.number} ({self.state})"
+
+
+class ImageVariantQuerySet(models.QuerySet):
+    def production(self):
+        """The variants of their images' production revisions (what new VMs are built from)."""
+        return self.filter(revision__state=ImageRevision.State.PRODUCTION)
+
+
 class ImageVariant(models.Model):
-    """The image in the form one hypervisor type runs (``sim`` runs any format)."""
+    """A revision of the image in the form one hypervisor type runs (``sim`` runs any format).
+    ``image`` is the revision's image, kept on the row so that image-level reads need no join."""
 
     HV_TYPES = drivers.HV_TYPE_CHOICES  # one per hypervisor type of the driver registry
 
     image = models.ForeignKey(Image, on_delete=models.CASCADE, related_name="variants")
+    revision = models.ForeignKey(ImageRevision, on_delete=models.CASCADE, related_name="variants")
     hypervisor_type = models.CharField(max_length=20, choices=HV_TYPES)
     format = models.CharField(max_length=10, choices=[(f, f) for f in FORMATS])
     location = models.CharField(max_length=1000, help_text="Path, file:// or http(s):// URL, or template name.")
@@ -135,10 +184,12 @@ class ImageVariant(models.Model):
     encrypted_guest_password = models.TextField(blank=True, editable=False)
     created = models.DateTimeField(auto_now_add=True)
 
+    objects = ImageVariantQuerySet.as_manager()
+
     class Meta:
-        ordering = ["image", "hypervisor_type"]
+        ordering = ["image", "revision", "hypervisor_type"]
         constraints = [
-            models.UniqueConstraint(fields=["image", "hypervisor_type"], name="imagevariant_one_per_type"),
+            models.UniqueConstraint(fields=["revision", "hypervisor_type"], name="imagevariant_one_per_type"),
         ]
 
     def __str__(self):
@@ -211,6 +262,9 @@ class VM(models.Model):
     name = models.CharField(max_length=100, blank=True)
     image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="vms")
     variant = models.ForeignKey(ImageVariant, null=True, blank=True, on_delete=models.PROTECT, related_name="vms")
+    # The image's revision it is built from (the production one when it was requested): a
+    # rebuild, repair or reuse keeps it, whatever is production since.
+    revision = models.ForeignKey(ImageRevision, null=True, blank=True, on_delete=models.PROTECT, related_name="vms")
     host = models.ForeignKey(
         "inventory.Hypervisor", null=True, blank=True, on_delete=models.PROTECT, related_name="vms"
     )

@@ -19,7 +19,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import FilteredRelation, ProtectedError, Q, RestrictedError
+from django.db.models import FilteredRelation, Prefetch, ProtectedError, Q, RestrictedError
 from django.utils import timezone
 
 from accounts import access
@@ -32,7 +32,7 @@ from drivers.base import vm_key
 from jobs import kept_records
 from jobs import services as jobs
 from jobs.models import Job
-from provisioning import quotas
+from provisioning import quotas, revisions
 from provisioning.models import VM, HostImage, Image, ImageVariant
 
 IMAGE_FIELDS = (
@@ -74,8 +74,9 @@ class Usable:
 
 def usable(user, image):
     """``Usable`` of ``image`` for ``user`` (None: the system), read in one statement; None
-    when the user may not use it, or it has no variant (the caller tells which, if it cares)."""
-    variants = ImageVariant.objects.filter(image_id=image.pk)
+    when the user may not use it, or it has no variant (the caller tells which, if it cares).
+    The variants are those of the image's production revision (what new VMs are built from)."""
+    variants = ImageVariant.objects.production().filter(image_id=image.pk)
     if user is not None:
         variants = variants.filter(image__in=visible_images(user).values("pk"))
     staged = FilteredRelation("cached_on", condition=Q(cached_on__state=HostImage.State.STAGED))
@@ -84,6 +85,12 @@ def usable(user, image):
     if not rows:
         return None
     return Usable(frozenset(h for h, *_ in rows if h is not None), {kind: pk for _, kind, pk in rows})
+
+
+def with_production_variants(images):
+    """``images`` with their production revisions' variants read in one more query: on
+    each, ``variants.all()`` is those (what new VMs are built from)."""
+    return images.prefetch_related(Prefetch("variants", queryset=ImageVariant.objects.production()))
 
 
 def pick_variant(variants, host_type):
@@ -231,8 +238,9 @@ def delete_image(image, reason="", *, actor):
         raise InUse(f"image {image.name} is used by {held}; deactivate it instead") from None
 
 
-def add_variant(image, reason="", *, actor, guest_password="", **fields):
-    """A new variant of ``image``. ``guest_password``: the password of its ``guest_username``
+def add_variant(image, reason="", *, actor, guest_password="", revision=None, **fields):
+    """A new variant of ``image``, in ``revision`` (default: the production revision; an image
+    without revisions gets its first). ``guest_password``: the password of its ``guest_username``
     (VMware guest operations), stored encrypted and never shown again."""
     unknown = set(fields) - set(VARIANT_FIELDS)
     if unknown:
@@ -241,15 +249,16 @@ def add_variant(image, reason="", *, actor, guest_password="", **fields):
     _check_guest_login(variant.guest_username, guest_password)
     variant.set_guest_password(guest_password or "")
     _check_variant(variant)
-    _validate(variant, exclude=["image"])
+    _validate(variant, exclude=["image", "revision"])
     changes = {"guest_password": ["***", "***"]} if guest_password else None
     try:
         with transaction.atomic():
+            variant.revision = revision or revisions.production_for_variant(image, actor=actor)
             variant.save()
             changelog.record(variant, "create", actor, changes, reason=reason)
     except IntegrityError:
         raise ValidationError(
-            {"hypervisor_type": [f"{image.name} already has a {variant.hypervisor_type} variant"]}
+            {"hypervisor_type": [f"{variant.revision} already has a {variant.hypervisor_type} variant"]}
         ) from None
     return variant
 
@@ -390,7 +399,7 @@ def request_vm(
         errors["image"] = ["no such image, or you may not use it"]
     elif not image.active:
         errors["image"] = [f"image {image.name} is inactive"]
-    elif not image.variants.exists():
+    elif not image.variants.production().exists():
         errors["image"] = [f"image {image.name} has no variant for any hypervisor"]
     size = size_for(image, vcpus, memory_mib, disk_gib)
     for field, low in (
@@ -532,6 +541,8 @@ def parked(image, host=None, size=None):
     their clean snapshot (``vm.park``), stopped, on their parked claim (or none: parked before
     there was one)."""
     rows = VM.objects.filter(image=image, state=VM.State.STOPPED, **(size or {}))
+    # A VM of a revision no longer production is not handed to a next user: new users get production.
+    rows = rows.filter(Q(revision__isnull=True) | Q(revision__state=revisions.State.PRODUCTION))
     if host is not None:
         rows = rows.filter(host=host)
     return rows.filter(
@@ -641,7 +652,7 @@ def demand_for(
     """
     if hypervisors is None:
         variants = usable.variants if usable is not None else None
-        hypervisors = variants or image.variants.values_list("hypervisor_type", flat=True)
+        hypervisors = variants or variant_types(image)
     staged = frozenset()
     if prefer_cached:
         staged = usable.staged if usable is not None else hosts_with(image)
@@ -664,8 +675,11 @@ def demand_for(
 
 
 def vm_demand(vm, *, purpose, **options):
-    """The demand of an existing VM, from now to its end (``options`` as for ``demand_for``)."""
+    """The demand of an existing VM, from now to its end (``options`` as for ``demand_for``);
+    a VM built from a revision runs on the hypervisor types that revision has variants for."""
     size = {"vcpus": vm.vcpus, "memory_mib": vm.memory_mib, "disk_gib": vm.disk_gib}
+    if vm.revision_id and options.get("hypervisors") is None:
+        options["hypervisors"] = variant_types(vm.image, vm.revision_id)
     return demand_for(vm.image, size, start=timezone.now(), end=vm.end, purpose=purpose, **options)
 
 
@@ -885,7 +899,7 @@ def prestage_targets(image_id, group_id):
     from inventory.models import Hypervisor
 
     image = Image.objects.get(pk=image_id)
-    types = set(image.variants.values_list("hypervisor_type", flat=True))
+    types = variant_types(image)
     hosts = Hypervisor.objects.filter(group_id=group_id, state=Hypervisor.State.ONLINE).exclude(
         pk__in=hosts_with(image)
     )
@@ -896,7 +910,7 @@ def prestage(image, group, at=None, reason="", *, actor):
     """Stage ``image`` onto the ``group``'s hosts now (returns the job) or at ``at`` (returns the
     django-q2 Schedule that will submit it then), e.g. an hour before a class starts."""
     errors = {}
-    if not image.variants.exists():
+    if not image.variants.production().exists():
         errors["image"] = [f"image {image.name} has no variant to stage"]
     if at is not None and at < timezone.now():
         errors["at"] = ["the time is in the past"]
@@ -918,10 +932,17 @@ def prestage(image, group, at=None, reason="", *, actor):
 
 
 def hosts_with(image):
-    """Ids of the hosts that have one of the image's variants staged (placement tries them first)."""
-    return frozenset(
-        HostImage.objects.filter(variant__image=image, state=HostImage.State.STAGED).values_list("host_id", flat=True)
-    )
+    """Ids of the hosts that have one of the production variants of the image staged
+    (placement tries them first)."""
+    staged = HostImage.objects.filter(variant__in=image.variants.production(), state=HostImage.State.STAGED)
+    return frozenset(staged.values_list("host_id", flat=True))
+
+
+def variant_types(image, revision_id=None):
+    """The hypervisor types of the image's variants: the production revision's, or those of
+    the revision ``revision_id`` (a VM's own)."""
+    rows = image.variants.filter(revision_id=revision_id) if revision_id else image.variants.production()
+    return frozenset(rows.values_list("hypervisor_type", flat=True))
 
 
 def cached(host, variant):
@@ -945,4 +966,4 @@ def image_types(name, user=None):
     image = images.filter(name=name).first()
     if image is None:
         raise LookupError(f"no image named {name!r}")
-    return frozenset(image.variants.values_list("hypervisor_type", flat=True))
+    return variant_types(image)

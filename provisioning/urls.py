@@ -23,4 +23,6 @@ urlpatterns = [
     path("plans/<int:pk>/", plan_views.plan_detail, name="plan"),
     path("plans/<int:pk>/action/", plan_views.plan_action, name="plan-action"),
     path("variants/<int:pk>/delete/", views.variant_delete, name="variant-delete"),
+    path("images/<int:pk>/revisions/", views.revision_add, name="revision-add"),
+    path("revisions/<int:pk>/<slug:action>/", views.revision_action, name="revision-action"),
 ]

@@ -8,7 +8,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.db.models import ProtectedError
+from django.db.models import Count, ProtectedError, Q
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -18,10 +18,11 @@ from rest_framework import serializers
 
 from accounts import access
 from core import changelog
+from core.errors import Conflict
 from jobs import services as jobs
-from provisioning import services
-from provisioning.forms import ActionForm, ImageFilterForm, ImageForm, VariantForm
-from provisioning.models import VM, Image, ImageVariant
+from provisioning import revisions, services
+from provisioning.forms import ActionForm, ImageFilterForm, ImageForm, RevisionForm, VariantForm
+from provisioning.models import VM, Image, ImageRevision, ImageVariant
 
 maintainer_page = access.page(read="maintain_images", write="maintain_images")
 
@@ -59,7 +60,7 @@ def _flash_errors(request, errors):
 def image_list(request):
     visible = services.visible_images(request.user)
     form = ImageFilterForm(request.GET or None, images=visible)
-    images = form.filter(visible).select_related("parent").prefetch_related("variants").order_by("name")
+    images = services.with_production_variants(form.filter(visible).select_related("parent")).order_by("name")
     page = Paginator(images, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -69,14 +70,20 @@ def image_list(request):
 @login_required
 def image_detail(request, pk):
     visible = services.visible_images(request.user)
-    image = _get(visible.select_related("parent").prefetch_related("variants", "groups"), pk)
+    image = _get(services.with_production_variants(visible.select_related("parent").prefetch_related("groups")), pk)
     context = {
         "image": image,
         "derived": visible.filter(parent=image).order_by("name"),
         "vm_count": image.vms.filter(state__in=VM.LIVE).count(),
+        "revisions": _revisions(image),
     }
     if access.can_maintain_image(request.user, image):
-        context.update(variant_form=VariantForm(), changes=changelog.history(image), maintains=True)
+        context.update(
+            variant_form=VariantForm(),
+            revision_form=RevisionForm(prefix="revision"),
+            changes=changelog.history(image),
+            maintains=True,
+        )
     return render(request, "vms/image_detail.html", context)
 
 
@@ -137,6 +144,58 @@ def variant_add(request, pk):
     else:
         _flash_errors(request, form.errors)
     return redirect("vms:image", pk=pk)
+
+
+def _revisions(image):
+    """The image's revisions, newest first, with their variants and how many VMs use each."""
+    in_use = Count("vms", filter=~Q(vms__state__in=revisions.DONE))
+    rows = image.revisions.select_related("created_by", "parent").prefetch_related("variants")
+    return rows.annotate(vm_count=in_use).order_by("-number")
+
+
+@maintainer_page
+@require_POST
+def revision_add(request, pk):
+    image = _get(Image.objects.all(), pk)
+    access.check_image_maintenance(request.user, image)
+    form = RevisionForm(request.POST, prefix="revision")
+    if form.is_valid():
+        fields = dict(form.cleaned_data)
+        comment = fields.pop("comment")
+        try:
+            revision = revisions.add_revision(
+                image, actor=request.user, variants=[fields], comment=comment, reason="web UI"
+            )
+        except ValidationError as exc:
+            _flash_errors(request, exc.message_dict)
+        else:
+            messages.success(request, f"Revision {revision.number} added (testing).")
+    else:
+        _flash_errors(request, form.errors)
+    return redirect("vms:image", pk=pk)
+
+
+REVISION_ACTIONS = {"production": revisions.make_production, "retire": revisions.retire}
+
+
+@maintainer_page
+@require_POST
+def revision_action(request, pk, action):
+    revision = _get(ImageRevision.objects.select_related("image"), pk)
+    access.check_image_maintenance(request.user, revision.image)
+    if action not in (*REVISION_ACTIONS, "delete"):
+        raise Http404
+    try:
+        if action == "delete":
+            revisions.delete_revision(revision, actor=request.user, reason="deleted in the web UI")
+        else:
+            REVISION_ACTIONS[action](revision, actor=request.user, reason="web UI")
+    except Conflict as exc:
+        messages.error(request, str(exc))
+    else:
+        done = "deleted" if action == "delete" else f"now {revision.state}"
+        messages.success(request, f"Revision {revision.number} of {revision.image.name}: {done}.")
+    return redirect("vms:image", pk=revision.image_id)
 
 
 @maintainer_page

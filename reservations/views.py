@@ -49,7 +49,7 @@ def _reservation(request, pk, queryset=None):
 def catalogue(request):
     visible = vms.visible_images(request.user)
     form = ImageFilterForm(request.GET or None, images=visible)
-    images = form.filter(visible).filter(variants__isnull=False).distinct().order_by("name")
+    images = form.filter(visible).filter(variants__revision__state="production").distinct().order_by("name")
     page = Paginator(images, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)

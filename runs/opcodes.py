@@ -316,7 +316,10 @@ def make_vm(run_id, *, actor):
 def _channel(run):
     """The run VM's driver with its image's guest login (VMware guest operations need one)."""
     vm = load_vm(run.vm_id)
-    variant = vm.variant or vm.image.variants.filter(hypervisor_type=vm.host.hypervisor_type).first()
+    variant = (
+        vm.variant
+        or vm.image.variants.filter(revision_id=vm.revision_id, hypervisor_type=vm.host.hypervisor_type).first()
+    )
     return drivers.driver_for(vm.host, guest=variant.guest_login() if variant else None), vm.key
 
 

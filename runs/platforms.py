@@ -34,7 +34,7 @@ def images_for(user, platform):
         raise NoPlatform("a platform is an OS and an optional architecture, e.g. debian-12 or debian-12/x86_64")
     images = [
         image
-        for image in vms.visible_images(user).filter(active=True).prefetch_related("variants")
+        for image in vms.with_production_variants(vms.visible_images(user).filter(active=True))
         if slugify(image.os) == os_slug and (not arch or image.platform == arch)
     ]
     if not images:

@@ -374,6 +374,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "DeliveryStateEnum": "notifications.models.Delivery.State",
         "StateEnum": "inventory.models.Hypervisor.State",  # its name before deliveries had states too
+        "ImageVariantFormatEnum": "drivers.base.FORMATS",  # its name before revisions' variants had formats too
     },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

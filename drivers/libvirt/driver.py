@@ -274,6 +274,17 @@ class LibvirtDriver(base.Driver):
                 part.delete(0)
         return final.path()
 
+    @translated
+    def unstage_image(self, location):
+        try:
+            vol = self.conn.storageVolLookupByPath(location)
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() in NOT_FOUND:
+                return False
+            raise translate(exc, f"volume {location}") from exc
+        self._call(f"delete {location}", vol.delete, 0)
+        return True
+
     def _upload(self, vol, path, size):
         with open(path, "rb") as handle:
             self._send(vol, iter(lambda: handle.read(1 << 20), b""), size)

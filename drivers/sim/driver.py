@@ -239,6 +239,13 @@ class SimDriver(base.Driver):
         )
         return f"sim://{self.host_name}/images/{name}"
 
+    def unstage_image(self, location):
+        prefix = f"sim://{self.host_name}/images/"
+        if not location.startswith(prefix):
+            raise base.Invalid(f"{location} is no image staged on {self.host_name}")
+        deleted, _ = SimImage.objects.filter(host=self.host(), name=location[len(prefix) :]).delete()
+        return bool(deleted)
+
     # --- lifecycle ------------------------------------------------------------------------
 
     def create(self, spec):

@@ -356,6 +356,21 @@ class VMwareDriver(base.Driver):
             raise NotFound(f"image {image.name}: no template {image.location!r} at {self.endpoint[1]}")
         return template
 
+    @translated
+    def unstage_image(self, location):
+        ds_name, _, relative = location[1:].partition("] ") if location.startswith("[") else ("", "", "")
+        if not relative.startswith(f"{IMAGE_FOLDER}/"):  # a template or the library's own disk
+            raise Invalid(f"{location} is no disk vclmgr staged on {self.host_name}")
+        ds = next((ds for ds in self._host().datastore if ds.name == ds_name), None)
+        if ds is None or not self._exists(ds, relative):
+            return False
+        fm = self.si.content.fileManager
+        task = self._call(
+            "delete staged image", fm.DeleteDatastoreFile_Task, name=location, datacenter=self._datacenter()
+        )
+        self._wait(task, f"delete {location}")
+        return True
+
     def _staged_vmdk(self, image):
         """The datastore path of the staged base disk, or None when it is not there."""
         if image.location.startswith("["):  # already on a datastore

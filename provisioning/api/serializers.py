@@ -6,12 +6,13 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from core.api.serializers import MomentField, RefuseUnknownFields
+from drivers.base import FORMATS
 from drivers.sim import steps
 from drivers.sim.models import SimFault
 from inventory.api.serializers import as_drf  # noqa: F401 (re-exported for the views)
 from inventory.models import NodeGroup
 from provisioning import services
-from provisioning.models import VM, Image, ImageVariant, QuotaRule
+from provisioning.models import VM, Image, ImageRevision, ImageVariant, QuotaRule
 
 
 class ImageVariantSerializer(RefuseUnknownFields, serializers.ModelSerializer):
@@ -31,6 +32,7 @@ class ImageVariantSerializer(RefuseUnknownFields, serializers.ModelSerializer):
         fields = [
             "id",
             "image",
+            "revision",
             "hypervisor_type",
             "format",
             "location",
@@ -41,7 +43,7 @@ class ImageVariantSerializer(RefuseUnknownFields, serializers.ModelSerializer):
             "has_guest_password",
             "created",
         ]
-        read_only_fields = ["created"]
+        read_only_fields = ["revision", "created"]
         validators = []  # the service reports a duplicate type with a clear message
 
 
@@ -91,10 +93,62 @@ class ImageSerializer(RefuseUnknownFields, serializers.ModelSerializer):
         read_only_fields = ["created", "updated"]
 
     def get_variants(self, image) -> list[dict]:
+        """The production revision's (``services.with_production_variants`` read them with the list;
+        an image just written, whose prefetch DRF drops, reads them here)."""
+        rows = getattr(image, "_prefetched_objects_cache", {}).get("variants")
         return [
             {"hypervisor_type": v.hypervisor_type, "format": v.format, "size_gib": v.size_gib}
-            for v in image.variants.all()
+            for v in (rows if rows is not None else image.variants.production())
         ]
+
+
+class RevisionVariantSerializer(RefuseUnknownFields, serializers.Serializer):
+    """One disk of a new revision: the fields of an image variant."""
+
+    hypervisor_type = serializers.ChoiceField(choices=ImageVariant.HV_TYPES)
+    format = serializers.ChoiceField(choices=[(f, f) for f in FORMATS])
+    location = serializers.CharField(max_length=1000, help_text="Path, file:// or http(s):// URL, or template name.")
+    checksum = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    size_gib = serializers.IntegerField(min_value=0, max_value=1024 * 1024, required=False, default=0)
+    guest_username = serializers.CharField(max_length=150, required=False, default="", allow_blank=True)
+    guest_password = serializers.CharField(
+        write_only=True, required=False, default="", allow_blank=True, max_length=200, trim_whitespace=False
+    )
+
+
+class ImageRevisionVariantSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ImageVariant
+        fields = ["id", "hypervisor_type", "format", "size_gib"]
+        read_only_fields = fields
+
+
+class ImageRevisionSerializer(RefuseUnknownFields, serializers.ModelSerializer):
+    """A revision; created with its disks (``variants``) in ``testing``. Its state changes only
+    through make-production and retire."""
+
+    # A plain string (not an enum) so its schema name does not collide with other "state" enums.
+    state = serializers.CharField(read_only=True, help_text=", ".join(ImageRevision.State.values))
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    variants = ImageRevisionVariantSerializer(many=True, read_only=True)
+    disks = RevisionVariantSerializer(
+        many=True, write_only=True, min_length=1, max_length=len(ImageVariant.HV_TYPES), help_text="Its variants."
+    )
+    comment = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
+
+    class Meta:
+        model = ImageRevision
+        fields = ["id", "image", "number", "state", "created_by", "created", "parent", "comment", "variants", "disks"]
+        read_only_fields = ["number", "created"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None and request.user.is_authenticated:
+            self.fields["image"].queryset = services.visible_images(request.user)
+            self.fields["parent"].queryset = ImageRevision.objects.filter(
+                image__in=services.visible_images(request.user).values("pk")
+            )
 
 
 class VMSerializer(serializers.ModelSerializer):
@@ -112,6 +166,7 @@ class VMSerializer(serializers.ModelSerializer):
             "name",
             "image",
             "variant",
+            "revision",
             "host",
             "host_name",
             "allocation",

@@ -3,11 +3,19 @@ from rest_framework.routers import SimpleRouter
 
 from provisioning.api.plans import PlanViewSet
 from provisioning.api.verify import ReleaseClaimView, RepairView, VerifyView
-from provisioning.api.views import ImageVariantViewSet, ImageViewSet, QuotaRuleViewSet, SimFaultView, VMViewSet
+from provisioning.api.views import (
+    ImageRevisionViewSet,
+    ImageVariantViewSet,
+    ImageViewSet,
+    QuotaRuleViewSet,
+    SimFaultView,
+    VMViewSet,
+)
 
 router = SimpleRouter(trailing_slash=True)
 router.register("images", ImageViewSet, basename="image")
 router.register("image-variants", ImageVariantViewSet, basename="imagevariant")
+router.register("image-revisions", ImageRevisionViewSet, basename="imagerevision")
 router.register("vms", VMViewSet, basename="vm")
 router.register("quota-rules", QuotaRuleViewSet, basename="quotarule")
 router.register("plans", PlanViewSet, basename="plan")

@@ -24,8 +24,9 @@ from core.errors import Conflict
 from drivers.sim import services as sim
 from drivers.sim.models import SimFault
 from inventory.models import Hypervisor
-from provisioning import services
+from provisioning import revisions, services
 from provisioning.api.serializers import (
+    ImageRevisionSerializer,
     ImageSerializer,
     ImageVariantSerializer,
     JobAcceptedSerializer,
@@ -39,7 +40,7 @@ from provisioning.api.serializers import (
     VMSerializer,
     as_drf,
 )
-from provisioning.models import VM, Image, ImageVariant, QuotaRule
+from provisioning.models import VM, Image, ImageRevision, ImageVariant, QuotaRule
 
 #: images: every user reads the ones they may use; image maintainers (of the image's groups) write
 ImageMaintainerOrReadOnly = role_required(read=None, write="maintain_images", scope="run")
@@ -61,7 +62,8 @@ class ImageViewSet(viewsets.ModelViewSet):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return Image.objects.none()
-        return services.visible_images(self.request.user).prefetch_related("variants", "groups").order_by("name")
+        images = services.visible_images(self.request.user).prefetch_related("groups")
+        return services.with_production_variants(images).order_by("name")
 
     def perform_create(self, serializer):
         data = dict(serializer.validated_data)
@@ -136,6 +138,68 @@ class ImageVariantViewSet(
     def perform_destroy(self, instance):
         access.check_image_maintenance(self.request.user, instance.image)
         services.delete_variant(instance, actor=self.request.user, reason="deleted through the API")
+
+
+@extend_schema_view(destroy=extend_schema(responses={204: None, 409: CONFLICT}))
+class ImageRevisionViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Image revisions: users see those of the images they may use; image maintainers (of the
+    image's groups) and administrators add them (``testing``), make one production (the
+    roll-back), retire and delete them. New VMs are built from the production revision."""
+
+    serializer_class = ImageRevisionSerializer
+    permission_classes = [ImageMaintainerOrReadOnly]
+    filterset_fields = ["image", "state"]
+    ordering_fields = ["image", "number", "created"]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return ImageRevision.objects.none()
+        visible = services.visible_images(self.request.user).values("pk")
+        rows = ImageRevision.objects.filter(image__in=visible).select_related("image", "created_by")
+        return rows.prefetch_related("variants").order_by("image__name", "number")
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        access.check_image_maintenance(self.request.user, data["image"])
+        try:
+            serializer.instance = revisions.add_revision(
+                data["image"],
+                actor=self.request.user,
+                variants=data["disks"],
+                parent=data.get("parent"),
+                comment=data["comment"],
+                reason="API",
+            )
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+
+    def perform_destroy(self, instance):
+        access.check_image_maintenance(self.request.user, instance.image)
+        revisions.delete_revision(instance, actor=self.request.user, reason="deleted through the API")
+
+    def _change(self, verb):
+        revision = self.get_object()
+        access.check_image_maintenance(self.request.user, revision.image)
+        verb(revision, actor=self.request.user, reason="API")
+        return Response(self.get_serializer(self.get_queryset().get(pk=revision.pk)).data)
+
+    @extend_schema(request=None, responses={200: ImageRevisionSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"], url_path="make-production")
+    def make_production(self, request, pk=None):
+        """New VMs of the image are built from this revision; the one it replaces becomes testing."""
+        return self._change(revisions.make_production)
+
+    @extend_schema(request=None, responses={200: ImageRevisionSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"])
+    def retire(self, request, pk=None):
+        """Retire a revision that is not production (its VMs keep running)."""
+        return self._change(revisions.retire)
 
 
 ACTION_SCHEMA = extend_schema(request=None, responses={202: JobAcceptedSerializer, 409: CONFLICT})

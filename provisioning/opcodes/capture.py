@@ -46,7 +46,7 @@ def register_capture(vm_id, captured, visibility, groups, *, actor):
     fields.update((name, captured[name]) for name in ("format", "location", "checksum", "size_gib"))
     existing = Image.objects.filter(name=captured["name"], parent=parent).first()
     if existing is not None:  # recorded by an interrupted attempt
-        variant = existing.variants.filter(hypervisor_type=fields["hypervisor_type"]).first()
+        variant = existing.variants.production().filter(hypervisor_type=fields["hypervisor_type"]).first()
         variant = variant or services.add_variant(existing, actor=actor, reason=f"captured from {vm.key}", **fields)
         return {"image": existing.pk, "variant": variant.pk}
     reason = f"captured from {vm.key}"

@@ -9,7 +9,7 @@ from core import reconnect
 from drivers import base
 from jobs.runner import Handoff, LeaseLost
 from provisioning import services
-from provisioning.models import VM, HostImage
+from provisioning.models import VM, HostImage, ImageVariant
 from provisioning.opcodes import guest
 
 S = VM.State
@@ -39,6 +39,7 @@ def keeps_variant(vm, host):
     ``host``? (A claim moved to a host of another type since needs another.)"""
     return (
         vm.variant is not None
+        and vm.variant.revision_id == (vm.revision_id or vm.variant.revision_id)  # one of its own revision's
         and services.pick_variant({vm.variant.hypervisor_type: vm.variant}, host.hypervisor_type) is not None
     )
 
@@ -76,10 +77,12 @@ def passes_through(exc):
 
 def variant_for(vm, host, staged=False):
     """The image's variant for the host's hypervisor type (``services.pick_variant``: none of
-    another type, unless a simulated host is told to run any image). ``staged``: each
+    another type, unless a simulated host is told to run any image), of the VM's own revision
+    (a rebuild keeps it), else of the production revision (a new VM). ``staged``: each
     variant is read with whether it is staged on the host (its ``staged_here``), in the same
     statement (the stage step that follows need not ask)."""
-    rows = vm.image.variants.all()
+    rows = ImageVariant.objects.filter(image_id=vm.image_id)
+    rows = rows.filter(revision_id=vm.revision_id) if vm.revision_id else rows.production()
     if staged:
         cached = HostImage.objects.filter(host=host, variant=OuterRef("pk"), state=HostImage.State.STAGED)
         rows = rows.annotate(staged_here=Exists(cached))

@@ -192,7 +192,7 @@ class Attempt:
             vm.host = Hypervisor.objects.select_related("credential").get(pk=self.placed["host"])
         if vm.variant_id != self.placed["variant"]:
             vm.variant = ImageVariant.objects.select_related("image").get(pk=self.placed["variant"])
-        return {"host": vm.host, "variant": vm.variant}
+        return {"host": vm.host, "variant": vm.variant, "revision_id": vm.variant.revision_id}
 
     def _boot(self, vm_id, **kwargs):
         """``boot``, keeping the VM as it wrote it for the address and ready steps (no read again)."""
@@ -286,16 +286,23 @@ def claim(vm_id, exclude=(), *, actor, loaded=None, rank=None):
     if vm.allocation_id and vm.allocation.released is None:
         host = vm.allocation.host
         variant = vm.variant if keeps_variant(vm, host) else variant_for(vm, host)
-        VM.objects.filter(pk=vm_id).update(host=host, variant=variant)
-        vm.host, vm.variant = host, variant  # (``loaded`` goes on to the stage step as written)
+        VM.objects.filter(pk=vm_id).update(host=host, variant=variant, revision_id=variant.revision_id)
+        vm.host, vm.variant, vm.revision_id = (
+            host,
+            variant,
+            variant.revision_id,
+        )  # (``loaded`` goes on to the stage step as written)
         placed = {"host": host.pk, "allocation": vm.allocation_id, "variant": variant.pk, "adopted": True}
         return {**placed, **_standby(host)}
     demand = replace(services.vm_demand(vm, purpose=f"vm {vm_id}", exclude_hosts=exclude), rank=rank)
     with transaction.atomic():  # the claim and its record on the VM commit together
         allocation = capacity.claim(demand, actor=actor, owner=vm.owner)
         variant = variant_for(vm, allocation.host)
-        VM.objects.filter(pk=vm_id).update(allocation=allocation, host=allocation.host, variant=variant)
+        VM.objects.filter(pk=vm_id).update(
+            allocation=allocation, host=allocation.host, variant=variant, revision_id=variant.revision_id
+        )
         vm.allocation, vm.host, vm.variant = allocation, allocation.host, variant
+        vm.revision_id = variant.revision_id  # the revision it is built from, kept by rebuilds
     after = list(getattr(allocation, "preempt_jobs", ()))
     how = f" ({allocation.placement_note})" if after else ""
     services.set_state(vm_id, S.STAGING, f"placed on {allocation.host.name}{how}", actor=actor, known=vm)

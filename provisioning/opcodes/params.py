@@ -55,6 +55,11 @@ class StageParams(serializers.Serializer):
     hypervisor = serializers.IntegerField(min_value=1)
 
 
+class UnstageParams(serializers.Serializer):
+    hypervisor = serializers.IntegerField(min_value=1)
+    location = serializers.CharField(max_length=1000, help_text="Where the host keeps the copy (stage's answer).")
+
+
 class PrestageParams(serializers.Serializer):
     image = serializers.IntegerField(min_value=1)
     group = serializers.IntegerField(min_value=1, help_text="node group id")

@@ -1,4 +1,5 @@
-"""Image staging: a variant copied onto a host once, within the transfer limits.
+"""Image staging: a variant copied onto a host once, within the transfer limits; and removed
+(``image.unstage``) when the revision it belongs to is deleted.
 
 ``VCLMGR_STAGE_PER_HOST`` / ``_PER_CHASSIS`` / ``_GLOBAL`` bound the copies running at once
 (per host, per blade center, in all), so a mass boot waits for a slot instead of flooding the
@@ -20,7 +21,7 @@ from jobs.registry import opcode
 from provisioning import services
 from provisioning.models import VM, HostImage, Image
 from provisioning.opcodes.common import POLL_SECONDS, load_vm, variant_for
-from provisioning.opcodes.params import PrestageParams, StageParams, host_lock
+from provisioning.opcodes.params import PrestageParams, StageParams, UnstageParams, host_lock
 
 STAGE_STALE_SECONDS = 600  # a staging slot older than this belongs to a dead worker
 STAGE_WAIT_SECONDS = 120
@@ -101,6 +102,21 @@ def image_stage(job):
     probe = VM(image=image)
     variant = variant_for(probe, host)
     return job.step("stage", stage_variant, host, variant, job.job_id)
+
+
+@opcode("image.unstage", params=UnstageParams, locks=host_lock, staff_only=True)
+def image_unstage(job):
+    """Remove a deleted revision's copy from a host (``revisions.delete_revision`` submits it
+    after the copy's cache row is gone, so no new VM can pick it meanwhile)."""
+    host = Hypervisor.objects.select_related("credential").get(pk=job.params["hypervisor"])
+    location = job.params["location"]
+    if HostImage.objects.filter(host=host, location=location).exists():  # staged again since, for another variant
+        return {"removed": False, "note": "in use again"}
+    return {"removed": job.step("unstage", _unstage, host, location)}
+
+
+def _unstage(host, location):
+    return drivers.driver_for(host).unstage_image(location)
 
 
 @opcode("image.prestage", params=PrestageParams, staff_only=True)

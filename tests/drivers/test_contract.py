@@ -56,6 +56,16 @@ def test_stage_image_twice_is_one_image(peer):
     assert peer.source.stage_image(peer.image) == first
 
 
+def test_unstage_removes_the_staged_copy_once(peer):
+    location = peer.source.stage_image(peer.image)
+
+    assert peer.source.unstage_image(location) is True
+    assert peer.source.unstage_image(location) is False
+    with pytest.raises(NotFound):
+        peer.source.create(peer.spec())  # staged no more
+    assert peer.source.stage_image(peer.image) == location  # and staged again where it was
+
+
 def test_create_twice_makes_one_vm(peer):
     spec = staged(peer, vcpus=2, memory_mib=2048)
 

@@ -105,7 +105,7 @@ def register(uri, pool, image, domain_type, out):
             default_disk_gib=1,
             description="vclmgr's test guest: busybox, dropbear, qemu-ga",
         )
-    variant = guest.variants.filter(hypervisor_type="kvm").first()
+    variant = guest.variants.production().filter(hypervisor_type="kvm").first()
     if variant is not None and variant.location != location:  # the guest image was rebuilt
         vms.delete_variant(variant, actor="kvm_demo", reason="the guest image was rebuilt")
         variant = None

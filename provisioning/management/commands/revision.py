@@ -1,0 +1,102 @@
+"""``manage.py revision …``: an image's revisions from the command line (``provisioning.revisions``).
+
+revision list IMAGE [--json]
+revision add IMAGE --variant TYPE,FORMAT,LOCATION[,CHECKSUM] [--variant …] [--comment TEXT] [--parent N]
+revision production IMAGE N        # new VMs are built from revision N (the roll-back, or forward)
+revision retire IMAGE N
+revision delete IMAGE N            # its copies on hosts are removed by image.unstage jobs
+"""
+
+import json
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+
+from core.changelog import Actor
+from core.errors import Conflict
+from provisioning import revisions
+from provisioning.api.serializers import ImageRevisionSerializer
+from provisioning.models import Image, ImageRevision
+
+CLI = Actor(name="cli")
+CHANGES = {"production": revisions.make_production, "retire": revisions.retire}
+
+
+class Command(BaseCommand):
+    help = "List, add, make production, retire and delete an image's revisions."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="verb", required=True)
+        listing = sub.add_parser("list")
+        listing.add_argument("image", help="image name")
+        listing.add_argument("--json", action="store_true")
+        add = sub.add_parser("add")
+        add.add_argument("image", help="image name")
+        add.add_argument(
+            "--variant",
+            action="append",
+            required=True,
+            metavar="TYPE,FORMAT,LOCATION[,CHECKSUM]",
+            help="one disk of the revision (repeat for each hypervisor type)",
+        )
+        add.add_argument("--comment", default="")
+        add.add_argument("--parent", type=int, help="the revision it was made from (default: production)")
+        for verb in ("production", "retire", "delete"):
+            act = sub.add_parser(verb)
+            act.add_argument("image", help="image name")
+            act.add_argument("number", type=int)
+
+    def handle(self, *args, verb, **options):
+        image = Image.objects.filter(name=options["image"]).first()
+        if image is None:
+            raise CommandError(f"no image named {options['image']!r}")
+        try:
+            if verb == "list":
+                return self.list(image, options["json"])
+            if verb == "add":
+                revision = revisions.add_revision(
+                    image,
+                    actor=CLI,
+                    variants=[_variant(text) for text in options["variant"]],
+                    parent=self.revision(image, options["parent"]) if options["parent"] else None,
+                    comment=options["comment"],
+                )
+                self.stdout.write(f"{image.name} revision {revision.number} added ({revision.state})")
+            elif verb == "delete":
+                jobs = revisions.delete_revision(self.revision(image, options["number"]), actor=CLI)
+                ids = ", ".join(str(job.pk) for job in jobs) or "none"
+                self.stdout.write(f"{image.name} revision {options['number']} deleted (image.unstage jobs: {ids})")
+            else:
+                revision = CHANGES[verb](self.revision(image, options["number"]), actor=CLI)
+                self.stdout.write(f"{image.name} revision {revision.number} is {revision.state}")
+        except ValidationError as exc:
+            raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None
+        except Conflict as exc:
+            raise CommandError(str(exc)) from None
+
+    def list(self, image, as_json):
+        rows = image.revisions.select_related("created_by").prefetch_related("variants").order_by("number")
+        if as_json:
+            self.stdout.write(json.dumps(ImageRevisionSerializer(rows, many=True).data, indent=2, default=str))
+            return
+        for revision in rows:
+            types = ", ".join(v.hypervisor_type for v in revision.variants.all()) or "no variant"
+            by = revision.created_by.get_username() if revision.created_by else "-"
+            used = revisions.in_use(revision) or "unused"
+            self.stdout.write(
+                f"{revision.number:>4}  {revision.state:<10}  {revision.created:%Y-%m-%d %H:%M}  {by:<12}  "
+                f"{types}  ({used})  {revision.comment}".rstrip()
+            )
+
+    def revision(self, image, number):
+        found = ImageRevision.objects.filter(image=image, number=number).first()
+        if found is None:
+            raise CommandError(f"{image.name} has no revision {number}")
+        return found
+
+
+def _variant(text):
+    parts = [part.strip() for part in text.split(",", 3)]
+    if len(parts) < 3:
+        raise CommandError(f"--variant {text!r}: give TYPE,FORMAT,LOCATION[,CHECKSUM]")
+    return dict(zip(("hypervisor_type", "format", "location", "checksum"), parts, strict=False))
