@@ -28,13 +28,16 @@ An OVA is read with ``tarfile`` and checked before anything is extracted: only r
 with plain names (no folder, no absolute path, no ``..``, no link, device or sparse member), at
 most ``max_members`` of them, each within the file size limit, names unique; exactly one
 ``.ovf``, parsed with defusedxml (no DTD, hence no entity expansion); every file it references
-present. Only the disks are extracted (streamed, with tarfile's ``data`` filter as well) into a
-fresh 0700 folder under ``workdir``; on any refusal that folder is removed.
+present; the descriptor and the disks match the manifest (``.mf``) if there is one. Only the
+disks are extracted (streamed, with tarfile's ``data`` filter as well) into a fresh 0700 folder
+under ``workdir``, and checked as vmdk; on any refusal that folder is removed.
 """
 
+import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -383,8 +386,10 @@ def inspect_ova(path, *, workdir, max_virtual_bytes, max_file_bytes, max_members
     try:
         with tarfile.open(path, "r:") as tar:
             members = _members(tar, max_members, max_file_bytes)
-            ovf_name, disk_names = _read_ovf(tar, members)
-            return _extract_disks(tar, members, ovf_name, disk_names, workdir, max_virtual_bytes, max_file_bytes)
+            digests = _manifest(tar, members)
+            ovf_name, disk_names = _read_ovf(tar, members, digests)
+            limits = (max_virtual_bytes, max_file_bytes)
+            return _extract_disks(tar, members, digests, ovf_name, disk_names, workdir, limits)
     except tarfile.TarError as exc:
         raise DiskRefused(f"the file is not a readable OVA (an uncompressed tar archive): {exc}") from None
 
@@ -420,15 +425,54 @@ def _check_member(member, max_file_bytes):
 _OVF_NS = ("http://schemas.dmtf.org/ovf/envelope/1", "http://schemas.dmtf.org/ovf/envelope/2")
 
 
-def _read_ovf(tar, members):
+def _small(tar, members, suffix, what):
+    """The one member named ``*suffix`` (or None), and its bytes, at most MAX_OVF_BYTES."""
+    found = [name for name in members if name.lower().endswith(suffix)]
+    if len(found) > 1:
+        raise DiskRefused(f"the OVA holds {len(found)} {what}s; it may hold one")
+    if not found:
+        return None, None
+    if members[found[0]].size > MAX_OVF_BYTES:
+        raise DiskRefused(f"the OVA's {what} is over {_size(MAX_OVF_BYTES)}")
+    return found[0], tar.extractfile(members[found[0]]).read()
+
+
+_MANIFEST_LINE = re.compile(r"(SHA1|SHA256|SHA512)\((.+)\)\s*=\s*([0-9a-fA-F]+)")
+
+
+def _manifest(tar, members):
+    """The digests of the OVA's manifest (``.mf``), by file name; none without one."""
+    _name, text = _small(tar, members, ".mf", "manifest")
+    digests = {}
+    for number, line in enumerate((text or b"").decode(errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        match = _MANIFEST_LINE.fullmatch(line.strip())
+        if match is None:
+            raise DiskRefused(f"line {number} of the OVA's manifest is not ALGORITHM(file)= digest")
+        algorithm, name, digest = match.groups()
+        digests[name] = (algorithm.lower(), digest.lower())
+    return digests
+
+
+def _verify(digests, name, chunks):
+    """Refuse ``name`` if its bytes (``chunks``) differ from the manifest's digest of it."""
+    if name not in digests:
+        return
+    algorithm, expected = digests[name]
+    digest = hashlib.new(algorithm)
+    for chunk in chunks:
+        digest.update(chunk)
+    if digest.hexdigest() != expected:
+        raise DiskRefused(f"{name} does not match the OVA's manifest: the upload is damaged, upload it again")
+
+
+def _read_ovf(tar, members, digests):
     """The descriptor's name and the member names of the disks it declares."""
-    ovfs = [name for name in members if name.lower().endswith(".ovf")]
-    if len(ovfs) != 1:
-        raise DiskRefused(f"the OVA must hold one .ovf descriptor, it holds {len(ovfs)}")
-    member = members[ovfs[0]]
-    if member.size > MAX_OVF_BYTES:
-        raise DiskRefused(f"the OVF descriptor is over {_size(MAX_OVF_BYTES)}")
-    text = tar.extractfile(member).read()
+    ovf_name, text = _small(tar, members, ".ovf", "OVF descriptor")
+    if ovf_name is None:
+        raise DiskRefused("the OVA holds no OVF descriptor (.ovf)")
+    _verify(digests, ovf_name, [text])
     try:
         root = parse_xml(text, forbid_dtd=True)
     except DefusedXmlException:
@@ -447,7 +491,7 @@ def _read_ovf(tar, members):
         if ref not in files:
             raise DiskRefused(f"the OVF disk {_attr(disk, 'diskId')!r} names no file of the OVA")
         names.append(_attr(files[ref], "href"))
-    return ovfs[0], names
+    return ovf_name, names
 
 
 def _check_reference(node, members):
@@ -470,14 +514,16 @@ def _attr(node, local):
     return node.get(local)
 
 
-def _extract_disks(tar, members, ovf_name, names, workdir, max_virtual_bytes, max_file_bytes):
+def _extract_disks(tar, members, digests, ovf_name, names, workdir, limits):
     directory = Path(tempfile.mkdtemp(prefix="ova-", dir=workdir))  # mode 0700
     try:
         disks = []
         for name in dict.fromkeys(names):
             tar.extract(members[name], path=directory, filter="data")
             target = directory / name
-            info = _inspect(target, "vmdk", ("vmdk",), max_virtual_bytes, max_file_bytes)
+            with open(target, "rb") as handle:
+                _verify(digests, name, iter(lambda handle=handle: handle.read(1 << 20), b""))
+            info = _inspect(target, "vmdk", ("vmdk",), *limits)
             disks.append(OvaDisk(name=name, path=target, info=info))
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)

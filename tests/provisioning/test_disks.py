@@ -2,6 +2,8 @@
 qemu-img, on files each test builds: good ones pass with their sizes, malformed, truncated,
 oversized and malicious ones are refused with a reason and leave nothing behind."""
 
+import gzip
+import hashlib
 import io
 import re
 import subprocess
@@ -61,6 +63,15 @@ def test_it_refuses_a_json_pseudo_protocol_backing_file(tmp_path, refusing):
     backing = 'json:{"driver":"raw","file":{"driver":"file","filename":"/etc/shadow"}}'
     image = qcow2(tmp_path / "overlay.qcow2", "64M", "-u", "-b", backing, "-F", "raw")
     refused(image, r"backing file \(json:\{.*/etc/shadow")
+
+
+def test_qemu_img_never_opens_a_backing_file_even_unrefused(tmp_path, monkeypatch):
+    """The third line: with both refusals off, qemu-img check (which opens a backing file
+    by default) still reads the overlay alone: a missing backing file goes unnoticed."""
+    monkeypatch.setattr(disks, "_check_qcow2_header", lambda head: None)
+    monkeypatch.setattr(disks, "_refuse_by_info", lambda info, fmt, path: None)
+    image = qcow2(tmp_path / "overlay.qcow2", "64M", "-u", "-b", str(tmp_path / "missing.raw"), "-F", "raw")
+    assert disks.inspect(image, **LIMITS).virtual_size == 64 * MIB
 
 
 def test_a_raw_disk_holding_a_qcow2_header_is_read_as_raw_when_declared_raw(tmp_path):
@@ -232,6 +243,8 @@ def test_a_good_ova_passes_with_its_disk_extracted(tmp_path, vmdk, workdir):
     assert (disk.info.format, disk.info.subformat, disk.info.virtual_size) == ("vmdk", "streamOptimized", 4 * MIB)
     assert disk.path.read_bytes() == vmdk and disk.path.parent == found.directory
     assert found.directory.parent == workdir and found.directory.stat().st_mode & 0o777 == 0o700
+    for_libvirt = disks.convert(disk.path, tmp_path / "vm.qcow2", from_format="vmdk", to_format="qcow2", timeout=60)
+    qemu_img("compare", "-q", "-f", "raw", "-F", "qcow2", str(tmp_path / "disk.img"), str(for_libvirt))
     found.remove()
     assert list(workdir.iterdir()) == []
 
@@ -261,13 +274,42 @@ def test_it_refuses_an_unsafe_ova_leaving_nothing(tmp_path, vmdk, workdir, extra
 def test_it_refuses_an_xml_bomb_and_a_missing_or_broken_descriptor(tmp_path, vmdk, workdir):
     cases = [
         ([("vm.ovf", BOMB.encode()), ("disk1.vmdk", vmdk)], r"the OVF descriptor declares a DTD or entities"),
-        ([("disk1.vmdk", vmdk)], r"the OVA must hold one .ovf descriptor, it holds 0"),
+        ([("disk1.vmdk", vmdk)], r"the OVA holds no OVF descriptor \(.ovf\)"),
         ([("vm.ovf", b"<Envelope"), ("disk1.vmdk", vmdk)], r"the OVF descriptor is not valid XML"),
     ]
     for members, reason in cases:
         with pytest.raises(DiskRefused, match=reason):
             disks.inspect_ova(make_ova(tmp_path / "vm.ova", members), workdir=workdir, **LIMITS)
         assert list(workdir.iterdir()) == []
+
+
+def test_the_manifest_is_checked_when_there_is_one(tmp_path, vmdk, workdir):
+    ovf = OVF.format(href="disk1.vmdk").encode()
+    good = f"SHA256(vm.ovf)= {hashlib.sha256(ovf).hexdigest()}\nSHA1(disk1.vmdk)= {hashlib.sha1(vmdk).hexdigest()}\n"
+    ova = make_ova(tmp_path / "vm.ova", [("vm.ovf", ovf), ("vm.mf", good.encode()), ("disk1.vmdk", vmdk)])
+    disks.inspect_ova(ova, workdir=workdir, **LIMITS).remove()
+    damaged = vmdk[:-1] + b"x"
+    cases = [
+        ([("vm.mf", good.encode()), ("disk1.vmdk", damaged)], r"disk1.vmdk does not match the OVA's manifest"),
+        ([("vm.mf", b"SHA256 vm.ovf abc\n"), ("disk1.vmdk", vmdk)], r"line 1 of the OVA's manifest is not"),
+    ]
+    for members, reason in cases:
+        with pytest.raises(DiskRefused, match=reason):
+            disks.inspect_ova(make_ova(tmp_path / "bad.ova", [("vm.ovf", ovf), *members]), workdir=workdir, **LIMITS)
+        assert list(workdir.iterdir()) == []
+
+
+def test_it_refuses_a_compressed_ova_and_two_descriptors(tmp_path, vmdk, workdir):
+    ovf = ("vm.ovf", OVF.format(href="disk1.vmdk").encode())
+    ova = make_ova(tmp_path / "vm.ova", [ovf, ("disk1.vmdk", vmdk)])
+    packed = tmp_path / "packed.ova"
+    packed.write_bytes(gzip.compress(ova.read_bytes()))
+    with pytest.raises(DiskRefused, match=r"the file is not a readable OVA \(an uncompressed tar archive\)"):
+        disks.inspect_ova(packed, workdir=workdir, **LIMITS)
+    two = make_ova(tmp_path / "two.ova", [ovf, ("other.ovf", ovf[1]), ("disk1.vmdk", vmdk)])
+    with pytest.raises(DiskRefused, match=r"the OVA holds 2 OVF descriptors; it may hold one"):
+        disks.inspect_ova(two, workdir=workdir, **LIMITS)
+    assert list(workdir.iterdir()) == []
 
 
 def test_it_refuses_an_ova_disk_that_is_a_descriptor_of_host_files(tmp_path, workdir):
