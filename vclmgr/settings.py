@@ -446,6 +446,10 @@ VCLMGR_STAGE_GLOBAL = env.int("VCLMGR_STAGE_GLOBAL", 16, minimum=1)
 # whole download within VCLMGR_IMAGE_FETCH_TIMEOUT seconds, at most VCLMGR_IMAGE_FETCH_MAX_GIB.
 VCLMGR_IMAGE_FETCH_TIMEOUT = env.int("VCLMGR_IMAGE_FETCH_TIMEOUT", 3600, minimum=1)
 VCLMGR_IMAGE_FETCH_MAX_GIB = env.int("VCLMGR_IMAGE_FETCH_MAX_GIB", 100, minimum=1)
+# A disk image a user uploads (qcow2, raw, an OVA): at most this large as a file, and at most
+# this large as the disk its VMs see (provisioning/disks.py refuses the rest).
+IMAGE_UPLOAD_MAX_FILE_GIB = env.int("IMAGE_UPLOAD_MAX_FILE_GIB", 50, minimum=1)
+IMAGE_UPLOAD_MAX_VIRTUAL_GIB = env.int("IMAGE_UPLOAD_MAX_VIRTUAL_GIB", 200, minimum=1)
 # How long vm.create waits for a booted VM to report its address, in seconds.
 VCLMGR_ADDRESS_TIMEOUT = env.int("VCLMGR_ADDRESS_TIMEOUT", 120, minimum=1)
 
