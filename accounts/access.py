@@ -134,8 +134,9 @@ def capture_access(user, parent):
     groups owns (a public one), to their own groups: what ``check_image_maintenance`` lets them
     give an image by hand, so a maintainer never makes a public or group-less image and what
     they capture stays theirs to publish or retire. Anyone else's (a maintainer with no group
-    of their own too) is restricted with no group, for administrators only until published, so
-    a VM's contents never reach other users on their own.
+    of their own too) is restricted with no group: its owner's (the image's ``owner``) and the
+    administrators' until a maintainer of the owner's groups shares it, so a VM's contents never
+    reach other users on their own.
     """
     restricted = type(parent).Visibility.RESTRICTED
     if user is None or is_admin(user):
