@@ -121,3 +121,13 @@ class ActionForm(forms.Form):
             if not IMAGE_NAME_RE.match(data.get("name") or ""):
                 self.add_error("name", "a snapshot name: letters, digits, . _ - only")
         return data
+
+
+class CaptureForm(forms.Form):
+    """Capture a VM as a new image (the VM and reservation pages)."""
+
+    image_name = forms.RegexField(
+        IMAGE_NAME_RE, max_length=100, label="New image name", help_text="Letters, digits, '.', '_' and '-'."
+    )
+    comment = forms.CharField(max_length=1000, required=False, help_text="What is in it, or what changed (optional).")
+    next = forms.CharField(max_length=2000, required=False, widget=forms.HiddenInput)

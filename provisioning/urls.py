@@ -1,6 +1,6 @@
 from django.urls import path
 
-from provisioning import plan_views, verify_views, views
+from provisioning import capture_views, plan_views, verify_views, views
 
 app_name = "vms"
 
@@ -8,6 +8,7 @@ urlpatterns = [
     path("", views.vm_list, name="vms"),
     path("<int:pk>/", views.vm_detail, name="vm"),
     path("<int:pk>/action/", views.vm_action, name="vm-action"),
+    path("<int:pk>/capture/", capture_views.vm_capture, name="vm-capture"),
     path("images/", views.image_list, name="images"),
     path("images/new/", views.image_edit, name="image-new"),
     path("images/<int:pk>/", views.image_detail, name="image"),

@@ -21,6 +21,7 @@ from core import changelog
 from core.errors import Conflict
 from jobs import services as jobs
 from provisioning import revisions, services
+from provisioning.capture_views import capture_context
 from provisioning.forms import ActionForm, ImageFilterForm, ImageForm, RevisionForm, VariantForm
 from provisioning.models import VM, Image, ImageRevision, ImageVariant
 
@@ -241,6 +242,7 @@ def vm_detail(request, pk):
         "snapshots": [s.get("name") for s in vm.snapshots],
         "jobs": recent.only("id", "opcode", "status", "received")[:20],
         "changes": changelog.history(vm),
+        **capture_context(request, vm),
     }
     return render(request, "vms/vm_detail.html", context)
 
