@@ -227,6 +227,16 @@ class JobAcceptedSerializer(serializers.Serializer):
     vm = serializers.IntegerField()
 
 
+class ImageShareSerializer(RefuseUnknownFields, serializers.Serializer):
+    groups = serializers.PrimaryKeyRelatedField(
+        queryset=Group.objects.all(), many=True, help_text="The groups that may use it (yours; none: its owner only)."
+    )
+
+
+class ImageRenameSerializer(RefuseUnknownFields, serializers.Serializer):
+    name = serializers.CharField(max_length=100, help_text="The image's new name.")
+
+
 class VMCaptureSerializer(RefuseUnknownFields, serializers.Serializer):
     image_name = serializers.CharField(max_length=100, help_text="Name of the new image (must not exist).")
     force = serializers.BooleanField(default=False, help_text="Power the VM off instead of a guest shutdown.")
