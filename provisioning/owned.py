@@ -3,9 +3,9 @@
 An image's ``owner`` uses it at once (``Image.objects.visible_to``). ``share`` gives it to
 groups (restricted to them): an image maintainer decides for their own groups only, the
 image's other groups kept; administrators set them all. The owner (and whoever maintains the
-image) renames or deletes it while no VM uses it: the same rule as a revision's
-(``revisions.DONE``: destroyed and failed VMs use none). The permission checks are
-``accounts.access``'s and are made here, so that the pages and the API cannot differ.
+image) renames it while no VM uses it (a revision's rule: ``revisions.DONE``, destroyed and
+failed VMs use none) and deletes it while no VM ever did (``services.delete_image``). The
+permission checks are ``accounts.access``'s and are made here, so pages and API cannot differ.
 """
 
 from django.db import transaction
@@ -52,10 +52,10 @@ def rename(image, name, *, actor, reason=""):
 
 
 def delete(image, *, actor, reason=""):
+    """Delete ``image``: ``services.delete_image``, whose rule is stricter than ``in_use`` (a
+    destroyed VM still names its image), after the owner's or maintainer's check."""
     access.check_image_ownership(actor, image)
-    with transaction.atomic():
-        _refuse_in_use(image, "deleted")
-        services.delete_image(image, actor=actor, reason=reason or "deleted by its owner")
+    services.delete_image(image, actor=actor, reason=reason or "deleted")
 
 
 def _refuse_in_use(image, verb):

@@ -98,3 +98,8 @@ def test_an_image_in_use_is_neither_renamed_nor_deleted(sim_host, mine, alice, s
     with pytest.raises(InUse):
         owned.delete(mine, actor=alice)
     assert Image.objects.get(pk=mine.pk).name == "alice-work"
+    services.submit_action(vm, "destroy", actor=alice)
+    sync_jobs.drain()
+    owned.rename(mine, "other-name", actor=alice)  # no VM uses it any more
+    with pytest.raises(InUse):  # but a destroyed VM's record still names it
+        owned.delete(mine, actor=alice)
