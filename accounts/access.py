@@ -126,6 +126,38 @@ def can_maintain_image(user, image):
     return can(user, "maintain_images") and image.groups.filter(pk__in=own_groups(user).values("pk")).exists()
 
 
+def may_share_image(user, image):
+    """Administrators share any image; an image maintainer one of their groups' images, or one
+    a member of their groups owns (a capture, shared with the class by its maintainer)."""
+    if is_admin(user):
+        return True
+    if not can(user, "maintain_images"):
+        return False
+    owner_is_ours = image.owner_id is not None and own_groups(user).filter(user=image.owner_id).exists()
+    return owner_is_ours or can_maintain_image(user, image)
+
+
+def check_image_sharing(user, image, groups):
+    """Refuse (PermissionDenied) unless ``user`` may share ``image`` with ``groups``: a
+    maintainer gives only their own groups (``maintained_groups``)."""
+    from django.core.exceptions import PermissionDenied
+
+    if not may_share_image(user, image):
+        log.info("image sharing refused to %s (image %s)", user, image.pk)
+        raise PermissionDenied("only an image maintainer of the owner's groups may share this image")
+    chosen = {getattr(g, "pk", g) for g in groups}
+    if not chosen <= set(maintained_groups(user).values_list("pk", flat=True)):
+        raise PermissionDenied("share an image only with your own groups")
+
+
+def check_image_ownership(user, image):
+    """Refuse (PermissionDenied) unless ``user`` may rename or delete ``image``: its owner, or
+    whoever may change it anyway (``check_image_maintenance``)."""
+    if image.owner_id is not None and image.owner_id == getattr(user, "pk", None) and user.is_active:
+        return
+    check_image_maintenance(user, image)
+
+
 def capture_access(user, parent):
     """``(visibility, group ids)`` of an image ``user`` captures from a VM of ``parent``.
 
@@ -134,8 +166,9 @@ def capture_access(user, parent):
     groups owns (a public one), to their own groups: what ``check_image_maintenance`` lets them
     give an image by hand, so a maintainer never makes a public or group-less image and what
     they capture stays theirs to publish or retire. Anyone else's (a maintainer with no group
-    of their own too) is restricted with no group, for administrators only until published, so
-    a VM's contents never reach other users on their own.
+    of their own too) is restricted with no group: its owner's (the image's ``owner``) and the
+    administrators' until a maintainer of the owner's groups shares it, so a VM's contents never
+    reach other users on their own.
     """
     restricted = type(parent).Visibility.RESTRICTED
     if user is None or is_admin(user):

@@ -76,6 +76,7 @@ class ImageAdmin(admin.ModelAdmin):
         "pool_size",
         "anti_affinity",
         "max_concurrent",
+        "owner",
     ]
     list_filter = ["visibility", "active", "platform"]
     search_fields = ["name", "os", "description"]

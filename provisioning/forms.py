@@ -4,6 +4,7 @@ from django import forms
 from django.contrib.auth.models import Group
 from django.db.models import Q
 
+from accounts import access
 from drivers.base import IMAGE_NAME_RE
 from provisioning import services
 from provisioning.models import Image, ImageVariant
@@ -121,3 +122,29 @@ class ActionForm(forms.Form):
             if not IMAGE_NAME_RE.match(data.get("name") or ""):
                 self.add_error("name", "a snapshot name: letters, digits, . _ - only")
         return data
+
+
+class CaptureForm(forms.Form):
+    """Capture a VM as a new image (the VM and reservation pages)."""
+
+    image_name = forms.RegexField(
+        IMAGE_NAME_RE, max_length=100, label="New image name", help_text="Letters, digits, '.', '_' and '-'."
+    )
+    comment = forms.CharField(max_length=1000, required=False, help_text="What is in it, or what changed (optional).")
+    next = forms.CharField(max_length=2000, required=False, widget=forms.HiddenInput)
+
+
+class RenameForm(forms.Form):
+    name = forms.RegexField(IMAGE_NAME_RE, max_length=100, help_text="Letters, digits, '.', '_' and '-'.")
+
+
+class ShareForm(forms.Form):
+    """The groups an image is shared with, among those ``user`` may give (``maintained_groups``)."""
+
+    groups = forms.ModelMultipleChoiceField(
+        queryset=Group.objects.none(), required=False, widget=forms.CheckboxSelectMultiple
+    )
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["groups"].queryset = access.maintained_groups(user).order_by("name")

@@ -26,13 +26,19 @@ NAME_HELP = "Letters, digits, '.', '_' and '-' (becomes a file name on the hosts
 
 class ImageQuerySet(models.QuerySet):
     def visible_to(self, user):
-        """Images a user may use: all for staff; active public ones and their groups' otherwise.
+        """Images a user may use: all for staff; otherwise active public ones, their groups' and
+        their own (``owner``: a capture is its owner's at once, no publishing needed). An image
+        maintainer also sees their groups' images (inactive ones included) and the images their
+        groups' members own, which they may share with those groups.
         (On the model so that layers below vms — capacity's plan — apply the same rule.)"""
         if access.can(user, "see_all"):
             return self.all()
         mine = models.Q(visibility=Image.Visibility.PUBLIC) | models.Q(groups__in=user.groups.all())
-        if access.can(user, "maintain_images"):  # their groups' images, retired ones included
-            return self.filter(models.Q(mine, active=True) | models.Q(groups__in=user.groups.all())).distinct()
+        if user.pk is not None:
+            mine |= models.Q(owner=user)
+        if access.can(user, "maintain_images"):
+            theirs = models.Q(groups__in=user.groups.all()) | models.Q(owner__groups__in=access.own_groups(user))
+            return self.filter(models.Q(mine, active=True) | theirs).distinct()
         return self.filter(mine, active=True).distinct()
 
 
@@ -60,6 +66,14 @@ class Image(models.Model):
         "auth.Group", blank=True, related_name="images", help_text="Who may use a restricted image."
     )
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="derived")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="owned_images",
+        help_text="Who captured it: they use it at once, rename or delete it while unused.",
+    )
     revert_on_end = models.BooleanField(default=False, help_text="Revert to a snapshot instead of destroying.")
     pool_size = models.PositiveIntegerField(
         default=0,

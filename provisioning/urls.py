@@ -1,6 +1,6 @@
 from django.urls import path
 
-from provisioning import plan_views, verify_views, views
+from provisioning import capture_views, plan_views, verify_views, views
 
 app_name = "vms"
 
@@ -8,12 +8,15 @@ urlpatterns = [
     path("", views.vm_list, name="vms"),
     path("<int:pk>/", views.vm_detail, name="vm"),
     path("<int:pk>/action/", views.vm_action, name="vm-action"),
+    path("<int:pk>/capture/", capture_views.vm_capture, name="vm-capture"),
     path("images/", views.image_list, name="images"),
     path("images/new/", views.image_edit, name="image-new"),
     path("images/<int:pk>/", views.image_detail, name="image"),
     path("images/<int:pk>/edit/", views.image_edit, name="image-edit"),
     path("images/<int:pk>/delete/", views.image_delete, name="image-delete"),
     path("images/<int:pk>/variants/", views.variant_add, name="variant-add"),
+    path("images/<int:pk>/share/", views.image_share, name="image-share"),
+    path("images/<int:pk>/rename/", views.image_rename, name="image-rename"),
     path("verify/", verify_views.report, name="verify"),
     path("verify/run/", verify_views.run_now, name="verify-run"),
     path("verify/claims/<int:pk>/release/", verify_views.release_claim, name="verify-release-claim"),

@@ -6,7 +6,7 @@ ids do not leak); staff see everything and manage the library. VM actions submit
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count, ProtectedError, Q
 from django.http import Http404
@@ -20,8 +20,17 @@ from accounts import access
 from core import changelog
 from core.errors import Conflict
 from jobs import services as jobs
-from provisioning import revisions, services
-from provisioning.forms import ActionForm, ImageFilterForm, ImageForm, RevisionForm, VariantForm
+from provisioning import owned, revisions, services
+from provisioning.capture_views import capture_context
+from provisioning.forms import (
+    ActionForm,
+    ImageFilterForm,
+    ImageForm,
+    RenameForm,
+    RevisionForm,
+    ShareForm,
+    VariantForm,
+)
 from provisioning.models import VM, Image, ImageRevision, ImageVariant
 
 maintainer_page = access.page(read="maintain_images", write="maintain_images")
@@ -64,19 +73,27 @@ def image_list(request):
     page = Paginator(images, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    return render(request, "vms/image_list.html", {"form": form, "page": page, "query": query.urlencode()})
+    mine = owned.owned_by(request.user).select_related("parent").prefetch_related("groups")[:PAGE_SIZE]
+    context = {"form": form, "page": page, "query": query.urlencode(), "my_images": mine}
+    return render(request, "vms/image_list.html", context)
 
 
 @login_required
 def image_detail(request, pk):
     visible = services.visible_images(request.user)
-    image = _get(services.with_production_variants(visible.select_related("parent").prefetch_related("groups")), pk)
+    image = _get(
+        services.with_production_variants(visible.select_related("parent", "owner").prefetch_related("groups")), pk
+    )
     context = {
         "image": image,
         "derived": visible.filter(parent=image).order_by("name"),
         "vm_count": image.vms.filter(state__in=VM.LIVE).count(),
         "revisions": _revisions(image),
     }
+    if access.may_share_image(request.user, image):
+        context["share_form"] = ShareForm(user=request.user, initial={"groups": image.groups.all()})
+    if image.owner_id == request.user.pk:
+        context["rename_form"] = RenameForm(initial={"name": image.name})
     if access.can_maintain_image(request.user, image):
         context.update(
             variant_form=VariantForm(),
@@ -111,13 +128,12 @@ def image_edit(request, pk=None):
     return render(request, "vms/image_form.html", {"form": form, "image": image})
 
 
-@maintainer_page
+@login_required  # its owner too: ``owned.delete`` checks
 @require_POST
 def image_delete(request, pk):
     image = _get(Image.objects.all(), pk)
-    access.check_image_maintenance(request.user, image)
     try:
-        services.delete_image(image, actor=request.user, reason="deleted in the web UI")
+        owned.delete(image, actor=request.user, reason="deleted in the web UI")
     except services.InUse as exc:
         messages.error(request, str(exc))
         return redirect("vms:image", pk=pk)
@@ -143,6 +159,49 @@ def variant_add(request, pk):
             messages.success(request, f"Variant {variant.hypervisor_type} added.")
     else:
         _flash_errors(request, form.errors)
+    return redirect("vms:image", pk=pk)
+
+
+# Owned images: sharing (maintainers), renaming (owners too); ``owned`` makes the checks.
+
+
+def _visible(request, pk):
+    return _get(services.visible_images(request.user), pk)
+
+
+@login_required
+@require_POST
+def image_share(request, pk):
+    image = _visible(request, pk)
+    if not access.may_share_image(request.user, image):  # before the form: its choices are the user's groups
+        raise PermissionDenied
+    form = ShareForm(request.POST, user=request.user)
+    if not form.is_valid():
+        _flash_errors(request, form.errors)
+    else:
+        groups = list(form.cleaned_data["groups"])
+        owned.share(image, groups, actor=request.user, reason="web UI")
+        names = ", ".join(g.name for g in groups) or "nobody but its owner"
+        messages.success(request, f"Image {image.name}: shared with {names}.")
+    return redirect("vms:image", pk=pk)
+
+
+@login_required
+@require_POST
+def image_rename(request, pk):
+    image = _visible(request, pk)
+    form = RenameForm(request.POST)
+    if not form.is_valid():
+        _flash_errors(request, form.errors)
+        return redirect("vms:image", pk=pk)
+    try:
+        owned.rename(image, form.cleaned_data["name"], actor=request.user, reason="web UI")
+    except ValidationError as exc:
+        _flash_errors(request, exc.message_dict)
+    except Conflict as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Image renamed to {image.name}.")
     return redirect("vms:image", pk=pk)
 
 
@@ -241,6 +300,7 @@ def vm_detail(request, pk):
         "snapshots": [s.get("name") for s in vm.snapshots],
         "jobs": recent.only("id", "opcode", "status", "received")[:20],
         "changes": changelog.history(vm),
+        **capture_context(request, vm),
     }
     return render(request, "vms/vm_detail.html", context)
 

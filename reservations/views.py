@@ -24,6 +24,7 @@ from accounts import access
 from core import topics
 from core.errors import Conflict
 from provisioning import services as vms
+from provisioning.capture_views import capture_context
 from provisioning.forms import ImageFilterForm
 from reservations import home, idle, services, usage
 from reservations.forms import BlockForm, ExtendForm, ReserveForm, add_service_errors, as_input
@@ -168,7 +169,10 @@ def _detail_queryset(request):
 @login_required
 def reservation_detail(request, pk):
     reservation = _reservation(request, pk, _detail_queryset(request))
-    return render(request, "reservations/reservation_detail.html", _panel_context(reservation))
+    # The capture card is outside the panel: the panel is fetched again on every event.
+    # Its VM's owner (the reservation's user) and administrators may capture the VM.
+    context = {**_panel_context(reservation), **capture_context(request, reservation.vm)}
+    return render(request, "reservations/reservation_detail.html", context)
 
 
 @login_required

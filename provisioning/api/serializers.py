@@ -87,10 +87,11 @@ class ImageSerializer(RefuseUnknownFields, serializers.ModelSerializer):
             "max_concurrent",
             "on_host_failure",
             "variants",
+            "owner",
             "created",
             "updated",
         ]
-        read_only_fields = ["created", "updated"]
+        read_only_fields = ["owner", "created", "updated"]
 
     def get_variants(self, image) -> list[dict]:
         """The production revision's (``services.with_production_variants`` read them with the list;
@@ -226,9 +227,22 @@ class JobAcceptedSerializer(serializers.Serializer):
     vm = serializers.IntegerField()
 
 
+class ImageShareSerializer(RefuseUnknownFields, serializers.Serializer):
+    groups = serializers.PrimaryKeyRelatedField(
+        queryset=Group.objects.all(), many=True, help_text="The groups that may use it (yours; none: its owner only)."
+    )
+
+
+class ImageRenameSerializer(RefuseUnknownFields, serializers.Serializer):
+    name = serializers.CharField(max_length=100, help_text="The image's new name.")
+
+
 class VMCaptureSerializer(RefuseUnknownFields, serializers.Serializer):
     image_name = serializers.CharField(max_length=100, help_text="Name of the new image (must not exist).")
     force = serializers.BooleanField(default=False, help_text="Power the VM off instead of a guest shutdown.")
+    comment = serializers.CharField(
+        max_length=1000, allow_blank=True, default="", help_text="Why, or what changed (the first revision's comment)."
+    )
 
 
 class VMCreatedSerializer(JobAcceptedSerializer):

@@ -24,10 +24,12 @@ from core.errors import Conflict
 from drivers.sim import services as sim
 from drivers.sim.models import SimFault
 from inventory.models import Hypervisor
-from provisioning import revisions, services
+from provisioning import owned, revisions, services
 from provisioning.api.serializers import (
+    ImageRenameSerializer,
     ImageRevisionSerializer,
     ImageSerializer,
+    ImageShareSerializer,
     ImageVariantSerializer,
     JobAcceptedSerializer,
     PrestageAcceptedSerializer,
@@ -82,9 +84,35 @@ class ImageViewSet(viewsets.ModelViewSet):
         except ValidationError as exc:
             raise as_drf(exc) from None
 
+    def get_permissions(self):
+        if self.action in ("destroy", "rename"):  # an image's owner too (``owned``'s check)
+            return [IsAuthenticatedWithTokenScope()]
+        return super().get_permissions()
+
     def perform_destroy(self, instance):
-        access.check_image_maintenance(self.request.user, instance)
-        services.delete_image(instance, actor=self.request.user, reason="deleted through the API")
+        owned.delete(instance, actor=self.request.user, reason="deleted through the API")
+
+    def _owned_change(self, request, body, verb):
+        image = self.get_object()
+        body.is_valid(raise_exception=True)
+        try:
+            verb(image, actor=request.user, reason="API", **body.validated_data)
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+        return Response(self.get_serializer(self.get_queryset().get(pk=image.pk)).data)
+
+    @extend_schema(request=ImageShareSerializer, responses={200: ImageSerializer})
+    @action(detail=True, methods=["post"], permission_classes=[ImageMaintainer])
+    def share(self, request, pk=None):
+        """Restrict the image to groups: a maintainer gives their own groups (the image's others
+        kept), to an image they maintain or one a member of their groups owns; none: its owner only."""
+        return self._owned_change(request, ImageShareSerializer(data=request.data), owned.share)
+
+    @extend_schema(request=ImageRenameSerializer, responses={200: ImageSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"])
+    def rename(self, request, pk=None):
+        """Rename the image (its owner too), refused while a VM uses it."""
+        return self._owned_change(request, ImageRenameSerializer(data=request.data), owned.rename)
 
     @extend_schema(
         request=PrestageSerializer, responses={202: PrestageAcceptedSerializer, 201: PrestageAcceptedSerializer}

@@ -1,12 +1,13 @@
 """``vm.capture``: a stopped VM's disk saved as a new image derived from the VM's image."""
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from accounts import access
 from drivers import registry as drivers
 from jobs.registry import opcode
 from provisioning import services
-from provisioning.models import Image
+from provisioning.models import Image, ImageRevision
 from provisioning.opcodes.common import Refused, authorised_vm, load_vm
 from provisioning.opcodes.lifecycle import power
 from provisioning.opcodes.params import CaptureParams, capture_locks
@@ -17,9 +18,10 @@ def vm_capture(job):
     """Capture a VM's disk as a new image (derived from the VM's image); the VM is stopped first.
 
     Every driver captures a stopped VM only, so a running VM is shut down (``force``: powered
-    off) and left stopped. Who sees the new image is ``access.capture_access``'s: the parent's
-    visibility and groups when an administrator (or the system) captures; an image maintainer's
-    groups, restricted, for theirs; staff only until published for anyone else's.
+    off) and left stopped. The new image is owned by the job's submitter, who may use it at
+    once. Who else sees it is ``access.capture_access``'s: the parent's visibility and groups
+    when an administrator (or the system) captures; an image maintainer's groups, restricted,
+    for theirs; nobody else for anyone else's until a maintainer of their groups shares it.
     """
     vm = authorised_vm(job)
     name = job.params["image_name"]
@@ -29,7 +31,8 @@ def vm_capture(job):
     job.step("stop", power, vm.pk, "stop", job.params["force"], actor=job.actor)
     captured = job.step("capture", capture_on_host, vm.pk, name)
     visibility, groups = access.capture_access(job.job.submitter, vm.image)
-    image = job.step("register", register_capture, vm.pk, captured, visibility, groups, actor=job.actor)
+    owner, comment = job.job.submitter_id, job.params.get("comment", "")
+    image = job.step("register", register_capture, vm.pk, captured, visibility, groups, owner, comment, actor=job.actor)
     return {"vm": vm.pk, "image": image["image"], "variant": image["variant"], "name": name}
 
 
@@ -38,8 +41,9 @@ def capture_on_host(vm_id, name):
     return drivers.driver_for(vm.host).capture(vm.key, name).as_dict()
 
 
-def register_capture(vm_id, captured, visibility, groups, *, actor):
-    """Record the captured image and its one variant (for the VM's host type) in the library."""
+def register_capture(vm_id, captured, visibility, groups, owner_id=None, comment="", *, actor):
+    """Record the captured image (owned by ``owner_id``) and its one variant (for the VM's host
+    type) in the library; ``comment`` becomes its first revision's."""
     vm = load_vm(vm_id)
     parent = vm.image
     fields = {"hypervisor_type": vm.host.hypervisor_type}
@@ -66,7 +70,10 @@ def register_capture(vm_id, captured, visibility, groups, *, actor):
             visibility=visibility,
             parent=parent,
             groups=groups,
+            owner=get_user_model().objects.filter(pk=owner_id).first() if owner_id else None,
             reason=reason,
         )
         variant = services.add_variant(image, actor=actor, reason=reason, **fields)
+        if comment:  # the revision was made with the image, in this transaction, by add_variant
+            ImageRevision.objects.filter(pk=variant.revision_id).update(comment=comment)
     return {"image": image.pk, "variant": variant.pk}

@@ -20,6 +20,9 @@ class SnapshotParams(VMParams):
 class CaptureParams(VMParams):
     image_name = serializers.RegexField(base.IMAGE_NAME_RE, max_length=100)
     force = serializers.BooleanField(default=False, help_text="Pull the plug instead of a guest shutdown.")
+    comment = serializers.CharField(
+        max_length=1000, allow_blank=True, default="", help_text="Why, or what changed (the first revision's comment)."
+    )
 
 
 class MigrateParams(VMParams):

@@ -148,3 +148,24 @@ def test_capture_on_libvirt(kvm_host, kvm_image, admin_user, sync_jobs):  # noqa
     assert variant.location.endswith("ubuntu-custom.qcow2")
     # The derived image boots on the same host.
     assert built(admin_user, variant.image, sync_jobs).state == "running"
+
+
+def test_a_users_capture_is_theirs_to_reserve_at_once(sim_host, image, alice, bob, sync_jobs):
+    from datetime import timedelta
+
+    from reservations import services as reservations
+
+    vm = built(alice, image, sync_jobs)
+    job = capture(alice, vm, "alice-template", sync_jobs, comment="lab 3 tools installed")
+    assert job.status == "success", job.error_message
+    new = Image.objects.get(name="alice-template")
+    assert new.owner == alice and new.revisions.get().comment == "lab 3 tools installed"
+    assert services.visible_images(alice).filter(pk=new.pk).exists()  # no administrator's publishing
+    assert not services.visible_images(bob).filter(pk=new.pk).exists()
+    reservation = reservations.reserve(alice, new, actor=alice, duration=timedelta(hours=1))
+    sync_jobs.drain()
+    reservation.refresh_from_db()
+    assert reservation.status == "ready", reservation.error
+    assert reservation.vm.image == new and reservation.vm.state == "running"
+    with pytest.raises(ValidationError):
+        reservations.reserve(bob, new, actor=bob, duration=timedelta(hours=1))
