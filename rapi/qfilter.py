@@ -18,6 +18,9 @@ ORDERING = {"<": operator.lt, ">": operator.gt, "<=": operator.le, ">=": operato
 EQUALITY = {"=": operator.eq, "==": operator.eq, "!=": operator.ne}
 #: Ganeti's field kinds (``constants.QFT_*``) that ordering comparisons accept, and the values' types.
 ORDERED_KINDS = {"number": (int, float), "unit": (int, float), "timestamp": (int, float), "text": (str,)}
+#: A field whose kind is known only per row (a job's opcode parameters): any operator is
+#: accepted, and a row whose value is not comparable with the filter's does not match.
+ANY = "any"
 
 
 class FilterError(ValueError):
@@ -74,7 +77,7 @@ def _comparison(op, field, kind, value):
     if isinstance(value, (list, dict)):
         raise FilterError(f"Operator '{op}' on field '{field}': the value must be a string, number or boolean")
     if op == "=~":
-        if kind != "text" or not isinstance(value, str):
+        if kind not in ("text", ANY) or not isinstance(value, str):
             raise FilterError(f"Operator '=~' needs a text field and a regular expression (field '{field}')")
         try:
             pattern = re.compile(value)
@@ -82,17 +85,21 @@ def _comparison(op, field, kind, value):
             raise FilterError(f"Invalid regular expression {value!r}: {exc}") from None
         return lambda row: isinstance(row.get(field), str) and pattern.search(row[field]) is not None
     if op == "=[]":
-        if kind != "other":
+        if kind not in ("other", ANY):
             raise FilterError(f"Operator '=[]' needs a list field, and '{field}' is {kind}")
         return lambda row: isinstance(row.get(field), list) and value in row[field]
     if op in ORDERING:
-        types = ORDERED_KINDS.get(kind)
+        types = (int, float, str) if kind == ANY else ORDERED_KINDS.get(kind)
         if types is None or isinstance(value, bool) or not isinstance(value, types):
             raise FilterError(f"Operator '{op}' cannot compare field '{field}' ({kind}) with {_show(value)}")
-        compare = ORDERING[op]
-        return lambda row: row.get(field) is not None and compare(row[field], value)
+        compare, family = ORDERING[op], (str,) if isinstance(value, str) else (int, float)
+        return lambda row: _comparable(row.get(field), family) and compare(row[field], value)
     compare = EQUALITY[op]
     return lambda row: row.get(field) is not None and compare(row[field], value)
+
+
+def _comparable(current, family):
+    return current is not None and not isinstance(current, bool) and isinstance(current, family)
 
 
 def _arity(op, args, count):

@@ -14,8 +14,8 @@ from core.errors import Conflict
 from inventory.models import Hypervisor
 from jobs import services as jobs
 from provisioning.models import Image
+from rapi import query, services
 from rapi import resources as R
-from rapi import services
 from rapi.models import ClusterTag
 from rapi.protocol import RapiError, bad_request, resource
 
@@ -480,6 +480,8 @@ INSTANCES = resource(GET=instances, POST=create_instance)
 INSTANCE = resource(GET=instance, DELETE=delete_instance)
 INSTANCE_MIGRATE = resource(PUT=migrate_instance)
 INSTANCE_TAGS = resource(GET=instance_tags, PUT=tag_writer("instance", True), DELETE=tag_writer("instance", False))
+QUERY = resource(GET=query.query_get, PUT=query.query_put, reads=("PUT",))
+QUERY_FIELDS = resource(GET=query.query_fields)
 JOBS = resource(GET=job_list)
 JOB = resource(GET=job, DELETE=cancel_job)
 JOB_WAIT = resource(GET=wait_job)

@@ -85,3 +85,10 @@ def test_it_names_the_fields_a_filter_reads():
         "tags",
         "oper_ram",
     }
+
+
+def test_a_field_of_any_kind_takes_every_operator_and_skips_rows_it_cannot_compare():
+    kinds = {"size": "any"}
+    rows = [{"size": 10}, {"size": "big"}, {"size": None}, {"size": True}]
+    assert [compile_filter([">", "size", 5], kinds)(row) for row in rows] == [True, False, False, False]
+    assert [compile_filter(["=~", "size", "^b"], kinds)(row) for row in rows] == [False, True, False, False]
