@@ -4,6 +4,7 @@ from rest_framework import serializers
 
 from inventory.models import Hypervisor
 from jobs.registry import StringListField, opcode
+from provisioning import services as vms
 from provisioning.models import VM
 from rapi import services
 from rapi.models import ClusterTag
@@ -27,6 +28,11 @@ class TagParams(serializers.Serializer):
         if (data["kind"] == "cluster") != (data["target"] is None):
             raise serializers.ValidationError("a node or instance tag names its target; a cluster tag none")
         return data
+
+
+class RenameParams(serializers.Serializer):
+    vm = serializers.IntegerField(min_value=1)
+    name = serializers.CharField(max_length=100)
 
 
 def _target(params):
@@ -65,3 +71,10 @@ def _tags_opcode(name, add):
 
 tags_set = _tags_opcode("tags.set", add=True)
 tags_delete = _tags_opcode("tags.delete", add=False)
+
+
+@opcode("instance.rename", params=RenameParams, locks=lambda p: [f"vm:{p['vm']}"], staff_only=True)
+def instance_rename(job):
+    """Give an instance another name (Ganeti's OP_INSTANCE_RENAME; the VM's key stays)."""
+    params = job.params
+    job.step("rename", lambda: vms.rename_vm(params["vm"], params["name"], actor=job.actor, reason="RAPI rename"))

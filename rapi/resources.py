@@ -32,6 +32,7 @@ OP_IDS = {
     "vm.migrate": "OP_INSTANCE_MIGRATE",
     "vm.start": "OP_INSTANCE_STARTUP",
     "vm.stop": "OP_INSTANCE_SHUTDOWN",
+    "instance.rename": "OP_INSTANCE_RENAME",
     "node.evacuate": "OP_NODE_EVACUATE",
     "node.set_role": "OP_NODE_SET_PARAMS",
     "tags.set": "OP_TAGS_SET",

@@ -52,6 +52,28 @@ def submit_vm(vm, action, *, actor, reason, **params):
     return vms.submit_action(vm, action, actor=actor, reason=reason or f"{action} {vm.key} through the RAPI", **params)
 
 
+def reboot(vm, *, actor, reason, force=False):
+    """Ganeti's reboot as vclmgr's two actions: a stop, then a start that waits for it. The
+    start is the job answered (its end is the reboot's end; a failed stop fails it too)."""
+    why = reason or f"reboot {vm.key} through the RAPI"
+    with transaction.atomic():
+        stop = submit_vm(vm, "stop", actor=actor, reason=why, force=force)
+        return vms.submit_action(vm, "start", actor=actor, reason=why, depends=[stop])
+
+
+def reinstall(vm, *, actor, reason, start=True):
+    """Ganeti's reinstall: back to the clean snapshot taken before the first boot (what the image
+    built), then started unless ``start`` is false. A VM without that snapshot cannot be."""
+    if not vms.has_clean_snapshot(vm):
+        raise Conflict(f"{vm.key} keeps no clean snapshot of its image (only images that revert or pool do)")
+    why = reason or f"reinstall {vm.key} through the RAPI"
+    with transaction.atomic():
+        revert = submit_vm(vm, "revert", actor=actor, reason=why, name=vms.CLEAN_SNAPSHOT)
+        if not start:
+            return revert
+        return vms.submit_action(vm, "start", actor=actor, reason=why, depends=[revert])
+
+
 # --- what the RAPI's own opcodes do (run by a worker) ----------------------------------
 
 

@@ -2,8 +2,10 @@
 
 from django.urls import path, re_path
 
+from rapi import instance_views as iv
 from rapi import protocol
 from rapi import views as v
+from rapi.protocol import resource
 
 NAME = "<str:name>"
 
@@ -23,6 +25,14 @@ urlpatterns = [
     path("2/instances", v.INSTANCES, name="rapi-instances"),
     path(f"2/instances/{NAME}", v.INSTANCE, name="rapi-instance"),
     path(f"2/instances/{NAME}/migrate", v.INSTANCE_MIGRATE, name="rapi-instance-migrate"),
+    path(f"2/instances/{NAME}/startup", resource(PUT=iv.startup), name="rapi-instance-startup"),
+    path(f"2/instances/{NAME}/shutdown", resource(PUT=iv.shutdown), name="rapi-instance-shutdown"),
+    path(f"2/instances/{NAME}/reboot", resource(POST=iv.reboot), name="rapi-instance-reboot"),
+    path(f"2/instances/{NAME}/failover", resource(PUT=iv.failover), name="rapi-instance-failover"),
+    path(f"2/instances/{NAME}/rename", resource(PUT=iv.rename), name="rapi-instance-rename"),
+    path(f"2/instances/{NAME}/reinstall", resource(POST=iv.reinstall), name="rapi-instance-reinstall"),
+    path(f"2/instances/{NAME}/modify", resource(PUT=iv.modify), name="rapi-instance-modify"),
+    path(f"2/instances/{NAME}/console", resource(GET=iv.console_info), name="rapi-instance-console"),
     path(f"2/instances/{NAME}/tags", v.INSTANCE_TAGS, name="rapi-instance-tags"),
     path("2/query/<str:what>", v.QUERY, name="rapi-query"),
     path("2/query/<str:what>/fields", v.QUERY_FIELDS, name="rapi-query-fields"),

@@ -20,7 +20,7 @@ from rapi.models import ClusterTag
 from rapi.protocol import RapiError, bad_request, resource
 
 RAPI_VERSION = 2
-FEATURES = ["instance-create-reqv1", "node-evac-res1"]
+FEATURES = ["instance-create-reqv1", "instance-reinstall-reqv1", "node-evac-res1"]
 WAIT_SECONDS = 10  # rlib2's _WFJC_TIMEOUT
 WAIT_POLL = 0.2
 MAX_NAME = 100
