@@ -2,7 +2,7 @@
 
 from rest_framework import serializers
 
-from inventory.models import Hypervisor
+from inventory.models import Hypervisor, NodeGroup
 from jobs.registry import StringListField, opcode
 from provisioning import services as vms
 from provisioning.models import VM
@@ -78,3 +78,27 @@ def instance_rename(job):
     """Give an instance another name (Ganeti's OP_INSTANCE_RENAME; the VM's key stays)."""
     params = job.params
     job.step("rename", lambda: vms.rename_vm(params["vm"], params["name"], actor=job.actor, reason="RAPI rename"))
+
+
+class GroupParams(serializers.Serializer):
+    group = serializers.IntegerField(min_value=1)
+    alloc_policy = serializers.ChoiceField(choices=NodeGroup.AllocPolicy.values)
+
+
+class AssignParams(serializers.Serializer):
+    group = serializers.IntegerField(min_value=1, allow_null=True, help_text="None: the implicit default group.")
+    hypervisors = serializers.ListField(child=serializers.IntegerField(min_value=1), min_length=1, max_length=1000)
+
+
+@opcode("group.modify", params=GroupParams, staff_only=True)
+def group_modify(job):
+    """Set a node group's allocation policy (Ganeti's OP_GROUP_SET_PARAMS); returns the changes."""
+    params = job.params
+    return job.step("modify", lambda: services.modify_group(params["group"], params["alloc_policy"], actor=job.actor))
+
+
+@opcode("group.assign_nodes", params=AssignParams, staff_only=True)
+def group_assign_nodes(job):
+    """Move hosts into a node group, or out of every group (Ganeti's OP_GROUP_ASSIGN_NODES)."""
+    params = job.params
+    job.step("assign", lambda: services.assign_nodes(params["group"], params["hypervisors"], actor=job.actor))

@@ -11,6 +11,7 @@ from django.utils import timezone
 from capacity import services as capacity
 from core.errors import Conflict
 from inventory import services as inventory
+from inventory.models import Hypervisor, NodeGroup
 from jobs import services as jobs
 from provisioning import services as vms
 from provisioning.models import VM
@@ -117,3 +118,18 @@ def _cluster_tags(tags, *, add, actor):
         for tag in ClusterTag.objects.filter(name__in=tags):
             changelog.record(tag, "delete", actor, {}, "RAPI cluster tag")
             tag.delete()
+
+
+def modify_group(group_id, alloc_policy, *, actor, reason="RAPI group modify"):
+    """A node group's allocation policy; the changes as Ganeti lists them (``[[param, value]]``)."""
+    group = NodeGroup.objects.get(pk=group_id)
+    changes = inventory.update_node_group(group, actor=actor, reason=reason, alloc_policy=alloc_policy)
+    return [["alloc_policy", alloc_policy]] if changes else []
+
+
+@transaction.atomic
+def assign_nodes(group_id, host_ids, *, actor, reason="RAPI assign nodes"):
+    """Put the hosts in the group (``None``: in none, Ganeti's implicit ``default``)."""
+    group = NodeGroup.objects.get(pk=group_id) if group_id is not None else None
+    for host in Hypervisor.objects.filter(pk__in=host_ids).order_by("pk"):
+        inventory.update_hypervisor(host, actor=actor, reason=reason, group=group)

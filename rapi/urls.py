@@ -2,6 +2,7 @@
 
 from django.urls import path, re_path
 
+from rapi import group_views as gv
 from rapi import instance_views as iv
 from rapi import protocol
 from rapi import views as v
@@ -22,6 +23,8 @@ urlpatterns = [
     path(f"2/nodes/{NAME}/tags", v.NODE_TAGS, name="rapi-node-tags"),
     path("2/groups", v.GROUPS, name="rapi-groups"),
     path(f"2/groups/{NAME}", v.GROUP, name="rapi-group"),
+    path(f"2/groups/{NAME}/modify", resource(PUT=gv.modify), name="rapi-group-modify"),
+    path(f"2/groups/{NAME}/assign-nodes", resource(PUT=gv.assign_nodes), name="rapi-group-assign-nodes"),
     path("2/instances", v.INSTANCES, name="rapi-instances"),
     path(f"2/instances/{NAME}", v.INSTANCE, name="rapi-instance"),
     path(f"2/instances/{NAME}/migrate", v.INSTANCE_MIGRATE, name="rapi-instance-migrate"),
