@@ -2,6 +2,8 @@
 
 Ganeti answers every write with a job id, so even what vclmgr does at once (a host's state,
 tags) runs as a job here (``opcodes``): the client waits for it the same way as for a create.
+Every job submitted here passes the job filter rules (``job_filters``) in the transaction
+that submits it: one a rule rejects is canceled before any worker can claim it.
 """
 
 from django.core.exceptions import ValidationError
@@ -9,13 +11,17 @@ from django.db import transaction
 from django.utils import timezone
 
 from capacity import services as capacity
+from core import changelog
 from core.errors import Conflict
 from inventory import services as inventory
 from inventory.models import Hypervisor, NodeGroup
 from jobs import services as jobs
+from jobs.models import Job
 from provisioning import services as vms
 from provisioning.models import VM
-from rapi.models import ClusterTag
+from rapi import job_filters
+from rapi.models import ClusterTag, FilterRule
+from rapi.resources import op_id
 
 SOURCE = "gnt:rapi"
 
@@ -42,15 +48,31 @@ def create_instance(*, actor, image, name, vcpus=None, memory_mib=None, disk_gib
         _, job = vms.request_vm(
             actor=actor, owner=actor, image=image, name=name, allocation=allocation, reason=why, **size
         )
+        return screen(job, actor=actor)
+
+
+def screen(job, *, actor):
+    """Apply the job filter rules to a job just submitted (inside its transaction); returns it."""
+    rules = list(FilterRule.objects.values("uuid", "priority", "watermark", "predicates", "action"))
+    if not rules:
+        return job
+    ops = [{"OP_ID": op_id(job.opcode), **(job.params if isinstance(job.params, dict) else {})}]
+    action, rule = job_filters.decide(rules, {"id": job.pk, "ops": ops, "reason": job.reason})
+    if action == "REJECT":
+        jobs.cancel(job, actor=actor, reason=f"rejected by job filter {rule['uuid']}")
+        job.refresh_from_db()
     return job
 
 
+@transaction.atomic
 def submit(opcode, params, *, actor, reason):
-    return jobs.submit(opcode, params, actor=actor, reason=reason, source=SOURCE)
+    return screen(jobs.submit(opcode, params, actor=actor, reason=reason, source=SOURCE), actor=actor)
 
 
-def submit_vm(vm, action, *, actor, reason, **params):
-    return vms.submit_action(vm, action, actor=actor, reason=reason or f"{action} {vm.key} through the RAPI", **params)
+@transaction.atomic
+def submit_vm(vm, action, *, actor, reason, depends=(), **params):
+    why = reason or f"{action} {vm.key} through the RAPI"
+    return screen(vms.submit_action(vm, action, actor=actor, reason=why, depends=depends, **params), actor=actor)
 
 
 def reboot(vm, *, actor, reason, force=False):
@@ -59,7 +81,7 @@ def reboot(vm, *, actor, reason, force=False):
     why = reason or f"reboot {vm.key} through the RAPI"
     with transaction.atomic():
         stop = submit_vm(vm, "stop", actor=actor, reason=why, force=force)
-        return vms.submit_action(vm, "start", actor=actor, reason=why, depends=[stop])
+        return submit_vm(vm, "start", actor=actor, reason=why, depends=[stop])
 
 
 def reinstall(vm, *, actor, reason, start=True):
@@ -72,7 +94,7 @@ def reinstall(vm, *, actor, reason, start=True):
         revert = submit_vm(vm, "revert", actor=actor, reason=why, name=vms.CLEAN_SNAPSHOT)
         if not start:
             return revert
-        return vms.submit_action(vm, "start", actor=actor, reason=why, depends=[revert])
+        return submit_vm(vm, "start", actor=actor, reason=why, depends=[revert])
 
 
 # --- what the RAPI's own opcodes do (run by a worker) ----------------------------------
@@ -107,8 +129,6 @@ def change_tags(kind, target, tags, *, add, actor, reason=""):
 
 @transaction.atomic
 def _cluster_tags(tags, *, add, actor):
-    from core import changelog
-
     if add:
         for name in tags:
             tag, made = ClusterTag.objects.get_or_create(name=name)
@@ -133,3 +153,38 @@ def assign_nodes(group_id, host_ids, *, actor, reason="RAPI assign nodes"):
     group = NodeGroup.objects.get(pk=group_id) if group_id is not None else None
     for host in Hypervisor.objects.filter(pk__in=host_ids).order_by("pk"):
         inventory.update_hypervisor(host, actor=actor, reason=reason, group=group)
+
+
+# --- job filter rules (Ganeti stores them at once: no job) ------------------------------
+
+
+def _check_rule(priority, predicates, action):
+    try:
+        job_filters.check_rule(priority, predicates, action)
+    except job_filters.qfilter.FilterError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+@transaction.atomic
+def put_filter(rule_uuid, *, priority, predicates, action, reason_trail, actor):
+    """Store a filter rule (a new one, or replace the one with ``rule_uuid``); returns it. Its
+    watermark is the highest job id now, as Ganeti's."""
+    _check_rule(priority, predicates, action)
+    fields = {
+        "priority": priority,
+        "predicates": predicates,
+        "action": action,
+        "reason_trail": reason_trail,
+        "watermark": Job.objects.order_by("-id").values_list("id", flat=True).first() or 0,
+    }
+    rule, made = FilterRule.objects.update_or_create(uuid=rule_uuid, defaults=fields)
+    changelog.record(
+        rule, "create" if made else "update", actor, {k: [None, v] for k, v in fields.items()}, "RAPI filter"
+    )
+    return rule
+
+
+@transaction.atomic
+def delete_filter(rule, *, actor):
+    changelog.record(rule, "delete", actor, {}, "RAPI filter")
+    rule.delete()

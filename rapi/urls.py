@@ -2,6 +2,7 @@
 
 from django.urls import path, re_path
 
+from rapi import filter_views as fv
 from rapi import group_views as gv
 from rapi import instance_views as iv
 from rapi import protocol
@@ -39,6 +40,12 @@ urlpatterns = [
     path(f"2/instances/{NAME}/tags", v.INSTANCE_TAGS, name="rapi-instance-tags"),
     path("2/query/<str:what>", v.QUERY, name="rapi-query"),
     path("2/query/<str:what>/fields", v.QUERY_FIELDS, name="rapi-query-fields"),
+    path("2/filters", resource(GET=fv.filters, POST=fv.add_filter), name="rapi-filters"),
+    path(
+        "2/filters/<str:filter_uuid>",
+        resource(GET=fv.get_filter, PUT=fv.replace_filter, DELETE=fv.delete_filter),
+        name="rapi-filter",
+    ),
     path("2/jobs", v.JOBS, name="rapi-jobs"),
     path("2/jobs/<int:job_id>", v.JOB, name="rapi-job"),
     path("2/jobs/<int:job_id>/wait", v.JOB_WAIT, name="rapi-job-wait"),

@@ -1,0 +1,93 @@
+"""Ganeti's job filter rules (``gnt-filter``), checked and decided without Django.
+
+A rule has a priority (lower first; ties by watermark, then uuid), predicates that must all
+hold, and an action. Predicates are ``["jobid", expr]`` (field ``id``; the value ``"watermark"``
+is the rule's watermark, the highest job id when it was stored), ``["opcode", expr]`` (the
+opcode's fields, ``OP_ID`` and its parameters; any of the job's opcodes) and ``["reason",
+expr]`` (``source``, ``reason``, ``timestamp``; any entry of the reason trail). The first rule
+whose predicates hold and whose action is not ``CONTINUE`` decides; none: ``ACCEPT``.
+
+vclmgr applies ``ACCEPT``, ``CONTINUE`` and ``REJECT`` (the job is canceled as it is
+submitted). ``PAUSE`` and ``RATE_LIMIT`` need the job scheduler's help and are refused when a
+rule is stored, rather than kept and silently not applied.
+"""
+
+from rapi import qfilter
+
+APPLIED_ACTIONS = ("ACCEPT", "CONTINUE", "REJECT")
+GANETI_ACTIONS = ("ACCEPT", "CONTINUE", "PAUSE", "REJECT", "RATE_LIMIT")
+WATERMARK = "watermark"
+
+
+class _AnyOpcodeField(dict):
+    """An opcode's fields are known per opcode: any name is a field, of a kind known per row."""
+
+    def __contains__(self, name):
+        return isinstance(name, str)
+
+    def __getitem__(self, name):
+        return "text" if name == "OP_ID" else qfilter.ANY
+
+
+KINDS = {
+    "jobid": {"id": "number"},
+    "opcode": _AnyOpcodeField(),
+    "reason": {"source": "text", "reason": "text", "timestamp": "number"},
+}
+
+
+def _with_watermark(node, watermark):
+    if isinstance(node, list):
+        return [_with_watermark(item, watermark) for item in node]
+    return watermark if node == WATERMARK else node
+
+
+def _compiled(predicate, watermark):
+    if not isinstance(predicate, list) or len(predicate) != 2 or predicate[0] not in KINDS:
+        raise qfilter.FilterError(
+            f"Invalid predicate {predicate!r:.60}: [name, expression] with name one of {', '.join(KINDS)}"
+        )
+    kind, expression = predicate
+    if kind == "jobid":
+        expression = _with_watermark(expression, watermark)
+    return kind, qfilter.compile_filter(expression, KINDS[kind])
+
+
+def check_rule(priority, predicates, action):
+    """``FilterError`` for a rule vclmgr cannot store or apply; the action's name otherwise."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
+        raise qfilter.FilterError("'priority' must be a non-negative integer")
+    if not isinstance(predicates, list):
+        raise qfilter.FilterError("'predicates' must be a list")
+    for predicate in predicates:
+        _compiled(predicate, 0)
+    name = action[0] if isinstance(action, list) and action else action
+    if name not in GANETI_ACTIONS:
+        raise qfilter.FilterError(f"Unknown filter action {action!r:.40}: one of {', '.join(GANETI_ACTIONS)}")
+    if name not in APPLIED_ACTIONS:
+        raise qfilter.FilterError(
+            f"Filter action {name} is not supported by vclmgr (it applies ACCEPT, CONTINUE, REJECT)"
+        )
+    if isinstance(action, list):
+        raise qfilter.FilterError(f"Filter action {name} takes no argument")
+    return name
+
+
+def _holds(kind, match, job):
+    if kind == "jobid":
+        return match({"id": job["id"]})
+    if kind == "opcode":
+        return any(match(op) for op in job["ops"])
+    entries = ({"source": e[0], "reason": e[1], "timestamp": e[2]} for e in job["reason"] if len(e) == 3)
+    return any(match(entry) for entry in entries)
+
+
+def decide(rules, job):
+    """The action for ``job`` (``{"id", "ops": [opcode dict…], "reason": [[source, reason, ts]…]}``)
+    and the rule that decided it (None for the default ACCEPT). ``rules``: dicts with ``uuid``,
+    ``priority``, ``watermark``, ``predicates``, ``action``."""
+    for rule in sorted(rules, key=lambda r: (r["priority"], r["watermark"], str(r["uuid"]))):
+        compiled = [_compiled(predicate, rule["watermark"]) for predicate in rule["predicates"]]
+        if all(_holds(kind, match, job) for kind, match in compiled) and rule["action"] != "CONTINUE":
+            return rule["action"], rule
+    return "ACCEPT", None
