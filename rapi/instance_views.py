@@ -12,9 +12,10 @@ from drivers.base import DriverError
 from rapi import resources as R
 from rapi import services
 from rapi.protocol import RapiError, bad_request
-from rapi.views import MAX_NAME, _check, _fields, _job_answer, _no_dry_run
+from rapi.views import MAX_NAME, _check, _fields, _job_answer, _no_dry_run, create_args, creation
 
 REBOOT_TYPES = ("soft", "hard", "full")
+MAX_MULTI_ALLOC = 100
 VNC_BASE_PORT = 5900
 
 
@@ -140,3 +141,24 @@ def console_info(request, name):
         "port": port,
         "display": port - VNC_BASE_PORT,
     }
+
+
+def multi_alloc(request):
+    """``POST /2/instances-multi-alloc``: every instance is checked before any is submitted."""
+    body = _fields(_check(request.body, dict, "Body contents"), ("instances", "iallocator", "opportunistic_locking"))
+    items = _check(body.get("instances"), list, "'instances' parameter")
+    if not items or len(items) > MAX_MULTI_ALLOC:
+        raise bad_request(f"'instances' parameter: 1 to {MAX_MULTI_ALLOC} instances")
+    if body.get("iallocator") is not None:
+        _check(body["iallocator"], str, "'iallocator' parameter")
+    creations = []
+    for index, item in enumerate(items):
+        try:
+            creations.append(creation(create_args(_check(item, dict, f"'instances' item {index}"))))
+        except RapiError as exc:
+            raise RapiError(exc.code, f"Instance {index}: {exc.message}") from None
+    names = [c["name"] for c in creations]
+    if len(set(names)) != len(names):
+        raise bad_request("Each instance of a multi-allocation needs its own name")
+    _no_dry_run(request)
+    return _job_answer(services.multi_alloc(creations, actor=request.user, reason=request.reason))

@@ -102,3 +102,21 @@ def group_assign_nodes(job):
     """Move hosts into a node group, or out of every group (Ganeti's OP_GROUP_ASSIGN_NODES)."""
     params = job.params
     job.step("assign", lambda: services.assign_nodes(params["group"], params["hypervisors"], actor=job.actor))
+
+
+class MultiAllocParams(serializers.Serializer):
+    jobs = serializers.ListField(child=serializers.IntegerField(min_value=1), max_length=100)
+    allocatable = StringListField(max_length=100)
+    failed = StringListField(max_length=100)
+
+
+@opcode("instance.multi_alloc", params=MultiAllocParams, staff_only=True)
+def instance_multi_alloc(job):
+    """Report a multi-allocation (Ganeti's OP_INSTANCE_MULTI_ALLOC): the create jobs were
+    submitted with it; its result lists them as Ganeti's does."""
+    params = job.params
+    return {
+        "jobs": [[True, pk] for pk in params["jobs"]],
+        "allocatable": params["allocatable"],
+        "failed": params["failed"],
+    }

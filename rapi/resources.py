@@ -34,6 +34,7 @@ OP_IDS = {
     "vm.stop": "OP_INSTANCE_SHUTDOWN",
     "instance.rename": "OP_INSTANCE_RENAME",
     "group.modify": "OP_GROUP_SET_PARAMS",
+    "instance.multi_alloc": "OP_INSTANCE_MULTI_ALLOC",
     "group.assign_nodes": "OP_GROUP_ASSIGN_NODES",
     "node.evacuate": "OP_NODE_EVACUATE",
     "node.set_role": "OP_NODE_SET_PARAMS",

@@ -65,6 +65,25 @@ def screen(job, *, actor):
 
 
 @transaction.atomic
+def multi_alloc(creations, *, actor, reason=""):
+    """Ganeti's multi-allocation: each instance's create job, and one job answering which were
+    submitted (``allocatable``) and which could not be placed on their ``pnode`` (``failed``)."""
+    submitted, allocatable, failed = [], [], []
+    with transaction.atomic():
+        for creation in creations:
+            try:
+                with transaction.atomic():
+                    submitted.append(create_instance(actor=actor, reason=reason, **creation).pk)
+            except ValidationError as exc:
+                if set(getattr(exc, "message_dict", {})) != {"pnode"}:
+                    raise
+                failed.append(creation["name"])
+            else:
+                allocatable.append(creation["name"])
+        params = {"jobs": submitted, "allocatable": allocatable, "failed": failed}
+        return submit("instance.multi_alloc", params, actor=actor, reason=reason or "multi-allocation through the RAPI")
+
+
 def submit(opcode, params, *, actor, reason):
     return screen(jobs.submit(opcode, params, actor=actor, reason=reason, source=SOURCE), actor=actor)
 

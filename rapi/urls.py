@@ -27,6 +27,7 @@ urlpatterns = [
     path(f"2/groups/{NAME}/modify", resource(PUT=gv.modify), name="rapi-group-modify"),
     path(f"2/groups/{NAME}/assign-nodes", resource(PUT=gv.assign_nodes), name="rapi-group-assign-nodes"),
     path("2/instances", v.INSTANCES, name="rapi-instances"),
+    path("2/instances-multi-alloc", resource(POST=iv.multi_alloc), name="rapi-instances-multi-alloc"),
     path(f"2/instances/{NAME}", v.INSTANCE, name="rapi-instance"),
     path(f"2/instances/{NAME}/migrate", v.INSTANCE_MIGRATE, name="rapi-instance-migrate"),
     path(f"2/instances/{NAME}/startup", resource(PUT=iv.startup), name="rapi-instance-startup"),

@@ -244,6 +244,11 @@ def _create_args(request):
         raise bad_request("Instance creation request version 0 is no longer supported")
     if version != 1:
         raise bad_request(f"Unsupported request data version {version}")
+    return create_args(body)
+
+
+def create_args(body):
+    """``(name, os, sizes, pnode name)`` of one instance's creation (OP_INSTANCE_CREATE's fields)."""
     _fields(body, CREATE_FIELDS)
     if _check(body.get("mode", "create"), str, "'mode' parameter") != "create":
         raise bad_request("Only mode 'create' is supported (vclmgr builds instances from its images)")
@@ -299,9 +304,9 @@ def _sizes(body):
     return {"vcpus": beparams.get("vcpus"), "memory_mib": memory, "disk_gib": disk_gib}
 
 
-def create_instance(request):
-    name, os_name, sizes, pnode_name = _create_args(request)
-    _no_dry_run(request)
+def creation(args):
+    """The keyword arguments of ``services.create_instance`` for ``create_args``' answer."""
+    name, os_name, sizes, pnode_name = args
     image = Image.objects.filter(name=os_name).first()
     if image is None:
         raise bad_request(f"OS '{os_name}' not known (vclmgr's images are the operating systems)")
@@ -309,9 +314,13 @@ def create_instance(request):
     for key, value in sizes.items():
         if value is not None and value < (0 if key == "disk_gib" else 1):
             raise bad_request(f"{key} must be positive")
-    job = services.create_instance(
-        actor=request.user, image=image, name=name, pnode=pnode, reason=request.reason, **sizes
-    )
+    return {"image": image, "name": name, "pnode": pnode, **sizes}
+
+
+def create_instance(request):
+    args = _create_args(request)
+    _no_dry_run(request)
+    job = services.create_instance(actor=request.user, reason=request.reason, **creation(args))
     return _job_answer(job)
 
 

@@ -4,15 +4,9 @@ import pytest
 
 from inventory.models import Hypervisor, NodeGroup
 from jobs.models import Job
-from tests.jobs.conftest import SyncJobs
 from tests.rapi.test_protocol import ADMIN, ALICE, call
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def sync_jobs(monkeypatch):
-    return SyncJobs(monkeypatch)
 
 
 @pytest.fixture

@@ -93,3 +93,28 @@ def test_modify_is_refused_by_parameter_and_console_says_why_it_is_unavailable(w
     status, error, _ = call("GET", "/2/instances/web1/console", ADMIN)
     assert status == 503 and "simulated VM" in error["message"]
     assert not Job.objects.exists()
+
+
+def multi_item(name, **changes):
+    return {"mode": "create", "name": name, "disk_template": "plain", "disks": [{"size": 1024}], "nics": [{}],
+            "os_type": "debian-12", **changes}  # fmt: skip
+
+
+def test_a_multi_allocation_submits_each_create_and_one_job_that_lists_them(web1, sync_jobs):
+    body = {"instances": [multi_item("a1"), multi_item("a2", pnode="node2")]}
+    status, job_id, _ = call("POST", "/2/instances-multi-alloc", ADMIN, body)
+    assert status == 200
+    params = job(job_id).params
+    assert (job(job_id).opcode, params["allocatable"], params["failed"]) == ("instance.multi_alloc", ["a1", "a2"], [])
+    assert [job(pk).opcode for pk in params["jobs"]] == ["vm.create", "vm.create"]
+    sync_jobs.drain()
+    status, done, _ = call("GET", f"/2/jobs/{job_id}", ADMIN)
+    assert done["status"] == "success" and done["opresult"][0]["jobs"] == [[True, pk] for pk in params["jobs"]]
+
+
+def test_a_multi_allocation_checks_every_instance_before_submitting_any(web1):
+    body = {"instances": [multi_item("b1"), multi_item("b2", colour="red")]}
+    status, error, _ = call("POST", "/2/instances-multi-alloc", ADMIN, body)
+    assert status == 400 and error["message"].startswith("Instance 1:") and "'colour'" in error["message"]
+    assert call("POST", "/2/instances-multi-alloc", ADMIN, {"instances": [multi_item("c"), multi_item("c")]})[0] == 400
+    assert not Job.objects.exists() and not VM.objects.filter(name__in=["b1", "b2", "c"]).exists()
