@@ -32,7 +32,8 @@ class _AnyOpcodeField(dict):
 KINDS = {
     "jobid": {"id": "number"},
     "opcode": _AnyOpcodeField(),
-    "reason": {"source": "text", "reason": "text", "timestamp": "number"},
+    # vclmgr's reason trail keeps ISO 8601 times (Ganeti's: nanoseconds), so they compare as text.
+    "reason": {"source": "text", "reason": "text", "timestamp": "text"},
 }
 
 

@@ -19,6 +19,16 @@ def sync_jobs(monkeypatch):
     return SyncJobs(monkeypatch)
 
 
+@pytest.fixture
+def two_nodes(admin_user, alice, make_host):
+    """node1 and node2, and the image ``debian-12`` for the sim driver; returns (node1, image)."""
+    host = make_host("node1")
+    make_host("node2")
+    image = vms.create_image(actor="test", name="debian-12", default_memory_mib=512, default_disk_gib=5)
+    vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://d", size_gib=1)
+    return host, image
+
+
 SYSTEM_PYTHON = "/usr/bin/python3"
 CLIENT = Path(__file__).with_name("ganeti_client.py")
 

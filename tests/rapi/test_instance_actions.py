@@ -11,11 +11,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def web1(admin_user, alice, make_host):
-    host = make_host("node1")
-    make_host("node2")
-    image = vms.create_image(actor="test", name="debian-12", default_memory_mib=512, default_disk_gib=5)
-    vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://d", size_gib=1)
+def web1(two_nodes, alice):
+    host, image = two_nodes
     vm, _ = vms.request_vm(actor="test", owner=alice, image=image, name="web1", allocation=None)
     VM.objects.filter(pk=vm.pk).update(host=host, state=VM.State.RUNNING)
     Job.objects.all().delete()
@@ -45,6 +42,7 @@ def test_a_reboot_is_a_stop_then_a_start_that_waits_for_it(web1, monkeypatch):
     [[stop_id, _]] = start.depends
     assert (start.opcode, job(stop_id).opcode, start.status) == ("vm.start", "vm.stop", "waiting")
     assert call("POST", "/2/instances/web1/reboot?type=kick", ADMIN)[0] == 400
+    assert call("POST", "/2/instances/web1/reboot", ADMIN, {"shutdown_timeout": 5})[0] == 400
 
 
 def test_a_failover_is_a_migration_to_the_named_node(web1):

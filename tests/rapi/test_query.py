@@ -11,11 +11,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def placed(admin_user, alice, make_host):
-    host = make_host("node1")
-    make_host("node2")
-    image = vms.create_image(actor="test", name="debian-12", default_memory_mib=512, default_disk_gib=5)
-    vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://d", size_gib=1)
+def placed(two_nodes, admin_user, alice):
+    host, image = two_nodes
     vms.request_vm(actor="test", owner=alice, image=image, name="web1", memory_mib=1024)
     vms.request_vm(actor="test", owner=admin_user, image=image, name="db1")
     VM.objects.update(host=host, state=VM.State.RUNNING)
