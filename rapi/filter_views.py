@@ -3,23 +3,13 @@ does (the answer is the rule's uuid, not a job); read by staff, written by opera
 
 import uuid
 
+from rapi import resources as R
 from rapi import services
 from rapi.models import FilterRule
 from rapi.protocol import RapiError, bad_request
 from rapi.views import _check, _fields, _staff
 
 RULE_FIELDS = ("priority", "predicates", "action", "reason")
-
-
-def _row(rule):
-    return {
-        "uuid": str(rule.uuid),
-        "priority": rule.priority,
-        "predicates": rule.predicates,
-        "action": rule.action,
-        "reason_trail": rule.reason_trail,
-        "watermark": rule.watermark,
-    }
 
 
 def _find(filter_uuid):
@@ -53,7 +43,7 @@ def filters(request):
     _staff(request)
     rules = FilterRule.objects.all()
     if request.flag("bulk"):
-        return [_row(rule) for rule in rules]
+        return [R.filter_row(rule) for rule in rules]
     return [{"uuid": str(rule.uuid), "uri": f"/2/filters/{rule.uuid}"} for rule in rules]
 
 
@@ -63,7 +53,7 @@ def add_filter(request):
 
 def get_filter(request, filter_uuid):
     _staff(request)
-    return _row(_find(filter_uuid))
+    return R.filter_row(_find(filter_uuid))
 
 
 def replace_filter(request, filter_uuid):

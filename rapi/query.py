@@ -4,13 +4,14 @@ The fields are those the resources already answer (``resources``), with Ganeti's
 A query answers ``{"fields": [definition…], "data": [[[status, value]…]…]}``; a field it does
 not know is answered as Ganeti does, kind ``unknown`` and status ``RS_UNKNOWN`` in every row,
 but a filter naming one is refused (400) before anything is read. Who sees what is as on the
-resources themselves: nodes and groups are staff's, instances and jobs the user's own.
+resources themselves: nodes, groups and filter rules are staff's, instances and jobs the user's own.
 """
 
 from accounts import access
 from jobs import services as jobs
 from rapi import qfilter
 from rapi import resources as R
+from rapi.models import FilterRule
 from rapi.protocol import RapiError, bad_request
 
 RS_NORMAL, RS_UNKNOWN = 0, 1
@@ -50,18 +51,22 @@ FIELDS = {
         text="status",
         other="ops summary opstatus received_ts start_ts end_ts oplog opresult",
     ),
+    "filter": _kinds(text="uuid action", number="priority watermark", other="predicates reason_trail"),
 }
+STAFF_ONLY = ("node", "group", "filter")
 
 
 def _rows(request, what):
-    if what in ("node", "group") and not access.can(request.user, "see_cluster"):
-        raise RapiError(403, "Only operators and auditors may see the nodes and groups")
+    if what in STAFF_ONLY and not access.can(request.user, "see_cluster"):
+        raise RapiError(403, f"Only operators and auditors may query the {what}s")
     if what == "instance":
         return R.instance_rows(R.instances_queryset(request.user))
     if what == "node":
         return R.node_rows(R.nodes_queryset())
     if what == "group":
         return R.group_rows()
+    if what == "filter":
+        return [R.filter_row(rule) for rule in FilterRule.objects.all()]
     visible = jobs.visible_to(request.user).filter(archived=False).order_by("id")
     log_for = lambda job: jobs.log_visible_to(request.user, job)  # noqa: E731 (one line)
     return R.job_rows(visible, viewer=request.user, full=True, log_for=log_for)

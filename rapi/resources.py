@@ -302,6 +302,20 @@ def _instance(vm):
     }
 
 
+# --- job filter rules -----------------------------------------------------------------
+
+
+def filter_row(rule):
+    return {
+        "uuid": str(rule.uuid),
+        "priority": rule.priority,
+        "predicates": rule.predicates,
+        "action": rule.action,
+        "reason_trail": rule.reason_trail,
+        "watermark": rule.watermark,
+    }
+
+
 # --- jobs -----------------------------------------------------------------------------
 
 

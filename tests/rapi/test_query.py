@@ -55,3 +55,11 @@ def test_the_fields_resource_lists_every_field_or_the_named_ones(placed):
     assert status == 200 and "node_list" in [f["name"] for f in answer["fields"]]
     status, answer, _ = call("GET", "/2/query/instance/fields?fields=name,colour", ADMIN)
     assert [(f["name"], f["kind"]) for f in answer["fields"]] == [("name", "text"), ("colour", "unknown")]
+
+
+def test_filter_rules_can_be_queried_by_staff(placed):
+    rule = {"priority": 3, "predicates": [], "action": "REJECT"}
+    assert call("POST", "/2/filters", ADMIN, rule)[0] == 200
+    status, answer, _ = call("PUT", "/2/query/filter", ADMIN, {"fields": ["action"], "qfilter": [">", "priority", 2]})
+    assert status == 200 and answer["data"] == [[[0, "REJECT"]]]
+    assert call("PUT", "/2/query/filter", ALICE, {"fields": ["uuid"]})[0] == 403
