@@ -7,15 +7,16 @@ opcode's fields, ``OP_ID`` and its parameters; any of the job's opcodes) and ``[
 expr]`` (``source``, ``reason``, ``timestamp``; any entry of the reason trail). The first rule
 whose predicates hold and whose action is not ``CONTINUE`` decides; none: ``ACCEPT``.
 
-vclmgr applies ``ACCEPT``, ``CONTINUE`` and ``REJECT`` (the job is canceled as it is
-submitted). ``PAUSE`` and ``RATE_LIMIT`` need the job scheduler's help and are refused when a
-rule is stored, rather than kept and silently not applied.
+All are applied (``rapi.services.screen``): ``REJECT`` cancels the job as it is submitted;
+``PAUSE`` keeps it queued and ``["RATE_LIMIT", n]`` lets at most n of the rule's jobs run at
+once, both through a rate-limit bucket of the rule's own (``filter:UUID``; 0 for a pause) that
+the job scheduler honours; replacing or deleting the rule screens its held jobs again.
 """
 
 from rapi import qfilter
 
-APPLIED_ACTIONS = ("ACCEPT", "CONTINUE", "REJECT")
-GANETI_ACTIONS = ("ACCEPT", "CONTINUE", "PAUSE", "REJECT", "RATE_LIMIT")
+ACTIONS = ("ACCEPT", "CONTINUE", "PAUSE", "REJECT", "RATE_LIMIT")
+MAX_RATE = 10000
 WATERMARK = "watermark"
 
 
@@ -63,15 +64,24 @@ def check_rule(priority, predicates, action):
     for predicate in predicates:
         _compiled(predicate, 0)
     name = action[0] if isinstance(action, list) and action else action
-    if name not in GANETI_ACTIONS:
-        raise qfilter.FilterError(f"Unknown filter action {action!r:.40}: one of {', '.join(GANETI_ACTIONS)}")
-    if name not in APPLIED_ACTIONS:
-        raise qfilter.FilterError(
-            f"Filter action {name} is not supported by vclmgr (it applies ACCEPT, CONTINUE, REJECT)"
-        )
-    if isinstance(action, list):
+    if name not in ACTIONS:
+        raise qfilter.FilterError(f"Unknown filter action {action!r:.40}: one of {', '.join(ACTIONS)}")
+    if name == "RATE_LIMIT":
+        if not isinstance(action, list) or len(action) != 2 or not _count(action[1]):
+            raise qfilter.FilterError(f'Filter action RATE_LIMIT is ["RATE_LIMIT", n], n from 1 to {MAX_RATE}')
+    elif isinstance(action, list):
         raise qfilter.FilterError(f"Filter action {name} takes no argument")
     return name
+
+
+def _count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_RATE
+
+
+def bucket(rule):
+    """``(key, limit)`` of the rate-limit bucket a PAUSE or RATE_LIMIT rule holds its jobs in."""
+    limit = 0 if rule["action"] == "PAUSE" else rule["action"][1]
+    return f"filter:{rule['uuid']}", limit
 
 
 def _holds(kind, match, job):

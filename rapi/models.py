@@ -23,7 +23,7 @@ class FilterRule(models.Model):
     uuid = models.UUIDField(unique=True)
     priority = models.PositiveIntegerField(default=0)
     predicates = models.JSONField(default=list, blank=True)
-    action = models.CharField(max_length=20)
+    action = models.JSONField(help_text='ACCEPT, CONTINUE, PAUSE, REJECT or ["RATE_LIMIT", n]')
     reason_trail = models.JSONField(default=list, blank=True)
     watermark = models.BigIntegerField(default=0, help_text="The highest job id when the rule was stored.")
     created = models.DateTimeField(auto_now_add=True)
@@ -32,4 +32,4 @@ class FilterRule(models.Model):
         ordering = ["priority", "watermark", "uuid"]
 
     def __str__(self):
-        return f"{self.action} filter {self.uuid}"
+        return f"filter {self.uuid}"

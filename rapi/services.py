@@ -52,19 +52,29 @@ def create_instance(*, actor, image, name, vcpus=None, memory_mib=None, disk_gib
 
 
 def screen(job, *, actor):
-    """Apply the job filter rules to a job just submitted (inside its transaction); returns it."""
+    """Apply the job filter rules to a pending job (inside the transaction that submitted it, or
+    that changed a rule holding it); returns it."""
     rules = list(FilterRule.objects.values("uuid", "priority", "watermark", "predicates", "action"))
     if not rules:
         return job
     ops = [{"OP_ID": op_id(job.opcode), **(job.params if isinstance(job.params, dict) else {})}]
     action, rule = job_filters.decide(rules, {"id": job.pk, "ops": ops, "reason": job.reason})
-    if action == "REJECT":
+    name = action[0] if isinstance(action, list) else action
+    if name == "REJECT":
         jobs.cancel(job, actor=actor, reason=f"rejected by job filter {rule['uuid']}")
         job.refresh_from_db()
+    elif name in ("PAUSE", "RATE_LIMIT"):
+        key, limit = job_filters.bucket(rule)
+        jobs.hold(job, key, limit, actor=actor, reason=f"{name.lower()} by job filter {rule['uuid']}")
     return job
 
 
-@transaction.atomic
+def _rescreen(rule_uuid, *, actor):
+    """The jobs a rule held go back through the rules as they are now (none may hold them)."""
+    for job in jobs.release(f"filter:{rule_uuid}", actor=actor, reason=f"job filter {rule_uuid} changed"):
+        screen(job, actor=actor)
+
+
 def multi_alloc(creations, *, actor, reason=""):
     """Ganeti's multi-allocation: each instance's create job, and one job answering which were
     submitted (``allocatable``) and which could not be placed on their ``pnode`` (``failed``)."""
@@ -84,6 +94,7 @@ def multi_alloc(creations, *, actor, reason=""):
         return submit("instance.multi_alloc", params, actor=actor, reason=reason or "multi-allocation through the RAPI")
 
 
+@transaction.atomic
 def submit(opcode, params, *, actor, reason):
     return screen(jobs.submit(opcode, params, actor=actor, reason=reason, source=SOURCE), actor=actor)
 
@@ -200,10 +211,14 @@ def put_filter(rule_uuid, *, priority, predicates, action, reason_trail, actor):
     changelog.record(
         rule, "create" if made else "update", actor, {k: [None, v] for k, v in fields.items()}, "RAPI filter"
     )
+    if not made:
+        _rescreen(rule.uuid, actor=actor)
     return rule
 
 
 @transaction.atomic
 def delete_filter(rule, *, actor):
     changelog.record(rule, "delete", actor, {}, "RAPI filter")
+    rule_uuid = rule.uuid
     rule.delete()
+    _rescreen(rule_uuid, actor=actor)

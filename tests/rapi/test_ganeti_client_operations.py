@@ -1,6 +1,8 @@
 """Ganeti's own RAPI client runs an instance's and a group's operations, queries with filters,
 and job filter rules, against a live daphne and real workers on the sim driver (``cluster``)."""
 
+import time
+
 import pytest
 
 from inventory import services as inventory
@@ -99,13 +101,21 @@ def test_the_ganeti_client_runs_group_operations_filters_and_a_multi_allocation(
     done, status = ok(cluster.admin(("WaitForJobCompletion", [tag_job], WAIT), ("GetJobStatus", [tag_job])))
     assert done is False and status["status"] == "canceled"
     assert list(Hypervisor.objects.get(name="node1").tags.names()) == []
-    bad_rule, pause = cluster.admin(
-        ("AddFilter", [0, [["jobid", ["<>", "id", 1]]], "REJECT"]), ("AddFilter", [0, [], "PAUSE"])
+    bad_rule, rate = cluster.admin(
+        ("AddFilter", [0, [["jobid", ["<>", "id", 1]]], "REJECT"]), ("AddFilter", [0, [], ["RATE_LIMIT", 0]])
     )
     assert bad_rule["code"] == 400 and "Unknown operator '<>'" in bad_rule["error"]
-    assert pause["code"] == 400 and "PAUSE is not supported" in pause["error"]
+    assert rate["code"] == 400 and "RATE_LIMIT" in rate["error"]
+
+    # PAUSE: the job waits, queued, until the rule goes; ACCEPT in its place lets it run.
+    assert ok(cluster.admin(("ReplaceFilter", [rule, 0, reject, "PAUSE"]))) == [rule]
+    [paused] = ok(cluster.admin(("AddNodeTags", ["node1", ["gpu"]])))
+    time.sleep(1.5)  # long enough for an idle worker to have run it, were it not held
+    [status] = ok(cluster.admin(("GetJobStatus", [paused])))
+    assert status["status"] == "queued"
     assert ok(cluster.admin(("ReplaceFilter", [rule, 0, reject, "ACCEPT"]))) == [rule]
-    assert run(cluster, "AddNodeTags", ["node1", ["gpu"]])["status"] == "success"
+    assert ok(cluster.admin(("WaitForJobCompletion", [paused], WAIT))) == [True]
+    assert list(Hypervisor.objects.get(name="node1").tags.names()) == ["gpu"]
     assert ok(cluster.admin(("DeleteFilter", [rule]), ("GetFilters",))) == [None, []]
 
     instances = [

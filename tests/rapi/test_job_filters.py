@@ -48,8 +48,9 @@ def test_the_watermark_and_every_predicate_must_hold():
         (0, [["jobid", ["~", "id", 1]]], "REJECT", "Unknown operator"),
         (0, [["reason", ["=", "who", "x"]]], "REJECT", "Unknown field 'who'"),
         (0, [], "DROP", "Unknown filter action"),
-        (0, [], "PAUSE", "PAUSE is not supported"),
-        (0, [], ["RATE_LIMIT", 2], "RATE_LIMIT is not supported"),
+        (0, [], ["PAUSE", 1], "PAUSE takes no argument"),
+        (0, [], ["RATE_LIMIT", 0], r"RATE_LIMIT is \["),
+        (0, [], "RATE_LIMIT", r"RATE_LIMIT is \["),
     ],
 )
 def test_it_refuses_a_rule_it_cannot_store_or_apply(priority, predicates, action, reason):
@@ -78,7 +79,7 @@ def test_a_bad_rule_is_ganetis_400_with_its_reason(admin_user):
         "POST", "/2/filters", ADMIN, {"predicates": [["jobid", ["<>", "id", 1]]], "action": "REJECT"}
     )
     assert status == 400 and "Unknown operator '<>'" in error["message"]
-    assert call("POST", "/2/filters", ADMIN, {"action": "PAUSE"})[0] == 400
+    assert call("POST", "/2/filters", ADMIN, {"action": ["RATE_LIMIT", True]})[0] == 400
     assert not FilterRule.objects.exists()
 
 
@@ -93,3 +94,36 @@ def test_a_rejected_job_is_canceled_as_it_is_submitted_and_others_pass(admin_use
     status, role, _ = call("PUT", "/2/nodes/node1/role", ADMIN, body="drained")
     assert status == 200 and Job.objects.get(pk=role).status == "queued"
     assert Hypervisor.objects.get().state == "online"
+
+
+@pytest.mark.django_db
+def test_a_paused_job_stays_queued_until_its_rule_goes(admin_user, make_host, sync_jobs):
+    make_host("node1")
+    pause = {"predicates": [["opcode", ["=", "OP_ID", "OP_TAGS_SET"]]], "action": "PAUSE"}
+    rule = call("POST", "/2/filters", ADMIN, pause)[1]
+    tagged = call("PUT", "/2/nodes/node1/tags?tag=rack", ADMIN)[1]
+    assert Job.objects.get(pk=tagged).buckets == [[f"filter:{rule}", 0]]
+    sync_jobs.drain()
+    assert Job.objects.get(pk=tagged).status == "queued"
+    assert call("PUT", f"/2/filters/{rule}", ADMIN, {**pause, "action": ["RATE_LIMIT", 1]})[0] == 200
+    assert Job.objects.get(pk=tagged).buckets == [[f"filter:{rule}", 1]]  # screened again: now limited
+    assert call("DELETE", f"/2/filters/{rule}", ADMIN)[0] == 200
+    assert Job.objects.get(pk=tagged).buckets == []
+    sync_jobs.drain()
+    assert Job.objects.get(pk=tagged).status == "success"
+    assert list(Hypervisor.objects.get().tags.names()) == ["rack"]
+
+
+@pytest.mark.django_db
+def test_a_rate_limit_lets_n_of_the_rules_jobs_run_at_once(admin_user, make_host):
+    from jobs import dispatcher
+
+    make_host("node1")
+    make_host("node2")
+    limit = {"predicates": [["opcode", ["=", "OP_ID", "OP_TAGS_SET"]]], "action": ["RATE_LIMIT", 1]}
+    assert call("POST", "/2/filters", ADMIN, limit)[0] == 200
+    first = call("PUT", "/2/nodes/node1/tags?tag=a", ADMIN)[1]
+    second = call("PUT", "/2/nodes/node2/tags?tag=b", ADMIN)[1]
+    claimed = dispatcher.claim_next()
+    assert claimed.id == first and dispatcher.claim_next() is None  # the second waits for the first
+    assert Job.objects.get(pk=second).status == "queued"
