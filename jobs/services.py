@@ -456,6 +456,36 @@ def cancel(job, *, actor, reason=""):
     return job
 
 
+def hold(job, key, limit, *, actor, reason):
+    """Put a pending job in the rate-limit bucket ``key`` besides its trail's: at most ``limit``
+    of the bucket's jobs run at once, and ``limit`` 0 keeps it queued until ``release`` (Ganeti's
+    job filter PAUSE and RATE_LIMIT). False when the job is no longer pending."""
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().filter(pk=job.pk, status__in=Job.PENDING).first()
+        if locked is None:
+            return False
+        locked.buckets = [*[b for b in locked.buckets if b[0] != key], [key, limit]]
+        locked.save(update_fields=["buckets"])
+        changelog.record(locked, "update", actor, {"buckets": [job.buckets, locked.buckets]}, reason)
+    job.buckets = locked.buckets
+    return True
+
+
+def release(key, *, actor, reason):
+    """Take the bucket ``key`` off every pending job (``hold``'s undoing); returns those jobs."""
+    with transaction.atomic():
+        # JSON containment is not portable (SQLite has none): the few pending jobs are read.
+        pending = Job.objects.select_for_update().filter(status__in=Job.PENDING).exclude(buckets=[])
+        held = [job for job in pending if any(b[0] == key for b in job.buckets)]
+        for job in held:
+            before, job.buckets = job.buckets, [b for b in job.buckets if b[0] != key]
+            job.save(update_fields=["buckets"])
+            changelog.record(job, "update", actor, {"buckets": [before, job.buckets]}, reason)
+        if held:
+            wake.after_commit(len(held))
+    return held
+
+
 def retry(job, *, actor, reason="", capped=False):
     """Submit a failed or canceled job again, as a new job linked to it (``retry_of``);
     ``capped`` as for ``submit_batch``."""

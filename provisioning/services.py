@@ -683,9 +683,10 @@ def vm_demand(vm, *, purpose, **options):
     return demand_for(vm.image, size, start=timezone.now(), end=vm.end, purpose=purpose, **options)
 
 
-def submit_action(vm, action, *, actor, reason="", submitter=None, **params):
+def submit_action(vm, action, *, actor, reason="", submitter=None, depends=(), **params):
     """Submit the job for a VM action (start, stop, suspend, resume, destroy, snapshot, revert,
-    migrate, capture). ``capture`` takes ``image_name`` (a new image's name) and ``force``."""
+    migrate, capture). ``capture`` takes ``image_name`` (a new image's name) and ``force``;
+    ``depends``: jobs that must succeed first (a restart is a stop, then a start)."""
     if vm.state == VM.State.DESTROYED:
         raise Conflict(f"{vm} is destroyed")
     refusal = run_refusal(vm, action)
@@ -706,6 +707,7 @@ def submit_action(vm, action, *, actor, reason="", submitter=None, **params):
         actor=actor,
         submitter=submitter or actor.user or vm.owner,
         reason=reason or f"{action} {vm.key}",
+        depends=depends,
     )
 
 
@@ -840,6 +842,24 @@ def set_tags(vm, tags, *, actor, reason=""):
             return False
         locked.tags.set(tags, clear=True)
         changelog.record(locked, "update", actor, {"tags": [before, tags]}, reason)
+    return True
+
+
+def rename_vm(vm_id, name, *, actor, reason=""):
+    """Give a VM another name (a label: the drivers know it by its key, so nothing on the host
+    changes). Names are unique among the VMs that are not destroyed. Returns True when it changed."""
+    if not name or len(name) > 100 or not name.isprintable():
+        raise ValidationError({"name": ["a printable name of 1 to 100 characters"]})
+    with transaction.atomic():
+        vm = VM.objects.select_for_update().get(pk=vm_id)
+        if vm.name == name:
+            return False
+        if VM.objects.exclude(state=VM.State.DESTROYED).exclude(pk=vm.pk).filter(name=name).exists():
+            raise Conflict(f"a VM named {name!r} already exists")
+        before, vm.name = vm.name, name
+        vm.save(update_fields=["name", "updated"])
+        changelog.record(vm, "update", actor, {"name": [before, name]}, reason)
+    _emit(vm)
     return True
 
 

@@ -177,11 +177,12 @@ class _Throttled:
         self.user, self.META = user, request.META
 
 
-def resource(**handlers):
+def resource(reads=(), **handlers):
     """A view answering the given methods (``GET=fn``…), each ``fn(rapi_request, **url_args)``.
 
     The handler returns the JSON value to answer with 200, or raises ``RapiError``. A method
-    the resource lacks is 501, as Ganeti answers; writes need staff.
+    the resource lacks is 501, as Ganeti answers; writes need staff, except the methods in
+    ``reads`` (Ganeti's ``PUT /2/query``: a read that carries its filter in a body).
     """
 
     @csrf_exempt  # no cookies are read here: only credentials sent with each request
@@ -190,7 +191,7 @@ def resource(**handlers):
         try:
             handler = handlers.get(request.method)
             user, token = _credentials(request)
-            _authorise(request, user, token, write=request.method in WRITE_METHODS)
+            _authorise(request, user, token, write=request.method in WRITE_METHODS and request.method not in reads)
             if handler is None:
                 raise RapiError(501, f"Method {request.method} is unsupported for path {request.path}")
             if request.method in WRITE_METHODS and _content_type(request) != "application/json":

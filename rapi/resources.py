@@ -32,6 +32,10 @@ OP_IDS = {
     "vm.migrate": "OP_INSTANCE_MIGRATE",
     "vm.start": "OP_INSTANCE_STARTUP",
     "vm.stop": "OP_INSTANCE_SHUTDOWN",
+    "instance.rename": "OP_INSTANCE_RENAME",
+    "group.modify": "OP_GROUP_SET_PARAMS",
+    "instance.multi_alloc": "OP_INSTANCE_MULTI_ALLOC",
+    "group.assign_nodes": "OP_GROUP_ASSIGN_NODES",
     "node.evacuate": "OP_NODE_EVACUATE",
     "node.set_role": "OP_NODE_SET_PARAMS",
     "tags.set": "OP_TAGS_SET",
@@ -298,6 +302,20 @@ def _instance(vm):
     }
 
 
+# --- job filter rules -----------------------------------------------------------------
+
+
+def filter_row(rule):
+    return {
+        "uuid": str(rule.uuid),
+        "priority": rule.priority,
+        "predicates": rule.predicates,
+        "action": rule.action,
+        "reason_trail": rule.reason_trail,
+        "watermark": rule.watermark,
+    }
+
+
 # --- jobs -----------------------------------------------------------------------------
 
 
@@ -354,7 +372,7 @@ def _opresult(job, names):
         return {"jobs": [[True, jid] for jid in sorted(set(submitted))]}
     if job.opcode == "node.set_role" and isinstance(result, dict):
         return result.get("changes", [])
-    if job.opcode in ("vm.destroy", "vm.migrate", "tags.set", "tags.delete"):
+    if job.opcode in ("vm.destroy", "vm.migrate", "tags.set", "tags.delete", "group.assign_nodes"):
         return None
     return result
 

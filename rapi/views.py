@@ -14,13 +14,13 @@ from core.errors import Conflict
 from inventory.models import Hypervisor
 from jobs import services as jobs
 from provisioning.models import Image
+from rapi import query, services
 from rapi import resources as R
-from rapi import services
 from rapi.models import ClusterTag
 from rapi.protocol import RapiError, bad_request, resource
 
 RAPI_VERSION = 2
-FEATURES = ["instance-create-reqv1", "node-evac-res1"]
+FEATURES = ["instance-create-reqv1", "instance-reinstall-reqv1", "node-evac-res1"]
 WAIT_SECONDS = 10  # rlib2's _WFJC_TIMEOUT
 WAIT_POLL = 0.2
 MAX_NAME = 100
@@ -244,6 +244,11 @@ def _create_args(request):
         raise bad_request("Instance creation request version 0 is no longer supported")
     if version != 1:
         raise bad_request(f"Unsupported request data version {version}")
+    return create_args(body)
+
+
+def create_args(body):
+    """``(name, os, sizes, pnode name)`` of one instance's creation (OP_INSTANCE_CREATE's fields)."""
     _fields(body, CREATE_FIELDS)
     if _check(body.get("mode", "create"), str, "'mode' parameter") != "create":
         raise bad_request("Only mode 'create' is supported (vclmgr builds instances from its images)")
@@ -299,9 +304,9 @@ def _sizes(body):
     return {"vcpus": beparams.get("vcpus"), "memory_mib": memory, "disk_gib": disk_gib}
 
 
-def create_instance(request):
-    name, os_name, sizes, pnode_name = _create_args(request)
-    _no_dry_run(request)
+def creation(args):
+    """The keyword arguments of ``services.create_instance`` for ``create_args``' answer."""
+    name, os_name, sizes, pnode_name = args
     image = Image.objects.filter(name=os_name).first()
     if image is None:
         raise bad_request(f"OS '{os_name}' not known (vclmgr's images are the operating systems)")
@@ -309,9 +314,13 @@ def create_instance(request):
     for key, value in sizes.items():
         if value is not None and value < (0 if key == "disk_gib" else 1):
             raise bad_request(f"{key} must be positive")
-    job = services.create_instance(
-        actor=request.user, image=image, name=name, pnode=pnode, reason=request.reason, **sizes
-    )
+    return {"image": image, "name": name, "pnode": pnode, **sizes}
+
+
+def create_instance(request):
+    args = _create_args(request)
+    _no_dry_run(request)
+    job = services.create_instance(actor=request.user, reason=request.reason, **creation(args))
     return _job_answer(job)
 
 
@@ -480,6 +489,8 @@ INSTANCES = resource(GET=instances, POST=create_instance)
 INSTANCE = resource(GET=instance, DELETE=delete_instance)
 INSTANCE_MIGRATE = resource(PUT=migrate_instance)
 INSTANCE_TAGS = resource(GET=instance_tags, PUT=tag_writer("instance", True), DELETE=tag_writer("instance", False))
+QUERY = resource(GET=query.query_get, PUT=query.query_put, reads=("PUT",))
+QUERY_FIELDS = resource(GET=query.query_fields)
 JOBS = resource(GET=job_list)
 JOB = resource(GET=job, DELETE=cancel_job)
 JOB_WAIT = resource(GET=wait_job)
