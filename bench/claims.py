@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,15 +25,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _common import ROOT, free_port, percentile, start_daphne  # bench/ is on the script's path
+
 HOST_VCPUS = 10  # the image takes 1 vCPU: each host has room for 10 VMs
-
-
-def percentile(values, fraction):
-    values = sorted(values)
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, int(round(fraction * (len(values) - 1))))]
 
 
 def setup(args):
@@ -88,32 +81,10 @@ def setup(args):
     Path(args.setup).write_text(json.dumps({"tokens": clear, "body": body}))
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_web(env, log_path):
     port = free_port()
     log = open(log_path, "wb")  # noqa: SIM115 (closed by the caller's stop)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "vclmgr.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return proc, log, f"http://127.0.0.1:{port}"
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    raise SystemExit(f"daphne did not start:\n{Path(log_path).read_text(errors='replace')[-2000:]}")
+    return start_daphne(port, log, env), log, f"http://127.0.0.1:{port}"
 
 
 def post(url, token, body):

@@ -46,7 +46,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 # bench/ is on the path of a script run from it: take its helpers, then drop it, since this
 # file's name would hide the Django app ``runs``.
-from job_queue import percentile  # noqa: E402
+from _common import child_env, percentile, run_child  # noqa: E402
 from provision import group_cpu_seconds, start_workers, stop  # noqa: E402
 
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
@@ -457,17 +456,7 @@ def print_real(got):
 
 def child(part, args, timeout):
     with tempfile.TemporaryDirectory(prefix="vclmgr-bench-") as var:
-        env = {
-            **os.environ,
-            "DEBUG": "0",
-            "SECRET_KEY": "bench-" + os.urandom(16).hex(),
-            "VCLMGR_VAR_DIR": var,
-            "VCLMGR_QUEUE_NAME": f"bench-{os.getpid()}-{part}",
-            "DATABASE_URL": f"sqlite:///{var}/bench.sqlite3",
-            "LOG_LEVEL": "WARNING",
-            "VCLMGR_SIM_OPTIONS": "{}",
-        }
-        env.pop("REDIS_URL", None)
+        env = child_env(var, part, VCLMGR_SIM_OPTIONS="{}")
         sizes = {
             "--runs": args.runs,
             "--rate": args.rate,
@@ -477,12 +466,7 @@ def child(part, args, timeout):
         }
         command = [sys.executable, __file__, "--one", part, *(str(x) for item in sizes.items() for x in item)]
         print(f"running {part} … (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
-        out = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    print(out.stderr[-2000:], file=sys.stderr, end="")
-    if out.returncode:
-        print(out.stdout[-2000:], file=sys.stderr)
-        raise SystemExit(f"{part}: benchmark failed")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        return run_child(command, env, part, timeout=timeout, echo_stderr=True)
 
 
 def main():
