@@ -270,6 +270,12 @@ def make_host(db):
     return make
 
 
+@pytest.fixture
+def sim_host(make_host):
+    """A simulated host of 8 CPUs and 8 GiB: room for a few small VMs."""
+    return make_host("sim-1", driver="sim", cpus=8, memory_mib=8192, disk_gib=200)
+
+
 # --- a Redfish BMC: sushy-emulator, one per test (it starts in ~0.5 s) ---------------------
 
 

@@ -14,7 +14,7 @@ import pytest
 from aiosmtpd.controller import Controller
 
 from tests.processes import free_port
-from tests.reservations.conftest import image, sim_host, sync_jobs  # noqa: F401 (fixtures)
+from tests.reservations.conftest import image, sync_jobs  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(autouse=True)
