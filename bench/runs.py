@@ -328,10 +328,10 @@ def real_child(args):
     import libvirt
     from django.conf import settings
 
-    from inventory import services as inventory
     from provisioning import services as vms
     from provisioning.models import HostImage
     from tests import realvm
+    from tests.localkvm_inventory import kvm_guest_image, kvm_host
 
     image_info = realvm.guest_image()
     daemon = realvm.Libvirtd.acquire()  # lists its socket in VCLMGR_LIBVIRT_SOCKETS for the workers
@@ -340,31 +340,9 @@ def real_child(args):
     pool = realvm.Pool(conn, image_info, name=f"{realvm.PREFIX}bench-runs", stage=False)
     worker = None
     try:
-        inventory.create_hypervisor(
-            actor="bench",
-            name="kvm-local",
-            address="127.0.0.1",
-            driver="libvirt",
-            uri=daemon.uri,
-            cpus=2,
-            memory_mib=2048,
-            disk_gib=20,
-            cpu_ratio=4,
-            driver_options={"domain_type": "qemu", "pool": pool.name, "network": "user", "name": "kvm-local"},
-        )
-        image = vms.create_image(
-            actor="bench",
-            name="bench-guest",
-            os="Debian 12 bench guest",
-            min_memory_mib=128,
-            default_memory_mib=256,
-            min_disk_gib=0,
-            default_disk_gib=1,
-            default_vcpus=1,
-            readiness="agent",
-        )
-        vms.add_variant(
-            image, actor="bench", hypervisor_type="kvm", format="qcow2", location=str(image_info["dir"] / "disk.qcow2")
+        kvm_host(daemon.uri, pool.name, actor="bench")
+        image = kvm_guest_image(
+            image_info, "bench-guest", actor="bench", os="Debian 12 bench guest", default_vcpus=1, readiness="agent"
         )
         user = owner()
         worker = started_workers(2)

@@ -13,11 +13,11 @@ import paramiko
 import pytest
 
 from drivers import registry
-from provisioning import services as vms
 from reservations import idle
 from reservations.models import Reservation
 from tests.integration.test_reserve_real_vm import kvm_host, reserve, vm_ids, wait_ready  # noqa: F401
 from tests.jobs.helpers import wait_until
+from tests.localkvm_inventory import kvm_guest_image
 from tests.realvm import new_login
 
 pytestmark = pytest.mark.slow
@@ -28,20 +28,7 @@ MINUTE = 20  # s: long enough for the second guest's SSH login to be seen before
 @pytest.fixture
 def guest(guest_image):
     """The test guest, with room to boot two at once on a loaded machine (software emulation)."""
-    image = vms.create_image(
-        actor="test",
-        name="guest-idle",
-        os="Debian 12 test guest",
-        min_memory_mib=128,
-        default_memory_mib=256,
-        min_disk_gib=0,
-        default_disk_gib=1,
-        ready_timeout=280,
-    )
-    vms.add_variant(
-        image, actor="test", hypervisor_type="kvm", format="qcow2", location=str(guest_image["dir"] / "disk.qcow2")
-    )
-    return image
+    return kvm_guest_image(guest_image, "guest-idle", ready_timeout=280)
 
 
 def open_shell(details, pkey):
