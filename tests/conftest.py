@@ -197,6 +197,15 @@ class WsClient:
             if predicate(message):
                 return message
 
+    def subscribe(self, topics, since=None):
+        """Subscribe to ``topics`` (events after the id ``since``, if given); the server's
+        ``subscribed`` answer (which topics it granted, which it denied)."""
+        message = {"action": "subscribe", "topics": list(topics)}
+        if since is not None:
+            message["since"] = since
+        self.send(message)
+        return self.receive_until(lambda m: m["type"] == "subscribed")
+
     def close(self):
         self.connection.close()
 

@@ -52,6 +52,14 @@ def child_env(**extra):
     return env
 
 
+def run_python(code, timeout=60, **env):
+    """``python -c code`` in a child on the test database (``child_env``), to its end: the
+    finished process, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=child_env(**env), capture_output=True, text=True, timeout=timeout
+    )
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -34,10 +34,7 @@ def to_callback(base_url, username, password, start=None):
     login page's button."""
     session = requests.Session()
     if start is None:
-        page = session.get(f"{base_url}/login/", timeout=30)
-        button = re.search(r'href="(/oidc/authenticate/[^"]*)">Sign in with Campus ID<', page.text)
-        assert button, page.text
-        start = html.unescape(button.group(1))
+        start = web.sign_on_start(session, base_url, "/oidc/authenticate/", "Campus ID")
     form = session.get(base_url + start, timeout=30)
     assert "/accounts/login/" in form.url, form.url  # at the provider now
     fields = dict(re.findall(r'name="(csrfmiddlewaretoken|next)" value="([^"]*)"', form.text))
@@ -170,10 +167,9 @@ def test_a_provider_that_does_not_answer_is_a_message_on_the_login_page(
     child = start_vclmgr(tmp_path, provider, OIDC_OP_DISCOVERY_URL=url, OIDC_TIMEOUT="1")
     try:
         session = requests.Session()
-        page = session.get(f"{child.url}/login/", timeout=30)
-        start = re.search(r'href="(/oidc/authenticate/[^"]*)">Sign in with Campus ID<', page.text)
+        start = web.sign_on_start(session, child.url, "/oidc/authenticate/", "Campus ID")
 
-        answer = session.get(child.url + html.unescape(start.group(1)), timeout=30)
+        answer = session.get(child.url + start, timeout=30)
 
         assert answer.status_code == 200 and answer.url.startswith(f"{child.url}/login/"), answer.url
         assert "Campus ID does not answer; try again later." in answer.text

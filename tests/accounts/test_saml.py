@@ -28,10 +28,7 @@ def hidden_fields(page):
 def to_idp(session, base_url, start=None):
     """vclmgr's login page → its button (or ``start``) → the IdP's login form (after the redirect)."""
     if start is None:
-        page = session.get(f"{base_url}/login/", timeout=30)
-        button = re.search(r'href="(/saml2/login/[^"]*)">Sign in with Campus SSO<', page.text)
-        assert button, page.text
-        start = html.unescape(button.group(1))
+        start = web.sign_on_start(session, base_url, "/saml2/login/", "Campus SSO")
     form = session.get(base_url + start, timeout=30)
     assert "Campus sign-in" in form.text, form.text
     return form
