@@ -45,7 +45,7 @@ def setup(args):
 
     from accounts import tokens
     from inventory import services as inventory
-    from provisioning import services as vms
+    from tests.images import sim_image
 
     call_command("migrate", verbosity=0)
     for n in range(args.room // HOST_VCPUS):
@@ -59,17 +59,16 @@ def setup(args):
             memory_mib=262144,
             disk_gib=5000,
         )
-    image = vms.create_image(
+    image = sim_image(
+        "bench",
         actor="bench",
-        name="bench",
+        location="sim://bench",
+        size_gib=1,
         os="Debian",
         min_memory_mib=256,
         default_vcpus=1,
         default_memory_mib=512,
         default_disk_gib=5,
-    )
-    vms.add_variant(
-        image, actor="bench", hypervisor_type="sim", format="sim", location="sim://bench", checksum="", size_gib=1
     )
     users = get_user_model().objects
     clear = [
