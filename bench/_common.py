@@ -16,6 +16,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def setup_django():
+    """Django for a measuring child (or any process a benchmark starts), on the settings its
+    environment selects."""
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vclmgr.settings")
+    import django
+
+    django.setup()
+
+
 def percentile(values, fraction):
     values = sorted(values)
     if not values:

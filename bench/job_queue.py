@@ -26,16 +26,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, child_env, percentile, run_child, wait_for  # bench/ is on the script's path
+from _common import ROOT, child_env, percentile, run_child, setup_django, wait_for  # bench/ is on the script's path
 
 
 def one(args):
     """Runs in a child process whose environment selects the database and broker."""
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vclmgr.settings")
-    import django
-
-    django.setup()
+    setup_django()
     from django.core.management import call_command
     from django.db import connection
 

@@ -31,7 +31,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from _common import ROOT, child_env, free_port, percentile, run_child, start_daphne  # bench/ is on the script's path
+from _common import (  # bench/ is on the script's path
+    ROOT,
+    child_env,
+    free_port,
+    percentile,
+    run_child,
+    setup_django,
+    start_daphne,
+)
 
 SHARED_TOPIC = "admin"
 CONNECT_CONCURRENCY = 20
@@ -48,14 +56,6 @@ def raise_open_files_limit(wanted):
     if soft < target:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def setup_django():
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vclmgr.settings")
-    import django
-
-    django.setup()
 
 
 # --- the worker process: state changes, timed at commit ------------------------------------

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, child_env, run_child, wait_for  # bench/ is on the script's path
+from _common import ROOT, child_env, run_child, setup_django, wait_for  # bench/ is on the script's path
 
 
 def seed(hosts, full, vms, memory_mib=1024):
@@ -253,11 +253,7 @@ def _timed(argv, timeout):
 
 
 def one(args):
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vclmgr.settings")
-    import django
-
-    django.setup()
+    setup_django()
     result = evacuate(args) if args.one == "evacuate" else hbal(args)
     print(json.dumps(result), flush=True)
 

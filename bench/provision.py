@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, child_env, percentile, run_child, wait_for  # bench/ is on the script's path
+from _common import ROOT, child_env, percentile, run_child, setup_django, wait_for  # bench/ is on the script's path
 
 VM_SIZE = {"vcpus": 1, "memory_mib": 512, "disk_gib": 5}
 COUNTED = 20  # VMs whose statements are counted (after one per host, which stage the image)
@@ -39,11 +39,7 @@ COUNTED = 20  # VMs whose statements are counted (after one per host, which stag
 
 
 def one(args):
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vclmgr.settings")
-    import django
-
-    django.setup()
+    setup_django()
     from django.core.management import call_command
     from django.db import connection
 
@@ -225,12 +221,8 @@ def profiled_qcluster():
     import atexit
     import cProfile
 
-    sys.path.insert(0, str(ROOT))
     os.chdir(ROOT)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vclmgr.settings")
-    import django
-
-    django.setup()
+    setup_django()
 
     def start_profile():
         profile = cProfile.Profile()
