@@ -60,6 +60,15 @@ def run_python(code, timeout=60, **env):
     )
 
 
+def settings_child(code, **env):
+    """``python -c code`` on the product's settings (``vclmgr.settings``, DEBUG on) in a bare
+    environment plus ``env``, to its end: how a start with these variables goes."""
+    base = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "DEBUG": "1", "DJANGO_SETTINGS_MODULE": "vclmgr.settings"}
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=60
+    )
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
