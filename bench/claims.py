@@ -25,18 +25,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from _common import ROOT, free_port, percentile, start_daphne  # bench/ is on the script's path
+from _common import ROOT, free_port, percentile, setup_django, start_daphne  # bench/ is on the script's path
 
 HOST_VCPUS = 10  # the image takes 1 vCPU: each host has room for 10 VMs
 
 
 def setup(args):
     """Runs in a child process whose environment selects the database: writes tokens and the body."""
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vclmgr.settings")
-    import django
-
-    django.setup()
+    setup_django()
     from datetime import timedelta
 
     from django.contrib.auth import get_user_model
@@ -45,7 +41,7 @@ def setup(args):
 
     from accounts import tokens
     from inventory import services as inventory
-    from tests.images import sim_image
+    from tests.images import small_image
 
     call_command("migrate", verbosity=0)
     for n in range(args.room // HOST_VCPUS):
@@ -59,17 +55,7 @@ def setup(args):
             memory_mib=262144,
             disk_gib=5000,
         )
-    image = sim_image(
-        "bench",
-        actor="bench",
-        location="sim://bench",
-        size_gib=1,
-        os="Debian",
-        min_memory_mib=256,
-        default_vcpus=1,
-        default_memory_mib=512,
-        default_disk_gib=5,
-    )
+    image = small_image("bench", "sim://bench", actor="bench")
     users = get_user_model().objects
     clear = [
         tokens.issue(users.create_user(f"user{n:03d}", password=None), "bench", scopes="all")[1]

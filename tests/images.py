@@ -22,6 +22,22 @@ def sim_image(name, *, location=None, size_gib=2, actor="test", **fields):
     return image
 
 
+def small_image(name, location, *, actor="test"):
+    """``name``: a small Debian (1 vCPU, 512 MiB, 5 GiB) with one simulated variant of 1 GiB at
+    ``location``, for tests and benchmarks about many requests rather than about the image."""
+    return sim_image(
+        name,
+        actor=actor,
+        location=location,
+        size_gib=1,
+        os="Debian",
+        min_memory_mib=256,
+        default_vcpus=1,
+        default_memory_mib=512,
+        default_disk_gib=5,
+    )
+
+
 def file_image(path, content, name, *, variant, **fields):
     """``name`` with one variant that is the file ``path``, written with ``content`` (its
     checksum is the content's); ``variant``: the variant's other fields (its hypervisor type,

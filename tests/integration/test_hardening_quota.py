@@ -15,7 +15,7 @@ from accounts import tokens
 from provisioning.models import VM, QuotaRule
 from reservations.models import Reservation
 from tests import processes
-from tests.images import sim_image
+from tests.images import small_image
 
 pytestmark = pytest.mark.slow
 
@@ -80,16 +80,7 @@ def assert_exactly_the_quota(answers, accepted):
 
 def _image(make_host):
     make_host("burst-1", cpus=64, memory_mib=262144, disk_gib=2000)
-    image = sim_image(
-        "deb",
-        location="sim://deb",
-        size_gib=1,
-        os="Debian",
-        min_memory_mib=256,
-        default_vcpus=1,
-        default_memory_mib=512,
-        default_disk_gib=5,
-    )
+    image = small_image("deb", "sim://deb")
     QuotaRule.objects.create(name="two at a time", max_per_user=LIMIT)
     return image
 

@@ -16,7 +16,7 @@ from provisioning import services as vms
 from provisioning.models import VM, Image
 from tests import processes
 from tests.certificates import self_signed
-from tests.images import sim_image
+from tests.images import small_image
 
 pytestmark = pytest.mark.slow
 
@@ -36,16 +36,7 @@ def cluster(transactional_db, tmp_path, make_host, admin_user):
         pytest.fail("Ganeti's RAPI client is missing: apt-get install python3-ganeti-rapi (make install-dev)")
     for n in (1, 2, 3):
         make_host(f"node{n}", cpus=16, memory_mib=32768, disk_gib=500)
-    sim_image(
-        "debian-12",
-        location="sim://deb",
-        size_gib=1,
-        os="Debian",
-        min_memory_mib=256,
-        default_vcpus=1,
-        default_memory_mib=512,
-        default_disk_gib=5,
-    )
+    small_image("debian-12", "sim://deb")
     cert, key = self_signed(tmp_path, "rapi")
     worker = processes.start_worker(tmp_path, workers=2)
     (tmp_path / "web").mkdir()
