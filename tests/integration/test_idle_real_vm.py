@@ -9,7 +9,6 @@ limits of one minute, the same checks, reached in seconds."""
 import time
 from datetime import timedelta
 
-import paramiko
 import pytest
 
 from drivers import registry
@@ -18,7 +17,7 @@ from reservations.models import Reservation
 from tests.integration.test_reserve_real_vm import kvm_host, reserve, vm_ids, wait_ready  # noqa: F401
 from tests.jobs.helpers import wait_until
 from tests.localkvm_inventory import kvm_guest_image
-from tests.realvm import new_login
+from tests.realvm import new_login, ssh_client
 
 pytestmark = pytest.mark.slow
 URL = "/api/v1/reservations/"
@@ -33,19 +32,7 @@ def guest(guest_image):
 
 def open_shell(details, pkey):
     """An interactive session (a terminal: dropbear records it in utmp), kept open by the caller."""
-    client = paramiko.SSHClient()
-    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a fresh guest: its host key is new
-    client.connect(
-        details["address"],
-        port=details["port"],
-        username=details["user"],
-        pkey=pkey,
-        timeout=30,
-        banner_timeout=30,
-        auth_timeout=60,
-        allow_agent=False,
-        look_for_keys=False,
-    )
+    client = ssh_client(details["port"], details["user"], details["address"], pkey=pkey)
     shell = client.invoke_shell()
     shell.send(b"echo hello-$((6*7))\n")
     seen = b""
