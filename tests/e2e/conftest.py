@@ -52,14 +52,19 @@ def sso_page(browser, vclmgr):
     context.close()
 
 
+def sign_in(page, username, password):
+    """Sign ``page`` in through the login form; returns it, on the home page."""
+    page.goto("/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/")
+    return page
+
+
 @pytest.fixture
 def login(page):
     def do(username, password):
-        page.goto("/login/")
-        page.fill("input[name=username]", username)
-        page.fill("input[name=password]", password)
-        page.click("button[type=submit]")
-        page.wait_for_url("**/")
-        return page
+        return sign_in(page, username, password)
 
     return do

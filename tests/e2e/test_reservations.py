@@ -20,6 +20,7 @@ from drivers.sim import services as sim
 from provisioning import services as vms
 from provisioning.models import QuotaRule
 from reservations.models import Reservation
+from tests.e2e.conftest import sign_in
 from tests.images import sim_image
 
 pytestmark = pytest.mark.slow
@@ -130,12 +131,7 @@ def test_a_user_reserves_watches_it_become_ready_connects_and_ends_it(
     # a second user sees nothing of it: not in the list, not by its URL
     other = browser.new_context(base_url=asgi_server.url)
     try:
-        stranger = other.new_page()
-        stranger.goto("/login/")
-        stranger.fill("input[name=username]", "bob")
-        stranger.fill("input[name=password]", "bob-pass-1")
-        stranger.click("button[type=submit]")
-        stranger.wait_for_url("**/")
+        stranger = sign_in(other.new_page(), "bob", "bob-pass-1")
         stranger.goto("/reservations/?show=all")
         expect(stranger.locator("#reservations")).to_contain_text("No reservations")
         expect(stranger.locator(f"#reservation-{reservation.pk}")).to_have_count(0)
