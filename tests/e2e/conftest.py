@@ -5,6 +5,8 @@ import shutil
 
 import pytest
 
+from tests.images import sim_image
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [
     "--no-sandbox",
@@ -68,3 +70,9 @@ def login(page):
         return sign_in(page, username, password)
 
     return do
+
+
+@pytest.fixture
+def image(db):
+    """debian-12, one simulated variant: the image of the pages' tests that are not about images."""
+    return sim_image("debian-12", size_gib=0, os="Debian 12", default_disk_gib=5)
