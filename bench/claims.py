@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,24 +25,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _common import ROOT, free_port, percentile, setup_django, start_daphne  # bench/ is on the script's path
+
 HOST_VCPUS = 10  # the image takes 1 vCPU: each host has room for 10 VMs
-
-
-def percentile(values, fraction):
-    values = sorted(values)
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, int(round(fraction * (len(values) - 1))))]
 
 
 def setup(args):
     """Runs in a child process whose environment selects the database: writes tokens and the body."""
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vclmgr.settings")
-    import django
-
-    django.setup()
+    setup_django()
     from datetime import timedelta
 
     from django.contrib.auth import get_user_model
@@ -52,7 +41,7 @@ def setup(args):
 
     from accounts import tokens
     from inventory import services as inventory
-    from provisioning import services as vms
+    from tests.images import small_image
 
     call_command("migrate", verbosity=0)
     for n in range(args.room // HOST_VCPUS):
@@ -66,18 +55,7 @@ def setup(args):
             memory_mib=262144,
             disk_gib=5000,
         )
-    image = vms.create_image(
-        actor="bench",
-        name="bench",
-        os="Debian",
-        min_memory_mib=256,
-        default_vcpus=1,
-        default_memory_mib=512,
-        default_disk_gib=5,
-    )
-    vms.add_variant(
-        image, actor="bench", hypervisor_type="sim", format="sim", location="sim://bench", checksum="", size_gib=1
-    )
+    image = small_image("bench", "sim://bench", actor="bench")
     users = get_user_model().objects
     clear = [
         tokens.issue(users.create_user(f"user{n:03d}", password=None), "bench", scopes="all")[1]
@@ -88,32 +66,10 @@ def setup(args):
     Path(args.setup).write_text(json.dumps({"tokens": clear, "body": body}))
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_web(env, log_path):
     port = free_port()
     log = open(log_path, "wb")  # noqa: SIM115 (closed by the caller's stop)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "vclmgr.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return proc, log, f"http://127.0.0.1:{port}"
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    raise SystemExit(f"daphne did not start:\n{Path(log_path).read_text(errors='replace')[-2000:]}")
+    return start_daphne(port, log, env), log, f"http://127.0.0.1:{port}"
 
 
 def post(url, token, body):

@@ -26,32 +26,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def percentile(values, fraction):
-    values = sorted(values)
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, int(round(fraction * (len(values) - 1))))]
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise SystemExit(f"timed out after {timeout}s waiting for {what}")
+from _common import ROOT, child_env, percentile, run_child, setup_django, wait_for  # bench/ is on the script's path
 
 
 def one(args):
     """Runs in a child process whose environment selects the database and broker."""
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vclmgr.settings")
-    import django
-
-    django.setup()
+    setup_django()
     from django.core.management import call_command
     from django.db import connection
 
@@ -222,18 +202,7 @@ def main():
     results = []
     for label, extra in runs:
         with tempfile.TemporaryDirectory(prefix="vclmgr-bench-") as var:
-            env = {
-                **os.environ,
-                "DEBUG": "0",  # production-like: no query logging
-                "SECRET_KEY": "bench-" + os.urandom(16).hex(),
-                "VCLMGR_VAR_DIR": var,
-                "VCLMGR_QUEUE_NAME": f"bench-{os.getpid()}-{label}",
-                "DATABASE_URL": f"sqlite:///{var}/bench.sqlite3",
-                "LOG_LEVEL": "WARNING",
-                **extra,
-            }
-            if not env["REDIS_URL"]:
-                env.pop("REDIS_URL")
+            env = child_env(var, label, **extra)
             command = [
                 sys.executable,
                 __file__,
@@ -247,11 +216,7 @@ def main():
                 str(args.workers),
             ]
             print(f"running {label} …", file=sys.stderr, flush=True)
-            out = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
-            if out.returncode:
-                print(out.stdout[-2000:], out.stderr[-4000:], file=sys.stderr)
-                raise SystemExit(f"{label}: benchmark failed")
-            results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            results.append(run_child(command, env, label))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     keys = [
         "broker",

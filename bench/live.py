@@ -24,7 +24,6 @@ import json
 import os
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,17 +31,19 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _common import (  # bench/ is on the script's path
+    ROOT,
+    child_env,
+    free_port,
+    percentile,
+    run_child,
+    setup_django,
+    start_daphne,
+)
+
 SHARED_TOPIC = "admin"
 CONNECT_CONCURRENCY = 20
 CONNECT_ATTEMPTS = 5
-
-
-def percentile(values, fraction):
-    values = sorted(values)
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, int(round(fraction * (len(values) - 1))))]
 
 
 def load():
@@ -55,14 +56,6 @@ def raise_open_files_limit(wanted):
     if soft < target:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def setup_django():
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vclmgr.settings")
-    import django
-
-    django.setup()
 
 
 # --- the worker process: state changes, timed at commit ------------------------------------
@@ -116,30 +109,9 @@ def make_users(count):
     return pairs
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_daphne(port, log_path):
+def start_web(port, log_path):
     log = open(log_path, "wb")  # noqa: SIM115 (the child keeps it)
-    child = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "vclmgr.asgi:application"],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return child
-        if child.poll() is not None:
-            break
-        time.sleep(0.1)
-    raise SystemExit(f"daphne did not start:\n{Path(log_path).read_text()[-3000:]}")
+    return start_daphne(port, log)
 
 
 async def open_subscribed(port, cookie, topic, opened):
@@ -286,7 +258,7 @@ def one(args):
     topics_file = var / "user-topics.json"
     topics_file.write_text(json.dumps(sorted({topic for _, topic in pairs} - {SHARED_TOPIC})))
     port = free_port()
-    daphne = start_daphne(port, var / "daphne.log")
+    daphne = start_web(port, var / "daphne.log")
     try:
         result = asyncio.run(measure(args, pairs, port, str(topics_file)))
     except BaseException:
@@ -347,19 +319,8 @@ def main():
     results = []
     for label, extra in configurations(args):
         with tempfile.TemporaryDirectory(prefix="vclmgr-bench-live-") as var:
-            env = {
-                **os.environ,
-                "DEBUG": "0",  # production-like: no query logging
-                "SECRET_KEY": "bench-" + os.urandom(16).hex(),
-                "ALLOWED_HOSTS": "127.0.0.1",
-                "VCLMGR_VAR_DIR": var,
-                "VCLMGR_QUEUE_NAME": f"bench-live-{os.getpid()}",
-                "LOG_LEVEL": "WARNING",
-                **extra,
-            }
-            env["DATABASE_URL"] = env["DATABASE_URL"] or f"sqlite:///{var}/bench.sqlite3"
-            if not env["REDIS_URL"]:
-                env.pop("REDIS_URL")
+            queue = f"bench-live-{os.getpid()}"
+            env = child_env(var, label, ALLOWED_HOSTS="127.0.0.1", VCLMGR_QUEUE_NAME=queue, **extra)
             command = [
                 sys.executable,
                 __file__,
@@ -376,11 +337,7 @@ def main():
                 str(args.grace),
             ]
             print(f"running {label} …", file=sys.stderr, flush=True)
-            out = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
-            if out.returncode:
-                print(out.stdout[-2000:], out.stderr[-4000:], file=sys.stderr)
-                raise SystemExit(f"{label}: benchmark failed")
-            results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            results.append(run_child(command, env, label))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     keys = [
         "config",

@@ -30,16 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise SystemExit(f"timed out after {timeout}s waiting for {what}")
+from _common import ROOT, child_env, run_child, setup_django, wait_for  # bench/ is on the script's path
 
 
 def seed(hosts, full, vms, memory_mib=1024):
@@ -131,12 +122,9 @@ def start_workers(workers):
 
 
 def peak_running(rows):
-    edges = sorted([(r.started, 1) for r in rows] + [(r.ended, -1) for r in rows], key=lambda e: (e[0], e[1]))
-    running = peak = 0
-    for _, step in edges:
-        running += step
-        peak = max(peak, running)
-    return peak
+    from tests.jobs.helpers import max_overlap  # the job tests' measure (ROOT is on the path by now)
+
+    return max_overlap(rows)
 
 
 def run_plan(plan, admin, timeout=3600):
@@ -265,11 +253,7 @@ def _timed(argv, timeout):
 
 
 def one(args):
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vclmgr.settings")
-    import django
-
-    django.setup()
+    setup_django()
     result = evacuate(args) if args.one == "evacuate" else hbal(args)
     print(json.dumps(result), flush=True)
 
@@ -295,16 +279,7 @@ def main():
         return
     for label in (args.only,) if args.only else ("evacuate", "hbal"):
         with tempfile.TemporaryDirectory(prefix="vclmgr-bench-") as var:
-            env = {
-                **os.environ,
-                "DEBUG": "0",
-                "SECRET_KEY": "bench-" + os.urandom(16).hex(),
-                "VCLMGR_VAR_DIR": var,
-                "VCLMGR_QUEUE_NAME": f"bench-{os.getpid()}-{label}",
-                "DATABASE_URL": f"sqlite:///{var}/bench.sqlite3",
-                "LOG_LEVEL": "WARNING",
-            }
-            env.pop("REDIS_URL", None)
+            env = child_env(var, label)
             sizes = [
                 "--evacuate-vms",
                 str(args.evacuate_vms),
@@ -319,14 +294,7 @@ def main():
             ]
             command = [sys.executable, __file__, "--one", label, "--workers", str(args.workers), *sizes]
             print(f"running {label} …", file=sys.stderr, flush=True)
-            out = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
-            if out.returncode:
-                print(out.stdout[-2000:], out.stderr[-4000:], file=sys.stderr)
-                log = Path(var) / "qcluster.log"
-                if log.exists():
-                    print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
-                raise SystemExit(f"{label}: benchmark failed")
-            result = json.loads(out.stdout.strip().splitlines()[-1])
+            result = run_child(command, env, label)
             print(f"{label}: " + ", ".join(f"{k} {v}" for k, v in result.items()), flush=True)
 
 

@@ -29,9 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from job_queue import percentile, wait_for  # bench/ is on the path of a script run from it
+from _common import ROOT, child_env, percentile, run_child, setup_django, wait_for  # bench/ is on the script's path
 
-ROOT = Path(__file__).resolve().parent.parent
 VM_SIZE = {"vcpus": 1, "memory_mib": 512, "disk_gib": 5}
 COUNTED = 20  # VMs whose statements are counted (after one per host, which stage the image)
 
@@ -40,11 +39,7 @@ COUNTED = 20  # VMs whose statements are counted (after one per host, which stag
 
 
 def one(args):
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vclmgr.settings")
-    import django
-
-    django.setup()
+    setup_django()
     from django.core.management import call_command
     from django.db import connection
 
@@ -226,12 +221,8 @@ def profiled_qcluster():
     import atexit
     import cProfile
 
-    sys.path.insert(0, str(ROOT))
     os.chdir(ROOT)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vclmgr.settings")
-    import django
-
-    django.setup()
+    setup_django()
 
     def start_profile():
         profile = cProfile.Profile()
@@ -329,18 +320,8 @@ def main():
 
 def run(label, args):
     with tempfile.TemporaryDirectory(prefix="vclmgr-bench-") as var:
-        env = {
-            **os.environ,
-            "DEBUG": "0",  # production-like: no query logging
-            "SECRET_KEY": "bench-" + os.urandom(16).hex(),
-            "VCLMGR_VAR_DIR": var,
-            "VCLMGR_QUEUE_NAME": f"bench-{os.getpid()}-{label}",
-            "DATABASE_URL": f"sqlite:///{var}/bench.sqlite3",
-            "LOG_LEVEL": "WARNING",
-        }
-        env.pop("REDIS_URL", None)
-        if label == "postgres":
-            env.update(DATABASE_URL=args.postgres, REDIS_URL=args.redis)
+        extra = {"DATABASE_URL": args.postgres, "REDIS_URL": args.redis} if label == "postgres" else {}
+        env = child_env(var, label, **extra)
         command = [
             sys.executable,
             __file__,
@@ -361,12 +342,7 @@ def run(label, args):
             Path(args.profile).mkdir(parents=True, exist_ok=True)
             command += ["--profile", str(Path(args.profile).resolve())]
         print(f"running {label} … (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
-        out = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
-        if out.returncode:
-            print(out.stdout[-2000:], out.stderr[-4000:], file=sys.stderr)
-            raise SystemExit(f"{label}: benchmark failed")
-        print(out.stderr[-2000:], file=sys.stderr, end="")
-        result = json.loads(out.stdout.strip().splitlines()[-1])
+        result = run_child(command, env, label, echo_stderr=True)
         print(json.dumps(result), file=sys.stderr, flush=True)
         return result
 

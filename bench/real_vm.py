@@ -40,6 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests import realvm  # noqa: E402
+from tests.localkvm_inventory import kvm_guest_image, kvm_host  # noqa: E402
 from tests.realvm import new_login, seed_for, ssh_run  # noqa: E402
 
 # CPU seconds, not wall time, compare guests on a shared machine: load stretches a boot's wall
@@ -118,9 +119,7 @@ def vclmgr_child(args):
     from django.core.management import call_command
     from django.utils import timezone
 
-    from inventory import services as inventory
     from jobs.models import Job
-    from provisioning import services as vms
     from provisioning.models import VM, HostImage
     from reservations import services as reservations
     from reservations.models import Reservation
@@ -139,35 +138,9 @@ def vclmgr_child(args):
         stderr=subprocess.DEVNULL,
     )
     try:
-        inventory.create_hypervisor(
-            actor="bench",
-            name="kvm-local",
-            address="127.0.0.1",
-            driver="libvirt",
-            uri=daemon.uri,
-            cpus=2,
-            memory_mib=4096,
-            disk_gib=50,
-            cpu_ratio=8,
-            driver_options={
-                "domain_type": "qemu",
-                "pool": pool.name,
-                "network": "user",
-                "name": "kvm-local",
-                **({"disk_cache": args.disk_cache} if args.disk_cache else {}),
-            },
-        )
-        image = vms.create_image(
-            actor="bench",
-            name="bench-guest",
-            min_memory_mib=128,
-            default_memory_mib=256,
-            min_disk_gib=0,
-            default_disk_gib=1,
-        )
-        vms.add_variant(
-            image, actor="bench", hypervisor_type="kvm", format="qcow2", location=str(image_info["dir"] / "disk.qcow2")
-        )
+        disk_cache = {"disk_cache": args.disk_cache} if args.disk_cache else {}
+        kvm_host(daemon.uri, pool.name, actor="bench", options=disk_cache, memory_mib=4096, disk_gib=50, cpu_ratio=8)
+        image = kvm_guest_image(image_info, "bench-guest", actor="bench", os="")
         users = [get_user_model().objects.create_user(f"bench{n}") for n in range(args.together)]
 
         def reserve(user):

@@ -46,7 +46,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 # bench/ is on the path of a script run from it: take its helpers, then drop it, since this
 # file's name would hide the Django app ``runs``.
-from job_queue import percentile  # noqa: E402
+from _common import child_env, percentile, run_child  # noqa: E402
 from provision import group_cpu_seconds, start_workers, stop  # noqa: E402
 
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
@@ -329,10 +328,10 @@ def real_child(args):
     import libvirt
     from django.conf import settings
 
-    from inventory import services as inventory
     from provisioning import services as vms
     from provisioning.models import HostImage
     from tests import realvm
+    from tests.localkvm_inventory import kvm_guest_image, kvm_host
 
     image_info = realvm.guest_image()
     daemon = realvm.Libvirtd.acquire()  # lists its socket in VCLMGR_LIBVIRT_SOCKETS for the workers
@@ -341,31 +340,9 @@ def real_child(args):
     pool = realvm.Pool(conn, image_info, name=f"{realvm.PREFIX}bench-runs", stage=False)
     worker = None
     try:
-        inventory.create_hypervisor(
-            actor="bench",
-            name="kvm-local",
-            address="127.0.0.1",
-            driver="libvirt",
-            uri=daemon.uri,
-            cpus=2,
-            memory_mib=2048,
-            disk_gib=20,
-            cpu_ratio=4,
-            driver_options={"domain_type": "qemu", "pool": pool.name, "network": "user", "name": "kvm-local"},
-        )
-        image = vms.create_image(
-            actor="bench",
-            name="bench-guest",
-            os="Debian 12 bench guest",
-            min_memory_mib=128,
-            default_memory_mib=256,
-            min_disk_gib=0,
-            default_disk_gib=1,
-            default_vcpus=1,
-            readiness="agent",
-        )
-        vms.add_variant(
-            image, actor="bench", hypervisor_type="kvm", format="qcow2", location=str(image_info["dir"] / "disk.qcow2")
+        kvm_host(daemon.uri, pool.name, actor="bench")
+        image = kvm_guest_image(
+            image_info, "bench-guest", actor="bench", os="Debian 12 bench guest", default_vcpus=1, readiness="agent"
         )
         user = owner()
         worker = started_workers(2)
@@ -457,17 +434,7 @@ def print_real(got):
 
 def child(part, args, timeout):
     with tempfile.TemporaryDirectory(prefix="vclmgr-bench-") as var:
-        env = {
-            **os.environ,
-            "DEBUG": "0",
-            "SECRET_KEY": "bench-" + os.urandom(16).hex(),
-            "VCLMGR_VAR_DIR": var,
-            "VCLMGR_QUEUE_NAME": f"bench-{os.getpid()}-{part}",
-            "DATABASE_URL": f"sqlite:///{var}/bench.sqlite3",
-            "LOG_LEVEL": "WARNING",
-            "VCLMGR_SIM_OPTIONS": "{}",
-        }
-        env.pop("REDIS_URL", None)
+        env = child_env(var, part, VCLMGR_SIM_OPTIONS="{}")
         sizes = {
             "--runs": args.runs,
             "--rate": args.rate,
@@ -477,12 +444,7 @@ def child(part, args, timeout):
         }
         command = [sys.executable, __file__, "--one", part, *(str(x) for item in sizes.items() for x in item)]
         print(f"running {part} … (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
-        out = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    print(out.stderr[-2000:], file=sys.stderr, end="")
-    if out.returncode:
-        print(out.stdout[-2000:], file=sys.stderr)
-        raise SystemExit(f"{part}: benchmark failed")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        return run_child(command, env, part, timeout=timeout, echo_stderr=True)
 
 
 def main():

@@ -17,6 +17,21 @@ _FALSE = {"0", "false", "no", "off", ""}
 _UNSET = object()
 
 
+def driver_options_errors(value, kinds):
+    """Why ``value`` is not an object of option objects keyed by driver kind (one of ``kinds``),
+    or None: the shape of ``VCLMGR_DRIVER_OPTIONS``, checked by the settings (which name the kinds
+    without importing the drivers) and by the driver registry (which owns them)."""
+    if not isinstance(value, dict):
+        return f"expected a JSON object of driver kinds ({', '.join(kinds)}), got {type(value).__name__}"
+    unknown = sorted(set(value) - set(kinds))
+    if unknown:
+        return f"unknown driver {unknown[0]!r} (one of {', '.join(kinds)})"
+    for name, options in value.items():
+        if not isinstance(options, dict):
+            return f"the options of {name} must be a JSON object, got {type(options).__name__}"
+    return None
+
+
 class Env:
     def __init__(self, environ=None):
         self.environ = os.environ if environ is None else environ

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from django.utils.module_loading import import_string
 
+from core.env import driver_options_errors
 from drivers.errors import DriverError, Invalid, Unauthorized
 
 __all__ = [
@@ -260,12 +261,4 @@ def host_options_errors(name, options, uri=""):
 
 def options_errors(value):
     """Why ``value`` is not valid ``VCLMGR_DRIVER_OPTIONS`` (an object of objects keyed by kind), or None."""
-    if not isinstance(value, dict):
-        return f"expected a JSON object of driver kinds ({', '.join(KINDS)}), got {type(value).__name__}"
-    unknown = sorted(set(value) - set(KINDS))
-    if unknown:
-        return f"unknown driver {unknown[0]!r} (one of {', '.join(KINDS)})"
-    for name, options in value.items():
-        if not isinstance(options, dict):
-            return f"the options of {name} must be a JSON object, got {type(options).__name__}"
-    return None
+    return driver_options_errors(value, KINDS)

@@ -531,10 +531,7 @@ class HypervisorResource(resources.ModelResource):
     # --- import: writing in bulk ----------------------------------------------------
 
     def bulk_create(self, using_transactions, dry_run, raise_errors, batch_size=None, result=None):
-        if dry_run or self.failed or not self.create_instances:
-            self.create_instances.clear()
-            return
-        try:
+        def write():
             bulk.insert_instances(Hypervisor, self.create_instances)
             names = [hv.name for hv in self.create_instances]
             ids = {}
@@ -543,30 +540,32 @@ class HypervisorResource(resources.ModelResource):
             for hv in self.create_instances:
                 hv.pk = ids[hv.name]
                 hv._state.adding = False
-        except IntegrityError as exc:
-            self.handle_import_error(result, _concurrent(exc), raise_errors)
-        except Exception as exc:
-            self.handle_import_error(result, exc, raise_errors)
-        finally:
-            self.create_instances.clear()
+
+        self._write_bulk(self.create_instances, write, dry_run, raise_errors, result)
 
     def bulk_update(self, using_transactions, dry_run, raise_errors, batch_size=None, result=None):
-        if dry_run or self.failed or not self.update_instances:
-            self.update_instances.clear()
-            return
-        changed = {"updated"}
-        for instance in self.update_instances:
-            changed.update(_changed(instance))
-            if "state" in changed:
-                changed.update({"state_changed_at", "state_changed_by"})
-        try:
+        def write():
+            changed = {"updated"}
+            for instance in self.update_instances:
+                changed.update(_changed(instance))
+                if "state" in changed:
+                    changed.update({"state_changed_at", "state_changed_by"})
             bulk.update_instances(Hypervisor, self.update_instances, sorted(changed))
+
+        self._write_bulk(self.update_instances, write, dry_run, raise_errors, result)
+
+    def _write_bulk(self, instances, write, dry_run, raise_errors, result):
+        """``write()`` the pending ``instances`` (then forget them), unless this is a dry run, a
+        row failed or there are none; an error becomes the import's (a lost race said so)."""
+        try:
+            if instances and not (dry_run or self.failed):
+                write()
         except IntegrityError as exc:
             self.handle_import_error(result, _concurrent(exc), raise_errors)
         except Exception as exc:
             self.handle_import_error(result, exc, raise_errors)
         finally:
-            self.update_instances.clear()
+            instances.clear()
 
     def after_import(self, dataset, result, **kwargs):
         if kwargs.get("dry_run") or self.failed or result.has_errors() or result.has_validation_errors():

@@ -197,6 +197,15 @@ class WsClient:
             if predicate(message):
                 return message
 
+    def subscribe(self, topics, since=None):
+        """Subscribe to ``topics`` (events after the id ``since``, if given); the server's
+        ``subscribed`` answer (which topics it granted, which it denied)."""
+        message = {"action": "subscribe", "topics": list(topics)}
+        if since is not None:
+            message["since"] = since
+        self.send(message)
+        return self.receive_until(lambda m: m["type"] == "subscribed")
+
     def close(self):
         self.connection.close()
 
@@ -268,6 +277,12 @@ def make_host(db):
         return inventory_services.create_hypervisor(actor=TEST, tags=tags, **values)
 
     return make
+
+
+@pytest.fixture
+def sim_host(make_host):
+    """A simulated host of 8 CPUs and 8 GiB: room for a few small VMs."""
+    return make_host("sim-1", driver="sim", cpus=8, memory_mib=8192, disk_gib=200)
 
 
 # --- a Redfish BMC: sushy-emulator, one per test (it starts in ~0.5 s) ---------------------

@@ -16,11 +16,12 @@ class EndSessionAt:
         self.seen += self.armed
         if self.armed and self.seen == self.n:
             self.struck = True
-            _terminate(connection.connection.info.backend_pid)
+            terminate(connection.connection.info.backend_pid)
         return execute(sql, params, many, context)
 
 
-def _terminate(pid):
+def terminate(pid):
+    """End the PostgreSQL session ``pid`` from a second connection (``pg_terminate_backend``)."""
     params = connection.get_connection_params()
     with psycopg.connect(
         host=params.get("host"),

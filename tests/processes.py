@@ -52,6 +52,23 @@ def child_env(**extra):
     return env
 
 
+def run_python(code, timeout=60, **env):
+    """``python -c code`` in a child on the test database (``child_env``), to its end: the
+    finished process, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=child_env(**env), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def settings_child(code, **env):
+    """``python -c code`` on the product's settings (``vclmgr.settings``, DEBUG on) in a bare
+    environment plus ``env``, to its end: how a start with these variables goes."""
+    base = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "DEBUG": "1", "DJANGO_SETTINGS_MODULE": "vclmgr.settings"}
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=60
+    )
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -305,7 +305,9 @@ def seed_for(user):
     return cloudinit.seed_iso(cloudinit.seed_files(guest))
 
 
-def ssh_run(port, login, command, host="127.0.0.1", **auth):
+def ssh_client(port, login, host="127.0.0.1", **auth):
+    """A connected paramiko client for ``login`` on a guest (``auth``: its ``pkey`` or
+    ``password``), with the waits a guest booting under software emulation needs."""
     client = paramiko.SSHClient()
     client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a fresh guest: its host key is new
     client.connect(
@@ -319,6 +321,11 @@ def ssh_run(port, login, command, host="127.0.0.1", **auth):
         look_for_keys=False,
         **auth,
     )
+    return client
+
+
+def ssh_run(port, login, command, host="127.0.0.1", **auth):
+    client = ssh_client(port, login, host, **auth)
     try:
         _, stdout, stderr = client.exec_command(command, timeout=60)
         out = stdout.read().decode()

@@ -36,6 +36,42 @@ class Vcsim:
         return VMwareDriver(self.url, self.credentials, {"host": host, **options})
 
 
+def cluster_host(vcsim, make_host, settings, guest_address):
+    """A host of vcsim's cluster in the inventory (driver vmware, the simulator's credential)
+    whose guests report ``guest_address``: vcsim has no VMware Tools, and this advanced setting
+    is how it lets a test play the guest reporting its address."""
+    from inventory import services as inventory
+
+    settings.VCLMGR_DRIVER_OPTIONS = {"vmware": {"extra_config": {"SET.guest.ipAddress": guest_address}}}
+    credential = inventory.create_credential(
+        actor="test", name="vcsim", username=VCSIM_USER, secret=VCSIM_PASSWORD, endpoints=[vcsim.url]
+    )
+    name = next(host["name"] for host in vcsim.hosts if "_C" in host["name"])
+    return make_host(
+        name,
+        driver="vmware",
+        uri=f"{vcsim.url}?host={name}",
+        credential=credential,
+        cpus=16,
+        memory_mib=32768,
+        disk_gib=200,
+    )
+
+
+def vmdk_image(tmp_path, name, *, variant=(), **fields):
+    """``name`` with one vmdk variant, a small guest. vcsim lives for the whole session: the
+    disk's content is unique to this test, so no test finds another's staged image."""
+    from tests.images import file_image
+
+    return file_image(
+        tmp_path / f"{name}.vmdk",
+        f"vmdk of {tmp_path.name}\n".encode(),
+        name,
+        variant={"hypervisor_type": "vmware", "format": "vmdk", "size_gib": 1, **dict(variant)},
+        **{"min_memory_mib": 256, "default_memory_mib": 512, "default_disk_gib": 10, **fields},
+    )
+
+
 def _vcsim_binary():
     try:
         import pyVmomi  # noqa: F401

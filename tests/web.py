@@ -1,5 +1,6 @@
 """Plain-HTTP helpers for tests against a live vclmgr server (sign-on flows)."""
 
+import html
 import re
 
 import requests
@@ -23,3 +24,11 @@ def local_sign_in(base_url, username, password):
         timeout=30,
     )
     return session, answer
+
+
+def sign_on_start(session, base_url, path, label):
+    """The path behind the login page's "Sign in with ``label``" button (it starts with ``path``)."""
+    page = session.get(f"{base_url}/login/", timeout=30)
+    button = re.search(rf'href="({re.escape(path)}[^"]*)">Sign in with {re.escape(label)}<', page.text)
+    assert button, page.text
+    return html.unescape(button.group(1))

@@ -19,7 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from accounts.ldap_config import ldap_settings
 from accounts.saml_config import saml_settings
-from core.env import Env
+from core.env import Env, driver_options_errors
 from core.private_files import private_dir, write_private
 
 env = Env()
@@ -411,21 +411,9 @@ VCLMGR_LIBVIRT_SOCKETS = env.list("VCLMGR_LIBVIRT_SOCKETS", [])
 # not import the app (tests/vclmgr/test_settings.py keeps the two lists equal).
 DRIVER_KINDS = ("sim", "libvirt", "vmware")
 
-
-def _driver_options_errors(value):
-    """Why ``value`` is not an object of option objects keyed by driver kind, or None."""
-    if not isinstance(value, dict):
-        return f"expected a JSON object of driver kinds ({', '.join(DRIVER_KINDS)}), got {type(value).__name__}"
-    unknown = sorted(set(value) - set(DRIVER_KINDS))
-    if unknown:
-        return f"unknown driver {unknown[0]!r} (one of {', '.join(DRIVER_KINDS)})"
-    for name, options in value.items():
-        if not isinstance(options, dict):
-            return f"the options of {name} must be a JSON object, got {type(options).__name__}"
-    return None
-
-
-VCLMGR_DRIVER_OPTIONS = env.json("VCLMGR_DRIVER_OPTIONS", {}, check=_driver_options_errors)
+VCLMGR_DRIVER_OPTIONS = env.json(
+    "VCLMGR_DRIVER_OPTIONS", {}, check=lambda value: driver_options_errors(value, DRIVER_KINDS)
+)
 # Options for every simulated host that win over its own capacity fields, e.g. {"delay": 0.5}.
 VCLMGR_SIM_OPTIONS = env.json(
     "VCLMGR_SIM_OPTIONS", {}, check=lambda v: None if isinstance(v, dict) else f"expected a JSON object, got {v!r}"

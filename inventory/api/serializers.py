@@ -94,18 +94,7 @@ class NodeGroupSerializer(HypervisorCountMixin, ServiceSerializer):
 
     class Meta:
         model = NodeGroup
-        fields = [
-            "id",
-            "name",
-            "alloc_policy",
-            "exclusive_storage",
-            "placement_policy",
-            "iallocator",
-            "description",
-            "hypervisor_count",
-            "created",
-            "updated",
-        ]
+        fields = ["id", *services.GROUP_FIELDS, "hypervisor_count", "created", "updated"]
         read_only_fields = ["created", "updated"]
 
 
@@ -116,22 +105,7 @@ class BladeCenterSerializer(HypervisorCountMixin, ServiceSerializer):
 
     class Meta:
         model = BladeCenter
-        fields = [
-            "id",
-            "name",
-            "site",
-            "model",
-            "slot_count",
-            "management_address",
-            "notes",
-            "bmc_address",
-            "bmc_credential",
-            "bmc_verify_tls",
-            "bmc_allow_http",
-            "hypervisor_count",
-            "created",
-            "updated",
-        ]
+        fields = ["id", *services.CHASSIS_FIELDS, "hypervisor_count", "created", "updated"]
         read_only_fields = ["created", "updated"]
 
 

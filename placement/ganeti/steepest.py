@@ -26,26 +26,10 @@ import numpy as np
 
 from . import greedy as core
 from .fast_moves import N1_COUNT, REMOVE_SEC, RESERVED, RESERVED_TOTAL, node_effects, node_outcome
+from .instance import shape
 from .metrics import NCOMP
 
 _MAX_NODES = 3  # nodes a move changes
-
-
-def _shape(inst) -> tuple:
-    """Everything of an instance the node primitives read, but its nodes."""
-    util = inst.extra.get("util")
-    return (
-        inst.mem,
-        inst.dsk,
-        inst.vcpus,
-        inst.status,
-        inst.auto_balance,
-        inst.disk_template,
-        inst.spindle_use,
-        tuple(inst.disks),
-        tuple(inst.excl_tags),
-        None if util is None else tuple(util),
-    )
 
 
 def _grown(arr: np.ndarray, size: int, fill) -> np.ndarray:
@@ -112,7 +96,7 @@ class _Slots:
             row[peer] = mem
 
     def shape_of(self, inst) -> int:
-        return self._shapes.setdefault(_shape(inst), len(self._shapes))
+        return self._shapes.setdefault(shape(inst), len(self._shapes))
 
     def entry(self, item, inst, shape: int, idx: int, ops: tuple) -> tuple:
         """A new slot's ``(node, item, ops, code, peer)``."""

@@ -6,8 +6,6 @@ import html
 import json
 import re
 import socket
-import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
@@ -20,9 +18,9 @@ from django.contrib.auth.models import Group, User
 from jwt.algorithms import RSAAlgorithm
 
 from provisioning.models import Image
-from tests import oidc_provider, web
+from tests import oidc_provider, processes, web
 from tests.oidc_provider import Provider, rsa_pem, start_vclmgr
-from tests.processes import ROOT, committed_db, committed_db_too
+from tests.processes import committed_db, committed_db_too
 
 provider, vclmgr, vclmgr_process = oidc_provider.provider, oidc_provider.shared_vclmgr, oidc_provider.vclmgr_process
 transactional_db, db = committed_db, committed_db_too  # a process shared by the tests: see committed_db
@@ -34,10 +32,7 @@ def to_callback(base_url, username, password, start=None):
     login page's button."""
     session = requests.Session()
     if start is None:
-        page = session.get(f"{base_url}/login/", timeout=30)
-        button = re.search(r'href="(/oidc/authenticate/[^"]*)">Sign in with Campus ID<', page.text)
-        assert button, page.text
-        start = html.unescape(button.group(1))
+        start = web.sign_on_start(session, base_url, "/oidc/authenticate/", "Campus ID")
     form = session.get(base_url + start, timeout=30)
     assert "/accounts/login/" in form.url, form.url  # at the provider now
     fields = dict(re.findall(r'name="(csrfmiddlewaretoken|next)" value="([^"]*)"', form.text))
@@ -170,10 +165,9 @@ def test_a_provider_that_does_not_answer_is_a_message_on_the_login_page(
     child = start_vclmgr(tmp_path, provider, OIDC_OP_DISCOVERY_URL=url, OIDC_TIMEOUT="1")
     try:
         session = requests.Session()
-        page = session.get(f"{child.url}/login/", timeout=30)
-        start = re.search(r'href="(/oidc/authenticate/[^"]*)">Sign in with Campus ID<', page.text)
+        start = web.sign_on_start(session, child.url, "/oidc/authenticate/", "Campus ID")
 
-        answer = session.get(child.url + html.unescape(start.group(1)), timeout=30)
+        answer = session.get(child.url + start, timeout=30)
 
         assert answer.status_code == 200 and answer.url.startswith(f"{child.url}/login/"), answer.url
         assert "Campus ID does not answer; try again later." in answer.text
@@ -275,16 +269,8 @@ def test_local_sign_in_keeps_working(vclmgr, alice):
 
 
 def test_it_refuses_to_start_without_a_way_to_find_the_endpoints():
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "DEBUG": "1", "DJANGO_SETTINGS_MODULE": "vclmgr.settings"}
-    env |= {"OIDC_RP_CLIENT_ID": "vclmgr", "OIDC_RP_CLIENT_SECRET": "x", "OIDC_OP_TOKEN_ENDPOINT": "https://op/t"}
-    done = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    env = {"OIDC_RP_CLIENT_ID": "vclmgr", "OIDC_RP_CLIENT_SECRET": "x", "OIDC_OP_TOKEN_ENDPOINT": "https://op/t"}
+    done = processes.settings_child("import django; django.setup()", **env)
     assert done.returncode != 0
     assert (
         "set OIDC_OP_DISCOVERY_URL or OIDC_OP_ISSUER, OIDC_OP_AUTHORIZATION_ENDPOINT, OIDC_OP_USER_ENDPOINT, "

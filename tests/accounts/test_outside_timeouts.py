@@ -3,8 +3,6 @@ each call fails within its setting's timeout instead of holding its thread. (LDA
 Connect's are in test_signon_ldap.py and test_oidc.py, the webhooks' in tests/notifications.)"""
 
 import smtplib
-import subprocess
-import sys
 
 import pytest
 from django.core import mail
@@ -12,7 +10,7 @@ from django.core import mail
 from accounts import saml
 from accounts.saml_config import saml_settings
 from core.env import Env
-from tests.processes import ROOT
+from tests import processes
 from tests.saml_idp import sp_keys  # noqa: F401 (fixture)
 from tests.silent_peer import SilentPeer, outcome_within
 
@@ -80,14 +78,5 @@ def test_the_driver_timeouts_default_to_the_documented_values():
 )
 def test_a_bad_driver_timeout_stops_the_start_naming_it(tmp_path, env, message):
     code = "from django.conf import settings\nsettings.VCLMGR_VSPHERE_TIMEOUT\n"
-    base = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": "/tmp",
-        "DEBUG": "1",
-        "DJANGO_SETTINGS_MODULE": "vclmgr.settings",
-        "VCLMGR_VAR_DIR": str(tmp_path),
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=60
-    )
+    result = processes.settings_child(code, VCLMGR_VAR_DIR=str(tmp_path), **env)
     assert result.returncode != 0 and message in result.stderr

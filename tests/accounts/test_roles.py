@@ -19,10 +19,10 @@ from accounts import access
 from core import topics
 from inventory.models import Hypervisor, NodeGroup
 from jobs.models import Job
-from provisioning import services as vms
 from provisioning.models import Image
 from reservations import services as reservations
 from reservations.models import BlockAllocation, Reservation
+from tests.images import sim_image
 
 pytestmark = pytest.mark.django_db
 H = timedelta(hours=1)
@@ -56,9 +56,9 @@ class World:
 
     @staticmethod
     def _image(name, groups):
-        image = vms.create_image(actor="test", name=name, groups=groups, min_memory_mib=256, default_memory_mib=512)
-        vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location=f"sim://{name}", size_gib=1)
-        return image
+        return sim_image(
+            name, location=f"sim://{name}", size_gib=1, groups=groups, min_memory_mib=256, default_memory_mib=512
+        )
 
     def block_body(self, group):
         start = self.start + 48 * H

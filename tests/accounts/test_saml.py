@@ -4,8 +4,6 @@ requests session that posts the IdP's login form and its auto-submitting answer.
 
 import html
 import re
-import subprocess
-import sys
 from urllib.parse import urlencode
 
 import pytest
@@ -13,8 +11,8 @@ import requests
 from django.contrib.auth.models import Group, User
 
 from provisioning.models import Image
-from tests import saml_idp, web
-from tests.processes import ROOT, committed_db, committed_db_too, free_port
+from tests import processes, saml_idp, web
+from tests.processes import committed_db, committed_db_too, free_port
 from tests.saml_idp import start_vclmgr
 
 idp, sp_keys, vclmgr, vclmgr_process = saml_idp.idp, saml_idp.sp_keys, saml_idp.shared_vclmgr, saml_idp.vclmgr_process
@@ -28,10 +26,7 @@ def hidden_fields(page):
 def to_idp(session, base_url, start=None):
     """vclmgr's login page → its button (or ``start``) → the IdP's login form (after the redirect)."""
     if start is None:
-        page = session.get(f"{base_url}/login/", timeout=30)
-        button = re.search(r'href="(/saml2/login/[^"]*)">Sign in with Campus SSO<', page.text)
-        assert button, page.text
-        start = html.unescape(button.group(1))
+        start = web.sign_on_start(session, base_url, "/saml2/login/", "Campus SSO")
     form = session.get(base_url + start, timeout=30)
     assert "Campus sign-in" in form.text, form.text
     return form
@@ -304,19 +299,10 @@ def test_it_is_off_by_default(client, db):
 
 def _start(tmp_path, sp_keys, **variables):
     key, cert = sp_keys
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "DJANGO_SETTINGS_MODULE": "vclmgr.settings", "DEBUG": "1"}
-    env |= {"SAML_BASE_URL": "https://vcl.uni.example", "SAML_KEY_FILE": str(key), "SAML_CERT_FILE": str(cert)}
+    env = {"SAML_BASE_URL": "https://vcl.uni.example", "SAML_KEY_FILE": str(key), "SAML_CERT_FILE": str(cert)}
     env |= {"SAML_METADATA_REMOTE": "https://idp.uni.example/idp/shibboleth", "VCLMGR_VAR_DIR": str(tmp_path)}
     env |= {k: str(v) for k, v in variables.items()}
-    env = {k: v for k, v in env.items() if v != "None"}
-    return subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return processes.settings_child("import django; django.setup()", **{k: v for k, v in env.items() if v != "None"})
 
 
 @pytest.mark.parametrize(

@@ -22,15 +22,10 @@ def asgi_server(transactional_db, asgi_process):
     return asgi_process.begin()
 
 
-def _subscribed(ws, topic):
-    ws.send({"action": "subscribe", "topics": [topic]})
-    return ws.receive_until(lambda m: m["type"] == "subscribed")
-
-
 def test_a_token_client_without_an_origin_is_served(alice, ws_connect):
     _, clear = tokens.issue(alice, "ws")
     ws = ws_connect(headers={"Authorization": f"Bearer {clear}"}, no_origin=True)
-    assert _subscribed(ws, f"user.{alice.pk}")["topics"] == [f"user.{alice.pk}"]
+    assert ws.subscribe([f"user.{alice.pk}"])["topics"] == [f"user.{alice.pk}"]
 
 
 def test_a_cookie_session_still_needs_the_origin(alice, session_cookie, ws_connect):
@@ -48,7 +43,7 @@ def test_a_wrong_token_does_not_fall_back_to_the_cookie(alice, session_cookie, w
 def test_a_revoked_tokens_socket_is_closed(alice, ws_connect):
     row, clear = tokens.issue(alice, "ws")
     ws = ws_connect(headers={"Authorization": f"Bearer {clear}"})
-    _subscribed(ws, f"user.{alice.pk}")
+    ws.subscribe([f"user.{alice.pk}"])
 
     assert tokens.revoke(alice, row.pk)
 

@@ -8,6 +8,7 @@ import pytest
 from django.db.models import Sum
 
 from capacity.models import Allocation
+from tests.images import sim_image
 from tests.processes import ROOT, child_env
 
 pytestmark = pytest.mark.slow
@@ -103,11 +104,8 @@ GROUP_RACER = textwrap.dedent(
 def test_concurrent_claims_of_one_anti_affinity_group_never_share_a_host(transactional_db, make_host):
     """#13 item 12: an image's group reaches real claims, and the locked re-check sees the
     other process's claims of the group, so two racing claims cannot both land on one host."""
-    from provisioning import services as vms
-
     hosts = [make_host(f"aa{i}", cpus=64, memory_mib=262144) for i in range(3)]  # room for many, one per group
-    image = vms.create_image(actor="test", name="replica", anti_affinity="replicas")
-    vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/replica")
+    sim_image("replica", size_gib=0, anti_affinity="replicas")
     results = race(GROUP_RACER)
     assert sum(int(out.strip().splitlines()[-1]) for out in results) == len(hosts)
     assert all("anti-affinity" in out for out in results), results

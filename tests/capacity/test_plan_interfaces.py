@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from capacity import services as capacity
 from tests.conftest import TEST
+from tests.images import sim_image
 
 pytestmark = pytest.mark.django_db
 
@@ -108,13 +109,16 @@ def test_place_save_writes_an_input_that_replays_to_the_same_answer(make_host, c
 
 def test_a_restricted_image_name_answers_as_an_unknown_one(api, alice, admin_user, make_host):
     """Users must not learn which restricted images exist."""
-    from provisioning import services as vms
 
     make_host("h1")
-    secret = vms.create_image(
-        actor="test", name="secret-lab", min_memory_mib=256, default_memory_mib=512, visibility="restricted"
+    sim_image(
+        "secret-lab",
+        location="sim://s",
+        size_gib=1,
+        min_memory_mib=256,
+        default_memory_mib=512,
+        visibility="restricted",
     )
-    vms.add_variant(secret, actor="test", hypervisor_type="sim", format="sim", location="sim://s", size_gib=1)
     plan = {"vcpus": 1, "memory_mib": 512}
 
     restricted = api(alice).post("/api/v1/placement/plan/", {**plan, "image": "secret-lab"})

@@ -15,13 +15,13 @@ from provisioning import services as vms
 from provisioning.models import VM
 from tests import processes
 from tests.conftest import TEST
+from tests.images import sim_image
 
 
 @pytest.fixture
 def sim_vm(db, alice, make_host):
     host = make_host("console-sim")
-    image = vms.create_image(actor=TEST, name="debian-12", os="Debian 12", default_disk_gib=5)
-    vms.add_variant(image, actor=TEST, hypervisor_type="sim", format="sim", location="sim://library/debian-12")
+    image = sim_image("debian-12", actor=TEST, size_gib=0, os="Debian 12", default_disk_gib=5)
     vm, _ = vms.request_vm(actor=alice, owner=alice, image=image)
     VM.objects.filter(pk=vm.pk).update(state=VM.State.RUNNING, host=host)  # as its build job leaves it
     return VM.objects.get(pk=vm.pk)

@@ -25,19 +25,11 @@ def asgi_server(transactional_db, asgi_process):
     return asgi_process.begin()
 
 
-def _subscribe(ws, topics, since=None):
-    message = {"action": "subscribe", "topics": topics}
-    if since is not None:
-        message["since"] = since
-    ws.send(message)
-    return ws.receive_until(lambda m: m["type"] == "subscribed")
-
-
 def test_an_event_emitted_in_a_worker_reaches_the_browser_within_a_second(
     admin_user, session_cookie, ws_connect, worker, asgi_server
 ):
     ws = ws_connect(cookie=session_cookie(admin_user))
-    assert _subscribe(ws, ["admin"])["topics"] == ["admin"]
+    assert ws.subscribe(["admin"])["topics"] == ["admin"]
     async_task("core.tasks.ping", "admin")
     event = ws.receive_until(lambda m: m["type"] == "event", timeout=15)
     received = time.time()
@@ -51,7 +43,7 @@ def test_a_reconnecting_client_resumes_without_missing_events(alice, session_coo
     topic = f"user.{alice.pk}"
     cookie = session_cookie(alice)
     ws = ws_connect(cookie=cookie)
-    last_id = _subscribe(ws, [topic])["last_id"]
+    last_id = ws.subscribe([topic])["last_id"]
     with transaction.atomic():
         events.emit("step", {"n": 1}, [topic])
     first = ws.receive_until(lambda m: m["type"] == "event")
@@ -60,7 +52,7 @@ def test_a_reconnecting_client_resumes_without_missing_events(alice, session_coo
     for n in (2, 3, 4):  # while the client is away
         events.emit("step", {"n": n}, [topic])
     ws = ws_connect(cookie=cookie)
-    _subscribe(ws, [topic], since=first["id"])
+    ws.subscribe([topic], since=first["id"])
     replayed = [ws.receive_until(lambda m: m["type"] == "event")["data"]["n"] for _ in range(3)]
     assert replayed == [2, 3, 4]
     events.emit("step", {"n": 5}, [topic])
@@ -69,7 +61,7 @@ def test_a_reconnecting_client_resumes_without_missing_events(alice, session_coo
 
 def test_a_user_cannot_follow_another_users_or_the_admin_stream(alice, bob, session_cookie, ws_connect):
     ws = ws_connect(cookie=session_cookie(alice))
-    reply = _subscribe(ws, [f"user.{bob.pk}", "admin", f"user.{alice.pk}"])
+    reply = ws.subscribe([f"user.{bob.pk}", "admin", f"user.{alice.pk}"])
     assert reply["denied"] == [f"user.{bob.pk}", "admin"]
     assert reply["topics"] == [f"user.{alice.pk}"]
     events.emit("secret", {"for": "bob"}, [f"user.{bob.pk}", "admin"])
@@ -94,14 +86,14 @@ def test_api_tokens_open_sockets_for_integrations(alice, ws_connect):
 
     _, clear = tokens.issue(alice, "ws")
     ws = ws_connect(headers={"Authorization": f"Bearer {clear}"})
-    assert _subscribe(ws, [f"user.{alice.pk}"])["topics"] == [f"user.{alice.pk}"]
+    assert ws.subscribe([f"user.{alice.pk}"])["topics"] == [f"user.{alice.pk}"]
 
 
 def test_a_burst_of_events_arrives_complete_and_in_order(alice, session_cookie, ws_connect):
     # More than a channel layer queues per socket (100): the relay must neither drop nor reorder.
     topic = f"user.{alice.pk}"
     ws = ws_connect(cookie=session_cookie(alice))
-    _subscribe(ws, [topic])
+    ws.subscribe([topic])
     with transaction.atomic():
         for n in range(300):
             events.emit("step", {"n": n}, [topic])

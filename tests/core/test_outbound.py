@@ -4,7 +4,6 @@ the test's own, on 127.0.0.1, allow-listed where a test reaches them; every othe
 refused before a socket connects (``connects``, in tests/conftest.py, records each attempt and
 lets none through but to 127.0.0.1)."""
 
-import http.server
 import socket
 import threading
 import time
@@ -12,7 +11,7 @@ import time
 import pytest
 
 from core import outbound
-from tests.listeners import Listeners
+from tests.listeners import Handler, Listeners
 
 REFUSED = [
     "http://169.254.169.254/latest/meta-data/",  # the cloud metadata address (link-local)
@@ -69,18 +68,11 @@ def fake_dns(monkeypatch):
     return install
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(Handler):
     def do_POST(self):  # noqa: N802 (http.server's name)
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.server.hits.append({"host": self.headers["Host"], "path": self.path})
-        self.send_response(self.server.status)
-        if self.server.location:
-            self.send_header("Location", self.server.location)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
+        self.answer(self.server.status, headers={"Location": self.server.location})
 
 
 @pytest.fixture

@@ -14,8 +14,9 @@ def _mode(path):
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_var_and_the_files_vclmgr_creates_there_are_the_owners_alone(tmp_path):
-    var = tmp_path / "var"
+def _start(var, code, **kwargs):
+    """``python -c code`` on the product's settings with ``var`` as var/ (SQLite there, no
+    Redis), outside any xdist worker's naming; it must succeed."""
     env = {
         **os.environ,
         "VCLMGR_VAR_DIR": str(var),
@@ -25,6 +26,11 @@ def test_var_and_the_files_vclmgr_creates_there_are_the_owners_alone(tmp_path):
         "DJANGO_SETTINGS_MODULE": "vclmgr.settings",
     }
     env.pop("PYTEST_XDIST_WORKER", None)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=120, **kwargs)
+
+
+def test_var_and_the_files_vclmgr_creates_there_are_the_owners_alone(tmp_path):
+    var = tmp_path / "var"
     code = (
         "import os; os.umask(0o022)\n"
         "import django; django.setup()\n"
@@ -35,9 +41,7 @@ def test_var_and_the_files_vclmgr_creates_there_are_the_owners_alone(tmp_path):
         "var = pathlib.Path(os.environ['VCLMGR_VAR_DIR'])\n"
         "print(json.dumps({str(p.relative_to(var)): stat.S_IMODE(p.stat().st_mode) for p in var.rglob('*')}))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=120, capture_output=True, text=True
-    ).stdout
+    out = _start(var, code, capture_output=True, text=True).stdout
     modes = json.loads(out.strip().splitlines()[-1])
 
     assert _mode(var) == 0o700
@@ -54,15 +58,7 @@ def test_an_existing_world_readable_database_is_tightened(tmp_path):
     database.touch(mode=0o644)
     os.chmod(var, 0o755)
     os.chmod(database, 0o644)
-    env = {
-        **os.environ,
-        "VCLMGR_VAR_DIR": str(var),
-        "DATABASE_URL": "",
-        "REDIS_URL": "",
-        "DEBUG": "1",
-        "DJANGO_SETTINGS_MODULE": "vclmgr.settings",
-    }
     code = "import django; django.setup()\nfrom django.db import connection; connection.ensure_connection()\n"
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=120)
+    _start(var, code)
 
     assert (_mode(var), _mode(database)) == (0o700, 0o600)

@@ -3,13 +3,13 @@ nothing of it had committed; else the error stands (500). Through Django's test 
 whole middleware stack, on the PostgreSQL leg's own database (marker ``postgres``: the SQLite
 leg deselects it)."""
 
-import psycopg
 import pytest
 from django.db import connection, transaction
 from django.http import JsonResponse
 from django.urls import path
 
 from core.models import Event
+from tests.lost_session import terminate
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 CALLS = []
@@ -19,16 +19,7 @@ def terminate_own_session():
     """The session of this request's connection, ended from another (``pg_terminate_backend``)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
-        pid = cursor.fetchone()[0]
-    params = connection.get_connection_params()
-    with psycopg.connect(
-        host=params.get("host"),
-        port=params.get("port"),
-        user=params.get("user"),
-        dbname=params["dbname"],
-        autocommit=True,
-    ) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        terminate(cursor.fetchone()[0])
 
 
 def dropped_in_transaction(request):

@@ -2,8 +2,6 @@
 
 import dataclasses
 import pickle
-import subprocess
-import sys
 
 import pytest
 
@@ -92,14 +90,7 @@ def test_libvirt_and_pyvmomi_load_only_when_used():
         "registry.get_driver('vmware', 'https://vcenter.example.org/sdk')\n"
         "print(sorted(m for m in ('libvirt', 'pyVmomi') if m in sys.modules))\n"
     )
-    child = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=processes.ROOT,
-        env=processes.child_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    child = processes.run_python(code)
 
     assert child.returncode == 0, child.stderr
     assert child.stdout.splitlines() == ["[]", "['libvirt', 'pyVmomi']"]

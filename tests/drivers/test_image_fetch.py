@@ -4,28 +4,27 @@ checked the same way, and the download has a deadline and a size limit. The only
 127.0.0.1 listeners started here; ``connects`` records every connection attempt."""
 
 import hashlib
-import http.server
 import time
 
 import pytest
 
 from core import outbound
 from drivers import base
-from tests.listeners import Listeners
+from tests.listeners import Handler, Listeners
 
 BODY = b"qcow2 bytes of a test image\n" * 100
 CHECKSUM = "sha256:" + hashlib.sha256(BODY).hexdigest()
 
 
-class _Images(http.server.BaseHTTPRequestHandler):
+class _Images(Handler):
     def do_GET(self):  # noqa: N802 (http.server's name)
         self.server.hits.append(self.path)
         if self.path.startswith("/moved-to/"):
-            self._answer(302, location=self.path.removeprefix("/moved-to"))
+            self.answer(302, headers={"Location": self.path.removeprefix("/moved-to")})
         elif self.path.startswith("/moved-away/"):
-            self._answer(302, location="http://" + self.path.removeprefix("/moved-away/"))
+            self.answer(302, headers={"Location": "http://" + self.path.removeprefix("/moved-away/")})
         elif self.path == "/image.qcow2":
-            self._answer(200, BODY)
+            self.answer(200, BODY)
         elif self.path == "/unsized":  # no Content-Length: the end is when the connection closes
             self.send_response(200)
             self.send_header("Connection", "close")
@@ -40,18 +39,7 @@ class _Images(http.server.BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(0.1)
         else:
-            self._answer(404)
-
-    def _answer(self, status, body=b"", location=None):
-        self.send_response(status)
-        if location:
-            self.send_header("Location", location)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+            self.answer(404)
 
 
 @pytest.fixture

@@ -1,7 +1,5 @@
 """The simulated hypervisor: fault injection, delays, DHCP, state shared between processes."""
 
-import subprocess
-import sys
 import threading
 import time
 
@@ -247,14 +245,7 @@ def test_another_process_sees_the_same_hosts_and_vms(sim_peer, running):
         "except Exception as exc:\n"
         "    print('failed once:', exc.permanent)\n"
     )
-    child = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=processes.ROOT,
-        env=processes.child_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    child = processes.run_python(code)
 
     assert child.returncode == 0, child.stderr
     assert child.stdout.splitlines() == [f"running {address}", "failed once: False"]

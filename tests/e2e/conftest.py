@@ -5,6 +5,8 @@ import shutil
 
 import pytest
 
+from tests.images import sim_image
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [
     "--no-sandbox",
@@ -52,14 +54,25 @@ def sso_page(browser, vclmgr):
     context.close()
 
 
+def sign_in(page, username, password):
+    """Sign ``page`` in through the login form; returns it, on the home page."""
+    page.goto("/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/")
+    return page
+
+
 @pytest.fixture
 def login(page):
     def do(username, password):
-        page.goto("/login/")
-        page.fill("input[name=username]", username)
-        page.fill("input[name=password]", password)
-        page.click("button[type=submit]")
-        page.wait_for_url("**/")
-        return page
+        return sign_in(page, username, password)
 
     return do
+
+
+@pytest.fixture
+def image(db):
+    """debian-12, one simulated variant: the image of the pages' tests that are not about images."""
+    return sim_image("debian-12", size_gib=0, os="Debian 12", default_disk_gib=5)

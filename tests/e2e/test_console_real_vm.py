@@ -23,6 +23,7 @@ from console.consumers import REFUSED_PREFIX
 from console.models import ConsoleTicket
 from provisioning.models import VM
 from reservations.models import Reservation
+from tests.e2e.conftest import sign_in
 from tests.e2e.test_csp import _violations
 from tests.e2e.test_reservations import ROOT, shot
 from tests.integration.conftest import guest_image, libvirt_conn, libvirtd  # noqa: F401 (fixtures)
@@ -113,12 +114,7 @@ def test_the_console_shows_a_real_guest_to_its_owner_only(
 
     other = browser.new_context(base_url=asgi_server.url)
     try:
-        bobs = other.new_page()
-        bobs.goto("/login/")
-        bobs.fill("input[name=username]", "bob")
-        bobs.fill("input[name=password]", "bob-pass-1")
-        bobs.click("button[type=submit]")
-        bobs.wait_for_url("**/")
+        bobs = sign_in(other.new_page(), "bob", "bob-pass-1")
         assert bobs.goto(f"/vms/{vm.pk}/console/").status == 403
     finally:
         other.close()

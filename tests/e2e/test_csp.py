@@ -14,10 +14,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def things(admin_user, make_host, chassis):
+def things(admin_user, make_host, chassis, image):
     host = make_host("csp-1", blade_center=chassis, slot=1)
-    image = vms.create_image(actor="test", name="debian-12", os="Debian 12", default_disk_gib=5)
-    vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/debian-12")
     vm, _ = vms.request_vm(actor=admin_user, owner=admin_user, image=image)  # no worker: it stays requested
     job = jobs.submit("noop", {}, actor=admin_user)
     return {"host": host, "chassis": chassis, "image": image, "vm": vm, "job": job}

@@ -25,6 +25,7 @@ from provisioning.models import VM, Image
 from reservations import services as reservations
 from reservations.models import Reservation
 from tests import processes
+from tests.e2e.conftest import sign_in
 
 # The crawl runs once, in the module's fixture; each test reads one kind of finding from it. The
 # marker sets up the test database (the first test's teardown empties it, after the crawl).
@@ -146,11 +147,7 @@ def crawl(browser, django_db_setup, django_db_blocker, tmp_path_factory):
             page.set_default_timeout(15000)
             dialogs = []
             page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-            page.goto("/login/")
-            page.fill("input[name=username]", "admin")
-            page.fill("input[name=password]", PASSWORD)
-            page.click("button[type=submit]")
-            page.wait_for_url("**/")
+            sign_in(page, "admin", PASSWORD)
             yield _crawl(page, server.url, _seeds(rows), dialogs)
         finally:
             context.close()

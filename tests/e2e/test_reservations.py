@@ -20,6 +20,8 @@ from drivers.sim import services as sim
 from provisioning import services as vms
 from provisioning.models import QuotaRule
 from reservations.models import Reservation
+from tests.e2e.conftest import sign_in
+from tests.images import sim_image
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,34 +32,16 @@ SHOTS = Path(settings.VAR_DIR) / "screenshots"
 def lab(make_host, transactional_db):
     host = make_host("sim-e2e", driver="sim", cpus=16, memory_mib=16384, disk_gib=200)
     sim.set_fault("sim-e2e", "start", "slow", 2)
-    image = vms.create_image(
-        actor="test",
-        name="ubuntu-24.04",
+    image = sim_image(
+        "ubuntu-24.04",
+        location="sim://library/ubuntu",
         os="Ubuntu 24.04",
         description="Python, gcc, MATLAB",
         default_vcpus=2,
         default_memory_mib=2048,
         default_disk_gib=10,
     )
-    vms.add_variant(
-        image,
-        actor="test",
-        hypervisor_type="sim",
-        format="sim",
-        location="sim://library/ubuntu",
-        checksum="",
-        size_gib=2,
-    )
-    other = vms.create_image(actor="test", name="windows-11", os="Windows 11", description="Office, Visual Studio")
-    vms.add_variant(
-        other,
-        actor="test",
-        hypervisor_type="sim",
-        format="sim",
-        location="sim://library/win11",
-        checksum="",
-        size_gib=2,
-    )
+    sim_image("windows-11", location="sim://library/win11", os="Windows 11", description="Office, Visual Studio")
     return host, image
 
 
@@ -147,12 +131,7 @@ def test_a_user_reserves_watches_it_become_ready_connects_and_ends_it(
     # a second user sees nothing of it: not in the list, not by its URL
     other = browser.new_context(base_url=asgi_server.url)
     try:
-        stranger = other.new_page()
-        stranger.goto("/login/")
-        stranger.fill("input[name=username]", "bob")
-        stranger.fill("input[name=password]", "bob-pass-1")
-        stranger.click("button[type=submit]")
-        stranger.wait_for_url("**/")
+        stranger = sign_in(other.new_page(), "bob", "bob-pass-1")
         stranger.goto("/reservations/?show=all")
         expect(stranger.locator("#reservations")).to_contain_text("No reservations")
         expect(stranger.locator(f"#reservation-{reservation.pk}")).to_have_count(0)

@@ -8,7 +8,6 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from provisioning import services as vms
 from reservations import services
 from reservations.models import Reservation, UsagePeak
 from tests.conftest import TEST
@@ -18,13 +17,6 @@ from tests.reservations.test_usage import made
 pytestmark = pytest.mark.slow
 H = timedelta(hours=1)
 CHARTS = ("usage-days", "usage-images", "usage-groups", "usage-refusals")
-
-
-@pytest.fixture
-def image(db):
-    image = vms.create_image(actor="test", name="debian-12", os="Debian 12", default_disk_gib=5)
-    vms.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/debian-12")
-    return image
 
 
 def history(image, alice, bob):

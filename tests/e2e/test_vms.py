@@ -10,10 +10,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def requested_vm(alice, make_host):
+def requested_vm(alice, make_host, image):
     host = make_host("sim-e2e")
-    image = services.create_image(actor="test", name="debian-12", os="Debian 12", default_disk_gib=5)
-    services.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/debian-12")
     vm, _ = services.request_vm(actor=alice, owner=alice, image=image)  # no worker: it stays requested
     return vm, host
 

@@ -15,6 +15,7 @@ from accounts import tokens
 from provisioning.models import VM, QuotaRule
 from reservations.models import Reservation
 from tests import processes
+from tests.images import small_image
 
 pytestmark = pytest.mark.slow
 
@@ -78,21 +79,8 @@ def assert_exactly_the_quota(answers, accepted):
 
 
 def _image(make_host):
-    from provisioning import services as vms
-
     make_host("burst-1", cpus=64, memory_mib=262144, disk_gib=2000)
-    image = vms.create_image(
-        actor="test",
-        name="deb",
-        os="Debian",
-        min_memory_mib=256,
-        default_vcpus=1,
-        default_memory_mib=512,
-        default_disk_gib=5,
-    )
-    vms.add_variant(
-        image, actor="test", hypervisor_type="sim", format="sim", location="sim://deb", checksum="", size_gib=1
-    )
+    image = small_image("deb", "sim://deb")
     QuotaRule.objects.create(name="two at a time", max_per_user=LIMIT)
     return image
 

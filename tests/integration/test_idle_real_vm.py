@@ -9,16 +9,15 @@ limits of one minute, the same checks, reached in seconds."""
 import time
 from datetime import timedelta
 
-import paramiko
 import pytest
 
 from drivers import registry
-from provisioning import services as vms
 from reservations import idle
 from reservations.models import Reservation
 from tests.integration.test_reserve_real_vm import kvm_host, reserve, vm_ids, wait_ready  # noqa: F401
 from tests.jobs.helpers import wait_until
-from tests.realvm import new_login
+from tests.localkvm_inventory import kvm_guest_image
+from tests.realvm import new_login, ssh_client
 
 pytestmark = pytest.mark.slow
 URL = "/api/v1/reservations/"
@@ -28,37 +27,12 @@ MINUTE = 20  # s: long enough for the second guest's SSH login to be seen before
 @pytest.fixture
 def guest(guest_image):
     """The test guest, with room to boot two at once on a loaded machine (software emulation)."""
-    image = vms.create_image(
-        actor="test",
-        name="guest-idle",
-        os="Debian 12 test guest",
-        min_memory_mib=128,
-        default_memory_mib=256,
-        min_disk_gib=0,
-        default_disk_gib=1,
-        ready_timeout=280,
-    )
-    vms.add_variant(
-        image, actor="test", hypervisor_type="kvm", format="qcow2", location=str(guest_image["dir"] / "disk.qcow2")
-    )
-    return image
+    return kvm_guest_image(guest_image, "guest-idle", ready_timeout=280)
 
 
 def open_shell(details, pkey):
     """An interactive session (a terminal: dropbear records it in utmp), kept open by the caller."""
-    client = paramiko.SSHClient()
-    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a fresh guest: its host key is new
-    client.connect(
-        details["address"],
-        port=details["port"],
-        username=details["user"],
-        pkey=pkey,
-        timeout=30,
-        banner_timeout=30,
-        auth_timeout=60,
-        allow_agent=False,
-        look_for_keys=False,
-    )
+    client = ssh_client(details["port"], details["user"], details["address"], pkey=pkey)
     shell = client.invoke_shell()
     shell.send(b"echo hello-$((6*7))\n")
     seen = b""

@@ -25,7 +25,6 @@ import pytest
 from capacity.models import Allocation
 from capacity.snapshot import snapshot
 from drivers.libvirt.connection import connections
-from inventory import services as inventory
 from jobs.models import Job
 from provisioning import services as vms
 from provisioning.models import VM
@@ -34,6 +33,7 @@ from provisioning.opcodes import lifecycle
 from tests import realvm
 from tests.integration.test_reserve_real_vm import vm_ids  # noqa: F401 (a fixture)
 from tests.jobs.conftest import SyncJobs
+from tests.localkvm_inventory import kvm_guest_image, kvm_host
 from tests.realvm import new_login, ssh_run
 
 pytestmark = pytest.mark.slow
@@ -57,18 +57,7 @@ def kvm_hosts(libvirtd, libvirt_conn, guest_image, vm_ids):  # noqa: F811
     def make(n):
         for i in range(n):
             pool = realvm.Pool(libvirt_conn, guest_image, name=f"{realvm.PREFIX}vcl-{os.getpid()}-{i}", stage=False)
-            host = inventory.create_hypervisor(
-                actor="test",
-                name=f"kvm-{i}",
-                address="127.0.0.1",
-                driver="libvirt",
-                uri=libvirtd.uri,
-                cpus=2,
-                memory_mib=2048,
-                disk_gib=20,
-                cpu_ratio=4,
-                driver_options={"domain_type": "qemu", "pool": pool.name, "network": "user", "name": f"kvm-{i}"},
-            )
+            host = kvm_host(libvirtd.uri, pool.name, f"kvm-{i}")
             made.append((host, pool))
         snapshot.reset()  # this process places: it must see the hosts just made
         return made
@@ -82,20 +71,7 @@ def kvm_hosts(libvirtd, libvirt_conn, guest_image, vm_ids):  # noqa: F811
 
 
 def image(guest_image, name, **fields):
-    made = vms.create_image(
-        actor="test",
-        name=name,
-        os="Debian 12 test guest",
-        min_memory_mib=128,
-        default_memory_mib=256,
-        min_disk_gib=0,
-        default_disk_gib=1,
-        **fields,
-    )
-    vms.add_variant(
-        made, actor="test", hypervisor_type="kvm", format="qcow2", location=str(guest_image["dir"] / "disk.qcow2")
-    )
-    return made
+    return kvm_guest_image(guest_image, name, **fields)
 
 
 def create(owner, img, sync_jobs, key=""):

@@ -14,13 +14,13 @@ import pytest
 from django.db import connection
 
 from capacity.models import Allocation
-from inventory import services as inventory
 from jobs.models import Job
 from provisioning import services as vms
 from provisioning.models import VM
 from reservations.models import Reservation
-from tests import realvm
+from tests import localkvm_inventory, realvm
 from tests.jobs.helpers import wait_until
+from tests.localkvm_inventory import kvm_guest_image
 from tests.realvm import new_login, ssh_run
 
 pytestmark = pytest.mark.slow
@@ -47,18 +47,7 @@ def kvm_host(libvirtd, libvirt_conn, guest_image, vm_ids):
     """The private libvirtd as an inventory host: software emulation, an empty pool of its own,
     user-mode networking (the guest reached through a forward on 127.0.0.1)."""
     pool = realvm.Pool(libvirt_conn, guest_image, name=f"{realvm.PREFIX}vcl-{os.getpid()}", stage=False)
-    host = inventory.create_hypervisor(
-        actor="test",
-        name="kvm-local",
-        address="127.0.0.1",
-        driver="libvirt",
-        uri=libvirtd.uri,
-        cpus=2,
-        memory_mib=2048,
-        disk_gib=20,
-        cpu_ratio=4,
-        driver_options={"domain_type": "qemu", "pool": pool.name, "network": "user", "name": "kvm-local"},
-    )
+    host = localkvm_inventory.kvm_host(libvirtd.uri, pool.name)
     yield host, pool
     for dom in libvirt_conn.listAllDomains():  # a failed test must not leave its VMs running
         try:
@@ -76,19 +65,7 @@ def kvm_host(libvirtd, libvirt_conn, guest_image, vm_ids):
 
 @pytest.fixture
 def guest(guest_image):
-    image = vms.create_image(
-        actor="test",
-        name="guest-debian",
-        os="Debian 12 test guest",
-        min_memory_mib=128,
-        default_memory_mib=256,
-        min_disk_gib=0,
-        default_disk_gib=1,
-    )
-    vms.add_variant(
-        image, actor="test", hypervisor_type="kvm", format="qcow2", location=str(guest_image["dir"] / "disk.qcow2")
-    )
-    return image
+    return kvm_guest_image(guest_image, "guest-debian")
 
 
 def reserve(client, image, ssh_key=""):

@@ -17,6 +17,7 @@ from tests import processes
 from tests.integration import test_real_faults as real_faults
 from tests.integration import test_reserve_real_vm as reserve_real
 from tests.jobs.helpers import wait_until
+from tests.localkvm_inventory import kvm_guest_image
 
 pytestmark = pytest.mark.slow
 kvm_host, vm_ids = reserve_real.kvm_host, reserve_real.vm_ids  # the reservation tests' host and VM ids
@@ -45,21 +46,7 @@ def run_worker(transactional_db, tmp_path, storage_dir):
 
 @pytest.fixture
 def guest_os(guest_image):
-    image = vms.create_image(
-        actor="test",
-        name="guest-debian",
-        os="Debian 12 test guest",
-        min_memory_mib=128,
-        default_memory_mib=256,
-        min_disk_gib=0,
-        default_disk_gib=1,
-        readiness="agent",
-        default_vcpus=1,
-    )
-    vms.add_variant(
-        image, actor="test", hypervisor_type="kvm", format="qcow2", location=str(guest_image["dir"] / "disk.qcow2")
-    )
-    return image
+    return kvm_guest_image(guest_image, "guest-debian", readiness="agent", default_vcpus=1)
 
 
 def run_to_end(run, worker):

@@ -6,7 +6,6 @@ The "BMC" an operator points a host at is the test's own listener on 127.0.0.1, 
 it is sent; the real one is sushy-emulator."""
 
 import base64
-import http.server
 import json
 
 import pytest
@@ -18,7 +17,7 @@ from inventory import power, services
 from inventory.models import BladeCenter, Credential, Hypervisor
 from tests import redfish
 from tests.inventory.conftest import TEST
-from tests.listeners import Listeners
+from tests.listeners import Handler, Listeners
 
 SECRET = "s3cret-bmc-pass"  # noqa: S105 (a test credential)
 ROOT = {
@@ -42,7 +41,7 @@ def operator(django_user_model):
     return user
 
 
-class _Listener(http.server.BaseHTTPRequestHandler):
+class _Listener(Handler):
     """Answers a GET with ``server.status`` and ``server.body`` (the Redfish root with 200 when
     ``server.root``: sushy reads it before it logs in); keeps the headers it got."""
 
@@ -50,14 +49,7 @@ class _Listener(http.server.BaseHTTPRequestHandler):
         self.server.requests.append(dict(self.headers))
         root = self.server.root and self.path.rstrip("/") == "/redfish/v1"
         body = (json.dumps(ROOT) if root else self.server.body).encode()
-        self.send_response(200 if root else self.server.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.answer(200 if root else self.server.status, body, {"Content-Type": "application/json"})
 
 
 @pytest.fixture

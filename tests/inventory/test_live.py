@@ -9,11 +9,6 @@ from tests.inventory.conftest import TEST, host_row, import_csv
 pytestmark = pytest.mark.slow
 
 
-def _subscribe(ws, topics):
-    ws.send({"action": "subscribe", "topics": topics})
-    return ws.receive_until(lambda m: m["type"] == "subscribed")
-
-
 def test_chassis_slots_update_live(admin_user, alice, session_cookie, ws_connect):
     chassis = services.create_blade_center(actor=TEST, name="bc1", slot_count=16)
     host = services.create_hypervisor(
@@ -29,10 +24,10 @@ def test_chassis_slots_update_live(admin_user, alice, session_cookie, ws_connect
     topic = f"bladecenter.{chassis.pk}"
 
     outsider = ws_connect(cookie=session_cookie(alice))
-    assert _subscribe(outsider, [topic, f"hypervisor.{host.pk}"])["denied"] == [topic, f"hypervisor.{host.pk}"]
+    assert outsider.subscribe([topic, f"hypervisor.{host.pk}"])["denied"] == [topic, f"hypervisor.{host.pk}"]
 
     ws = ws_connect(cookie=session_cookie(admin_user))
-    assert _subscribe(ws, [topic])["topics"] == [topic]
+    assert ws.subscribe([topic])["topics"] == [topic]
 
     services.set_state(host, "drained", "firmware", actor=TEST)
     event = ws.receive_until(lambda m: m["type"] == "event", timeout=10)

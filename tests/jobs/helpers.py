@@ -25,3 +25,13 @@ def wait_until(predicate, timeout=30, what="the condition", child=None, interval
         time.sleep(interval)
     detail = f"\n{child.output()[-4000:]}" if child is not None else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
+
+
+def max_overlap(jobs):
+    """The most jobs whose [started, ended] intervals overlap at one instant."""
+    points = sorted([(j.started, 1) for j in jobs] + [(j.ended, -1) for j in jobs], key=lambda p: (p[0], p[1]))
+    best = current = 0
+    for _, delta in points:
+        current += delta
+        best = max(best, current)
+    return best

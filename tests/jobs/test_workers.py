@@ -18,7 +18,7 @@ from django.conf import settings
 from jobs import services
 from jobs.models import Gauge, Job
 from tests import processes
-from tests.jobs.helpers import refresh, submit, wait_until
+from tests.jobs.helpers import max_overlap, refresh, submit, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -48,16 +48,6 @@ def all_final(jobs):
 def wait_final(jobs, child, timeout=60):
     wait_until(lambda: all_final(jobs), timeout, "the jobs to end", child)
     return [refresh(job) for job in jobs]
-
-
-def max_overlap(jobs):
-    """The most jobs whose [started, ended] intervals overlap at one instant."""
-    points = sorted([(j.started, 1) for j in jobs] + [(j.ended, -1) for j in jobs], key=lambda p: (p[0], p[1]))
-    best = current = 0
-    for _, delta in points:
-        current += delta
-        best = max(best, current)
-    return best
 
 
 def gauge(name):

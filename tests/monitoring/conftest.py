@@ -1,1 +1,1 @@
-from tests.reservations.conftest import image, sim_host, sync_jobs  # noqa: F401 (fixtures)
+from tests.reservations.conftest import image, sync_jobs  # noqa: F401 (fixtures)

@@ -8,9 +8,9 @@ import pytest
 from websockets.sync.client import connect
 
 from accounts import tokens
-from provisioning import services as vms
 from reservations.models import Reservation
 from tests import processes
+from tests.images import sim_image
 from tests.monitoring.helpers import promtool_check, samples, value
 
 pytestmark = pytest.mark.slow
@@ -43,23 +43,13 @@ def test_metrics_of_web_and_worker_processes_add_up(transactional_db, sim_host, 
     try:
         assert call(f"{web.url}/metrics")[0] == 401
         assert call(f"{web.url}/metrics", token="wrong")[0] == 403  # noqa: S106
-        huge = vms.create_image(
-            actor="test",
-            name="huge",
+        huge = sim_image(
+            "huge",
             os="Debian 12",
             min_memory_mib=256,
             default_vcpus=2,
             default_memory_mib=64 * 1024,
             default_disk_gib=10,
-        )
-        vms.add_variant(
-            huge,
-            actor="test",
-            hypervisor_type="sim",
-            format="sim",
-            location="sim://library/huge",
-            checksum="",
-            size_gib=2,
         )
         _, clear = tokens.issue(alice, "live", scopes="all")
         status, body = call(

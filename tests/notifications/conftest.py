@@ -13,8 +13,9 @@ from email import message_from_bytes, policy
 import pytest
 from aiosmtpd.controller import Controller
 
+from tests.listeners import Handler
 from tests.processes import free_port
-from tests.reservations.conftest import image, sim_host, sync_jobs  # noqa: F401 (fixtures)
+from tests.reservations.conftest import image, sync_jobs  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(autouse=True)
@@ -92,7 +93,7 @@ def verify(secret, headers, body, now=None):
     return hmac.compare_digest(headers.get("X-Vclmgr-Signature", ""), expected)
 
 
-class Receiver(http.server.BaseHTTPRequestHandler):
+class Receiver(Handler):
     def do_POST(self):  # noqa: N802 (http.server's name)
         server = self.server
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -103,14 +104,7 @@ class Receiver(http.server.BaseHTTPRequestHandler):
         server.received.append(
             {"body": json.loads(body), "raw": body, "headers": dict(self.headers), "signed": signed, "status": status}
         )
-        self.send_response(status)
-        if server.location:
-            self.send_header("Location", server.location)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
+        self.answer(status, headers={"Location": server.location})
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.vclmgr.test_settings import ROOT, subprocess, sys
+from tests.processes import settings_child
 
 PRINT = (
     "from django.conf import settings as s\n"
@@ -12,16 +12,7 @@ PRINT = (
 
 
 def _run(tmp_path, **env):
-    base = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": "/tmp",
-        "DEBUG": "1",
-        "DJANGO_SETTINGS_MODULE": "vclmgr.settings",
-        "VCLMGR_VAR_DIR": str(tmp_path),
-    }
-    return subprocess.run(
-        [sys.executable, "-c", PRINT], cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=60
-    )
+    return settings_child(PRINT, VCLMGR_VAR_DIR=str(tmp_path), **env)
 
 
 def test_without_an_smtp_host_mail_stays_in_files_under_var(tmp_path):

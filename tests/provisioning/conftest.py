@@ -3,13 +3,8 @@
 import pytest
 
 from inventory.models import Hypervisor
-from provisioning import services
-from tests.jobs.conftest import SyncJobs, start_workers  # noqa: F401 (a fixture for the plan tests)
-
-
-@pytest.fixture
-def sync_jobs(monkeypatch):
-    return SyncJobs(monkeypatch)
+from tests import images
+from tests.jobs.conftest import SyncJobs, start_workers, sync_jobs  # noqa: F401 (fixtures)
 
 
 @pytest.fixture
@@ -35,19 +30,7 @@ def sim_host(make_host):
 
 def sim_image(name, os):
     """An image with one simulated variant, sized like a small Linux (or Windows) guest."""
-    image = services.create_image(
-        actor="test", name=name, os=os, min_memory_mib=256, default_memory_mib=512, default_disk_gib=5
-    )
-    services.add_variant(
-        image,
-        actor="test",
-        hypervisor_type="sim",
-        format="sim",
-        location=f"sim://library/{name}",
-        checksum="",
-        size_gib=2,
-    )
-    return image
+    return images.sim_image(name, os=os, min_memory_mib=256, default_memory_mib=512, default_disk_gib=5)
 
 
 @pytest.fixture

@@ -10,20 +10,21 @@ from drivers.sim.models import SimFault
 from jobs.models import Job
 from provisioning import services
 from provisioning.models import VM, Image
+from tests.images import sim_image
 
 
 @pytest.fixture
 def restricted(db):
     group = Group.objects.create(name="course-101")
-    image = services.create_image(
-        actor="test",
-        name="secret-lab",
+    image = sim_image(
+        "secret-lab",
+        location="sim://library/secret",
+        size_gib=0,
         visibility="restricted",
         groups=[group],
         min_memory_mib=256,
         default_memory_mib=512,
     )
-    services.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/secret")
     return image, group
 
 

@@ -16,11 +16,6 @@ from tests.processes import wait_for
 pytestmark = pytest.mark.slow
 
 
-def subscribe(ws, topics):
-    ws.send({"action": "subscribe", "topics": topics})
-    return ws.receive_until(lambda m: m["type"] == "subscribed")
-
-
 def receive_plan_events(ws, timeout=60):
     """Every plan event with the moment it arrived, until the plan's final status."""
     deadline = timezone.now() + timedelta(seconds=timeout)
@@ -59,10 +54,10 @@ def test_staff_follow_a_plan_move_by_move_and_a_user_is_refused(
     topic = f"plan.{plan.pk}"
 
     spy = ws_connect(cookie=session_cookie(alice))
-    refused = subscribe(spy, [topic])
+    refused = spy.subscribe([topic])
     assert (refused["topics"], refused["denied"]) == ([], [topic])
     ws = ws_connect(cookie=session_cookie(admin_user))
-    assert subscribe(ws, [topic])["topics"] == [topic]
+    assert ws.subscribe([topic])["topics"] == [topic]
 
     child = start_workers(2)
     plans.execute(plan, actor=admin_user)

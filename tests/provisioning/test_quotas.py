@@ -14,6 +14,7 @@ from capacity.models import Allocation
 from core.errors import Conflict
 from provisioning import quotas, services
 from provisioning.models import VM, QuotaRule
+from tests.images import sim_image
 
 H = timedelta(hours=1)
 
@@ -116,10 +117,15 @@ def test_a_start_job_queued_before_the_claim_went_is_refused_when_it_runs(sim_ho
 
 
 def test_an_image_rule_counts_only_that_images_holdings(sim_host, image, alice):
-    other = services.create_image(
-        actor="test", name="windows-11", os="Windows 11", min_memory_mib=256, default_memory_mib=512, default_disk_gib=5
+    other = sim_image(
+        "windows-11",
+        location="sim://w11",
+        size_gib=1,
+        os="Windows 11",
+        min_memory_mib=256,
+        default_memory_mib=512,
+        default_disk_gib=5,
     )
-    services.add_variant(other, actor="test", hypervisor_type="sim", format="sim", location="sim://w11", size_gib=1)
     QuotaRule.objects.create(name="one windows", image=other, max_per_user=1)
     request(alice, image)
     request(alice, image)

@@ -1,59 +1,27 @@
 """The VM lifecycle on a vcsim-backed hypervisor (driver vmware), jobs run in this process."""
 
-import hashlib
-
 import pytest
 
 from capacity.models import Allocation
 from drivers import registry as drivers
-from inventory import services as inventory
 from jobs.models import Job
 from provisioning import services
 from provisioning.models import VM, Image
-from tests.vcsim import VCSIM_PASSWORD, VCSIM_USER
+from tests.vcsim import cluster_host
+from tests.vcsim import vmdk_image as vcsim_image
 
 pytestmark = pytest.mark.slow
 GUEST_ADDRESS = "10.99.0.8"
 
 
 @pytest.fixture
-def esx_host(vcsim, make_host, settings):  # noqa: F811
-    # vcsim has no VMware Tools: this advanced setting is how it lets a test play the guest reporting its address.
-    settings.VCLMGR_DRIVER_OPTIONS = {"vmware": {"extra_config": {"SET.guest.ipAddress": GUEST_ADDRESS}}}
-    credential = inventory.create_credential(
-        actor="test", name="vcsim", username=VCSIM_USER, secret=VCSIM_PASSWORD, endpoints=[vcsim.url]
-    )
-    name = next(host["name"] for host in vcsim.hosts if "_C" in host["name"])
-    return make_host(
-        name,
-        driver="vmware",
-        uri=f"{vcsim.url}?host={name}",
-        credential=credential,
-        cpus=16,
-        memory_mib=32768,
-        disk_gib=200,
-    )
+def esx_host(vcsim, make_host, settings):
+    return cluster_host(vcsim, make_host, settings, GUEST_ADDRESS)
 
 
 @pytest.fixture
 def vmdk_image(tmp_path):
-    # vcsim lives for the whole session: content unique to this test, like the driver tests.
-    content = f"vmdk of {tmp_path.name}\n".encode()
-    path = tmp_path / "ubuntu.vmdk"
-    path.write_bytes(content)
-    image = services.create_image(
-        actor="test", name="ubuntu-vmware", min_memory_mib=256, default_memory_mib=512, default_disk_gib=10
-    )
-    services.add_variant(
-        image,
-        actor="test",
-        hypervisor_type="vmware",
-        format="vmdk",
-        location=str(path),
-        checksum="sha256:" + hashlib.sha256(content).hexdigest(),
-        size_gib=1,
-    )
-    return image
+    return vcsim_image(tmp_path, "ubuntu-vmware")
 
 
 def run(job, sync_jobs):
@@ -118,26 +86,7 @@ def test_a_windows_reservation_on_vcsim_gets_cloudbase_inits_guestinfo(esx_host,
     from reservations import services as reservations
     from reservations.models import Reservation
 
-    content = f"windows vmdk of {tmp_path.name}\n".encode()
-    path = tmp_path / "win.vmdk"
-    path.write_bytes(content)
-    image = services.create_image(
-        actor="test",
-        name="win-vmware",
-        os="Windows Server 2022",
-        min_memory_mib=256,
-        default_memory_mib=512,
-        default_disk_gib=10,
-    )
-    services.add_variant(
-        image,
-        actor="test",
-        hypervisor_type="vmware",
-        format="vmdk",
-        location=str(path),
-        checksum="sha256:" + hashlib.sha256(content).hexdigest(),
-        size_gib=1,
-    )
+    image = vcsim_image(tmp_path, "win-vmware", os="Windows Server 2022")
     driver = drivers.driver_for(esx_host)
     caplog.set_level(logging.DEBUG)
     reservation = reservations.reserve(alice, image, actor=alice, duration=timedelta(hours=1))

@@ -8,6 +8,7 @@ from inventory.models import Hypervisor
 from jobs.models import Job
 from provisioning import services
 from provisioning.models import VM
+from tests.images import sim_image
 from tests.jobs.helpers import wait_until
 
 pytestmark = pytest.mark.slow
@@ -18,8 +19,7 @@ def test_a_worker_builds_a_vm(worker, django_user_model):
     host = Hypervisor.objects.create(
         name="sim-w", address="sim-w.example.org", driver="sim", cpus=8, memory_mib=16384, disk_gib=200
     )
-    image = services.create_image(actor="test", name="debian-12", min_memory_mib=256, default_memory_mib=512)
-    services.add_variant(image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/debian-12")
+    image = sim_image("debian-12", size_gib=0, min_memory_mib=256, default_memory_mib=512)
     vm, job = services.request_vm(actor=alice, owner=alice, image=image)
     wait_until(lambda: Job.objects.get(pk=job.pk).is_final, 60, "vm.create to end", worker)
     job = Job.objects.get(pk=job.pk)

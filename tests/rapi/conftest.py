@@ -11,6 +11,7 @@ import pytest
 from provisioning import services as vms
 from tests import processes
 from tests.certificates import self_signed
+from tests.images import small_image
 from tests.jobs.conftest import SyncJobs
 
 
@@ -45,18 +46,7 @@ def cluster(transactional_db, tmp_path, make_host, admin_user):
         pytest.fail("Ganeti's RAPI client is missing: apt-get install python3-ganeti-rapi (make install-dev)")
     for n in (1, 2, 3):
         make_host(f"node{n}", cpus=16, memory_mib=32768, disk_gib=500)
-    image = vms.create_image(
-        actor="test",
-        name="debian-12",
-        os="Debian",
-        min_memory_mib=256,
-        default_vcpus=1,
-        default_memory_mib=512,
-        default_disk_gib=5,
-    )
-    vms.add_variant(
-        image, actor="test", hypervisor_type="sim", format="sim", location="sim://deb", checksum="", size_gib=1
-    )
+    small_image("debian-12", "sim://deb")
     cert, key = self_signed(tmp_path, "rapi")
     worker = processes.start_worker(tmp_path, workers=2)
     (tmp_path / "web").mkdir()

@@ -14,6 +14,7 @@ from jobs.models import Job
 from provisioning import services as vms
 from provisioning.models import VM
 from rapi import views
+from tests.images import sim_image
 
 pytestmark = pytest.mark.django_db
 
@@ -38,8 +39,7 @@ def call(method, path, auth=None, body=None, content_type="application/json", **
 @pytest.fixture
 def image(admin_user, make_host):
     make_host("node1")
-    made = vms.create_image(actor="test", name="debian-12", default_memory_mib=512, default_disk_gib=5)
-    vms.add_variant(made, actor="test", hypervisor_type="sim", format="sim", location="sim://d", size_gib=1)
+    made = sim_image("debian-12", location="sim://d", size_gib=1, default_memory_mib=512, default_disk_gib=5)
     return made
 
 

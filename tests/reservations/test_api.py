@@ -134,18 +134,23 @@ def test_check_says_whether_it_fits_and_when(sim_host, image, alice, bob, api):
     assert Reservation.objects.count() == 1
 
 
-def test_blocks_members_take_seats_others_cannot_create(sim_host, image, alice, bob, admin_user, api):
-    klass = Group.objects.create(name="cs101")
+def cs101_block(image, seats, weeks):
+    """The API body of a block for the group cs101: an hour a week from tomorrow."""
     start = timezone.now() + 24 * H
-    body = {
+    return {
         "name": "CS101",
         "image": image.pk,
         "group": "cs101",
-        "seats": 2,
+        "seats": seats,
         "start": iso(start),
         "end": iso(start + H),
-        "weeks": 2,
+        "weeks": weeks,
     }
+
+
+def test_blocks_members_take_seats_others_cannot_create(sim_host, image, alice, bob, admin_user, api):
+    klass = Group.objects.create(name="cs101")
+    body = cs101_block(image, seats=2, weeks=2)
     assert api(alice).post("/api/v1/block-allocations/", body, format="json").status_code == 403
     response = api(admin_user).post("/api/v1/block-allocations/", body, format="json")
     assert response.status_code == 201, response.json()
@@ -185,16 +190,7 @@ def test_an_instructor_cannot_cancel_another_instructors_block(sim_host, image, 
     from django.contrib.auth.models import Permission
 
     klass = Group.objects.create(name="cs101")
-    start = timezone.now() + 24 * H
-    body = {
-        "name": "CS101",
-        "image": image.pk,
-        "group": "cs101",
-        "seats": 1,
-        "start": iso(start),
-        "end": iso(start + H),
-        "weeks": 1,
-    }
+    body = cs101_block(image, seats=1, weeks=1)
     ivy, max_ = (django_user_model.objects.create_user(name) for name in ("ivy", "max"))
     for instructor in (ivy, max_):
         instructor.user_permissions.add(Permission.objects.get(codename="add_blockallocation"))

@@ -15,10 +15,10 @@ from drivers.base import GuestSession
 from drivers.sim import services as sim
 from jobs.models import Job
 from notifications.models import Notification
-from provisioning import services as vms
 from provisioning.models import VM
 from reservations import idle, reclaim, services, tasks, usage
 from reservations.models import Refusal, Reservation
+from tests.images import sim_image
 
 H, M = timedelta(hours=1), timedelta(minutes=1)
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -227,10 +227,7 @@ def test_the_group_policy_applies_to_its_members_and_the_image_policy_wins(
     assert reclaim.check(theirs.pk, now=at(theirs, 600), actor="test")["action"] == "none"
     assert reclaim.check(mine.pk, now=at(mine, 6), actor="test")["action"] == "end"
 
-    other = vms.create_image(
-        actor="test", name="ubuntu", min_memory_mib=256, default_memory_mib=512, default_disk_gib=5
-    )
-    vms.add_variant(other, actor="test", hypervisor_type="sim", format="sim", location="sim://library/ubuntu")
+    other = sim_image("ubuntu", size_gib=0, min_memory_mib=256, default_memory_mib=512, default_disk_gib=5)
     idle.set_policy(actor="test", image=other, no_show_minutes=0, idle_minutes=120, warn_minutes=10)
     carol = django_user_model.objects.create_user("carol", "carol@example.org", "pw")
     carol.groups.add(lab)

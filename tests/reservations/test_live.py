@@ -10,14 +10,6 @@ from reservations import services
 pytestmark = pytest.mark.slow
 
 
-def subscribe(ws, topics, since=None):
-    message = {"action": "subscribe", "topics": topics}
-    if since is not None:
-        message["since"] = since
-    ws.send(message)
-    return ws.receive_until(lambda m: m["type"] == "subscribed")
-
-
 def test_only_the_owner_follows_a_reservation_and_resumes_after_a_reconnect(
     sim_host, image, alice, bob, session_cookie, ws_connect
 ):
@@ -26,17 +18,17 @@ def test_only_the_owner_follows_a_reservation_and_resumes_after_a_reconnect(
     )
     topic = f"reservation.{reservation.pk}"
     spy = ws_connect(cookie=session_cookie(bob))
-    assert subscribe(spy, [topic])["denied"] == [topic]
+    assert spy.subscribe([topic])["denied"] == [topic]
     cookie = session_cookie(alice)
     ws = ws_connect(cookie=cookie)
-    assert subscribe(ws, [topic, f"user.{alice.pk}"])["topics"] == [topic, f"user.{alice.pk}"]
+    assert ws.subscribe([topic, f"user.{alice.pk}"])["topics"] == [topic, f"user.{alice.pk}"]
     services.extend(reservation, reservation.end + timedelta(hours=1), actor=alice)
     changed = ws.receive_until(lambda m: m["type"] == "event" and m["kind"] == "reservation.changed")
     assert changed["data"]["id"] == reservation.pk and "extended" in changed["data"]["reason"]
     ws.close()
     services.cancel(reservation, actor=alice)  # while the client is away
     ws = ws_connect(cookie=cookie)
-    subscribe(ws, [topic], since=changed["id"])
+    ws.subscribe([topic], since=changed["id"])
     missed = ws.receive_until(lambda m: m["type"] == "event" and m["kind"] == "reservation.changed")
     assert missed["data"]["status"] == "canceled"
     with pytest.raises(TimeoutError):  # the refused subscriber got nothing of it

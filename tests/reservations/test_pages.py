@@ -14,6 +14,7 @@ from provisioning import services as vms
 from provisioning.models import QuotaRule
 from reservations import services
 from reservations.models import BlockAllocation, Reservation
+from tests.images import sim_image
 
 pytestmark = pytest.mark.django_db
 H = timedelta(hours=1)
@@ -119,10 +120,8 @@ def test_forms_are_csrf_protected(sim_host, image, alice, ready):
 
 def test_the_catalogue_shows_only_usable_images_and_filters(client, image, alice):
     staff = Group.objects.create(name="staff-only")
-    secret = vms.create_image(actor="test", name="secret-img", visibility="restricted", groups=[staff])
-    vms.add_variant(secret, actor="test", hypervisor_type="sim", format="sim", location="sim://x", size_gib=1)
-    alma = vms.create_image(actor="test", name="alma-9", os="AlmaLinux 9", platform="aarch64")
-    vms.add_variant(alma, actor="test", hypervisor_type="sim", format="sim", location="sim://y", size_gib=1)
+    sim_image("secret-img", location="sim://x", size_gib=1, visibility="restricted", groups=[staff])
+    sim_image("alma-9", location="sim://y", size_gib=1, os="AlmaLinux 9", platform="aarch64")
     listing = page(client, alice, "/reservations/images/")
     assert "debian-12" in listing and "alma-9" in listing and "secret-img" not in listing
     assert f'href="/reservations/new/?image={image.pk}"' in listing

@@ -15,6 +15,7 @@ from provisioning import services as vms
 from provisioning.models import VM, QuotaRule
 from reservations import services
 from reservations.models import Reservation
+from tests.images import sim_image
 
 H = timedelta(hours=1)
 
@@ -121,15 +122,15 @@ def test_parallel_reservations_for_now_are_counted_and_claimed_one_after_the_oth
 
 
 def test_an_image_rule_counts_only_that_images_reservations(big_host, image, alice, later):
-    other = vms.create_image(
-        actor="test",
-        name="windows-11",
+    other = sim_image(
+        "windows-11",
+        location="sim://w11",
+        size_gib=1,
         os="Windows 11",
         min_memory_mib=256,
         default_memory_mib=1024,
         default_disk_gib=10,
     )
-    vms.add_variant(other, actor="test", hypervisor_type="sim", format="sim", location="sim://w11", size_gib=1)
     QuotaRule.objects.create(name="one windows", image=other, max_per_user=1)
     services.reserve(alice, image, actor=alice, start=later, duration=H)
     services.reserve(alice, other, actor=alice, start=later, duration=H)  # the debian one is not windows-11's

@@ -103,29 +103,20 @@ def test_an_accepted_reservation_writes_its_audit_trail_and_events(sim_host, ima
     assert JobLog.objects.filter(job=build, message__startswith="queued by").exists()
 
 
+def row_counts():
+    """What a reservation writes, counted: its rows, claims, VMs, jobs, trail and events."""
+    return tuple(model.objects.count() for model in (Reservation, Allocation, VM, Job, ObjectChange, Event))
+
+
 def test_a_failure_while_provisioning_leaves_nothing_behind(sim_host, image, alice, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("the broker is gone")
 
-    counts = (
-        Reservation.objects.count(),
-        Allocation.objects.count(),
-        VM.objects.count(),
-        Job.objects.count(),
-        ObjectChange.objects.count(),
-        Event.objects.count(),
-    )
+    counts = row_counts()
     monkeypatch.setattr(jobs, "submit", broken)
     with pytest.raises(RuntimeError):
         _reserve(alice, image)
-    after = (
-        Reservation.objects.count(),
-        Allocation.objects.count(),
-        VM.objects.count(),
-        Job.objects.count(),
-        ObjectChange.objects.count(),
-        Event.objects.count(),
-    )
+    after = row_counts()
     assert after == counts  # one transaction: the claim, the rows, their trail and events, or none of them
 
 

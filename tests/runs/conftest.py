@@ -3,13 +3,8 @@
 import pytest
 
 from drivers.sim.models import SimExecProfile
-from provisioning import services as vms
-from tests.jobs.conftest import SyncJobs
-
-
-@pytest.fixture
-def sync_jobs(monkeypatch):
-    return SyncJobs(monkeypatch)
+from tests.images import sim_image
+from tests.jobs.conftest import sync_jobs  # noqa: F401 (fixture)
 
 
 @pytest.fixture(autouse=True)
@@ -26,31 +21,10 @@ def _run_settings(settings, tmp_path):
 
 
 @pytest.fixture
-def sim_host(make_host):
-    return make_host("sim-1", driver="sim", cpus=8, memory_mib=8192, disk_gib=200)
-
-
-@pytest.fixture
 def image(db):
-    image = vms.create_image(
-        actor="test",
-        name="debian-12",
-        os="Debian 12",
-        min_memory_mib=256,
-        default_vcpus=2,
-        default_memory_mib=1024,
-        default_disk_gib=10,
+    return sim_image(
+        "debian-12", os="Debian 12", min_memory_mib=256, default_vcpus=2, default_memory_mib=1024, default_disk_gib=10
     )
-    vms.add_variant(
-        image,
-        actor="test",
-        hypervisor_type="sim",
-        format="sim",
-        location="sim://library/debian-12",
-        checksum="",
-        size_gib=2,
-    )
-    return image
 
 
 @pytest.fixture

@@ -17,11 +17,6 @@ def asgi_server(transactional_db, tmp_path):
     child.stop()
 
 
-def subscribe(ws, *topics):
-    ws.send({"action": "subscribe", "topics": list(topics)})
-    return ws.receive_until(lambda m: m["type"] == "subscribed")
-
-
 def test_another_users_run_topic_is_refused_and_its_events_never_arrive(
     sim_host, image, alice, bob, admin_user, session_cookie, ws_connect
 ):
@@ -31,9 +26,9 @@ def test_another_users_run_topic_is_refused_and_its_events_never_arrive(
     stranger = ws_connect(cookie=session_cookie(bob))
     staff = ws_connect(cookie=session_cookie(admin_user))
 
-    assert subscribe(owner, topic)["topics"] == [topic]
-    assert subscribe(staff, topic)["topics"] == [topic]
-    refused = subscribe(stranger, topic, f"run.{run.pk + 1}", "run.0", "run.x", f"user.{alice.pk}")
+    assert owner.subscribe([topic])["topics"] == [topic]
+    assert staff.subscribe([topic])["topics"] == [topic]
+    refused = stranger.subscribe([topic, f"run.{run.pk + 1}", "run.0", "run.x", f"user.{alice.pk}"])
     assert refused["topics"] == []
     assert refused["denied"] == [topic, f"run.{run.pk + 1}", "run.0", "run.x", f"user.{alice.pk}"]
 

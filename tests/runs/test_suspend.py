@@ -27,6 +27,7 @@ from reservations import services as reservations
 from reservations.models import Reservation
 from runs import services, tasks
 from runs.models import Run
+from tests.images import sim_image
 from tests.runs.helpers import fresh, submit
 
 pytestmark = pytest.mark.django_db
@@ -48,19 +49,9 @@ def small_host(make_host):
 @pytest.fixture
 def desk(db):
     """An interactive image of 2048 MiB: it fits the full host only once two runs are suspended."""
-    image = vms.create_image(
-        actor="test",
-        name="desk",
-        os="Desk",
-        min_memory_mib=256,
-        default_vcpus=1,
-        default_memory_mib=2048,
-        default_disk_gib=10,
+    return sim_image(
+        "desk", os="Desk", min_memory_mib=256, default_vcpus=1, default_memory_mib=2048, default_disk_gib=10
     )
-    vms.add_variant(
-        image, actor="test", hypervisor_type="sim", format="sim", location="sim://library/desk", checksum="", size_gib=2
-    )
-    return image
 
 
 def step(sync_jobs):

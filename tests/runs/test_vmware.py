@@ -6,7 +6,6 @@ first guest call with that reason, and leaves nothing behind; the image's guest 
 never in a message, the change log, an event, the API or the log.
 """
 
-import hashlib
 import logging
 
 import pytest
@@ -14,58 +13,22 @@ import pytest
 from capacity.models import Allocation
 from core.models import Event, ObjectChange
 from drivers import registry as drivers
-from inventory import services as inventory
 from provisioning import services as vms
 from provisioning.models import VM
 from tests.runs.helpers import fresh, submit
-from tests.vcsim import VCSIM_PASSWORD, VCSIM_USER
+from tests.vcsim import cluster_host, vmdk_image
 
 pytestmark = pytest.mark.slow
 GUEST_PASSWORD = "svc-guest-secret-91c2"  # noqa: S105 (made up here)
 
 
 @pytest.fixture
-def esx_host(vcsim, make_host, settings):  # noqa: F811
-    # vcsim has no VMware Tools: this advanced setting is how it lets a test play the guest reporting its address.
-    settings.VCLMGR_DRIVER_OPTIONS = {"vmware": {"extra_config": {"SET.guest.ipAddress": "10.99.0.9"}}}
-    credential = inventory.create_credential(
-        actor="test", name="vcsim", username=VCSIM_USER, secret=VCSIM_PASSWORD, endpoints=[vcsim.url]
-    )
-    name = next(host["name"] for host in vcsim.hosts if "_C" in host["name"])
-    return make_host(
-        name,
-        driver="vmware",
-        uri=f"{vcsim.url}?host={name}",
-        credential=credential,
-        cpus=16,
-        memory_mib=32768,
-        disk_gib=200,
-    )
+def esx_host(vcsim, make_host, settings):
+    return cluster_host(vcsim, make_host, settings, "10.99.0.9")
 
 
 def vmware_image(tmp_path, **guest):
-    content = f"vmdk of {tmp_path.name}\n".encode()  # vcsim lives for the session: unique content
-    path = tmp_path / "debian.vmdk"
-    path.write_bytes(content)
-    image = vms.create_image(
-        actor="test",
-        name=f"debian-vmware-{tmp_path.name}"[:60],
-        platform="debian-vmware",
-        min_memory_mib=256,
-        default_memory_mib=512,
-        default_disk_gib=10,
-    )
-    vms.add_variant(
-        image,
-        actor="test",
-        hypervisor_type="vmware",
-        format="vmdk",
-        location=str(path),
-        checksum="sha256:" + hashlib.sha256(content).hexdigest(),
-        size_gib=1,
-        **guest,
-    )
-    return image
+    return vmdk_image(tmp_path, f"debian-vmware-{tmp_path.name}"[:60], platform="debian-vmware", variant=guest)
 
 
 def assert_nothing_left(run, host):

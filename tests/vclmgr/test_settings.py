@@ -1,13 +1,10 @@
 """The tunables declared in vclmgr/settings.py: read strictly from the environment."""
 
-import subprocess
-import sys
-
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from core.env import Env
-from tests.processes import ROOT
+from tests.processes import settings_child
 
 
 def test_it_reads_json_values():
@@ -42,10 +39,7 @@ def _settings_of(**env):
         "from django.conf import settings\n"
         "print(settings.VCLMGR_DRIVER_OPTIONS, settings.VCLMGR_STAGE_GLOBAL, settings.VCLMGR_SIM_OPTIONS)\n"
     )
-    base = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "DEBUG": "1", "DJANGO_SETTINGS_MODULE": "vclmgr.settings"}
-    return subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=60
-    )
+    return settings_child(code, **env)
 
 
 @pytest.mark.parametrize(

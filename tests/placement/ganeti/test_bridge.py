@@ -36,22 +36,8 @@ def test_to_ganeti_takes_the_cluster_at_a_moment():
 
 
 def test_hspace_at_a_moment_counts_what_still_fits():
-    now = run_hspace(
-        to_ganeti(lab(), at=1000),
-        HSpaceOptions(
-            disk_template="plain",
-            tiered=Spec.parse("40960,8192,2"),
-            standard=Spec.parse("40960,8192,2"),
-            capacity=False,
-        ),
-    )
-    later = run_hspace(
-        to_ganeti(lab(), at=6000),
-        HSpaceOptions(
-            disk_template="plain",
-            tiered=Spec.parse("40960,8192,2"),
-            standard=Spec.parse("40960,8192,2"),
-            capacity=False,
-        ),
-    )
+    spec = Spec.parse("40960,8192,2")
+    options = HSpaceOptions(disk_template="plain", tiered=spec, standard=spec, capacity=False)
+    now = run_hspace(to_ganeti(lab(), at=1000), options)
+    later = run_hspace(to_ganeti(lab(), at=6000), options)
     assert later.standard_count > now.standard_count > 0

@@ -1,0 +1,35 @@
+"""The private libvirtd (``tools/localkvm.py``) and the test guest as vclmgr's rows: a host in
+the inventory and an image, for the tests and benchmarks that run real guests. Django is needed
+here, unlike in ``tests/realvm.py``: the services are imported on first use."""
+
+
+def kvm_host(uri, pool, name="kvm-local", *, actor="test", options=(), **fields):
+    """The libvirtd at ``uri`` as the host ``name``: software emulation, its own storage pool
+    ``pool``, user-mode networking (a guest is reached through a forward on 127.0.0.1), small
+    unless ``fields`` says otherwise; ``options``: more driver options."""
+    from inventory import services as inventory
+
+    sizes = {"cpus": 2, "memory_mib": 2048, "disk_gib": 20, "cpu_ratio": 4}
+    driver_options = {"domain_type": "qemu", "pool": pool, "network": "user", "name": name, **dict(options)}
+    return inventory.create_hypervisor(
+        actor=actor,
+        name=name,
+        address="127.0.0.1",
+        driver="libvirt",
+        uri=uri,
+        driver_options=driver_options,
+        **{**sizes, **fields},
+    )
+
+
+def kvm_guest_image(info, name, *, actor="test", **fields):
+    """``name``: the test guest (``tools/guest-image``; ``info`` is ``realvm.guest_image()``) as
+    a KVM image, at the guest's own small sizes unless ``fields`` says otherwise."""
+    from provisioning import services
+
+    sizes = {"min_memory_mib": 128, "default_memory_mib": 256, "min_disk_gib": 0, "default_disk_gib": 1}
+    image = services.create_image(actor=actor, name=name, **{"os": "Debian 12 test guest", **sizes, **fields})
+    services.add_variant(
+        image, actor=actor, hypervisor_type="kvm", format="qcow2", location=str(info["dir"] / "disk.qcow2")
+    )
+    return image
