@@ -12,14 +12,16 @@ from taggit.models import TaggedItem
 
 import placement as core
 from capacity.models import Allocation
+from inventory.devices import gpu_counts
 from inventory.models import Hypervisor, NodeGroup
+from placement import devices as core_devices
 
 DEFAULT_GROUP = "default"
 
 HOST_COLUMNS = (
     "id", "name", "state", "driver", "group__name", "group__exclusive_storage",
     "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
-    "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles", "scheduled_until",
+    "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles", "scheduled_until", "devices",
 )  # fmt: skip
 ALLOCATION_COLUMNS = ("id", "host_id", "vcpus", "memory_mib", "disk_gib", "extras", "start", "end", "anti_affinity")
 
@@ -101,10 +103,11 @@ def host_from_row(row, tags, allocations):
         max_vms,
         spindles,
         until,
+        devices,
     ) = row
     return core.Host(
         name=name,
-        total=core.Resources(cpus, memory, disk),
+        total=core.Resources(cpus, memory, disk, core_devices.gpus(gpu_counts(devices))),
         reserved=core.Resources(reserved_cpus, reserved_memory, reserved_disk),
         overcommit={"vcpus": cpu_ratio, "memory_mib": memory_ratio, "disk_gib": disk_ratio},
         state=core.HostState(state),

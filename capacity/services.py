@@ -84,6 +84,8 @@ class Demand:
     prefer_hosts: frozenset = frozenset()  # hypervisor ids tried first (they have the image cached)
     rank: int | None = None  # its priority class (``preemption.RANKS``): may suspend claims of lower ones
     image: str = ""  # the image's name, for a refusal's words (``debian-12 has no variant for VMware hosts``)
+    # GPUs of any one model (``placement.devices``); N of a given model is ``extras={"gpu:<model>": N}``
+    gpus_any: int = 0
 
     def request(self, request_id="request"):
         return core.Request(
@@ -98,6 +100,7 @@ class Demand:
             exclusive_storage=self.exclusive_storage,
             policy=core.Policy(self.policy) if self.policy else None,
             groups=frozenset(self.groups) if self.groups else None,
+            gpus_any=self.gpus_any,
         )
 
 
@@ -409,7 +412,8 @@ def _write_claim(host_id, demand, request, owner, wake):
         vcpus=demand.vcpus,
         memory_mib=demand.memory_mib,
         disk_gib=demand.disk_gib,
-        extras=dict(demand.extras),
+        # as checked: an any-model GPU demand is claimed as the model the host gave it
+        extras=dict(checked.request.resources.extras),
         start=demand.start,
         end=demand.end,
         anti_affinity=demand.anti_affinity,

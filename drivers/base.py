@@ -171,6 +171,8 @@ class HostFacts:
     vms: int = 0
     running_vms: int = 0
     extra: Mapping = field(default_factory=dict)
+    # GPUs and vGPU types, as ``inventory/devices.py`` describes them; None: this driver cannot tell.
+    devices: list | None = None
 
     def as_dict(self):
         return asdict(self)

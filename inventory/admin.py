@@ -248,6 +248,7 @@ class HypervisorAdmin(ServiceAdmin, ImportExportModelAdmin):
                     ("cpu_ratio", "memory_ratio", "disk_ratio"),
                     ("reserved_cpus", "reserved_memory_mib", "reserved_disk_gib"),
                     ("max_vms", "spindles"),
+                    "devices",
                 )
             },
         ),
@@ -280,6 +281,8 @@ class HypervisorAdmin(ServiceAdmin, ImportExportModelAdmin):
         values = super().service_values(form)
         if "driver_options" in values and values["driver_options"] in (None, ""):
             values["driver_options"] = {}  # an emptied box: no options of the host's own
+        if "devices" in values and values["devices"] in (None, ""):
+            values["devices"] = []  # an emptied box: no devices
         return values
 
     def get_urls(self):

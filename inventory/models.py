@@ -17,6 +17,7 @@ from taggit.managers import TaggableManager
 from core import outbound
 from drivers import registry as drivers
 from inventory import crypto
+from inventory.devices import validate_devices
 from inventory.validators import (
     FIRST_SLOT,
     MAX_SLOTS,
@@ -283,6 +284,14 @@ class Hypervisor(models.Model):
         blank=True,
         help_text='Options for this host\'s driver, over VCLMGR_DRIVER_OPTIONS (libvirt: {"domain_type": "qemu", '
         '"pool": "vms", "network": "default", "cpu_mode": "host-model"}).',
+    )
+    devices = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_devices],
+        help_text='GPUs and vGPU types placement counts, e.g. [{"kind": "gpu", "vendor": "nvidia", '
+        '"model": "nvidia-a100", "count": 2}] (see inventory/devices.py); filled by the driver\'s facts '
+        "when it reports devices.",
     )
     facts = models.JSONField(default=dict, blank=True, help_text="As last reported by the driver.")
     facts_updated_at = models.DateTimeField(null=True, blank=True, help_text="When the driver last reported.")

@@ -30,6 +30,7 @@ from core.errors import InUse
 from core.hooks import Hook
 from drivers import registry as drivers
 from inventory import formats
+from inventory.devices import device_errors
 from inventory.models import BladeCenter, Credential, Hypervisor, NodeGroup
 from inventory.resources import (
     IMPORT_ACTIONS,
@@ -54,7 +55,7 @@ HOST_FIELDS = [
     "name", "address", "driver", "uri", "credential", "blade_center", "slot", "group",
     "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
     "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles", "driver_options",
-    "bmc_address", "bmc_credential", "bmc_system", "bmc_verify_tls", "bmc_allow_http",
+    "devices", "bmc_address", "bmc_credential", "bmc_system", "bmc_verify_tls", "bmc_allow_http",
 ]  # fmt: skip
 CREDENTIAL_FIELDS = ["name", "username", "description"]
 GROUP_FIELDS = ["name", "alloc_policy", "exclusive_storage", "placement_policy", "iallocator", "description"]
@@ -434,12 +435,24 @@ def cancel_schedule(hv, reason="", *, actor):
 
 @transaction.atomic
 def report_facts(hv, facts, *, actor):
-    """Store what the driver reports about the host (capacity discovery calls this)."""
+    """Store what the driver reports about the host (capacity discovery calls this). Devices
+    reported (``facts["devices"]``, a list) replace the host's ``devices``, with a change-log
+    row when they differ; a driver that cannot tell reports None and leaves them as they are."""
     if not isinstance(facts, dict):
         raise ValidationError({"facts": ["must be an object"]})
     now = timezone.now()
-    Hypervisor.objects.filter(pk=hv.pk).update(facts=facts, facts_updated_at=now)
-    hv.facts, hv.facts_updated_at = facts, now
+    changes = {"facts": facts, "facts_updated_at": now}
+    reported = facts.get("devices")
+    if reported is not None and facts.get("reachable", True) and reported != hv.devices:
+        error = device_errors(reported)
+        if error:
+            raise ValidationError({"devices": [error]})
+        changelog.record(hv, "update", actor, {"devices": [hv.devices, reported]}, "devices reported by the driver")
+        changes["devices"] = reported
+        changes["updated"] = now  # placement's snapshots reload on a host's change of ``updated``
+    Hypervisor.objects.filter(pk=hv.pk).update(**changes)
+    for name, value in changes.items():
+        setattr(hv, name, value)
 
 
 # --- bulk import and export -----------------------------------------------------------

@@ -15,9 +15,10 @@ snapshot and hold no connections).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
-from . import refusals
+from . import devices, refusals
 from .earliest import earliest_fit as _earliest_fit
 from .explain import explain, tag_note, unknown_resources
 from .filters import StaticView, static_view
@@ -36,6 +37,8 @@ class PlacementEngine:
     # ------------------------------------------------------------------ deciding
 
     def place(self, request: Request) -> PlacementResult:
+        if request.gpus_any:
+            return self._place_any_gpu(request)
         view = static_view(self.state, request)
         missing = unknown_resources(self.state, request)
         if missing:
@@ -51,6 +54,22 @@ class PlacementEngine:
             if note:
                 notes.append(note)
         return self._failure(request, window, view, "; ".join(notes))
+
+    def _place_any_gpu(self, request: Request) -> PlacementResult:
+        """N GPUs of any one model: each model the cluster has, as a concrete request; the
+        best score wins (ties: the first model by name). Refused: the refusal of the model
+        whose earliest fit comes first, its note naming every model tried."""
+        names = devices.models(self.state.space.names)
+        if not names:
+            view = static_view(self.state, request)
+            return self._unknown_resource(request, view, [f"{devices.PREFIX}any"])
+        results = [self.place(devices.concrete(request, model)) for model in names]
+        placed = [r for r in results if r.ok]
+        if placed:
+            return min(placed, key=lambda r: r.score if r.score is not None else math.inf)
+        refused = min(results, key=lambda r: _fit_start(r.earliest_fit))
+        tried = f"any GPU model: tried {', '.join(names)}"
+        return dataclasses.replace(refused, note="; ".join(n for n in (refused.note, tried) if n))
 
     def _window(self, request: Request) -> Window:
         state = self.state
@@ -97,6 +116,9 @@ class PlacementEngine:
         counts, misses = explain(self.state, request, window, view, self.options.closest_misses)
         if counts.get(refusals.MISSING_TAG):
             note = "; ".join(n for n in (note, tag_note(self.state, request)) if n)
+        if devices.asked(request):
+            short = devices.shortage_note(self.state, request, view.eligible())
+            note = "; ".join(n for n in (note, short) if n)
         fit = None
         external = [i for tier in view.tiers for i in tier.get(Policy.EXTERNAL, ())]
         if external:
@@ -190,4 +212,19 @@ class PlacementEngine:
         if duration is not None and math.isnan(duration):
             duration = None if request.end is None else request.end - request.start
         start = request.start if not_before is None else not_before
+        if request.gpus_any:
+            names = devices.models(self.state.space.names)
+            fits = [self.earliest_fit(devices.concrete(request, m), duration, start) for m in names]
+            found = [f for f in fits if f.found]
+            if found:
+                return min(found, key=lambda f: f.start)
+            if fits:
+                return fits[0]
+            return self._unknown_resource(
+                request, static_view(self.state, request), [f"{devices.PREFIX}any"]
+            ).earliest_fit
         return _earliest_fit(self.state, request, duration, start, self.options.earliest_fit_horizon)
+
+
+def _fit_start(fit: EarliestFit | None) -> float:
+    return math.inf if fit is None or fit.start is None else fit.start

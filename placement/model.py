@@ -117,7 +117,9 @@ class Request:
 
     ``hypervisors``: acceptable hypervisor types (the image formats available), ``None`` =
     any. ``groups``: restrict to these node groups (Ganeti's ``group_name``), ``None`` = any.
-    ``policy`` overrides the node groups' placement policy.
+    ``policy`` overrides the node groups' placement policy. ``gpus_any``: this many GPUs of
+    one model, whichever model a host has (see `placement.devices`); N of a given model is
+    the extra resource ``gpu:<model>`` instead.
     """
 
     resources: Resources
@@ -132,10 +134,13 @@ class Request:
     exclusive_storage: bool = False
     groups: frozenset[str] | None = None
     tags: frozenset[str] = frozenset()
+    gpus_any: int = 0
 
     def __post_init__(self) -> None:
         if self.end is not None and self.end <= self.start:
             raise ValueError(f"request {self.id}: end {self.end} <= start {self.start}")
+        if self.gpus_any < 0:
+            raise ValueError(f"request {self.id}: gpus_any {self.gpus_any} < 0")
         if self.policy is not None:
             object.__setattr__(self, "policy", Policy(self.policy))
 

@@ -69,6 +69,8 @@ def phrase(code: str) -> str:
         return _PHRASES[code]
     if code.startswith("lacks_"):
         name = code[len("lacks_") :]
+        if name.startswith("gpu:"):
+            return f"lack GPU {name[len('gpu:') :]}"
         return f"lack {_RESOURCE_WORDS.get(name, name)}"
     return code.replace("_", " ")
 

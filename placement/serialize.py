@@ -132,6 +132,8 @@ def request_to_dict(r: Request) -> dict:
         out["policy"] = str(r.policy)
     if r.exclusive_storage:
         out["exclusive_storage"] = True
+    if r.gpus_any:
+        out["gpus_any"] = r.gpus_any
     return out
 
 
@@ -152,6 +154,7 @@ def request_from_dict(d: dict) -> Request:
         d.get("exclusive_storage", False),
         maybe_set("groups"),
         frozenset(d.get("tags", ())),
+        int(d.get("gpus_any", 0)),
     )
 
 

@@ -32,6 +32,7 @@ from drivers.base import vm_key
 from jobs import kept_records
 from jobs import services as jobs
 from jobs.models import Job
+from placement import devices
 from provisioning import quotas, revisions
 from provisioning.models import VM, HostImage, Image, ImageVariant
 
@@ -638,7 +639,18 @@ def size_for(image, vcpus=None, memory_mib=None, disk_gib=None):
 
 
 def demand_for(
-    image, size, *, start, end, purpose, hypervisors=None, exclude_hosts=(), prefer_cached=True, usable=None
+    image,
+    size,
+    *,
+    start,
+    end,
+    purpose,
+    hypervisors=None,
+    exclude_hosts=(),
+    prefer_cached=True,
+    usable=None,
+    gpus=0,
+    gpu_model="",
 ):
     """The placement ``Demand`` of one VM of ``image`` and ``size`` over ``[start, end)``.
 
@@ -648,7 +660,8 @@ def demand_for(
     every variant's: a host runs only an image with a variant of its type);
     ``exclude_hosts``: host ids it must not go to; ``prefer_cached``: try the hosts that have
     the image staged first. ``usable``: the image's ``usable`` as the caller just read it (its
-    variants and staged hosts are not read again).
+    variants and staged hosts are not read again). ``gpus``: that many GPUs of ``gpu_model``, or
+    of any one model when it is blank (``placement.devices``).
     """
     if hypervisors is None:
         variants = usable.variants if usable is not None else None
@@ -671,6 +684,8 @@ def demand_for(
         forbidden_tags=frozenset(image.forbidden_tags),
         anti_affinity=image.anti_affinity,
         exclusive_storage=image.exclusive_storage,
+        extras=devices.gpus({gpu_model: gpus}) if gpu_model else {},
+        gpus_any=0 if gpu_model else gpus,
     )
 
 

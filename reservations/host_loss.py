@@ -98,6 +98,7 @@ def replace_off_host(reservation_id, host_id, *, actor):
             end=reservation.end,
             purpose=f"reservation {reservation.pk}",
             exclude_hosts=[host_id],
+            **reservation.gpu_ask(),
         )
         why = f"{host.name} is {host.state} ({host.state_reason})"
         try:
@@ -192,6 +193,7 @@ def _rebuild(reservation, host, why, *, actor):
         end=reservation.end,
         purpose=f"reservation {reservation.pk}",
         exclude_hosts=failed,
+        **reservation.gpu_ask(),
     )
     allocation = capacity.claim(demand, actor=actor, owner=reservation.user)
     moved = status.move(

@@ -15,6 +15,8 @@ from django.db import models
 
 from inventory import crypto
 
+MAX_GPUS = 16  # the most GPUs one reservation's VM asks for
+
 
 class Reservation(models.Model):
     class Status(models.TextChoices):
@@ -47,6 +49,10 @@ class Reservation(models.Model):
     vcpus = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     memory_mib = models.PositiveIntegerField(validators=[MinValueValidator(16)])
     disk_gib = models.PositiveIntegerField()
+    gpus = models.PositiveSmallIntegerField(
+        default=0, validators=[MaxValueValidator(MAX_GPUS)], help_text="GPUs of one model the VM gets."
+    )
+    gpu_model = models.CharField(max_length=100, blank=True, help_text="Blank: whichever model a host has.")
     allocation = models.ForeignKey(
         "capacity.Allocation", null=True, blank=True, on_delete=models.SET_NULL, related_name="reservations"
     )
@@ -106,6 +112,10 @@ class Reservation(models.Model):
 
     def __str__(self):
         return f"reservation {self.pk}"
+
+    def gpu_ask(self):
+        """Its GPUs as ``provisioning.services.demand_for`` takes them (every claim of it asks them)."""
+        return {"gpus": self.gpus, "gpu_model": self.gpu_model}
 
     @property
     def active(self):

@@ -16,6 +16,7 @@ from capacity import preemption
 from capacity import services as capacity
 from core import changelog
 from core.changelog import Actor
+from inventory.devices import MODEL_RE
 from jobs import services as jobs
 from jobs import transitions
 from placement import refusals as placement_reasons
@@ -23,7 +24,7 @@ from placement.result import format_time
 from provisioning import quotas
 from provisioning import services as vms
 from reservations import logins, status, usage
-from reservations.models import Refusal, Reservation
+from reservations.models import MAX_GPUS, Refusal, Reservation
 
 S = Reservation.Status
 START_GRACE = timedelta(minutes=2)  # a form filled in at 10:00 and sent at 10:01 still means "now"
@@ -71,11 +72,13 @@ def _no_capacity_message(result, start):
     return f"{text}; it does not fit at any time soon"
 
 
-def check_fit(image, start, end, **size):
-    """Would an ``image`` VM fit over ``[start, end)``? Writes nothing."""
+def check_fit(image, start, end, gpus=0, gpu_model="", **size):
+    """Would an ``image`` VM (with ``gpus`` of ``gpu_model``) fit over ``[start, end)``? Writes nothing."""
     from datetime import UTC, datetime
 
-    demand = vms.demand_for(image, vms.size_for(image, **size), start=start, end=end, purpose="check")
+    demand = vms.demand_for(
+        image, vms.size_for(image, **size), start=start, end=end, purpose="check", gpus=gpus, gpu_model=gpu_model
+    )
     result = capacity.plan(replace(demand, rank=_rank(start)))
     if result.ok:
         woken = result.note.startswith(capacity.WAKE_NOTE)
@@ -87,6 +90,17 @@ def check_fit(image, start, end, **size):
     if result.earliest_fit is not None and result.earliest_fit.start is not None:
         earliest = datetime.fromtimestamp(result.earliest_fit.start, UTC)
     return Fit(False, _no_capacity_message(result, start), earliest, dict(result.reasons))
+
+
+def gpu_errors(gpus, gpu_model):
+    """Per-field errors of a GPU ask (empty: acceptable, capacity aside)."""
+    if not 0 <= gpus <= MAX_GPUS:
+        return {"gpus": [f"ask for 0 to {MAX_GPUS} GPUs"]}
+    if gpu_model and not gpus:
+        return {"gpu_model": ["a GPU model needs gpus of 1 or more"]}
+    if gpu_model and not MODEL_RE.match(gpu_model):
+        return {"gpu_model": ["a model name is letters, digits, '.', '_' or '-'"]}
+    return {}
 
 
 class QuotaRefused(ValidationError):
@@ -131,12 +145,25 @@ def _validate(user, image, start, end, now=None, size=None, *, quota=True):
 
 
 def reserve(
-    user, image, *, actor, start=None, end=None, duration=None, ssh_key="", request_key="", now=None, size=None
+    user,
+    image,
+    *,
+    actor,
+    start=None,
+    end=None,
+    duration=None,
+    ssh_key="",
+    request_key="",
+    now=None,
+    size=None,
+    gpus=0,
+    gpu_model="",
 ):
     """Accept a reservation and claim its capacity; returns it. ``ValidationError`` if refused.
 
     ``start`` None: now. ``end`` or ``duration`` (a timedelta). ``request_key``: the form's one-time
     key; submitting it again returns the first reservation instead of making a second.
+    ``gpus``: that many GPUs of ``gpu_model`` (blank: of any one model).
     """
     actor = Actor.of(actor)
     now = now or timezone.now()
@@ -151,6 +178,7 @@ def reserve(
         end = start + duration
     # The quotas are counted once, under their locks (check_locked), not also before them.
     errors, usable = _validate(user, image, start, end, now, size, quota=False)
+    errors.update(gpu_errors(gpus, gpu_model))
     if errors:
         raise ValidationError(errors)
     start = max(start, now)  # within the grace period: "now" (capacity is claimed from now)
@@ -177,6 +205,7 @@ def reserve(
                 rank=_rank(start, now),
                 unsaved=unsaved,
                 usable=usable,
+                gpus={"gpus": gpus, "gpu_model": gpu_model},
             )
             if starts_now:  # the claim's host is known: so is the variant it runs
                 variant = usable.variant_on(getattr(reservation.allocation, "host_type", None))
@@ -244,10 +273,13 @@ def create(
     rank=None,
     unsaved=None,
     usable=None,
+    gpus=None,
 ):
     """``unsaved``: a ``status.Unsaved`` keeping its writes after the INSERT (the caller writes them);
-    ``usable``: the image's ``vms.usable`` as the caller read it (else it is read here)."""
+    ``usable``: the image's ``vms.usable`` as the caller read it (else it is read here);
+    ``gpus``: ``{"gpus": n, "gpu_model": name}`` (``Reservation.gpu_ask``), None: none."""
     size = vms.size_for(image, **size)
+    gpus = gpus or {}
     reservation = Reservation.objects.create(
         user=user,
         image=image,
@@ -258,10 +290,17 @@ def create(
         block=block,
         occurrence=occurrence,
         **size,
+        **gpus,
     )
     try:
         demand = vms.demand_for(
-            image, size, start=start, end=end, purpose=f"reservation {reservation.pk}", usable=usable
+            image,
+            size,
+            start=start,
+            end=end,
+            purpose=f"reservation {reservation.pk}",
+            usable=usable,
+            **reservation.gpu_ask(),
         )
         allocation = capacity.claim(replace(demand, rank=rank), actor=actor, owner=user)
     except capacity.NoCapacity as exc:

@@ -115,6 +115,7 @@ def _retry_elsewhere(reservation, failed_hosts, why, *, actor):
         end=reservation.end,
         purpose=f"reservation {reservation.pk}",
         exclude_hosts=failed_hosts,
+        **reservation.gpu_ask(),
     )
     try:
         with transaction.atomic():

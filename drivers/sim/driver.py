@@ -1,7 +1,8 @@
 """The simulated hypervisor: the embedded default, and the peer for fault-injection tests.
 
 ``SimDriver("sim://<host>", options={...})`` drives the SimHost of that name (created on
-first use with ``options`` cpus / memory_mib / disk_gib / dhcp_pool). Every call:
+first use with ``options`` cpus / memory_mib / disk_gib / dhcp_pool; ``options["gpus"]``, model →
+count, is reported as its devices). Every call:
 
 1. applies the fault injected for this host and step, if any (see ``services.set_fault``);
 2. sleeps the step delay: ``options["delay"]`` seconds, or ``{"<step>": seconds}`` per step
@@ -205,7 +206,17 @@ class SimDriver(base.Driver):
             vms=vms.count(),
             running_vms=vms.filter(state=SimVM.State.RUNNING).count(),
             extra={"dhcp_pool": host.dhcp_pool},
+            devices=self._devices(),
         )
+
+    def _devices(self):
+        """The GPUs this simulated host reports: its ``gpus`` option, model → count
+        (``{"nvidia-a100": 2}``); none without it."""
+        gpus = self.options.get("gpus") or {}
+        return [
+            {"kind": "gpu", "vendor": model.split("-", 1)[0], "model": model, "count": int(count)}
+            for model, count in sorted(gpus.items())
+        ]
 
     def discover(self):
         """Every simulated host (the simulator is one 'cluster')."""

@@ -145,6 +145,7 @@ class HypervisorSerializer(ServiceSerializer):
             "max_vms",
             "spindles",
             "driver_options",
+            "devices",
             "state",
             "state_reason",
             "state_changed_by",

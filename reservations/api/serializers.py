@@ -7,7 +7,7 @@ from rest_framework.reverse import reverse
 from core.api.serializers import HORIZON_MINUTES, MomentField, RefuseUnknownFields
 from provisioning.models import Image
 from reservations import idle, services
-from reservations.models import BlockAllocation, Reservation
+from reservations.models import MAX_GPUS, BlockAllocation, Reservation
 
 
 class ReservationSerializer(serializers.ModelSerializer):
@@ -31,6 +31,8 @@ class ReservationSerializer(serializers.ModelSerializer):
             "vcpus",
             "memory_mib",
             "disk_gib",
+            "gpus",
+            "gpu_model",
             "vm",
             "vm_state",
             "block",
@@ -79,6 +81,10 @@ class ReservationCreateSerializer(RefuseUnknownFields, serializers.Serializer):
         default="",
         max_length=64,
         help_text="Idempotency key: sending the same key again returns the first reservation.",
+    )
+    gpus = serializers.IntegerField(min_value=0, max_value=MAX_GPUS, required=False, default=0)
+    gpu_model = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=100, help_text="Blank: any model."
     )
 
     def validate(self, data):

@@ -135,7 +135,7 @@ class FitCheckView(APIView):
         errors = services.validate(request.user, image, start, end)
         if errors:
             raise as_drf(ValidationError(errors))
-        return Response(services.check_fit(image, start, end).as_dict())
+        return Response(services.check_fit(image, start, end, data["gpus"], data["gpu_model"]).as_dict())
 
 
 class BlockAllocationViewSet(
