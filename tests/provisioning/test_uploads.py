@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from core import periodic
 from provisioning import uploads
 from provisioning.models import Image, ImageUpload
 from tests.provisioning.test_disks import make_ova, qcow2, qemu_img, vmdk  # noqa: F401 (a fixture)
@@ -279,3 +280,15 @@ def create_with(client, length, **extra):
     return client.post(
         URL, HTTP_UPLOAD_LENGTH=str(length), HTTP_UPLOAD_METADATA=metadata(name="s", format="raw"), **TUS, **extra
     )
+
+
+def test_workers_schedule_the_expiry(db):
+    from django_q.models import Schedule
+
+    from provisioning import tasks
+
+    tasks.on_worker_start()
+    schedule = Schedule.objects.get(name=tasks.UPLOADS_SCHEDULE)
+    assert schedule.func == "provisioning.tasks.expire_uploads" and schedule.minutes == 60
+    assert tasks.expire_uploads() == {"expired": 0, "deleted_images": 0}
+    periodic.stop_daemon("vm-clock")
