@@ -119,6 +119,8 @@ def start(owner, *, name, format, length):
         raise Refused(f"name {name!r}: use letters, digits, '.', '_' and '-' (at most 100)")
     if format not in TARGETS:
         raise Refused(f"format {format!r}: upload qcow2, raw or ova")
+    if length == 0:
+        raise Refused("the file is empty")
     limit = disks.upload_limits()["max_file_bytes"]
     if length > limit:
         raise TooLarge(f"the file is {disks.size_text(length)}, over the limit of {disks.size_text(limit)}")
