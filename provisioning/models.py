@@ -466,12 +466,13 @@ class Plan(models.Model):
 class ImageUpload(models.Model):
     """A disk image a user is uploading (resumably: ``provisioning.uploads``). Its bytes so far
     are the private file ``<IMAGE_UPLOAD_DIR>/<id>.part``, exactly ``offset`` long. When the
-    last byte arrives the disk is checked: ``done`` with its ``image``, or ``refused`` with the
-    ``reason`` (the file is gone either way). ``stored_bytes``: what the accepted disk takes in
+    last byte arrives the disk is ``checking`` (a job), then ``done`` with its ``image``, or
+    ``refused`` with the ``reason`` (the file is gone either way). ``stored_bytes``: what the accepted disk takes in
     the image store, counted against its owner's image-storage quota while the image exists."""
 
     class State(models.TextChoices):
         RECEIVING = "receiving", "receiving"
+        CHECKING = "checking", "checking"
         DONE = "done", "done"
         REFUSED = "refused", "refused"
 

@@ -10,7 +10,8 @@ not appended, and the offset moves by a conditional UPDATE: a request run twice 
 bytes again. One request at a time writes an upload (a lock on the file; a second gets
 ``Conflict``).
 
-When the last byte arrives ``finish`` checks the file with ``disks.inspect`` (qcow2, raw) or
+When the last byte arrives the upload is ``checking`` and an ``image.upload`` job (submitted by
+the uploader) runs ``finish``, which checks the file with ``disks.inspect`` (qcow2, raw) or
 ``disks.inspect_ova`` (an OVA's one disk, for VMware), never guessing what was declared.
 Refused: the upload says why, its file is removed, no image is made. Accepted: the disk goes
 to ``IMAGE_STORE_DIR`` in the form its hypervisor runs (qcow2 as it is, raw converted to
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 CHUNK = 1 << 20  # bytes read from a request body at once
 CONVERT_SECONDS = 3600
 # The format uploaded → (hypervisor type, format stored, file suffix).
+UNFINISHED = (ImageUpload.State.RECEIVING, ImageUpload.State.CHECKING)  # counted at their length
 TARGETS = {"qcow2": ("kvm", "qcow2", "qcow2"), "raw": ("kvm", "qcow2", "qcow2"), "ova": ("vmware", "vmdk", "vmdk")}
 
 
@@ -96,7 +98,7 @@ def usage(user, *, excluding=None):
     at their announced length."""
     rows = ImageUpload.objects.filter(owner=user).exclude(pk=excluding)
     stored = rows.filter(state=ImageUpload.State.DONE, image__isnull=False).aggregate(n=Sum("stored_bytes"))["n"]
-    coming = rows.filter(state=ImageUpload.State.RECEIVING).aggregate(n=Sum("length"))["n"]
+    coming = rows.filter(state__in=UNFINISHED).aggregate(n=Sum("length"))["n"]
     return (stored or 0) + (coming or 0)
 
 
@@ -155,7 +157,10 @@ def remove(upload):
     """Forget an upload that made no image, with its file (the termination of an upload)."""
     if upload.state == ImageUpload.State.DONE:
         raise Conflict("the upload made an image: delete the image instead")
+    if upload.state == ImageUpload.State.CHECKING and expires_at(upload) > timezone.now():
+        raise Conflict("the upload is being checked; wait for it")
     part_path(upload).unlink(missing_ok=True)
+    stored_path(upload).unlink(missing_ok=True)  # a check cut short may have left it
     upload.delete()
 
 
@@ -179,8 +184,20 @@ def append(upload, offset, stream, *, actor):
         raise OffsetMismatch("the upload moved on meanwhile; resume from its offset")
     upload.refresh_from_db()
     if upload.offset == upload.length:
-        finish(upload, actor=actor)
+        _check_later(upload, actor=actor)
     return upload
+
+
+def _check_later(upload, *, actor):
+    """The last byte is in: the upload is ``checking`` and its ``image.upload`` job queued."""
+    from jobs import services as jobs
+
+    with transaction.atomic():
+        if ImageUpload.objects.filter(pk=upload.pk, state=ImageUpload.State.RECEIVING).update(
+            state=ImageUpload.State.CHECKING, touched=timezone.now()
+        ):
+            jobs.submit("image.upload", {"upload": str(upload.pk)}, actor=actor, submitter=upload.owner)
+    upload.refresh_from_db()
 
 
 @contextlib.contextmanager
@@ -223,7 +240,7 @@ def _receive(fd, offset, stream, remaining):
 
 
 def finish(upload, *, actor):
-    """Check the complete upload and make its image, or refuse it (its ``reason``)."""
+    """Check the complete (``checking``) upload and make its image, or refuse it (its ``reason``)."""
     source = part_path(upload)
     dest = stored_path(upload)
     try:
@@ -299,7 +316,7 @@ def _register(upload, info, dest, *, actor):
                 checksum=f"sha256:{_sha256(dest)}",
                 size_gib=size_gib,
             )
-            done = ImageUpload.objects.filter(pk=upload.pk, state=ImageUpload.State.RECEIVING).update(
+            done = ImageUpload.objects.filter(pk=upload.pk, state=ImageUpload.State.CHECKING).update(
                 state=ImageUpload.State.DONE, image=image, stored_bytes=dest.stat().st_size, touched=timezone.now()
             )
             if not done:
@@ -316,7 +333,9 @@ def _messages(exc):
 
 
 def _refuse(upload, reason):
-    ImageUpload.objects.filter(pk=upload.pk).update(state=ImageUpload.State.REFUSED, reason=reason)
+    ImageUpload.objects.filter(pk=upload.pk).update(
+        state=ImageUpload.State.REFUSED, reason=reason, touched=timezone.now()
+    )
     upload.refresh_from_db()
     return upload
 

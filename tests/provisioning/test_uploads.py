@@ -28,6 +28,19 @@ def places(settings, tmp_path):
     return settings
 
 
+@pytest.fixture(autouse=True)
+def jobs(sync_jobs):
+    """The ``image.upload`` jobs the last bytes submit, run in this process when drained."""
+    return sync_jobs
+
+
+def checked(client, location, jobs):
+    """What became of a complete upload: ``checking`` until its job has run."""
+    assert client.get(location).json()["state"] == "checking"
+    jobs.drain()
+    return client.get(location).json()
+
+
 def left_in(settings):
     return sorted(
         p.name for d in (settings.IMAGE_UPLOAD_DIR, settings.IMAGE_STORE_DIR) if d.exists() for p in d.iterdir()
@@ -66,14 +79,14 @@ def patch(client, location, offset, body, **extra):
     )
 
 
-def upload_all(client, data, name="my-disk", fmt="qcow2", chunk=MIB):
+def upload_all(client, jobs, data, name="my-disk", fmt="qcow2", chunk=MIB):
     response = create(client, len(data), name, fmt)
     assert response.status_code == 201, response.content
     location = response["Location"]
     for start in range(0, len(data), chunk):
         sent = patch(client, location, start, data[start : start + chunk])
         assert sent.status_code == 204, sent.content
-    return client.get(location).json()
+    return checked(client, location, jobs)
 
 
 class CutStream:
@@ -94,7 +107,7 @@ class CutStream:
     readline = read
 
 
-def test_a_qcow2_sent_in_chunks_cut_and_resumed_becomes_its_uploaders_image(api, alice, bob, tmp_path, places):
+def test_a_qcow2_sent_in_chunks_cut_and_resumed_becomes_its_uploaders_image(api, alice, bob, tmp_path, places, jobs):
     data = disk_with_data(tmp_path)
     client = api(alice)
     location = create(client, len(data))["Location"]
@@ -105,7 +118,7 @@ def test_a_qcow2_sent_in_chunks_cut_and_resumed_becomes_its_uploaders_image(api,
     offset = int(client.head(location, **TUS)["Upload-Offset"])
     assert offset == MIB + 300_000  # what arrived before the cut is kept
     assert patch(client, location, offset, data[offset:]).status_code == 204
-    done = client.get(location).json()
+    done = checked(client, location, jobs)
     assert done["state"] == "done", done
     image = Image.objects.get(pk=done["image"])
     assert image.owner == alice and image.name == "my-disk"
@@ -117,19 +130,19 @@ def test_a_qcow2_sent_in_chunks_cut_and_resumed_becomes_its_uploaders_image(api,
     assert left_in(places) == [os.path.basename(variant.location)]  # the partial file is gone
 
 
-def test_a_raw_disk_is_stored_as_qcow2(api, alice, tmp_path):
-    done = upload_all(api(alice), disk_with_data(tmp_path, "raw", 2 * MIB), fmt="raw")
+def test_a_raw_disk_is_stored_as_qcow2(api, alice, tmp_path, jobs):
+    done = upload_all(api(alice), jobs, disk_with_data(tmp_path, "raw", 2 * MIB), fmt="raw")
     variant = Image.objects.get(pk=done["image"]).variants.get()
     assert variant.format == "qcow2" and open(variant.location, "rb").read(4) == b"QFI\xfb"
 
 
-def test_an_ova_becomes_a_vmware_image(api, alice, tmp_path, vmdk):  # noqa: F811
+def test_an_ova_becomes_a_vmware_image(api, alice, tmp_path, vmdk, jobs):  # noqa: F811
     ovf = (
         '<Envelope xmlns="http://schemas.dmtf.org/ovf/envelope/1"><References><File id="f1" href="disk.vmdk"/>'
         '</References><DiskSection><Disk diskId="d1" fileRef="f1"/></DiskSection></Envelope>'
     )
     ova = make_ova(tmp_path / "x.ova", [("x.ovf", ovf.encode()), ("disk.vmdk", vmdk)]).read_bytes()
-    done = upload_all(api(alice), ova, fmt="ova")
+    done = upload_all(api(alice), jobs, ova, fmt="ova")
     assert done["state"] == "done", done
     variant = Image.objects.get(pk=done["image"]).variants.get()
     assert (variant.hypervisor_type, variant.format) == ("vmware", "vmdk")
@@ -168,13 +181,13 @@ def test_the_image_storage_quota_counts_uploads_in_progress_and_stored_images(ap
     assert create(api(bob), 400 * MIB, name="bobs").status_code == 201  # a quota per user
 
 
-def test_the_quota_is_checked_again_at_the_stored_size(api, alice, tmp_path, places):
+def test_the_quota_is_checked_again_at_the_stored_size(api, alice, tmp_path, places, jobs):
     client = api(alice)
     data = disk_with_data(tmp_path)
     location = create(client, len(data))["Location"]
     places.IMAGE_STORAGE_QUOTA_GIB = 0  # as if the quota went down while the upload ran
     patch(client, location, 0, data)
-    done = client.get(location).json()
+    done = checked(client, location, jobs)
     assert done["state"] == "refused" and "image storage quota" in done["reason"]
     assert not Image.objects.exists() and left_in(places) == []
 
@@ -199,8 +212,8 @@ def ova_escaping(tmp_path):
         (ova_escaping, "ova", r"points outside the archive (..)"),
     ],
 )
-def test_a_bad_file_is_refused_with_its_reason_leaving_nothing(api, alice, tmp_path, places, make, fmt, reason):
-    done = upload_all(api(alice), make(tmp_path), fmt=fmt)
+def test_a_bad_file_is_refused_with_its_reason_leaving_nothing(api, alice, tmp_path, places, jobs, make, fmt, reason):
+    done = upload_all(api(alice), jobs, make(tmp_path), fmt=fmt)
     assert done["state"] == "refused" and reason in done["reason"], done
     assert not Image.objects.exists() and left_in(places) == []
 
@@ -248,8 +261,8 @@ def test_an_abandoned_upload_expires_and_leaves_no_file(api, alice, places):
     assert not ImageUpload.objects.exists() and left_in(places) == []
 
 
-def test_a_deleted_uploaded_image_frees_its_storage(api, alice, tmp_path, places):
-    done = upload_all(api(alice), disk_with_data(tmp_path, "raw", MIB), fmt="raw")
+def test_a_deleted_uploaded_image_frees_its_storage(api, alice, tmp_path, places, jobs):
+    done = upload_all(api(alice), jobs, disk_with_data(tmp_path, "raw", MIB), fmt="raw")
     assert uploads.usage(alice) > 0
     Image.objects.filter(pk=done["image"]).delete()
     assert uploads.usage(alice) == 0
@@ -292,3 +305,17 @@ def test_workers_schedule_the_expiry(db):
     assert schedule.func == "provisioning.tasks.expire_uploads" and schedule.minutes == 60
     assert tasks.expire_uploads() == {"expired": 0, "deleted_images": 0}
     periodic.stop_daemon("vm-clock")
+
+
+def test_the_check_job_finishes_only_its_uploaders_upload(api, alice, bob, jobs):
+    from jobs import services as job_services
+
+    client = api(alice)
+    location = create(client, 4, fmt="raw")["Location"]
+    patch(client, location, 0, b"abcd")
+    upload = ImageUpload.objects.get()
+    job = job_services.submit("image.upload", {"upload": str(upload.pk)}, actor=bob)
+    jobs.drain()
+    job.refresh_from_db()
+    assert job.status == "error" and "no such upload of yours" in job.error_message
+    assert client.get(location).json()["state"] == "done"  # its own job, run in the same drain

@@ -103,7 +103,13 @@ document.addEventListener("DOMContentLoaded", () => {
 
   async function outcome(url, file) {
     localStorage.removeItem(fileKey(file));
-    const upload = await (await fetch(url, { credentials: "same-origin" })).json();
+    let upload = { state: "checking" };
+    while (upload.state === "checking") {
+      const response = await fetch(url, { credentials: "same-origin" });
+      if (!response.ok) throw new Error(await message(response));
+      upload = await response.json();
+      if (upload.state === "checking") await pause(2000); // a job checks it: qemu-img reads it all
+    }
     if (upload.state === "done") {
       const link = document.createElement("a");
       link.href = form.dataset.imageUrl.replace("/0/", `/${upload.image}/`);
