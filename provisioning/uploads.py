@@ -139,7 +139,7 @@ def start(owner, *, name, format, length):
 
 
 def _receiving(name):
-    return ImageUpload.objects.filter(name=name, state=ImageUpload.State.RECEIVING)
+    return ImageUpload.objects.filter(name=name, state__in=UNFINISHED)
 
 
 def get_for(user, pk):
@@ -167,11 +167,14 @@ def remove(upload):
 # --- receive ----------------------------------------------------------------------------------
 
 
-def append(upload, offset, stream, *, actor):
-    """Write the body ``stream`` at ``offset``; the upload as it is after (finished if that was
-    its last byte). ``OffsetMismatch`` when ``offset`` is not where the upload is."""
+def append(upload, offset, stream, *, actor, body_length=None):
+    """Write the body ``stream`` (``body_length`` bytes if said) at ``offset``; the upload as it
+    is after (``checking`` if that was its last byte). ``OffsetMismatch`` when ``offset`` is not
+    where the upload is; ``TooLarge`` for a body past its length, before any byte is written."""
     if upload.state != ImageUpload.State.RECEIVING:
         raise Conflict(f"the upload is {upload.state}: it takes no more bytes")
+    if body_length is not None and offset + body_length > upload.length:
+        raise TooLarge(f"the body would end at byte {offset + body_length}, past the upload's {upload.length}")
     with _locked(part_path(upload)) as fd:
         upload.refresh_from_db()  # another request may have written before this one had the lock
         if offset != upload.offset or upload.state != ImageUpload.State.RECEIVING:

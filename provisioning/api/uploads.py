@@ -117,7 +117,10 @@ class ImageUploadView(TusView):
         if request.content_type != OFFSET_TYPE:
             response = Response(error_body(415, "unsupported_media_type", f"send {OFFSET_TYPE}"), status=415)
             return response
-        upload = uploads.append(upload, _header_int(request, "Upload-Offset"), request.stream, actor=request.user)
+        offset = _header_int(request, "Upload-Offset")
+        length = request.META.get("CONTENT_LENGTH") or None
+        body_length = int(length) if length and length.isdigit() else None
+        upload = uploads.append(upload, offset, request.stream, actor=request.user, body_length=body_length)
         return _offset_response(upload, status.HTTP_204_NO_CONTENT)
 
     @extend_schema(responses={204: None, 409: CONFLICT})

@@ -157,6 +157,14 @@ def test_a_wrong_offset_is_a_409_and_changes_nothing(api, alice):
     assert client.head(location, **TUS)["Upload-Offset"] == "4"
 
 
+def test_a_body_past_the_length_is_refused_before_any_byte(api, alice):
+    client = api(alice)
+    location = create(client, 10)["Location"]
+    response = patch(client, location, 0, b"x" * 11)
+    assert response.status_code == 413 and "past the upload's 10" in response.json()["error"]["message"]
+    assert client.head(location, **TUS)["Upload-Offset"] == "0"
+
+
 def test_another_users_upload_is_a_404(api, alice, bob, places):
     location = create(api(alice), 10)["Location"]
     other = api(bob)

@@ -122,11 +122,11 @@ document.addEventListener("DOMContentLoaded", () => {
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    const file = form.elements.file.files[0];
+    const file = form.elements.namedItem("file").files[0];
     if (!file) return;
     button.disabled = true;
     try {
-      const upload = (await resumable(file)) || (await create(file, form.elements.name.value, form.elements.format.value));
+      const upload = (await resumable(file)) || (await create(file, form.elements.namedItem("name").value, form.elements.namedItem("format").value));
       await send(upload.url, file, upload.offset);
       say("Checking the disk…");
       await outcome(upload.url, file);
