@@ -96,10 +96,15 @@ def quota_bytes():
 def usage(user, *, excluding=None):
     """Bytes ``user``'s uploads take: stored images that still exist, and uploads in progress
     at their announced length."""
-    rows = ImageUpload.objects.filter(owner=user).exclude(pk=excluding)
-    stored = rows.filter(state=ImageUpload.State.DONE, image__isnull=False).aggregate(n=Sum("stored_bytes"))["n"]
-    coming = rows.filter(state__in=UNFINISHED).aggregate(n=Sum("length"))["n"]
-    return (stored or 0) + (coming or 0)
+    sums = (
+        ImageUpload.objects.filter(owner=user)
+        .exclude(pk=excluding)
+        .aggregate(
+            stored=Sum("stored_bytes", filter=Q(state=ImageUpload.State.DONE, image__isnull=False)),
+            coming=Sum("length", filter=Q(state__in=UNFINISHED)),
+        )
+    )
+    return (sums["stored"] or 0) + (sums["coming"] or 0)
 
 
 def _over_quota(user, more, *, excluding=None):
