@@ -18,6 +18,8 @@ to ``IMAGE_STORE_DIR`` in the form its hypervisor runs (qcow2 as it is, raw conv
 qcow2, an OVA's vmdk as streamOptimized), is checked against the quota again at its stored
 size, and the image (owned by the uploader, restricted to them), its first revision
 (production) and its variant are made in one transaction; a failure removes the stored file.
+Both folders are read by the web processes and the workers alike: on several machines they are
+shared storage.
 
 ``expire`` (a Schedule of the workers, ``tasks.expire_uploads``) removes uploads untouched for
 ``IMAGE_UPLOAD_EXPIRE_HOURS`` with their file, and the stored disk of an uploaded image that
@@ -46,6 +48,7 @@ from django.utils import timezone
 from core.errors import Conflict
 from core.private_files import private_dir
 from drivers.base import IMAGE_NAME_RE
+from jobs import services as jobs
 from provisioning import disks, services
 from provisioning.models import Image, ImageUpload
 
@@ -198,8 +201,6 @@ def append(upload, offset, stream, *, actor, body_length=None):
 
 def _check_later(upload, *, actor):
     """The last byte is in: the upload is ``checking`` and its ``image.upload`` job queued."""
-    from jobs import services as jobs
-
     with transaction.atomic():
         if ImageUpload.objects.filter(pk=upload.pk, state=ImageUpload.State.RECEIVING).update(
             state=ImageUpload.State.CHECKING, touched=timezone.now()
