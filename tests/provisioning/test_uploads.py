@@ -327,3 +327,18 @@ def test_the_check_job_finishes_only_its_uploaders_upload(api, alice, bob, jobs)
     job.refresh_from_db()
     assert job.status == "error" and "no such upload of yours" in job.error_message
     assert client.get(location).json()["state"] == "done"  # its own job, run in the same drain
+
+
+def test_one_request_at_a_time_writes_an_upload(api, alice):
+    import fcntl
+
+    client = api(alice)
+    location = create(client, 10)["Location"]
+    held = os.open(uploads.part_path(ImageUpload.objects.get()), os.O_WRONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a request still streaming its body would
+        response = patch(client, location, 0, b"abcd")
+        assert response.status_code == 409 and "another request" in response.json()["error"]["message"]
+    finally:
+        os.close(held)
+    assert patch(client, location, 0, b"abcd").status_code == 204
