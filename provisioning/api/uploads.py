@@ -31,6 +31,7 @@ OFFSET_TYPE = "application/offset+octet-stream"
 TUS_ONLY = OpenApiResponse(description="tus headers only (Upload-Offset, Upload-Length, Location)")
 CONFLICT = OpenApiResponse(description="The Upload-Offset is not the upload's, or it takes no more bytes")
 TOO_LARGE = OpenApiResponse(description="Over the file size limit or the image storage quota")
+NOT_TUS = OpenApiResponse(description="Not tus 1.0.0 (the Tus-Resumable header)")
 
 
 class ImageUploadSerializer(serializers.ModelSerializer):
@@ -50,7 +51,12 @@ class TusView(APIView):
 
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
-        if request.method not in ("GET", "OPTIONS") and request.headers.get("Tus-Resumable") != VERSION:
+        if request.method in ("GET", "OPTIONS") or not hasattr(self, request.method.lower()):
+            return  # not tus (an unknown method: DRF answers 405)
+        version = request.headers.get("Tus-Resumable")
+        if version is None:
+            raise ParseError(f"Tus-Resumable: {VERSION} is required")
+        if version != VERSION:
             raise _Unsupported()
 
     def handle_exception(self, exc):
@@ -75,9 +81,13 @@ class _Unsupported(Exception):
 
 
 class ImageUploadsView(TusView):
-    @extend_schema(request=None, responses={201: TUS_ONLY, 413: TOO_LARGE})
+    @extend_schema(
+        request=None,
+        responses={201: TUS_ONLY, 412: NOT_TUS, 413: TOO_LARGE},
+    )
     def post(self, request):
-        """Open an upload: ``Upload-Length`` bytes, ``Upload-Metadata`` ``name`` and ``format``."""
+        """Open an upload (tus creation): headers ``Tus-Resumable: 1.0.0``, ``Upload-Length`` (bytes)
+        and ``Upload-Metadata`` (``name <base64>,format <base64>``: qcow2, raw or ova)."""
         metadata = parse_metadata(request.headers.get("Upload-Metadata", ""))
         upload = uploads.start(
             request.user,
@@ -110,9 +120,13 @@ class ImageUploadView(TusView):
     def head(self, request, pk):
         return _offset_response(uploads.get_for(request.user, pk), status.HTTP_200_OK)
 
-    @extend_schema(request=None, responses={204: TUS_ONLY, 409: CONFLICT, 413: TOO_LARGE})
+    @extend_schema(
+        request=None,
+        responses={204: TUS_ONLY, 409: CONFLICT, 412: NOT_TUS, 413: TOO_LARGE},
+    )
     def patch(self, request, pk):
-        """Append the body at ``Upload-Offset`` (``Content-Type: application/offset+octet-stream``)."""
+        """Append the body at ``Upload-Offset`` (headers ``Tus-Resumable: 1.0.0``, ``Upload-Offset``,
+        ``Content-Type: application/offset+octet-stream``)."""
         upload = uploads.get_for(request.user, pk)
         if request.content_type != OFFSET_TYPE:
             response = Response(error_body(415, "unsupported_media_type", f"send {OFFSET_TYPE}"), status=415)
@@ -123,9 +137,9 @@ class ImageUploadView(TusView):
         upload = uploads.append(upload, offset, request.stream, actor=request.user, body_length=body_length)
         return _offset_response(upload, status.HTTP_204_NO_CONTENT)
 
-    @extend_schema(responses={204: None, 409: CONFLICT})
+    @extend_schema(responses={204: None, 409: CONFLICT, 412: NOT_TUS})
     def delete(self, request, pk):
-        """Drop an unfinished upload and its bytes."""
+        """Drop an unfinished upload and its bytes (header ``Tus-Resumable: 1.0.0``)."""
         uploads.remove(uploads.get_for(request.user, pk))
         return Response(status=status.HTTP_204_NO_CONTENT)
 

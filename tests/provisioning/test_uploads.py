@@ -242,8 +242,11 @@ def test_tus_discovery_and_version(api, alice):
     options = client.options(URL)
     assert options.status_code == 204 and options["Tus-Version"] == "1.0.0"
     assert options["Tus-Max-Size"] == str(1 << 30) and "creation" in options["Tus-Extension"]
-    response = client.post(URL, HTTP_UPLOAD_LENGTH="5", HTTP_UPLOAD_METADATA=metadata(name="a", format="raw"))
-    assert response.status_code == 412 and not ImageUpload.objects.exists()
+    asked = {"HTTP_UPLOAD_LENGTH": "5", "HTTP_UPLOAD_METADATA": metadata(name="a", format="raw")}
+    assert client.post(URL, **asked).status_code == 400
+    response = client.post(URL, **asked, HTTP_TUS_RESUMABLE="0.2.2")
+    assert response.status_code == 412 and response["Tus-Version"] == "1.0.0"
+    assert not ImageUpload.objects.exists()
 
 
 def test_a_name_taken_or_a_bad_format_is_refused_at_creation(api, alice, places):
