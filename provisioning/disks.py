@@ -330,6 +330,9 @@ def _size(n):
     return f"{n} bytes"
 
 
+size_text = _size  # the same words in the uploads' messages
+
+
 # --- convert ----------------------------------------------------------------------------------
 
 _OUTPUT_OPTIONS = {"qcow2": [], "raw": [], "vmdk": ["-o", "subformat=streamOptimized"]}

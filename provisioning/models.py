@@ -461,3 +461,38 @@ class Plan(models.Model):
     @property
     def bucket(self):
         return f"rate-limit:{self.rate_limit}:plan-{self.pk}"
+
+
+class ImageUpload(models.Model):
+    """A disk image a user is uploading (resumably: ``provisioning.uploads``). Its bytes so far
+    are the private file ``<IMAGE_UPLOAD_DIR>/<id>.part``, exactly ``offset`` long. When the
+    last byte arrives the disk is ``checking`` (a job), then ``done`` with its ``image``, or
+    ``refused`` with the ``reason`` (the file is gone either way). ``stored_bytes``: what the accepted disk takes in
+    the image store, counted against its owner's image-storage quota while the image exists."""
+
+    class State(models.TextChoices):
+        RECEIVING = "receiving", "receiving"
+        CHECKING = "checking", "checking"
+        DONE = "done", "done"
+        REFUSED = "refused", "refused"
+
+    FORMATS = ("qcow2", "raw", "ova")
+
+    id = models.UUIDField(primary_key=True, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="image_uploads")
+    name = models.CharField(max_length=100, help_text=NAME_HELP)
+    format = models.CharField(max_length=10, choices=[(f, f) for f in FORMATS])
+    length = models.PositiveBigIntegerField()
+    offset = models.PositiveBigIntegerField(default=0)
+    state = models.CharField(max_length=12, choices=State.choices, default=State.RECEIVING)
+    reason = models.TextField(blank=True)
+    image = models.ForeignKey(Image, null=True, blank=True, on_delete=models.SET_NULL, related_name="uploads")
+    stored_bytes = models.PositiveBigIntegerField(default=0)
+    created = models.DateTimeField(auto_now_add=True)
+    touched = models.DateTimeField(default=timezone.now, help_text="The last byte received (expiry counts from it).")
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return f"{self.name} ({self.format}, {self.offset}/{self.length})"

@@ -15,6 +15,9 @@ The VM clock (``end_overdue``) destroys every ad-hoc VM whose end has passed (it
 released by the destroy job, once the VM is gone, and counted until then). It runs in a daemon
 thread of every worker each ``RESERVATION_TICK_SECONDS`` (the reservations clock's period) and
 from a once-a-minute Schedule as a safety net; several at once are harmless (see the service).
+
+Every hour ``expire_uploads`` removes image uploads abandoned for ``IMAGE_UPLOAD_EXPIRE_HOURS``
+with their files (``uploads.expire``); its Schedule is made when a worker starts.
 """
 
 import logging
@@ -39,6 +42,9 @@ END_FUNC = "provisioning.tasks.end_overdue"
 VERIFY_SCHEDULE = "vclmgr: cluster verify"
 VERIFY_FUNC = "provisioning.tasks.submit_verify"
 VERIFY_ACTOR = Actor(name="scheduled verify")
+UPLOADS_SCHEDULE = "vclmgr: image uploads expiry"
+UPLOADS_FUNC = "provisioning.tasks.expire_uploads"
+UPLOADS_MINUTES = 60
 
 
 def refresh_all():
@@ -83,8 +89,9 @@ def on_worker_start(**kwargs):
     try:
         ensure_schedule()
         ensure_verify_schedule()
+        periodic.ensure_schedule(UPLOADS_SCHEDULE, UPLOADS_FUNC, UPLOADS_MINUTES)
     except Exception:  # a worker must start even if the database is briefly away; the migration made it
-        log.exception("could not ensure the facts refresh or verify schedule")
+        log.exception("could not ensure the facts refresh, verify or uploads expiry schedule")
     periodic.start_daemon(
         "vm-clock",
         end_overdue,
@@ -99,6 +106,13 @@ def end_overdue():
     from provisioning import services
 
     return services.end_overdue(actor=Actor(name="VM clock"))
+
+
+def expire_uploads():
+    """Remove abandoned image uploads and the disks of deleted uploaded images (``uploads.expire``)."""
+    from provisioning import uploads
+
+    return uploads.expire()
 
 
 def submit_prestage(image_id, group_id):

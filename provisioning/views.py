@@ -20,7 +20,7 @@ from accounts import access
 from core import changelog
 from core.errors import Conflict
 from jobs import services as jobs
-from provisioning import owned, revisions, services
+from provisioning import disks, owned, revisions, services, uploads
 from provisioning.capture_views import capture_context
 from provisioning.forms import (
     ActionForm,
@@ -36,6 +36,7 @@ from provisioning.models import VM, Image, ImageRevision, ImageVariant
 maintainer_page = access.page(read="maintain_images", write="maintain_images")
 
 PAGE_SIZE = 50
+UPLOAD_CHUNK = 8 << 20  # bytes per PATCH of the upload form: over DATA_UPLOAD_MAX_MEMORY_SIZE, so streamed
 MAX_ID = 2**63 - 1
 # Which actions a VM's state allows (the buttons shown; the service and the job check again).
 ACTIONS_BY_STATE = {
@@ -74,8 +75,24 @@ def image_list(request):
     query = request.GET.copy()
     query.pop("page", None)
     mine = owned.owned_by(request.user).select_related("parent").prefetch_related("groups")[:PAGE_SIZE]
-    context = {"form": form, "page": page, "query": query.urlencode(), "my_images": mine}
+    context = {
+        "form": form,
+        "page": page,
+        "query": query.urlencode(),
+        "my_images": mine,
+        "upload": _upload_facts(request),
+    }
     return render(request, "vms/image_list.html", context)
+
+
+def _upload_facts(request):
+    """What the "Upload an image" form says: the limits, the quota and what the user uses of it."""
+    return {
+        "chunk": UPLOAD_CHUNK,
+        "max_file": disks.size_text(disks.upload_limits()["max_file_bytes"]),
+        "quota": disks.size_text(uploads.quota_bytes()),
+        "used": disks.size_text(uploads.usage(request.user)),
+    }
 
 
 @login_required

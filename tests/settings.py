@@ -45,3 +45,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" and os.environ
 # The real-VM idle test proves no-show and idle reclamation with limits of one minute: the
 # worker it starts counts a policy's minute as this many seconds.
 IDLE_MINUTE_SECONDS = int(os.environ.get("VCLMGR_TEST_IDLE_MINUTE_SECONDS", "60"))
+
+# Uploaded disks the tests send (the API fuzz's too) stay out of the development server's folders.
+IMAGE_UPLOAD_DIR = VAR_DIR / f"test-uploads{_worker}"
+IMAGE_STORE_DIR = VAR_DIR / f"test-images{_worker}"

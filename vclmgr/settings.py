@@ -438,6 +438,14 @@ VCLMGR_IMAGE_FETCH_MAX_GIB = env.int("VCLMGR_IMAGE_FETCH_MAX_GIB", 100, minimum=
 # this large as the disk its VMs see (provisioning/disks.py refuses the rest).
 IMAGE_UPLOAD_MAX_FILE_GIB = env.int("IMAGE_UPLOAD_MAX_FILE_GIB", 50, minimum=1)
 IMAGE_UPLOAD_MAX_VIRTUAL_GIB = env.int("IMAGE_UPLOAD_MAX_VIRTUAL_GIB", 200, minimum=1)
+# Uploads arrive in IMAGE_UPLOAD_DIR (private, a resumable upload's bytes so far); one left
+# untouched for IMAGE_UPLOAD_EXPIRE_HOURS is removed. Accepted disks are kept in IMAGE_STORE_DIR
+# (the variant's location: hosts are sent the file from there). A user's uploaded images take at
+# most IMAGE_STORAGE_QUOTA_GIB there, uploads in progress counted at their announced length.
+IMAGE_UPLOAD_DIR = Path(env.str("IMAGE_UPLOAD_DIR", str(VAR_DIR / "uploads")))
+IMAGE_STORE_DIR = Path(env.str("IMAGE_STORE_DIR", str(VAR_DIR / "images")))
+IMAGE_UPLOAD_EXPIRE_HOURS = env.int("IMAGE_UPLOAD_EXPIRE_HOURS", 24, minimum=1)
+IMAGE_STORAGE_QUOTA_GIB = env.int("IMAGE_STORAGE_QUOTA_GIB", 100, minimum=0)
 # How long vm.create waits for a booted VM to report its address, in seconds.
 VCLMGR_ADDRESS_TIMEOUT = env.int("VCLMGR_ADDRESS_TIMEOUT", 120, minimum=1)
 

@@ -5,8 +5,9 @@ One module per concern: ``lifecycle`` (``vm.create``, ``vm.destroy``, power, ``v
 (``node.evacuate``, ``hypervisor.refresh``), ``reuse`` (``vm.park``, ``vm.reuse``: a
 ``revert_on_end`` VM handed from one user to the next) and ``staging`` (``image.stage``,
 ``image.prestage`` and the transfer throttle); ``params`` holds their parameters and locks,
-``common`` what they share; ``repair`` the verify report's repairs (``repair.*``). Importing
-this package registers them all (the jobs app autodiscovers ``<app>.opcodes``).
+``common`` what they share; ``repair`` the verify report's repairs (``repair.*``); ``upload``
+(``image.upload``: an uploaded disk checked and made an image). Importing this package registers
+them all (the jobs app autodiscovers ``<app>.opcodes``).
 
 Rules every opcode keeps:
 
@@ -20,4 +21,14 @@ Rules every opcode keeps:
 - Helpers take the acting user as a keyword, ``actor=``.
 """
 
-from provisioning.opcodes import capture, host_ops, lifecycle, migration, power, repair, reuse, staging  # noqa: F401 (registers them)
+from provisioning.opcodes import (  # noqa: F401 (registers them)
+    capture,
+    host_ops,
+    lifecycle,
+    migration,
+    power,
+    repair,
+    reuse,
+    staging,
+    upload,
+)

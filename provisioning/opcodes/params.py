@@ -66,3 +66,14 @@ class UnstageParams(serializers.Serializer):
 class PrestageParams(serializers.Serializer):
     image = serializers.IntegerField(min_value=1)
     group = serializers.IntegerField(min_value=1, help_text="node group id")
+
+
+class UploadParams(serializers.Serializer):
+    upload = serializers.UUIDField(format="hex_verbose")
+
+    def to_internal_value(self, data):
+        return {"upload": str(super().to_internal_value(data)["upload"])}  # kept as JSON
+
+
+def upload_locks(params):
+    return [f"upload:{params['upload']}"]
