@@ -30,10 +30,10 @@ def test_an_uploaded_qcow2_boots_and_its_uploader_logs_in(
     api,
     alice,
     bob,
-    kvm_host,
+    kvm_host,  # noqa: F811 (fixture)
     guest_image,
     libvirt_conn,
-    stores,  # noqa: F811
+    stores,
 ):
     _host, pool = kvm_host
     data = (guest_image["dir"] / "disk.qcow2").read_bytes()
