@@ -1,7 +1,9 @@
 """Fixtures for reservations: simulated hosts, an image, jobs run in this process."""
 
 import pytest
+from django.contrib.auth.models import Group
 
+from accounts import access
 from provisioning import services as vms
 from tests.jobs.conftest import SyncJobs
 
@@ -37,3 +39,25 @@ def image(db):
         size_gib=2,
     )
     return image
+
+
+@pytest.fixture
+def lab(image):
+    group = Group.objects.create(name="lab")
+    vms.update_image(image, actor="test", visibility="restricted", groups=[group])
+    return group
+
+
+@pytest.fixture
+def maya(django_user_model, lab):
+    """An image maintainer of ``lab`` (the image's group)."""
+    user = django_user_model.objects.create_user("maya")
+    access.set_roles(user, ["image-maintainer"], actor="test")
+    user.groups.add(lab)
+    return user
+
+
+@pytest.fixture
+def student(bob, lab):
+    bob.groups.add(lab)
+    return bob

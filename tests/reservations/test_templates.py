@@ -4,7 +4,6 @@ tested, made production and rolled back (simulator, jobs in-process)."""
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from accounts import access
@@ -26,28 +25,6 @@ def ready(reservation, sync_jobs):
     reservation = fresh(reservation)
     assert reservation.status == "ready", reservation.error
     return reservation
-
-
-@pytest.fixture
-def lab(image):
-    group = Group.objects.create(name="lab")
-    vms.update_image(image, actor="test", visibility="restricted", groups=[group])
-    return group
-
-
-@pytest.fixture
-def maya(django_user_model, lab):
-    """An image maintainer of ``lab``."""
-    user = django_user_model.objects.create_user("maya")
-    access.set_roles(user, ["image-maintainer"], actor="test")
-    user.groups.add(lab)
-    return user
-
-
-@pytest.fixture
-def student(bob, lab):
-    bob.groups.add(lab)
-    return bob
 
 
 @pytest.fixture
