@@ -50,7 +50,7 @@ def _capture_revision(job, vm, image_id):
     job.expect(3)
     job.step("stop", power, vm.pk, "stop", job.params["force"], actor=job.actor)
     captured = job.step("capture", capture_on_host, vm.pk, job.params["image_name"])
-    production, comment = job.params["production"], job.params.get("comment", "")
+    production, comment = job.params.get("production", False), job.params.get("comment", "")
     made = job.step("register", register_revision, vm.pk, captured, image.pk, production, comment, actor=job.actor)
     return {"vm": vm.pk, **made}
 
