@@ -30,6 +30,7 @@ from core.changelog import Actor
 from core.errors import Conflict
 from jobs import services as jobs
 from jobs import transitions
+from jobs.models import Job
 from provisioning import revisions
 from provisioning import services as vms
 from provisioning.models import ImageRevision
@@ -93,8 +94,13 @@ def publish(template, *, production=False, comment="", keep=False, actor):
     _maintainer(image, actor)
     if template.status != S.READY or template.vm is None:
         raise Conflict(f"the template of {image.name} is {template.status}: it can be published once ready")
+    busy = (*Job.PENDING, Job.Status.RUNNING)
+    if Job.objects.filter(opcode="vm.capture", params__vm=template.vm_id, status__in=busy).exists():
+        raise Conflict(f"the template of {image.name} is being published already: wait for that job")
     number = (image.revisions.aggregate(n=Max("number"))["n"] or 0) + 1
-    disk = f"{image.name[:90]}-r{number}"  # the captured disk's name on the host (a new revision's)
+    # The captured disk's name on the host: the template's too, so that a revision number used
+    # again (its revision deleted) never names an older copy.
+    disk = f"{image.name[:80]}-r{number}-t{template.pk}"
     with transaction.atomic():
         job = vms.submit_action(
             template.vm,

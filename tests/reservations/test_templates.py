@@ -51,7 +51,7 @@ def test_the_whole_loop_publish_test_promote_and_roll_back(template, image, maya
     assert revisions.production(image) == first
     assert fresh(template).status == "ended"  # published: its VM torn down
     assert VM.objects.get(pk=template.vm_id).state == "destroyed"
-    assert image.variants.filter(revision=second).get().location.endswith("/captured/debian-12-r2")
+    assert image.variants.filter(revision=second).get().location.endswith(f"/captured/debian-12-r2-t{template.pk}")
 
     tried = ready(services.test_revision(image, second, actor=maya), sync_jobs)
     assert tried.revision == second and tried.vm.revision == second
@@ -83,6 +83,14 @@ def test_a_template_starts_from_a_chosen_revision(sim_host, image, maya, sync_jo
     )
     template = ready(services.start_template(image, revision=second, actor=maya), sync_jobs)
     assert template.revision == second and template.vm.revision == second
+
+
+def test_it_refuses_a_second_publish_while_one_is_under_way(template, image, maya, sync_jobs):
+    services.publish(template, actor=maya)
+    with pytest.raises(Conflict, match="is being published already"):
+        services.publish(template, actor=maya, production=True)
+    sync_jobs.drain()
+    assert list(image.revisions.values_list("number", "state")) == [(1, "production"), (2, "testing")]
 
 
 def test_discard_ends_the_template_without_a_revision(template, image, maya, sync_jobs):
