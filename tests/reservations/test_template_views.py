@@ -35,6 +35,14 @@ def test_a_maintainer_runs_the_loop_from_the_image_page(client, sim_host, image,
     tried = client.post(f"/reservations/revisions/{second.pk}/test/")
     reservation = Reservation.objects.get(revision=second, template_of=None)
     assert tried.status_code == 302 and tried["Location"] == f"/reservations/{reservation.pk}/"
+    assert "Built from revision 2 of debian-12 (testing)" in client.get(tried["Location"]).content.decode()
+
+
+def test_the_templates_reservation_page_points_to_the_image_page(client, sim_host, image, maya, sync_jobs):
+    client.force_login(maya)
+    client.post(f"/reservations/images/{image.pk}/template/")
+    html = client.get(f"/reservations/{services.open_template(image).pk}/").content.decode()
+    assert 'id="template-note"' in html and f'href="/vms/images/{image.pk}/#template"' in html
 
 
 def test_discard_from_the_image_page(client, sim_host, image, maya, sync_jobs):
