@@ -159,3 +159,12 @@ def test_the_images_maintainers_see_its_template_and_students_do_not(template, m
     other.groups.add(*maya.groups.all())
     assert services.visible(other).filter(pk=template.pk).exists()
     assert not services.visible(student).filter(pk=template.pk).exists()
+
+
+def test_a_template_of_an_image_reverted_at_its_end_is_never_parked_for_a_student(sim_host, image, maya, sync_jobs):
+    vms.update_image(image, actor="test", revert_on_end=True)
+    template = ready(services.start_template(image, actor=maya), sync_jobs)
+    services.discard(template, actor=maya)
+    sync_jobs.drain()
+    assert VM.objects.get(pk=template.vm_id).state == "destroyed"
+    assert not Job.objects.filter(opcode="vm.park").exists()
