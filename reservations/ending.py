@@ -115,15 +115,17 @@ def extend(reservation, new_end, *, actor):
     size = {"vcpus": reservation.vcpus, "memory_mib": reservation.memory_mib}
     with transaction.atomic():
         # The new window is a new holding: counted against every limit (the reservation's own
-        # old window aside) under the same locks as ``reserve``, in this transaction.
-        quotas.check_locked(
-            reservation.user,
-            reservation.image,
-            reservation.start,
-            new_end,
-            size,
-            exclude=("reservation", reservation.pk),
-        )
+        # old window aside) under the same locks as ``reserve``, in this transaction. An image's
+        # template is not a holding (``templates``): only the host's room limits it.
+        if reservation.template_of_id is None:
+            quotas.check_locked(
+                reservation.user,
+                reservation.image,
+                reservation.start,
+                new_end,
+                size,
+                exclude=("reservation", reservation.pk),
+            )
         try:
             fresh = capacity.extend(allocation, new_end, actor=actor)
         except capacity.NoCapacity as exc:

@@ -4,10 +4,11 @@ An image maintainer (of one of the image's groups, or an administrator) starts t
 template (``start_template``): a reservation flagged ``template_of`` the image, its VM built
 from the production revision (or one they name), theirs to change by console and SSH. It
 lasts ``TEMPLATE_DAYS`` (a long end, not none: its claim on a host needs one, and a template
-forgotten for a month gives its host back), is never counted by the quota engine
-(``reserving.holdings``) nor reclaimed when idle, and the image's maintainers and the
-administrators see it. An image has at most one open template (a constraint on the table:
-two maintainers starting one at once get one template and a ``Conflict``).
+forgotten for a month gives its host back; extending it is limited by the host's room only),
+is never counted by the quota engine (``reserving.holdings``) nor reclaimed when idle, and
+the image's maintainers and the administrators see it. An image has at most one open
+template (a constraint on the table: two maintainers starting one at once get one template
+and a ``Conflict``).
 
 ``publish`` captures the template's VM as the image's next revision (``vm.capture`` with a
 target image), testing or production as asked; then a ``reservation.end_template`` job that

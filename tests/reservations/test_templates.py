@@ -144,6 +144,11 @@ def test_a_template_does_not_count_against_the_maintainers_quota(template, image
         services.reserve(maya, image, actor=maya, duration=timedelta(hours=1))
 
 
+def test_a_template_is_extended_past_the_longest_reservation(template):
+    longer = template.end + timedelta(days=7)
+    assert services.extend(template, longer, actor=template.user).end == longer
+
+
 def test_a_template_lasts_long_and_is_never_reclaimed_when_idle(sim_host, image, maya, sync_jobs):
     IdlePolicy.objects.create(image=image, no_show_minutes=15, idle_minutes=60)
     template = ready(services.start_template(image, actor=maya), sync_jobs)
