@@ -370,6 +370,7 @@ def request_vm(
     savepoint=True,
     depends=(),
     variant=None,
+    revision=None,
 ):
     """Record a VM and submit the ``vm.create`` job that builds it; returns ``(vm, job)``.
 
@@ -384,7 +385,8 @@ def request_vm(
     the reservation's login instead). ``depends``: jobs to wait for before building (those
     suspending runs to make room on the claim's host: ``[(job id, [])]``, any end).
     ``variant``: the id of the image's variant for the claim's host, when the caller knows it
-    (its build then need not pick it; ``opcodes.common.keeps_variant``).
+    (its build then need not pick it; ``opcodes.common.keeps_variant``). ``revision``: the
+    image's revision to build it from (a template's, one under test); None: production.
     """
     errors = {}
     now = timezone.now()
@@ -428,6 +430,7 @@ def request_vm(
             adhoc=adhoc,
             ssh_key=ssh_key.strip(),
             variant_id=variant,
+            revision=revision,
             **size,
         )
         changelog.record(vm, "create", actor, reason=reason or "requested")
@@ -714,7 +717,8 @@ def submit_action(vm, action, *, actor, reason="", submitter=None, depends=(), *
     ):
         raise Conflict(f"cannot {action} {vm}: it is {vm.state}")
     if action == "capture":
-        _check_capture_name(params.get("image_name"))
+        # A new revision of an image keeps its name; only a new image's must be free.
+        _check_capture_name(params.get("image_name"), new=params.get("image") is None)
     actor = Actor.of(actor)
     return jobs.submit(
         f"vm.{action}",
@@ -769,12 +773,12 @@ def end_overdue(now=None, *, actor):
     return {"overdue": len(overdue), "submitted": submitted}
 
 
-def _check_capture_name(name):
+def _check_capture_name(name, new=True):
     try:
         base.check_image_name(name)
     except base.DriverError as exc:
         raise ValidationError({"image_name": [str(exc)]}) from None
-    if Image.objects.filter(name=name).exists():
+    if new and Image.objects.filter(name=name).exists():
         raise ValidationError({"image_name": [f"an image named {name} exists already"]})
 
 

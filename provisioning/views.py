@@ -4,6 +4,8 @@ Users see the images they may use and their own VMs (anyone else's VM is a 404, 
 ids do not leak); staff see everything and manage the library. VM actions submit a job.
 """
 
+from collections.abc import Callable
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -19,6 +21,7 @@ from rest_framework import serializers
 from accounts import access
 from core import changelog
 from core.errors import Conflict
+from core.hooks import Hook
 from jobs import services as jobs
 from provisioning import disks, owned, revisions, services, uploads
 from provisioning.capture_views import capture_context
@@ -37,6 +40,9 @@ maintainer_page = access.page(read="maintain_images", write="maintain_images")
 
 PAGE_SIZE = 50
 UPLOAD_CHUNK = 8 << 20  # bytes per PATCH of the upload form: over DATA_UPLOAD_MAX_MEMORY_SIZE, so streamed
+# Cards of the layers above on the image page (reservations: the image's template), filled in
+# their ready(): ``(request, image) -> context`` with the card's ``template``, or None (no card).
+IMAGE_CARDS: Hook[Callable] = Hook("provisioning.views.IMAGE_CARDS")
 MAX_ID = 2**63 - 1
 # Which actions a VM's state allows (the buttons shown; the service and the job check again).
 ACTIONS_BY_STATE = {
@@ -111,6 +117,7 @@ def image_detail(request, pk):
         context["share_form"] = ShareForm(user=request.user, initial={"groups": image.groups.all()})
     if image.owner_id == request.user.pk:
         context["rename_form"] = RenameForm(initial={"name": image.name})
+    context["cards"] = [card for card in (make(request, image) for make in IMAGE_CARDS) if card]
     if access.can_maintain_image(request.user, image):
         context.update(
             variant_form=VariantForm(),

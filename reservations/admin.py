@@ -35,7 +35,13 @@ class ReservationHistoryInline(admin.TabularInline):
 @admin.register(Reservation)
 class ReservationAdmin(ReadOnlyAdmin):
     list_display = ["__str__", "user", "image", "status", "start", "end", "vm", "block"]
-    list_filter = ["status", "image", "start", ("block", admin.EmptyFieldListFilter)]
+    list_filter = [
+        "status",
+        "image",
+        "start",
+        ("block", admin.EmptyFieldListFilter),
+        ("template_of", admin.EmptyFieldListFilter),
+    ]
     search_fields = ["user__username", "image__name", "connect_user"]
     date_hierarchy = "start"
     list_select_related = ["user", "image", "vm"]

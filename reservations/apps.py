@@ -13,8 +13,10 @@ class ReservationsConfig(AppConfig):
         from inventory import services as inventory
         from jobs import transitions
         from provisioning import quotas, repair, verify
+        from provisioning import views as vm_pages
+        from provisioning.management.commands import revision
         from provisioning.opcodes import lifecycle
-        from reservations import services, tasks
+        from reservations import revision_cli, services, tasks, template_views
 
         topics.AUTHORISERS.register("reservation", services.may_see)
         quotas.HOLDERS.register("reservation", services.holdings)
@@ -24,4 +26,7 @@ class ReservationsConfig(AppConfig):
         repair.ON_GONE.register(services.vm_gone)
         lifecycle.ON_BUILT.register(services.settle_built)
         transitions.ON_END.register("vm.create", services.settle_unbuilt)
+        vm_pages.IMAGE_CARDS.register(template_views.template_card)
+        for verb, spec in revision_cli.VERBS.items():
+            revision.VERBS.register(verb, spec)
         post_spawn.connect(tasks.start_clock, dispatch_uid="reservations.clock")

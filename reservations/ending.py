@@ -40,7 +40,9 @@ def end(reservation, reason="ended by the user", *, actor):
         if vm is None or vm.state not in VM.LIVE:
             _finish(moved, "nothing to tear down", actor=actor)
             return None
-        if moved.image.revert_on_end and vms.has_clean_snapshot(vm) and vm.state in VM.BUILT:
+        # A template's VM, or one of a revision under test, is never parked for the next user.
+        parkable = moved.template_of_id is None and moved.revision_id is None
+        if parkable and moved.image.revert_on_end and vms.has_clean_snapshot(vm) and vm.state in VM.BUILT:
             # The system's job: it ends with the VM owned by no one (a re-run must not be refused).
             job = jobs.submit("vm.park", {"vm": vm.pk}, actor=actor, reason=f"reservation {moved.pk} ended")
         else:
@@ -113,15 +115,17 @@ def extend(reservation, new_end, *, actor):
     size = {"vcpus": reservation.vcpus, "memory_mib": reservation.memory_mib}
     with transaction.atomic():
         # The new window is a new holding: counted against every limit (the reservation's own
-        # old window aside) under the same locks as ``reserve``, in this transaction.
-        quotas.check_locked(
-            reservation.user,
-            reservation.image,
-            reservation.start,
-            new_end,
-            size,
-            exclude=("reservation", reservation.pk),
-        )
+        # old window aside) under the same locks as ``reserve``, in this transaction. An image's
+        # template is not a holding (``templates``): only the host's room limits it.
+        if reservation.template_of_id is None:
+            quotas.check_locked(
+                reservation.user,
+                reservation.image,
+                reservation.start,
+                new_end,
+                size,
+                exclude=("reservation", reservation.pk),
+            )
         try:
             fresh = capacity.extend(allocation, new_end, actor=actor)
         except capacity.NoCapacity as exc:

@@ -203,7 +203,8 @@ def arm(reservation, now):
         "idle_kind": "",
     }
     policy = policy_for(reservation)
-    if policy.active:
+    # An image's template waits for its maintainer between sessions of work: never reclaimed.
+    if policy.active and reservation.template_of_id is None:
         decision = decide(policy, Clock(now), None, now)
         values.update(idle_check_at=decision.next_check, idle_deadline=decision.deadline, idle_kind=decision.kind)
     return values

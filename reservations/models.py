@@ -61,6 +61,25 @@ class Reservation(models.Model):
         "BlockAllocation", null=True, blank=True, on_delete=models.CASCADE, related_name="seat_reservations"
     )
     occurrence = models.PositiveIntegerField(default=0, help_text="Which week of a recurring block.")
+    # An image's template (``reservations.templates``): its maintainers' long-lived VM, published
+    # as the image's next revision. ``revision``: the one its VM is built from (a template's
+    # start, or a revision under test); None: the production revision when it is built.
+    template_of = models.ForeignKey(
+        "vms.Image",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="templates",
+        help_text="The image this reservation is the template of (its maintainers publish it as a revision).",
+    )
+    revision = models.ForeignKey(
+        "vms.ImageRevision",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="reservations",
+        help_text="The revision its VM is built from; blank: the production one.",
+    )
     attempts = models.PositiveSmallIntegerField(default=0, help_text="VM builds tried (a failed one is retried once).")
     failed_hosts = models.JSONField(default=list, blank=True)
     connect_user = models.CharField(max_length=64, blank=True)
@@ -108,6 +127,11 @@ class Reservation(models.Model):
                 fields=["user", "request_key"], condition=~models.Q(request_key=""), name="reservation_request_once"
             ),
             models.CheckConstraint(condition=models.Q(end__gt=models.F("start")), name="reservation_end_after_start"),
+            models.UniqueConstraint(
+                fields=["template_of"],
+                condition=models.Q(status__in=("requested", "pending", "placing", "provisioning", "ready", "ending")),
+                name="reservation_one_open_template",
+            ),
         ]
 
     def __str__(self):

@@ -35,6 +35,12 @@ def reservation_finish(job):
     return job.step("finish", services.finish, job.params["reservation"], actor=job.actor)
 
 
+@opcode("reservation.end_template", params=ReservationParams, locks=reservation_lock)
+def reservation_end_template(job):
+    """After a template's publish succeeded: end the template (its VM torn down)."""
+    return job.step("end", services.end_published, job.params["reservation"], actor=job.actor)
+
+
 class HostParams(serializers.Serializer):
     hypervisor = serializers.IntegerField(min_value=1)
 

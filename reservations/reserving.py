@@ -32,8 +32,9 @@ START_GRACE = timedelta(minutes=2)  # a form filled in at 10:00 and sent at 10:0
 
 def holdings(window):
     """The quota engine's holder for reservations (registered at start-up): each active one
-    overlapping the window, as ``(vcpus, memory_mib)``."""
-    rows = Reservation.objects.filter(status__in=Reservation.ACTIVE, end__gt=window.start)
+    overlapping the window, as ``(vcpus, memory_mib)``. An image's template is its maintainers'
+    work on the image, not a user's seat: never counted (``templates``)."""
+    rows = Reservation.objects.filter(status__in=Reservation.ACTIVE, end__gt=window.start, template_of__isnull=True)
     if window.end is not None:  # None: open-ended (a staff VM's), every later one overlaps
         rows = rows.filter(start__lt=window.end)
     rows = window.narrow(rows, "reservation")
@@ -158,12 +159,14 @@ def reserve(
     size=None,
     gpus=0,
     gpu_model="",
+    revision=None,
 ):
     """Accept a reservation and claim its capacity; returns it. ``ValidationError`` if refused.
 
     ``start`` None: now. ``end`` or ``duration`` (a timedelta). ``request_key``: the form's one-time
     key; submitting it again returns the first reservation instead of making a second.
     ``gpus``: that many GPUs of ``gpu_model`` (blank: of any one model).
+    ``revision``: the image's revision its VM is built from (one under test); None: production.
     """
     actor = Actor.of(actor)
     now = now or timezone.now()
@@ -206,9 +209,12 @@ def reserve(
                 unsaved=unsaved,
                 usable=usable,
                 gpus={"gpus": gpus, "gpu_model": gpu_model},
+                revision=revision,
             )
             if starts_now:  # the claim's host is known: so is the variant it runs
-                variant = usable.variant_on(getattr(reservation.allocation, "host_type", None))
+                # (a pinned revision's is picked by the build, from that revision's variants)
+                host_type = getattr(reservation.allocation, "host_type", None)
+                variant = usable.variant_on(host_type) if revision is None else None
                 provision(reservation, actor=actor, savepoint=False, unsaved=unsaved, variant=variant)
             unsaved.write(reservation)
     except NoRoom as exc:
@@ -274,13 +280,19 @@ def create(
     unsaved=None,
     usable=None,
     gpus=None,
+    revision=None,
+    template=False,
 ):
     """``unsaved``: a ``status.Unsaved`` keeping its writes after the INSERT (the caller writes them);
     ``usable``: the image's ``vms.usable`` as the caller read it (else it is read here);
-    ``gpus``: ``{"gpus": n, "gpu_model": name}`` (``Reservation.gpu_ask``), None: none."""
+    ``gpus``: ``{"gpus": n, "gpu_model": name}`` (``Reservation.gpu_ask``), None: none;
+    ``revision``: the revision its VM is built from (None: production); ``template``: the image's
+    template (``templates``)."""
     size = vms.size_for(image, **size)
     gpus = gpus or {}
     reservation = Reservation.objects.create(
+        revision=revision,
+        template_of=image if template else None,
         user=user,
         image=image,
         start=start,
@@ -369,9 +381,17 @@ def provision(reservation, reason="building the VM", *, actor, savepoint=True, u
         # Its claim suspended runs to make room (``reserve``): the build waits for their jobs' end.
         waits = [(pk, []) for pk in getattr(reservation.allocation, "preempt_jobs", ())]
         # The VM is set on the reservation before the reused one reads its login from it (on commit).
-        reused = vms.reuse_parked(size=size, **common, depends=waits) if reservation.image.revert_on_end else None
+        # A parked VM is production's and a template is changed for good: neither takes one.
+        reusable = reservation.image.revert_on_end and reservation.revision_id is None
+        reused = vms.reuse_parked(size=size, **common, depends=waits) if reusable else None
         vm, job = reused or vms.request_vm(
-            **size, **common, checked=known is not None, savepoint=False, depends=waits, variant=variant
+            **size,
+            **common,
+            checked=known is not None,
+            savepoint=False,
+            depends=waits,
+            variant=variant,
+            revision=reservation.revision,
         )
         if unsaved is not None:
             unsaved.change(reservation, vm=vm, attempts=reservation.attempts)

@@ -4,7 +4,7 @@ The one public place for the reservation verbs: the web pages, the API, the CLI,
 the other apps call ``reservations.services.<verb>``. The verbs live in modules by concern,
 each importing only those before it: ``visibility``, ``status`` (a status change, its history
 and event), ``logins``, ``reserving``, ``ending``, ``settling``, ``host_loss``, ``blocks``,
-``schedule``. Rules:
+``schedule``, ``templates`` (an image's template, published as its next revision). Rules:
 
 - Validation comes first and names the field and, for a quota, the rule; nothing is written
   when anything is wrong (Django ``ValidationError`` with per-field messages).
@@ -42,6 +42,7 @@ from reservations.logins import connection, rdp_file
 from reservations.reserving import check_fit, holdings, provision, reserve, validate
 from reservations.schedule import tick
 from reservations.settling import build_job, settle, settle_built, settle_unbuilt
+from reservations.templates import discard, end_published, open_template, publish, start_template, test_revision
 from reservations.visibility import may_see, visible
 
 __all__ = [
@@ -52,7 +53,9 @@ __all__ = [
     "check_fit",
     "connection",
     "create_block",
+    "discard",
     "end",
+    "end_published",
     "extend",
     "finish",
     "follow_claim",
@@ -64,7 +67,9 @@ __all__ = [
     "may_manage_blocks",
     "may_see",
     "on_dead_host",
+    "open_template",
     "provision",
+    "publish",
     "rdp_file",
     "replace_off_host",
     "reprovision_off_host",
@@ -72,8 +77,10 @@ __all__ = [
     "settle",
     "settle_built",
     "settle_unbuilt",
+    "start_template",
     "take_seat",
     "teaching_groups",
+    "test_revision",
     "tick",
     "validate",
     "visible",

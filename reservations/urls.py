@@ -1,6 +1,6 @@
 from django.urls import path
 
-from reservations import views
+from reservations import template_views, views
 
 app_name = "reservations"
 
@@ -18,6 +18,10 @@ urlpatterns = [
     path("blocks/", views.blocks, name="blocks"),
     path("blocks/<int:pk>/seat/", views.take_seat, name="take-seat"),
     path("blocks/<int:pk>/cancel/", views.cancel_block, name="cancel-block"),
+    path("images/<int:pk>/template/", template_views.start, name="template-start"),
+    path("images/<int:pk>/template/publish/", template_views.publish, name="template-publish"),
+    path("images/<int:pk>/template/discard/", template_views.discard, name="template-discard"),
+    path("revisions/<int:pk>/test/", template_views.test, name="revision-test"),
     path("usage/", views.usage_page, name="usage"),
     path("usage.csv", views.usage_csv, name="usage-csv"),
 ]

@@ -163,7 +163,7 @@ def _panel_context(reservation):
 
 
 def _detail_queryset(request):
-    return services.visible(request.user).select_related("image", "vm", "vm__host", "user")
+    return services.visible(request.user).select_related("image", "vm", "vm__host", "user", "revision")
 
 
 @login_required

@@ -1,5 +1,6 @@
-"""Who sees which reservations: a user their own, an instructor also their groups' blocks,
-auditors and administrators all. ``may_see`` authorises the ``reservation.<id>`` topic."""
+"""Who sees which reservations: a user their own, an instructor also their groups' blocks, an
+image maintainer also the templates of their groups' images, auditors and administrators all.
+``may_see`` authorises the ``reservation.<id>`` topic."""
 
 from django.db.models import Q
 
@@ -8,13 +9,18 @@ from reservations.models import Reservation
 
 
 def visible(user):
-    """A user's own reservations; an instructor's also those of their groups' blocks; all for
-    auditors and administrators."""
+    """A user's own reservations; an instructor's also those of their groups' blocks; an image
+    maintainer's also the templates of their groups' images; all for auditors and administrators."""
     if access.can(user, "see_all"):
         return Reservation.objects.all()
+    mine = Q(user=user)
     if access.can(user, "teach"):
-        return Reservation.objects.filter(Q(user=user) | Q(block__group__in=access.teaching_groups(user))).distinct()
-    return Reservation.objects.filter(user=user)
+        mine |= Q(block__group__in=access.teaching_groups(user))
+    if access.can(user, "maintain_images"):
+        mine |= Q(template_of__groups__in=access.maintained_groups(user))
+    if mine == Q(user=user):
+        return Reservation.objects.filter(mine)
+    return Reservation.objects.filter(mine).distinct()
 
 
 def may_see(user, rest):

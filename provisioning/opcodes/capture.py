@@ -1,4 +1,5 @@
-"""``vm.capture``: a stopped VM's disk saved as a new image derived from the VM's image."""
+"""``vm.capture``: a stopped VM's disk saved as a new image derived from the VM's image, or
+(``image`` given: an image's template published) as a new revision of that image."""
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -6,7 +7,7 @@ from django.db import transaction
 from accounts import access
 from drivers import registry as drivers
 from jobs.registry import opcode
-from provisioning import services
+from provisioning import revisions, services
 from provisioning.models import Image, ImageRevision
 from provisioning.opcodes.common import Refused, authorised_vm, load_vm
 from provisioning.opcodes.lifecycle import power
@@ -22,9 +23,15 @@ def vm_capture(job):
     once. Who else sees it is ``access.capture_access``'s: the parent's visibility and groups
     when an administrator (or the system) captures; an image maintainer's groups, restricted,
     for theirs; nobody else for anyone else's until a maintainer of their groups shares it.
+
+    ``image``: the disk becomes a new revision of that image instead (testing, or production
+    with ``production``), made from the VM's own revision; the submitter must maintain it.
     """
     vm = authorised_vm(job)
     name = job.params["image_name"]
+    target = job.params.get("image")
+    if target is not None:
+        return _capture_revision(job, vm, target)
     if "capture" not in job._done and Image.objects.filter(name=name).exists():  # before stopping the VM
         raise Refused(f"an image named {name} exists already")
     job.expect(3)
@@ -34,6 +41,45 @@ def vm_capture(job):
     owner, comment = job.job.submitter_id, job.params.get("comment", "")
     image = job.step("register", register_capture, vm.pk, captured, visibility, groups, owner, comment, actor=job.actor)
     return {"vm": vm.pk, "image": image["image"], "variant": image["variant"], "name": name}
+
+
+def _capture_revision(job, vm, image_id):
+    image = Image.objects.filter(pk=image_id).first()
+    if image is None or not access.can_maintain_image(job.job.submitter, image):
+        raise Refused(f"image {image_id} does not exist or is not yours to change")
+    job.expect(3)
+    job.step("stop", power, vm.pk, "stop", job.params["force"], actor=job.actor)
+    captured = job.step("capture", capture_on_host, vm.pk, job.params["image_name"])
+    production, comment = job.params.get("production", False), job.params.get("comment", "")
+    made = job.step("register", register_revision, vm.pk, captured, image.pk, production, comment, actor=job.actor)
+    return {"vm": vm.pk, **made}
+
+
+def register_revision(vm_id, captured, image_id, production, comment="", *, actor):
+    """Record the captured disk as the next revision of image ``image_id`` (one variant, for the
+    VM's host type), made from the VM's revision; production at once if asked. Idempotent: a
+    revision an interrupted attempt recorded with this disk is the one returned."""
+    vm = load_vm(vm_id)
+    image = Image.objects.get(pk=image_id)
+    fields = {"hypervisor_type": vm.host.hypervisor_type}
+    fields.update((name, captured[name]) for name in ("format", "location", "checksum", "size_gib"))
+    variant = image.variants.filter(location=fields["location"]).select_related("revision").first()
+    with transaction.atomic():
+        if variant is None:
+            parent = ImageRevision.objects.filter(pk=vm.revision_id, image=image).first()
+            revision = revisions.add_revision(
+                image,
+                actor=actor,
+                variants=[fields],
+                parent=parent,
+                comment=comment,
+                reason=f"captured from {vm.key}",
+            )
+            variant = revision.variants.get()
+        revision = variant.revision
+        if production and revision.state != ImageRevision.State.PRODUCTION:
+            revisions.make_production(revision, actor=actor, reason=f"published from {vm.key}")
+    return {"image": image.pk, "variant": variant.pk, "revision": revision.number, "name": image.name}
 
 
 def capture_on_host(vm_id, name):

@@ -23,6 +23,15 @@ class CaptureParams(VMParams):
     comment = serializers.CharField(
         max_length=1000, allow_blank=True, default="", help_text="Why, or what changed (the first revision's comment)."
     )
+    # Left out of a plain capture's parameters (not defaulted), as before revisions had them.
+    image = serializers.IntegerField(
+        min_value=1,
+        required=False,
+        help_text="Capture as a new revision of this image (its maintainer's) instead of a new image.",
+    )
+    production = serializers.BooleanField(
+        required=False, help_text="With ``image``: make the new revision production at once (else testing)."
+    )
 
 
 class MigrateParams(VMParams):

@@ -48,6 +48,8 @@ class ReservationSerializer(serializers.ModelSerializer):
             "connected_at",
             "reclaimed",
             "reclaimed_at",
+            "template_of",
+            "revision",
         ]
         read_only_fields = fields
 
@@ -117,6 +119,30 @@ class ReservationAcceptedSerializer(serializers.Serializer):
     reservation = ReservationSerializer()
     job = serializers.IntegerField(allow_null=True)
     job_url = serializers.CharField(allow_null=True)
+
+
+class TemplateStartSerializer(RefuseUnknownFields, serializers.Serializer):
+    revision = serializers.IntegerField(
+        min_value=1, required=False, allow_null=True, default=None, help_text="Its number; blank: production."
+    )
+    ssh_key = serializers.CharField(required=False, allow_blank=True, default="", max_length=16000)
+
+
+class TemplatePublishSerializer(RefuseUnknownFields, serializers.Serializer):
+    production = serializers.BooleanField(default=False, help_text="Production at once; else testing.")
+    comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=1000)
+    keep = serializers.BooleanField(default=False, help_text="Keep the template (its VM) for the next round.")
+
+
+class RevisionTestSerializer(RefuseUnknownFields, serializers.Serializer):
+    duration = serializers.IntegerField(
+        min_value=1, max_value=HORIZON_MINUTES, required=False, default=60, help_text="Minutes."
+    )
+
+
+class TemplatePublishedSerializer(serializers.Serializer):
+    job = serializers.IntegerField(help_text="The capture job.")
+    job_url = serializers.CharField()
 
 
 def job_url(job, request):

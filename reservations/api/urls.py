@@ -1,6 +1,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
+from reservations.api.templates import RevisionTestView, TemplateDiscardView, TemplatePublishView, TemplateView
 from reservations.api.views import BlockAllocationViewSet, FitCheckView, ReservationViewSet, UsageCSVView, UsageView
 
 router = SimpleRouter(trailing_slash=True)
@@ -10,6 +11,10 @@ router.register("block-allocations", BlockAllocationViewSet, basename="blockallo
 urlpatterns = [
     path("reservations/check/", FitCheckView.as_view(), name="reservation-check"),
     path("usage/", UsageView.as_view(), name="usage"),
+    path("images/<int:pk>/template/", TemplateView.as_view(), name="image-template"),
+    path("images/<int:pk>/template/publish/", TemplatePublishView.as_view(), name="image-template-publish"),
+    path("images/<int:pk>/template/discard/", TemplateDiscardView.as_view(), name="image-template-discard"),
+    path("image-revisions/<int:pk>/test/", RevisionTestView.as_view(), name="imagerevision-test"),
     path("usage/csv/", UsageCSVView.as_view(), name="usage-csv"),
     *router.urls,
 ]

@@ -169,3 +169,21 @@ def test_a_users_capture_is_theirs_to_reserve_at_once(sim_host, image, alice, bo
     assert reservation.vm.image == new and reservation.vm.state == "running"
     with pytest.raises(ValidationError):
         reservations.reserve(bob, new, actor=bob, duration=timedelta(hours=1))
+
+
+def test_a_capture_into_a_revision_of_an_image_the_submitter_does_not_maintain_is_refused(
+    sim_host, image, alice, sync_jobs
+):
+    vm = built(alice, image, sync_jobs)
+    job = capture(alice, vm, "debian-12-r2", sync_jobs, image=image.pk)
+    assert job.status == "error" and "is not yours to change" in job.error_message
+    assert image.revisions.count() == 1 and VM.objects.get(pk=vm.pk).state == "running"  # refused before the stop
+
+
+def test_an_administrators_capture_into_an_image_adds_its_next_revision(sim_host, image, admin_user, sync_jobs):
+    vm = built(admin_user, image, sync_jobs)
+    job = capture(admin_user, vm, "debian-12-r2", sync_jobs, image=image.pk, production=True, comment="patched")
+    assert job.status == "success", job.error_message
+    assert job.result["revision"] == 2 and not Image.objects.filter(name="debian-12-r2").exists()
+    second = image.revisions.get(number=2)
+    assert (second.state, second.comment, second.parent.number) == ("production", "patched", 1)

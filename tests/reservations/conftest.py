@@ -1,7 +1,10 @@
 """Fixtures for reservations: simulated hosts, an image, jobs run in this process."""
 
 import pytest
+from django.contrib.auth.models import Group
 
+from accounts import access
+from provisioning import services as vms
 from tests.images import sim_image
 from tests.jobs.conftest import sync_jobs  # noqa: F401 (fixture)
 
@@ -11,3 +14,25 @@ def image(db):
     return sim_image(
         "debian-12", os="Debian 12", min_memory_mib=256, default_vcpus=2, default_memory_mib=2048, default_disk_gib=10
     )
+
+
+@pytest.fixture
+def lab(image):
+    group = Group.objects.create(name="lab")
+    vms.update_image(image, actor="test", visibility="restricted", groups=[group])
+    return group
+
+
+@pytest.fixture
+def maya(django_user_model, lab):
+    """An image maintainer of ``lab`` (the image's group)."""
+    user = django_user_model.objects.create_user("maya")
+    access.set_roles(user, ["image-maintainer"], actor="test")
+    user.groups.add(lab)
+    return user
+
+
+@pytest.fixture
+def student(bob, lab):
+    bob.groups.add(lab)
+    return bob

@@ -5,21 +5,28 @@ revision add IMAGE --variant TYPE,FORMAT,LOCATION[,CHECKSUM] [--variant …] [--
 revision production IMAGE N        # new VMs are built from revision N (the roll-back, or forward)
 revision retire IMAGE N
 revision delete IMAGE N            # its copies on hosts are removed by image.unstage jobs
+
+The verbs of an image's template (template, publish, discard, test) are the reservations
+app's, registered into ``VERBS`` at start-up (``reservations.revision_cli``).
 """
 
 import json
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from core.changelog import Actor
 from core.errors import Conflict
+from core.hooks import Hook
 from provisioning import revisions
 from provisioning.api.serializers import ImageRevisionSerializer
 from provisioning.models import Image, ImageRevision
 
 CLI = Actor(name="cli")
 CHANGES = {"production": revisions.make_production, "retire": revisions.retire}
+# Verbs of the layers above (an image's template: reservations), filled in their ready():
+# verb -> ``(help, add_arguments(parser), run(command, image, options) -> the line to print)``.
+VERBS: Hook[tuple] = Hook("provisioning.management.commands.revision.VERBS", keyed=True, single=True)
 
 
 class Command(BaseCommand):
@@ -45,6 +52,10 @@ class Command(BaseCommand):
             act = sub.add_parser(verb)
             act.add_argument("image", help="image name")
             act.add_argument("number", type=int)
+        for verb, (text, arguments, _) in VERBS.items():
+            more = sub.add_parser(verb, help=text)
+            more.add_argument("image", help="image name")
+            arguments(more)
 
     def handle(self, *args, verb, **options):
         image = Image.objects.filter(name=options["image"]).first()
@@ -53,7 +64,9 @@ class Command(BaseCommand):
         try:
             if verb == "list":
                 return self.list(image, options["json"])
-            if verb == "add":
+            if VERBS.one(verb) is not None:
+                self.stdout.write(VERBS.one(verb)[2](self, image, options))
+            elif verb == "add":
                 revision = revisions.add_revision(
                     image,
                     actor=CLI,
@@ -71,7 +84,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"{image.name} revision {revision.number} is {revision.state}")
         except ValidationError as exc:
             raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None
-        except Conflict as exc:
+        except (Conflict, PermissionDenied) as exc:
             raise CommandError(str(exc)) from None
 
     def list(self, image, as_json):
