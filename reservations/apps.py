@@ -9,12 +9,12 @@ class ReservationsConfig(AppConfig):
         from django_q.signals import post_spawn
 
         from capacity import services as capacity
-        from core import topics
+        from core import events, topics
         from inventory import services as inventory
         from jobs import transitions
         from provisioning import quotas, repair, verify
         from provisioning.opcodes import lifecycle
-        from reservations import services, tasks
+        from reservations import prestage, services, tasks
 
         topics.AUTHORISERS.register("reservation", services.may_see)
         quotas.HOLDERS.register("reservation", services.holdings)
@@ -24,4 +24,5 @@ class ReservationsConfig(AppConfig):
         repair.ON_GONE.register(services.vm_gone)
         lifecycle.ON_BUILT.register(services.settle_built)
         transitions.ON_END.register("vm.create", services.settle_unbuilt)
+        events.LISTENERS.register("image.updated", events.Listener(prestage.on_image_updated))
         post_spawn.connect(tasks.start_clock, dispatch_uid="reservations.clock")
