@@ -9,14 +9,14 @@ class ReservationsConfig(AppConfig):
         from django_q.signals import post_spawn
 
         from capacity import services as capacity
-        from core import topics
+        from core import events, topics
         from inventory import services as inventory
         from jobs import transitions
         from provisioning import quotas, repair, verify
         from provisioning import views as vm_pages
         from provisioning.management.commands import revision
         from provisioning.opcodes import lifecycle
-        from reservations import revision_cli, services, tasks, template_views
+        from reservations import prestage, revision_cli, services, tasks, template_views
 
         topics.AUTHORISERS.register("reservation", services.may_see)
         quotas.HOLDERS.register("reservation", services.holdings)
@@ -29,4 +29,5 @@ class ReservationsConfig(AppConfig):
         vm_pages.IMAGE_CARDS.register(template_views.template_card)
         for verb, spec in revision_cli.VERBS.items():
             revision.VERBS.register(verb, spec)
+        events.LISTENERS.register("image.updated", events.Listener(prestage.on_image_updated))
         post_spawn.connect(tasks.start_clock, dispatch_uid="reservations.clock")

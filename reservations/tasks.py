@@ -20,6 +20,10 @@ USAGE_MINUTES = 60
 IDLE_SCHEDULE = "vclmgr: idle reclamation"
 IDLE_FUNC = "reservations.tasks.idle_round"
 IDLE_ACTOR_NAME = "idle reclamation"
+# Pre-staging: class sessions coming into the look-ahead get their image copied ahead.
+PRESTAGE_SCHEDULE = "vclmgr: pre-stage for classes"
+PRESTAGE_FUNC = "reservations.tasks.prestage_round"
+PRESTAGE_MINUTES = 15
 
 
 def tick():
@@ -50,7 +54,16 @@ def idle_round(now=None):
     return job.pk
 
 
+def prestage_round(now=None):
+    """Submit the ``image.stage`` jobs upcoming block seats need (``reservations.prestage``);
+    returns their ids."""
+    from reservations import prestage
+
+    return [job.pk for job in prestage.prestage(now)]
+
+
 def ensure_schedule():
+    periodic.ensure_schedule(PRESTAGE_SCHEDULE, PRESTAGE_FUNC, PRESTAGE_MINUTES)
     periodic.ensure_schedule(USAGE_SCHEDULE, USAGE_FUNC, USAGE_MINUTES)
     periodic.ensure_schedule(IDLE_SCHEDULE, IDLE_FUNC, 1)
     return periodic.ensure_schedule(TICK_SCHEDULE, TICK_FUNC, 1)

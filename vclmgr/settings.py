@@ -430,6 +430,9 @@ VCLMGR_VSPHERE_TIMEOUT = env.float("VCLMGR_VSPHERE_TIMEOUT", 30.0, minimum=0.1, 
 VCLMGR_STAGE_PER_HOST = env.int("VCLMGR_STAGE_PER_HOST", 2, minimum=1)
 VCLMGR_STAGE_PER_CHASSIS = env.int("VCLMGR_STAGE_PER_CHASSIS", 4, minimum=1)
 VCLMGR_STAGE_GLOBAL = env.int("VCLMGR_STAGE_GLOBAL", 16, minimum=1)
+# A new production revision is copied ahead onto the hosts of the class sessions (block seats)
+# starting within this many hours (reservations/prestage.py; 0: never ahead).
+VCLMGR_PRESTAGE_LOOKAHEAD_HOURS = env.int("VCLMGR_PRESTAGE_LOOKAHEAD_HOURS", 24, minimum=0, maximum=24 * 14)
 # An image variant's http(s):// location is downloaded under the outbound policy (below): the
 # whole download within VCLMGR_IMAGE_FETCH_TIMEOUT seconds, at most VCLMGR_IMAGE_FETCH_MAX_GIB.
 VCLMGR_IMAGE_FETCH_TIMEOUT = env.int("VCLMGR_IMAGE_FETCH_TIMEOUT", 3600, minimum=1)
