@@ -14,9 +14,8 @@ Every verb takes ``actor=``, locks the image's row (revision numbers and the one
 revision are decided under it) and writes the change log.
 """
 
-from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import F, Max, ProtectedError, Q
+from django.db.models import F, ProtectedError, Q
 
 from core import changelog, events
 from core.errors import Conflict, InUse
@@ -35,41 +34,14 @@ def production(image):
 def production_for_variant(image, *, actor):
     """The revision a variant added to ``image`` without naming one joins: the production
     revision; an image without any revision gets revision 1, in production."""
-    _lock(image)
+    lock(image)
     found = production(image)
     if found is not None:
         return found
     if image.revisions.exists():
         raise Conflict(f"image {image.name} has no production revision: name the revision")
-    revision = ImageRevision.objects.create(image=image, number=1, state=State.PRODUCTION, created_by=_user(actor))
+    revision = ImageRevision.objects.create(image=image, number=1, state=State.PRODUCTION, created_by=user_of(actor))
     changelog.record(revision, "create", actor, reason="the image's first revision")
-    return revision
-
-
-def add_revision(image, *, actor, variants, parent=None, comment="", reason=""):
-    """A new ``testing`` revision of ``image`` with ``variants`` (dicts of the variant fields,
-    ``guest_password`` included, as for ``services.add_variant``). ``parent``: the revision it
-    was made from (default: the production one). All or nothing."""
-    from provisioning import services
-
-    if not variants:
-        raise ValidationError({"variants": ["a revision needs at least one variant (its disk)"]})
-    if parent is not None and parent.image_id != image.pk:
-        raise ValidationError({"parent": [f"revision {parent.number} is not one of {image.name}'s"]})
-    with transaction.atomic():
-        _lock(image)
-        number = (image.revisions.aggregate(n=Max("number"))["n"] or 0) + 1
-        revision = ImageRevision.objects.create(
-            image=image,
-            number=number,
-            state=State.TESTING,
-            created_by=_user(actor),
-            parent=parent or production(image),
-            comment=comment,
-        )
-        changelog.record(revision, "create", actor, {"comment": ["", comment]} if comment else None, reason)
-        for fields in variants:
-            services.add_variant(image, actor=actor, revision=revision, reason=reason, **fields)
     return revision
 
 
@@ -77,7 +49,7 @@ def make_production(revision, *, actor, reason=""):
     """Make ``revision`` its image's production revision (the roll-back, or forward): new VMs
     are built from it; the revision it replaces becomes ``testing``. VMs keep theirs."""
     with transaction.atomic():
-        _lock(revision.image)
+        lock(revision.image)
         revision.refresh_from_db()
         if revision.state == State.PRODUCTION:
             raise Conflict(f"{revision.image.name} revision {revision.number} is production already")
@@ -95,7 +67,7 @@ def retire(revision, *, actor, reason=""):
     """Retire a revision that is not production: never offered again unless made production;
     the VMs built from it keep running."""
     with transaction.atomic():
-        _lock(revision.image)
+        lock(revision.image)
         revision.refresh_from_db()
         if revision.state == State.PRODUCTION:
             raise Conflict(
@@ -110,7 +82,7 @@ def delete_revision(revision, *, actor, reason=""):
     """Delete a revision no VM uses (never the production one); its copies on hosts are
     removed by ``image.unstage`` jobs (returned), the library's own source is left alone."""
     with transaction.atomic():
-        _lock(revision.image)
+        lock(revision.image)
         revision.refresh_from_db()
         name = f"{revision.image.name} revision {revision.number}"
         if revision.state == State.PRODUCTION:
@@ -172,12 +144,12 @@ def _set_state(revision, state, actor, reason):
     changelog.record(revision, "update", actor, changes, reason)
 
 
-def _lock(image):
+def lock(image):
     """The image's row, locked: revision numbers and the production revision are decided under it."""
     Image.objects.select_for_update().filter(pk=image.pk).first()
 
 
-def _user(actor):
+def user_of(actor):
     return changelog.Actor.of(actor).user
 
 

@@ -19,7 +19,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import FilteredRelation, Prefetch, ProtectedError, Q, RestrictedError
+from django.db.models import FilteredRelation, Max, Prefetch, ProtectedError, Q, RestrictedError
 from django.utils import timezone
 
 from accounts import access
@@ -34,7 +34,7 @@ from jobs import services as jobs
 from jobs.models import Job
 from placement import devices
 from provisioning import quotas, revisions
-from provisioning.models import VM, HostImage, Image, ImageVariant
+from provisioning.models import VM, HostImage, Image, ImageRevision, ImageVariant
 
 IMAGE_FIELDS = (
     "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib", "default_vcpus",
@@ -262,6 +262,31 @@ def add_variant(image, reason="", *, actor, guest_password="", revision=None, **
             {"hypervisor_type": [f"{variant.revision} already has a {variant.hypervisor_type} variant"]}
         ) from None
     return variant
+
+
+def add_revision(image, *, actor, variants, parent=None, comment="", reason=""):
+    """A new ``testing`` revision of ``image`` with ``variants`` (dicts of the variant fields,
+    ``guest_password`` included, as for ``add_variant``). ``parent``: the revision it
+    was made from (default: the production one). All or nothing."""
+    if not variants:
+        raise ValidationError({"variants": ["a revision needs at least one variant (its disk)"]})
+    if parent is not None and parent.image_id != image.pk:
+        raise ValidationError({"parent": [f"revision {parent.number} is not one of {image.name}'s"]})
+    with transaction.atomic():
+        revisions.lock(image)
+        number = (image.revisions.aggregate(n=Max("number"))["n"] or 0) + 1
+        revision = ImageRevision.objects.create(
+            image=image,
+            number=number,
+            state=revisions.State.TESTING,
+            created_by=revisions.user_of(actor),
+            parent=parent or revisions.production(image),
+            comment=comment,
+        )
+        changelog.record(revision, "create", actor, {"comment": ["", comment]} if comment else None, reason)
+        for fields in variants:
+            add_variant(image, actor=actor, revision=revision, reason=reason, **fields)
+    return revision
 
 
 def set_guest_login(variant, *, actor, username, password=None, reason=""):

@@ -246,7 +246,7 @@ def revision_add(request, pk):
         fields = dict(form.cleaned_data)
         comment = fields.pop("comment")
         try:
-            revision = revisions.add_revision(
+            revision = services.add_revision(
                 image, actor=request.user, variants=[fields], comment=comment, reason="web UI"
             )
         except ValidationError as exc:

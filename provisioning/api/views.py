@@ -196,7 +196,7 @@ class ImageRevisionViewSet(
         data = dict(serializer.validated_data)
         access.check_image_maintenance(self.request.user, data["image"])
         try:
-            serializer.instance = revisions.add_revision(
+            serializer.instance = services.add_revision(
                 data["image"],
                 actor=self.request.user,
                 variants=data["disks"],

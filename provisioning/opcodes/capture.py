@@ -67,7 +67,7 @@ def register_revision(vm_id, captured, image_id, production, comment="", *, acto
     with transaction.atomic():
         if variant is None:
             parent = ImageRevision.objects.filter(pk=vm.revision_id, image=image).first()
-            revision = revisions.add_revision(
+            revision = services.add_revision(
                 image,
                 actor=actor,
                 variants=[fields],

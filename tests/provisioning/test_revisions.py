@@ -16,7 +16,7 @@ SIM = {"hypervisor_type": "sim", "format": "sim", "size_gib": 2}
 
 
 def second_revision(image, actor="test", name="v2"):
-    return revisions.add_revision(
+    return services.add_revision(
         image, actor=actor, comment="security updates", variants=[{**SIM, "location": f"sim://library/{name}"}]
     )
 
@@ -71,12 +71,12 @@ def test_it_adds_a_testing_revision_made_from_production(image, alice):
 
 def test_a_revision_needs_a_disk(image):
     with pytest.raises(ValidationError, match="at least one variant"):
-        revisions.add_revision(image, actor="test", variants=[])
+        services.add_revision(image, actor="test", variants=[])
 
 
 def test_a_bad_variant_adds_no_revision(image):
     with pytest.raises(ValidationError):
-        revisions.add_revision(image, actor="test", variants=[{**SIM, "location": ""}])
+        services.add_revision(image, actor="test", variants=[{**SIM, "location": ""}])
     assert image.revisions.count() == 1
 
 

@@ -42,7 +42,7 @@ def test_users_see_the_revisions_of_the_images_they_may_use(api, alice, admin_us
 
 def test_a_plain_user_cannot_change_revisions(api, alice, image):
     first = revisions.production(image)
-    second = revisions.add_revision(image, actor="test", variants=[DISK])
+    second = services.add_revision(image, actor="test", variants=[DISK])
     client = api(alice)
     assert (
         client.post("/api/v1/image-revisions/", {"image": image.pk, "disks": [DISK]}, format="json").status_code == 403
@@ -103,7 +103,7 @@ def test_bad_input_is_refused_with_the_field(api, admin_user, image, lab):
 
 
 def test_an_image_shows_its_production_variants_only(api, admin_user, image):
-    revisions.add_revision(image, actor="test", variants=[{**DISK, "format": "sim"}])
+    services.add_revision(image, actor="test", variants=[{**DISK, "format": "sim"}])
     client = api(admin_user)
     listed = client.get("/api/v1/images/").json()["results"][0]["variants"]
     updated = client.patch(f"/api/v1/images/{image.pk}/", {"description": "new"}, format="json").json()["variants"]

@@ -6,7 +6,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from inventory.models import Hypervisor
-from provisioning import revisions
+from provisioning import revisions, services
 from provisioning.models import VM, HostImage, Image, ImageRevision
 
 BEFORE = [("vms", "0015_moved_task_paths")]
@@ -58,7 +58,7 @@ def test_it_migrates_back_unless_that_would_drop_a_revisions_disks():
     _migrate(BEFORE)  # one revision per image: the old layout holds it all
     _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
     debian = Image.objects.get(name="debian-12")
-    revisions.add_revision(
+    services.add_revision(
         debian, actor="test", variants=[{"hypervisor_type": "sim", "format": "sim", "location": "sim://library/d2"}]
     )
 

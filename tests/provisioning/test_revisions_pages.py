@@ -2,13 +2,13 @@
 
 import pytest
 
-from provisioning import revisions
+from provisioning import revisions, services
 
 pytestmark = pytest.mark.django_db
 
 
 def test_users_see_the_revisions_without_the_actions(client, alice, image):
-    revisions.add_revision(
+    services.add_revision(
         image, actor="test", comment="patched", variants=[{"hypervisor_type": "sim", "format": "sim", "location": "x"}]
     )
     client.force_login(alice)

@@ -41,7 +41,7 @@ def test_new_vms_clone_the_production_revisions_template(esx_host, vmdk_image, a
         staged = services.cached(esx_host, old.variant).location
         act(old, "stop", sync_jobs, force=True)
         template = template_from(driver, old, f"rev2-{tmp_path.name}"[:100])
-        second = revisions.add_revision(
+        second = services.add_revision(
             vmdk_image,
             actor=admin_user,
             comment="patched",

@@ -11,6 +11,7 @@ from django.utils import timezone
 from inventory.models import Hypervisor
 from jobs.models import Job
 from provisioning import revisions
+from provisioning import services as vms
 from provisioning.models import HostImage
 from provisioning.opcodes import staging
 from reservations import services, tasks
@@ -41,7 +42,7 @@ def lab(make_host, image, admin_user):
 
 
 def new_production(image, django_capture_on_commit_callbacks, name="v2"):
-    revision = revisions.add_revision(
+    revision = vms.add_revision(
         image, actor="test", variants=[{"hypervisor_type": "sim", "format": "sim", "location": f"sim://library/{name}"}]
     )
     with django_capture_on_commit_callbacks(execute=True):

@@ -78,7 +78,7 @@ def test_it_publishes_straight_to_production_and_can_keep_the_template(template,
 
 
 def test_a_template_starts_from_a_chosen_revision(sim_host, image, maya, sync_jobs):
-    second = revisions.add_revision(
+    second = vms.add_revision(
         image, actor="test", variants=[{"hypervisor_type": "sim", "format": "sim", "location": "sim://library/v2"}]
     )
     template = ready(services.start_template(image, revision=second, actor=maya), sync_jobs)

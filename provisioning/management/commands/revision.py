@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 from core.changelog import Actor
 from core.errors import Conflict
 from core.hooks import Hook
-from provisioning import revisions
+from provisioning import revisions, services
 from provisioning.api.serializers import ImageRevisionSerializer
 from provisioning.models import Image, ImageRevision
 
@@ -67,7 +67,7 @@ class Command(BaseCommand):
             if VERBS.one(verb) is not None:
                 self.stdout.write(VERBS.one(verb)[2](self, image, options))
             elif verb == "add":
-                revision = revisions.add_revision(
+                revision = services.add_revision(
                     image,
                     actor=CLI,
                     variants=[_variant(text) for text in options["variant"]],
