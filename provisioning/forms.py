@@ -147,4 +147,6 @@ class ShareForm(forms.Form):
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["groups"].queryset = access.maintained_groups(user).order_by("name")
+        # Classes and teams, not the groups that give a role (sharing with "operator" means nothing).
+        groups = access.maintained_groups(user).exclude(pk__in=access.role_groups().values("pk"))
+        self.fields["groups"].queryset = groups.order_by("name")

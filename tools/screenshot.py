@@ -2,7 +2,9 @@
 
 Run: ``DEBUG=1 .venv/bin/python tools/screenshot.py [PATH] [OUT]`` (default: the admin dashboard,
 into docs/screenshot.png). For ``/reservations/usage/`` the demo also gets 30 days of synthetic
-history, stored per day (``docs/screenshots/usage.png``).
+history, stored per day (``docs/screenshots/usage.png``). ``template`` as PATH: the page of an image
+whose template is running and which has a testing revision beside production: its Template card
+into OUT and its Revisions card beside it (``class-image-template.png``, ``…-revisions.png``).
 Uses a throwaway var directory, Debian's Chromium and a free port. Before serving, ``SCENE``
 gives the demo cluster something to show: reservations now and in the next days, some load
 on the hosts, a drained and an offline host.
@@ -53,6 +55,22 @@ demo.usage_history(30, 40)
 usage.backfill(timezone.now().date() - timedelta(days=30), timezone.now().date())
 """
 
+TEMPLATE_SCENE = """
+from django.contrib.auth import get_user_model
+from provisioning import services as vms
+from provisioning.models import Image
+from reservations import templates
+
+admin = get_user_model().objects.get(username="admin")
+image = Image.objects.get(name="ubuntu-24.04-desktop")
+variant = image.variants.first()
+vms.add_revision(image, actor=admin, comment="MATLAB R2026b installed", variants=[
+    {"hypervisor_type": variant.hypervisor_type, "format": variant.format,
+     "location": variant.location + "-r2", "size_gib": variant.size_gib}])
+templates.start_template(image, actor=admin)
+print(image.pk)
+"""
+
 
 def main(path="/", out="docs/screenshot.png"):
     var = tempfile.mkdtemp(prefix="vclmgr-shot-")
@@ -63,6 +81,12 @@ def main(path="/", out="docs/screenshot.png"):
     subprocess.run([*run, "shell", "-c", SCENE], cwd=ROOT, env=env, check=True)
     if path.startswith("/reservations/usage/"):
         subprocess.run([*run, "shell", "-c", USAGE_SCENE], cwd=ROOT, env=env, check=True)
+    template = path == "template"
+    if template:
+        scene = subprocess.run(
+            [*run, "shell", "-c", TEMPLATE_SCENE], cwd=ROOT, env=env, check=True, capture_output=True
+        )
+        path = f"/vms/images/{scene.stdout.split()[-1].decode()}/"
     password = dict(line.split(":", 1) for line in (Path(var) / "demo_credentials.txt").read_text().split())["admin"]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -93,7 +117,16 @@ def main(path="/", out="docs/screenshot.png"):
             page.goto(path)
             page.wait_for_timeout(4000)  # the reservations made by SCENE come up meanwhile
             (ROOT / out).parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(ROOT / out), full_page=out != "docs/screenshot.png")
+            if template:
+                for _ in range(30):  # the template's machine is built by serve's worker
+                    if page.locator("#template .badge.ready").count():
+                        break
+                    page.wait_for_timeout(1000)
+                    page.reload()
+                page.locator("#revisions-card").screenshot(path=str(ROOT / out).replace(".png", "-revisions.png"))
+                page.locator("#template").screenshot(path=str(ROOT / out))
+            else:
+                page.screenshot(path=str(ROOT / out), full_page=out != "docs/screenshot.png")
             browser.close()
     finally:
         server.terminate()

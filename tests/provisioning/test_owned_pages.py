@@ -44,3 +44,14 @@ def test_an_owner_renames_and_deletes_from_the_image_page(client, mine, alice, b
     client.force_login(alice)
     assert client.post(f"/vms/images/{mine.pk}/delete/").status_code == 302
     assert not Image.objects.filter(pk=mine.pk).exists()
+
+
+def test_the_share_form_offers_classes_not_the_groups_that_give_a_role(client, mine, admin_user, lab):  # noqa: F811
+    from django.contrib.auth.models import Group
+
+    from provisioning.forms import ShareForm
+
+    Group.objects.get_or_create(name="operator")
+    offered = {group.name for group in ShareForm(user=admin_user).fields["groups"].queryset}
+    assert "lab" in offered and "operator" not in offered
+    assert "image-maintainer" not in offered
