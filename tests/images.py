@@ -54,3 +54,15 @@ def file_image(path, content, name, *, variant, **fields):
         **variant,
     )
     return image
+
+
+def image_maintainer(group, username="maya"):
+    """``username``, an image maintainer (the ``image-maintainer`` role) of ``group``."""
+    from django.contrib.auth import get_user_model
+
+    from accounts import access
+
+    user = get_user_model().objects.create_user(username)
+    access.set_roles(user, ["image-maintainer"], actor="test")
+    user.groups.add(group)
+    return user

@@ -13,6 +13,7 @@ from drivers.sim.models import SimImage, SimVM
 from jobs.models import Job
 from provisioning import services
 from provisioning.models import VM, Image
+from tests.images import image_maintainer
 from tests.provisioning.test_libvirt import kvm_host, kvm_image  # noqa: F401 (fixtures)
 
 
@@ -60,12 +61,9 @@ def test_a_users_capture_is_kept_from_other_users(sim_host, image, alice, bob, s
 
 
 @pytest.fixture
-def maintainer(django_user_model):
+def maintainer(db):
     """An image maintainer of ``lab`` (through the ``image-maintainer`` role group)."""
-    user = django_user_model.objects.create_user("maya")
-    access.set_roles(user, ["image-maintainer"], actor="test")
-    user.groups.add(Group.objects.create(name="lab"))
-    return user
+    return image_maintainer(Group.objects.create(name="lab"))
 
 
 def test_a_maintainers_capture_of_their_groups_image_keeps_only_their_groups(

@@ -8,6 +8,7 @@ from accounts import access
 from core.errors import InUse
 from provisioning import owned, services
 from provisioning.models import Image
+from tests.images import image_maintainer
 
 pytestmark = pytest.mark.django_db
 
@@ -18,12 +19,9 @@ def lab(db):
 
 
 @pytest.fixture
-def maya(django_user_model, lab):
+def maya(lab):
     """An image maintainer of ``lab``."""
-    user = django_user_model.objects.create_user("maya")
-    access.set_roles(user, ["image-maintainer"], actor="test")
-    user.groups.add(lab)
-    return user
+    return image_maintainer(lab)
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ maintainers of the image's groups and administrators add, make production, retir
 import pytest
 from django.contrib.auth.models import Group
 
-from accounts import access
 from provisioning import revisions, services
 from provisioning.models import ImageRevision
+from tests.images import image_maintainer
 
 DISK = {"hypervisor_type": "sim", "format": "sim", "location": "sim://library/v2"}
 
@@ -21,11 +21,8 @@ def lab(db):
 
 
 @pytest.fixture
-def maintainer(django_user_model, lab):
-    user = django_user_model.objects.create_user("maya")
-    access.set_roles(user, ["image-maintainer"], actor="test")
-    user.groups.add(Group.objects.get(name="lab"))
-    return user
+def maintainer(lab):
+    return image_maintainer(Group.objects.get(name="lab"))
 
 
 def numbers(response):

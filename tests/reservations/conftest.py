@@ -3,9 +3,8 @@
 import pytest
 from django.contrib.auth.models import Group
 
-from accounts import access
 from provisioning import services as vms
-from tests.images import sim_image
+from tests.images import image_maintainer, sim_image
 from tests.jobs.conftest import sync_jobs  # noqa: F401 (fixture)
 
 
@@ -24,12 +23,9 @@ def lab(image):
 
 
 @pytest.fixture
-def maya(django_user_model, lab):
+def maya(lab):
     """An image maintainer of ``lab`` (the image's group)."""
-    user = django_user_model.objects.create_user("maya")
-    access.set_roles(user, ["image-maintainer"], actor="test")
-    user.groups.add(lab)
-    return user
+    return image_maintainer(lab)
 
 
 @pytest.fixture
