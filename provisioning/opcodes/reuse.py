@@ -14,6 +14,8 @@ boot (``lifecycle.clean_snapshot``), so it holds no user's login, files or memor
   released, as a failed create, so the caller's retry path builds a new VM.
 """
 
+from contextlib import contextmanager
+
 from drivers import base
 from drivers import registry as drivers
 from jobs.registry import opcode
@@ -62,15 +64,11 @@ def bring_up(step, vm_id, *, actor):
     """A parked VM's new seed (its owner's login, a new instance id), boot, and ready once the
     guest answers; the address. On failure it is destroyed and its claim released, as a failed
     create (``vm.reuse``'s steps; a run's job takes them too, on a pooled VM)."""
-    try:
+    with _undone_on_failure(vm_id, actor=actor):
         step("reseed", reseed, vm_id, "owner", actor=actor)
         step("start", boot, vm_id, actor=actor)
         address = step("address", wait_address, vm_id)
         step("ready", ready, vm_id, address, actor=actor)
-    except Exception as exc:
-        if not passes_through(exc):
-            undo_create(vm_id, fail_reason(exc), actor=actor)
-        raise
     return address
 
 
@@ -78,15 +76,23 @@ def resume_warm(step, vm_id, *, actor):
     """A parked VM with a warm snapshot back to that moment, running, its guest already booted
     (no seed: a run's VM has no login); ready once its guest answers; the address. On failure
     it is destroyed and its claim released, as ``bring_up``."""
-    try:
+    with _undone_on_failure(vm_id, actor=actor):
         step("warm", revert, vm_id, services.WARM_SNAPSHOT, actor=actor)
         address = step("address", wait_address, vm_id)
         step("ready", ready, vm_id, address, actor=actor)
+    return address
+
+
+@contextmanager
+def _undone_on_failure(vm_id, *, actor):
+    """A failure inside destroys the VM and releases its claim, as a failed create does (unless
+    the error passes through: a lost lease, a cancel), then goes on up."""
+    try:
+        yield
     except Exception as exc:
         if not passes_through(exc):
             undo_create(vm_id, fail_reason(exc), actor=actor)
         raise
-    return address
 
 
 def _power_off(vm_id, *, actor):
