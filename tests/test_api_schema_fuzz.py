@@ -23,7 +23,7 @@ import schemathesis
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
-from django.urls import resolve
+from django.urls import Resolver404, resolve
 from hypothesis import HealthCheck, Phase, settings
 from rest_framework.permissions import SAFE_METHODS
 from schemathesis.checks import CHECKS, load_all_checks
@@ -166,13 +166,26 @@ def refused_to_a_plain_user(ctx):
     Read from the view's permission classes, as DRF checks them before it reads the request:
     whatever the input, the answer is 403 (the refused items assert that), so the input-deriving
     coverage phase would send the same refusal hundreds of times."""
-    match = resolve(re.sub(r"{[^}]+}", "1", ctx.operation.full_path))
+    match = _resolved_view(ctx.operation.full_path)
     view = getattr(match.func, "cls", None)
     needs = "read" if ctx.operation.method.upper() in SAFE_METHODS else "write"
     return any(
         issubclass(permission, RoleRequired) and getattr(permission, needs) is not None
         for permission in getattr(view, "permission_classes", ())
     )
+
+
+# A path parameter is an id or a UUID (uploads): the view behind a path is the same for any value.
+PLACEHOLDERS = ("1", "00000000-0000-0000-0000-000000000000")
+
+
+def _resolved_view(path):
+    for value in PLACEHOLDERS:
+        try:
+            return resolve(re.sub(r"{[^}]+}", value, path))
+        except Resolver404:
+            continue
+    raise LookupError(f"no view serves {path} with any of {PLACEHOLDERS}")
 
 
 FUZZ = settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
