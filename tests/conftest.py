@@ -358,3 +358,16 @@ def connects(monkeypatch):
     )
     monkeypatch.setattr(socket, "create_connection", recorder(socket.create_connection))
     return seen
+
+
+@pytest.fixture
+def upload_stores():
+    """The upload and image-store folders (tests' settings: one per worker), emptied afterwards:
+    for tests whose server or worker processes store uploads where the settings say."""
+    import shutil
+
+    from django.conf import settings
+
+    yield settings.IMAGE_UPLOAD_DIR, settings.IMAGE_STORE_DIR
+    for folder in (settings.IMAGE_UPLOAD_DIR, settings.IMAGE_STORE_DIR):
+        shutil.rmtree(folder, ignore_errors=True)

@@ -2,9 +2,6 @@
 accepts it, and the page links the user's new image; a disk with a backing file is refused with
 its reason."""
 
-import shutil
-import subprocess
-
 import pytest
 from django.conf import settings
 from playwright.sync_api import expect
@@ -12,20 +9,9 @@ from playwright.sync_api import expect
 from provisioning.models import Image, ImageUpload
 from tests.jobs.conftest import sync_jobs  # noqa: F401 (fixture)
 from tests.jobs.helpers import wait_until
+from tests.provisioning.test_disks import qcow2
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def stores():
-    yield
-    for folder in (settings.IMAGE_UPLOAD_DIR, settings.IMAGE_STORE_DIR):
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def qcow2(path, *extra):
-    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", *extra, str(path), "64M"], check=True, timeout=30)
-    return path
 
 
 def upload(page, path, name):
@@ -44,7 +30,7 @@ def test_a_user_uploads_a_qcow2_and_gets_their_image_and_a_bad_one_is_refused(
     bob,
     login,
     tmp_path,
-    stores,
+    upload_stores,
     sync_jobs,  # noqa: F811
 ):
     page = login("alice", "alice-pass-1")
@@ -57,7 +43,7 @@ def test_a_user_uploads_a_qcow2_and_gets_their_image_and_a_bad_one_is_refused(
     status.locator("a").click()
     expect(page.locator("h1")).to_contain_text("alice-disk")
 
-    upload(page, qcow2(tmp_path / "evil.qcow2", "-b", "/etc/passwd", "-F", "raw"), "evil-disk")
+    upload(page, qcow2(tmp_path / "evil.qcow2", "64M", "-b", "/etc/passwd", "-F", "raw"), "evil-disk")
     sync_jobs.drain()
     expect(status).to_contain_text("Refused", timeout=15000)
     expect(status).to_contain_text("backing file")

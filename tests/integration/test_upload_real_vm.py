@@ -2,10 +2,7 @@
 chunks, is checked by a real worker, becomes its uploader's image, and a reservation of it boots
 on the private libvirtd and lets the uploader in."""
 
-import shutil
-
 import pytest
-from django.conf import settings
 
 from provisioning import services as vms
 from provisioning.models import Image
@@ -18,13 +15,6 @@ pytestmark = pytest.mark.slow
 CHUNK = 4 << 20
 
 
-@pytest.fixture
-def stores():
-    yield
-    for folder in (settings.IMAGE_UPLOAD_DIR, settings.IMAGE_STORE_DIR):
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def test_an_uploaded_qcow2_boots_and_its_uploader_logs_in(
     worker,
     api,
@@ -33,7 +23,7 @@ def test_an_uploaded_qcow2_boots_and_its_uploader_logs_in(
     kvm_host,  # noqa: F811 (fixture)
     guest_image,
     libvirt_conn,
-    stores,
+    upload_stores,
 ):
     _host, pool = kvm_host
     data = (guest_image["dir"] / "disk.qcow2").read_bytes()
