@@ -118,6 +118,12 @@ def maintained_groups(user):
     return own_groups(user) if can(user, "maintain_images") else Group.objects.none()
 
 
+def shareable_groups(user):
+    """The groups ``user`` may share an image with: their maintained groups that are a class or a
+    team (a group that gives a role, such as ``operator``, is not an audience)."""
+    return maintained_groups(user).exclude(pk__in=role_groups().values("pk"))
+
+
 def can_maintain_image(user, image):
     """An image is a maintainer's when one of its groups is theirs (a public image with no
     group is the administrators')."""

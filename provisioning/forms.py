@@ -147,6 +147,4 @@ class ShareForm(forms.Form):
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
-        # Classes and teams, not the groups that give a role (sharing with "operator" means nothing).
-        groups = access.maintained_groups(user).exclude(pk__in=access.role_groups().values("pk"))
-        self.fields["groups"].queryset = groups.order_by("name")
+        self.fields["groups"].queryset = access.shareable_groups(user).order_by("name")

@@ -101,3 +101,14 @@ def test_an_image_in_use_is_neither_renamed_nor_deleted(sim_host, mine, alice, s
     owned.rename(mine, "other-name", actor=alice)  # no VM uses it any more
     with pytest.raises(InUse):  # but a destroyed VM's record still names it
         owned.delete(mine, actor=alice)
+
+
+def test_an_image_is_never_shared_with_a_group_that_gives_a_role(mine, admin_user, api):
+    from django.core.exceptions import ValidationError
+
+    operator, _ = Group.objects.get_or_create(name="operator")
+    with pytest.raises(ValidationError, match="operator gives a role"):
+        owned.share(mine, [operator], actor=admin_user)
+    refused = api(admin_user).post(f"/api/v1/images/{mine.pk}/share/", {"groups": [operator.pk]}, format="json")
+    assert refused.status_code == 400 and "gives a role" in refused.content.decode()
+    assert not Image.objects.get(pk=mine.pk).groups.exists()
