@@ -35,12 +35,14 @@ ALLOWED = {
     "reservations": UP_TO_PROVISIONING | {"console"},
     # Batch runs: beside reservations (a run holds a VM as a reservation does), below notifications.
     "runs": UP_TO_PROVISIONING,
+    # Courses: a course group's page, its classes with a term (seats are reservations).
+    "classes": UP_TO_PROVISIONING | {"console", "reservations"},
     # Above every app: what follows from events (mail, webhooks) and what /metrics reads.
-    "notifications": UP_TO_PROVISIONING | {"console", "reservations", "runs"},
+    "notifications": UP_TO_PROVISIONING | {"console", "reservations", "runs", "classes"},
     # /metrics, /healthz, the dashboard, worker heartbeats.
-    "monitoring": UP_TO_PROVISIONING | {"console", "reservations", "runs", "notifications"},
+    "monitoring": UP_TO_PROVISIONING | {"console", "reservations", "runs", "classes", "notifications"},
     # Ganeti's RAPI: every layer's rows as Ganeti's, beside monitoring.
-    "rapi": UP_TO_PROVISIONING | {"console", "reservations", "runs", "notifications"},
+    "rapi": UP_TO_PROVISIONING | {"console", "reservations", "runs", "classes", "notifications"},
 }
 # The project's wiring sits above every app: it may import anything.
 SITE = (

@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "capacity.apps.CapacityConfig",
     "provisioning.apps.VmsConfig",
     "reservations.apps.ReservationsConfig",
+    "classes.apps.ClassesConfig",
     "runs.apps.RunsConfig",
     "rapi.apps.RapiConfig",
     "notifications.apps.NotificationsConfig",

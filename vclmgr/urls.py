@@ -46,6 +46,7 @@ urlpatterns = [
     path("provisioning/", include("jobs.urls")),
     path("reservations/", include("reservations.urls")),
     path("runs/", include("runs.urls")),
+    path("classes/", include("classes.urls")),
     path("vms/", include("provisioning.urls")),
     path("vms/", include("console.urls")),
     # Ganeti's Remote API (plain Django views: outside the /api/v1 schema).
