@@ -1,3 +1,4 @@
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from classes import calendar, services
@@ -63,7 +64,8 @@ class ClassSerializer(RefuseUnknownFields, serializers.ModelSerializer):
         data["exceptions"] = [ExceptionSerializer(e).data for e in klass.exceptions.all()]
         return data
 
-    def get_next_sessions(self, klass) -> list[MeetingSerializer]:
+    @extend_schema_field(MeetingSerializer(many=True))
+    def get_next_sessions(self, klass):
         return [
             {"start": o.start, "end": o.end, "reserved": m is not None, "block": m.block_id if m else None}
             for o, m in services.upcoming(klass)
