@@ -64,14 +64,13 @@ def occurrences(first_day, last_day, sessions, zone_name, skip=()):
     zone = zone_of(zone_name)
     skip = set(skip)
     found = []
-    day = first_day
-    while day <= last_day:
+    for ordinal in range(first_day.toordinal(), last_day.toordinal() + 1):  # (no date past date.max)
+        day = date.fromordinal(ordinal)
         if day not in skip:
             for index, session in enumerate(sessions):
                 if session.weekday == day.weekday():
                     start = at_local(day, session.start, zone)
                     found.append(Occurrence(day, start, start + timedelta(minutes=session.minutes), index))
-        day += timedelta(days=1)
     return sorted(found, key=lambda o: (o.start, o.index))
 
 

@@ -111,6 +111,11 @@ def _errors(values, members):
     except ValueError as exc:
         errors["time_zone"] = [str(exc)]
     errors.update(calendar.term_errors(values["first_day"], values["last_day"], values["sessions"]))
+    today = timezone.now().date()
+    if not today - timedelta(days=366) <= values["first_day"] <= today + timedelta(days=2 * 366):
+        errors.setdefault("first_day", []).append("a term starts within two years of today")
+    if not today <= values["last_day"] <= today + timedelta(days=3 * 366):
+        errors.setdefault("last_day", []).append("a term ends after today and within three years")
     seats = values["seats"]
     if seats is not None and not 1 <= seats <= settings.CLASS_MAX_SEATS:
         errors["seats"] = [f"between 1 and {settings.CLASS_MAX_SEATS} seats"]

@@ -5,11 +5,13 @@ from classes import calendar, services
 from classes.models import Class
 from core.api.serializers import RefuseUnknownFields
 
+MAX_ID = 2**63 - 1  # a larger id is no row (SQLite would raise instead of finding nothing)
+
 
 class SessionSerializer(serializers.Serializer):
     weekday = serializers.IntegerField(min_value=0, max_value=6, help_text="0: Monday … 6: Sunday.")
     start = serializers.TimeField(help_text="Local time in the class's time zone.")
-    minutes = serializers.IntegerField(min_value=1)
+    minutes = serializers.IntegerField(min_value=5, max_value=12 * 60)
 
 
 class ExceptionSerializer(serializers.Serializer):
@@ -26,8 +28,8 @@ class MeetingSerializer(serializers.Serializer):
 
 class ClassSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     # Ids looked up among what the user may see (``views``): another course or image is "no such".
-    course = serializers.IntegerField(source="course_id", help_text="The course group's id.")
-    image = serializers.IntegerField(source="image_id", help_text="The image's id.")
+    course = serializers.IntegerField(source="course_id", min_value=1, max_value=MAX_ID, help_text="The group's id.")
+    image = serializers.IntegerField(source="image_id", min_value=1, max_value=MAX_ID, help_text="The image's id.")
     time_zone = serializers.CharField(max_length=64, required=False, help_text="IANA name; default: yours.")
     sessions = SessionSerializer(many=True)
     exceptions = ExceptionSerializer(many=True, required=False)

@@ -183,3 +183,28 @@ def test_an_instructor_cannot_make_a_class_for_another_course(sim_host, image, c
     with pytest.raises(PermissionDenied):
         make(other, image, term, instructor)
     assert services.managed_classes(instructor).count() == 0
+
+
+def test_sessions_keep_their_local_hour_across_the_change_to_summer_time(sim_host, image, course, instructor):
+    sessions = [Session(0, time(10, 0), 60), Session(3, time(14, 0), 60)]  # Mondays 10:00, Thursdays 14:00
+    klass = services.create_class(
+        actor=instructor,
+        by=instructor,
+        course=course,
+        name="Berlin lab",
+        image=image,
+        time_zone="Europe/Berlin",
+        first_day=datetime(2027, 3, 22).date(),
+        last_day=datetime(2027, 4, 2).date(),
+        sessions=sessions,
+        now=datetime(2027, 3, 20, tzinfo=UTC),
+    )
+    hours = [m.start.hour for m in Meeting.objects.filter(klass=klass)]
+    assert hours == [9, 13, 8, 12]  # UTC: one hour earlier after 2027-03-28, 10:00 and 14:00 in Berlin
+
+
+def test_a_term_far_away_is_refused(sim_host, image, course, instructor, term):
+    far = term["first_day"].replace(year=term["first_day"].year + 5)
+    with pytest.raises(ValidationError, match="within three years"):
+        make(course, image, {**term, "last_day": far}, instructor)
+    assert not Class.objects.exists()
