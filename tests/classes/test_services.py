@@ -12,7 +12,7 @@ from capacity.models import Allocation
 from classes import services
 from classes.calendar import Session
 from classes.models import Class, Meeting
-from reservations import schedule
+from reservations import idle, schedule
 from reservations.models import BlockAllocation, Reservation
 
 pytestmark = pytest.mark.django_db
@@ -208,3 +208,18 @@ def test_a_term_far_away_is_refused(sim_host, image, course, instructor, term):
     with pytest.raises(ValidationError, match="within three years"):
         make(course, image, {**term, "last_day": far}, instructor)
     assert not Class.objects.exists()
+
+
+def test_idle_reclamation_runs_inside_the_session_under_the_courses_policy(
+    sim_host, image, course, instructor, student, term, sync_jobs
+):
+    idle.set_policy(actor="test", group=course, no_show_minutes=5, idle_minutes=30, warn_minutes=5)
+    klass = make(course, image, term, instructor)
+    first = Meeting.objects.filter(klass=klass).first()
+    services.plan_round(first.start - timedelta(minutes=15))
+    sync_jobs.drain()
+    seat = Reservation.objects.get(block=first.block, user=student)
+    assert seat.status == "ready"
+    # Built a quarter of an hour ahead: the no-show clock starts with the session, not at ready.
+    assert (seat.idle_since, seat.idle_kind) == (first.start, "no_show")
+    assert seat.idle_deadline == first.start + timedelta(minutes=5)
