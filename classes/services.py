@@ -234,8 +234,7 @@ def plan_round(now=None, *, actor=PLANNER):
     idempotent) and build those whose lead time has come. Returns what it did."""
     now = now or timezone.now()
     done = {"claimed": 0, "refused": 0}
-    live = Class.objects.filter(last_day__gte=(now - timedelta(days=1)).date()).values_list("pk", flat=True)
-    for pk in live:
+    for pk in _lacking(now):
         with transaction.atomic():
             klass = Class.objects.select_for_update().filter(pk=pk).first()
             if klass is None:  # deleted meanwhile
@@ -245,6 +244,17 @@ def plan_round(now=None, *, actor=PLANNER):
         done["refused"] += bool(Class.objects.filter(pk=pk).exclude(problem="").exists())
     done["built"] = build_due(now, actor=actor)
     return done
+
+
+def _lacking(now):
+    """Ids of the live classes with an occurrence in the window and no meeting for it (read
+    without locks: most rounds lock nothing)."""
+    live = Class.objects.filter(last_day__gte=(now - timedelta(days=1)).date())
+    live = live.prefetch_related("sessions", "exceptions")
+    horizon = now + timedelta(days=settings.CLASS_LOOKAHEAD_DAYS)
+    held = set(Meeting.objects.filter(start__gt=now, start__lte=horizon).values_list("klass_id", "start"))
+    # (One with a problem too: the problem is cleared once nothing is left unclaimed.)
+    return [k.pk for k in live if k.problem or any((k.pk, o.start) not in held for o in _window(k, now))]
 
 
 def build_due(now=None, *, klass=None, actor=PLANNER):

@@ -181,3 +181,19 @@ def test_the_planner_schedule_is_made_once(db):
     schedule = Schedule.objects.get(name=tasks.PLAN_SCHEDULE)
     assert schedule.func == "classes.tasks.plan_round" and schedule.minutes == 1
     assert tasks.plan_round() == {"claimed": 0, "refused": 0, "built": 0}
+
+
+def test_a_member_who_joins_later_takes_a_free_seat(
+    client, sim_host, image, course, instructor, term, django_user_model
+):
+    services.create_class(actor=instructor, by=instructor, course=course, name="Lab", image=image, seats=2, **term)
+    dora = django_user_model.objects.create_user("dora")
+    course.user_set.add(dora)
+    client.force_login(dora)
+    page = client.get(f"/classes/{course.pk}/")
+    assert b"Take a seat" in page.content
+    meeting = Meeting.objects.first()
+    taken = client.post(f"/reservations/blocks/{meeting.block_id}/seat/")
+    seat = Reservation.objects.get(user=dora)
+    assert taken.status_code == 302 and seat.block_id == meeting.block_id
+    assert f"/reservations/{seat.pk}/".encode() in client.get(f"/classes/{course.pk}/").content
