@@ -201,6 +201,9 @@ def change_class(klass, *, actor, by=None, now=None, sessions=None, exceptions=N
     values["sessions"] = list(sessions) if sessions is not None else _sessions(klass)
     values["exceptions"] = list(exceptions) if exceptions is not None else _exceptions(klass)
     _check(values, by)
+    # A new name or lead time changes no claim: the sessions are re-planned only for the rest.
+    replan = any(values[k] != getattr(klass, k) for k in changes if k not in ("name", "lead_minutes"))
+    replan = replan or values["sessions"] != _sessions(klass) or values["exceptions"] != _exceptions(klass)
     with transaction.atomic():
         klass = Class.objects.select_for_update().get(pk=klass.pk)
         for name in changes:
@@ -208,7 +211,7 @@ def change_class(klass, *, actor, by=None, now=None, sessions=None, exceptions=N
         klass.problem = ""
         klass.save()
         _write_calendar(klass, values["sessions"], values["exceptions"])
-        dropped = _unplan(klass, now, "the class was changed", actor=actor, built_too=False)
+        dropped = _unplan(klass, now, "the class was changed", actor=actor, built_too=False) if replan else 0
         made = _plan(klass, now, actor=actor, strict=True)
         reason = f"re-planned: {dropped} dropped, {len(made)} claimed"
         changelog.record(klass, "update", actor, changes={k: str(values[k]) for k in changes}, reason=reason)

@@ -223,3 +223,12 @@ def test_idle_reclamation_runs_inside_the_session_under_the_courses_policy(
     # Built a quarter of an hour ahead: the no-show clock starts with the session, not at ready.
     assert (seat.idle_since, seat.idle_kind) == (first.start, "no_show")
     assert seat.idle_deadline == first.start + timedelta(minutes=5)
+
+
+def test_a_new_name_keeps_the_claims(sim_host, image, course, instructor, student, term):
+    klass = make(course, image, term, instructor)
+    seats = set(Reservation.objects.values_list("pk", flat=True))
+    services.change_class(klass, actor=instructor, by=instructor, name="Networks lab II", lead_minutes=30)
+    assert set(Reservation.objects.filter(status="pending").values_list("pk", flat=True)) == seats
+    klass.refresh_from_db()
+    assert (klass.name, klass.lead_minutes) == ("Networks lab II", 30)
