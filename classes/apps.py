@@ -6,3 +6,10 @@ class ClassesConfig(AppConfig):
 
     name = "classes"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from django_q.signals import post_spawn
+
+        from classes import tasks
+
+        post_spawn.connect(tasks.start_planner, dispatch_uid="classes.planner")

@@ -6,4 +6,6 @@ app_name = "classes"
 
 urlpatterns = [
     path("<int:group_id>/", views.course, name="course"),
+    path("<int:group_id>/classes/<int:pk>/", views.edit, name="edit"),
+    path("<int:group_id>/classes/<int:pk>/delete/", views.delete, name="delete"),
 ]

@@ -6,8 +6,9 @@ Contract:
   (its block's group, else its user's first group: the group the usage report counts it under),
   else the site's ``IDLE_NO_SHOW_MINUTES`` / ``IDLE_MINUTES`` / ``IDLE_WARN_MINUTES``. It is read
   when the reservation becomes ready (``arm``): a policy changed later applies from the next ready.
-- The idle clock runs from ``idle_since``: the moment it became ready, then the last activity
-  seen. Activity is a login in the guest (the driver's ``guest_sessions``: the QEMU guest
+- The idle clock runs from ``idle_since``: the moment it became ready (its start, if built
+  ahead of it), then the last activity seen.
+  Activity is a login in the guest (the driver's ``guest_sessions``: the QEMU guest
   agent's ``guest-get-users`` on libvirt, the simulator's sessions) or its last input where the
   guest reports one, and the reservation's user's web console sessions of its VM (vclmgr
   proxies them: one open is activity now, one closed is activity at its close), so a user
@@ -193,9 +194,12 @@ def set_policy(*, actor, image=None, group=None, no_show_minutes=15, idle_minute
 
 
 def arm(reservation, now):
-    """The idle fields of a reservation becoming ready now (its policy read once, here)."""
+    """The idle fields of a reservation becoming ready now (its policy read once, here). One
+    built ahead of its start (a class session's seat, a reservation for later) is idle from
+    its start, not from ready: a student is no no-show for not logging in before the session."""
+    since = max(now, reservation.start) if reservation.start is not None else now
     values = {
-        "idle_since": now,
+        "idle_since": since,
         "connected_at": None,
         "idle_warned_at": None,
         "idle_check_at": None,
@@ -205,7 +209,7 @@ def arm(reservation, now):
     policy = policy_for(reservation)
     # An image's template waits for its maintainer between sessions of work: never reclaimed.
     if policy.active and reservation.template_of_id is None:
-        decision = decide(policy, Clock(now), None, now)
+        decision = decide(policy, Clock(since), None, now)
         values.update(idle_check_at=decision.next_check, idle_deadline=decision.deadline, idle_kind=decision.kind)
     return values
 

@@ -507,6 +507,11 @@ RESERVATION_WARN_MINUTES = env.int("RESERVATION_WARN_MINUTES", 10, minimum=0)
 RESERVATION_PRIORITY = env.choice("RESERVATION_PRIORITY", ("low", "batch", "high"), "high")
 # The scheduler's tick (starts, ends, warnings, block seats), in seconds.
 RESERVATION_TICK_SECONDS = env.int("RESERVATION_TICK_SECONDS", 30, minimum=5)
+# Classes with a term (``classes``): sessions starting within CLASS_LOOKAHEAD_DAYS are claimed
+# (all seats or none), later ones as they come into it; a class has at most CLASS_MAX_SEATS seats.
+CLASS_LOOKAHEAD_DAYS = env.int("CLASS_LOOKAHEAD_DAYS", 14, minimum=1, maximum=90)
+CLASS_MAX_SEATS = env.int("CLASS_MAX_SEATS", 200, minimum=1, maximum=1000)
+CLASS_PLAN_SECONDS = env.int("CLASS_PLAN_SECONDS", 60, minimum=5)
 # Idle reclamation (``reservations.idle``): the site's policy where no image or group has its
 # own (0: off): end a ready reservation nobody logged in to within IDLE_NO_SHOW_MINUTES, or one
 # without a login or input for IDLE_MINUTES (warned IDLE_WARN_MINUTES before). Guests are asked

@@ -17,6 +17,7 @@ api_v1 = [
     path("", include("provisioning.api.urls")),
     path("", include("reservations.api.urls")),
     path("", include("runs.api.urls")),
+    path("", include("classes.api.urls")),
     path("", include("notifications.api.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves its start-up script as a file (no inline script for the CSP).

@@ -1,0 +1,79 @@
+"""Classes REST API. Thin: reads through ``services.visible_classes``, writes through the services.
+
+Members of a course read its classes (administrators and auditors every course's); its
+instructors (and administrators) create, change and delete them. A course or class not yours
+is a 404 (never a 403 that would confirm it exists); one you may read but not change is a 403.
+"""
+
+from django.core.exceptions import ValidationError
+from django.shortcuts import get_object_or_404
+from rest_framework import mixins, viewsets
+from rest_framework.exceptions import PermissionDenied
+
+from accounts.api.permissions import IsAuthenticatedWithTokenScope
+from classes import services
+from classes.api.serializers import ClassSerializer
+from classes.models import Class
+from inventory.api.serializers import as_drf
+from provisioning import services as vms
+
+
+class ClassViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Classes with a term: weekly sessions of an image for a course, seats built before each."""
+
+    serializer_class = ClassSerializer
+    permission_classes = [IsAuthenticatedWithTokenScope]
+    write_scope = "reserve"
+    filterset_fields = ["course", "image"]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Class.objects.none()
+        return services.visible_classes(self.request.user).prefetch_related("sessions", "exceptions").order_by("pk")
+
+    def _managed(self):
+        klass = self.get_object()
+        if not services.managed_classes(self.request.user).filter(pk=klass.pk).exists():
+            raise PermissionDenied("only the course's instructors may change its classes")
+        return klass
+
+    def _values(self, serializer):
+        values = serializer.service_values(serializer.validated_data)
+        if "image_id" in values:
+            image = vms.visible_images(self.request.user).filter(pk=values.pop("image_id")).first()
+            if image is None:
+                raise as_drf(ValidationError({"image": ["no such image, or you may not use it"]}))
+            values["image"] = image
+        return values
+
+    def perform_create(self, serializer):
+        values = self._values(serializer)
+        course = get_object_or_404(services.courses(self.request.user), pk=values.pop("course_id"))
+        if not services.teaches(self.request.user, course):
+            raise PermissionDenied("only the course's instructors may make its classes")
+        try:
+            serializer.instance = services.create_class(
+                actor=self.request.user, by=self.request.user, course=course, **values
+            )
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+
+    def perform_update(self, serializer):
+        klass = self._managed()
+        values = self._values(serializer)
+        if "course_id" in values and values.pop("course_id") != klass.course_id:
+            raise as_drf(ValidationError({"course": ["a class stays in its course"]}))
+        try:
+            serializer.instance = services.change_class(klass, actor=self.request.user, by=self.request.user, **values)
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+
+    def perform_destroy(self, instance):
+        services.delete_class(self._managed(), actor=self.request.user)
