@@ -15,6 +15,7 @@ by itself; ``test_every_operation_is_fuzzed_in_exactly_one_part_per_persona`` pr
 cover the schema exactly once for each persona.
 """
 
+import copy
 import json
 import re
 
@@ -67,8 +68,14 @@ CHECKS_ALL = [
 ] + [negative_query_and_path_rejection]
 
 
+JSON = "application/json"
+METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+SCHEMA_PATH = "/api/v1/schema/"
+
+
 @pytest.fixture
-def api_schema(db, settings, monkeypatch):
+def served_schema(db, settings, monkeypatch):
+    """The schema the API serves, and the application that serves it."""
     settings.API_SCHEMA_ACCESS = "public"  # schemathesis reads the schema without credentials
     # The ignored-auth check repeats every case without credentials: hundreds of anonymous
     # calls a minute from one address, which the anonymous rate (120/min) would answer 429.
@@ -76,16 +83,70 @@ def api_schema(db, settings, monkeypatch):
     # As Django's test client does: a finished request must not close the test's connection.
     for signal in (request_started, request_finished):
         signal.disconnect(close_old_connections)
-    yield schemathesis.openapi.from_wsgi("/api/v1/schema/", get_wsgi_application())
+    app = get_wsgi_application()
+    yield schemathesis.openapi.from_wsgi(SCHEMA_PATH, app).raw_schema, app
     for signal in (request_started, request_finished):
         signal.connect(close_old_connections)
 
 
+def _loaded(raw, app):
+    loaded = schemathesis.openapi.from_dict(raw)
+    loaded.app, loaded.location = app, SCHEMA_PATH
+    return loaded
+
+
+def _operations(raw):
+    for item in raw["paths"].values():
+        for method in [method for method in item if method in METHODS]:
+            yield item, method
+
+
+def json_bodies(raw_schema):
+    """A copy of the schema whose request bodies are JSON wherever JSON is accepted."""
+    raw = copy.deepcopy(raw_schema)
+    for item, method in _operations(raw):
+        content = item[method].get("requestBody", {}).get("content", {})
+        if JSON in content:
+            item[method]["requestBody"]["content"] = {JSON: content[JSON]}
+    return raw
+
+
+def other_bodies(raw_schema):
+    """A copy of the schema with the operations that take a body in another media type than
+    JSON (form, multipart), in those media types only."""
+    raw = copy.deepcopy(raw_schema)
+    for item, method in list(_operations(raw)):
+        content = item[method].get("requestBody", {}).get("content", {})
+        others = {media: spec for media, spec in content.items() if media != JSON}
+        if others:
+            item[method]["requestBody"]["content"] = others
+        else:
+            del item[method]
+    raw["paths"] = {path: item for path, item in raw["paths"].items() if any(m in item for m in METHODS)}
+    return raw
+
+
+@pytest.fixture
+def api_schema(served_schema):
+    """Every operation, its body in JSON: the coverage phase derives its hundreds of variants of
+    each body once, in the media type integrations send, not once per media type."""
+    raw, app = served_schema
+    return _loaded(json_bodies(raw), app)
+
+
+@pytest.fixture
+def other_media_schema(served_schema):
+    """The same bodies as forms and multipart: generated cases (the coverage phase's variants
+    reach the same serializers through the JSON parser)."""
+    raw, app = served_schema
+    return _loaded(other_bodies(raw), app)
+
+
 schema = schemathesis.pytest.from_fixture("api_schema")
+other_media = schemathesis.pytest.from_fixture("other_media_schema")
 
 #: Parts per persona. Enough that two workers end together; each part loads the schema once.
 PARTS = 8
-METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
 
 def deal(raw_schema):
@@ -220,12 +281,32 @@ def test_a_plain_user_is_refused_what_a_role_guards_and_the_refusal_conforms(cas
     assert response.status_code in (400, 403, 404), (case.method, case.formatted_path, response.status_code)
 
 
+@other_media.parametrize()
+@GENERATED_ONLY
+def test_form_and_multipart_bodies_conform_as_admin(case, admin_headers):
+    case.call_and_validate(headers=admin_headers, checks=CHECKS_ALL)
+
+
+@other_media.exclude(refused_to_a_plain_user).parametrize()
+@GENERATED_ONLY
+def test_form_and_multipart_bodies_conform_as_plain_user(case, plain_user_headers):
+    case.call_and_validate(headers=plain_user_headers, checks=CHECKS_ALL)
+
+
 for _part in range(PARTS):
     globals()[f"test_api_conforms_to_its_schema_as_admin_part_{_part}"] = fuzz_admin(_part)
     globals()[f"test_api_conforms_to_its_schema_as_plain_user_part_{_part}"] = fuzz_plain_user(_part)
 
 
-def test_every_operation_is_fuzzed_in_exactly_one_part_per_persona(api_schema):
+def _ops(loaded):
+    return [result.ok() for result in loaded.get_all_operations()]
+
+
+def _media(operation):
+    return operation.definition.raw.get("requestBody", {}).get("content", {})
+
+
+def test_every_operation_is_fuzzed_in_exactly_one_part_per_persona(api_schema, other_media_schema, served_schema):
     def labels(filter_set):
         return [result.ok().label for result in api_schema.clone(filter_set=filter_set).get_all_operations()]
 
@@ -240,5 +321,18 @@ def test_every_operation_is_fuzzed_in_exactly_one_part_per_persona(api_schema):
     assert len(everything) > 100
     assert sorted(as_admin) == sorted(everything)
     assert sorted(as_plain_user + refused) == sorted(everything)
+    # Every body is fuzzed in JSON with the coverage phase, and in each other media type it accepts.
+    served, _ = served_schema
+    bodied = {
+        (f"{method.upper()} {path}", media)
+        for path, item in served["paths"].items()
+        for method, operation in item.items()
+        if method in METHODS
+        for media in operation.get("requestBody", {}).get("content", {})
+    }
+    in_json = {(op.label, media) for op in _ops(api_schema) for media in _media(op)}
+    in_others = {(op.label, media) for op in _ops(other_media_schema) for media in _media(op)}
+    assert in_json | in_others == bodied and not in_json & in_others
+    assert {media for _, media in in_json} == {JSON} and len(in_others) > 50
     # The staff API (hosts, webhooks, quota rules …) is refused; a user's own things are not.
     assert "GET /api/v1/webhooks/" in refused and "POST /api/v1/reservations/" in as_plain_user
