@@ -9,13 +9,26 @@ from inventory.api.serializers import ServiceSerializer
 from lti import services
 
 
+class DeploymentIdsField(serializers.ListField):
+    """The platform's active deployment ids (its ``LtiDeployment`` rows), read and written as a list."""
+
+    child = serializers.CharField(max_length=255)
+
+    def __init__(self, **kwargs):
+        super().__init__(source="*", allow_empty=False, help_text="the LMS's deployment ids", **kwargs)
+
+    def to_representation(self, instance):
+        return services.active_deployment_ids(instance)
+
+    def to_internal_value(self, data):
+        return {"deployment_ids": super().to_internal_value(data)}
+
+
 class PlatformSerializer(ServiceSerializer):
     service_create = staticmethod(services.add_platform)
     service_update = staticmethod(services.update_platform)
 
-    deployment_ids = serializers.ListField(
-        child=serializers.CharField(max_length=255), allow_empty=False, help_text="the LMS's deployment ids"
-    )
+    deployment_ids = DeploymentIdsField()
 
     class Meta:
         model = LtiRegistration
@@ -34,11 +47,6 @@ class PlatformSerializer(ServiceSerializer):
             "datetime_created",
         ]
         read_only_fields = ["id", "uuid", "datetime_created"]
-
-    def to_representation(self, instance):
-        data = super().to_representation(instance)
-        data["deployment_ids"] = services.active_deployment_ids(instance)
-        return data
 
 
 class KeySerializer(serializers.Serializer):
