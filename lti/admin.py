@@ -4,7 +4,7 @@ read-only (public facts and a rotate action), and the course links."""
 
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.forms import CharField, ModelForm, Textarea
+from django.forms import CharField, ModelForm, Textarea, URLField
 from lti_tool.models import Key, LtiRegistration
 
 from core.errors import Conflict
@@ -16,6 +16,9 @@ admin.site.unregister(LtiRegistration)
 
 class PlatformForm(ModelForm):
     deployment_ids = CharField(widget=Textarea(attrs={"rows": 3}), help_text="one deployment id per line")
+    keyset_url = URLField(assume_scheme="https", label="key set URL (JWKS)")
+    auth_url = URLField(assume_scheme="https", label="auth login URL")
+    token_url = URLField(assume_scheme="https", label="access token URL")
 
     class Meta:
         model = LtiRegistration

@@ -30,6 +30,8 @@ vouched for and the roster no longer lists are removed; members added by hand st
 import logging
 import time
 from dataclasses import dataclass
+from datetime import timedelta
+from urllib.parse import urlsplit
 
 import jwt
 import requests
@@ -39,6 +41,7 @@ from django.contrib.auth.models import Group
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
 from lti_tool.lti_core.constants import ContextRole
 from lti_tool.lti_core.utils import normalize_role
@@ -134,7 +137,7 @@ def rotate_keys(*, actor, retire_after_days=None):
     django-lti signs with the newest active key and publishes every active one, so a key stays
     verifiable until it is retired: rotate, then retire after the platforms' JWKS caches expire."""
     days = settings.LTI_KEY_RETIRE_DAYS if retire_after_days is None else retire_after_days
-    cutoff = timezone.now() - timezone.timedelta(days=days)
+    cutoff = timezone.now() - timedelta(days=days)
     old = list(Key.objects.active().filter(datetime_created__lt=cutoff))
     new = Key.objects.generate()
     retired = [str(key) for key in old]
@@ -272,6 +275,9 @@ def login_redirect(request, params):
     target = params.get("target_link_uri")
     if not target or not params.get("iss") or not params.get("login_hint"):
         raise LaunchRefused("The login initiation lacks iss, login_hint or target_link_uri.", 400)
+    # The ID token goes where target_link_uri says: only ever to our own launch URL.
+    if urlsplit(target).path != reverse("lti:launch"):
+        raise LaunchRefused(f"The target link URI must be vclmgr's launch URL ({reverse('lti:launch')}).", 400)
     login = DjangoOIDCLogin(request, ToolConfig(), launch_data_storage=_storage())
     try:
         return login.disable_check_cookies().redirect(target)

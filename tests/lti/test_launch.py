@@ -45,7 +45,7 @@ def test_the_next_launch_is_the_same_account_and_group(client, platform, registr
 
 
 def test_a_launch_links_the_account_of_the_same_email(client, platform, registration):
-    mia = User.objects.create_user("mia.local", email="MIA@uni.example", password="pw")
+    mia = User.objects.create_user("mia.local", email="MIA@uni.example", password="pw")  # noqa: S106
     launch(client, platform, "mia")
     assert mia.groups.filter(lti_course__isnull=False).exists()
     assert SignOnIdentity.objects.get(user=mia).subject == platform.users["mia"]["sub"]
@@ -163,6 +163,12 @@ def test_a_missing_or_mismatched_state_is_refused(client, platform, registration
 def test_a_launch_with_no_token_is_a_400(client, registration):
     answer = client.post("/lti/launch/", {"state": "state-x"})
     assert answer.status_code == 400 and b"no ID token" in answer.content
+
+
+def test_a_login_sending_the_token_elsewhere_is_refused(client, platform, registration):
+    params = {**platform.initiation("leo", "net-101"), "target_link_uri": "https://evil.example/collect"}
+    answer = client.get("/lti/login/", params)
+    assert answer.status_code == 400 and b"launch URL" in answer.content
 
 
 def test_a_login_from_an_unknown_platform_is_refused(client, platform, registration):
