@@ -301,10 +301,14 @@ def _validated(request):
 
 
 def _spend(body):
-    """An ID token is used once: its nonce is kept until it expires (PyLTI1p3 does not)."""
+    """An ID token is used once: its nonce is kept until it expires (PyLTI1p3 does not).
+    Returns the cache key, given back by a launch that wrote nothing (a request run again
+    after a lost database session must not find its own token spent)."""
+    key = f"lti-used:{body['iss']}:{body['nonce']}"
     ttl = max(int(body.get("exp", 0)) - int(time.time()), 0) + 300
-    if not cache.add(f"lti-used:{body['iss']}:{body['nonce']}", 1, ttl):
+    if not cache.add(key, 1, ttl):
         raise LaunchRefused("This launch was used already (its ID token was posted before).", 403)
+    return key
 
 
 def launch(request):
@@ -319,15 +323,20 @@ def launch(request):
         raise LaunchRefused("The launch names no course (context claim): launch vclmgr from a course.", 400)
     if not str(body.get("sub") or ""):
         raise LaunchRefused("The launch names no user (anonymous launches are not taken).", 400)
-    _spend(body)
+    spent = _spend(body)
     lti_launch = LtiLaunch(message)
     registration = message.get_tool_conf().registration
-    with transaction.atomic():
-        sync_data_from_launch(lti_launch)
-        user = _account(registration, body)
-        course = _course(registration, context, (body.get(NRPS) or {}).get("context_memberships_url", ""))
-        _enrol(user, course.group, body.get(ROLES) or [], actor=changelog.Actor(name=f"LTI {registration.name}"))
-        LtiUser.objects.filter(registration=registration, sub=str(body["sub"])).update(auth_user=user)
+    try:
+        with transaction.atomic():
+            sync_data_from_launch(lti_launch)
+            user = _account(registration, body)
+            course = _course(registration, context, (body.get(NRPS) or {}).get("context_memberships_url", ""))
+            actor = changelog.Actor(name=f"LTI {registration.name}")
+            _enrol(user, course.group, body.get(ROLES) or [], actor=actor)
+            LtiUser.objects.filter(registration=registration, sub=str(body["sub"])).update(auth_user=user)
+    except Exception:
+        cache.delete(spent)
+        raise
     log.info("LTI launch from %s: %s in %s (%s)", registration.issuer, user, course.group.name, course.context_id)
     return user, course.group
 

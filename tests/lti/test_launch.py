@@ -51,6 +51,14 @@ def test_a_launch_links_the_account_of_the_same_email(client, platform, registra
     assert SignOnIdentity.objects.get(user=mia).subject == platform.users["mia"]["sub"]
 
 
+def test_a_disabled_account_is_refused(client, platform, registration):
+    launch(client, platform, "leo")
+    User.objects.filter(email="leo@uni.example").update(is_active=False)
+    client.logout()
+    answer, _ = launch(client, platform, "leo")
+    assert answer.status_code == 403 and b"disabled" in answer.content and "_auth_user_id" not in client.session
+
+
 def test_an_administrators_email_is_not_linked(client, platform, registration):
     boss = User.objects.create_user("boss", email="mia@uni.example", is_staff=True)
     launch(client, platform, "mia")
