@@ -1,8 +1,9 @@
 """LTI 1.3: every verb of the tool, behind its admin, API, CLI and views.
 
 Platforms (``lti_tool.LtiRegistration`` with its deployments) are registered, changed and removed
-here; the tool's RSA keys (``lti_tool.Key``) are made and rotated here, and only their public
-halves ever leave (``jwks``, ``key_rows``): no verb returns or logs a private key.
+here; the tool's RSA keys (``lti_tool.Key``) are made and rotated here, their private halves
+stored encrypted, and only their public halves ever leave (``jwks``, ``key_rows``): no verb
+returns or logs a private key.
 
 A launch (``launch``) is django-lti's and PyLTI1p3's validation — state cookie, nonce, the
 platform's signature against its key set, expiry, issuer, client id (the audience), deployment,
@@ -43,6 +44,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
+from jwcrypto.jwk import JWK
 from lti_tool.lti_core.constants import ContextRole
 from lti_tool.lti_core.utils import normalize_role
 from lti_tool.models import Key, LtiDeployment, LtiLaunch, LtiRegistration, LtiUser
@@ -51,6 +53,7 @@ from pylti1p3.contrib.django import DjangoCacheDataStorage, DjangoMessageLaunch,
 from pylti1p3.deployment import Deployment
 from pylti1p3.exception import LtiException, LtiServiceException, OIDCException
 from pylti1p3.names_roles import NamesRolesProvisioningService
+from pylti1p3.registration import Registration
 from pylti1p3.service_connector import ServiceConnector
 
 from accounts import access
@@ -58,6 +61,7 @@ from accounts.models import SignOnIdentity
 from accounts.signon import bind_identity
 from core import changelog
 from core.errors import Conflict
+from inventory import crypto
 from lti.models import LtiCourse
 
 log = logging.getLogger("lti")
@@ -89,7 +93,16 @@ class TimeoutSession(requests.Session):
 
 class ToolConfig(DjangoToolConfig):
     """django-lti's look-ups, except that an unknown or inactive deployment is refused, not
-    made (inactive) on the fly: only the deployments an administrator registered launch."""
+    made (inactive) on the fly: only the deployments an administrator registered launch; and
+    the registration carries the tool's private key decrypted (``pylti_registration``)."""
+
+    def find_registration_by_issuer(self, iss, *args, **kwargs):
+        return self.find_registration_by_params(iss, None)
+
+    def find_registration_by_params(self, iss, client_id, *args, **kwargs):
+        found = LtiRegistration.objects.active().filter(issuer=iss)
+        self.registration = found.filter(client_id=client_id).first() if client_id is not None else None
+        return pylti_registration(self.registration) if self.registration else None
 
     def find_deployment(self, iss, deployment_id):
         return self.find_deployment_by_params(iss, deployment_id, None)
@@ -107,12 +120,42 @@ class ToolConfig(DjangoToolConfig):
 
 
 # --- the tool's keys --------------------------------------------------------------------
+# django-lti keeps a key's private half as PEM text; vclmgr stores it encrypted (Fernet, the
+# CREDENTIAL_KEY of hypervisor credentials: inventory/crypto.py) and decrypts it only to sign.
+# A key django-lti made itself (its own `rotate_keys` command) is PEM and still works.
+
+
+def _generate_key():
+    made = JWK.generate(kty="RSA", size=2048)
+    private = made.export_to_pem(private_key=True, password=None).decode()
+    return Key.objects.create(public_key=made.export_to_pem().decode(), private_key=crypto.encrypt(private))
+
+
+def _private_pem(key):
+    stored = key.private_key
+    return stored if stored.startswith("-----BEGIN") else crypto.decrypt(stored)
 
 
 def ensure_key():
     """The newest active key, made if there is none (a platform needs one to verify us)."""
-    key = Key.objects.active().order_by("-datetime_created", "-pk").first()
-    return key or Key.objects.generate()
+    return Key.objects.active().order_by("-datetime_created", "-pk").first() or _generate_key()
+
+
+def pylti_registration(registration):
+    """PyLTI1p3's view of a platform, with the newest active key to sign (django-lti's
+    ``to_registration`` without the per-registration static keys, which vclmgr never sets)."""
+    made = Registration()
+    made.set_auth_login_url(registration.auth_url)
+    made.set_auth_token_url(registration.token_url)
+    made.set_client_id(registration.client_id)
+    made.set_key_set_url(registration.keyset_url)
+    made.set_issuer(registration.issuer)
+    if registration.audience:
+        made.set_auth_audience(registration.audience)
+    key = ensure_key()
+    made.set_tool_private_key(_private_pem(key))
+    made.set_tool_public_key(key.public_key)
+    return made
 
 
 def jwks():
@@ -139,7 +182,7 @@ def rotate_keys(*, actor, retire_after_days=None):
     days = settings.LTI_KEY_RETIRE_DAYS if retire_after_days is None else retire_after_days
     cutoff = timezone.now() - timedelta(days=days)
     old = list(Key.objects.active().filter(datetime_created__lt=cutoff))
-    new = Key.objects.generate()
+    new = _generate_key()
     retired = [str(key) for key in old]
     Key.objects.filter(pk__in=[key.pk for key in old]).update(is_active=False)
     changelog.record(new, "create", actor, {"retired": retired}, reason="LTI key rotation")
@@ -478,7 +521,7 @@ def fetch_roster(course):
     """The context's members as the platform's NRPS lists them (each call with a timeout)."""
     if not course.memberships_url:
         raise Conflict("the LMS offered no roster service (NRPS) for this course")
-    connector = ServiceConnector(course.registration.to_registration(), requests_session=TimeoutSession())
+    connector = ServiceConnector(pylti_registration(course.registration), requests_session=TimeoutSession())
     service = NamesRolesProvisioningService(connector, {"context_memberships_url": course.memberships_url})
     try:
         return service.get_members()

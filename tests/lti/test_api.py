@@ -45,6 +45,7 @@ def test_no_answer_carries_a_private_key(api, admin_user):
     assert len(json.loads(answers[1])) == 2
     for text in answers:
         assert b"PRIVATE KEY" not in text and b'"d"' not in text and b"private" not in text
+    assert not any("PRIVATE" in key.private_key for key in Key.objects.all())  # stored encrypted
 
 
 @pytest.mark.parametrize("field, value", [("deployment_ids", []), ("keyset_url", "not a url"), ("colour", "red")])
