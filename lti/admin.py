@@ -2,12 +2,11 @@
 would show and take the per-registration private key, which vclmgr never uses), the tool's keys
 read-only (public facts and a rotate action), and the course links."""
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.forms import CharField, ModelForm, Textarea, URLField
 from lti_tool.models import Key, LtiRegistration
 
-from core.errors import Conflict
 from lti import services
 from lti.models import LtiCourse
 
@@ -30,7 +29,11 @@ class PlatformForm(ModelForm):
             self.initial["deployment_ids"] = "\n".join(services.active_deployment_ids(self.instance))
 
     def clean_deployment_ids(self):
-        return [line.strip() for line in self.cleaned_data["deployment_ids"].splitlines() if line.strip()]
+        lines = [line.strip() for line in self.cleaned_data["deployment_ids"].splitlines() if line.strip()]
+        try:
+            return services.deployment_ids_of(lines)  # the service's own check, as the field's error
+        except ValidationError as exc:
+            raise ValidationError(exc.message_dict["deployment_ids"]) from None
 
 
 @admin.register(LtiRegistration)
@@ -42,14 +45,13 @@ class PlatformAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         fields = {name: form.cleaned_data[name] for name in services.PLATFORM_FIELDS if name in form.cleaned_data}
         ids = form.cleaned_data["deployment_ids"]
-        try:
-            if change:
-                fresh = LtiRegistration.objects.get(pk=obj.pk)
-                services.update_platform(fresh, actor=request.user, deployment_ids=ids, **fields)
-            else:
-                obj.pk = services.add_platform(actor=request.user, deployment_ids=ids, **fields).pk
-        except (ValidationError, Conflict) as exc:
-            messages.error(request, f"Not saved: {exc}")
+        # The form checked what the services check (fields, uniqueness, deployment ids).
+        if change:
+            services.update_platform(
+                LtiRegistration.objects.get(pk=obj.pk), actor=request.user, deployment_ids=ids, **fields
+            )
+        else:
+            obj.pk = services.add_platform(actor=request.user, deployment_ids=ids, **fields).pk
 
     def delete_model(self, request, obj):
         services.remove_platform(obj, actor=request.user)

@@ -193,7 +193,7 @@ def rotate_keys(*, actor, retire_after_days=None):
 # --- platforms --------------------------------------------------------------------------
 
 
-def _deployment_ids(value):
+def deployment_ids_of(value):
     if not isinstance(value, list | tuple) or not value:
         raise ValidationError({"deployment_ids": ["give at least one deployment id (the LMS shows it)"]})
     ids = [str(v).strip() for v in value]
@@ -226,7 +226,7 @@ def _check(registration):
 def add_platform(*, actor, deployment_ids, **fields):
     """Register a platform (an LMS): its issuer, the client id it gave vclmgr, its key set,
     login (auth) and token URLs, and the deployment ids it launches with."""
-    ids = _deployment_ids(deployment_ids)
+    ids = deployment_ids_of(deployment_ids)
     unknown = set(fields) - set(PLATFORM_FIELDS)
     if unknown:
         raise ValidationError({sorted(unknown)[0]: ["not a platform field"]})
@@ -251,7 +251,7 @@ def update_platform(registration, *, actor, deployment_ids=None, **fields):
     registration.save()
     changes = {name: [before[name], getattr(registration, name)] for name in fields if before[name] != fields[name]}
     if deployment_ids is not None:
-        ids = _deployment_ids(deployment_ids)
+        ids = deployment_ids_of(deployment_ids)
         was = active_deployment_ids(registration)
         _set_deployments(registration, ids)
         if was != ids:
