@@ -7,6 +7,7 @@ assertion against the tool's JWKS) and the Names and Role Provisioning Service's
 An ``http.server`` in a thread on a free loopback port, started by a fixture and stopped at its
 teardown. Test code: it signs with PyJWT and checks only what the tests need."""
 
+import contextlib
 import html
 import json
 import secrets
@@ -278,6 +279,16 @@ def person(sub, email, given_name, family_name):
         "family_name": family_name,
         "name": f"{given_name} {family_name}",
     }
+
+
+@contextlib.contextmanager
+def running():
+    """The platform of a test module, with its course; stopped however the module ends."""
+    platform = with_course(Platform())
+    try:
+        yield platform
+    finally:
+        platform.stop()
 
 
 def with_course(platform):

@@ -11,11 +11,8 @@ from tests import lti_platform, processes
 
 @pytest.fixture(scope="module")
 def lms():
-    platform = lti_platform.with_course(lti_platform.Platform())
-    try:
+    with lti_platform.running() as platform:
         yield platform
-    finally:
-        platform.stop()
 
 
 @pytest.fixture(scope="module")

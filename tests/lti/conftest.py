@@ -10,11 +10,8 @@ from tests import lti_platform
 
 @pytest.fixture(scope="module")
 def platform():
-    lms = lti_platform.with_course(lti_platform.Platform())
-    try:
+    with lti_platform.running() as lms:
         yield lms
-    finally:
-        lms.stop()
 
 
 @pytest.fixture
