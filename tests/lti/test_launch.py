@@ -183,3 +183,10 @@ def test_a_login_from_an_unknown_platform_is_refused(client, platform, registrat
     params = {**platform.initiation("leo", "net-101"), "iss": "https://lms.elsewhere.example"}
     answer = client.get("/lti/login/", params)
     assert answer.status_code == 403 and b"does not know" in answer.content
+
+
+def test_the_login_initiation_may_be_a_post(client, platform, registration):
+    answer = client.post("/lti/login/", platform.initiation("leo", "net-101"))
+    assert answer.status_code == 302 and answer["Location"].startswith(f"{platform.url}/auth?")
+    action, fields = platform.authorize(answer["Location"])
+    assert client.post("/lti/launch/", fields).status_code == 302
