@@ -5,6 +5,8 @@ the classes' next sessions and the form that makes (POST to the page) or changes
 A course or class that is not the user's is a 404; writing without teaching it a 403.
 """
 
+from collections.abc import Callable
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -14,8 +16,13 @@ from django.views.decorators.http import require_POST
 
 from classes import services
 from classes.forms import ClassForm, add_service_errors
+from core.hooks import Hook
 
 MAX_ID = 2**63 - 1  # beyond the column's range: SQLite would raise instead of finding nothing
+
+# Cards of the layers above on the course page (lti: the LMS roster sync), filled in their
+# ready(): ``(request, group) -> context`` with the card's ``template``, or None (no card).
+COURSE_CARDS: Hook[Callable] = Hook("classes.views.COURSE_CARDS")
 
 
 def _course(request, group_id):
@@ -51,7 +58,8 @@ def _context(request, group, teaching, form):
         upcoming = services.upcoming(klass, now) if teaching else []
         classes.append({"klass": klass, "meeting": meeting, "seat": seat, "usage": usage, "upcoming": upcoming})
     members = group.user_set.order_by("username") if teaching else None
-    return {"course": group, "members": members, "classes": classes, "form": form, "teaching": teaching}
+    cards = [card for card in (make(request, group) for make in COURSE_CARDS) if card]
+    return {"course": group, "members": members, "classes": classes, "form": form, "teaching": teaching, "cards": cards}
 
 
 @login_required

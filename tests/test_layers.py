@@ -37,6 +37,8 @@ ALLOWED = {
     "runs": UP_TO_PROVISIONING,
     # Courses: a course group's page, its classes with a term (seats are reservations).
     "classes": UP_TO_PROVISIONING | {"console", "reservations"},
+    # LTI 1.3: courses launched from an LMS land on classes' course page.
+    "lti": UP_TO_PROVISIONING | {"console", "reservations", "classes"},
     # Above every app: what follows from events (mail, webhooks) and what /metrics reads.
     "notifications": UP_TO_PROVISIONING | {"console", "reservations", "runs", "classes"},
     # /metrics, /healthz, the dashboard, worker heartbeats.

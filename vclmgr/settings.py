@@ -82,6 +82,8 @@ INSTALLED_APPS = [
     "provisioning.apps.VmsConfig",
     "reservations.apps.ReservationsConfig",
     "classes.apps.ClassesConfig",
+    "lti_tool",  # django-lti: LTI 1.3 registrations, deployments, the tool's keys (lti/)
+    "lti.apps.LtiConfig",
     "runs.apps.RunsConfig",
     "rapi.apps.RapiConfig",
     "notifications.apps.NotificationsConfig",
@@ -240,6 +242,8 @@ if LOCAL_LOGIN_STAFF_ONLY:
     AUTHENTICATION_BACKENDS[AUTHENTICATION_BACKENDS.index("accounts.signon.LocalBackend")] = (
         "accounts.signon.StaffOnlyModelBackend"
     )
+# LTI launches' sessions (lti/backends.py: reads the session's user back, signs nobody in).
+AUTHENTICATION_BACKENDS.append("lti.backends.LaunchBackend")
 # Sign-in lockout (accounts/lockout.py): per username and client address.
 AXES_ENABLED = env.bool("LOGIN_LOCKOUT", True)
 AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
@@ -644,6 +648,16 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env.str("STATIC_ROOT", str(VAR_DIR / "staticfiles")))
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
+
+# --- LTI 1.3 (lti/): courses launched from an LMS ----------------------------------------
+# Every call to a platform (its key set, its token URL, its roster) gives up after this long.
+LTI_TIMEOUT_SECONDS = env.float("LTI_TIMEOUT_SECONDS", 10.0, minimum=0.5, maximum=60)
+# A tool key older than this many days leaves the JWKS at the next `manage.py lti rotate-keys`
+# (the platforms cache the JWKS: the old key stays published that long after a rotation).
+LTI_KEY_RETIRE_DAYS = env.int("LTI_KEY_RETIRE_DAYS", 7, minimum=0)
+# A first launch whose e-mail is that of one existing account (not an administrator's) signs in
+# as that account; off: such a launch gets a new account of its own.
+LTI_LINK_BY_EMAIL = env.bool("LTI_LINK_BY_EMAIL", True)
 
 # --- security -------------------------------------------------------------------------
 # Who sees /healthz's per-check details (the status code is public): staff or public.

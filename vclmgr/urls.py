@@ -19,6 +19,7 @@ api_v1 = [
     path("", include("runs.api.urls")),
     path("", include("classes.api.urls")),
     path("", include("notifications.api.urls")),
+    path("", include("lti.api.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves its start-up script as a file (no inline script for the CSP).
     path(
@@ -48,6 +49,7 @@ urlpatterns = [
     path("reservations/", include("reservations.urls")),
     path("runs/", include("runs.urls")),
     path("classes/", include("classes.urls")),
+    path("lti/", include("lti.urls")),
     path("vms/", include("provisioning.urls")),
     path("vms/", include("console.urls")),
     # Ganeti's Remote API (plain Django views: outside the /api/v1 schema).

@@ -1,0 +1,192 @@
+"""LTI launches in-process against a real platform: a launch signs the user in on the course's
+group; every bad launch gets the error page with its reason and writes nothing."""
+
+import time
+
+import pytest
+from django.contrib.auth.models import Group, User
+from lti_tool.models import LtiDeployment, LtiUser
+
+from accounts import access
+from accounts.models import SignOnIdentity
+from lti.models import LtiCourse
+from tests import lti_platform
+from tests.lti.conftest import begin, launch
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_learner_lands_on_the_course_signed_in(client, platform, registration):
+    answer, _ = launch(client, platform, "leo")
+    course = LtiCourse.objects.get(registration=registration, context_id="net-101")
+    assert answer.status_code == 302 and answer["Location"] == f"/classes/{course.group.pk}/"
+    leo = User.objects.get(email="leo@uni.example")
+    assert course.group.name == "Networks 101" and list(leo.groups.all()) == [course.group]
+    assert access.roles(leo) == [] and not leo.has_usable_password()
+    assert course.memberships_url == f"{platform.url}/nrps/net-101"
+    page = client.get(answer["Location"])
+    assert page.status_code == 200 and b"Networks 101" in page.content and b"lms-roster" not in page.content
+
+
+def test_an_instructor_gets_the_role_and_the_roster_card(client, platform, registration):
+    answer, _ = launch(client, platform, "ines")
+    ines = User.objects.get(email="ines@uni.example")
+    assert "instructor" in access.roles(ines)
+    page = client.get(answer["Location"])
+    assert b"course-members" in page.content and b"sync-roster" in page.content
+
+
+def test_the_next_launch_is_the_same_account_and_group(client, platform, registration):
+    launch(client, platform, "leo")
+    client.logout()
+    answer, _ = launch(client, platform, "leo")
+    assert answer.status_code == 302
+    assert User.objects.filter(email="leo@uni.example").count() == 1 and LtiCourse.objects.count() == 1
+
+
+def test_a_launch_links_the_account_of_the_same_email(client, platform, registration):
+    mia = User.objects.create_user("mia.local", email="MIA@uni.example", password="pw")  # noqa: S106
+    launch(client, platform, "mia")
+    assert mia.groups.filter(lti_course__isnull=False).exists()
+    assert SignOnIdentity.objects.get(user=mia).subject == platform.users["mia"]["sub"]
+
+
+def test_a_disabled_account_is_refused(client, platform, registration):
+    launch(client, platform, "leo")
+    User.objects.filter(email="leo@uni.example").update(is_active=False)
+    client.logout()
+    answer, _ = launch(client, platform, "leo")
+    assert answer.status_code == 403 and b"disabled" in answer.content and "_auth_user_id" not in client.session
+
+
+def test_an_administrators_email_is_not_linked(client, platform, registration):
+    boss = User.objects.create_user("boss", email="mia@uni.example", is_staff=True)
+    launch(client, platform, "mia")
+    assert not boss.groups.exists() and User.objects.filter(email="mia@uni.example").count() == 2
+
+
+def test_an_existing_sign_on_subject_is_the_account(client, platform, registration):
+    ann = User.objects.create_user("ann")
+    SignOnIdentity.objects.create(user=ann, method="oidc", issuer=platform.issuer, subject=platform.users["leo"]["sub"])
+    launch(client, platform, "leo")
+    assert ann.groups.count() == 1 and not User.objects.filter(email="leo@uni.example").exists()
+
+
+def test_a_course_titled_like_a_role_group_is_a_group_of_its_own(client, platform, registration):
+    platform.contexts["ops"] = {"title": "operator", "roles": {"leo": [lti_platform.LEARNER]}}
+    try:
+        launch(client, platform, "leo", "ops")
+    finally:
+        del platform.contexts["ops"]
+    leo = User.objects.get(email="leo@uni.example")
+    assert access.roles(leo) == [] and LtiCourse.objects.get(context_id="ops").group.name == "operator (2)"
+
+
+def test_the_jwks_publishes_the_tools_public_key(client, registration):
+    keys = client.get("/lti/jwks/").json()["keys"]
+    assert len(keys) == 1 and keys[0]["kty"] == "RSA" and "d" not in keys[0]
+
+
+# --- bad launches -----------------------------------------------------------------------
+
+
+def counts():
+    return (
+        User.objects.count(),
+        Group.objects.count(),
+        LtiCourse.objects.count(),
+        LtiUser.objects.count(),
+        LtiDeployment.objects.count(),
+        SignOnIdentity.objects.count(),
+    )
+
+
+def post_token(client, platform, user="leo", **overrides):
+    query, _ = begin(client, platform, user)
+    token = platform.id_token(user, "net-101", query["nonce"], **overrides)
+    return client.post("/lti/launch/", {"id_token": token, "state": query["state"]})
+
+
+BAD = {
+    "bad signature": (dict(key=lti_platform.new_key()), 403, b"signature does not match"),
+    "unknown issuer": (dict(iss="https://lms.elsewhere.example"), 403, b"does not know"),
+    "unknown deployment": (dict(lti_deployment_id="deployment-9"), 403, b"deployment is not registered"),
+    "expired": (dict(exp=int(time.time()) - 120, iat=int(time.time()) - 600), 403, b"has expired"),
+    "wrong audience": (dict(aud="another-tool", azp="another-tool"), 403, b"does not know"),
+    "unknown key": (dict(kid="not-published"), 403, b"key the platform does not publish"),
+    "not a resource link": (
+        {
+            "lti_message_type": "LtiDeepLinkingRequest",
+            "https://purl.imsglobal.org/spec/lti-dl/claim/deep_linking_settings": {
+                "deep_link_return_url": "http://127.0.0.1:9/return",
+                "accept_types": ["ltiResourceLink"],
+                "accept_presentation_document_targets": ["window"],
+            },
+        },
+        400,
+        b"resource link launches only",
+    ),
+    "no context": (dict(lti_context=None), 400, b"names no course"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_a_bad_launch_is_refused_and_writes_nothing(client, platform, registration, case):
+    overrides, status, reason = BAD[case]
+    before = counts()
+    answer = post_token(client, platform, **overrides)
+    assert answer.status_code == status, answer.content
+    assert b"LMS launch refused" in answer.content and reason in answer.content
+    assert counts() == before and "_auth_user_id" not in client.session
+
+
+def test_a_replayed_launch_is_refused(client, platform, registration):
+    answer, fields = launch(client, platform, "leo")
+    assert answer.status_code == 302
+    client.logout()
+    before = counts()
+    again = client.post("/lti/launch/", fields)
+    assert again.status_code == 403 and b"used already" in again.content
+    assert counts() == before and "_auth_user_id" not in client.session
+
+
+def test_a_nonce_the_tool_never_gave_is_refused(client, platform, registration):
+    query, _ = begin(client, platform)
+    token = platform.id_token("leo", "net-101", "a-nonce-of-my-own")
+    answer = client.post("/lti/launch/", {"id_token": token, "state": query["state"]})
+    assert answer.status_code == 403 and b"nonce" in answer.content
+
+
+def test_a_missing_or_mismatched_state_is_refused(client, platform, registration):
+    query, _ = begin(client, platform)
+    token = platform.id_token("leo", "net-101", query["nonce"])
+    before = counts()
+    missing = client.post("/lti/launch/", {"id_token": token})
+    assert missing.status_code == 400 and b"no state" in missing.content
+    forged = client.post("/lti/launch/", {"id_token": token, "state": "state-forged"})
+    assert forged.status_code == 403 and b"did not start this launch" in forged.content
+    assert counts() == before
+
+
+def test_a_launch_with_no_token_is_a_400(client, registration):
+    answer = client.post("/lti/launch/", {"state": "state-x"})
+    assert answer.status_code == 400 and b"no ID token" in answer.content
+
+
+def test_a_login_sending_the_token_elsewhere_is_refused(client, platform, registration):
+    params = {**platform.initiation("leo", "net-101"), "target_link_uri": "https://evil.example/collect"}
+    answer = client.get("/lti/login/", params)
+    assert answer.status_code == 400 and b"launch URL" in answer.content
+
+
+def test_a_login_from_an_unknown_platform_is_refused(client, platform, registration):
+    params = {**platform.initiation("leo", "net-101"), "iss": "https://lms.elsewhere.example"}
+    answer = client.get("/lti/login/", params)
+    assert answer.status_code == 403 and b"does not know" in answer.content
+
+
+def test_the_login_initiation_may_be_a_post(client, platform, registration):
+    answer = client.post("/lti/login/", platform.initiation("leo", "net-101"))
+    assert answer.status_code == 302 and answer["Location"].startswith(f"{platform.url}/auth?")
+    action, fields = platform.authorize(answer["Location"])
+    assert client.post("/lti/launch/", fields).status_code == 302

@@ -1,0 +1,94 @@
+"""Roster sync through the platform's Names and Role Provisioning Service: the tool gets an
+access token with a client assertion signed by its key (checked by the platform against the
+tool's JWKS), reads the roster, and the course group's members follow it."""
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+
+from accounts import access
+from core.errors import Conflict
+from lti import services
+from lti.models import LtiCourse
+from tests import lti_platform
+from tests.lti.conftest import launch
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def course(client, platform, registration):
+    platform.tool_jwks = services.jwks()
+    answer, _ = launch(client, platform, "ines")
+    assert answer.status_code == 302
+    return LtiCourse.objects.select_related("registration", "group").get()
+
+
+def members(course):
+    return sorted(course.group.user_set.values_list("email", flat=True))
+
+
+def test_sync_adds_the_roster_and_removes_who_left(course, platform):
+    result = services.sync_roster(course, actor="test")
+    assert members(course) == ["ines@uni.example", "leo@uni.example", "mia@uni.example"]
+    assert sorted(result["added"]) == ["leo@uni.example", "mia@uni.example"] and result["removed"] == []
+    assert platform.token_requests[-1]["scope"] == lti_platform.NRPS_SCOPE
+
+    hand_added = User.objects.create_user("guest")
+    course.group.user_set.add(hand_added)
+    del platform.contexts["net-101"]["roles"]["mia"]
+    try:
+        result = services.sync_roster(course, actor="test")
+    finally:
+        platform.contexts["net-101"]["roles"]["mia"] = [lti_platform.LEARNER]
+    assert result == {"added": [], "removed": ["mia@uni.example"]}
+    assert set(course.group.user_set.values_list("username", flat=True)) == {
+        "ines@uni.example",
+        "leo@uni.example",
+        "guest",
+    }
+    assert access.roles(User.objects.get(email="leo@uni.example")) == []
+
+
+def test_a_launch_after_sync_is_the_same_account(client, course, platform):
+    services.sync_roster(course, actor="test")
+    client.logout()
+    launch(client, platform, "leo")
+    assert User.objects.filter(email="leo@uni.example").count() == 1
+
+
+def test_the_platform_refusing_our_assertion_changes_nothing(course, platform):
+    platform.tool_jwks = {"keys": []}  # it does not know our key
+    with pytest.raises(Conflict, match="refused the roster request"):
+        services.sync_roster(course, actor="test")
+    assert members(course) == ["ines@uni.example"]
+
+
+def test_a_rotated_key_signs_and_the_old_one_stays_published_until_retired(course, platform):
+    old = services.jwks()["keys"][0]["kid"]
+    new, retired = services.rotate_keys(actor="test")
+    assert retired == [] and {k["kid"] for k in services.jwks()["keys"]} == {old, new}
+    platform.tool_jwks = {"keys": [k for k in services.jwks()["keys"] if k["kid"] == new]}
+    services.sync_roster(course, actor="test")  # signed with the new key: the platform accepts it
+    _, retired = services.rotate_keys(actor="test", retire_after_days=0)
+    assert set(retired) == {old, new} and old not in {k["kid"] for k in services.jwks()["keys"]}
+
+
+def test_the_instructors_button_syncs(client, course):
+    answer = client.post(f"/classes/{course.group.pk}/".replace("/classes/", "/lti/courses/") + "roster/sync/")
+    assert answer.status_code == 302
+    page = client.get(answer["Location"])
+    assert b"3 members" not in page.content and b"2 added" in page.content
+    assert len(members(course)) == 3
+
+
+def test_a_learner_cannot_sync(client, course, platform):
+    client.logout()
+    launch(client, platform, "leo")
+    assert client.post(f"/lti/courses/{course.group.pk}/roster/sync/").status_code == 404
+    assert members(course) == ["ines@uni.example", "leo@uni.example"]
+
+
+def test_the_cli_syncs_a_course(course, capsys):
+    call_command("lti", "sync-roster", str(course.group.pk))
+    assert "added leo@uni.example mia@uni.example" in capsys.readouterr().out
