@@ -41,7 +41,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 from jwcrypto.jwk import JWK
@@ -370,18 +370,32 @@ def launch(request):
     lti_launch = LtiLaunch(message)
     registration = message.get_tool_conf().registration
     try:
-        with transaction.atomic():
-            sync_data_from_launch(lti_launch)
-            user = _account(registration, body)
-            course = _course(registration, context, (body.get(NRPS) or {}).get("context_memberships_url", ""))
-            actor = changelog.Actor(name=f"LTI {registration.name}")
-            _enrol(user, course.group, body.get(ROLES) or [], actor=actor)
-            LtiUser.objects.filter(registration=registration, sub=str(body["sub"])).update(auth_user=user)
+        user, course = _admit(registration, body, context, lti_launch)
     except Exception:
         cache.delete(spent)
         raise
     log.info("LTI launch from %s: %s in %s (%s)", registration.issuer, user, course.group.name, course.context_id)
     return user, course.group
+
+
+def _admit(registration, body, context, lti_launch, attempts=2):
+    """The account and course of a launch, made on the first. Two first launches of one course
+    (or one person) at the same moment both find nothing and both create: the loser's unique
+    constraint fails, and its second attempt finds what the winner made."""
+    for attempt in range(attempts):
+        try:
+            with transaction.atomic():
+                sync_data_from_launch(lti_launch)
+                user = _account(registration, body)
+                course = _course(registration, context, (body.get(NRPS) or {}).get("context_memberships_url", ""))
+                actor = changelog.Actor(name=f"LTI {registration.name}")
+                _enrol(user, course.group, body.get(ROLES) or [], actor=actor)
+                LtiUser.objects.filter(registration=registration, sub=str(body["sub"])).update(auth_user=user)
+            return user, course
+        except IntegrityError:
+            if attempt == attempts - 1:
+                raise
+            log.info("LTI launch from %s met a concurrent first launch; reading what it made", registration.issuer)
 
 
 def is_instructor(roles):

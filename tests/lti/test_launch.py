@@ -44,6 +44,27 @@ def test_the_next_launch_is_the_same_account_and_group(client, platform, registr
     assert User.objects.filter(email="leo@uni.example").count() == 1 and LtiCourse.objects.count() == 1
 
 
+def test_a_first_launch_that_loses_a_race_for_the_course_reads_what_the_winner_made(
+    client, platform, registration, monkeypatch
+):
+    from django.db import IntegrityError
+
+    from lti import services
+
+    real, raced = services._course, []
+
+    def course_taken_meanwhile(*args):
+        if not raced:  # the other first launch committed the course between our read and our write
+            raced.append(True)
+            raise IntegrityError("UNIQUE constraint failed: lti_lticourse.registration_id, lti_lticourse.context_id")
+        return real(*args)
+
+    monkeypatch.setattr(services, "_course", course_taken_meanwhile)
+    answer, _ = launch(client, platform, "leo")
+    assert answer.status_code == 302 and raced
+    assert LtiCourse.objects.count() == 1 and User.objects.filter(email="leo@uni.example").count() == 1
+
+
 def test_a_launch_links_the_account_of_the_same_email(client, platform, registration):
     mia = User.objects.create_user("mia.local", email="MIA@uni.example", password="pw")  # noqa: S106
     launch(client, platform, "mia")
