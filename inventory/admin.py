@@ -12,7 +12,7 @@ from import_export.admin import ImportExportModelAdmin
 
 from accounts import access
 from core import changelog
-from inventory import formats, services
+from inventory import admin_formats, services
 from inventory.discovery.admin import discover_view
 from inventory.forms import (
     BladeCenterRegistrationForm,
@@ -202,8 +202,8 @@ class BladeCenterAdmin(ServiceAdmin):
 @admin.register(Hypervisor)
 class HypervisorAdmin(ServiceAdmin, ImportExportModelAdmin):
     resource_classes = [HypervisorResource]
-    import_formats = formats.ADMIN_FORMATS
-    export_formats = formats.ADMIN_FORMATS
+    import_formats = admin_formats.ADMIN_FORMATS
+    export_formats = admin_formats.ADMIN_FORMATS
     import_form_class = HypervisorImportForm
     change_list_template = "inventory/admin/hypervisor_change_list.html"
     action_form = StateActionForm

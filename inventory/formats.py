@@ -6,7 +6,7 @@ person can act on (empty file, header only, not UTF-8, over the size or row limi
 are written escaped (``core.spreadsheets``, as every export); ``load()`` removes exactly that
 escape again, so an export imports back unchanged.
 
-The ``*Format`` classes adapt both to django-import-export, so the admin's import and
+``inventory.admin_formats`` adapts both to django-import-export, so the admin's import and
 export read and write files exactly as the API and the CLI do.
 """
 
@@ -19,7 +19,6 @@ import zipfile
 import tablib
 import yaml
 from django.conf import settings
-from import_export.formats.base_formats import Format
 
 from core import yamlsafe
 from core.spreadsheets import escape_row, unescape_cell
@@ -514,62 +513,3 @@ def _dump_yaml(headers, rows):
 
 
 _DUMPERS = {"csv": _dump_csv, "xlsx": _dump_xlsx, "json": _dump_json, "yaml": _dump_yaml}
-
-
-# --- django-import-export adapters ----------------------------------------------------
-
-
-class _InventoryFormat(Format):
-    """Always reads bytes, so our loader (not the admin) decides about encodings."""
-
-    name = None
-
-    def __init__(self, encoding=None):
-        self.encoding = encoding
-
-    def get_title(self):
-        return self.name
-
-    def create_dataset(self, in_stream, **kwargs):
-        data = in_stream.encode() if isinstance(in_stream, str) else in_stream
-        return load(data, self.name)
-
-    def export_data(self, dataset, **kwargs):
-        return dump(dataset, self.name)
-
-    def is_binary(self):
-        return True
-
-    def get_read_mode(self):
-        return "rb"
-
-    def get_extension(self):
-        return self.name
-
-    def get_content_type(self):
-        return CONTENT_TYPES[self.name]
-
-    def can_import(self):
-        return True
-
-    def can_export(self):
-        return True
-
-
-class CSVFormat(_InventoryFormat):
-    name = "csv"
-
-
-class XLSXFormat(_InventoryFormat):
-    name = "xlsx"
-
-
-class JSONFormat(_InventoryFormat):
-    name = "json"
-
-
-class YAMLFormat(_InventoryFormat):
-    name = "yaml"
-
-
-ADMIN_FORMATS = [CSVFormat, XLSXFormat, JSONFormat, YAMLFormat]

@@ -23,9 +23,8 @@ from django.utils import timezone
 
 from core import changelog, events
 from core.errors import Conflict, Upstream
-from inventory import redfish
+from inventory.bmc import BMCError
 from inventory.models import Hypervisor
-from inventory.redfish import BMCError
 from inventory.resources import host_data
 from inventory.services import _host_topics, in_use_reasons, set_state
 
@@ -45,6 +44,8 @@ def _session(hv):
     bmc = _load(hv).bmc()
     if bmc is None:
         raise Conflict(f"{hv.name} has no BMC: set its bmc_address (or its blade center's) first")
+    from inventory import redfish  # here: the Redfish client costs every process's start most of a second
+
     try:
         return redfish.Session(bmc)
     except BMCError as exc:

@@ -26,6 +26,7 @@ from sushy import exceptions as sushy_errors
 from urllib3.exceptions import InsecureRequestWarning
 
 from core import outbound
+from inventory.bmc import BMCError
 
 log = logging.getLogger(__name__)
 
@@ -33,15 +34,6 @@ SYSTEMS = "/redfish/v1/Systems/"
 POLL_SECONDS = 0.5
 
 _STATES = {sushy.PowerState.ON: "on", sushy.PowerState.OFF: "off"}
-
-
-class BMCError(Exception):
-    """The BMC could not be used; ``kind``: ``auth`` (login refused), ``unreachable`` (no answer,
-    TLS failure), ``refused`` (it answered, but said no), ``timeout`` (never reached the state)."""
-
-    def __init__(self, message, kind):
-        super().__init__(message)
-        self.kind = kind
 
 
 def system_path(system):

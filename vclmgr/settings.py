@@ -54,8 +54,9 @@ for _origin in CSRF_TRUSTED_ORIGINS:
         raise ImproperlyConfigured(f"CSRF_TRUSTED_ORIGINS: {_origin!r} needs a scheme (https://…)")
 
 INSTALLED_APPS = [
-    "daphne",
-    "django.contrib.admin",
+    # The admin's modules are read by vclmgr/urls.py (admin.autodiscover()), not at every start:
+    # a worker or a command never serves the admin, and import-export's formats cost most of a second.
+    "django.contrib.admin.apps.SimpleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -8,6 +8,8 @@ from monitoring import health
 from monitoring import views as monitoring_views
 from vclmgr import views
 
+admin.autodiscover()  # here, not at start-up (settings: SimpleAdminConfig)
+
 api_v1 = [
     path("", include("core.api.urls")),
     path("", include("accounts.api.urls")),

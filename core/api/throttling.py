@@ -12,7 +12,6 @@ import time
 
 from django.core.cache import caches
 from django.core.cache.backends.locmem import LocMemCache
-from redis.exceptions import RedisError
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.throttling import SimpleRateThrottle, UserRateThrottle
@@ -22,6 +21,16 @@ log = logging.getLogger(__name__)
 RETRY_PRIMARY_SECONDS = 30
 _FALLBACK = LocMemCache("throttle-fallback", {})
 _primary_down_until = 0.0
+
+
+def _cache_down_errors():
+    # Read only when something was raised: redis costs every process's start most of a half
+    # second, and a process whose throttle cache is not Redis never needs it.
+    try:
+        from redis.exceptions import RedisError
+    except ImportError:  # pragma: no cover - redis is a requirement
+        return (OSError,)
+    return (RedisError, OSError)
 
 
 def _cache_down():
@@ -39,7 +48,7 @@ class _FailOpen:
             return super().allow_request(request, view)
         try:
             allowed = super().allow_request(request, view)
-        except (RedisError, OSError):
+        except _cache_down_errors():
             _cache_down()
             self.cache = _FALLBACK
             return super().allow_request(request, view)
