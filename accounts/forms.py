@@ -20,6 +20,7 @@ class ApiTokenForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.user = user
         allowed = access.allowed_scopes(user)
+        self.fields["expires"].help_text = f"Time zone {timezone.get_current_timezone_name()}."
         self.fields["scopes"].choices = [(s, s) for s in access.SCOPES if s in allowed and s != "read"]
 
     def clean_name(self):

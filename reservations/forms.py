@@ -118,5 +118,8 @@ class BlockForm(forms.Form):
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["image"].queryset = vms.visible_images(user).order_by("name")
+        zone = timezone.get_current_timezone_name()
+        self.fields["start"].help_text = f"Of the first occurrence. Time zone {zone}: the weeks keep this local hour."
+        self.fields["end"].help_text = f"Of the first occurrence. Time zone {zone}."
         groups = services.teaching_groups(user)
         self.fields["group"].queryset = groups.order_by("name")

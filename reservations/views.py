@@ -199,7 +199,7 @@ def extend(request, pk):
     except Conflict as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Extended to {timezone.localtime(new_end):%Y-%m-%d %H:%M}.")
+        messages.success(request, f"Extended to {timezone.localtime(new_end):%Y-%m-%d %H:%M %Z}.")
     return redirect("reservations:detail", pk=pk)
 
 
