@@ -27,7 +27,10 @@ CACHE_SECONDS = 24 * 3600
 
 
 def _key(user):
-    return f"accounts:time_zone:{user.pk}"
+    # The join time too: a database made anew (tests, a re-installed site) reuses ids, and the
+    # cache (a file or Redis) outlives it.
+    joined = user.date_joined.timestamp() if getattr(user, "date_joined", None) else 0
+    return f"accounts:time_zone:{user.pk}:{joined:.6f}"
 
 
 def stored(user):
