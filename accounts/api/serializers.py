@@ -16,8 +16,16 @@ class UserSerializer(serializers.ModelSerializer):
     class Meta:
         model = get_user_model()
         fields = [
-            "id", "username", "first_name", "last_name", "email", "is_staff", "roles", "time_zone", "time_zone_in_use",
-        ]  # fmt: skip
+            "id",
+            "username",
+            "first_name",
+            "last_name",
+            "email",
+            "is_staff",
+            "roles",
+            "time_zone",
+            "time_zone_in_use",
+        ]
         read_only_fields = fields
 
     roles = serializers.SerializerMethodField(help_text="admin, operator, auditor, instructor, image-maintainer")

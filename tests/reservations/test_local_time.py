@@ -140,3 +140,30 @@ def test_the_api_stays_utc_for_a_user_in_another_zone(sim_host, image, alice, ap
 def _next_hour():
     now = datetime.now(UTC)
     return now.replace(minute=0, second=0, microsecond=0) + H
+
+
+def test_the_api_takes_the_zone_whose_hour_the_weeks_keep(sim_host, image, teacher, api, settings):
+    settings.RESERVATION_HORIZON_DAYS = 400
+    client = api(teacher)
+    body = {
+        "name": "NYC lab",
+        "image": image.pk,
+        "group": "cs101",
+        "seats": 1,
+        "start": "2027-03-08T14:00:00Z",  # 09:00 EST, a week before the US change on 2027-03-14
+        "end": "2027-03-08T15:00:00Z",
+        "weeks": 2,
+        "time_zone": "America/New_York",
+    }
+    assert client.post("/api/v1/block-allocations/", {**body, "time_zone": "Nowhere"}, format="json").status_code == 400
+    created = client.post("/api/v1/block-allocations/", body, format="json")
+    assert created.status_code == 201, created.content
+    assert "time_zone" not in created.json()
+    block = BlockAllocation.objects.get()
+    assert [s.astimezone(UTC).hour for s in seat_starts(block)] == [14, 13]  # 09:00 EST, then 09:00 EDT
+    # Without one, the teacher's own zone (Berlin: no change between these two weeks).
+    del body["time_zone"]
+    body["name"] = "default zone"
+    assert client.post("/api/v1/block-allocations/", body, format="json").status_code == 201
+    block = BlockAllocation.objects.get(name="default zone")
+    assert [s.astimezone(UTC).hour for s in seat_starts(block)] == [14, 14]
