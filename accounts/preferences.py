@@ -14,7 +14,7 @@ import logging
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from accounts.models import Preferences
 from core import changelog, localtime
@@ -96,7 +96,12 @@ def note_browser_zone(user, name):
     chosen, browser = stored(user)
     if browser == name:
         return False
-    Preferences.objects.update_or_create(user=user, defaults={"browser_time_zone": name})
+    try:
+        with transaction.atomic():
+            Preferences.objects.update_or_create(user=user, defaults={"browser_time_zone": name})
+    except DatabaseError:  # a page is not refused for this: the next request tries again
+        log.warning("browser time zone of user %s not kept", user.pk, exc_info=True)
+        return False
     _remember(user, (chosen, name))
     return True
 

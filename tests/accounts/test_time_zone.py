@@ -101,3 +101,17 @@ def test_the_api_answers_in_utc_for_a_user_in_another_zone(api, alice):
     created = client.get("/api/v1/tokens/").json()["results"][0]["created"]
     assert created.endswith("Z") or created.endswith("+00:00"), created
     assert timezone.get_current_timezone_name() == "UTC"
+
+
+def test_pages_go_on_from_the_database_when_the_cache_is_down(client, alice, monkeypatch):
+    preferences.set_time_zone(alice, "Europe/Berlin", actor=alice)
+
+    def down(*args, **kwargs):
+        raise ConnectionError("cache down")
+
+    for verb in ("get", "set", "delete"):
+        monkeypatch.setattr(preferences.cache, verb, down)
+    client.force_login(alice)
+    assert '<strong id="zone-in-use">Europe/Berlin</strong>' in client.get("/account/").content.decode()
+    assert client.post("/account/", {"time_zone": "Europe/Rome"}).status_code == 302
+    assert preferences.zone_name(alice) == "Europe/Rome"
