@@ -118,7 +118,7 @@ def test_pages_show_reservations_in_the_users_zone(client, sim_host, image, alic
     home = client.get("/").content.decode()
     assert f"Wait: starts {local:%Y-%m-%d %H:%M} IST" in home and "(UTC)" not in home
     reserve = client.get("/reservations/new/").content.decode()
-    assert "Time zone Asia/Kolkata · <a href=\"/account/\">change</a>" in reserve
+    assert 'Time zone Asia/Kolkata · <a href="/account/">change</a>' in reserve
 
 
 def test_the_api_stays_utc_for_a_user_in_another_zone(sim_host, image, alice, api):
