@@ -6,7 +6,8 @@ API is not affected: it speaks UTC with offsets whoever asks.
 
 The browser reports its zone in the ``COOKIE`` that ``static/js/timezone.js`` sets; it is kept
 (``browser_time_zone``) so that e-mails use it too. Every page request needs the pair, so it is
-cached by user (the cache is shared by every process); a change deletes the entry.
+cached by user (the cache is shared by every process), filled at sign-in; a change deletes the
+entry.
 """
 
 import logging
@@ -104,6 +105,14 @@ def note_browser_zone(user, name):
         return False
     _remember(user, (chosen, name))
     return True
+
+
+def on_login(sender, request, user, **kwargs):
+    """At sign-in (Django's ``user_logged_in``): read the pair into the cache and keep the
+    browser's zone, so the pages that follow cost no query for it."""
+    browser = request.COOKIES.get(COOKIE, "") if request is not None else ""
+    if not note_browser_zone(user, browser):
+        stored(user)
 
 
 def _forget(user):

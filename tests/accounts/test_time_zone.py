@@ -115,3 +115,11 @@ def test_pages_go_on_from_the_database_when_the_cache_is_down(client, alice, mon
     assert '<strong id="zone-in-use">Europe/Berlin</strong>' in client.get("/account/").content.decode()
     assert client.post("/account/", {"time_zone": "Europe/Rome"}).status_code == 302
     assert preferences.zone_name(alice) == "Europe/Rome"
+
+
+def test_sign_in_reads_the_zone_once_and_keeps_the_browsers(client, alice, django_assert_num_queries):
+    client.cookies[preferences.COOKIE] = "Europe/Madrid"
+    assert client.post("/login/", {"username": "alice", "password": "alice-pass-1"}).status_code == 302
+    assert Preferences.objects.get(user=alice).browser_time_zone == "Europe/Madrid"
+    with django_assert_num_queries(0):
+        assert preferences.stored(alice) == ("", "Europe/Madrid")
