@@ -12,12 +12,14 @@ class AccountsConfig(AppConfig):
 
     def ready(self):
         from axes.signals import user_locked_out
+        from django.contrib.auth.signals import user_logged_in
 
-        from accounts import access, lockout, tokens
+        from accounts import access, lockout, preferences, tokens
         from core import consumers, topics
 
         post_migrate.connect(access.ensure_roles, sender=self, dispatch_uid="accounts.access.roles")
         user_locked_out.connect(lockout.log_lockout, dispatch_uid="accounts.lockout.log")
+        user_logged_in.connect(preferences.on_login, dispatch_uid="accounts.preferences.on_login")
         topics.ROLE_CHECK.register(access.can)
         topics.register_builtin_topics()
         consumers.TOKEN_CHECK.register(tokens.is_live)

@@ -1,8 +1,10 @@
 from django import forms
+from django.conf import settings
 from django.utils import timezone
 
 from accounts import access
 from accounts.models import ApiToken
+from core import localtime
 
 
 class ApiTokenForm(forms.Form):
@@ -18,6 +20,7 @@ class ApiTokenForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.user = user
         allowed = access.allowed_scopes(user)
+        self.fields["expires"].help_text = f"Time zone {timezone.get_current_timezone_name()}."
         self.fields["scopes"].choices = [(s, s) for s in access.SCOPES if s in allowed and s != "read"]
 
     def clean_name(self):
@@ -31,3 +34,20 @@ class ApiTokenForm(forms.Form):
         if expires is not None and expires <= timezone.now():
             raise forms.ValidationError("Must be in the future.")
         return expires
+
+
+class TimeZoneForm(forms.Form):
+    time_zone = forms.ChoiceField(
+        required=False,
+        label="Time zone",
+        help_text="Pages, forms and e-mails show and read times in it.",
+    )
+
+    def __init__(self, *args, browser_zone="", **kwargs):
+        super().__init__(*args, **kwargs)
+        fallback = browser_zone or settings.TIME_ZONE
+        where = "your browser's" if browser_zone else "the site's"
+        self.fields["time_zone"].choices = [
+            ("", f"Not chosen: {where}, {fallback}"),
+            *((name, name) for name in sorted(localtime.zone_names())),
+        ]

@@ -80,3 +80,33 @@ class SignOnIdentity(models.Model):
 
     def __str__(self):
         return f"{self.get_method_display()} {self.issuer} {self.subject} → {self.user_id}"
+
+
+def _check_zone(name):
+    from django.core.exceptions import ValidationError
+
+    from core import localtime
+
+    if name and not localtime.is_zone(name):
+        raise ValidationError(f"{name!r} is not a time zone name such as Europe/Berlin or America/New_York")
+
+
+class Preferences(models.Model):
+    """A user's own settings, made on first need (``accounts.preferences``).
+
+    The zone pages, forms and e-mails use is the one the user chose, else the one their browser
+    last reported, else ``settings.TIME_ZONE``; the API always speaks UTC."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preferences")
+    time_zone = models.CharField(
+        max_length=64, blank=True, validators=[_check_zone], help_text="An IANA zone name; blank: not chosen."
+    )
+    browser_time_zone = models.CharField(
+        max_length=64, blank=True, validators=[_check_zone], help_text="The zone the user's browser last reported."
+    )
+
+    class Meta:
+        verbose_name_plural = "preferences"
+
+    def __str__(self):
+        return f"preferences of {self.user}"

@@ -1,15 +1,35 @@
-"""Sign-in and sign-out pages (the rules are ``accounts.signon``) and a user's API token pages."""
+"""Sign-in and sign-out pages (the rules are ``accounts.signon``), a user's account page (their
+time zone) and API token pages."""
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from accounts import access, tokens
-from accounts.forms import ApiTokenForm
+from accounts import access, preferences, tokens
+from accounts.forms import ApiTokenForm, TimeZoneForm
 from accounts.signon import LoginForm, methods
+
+
+@login_required
+def account(request):
+    """Your account: the time zone pages, forms and e-mails use."""
+    chosen, browser = preferences.stored(request.user)
+    form = TimeZoneForm(request.POST or None, initial={"time_zone": chosen}, browser_zone=browser)
+    if request.method == "POST" and form.is_valid():
+        try:
+            preferences.set_time_zone(request.user, form.cleaned_data["time_zone"], actor=request.user)
+        except ValidationError as exc:
+            form.add_error("time_zone", exc.message_dict["time_zone"])
+        else:
+            messages.success(request, f"Time zone: {preferences.zone_name(request.user)}.")
+            return redirect("account")
+    now = timezone.localtime()
+    return render(request, "account.html", {"form": form, "zone": timezone.get_current_timezone_name(), "now": now})
 
 
 @login_required

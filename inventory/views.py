@@ -5,6 +5,7 @@ from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from accounts.access import operator_page
@@ -85,7 +86,7 @@ def hypervisor_schedule(request, pk):
     except ValidationError as exc:
         messages.error(request, "; ".join(exc.messages))
     else:
-        when = f"{host.scheduled_until:%Y-%m-%d %H:%M} UTC"
+        when = f"{timezone.localtime(host.scheduled_until):%Y-%m-%d %H:%M %Z}"
         messages.success(request, f"{host.name} goes {host.scheduled_state} when its reservations end (by {when}).")
     return redirect("inventory:hypervisor", pk=pk)
 

@@ -36,7 +36,9 @@ from django.core.mail import EmailMessage, get_connection
 from django.db.models import Q
 from django.template.loader import render_to_string
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
+from accounts import preferences
 from core import metrics, outbound, periodic
 from notifications.models import Delivery, Notification, Preference, Webhook, WebhookDelivery
 
@@ -135,6 +137,19 @@ def _attempt(row, send, name):
 # --- mail ---------------------------------------------------------------------------------
 
 
+#: The event data's times (ISO 8601 strings), given to the templates as datetimes in ``when``.
+MOMENTS = ("start", "end", "at", "since")
+
+
+def _moments(data):
+    when = {}
+    for name in MOMENTS:
+        moment = parse_datetime(data[name]) if isinstance(data.get(name), str) else None
+        if moment is not None and timezone.is_aware(moment):
+            when[name] = moment
+    return when
+
+
 def _context(row):
     from reservations.models import Reservation
 
@@ -142,7 +157,7 @@ def _context(row):
     reservation = None
     if row.event_kind.startswith("reservation.") and data.get("id"):
         reservation = Reservation.objects.select_related("image", "vm").filter(pk=data["id"]).first()
-    return {"user": row.user, "data": data, "reservation": reservation, "kind": row.kind}
+    return {"user": row.user, "data": data, "when": _moments(data), "reservation": reservation, "kind": row.kind}
 
 
 def _send_mail(row):
@@ -155,8 +170,9 @@ def _send_mail(row):
     if not user.email or not user.is_active:
         return {"state": S.SKIPPED, "last_error": "the user has no e-mail address" if user.is_active else "inactive"}
     context = _context(row)
-    subject = " ".join(render_to_string(f"notifications/{row.kind}_subject.txt", context).split())[:300]
-    body = render_to_string(f"notifications/{row.kind}_body.txt", context)
+    with timezone.override(preferences.zone_of(user)):  # the recipient's times, not the worker's
+        subject = " ".join(render_to_string(f"notifications/{row.kind}_subject.txt", context).split())[:300]
+        body = render_to_string(f"notifications/{row.kind}_body.txt", context)
     digest = hashlib.sha256(row.key.encode()).hexdigest()[:32]
     message = EmailMessage(
         subject,

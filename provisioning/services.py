@@ -771,7 +771,8 @@ def run_refusal(vm, action, now=None):
     if is_suspended_claim(allocation):
         return f"{vm} is suspended to make room for work of a higher class: its run resumes it when room returns"
     if action != "revert" and vm.end is not None and vm.end <= (now or timezone.now()):
-        return f"{vm}'s time ended at {vm.end:%Y-%m-%d %H:%M} UTC: it cannot run again; request a new one"
+        ended = timezone.localtime(vm.end)
+        return f"{vm}'s time ended at {ended:%Y-%m-%d %H:%M %Z}: it cannot run again; request a new one"
     return None
 
 

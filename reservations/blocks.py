@@ -10,8 +10,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from accounts import access
-from core import changelog
+from accounts import access, preferences
+from core import changelog, localtime
 from core.changelog import Actor
 from core.errors import Conflict
 from provisioning import quotas
@@ -44,9 +44,15 @@ def teaching_groups(user):
     return access.own_groups(user) if may_manage_blocks(user) else Group.objects.none()
 
 
-def create_block(*, actor, name, image, group, seats, start, end, weeks=1, created_by=None, now=None):
-    """Reserve ``seats`` of ``image`` for ``group`` each week; all occurrences claimed at once or none."""
+def create_block(*, actor, name, image, group, seats, start, end, weeks=1, created_by=None, now=None, time_zone=None):
+    """Reserve ``seats`` of ``image`` for ``group`` each week; all occurrences claimed at once or none.
+
+    The weeks repeat at the same local hour in ``time_zone`` (default: the zone of ``created_by``,
+    else the active one), so a class at 14:00 stays at 14:00 across a change of daylight saving
+    time; each occurrence lasts as long as the first."""
     actor = Actor.of(actor)
+    if time_zone is None:
+        time_zone = preferences.zone_of(created_by) if created_by is not None else timezone.get_current_timezone()
     now = now or timezone.now()
     errors = {}
     if not name.strip():
@@ -75,14 +81,14 @@ def create_block(*, actor, name, image, group, seats, start, end, weeks=1, creat
             weeks=weeks,
             created_by=created_by,
         )
-        for week in range(int(weeks)):
-            shift = timedelta(weeks=week)
+        length = end - start
+        for week, begins in enumerate(localtime.weekly(start, time_zone, weeks)):
             for seat in range(int(seats)):
                 user = members[seat] if seat < len(members) else None
                 try:
                     if image.max_concurrent is not None:  # seats are the instructor's: only the licence cap binds
-                        quotas.check_locked(None, image, start + shift, end + shift, vms.size_for(image))
-                    reserving.create(user, image, start + shift, end + shift, "", "", {}, block, week, actor=actor)
+                        quotas.check_locked(None, image, begins, begins + length, vms.size_for(image))
+                    reserving.create(user, image, begins, begins + length, "", "", {}, block, week, actor=actor)
                 except ValidationError as exc:  # all or nothing: roll every claim back
                     detail = "; ".join(exc.message_dict.get("start", exc.messages))
                     raise ValidationError(

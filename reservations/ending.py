@@ -5,6 +5,7 @@ room), and ``release`` (its claims given back, except what a VM still on its hos
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from capacity import services as capacity
 from capacity.models import Allocation
@@ -131,7 +132,7 @@ def extend(reservation, new_end, *, actor):
         except capacity.NoCapacity as exc:
             why = reserving.plain_refusal(exc.result)
             raise ValidationError(
-                {"end": [f"cannot extend to {new_end:%Y-%m-%d %H:%M} UTC: {why} on this VM's host"]}
+                {"end": [f"cannot extend to {timezone.localtime(new_end):%Y-%m-%d %H:%M %Z}: {why} on this VM's host"]}
             ) from None
         except capacity.Released:
             raise Conflict(f"reservation {reservation.pk} changed meanwhile; reload") from None

@@ -61,7 +61,7 @@ class ReserveForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.user = user
         self.fields["image"].queryset = vms.visible_images(user).order_by("name")
-        self.fields["start"].help_text = f"Time zone {timezone.get_current_timezone_name()}."
+        self.fields["start"].help_text = f"Time zone {timezone.get_current_timezone_name()}"
         self.limits = quotas.limits_for(user, self._chosen_image())
         self.fields["duration"].choices = duration_choices(self.limits.max_minutes)
         self.fields[
@@ -118,5 +118,8 @@ class BlockForm(forms.Form):
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["image"].queryset = vms.visible_images(user).order_by("name")
+        zone = timezone.get_current_timezone_name()
+        self.fields["start"].help_text = f"Of the first occurrence; the weeks keep its local hour. Time zone {zone}"
+        self.fields["end"].help_text = f"Of the first occurrence. Time zone {zone}."
         groups = services.teaching_groups(user)
         self.fields["group"].queryset = groups.order_by("name")

@@ -28,7 +28,7 @@ def next_action(reservation):
     if status == S.READY:
         return Action("connect", "Connect", detail + "#connection", _idle_note(reservation))
     if status in (S.REQUESTED, S.PENDING):
-        return Action("wait", f"Wait: starts {reservation.start:%Y-%m-%d %H:%M} UTC", detail)
+        return Action("wait", f"Wait: starts {timezone.localtime(reservation.start):%Y-%m-%d %H:%M %Z}", detail)
     if status in (S.PLACING, S.PROVISIONING):
         return Action("wait", "Wait: the machine is being built", detail)
     if status == S.ENDING:
@@ -44,8 +44,8 @@ def _idle_note(reservation):
     if left is None:
         return ""
     if left["kind"] == idle.NO_SHOW:
-        return f"ended at {left['at']:%H:%M} UTC (in about {left['minutes']} min) unless you connect"
-    return f"idle: ended at {left['at']:%H:%M} UTC (in about {left['minutes']} min) unless used"
+        return f"ended at {timezone.localtime(left['at']):%H:%M %Z} (in about {left['minutes']} min) unless you connect"
+    return f"idle: ended at {timezone.localtime(left['at']):%H:%M %Z} (in about {left['minutes']} min) unless used"
 
 
 def reservations_of(user, now=None):

@@ -5,7 +5,7 @@ build of its VM started on that claim (``provision``). Also the quota engine's h
 reservations (``holdings``)."""
 
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -20,7 +20,6 @@ from inventory.devices import MODEL_RE
 from jobs import services as jobs
 from jobs import transitions
 from placement import refusals as placement_reasons
-from placement.result import format_time
 from provisioning import quotas
 from provisioning import services as vms
 from reservations import logins, status, usage
@@ -69,14 +68,15 @@ def _no_capacity_message(result, start):
     text = plain_refusal(result)
     fit = result.earliest_fit
     if fit is not None and fit.start is not None:
-        return f"{text}; the earliest start that fits is {format_time(fit.start)} UTC"
+        # In the reader's zone (UTC in the API); minutes unless it has seconds, as format_time.
+        earliest = timezone.localtime(datetime.fromtimestamp(fit.start, UTC))
+        shown = earliest.strftime("%Y-%m-%d %H:%M:%S %Z" if earliest.second else "%Y-%m-%d %H:%M %Z")
+        return f"{text}; the earliest start that fits is {shown}"
     return f"{text}; it does not fit at any time soon"
 
 
 def check_fit(image, start, end, gpus=0, gpu_model="", **size):
     """Would an ``image`` VM (with ``gpus`` of ``gpu_model``) fit over ``[start, end)``? Writes nothing."""
-    from datetime import UTC, datetime
-
     demand = vms.demand_for(
         image, vms.size_for(image, **size), start=start, end=end, purpose="check", gpus=gpus, gpu_model=gpu_model
     )

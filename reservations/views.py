@@ -199,7 +199,7 @@ def extend(request, pk):
     except Conflict as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Extended to {timezone.localtime(new_end):%Y-%m-%d %H:%M}.")
+        messages.success(request, f"Extended to {timezone.localtime(new_end):%Y-%m-%d %H:%M %Z}.")
     return redirect("reservations:detail", pk=pk)
 
 
@@ -248,7 +248,13 @@ def blocks(request):
         form = BlockForm(request.POST or None, user=request.user)
         if request.method == "POST" and form.is_valid():
             try:
-                block = services.create_block(actor=request.user, created_by=request.user, **form.cleaned_data)
+                block = services.create_block(
+                    # the weeks keep the local hour of the zone the form was read in
+                    actor=request.user,
+                    created_by=request.user,
+                    time_zone=timezone.get_current_timezone(),
+                    **form.cleaned_data,
+                )
             except ValidationError as exc:
                 add_service_errors(form, exc)
             else:

@@ -40,6 +40,7 @@ urlpatterns = [
     path("healthz/ready", health.ready, name="healthz-ready"),
     path("metrics", monitoring_views.metrics_view, name="metrics"),
     path("notifications/", include("notifications.urls")),
+    path("account/", account_views.account, name="account"),
     path("tokens/", account_views.api_tokens, name="api-tokens"),
     path("tokens/<int:token_id>/revoke/", account_views.revoke_api_token, name="api-token-revoke"),
     path("login/", account_views.LoginView.as_view(), name="login"),

@@ -4,7 +4,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from rest_framework import serializers
 
-from accounts import access
+from accounts import access, preferences
 from accounts.models import ApiToken
 from core.api.serializers import RefuseUnknownFields
 
@@ -15,13 +15,40 @@ class UserSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = get_user_model()
-        fields = ["id", "username", "first_name", "last_name", "email", "is_staff", "roles"]
+        fields = [
+            "id",
+            "username",
+            "first_name",
+            "last_name",
+            "email",
+            "is_staff",
+            "roles",
+            "time_zone",
+            "time_zone_in_use",
+        ]
         read_only_fields = fields
 
     roles = serializers.SerializerMethodField(help_text="admin, operator, auditor, instructor, image-maintainer")
+    time_zone = serializers.SerializerMethodField(help_text="The zone the user chose (an IANA name); blank: none.")
+    time_zone_in_use = serializers.SerializerMethodField(
+        help_text="The zone of the user's pages and e-mails: the chosen one, else their browser's, else the site's. "
+        "The API itself always answers in UTC."
+    )
 
     def get_roles(self, user) -> list[str]:
         return access.roles(user)
+
+    def get_time_zone(self, user) -> str:
+        return preferences.stored(user)[0]
+
+    def get_time_zone_in_use(self, user) -> str:
+        return preferences.zone_name(user)
+
+
+class MeSerializer(RefuseUnknownFields, serializers.Serializer):
+    time_zone = serializers.CharField(
+        max_length=64, allow_blank=True, help_text="An IANA zone name such as Europe/Berlin; blank: none chosen."
+    )
 
 
 class UserRolesSerializer(RefuseUnknownFields, serializers.Serializer):

@@ -7,15 +7,36 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts import access, tokens
+from accounts import access, preferences, tokens
 from accounts.api.permissions import IsStaffWithTokenScope
-from accounts.api.serializers import ApiTokenSerializer, NewApiTokenSerializer, UserRolesSerializer, UserSerializer
+from accounts.api.serializers import (
+    ApiTokenSerializer,
+    MeSerializer,
+    NewApiTokenSerializer,
+    UserRolesSerializer,
+    UserSerializer,
+)
 from accounts.models import ApiToken
 
 
 class MeView(APIView):
+    """You: GET your account; PATCH your own time zone (a token needs the scope ``reserve``)."""
+
+    write_scope = "reserve"
+
     @extend_schema(responses=UserSerializer)
     def get(self, request):
+        return Response(UserSerializer(request.user).data)
+
+    @extend_schema(request=MeSerializer, responses=UserSerializer)
+    def patch(self, request):
+        body = MeSerializer(data=request.data, partial=True)
+        body.is_valid(raise_exception=True)
+        if "time_zone" in body.validated_data:
+            try:
+                preferences.set_time_zone(request.user, body.validated_data["time_zone"], actor=request.user)
+            except DjangoValidationError as exc:
+                raise ValidationError(exc.message_dict) from None
         return Response(UserSerializer(request.user).data)
 
 

@@ -4,6 +4,7 @@ from django.contrib.auth.models import Group
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
+from core import localtime
 from core.api.serializers import HORIZON_MINUTES, MomentField, RefuseUnknownFields
 from provisioning.models import Image
 from reservations import idle, services
@@ -153,15 +154,40 @@ class BlockAllocationSerializer(RefuseUnknownFields, serializers.ModelSerializer
     group = serializers.SlugRelatedField(slug_field="name", queryset=Group.objects.all())
     start = MomentField(help_text="Start of the first occurrence.")
     end = MomentField(help_text="End of the first occurrence.")
+    time_zone = serializers.CharField(
+        write_only=True,
+        required=False,
+        max_length=64,
+        help_text="The zone whose local hour the weeks keep across daylight saving changes (an IANA name such "
+        "as Europe/Berlin); default: yours (GET /api/v1/me/: time_zone_in_use).",
+    )
     usage = serializers.SerializerMethodField()
 
     class Meta:
         model = BlockAllocation
-        fields = ["id", "name", "image", "group", "seats", "start", "end", "weeks", "canceled", "usage", "created"]
+        fields = [
+            "id",
+            "name",
+            "image",
+            "group",
+            "seats",
+            "start",
+            "end",
+            "weeks",
+            "time_zone",
+            "canceled",
+            "usage",
+            "created",
+        ]
         read_only_fields = ["canceled", "usage", "created"]
 
     def get_usage(self, block) -> dict:
         return services.block_usage(block)
+
+    def validate_time_zone(self, value):
+        if not localtime.is_zone(value):
+            raise serializers.ValidationError(f"{value!r} is not a time zone name such as Europe/Berlin")
+        return localtime.zone(value)
 
 
 # --- usage reports -----------------------------------------------------------------------------

@@ -82,10 +82,14 @@
     root.querySelector("#dash-heatmap").replaceChildren(...(rows.length ? rows : [el("p", { class: "muted" }, "No hosts yet.")]));
   }
 
-  const hh = (d) => `${String(d.getHours()).padStart(2, "0")}:${String(d.getMinutes()).padStart(2, "0")}`;
-  const day = (d) => d.toLocaleDateString([], { weekday: "short", day: "numeric" });
+  // Times in the page's zone (the user's, base.html), which may not be the browser's.
+  const timeZone = document.documentElement.dataset.timeZone || undefined;
+  const clock = new Intl.DateTimeFormat("en-GB", { hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZone });
+  const hh = (d) => clock.format(d);
+  const hourOf = (d) => Number(hh(d).slice(0, 2));
+  const day = (d) => d.toLocaleDateString([], { weekday: "short", day: "numeric", timeZone });
   // Axis: the day at midnight, every sixth hour otherwise (tooltips show every label in full).
-  const tick = (i) => (!hours[i] ? null : hours[i].getHours() === 0 ? day(hours[i]) : hours[i].getHours() % 6 === 0 ? hh(hours[i]) : null);
+  const tick = (i) => (!hours[i] ? null : hourOf(hours[i]) === 0 ? day(hours[i]) : hourOf(hours[i]) % 6 === 0 ? hh(hours[i]) : null);
 
   function renderTimeline(timeline) {
     hours = timeline.hours.map((iso) => new Date(iso));
@@ -121,7 +125,7 @@
       el("td", {}, j.opcode),
       el("td", {}, el("span", { class: `badge ${j.status}`, title: j.error || "" }, j.status)),
       el("td", {}, j.submitter),
-      el("td", {}, new Date(j.received).toLocaleTimeString()))));
+      el("td", {}, new Date(j.received).toLocaleTimeString([], { timeZone })))));
   }
 
   function render(data) {
@@ -129,7 +133,7 @@
     renderHeatmap(data.heatmap);
     renderTimeline(data.timeline);
     renderJobs(data.jobs);
-    root.querySelector("#dash-updated").textContent = new Date(data.generated).toLocaleTimeString();
+    root.querySelector("#dash-updated").textContent = new Date(data.generated).toLocaleTimeString([], { timeZone });
     root.dataset.refreshes = String(refreshes); // for tests: how many refetches were rendered
   }
 

@@ -10,6 +10,18 @@
     el.className = `badge res-${status}`;
   }
 
+  // An ISO time as the pages show it, "2027-03-22 14:00 CET", in the page's zone (the user's:
+  // base.html's data-time-zone), which may not be the browser's.
+  function localText(iso) {
+    const format = new Intl.DateTimeFormat("en-GB", {
+      timeZone: document.documentElement.dataset.timeZone || undefined,
+      year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
+      hourCycle: "h23", timeZoneName: "short",
+    });
+    const p = Object.fromEntries(format.formatToParts(new Date(iso)).map((part) => [part.type, part.value]));
+    return `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute} ${p.timeZoneName}`;
+  }
+
   // --- my reservations: a badge per row -----------------------------------------------
   function liveList(table) {
     vclEvents.subscribe(table.dataset.topics.split(","), (event) => {
@@ -19,7 +31,7 @@
         if (!row) return;
         setBadge(row.querySelector('[data-field="status"]'), d.status);
         if (d.vm) row.dataset.vm = d.vm;
-        if (d.end) row.querySelector('[data-field="end"]').textContent = d.end.slice(0, 16).replace("T", " ");
+        if (d.end) row.querySelector('[data-field="end"]').textContent = localText(d.end);
       } else if (event.kind === "vm.changed") {
         const row = table.querySelector(`tr[data-vm="${d.id}"]`);
         if (row) row.querySelector('[data-field="vm"]').textContent = d.state;

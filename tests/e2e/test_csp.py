@@ -47,6 +47,7 @@ def test_no_page_breaks_the_policy(admin_user, login, things):
         "/reservations/new/",
         "/reservations/blocks/",
         "/tokens/",
+        "/account/",
         "/admin/",
         "/admin/jobs/job/",
         f"/admin/vms/vm/{things['vm'].pk}/change/",

@@ -234,3 +234,17 @@ def test_a_line_break_in_a_name_or_an_address_adds_no_header_nor_recipient(alice
     refused = Notification.objects.get(user=bob)
     assert refused.state != "sent" and "Invalid address" in refused.last_error
     assert len(smtp_server.messages) == 1  # nothing went to mallory
+
+
+def test_a_mail_tells_times_in_its_recipients_zone(sim_host, image, alice, sync_jobs, smtp_server):
+    from zoneinfo import ZoneInfo
+
+    from accounts import preferences
+
+    preferences.set_time_zone(alice, "Asia/Kolkata", actor=alice)  # +05:30 all year
+    reservation = reserve_now(alice, image)
+    sync_jobs.drain()
+    tasks.send_due()
+    [mail] = smtp_server.wait_for(1)
+    end = Reservation.objects.get(pk=reservation.pk).end.astimezone(ZoneInfo("Asia/Kolkata"))
+    assert f"It ends at {end:%Y-%m-%d %H:%M} IST." in mail["body"], mail["body"]

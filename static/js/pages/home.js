@@ -11,7 +11,7 @@ document.addEventListener("DOMContentLoaded", () => {
   }
   vclEvents.subscribe(list.dataset.topics.split(","), (event) => {
     const item = document.createElement("li");
-    item.textContent = `${new Date(event.time).toLocaleTimeString()} · ${event.kind} · ${JSON.stringify(event.data)}`;
+    item.textContent = `${new Date(event.time).toLocaleTimeString([], { timeZone: document.documentElement.dataset.timeZone || undefined })} · ${event.kind} · ${JSON.stringify(event.data)}`;
     list.prepend(item);
     while (list.children.length > 50) list.lastChild.remove();
     if (event.kind.startsWith("reservation.") || event.kind === "run.changed") refreshMine();

@@ -13,7 +13,7 @@ document.addEventListener("DOMContentLoaded", () => {
     li.dataset.id = entry.id;
     li.className = entry.level;
     const time = document.createElement("time");
-    time.textContent = new Date(entry.time).toLocaleTimeString();
+    time.textContent = new Date(entry.time).toLocaleTimeString([], { timeZone: document.documentElement.dataset.timeZone || undefined });
     li.append(time, " " + entry.message);
     log.append(li);
     li.scrollIntoView({ block: "nearest" });

@@ -23,7 +23,7 @@ document.addEventListener("DOMContentLoaded", () => {
     const status = cell(""); const badge = document.createElement("span");
     badge.dataset.field = "status"; status.append(badge);
     row.append(first, cell(d.opcode), status, cell("", null, "progress"), cell("", "muted", "why"),
-               cell(d.submitter ? "" : "system"), cell(new Date(d.received).toLocaleString()));
+               cell(d.submitter ? "" : "system"), cell(new Date(d.received).toLocaleString([], { timeZone: document.documentElement.dataset.timeZone || undefined })));
     return row;
   }
 
