@@ -40,7 +40,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from accounts import access
+from accounts import access, preferences
 from classes import calendar
 from classes.models import Class, Meeting, NoSessionDay, WeeklySession
 from core import changelog
@@ -86,10 +86,9 @@ def managed_classes(user):
 
 
 def default_zone(user=None):
-    """The zone a new class of ``user``'s is in unless one is given: the site's ``TIME_ZONE``
-    (the instructor's own once accounts keeps one per user)."""
-    zone = getattr(user, "time_zone", "") if user is not None else ""
-    return zone or settings.TIME_ZONE
+    """The zone a new class of ``user``'s is in unless one is given: the instructor's own
+    (chosen, else their browser's), else the site's ``TIME_ZONE``."""
+    return preferences.zone_name(user) if user is not None and user.is_authenticated else settings.TIME_ZONE
 
 
 # --- validation ------------------------------------------------------------------------------------
