@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from datetime import time, timedelta
 from decimal import ROUND_DOWN, Decimal, InvalidOperation
 
-from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Min, Q, Sum
@@ -147,10 +146,9 @@ def _seconds(row, end=None):
 def _others(klass, user_ids):
     """``{user id: [other classes of the same image they are a student of]}`` (for ``charged``)."""
     others = {pk: [] for pk in user_ids}
-    same = Class.objects.filter(image_id=klass.image_id).exclude(pk=klass.pk).select_related("course")
-    users = get_user_model().objects.filter(pk__in=user_ids)
-    for user in users if same.exists() else ():
-        others[user.pk] = [k for k in studied(user, klass.image_id) if k.pk != klass.pk]
+    for other in Class.objects.filter(image_id=klass.image_id).exclude(pk=klass.pk).select_related("course"):
+        for pk in students(other).filter(pk__in=user_ids).values_list("pk", flat=True):
+            others[pk].append(other)
     return others
 
 
@@ -184,9 +182,10 @@ def roster(klass, users):
 
 
 def students(klass):
-    """The course's active members who do not teach it."""
-    members = klass.course.user_set.filter(is_active=True).order_by("username")
-    return [m for m in members if not teaches(m, klass.course)]
+    """The course's active members who do not teach it (a member teaches it holding ``teach``),
+    by user name."""
+    members = klass.course.user_set.filter(is_active=True).exclude(access.holders("teach"))
+    return members.order_by("username")
 
 
 # --- the hook: one request against the budget -----------------------------------------------
@@ -225,8 +224,8 @@ def grant_hours(klass, student, hours_given, reason, *, actor, by=None):
         raise PermissionDenied(f"you do not teach {klass.course.name}")
     amount = _amount(hours_given)
     errors = {}
-    if student is None or not klass.course.user_set.filter(pk=student.pk, is_active=True).exists():
-        errors["student"] = [f"not a member of {klass.course.name}"]
+    if student is None or not students(klass).filter(pk=student.pk).exists():
+        errors["student"] = [f"no student of {klass.course.name} (a member who does not teach it)"]
     if not str(reason or "").strip():
         errors["reason"] = ["say why (it is kept with the grant)"]
     elif len(reason.strip()) > 200:

@@ -2,7 +2,6 @@
 (``Mon 10:00 90``, ``2027-04-05 Easter Monday``), read by ``classes.calendar``."""
 
 from django import forms
-from django.contrib.auth import get_user_model
 
 from classes import calendar, services
 from provisioning import services as vms
@@ -77,7 +76,7 @@ class GrantForm(forms.Form):
     def __init__(self, *args, students, **kwargs):
         super().__init__(*args, **kwargs)
         field = self.fields["student"]
-        field.queryset = get_user_model().objects.filter(pk__in=[s.pk for s in students]).order_by("username")
+        field.queryset = students  # (``classes.budget.students``)
         field.label_from_instance = lambda user: user.get_username()
 
 

@@ -64,7 +64,8 @@ def _budget(user, klass, teaching, studied):
     the grant form; a student's own to them."""
     if teaching:
         students = budget.students(klass)
-        rows = list(zip(students, budget.roster(klass, students), strict=True))
+        listed = list(students)
+        rows = list(zip(listed, budget.roster(klass, listed), strict=True))
         return {"budget_rows": rows, "grant_form": GrantForm(students=students)}
     if klass.pk in studied:
         return {"my_budget": budget.standing(user, klass)}

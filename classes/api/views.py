@@ -92,7 +92,7 @@ class ClassViewSet(
         (an empty list for anyone else)."""
         klass = self.get_object()
         if services.teaches(request.user, klass.course):
-            users = budgets.students(klass)
+            users = list(budgets.students(klass))
         else:
             users = [request.user] if budgets.studied(request.user).filter(pk=klass.pk).exists() else []
         rows = [StandingSerializer.of(u, s) for u, s in zip(users, budgets.roster(klass, users), strict=True)]

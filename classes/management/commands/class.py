@@ -149,7 +149,7 @@ class Command(BaseCommand):
 
     def do_budget(self, options):
         klass = _class(options["id"])
-        students = budget.students(klass)
+        students = list(budget.students(klass))
         rows = [StandingSerializer.of(u, s) for u, s in zip(students, budget.roster(klass, students), strict=True)]
         if options["json"]:
             self.stdout.write(json.dumps(StandingSerializer(rows, many=True).data, indent=2))
