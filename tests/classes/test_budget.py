@@ -203,19 +203,6 @@ def test_parallel_requests_never_pass_the_budget(transactional_db, make_host, im
 # --- who sees and grants ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def rival(django_user_model):
-    """carol: an instructor of another course."""
-    from django.contrib.auth.models import Group
-
-    from accounts import access
-
-    carol = django_user_model.objects.create_user("carol")
-    Group.objects.create(name="ee201").user_set.add(carol)
-    access.set_roles(carol, ["instructor"], actor=carol)
-    return carol
-
-
 def test_the_course_page_shows_a_student_their_hours_and_the_instructor_everyones(
     client, sim_host, image, course, instructor, student
 ):
