@@ -86,7 +86,7 @@ class ClassViewSet(
         services.delete_class(self._managed(), actor=self.request.user)
 
     @extend_schema(request=None, responses={200: StandingSerializer(many=True)})
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def budget(self, request, pk=None):
         """The hours budget: every student's for the course's instructors, your own for a student
         (an empty list for anyone else)."""
@@ -99,7 +99,7 @@ class ClassViewSet(
         return Response(StandingSerializer(rows, many=True).data)
 
     @extend_schema(request=GrantSerializer, responses={201: GrantSerializer})
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"], pagination_class=None, filter_backends=[])
     def grants(self, request, pk=None):
         """Give a student extra hours of the class's budget (the course's instructors)."""
         klass = self._managed()
