@@ -133,9 +133,9 @@ def _rows(klass, user_ids):
 def _seconds(row, end=None):
     """The seconds one reservation counts (``end``: its end as asked, for an extension)."""
     end = end or row["end"]
+    if row["ready_at"] is None and (row["stop_at"] is not None or row["status"] not in Reservation.ACTIVE):
+        return 0.0  # over (or refused) before a machine was ever ready: nothing was used
     if row["stop_at"] is not None:
-        if row["ready_at"] is None:  # never ready: nothing was used
-            return 0.0
         end = min(end, row["stop_at"])
     since = max(row["start"], row["ready_at"] or row["start"])
     if row["block__end"] is not None:  # a seat: only what runs past its session counts

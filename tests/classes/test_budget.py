@@ -134,6 +134,15 @@ def test_an_extension_past_the_budget_is_refused(sim_host, image, course, instru
     reservations.extend(mine, mine.end + H, actor=student)
 
 
+def test_a_seat_extended_past_its_session_counts_the_hours_after_it(sim_host, image, course, instructor, student):
+    klass = make(course, image, instructor, hours_budget=Decimal(1))
+    seat = Reservation.objects.filter(user=student, block__isnull=False).order_by("start").first()
+    with pytest.raises(ValidationError, match="this asks for 2 hours"):
+        reservations.extend(seat, seat.end + 2 * H, actor=student)
+    reservations.extend(seat, seat.end + H, actor=student)
+    assert budget.standing(student, klass).used == 1
+
+
 def test_blank_is_no_limit_and_instructors_and_other_images_are_not_counted(
     sim_host, image, course, instructor, student
 ):
