@@ -66,7 +66,8 @@ def _budget(user, klass, teaching, studied):
         students = budget.students(klass)
         listed = list(students)
         rows = list(zip(listed, budget.roster(klass, listed), strict=True))
-        return {"budget_rows": rows, "grant_form": GrantForm(students=students)}
+        # One form per class on the page: ids of their own.
+        return {"budget_rows": rows, "grant_form": GrantForm(students=students, auto_id=f"id_grant{klass.pk}_%s")}
     if klass.pk in studied:
         return {"my_budget": budget.standing(user, klass)}
     return {}
