@@ -3,7 +3,7 @@
 
 from django.contrib import admin
 
-from classes.models import Class, Meeting, NoSessionDay, WeeklySession
+from classes.models import BudgetGrant, Class, Meeting, NoSessionDay, WeeklySession
 
 
 class ReadOnly:
@@ -33,9 +33,16 @@ class MeetingInline(ReadOnly, admin.TabularInline):
     fields = ["start", "end", "block"]
 
 
+class GrantInline(ReadOnly, admin.TabularInline):
+    model = BudgetGrant
+    extra = 0
+    fields = ["student", "hours", "reason", "granted_by", "at"]
+    readonly_fields = ["at"]
+
+
 @admin.register(Class)
 class ClassAdmin(ReadOnly, admin.ModelAdmin):
-    list_display = ["name", "course", "image", "first_day", "last_day", "time_zone", "problem"]
+    list_display = ["name", "course", "image", "first_day", "last_day", "time_zone", "hours_budget", "problem"]
     list_filter = ["course"]
     search_fields = ["name", "course__name"]
-    inlines = [SessionInline, NoSessionInline, MeetingInline]
+    inlines = [SessionInline, NoSessionInline, MeetingInline, GrantInline]

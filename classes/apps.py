@@ -10,6 +10,8 @@ class ClassesConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
-        from classes import tasks
+        from classes import budget, tasks
+        from reservations import reserving
 
+        reserving.BUDGETS.register(budget.check)
         post_spawn.connect(tasks.start_planner, dispatch_uid="classes.planner")

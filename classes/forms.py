@@ -30,6 +30,14 @@ class ClassForm(forms.Form):
     vcpus = forms.IntegerField(required=False, min_value=1, label="CPUs", help_text="Blank: the image's default.")
     memory_mib = forms.IntegerField(required=False, min_value=16, label="Memory (MiB)", help_text="Blank: the default.")
     gpus = forms.IntegerField(min_value=0, initial=0, label="GPUs")
+    hours_budget = forms.DecimalField(
+        required=False,
+        min_value=0,
+        max_digits=7,
+        decimal_places=2,
+        label="Hours outside sessions",
+        help_text="Each student's hours of the image in the term outside the sessions. Blank: no limit; 0: none.",
+    )
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
@@ -56,6 +64,20 @@ class ClassForm(forms.Form):
         exceptions = "\n".join(f"{e.day.isoformat()} {e.reason}".strip() for e in klass.exceptions.all())
         values = {f: getattr(klass, f) for f in (*services.FIELDS, "gpus")}
         return {**values, "sessions": sessions, "exceptions": exceptions}
+
+
+class GrantForm(forms.Form):
+    """Extra hours of a class's budget for one student (the course page's budget table)."""
+
+    student = forms.ModelChoiceField(queryset=None, to_field_name="username")
+    hours = forms.DecimalField(max_digits=7, decimal_places=2, help_text="Negative: taken back.")
+    reason = forms.CharField(max_length=200)
+
+    def __init__(self, *args, students, **kwargs):
+        super().__init__(*args, **kwargs)
+        field = self.fields["student"]
+        field.queryset = students  # (``classes.budget.students``)
+        field.label_from_instance = lambda user: user.get_username()
 
 
 def add_service_errors(form, exc):

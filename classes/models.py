@@ -4,7 +4,9 @@ A ``Class`` belongs to a course group; its ``WeeklySession`` rows say when it me
 (local times in the class's ``time_zone``), its ``NoSessionDay`` rows the dates it does not
 (holidays). A ``Meeting`` is one occurrence made real: the block allocation
 (``reservations.BlockAllocation``, one week) whose seat reservations hold the session's claims
-(``classes.services`` says why a block per occurrence).
+(``classes.services`` says why a block per occurrence). Outside its sessions a student may
+reserve the class's image up to ``hours_budget`` hours in the term, plus the ``BudgetGrant``
+rows an instructor gave them (``classes.budget``).
 """
 
 from django.conf import settings
@@ -35,6 +37,14 @@ class Class(models.Model):
         null=True, blank=True, help_text="Seats of each session; blank: one per member of the course (capped)."
     )
     lead_minutes = models.PositiveIntegerField(default=15, help_text="Its VMs are built this long before a session.")
+    hours_budget = models.DecimalField(
+        max_digits=7,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Hours each student may reserve the image outside sessions in the term; blank: no limit, 0: none.",
+    )
     problem = models.CharField(
         max_length=500, blank=True, help_text="Why the last session coming into the look-ahead could not be claimed."
     )
@@ -97,3 +107,21 @@ class Meeting(models.Model):
 
     def __str__(self):
         return f"{self.klass} at {self.start:%Y-%m-%d %H:%M}"
+
+
+class BudgetGrant(models.Model):
+    """Extra hours of a class's budget an instructor gave one student (negative: taken back)."""
+
+    klass = models.ForeignKey(Class, on_delete=models.CASCADE, related_name="grants")
+    student = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    hours = models.DecimalField(max_digits=7, decimal_places=2)
+    reason = models.CharField(max_length=200)
+    granted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["klass", "student"], name="budgetgrant_class_student")]
+
+    def __str__(self):
+        return f"{self.hours} h for {self.student} in {self.klass}"

@@ -120,6 +120,9 @@ def _errors(values, members):
         errors["seats"] = [f"between 1 and {settings.CLASS_MAX_SEATS} seats"]
     if seats is None and members > settings.CLASS_MAX_SEATS:
         errors["seats"] = [f"the course has {members} members; a class has at most {settings.CLASS_MAX_SEATS} seats"]
+    budget = values["hours_budget"]
+    if budget is not None and not 0 <= budget <= MAX_BUDGET_HOURS:
+        errors["hours_budget"] = [f"0 to {MAX_BUDGET_HOURS} hours (blank: no limit)"]
     if not 0 <= values["lead_minutes"] <= 24 * 60:
         errors["lead_minutes"] = ["0 minutes to a day"]
     if values["vcpus"] is not None and not 1 <= values["vcpus"] <= MAX_VCPUS:
@@ -135,8 +138,30 @@ def _errors(values, members):
     return errors
 
 
-FIELDS = ("name", "image", "time_zone", "first_day", "last_day", "seats", "lead_minutes", "vcpus", "memory_mib")
-DEFAULTS = {"seats": None, "lead_minutes": 15, "vcpus": None, "memory_mib": None, "gpus": 0, "gpu_model": ""}
+FIELDS = (
+    "name",
+    "image",
+    "time_zone",
+    "first_day",
+    "last_day",
+    "seats",
+    "lead_minutes",
+    "vcpus",
+    "memory_mib",
+    "hours_budget",
+)
+DEFAULTS = {
+    "seats": None,
+    "lead_minutes": 15,
+    "vcpus": None,
+    "memory_mib": None,
+    "gpus": 0,
+    "gpu_model": "",
+    "hours_budget": None,
+}
+MAX_BUDGET_HOURS = 10000
+# Changing these changes no claim: the sessions are re-planned only for the rest.
+NOT_PLANNED = ("name", "lead_minutes", "hours_budget")
 
 
 def _check(values, user):
@@ -200,8 +225,7 @@ def change_class(klass, *, actor, by=None, now=None, sessions=None, exceptions=N
     values["sessions"] = list(sessions) if sessions is not None else _sessions(klass)
     values["exceptions"] = list(exceptions) if exceptions is not None else _exceptions(klass)
     _check(values, by)
-    # A new name or lead time changes no claim: the sessions are re-planned only for the rest.
-    replan = any(values[k] != getattr(klass, k) for k in changes if k not in ("name", "lead_minutes"))
+    replan = any(values[k] != getattr(klass, k) for k in changes if k not in NOT_PLANNED)
     replan = replan or values["sessions"] != _sessions(klass) or values["exceptions"] != _exceptions(klass)
     with transaction.atomic():
         klass = Class.objects.select_for_update().get(pk=klass.pk)

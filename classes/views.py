@@ -2,6 +2,8 @@
 
 Members see each class's next session and their seat; the course's instructors also the roster,
 the classes' next sessions and the form that makes (POST to the page) or changes a class.
+Each class's hours budget (``classes.budget``): a student sees their own hours, its
+instructors every student's and the form that grants extra hours (``grant``).
 A course or class that is not the user's is a 404; writing without teaching it a 403.
 """
 
@@ -11,11 +13,12 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from classes import services
-from classes.forms import ClassForm, add_service_errors
+from classes import budget, services
+from classes.forms import ClassForm, GrantForm, add_service_errors
 from core.hooks import Hook
 
 MAX_ID = 2**63 - 1  # beyond the column's range: SQLite would raise instead of finding nothing
@@ -52,14 +55,51 @@ def course(request, group_id):
 def _context(request, group, teaching, form):
     now = timezone.now()
     classes = []
+    studied = set(budget.studied(request.user).filter(course=group).values_list("pk", flat=True))
     for klass in services.visible_classes(request.user).filter(course=group).prefetch_related("sessions", "exceptions"):
         meeting, seat = services.next_seat(request.user, klass, now)
         usage = services.seat_counts(meeting) if meeting is not None else None
         upcoming = services.upcoming(klass, now) if teaching else []
-        classes.append({"klass": klass, "meeting": meeting, "seat": seat, "usage": usage, "upcoming": upcoming})
+        entry = {"klass": klass, "meeting": meeting, "seat": seat, "usage": usage, "upcoming": upcoming}
+        classes.append({**entry, **_budget(request.user, klass, teaching, studied)})
     members = group.user_set.order_by("username") if teaching else None
     cards = [card for card in (make(request, group) for make in COURSE_CARDS) if card]
     return {"course": group, "members": members, "classes": classes, "form": form, "teaching": teaching, "cards": cards}
+
+
+def _budget(user, klass, teaching, studied):
+    """The class's hours budget as the page shows it: every student's to its instructors, with
+    the grant form; a student's own to them."""
+    if teaching:
+        students = budget.students(klass)
+        listed = list(students)
+        rows = list(zip(listed, budget.roster(klass, listed), strict=True))
+        # One form per class on the page: ids of their own.
+        return {"budget_rows": rows, "grant_form": GrantForm(students=students, auto_id=f"id_grant{klass.pk}_%s")}
+    if klass.pk in studied:
+        return {"my_budget": budget.standing(user, klass)}
+    return {}
+
+
+@login_required
+@require_POST
+def grant(request, group_id, pk):
+    group = _course(request, group_id)
+    klass = get_object_or_404(services.managed_classes(request.user).filter(course=group), pk=min(pk, MAX_ID))
+    form = GrantForm(request.POST, students=budget.students(klass))
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            budget.grant_hours(
+                klass, data["student"], data["hours"], data["reason"], actor=request.user, by=request.user
+            )
+        except ValidationError as exc:
+            messages.error(request, "Not granted: " + " ".join(exc.messages))
+        else:
+            messages.success(request, f"{budget.plural(data['hours'])} granted to {data['student'].get_username()}.")
+    else:
+        messages.error(request, "Not granted: " + " ".join(m for ms in form.errors.values() for m in ms))
+    return redirect(f"{reverse('classes:course', args=[group.pk])}#budget-{klass.pk}")
 
 
 @login_required

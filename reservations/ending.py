@@ -127,6 +127,11 @@ def extend(reservation, new_end, *, actor):
                 size,
                 exclude=("reservation", reservation.pk),
             )
+            over = reserving.budget_errors(
+                reservation.user, reservation.image, reservation.start, new_end, exclude=("reservation", reservation.pk)
+            )
+            if over:
+                raise ValidationError(over)
         try:
             fresh = capacity.extend(allocation, new_end, actor=actor)
         except capacity.NoCapacity as exc:

@@ -2,8 +2,10 @@
 under their locks, the capacity claimed for the whole window in the transaction that creates
 the row (``reserve``, ``create``), a refusal counted for the usage report (``refused``), and the
 build of its VM started on that claim (``provision``). Also the quota engine's holder for
-reservations (``holdings``)."""
+reservations (``holdings``), and the hours budgets a layer above sets (``BUDGETS``: a class's
+hours outside its sessions), counted beside the quotas under the same locks."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -16,6 +18,7 @@ from capacity import preemption
 from capacity import services as capacity
 from core import changelog
 from core.changelog import Actor
+from core.hooks import Hook
 from inventory.devices import MODEL_RE
 from jobs import services as jobs
 from jobs import transitions
@@ -38,6 +41,38 @@ def holdings(window):
         rows = rows.filter(start__lt=window.end)
     rows = window.narrow(rows, "reservation")
     return rows.values_list("vcpus", "memory_mib")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """An hours budget that applies to one request: where it stands, and why it is refused."""
+
+    note: str  # "12.5 hours left of your 20-hour budget for Networks lab"
+    refusal: str = ""  # blank: the request fits in it
+
+
+# ``budget(user, image, start, end, *, exclude=None)`` -> ``Budget`` or None (none applies).
+# ``end`` None: only where it stands; ``exclude``: ``("reservation", pk)`` being extended (its
+# hours counted with the new end). Filled by the classes app (a class's hours outside sessions).
+BUDGETS: Hook[Callable[..., Budget | None]] = Hook("reservations.reserving.BUDGETS")
+
+
+def budget_errors(user, image, start, end, *, exclude=None):
+    """Refusals of the hours budgets (``{"end": [message]}``; empty: within them). Counted under
+    the quota locks when the caller holds them (``check_locked`` locked the user's row first), so
+    one user's parallel requests are counted one after the other."""
+    if user is None:
+        return {}
+    found = [budget(user, image, start, end, exclude=exclude) for budget in BUDGETS]
+    refusals = [b.refusal for b in found if b is not None and b.refusal]
+    return {"end": refusals} if refusals else {}
+
+
+def budget_notes(user, image, at):
+    """Where the user's hours budgets for ``image`` at ``at`` stand, in words (the reserve form)."""
+    if user is None:
+        return []
+    return [b.note for b in (budget(user, image, at, None) for budget in BUDGETS) if b is not None]
 
 
 @dataclass
@@ -140,6 +175,8 @@ def _validate(user, image, start, end, now=None, size=None, *, quota=True):
     if errors or not quota:
         return errors, usable
     quota = quotas.check(user, image, start, end, vms.size_for(image, **(size or {})))
+    for name, messages in budget_errors(user, image, max(start, now), end).items():
+        quota.setdefault(name, []).extend(messages)
     if quota:
         raise QuotaRefused(quota)
     return {}, usable
@@ -192,6 +229,9 @@ def reserve(
         with transaction.atomic(), transitions.batched():
             try:
                 quotas.check_locked(user, image, start, end, vms.size_for(image, **(size or {})))
+                over = budget_errors(user, image, start, end)  # under check_locked's lock on the user
+                if over:
+                    raise ValidationError(over)
             except ValidationError as exc:
                 raise QuotaRefused(exc.message_dict) from None
             starts_now = start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) <= now

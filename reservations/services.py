@@ -39,7 +39,7 @@ from reservations.host_loss import (
     vm_gone,
 )
 from reservations.logins import connection, rdp_file
-from reservations.reserving import check_fit, holdings, provision, reserve, validate
+from reservations.reserving import budget_notes, check_fit, holdings, provision, reserve, validate
 from reservations.schedule import tick
 from reservations.settling import build_job, settle, settle_built, settle_unbuilt
 from reservations.templates import discard, end_published, open_template, publish, start_template, test_revision
@@ -47,6 +47,7 @@ from reservations.visibility import may_see, visible
 
 __all__ = [
     "block_usage",
+    "budget_notes",
     "build_job",
     "cancel",
     "cancel_block",

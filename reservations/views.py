@@ -98,7 +98,8 @@ def fit(request):
         errors = services.validate(request.user, data["image"], start, start + duration, now)
         if not errors:
             answer = services.check_fit(data["image"], max(start, now), start + duration)
-    context = {"errors": errors, "answer": answer, "limits": form.limits}
+    notes = services.budget_notes(request.user, data["image"], max(start, now)) if answer is not None else []
+    context = {"errors": errors, "answer": answer, "limits": form.limits, "budget_notes": notes}
     if answer is not None and answer.earliest is not None:
         context["earliest"] = as_input(answer.earliest)
         context["earliest_label"] = context["earliest"].replace("T", " ")

@@ -26,6 +26,41 @@ class MeetingSerializer(serializers.Serializer):
     block = serializers.IntegerField(allow_null=True)
 
 
+class StandingSerializer(serializers.Serializer):
+    """One student's hours of a class's budget (``classes.budget``); hours as decimals."""
+
+    student = serializers.CharField(help_text="The student's user name.")
+    budget = serializers.DecimalField(
+        max_digits=9, decimal_places=2, allow_null=True, help_text="The class's hours; null: no limit."
+    )
+    extra = serializers.DecimalField(max_digits=9, decimal_places=2, help_text="Extra hours granted to the student.")
+    used = serializers.DecimalField(max_digits=9, decimal_places=2)
+    left = serializers.DecimalField(max_digits=9, decimal_places=2, allow_null=True, help_text="null: no limit.")
+    note = serializers.CharField()
+
+    @staticmethod
+    def of(user, standing):
+        return {
+            "student": user.get_username(),
+            "budget": standing.budget,
+            "extra": standing.extra,
+            "used": standing.used,
+            "left": standing.left,
+            "note": standing.note(),
+        }
+
+
+class GrantSerializer(RefuseUnknownFields, serializers.Serializer):
+    student = serializers.CharField(max_length=150, help_text="A member's user name.")
+    hours = serializers.DecimalField(
+        max_digits=7, decimal_places=2, help_text="Extra hours (negative: taken back, never below none extra)."
+    )
+    reason = serializers.CharField(max_length=200)
+    id = serializers.IntegerField(read_only=True)
+    at = serializers.DateTimeField(read_only=True)
+    granted_by = serializers.CharField(read_only=True, allow_null=True)
+
+
 class ClassSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     # Ids looked up among what the user may see (``views``): another course or image is "no such".
     course = serializers.IntegerField(source="course_id", min_value=1, max_value=MAX_ID, help_text="The group's id.")
@@ -53,6 +88,7 @@ class ClassSerializer(RefuseUnknownFields, serializers.ModelSerializer):
             "memory_mib",
             "gpus",
             "gpu_model",
+            "hours_budget",
             "problem",
             "next_sessions",
             "created",

@@ -3,16 +3,23 @@
 Members of a course read its classes (administrators and auditors every course's); its
 instructors (and administrators) create, change and delete them. A course or class not yours
 is a 404 (never a 403 that would confirm it exists); one you may read but not change is a 403.
+A class's ``budget/`` is every student's hours for its instructors, a student's own for them;
+``grants/`` gives a student extra hours (instructors only).
 """
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404
-from rest_framework import mixins, viewsets
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
+from rest_framework.response import Response
 
 from accounts.api.permissions import IsAuthenticatedWithTokenScope
+from classes import budget as budgets
 from classes import services
-from classes.api.serializers import ClassSerializer
+from classes.api.serializers import ClassSerializer, GrantSerializer, StandingSerializer
 from classes.models import Class
 from inventory.api.serializers import as_drf
 from provisioning import services as vms
@@ -77,3 +84,34 @@ class ClassViewSet(
 
     def perform_destroy(self, instance):
         services.delete_class(self._managed(), actor=self.request.user)
+
+    @extend_schema(request=None, responses={200: StandingSerializer(many=True)})
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def budget(self, request, pk=None):
+        """The hours budget: every student's for the course's instructors, your own for a student
+        (an empty list for anyone else)."""
+        klass = self.get_object()
+        if services.teaches(request.user, klass.course):
+            users = list(budgets.students(klass))
+        else:
+            users = [request.user] if budgets.studied(request.user).filter(pk=klass.pk).exists() else []
+        rows = [StandingSerializer.of(u, s) for u, s in zip(users, budgets.roster(klass, users), strict=True)]
+        return Response(StandingSerializer(rows, many=True).data)
+
+    @extend_schema(request=GrantSerializer, responses={201: GrantSerializer})
+    @action(detail=True, methods=["post"], pagination_class=None, filter_backends=[])
+    def grants(self, request, pk=None):
+        """Give a student extra hours of the class's budget (the course's instructors)."""
+        klass = self._managed()
+        body = GrantSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        student = get_user_model().objects.filter(username=data["student"]).first()
+        try:
+            grant = budgets.grant_hours(
+                klass, student, data["hours"], data["reason"], actor=request.user, by=request.user
+            )
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+        answer = {**data, "id": grant.pk, "at": grant.at, "granted_by": request.user.get_username()}
+        return Response(GrantSerializer(answer).data, status=status.HTTP_201_CREATED)

@@ -395,6 +395,27 @@ def test_a_group_given_a_role_permission_carries_the_role(world):
     assert access.roles(type(user).objects.get(pk=user.pk)) == ["instructor"]
 
 
+def test_the_holders_of_a_role_are_those_can_says_in_one_statement(world, django_user_model):
+    from django.contrib.auth.models import Permission
+
+    teach = Permission.objects.get(codename="teach", content_type__app_label="accounts")
+    faculty = Group.objects.create(name="faculty")
+    faculty.permissions.add(teach)
+    direct = django_user_model.objects.create_user("direct")
+    direct.user_permissions.add(teach)
+    world.users["user"].groups.add(faculty)
+    gone = django_user_model.objects.create_user("gone", is_active=False)
+    access.set_roles(gone, ["instructor"], actor=gone)
+    everyone = django_user_model.objects.all()
+    held = set(everyone.filter(access.holders("teach")).values_list("username", flat=True))
+    assert held == {u.username for u in everyone if access.can(u, "teach")}
+    name = {key: user.username for key, user in world.users.items()}
+    assert {name["instructor"], name["admin"], name["user"], "direct"} <= held
+    assert not {name["amy"], name["operator"], "gone"} & held
+    with pytest.raises(ValueError):
+        access.holders("see_all")
+
+
 @pytest.mark.slow
 def test_the_websocket_subscribes_by_role(make_host, django_user_model, session_cookie, ws_connect):
     """The same authoriser through the real consumer (a daphne process): an operator follows a

@@ -1,5 +1,5 @@
-"""Fixtures for classes: a course with an instructor and a student, an image, a simulated host
-(``sim_host``), jobs run in this process (``sync_jobs``)."""
+"""Fixtures for classes: a course with an instructor and a student, another course's instructor
+(``rival``), an image, a simulated host (``sim_host``), jobs run in this process (``sync_jobs``)."""
 
 from datetime import time, timedelta
 
@@ -37,6 +37,15 @@ def instructor(alice, course):
 def student(bob, course):
     course.user_set.add(bob)
     return bob
+
+
+@pytest.fixture
+def rival(django_user_model):
+    """carol: an instructor of another course."""
+    carol = django_user_model.objects.create_user("carol")
+    Group.objects.create(name="ee201").user_set.add(carol)
+    access.set_roles(carol, ["instructor"], actor=carol)
+    return carol
 
 
 @pytest.fixture

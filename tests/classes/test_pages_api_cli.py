@@ -5,12 +5,10 @@ instructor's course or class is a 404."""
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django_q.models import Schedule
 
-from accounts import access
 from classes import services, tasks
 from classes.models import Class, Meeting
 from reservations.models import Reservation
@@ -47,15 +45,6 @@ def api_body(course, image, term, **more):
         "exceptions": [{"day": (term["first_day"] + timedelta(days=7)).isoformat(), "reason": "holiday"}],
     }
     return {**body, **more}
-
-
-@pytest.fixture
-def rival(django_user_model):
-    """carol: an instructor of another course."""
-    carol = django_user_model.objects.create_user("carol")
-    Group.objects.create(name="ee201").user_set.add(carol)
-    access.set_roles(carol, ["instructor"], actor=carol)
-    return carol
 
 
 # --- the course page --------------------------------------------------------------------------

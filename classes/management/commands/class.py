@@ -4,22 +4,26 @@ class list [--course NAME] [--json]
 class info ID [--json]
 class create COURSE NAME --image IMAGE --first DAY --last DAY --session "Mon 10:00 90" [--session …]
              [--no-session "2027-04-05 Easter Monday" …] [--zone ZONE] [--seats N] [--lead MINUTES]
-             [--vcpus N] [--memory-mib N] [--gpus N]
+             [--vcpus N] [--memory-mib N] [--gpus N] [--hours-budget HOURS]
 class change ID [the same options; --session / --no-session replace the class's]
 class delete ID
+class budget ID [--json]      (each student's hours outside sessions: used, budget, extra, left)
+class grant ID STUDENT HOURS --reason WHY   (extra hours of the class's budget; negative: taken back)
 class plan             (claim the sessions coming into the look-ahead, build those due; the workers do this)
 DAY is a date (2027-03-01); a session's time is local to the class's zone (default: TIME_ZONE).
 """
 
 import json
 from datetime import date
+from decimal import Decimal, InvalidOperation
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from classes import calendar, services
-from classes.api.serializers import ClassSerializer
+from classes import budget, calendar, services
+from classes.api.serializers import ClassSerializer, StandingSerializer
 from classes.models import Class
 from core.changelog import Actor
 from provisioning.models import Image
@@ -35,7 +39,7 @@ def day(text):
 
 
 class Command(BaseCommand):
-    help = "Classes with a term: list, info, create, change, delete, plan."
+    help = "Classes with a term: list, info, create, change, delete, plan, budget, grant."
 
     def add_arguments(self, parser):
         verbs = parser.add_subparsers(dest="verb", required=True)
@@ -66,9 +70,18 @@ class Command(BaseCommand):
             verb.add_argument("--vcpus", type=int)
             verb.add_argument("--memory-mib", type=int)
             verb.add_argument("--gpus", type=int)
+            verb.add_argument("--hours-budget", type=hours, help="each student's hours outside sessions (blank: none)")
         delete = verbs.add_parser("delete")
         delete.add_argument("id", type=int)
         verbs.add_parser("plan")
+        shown = verbs.add_parser("budget")
+        shown.add_argument("id", type=int)
+        shown.add_argument("--json", action="store_true")
+        grant = verbs.add_parser("grant")
+        grant.add_argument("id", type=int)
+        grant.add_argument("student")
+        grant.add_argument("hours", type=hours)
+        grant.add_argument("--reason", required=True)
 
     def handle(self, *args, verb, **options):
         try:
@@ -134,6 +147,27 @@ class Command(BaseCommand):
     def do_plan(self, options):
         self.stdout.write(json.dumps(services.plan_round(actor=CLI)))
 
+    def do_budget(self, options):
+        klass = _class(options["id"])
+        students = list(budget.students(klass))
+        rows = [StandingSerializer.of(u, s) for u, s in zip(students, budget.roster(klass, students), strict=True)]
+        if options["json"]:
+            self.stdout.write(json.dumps(StandingSerializer(rows, many=True).data, indent=2))
+            return
+        for row in rows:
+            left = "no limit" if row["left"] is None else f"{budget.hours(row['left'])} left"
+            used, extra = budget.hours(row["used"]), budget.hours(row["extra"])
+            self.stdout.write(f"{row['student']}\t{used} h used\t{extra} h extra\t{left}")
+
+    def do_grant(self, options):
+        klass = _class(options["id"])
+        student = get_user_model().objects.filter(username=options["student"]).first()
+        if student is None:
+            raise CommandError(f"no user {options['student']!r}")
+        budget.grant_hours(klass, student, options["hours"], options["reason"], actor=CLI)
+        now = budget.standing(student, klass)
+        self.stdout.write(f"granted {budget.plural(options['hours'])} to {student.get_username()}: {now.note()}")
+
     def _values(self, options):
         values = {}
         if options["image"]:
@@ -148,9 +182,16 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         names = {"zone": "time_zone", "seats": "seats", "lead": "lead_minutes", "vcpus": "vcpus"}
-        names.update({"memory_mib": "memory_mib", "gpus": "gpus"})
+        names.update({"memory_mib": "memory_mib", "gpus": "gpus", "hours_budget": "hours_budget"})
         values.update({field: options[option] for option, field in names.items() if options[option] is not None})
         return values
+
+
+def hours(text):
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        raise CommandError(f"{text!r}: not a number of hours (2, 1.5)") from None
 
 
 def _class(pk):
