@@ -10,6 +10,9 @@ class ClassesConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
-        from classes import tasks
+        from classes import services, tasks
+        from reservations import approvals
+        from reservations.models import ApprovalRequest
 
+        approvals.PROCEED.register(ApprovalRequest.Kind.CLASS, services.proceed_approved)
         post_spawn.connect(tasks.start_planner, dispatch_uid="classes.planner")

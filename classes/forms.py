@@ -30,6 +30,9 @@ class ClassForm(forms.Form):
     vcpus = forms.IntegerField(required=False, min_value=1, label="CPUs", help_text="Blank: the image's default.")
     memory_mib = forms.IntegerField(required=False, min_value=16, label="Memory (MiB)", help_text="Blank: the default.")
     gpus = forms.IntegerField(min_value=0, initial=0, label="GPUs")
+    requires_approval = forms.BooleanField(
+        required=False, help_text="The class waits for an approver before its sessions are claimed."
+    )
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
@@ -54,7 +57,7 @@ class ClassForm(forms.Form):
         days = calendar.WEEKDAYS
         sessions = "\n".join(f"{days[s.weekday]} {s.start:%H:%M} {s.minutes}" for s in klass.sessions.all())
         exceptions = "\n".join(f"{e.day.isoformat()} {e.reason}".strip() for e in klass.exceptions.all())
-        values = {f: getattr(klass, f) for f in (*services.FIELDS, "gpus")}
+        values = {f: getattr(klass, f) for f in (*services.FIELDS, "gpus", "requires_approval")}
         return {**values, "sessions": sessions, "exceptions": exceptions}
 
 

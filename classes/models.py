@@ -35,6 +35,10 @@ class Class(models.Model):
         null=True, blank=True, help_text="Seats of each session; blank: one per member of the course (capped)."
     )
     lead_minutes = models.PositiveIntegerField(default=15, help_text="Its VMs are built this long before a session.")
+    requires_approval = models.BooleanField(
+        default=False,
+        help_text="Its creation waited for an approver (as every class of an image that requires approval does).",
+    )
     problem = models.CharField(
         max_length=500, blank=True, help_text="Why the last session coming into the look-ahead could not be claimed."
     )

@@ -47,8 +47,8 @@ from core import changelog
 from core.changelog import Actor
 from provisioning import quotas
 from provisioning import services as vms
-from reservations import blocks, reserving
-from reservations.models import BlockAllocation, Reservation
+from reservations import approvals, blocks, reserving
+from reservations.models import ApprovalRequest, BlockAllocation, Reservation
 
 log = logging.getLogger(__name__)
 S = Reservation.Status
@@ -137,7 +137,11 @@ def _errors(values, members):
 
 
 FIELDS = ("name", "image", "time_zone", "first_day", "last_day", "seats", "lead_minutes", "vcpus", "memory_mib")
-DEFAULTS = {"seats": None, "lead_minutes": 15, "vcpus": None, "memory_mib": None, "gpus": 0, "gpu_model": ""}
+DEFAULTS = {
+    "seats": None, "lead_minutes": 15, "vcpus": None, "memory_mib": None, "gpus": 0, "gpu_model": "",
+    "requires_approval": False,
+}  # fmt: skip
+OTHER = ("gpus", "gpu_model", "requires_approval")  # changeable besides FIELDS (the form's ``initial_of`` aside)
 
 
 def _check(values, user):
@@ -158,13 +162,17 @@ def _check(values, user):
 
 
 def create_class(
-    *, actor, course, name, image, first_day, last_day, sessions, exceptions=(), by=None, now=None, **more
-):
+    *, actor, course, name, image, first_day, last_day, sessions, exceptions=(), by=None, now=None, approved=False,
+    **more,
+):  # fmt: skip
     """Make a class of ``course`` and claim its sessions within the look-ahead, all or nothing.
 
     ``sessions``: ``calendar.Session``; ``exceptions``: ``(date, reason)``; ``by``: the user it is
     made for, whose permission is checked (None: the system, e.g. the CLI); ``more``: the other
-    fields (``DEFAULTS``, ``time_zone``: ``by``'s default). Returns the class.
+    fields (``DEFAULTS``, ``time_zone``: ``by``'s default). Returns the class — or, when it
+    ``requires_approval`` or its image does (and ``by`` is no administrator, nor the system), the
+    ``ApprovalRequest`` it waits in: nothing is made or claimed until an approver approves it
+    (``reservations.approvals``; ``approved``: that approval, making it now).
     """
     actor = Actor.of(actor)
     now = now or timezone.now()
@@ -175,12 +183,14 @@ def create_class(
     values.update(course=course, name=name, image=image, first_day=first_day, last_day=last_day)
     values.update(sessions=list(sessions), exceptions=list(exceptions))
     _check(values, by)
+    if by is not None and not approved and approvals.needs_approval(by, image, values["requires_approval"]):
+        return _ask(values, by, now, actor=actor)
     with transaction.atomic():
         klass = Class.objects.create(
             course=course,
             created_by=by,
             name=name.strip(),
-            **{k: values[k] for k in (*FIELDS, "gpus", "gpu_model") if k != "name"},
+            **{k: values[k] for k in (*FIELDS, *OTHER) if k != "name"},
         )
         _write_calendar(klass, values["sessions"], values["exceptions"])
         made = _plan(klass, now, actor=actor, strict=True)
@@ -189,20 +199,66 @@ def create_class(
     return klass
 
 
+def _ask(values, by, now, *, actor):
+    """The class's request for approval: what ``create_class`` was given, kept to make it then."""
+    sessions = values["sessions"]
+    skip = [day for day, _ in values["exceptions"]]
+    found = calendar.occurrences(values["first_day"], values["last_day"], sessions, values["time_zone"], skip)
+    starts = next((o.start for o in found if o.start > now), None)
+    payload = {
+        "course": values["course"].pk,
+        "name": values["name"].strip(),
+        "first_day": values["first_day"].isoformat(),
+        "last_day": values["last_day"].isoformat(),
+        "sessions": [[s.weekday, s.start.isoformat(), s.minutes] for s in sessions],
+        "exceptions": [[day.isoformat(), reason] for day, reason in values["exceptions"]],
+        "more": {k: values[k] for k in (*DEFAULTS, "time_zone")},
+    }
+    summary = f"the class {payload['name']} of {values['course'].name} ({values['image'].name}, {len(found)} sessions)"
+    kind = ApprovalRequest.Kind.CLASS
+    return approvals.ask(kind, by, values["image"], payload, summary, actor=actor, starts_at=starts, now=now)
+
+
+def proceed_approved(request, *, actor):
+    """``approvals.PROCEED`` for a class: make it as asked, now (its sessions claimed now, all or
+    none; refused as any class would be). Returns its id."""
+    from datetime import date, time
+
+    data = request.payload
+    course = Group.objects.filter(pk=data["course"]).first()
+    if course is None:
+        raise ValidationError({"course": ["the course was deleted meanwhile"]})
+    klass = create_class(
+        actor=actor,
+        by=request.requester,
+        approved=True,
+        course=course,
+        name=data["name"],
+        image=request.image,
+        first_day=date.fromisoformat(data["first_day"]),
+        last_day=date.fromisoformat(data["last_day"]),
+        sessions=[calendar.Session(w, time.fromisoformat(t), m) for w, t, m in data["sessions"]],
+        exceptions=[(date.fromisoformat(d), r) for d, r in data["exceptions"]],
+        **data["more"],
+    )
+    return klass.pk
+
+
 def change_class(klass, *, actor, by=None, now=None, sessions=None, exceptions=None, **changes):
     """Change a class; the occurrences not yet built are planned again (all or nothing)."""
     actor = Actor.of(actor)
     now = now or timezone.now()
-    unknown = set(changes) - set(FIELDS) - {"gpus", "gpu_model"}
+    unknown = set(changes) - set(FIELDS) - set(OTHER)
     if unknown:
         raise ValidationError({name: ["unknown field"] for name in sorted(unknown)})
-    values = {k: getattr(klass, k) for k in (*FIELDS, "gpus", "gpu_model")}
+    values = {k: getattr(klass, k) for k in (*FIELDS, *OTHER)}
     values.update(changes, course=klass.course)
     values["sessions"] = list(sessions) if sessions is not None else _sessions(klass)
     values["exceptions"] = list(exceptions) if exceptions is not None else _exceptions(klass)
     _check(values, by)
     # A new name or lead time changes no claim: the sessions are re-planned only for the rest.
-    replan = any(values[k] != getattr(klass, k) for k in changes if k not in ("name", "lead_minutes"))
+    # (Nor does ``requires_approval``: it gates the making of a class, done by then.)
+    replan = any(values[k] != getattr(klass, k) for k in changes if k not in ("name", "lead_minutes", *OTHER[2:]))
     replan = replan or values["sessions"] != _sessions(klass) or values["exceptions"] != _exceptions(klass)
     with transaction.atomic():
         klass = Class.objects.select_for_update().get(pk=klass.pk)

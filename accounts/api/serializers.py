@@ -18,7 +18,9 @@ class UserSerializer(serializers.ModelSerializer):
         fields = ["id", "username", "first_name", "last_name", "email", "is_staff", "roles"]
         read_only_fields = fields
 
-    roles = serializers.SerializerMethodField(help_text="admin, operator, auditor, instructor, image-maintainer")
+    roles = serializers.SerializerMethodField(
+        help_text="admin, operator, auditor, instructor, image-maintainer, approver"
+    )
 
     def get_roles(self, user) -> list[str]:
         return access.roles(user)

@@ -53,6 +53,7 @@ class ClassSerializer(RefuseUnknownFields, serializers.ModelSerializer):
             "memory_mib",
             "gpus",
             "gpu_model",
+            "requires_approval",
             "problem",
             "next_sessions",
             "created",
