@@ -89,9 +89,7 @@ def test_the_api_answers_202_with_the_request(sim_host, image, course, instructo
     assert done.status_code == 200 and Class.objects.get(pk=done.json()["made_id"]).name == "Lab"
 
 
-def test_the_course_page_sends_the_instructor_to_the_waiting_request(
-    client, sim_host, image, course, instructor, term
-):
+def test_the_course_page_sends_the_instructor_to_the_waiting_request(client, sim_host, image, course, instructor, term):
     client.force_login(instructor)
     days = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
     form = {
