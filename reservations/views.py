@@ -131,6 +131,7 @@ def reservation_list(request):
         "shows": list(SHOWS),
         "everyone": everyone,
         "topics": "admin" if everyone and access.can(request.user, "see_all") else topics.user_topic(request.user),
+        "approvals": home.approvals_of(request.user),  # requests waiting for an approver: no reservation yet
     }
     return render(request, "reservations/reservation_list.html", context)
 

@@ -129,7 +129,8 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
 class ApprovalRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Requests waiting for approval. Approvers (and administrators) list the pending ones they
     may decide (``?mine=1``: their own requests); anyone else lists their own. Approve or deny
-    with a reason; a requester never decides their own, a non-approver gets 403."""
+    with a reason; a requester never decides their own (but may withdraw it), a non-approver
+    gets 403."""
 
     serializer_class = ApprovalRequestSerializer
     permission_classes = [IsAuthenticatedWithTokenScope]
@@ -175,6 +176,16 @@ class ApprovalRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, v
     def deny(self, request, pk=None):
         """Deny, with a reason (required); the requester is told it. Nothing was held."""
         return self._decide(services.deny)
+
+    @extend_schema(request=None, responses={200: ApprovalRequestSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"])
+    def withdraw(self, request, pk=None):
+        """The requester takes back a request still waiting (anyone else: 403)."""
+        try:
+            approval = services.withdraw(self.get_object(), actor=request.user)
+        except DjangoPermissionDenied as exc:
+            raise PermissionDenied(str(exc)) from None
+        return Response(ApprovalRequestSerializer(approval, context={"request": request}).data)
 
 
 class FitCheckView(APIView):

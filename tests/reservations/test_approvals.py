@@ -101,7 +101,7 @@ def test_an_unanswered_request_expires_and_tells_the_requester(sim_host, gated, 
     assert not Reservation.objects.exists() and not Allocation.objects.exists()
     mails = delivered(mail, 2)
     [(subject, body)] = mails["alice@example.org"]
-    assert subject == f"Your request #{request.pk} was expired" and "nobody decided it in time" in body
+    assert subject == f"Your request #{request.pk} expired" and "nobody decided it in time" in body
 
 
 def test_an_approval_past_the_expiry_expires_instead(sim_host, gated, requester, approver):
@@ -170,6 +170,16 @@ def test_a_request_that_could_never_be_is_refused_before_anyone_is_asked(gated, 
     assert not Notification.objects.exists()
 
 
+def test_the_requester_withdraws_a_waiting_request_and_nobody_else_does(gated, requester, approver):
+    request = ask(requester, gated)
+    with pytest.raises(PermissionDenied):
+        services.withdraw(request, actor=approver)
+    assert services.withdraw(request, actor=requester).status == "withdrawn"
+    with pytest.raises(Conflict):
+        services.approve(request, actor=approver)
+    assert not Notification.objects.filter(kind="approval_decided").exists()  # one's own act: no mail
+
+
 def test_a_submitted_twice_form_asks_once(gated, requester, approver):
     first = ask(requester, gated, request_key="k-1")
     assert ask(requester, gated, request_key="k-1") == first and ApprovalRequest.objects.count() == 1
@@ -199,6 +209,9 @@ def test_the_api_asks_lists_and_decides(sim_host, gated, requester, approver, bo
     assert Reservation.objects.get(pk=done.json()["made_id"]).user == requester
     again = api(approver).post(f"/api/v1/approvals/{pk}/deny/", {"reason": "late"}, format="json")
     assert again.status_code == 409
+    second = services.ask_reservation(requester, gated, actor=requester, duration=H)
+    assert api(approver).post(f"/api/v1/approvals/{second.pk}/withdraw/").status_code == 403
+    assert api(requester).post(f"/api/v1/approvals/{second.pk}/withdraw/").json()["status"] == "withdrawn"
 
 
 # --- the pages ---------------------------------------------------------------------------------
@@ -217,6 +230,8 @@ def test_the_pages_show_waiting_and_let_an_approver_decide(client, sim_host, gat
     assert "Approve</button>" not in page
     home = client.get(reverse("home")).content.decode()
     assert f'id="home-approval-{request.pk}"' in home and "waiting for approval" in home
+    listed = client.get(reverse("reservations:list")).content.decode()
+    assert f'id="home-approval-{request.pk}"' in listed and "waiting for approval" in listed
     decide = reverse("reservations:approval-decide", args=[request.pk])
     assert client.post(decide, {"decision": "approve"}).status_code == 403  # not one's own
 
