@@ -199,6 +199,8 @@ def test_the_api_asks_lists_and_decides(sim_host, gated, requester, approver, bo
     queue = api(approver).get("/api/v1/approvals/").json()["results"]
     assert [(r["id"], r["requester"], r["may_decide"]) for r in queue] == [(pk, "alice", True)]
     assert api(bob).get("/api/v1/approvals/").json()["results"] == []
+    told = api(approver).get("/api/v1/notifications/", {"kind": "approval_request"}).json()["results"]
+    assert [(n["user"], n["event_kind"]) for n in told] == [(approver.pk, "approval.requested")]  # the in-app list
 
     assert api(requester).post(f"/api/v1/approvals/{pk}/approve/", {}, format="json").status_code == 403
     assert api(bob).post(f"/api/v1/approvals/{pk}/approve/", {}, format="json").status_code == 403
