@@ -90,49 +90,43 @@ def ask(kind, requester, image, payload, summary, *, actor, starts_at=None, requ
     return request
 
 
-def ask_reservation(user, image, *, actor, start=None, end=None, duration=None, ssh_key="", request_key="", **more):
-    """``reserving.reserve``, or, for an image that requires approval, a request waiting for it.
-    Returns the reservation or the ``ApprovalRequest``. The request is checked as a reservation
-    is (validation, quotas) before anyone is asked, so an approver never sees one that cannot be."""
+def ask_reservation(
+    user, image, *, actor, start=None, end=None, duration=None, ssh_key="", request_key="", size=None, gpus=0,
+    gpu_model="", now=None,
+):  # fmt: skip
+    """``reserving.reserve`` (the same arguments), or, for an image that requires approval, a
+    request waiting for it. Returns the reservation or the ``ApprovalRequest``. The request is
+    checked as a reservation is (validation, quotas) before anyone is asked, so an approver never
+    sees one that could not be; capacity is not (it is claimed, and checked, when approved)."""
+    ask_for = {"ssh_key": ssh_key, "request_key": request_key, "size": size, "gpus": gpus, "gpu_model": gpu_model}
     if not needs_approval(user, image):
-        return reserving.reserve(
-            user,
-            image,
-            actor=actor,
-            start=start,
-            end=end,
-            duration=duration,
-            ssh_key=ssh_key,
-            request_key=request_key,
-            **more,
-        )
-    now = more.get("now") or timezone.now()
+        return reserving.reserve(user, image, actor=actor, start=start, end=end, duration=duration, now=now, **ask_for)
+    now = now or timezone.now()
     if end is None and duration is None:
         raise ValidationError({"end": ["give an end or a duration"]})
     begin = start or now
     last = end if end is not None else begin + duration
-    size = more.get("size") or {}
     errors = reserving.validate(user, image, begin, last, now, size)
-    later = begin - reserving.START_GRACE > now  # else: "now" (it starts when approved)
-    first = begin if later else now
-    errors.update(reserving.gpu_errors(more.get("gpus", 0), more.get("gpu_model", "")))
+    errors.update(reserving.gpu_errors(gpus, gpu_model))
     if errors:
         raise ValidationError(errors)
+    later = begin - reserving.START_GRACE > now  # else it means "now": it starts when approved
+    first = begin if later else now
     payload = {
         "image": image.pk,
         "start": first.isoformat() if later else None,
         "seconds": int((last - first).total_seconds()),
         "ssh_key": ssh_key.strip(),
-        "size": size,
-        "gpus": more.get("gpus", 0),
-        "gpu_model": more.get("gpu_model", ""),
+        "size": size or {},
+        "gpus": gpus,
+        "gpu_model": gpu_model,
     }
     when = f"{first:%Y-%m-%d %H:%M} UTC" if later else "as soon as approved"
     summary = f"a reservation of {image.name}, {when}, for {_span(last - first)}"
+    starts_at = first if later else None
     return ask(
-        K.RESERVATION, user, image, payload, summary, actor=actor, starts_at=first if later else None,
-        request_key=request_key, now=now,
-    )  # fmt: skip
+        K.RESERVATION, user, image, payload, summary, actor=actor, starts_at=starts_at, request_key=request_key, now=now
+    )
 
 
 def _span(delta):
