@@ -25,6 +25,10 @@ a ``Meeting`` is made once per class and start (a unique constraint; the class r
 ``plan_round`` also builds the seats of a session ``lead_minutes`` before it starts (the
 reservations clock builds any pending one ``RESERVATION_LEAD_MINUTES`` before: the earlier wins).
 
+A class that requires approval, or whose image does, is not made at once when an instructor asks
+for it: ``create_class`` returns the ``reservations.approvals`` request it waits in (its values kept),
+and ``proceed_approved`` makes it when an approver approves, through ``create_class`` itself.
+
 Changing a class re-plans the occurrences not yet built (their blocks canceled, their claims
 released, the window claimed again in the same transaction: a new plan that does not fit
 leaves the old one); deleting it cancels every future occurrence (a session under way ends at
@@ -32,7 +36,7 @@ its time).
 """
 
 import logging
-from datetime import timedelta
+from datetime import date, time, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import Group
@@ -222,8 +226,6 @@ def _ask(values, by, now, *, actor):
 def proceed_approved(request, *, actor):
     """``approvals.PROCEED`` for a class: make it as asked, now (its sessions claimed now, all or
     none; refused as any class would be). Returns its id."""
-    from datetime import date, time
-
     data = request.payload
     course = Group.objects.filter(pk=data["course"]).first()
     if course is None:
