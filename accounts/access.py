@@ -3,7 +3,7 @@
 Every view, API route, opcode and websocket topic asks this module, never ``is_staff``.
 
 Roles are Django groups carrying Django permissions (``accounts.models.Access``'s): the role
-groups ``instructor``, ``image-maintainer``, ``operator`` and ``auditor`` are made at migrate
+groups ``instructor``, ``image-maintainer``, ``operator``, ``auditor`` and ``approver`` are made at migrate
 time, but any group given one of those permissions in the admin carries the role too — so a
 directory group mapped by ``AUTH_LDAP_GROUP_MAP`` / the OIDC claims onto a role group (or onto a
 group that has the permission) gives the role at sign-in. ``admin`` is ``is_staff`` (or
@@ -21,6 +21,9 @@ Capabilities (``can(user, name)``):
 - ``teach``: create and manage block allocations for the groups one is a member of
   (instructor), and see those blocks' reservations.
 - ``maintain_images``: capture, publish and retire the images of one's groups.
+- ``approve``: approve or deny the requests that wait for approval (a reservation of an image,
+  a class, that requires it) of the members of one's groups (``APPROVERS_BY_GROUP``; off: of
+  anyone), never one's own (``may_approve``).
 
 "One's groups" there are ``own_groups``: a user's groups less the role groups (those named in
 ``ROLES`` and any carrying a role's permission). A role group gathers everyone holding the role,
@@ -44,6 +47,7 @@ ROLES = {
     "image-maintainer": "maintain_images",
     "operator": "operate",
     "auditor": "audit",
+    "approver": "approve",
 }
 ADMIN = "admin"
 ALL_ROLES = [*ROLES, ADMIN]
@@ -52,6 +56,7 @@ PERMISSIONS = {
     "maintain_images": "Image maintainer: capture, publish, retire their groups' images",
     "operate": "Operator: node states, evacuations, plans",
     "audit": "Auditor: read everything",
+    "approve": "Approver: approve or deny requests that need approval",
 }
 _DERIVED = {"see_cluster": ("operate", "audit"), "see_all": ("audit",)}
 CAPABILITIES = {ADMIN, *PERMISSIONS, *_DERIVED}
@@ -200,6 +205,47 @@ def capture_access(user, parent):
     if not groups and parent.visibility != restricted:
         groups = list(mine)
     return restricted, sorted(groups)
+
+
+# --- approvals ----------------------------------------------------------------------------
+
+
+def approver_scope(user):
+    """The groups whose members' requests ``user`` may decide: None for any (administrators, and
+    approvers when ``APPROVERS_BY_GROUP`` is off), their own groups, or none at all."""
+    from django.conf import settings
+
+    if is_admin(user):
+        return None
+    if not can(user, "approve"):
+        return Group.objects.none()
+    return own_groups(user) if settings.APPROVERS_BY_GROUP else None
+
+
+def may_approve(user, requester_id, requester_groups):
+    """May ``user`` decide a request of ``requester_id`` (a member of ``requester_groups``, ids)?
+    Never their own: a request is approved by someone else (administrators included)."""
+    if user is None or not user.is_authenticated or requester_id == user.pk:
+        return False
+    if not (is_admin(user) or can(user, "approve")):
+        return False
+    scope = approver_scope(user)
+    return scope is None or scope.filter(pk__in=list(requester_groups)).exists()
+
+
+def approvers_for(requester):
+    """The active users who may decide a request of ``requester`` (whom it is announced to)."""
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model().objects.filter(is_active=True).exclude(pk=requester.pk)
+    perm = Q(groups__permissions__codename="approve", groups__permissions__content_type__app_label="accounts")
+    perm |= Q(user_permissions__codename="approve", user_permissions__content_type__app_label="accounts")
+    approvers = users.filter(perm)
+    if settings.APPROVERS_BY_GROUP:
+        approvers = approvers.filter(groups__in=own_groups(requester))
+    admins = users.filter(Q(is_staff=True) | Q(is_superuser=True))
+    return users.filter(Q(pk__in=approvers.values("pk")) | Q(pk__in=admins.values("pk"))).order_by("pk")
 
 
 # --- API tokens -----------------------------------------------------------------------

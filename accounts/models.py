@@ -53,6 +53,7 @@ class Access(models.Model):
             ("maintain_images", "Image maintainer: capture, publish, retire their groups' images"),
             ("operate", "Operator: node states, evacuations, plans"),
             ("audit", "Auditor: read everything"),
+            ("approve", "Approver: approve or deny requests that need approval"),
         ]
 
     def __str__(self):

@@ -10,8 +10,10 @@ class ClassesConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
-        from classes import budget, tasks
-        from reservations import reserving
+        from classes import budget, services, tasks
+        from reservations import approvals, reserving
+        from reservations.models import ApprovalRequest
 
         reserving.BUDGETS.register(budget.check)
+        approvals.PROCEED.register(ApprovalRequest.Kind.CLASS, services.proceed_approved)
         post_spawn.connect(tasks.start_planner, dispatch_uid="classes.planner")

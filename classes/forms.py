@@ -38,6 +38,9 @@ class ClassForm(forms.Form):
         label="Hours outside sessions",
         help_text="Each student's hours of the image in the term outside the sessions. Blank: no limit; 0: none.",
     )
+    requires_approval = forms.BooleanField(
+        required=False, help_text="The class waits for an approver before its sessions are claimed."
+    )
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
@@ -62,7 +65,7 @@ class ClassForm(forms.Form):
         days = calendar.WEEKDAYS
         sessions = "\n".join(f"{days[s.weekday]} {s.start:%H:%M} {s.minutes}" for s in klass.sessions.all())
         exceptions = "\n".join(f"{e.day.isoformat()} {e.reason}".strip() for e in klass.exceptions.all())
-        values = {f: getattr(klass, f) for f in (*services.FIELDS, "gpus")}
+        values = {f: getattr(klass, f) for f in (*services.FIELDS, "gpus", "requires_approval")}
         return {**values, "sessions": sessions, "exceptions": exceptions}
 
 

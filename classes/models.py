@@ -45,6 +45,10 @@ class Class(models.Model):
         validators=[MinValueValidator(0)],
         help_text="Hours each student may reserve the image outside sessions in the term; blank: no limit, 0: none.",
     )
+    requires_approval = models.BooleanField(
+        default=False,
+        help_text="Its creation waited for an approver (as every class of an image that requires approval does).",
+    )
     problem = models.CharField(
         max_length=500, blank=True, help_text="Why the last session coming into the look-ahead could not be claimed."
     )

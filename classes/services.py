@@ -25,6 +25,10 @@ a ``Meeting`` is made once per class and start (a unique constraint; the class r
 ``plan_round`` also builds the seats of a session ``lead_minutes`` before it starts (the
 reservations clock builds any pending one ``RESERVATION_LEAD_MINUTES`` before: the earlier wins).
 
+A class that requires approval, or whose image does, is not made at once when an instructor asks
+for it: ``create_class`` returns the ``reservations.approvals`` request it waits in (its values kept),
+and ``proceed_approved`` makes it when an approver approves, through ``create_class`` itself.
+
 Changing a class re-plans the occurrences not yet built (their blocks canceled, their claims
 released, the window claimed again in the same transaction: a new plan that does not fit
 leaves the old one); deleting it cancels every future occurrence (a session under way ends at
@@ -32,7 +36,7 @@ its time).
 """
 
 import logging
-from datetime import timedelta
+from datetime import date, time, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import Group
@@ -47,8 +51,8 @@ from core import changelog
 from core.changelog import Actor
 from provisioning import quotas
 from provisioning import services as vms
-from reservations import blocks, reserving
-from reservations.models import BlockAllocation, Reservation
+from reservations import approvals, blocks, reserving
+from reservations.models import ApprovalRequest, BlockAllocation, Reservation
 
 log = logging.getLogger(__name__)
 S = Reservation.Status
@@ -158,10 +162,13 @@ DEFAULTS = {
     "gpus": 0,
     "gpu_model": "",
     "hours_budget": None,
+    "requires_approval": False,
 }
+OTHER = ("gpus", "gpu_model", "requires_approval")  # changeable besides FIELDS (the form's ``initial_of`` aside)
 MAX_BUDGET_HOURS = 10000
-# Changing these changes no claim: the sessions are re-planned only for the rest.
-NOT_PLANNED = ("name", "lead_minutes", "hours_budget")
+# Changing these changes no claim: the sessions are re-planned only for the rest. (Nor does
+# ``requires_approval``: it gates the making of a class, done by then.)
+NOT_PLANNED = ("name", "lead_minutes", "hours_budget", "requires_approval")
 
 
 def _check(values, user):
@@ -182,13 +189,17 @@ def _check(values, user):
 
 
 def create_class(
-    *, actor, course, name, image, first_day, last_day, sessions, exceptions=(), by=None, now=None, **more
-):
+    *, actor, course, name, image, first_day, last_day, sessions, exceptions=(), by=None, now=None, approved=False,
+    **more,
+):  # fmt: skip
     """Make a class of ``course`` and claim its sessions within the look-ahead, all or nothing.
 
     ``sessions``: ``calendar.Session``; ``exceptions``: ``(date, reason)``; ``by``: the user it is
     made for, whose permission is checked (None: the system, e.g. the CLI); ``more``: the other
-    fields (``DEFAULTS``, ``time_zone``: ``by``'s default). Returns the class.
+    fields (``DEFAULTS``, ``time_zone``: ``by``'s default). Returns the class — or, when it
+    ``requires_approval`` or its image does (and ``by`` is no administrator, nor the system), the
+    ``ApprovalRequest`` it waits in: nothing is made or claimed until an approver approves it
+    (``reservations.approvals``; ``approved``: that approval, making it now).
     """
     actor = Actor.of(actor)
     now = now or timezone.now()
@@ -199,12 +210,14 @@ def create_class(
     values.update(course=course, name=name, image=image, first_day=first_day, last_day=last_day)
     values.update(sessions=list(sessions), exceptions=list(exceptions))
     _check(values, by)
+    if by is not None and not approved and approvals.needs_approval(by, image, values["requires_approval"]):
+        return _ask(values, by, now, actor=actor)
     with transaction.atomic():
         klass = Class.objects.create(
             course=course,
             created_by=by,
             name=name.strip(),
-            **{k: values[k] for k in (*FIELDS, "gpus", "gpu_model") if k != "name"},
+            **{k: values[k] for k in (*FIELDS, *OTHER) if k != "name"},
         )
         _write_calendar(klass, values["sessions"], values["exceptions"])
         made = _plan(klass, now, actor=actor, strict=True)
@@ -213,14 +226,57 @@ def create_class(
     return klass
 
 
+def _ask(values, by, now, *, actor):
+    """The class's request for approval: what ``create_class`` was given, kept to make it then."""
+    sessions = values["sessions"]
+    skip = [day for day, _ in values["exceptions"]]
+    found = calendar.occurrences(values["first_day"], values["last_day"], sessions, values["time_zone"], skip)
+    starts = next((o.start for o in found if o.start > now), None)
+    payload = {
+        "course": values["course"].pk,
+        "name": values["name"].strip(),
+        "first_day": values["first_day"].isoformat(),
+        "last_day": values["last_day"].isoformat(),
+        "sessions": [[s.weekday, s.start.isoformat(), s.minutes] for s in sessions],
+        "exceptions": [[day.isoformat(), reason] for day, reason in values["exceptions"]],
+        "more": {k: values[k] for k in (*DEFAULTS, "time_zone")},
+    }
+    summary = f"the class {payload['name']} of {values['course'].name} ({values['image'].name}, {len(found)} sessions)"
+    kind = ApprovalRequest.Kind.CLASS
+    return approvals.ask(kind, by, values["image"], payload, summary, actor=actor, starts_at=starts, now=now)
+
+
+def proceed_approved(request, *, actor):
+    """``approvals.PROCEED`` for a class: make it as asked, now (its sessions claimed now, all or
+    none; refused as any class would be). Returns its id."""
+    data = request.payload
+    course = Group.objects.filter(pk=data["course"]).first()
+    if course is None:
+        raise ValidationError({"course": ["the course was deleted meanwhile"]})
+    klass = create_class(
+        actor=actor,
+        by=request.requester,
+        approved=True,
+        course=course,
+        name=data["name"],
+        image=request.image,
+        first_day=date.fromisoformat(data["first_day"]),
+        last_day=date.fromisoformat(data["last_day"]),
+        sessions=[calendar.Session(w, time.fromisoformat(t), m) for w, t, m in data["sessions"]],
+        exceptions=[(date.fromisoformat(d), r) for d, r in data["exceptions"]],
+        **data["more"],
+    )
+    return klass.pk
+
+
 def change_class(klass, *, actor, by=None, now=None, sessions=None, exceptions=None, **changes):
     """Change a class; the occurrences not yet built are planned again (all or nothing)."""
     actor = Actor.of(actor)
     now = now or timezone.now()
-    unknown = set(changes) - set(FIELDS) - {"gpus", "gpu_model"}
+    unknown = set(changes) - set(FIELDS) - set(OTHER)
     if unknown:
         raise ValidationError({name: ["unknown field"] for name in sorted(unknown)})
-    values = {k: getattr(klass, k) for k in (*FIELDS, "gpus", "gpu_model")}
+    values = {k: getattr(klass, k) for k in (*FIELDS, *OTHER)}
     values.update(changes, course=klass.course)
     values["sessions"] = list(sessions) if sessions is not None else _sessions(klass)
     values["exceptions"] = list(exceptions) if exceptions is not None else _exceptions(klass)

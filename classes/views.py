@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 from classes import budget, services
 from classes.forms import ClassForm, GrantForm, add_service_errors
 from core.hooks import Hook
+from reservations.models import ApprovalRequest
 
 MAX_ID = 2**63 - 1  # beyond the column's range: SQLite would raise instead of finding nothing
 
@@ -45,6 +46,9 @@ def course(request, group_id):
             except ValidationError as exc:
                 add_service_errors(form, exc)
             else:
+                if isinstance(klass, ApprovalRequest):
+                    messages.info(request, f"Waiting for approval: {klass.summary}. Nothing is reserved until then.")
+                    return redirect("reservations:approval", pk=klass.pk)
                 messages.success(request, f"Class {klass.name}: its sessions in the next weeks are reserved.")
                 return redirect("classes:course", group_id=group.pk)
     elif request.method == "POST":

@@ -21,6 +21,8 @@ KINDS = [
     ("run_finished", "run finished"),
     ("idle_warning", "reservation idle: about to be reclaimed"),
     ("host_lost", "reservation's host lost: being rebuilt"),
+    ("approval_request", "a request waits for your approval (approvers)"),
+    ("approval_decided", "your request was approved, denied or expired"),
 ]
 KIND_NAMES = [name for name, _ in KINDS]
 

@@ -59,6 +59,9 @@ RULES = {
         if data.get("outcome") == "rebuilding"
         else None
     ),
+    # A request waiting for approval, to its approvers' topics; its outcome, to the requester's.
+    "approval.requested": lambda data, _id: ("approval_request", f"approval.{data.get('id')}"),
+    "approval.decided": lambda data, _id: ("approval_decided", f"approval.{data.get('id')}.{data.get('status')}"),
     # A batch run's end (runs.services.set_state), to its owner's topic.
     "run.finished": lambda data, _id: ("run_finished", f"run.{data.get('id')}"),
 }

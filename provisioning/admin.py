@@ -76,9 +76,10 @@ class ImageAdmin(admin.ModelAdmin):
         "pool_size",
         "anti_affinity",
         "max_concurrent",
+        "requires_approval",
         "owner",
     ]
-    list_filter = ["visibility", "active", "platform"]
+    list_filter = ["visibility", "active", "platform", "requires_approval"]
     search_fields = ["name", "os", "description"]
     filter_horizontal = ["groups"]
     inlines = [ImageVariantInline]

@@ -122,6 +122,10 @@ class Image(models.Model):
         default="rebuild",
         help_text="When the host of a reservation's VM dies: rebuild it elsewhere from this image, or fail it.",
     )
+    requires_approval = models.BooleanField(
+        default=False,
+        help_text="A reservation of it (or a class of it) waits for an approver before anything is claimed.",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 

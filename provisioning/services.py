@@ -40,7 +40,7 @@ IMAGE_FIELDS = (
     "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib", "default_vcpus",
     "default_memory_mib", "default_disk_gib", "visibility", "parent", "revert_on_end", "pool_size", "active",
     "user_data", "ready_timeout", "readiness", "required_tags", "forbidden_tags", "anti_affinity", "exclusive_storage",
-    "max_concurrent", "on_host_failure", "owner",
+    "max_concurrent", "on_host_failure", "owner", "requires_approval",
 )  # fmt: skip
 MAX_TAGS = 20
 GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")

@@ -7,7 +7,7 @@ never shown, only whether one is set.
 
 from django.contrib import admin
 
-from reservations.models import BlockAllocation, IdlePolicy, Reservation, ReservationHistory
+from reservations.models import ApprovalRequest, BlockAllocation, IdlePolicy, Reservation, ReservationHistory
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -68,3 +68,13 @@ class IdlePolicyAdmin(admin.ModelAdmin):
 
     list_display = ["__str__", "image", "group", "no_show_minutes", "idle_minutes", "warn_minutes"]
     list_filter = ["group", "image"]
+
+
+@admin.register(ApprovalRequest)
+class ApprovalRequestAdmin(ReadOnlyAdmin):
+    """Read-only: requests are decided on the approvals page or through the API (the decision
+    makes the reservation or class, which a plain save would not)."""
+
+    list_display = ["pk", "kind", "summary", "requester", "status", "expires_at", "decided_by"]
+    list_filter = ["status", "kind"]
+    search_fields = ["summary", "requester__username"]

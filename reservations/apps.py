@@ -16,9 +16,10 @@ class ReservationsConfig(AppConfig):
         from provisioning import views as vm_pages
         from provisioning.management.commands import revision
         from provisioning.opcodes import lifecycle
-        from reservations import prestage, revision_cli, services, tasks, template_views
+        from reservations import approvals, prestage, revision_cli, services, tasks, template_views
 
         topics.AUTHORISERS.register("reservation", services.may_see)
+        approvals.PROCEED.register(approvals.ApprovalRequest.Kind.RESERVATION, approvals.proceed_reservation)
         quotas.HOLDERS.register("reservation", services.holdings)
         verify.CLAIM_HOLDERS.register(services.held_claims)
         capacity.ON_MOVED.register(services.follow_claim)

@@ -4,7 +4,9 @@ do (their runs: ``runs.home``; the page puts both together). Read-only.
 Contract: ``for_user(user, now)`` gives the user's own reservations that are active, ending, or
 failed within ``FAILED_SHOWN`` (never anyone else's), each with ``next_action``: ``connect``
 (ready), ``wait`` (booked, being built, ending), ``why`` (failed: the reason); and the classes
-of their groups with a session now or later, with their seat or the offer to take one.
+of their groups with a session now or later, with their seat or the offer to take one; and their
+requests waiting for approval (or decided within ``FAILED_SHOWN``), with how many requests wait
+for their own decision when they approve.
 """
 
 from datetime import timedelta
@@ -14,8 +16,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.next_action import Action
-from reservations import idle
-from reservations.models import BlockAllocation, Reservation
+from reservations import approvals, idle
+from reservations.models import ApprovalRequest, BlockAllocation, Reservation
 
 S = Reservation.Status
 FAILED_SHOWN = timedelta(hours=24)
@@ -73,6 +75,18 @@ def classes_of(user, now=None):
     return [(b, held.get(b.pk)) for b in classes]
 
 
+def approvals_of(user, now=None):
+    """``{"mine": [request], "to_decide": n}``: the user's requests waiting or lately decided."""
+    now = now or timezone.now()
+    shown = Q(status=ApprovalRequest.Status.PENDING) | Q(decided_at__gte=now - FAILED_SHOWN)
+    mine = list(ApprovalRequest.objects.filter(shown, requester=user).order_by("-created")[:SHOWN])
+    return {"mine": mine, "to_decide": approvals.decidable(user).count()}
+
+
 def for_user(user, now=None):
     now = now or timezone.now()
-    return {"reservations": reservations_of(user, now), "classes": classes_of(user, now)}
+    return {
+        "reservations": reservations_of(user, now),
+        "classes": classes_of(user, now),
+        "approvals": approvals_of(user, now),
+    }

@@ -286,3 +286,55 @@ class Refusal(models.Model):
 
     def __str__(self):
         return f"refusal {self.reason} at {self.at:%Y-%m-%d %H:%M}"
+
+
+class ApprovalRequest(models.Model):
+    """A request that waits for an approver (``reservations.approvals``): a reservation of an
+    image, or a class, that requires approval. Nothing is claimed while it waits: ``payload``
+    keeps what was asked, and an approval makes it then, exactly as an unapproved request would
+    have been (``made_id``: the reservation or class it made)."""
+
+    class Kind(models.TextChoices):
+        RESERVATION = "reservation", "reservation"
+        CLASS = "class", "class"
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "waiting for approval"
+        APPROVED = "approved", "approved"
+        DENIED = "denied", "denied"
+        EXPIRED = "expired", "expired"
+        FAILED = "failed", "approved, but could not be made"
+        WITHDRAWN = "withdrawn", "withdrawn"
+
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    requester = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="approval_requests")
+    image = models.ForeignKey("vms.Image", on_delete=models.CASCADE, related_name="approval_requests")
+    summary = models.CharField(max_length=300, help_text="What is asked, in words.")
+    payload = models.JSONField(default=dict, help_text="The request's parameters, as they were given.")
+    request_key = models.CharField(max_length=64, blank=True, help_text="The form's one-time key (double submits).")
+    starts_at = models.DateTimeField(null=True, blank=True, help_text="When it would start (None: when approved).")
+    expires_at = models.DateTimeField(help_text="Expired unless decided by then.")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    reason = models.CharField(max_length=500, blank=True, help_text="The approver's reason, or why it failed.")
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    made_id = models.PositiveBigIntegerField(null=True, blank=True, help_text="The reservation or class it made.")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [models.Index(fields=["status", "expires_at"], name="approval_due")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["requester", "request_key"], condition=~models.Q(request_key=""), name="approval_request_once"
+            ),
+        ]
+
+    def __str__(self):
+        return f"approval request {self.pk} ({self.kind})"
+
+    @property
+    def pending(self):
+        return self.status == self.Status.PENDING

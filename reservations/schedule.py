@@ -1,5 +1,6 @@
 """The scheduler's tick: start what is due, end what is over, warn what ends soon, finish
-endings that stalled, and let hosts scheduled to leave service go."""
+endings that stalled, let hosts scheduled to leave service go, and expire the approval
+requests nobody decided in time."""
 
 from datetime import timedelta
 
@@ -12,7 +13,7 @@ from core import events, topics
 from core.changelog import Actor
 from core.errors import Conflict
 from jobs import services as jobs
-from reservations import ending, reserving
+from reservations import approvals, ending, reserving
 from reservations.models import Reservation
 
 S = Reservation.Status
@@ -52,6 +53,9 @@ def tick(now=None, *, actor=None):
     left = capacity.apply_scheduled(now, actor=actor)
     if left:
         done["hosts_left_service"] = left
+    expired = approvals.expire_due(now)
+    if expired:
+        done["approvals_expired"] = expired
     return done
 
 

@@ -4,7 +4,8 @@ The one public place for the reservation verbs: the web pages, the API, the CLI,
 the other apps call ``reservations.services.<verb>``. The verbs live in modules by concern,
 each importing only those before it: ``visibility``, ``status`` (a status change, its history
 and event), ``logins``, ``reserving``, ``ending``, ``settling``, ``host_loss``, ``blocks``,
-``schedule``, ``templates`` (an image's template, published as its next revision). Rules:
+``approvals`` (a request that waits for an approver), ``schedule``, ``templates`` (an image's
+template, published as its next revision). Rules:
 
 - Validation comes first and names the field and, for a quota, the rule; nothing is written
   when anything is wrong (Django ``ValidationError`` with per-field messages).
@@ -19,6 +20,7 @@ and event), ``logins``, ``reserving``, ``ending``, ``settling``, ``host_loss``, 
   wins, the other gets ``Conflict`` and writes nothing. The acting user is the keyword ``actor=``.
 """
 
+from reservations.approvals import approve, ask_reservation, decidable, deny, withdraw
 from reservations.blocks import (
     block_usage,
     cancel_block,
@@ -46,6 +48,11 @@ from reservations.templates import discard, end_published, open_template, publis
 from reservations.visibility import may_see, visible
 
 __all__ = [
+    "approve",
+    "ask_reservation",
+    "decidable",
+    "deny",
+    "withdraw",
     "block_usage",
     "budget_notes",
     "build_job",

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from reservations import template_views, views
+from reservations import approval_views, template_views, views
 
 app_name = "reservations"
 
@@ -22,6 +22,9 @@ urlpatterns = [
     path("images/<int:pk>/template/publish/", template_views.publish, name="template-publish"),
     path("images/<int:pk>/template/discard/", template_views.discard, name="template-discard"),
     path("revisions/<int:pk>/test/", template_views.test, name="revision-test"),
+    path("approvals/", approval_views.queue, name="approvals"),
+    path("approvals/<int:pk>/", approval_views.detail, name="approval"),
+    path("approvals/<int:pk>/decide/", approval_views.decide, name="approval-decide"),
     path("usage/", views.usage_page, name="usage"),
     path("usage.csv", views.usage_csv, name="usage-csv"),
 ]

@@ -28,7 +28,7 @@ from provisioning.capture_views import capture_context
 from provisioning.forms import ImageFilterForm
 from reservations import home, idle, services, usage
 from reservations.forms import BlockForm, ExtendForm, ReserveForm, add_service_errors, as_input
-from reservations.models import BlockAllocation, Reservation
+from reservations.models import ApprovalRequest, BlockAllocation, Reservation
 
 PAGE_SIZE = 50
 MAX_ID = 2**63 - 1
@@ -64,7 +64,7 @@ def reserve(request):
         if form.is_valid():
             start, duration = form.window()
             try:
-                reservation = services.reserve(
+                reservation = services.ask_reservation(
                     request.user,
                     form.cleaned_data["image"],
                     actor=request.user,
@@ -76,6 +76,9 @@ def reserve(request):
             except ValidationError as exc:
                 form.add_service_errors(exc)
             else:
+                if isinstance(reservation, ApprovalRequest):  # the image requires approval: nothing held yet
+                    messages.info(request, f"Waiting for approval: {reservation.summary}.")
+                    return redirect("reservations:approval", pk=reservation.pk)
                 return redirect("reservations:detail", pk=reservation.pk)
     else:  # GET parameters preset the form (the catalogue's Reserve button, an image change)
         initial = {k: request.GET[k] for k in ("image", "when", "start", "duration") if request.GET.get(k)}
@@ -129,6 +132,7 @@ def reservation_list(request):
         "shows": list(SHOWS),
         "everyone": everyone,
         "topics": "admin" if everyone and access.can(request.user, "see_all") else topics.user_topic(request.user),
+        "approvals": home.approvals_of(request.user),  # requests waiting for an approver: no reservation yet
     }
     return render(request, "reservations/reservation_list.html", context)
 

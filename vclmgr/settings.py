@@ -518,6 +518,12 @@ RESERVATION_TICK_SECONDS = env.int("RESERVATION_TICK_SECONDS", 30, minimum=5)
 CLASS_LOOKAHEAD_DAYS = env.int("CLASS_LOOKAHEAD_DAYS", 14, minimum=1, maximum=90)
 CLASS_MAX_SEATS = env.int("CLASS_MAX_SEATS", 200, minimum=1, maximum=1000)
 CLASS_PLAN_SECONDS = env.int("CLASS_PLAN_SECONDS", 60, minimum=5)
+
+# Approvals (``reservations.approvals``): a request for an image or a class that requires approval
+# waits this long for an approver (no longer than until it would start), then expires.
+# APPROVERS_BY_GROUP: an approver decides the requests of their own groups' members (off: anyone's).
+APPROVAL_EXPIRY_HOURS = env.int("APPROVAL_EXPIRY_HOURS", 48, minimum=1, maximum=24 * 90)
+APPROVERS_BY_GROUP = env.bool("APPROVERS_BY_GROUP", True)
 # Idle reclamation (``reservations.idle``): the site's policy where no image or group has its
 # own (0: off): end a ready reservation nobody logged in to within IDLE_NO_SHOW_MINUTES, or one
 # without a login or input for IDLE_MINUTES (warned IDLE_WARN_MINUTES before). Guests are asked

@@ -28,7 +28,9 @@ class UserSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
-    roles = serializers.SerializerMethodField(help_text="admin, operator, auditor, instructor, image-maintainer")
+    roles = serializers.SerializerMethodField(
+        help_text="admin, operator, auditor, instructor, image-maintainer, approver"
+    )
     time_zone = serializers.SerializerMethodField(help_text="The zone the user chose (an IANA name); blank: none.")
     time_zone_in_use = serializers.SerializerMethodField(
         help_text="The zone of the user's pages and e-mails: the chosen one, else their browser's, else the site's. "

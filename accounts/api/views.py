@@ -71,7 +71,7 @@ class ApiTokenViewSet(
 
 class UserRolesView(APIView):
     """A user's roles (administrators): GET them, PUT the whole list (admin, operator, auditor,
-    instructor, image-maintainer). Their tokens follow at their next request."""
+    instructor, image-maintainer, approver). Their tokens follow at their next request."""
 
     permission_classes = [IsStaffWithTokenScope]
 

@@ -89,6 +89,7 @@ class ClassSerializer(RefuseUnknownFields, serializers.ModelSerializer):
             "gpus",
             "gpu_model",
             "hours_budget",
+            "requires_approval",
             "problem",
             "next_sessions",
             "created",

@@ -23,6 +23,8 @@ from classes.api.serializers import ClassSerializer, GrantSerializer, StandingSe
 from classes.models import Class
 from inventory.api.serializers import as_drf
 from provisioning import services as vms
+from reservations.api.serializers import ApprovalRequestSerializer
+from reservations.models import ApprovalRequest
 
 
 class ClassViewSet(
@@ -59,6 +61,18 @@ class ClassViewSet(
                 raise as_drf(ValidationError({"image": ["no such image, or you may not use it"]}))
             values["image"] = image
         return values
+
+    @extend_schema(responses={201: ClassSerializer, 202: ApprovalRequestSerializer})
+    def create(self, request, *args, **kwargs):
+        """Make a class (201); one that requires approval, or of an image that does, waits for an
+        approver instead (202 with the approval request: nothing is claimed until approved)."""
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        self.perform_create(serializer)
+        if isinstance(serializer.instance, ApprovalRequest):
+            body = ApprovalRequestSerializer(serializer.instance, context=self.get_serializer_context()).data
+            return Response(body, status=status.HTTP_202_ACCEPTED)
+        return Response(serializer.data, status=status.HTTP_201_CREATED)
 
     def perform_create(self, serializer):
         values = self._values(serializer)

@@ -86,6 +86,7 @@ class ImageSerializer(RefuseUnknownFields, serializers.ModelSerializer):
             "exclusive_storage",
             "max_concurrent",
             "on_host_failure",
+            "requires_approval",
             "variants",
             "owner",
             "created",

@@ -8,7 +8,7 @@ from core import localtime
 from core.api.serializers import HORIZON_MINUTES, MomentField, RefuseUnknownFields
 from provisioning.models import Image
 from reservations import idle, services
-from reservations.models import MAX_GPUS, BlockAllocation, Reservation
+from reservations.models import MAX_GPUS, ApprovalRequest, BlockAllocation, Reservation
 
 
 class ReservationSerializer(serializers.ModelSerializer):
@@ -116,10 +116,51 @@ class ExtendSerializer(RefuseUnknownFields, serializers.Serializer):
     end = MomentField()
 
 
+class ApprovalRequestSerializer(serializers.ModelSerializer):
+    requester = serializers.CharField(source="requester.username", read_only=True)
+    image_name = serializers.CharField(source="image.name", read_only=True)
+    decided_by = serializers.CharField(source="decided_by.username", read_only=True, default=None, allow_null=True)
+    may_decide = serializers.SerializerMethodField(help_text="Whether you may approve or deny it now.")
+
+    class Meta:
+        model = ApprovalRequest
+        fields = [
+            "id",
+            "kind",
+            "status",
+            "summary",
+            "requester",
+            "image",
+            "image_name",
+            "starts_at",
+            "expires_at",
+            "reason",
+            "decided_by",
+            "decided_at",
+            "made_id",
+            "created",
+            "may_decide",
+        ]
+        read_only_fields = fields
+
+    def get_may_decide(self, request) -> bool:
+        from reservations import approvals
+
+        user = getattr(self.context.get("request"), "user", None)
+        return request.pending and approvals.may_decide(user, request)
+
+
+class DecisionSerializer(RefuseUnknownFields, serializers.Serializer):
+    reason = serializers.CharField(max_length=500, allow_blank=True, default="", help_text="Required to deny.")
+
+
 class ReservationAcceptedSerializer(serializers.Serializer):
-    reservation = ReservationSerializer()
+    reservation = ReservationSerializer(allow_null=True, help_text="None: it waits for approval (``approval``).")
     job = serializers.IntegerField(allow_null=True)
     job_url = serializers.CharField(allow_null=True)
+    approval = ApprovalRequestSerializer(
+        allow_null=True, required=False, help_text="The request waiting for an approver (an image that requires it)."
+    )
 
 
 class TemplateStartSerializer(RefuseUnknownFields, serializers.Serializer):

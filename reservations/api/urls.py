@@ -2,11 +2,19 @@ from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from reservations.api.templates import RevisionTestView, TemplateDiscardView, TemplatePublishView, TemplateView
-from reservations.api.views import BlockAllocationViewSet, FitCheckView, ReservationViewSet, UsageCSVView, UsageView
+from reservations.api.views import (
+    ApprovalRequestViewSet,
+    BlockAllocationViewSet,
+    FitCheckView,
+    ReservationViewSet,
+    UsageCSVView,
+    UsageView,
+)
 
 router = SimpleRouter(trailing_slash=True)
 router.register("reservations", ReservationViewSet, basename="reservation")
 router.register("block-allocations", BlockAllocationViewSet, basename="blockallocation")
+router.register("approvals", ApprovalRequestViewSet, basename="approvalrequest")
 
 urlpatterns = [
     path("reservations/check/", FitCheckView.as_view(), name="reservation-check"),

@@ -5,6 +5,7 @@ would confirm it exists); staff see all. Endpoints that start work answer ``202`
 job and its URL; the connection password goes to the reservation's own user only.
 """
 
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.shortcuts import get_object_or_404
@@ -15,11 +16,14 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts import access
 from accounts.api.permissions import AuditorOrAdmin, IsAuthenticatedWithTokenScope
 from inventory.api.serializers import as_drf
-from reservations import services
+from reservations import approvals, services
 from reservations.api.serializers import (
+    ApprovalRequestSerializer,
     BlockAllocationSerializer,
+    DecisionSerializer,
     ExtendSerializer,
     FitCheckSerializer,
     FitSerializer,
@@ -30,7 +34,7 @@ from reservations.api.serializers import (
     UsageReportSerializer,
     job_url,
 )
-from reservations.models import BlockAllocation, Reservation
+from reservations.models import ApprovalRequest, BlockAllocation, Reservation
 
 CONFLICT = OpenApiResponse(description="Conflict with the current state")
 
@@ -70,7 +74,9 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         responses={201: ReservationAcceptedSerializer, 202: ReservationAcceptedSerializer},
     )
     def create(self, request):
-        """Reserve an image now or later. 202 with the VM job when building starts now; 201 otherwise."""
+        """Reserve an image now or later. 202 with the VM job when building starts now; 201 otherwise.
+        An image that requires approval: 202 with ``approval``, the request waiting for an approver
+        (no reservation yet, nothing claimed)."""
         body = ReservationCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = dict(body.validated_data)
@@ -79,9 +85,13 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
             and Reservation.objects.filter(user=request.user, request_key=data["request_key"]).exists()
         )
         try:
-            reservation = services.reserve(request.user, data.pop("image"), actor=request.user, **data)
+            reservation = services.ask_reservation(request.user, data.pop("image"), actor=request.user, **data)
         except ValidationError as exc:
             raise as_drf(exc) from None
+        if isinstance(reservation, ApprovalRequest):  # nothing made yet: it waits for an approver
+            body = {"reservation": None, "job": None, "job_url": None}
+            body["approval"] = ApprovalRequestSerializer(reservation, context={"request": request}).data
+            return Response(body, status=status.HTTP_202_ACCEPTED)
         job = services.build_job(reservation) if not existing else None
         return _accepted(reservation, job, request, created=not existing)
 
@@ -114,6 +124,68 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         reservation = self.get_object()
         reservation = services.cancel(reservation, "canceled through the API", actor=request.user)
         return Response(ReservationSerializer(reservation, context={"request": request}).data)
+
+
+class ApprovalRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Requests waiting for approval. Approvers (and administrators) list the pending ones they
+    may decide (``?mine=1``: their own requests); anyone else lists their own. Approve or deny
+    with a reason; a requester never decides their own (but may withdraw it), a non-approver
+    gets 403."""
+
+    serializer_class = ApprovalRequestSerializer
+    permission_classes = [IsAuthenticatedWithTokenScope]
+    write_scope = "reserve"
+    filterset_fields = ["status", "kind", "image"]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return ApprovalRequest.objects.none()
+        user = self.request.user
+        if self.action == "list":
+            deciding = access.is_admin(user) or access.can(user, "approve")
+            found = services.decidable(user) if deciding and self.request.query_params.get("mine") != "1" else None
+            if found is None:
+                found = ApprovalRequest.objects.filter(requester=user)
+        else:
+            found = approvals.visible(user)
+        return found.select_related("requester", "image", "decided_by").order_by("expires_at", "pk")
+
+    def _decide(self, verb):
+        if not (access.is_admin(self.request.user) or access.can(self.request.user, "approve")):
+            raise PermissionDenied("only approvers and administrators decide requests")
+        approval = self.get_object()
+        body = DecisionSerializer(data=self.request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            approval = verb(approval, actor=self.request.user, reason=body.validated_data["reason"])
+        except DjangoPermissionDenied as exc:
+            raise PermissionDenied(str(exc)) from None
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+        return Response(ApprovalRequestSerializer(approval, context={"request": self.request}).data)
+
+    @extend_schema(request=DecisionSerializer, responses={200: ApprovalRequestSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        """Approve: the reservation or class is made now (``status`` approved, ``made_id``), or
+        ``failed`` with why when it no longer fits. The requester is told either way."""
+        return self._decide(services.approve)
+
+    @extend_schema(request=DecisionSerializer, responses={200: ApprovalRequestSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"])
+    def deny(self, request, pk=None):
+        """Deny, with a reason (required); the requester is told it. Nothing was held."""
+        return self._decide(services.deny)
+
+    @extend_schema(request=None, responses={200: ApprovalRequestSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"])
+    def withdraw(self, request, pk=None):
+        """The requester takes back a request still waiting (anyone else: 403)."""
+        try:
+            approval = services.withdraw(self.get_object(), actor=request.user)
+        except DjangoPermissionDenied as exc:
+            raise PermissionDenied(str(exc)) from None
+        return Response(ApprovalRequestSerializer(approval, context={"request": request}).data)
 
 
 class FitCheckView(APIView):

@@ -11,6 +11,7 @@ from accounts import access
 from classes.calendar import Session
 from tests.images import sim_image
 from tests.jobs.conftest import sync_jobs  # noqa: F401 (fixture)
+from tests.mailserver import mail, smtp_module  # noqa: F401 (fixtures: one SMTP server per module)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from django.contrib.auth.models import Group
 from provisioning import services as vms
 from tests.images import image_maintainer, sim_image
 from tests.jobs.conftest import sync_jobs  # noqa: F401 (fixture)
+from tests.mailserver import mail, smtp_module  # noqa: F401 (fixtures: one SMTP server per module)
 
 
 @pytest.fixture

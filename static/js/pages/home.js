@@ -14,6 +14,6 @@ document.addEventListener("DOMContentLoaded", () => {
     item.textContent = `${new Date(event.time).toLocaleTimeString([], { timeZone: document.documentElement.dataset.timeZone || undefined })} · ${event.kind} · ${JSON.stringify(event.data)}`;
     list.prepend(item);
     while (list.children.length > 50) list.lastChild.remove();
-    if (event.kind.startsWith("reservation.") || event.kind === "run.changed") refreshMine();
+    if (event.kind.startsWith("reservation.") || event.kind.startsWith("approval.") || event.kind === "run.changed") refreshMine();
   });
 });
