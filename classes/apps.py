@@ -10,6 +10,10 @@ class ClassesConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
-        from classes import tasks
+        from classes import services, tasks
+        from reservations import showback
 
+        showback.CLASS_OF_BLOCKS.register(services.class_of_blocks)
+        showback.TAUGHT_CLASSES.register(services.taught_classes)
+        showback.CLASS_BUDGETS.register(services.hours_budgets)
         post_spawn.connect(tasks.start_planner, dispatch_uid="classes.planner")

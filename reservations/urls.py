@@ -24,4 +24,6 @@ urlpatterns = [
     path("revisions/<int:pk>/test/", template_views.test, name="revision-test"),
     path("usage/", views.usage_page, name="usage"),
     path("usage.csv", views.usage_csv, name="usage-csv"),
+    path("showback/", views.showback_page, name="showback"),
+    path("showback.csv", views.showback_csv, name="showback-csv"),
 ]

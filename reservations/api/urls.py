@@ -2,7 +2,15 @@ from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from reservations.api.templates import RevisionTestView, TemplateDiscardView, TemplatePublishView, TemplateView
-from reservations.api.views import BlockAllocationViewSet, FitCheckView, ReservationViewSet, UsageCSVView, UsageView
+from reservations.api.views import (
+    BlockAllocationViewSet,
+    FitCheckView,
+    ReservationViewSet,
+    ShowbackCSVView,
+    ShowbackView,
+    UsageCSVView,
+    UsageView,
+)
 
 router = SimpleRouter(trailing_slash=True)
 router.register("reservations", ReservationViewSet, basename="reservation")
@@ -16,5 +24,7 @@ urlpatterns = [
     path("images/<int:pk>/template/discard/", TemplateDiscardView.as_view(), name="image-template-discard"),
     path("image-revisions/<int:pk>/test/", RevisionTestView.as_view(), name="imagerevision-test"),
     path("usage/csv/", UsageCSVView.as_view(), name="usage-csv"),
+    path("usage/showback/", ShowbackView.as_view(), name="usage-showback"),
+    path("usage/showback/csv/", ShowbackCSVView.as_view(), name="usage-showback-csv"),
     *router.urls,
 ]
