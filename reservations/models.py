@@ -255,7 +255,7 @@ class UsageDay(models.Model):
 
 
 class UsageRollup(models.Model):
-    """One UTC day of one user's use of one image, as one kind, in one group and class
+    """One UTC day (or month) of one user's use of one image, as one kind, in one group and class
     (``reservations.showback`` fills it with the day's ``UsageDay`` rows, in one transaction).
 
     Every kind of use: a reservation, a class's seat (a reservation of a class session's
@@ -270,6 +270,13 @@ class UsageRollup(models.Model):
         RUN = "run", "batch run"
         VM = "vm", "ad-hoc VM"
 
+    class Span(models.TextChoices):
+        DAY = "day", "day"
+        MONTH = "month", "month (the sum of its days)"
+
+    # A month row (``day``: the 1st) sums the month's day rows, so that a year's report reads
+    # twelve months' rows rather than 365 days'; it is rebuilt whenever one of its days is stored.
+    span = models.CharField(max_length=5, choices=Span.choices, default=Span.DAY)
     day = models.DateField()
     kind = models.CharField(max_length=12, choices=Kind.choices)
     user = models.ForeignKey(
@@ -289,7 +296,7 @@ class UsageRollup(models.Model):
     class Meta:
         ordering = ["day", "kind", "username"]
         indexes = [
-            models.Index(fields=["day"], name="usage_rollup_day"),
+            models.Index(fields=["span", "day"], name="usage_rollup_day"),
             models.Index(fields=["user", "day"], name="usage_rollup_user"),
             models.Index(fields=["class_id", "day"], name="usage_rollup_class"),
         ]

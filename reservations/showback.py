@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from accounts import access
 from core import spreadsheets
+from core.bulk import insert_rows
 from core.hooks import Hook
 from provisioning import usage as usage_sources
 from provisioning.usage import Use
@@ -44,8 +45,11 @@ from reservations import usage
 from reservations.models import UsagePeak, UsageRollup
 
 K = UsageRollup.Kind
+SPAN = UsageRollup.Span
 GROUPINGS = ("user", "class", "group", "image")
 MEASURES = ("seconds", "vcpu_seconds", "mib_seconds", "gpu_seconds", "uses")
+_FIELDS = ("kind", "user_id", "username", "image", "group", "class_id", "class_name")  # a row's key
+_COLUMNS = ("kind", "user", "username", "image", "group", "class_id", "class_name")  # the same, as fields
 PRICE_UNITS = ("hour", "vcpu_hour", "gib_hour", "gpu_hour")
 
 
@@ -129,23 +133,44 @@ def compute(first, last, now=None, intervals=None):
     return out
 
 
-def rows(computed):
-    """``UsageRollup`` instances of ``compute``'s answer (unsaved)."""
-    return [
-        UsageRollup(
-            day=day,
-            kind=kind,
-            user_id=user_id,
-            username=username,
-            image=image,
-            group=group,
-            class_id=class_id,
-            class_name=class_name,
-            **dict(zip(MEASURES, cell, strict=True)),
-        )
-        for day, cells in computed.items()
-        for (kind, user_id, username, image, group, class_id, class_name), cell in cells.items()
-    ]
+def store(computed):
+    """Insert ``compute``'s answer as day rows (the caller deleted what they replace), one
+    statement per batch (``core.bulk``: a year's backfill writes hundreds of thousands)."""
+    rows = [(SPAN.DAY, day, *key, *cell) for day, cells in computed.items() for key, cell in cells.items()]
+    insert_rows(UsageRollup, ("span", "day", *_COLUMNS, *MEASURES), rows)
+
+
+def _month_end(month):
+    return (month.replace(day=28) + timedelta(days=4)).replace(day=1) - timedelta(days=1)
+
+
+def roll_months(first, last):
+    """Rebuild the month rows of the months that ``first..last`` touches from their stored day
+    rows (``usage.aggregate`` calls it in its transaction, after storing those days)."""
+    months = sorted({day.replace(day=1) for day in usage._days(first, last)})
+    UsageRollup.objects.filter(span=SPAN.MONTH, day__in=months).delete()
+    for month in months:
+        days = UsageRollup.objects.filter(span=SPAN.DAY, day__range=(month, _month_end(month))).order_by()
+        sums = days.values_list(*_FIELDS).annotate(*(Sum(m) for m in MEASURES))
+        insert_rows(UsageRollup, ("span", "day", *_COLUMNS, *MEASURES), [(SPAN.MONTH, month, *row) for row in sums])
+
+
+def _stored_rows(first, last, stored_days):
+    """The rollup rows that cover the stored days of ``first..last`` once: a month's row for each
+    whole month in range with every day stored, the day rows for the other stored days."""
+    whole = []
+    month = first.replace(day=1)
+    while month <= last:
+        end = _month_end(month)
+        if month >= first and end <= last and all(d in stored_days for d in usage._days(month, end)):
+            whole.append(month)
+        month = end + timedelta(days=1)
+    in_whole = {d for m in whole for d in usage._days(m, _month_end(m))}
+    runs = usage._runs([d for d in stored_days if d not in in_whole])
+    by_day = Q(pk__in=())
+    for run in runs:
+        by_day |= Q(day__range=(run[0], run[-1]))
+    return UsageRollup.objects.filter(Q(span=SPAN.MONTH, day__in=whole) | (Q(span=SPAN.DAY) & by_day))
 
 
 # --- who sees what --------------------------------------------------------------------------------
@@ -190,7 +215,6 @@ _KEYS = {  # grouping -> (key column, label column) in the rollup
     "group": ("group", "group"),
     "image": ("image", "image"),
 }
-_FIELDS = ("kind", "user_id", "username", "image", "group", "class_id", "class_name")
 
 
 def prices():
@@ -243,7 +267,7 @@ def report(first, last, *, by="user", scope, filters=None, now=None, stored=True
     if stored:
         marks = UsagePeak.objects.filter(day__range=(first, last), image=None, group=None)
         stored_days = set(marks.values_list("day", flat=True))
-        found = _filtered(UsageRollup.objects.filter(day__range=(first, last)).filter(scope.q()), filters).order_by()
+        found = _filtered(_stored_rows(first, last, stored_days).filter(scope.q()), filters).order_by()
         for row in found.values(key_col, "kind").annotate(label=Max(label_col), **sums):
             _add(totals[row[key_col]], [row[m] for m in MEASURES])
             _add(kinds[row["kind"]], [row[m] for m in MEASURES])

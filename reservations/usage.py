@@ -170,12 +170,13 @@ def aggregate(first, last=None, now=None):
     now = now or timezone.now()
     intervals = _intervals(day_start(first), day_start(last + timedelta(days=1)), now)
     computed = compute(first, last, now, intervals)
-    rolled = showback.rows(showback.compute(first, last, now, intervals))
+    rolled = showback.compute(first, last, now, intervals)
     with transaction.atomic():
         UsageDay.objects.filter(day__range=(first, last)).delete()
         UsagePeak.objects.filter(day__range=(first, last)).delete()
-        UsageRollup.objects.filter(day__range=(first, last)).delete()
-        UsageRollup.objects.bulk_create(rolled, batch_size=1000)
+        UsageRollup.objects.filter(span=UsageRollup.Span.DAY, day__range=(first, last)).delete()
+        showback.store(rolled)
+        showback.roll_months(first, last)
         UsageDay.objects.bulk_create(
             [
                 UsageDay(day=day, image=image, group=group, **vars(cell))

@@ -142,20 +142,20 @@ def test_grouping_by_class_group_and_image(history):
 
 def test_stored_days_equal_the_live_computation(history):
     usage.backfill(D, D2, now=NOW)
-    stored = UsageRollup.objects.filter(kind="class").get()
+    stored = UsageRollup.objects.filter(kind="class", span="day").get()
     assert (stored.username, stored.class_id, stored.class_name, stored.seconds) == (
         "bob",
         history["intro"].pk,
         "Intro",
         3600,
     )
-    assert UsageRollup.objects.filter(kind="vm").get().gpu_seconds == 6 * 3600 * 2
+    assert UsageRollup.objects.filter(kind="vm", span="day").get().gpu_seconds == 6 * 3600 * 2
     for by in showback.GROUPINGS:
         for filters in ({}, {"kind": "class"}, {"image": "debian-12", "group": "cs101"}):
             live = showback.report(D, D2, by=by, scope=EVERYONE, filters=filters, now=NOW, stored=False)
             assert showback.report(D, D2, by=by, scope=EVERYONE, filters=filters, now=NOW) == live
     # Stored figures are what the report reads (no silent recomputation).
-    UsageRollup.objects.filter(kind="vm").update(seconds=3600)
+    UsageRollup.objects.filter(kind="vm", span="day").update(seconds=3600)
     assert by_label(showback.report(D, D2, by="user", scope=EVERYONE, now=NOW))["carol"]["hours"] == 1.0
 
 
@@ -269,3 +269,21 @@ def test_anonymous_callers_get_nothing(client):
     assert APIClient().get("/api/v1/usage/showback/csv/").status_code in (401, 403)
     assert showback.visible_usage(None) == showback.Scope()
     assert not UsageRollup.objects.filter(showback.Scope().q()).exists()
+
+
+def test_a_whole_stored_month_is_read_from_its_month_rows(history):
+    later = datetime(2026, 4, 3, tzinfo=NOW.tzinfo)
+    march = (date(2026, 3, 1), date(2026, 3, 31))
+    usage.backfill(date(2026, 2, 25), date(2026, 4, 2), now=later)
+    month = UsageRollup.objects.filter(span="month", day=march[0])
+    assert month.get(kind="vm").seconds == 6 * 3600 and month.filter(kind="reservation").get().uses == 1
+    for by in showback.GROUPINGS:
+        live = showback.report(date(2026, 2, 27), date(2026, 4, 2), by=by, scope=EVERYONE, now=later, stored=False)
+        assert showback.report(date(2026, 2, 27), date(2026, 4, 2), by=by, scope=EVERYONE, now=later) == live
+    # The month row is what a range holding all of March reads; a range cutting it reads days.
+    month.filter(kind="vm").update(seconds=3600)
+    assert by_label(showback.report(*march, by="user", scope=EVERYONE, now=later))["carol"]["hours"] == 1.0
+    assert by_label(showback.report(D, D2, by="user", scope=EVERYONE, now=later))["carol"]["hours"] == 6.0
+    # Storing a day again rebuilds its month from the day rows.
+    usage.aggregate(D, now=later)
+    assert by_label(showback.report(*march, by="user", scope=EVERYONE, now=later))["carol"]["hours"] == 6.0
