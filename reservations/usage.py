@@ -12,7 +12,9 @@ first ``ready``, never negative, counted on the day it became ready.
 ``{day: DayUsage}``; ``aggregate(day)`` stores one past day's figures as ``UsageDay`` and
 ``UsagePeak`` rows (the same function, so stored == live); ``report(first, last, image=, group=)``
 reads the stored days and computes the days not stored (today) live. ``csv_text(report)`` is
-the export. Nothing here writes but ``aggregate``/``aggregate_missing``.
+the export. Nothing here writes but ``aggregate``/``aggregate_missing``, which also store
+``reservations.showback``'s per-user figures of the same days (every kind of use, the same
+reservation intervals) in the same transaction.
 """
 
 import io

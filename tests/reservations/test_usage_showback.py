@@ -287,3 +287,14 @@ def test_a_whole_stored_month_is_read_from_its_month_rows(history):
     # Storing a day again rebuilds its month from the day rows.
     usage.aggregate(D, now=later)
     assert by_label(showback.report(*march, by="user", scope=EVERYONE, now=later))["carol"]["hours"] == 6.0
+
+
+def test_the_csv_writes_names_a_spreadsheet_would_run_as_text(client, history, admin_user):
+    from provisioning.models import Image
+
+    link = '=HYPERLINK("http://evil.example/","report")'
+    Image.objects.filter(name="debian-12").update(name=link)
+    client.force_login(admin_user)
+    response = client.get("/reservations/showback.csv?from=2026-03-10&to=2026-03-12&by=image")
+    rows = list(csv.reader(io.StringIO(response.content.decode(), newline="")))
+    assert rows[1][:3] == ["'" + link, "'" + link, "12.5"]
