@@ -258,38 +258,13 @@ def report(first, last, *, by="user", scope, filters=None, now=None, stored=True
     if by not in GROUPINGS:
         raise ValueError(f"by: one of {', '.join(GROUPINGS)}")
     filters = filters or {}
-    now = now or timezone.now()
-    key_col, label_col = _KEYS[by]
-    sums = {name: Sum(name) for name in MEASURES}
-    stored_days = set()
-    totals = defaultdict(lambda: [0, 0, 0, 0, 0])
-    labels, kinds = {}, defaultdict(lambda: [0, 0, 0, 0, 0])
-    if stored:
-        marks = UsagePeak.objects.filter(day__range=(first, last), image=None, group=None)
-        stored_days = set(marks.values_list("day", flat=True))
-        found = _filtered(_stored_rows(first, last, stored_days).filter(scope.q()), filters).order_by()
-        for row in found.values(key_col, "kind").annotate(label=Max(label_col), **sums):
-            _add(totals[row[key_col]], [row[m] for m in MEASURES])
-            _add(kinds[row["kind"]], [row[m] for m in MEASURES])
-            labels[row[key_col]] = max(labels.get(row[key_col], ""), row["label"] or "")
-    for run in usage._runs([d for d in usage._days(first, last) if d not in stored_days]):
-        for cells in compute(run[0], run[-1], now).values():
-            for key, cell in cells.items():
-                if not _admitted(key, filters, scope):
-                    continue
-                row = dict(zip(_FIELDS, key, strict=True))
-                _add(totals[row[key_col]], cell)
-                _add(kinds[row["kind"]], cell)
-                labels[row[key_col]] = max(labels.get(row[key_col], ""), row[label_col] or "")
+    totals, labels, kinds = _sums(first, last, by, scope, filters, now or timezone.now(), stored)
     price = prices()
-    budgets = _budgets(by, totals)
-    out_rows = []
+    budgets = _budgets(by, filters, totals)
+    rows = []
     for key in sorted(totals, key=lambda k: (-totals[k][0], str(labels.get(k) or ""), str(k))):
         row = {"key": "" if key is None else str(key), "label": _label(by, key, labels.get(key))}
-        row.update(_measures(totals[key], price))
-        row["budget_hours"] = budgets.get(key)
-        out_rows.append(row)
-    grand = [sum(t[i] for t in totals.values()) for i in range(5)]
+        rows.append({**row, **_measures(totals[key], price), "budget_hours": budgets.get(key)})
     return {
         "from": first.isoformat(),
         "to": last.isoformat(),
@@ -303,10 +278,39 @@ def report(first, last, *, by="user", scope, filters=None, now=None, stored=True
         "currency": settings.USAGE_CURRENCY if price is not None else None,
         "prices": price,
         "budgets": bool(budgets),
-        "totals": _measures(grand, price),
+        "totals": _measures([sum(t[i] for t in totals.values()) for i in range(len(MEASURES))], price),
         "kinds": [{"kind": kind, **_measures(kinds[kind], price)} for kind in K.values if kind in kinds],
-        "rows": out_rows,
+        "rows": rows,
     }
+
+
+def _sums(first, last, by, scope, filters, now, stored):
+    """``(totals, labels, kinds)``: the measures per key of ``by`` and per kind, and each key's
+    name; the stored days summed in SQL, the others computed live."""
+    key_col, label_col = _KEYS[by]
+    totals, kinds = defaultdict(lambda: [0] * len(MEASURES)), defaultdict(lambda: [0] * len(MEASURES))
+    labels = {}
+
+    def add(key, kind, label, cell):
+        _add(totals[key], cell)
+        _add(kinds[kind], cell)
+        labels[key] = max(labels.get(key, ""), label or "")
+
+    stored_days = set()
+    if stored:
+        marks = UsagePeak.objects.filter(day__range=(first, last), image=None, group=None)
+        stored_days = set(marks.values_list("day", flat=True))
+        found = _filtered(_stored_rows(first, last, stored_days).filter(scope.q()), filters).order_by()
+        sums = {name: Sum(name) for name in MEASURES}
+        for row in found.values(key_col, "kind").annotate(label=Max(label_col), **sums):
+            add(row[key_col], row["kind"], row["label"], [row[m] for m in MEASURES])
+    for run in usage._runs([d for d in usage._days(first, last) if d not in stored_days]):
+        for cells in compute(run[0], run[-1], now).values():
+            for key, cell in cells.items():
+                if _admitted(key, filters, scope):
+                    row = dict(zip(_FIELDS, key, strict=True))
+                    add(row[key_col], row["kind"], row[label_col], cell)
+    return totals, labels, kinds
 
 
 def _add(into, cell):
@@ -320,10 +324,19 @@ def _label(by, key, label):
     return label or (f"class {key}" if by == "class" else str(key))
 
 
-def _budgets(by, totals):
-    if by != "class" or not CLASS_BUDGETS.one():
+def _budgets(by, filters, totals):
+    """Hours budgets per row: each class's (per class), or the one class's for each of its
+    students (per user within a class); {} where classes have none."""
+    budgets_of = CLASS_BUDGETS.one()
+    if budgets_of is None:
         return {}
-    return CLASS_BUDGETS.one()({k for k in totals if k is not None})
+    if by == "class":
+        return budgets_of({k for k in totals if k is not None})
+    klass = filters.get("class_id")
+    if by == "user" and klass is not None:
+        budget = budgets_of({klass}).get(klass)
+        return {} if budget is None else {k: budget for k in totals if k is not None}
+    return {}
 
 
 def csv_text(data):

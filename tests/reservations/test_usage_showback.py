@@ -219,6 +219,9 @@ def test_a_class_hours_budget_shows_when_classes_have_one(history):
         assert report["budgets"] is True and by_label(report)["Intro"]["budget_hours"] == 40.0
         assert showback.csv_text(report).splitlines()[0].endswith(",budget_hours")
         assert showback.report(D, D2, by="user", scope=EVERYONE, now=NOW)["budgets"] is False
+        # Per student within the class: each student's row carries the class's budget.
+        students = showback.report(D, D2, by="user", scope=EVERYONE, filters={"class_id": intro}, now=NOW)
+        assert [(r["label"], r["hours"], r["budget_hours"]) for r in students["rows"]] == [("bob", 1.0, 40.0)]
 
 
 def test_the_page_and_csv_show_each_viewer_their_scope(client, history, admin_user):
