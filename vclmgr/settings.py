@@ -523,9 +523,9 @@ IDLE_CHECK_SECONDS = env.int("IDLE_CHECK_SECONDS", 60, minimum=1)
 # Showback (``reservations.showback``): a price per unit of use gives the usage report a cost
 # column, in USAGE_CURRENCY, e.g. {"vcpu_hour": 0.01, "gib_hour": 0.005, "gpu_hour": 0.5, "hour": 0}.
 # Unset: no cost column.
-USAGE_PRICES = env.json(
-    "USAGE_PRICES", {}, check=lambda v: price_map_errors(v, ("hour", "vcpu_hour", "gib_hour", "gpu_hour"))
-)
+# (The units are named here, not imported: a test keeps them equal to reservations.showback's.)
+USAGE_PRICE_UNITS = ("hour", "vcpu_hour", "gib_hour", "gpu_hour")
+USAGE_PRICES = env.json("USAGE_PRICES", {}, check=lambda v: price_map_errors(v, USAGE_PRICE_UNITS))
 USAGE_CURRENCY = env.str("USAGE_CURRENCY", "")
 IDLE_MINUTE_SECONDS = 60  # the unit of the limits above and of idle policies; a test shortens it
 

@@ -301,3 +301,22 @@ def test_the_csv_writes_names_a_spreadsheet_would_run_as_text(client, history, a
     response = client.get("/reservations/showback.csv?from=2026-03-10&to=2026-03-12&by=image")
     rows = list(csv.reader(io.StringIO(response.content.decode(), newline="")))
     assert rows[1][:3] == ["'" + link, "'" + link, "12.5"]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"vcpu_hour": 0.01, "hour": 0}, None),
+        ([0.01], "expected a JSON object"),
+        ({"cpu_hour": 1}, "unknown unit 'cpu_hour'"),
+        ({"gpu_hour": -1}, "gpu_hour: a price is a number"),
+        ({"gib_hour": "0.1"}, "gib_hour: a price is a number"),
+        ({"hour": True}, "hour: a price is a number"),
+    ],
+)
+def test_prices_are_checked_when_read(value, problem, settings):
+    from core.env import price_map_errors
+
+    assert settings.USAGE_PRICE_UNITS == showback.PRICE_UNITS  # the settings name them, not import them
+    found = price_map_errors(value, settings.USAGE_PRICE_UNITS)
+    assert found is None if problem is None else problem in found
