@@ -224,7 +224,7 @@ def test_a_class_hours_budget_shows_when_classes_have_one(history):
         assert [(r["label"], r["hours"], r["budget_hours"]) for r in students["rows"]] == [("bob", 1.0, 40.0)]
 
 
-def test_the_page_and_csv_show_each_viewer_their_scope(client, history, admin_user):
+def test_the_page_and_csv_show_each_viewer_their_scope(client, history, admin_user, settings):
     query = "?from=2026-03-10&to=2026-03-12"
     client.force_login(history["bob"])
     page = client.get("/reservations/showback/" + query).content.decode()
@@ -242,6 +242,9 @@ def test_the_page_and_csv_show_each_viewer_their_scope(client, history, admin_us
     ]
     client.force_login(admin_user)
     assert "carol" in client.get("/reservations/showback/" + query).content.decode()
+    settings.USAGE_PRICES, settings.USAGE_CURRENCY = PRICES, "EUR"
+    page = client.get("/reservations/showback/" + query).content.decode()
+    assert "Cost (EUR)" in page and 'id="showback-cost"' in page
     client.logout()
     assert client.get("/reservations/showback/").status_code == 302  # to the sign-in page
 
