@@ -68,7 +68,8 @@ def make_history(ids, courses, classes, days, per_week, seed=1):
 
     from core.bulk import insert_rows
     from provisioning.models import Image
-    from reservations.models import UsagePeak, UsageRollup
+    from reservations import showback
+    from reservations.models import UsageRollup
 
     rng = random.Random(seed)
     images = list(Image.objects.order_by("pk").values_list("name", flat=True))
@@ -111,9 +112,7 @@ def make_history(ids, courses, classes, days, per_week, seed=1):
                 insert_rows(UsageRollup, names, rows)
                 made += len(rows)
                 rows = []
-        UsagePeak.objects.bulk_create(
-            [UsagePeak(day=today - timedelta(days=back), peak=0) for back in range(days, 0, -1)], batch_size=1000
-        )
+        showback.store({today - timedelta(days=back): {} for back in range(days, 0, -1)})  # each day's mark
     return made
 
 

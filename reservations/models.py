@@ -273,9 +273,12 @@ class UsageRollup(models.Model):
     class Span(models.TextChoices):
         DAY = "day", "day"
         MONTH = "month", "month (the sum of its days)"
+        MARK = "mark", "mark (the day is stored; no figures)"
 
     # A month row (``day``: the 1st) sums the month's day rows, so that a year's report reads
     # twelve months' rows rather than 365 days'; it is rebuilt whenever one of its days is stored.
+    # A mark row says its day is stored (days stored before showback existed have none: they
+    # are computed live until ``usage_backfill`` stores them again).
     span = models.CharField(max_length=5, choices=Span.choices, default=Span.DAY)
     day = models.DateField()
     kind = models.CharField(max_length=12, choices=Kind.choices)

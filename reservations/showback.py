@@ -14,8 +14,8 @@ Each use is split at UTC midnights and summed per (day, kind, user, image, group
 seconds, vCPU-seconds, MiB-seconds (memory), GPU-seconds, and uses started that day. The group
 is the block's, else the user's first (``usage``'s rule). ``compute`` does that from the
 history; ``usage.aggregate`` stores it as ``UsageRollup`` rows with the day's ``UsageDay``
-rows (one transaction, so a day is stored for both or neither; ``UsagePeak``'s any/any row
-marks it); ``report`` sums the stored days in SQL and computes the others (today) live.
+rows (one transaction), with a mark row per day stored; ``report`` sums the stored days in SQL
+(whole months from their month rows) and computes the others (today) live.
 
 Who sees what is decided in one place, ``visible_usage(user)``: administrators and auditors
 (``see_all``) everything; an instructor the seats of the classes they teach (``TAUGHT_CLASSES``,
@@ -42,7 +42,7 @@ from core.hooks import Hook
 from provisioning import usage as usage_sources
 from provisioning.usage import Use
 from reservations import usage
-from reservations.models import UsagePeak, UsageRollup
+from reservations.models import UsageRollup
 
 K = UsageRollup.Kind
 SPAN = UsageRollup.Span
@@ -137,7 +137,14 @@ def store(computed):
     """Insert ``compute``'s answer as day rows (the caller deleted what they replace), one
     statement per batch (``core.bulk``: a year's backfill writes hundreds of thousands)."""
     rows = [(SPAN.DAY, day, *key, *cell) for day, cells in computed.items() for key, cell in cells.items()]
-    insert_rows(UsageRollup, ("span", "day", *_COLUMNS, *MEASURES), rows)
+    marks = [(SPAN.MARK, day, "", None, "", "", "", None, "", 0, 0, 0, 0, 0) for day in computed]
+    insert_rows(UsageRollup, ("span", "day", *_COLUMNS, *MEASURES), rows + marks)
+
+
+def stored_days(first, last):
+    """The days of ``first..last`` whose figures are stored (they have their mark row)."""
+    marks = UsageRollup.objects.filter(span=SPAN.MARK, day__range=(first, last))
+    return set(marks.values_list("day", flat=True))
 
 
 def _month_end(month):
@@ -155,18 +162,18 @@ def roll_months(first, last):
         insert_rows(UsageRollup, ("span", "day", *_COLUMNS, *MEASURES), [(SPAN.MONTH, month, *row) for row in sums])
 
 
-def _stored_rows(first, last, stored_days):
+def _stored_rows(first, last, stored):
     """The rollup rows that cover the stored days of ``first..last`` once: a month's row for each
     whole month in range with every day stored, the day rows for the other stored days."""
     whole = []
     month = first.replace(day=1)
     while month <= last:
         end = _month_end(month)
-        if month >= first and end <= last and all(d in stored_days for d in usage._days(month, end)):
+        if month >= first and end <= last and all(d in stored for d in usage._days(month, end)):
             whole.append(month)
         month = end + timedelta(days=1)
     in_whole = {d for m in whole for d in usage._days(m, _month_end(m))}
-    runs = usage._runs([d for d in stored_days if d not in in_whole])
+    runs = usage._runs([d for d in stored if d not in in_whole])
     by_day = Q(pk__in=())
     for run in runs:
         by_day |= Q(day__range=(run[0], run[-1]))
@@ -284,7 +291,7 @@ def report(first, last, *, by="user", scope, filters=None, now=None, stored=True
     }
 
 
-def _sums(first, last, by, scope, filters, now, stored):
+def _sums(first, last, by, scope, filters, now, read_stored):
     """``(totals, labels, kinds)``: the measures per key of ``by`` and per kind, and each key's
     name; the stored days summed in SQL, the others computed live."""
     key_col, label_col = _KEYS[by]
@@ -296,15 +303,13 @@ def _sums(first, last, by, scope, filters, now, stored):
         _add(kinds[kind], cell)
         labels[key] = max(labels.get(key, ""), label or "")
 
-    stored_days = set()
+    stored = stored_days(first, last) if read_stored else set()
     if stored:
-        marks = UsagePeak.objects.filter(day__range=(first, last), image=None, group=None)
-        stored_days = set(marks.values_list("day", flat=True))
-        found = _filtered(_stored_rows(first, last, stored_days).filter(scope.q()), filters).order_by()
+        found = _filtered(_stored_rows(first, last, stored).filter(scope.q()), filters).order_by()
         sums = {name: Sum(name) for name in MEASURES}
         for row in found.values(key_col, "kind").annotate(label=Max(label_col), **sums):
             add(row[key_col], row["kind"], row["label"], [row[m] for m in MEASURES])
-    for run in usage._runs([d for d in usage._days(first, last) if d not in stored_days]):
+    for run in usage._runs([d for d in usage._days(first, last) if d not in stored]):
         for cells in compute(run[0], run[-1], now).values():
             for key, cell in cells.items():
                 if _admitted(key, filters, scope):

@@ -176,7 +176,7 @@ def aggregate(first, last=None, now=None):
     with transaction.atomic():
         UsageDay.objects.filter(day__range=(first, last)).delete()
         UsagePeak.objects.filter(day__range=(first, last)).delete()
-        UsageRollup.objects.filter(span=UsageRollup.Span.DAY, day__range=(first, last)).delete()
+        UsageRollup.objects.filter(span__in=("day", "mark"), day__range=(first, last)).delete()
         showback.store(rolled)
         showback.roll_months(first, last)
         UsageDay.objects.bulk_create(

@@ -323,3 +323,16 @@ def test_prices_are_checked_when_read(value, problem, settings):
     assert settings.USAGE_PRICE_UNITS == showback.PRICE_UNITS  # the settings name them, not import them
     found = price_map_errors(value, settings.USAGE_PRICE_UNITS)
     assert found is None if problem is None else problem in found
+
+
+def test_days_stored_before_showback_existed_are_computed_live_until_stored_again(history):
+    from reservations.models import UsagePeak
+
+    # An upgraded site: the usage report's days are stored (its marks), showback's are not.
+    UsagePeak.objects.create(day=D, image=None, group=None, peak=0)
+    assert showback.stored_days(D, D) == set()
+    assert by_label(showback.report(D, D, by="user", scope=EVERYONE, now=NOW))["carol"]["hours"] == 6.0
+    usage.backfill(D, D, now=NOW)
+    assert showback.stored_days(D, D) == {D} and UsageRollup.objects.filter(span="mark").count() == 1
+    assert by_label(showback.report(D, D, by="user", scope=EVERYONE, now=NOW))["carol"]["hours"] == 6.0
+    assert "(nobody)" not in by_label(showback.report(D, D, by="user", scope=EVERYONE, now=NOW))  # marks: no figures
