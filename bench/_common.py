@@ -33,6 +33,16 @@ def percentile(values, fraction):
     return values[min(len(values) - 1, int(round(fraction * (len(values) - 1))))]
 
 
+def timed(work, repeat=3):
+    """The best of ``repeat`` runs of ``work()`` in seconds, and its last answer."""
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = work()
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
 def wait_for(predicate, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

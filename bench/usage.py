@@ -13,18 +13,10 @@ import argparse
 import time
 from datetime import timedelta
 
-from _django import configure  # bench/ is the script's own folder, first on sys.path
+from _common import timed  # bench/ is the script's own folder, first on sys.path
+from _django import configure
 
 TARGET = 1.0
-
-
-def timed(work, repeat=3):
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = work()
-        best = min(best, time.perf_counter() - t)
-    return best, out
 
 
 def main(argv=None):

@@ -11,9 +11,12 @@ class ClassesConfig(AppConfig):
         from django_q.signals import post_spawn
 
         from classes import budget, services, tasks
-        from reservations import approvals, reserving
+        from reservations import approvals, reserving, showback
         from reservations.models import ApprovalRequest
 
         reserving.BUDGETS.register(budget.check)
         approvals.PROCEED.register(ApprovalRequest.Kind.CLASS, services.proceed_approved)
+        showback.CLASS_OF_BLOCKS.register(services.class_of_blocks)
+        showback.TAUGHT_CLASSES.register(services.taught_classes)
+        showback.CLASS_BUDGETS.register(services.hours_budgets)
         post_spawn.connect(tasks.start_planner, dispatch_uid="classes.planner")

@@ -89,6 +89,29 @@ def managed_classes(user):
     return found.filter(course__in=access.teaching_groups(user).exclude(pk__in=access.role_groups()))
 
 
+# --- showback (``reservations.showback``'s hooks) ---------------------------------------------------
+
+
+def class_of_blocks(block_ids):
+    """``{block_id: (class_id, class_name)}`` of the blocks that are a class session's."""
+    rows = Meeting.objects.filter(block_id__in=block_ids).values_list("block_id", "klass_id", "klass__name")
+    return {block: (klass, name) for block, klass, name in rows}
+
+
+def taught_classes(user):
+    """The ids of the classes whose usage ``user`` sees per student: those they may change."""
+    return set(managed_classes(user).values_list("pk", flat=True))
+
+
+def hours_budgets(class_ids):
+    """``{class_id: hours}`` of the classes that have an hours budget (none while classes
+    carry no ``hours_budget``: the usage report shows the column only when there are some)."""
+    if not any(f.name == "hours_budget" for f in Class._meta.get_fields()):
+        return {}
+    rows = Class.objects.filter(pk__in=class_ids, hours_budget__isnull=False).values_list("pk", "hours_budget")
+    return {pk: float(hours) for pk, hours in rows}
+
+
 def default_zone(user=None):
     """The zone a new class of ``user``'s is in unless one is given: the instructor's own
     (chosen, else their browser's), else the site's ``TIME_ZONE``."""

@@ -32,6 +32,18 @@ def driver_options_errors(value, kinds):
     return None
 
 
+def price_map_errors(value, units):
+    """Why ``value`` is no map of unit → price (a number ≥ 0, units among ``units``), or None."""
+    if not isinstance(value, dict):
+        return f'expected a JSON object of unit → price, e.g. {{"vcpu_hour": 0.01}}, got {value!r}'
+    for unit, price in value.items():
+        if unit not in units:
+            return f"unknown unit {unit!r} (units: {', '.join(units)})"
+        if isinstance(price, bool) or not isinstance(price, int | float) or price < 0 or price != price:
+            return f"{unit}: a price is a number ≥ 0, got {price!r}"
+    return None
+
+
 class Env:
     def __init__(self, environ=None):
         self.environ = os.environ if environ is None else environ

@@ -14,11 +14,12 @@ class VmsConfig(AppConfig):
         from core import events, topics
         from inventory import services as inventory
         from jobs import opcodes as job_opcodes
-        from provisioning import plans, quotas, services, tasks, verify
+        from provisioning import plans, quotas, services, tasks, usage, verify
 
         post_spawn.connect(tasks.on_worker_start, dispatch_uid="provisioning.facts_refresh")
 
         quotas.HOLDERS.register("vm", quotas.vm_holdings)  # its own: ad-hoc VMs
+        usage.SOURCES.register(usage.vm_uses)  # the same: showback counts ad-hoc VMs
         inventory.IN_USE_CHECKERS.register(services.in_use_reason)
         capacity.IMAGE_TYPES.register(services.image_types)
         topics.AUTHORISERS.register("vm", services.may_see_vm)

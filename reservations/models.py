@@ -254,6 +254,60 @@ class UsageDay(models.Model):
         return f"{self.day} {self.image} {self.group or '-'}"
 
 
+class UsageRollup(models.Model):
+    """One UTC day (or month) of one user's use of one image, as one kind, in one group and class
+    (``reservations.showback`` fills it with the day's ``UsageDay`` rows, in one transaction).
+
+    Every kind of use: a reservation, a class's seat (a reservation of a class session's
+    block), a batch run, an ad-hoc VM. Additive figures only, so any grouping sums rows.
+    Names beside keys: a deleted user, image, group or class keeps its history (``class_id``
+    is a plain number: classes live above this app).
+    """
+
+    class Kind(models.TextChoices):
+        RESERVATION = "reservation", "reservation"
+        CLASS = "class", "class seat"
+        RUN = "run", "batch run"
+        VM = "vm", "ad-hoc VM"
+
+    class Span(models.TextChoices):
+        DAY = "day", "day"
+        MONTH = "month", "month (the sum of its days)"
+        MARK = "mark", "mark (the day is stored; no figures)"
+
+    # A month row (``day``: the 1st) sums the month's day rows, so that a year's report reads
+    # twelve months' rows rather than 365 days'; it is rebuilt whenever one of its days is stored.
+    # A mark row says its day is stored (days stored before showback existed have none: they
+    # are computed live until ``usage_backfill`` stores them again).
+    span = models.CharField(max_length=5, choices=Span.choices, default=Span.DAY)
+    day = models.DateField()
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    username = models.CharField(max_length=150, blank=True)
+    image = models.CharField(max_length=100)
+    group = models.CharField(max_length=150, blank=True)
+    class_id = models.PositiveBigIntegerField(null=True, blank=True)
+    class_name = models.CharField(max_length=100, blank=True)
+    seconds = models.BigIntegerField(default=0, help_text="Seconds held, clipped to the day.")
+    vcpu_seconds = models.BigIntegerField(default=0)
+    mib_seconds = models.BigIntegerField(default=0, help_text="Memory held, MiB × seconds.")
+    gpu_seconds = models.BigIntegerField(default=0)
+    uses = models.PositiveIntegerField(default=0, help_text="Uses that started that day.")
+
+    class Meta:
+        ordering = ["day", "kind", "username"]
+        indexes = [
+            models.Index(fields=["span", "day"], name="usage_rollup_day"),
+            models.Index(fields=["user", "day"], name="usage_rollup_user"),
+            models.Index(fields=["class_id", "day"], name="usage_rollup_class"),
+        ]
+
+    def __str__(self):
+        return f"{self.day} {self.kind} {self.username or '-'} {self.image}"
+
+
 class UsagePeak(models.Model):
     """The most machines held at once on one UTC day; ``image`` / ``group`` None: any."""
 

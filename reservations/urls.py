@@ -27,4 +27,6 @@ urlpatterns = [
     path("approvals/<int:pk>/decide/", approval_views.decide, name="approval-decide"),
     path("usage/", views.usage_page, name="usage"),
     path("usage.csv", views.usage_csv, name="usage-csv"),
+    path("showback/", views.showback_page, name="showback"),
+    path("showback.csv", views.showback_csv, name="showback-csv"),
 ]

@@ -12,7 +12,9 @@ first ``ready``, never negative, counted on the day it became ready.
 ``{day: DayUsage}``; ``aggregate(day)`` stores one past day's figures as ``UsageDay`` and
 ``UsagePeak`` rows (the same function, so stored == live); ``report(first, last, image=, group=)``
 reads the stored days and computes the days not stored (today) live. ``csv_text(report)`` is
-the export. Nothing here writes but ``aggregate``/``aggregate_missing``.
+the export. Nothing here writes but ``aggregate``/``aggregate_missing``, which also store
+``reservations.showback``'s per-user figures of the same days (every kind of use, the same
+reservation intervals) in the same transaction.
 """
 
 import io
@@ -27,7 +29,7 @@ from django.utils import timezone
 
 from core import spreadsheets
 from placement import refusals as placement_reasons
-from reservations.models import Refusal, Reservation, UsageDay, UsagePeak
+from reservations.models import Refusal, Reservation, UsageDay, UsagePeak, UsageRollup
 
 S = Reservation.Status
 STOPPED = (S.ENDING, S.ENDED, S.FAILED, S.CANCELED)
@@ -84,7 +86,8 @@ def top_reason(reasons):
 
 def _intervals(t0, t1, now):
     """Every reservation that was ready before ``t1`` and not over before ``t0``, as
-    (image, group, used_from, used_to, wanted, ready_at) — one query, plus one for groups."""
+    (image, group, used_from, used_to, wanted, ready_at, (user_id, vcpus, memory_mib, gpus,
+    block_id)) — one query, plus one for groups. The last part is what showback counts."""
     rows = (
         Reservation.objects.filter(end__gt=t0, created__lt=t1)  # created <= ready: a plain WHERE first
         .annotate(
@@ -93,15 +96,28 @@ def _intervals(t0, t1, now):
         )
         .filter(ready_at__lt=t1)
         .order_by()
-        .values_list("image__name", "block__group__name", "user_id", "start", "end", "created", "ready_at", "stop_at")
+        .values_list(
+            "image__name",
+            "block__group__name",
+            "user_id",
+            "start",
+            "end",
+            "created",
+            "ready_at",
+            "stop_at",
+            "vcpus",
+            "memory_mib",
+            "gpus",
+            "block_id",
+        )
     )
     rows = list(rows)
     groups = _user_groups({r[2] for r in rows if r[2] is not None and r[1] is None})
     out = []
-    for image, block_group, user_id, start, end, created, ready_at, stop_at in rows:
+    for image, block_group, user_id, start, end, created, ready_at, stop_at, *size in rows:
         group = block_group if block_group is not None else groups.get(user_id, "")
         used_to = min(end, stop_at or end, now)
-        out.append((image, group, max(start, ready_at), used_to, max(start, created), ready_at))
+        out.append((image, group, max(start, ready_at), used_to, max(start, created), ready_at, (user_id, *size)))
     return out
 
 
@@ -115,13 +131,15 @@ def _peak(spans):
     return most
 
 
-def compute(first, last, now=None):
-    """``{day: DayUsage}`` for the UTC days ``first..last`` (dates), straight from the history."""
+def compute(first, last, now=None, intervals=None):
+    """``{day: DayUsage}`` for the UTC days ``first..last`` (dates), straight from the history
+    (``intervals``: ``_intervals`` of those days already read)."""
     now = now or timezone.now()
     t0, t1 = day_start(first), day_start(last + timedelta(days=1))
+    intervals = _intervals(t0, t1, now) if intervals is None else intervals
     out = {day: DayUsage() for day in _days(first, last)}
     spans = {day: defaultdict(list) for day in out}
-    for image, group, used_from, used_to, wanted, ready_at in _intervals(t0, t1, now):
+    for image, group, used_from, used_to, wanted, ready_at, _ in intervals:
         if t0 <= ready_at < t1:
             cell = out[ready_at.astimezone(UTC).date()].cells[(image, group)]
             cell.ready_count += 1
@@ -145,12 +163,22 @@ def compute(first, last, now=None):
 
 
 def aggregate(first, last=None, now=None):
-    """Store the days ``first..last`` (one history query), replacing what was stored."""
+    """Store the days ``first..last`` (one history query), replacing what was stored: the
+    reservation figures (``UsageDay``, ``UsagePeak``) and every kind's use per user, class,
+    group and image (``UsageRollup``, ``reservations.showback``), in one transaction."""
+    from reservations import showback
+
     last = last or first
-    computed = compute(first, last, now)
+    now = now or timezone.now()
+    intervals = _intervals(day_start(first), day_start(last + timedelta(days=1)), now)
+    computed = compute(first, last, now, intervals)
+    rolled = showback.compute(first, last, now, intervals)
     with transaction.atomic():
         UsageDay.objects.filter(day__range=(first, last)).delete()
         UsagePeak.objects.filter(day__range=(first, last)).delete()
+        UsageRollup.objects.filter(span__in=("day", "mark"), day__range=(first, last)).delete()
+        showback.store(rolled)
+        showback.roll_months(first, last)
         UsageDay.objects.bulk_create(
             [
                 UsageDay(day=day, image=image, group=group, **vars(cell))
@@ -396,8 +424,9 @@ def filters(params, now=None):
     try:
         last = parse_day(params.get("to", ""), today)
         first = parse_day(params.get("from", ""), last - timedelta(days=29))
-    except ValueError:
-        raise ValueError("from / to: give dates as YYYY-MM-DD") from None
+        last + timedelta(days=1)  # the report reads up to the next midnight: it must exist
+    except (ValueError, OverflowError):
+        raise ValueError("from / to: give dates as YYYY-MM-DD (years 1 to 9999)") from None
     if first > last:
         raise ValueError("from must not be after to")
     if (last - first).days >= MAX_DAYS:

@@ -26,9 +26,9 @@ from core.errors import Conflict
 from provisioning import services as vms
 from provisioning.capture_views import capture_context
 from provisioning.forms import ImageFilterForm
-from reservations import home, idle, services, usage
+from reservations import home, idle, services, showback, usage
 from reservations.forms import BlockForm, ExtendForm, ReserveForm, add_service_errors, as_input
-from reservations.models import ApprovalRequest, BlockAllocation, Reservation
+from reservations.models import ApprovalRequest, BlockAllocation, Reservation, UsageRollup
 
 PAGE_SIZE = 50
 MAX_ID = 2**63 - 1
@@ -338,4 +338,51 @@ def usage_csv(request):
         return error
     response = HttpResponse(usage.csv_text(data), content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="usage-{data["from"]}-{data["to"]}.csv"'
+    return response
+
+
+# --- showback: every kind of use per user, class, group or image (what each viewer may see) ----
+
+
+def _showback_report(request):
+    try:
+        first, last, by, filters = showback.filters_of(request.GET)
+    except ValueError as exc:
+        return None, None, HttpResponse(str(exc), status=400, content_type="text/plain")
+    scope = showback.visible_usage(request.user)
+    return showback.report(first, last, by=by, scope=scope, filters=filters), scope, None
+
+
+@login_required
+@require_GET
+def showback_page(request):
+    """Usage and cost per user, class, group or image: everyone sees what ``visible_usage`` lets them."""
+    data, scope, error = _showback_report(request)
+    if error is not None:
+        return error
+    images, groups = showback.choices(scope)
+    return render(
+        request,
+        "reservations/showback.html",
+        {
+            "report": data,
+            "scope": scope,
+            "images": images,
+            "groups": groups,
+            "kinds": UsageRollup.Kind.choices,
+            "groupings": showback.GROUPINGS,
+            "query": request.GET.urlencode(),
+            "dates": urlencode({"from": data["from"], "to": data["to"]}),
+        },
+    )
+
+
+@login_required
+@require_GET
+def showback_csv(request):
+    data, _, error = _showback_report(request)
+    if error is not None:
+        return error
+    response = HttpResponse(showback.csv_text(data), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="usage-by-{data["by"]}-{data["from"]}-{data["to"]}.csv"'
     return response

@@ -10,11 +10,12 @@ class RunsConfig(AppConfig):
 
         from capacity import preemption
         from core import events, topics
-        from provisioning import quotas
+        from provisioning import quotas, usage
         from runs import services, tasks
 
         topics.AUTHORISERS.register("run", services.may_see)
         quotas.HOLDERS.register("run", services.holdings)
+        usage.SOURCES.register(services.uses)
         events.LISTENERS.register("job.status", events.Listener(services.job_ended))
         events.LISTENERS.register("allocation.released", events.Listener(services.room_returned))
         preemption.HOLDERS.register(preemption.Holder(services.preemptible, services.suspend_for, noun="run"))

@@ -80,6 +80,33 @@ def holdings(window):
     return rows.values_list("vcpus", "memory_mib")
 
 
+def uses(t0, t1, now):
+    """Showback's source for runs (``provisioning.usage.SOURCES``): each run whose command ran
+    in ``[t0, t1)``, from its start to its end (``now`` while it runs, its suspension while
+    suspended), less the time it spent suspended before (taken off its end: when is not kept)."""
+    from provisioning.usage import Use
+
+    rows = (
+        Run.objects.filter(started__lt=t1)
+        .filter(Q(ended__isnull=True) | Q(ended__gt=t0))
+        .order_by()
+        .values_list(
+            "owner_id",
+            "image__name",
+            "vcpus",
+            "memory_mib",
+            "state",
+            "started",
+            "ended",
+            "suspended_at",
+            "suspended_seconds",
+        )
+    )
+    for owner, image, vcpus, memory_mib, state, started, ended, suspended_at, suspended in rows:
+        end = ended or (suspended_at if state == Run.State.SUSPENDED and suspended_at else now)
+        yield Use("run", owner, image, started, min(end, now) - timedelta(seconds=suspended or 0), vcpus, memory_mib)
+
+
 # --- submit -----------------------------------------------------------------------------
 
 

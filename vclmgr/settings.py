@@ -19,7 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from accounts.ldap_config import ldap_settings
 from accounts.saml_config import saml_settings
-from core.env import Env, driver_options_errors
+from core.env import Env, driver_options_errors, price_map_errors
 from core.private_files import private_dir, write_private
 
 env = Env()
@@ -532,6 +532,13 @@ IDLE_NO_SHOW_MINUTES = env.int("IDLE_NO_SHOW_MINUTES", 0, minimum=0)
 IDLE_MINUTES = env.int("IDLE_MINUTES", 0, minimum=0)
 IDLE_WARN_MINUTES = env.int("IDLE_WARN_MINUTES", 10, minimum=0)
 IDLE_CHECK_SECONDS = env.int("IDLE_CHECK_SECONDS", 60, minimum=1)
+# Showback (``reservations.showback``): a price per unit of use gives the usage report a cost
+# column, in USAGE_CURRENCY, e.g. {"vcpu_hour": 0.01, "gib_hour": 0.005, "gpu_hour": 0.5, "hour": 0}.
+# Unset: no cost column.
+# (The units are named here, not imported: a test keeps them equal to reservations.showback's.)
+USAGE_PRICE_UNITS = ("hour", "vcpu_hour", "gib_hour", "gpu_hour")
+USAGE_PRICES = env.json("USAGE_PRICES", {}, check=lambda v: price_map_errors(v, USAGE_PRICE_UNITS))
+USAGE_CURRENCY = env.str("USAGE_CURRENCY", "")
 IDLE_MINUTE_SECONDS = 60  # the unit of the limits above and of idle policies; a test shortens it
 
 # --- batch runs (runs/) ----------------------------------------------------------------

@@ -8,7 +8,7 @@ from core import localtime
 from core.api.serializers import HORIZON_MINUTES, MomentField, RefuseUnknownFields
 from provisioning.models import Image
 from reservations import idle, services
-from reservations.models import MAX_GPUS, ApprovalRequest, BlockAllocation, Reservation
+from reservations.models import MAX_GPUS, ApprovalRequest, BlockAllocation, Reservation, UsageRollup
 
 
 class ReservationSerializer(serializers.ModelSerializer):
@@ -301,6 +301,73 @@ class UsageReportSerializer(serializers.Serializer):
     peak = UsagePeakSerializer()
     refusals = UsageRefusalSerializer(many=True)
     time_to_ready = UsageReadySerializer()
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["from"] = serializers.DateField()
+        fields["to"] = serializers.DateField()
+        return fields
+
+
+# --- showback: every kind of use per user, class, group or image --------------------------------
+
+
+class ShowbackQuerySerializer(serializers.Serializer):
+    """The showback report's filters: UTC days ``from``..``to`` (or ``first``..``last``; default:
+    the last 30 days), the grouping, and optional filters."""
+
+    by = serializers.ChoiceField(choices=["user", "class", "group", "image"], required=False, default="user")
+    image = serializers.CharField(required=False, allow_blank=True, max_length=100)
+    group = serializers.CharField(required=False, allow_blank=True, max_length=150)
+    kind = serializers.ChoiceField(choices=UsageRollup.Kind.choices, required=False, allow_blank=True)
+
+    def get_fields(self):
+        fields = super().get_fields()
+        for name in ("from", "to", "first", "last"):
+            fields[name] = serializers.DateField(required=False, allow_null=True)
+        fields["class"] = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=2**53)
+        return fields
+
+
+class ShowbackMeasuresSerializer(serializers.Serializer):
+    hours = serializers.FloatField()
+    vcpu_hours = serializers.FloatField()
+    gib_hours = serializers.FloatField(help_text="Memory held: GiB × hours.")
+    gpu_hours = serializers.FloatField()
+    uses = serializers.IntegerField(help_text="Uses that started in the range.")
+    cost = serializers.FloatField(allow_null=True, help_text="From USAGE_PRICES; null when no price is set.")
+
+
+class ShowbackRowSerializer(ShowbackMeasuresSerializer):
+    key = serializers.CharField(allow_blank=True, help_text="User id, class id, group or image name.")
+    label = serializers.CharField()
+    budget_hours = serializers.FloatField(allow_null=True, help_text="The class's hours budget (by=class).")
+
+
+class ShowbackKindSerializer(ShowbackMeasuresSerializer):
+    kind = serializers.ChoiceField(choices=UsageRollup.Kind.choices)
+
+
+class ShowbackFiltersSerializer(serializers.Serializer):
+    image = serializers.CharField(allow_null=True)
+    group = serializers.CharField(allow_null=True, allow_blank=True)
+    kind = serializers.CharField(allow_null=True)
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["class"] = serializers.IntegerField(allow_null=True)
+        return fields
+
+
+class ShowbackReportSerializer(serializers.Serializer):
+    by = serializers.ChoiceField(choices=["user", "class", "group", "image"])
+    filters = ShowbackFiltersSerializer()
+    currency = serializers.CharField(allow_null=True, allow_blank=True)
+    prices = serializers.DictField(child=serializers.FloatField(), allow_null=True)
+    budgets = serializers.BooleanField(help_text="Whether some row has a class hours budget.")
+    totals = ShowbackMeasuresSerializer()
+    kinds = ShowbackKindSerializer(many=True)
+    rows = ShowbackRowSerializer(many=True)
 
     def get_fields(self):
         fields = super().get_fields()

@@ -7,6 +7,8 @@ from reservations.api.views import (
     BlockAllocationViewSet,
     FitCheckView,
     ReservationViewSet,
+    ShowbackCSVView,
+    ShowbackView,
     UsageCSVView,
     UsageView,
 )
@@ -24,5 +26,7 @@ urlpatterns = [
     path("images/<int:pk>/template/discard/", TemplateDiscardView.as_view(), name="image-template-discard"),
     path("image-revisions/<int:pk>/test/", RevisionTestView.as_view(), name="imagerevision-test"),
     path("usage/csv/", UsageCSVView.as_view(), name="usage-csv"),
+    path("usage/showback/", ShowbackView.as_view(), name="usage-showback"),
+    path("usage/showback/csv/", ShowbackCSVView.as_view(), name="usage-showback-csv"),
     *router.urls,
 ]

@@ -30,6 +30,8 @@ from reservations.api.serializers import (
     ReservationAcceptedSerializer,
     ReservationCreateSerializer,
     ReservationSerializer,
+    ShowbackQuerySerializer,
+    ShowbackReportSerializer,
     UsageQuerySerializer,
     UsageReportSerializer,
     job_url,
@@ -299,4 +301,45 @@ class UsageCSVView(UsageView):
         data = self._report(request)
         response = HttpResponse(usage.csv_text(data), content_type="text/csv")
         response["Content-Disposition"] = f'attachment; filename="usage-{data["from"]}-{data["to"]}.csv"'
+        return response
+
+
+class ShowbackView(APIView):
+    """Usage of every kind (reservations, class seats, batch runs, ad-hoc VMs) grouped ``by``
+    user, class, group or image: hours, vCPU-hours, GiB-hours, GPU-hours, uses and (with
+    ``USAGE_PRICES``) cost. What the caller may see only: administrators and auditors
+    everything, instructors their classes' seats per student and their own, others their own."""
+
+    permission_classes = [IsAuthenticatedWithTokenScope]
+
+    def _report(self, request):
+        from reservations import showback
+
+        query = ShowbackQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        params = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in query.validated_data.items() if v}
+        try:
+            first, last, by, filters = showback.filters_of(params)
+        except ValueError as exc:
+            raise as_drf(ValidationError({"from": [str(exc)]})) from None
+        return showback.report(first, last, by=by, scope=showback.visible_usage(request.user), filters=filters)
+
+    @extend_schema(parameters=[ShowbackQuerySerializer], responses={200: ShowbackReportSerializer})
+    def get(self, request):
+        return Response(self._report(request))
+
+
+class ShowbackCSVView(ShowbackView):
+    """The same report as CSV (outside the JSON schema)."""
+
+    @extend_schema(exclude=True)
+    def get(self, request):
+        from django.http import HttpResponse
+
+        from reservations import showback
+
+        data = self._report(request)
+        response = HttpResponse(showback.csv_text(data), content_type="text/csv")
+        name = f"usage-by-{data['by']}-{data['from']}-{data['to']}.csv"
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
         return response

@@ -72,3 +72,21 @@ def test_a_users_home_follows_their_reservation_live(alice, image, login):
     services.cancel(reservation, actor=TEST)
     expect(row).to_have_count(0, timeout=10000)  # canceled: nothing more to do
     assert seen == []
+
+
+def test_a_student_sees_their_own_usage_charted_under_the_csp(alice, bob, image, login):
+    history(image, alice, bob)
+    page = login("bob", "bob-pass-1")
+    seen = _violations(page)
+    page.click("#showback-link")
+    page.wait_for_url("**/reservations/showback/")
+    page.wait_for_load_state("networkidle")
+    assert page.evaluate("() => !!Chart.getChart(document.getElementById('showback-chart'))")
+    assert page.locator("#showback-chart").bounding_box()["height"] > 100
+    keys = page.locator("#showback-rows tbody tr").evaluate_all("rows => rows.map(r => r.dataset.key)")
+    assert keys == [str(bob.pk)]  # bob's own row only, not alice's
+    page.select_option("select[name=by]", "image")
+    page.click("#showback-filters button[type=submit]")
+    page.wait_for_url("**by=image**")
+    assert page.locator("#showback-rows tbody tr").count() == 1
+    assert seen == []

@@ -1,4 +1,4 @@
-"""Store the usage report's per-day figures for past days from the reservation history."""
+"""Store the usage report's and showback's per-day figures for past days from the history."""
 
 from datetime import date, timedelta
 
@@ -9,7 +9,10 @@ from reservations import usage
 
 
 class Command(BaseCommand):
-    help = "Fill the usage report's per-day table (UsageDay) for past days; re-running replaces them."
+    help = (
+        "Fill the usage report's per-day tables (UsageDay, and showback's UsageRollup) for past days; "
+        "re-running replaces them."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--from", dest="first", help="first day, YYYY-MM-DD (default: 365 days ago)")
