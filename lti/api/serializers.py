@@ -5,6 +5,7 @@ keys are not exposed at all."""
 from lti_tool.models import LtiRegistration
 from rest_framework import serializers
 
+from core.api.serializers import RefuseUnknownFields
 from inventory.api.serializers import ServiceSerializer
 from lti import services
 
@@ -55,7 +56,7 @@ class KeySerializer(serializers.Serializer):
     created = serializers.DateTimeField(read_only=True)
 
 
-class RotateSerializer(serializers.Serializer):
+class RotateSerializer(RefuseUnknownFields, serializers.Serializer):
     retire_after_days = serializers.IntegerField(
         min_value=0, required=False, help_text="retire active keys older than this (default LTI_KEY_RETIRE_DAYS)"
     )
