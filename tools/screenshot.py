@@ -5,12 +5,18 @@ into docs/screenshot.png). For ``/reservations/usage/`` the demo also gets 30 da
 history, stored per day (``docs/screenshots/usage.png``). ``template`` as PATH: the page of an image
 whose template is running and which has a testing revision beside production: its Template card
 into OUT and its Revisions card beside it (``class-image-template.png``, ``…-revisions.png``).
+``course`` as PATH: a course with an instructor, three students and a weekly class with an hours
+budget (``COURSE_SCENE``); its page as the instructor sees it (the class, its next sessions, the
+budget table) into OUT (``course-instructor.png``), the new-class form filled in beside it
+(``course-new-class.png``) and the student's view (next session, seat, hours left) beside it
+(``course-student.png``), both names made from OUT's with ``instructor`` replaced.
 Uses a throwaway var directory, Debian's Chromium and a free port. Before serving, ``SCENE``
 gives the demo cluster something to show: reservations now and in the next days, some load
 on the hosts, a drained and an offline host.
 """
 
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -71,6 +77,72 @@ templates.start_template(image, actor=admin)
 print(image.pk)
 """
 
+# Names and values of the course the user guide shows; the class's next session is tomorrow, so
+# its seats are claimed (within the look-ahead) and pending (its lead time not yet come).
+COURSE_SCENE = """
+from datetime import time, timedelta
+from decimal import Decimal
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.utils import timezone
+from accounts import access, preferences
+from classes import budget, calendar, services as classes
+from provisioning.models import Image
+from reservations import services as reservations
+
+users = get_user_model().objects
+course = Group.objects.create(name="Networks 101")
+people = {}
+for name in ("ines", "leo", "mia", "noah"):
+    people[name] = users.create_user(name, email=f"{name}@uni.example", password=PASSWORD)
+    preferences.set_time_zone(people[name], "Europe/Berlin", actor=people[name])
+    course.user_set.add(people[name])
+ines = people["ines"]
+access.set_roles(ines, ["instructor"], actor="demo")
+desktop = Image.objects.get(name="ubuntu-24.04-desktop")
+today = timezone.localdate()
+tomorrow = today + timedelta(days=1)
+klass = classes.create_class(
+    actor=ines, by=ines, course=course, name="Routing lab", image=desktop,
+    first_day=today - timedelta(days=21), last_day=today + timedelta(days=90), time_zone="Europe/Berlin",
+    sessions=[calendar.Session(tomorrow.weekday(), time(10), 90),
+              calendar.Session((tomorrow.weekday() + 3) % 7, time(14), 120)],
+    exceptions=[(tomorrow + timedelta(days=14), "Reading week")], hours_budget=Decimal(10), lead_minutes=30,
+)
+reservations.reserve(people["leo"], desktop, actor=people["leo"], duration=timedelta(hours=2))
+reservations.reserve(people["mia"], desktop, actor=people["mia"], duration=timedelta(hours=3))
+budget.grant_hours(klass, people["mia"], Decimal(5), "term project", actor=ines, by=ines)
+print(course.pk)
+"""
+
+
+def log_in(page, username, password):
+    page.goto("/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/")
+
+
+def course_shots(browser, base_url, path, out, password):
+    """The course page as its instructor and as a student sees it, and the new-class form filled in."""
+    for who, name in (("instructor", "ines"), ("student", "leo")):
+        page = browser.new_page(viewport={"width": 1100, "height": 900}, base_url=base_url, timezone_id="Europe/Berlin")
+        log_in(page, name, password)
+        page.goto(path)
+        page.locator("#course-classes").screenshot(path=out.replace("instructor", who))
+        if who == "instructor":
+            form = page.locator("#new-class")
+            form.locator("[name=name]").fill("Security lab")
+            form.locator("[name=image]").select_option(label="ubuntu-24.04-desktop")
+            form.locator("[name=first_day]").fill("2027-02-15")
+            form.locator("[name=last_day]").fill("2027-06-04")
+            form.locator("[name=sessions]").fill("Mon 10:00 90\nThu 14:00 120")
+            form.locator("[name=exceptions]").fill("2027-04-05 Easter Monday")
+            form.locator("[name=hours_budget]").fill("10")
+            form.screenshot(path=out.replace("instructor", "new-class"))
+        page.close()
+
 
 def main(path="/", out="docs/screenshot.png"):
     var = tempfile.mkdtemp(prefix="vclmgr-shot-")
@@ -87,6 +159,12 @@ def main(path="/", out="docs/screenshot.png"):
             [*run, "shell", "-c", TEMPLATE_SCENE], cwd=ROOT, env=env, check=True, capture_output=True
         )
         path = f"/vms/images/{scene.stdout.split()[-1].decode()}/"
+    course = path == "course"
+    if course:
+        course_password = secrets.token_urlsafe(16)
+        scene = COURSE_SCENE.replace("PASSWORD", repr(course_password))
+        done = subprocess.run([*run, "shell", "-c", scene], cwd=ROOT, env=env, check=True, capture_output=True)
+        path = f"/classes/{done.stdout.split()[-1].decode()}/"
     password = dict(line.split(":", 1) for line in (Path(var) / "demo_credentials.txt").read_text().split())["admin"]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -108,15 +186,15 @@ def main(path="/", out="docs/screenshot.png"):
 
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+            (ROOT / out).parent.mkdir(parents=True, exist_ok=True)
+            if course:
+                course_shots(browser, f"http://127.0.0.1:{port}", path, str(ROOT / out), course_password)
+                browser.close()
+                return
             page = browser.new_page(viewport={"width": 1280, "height": 1080}, base_url=f"http://127.0.0.1:{port}")
-            page.goto("/login/")
-            page.fill("input[name=username]", "admin")
-            page.fill("input[name=password]", password)
-            page.click("button[type=submit]")
-            page.wait_for_url("**/")
+            log_in(page, "admin", password)
             page.goto(path)
             page.wait_for_timeout(4000)  # the reservations made by SCENE come up meanwhile
-            (ROOT / out).parent.mkdir(parents=True, exist_ok=True)
             if template:
                 for _ in range(30):  # the template's machine is built by serve's worker
                     if page.locator("#template .badge.ready").count():
