@@ -16,11 +16,11 @@ the membership in one transaction.
 
 Who a launch is: the account an earlier launch of this platform's subject used; else the one a
 sign-on method bound to the same issuer's subject (``accounts.SignOnIdentity``); else, with
-``LTI_LINK_BY_EMAIL``, the one account of the launch's e-mail (never an administrator's, nor one
-another subject of this issuer has); else a new account without a password. Its course is the
-context's own group (``LtiCourse``), made at the context's first launch. The Instructor role
-(of the context, LIS v2) makes the user an instructor (accounts.access role); every launch makes
-them a member of the group.
+``LTI_LINK_BY_EMAIL`` (off by default), the one account of the launch's e-mail that holds no
+role, has no password and no other sign-on identity (``_by_email``); else a new account without
+a password. Its course is the context's own group (``LtiCourse``), made at the context's first
+launch. The Instructor role (of the context, LIS v2) makes the user an instructor
+(accounts.access role); every launch makes them a member of the group.
 
 Roster sync (``sync_roster``) asks the platform's Names and Role Provisioning Service for the
 context's members, with an access token got with a client assertion signed by the tool's key.
@@ -461,16 +461,26 @@ def account_for(registration, person):
 
 
 def _by_email(registration, person):
+    """The one account of ``person``'s e-mail, if it is safe to take on the LMS's word.
+
+    An LMS's e-mail is whatever its user typed, rarely verified: so never an account that holds
+    a role or is an administrator's (the e-mail would be a key to the role), never one with a
+    password (its owner signs in with it, and may not be this person), and never one another
+    sign-on method or another subject vouched for (that account is someone's elsewhere)."""
     if not (settings.LTI_LINK_BY_EMAIL and person.email):
         return None
     found = list(get_user_model().objects.filter(email__iexact=person.email)[:2])
     if len(found) != 1:
         return None
     user = found[0]
-    if access.is_admin(user) or user.is_superuser:
-        log.warning("LTI %s: %s is an administrator's e-mail, not linked", registration.issuer, person.email)
+    if user.is_staff or user.is_superuser or access.roles(user):
+        log.warning("LTI %s: %s is the e-mail of an account with a role, not linked", registration.issuer, person.email)
         return None
-    if SignOnIdentity.objects.filter(user=user, issuer=registration.issuer).exclude(subject=person.sub).exists():
+    if user.has_usable_password():
+        log.info("LTI %s: %s is a password account's e-mail, not linked", registration.issuer, person.email)
+        return None
+    others = SignOnIdentity.objects.filter(user=user).exclude(issuer=registration.issuer, subject=person.sub)
+    if others.exists():
         return None
     log.info("LTI %s: subject %s linked to %s by e-mail", registration.issuer, person.sub, user.username)
     return user

@@ -65,11 +65,59 @@ def test_a_first_launch_that_loses_a_race_for_the_course_reads_what_the_winner_m
     assert LtiCourse.objects.count() == 1 and User.objects.filter(email="leo@uni.example").count() == 1
 
 
-def test_a_launch_links_the_account_of_the_same_email(client, platform, registration):
-    mia = User.objects.create_user("mia.local", email="MIA@uni.example", password="pw")  # noqa: S106
+def test_linking_by_email_is_off_by_default(client, platform, registration):
+    mia = User.objects.create_user("mia.local", email="mia@uni.example")
+    launch(client, platform, "mia")
+    assert not mia.groups.exists() and User.objects.filter(email="mia@uni.example").count() == 2
+
+
+def test_a_launch_links_the_account_of_the_same_email(client, platform, registration, settings):
+    settings.LTI_LINK_BY_EMAIL = True
+    mia = User.objects.create_user("mia.local", email="MIA@uni.example")  # no password, no role
     launch(client, platform, "mia")
     assert mia.groups.filter(lti_course__isnull=False).exists()
     assert SignOnIdentity.objects.get(user=mia).subject == platform.users["mia"]["sub"]
+
+
+def _operator(user):
+    access.set_roles(user, ["operator"], actor="test")
+
+
+def _directory_approver(user):
+    faculty = Group.objects.create(name="faculty")
+    faculty.permissions.add(access.role_group("approver").permissions.get())
+    user.groups.add(faculty)
+
+
+def _password(user):
+    user.set_password("a-password-of-theirs")
+    user.save()
+
+
+def _other_sign_on(user):
+    SignOnIdentity.objects.create(user=user, method="oidc", issuer="https://idp.example", subject="mia")
+
+
+NOT_LINKED = {
+    "an operator": _operator,
+    "a role through a directory group": _directory_approver,
+    "a superuser": lambda user: User.objects.filter(pk=user.pk).update(is_superuser=True),
+    "an inactive administrator": lambda user: User.objects.filter(pk=user.pk).update(is_staff=True, is_active=False),
+    "a usable password": _password,
+    "another issuer's identity": _other_sign_on,
+}
+
+
+@pytest.mark.parametrize("case", NOT_LINKED)
+def test_an_email_never_takes_over_an_account_that_is_someones(client, platform, registration, settings, case):
+    settings.LTI_LINK_BY_EMAIL = True
+    mia = User.objects.create_user("mia.local", email="mia@uni.example")
+    NOT_LINKED[case](mia)
+    answer, _ = launch(client, platform, "mia")
+    assert answer.status_code == 302
+    assert not mia.groups.filter(lti_course__isnull=False).exists()
+    assert not SignOnIdentity.objects.filter(user=mia, issuer=platform.issuer).exists()
+    assert int(client.session["_auth_user_id"]) != mia.pk
 
 
 def test_a_disabled_account_is_refused(client, platform, registration):
@@ -80,7 +128,8 @@ def test_a_disabled_account_is_refused(client, platform, registration):
     assert answer.status_code == 403 and b"disabled" in answer.content and "_auth_user_id" not in client.session
 
 
-def test_an_administrators_email_is_not_linked(client, platform, registration):
+def test_an_administrators_email_is_not_linked(client, platform, registration, settings):
+    settings.LTI_LINK_BY_EMAIL = True
     boss = User.objects.create_user("boss", email="mia@uni.example", is_staff=True)
     launch(client, platform, "mia")
     assert not boss.groups.exists() and User.objects.filter(email="mia@uni.example").count() == 2
