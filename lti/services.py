@@ -18,7 +18,8 @@ Who a launch is: the account an earlier launch of this platform's subject used; 
 sign-on method bound to the same issuer's subject (``accounts.SignOnIdentity``); else, with
 ``LTI_LINK_BY_EMAIL`` (off by default), the one account of the launch's e-mail that holds no
 role, has no password and no other sign-on identity (``_by_email``); else a new account without
-a password. Its course is the context's own group (``LtiCourse``), made at the context's first
+a password. An administrator's account (staff, superuser) is never signed in by a launch, however
+it was found. Its course is the context's own group (``LtiCourse``), made at the context's first
 launch. The Instructor role (of the context, LIS v2) makes the user an instructor
 (accounts.access role); every launch makes them a member of the group.
 
@@ -456,6 +457,14 @@ def account_for(registration, person):
         log.info("LTI %s: new account %s for subject %s", registration.issuer, user.username, person.sub)
     if not user.is_active:
         raise LaunchRefused("Your vclmgr account is disabled: ask the lab's administrators.", 403)
+    if user.is_staff or user.is_superuser:
+        # An earlier launch or a sign-on identity may be bound to an account later made staff:
+        # an LMS's word never signs in an administrator.
+        raise LaunchRefused(
+            "This is an administrator's vclmgr account: administrators sign in with their own sign-in "
+            "method, not from an LMS.",
+            403,
+        )
     bind_identity(user, "lti", registration.issuer, person.sub)
     return user
 

@@ -135,6 +135,27 @@ def test_an_administrators_email_is_not_linked(client, platform, registration, s
     assert not boss.groups.exists() and User.objects.filter(email="mia@uni.example").count() == 2
 
 
+@pytest.mark.parametrize("flag", ["is_staff", "is_superuser"])
+def test_an_earlier_launchs_account_made_administrator_is_refused(client, platform, registration, flag):
+    launch(client, platform, "leo")
+    User.objects.filter(email="leo@uni.example").update(**{flag: True})
+    client.logout()
+    answer, _ = launch(client, platform, "leo")
+    assert answer.status_code == 403 and b"administrator" in answer.content
+    assert "_auth_user_id" not in client.session
+
+
+def test_a_sign_on_subject_of_an_administrator_is_refused(client, platform, registration):
+    boss = User.objects.create_user("boss", is_staff=True)
+    leo = platform.users["leo"]["sub"]
+    SignOnIdentity.objects.create(user=boss, method="oidc", issuer=platform.issuer, subject=leo)
+    before = counts()
+    answer, _ = launch(client, platform, "leo")
+    assert answer.status_code == 403 and b"sign in with their own" in answer.content
+    assert "_auth_user_id" not in client.session and not boss.groups.exists()
+    assert counts()[:3] == before[:3]  # no account, group or course made
+
+
 def test_an_existing_sign_on_subject_is_the_account(client, platform, registration):
     ann = User.objects.create_user("ann")
     SignOnIdentity.objects.create(user=ann, method="oidc", issuer=platform.issuer, subject=platform.users["leo"]["sub"])
