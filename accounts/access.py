@@ -346,6 +346,25 @@ def set_roles(user, wanted, *, actor):
     return after
 
 
+def grant_role(user, name, *, actor):
+    """Add ``name`` (one of ``ROLES``) to ``user``'s roles, recorded in the change log: the user
+    joins that role's group and no other. (``set_roles`` sets them all, which would make a role
+    held only through a directory group a membership of its role group, outliving the directory
+    group.) Returns the user's roles."""
+    from core import changelog
+
+    if name not in ROLES:
+        raise ValueError(f"not a role: {name!r}")
+    forget_permissions(user)
+    before = roles(user)
+    user.groups.add(role_group(name))
+    forget_permissions(user)
+    after = roles(user)
+    if after != before:
+        changelog.record(user, "update", changelog.Actor.of(actor), {"roles": [before, after]})
+    return after
+
+
 def forget_permissions(user):
     """Drop the permissions ModelBackend cached on this user object (after a role change)."""
     for cache in ("_perm_cache", "_user_perm_cache", "_group_perm_cache"):

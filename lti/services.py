@@ -406,7 +406,7 @@ def is_instructor(roles):
 def _enrol(user, group, roles, *, actor):
     user.groups.add(group)
     if is_instructor(roles) and "instructor" not in access.roles(user):
-        access.set_roles(user, [*access.roles(user), "instructor"], actor=actor)
+        access.grant_role(user, "instructor", actor=actor)
 
 
 # --- accounts ---------------------------------------------------------------------------

@@ -395,6 +395,26 @@ def test_a_group_given_a_role_permission_carries_the_role(world):
     assert access.roles(type(user).objects.get(pk=user.pk)) == ["instructor"]
 
 
+def test_granting_a_role_joins_its_group_only(world):
+    """A role held through a directory group stays the directory's: granting another role does
+    not make it a membership of its role group (set_roles would)."""
+    from django.contrib.auth.models import Permission
+
+    from core.changelog import history
+
+    faculty = Group.objects.create(name="faculty")
+    faculty.permissions.add(Permission.objects.get(codename="approve", content_type__app_label="accounts"))
+    user = world.users["user"]
+    user.groups.add(faculty)
+    assert access.grant_role(user, "instructor", actor="test") == ["instructor", "approver"]
+    assert set(user.groups.values_list("name", flat=True)) == {"faculty", "instructor"}
+    assert history(user)[0].changes == {"roles": [["approver"], ["instructor", "approver"]]}
+    user.groups.remove(faculty)
+    assert access.roles(type(user).objects.get(pk=user.pk)) == ["instructor"]
+    with pytest.raises(ValueError):
+        access.grant_role(user, "admin", actor="test")
+
+
 def test_the_holders_of_a_role_are_those_can_says_in_one_statement(world, django_user_model):
     from django.contrib.auth.models import Permission
 

@@ -36,6 +36,20 @@ def test_an_instructor_gets_the_role_and_the_roster_card(client, platform, regis
     assert b"course-members" in page.content and b"sync-roster" in page.content
 
 
+def test_an_instructor_launch_keeps_a_directory_role_the_directorys(client, platform, registration):
+    ines = User.objects.create_user("ines.local")
+    SignOnIdentity.objects.create(
+        user=ines, method="oidc", issuer=platform.issuer, subject=platform.users["ines"]["sub"]
+    )
+    faculty = Group.objects.create(name="faculty")
+    faculty.permissions.add(access.role_group("operator").permissions.get())
+    ines.groups.add(faculty)
+    launch(client, platform, "ines")
+    assert not ines.groups.filter(name="operator").exists() and ines.groups.filter(name="instructor").exists()
+    ines.groups.remove(faculty)  # the directory takes the role back: it is gone
+    assert access.roles(User.objects.get(pk=ines.pk)) == ["instructor"]
+
+
 def test_the_next_launch_is_the_same_account_and_group(client, platform, registration):
     launch(client, platform, "leo")
     client.logout()
