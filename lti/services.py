@@ -319,14 +319,27 @@ def login_redirect(request, params):
     target = params.get("target_link_uri")
     if not target or not params.get("iss") or not params.get("login_hint"):
         raise LaunchRefused("The login initiation lacks iss, login_hint or target_link_uri.", 400)
-    # The ID token goes where target_link_uri says: only ever to our own launch URL.
-    if urlsplit(target).path != reverse("lti:launch"):
-        raise LaunchRefused(f"The target link URI must be vclmgr's launch URL ({reverse('lti:launch')}).", 400)
+    # The ID token goes where target_link_uri says: only ever to our own launch URL, this site's
+    # (scheme, host and port too: a path alone would let https://evil.example/lti/launch/ pass).
+    ours = request.build_absolute_uri(reverse("lti:launch"))
+    try:
+        same = _origin_and_path(target) == _origin_and_path(ours)
+    except ValueError:  # urlsplit and .port refuse a malformed URL (http://[x)
+        raise LaunchRefused("The target link URI is not a valid URL.", 400) from None
+    if not same:
+        raise LaunchRefused(f"The target link URI must be vclmgr's launch URL ({ours}).", 400)
     login = DjangoOIDCLogin(request, ToolConfig(), launch_data_storage=_storage())
     try:
         return login.disable_check_cookies().redirect(target)
     except (LtiException, OIDCException) as exc:
         raise _refusal(exc) from None
+
+
+def _origin_and_path(url):
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), port, parts.path
 
 
 def _validated(request):

@@ -278,10 +278,37 @@ def test_a_launch_with_no_token_is_a_400(client, registration):
     assert answer.status_code == 400 and b"no ID token" in answer.content
 
 
-def test_a_login_sending_the_token_elsewhere_is_refused(client, platform, registration):
-    params = {**platform.initiation("leo", "net-101"), "target_link_uri": "https://evil.example/collect"}
+@pytest.mark.parametrize(
+    "target",
+    [
+        "https://evil.example/collect",
+        "https://evil.example/lti/launch/",
+        "http://testserver.evil.example/lti/launch/",
+        "https://testserver/lti/launch/",
+        "http://testserver:8080/lti/launch/",
+    ],
+)
+def test_a_login_sending_the_token_elsewhere_is_refused(client, platform, registration, target):
+    params = {**platform.initiation("leo", "net-101"), "target_link_uri": target}
     answer = client.get("/lti/login/", params)
     assert answer.status_code == 400 and b"launch URL" in answer.content
+
+
+def test_a_login_to_our_launch_url_with_its_default_port_is_taken(client, platform, registration):
+    params = {**platform.initiation("leo", "net-101"), "target_link_uri": "http://TestServer:80/lti/launch/"}
+    assert client.get("/lti/login/", params).status_code == 302
+
+
+@pytest.mark.parametrize("target", ["http://[x", "http://testserver:99999/lti/launch/"])
+def test_a_login_with_a_malformed_target_is_a_400(client, platform, registration, target):
+    params = {**platform.initiation("leo", "net-101"), "target_link_uri": target}
+    answer = client.get("/lti/login/", params)
+    assert answer.status_code == 400 and b"not a valid URL" in answer.content
+
+
+def test_a_roster_sync_of_a_huge_group_id_is_a_404(client, registration):
+    client.force_login(User.objects.create_superuser("root"))
+    assert client.post(f"/lti/courses/{2**64}/roster/sync/").status_code == 404
 
 
 def test_a_login_from_an_unknown_platform_is_refused(client, platform, registration):
