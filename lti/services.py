@@ -452,7 +452,15 @@ def _account(registration, claims):
 
 
 def account_for(registration, person):
-    """The account of ``person`` as the registration's issuer says (found, linked or made)."""
+    """The account of ``person`` as the registration's issuer says (found, linked or made);
+    ``LaunchRefused`` if it is disabled or an administrator's."""
+    user = _found_or_made(registration, person)
+    _check_may_launch(user)
+    bind_identity(user, "lti", registration.issuer, person.sub)
+    return user
+
+
+def _found_or_made(registration, person):
     users = get_user_model().objects
     bound = LtiUser.objects.filter(registration=registration, sub=person.sub, auth_user__isnull=False).first()
     user = bound.auth_user if bound else None
@@ -468,6 +476,10 @@ def account_for(registration, person):
         user.save()
         changelog.record(user, "create", changelog.Actor(name=f"LTI {registration.name}"), reason="LTI launch")
         log.info("LTI %s: new account %s for subject %s", registration.issuer, user.username, person.sub)
+    return user
+
+
+def _check_may_launch(user):
     if not user.is_active:
         raise LaunchRefused("Your vclmgr account is disabled: ask the lab's administrators.", 403)
     if user.is_staff or user.is_superuser:
@@ -478,8 +490,6 @@ def account_for(registration, person):
             "method, not from an LMS.",
             403,
         )
-    bind_identity(user, "lti", registration.issuer, person.sub)
-    return user
 
 
 def _by_email(registration, person):
@@ -579,15 +589,25 @@ def fetch_roster(course):
 
 def sync_roster(course, *, actor):
     """Make the course group's members follow the LMS roster; returns {"added": [...],
-    "removed": [...]} (usernames). The platform is asked before any write."""
+    "removed": [...], "skipped": [...]} (usernames). The platform is asked before any write.
+
+    A member whose account is disabled or an administrator's is skipped (neither added nor
+    removed), as a launch of theirs would be refused."""
     members = [m for m in fetch_roster(course) if m.get("status", "Active") == "Active" and m.get("user_id")]
     registration, group = course.registration, course.group
     with transaction.atomic():
         present = set(group.user_set.values_list("pk", flat=True))
-        wanted, added = set(), []
+        wanted, added, skipped = set(), [], []
         for member in members:
-            user = account_for(registration, Person.of(member, sub_key="user_id"))
+            person = Person.of(member, sub_key="user_id")
+            user = _found_or_made(registration, person)
             wanted.add(user.pk)
+            try:
+                _check_may_launch(user)
+            except LaunchRefused:
+                skipped.append(user.username)
+                continue
+            bind_identity(user, "lti", registration.issuer, person.sub)
             if user.pk not in present:
                 added.append(user.username)
             _enrol(user, group, member.get("roles") or [], actor=actor)
@@ -601,5 +621,7 @@ def sync_roster(course, *, actor):
         LtiCourse.objects.filter(pk=course.pk).update(roster_synced=timezone.now())
         if added or removed:
             changelog.record(group, "update", actor, {"added": added, "removed": removed}, reason="LMS roster")
+    if skipped:
+        log.info("LTI roster of %s: skipped disabled or administrators' accounts %s", group.name, skipped)
     log.info("LTI roster of %s: +%s -%s", group.name, added, removed)
-    return {"added": sorted(added), "removed": removed}
+    return {"added": sorted(added), "removed": removed, "skipped": sorted(skipped)}

@@ -63,9 +63,10 @@ def sync_roster(request, group_id):
     except Conflict as exc:
         messages.error(request, f"Roster not synced: {exc}")
     else:
-        messages.success(
-            request, f"Roster synced from the LMS: {len(result['added'])} added, {len(result['removed'])} removed."
-        )
+        text = f"Roster synced from the LMS: {len(result['added'])} added, {len(result['removed'])} removed."
+        if result["skipped"]:
+            text += f" Skipped (disabled or administrators' accounts): {', '.join(result['skipped'])}."
+        messages.success(request, text)
     return redirect(reverse("classes:course", kwargs={"group_id": group.pk}))
 
 

@@ -41,13 +41,49 @@ def test_sync_adds_the_roster_and_removes_who_left(course, platform):
         result = services.sync_roster(course, actor="test")
     finally:
         platform.contexts["net-101"]["roles"]["mia"] = [lti_platform.LEARNER]
-    assert result == {"added": [], "removed": ["mia@uni.example"]}
+    assert result == {"added": [], "removed": ["mia@uni.example"], "skipped": []}
     assert set(course.group.user_set.values_list("username", flat=True)) == {
         "ines@uni.example",
         "leo@uni.example",
         "guest",
     }
     assert access.roles(User.objects.get(email="leo@uni.example")) == []
+
+
+def _disabled_and_admin(client, platform, course):
+    """Leo's account disabled, Mia's made an administrator's after their first launches."""
+    for hint in ("leo", "mia"):
+        client.logout()
+        launch(client, platform, hint)
+    course.group.user_set.remove(*User.objects.filter(email__in=["leo@uni.example", "mia@uni.example"]))
+    User.objects.filter(email="leo@uni.example").update(is_active=False)
+    User.objects.filter(email="mia@uni.example").update(is_staff=True)
+
+
+def test_sync_skips_disabled_and_administrators_accounts(client, course, platform):
+    _disabled_and_admin(client, platform, course)
+    result = services.sync_roster(course, actor="test")
+    assert result == {"added": [], "removed": [], "skipped": ["leo@uni.example", "mia@uni.example"]}
+    assert members(course) == ["ines@uni.example"]
+    assert not User.objects.get(email="mia@uni.example").groups.exists()
+
+
+def test_sync_keeps_a_skipped_member_who_is_in_the_group(client, course, platform):
+    services.sync_roster(course, actor="test")
+    User.objects.filter(email="leo@uni.example").update(is_active=False)
+    result = services.sync_roster(course, actor="test")
+    assert result["skipped"] == ["leo@uni.example"] and result["removed"] == []
+    assert "leo@uni.example" in members(course)
+
+
+def test_the_button_and_the_cli_report_the_skipped(client, course, platform, capsys):
+    _disabled_and_admin(client, platform, course)
+    client.force_login(User.objects.get(email="ines@uni.example"))
+    answer = client.post(f"/lti/courses/{course.group.pk}/roster/sync/")
+    page = client.get(answer["Location"])
+    assert b"0 added, 0 removed. Skipped (disabled or administrators&#x27; accounts): leo@uni.example" in page.content
+    call_command("lti", "sync-roster", str(course.group.pk))
+    assert "skipped (disabled or administrators' accounts) leo@uni.example mia@uni.example" in capsys.readouterr().out
 
 
 def test_a_launch_after_sync_is_the_same_account(client, course, platform):
