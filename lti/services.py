@@ -25,8 +25,10 @@ launch. The Instructor role (of the context, LIS v2) makes the user an instructo
 
 Roster sync (``sync_roster``) asks the platform's Names and Role Provisioning Service for the
 context's members, with an access token got with a client assertion signed by the tool's key.
-Members are added (accounts made as a launch would), and the group's members that this issuer
-vouched for and the roster no longer lists are removed; members added by hand stay.
+Members are added (accounts made as a launch would, their membership of the context recorded
+as a launch records it), and the group's members that this course vouched for (a launch in its
+context or an earlier sync of its roster) and the roster no longer lists are removed; members
+added by hand stay.
 """
 
 import logging
@@ -48,7 +50,7 @@ from django.utils import timezone
 from jwcrypto.jwk import JWK
 from lti_tool.lti_core.constants import ContextRole
 from lti_tool.lti_core.utils import normalize_role
-from lti_tool.models import Key, LtiDeployment, LtiLaunch, LtiRegistration, LtiUser
+from lti_tool.models import Key, LtiContext, LtiDeployment, LtiLaunch, LtiMembership, LtiRegistration, LtiUser
 from lti_tool.utils import DjangoToolConfig, sync_data_from_launch
 from pylti1p3.contrib.django import DjangoCacheDataStorage, DjangoMessageLaunch, DjangoOIDCLogin
 from pylti1p3.deployment import Deployment
@@ -569,6 +571,13 @@ def _course(registration, context, memberships_url):
 # --- roster -----------------------------------------------------------------------------
 
 
+def _record_membership(registration, context, user, sub):
+    """What a launch would have recorded (django-lti's LtiUser and LtiMembership): the course's
+    roster vouched for ``user``."""
+    lti_user, _ = LtiUser.objects.update_or_create(registration=registration, sub=sub, defaults={"auth_user": user})
+    LtiMembership.objects.get_or_create(user=lti_user, context=context)
+
+
 def course_of(group):
     return LtiCourse.objects.select_related("registration", "group").filter(group=group).first()
 
@@ -595,7 +604,9 @@ def sync_roster(course, *, actor):
     removed), as a launch of theirs would be refused."""
     members = [m for m in fetch_roster(course) if m.get("status", "Active") == "Active" and m.get("user_id")]
     registration, group = course.registration, course.group
+    contexts = LtiContext.objects.filter(deployment__registration=registration, id_on_platform=course.context_id)
     with transaction.atomic():
+        context = contexts.order_by("-datetime_modified", "-pk").first()
         present = set(group.user_set.values_list("pk", flat=True))
         wanted, added, skipped = set(), [], []
         for member in members:
@@ -611,13 +622,18 @@ def sync_roster(course, *, actor):
             if user.pk not in present:
                 added.append(user.username)
             _enrol(user, group, member.get("roles") or [], actor=actor)
-        # Only the members this issuer vouched for leave with the roster; those added by hand stay.
-        vouched = set(
-            SignOnIdentity.objects.filter(issuer=registration.issuer, user__in=present).values_list("user", flat=True)
-        )
+            if context is not None:
+                _record_membership(registration, context, user, person.sub)
+        # Only the members this course vouched for (a launch in it, or an earlier sync of its
+        # roster: an LtiMembership in its context) leave with the roster; members added by hand
+        # stay, even those an LMS signed in for another course.
+        memberships = LtiMembership.objects.filter(context__in=contexts)
+        vouched = set(memberships.filter(user__auth_user__in=present).values_list("user__auth_user", flat=True))
         gone = get_user_model().objects.filter(pk__in=vouched - wanted).order_by("username")
         removed = [user.username for user in gone]
         group.user_set.remove(*gone)
+        # Forgotten, so one added back by hand later is a hand-added member (a launch records anew).
+        memberships.filter(user__auth_user__in=gone).delete()
         LtiCourse.objects.filter(pk=course.pk).update(roster_synced=timezone.now())
         if added or removed:
             changelog.record(group, "update", actor, {"added": added, "removed": removed}, reason="LMS roster")

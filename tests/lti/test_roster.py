@@ -7,6 +7,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 
 from accounts import access
+from accounts.models import SignOnIdentity
 from core.errors import Conflict
 from lti import services
 from lti.models import LtiCourse
@@ -48,6 +49,27 @@ def test_sync_adds_the_roster_and_removes_who_left(course, platform):
         "guest",
     }
     assert access.roles(User.objects.get(email="leo@uni.example")) == []
+
+
+def test_a_hand_added_member_the_lms_signed_in_elsewhere_stays(course, platform):
+    """An LMS account of this issuer (another course's student), added to this group by hand."""
+    guest = User.objects.create_user("guest")
+    SignOnIdentity.objects.create(user=guest, method="lti", issuer=platform.issuer, subject="another-course-student")
+    course.group.user_set.add(guest)
+    result = services.sync_roster(course, actor="test")
+    assert result["removed"] == [] and "guest" in course.group.user_set.values_list("username", flat=True)
+
+
+def test_a_member_the_roster_removed_and_added_back_by_hand_stays(course, platform):
+    services.sync_roster(course, actor="test")
+    del platform.contexts["net-101"]["roles"]["mia"]
+    try:
+        assert services.sync_roster(course, actor="test")["removed"] == ["mia@uni.example"]
+        course.group.user_set.add(User.objects.get(email="mia@uni.example"))
+        assert services.sync_roster(course, actor="test")["removed"] == []
+    finally:
+        platform.contexts["net-101"]["roles"]["mia"] = [lti_platform.LEARNER]
+    assert "mia@uni.example" in members(course)
 
 
 def _disabled_and_admin(client, platform, course):
