@@ -31,8 +31,8 @@ context or an earlier sync of its roster) and the roster no longer lists are rem
 added by hand stay.
 """
 
+import hashlib
 import logging
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlsplit
@@ -42,7 +42,6 @@ import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.urls import reverse
@@ -65,7 +64,7 @@ from accounts.signon import bind_identity
 from core import changelog
 from core.errors import Conflict
 from inventory import crypto
-from lti.models import LtiCourse
+from lti.models import LtiCourse, SpentToken
 
 log = logging.getLogger("lti")
 
@@ -359,15 +358,27 @@ def _validated(request):
     return message
 
 
+#: How long PyLTI1p3 keeps a nonce it gave (``SessionService._launch_data_lifetime``, counted
+#: from the login initiation, and not dropped when used): while the nonce is in the cache the
+#: same token passes its check, so a token stays spent that long from its use, whatever its exp.
+NONCE_LIFETIME = 86400
+
+
 def _spend(body):
-    """An ID token is used once: its nonce is kept until it expires (PyLTI1p3 does not).
-    Returns the cache key, given back by a launch that wrote nothing (a request run again
-    after a lost database session must not find its own token spent)."""
-    key = f"lti-used:{body['iss']}:{body['nonce']}"
-    ttl = max(int(body.get("exp", 0)) - int(time.time()), 0) + 300
-    if not cache.add(key, 1, ttl):
-        raise LaunchRefused("This launch was used already (its ID token was posted before).", 403)
-    return key
+    """An ID token is used once: its (issuer, nonce) is marked spent — a row of ``SpentToken``,
+    whose unique digest makes the mark atomic between web processes (a file-based cache's
+    ``add`` is a check then a write: two processes could both win) — for longer than its nonce
+    lives. Returns the row, deleted again by a launch that wrote nothing (a request run again
+    after a lost database session must not find its own token spent). Expired marks are pruned
+    here, one statement."""
+    now = timezone.now()
+    digest = hashlib.sha256(f"{body['iss']}\n{body['nonce']}".encode()).hexdigest()
+    SpentToken.objects.filter(expires__lt=now).delete()
+    try:
+        with transaction.atomic():
+            return SpentToken.objects.create(digest=digest, expires=now + timedelta(seconds=NONCE_LIFETIME + 300))
+    except IntegrityError:
+        raise LaunchRefused("This launch was used already (its ID token was posted before).", 403) from None
 
 
 def launch(request):
@@ -382,13 +393,15 @@ def launch(request):
         raise LaunchRefused("The launch names no course (context claim): launch vclmgr from a course.", 400)
     if not str(body.get("sub") or ""):
         raise LaunchRefused("The launch names no user (anonymous launches are not taken).", 400)
+    if body.get("exp") is None:  # PyJWT checks exp only when it is there: a token must expire
+        raise LaunchRefused("The launch's ID token has no expiry (exp).", 400)
     spent = _spend(body)
     lti_launch = LtiLaunch(message)
     registration = message.get_tool_conf().registration
     try:
         user, course = _admit(registration, body, context, lti_launch)
     except Exception:
-        cache.delete(spent)
+        spent.delete()
         raise
     log.info("LTI launch from %s: %s in %s (%s)", registration.issuer, user, course.group.name, course.context_id)
     return user, course.group

@@ -232,6 +232,7 @@ BAD = {
         b"resource link launches only",
     ),
     "no context": (dict(lti_context=None), 400, b"names no course"),
+    "no expiry": (dict(exp=None), 400, b"no expiry"),
 }
 
 
@@ -253,6 +254,34 @@ def test_a_replayed_launch_is_refused(client, platform, registration):
     again = client.post("/lti/launch/", fields)
     assert again.status_code == 403 and b"used already" in again.content
     assert counts() == before and "_auth_user_id" not in client.session
+
+
+def test_a_used_token_stays_spent_while_its_nonce_lives(client, platform, registration):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from lti import services
+    from lti.models import SpentToken
+
+    SpentToken.objects.create(digest="0" * 64, expires=timezone.now() - timedelta(seconds=1))
+    launch(client, platform, "leo")
+    mark = SpentToken.objects.get()  # the expired mark pruned, this launch's kept
+    assert mark.expires > timezone.now() + timedelta(seconds=services.NONCE_LIFETIME)
+
+
+def test_a_launch_that_fails_gives_its_token_back(client, platform, registration, monkeypatch):
+    from lti import services
+    from lti.models import SpentToken
+
+    _, location = begin(client, platform, "leo")
+    _, fields = platform.authorize(location)
+    monkeypatch.setattr(services, "_admit", lambda *args: (_ for _ in ()).throw(RuntimeError("database gone")))
+    with pytest.raises(RuntimeError):
+        client.post("/lti/launch/", fields)
+    assert not SpentToken.objects.exists()
+    monkeypatch.undo()
+    assert client.post("/lti/launch/", fields).status_code == 302
 
 
 def test_a_nonce_the_tool_never_gave_is_refused(client, platform, registration):
