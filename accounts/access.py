@@ -346,23 +346,40 @@ def set_roles(user, wanted, *, actor):
     return after
 
 
-def grant_role(user, name, *, actor):
-    """Add ``name`` (one of ``ROLES``) to ``user``'s roles, recorded in the change log: the user
-    joins that role's group and no other. (``set_roles`` sets them all, which would make a role
-    held only through a directory group a membership of its role group, outliving the directory
-    group.) Returns the user's roles."""
+def grant_role(users, name, *, actor):
+    """Add ``name`` (one of ``ROLES``) to the roles of ``users`` (one user or several),
+    recorded in the change log: those not holding it join that role's group and no other.
+    (``set_roles`` sets them all, which would make a role held only through a directory group a
+    membership of its role group, outliving the directory group.) A few statements however many
+    users: one per role to read, one to add, one to record. Returns the users who gained it."""
     from core import changelog
 
     if name not in ROLES:
         raise ValueError(f"not a role: {name!r}")
-    forget_permissions(user)
-    before = roles(user)
-    user.groups.add(role_group(name))
-    forget_permissions(user)
-    after = roles(user)
-    if after != before:
-        changelog.record(user, "update", changelog.Actor.of(actor), {"roles": [before, after]})
-    return after
+    users = [users] if hasattr(users, "pk") else list(users)
+    pks = [user.pk for user in users]
+    model = type(users[0]) if users else None
+    held = (
+        {
+            role: set(model.objects.filter(holders(ROLES[role]), pk__in=pks).values_list("pk", flat=True))
+            for role in ROLES
+        }
+        if users
+        else {}
+    )
+    gaining = [user for user in users if user.pk not in held[name]]
+    if gaining:
+        role_group(name).user_set.add(*gaining)
+        entries = []
+        for user in gaining:
+            admin = [ADMIN] if user.is_staff or user.is_superuser else []
+            before = [role for role in ROLES if user.pk in held[role]] + admin
+            after = [role for role in ROLES if user.pk in held[role] or role == name] + admin
+            entries.append((user, "update", {"roles": [before, after]}))
+        changelog.record_many(entries, actor=actor)
+    for user in users:
+        forget_permissions(user)
+    return gaining
 
 
 def forget_permissions(user):

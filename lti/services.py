@@ -433,7 +433,7 @@ def is_instructor(roles):
 
 def _enrol(user, group, roles, *, actor):
     user.groups.add(group)
-    if is_instructor(roles) and "instructor" not in access.roles(user):
+    if is_instructor(roles):
         access.grant_role(user, "instructor", actor=actor)
 
 
@@ -476,14 +476,18 @@ def account_for(registration, person):
 
 
 def _found_or_made(registration, person):
-    users = get_user_model().objects
     bound = LtiUser.objects.filter(registration=registration, sub=person.sub, auth_user__isnull=False).first()
     user = bound.auth_user if bound else None
     if user is None:
         identity = SignOnIdentity.objects.filter(issuer=registration.issuer, subject=person.sub).first()
         user = identity.user if identity else None
-    if user is None:
-        user = _by_email(registration, person)
+    return user or _linked_or_made(registration, person)
+
+
+def _linked_or_made(registration, person):
+    """The account of a subject neither an earlier launch nor a sign-on identity knows."""
+    users = get_user_model().objects
+    user = _by_email(registration, person)
     if user is None:
         user = users.model(username=_free_username(_wanted_username(person)))
         user.set_unusable_password()
@@ -584,13 +588,6 @@ def _course(registration, context, memberships_url):
 # --- roster -----------------------------------------------------------------------------
 
 
-def _record_membership(registration, context, user, sub):
-    """What a launch would have recorded (django-lti's LtiUser and LtiMembership): the course's
-    roster vouched for ``user``."""
-    lti_user, _ = LtiUser.objects.update_or_create(registration=registration, sub=sub, defaults={"auth_user": user})
-    LtiMembership.objects.get_or_create(user=lti_user, context=context)
-
-
 def course_of(group):
     return LtiCourse.objects.select_related("registration", "group").filter(group=group).first()
 
@@ -609,40 +606,98 @@ def fetch_roster(course):
         raise Conflict(f"the LMS's roster could not be read: {exc}") from None
 
 
+def _chunks(items, size=500):
+    items = list(items)
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _known_accounts(registration, subs):
+    """{sub: account} of the subjects an earlier launch (LtiUser) or a sign-on identity of the
+    issuer knows — ``_found_or_made``'s first two look-ups for a whole roster, a few statements —
+    and {sub: LtiUser} of those with an LtiUser."""
+    lti_users, identities = {}, {}
+    for chunk in _chunks(subs):
+        found = LtiUser.objects.filter(registration=registration, sub__in=chunk).select_related("auth_user")
+        lti_users.update({lti_user.sub: lti_user for lti_user in found})
+        bound = SignOnIdentity.objects.filter(issuer=registration.issuer, subject__in=chunk).select_related("user")
+        identities.update({identity.subject: identity.user for identity in bound})
+    known = {**identities, **{sub: u.auth_user for sub, u in lti_users.items() if u.auth_user is not None}}
+    return known, lti_users, set(identities)
+
+
+def _record_memberships(registration, context, accounts, lti_users):
+    """What launches would have recorded (django-lti's LtiUser and LtiMembership) for
+    ``accounts`` ({sub: user}): the course's roster vouched for them. A few statements."""
+    stale = [u for sub, u in lti_users.items() if sub in accounts and u.auth_user_id != accounts[sub].pk]
+    for lti_user in stale:
+        lti_user.auth_user = accounts[lti_user.sub]
+    LtiUser.objects.bulk_update(stale, ["auth_user"], batch_size=500)
+    new = [
+        LtiUser(registration=registration, sub=sub, auth_user=user)
+        for sub, user in accounts.items()
+        if sub not in lti_users
+    ]
+    LtiUser.objects.bulk_create(new, ignore_conflicts=True, batch_size=500)
+    ids = []
+    for chunk in _chunks(accounts):
+        ids += LtiUser.objects.filter(registration=registration, sub__in=chunk).values_list("pk", flat=True)
+    memberships = [LtiMembership(user_id=pk, context=context) for pk in ids]
+    LtiMembership.objects.bulk_create(memberships, ignore_conflicts=True, batch_size=500)
+
+
 def sync_roster(course, *, actor):
     """Make the course group's members follow the LMS roster; returns {"added": [...],
     "removed": [...], "skipped": [...]} (usernames). The platform is asked before any write.
 
     A member whose account is disabled or an administrator's is skipped (neither added nor
-    removed), as a launch of theirs would be refused."""
+    removed), as a launch of theirs would be refused. The accounts the roster's subjects already
+    have are read at once, and the members added, identities bound, instructors made and
+    memberships recorded in bulk: a few statements for a roster of any size, plus a few for each
+    account made."""
     members = [m for m in fetch_roster(course) if m.get("status", "Active") == "Active" and m.get("user_id")]
+    people = {}
+    for member in members:  # one entry per subject (the first)
+        people.setdefault(str(member["user_id"]), (Person.of(member, sub_key="user_id"), member.get("roles") or []))
     registration, group = course.registration, course.group
     contexts = LtiContext.objects.filter(deployment__registration=registration, id_on_platform=course.context_id)
     with transaction.atomic():
         context = contexts.order_by("-datetime_modified", "-pk").first()
         present = set(group.user_set.values_list("pk", flat=True))
-        wanted, added, skipped = set(), [], []
-        for member in members:
-            person = Person.of(member, sub_key="user_id")
-            user = _found_or_made(registration, person)
+        known, lti_users, bound = _known_accounts(registration, people)
+        wanted, added, skipped, accounts, instructors = set(), [], [], {}, {}
+        for sub, (person, roles) in people.items():
+            user = known.get(sub) or _linked_or_made(registration, person)
             wanted.add(user.pk)
             try:
                 _check_may_launch(user)
             except LaunchRefused:
                 skipped.append(user.username)
                 continue
-            bind_identity(user, "lti", registration.issuer, person.sub)
-            if user.pk not in present:
+            accounts[sub] = user
+            if user.pk not in present and user.username not in added:
                 added.append(user.username)
-            _enrol(user, group, member.get("roles") or [], actor=actor)
-            if context is not None:
-                _record_membership(registration, context, user, person.sub)
+            if is_instructor(roles):
+                instructors[user.pk] = user
+        SignOnIdentity.objects.bulk_create(
+            [
+                SignOnIdentity(user=user, method="lti", issuer=registration.issuer, subject=sub)
+                for sub, user in accounts.items()
+                if sub not in bound
+            ],
+            ignore_conflicts=True,
+            batch_size=500,
+        )
+        group.user_set.add(*{user.pk: user for user in accounts.values() if user.pk not in present}.values())
+        if instructors:
+            access.grant_role(instructors.values(), "instructor", actor=actor)
+        if context is not None:
+            _record_memberships(registration, context, accounts, lti_users)
         # Only the members this course vouched for (a launch in it, or an earlier sync of its
         # roster: an LtiMembership in its context) leave with the roster; members added by hand
         # stay, even those an LMS signed in for another course.
         memberships = LtiMembership.objects.filter(context__in=contexts)
         vouched = set(memberships.filter(user__auth_user__in=present).values_list("user__auth_user", flat=True))
-        gone = get_user_model().objects.filter(pk__in=vouched - wanted).order_by("username")
+        gone = list(get_user_model().objects.filter(pk__in=vouched - wanted).order_by("username"))
         removed = [user.username for user in gone]
         group.user_set.remove(*gone)
         # Forgotten, so one added back by hand later is a hand-added member (a launch records anew).

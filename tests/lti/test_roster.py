@@ -72,6 +72,37 @@ def test_a_member_the_roster_removed_and_added_back_by_hand_stays(course, platfo
     assert "mia@uni.example" in members(course)
 
 
+@pytest.fixture
+def big_roster(course, platform):
+    """200 more learners and 10 more instructors on the course's roster (taken off again after)."""
+    hints = [f"student{n}" for n in range(200)] + [f"teacher{n}" for n in range(10)]
+    for hint in hints:
+        platform.users[hint] = lti_platform.person(f"sub-{hint}", f"{hint}@uni.example", hint, "Many")
+        role = lti_platform.INSTRUCTOR if hint.startswith("teacher") else lti_platform.LEARNER
+        platform.contexts["net-101"]["roles"][hint] = [role]
+    try:
+        yield hints
+    finally:
+        for hint in hints:
+            del platform.users[hint], platform.contexts["net-101"]["roles"][hint]
+
+
+def test_a_big_roster_syncs_in_a_bounded_number_of_statements(course, big_roster):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as first:
+        result = services.sync_roster(course, actor="test")
+    assert len(result["added"]) == 212 and len(members(course)) == 213
+    assert len([u for u in User.objects.filter(groups__name="instructor")]) == 11
+    with CaptureQueriesContext(connection) as again:
+        assert services.sync_roster(course, actor="test") == {"added": [], "removed": [], "skipped": []}
+    # Made accounts cost a few statements each (the user, its change-log row, a free name);
+    # everything else is per roster.
+    assert len(first) < 212 * 4 + 40, len(first)
+    assert len(again) < 30, len(again)
+
+
 def _disabled_and_admin(client, platform, course):
     """Leo's account disabled, Mia's made an administrator's after their first launches."""
     for hint in ("leo", "mia"):
