@@ -357,16 +357,10 @@ def grant_role(users, name, *, actor):
     if name not in ROLES:
         raise ValueError(f"not a role: {name!r}")
     users = [users] if hasattr(users, "pk") else list(users)
-    pks = [user.pk for user in users]
-    model = type(users[0]) if users else None
-    held = (
-        {
-            role: set(model.objects.filter(holders(ROLES[role]), pk__in=pks).values_list("pk", flat=True))
-            for role in ROLES
-        }
-        if users
-        else {}
-    )
+    if not users:
+        return []
+    found = type(users[0]).objects.filter(pk__in=[user.pk for user in users])
+    held = {role: set(found.filter(holders(ROLES[role])).values_list("pk", flat=True)) for role in ROLES}
     gaining = [user for user in users if user.pk not in held[name]]
     if gaining:
         role_group(name).user_set.add(*gaining)
