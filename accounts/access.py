@@ -346,6 +346,36 @@ def set_roles(user, wanted, *, actor):
     return after
 
 
+def grant_role(users, name, *, actor):
+    """Add ``name`` (one of ``ROLES``) to the roles of ``users`` (one user or several),
+    recorded in the change log: those not holding it join that role's group and no other.
+    (``set_roles`` sets them all, which would make a role held only through a directory group a
+    membership of its role group, outliving the directory group.) A few statements however many
+    users: one per role to read, one to add, one to record. Returns the users who gained it."""
+    from core import changelog
+
+    if name not in ROLES:
+        raise ValueError(f"not a role: {name!r}")
+    users = [users] if hasattr(users, "pk") else list(users)
+    if not users:
+        return []
+    found = type(users[0]).objects.filter(pk__in=[user.pk for user in users])
+    held = {role: set(found.filter(holders(ROLES[role])).values_list("pk", flat=True)) for role in ROLES}
+    gaining = [user for user in users if user.pk not in held[name]]
+    if gaining:
+        role_group(name).user_set.add(*gaining)
+        entries = []
+        for user in gaining:
+            admin = [ADMIN] if user.is_staff or user.is_superuser else []
+            before = [role for role in ROLES if user.pk in held[role]] + admin
+            after = [role for role in ROLES if user.pk in held[role] or role == name] + admin
+            entries.append((user, "update", {"roles": [before, after]}))
+        changelog.record_many(entries, actor=actor)
+    for user in users:
+        forget_permissions(user)
+    return gaining
+
+
 def forget_permissions(user):
     """Drop the permissions ModelBackend cached on this user object (after a role change)."""
     for cache in ("_perm_cache", "_user_perm_cache", "_group_perm_cache"):

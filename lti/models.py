@@ -31,3 +31,20 @@ class LtiCourse(models.Model):
 
     def __str__(self):
         return f"{self.registration} {self.context_id} → {self.group}"
+
+
+class SpentToken(models.Model):
+    """An ID token a launch used: the SHA-256 of its issuer and nonce, kept while the nonce
+    could still be accepted (PyLTI1p3 keeps a nonce a day) and the token has not expired.
+
+    In the database, not the cache: the unique constraint makes "mark it used" atomic between
+    web processes, which a file-based cache's ``add`` is not (check, then write)."""
+
+    digest = models.CharField(max_length=64, unique=True)
+    expires = models.DateTimeField(db_index=True)
+
+    class Meta:
+        verbose_name = "spent LTI ID token"
+
+    def __str__(self):
+        return self.digest

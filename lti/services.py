@@ -16,20 +16,23 @@ the membership in one transaction.
 
 Who a launch is: the account an earlier launch of this platform's subject used; else the one a
 sign-on method bound to the same issuer's subject (``accounts.SignOnIdentity``); else, with
-``LTI_LINK_BY_EMAIL``, the one account of the launch's e-mail (never an administrator's, nor one
-another subject of this issuer has); else a new account without a password. Its course is the
-context's own group (``LtiCourse``), made at the context's first launch. The Instructor role
-(of the context, LIS v2) makes the user an instructor (accounts.access role); every launch makes
-them a member of the group.
+``LTI_LINK_BY_EMAIL`` (off by default), the one account of the launch's e-mail that holds no
+role, has no password and no other sign-on identity (``_by_email``); else a new account without
+a password. An administrator's account (staff, superuser) is never signed in by a launch, however
+it was found. Its course is the context's own group (``LtiCourse``), made at the context's first
+launch. The Instructor role (of the context, LIS v2) makes the user an instructor
+(accounts.access role); every launch makes them a member of the group.
 
 Roster sync (``sync_roster``) asks the platform's Names and Role Provisioning Service for the
 context's members, with an access token got with a client assertion signed by the tool's key.
-Members are added (accounts made as a launch would), and the group's members that this issuer
-vouched for and the roster no longer lists are removed; members added by hand stay.
+Members are added (accounts made as a launch would, their membership of the context recorded
+as a launch records it), and the group's members that this course vouched for (a launch in its
+context or an earlier sync of its roster) and the roster no longer lists are removed; members
+added by hand stay.
 """
 
+import hashlib
 import logging
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlsplit
@@ -39,7 +42,6 @@ import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.urls import reverse
@@ -47,7 +49,7 @@ from django.utils import timezone
 from jwcrypto.jwk import JWK
 from lti_tool.lti_core.constants import ContextRole
 from lti_tool.lti_core.utils import normalize_role
-from lti_tool.models import Key, LtiDeployment, LtiLaunch, LtiRegistration, LtiUser
+from lti_tool.models import Key, LtiContext, LtiDeployment, LtiLaunch, LtiMembership, LtiRegistration, LtiUser
 from lti_tool.utils import DjangoToolConfig, sync_data_from_launch
 from pylti1p3.contrib.django import DjangoCacheDataStorage, DjangoMessageLaunch, DjangoOIDCLogin
 from pylti1p3.deployment import Deployment
@@ -62,7 +64,7 @@ from accounts.signon import bind_identity
 from core import changelog
 from core.errors import Conflict
 from inventory import crypto
-from lti.models import LtiCourse
+from lti.models import LtiCourse, SpentToken
 
 log = logging.getLogger("lti")
 
@@ -318,14 +320,27 @@ def login_redirect(request, params):
     target = params.get("target_link_uri")
     if not target or not params.get("iss") or not params.get("login_hint"):
         raise LaunchRefused("The login initiation lacks iss, login_hint or target_link_uri.", 400)
-    # The ID token goes where target_link_uri says: only ever to our own launch URL.
-    if urlsplit(target).path != reverse("lti:launch"):
-        raise LaunchRefused(f"The target link URI must be vclmgr's launch URL ({reverse('lti:launch')}).", 400)
+    # The ID token goes where target_link_uri says: only ever to our own launch URL, this site's
+    # (scheme, host and port too: a path alone would let https://evil.example/lti/launch/ pass).
+    ours = request.build_absolute_uri(reverse("lti:launch"))
+    try:
+        same = _origin_and_path(target) == _origin_and_path(ours)
+    except ValueError:  # urlsplit and .port refuse a malformed URL (http://[x)
+        raise LaunchRefused("The target link URI is not a valid URL.", 400) from None
+    if not same:
+        raise LaunchRefused(f"The target link URI must be vclmgr's launch URL ({ours}).", 400)
     login = DjangoOIDCLogin(request, ToolConfig(), launch_data_storage=_storage())
     try:
         return login.disable_check_cookies().redirect(target)
     except (LtiException, OIDCException) as exc:
         raise _refusal(exc) from None
+
+
+def _origin_and_path(url):
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), port, parts.path
 
 
 def _validated(request):
@@ -343,15 +358,27 @@ def _validated(request):
     return message
 
 
+#: How long PyLTI1p3 keeps a nonce it gave (``SessionService._launch_data_lifetime``, counted
+#: from the login initiation, and not dropped when used): while the nonce is in the cache the
+#: same token passes its check, so a token stays spent that long from its use, whatever its exp.
+NONCE_LIFETIME = 86400
+
+
 def _spend(body):
-    """An ID token is used once: its nonce is kept until it expires (PyLTI1p3 does not).
-    Returns the cache key, given back by a launch that wrote nothing (a request run again
-    after a lost database session must not find its own token spent)."""
-    key = f"lti-used:{body['iss']}:{body['nonce']}"
-    ttl = max(int(body.get("exp", 0)) - int(time.time()), 0) + 300
-    if not cache.add(key, 1, ttl):
-        raise LaunchRefused("This launch was used already (its ID token was posted before).", 403)
-    return key
+    """An ID token is used once: its (issuer, nonce) is marked spent — a row of ``SpentToken``,
+    whose unique digest makes the mark atomic between web processes (a file-based cache's
+    ``add`` is a check then a write: two processes could both win) — for longer than its nonce
+    lives. Returns the row, deleted again by a launch that wrote nothing (a request run again
+    after a lost database session must not find its own token spent). Expired marks are pruned
+    here, one statement."""
+    now = timezone.now()
+    digest = hashlib.sha256(f"{body['iss']}\n{body['nonce']}".encode()).hexdigest()
+    SpentToken.objects.filter(expires__lt=now).delete()
+    try:
+        with transaction.atomic():
+            return SpentToken.objects.create(digest=digest, expires=now + timedelta(seconds=NONCE_LIFETIME + 300))
+    except IntegrityError:
+        raise LaunchRefused("This launch was used already (its ID token was posted before).", 403) from None
 
 
 def launch(request):
@@ -366,13 +393,15 @@ def launch(request):
         raise LaunchRefused("The launch names no course (context claim): launch vclmgr from a course.", 400)
     if not str(body.get("sub") or ""):
         raise LaunchRefused("The launch names no user (anonymous launches are not taken).", 400)
+    if body.get("exp") is None:  # PyJWT checks exp only when it is there: a token must expire
+        raise LaunchRefused("The launch's ID token has no expiry (exp).", 400)
     spent = _spend(body)
     lti_launch = LtiLaunch(message)
     registration = message.get_tool_conf().registration
     try:
         user, course = _admit(registration, body, context, lti_launch)
     except Exception:
-        cache.delete(spent)
+        spent.delete()
         raise
     log.info("LTI launch from %s: %s in %s (%s)", registration.issuer, user, course.group.name, course.context_id)
     return user, course.group
@@ -404,8 +433,8 @@ def is_instructor(roles):
 
 def _enrol(user, group, roles, *, actor):
     user.groups.add(group)
-    if is_instructor(roles) and "instructor" not in access.roles(user):
-        access.set_roles(user, [*access.roles(user), "instructor"], actor=actor)
+    if is_instructor(roles):
+        access.grant_role(user, "instructor", actor=actor)
 
 
 # --- accounts ---------------------------------------------------------------------------
@@ -438,15 +467,27 @@ def _account(registration, claims):
 
 
 def account_for(registration, person):
-    """The account of ``person`` as the registration's issuer says (found, linked or made)."""
-    users = get_user_model().objects
+    """The account of ``person`` as the registration's issuer says (found, linked or made);
+    ``LaunchRefused`` if it is disabled or an administrator's."""
+    user = _found_or_made(registration, person)
+    _check_may_launch(user)
+    bind_identity(user, "lti", registration.issuer, person.sub)
+    return user
+
+
+def _found_or_made(registration, person):
     bound = LtiUser.objects.filter(registration=registration, sub=person.sub, auth_user__isnull=False).first()
     user = bound.auth_user if bound else None
     if user is None:
         identity = SignOnIdentity.objects.filter(issuer=registration.issuer, subject=person.sub).first()
         user = identity.user if identity else None
-    if user is None:
-        user = _by_email(registration, person)
+    return user or _linked_or_made(registration, person)
+
+
+def _linked_or_made(registration, person):
+    """The account of a subject neither an earlier launch nor a sign-on identity knows."""
+    users = get_user_model().objects
+    user = _by_email(registration, person)
     if user is None:
         user = users.model(username=_free_username(_wanted_username(person)))
         user.set_unusable_password()
@@ -454,23 +495,43 @@ def account_for(registration, person):
         user.save()
         changelog.record(user, "create", changelog.Actor(name=f"LTI {registration.name}"), reason="LTI launch")
         log.info("LTI %s: new account %s for subject %s", registration.issuer, user.username, person.sub)
-    if not user.is_active:
-        raise LaunchRefused("Your vclmgr account is disabled: ask the lab's administrators.", 403)
-    bind_identity(user, "lti", registration.issuer, person.sub)
     return user
 
 
+def _check_may_launch(user):
+    if not user.is_active:
+        raise LaunchRefused("Your vclmgr account is disabled: ask the lab's administrators.", 403)
+    if user.is_staff or user.is_superuser:
+        # An earlier launch or a sign-on identity may be bound to an account later made staff:
+        # an LMS's word never signs in an administrator.
+        raise LaunchRefused(
+            "This is an administrator's vclmgr account: administrators sign in with their own sign-in "
+            "method, not from an LMS.",
+            403,
+        )
+
+
 def _by_email(registration, person):
+    """The one account of ``person``'s e-mail, if it is safe to take on the LMS's word.
+
+    An LMS's e-mail is whatever its user typed, rarely verified: so never an account that holds
+    a role or is an administrator's (the e-mail would be a key to the role), never one with a
+    password (its owner signs in with it, and may not be this person), and never one another
+    sign-on method or another subject vouched for (that account is someone's elsewhere)."""
     if not (settings.LTI_LINK_BY_EMAIL and person.email):
         return None
     found = list(get_user_model().objects.filter(email__iexact=person.email)[:2])
     if len(found) != 1:
         return None
     user = found[0]
-    if access.is_admin(user) or user.is_superuser:
-        log.warning("LTI %s: %s is an administrator's e-mail, not linked", registration.issuer, person.email)
+    if user.is_staff or user.is_superuser or access.roles(user):
+        log.warning("LTI %s: %s is the e-mail of an account with a role, not linked", registration.issuer, person.email)
         return None
-    if SignOnIdentity.objects.filter(user=user, issuer=registration.issuer).exclude(subject=person.sub).exists():
+    if user.has_usable_password():
+        log.info("LTI %s: %s is a password account's e-mail, not linked", registration.issuer, person.email)
+        return None
+    others = SignOnIdentity.objects.filter(user=user).exclude(issuer=registration.issuer, subject=person.sub)
+    if others.exists():
         return None
     log.info("LTI %s: subject %s linked to %s by e-mail", registration.issuer, person.sub, user.username)
     return user
@@ -545,29 +606,106 @@ def fetch_roster(course):
         raise Conflict(f"the LMS's roster could not be read: {exc}") from None
 
 
+def _chunks(items, size=500):
+    items = list(items)
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _known_accounts(registration, subs):
+    """{sub: account} of the subjects an earlier launch (LtiUser) or a sign-on identity of the
+    issuer knows — ``_found_or_made``'s first two look-ups for a whole roster, a few statements —
+    and {sub: LtiUser} of those with an LtiUser."""
+    lti_users, identities = {}, {}
+    for chunk in _chunks(subs):
+        found = LtiUser.objects.filter(registration=registration, sub__in=chunk).select_related("auth_user")
+        lti_users.update({lti_user.sub: lti_user for lti_user in found})
+        bound = SignOnIdentity.objects.filter(issuer=registration.issuer, subject__in=chunk).select_related("user")
+        identities.update({identity.subject: identity.user for identity in bound})
+    known = {**identities, **{sub: u.auth_user for sub, u in lti_users.items() if u.auth_user is not None}}
+    return known, lti_users, set(identities)
+
+
+def _record_memberships(registration, context, accounts, lti_users):
+    """What launches would have recorded (django-lti's LtiUser and LtiMembership) for
+    ``accounts`` ({sub: user}): the course's roster vouched for them. A few statements."""
+    stale = [u for sub, u in lti_users.items() if sub in accounts and u.auth_user_id != accounts[sub].pk]
+    for lti_user in stale:
+        lti_user.auth_user = accounts[lti_user.sub]
+    LtiUser.objects.bulk_update(stale, ["auth_user"], batch_size=500)
+    new = [
+        LtiUser(registration=registration, sub=sub, auth_user=user)
+        for sub, user in accounts.items()
+        if sub not in lti_users
+    ]
+    LtiUser.objects.bulk_create(new, ignore_conflicts=True, batch_size=500)
+    ids = []
+    for chunk in _chunks(accounts):
+        ids += LtiUser.objects.filter(registration=registration, sub__in=chunk).values_list("pk", flat=True)
+    memberships = [LtiMembership(user_id=pk, context=context) for pk in ids]
+    LtiMembership.objects.bulk_create(memberships, ignore_conflicts=True, batch_size=500)
+
+
 def sync_roster(course, *, actor):
     """Make the course group's members follow the LMS roster; returns {"added": [...],
-    "removed": [...]} (usernames). The platform is asked before any write."""
+    "removed": [...], "skipped": [...]} (usernames). The platform is asked before any write.
+
+    A member whose account is disabled or an administrator's is skipped (neither added nor
+    removed), as a launch of theirs would be refused. The accounts the roster's subjects already
+    have are read at once, and the members added, identities bound, instructors made and
+    memberships recorded in bulk: a few statements for a roster of any size, plus a few for each
+    account made."""
     members = [m for m in fetch_roster(course) if m.get("status", "Active") == "Active" and m.get("user_id")]
+    people = {}
+    for member in members:  # one entry per subject (the first)
+        people.setdefault(str(member["user_id"]), (Person.of(member, sub_key="user_id"), member.get("roles") or []))
     registration, group = course.registration, course.group
+    contexts = LtiContext.objects.filter(deployment__registration=registration, id_on_platform=course.context_id)
     with transaction.atomic():
+        context = contexts.order_by("-datetime_modified", "-pk").first()
         present = set(group.user_set.values_list("pk", flat=True))
-        wanted, added = set(), []
-        for member in members:
-            user = account_for(registration, Person.of(member, sub_key="user_id"))
+        known, lti_users, bound = _known_accounts(registration, people)
+        wanted, added, skipped, accounts, instructors = set(), [], [], {}, {}
+        for sub, (person, roles) in people.items():
+            user = known.get(sub) or _linked_or_made(registration, person)
             wanted.add(user.pk)
-            if user.pk not in present:
+            try:
+                _check_may_launch(user)
+            except LaunchRefused:
+                skipped.append(user.username)
+                continue
+            accounts[sub] = user
+            if user.pk not in present and user.username not in added:
                 added.append(user.username)
-            _enrol(user, group, member.get("roles") or [], actor=actor)
-        # Only the members this issuer vouched for leave with the roster; those added by hand stay.
-        vouched = set(
-            SignOnIdentity.objects.filter(issuer=registration.issuer, user__in=present).values_list("user", flat=True)
+            if is_instructor(roles):
+                instructors[user.pk] = user
+        SignOnIdentity.objects.bulk_create(
+            [
+                SignOnIdentity(user=user, method="lti", issuer=registration.issuer, subject=sub)
+                for sub, user in accounts.items()
+                if sub not in bound
+            ],
+            ignore_conflicts=True,
+            batch_size=500,
         )
-        gone = get_user_model().objects.filter(pk__in=vouched - wanted).order_by("username")
+        group.user_set.add(*{user.pk: user for user in accounts.values() if user.pk not in present}.values())
+        if instructors:
+            access.grant_role(instructors.values(), "instructor", actor=actor)
+        if context is not None:
+            _record_memberships(registration, context, accounts, lti_users)
+        # Only the members this course vouched for (a launch in it, or an earlier sync of its
+        # roster: an LtiMembership in its context) leave with the roster; members added by hand
+        # stay, even those an LMS signed in for another course.
+        memberships = LtiMembership.objects.filter(context__in=contexts)
+        vouched = set(memberships.filter(user__auth_user__in=present).values_list("user__auth_user", flat=True))
+        gone = list(get_user_model().objects.filter(pk__in=vouched - wanted).order_by("username"))
         removed = [user.username for user in gone]
         group.user_set.remove(*gone)
+        # Forgotten, so one added back by hand later is a hand-added member (a launch records anew).
+        memberships.filter(user__auth_user__in=gone).delete()
         LtiCourse.objects.filter(pk=course.pk).update(roster_synced=timezone.now())
         if added or removed:
             changelog.record(group, "update", actor, {"added": added, "removed": removed}, reason="LMS roster")
+    if skipped:
+        log.info("LTI roster of %s: skipped disabled or administrators' accounts %s", group.name, skipped)
     log.info("LTI roster of %s: +%s -%s", group.name, added, removed)
-    return {"added": sorted(added), "removed": removed}
+    return {"added": sorted(added), "removed": removed, "skipped": sorted(skipped)}

@@ -16,6 +16,8 @@ from classes import services as classes
 from core.errors import Conflict
 from lti import services
 
+MAX_ID = 2**63 - 1  # beyond the column's range: SQLite would raise instead of finding nothing
+
 
 def _refused(request, exc):
     services.log.warning("LTI refused from %s: %s", request.META.get("REMOTE_ADDR"), exc.reason)
@@ -52,7 +54,7 @@ def jwks(request):
 @login_required
 @require_POST
 def sync_roster(request, group_id):
-    group = get_object_or_404(classes.courses(request.user), pk=group_id)
+    group = get_object_or_404(classes.courses(request.user), pk=min(group_id, MAX_ID))
     course = services.course_of(group)
     if course is None or not classes.teaches(request.user, group):
         raise Http404
@@ -61,9 +63,10 @@ def sync_roster(request, group_id):
     except Conflict as exc:
         messages.error(request, f"Roster not synced: {exc}")
     else:
-        messages.success(
-            request, f"Roster synced from the LMS: {len(result['added'])} added, {len(result['removed'])} removed."
-        )
+        text = f"Roster synced from the LMS: {len(result['added'])} added, {len(result['removed'])} removed."
+        if result["skipped"]:
+            text += f" Skipped (disabled or administrators' accounts): {', '.join(result['skipped'])}."
+        messages.success(request, text)
     return redirect(reverse("classes:course", kwargs={"group_id": group.pk}))
 
 

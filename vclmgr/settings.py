@@ -670,9 +670,10 @@ LTI_TIMEOUT_SECONDS = env.float("LTI_TIMEOUT_SECONDS", 10.0, minimum=0.5, maximu
 # A tool key older than this many days leaves the JWKS at the next `manage.py lti rotate-keys`
 # (the platforms cache the JWKS: the old key stays published that long after a rotation).
 LTI_KEY_RETIRE_DAYS = env.int("LTI_KEY_RETIRE_DAYS", 7, minimum=0)
-# A first launch whose e-mail is that of one existing account (not an administrator's) signs in
-# as that account; off: such a launch gets a new account of its own.
-LTI_LINK_BY_EMAIL = env.bool("LTI_LINK_BY_EMAIL", True)
+# A first launch whose e-mail is that of one existing account with no role, no password and no
+# other sign-on identity signs in as that account; off (the default): such a launch gets a new
+# account of its own. Turn it on only when the LMS's e-mails are verified.
+LTI_LINK_BY_EMAIL = env.bool("LTI_LINK_BY_EMAIL", False)
 
 # --- security -------------------------------------------------------------------------
 # Who sees /healthz's per-check details (the status code is public): staff or public.

@@ -395,6 +395,39 @@ def test_a_group_given_a_role_permission_carries_the_role(world):
     assert access.roles(type(user).objects.get(pk=user.pk)) == ["instructor"]
 
 
+def test_granting_a_role_joins_its_group_only(world):
+    """A role held through a directory group stays the directory's: granting another role does
+    not make it a membership of its role group (set_roles would)."""
+    from django.contrib.auth.models import Permission
+
+    from core.changelog import history
+
+    faculty = Group.objects.create(name="faculty")
+    faculty.permissions.add(Permission.objects.get(codename="approve", content_type__app_label="accounts"))
+    user = world.users["user"]
+    user.groups.add(faculty)
+    assert access.grant_role(user, "instructor", actor="test") == [user]
+    assert access.roles(user) == ["instructor", "approver"]
+    assert set(user.groups.values_list("name", flat=True)) == {"faculty", "instructor"}
+    assert history(user)[0].changes == {"roles": [["approver"], ["instructor", "approver"]]}
+    assert access.grant_role(user, "instructor", actor="test") == [] and len(history(user)) == 1
+    user.groups.remove(faculty)
+    assert access.roles(type(user).objects.get(pk=user.pk)) == ["instructor"]
+    with pytest.raises(ValueError):
+        access.grant_role(user, "admin", actor="test")
+
+
+def test_granting_a_role_to_many_takes_a_few_statements(world, django_user_model):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    many = [django_user_model.objects.create_user(f"student{n}") for n in range(50)]
+    with CaptureQueriesContext(connection) as queries:
+        gained = access.grant_role([*many, world.users["instructor"]], "instructor", actor="test")
+    assert gained == many and len(queries) < 20
+    assert all(access.roles(django_user_model.objects.get(pk=u.pk)) == ["instructor"] for u in many[:3])
+
+
 def test_the_holders_of_a_role_are_those_can_says_in_one_statement(world, django_user_model):
     from django.contrib.auth.models import Permission
 

@@ -111,7 +111,10 @@ class Command(BaseCommand):
         if course is None:
             raise CommandError(f"group {group_id} is no LMS course")
         result = services.sync_roster(course, actor=CLI)
-        self.stdout.write(f"added {' '.join(result['added']) or '-'}; removed {' '.join(result['removed']) or '-'}")
+        self.stdout.write(
+            f"added {' '.join(result['added']) or '-'}; removed {' '.join(result['removed']) or '-'}; "
+            f"skipped (disabled or administrators' accounts) {' '.join(result['skipped']) or '-'}"
+        )
 
     def do_urls(self, base_url, **_):
         base = base_url.rstrip("/")
