@@ -34,7 +34,7 @@ from django.db.models import Min, Q, Sum
 from accounts import access
 from classes import calendar
 from classes.models import BudgetGrant, Class
-from classes.services import teaches
+from classes.services import course_teachers, taught_groups, teaches
 from core import changelog
 from core.changelog import Actor
 from reservations.models import Reservation
@@ -103,9 +103,7 @@ def studied(user, image=None):
     """The classes ``user`` is a student of (of ``image``): their courses' that they do not teach."""
     if user is None or access.is_admin(user):
         return Class.objects.none()
-    found = Class.objects.filter(course__in=access.own_groups(user)).exclude(
-        course__in=access.teaching_groups(user).values("pk")
-    )
+    found = Class.objects.filter(course__in=access.own_groups(user)).exclude(course__in=taught_groups(user))
     return found.filter(image=image) if image is not None else found
 
 
@@ -182,10 +180,11 @@ def roster(klass, users):
 
 
 def students(klass):
-    """The course's active members who do not teach it (a member teaches it holding ``teach``),
-    by user name."""
-    members = klass.course.user_set.filter(is_active=True).exclude(access.holders("teach"))
-    return members.order_by("username")
+    """The course's active members who do not teach it (by the per-course rule,
+    ``services.course_teachers``), by user name."""
+    members = klass.course.user_set.filter(is_active=True)
+    teachers = course_teachers([klass.course_id], members.values_list("pk", flat=True))[klass.course_id]
+    return members.exclude(pk__in=teachers).order_by("username")
 
 
 # --- the hook: one request against the budget -----------------------------------------------

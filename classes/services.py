@@ -36,12 +36,15 @@ its time).
 """
 
 import logging
+from collections.abc import Callable, Iterable
 from datetime import date, time, timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from accounts import access, preferences
@@ -49,6 +52,7 @@ from classes import calendar
 from classes.models import Class, Meeting, NoSessionDay, WeeklySession
 from core import changelog
 from core.changelog import Actor
+from core.hooks import Hook
 from provisioning import quotas
 from provisioning import services as vms
 from reservations import approvals, blocks, reserving
@@ -71,9 +75,52 @@ def courses(user):
     return access.own_groups(user)
 
 
+# Teaching is per course. A course whose membership a higher layer knows (an LMS course: lti
+# fills this from the LMS's own membership roles) answers ``{group id: ids of the users who
+# teach it}`` for the given group ids it knows; a group it leaves out is a local course, where
+# a member holding the instructor role teaches it. (Without this, an Instructor of one LMS
+# course would run every course they are a learner of.)
+COURSE_TEACHERS: Hook[Callable[[Iterable[int]], dict[int, set[int]]]] = Hook(
+    "classes.services.COURSE_TEACHERS", single=True
+)
+
+
+def course_teachers(group_ids, user_ids):
+    """``{group id: the ids of ``user_ids`` who teach it}``, by the per-course rule (an
+    administrator teaches every course; membership is not checked here)."""
+    group_ids, user_ids = list(group_ids), list(user_ids)
+    fill = COURSE_TEACHERS.one()
+    lms = fill(group_ids) if fill is not None and group_ids else {}
+    users = get_user_model().objects.filter(pk__in=user_ids)
+    local = set()
+    if any(g not in lms for g in group_ids):
+        local = set(users.filter(access.holders("teach")).values_list("pk", flat=True))
+    admins = set()
+    if lms:
+        admin = Q(is_active=True) & (Q(is_staff=True) | Q(is_superuser=True))  # access.is_admin's rule
+        admins = set(users.filter(admin).values_list("pk", flat=True))
+    return {g: (set(lms[g]) & set(user_ids)) | admins if g in lms else local for g in group_ids}
+
+
+def taught_groups(user):
+    """The ids of the courses ``user`` teaches: an administrator every one (not the role
+    groups), others those of their own groups they teach by the per-course rule."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return set()
+    if access.is_admin(user):
+        return set(Group.objects.exclude(pk__in=access.role_groups()).values_list("pk", flat=True))
+    own = list(access.own_groups(user).values_list("pk", flat=True))
+    return {g for g, ids in course_teachers(own, [user.pk]).items() if user.pk in ids}
+
+
 def teaches(user, group):
-    """Whether ``user`` runs ``group``'s course: an administrator, or an instructor in it."""
-    return access.is_admin(user) or access.teaching_groups(user).filter(pk=group.pk).exists()
+    """Whether ``user`` runs ``group``'s course: an administrator, or a member who teaches this
+    course (the LMS's role in it for an LMS course, the instructor role for a local one)."""
+    if access.is_admin(user):
+        return True
+    if user is None or not user.is_authenticated or not access.own_groups(user).filter(pk=group.pk).exists():
+        return False
+    return user.pk in course_teachers([group.pk], [user.pk])[group.pk]
 
 
 def visible_classes(user):
@@ -82,11 +129,12 @@ def visible_classes(user):
 
 
 def managed_classes(user):
-    """The classes ``user`` may change: administrators any, an instructor those of their courses."""
+    """The classes ``user`` may change: administrators any, an instructor those of the courses
+    they teach."""
     found = Class.objects.select_related("course", "image")
     if access.is_admin(user):
         return found
-    return found.filter(course__in=access.teaching_groups(user).exclude(pk__in=access.role_groups()))
+    return found.filter(course__in=taught_groups(user))
 
 
 # --- showback (``reservations.showback``'s hooks) ---------------------------------------------------
