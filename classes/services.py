@@ -354,6 +354,7 @@ def change_class(klass, *, actor, by=None, now=None, sessions=None, exceptions=N
     _check(values, by)
     replan = any(values[k] != getattr(klass, k) for k in changes if k not in NOT_PLANNED)
     replan = replan or values["sessions"] != _sessions(klass) or values["exceptions"] != _exceptions(klass)
+    _refuse_unapproved(klass, values, by, replan)
     with transaction.atomic():
         klass = Class.objects.select_for_update().get(pk=klass.pk)
         for name in changes:
@@ -367,6 +368,23 @@ def change_class(klass, *, actor, by=None, now=None, sessions=None, exceptions=N
         changelog.record(klass, "update", actor, changes={k: str(values[k]) for k in changes}, reason=reason)
     build_due(now, klass=klass, actor=actor)
     return klass
+
+
+def _refuse_unapproved(klass, values, by, replan):
+    """An approval covers the class as approved: for one that needed approval (it requires it,
+    or its image does), or a change to an image that does, a change of what is claimed (image,
+    seats, size, term, sessions) or dropping ``requires_approval`` would claim what no approver
+    saw. Refused for ``by`` (administrators and the system change it at once)."""
+    if by is None:
+        return
+    dropped = klass.requires_approval and not values["requires_approval"]
+    gated = klass.requires_approval or klass.image.requires_approval
+    if (replan or dropped) and approvals.needs_approval(by, values["image"], gated):
+        field = "image" if values["image"] != klass.image else "requires_approval" if dropped else "__all__"
+        log.warning("change of class %s refused to %s: it needs approval", klass.pk, by)
+        raise ValidationError(
+            {field: ["this change needs an approver's approval: ask an administrator, or ask for a new class"]}
+        )
 
 
 def delete_class(klass, *, actor, now=None):

@@ -244,3 +244,18 @@ def test_the_pages_show_waiting_and_let_an_approver_decide(client, sim_host, gat
     assert ApprovalRequest.objects.get().status == "pending"  # a denial needs a reason
     client.post(decide, {"decision": "approve", "reason": ""})
     assert ApprovalRequest.objects.get().status == "approved" and Reservation.objects.filter(user=requester).exists()
+
+
+def test_a_block_of_an_image_that_requires_approval_is_an_administrators(
+    sim_host, gated, lab, django_user_model, admin_user
+):
+    """A block claims its seats at once: an instructor's would go around the approval."""
+    teacher = django_user_model.objects.create_user("tess")
+    lab.user_set.add(teacher)
+    access.set_roles(teacher, ["instructor"], actor="test")
+    start = timezone.now() + 24 * H
+    block = {"name": "lab", "image": gated, "group": lab, "seats": 1, "start": start, "end": start + H}
+    with pytest.raises(ValidationError, match="needs an approver's approval"):
+        services.create_block(actor=teacher, created_by=teacher, **block)
+    assert not Reservation.objects.exists() and not Allocation.objects.exists()
+    assert services.create_block(actor=admin_user, created_by=admin_user, **block).seats == 1
