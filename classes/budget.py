@@ -124,7 +124,7 @@ def _rows(klass, user_ids):
         ready_at=Min("history__at", filter=Q(history__status=S.READY)),
         stop_at=Min("history__at", filter=Q(history__status__in=STOPPED)),
     )
-    fields = ("pk", "user_id", "start", "end", "status", "ready_at", "stop_at", "block__end", "occurrence")
+    fields = ("pk", "user_id", "start", "end", "status", "ready_at", "stop_at", "block__start", "block__end")
     return [dict(zip(fields, row, strict=True)) for row in found.order_by().values_list(*fields)]
 
 
@@ -137,7 +137,9 @@ def _seconds(row, end=None):
         end = min(end, row["stop_at"])
     since = max(row["start"], row["ready_at"] or row["start"])
     if row["block__end"] is not None:  # a seat: only what runs past its session counts
-        since = max(since, row["block__end"] + timedelta(weeks=row["occurrence"]))
+        # Each week of a block is at the local hour (``core.localtime.weekly``): its session is
+        # the seat's start and the block's length, never a whole number of UTC weeks later.
+        since = max(since, row["start"] + (row["block__end"] - row["block__start"]))
     return max(0.0, (end - since).total_seconds())
 
 

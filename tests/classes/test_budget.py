@@ -4,8 +4,9 @@ a request past the budget is refused with the hours left; extra hours raise it; 
 requests never pass it; only the course's instructors see everyone's and grant."""
 
 import threading
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -278,3 +279,28 @@ def test_the_cli_grants_and_shows_the_budget(capsys, sim_host, image, course, in
         call_command("class", "grant", str(klass.pk), student.username, "1", "--reason", " ")
     with pytest.raises(CommandError, match="not a number of hours"):
         call_command("class", "grant", str(klass.pk), student.username, "lots", "--reason", "x")
+
+
+def test_a_weekly_seat_across_daylight_saving_counts_only_past_its_own_session(
+    sim_host, image, course, instructor, student
+):
+    """A block's weeks are at the local hour: after the spring change a week's session ends an
+    hour earlier in UTC than a week after the first's, and only what runs past it counts."""
+    then = datetime(2027, 3, 1, tzinfo=UTC)
+    klass = make(
+        course,
+        image,
+        instructor,
+        first_day=date(2027, 3, 1),
+        last_day=date(2027, 3, 31),
+        sessions=[Session(6, time(3), 30)],
+    )
+    start = datetime(2027, 3, 8, 15, tzinfo=UTC)  # 10:00 in New York (EST); a week later EDT
+    block = reservations.create_block(
+        actor=instructor, name="lab", image=image, group=course, seats=2, start=start, end=start + H, weeks=2,
+        created_by=instructor, now=then, time_zone=ZoneInfo("America/New_York"),
+    )  # fmt: skip
+    seat = Reservation.objects.get(block=block, user=student, occurrence=1)
+    assert seat.start == datetime(2027, 3, 15, 14, tzinfo=UTC)
+    Reservation.objects.filter(pk=seat.pk).update(end=seat.end + H)  # kept an hour past its session
+    assert budget.standing(student, klass).used == 1
