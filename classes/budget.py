@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import time, timedelta
 from decimal import ROUND_DOWN, Decimal, InvalidOperation
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Min, Q, Sum
@@ -144,11 +145,24 @@ def _seconds(row, end=None):
 
 
 def _others(klass, user_ids):
-    """``{user id: [other classes of the same image they are a student of]}`` (for ``charged``)."""
+    """``{user id: [other classes of the same image they are a student of]}`` (for ``charged``):
+    only those whose term can hold a start in ``klass``'s (its dates give or take a day each
+    way, for the zones; ``charged`` compares the instants), their membership and teachers read
+    at once whatever their number, as this runs in every reservation's locked transaction."""
     others = {pk: [] for pk in user_ids}
-    for other in Class.objects.filter(image_id=klass.image_id).exclude(pk=klass.pk).select_related("course"):
-        for pk in students(other).filter(pk__in=user_ids).values_list("pk", flat=True):
-            others[pk].append(other)
+    slack = timedelta(days=2)
+    near = Class.objects.filter(image_id=klass.image_id).exclude(pk=klass.pk)
+    near = list(near.filter(first_day__lte=klass.last_day + slack, last_day__gte=klass.first_day - slack))
+    if not near or not user_ids:
+        return others
+    courses = {k.course_id for k in near}
+    through = get_user_model().groups.through.objects
+    members = set(through.filter(user_id__in=user_ids, group_id__in=courses).values_list("user_id", "group_id"))
+    teachers = course_teachers(courses, {user for user, _ in members})
+    for other in near:
+        for pk in user_ids:
+            if (pk, other.course_id) in members and pk not in teachers[other.course_id]:
+                others[pk].append(other)
     return others
 
 

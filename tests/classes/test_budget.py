@@ -9,15 +9,17 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from classes import budget, services
 from classes.calendar import Session
-from classes.models import BudgetGrant
+from classes.models import BudgetGrant, Class
 from core.models import ObjectChange
 from reservations import services as reservations
 from reservations.models import Reservation, ReservationHistory
@@ -179,6 +181,35 @@ def test_of_two_classes_of_one_image_the_term_that_started_last_binds(sim_host, 
     assert budget.standing(student, second).used == Decimal(3) and budget.standing(student, first).used == 0
     with pytest.raises(ValidationError, match="1 hour left of your 4-hour budget for Lab B"):
         reserve(student, image, later(5), 2 * H)
+
+
+def test_the_budget_check_reads_a_fixed_number_of_statements_however_many_classes(
+    sim_host, image, course, instructor, student
+):
+    """It runs in every reservation's locked transaction: other classes of the image (in other
+    courses of the student's, or terms far off) cost no statement each."""
+    klass = make(course, image, instructor)
+    reserve(student, image, later(1), H)
+    today = timezone.now().date()
+
+    def statements():
+        with CaptureQueriesContext(connection) as done:
+            assert budget.used_seconds(klass, [student.pk])[student.pk] == 3600
+        return len(done)
+
+    def another(n, first_day):
+        group = Group.objects.create(name=f"course-{n}")
+        group.user_set.add(student)
+        Class.objects.create(
+            course=group, name=f"c{n}", image=image, time_zone="UTC", first_day=first_day,
+            last_day=first_day + timedelta(days=20), hours_budget=1,
+        )  # fmt: skip
+
+    another(0, today - timedelta(days=30))
+    few = statements()
+    for n in range(1, 7):
+        another(n, today - timedelta(days=30) if n % 2 else today + timedelta(days=300))
+    assert statements() == few <= 8
 
 
 # --- parallel requests ---------------------------------------------------------------------------
