@@ -30,7 +30,7 @@ from decimal import ROUND_DOWN, Decimal, InvalidOperation
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Min, Q, Sum
+from django.db.models import Sum
 
 from accounts import access
 from classes import calendar
@@ -38,11 +38,10 @@ from classes.models import BudgetGrant, Class
 from classes.services import course_teachers, taught_groups, teaches
 from core import changelog
 from core.changelog import Actor
+from reservations import usage
 from reservations.models import Reservation
 from reservations.reserving import Budget
 
-S = Reservation.Status
-STOPPED = (S.ENDING, S.ENDED, S.FAILED, S.CANCELED)
 MAX_GRANT = Decimal(1000)
 
 
@@ -121,10 +120,7 @@ def _rows(klass, user_ids):
     found = Reservation.objects.filter(
         user_id__in=user_ids, image_id=klass.image_id, start__gte=first, start__lt=last, template_of__isnull=True
     )
-    found = found.annotate(
-        ready_at=Min("history__at", filter=Q(history__status=S.READY)),
-        stop_at=Min("history__at", filter=Q(history__status__in=STOPPED)),
-    )
+    found = usage.with_use_span(found)
     fields = ("pk", "user_id", "start", "end", "status", "ready_at", "stop_at", "block__start", "block__end")
     return [dict(zip(fields, row, strict=True)) for row in found.order_by().values_list(*fields)]
 
