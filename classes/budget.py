@@ -35,7 +35,7 @@ from django.db.models import Sum
 from accounts import access
 from classes import calendar
 from classes.models import BudgetGrant, Class
-from classes.services import course_teachers, taught_groups, teaches
+from classes.services import course_teachers, teaches
 from core import changelog
 from core.changelog import Actor
 from reservations import usage
@@ -100,11 +100,18 @@ def term(klass):
 
 
 def studied(user, image=None):
-    """The classes ``user`` is a student of (of ``image``): their courses' that they do not teach."""
+    """The classes ``user`` is a student of (of ``image``): their courses' that they do not teach.
+    (Who teaches is asked only of the courses with such a class: for most reservations, none,
+    and this is read in every one's locked transaction.)"""
     if user is None or access.is_admin(user):
         return Class.objects.none()
-    found = Class.objects.filter(course__in=access.own_groups(user)).exclude(course__in=taught_groups(user))
-    return found.filter(image=image) if image is not None else found
+    found = Class.objects.filter(course__in=access.own_groups(user))
+    found = found.filter(image=image) if image is not None else found
+    courses = set(found.values_list("course_id", flat=True))
+    if not courses:
+        return Class.objects.none()  # (read no more)
+    taught = [g for g, ids in course_teachers(courses, [user.pk]).items() if user.pk in ids]
+    return found.exclude(course__in=taught)
 
 
 def charged(classes, at):
