@@ -36,7 +36,6 @@ its time).
 """
 
 import logging
-from collections.abc import Callable, Iterable
 from datetime import date, time, timedelta
 
 from django.conf import settings
@@ -52,7 +51,6 @@ from classes import calendar
 from classes.models import Class, Meeting, NoSessionDay, WeeklySession
 from core import changelog
 from core.changelog import Actor
-from core.hooks import Hook
 from provisioning import quotas
 from provisioning import services as vms
 from reservations import approvals, blocks, reserving
@@ -75,22 +73,11 @@ def courses(user):
     return access.own_groups(user)
 
 
-# Teaching is per course. A course whose membership a higher layer knows (an LMS course: lti
-# fills this from the LMS's own membership roles) answers ``{group id: ids of the users who
-# teach it}`` for the given group ids it knows; a group it leaves out is a local course, where
-# a member holding the instructor role teaches it. (Without this, an Instructor of one LMS
-# course would run every course they are a learner of.)
-COURSE_TEACHERS: Hook[Callable[[Iterable[int]], dict[int, set[int]]]] = Hook(
-    "classes.services.COURSE_TEACHERS", single=True
-)
-
-
 def course_teachers(group_ids, user_ids):
     """``{group id: the ids of ``user_ids`` who teach it}``, by the per-course rule (an
     administrator teaches every course; membership is not checked here)."""
     group_ids, user_ids = list(group_ids), list(user_ids)
-    fill = COURSE_TEACHERS.one()
-    lms = fill(group_ids) if fill is not None and group_ids else {}
+    lms = access.known_teachers(group_ids)  # (LMS courses: the LMS's word; ``access.COURSE_TEACHERS``)
     users = get_user_model().objects.filter(pk__in=user_ids)
     local = set()
     if any(g not in lms for g in group_ids):

@@ -10,9 +10,9 @@ class LtiConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from classes import services as classes
+        from accounts import access
         from classes import views as course_pages
         from lti import teaching, views
 
         course_pages.COURSE_CARDS.register(views.course_card)
-        classes.COURSE_TEACHERS.register(teaching.course_teachers)
+        access.COURSE_TEACHERS.register(teaching.course_teachers)

@@ -1,4 +1,4 @@
-"""Who teaches an LMS course: the LMS says, per course (``classes.services.COURSE_TEACHERS``).
+"""Who teaches an LMS course: the LMS says, per course (``accounts.access.COURSE_TEACHERS``).
 
 A launch's roles are recorded per context by django-lti (``sync_data_from_launch`` keeps an
 ``LtiMembership`` of the launch's ``LtiUser`` in its ``LtiContext``, ``is_instructor`` from

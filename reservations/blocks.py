@@ -41,7 +41,7 @@ def teaching_groups(user):
     """``access.teaching_groups``, for the older permission too: never a role group."""
     if access.is_admin(user):
         return Group.objects.all()
-    return access.own_groups(user) if may_manage_blocks(user) else Group.objects.none()
+    return access.taught_of(user, access.own_groups(user)) if may_manage_blocks(user) else Group.objects.none()
 
 
 def create_block(*, actor, name, image, group, seats, start, end, weeks=1, created_by=None, now=None, time_zone=None):

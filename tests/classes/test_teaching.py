@@ -1,16 +1,20 @@
 """Teaching is per course: an Instructor of one LMS course who is a Learner in another is that
 other course's student (no changing its classes, no granting hours, its budget binds them, no
-seeing its students' usage); a local course keeps the rule of the instructor role."""
+seeing its students' usage or seats); a local course keeps the rule of the instructor role."""
+
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
+from django.utils import timezone
 from lti_tool.models import LtiContext, LtiDeployment, LtiMembership, LtiRegistration, LtiUser
 
 from accounts import access
 from classes import budget, services
 from lti.models import LtiCourse
-from reservations import showback
+from reservations import blocks, showback, visibility
+from reservations.models import Reservation
 
 pytestmark = pytest.mark.django_db
 
@@ -59,6 +63,16 @@ def test_an_instructor_of_one_lms_course_is_a_student_of_another(lms, sim_host, 
         budget.grant_hours(klass, bob, 10, "because", actor=carol, by=carol)
     assert list(budget.students(klass)) == [bob, carol]
     assert klass in budget.studied(carol, image)  # so its hours budget binds her
+    # Nor the course's blocks (its sessions' seats are some): not seen, not managed, none made.
+    assert Reservation.objects.filter(block__group=learnt, user=bob).exists()
+    assert not visibility.visible(carol).filter(user=bob).exists()
+    assert not blocks.managed_blocks(carol).filter(group=learnt).exists()
+    start = timezone.now() + timedelta(days=1)
+    with pytest.raises(PermissionDenied):
+        blocks.create_block(
+            actor=carol, created_by=carol, name="mine", image=image, group=learnt, seats=1, start=start,
+            end=start + timedelta(hours=1),
+        )  # fmt: skip
 
 
 def test_a_local_course_keeps_the_instructor_role_rule(lms, sim_host, image, term, course, instructor, student):
