@@ -156,7 +156,7 @@ def holders(capability):
 def can_manage_block(user, block):
     if is_admin(user):
         return True
-    return can(user, "teach") and own_groups(user).filter(pk=block.group_id).exists()
+    return teaching_groups(user).filter(pk=block.group_id).exists()
 
 
 def maintained_groups(user):

@@ -67,6 +67,7 @@ def test_an_instructor_of_one_lms_course_is_a_student_of_another(lms, sim_host, 
     assert Reservation.objects.filter(block__group=learnt, user=bob).exists()
     assert not visibility.visible(carol).filter(user=bob).exists()
     assert not blocks.managed_blocks(carol).filter(group=learnt).exists()
+    assert not access.can_manage_block(carol, Reservation.objects.filter(block__group=learnt).first().block)
     start = timezone.now() + timedelta(days=1)
     with pytest.raises(PermissionDenied):
         blocks.create_block(
