@@ -35,9 +35,12 @@ loses a role loses it on their tokens at once.
 """
 
 import logging
+from collections.abc import Callable
 
 from django.contrib.auth.models import Group, Permission
 from django.db.models import Q
+
+from core.hooks import Hook
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +106,35 @@ def own_groups(user):
     return user.groups.exclude(pk__in=role_groups().values("pk"))
 
 
+# Teaching is per course. A course whose membership a higher layer knows (an LMS course: lti
+# fills this from the LMS's own membership roles) answers ``{group id: ids of the users who
+# teach it}`` for the given group ids it knows; a group it leaves out is a local course, where
+# a member holding the instructor role teaches it. (Without this, an Instructor of one LMS
+# course would run every course they are a learner of.)
+COURSE_TEACHERS: Hook[Callable[[list], dict[int, set[int]]]] = Hook("accounts.access.COURSE_TEACHERS", single=True)
+
+
+def known_teachers(group_ids):
+    """``COURSE_TEACHERS``' answer for ``group_ids``: ``{group id: its teachers' ids}`` of the
+    courses among them whose teachers a higher layer knows."""
+    group_ids = list(group_ids)
+    fill = COURSE_TEACHERS.one()
+    return fill(group_ids) if fill is not None and group_ids else {}
+
+
+def taught_of(user, groups):
+    """``groups`` (a queryset) less the courses known per course (``COURSE_TEACHERS``) that
+    ``user`` does not teach."""
+    known = known_teachers(groups.values_list("pk", flat=True))
+    return groups.exclude(pk__in=[group for group, ids in known.items() if user.pk not in ids])
+
+
 def teaching_groups(user):
-    """The groups whose blocks ``user`` may create and manage."""
+    """The groups whose blocks ``user`` may create and manage: an instructor's own groups, less
+    the LMS courses the LMS does not make them an Instructor of."""
     if is_admin(user):
         return Group.objects.all()
-    return own_groups(user) if can(user, "teach") else Group.objects.none()
+    return taught_of(user, own_groups(user)) if can(user, "teach") else Group.objects.none()
 
 
 def holders(capability):
@@ -129,7 +156,7 @@ def holders(capability):
 def can_manage_block(user, block):
     if is_admin(user):
         return True
-    return can(user, "teach") and own_groups(user).filter(pk=block.group_id).exists()
+    return teaching_groups(user).filter(pk=block.group_id).exists()
 
 
 def maintained_groups(user):

@@ -27,21 +27,21 @@ from dataclasses import dataclass
 from datetime import time, timedelta
 from decimal import ROUND_DOWN, Decimal, InvalidOperation
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Min, Q, Sum
+from django.db.models import Sum
 
 from accounts import access
 from classes import calendar
 from classes.models import BudgetGrant, Class
-from classes.services import teaches
+from classes.services import course_teachers, teaches
 from core import changelog
 from core.changelog import Actor
+from reservations import usage
 from reservations.models import Reservation
 from reservations.reserving import Budget
 
-S = Reservation.Status
-STOPPED = (S.ENDING, S.ENDED, S.FAILED, S.CANCELED)
 MAX_GRANT = Decimal(1000)
 
 
@@ -100,13 +100,18 @@ def term(klass):
 
 
 def studied(user, image=None):
-    """The classes ``user`` is a student of (of ``image``): their courses' that they do not teach."""
+    """The classes ``user`` is a student of (of ``image``): their courses' that they do not teach.
+    (Who teaches is asked only of the courses with such a class: for most reservations, none,
+    and this is read in every one's locked transaction.)"""
     if user is None or access.is_admin(user):
         return Class.objects.none()
-    found = Class.objects.filter(course__in=access.own_groups(user)).exclude(
-        course__in=access.teaching_groups(user).values("pk")
-    )
-    return found.filter(image=image) if image is not None else found
+    found = Class.objects.filter(course__in=access.own_groups(user))
+    found = found.filter(image=image) if image is not None else found
+    courses = set(found.values_list("course_id", flat=True))
+    if not courses:
+        return Class.objects.none()  # (read no more)
+    taught = [g for g, ids in course_teachers(courses, [user.pk]).items() if user.pk in ids]
+    return found.exclude(course__in=taught)
 
 
 def charged(classes, at):
@@ -122,11 +127,8 @@ def _rows(klass, user_ids):
     found = Reservation.objects.filter(
         user_id__in=user_ids, image_id=klass.image_id, start__gte=first, start__lt=last, template_of__isnull=True
     )
-    found = found.annotate(
-        ready_at=Min("history__at", filter=Q(history__status=S.READY)),
-        stop_at=Min("history__at", filter=Q(history__status__in=STOPPED)),
-    )
-    fields = ("pk", "user_id", "start", "end", "status", "ready_at", "stop_at", "block__end", "occurrence")
+    found = usage.with_use_span(found)
+    fields = ("pk", "user_id", "start", "end", "status", "ready_at", "stop_at", "block__start", "block__end")
     return [dict(zip(fields, row, strict=True)) for row in found.order_by().values_list(*fields)]
 
 
@@ -139,16 +141,31 @@ def _seconds(row, end=None):
         end = min(end, row["stop_at"])
     since = max(row["start"], row["ready_at"] or row["start"])
     if row["block__end"] is not None:  # a seat: only what runs past its session counts
-        since = max(since, row["block__end"] + timedelta(weeks=row["occurrence"]))
+        # Each week of a block is at the local hour (``core.localtime.weekly``): its session is
+        # the seat's start and the block's length, never a whole number of UTC weeks later.
+        since = max(since, row["start"] + (row["block__end"] - row["block__start"]))
     return max(0.0, (end - since).total_seconds())
 
 
 def _others(klass, user_ids):
-    """``{user id: [other classes of the same image they are a student of]}`` (for ``charged``)."""
+    """``{user id: [other classes of the same image they are a student of]}`` (for ``charged``):
+    only those whose term can hold a start in ``klass``'s (its dates give or take a day each
+    way, for the zones; ``charged`` compares the instants), their membership and teachers read
+    at once whatever their number, as this runs in every reservation's locked transaction."""
     others = {pk: [] for pk in user_ids}
-    for other in Class.objects.filter(image_id=klass.image_id).exclude(pk=klass.pk).select_related("course"):
-        for pk in students(other).filter(pk__in=user_ids).values_list("pk", flat=True):
-            others[pk].append(other)
+    slack = timedelta(days=2)
+    near = Class.objects.filter(image_id=klass.image_id).exclude(pk=klass.pk)
+    near = list(near.filter(first_day__lte=klass.last_day + slack, last_day__gte=klass.first_day - slack))
+    if not near or not user_ids:
+        return others
+    courses = {k.course_id for k in near}
+    through = get_user_model().groups.through.objects
+    members = set(through.filter(user_id__in=user_ids, group_id__in=courses).values_list("user_id", "group_id"))
+    teachers = course_teachers(courses, {user for user, _ in members})
+    for other in near:
+        for pk in user_ids:
+            if (pk, other.course_id) in members and pk not in teachers[other.course_id]:
+                others[pk].append(other)
     return others
 
 
@@ -182,10 +199,11 @@ def roster(klass, users):
 
 
 def students(klass):
-    """The course's active members who do not teach it (a member teaches it holding ``teach``),
-    by user name."""
-    members = klass.course.user_set.filter(is_active=True).exclude(access.holders("teach"))
-    return members.order_by("username")
+    """The course's active members who do not teach it (by the per-course rule,
+    ``services.course_teachers``), by user name."""
+    members = klass.course.user_set.filter(is_active=True)
+    teachers = course_teachers([klass.course_id], members.values_list("pk", flat=True))[klass.course_id]
+    return members.exclude(pk__in=teachers).order_by("username")
 
 
 # --- the hook: one request against the budget -----------------------------------------------

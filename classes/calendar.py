@@ -1,6 +1,6 @@
 """A class's calendar: the moments of its weekly sessions over a term, in its time zone.
 
-Pure and Django-free (a test imports it with Django unconfigured): plain values in, plain
+Pure and Django-free (a test imports it with Django unconfigured; ``core.localtime`` is too): plain values in, plain
 values out. A session is a weekday, a local start time and a duration; its occurrences keep
 their *local* hour across a daylight-saving change (a 10:00 Monday session in Europe/Berlin is
 09:00 UTC in winter and 08:00 UTC in summer), so each one is resolved in the zone on its own
@@ -13,7 +13,8 @@ with the offset in force before the change (``fold=0``: 02:30 on the spring-forw
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from core import localtime
 
 WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 WEEK_MINUTES = 7 * 24 * 60
@@ -46,16 +47,17 @@ class Occurrence:
 
 
 def zone_of(name):
-    """The ``ZoneInfo`` of an IANA name; ``ValueError`` with a plain message if there is none."""
-    try:
-        return ZoneInfo(str(name))
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
-        raise ValueError(f"unknown time zone {name!r} (an IANA name such as Europe/Berlin)") from None
+    """The ``ZoneInfo`` of an IANA name; ``ValueError`` with a plain message if there is none
+    (``core.localtime.is_zone``: the one rule of which names are zones, for classes as for a
+    user's own zone)."""
+    if not localtime.is_zone(name):
+        raise ValueError(f"unknown time zone {name!r} (an IANA name such as Europe/Berlin)")
+    return localtime.zone(name)
 
 
 def at_local(day, start, zone):
     """``day`` at local ``start`` in ``zone`` (a ZoneInfo), as an aware UTC datetime."""
-    return datetime.combine(day, start, tzinfo=zone).astimezone(UTC)
+    return localtime.instant(datetime.combine(day, start), zone).astimezone(UTC)
 
 
 def occurrences(first_day, last_day, sessions, zone_name, skip=()):

@@ -39,9 +39,11 @@ import logging
 from datetime import date, time, timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from accounts import access, preferences
@@ -71,9 +73,41 @@ def courses(user):
     return access.own_groups(user)
 
 
+def course_teachers(group_ids, user_ids):
+    """``{group id: the ids of ``user_ids`` who teach it}``, by the per-course rule (an
+    administrator teaches every course; membership is not checked here)."""
+    group_ids, user_ids = list(group_ids), list(user_ids)
+    lms = access.known_teachers(group_ids)  # (LMS courses: the LMS's word; ``access.COURSE_TEACHERS``)
+    users = get_user_model().objects.filter(pk__in=user_ids)
+    local = set()
+    if any(g not in lms for g in group_ids):
+        local = set(users.filter(access.holders("teach")).values_list("pk", flat=True))
+    admins = set()
+    if lms:
+        admin = Q(is_active=True) & (Q(is_staff=True) | Q(is_superuser=True))  # access.is_admin's rule
+        admins = set(users.filter(admin).values_list("pk", flat=True))
+    return {g: (set(lms[g]) & set(user_ids)) | admins if g in lms else local for g in group_ids}
+
+
+def taught_groups(user):
+    """The ids of the courses ``user`` teaches: an administrator every one (not the role
+    groups), others those of their own groups they teach by the per-course rule."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return set()
+    if access.is_admin(user):
+        return set(Group.objects.exclude(pk__in=access.role_groups()).values_list("pk", flat=True))
+    own = list(access.own_groups(user).values_list("pk", flat=True))
+    return {g for g, ids in course_teachers(own, [user.pk]).items() if user.pk in ids}
+
+
 def teaches(user, group):
-    """Whether ``user`` runs ``group``'s course: an administrator, or an instructor in it."""
-    return access.is_admin(user) or access.teaching_groups(user).filter(pk=group.pk).exists()
+    """Whether ``user`` runs ``group``'s course: an administrator, or a member who teaches this
+    course (the LMS's role in it for an LMS course, the instructor role for a local one)."""
+    if access.is_admin(user):
+        return True
+    if user is None or not user.is_authenticated or not access.own_groups(user).filter(pk=group.pk).exists():
+        return False
+    return user.pk in course_teachers([group.pk], [user.pk])[group.pk]
 
 
 def visible_classes(user):
@@ -82,11 +116,12 @@ def visible_classes(user):
 
 
 def managed_classes(user):
-    """The classes ``user`` may change: administrators any, an instructor those of their courses."""
+    """The classes ``user`` may change: administrators any, an instructor those of the courses
+    they teach."""
     found = Class.objects.select_related("course", "image")
     if access.is_admin(user):
         return found
-    return found.filter(course__in=access.teaching_groups(user).exclude(pk__in=access.role_groups()))
+    return found.filter(course__in=taught_groups(user))
 
 
 # --- showback (``reservations.showback``'s hooks) ---------------------------------------------------
@@ -306,6 +341,7 @@ def change_class(klass, *, actor, by=None, now=None, sessions=None, exceptions=N
     _check(values, by)
     replan = any(values[k] != getattr(klass, k) for k in changes if k not in NOT_PLANNED)
     replan = replan or values["sessions"] != _sessions(klass) or values["exceptions"] != _exceptions(klass)
+    _refuse_unapproved(klass, values, by, replan)
     with transaction.atomic():
         klass = Class.objects.select_for_update().get(pk=klass.pk)
         for name in changes:
@@ -319,6 +355,23 @@ def change_class(klass, *, actor, by=None, now=None, sessions=None, exceptions=N
         changelog.record(klass, "update", actor, changes={k: str(values[k]) for k in changes}, reason=reason)
     build_due(now, klass=klass, actor=actor)
     return klass
+
+
+def _refuse_unapproved(klass, values, by, replan):
+    """An approval covers the class as approved: for one that needed approval (it requires it,
+    or its image does), or a change to an image that does, a change of what is claimed (image,
+    seats, size, term, sessions) or dropping ``requires_approval`` would claim what no approver
+    saw. Refused for ``by`` (administrators and the system change it at once)."""
+    if by is None:
+        return
+    dropped = klass.requires_approval and not values["requires_approval"]
+    gated = klass.requires_approval or klass.image.requires_approval
+    if (replan or dropped) and approvals.needs_approval(by, values["image"], gated):
+        field = "image" if values["image"] != klass.image else "requires_approval" if dropped else "__all__"
+        log.warning("change of class %s refused to %s: it needs approval", klass.pk, by)
+        raise ValidationError(
+            {field: ["this change needs an approver's approval: ask an administrator, or ask for a new class"]}
+        )
 
 
 def delete_class(klass, *, actor, now=None):

@@ -37,7 +37,7 @@ def zone(name, default="UTC"):
     return ZoneInfo("UTC")
 
 
-def _instant(wall, tz):
+def instant(wall, tz):
     """A naive local ``wall`` time in ``tz`` as an aware datetime in ``tz`` that exists."""
     return wall.replace(tzinfo=tz).astimezone(UTC).astimezone(tz)
 
@@ -52,7 +52,7 @@ def nth_week(start, tz: tzinfo, week):
 
     ``start`` is aware (any zone: it is read in ``tz``) or naive (a local time in ``tz``). The
     answer is aware, in ``tz``."""
-    return _instant(wall_clock(start, tz) + timedelta(weeks=week), tz)
+    return instant(wall_clock(start, tz) + timedelta(weeks=week), tz)
 
 
 def weekly(start, tz: tzinfo, weeks):

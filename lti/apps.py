@@ -10,7 +10,9 @@ class LtiConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
+        from accounts import access
         from classes import views as course_pages
-        from lti import views
+        from lti import teaching, views
 
         course_pages.COURSE_CARDS.register(views.course_card)
+        access.COURSE_TEACHERS.register(teaching.course_teachers)

@@ -22,7 +22,7 @@ Administrators' own requests do not wait: they could decide them anyway, and nob
 """
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -121,7 +121,8 @@ def ask_reservation(
         "gpus": gpus,
         "gpu_model": gpu_model,
     }
-    when = f"{first:%Y-%m-%d %H:%M} UTC" if later else "as soon as approved"
+    # The form's start is in the requester's zone; the summary is read by approvers anywhere.
+    when = f"{first.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if later else "as soon as approved"
     summary = f"a reservation of {image.name}, {when}, for {_span(last - first)}"
     starts_at = first if later else None
     return ask(

@@ -17,7 +17,7 @@ from core.errors import Conflict
 from provisioning import quotas
 from provisioning import services as vms
 from provisioning.models import VM
-from reservations import ending, reserving, status
+from reservations import approvals, ending, reserving, status
 from reservations.models import BlockAllocation, Reservation
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ def teaching_groups(user):
     """``access.teaching_groups``, for the older permission too: never a role group."""
     if access.is_admin(user):
         return Group.objects.all()
-    return access.own_groups(user) if may_manage_blocks(user) else Group.objects.none()
+    return access.taught_of(user, access.own_groups(user)) if may_manage_blocks(user) else Group.objects.none()
 
 
 def create_block(*, actor, name, image, group, seats, start, end, weeks=1, created_by=None, now=None, time_zone=None):
@@ -69,6 +69,10 @@ def create_block(*, actor, name, image, group, seats, start, end, weeks=1, creat
     if created_by is not None and not teaching_groups(created_by).filter(pk=group.pk).exists():
         log.warning("block for group %s refused to %s: not one of their groups", group.name, created_by)
         raise PermissionDenied(f"you may only make blocks for your own groups, not {group.name}")
+    if created_by is not None and approvals.needs_approval(created_by, image):
+        # A block claims seats at once: it would pass around the approval a reservation waits for.
+        refusal = f"{image.name} needs an approver's approval: an administrator makes its blocks"
+        raise ValidationError({"image": [refusal]})
     members = list(group.user_set.filter(is_active=True).order_by("username")) if isinstance(group, Group) else []
     with transaction.atomic():
         block = BlockAllocation.objects.create(

@@ -362,6 +362,9 @@ def csv_text(data):
     return out.getvalue()
 
 
+MAX_CLASS_ID = 2**53  # the API's bound too (``ShowbackQuery``)
+
+
 def filters_of(params, now=None):
     """``(first, last, by, filters)`` from query parameters (``from``/``to`` or ``first``/``last``,
     ``by``, ``image``, ``group``, ``kind``, ``class``), with a clear ``ValueError``."""
@@ -384,6 +387,8 @@ def filters_of(params, now=None):
             klass = int(klass)
         except (TypeError, ValueError):
             raise ValueError("class: a class id (a number)") from None
+        if not 1 <= klass <= MAX_CLASS_ID:  # (a larger one overflows the column: a 500, not "none")
+            raise ValueError(f"class: a class id (1 to {MAX_CLASS_ID})")
     return first, last, by, {"image": image, "group": group, "kind": kind, "class_id": klass}
 
 

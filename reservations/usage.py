@@ -35,6 +35,16 @@ S = Reservation.Status
 STOPPED = (S.ENDING, S.ENDED, S.FAILED, S.CANCELED)
 
 
+def with_use_span(reservations):
+    """``reservations`` annotated with the moments their use is counted from and to: ``ready_at``
+    (a machine first ready) and ``stop_at`` (first ending, ended, failed or canceled; None: not
+    yet). The one rule of "used from ready to stop", for this report and classes' hours budgets."""
+    return reservations.annotate(
+        ready_at=Min("history__at", filter=Q(history__status=S.READY)),
+        stop_at=Min("history__at", filter=Q(history__status__in=STOPPED)),
+    )
+
+
 @dataclass
 class Cell:
     seconds: int = 0
@@ -89,11 +99,7 @@ def _intervals(t0, t1, now):
     (image, group, used_from, used_to, wanted, ready_at, (user_id, vcpus, memory_mib, gpus,
     block_id)) — one query, plus one for groups. The last part is what showback counts."""
     rows = (
-        Reservation.objects.filter(end__gt=t0, created__lt=t1)  # created <= ready: a plain WHERE first
-        .annotate(
-            ready_at=Min("history__at", filter=Q(history__status=S.READY)),
-            stop_at=Min("history__at", filter=Q(history__status__in=STOPPED)),
-        )
+        with_use_span(Reservation.objects.filter(end__gt=t0, created__lt=t1))  # created <= ready: a plain WHERE first
         .filter(ready_at__lt=t1)
         .order_by()
         .values_list(

@@ -2,7 +2,10 @@
 or claimed until then; approved, it is made and its sessions claimed as any class's, and its
 instructor is told by mail (a real SMTP server, one for the module)."""
 
+from datetime import timedelta
+
 import pytest
+from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from accounts import access
@@ -12,6 +15,7 @@ from classes.models import Class, Meeting
 from provisioning import services as vms
 from reservations import approvals
 from reservations.models import ApprovalRequest
+from tests.images import sim_image
 from tests.mailserver import delivered
 
 pytestmark = pytest.mark.django_db
@@ -108,3 +112,31 @@ def test_the_course_page_sends_the_instructor_to_the_waiting_request(client, sim
     assert answer.status_code == 302 and answer["Location"] == reverse("reservations:approval", args=[request.pk])
     assert "Waiting for approval" in client.get(answer["Location"]).content.decode()
     assert not Class.objects.exists()
+
+
+def test_a_change_that_claims_what_no_approver_saw_is_refused(sim_host, image, course, instructor, term, admin_user):
+    """Approved (or made by the system), a class that requires approval keeps what was approved:
+    an instructor's change of its seats, term, image or flag is refused, claiming nothing."""
+    klass = services.create_class(
+        actor="test", course=course, name="Lab", image=image, requires_approval=True, seats=1, **term
+    )
+    claims = Allocation.objects.count()
+    longer = term["last_day"] + timedelta(days=7)
+    for change in ({"seats": 5}, {"last_day": longer}, {"vcpus": 8}, {"requires_approval": False}):
+        with pytest.raises(ValidationError, match="needs an approver's approval"):
+            services.change_class(klass, actor=instructor, by=instructor, **change)
+    klass.refresh_from_db()
+    assert (klass.seats, klass.last_day, klass.requires_approval) == (1, term["last_day"], True)
+    assert Allocation.objects.count() == claims
+    assert services.change_class(klass, actor=instructor, by=instructor, name="Lab 2").name == "Lab 2"
+    assert services.change_class(klass, actor=admin_user, by=admin_user, seats=2).seats == 2
+
+
+def test_a_change_to_an_image_that_requires_approval_is_refused(sim_host, image, course, instructor, term):
+    klass = services.create_class(actor="test", course=course, name="Lab", image=image, **term)
+    gated = sim_image("gated", requires_approval=True, min_memory_mib=256)
+    with pytest.raises(ValidationError, match="needs an approver's approval"):
+        services.change_class(klass, actor=instructor, by=instructor, image=gated)
+    klass.refresh_from_db()
+    assert klass.image == image and not klass.meetings.filter(block__image=gated).exists()
+    assert services.change_class(klass, actor=instructor, by=instructor, seats=3).seats == 3  # no approval: at once

@@ -4,19 +4,22 @@ a request past the budget is refused with the hours left; extra hours raise it; 
 requests never pass it; only the course's instructors see everyone's and grant."""
 
 import threading
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 import pytest
+from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from classes import budget, services
 from classes.calendar import Session
-from classes.models import BudgetGrant
+from classes.models import BudgetGrant, Class
 from core.models import ObjectChange
 from reservations import services as reservations
 from reservations.models import Reservation, ReservationHistory
@@ -180,6 +183,35 @@ def test_of_two_classes_of_one_image_the_term_that_started_last_binds(sim_host, 
         reserve(student, image, later(5), 2 * H)
 
 
+def test_the_budget_check_reads_a_fixed_number_of_statements_however_many_classes(
+    sim_host, image, course, instructor, student
+):
+    """It runs in every reservation's locked transaction: other classes of the image (in other
+    courses of the student's, or terms far off) cost no statement each."""
+    klass = make(course, image, instructor)
+    reserve(student, image, later(1), H)
+    today = timezone.now().date()
+
+    def statements():
+        with CaptureQueriesContext(connection) as done:
+            assert budget.used_seconds(klass, [student.pk])[student.pk] == 3600
+        return len(done)
+
+    def another(n, first_day):
+        group = Group.objects.create(name=f"course-{n}")
+        group.user_set.add(student)
+        Class.objects.create(
+            course=group, name=f"c{n}", image=image, time_zone="UTC", first_day=first_day,
+            last_day=first_day + timedelta(days=20), hours_budget=1,
+        )  # fmt: skip
+
+    another(0, today - timedelta(days=30))
+    few = statements()
+    for n in range(1, 7):
+        another(n, today - timedelta(days=30) if n % 2 else today + timedelta(days=300))
+    assert statements() == few <= 8
+
+
 # --- parallel requests ---------------------------------------------------------------------------
 
 
@@ -278,3 +310,28 @@ def test_the_cli_grants_and_shows_the_budget(capsys, sim_host, image, course, in
         call_command("class", "grant", str(klass.pk), student.username, "1", "--reason", " ")
     with pytest.raises(CommandError, match="not a number of hours"):
         call_command("class", "grant", str(klass.pk), student.username, "lots", "--reason", "x")
+
+
+def test_a_weekly_seat_across_daylight_saving_counts_only_past_its_own_session(
+    sim_host, image, course, instructor, student
+):
+    """A block's weeks are at the local hour: after the spring change a week's session ends an
+    hour earlier in UTC than a week after the first's, and only what runs past it counts."""
+    then = datetime(2027, 3, 1, tzinfo=UTC)
+    klass = make(
+        course,
+        image,
+        instructor,
+        first_day=date(2027, 3, 1),
+        last_day=date(2027, 3, 31),
+        sessions=[Session(6, time(3), 30)],
+    )
+    start = datetime(2027, 3, 8, 15, tzinfo=UTC)  # 10:00 in New York (EST); a week later EDT
+    block = reservations.create_block(
+        actor=instructor, name="lab", image=image, group=course, seats=2, start=start, end=start + H, weeks=2,
+        created_by=instructor, now=then, time_zone=ZoneInfo("America/New_York"),
+    )  # fmt: skip
+    seat = Reservation.objects.get(block=block, user=student, occurrence=1)
+    assert seat.start == datetime(2027, 3, 15, 14, tzinfo=UTC)
+    Reservation.objects.filter(pk=seat.pk).update(end=seat.end + H)  # kept an hour past its session
+    assert budget.standing(student, klass).used == 1

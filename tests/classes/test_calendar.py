@@ -71,6 +71,15 @@ def test_an_unknown_zone_is_refused_in_words():
         calendar.occurrences(date(2027, 1, 1), date(2027, 1, 8), [MON_10], "Mars/Olympus")
 
 
+def test_a_zone_is_one_the_rest_of_the_site_knows_too():
+    """One rule (``core.localtime.is_zone``): a file zoneinfo can read that is no IANA zone name
+    (``posix/…``, ``right/…``) is refused as it is for a user's own zone."""
+    assert calendar.zone_of(BERLIN).key == BERLIN
+    for name in ("posix/Europe/Berlin", "right/UTC", "", None):
+        with pytest.raises(ValueError, match="unknown time zone"):
+            calendar.zone_of(name)
+
+
 def test_sessions_and_exceptions_are_read_from_lines():
     assert calendar.parse_sessions("Mon 10:00 90\n\nthursday 14:00 120") == [MON_10, THU_14]
     assert calendar.parse_exceptions("2027-04-05 Easter Monday\n2027-05-01") == [

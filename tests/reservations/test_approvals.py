@@ -4,14 +4,15 @@ mailed; approved, it is reserved and built as any other and its requester is tol
 expired, its requester is told why and nothing was ever claimed. Who may decide: approvers of
 the requester's groups and administrators, never the requester."""
 
-from datetime import timedelta
+from datetime import UTC, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.urls import reverse
 from django.utils import timezone
 
-from accounts import access
+from accounts import access, preferences
 from capacity.models import Allocation
 from core.errors import Conflict
 from notifications.models import Notification
@@ -244,3 +245,34 @@ def test_the_pages_show_waiting_and_let_an_approver_decide(client, sim_host, gat
     assert ApprovalRequest.objects.get().status == "pending"  # a denial needs a reason
     client.post(decide, {"decision": "approve", "reason": ""})
     assert ApprovalRequest.objects.get().status == "approved" and Reservation.objects.filter(user=requester).exists()
+
+
+def test_a_block_of_an_image_that_requires_approval_is_an_administrators(
+    sim_host, gated, lab, django_user_model, admin_user
+):
+    """A block claims its seats at once: an instructor's would go around the approval."""
+    teacher = django_user_model.objects.create_user("tess")
+    lab.user_set.add(teacher)
+    access.set_roles(teacher, ["instructor"], actor="test")
+    start = timezone.now() + 24 * H
+    block = {"name": "lab", "image": gated, "group": lab, "seats": 1, "start": start, "end": start + H}
+    with pytest.raises(ValidationError, match="needs an approver's approval"):
+        services.create_block(actor=teacher, created_by=teacher, **block)
+    assert not Reservation.objects.exists() and not Allocation.objects.exists()
+    assert services.create_block(actor=admin_user, created_by=admin_user, **block).seats == 1
+
+
+def test_times_are_said_in_utc_to_approvers_and_in_the_readers_zone_on_pages(client, gated, requester, approver):
+    """The form's start is in the requester's zone: the summary an approver reads anywhere says
+    UTC of the same instant; the pages show the reader's zone and name it."""
+    berlin = ZoneInfo("Europe/Berlin")
+    preferences.set_time_zone(requester, "Europe/Berlin", actor=requester)
+    start = (timezone.now() + 24 * H).astimezone(berlin).replace(second=0, microsecond=0)
+    request = ask(requester, gated, start=start)
+    assert f"{start.astimezone(UTC):%Y-%m-%d %H:%M} UTC" in request.summary
+    client.force_login(requester)
+    page = client.get(reverse("reservations:approval", args=[request.pk])).content.decode()
+    expires = request.expires_at.astimezone(berlin)
+    assert f"{expires:%Y-%m-%d %H:%M} {expires:%Z}" in page and f"{expires:%H:%M} UTC" not in page
+    listing = client.get(reverse("reservations:approvals")).content.decode()
+    assert f"{expires:%Y-%m-%d %H:%M} {expires:%Z}" in listing and "When (UTC)" not in listing

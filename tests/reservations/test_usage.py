@@ -76,6 +76,13 @@ def test_hours_are_split_at_midnight_and_counted_from_ready_to_stop(history):
     ]
 
 
+def test_use_is_counted_from_ready_to_the_first_stop_by_one_rule(history):
+    """``with_use_span``: the usage report's and the hours budgets' one reading of a history."""
+    spans = usage.with_use_span(Reservation.objects.filter(start__in=[at(D, 23), at(D, 14)]))
+    found = sorted(spans.values_list("start", "ready_at", "stop_at"))
+    assert found == [(at(D, 14), None, at(D, 14, 5)), (at(D, 23), at(D, 23, 0, 30), at(D1, 0, 30))]
+
+
 def test_peak_concurrency_counts_overlaps_not_touching_windows(history):
     report = usage.report(D, D1, now=NOW)
     assert day(report, D)["peak"] == 2 and day(report, D1)["peak"] == 2

@@ -336,3 +336,14 @@ def test_days_stored_before_showback_existed_are_computed_live_until_stored_agai
     assert showback.stored_days(D, D) == {D} and UsageRollup.objects.filter(span="mark").count() == 1
     assert by_label(showback.report(D, D, by="user", scope=EVERYONE, now=NOW))["carol"]["hours"] == 6.0
     assert "(nobody)" not in by_label(showback.report(D, D, by="user", scope=EVERYONE, now=NOW))  # marks: no figures
+
+
+def test_a_class_id_out_of_range_is_refused_not_an_error(client, api, history, admin_user):
+    """Over stored days a huge id would overflow the database's integer: a 400, as the API's."""
+    client.force_login(admin_user)
+    query = "?from=2026-03-10&to=2026-03-12&by=user&class="
+    for bad in (str(2**64), str(2**53 + 1), "0", "-5"):
+        assert client.get("/reservations/showback/" + query + bad).status_code == 400, bad
+        assert client.get("/reservations/showback.csv" + query + bad).status_code == 400, bad
+        assert api(admin_user).get("/api/v1/usage/showback/" + query + bad).status_code == 400, bad
+    assert client.get("/reservations/showback/" + query + str(2**53)).status_code == 200
