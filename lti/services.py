@@ -415,6 +415,7 @@ def _admit(registration, body, context, lti_launch, attempts=2):
         try:
             with transaction.atomic():
                 sync_data_from_launch(lti_launch)
+                _launch_role_is_current(registration, body, context)
                 user = _account(registration, body)
                 course = _course(registration, context, (body.get(NRPS) or {}).get("context_memberships_url", ""))
                 actor = changelog.Actor(name=f"LTI {registration.name}")
@@ -425,6 +426,17 @@ def _admit(registration, body, context, lti_launch, attempts=2):
             if attempt == attempts - 1:
                 raise
             log.info("LTI launch from %s met a concurrent first launch; reading what it made", registration.issuer)
+
+
+def _launch_role_is_current(registration, body, context):
+    # django-lti sets a membership's is_instructor on an Instructor launch and never clears it:
+    # one the LMS demoted would go on teaching the course here (lti.teaching reads it).
+    LtiMembership.objects.filter(
+        user__registration=registration,
+        user__sub=str(body["sub"]),
+        context__deployment__registration=registration,
+        context__id_on_platform=str(context["id"]),
+    ).update(is_instructor=is_instructor(body.get(ROLES) or []))
 
 
 def is_instructor(roles):

@@ -24,3 +24,14 @@ def test_an_instructor_elsewhere_is_a_student_of_the_course_they_learn_in(client
     page = client.get(answer["Location"])
     assert page.status_code == 200 and b"sync-roster" not in page.content
     assert client.post(reverse("lti:sync-roster", args=[learnt.pk])).status_code == 404
+
+
+def test_an_instructor_the_lms_demoted_no_longer_teaches_the_course(client, platform, registration):
+    launch(client, platform, "ines")  # Instructor of net-101
+    taught = LtiCourse.objects.get(context_id="net-101").group
+    ines = User.objects.get(email="ines@uni.example")
+    assert classes.teaches(ines, taught)
+    platform.contexts["net-101"]["roles"]["ines"] = [LEARNER]
+    client.logout()
+    launch(client, platform, "ines")
+    assert not classes.teaches(User.objects.get(pk=ines.pk), taught)
