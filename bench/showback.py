@@ -117,7 +117,7 @@ def make_history(ids, courses, classes, days, per_week, seed=1):
 
 
 def roll_months(days):
-    """The month rows of the stored year (what ``usage.aggregate`` keeps up as it stores days)."""
+    """The month rows of the stored year (what ``rollup.aggregate`` keeps up as it stores days)."""
     from django.db import transaction
     from django.utils import timezone
 

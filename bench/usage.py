@@ -34,7 +34,7 @@ def main(argv=None):
     from django.utils import timezone
 
     from provisioning import services as vms
-    from reservations import demo, usage
+    from reservations import demo, rollup, usage
 
     for name in ("debian-12", "ubuntu-24.04", "windows-11", "matlab-r2025", "rstudio"):
         vms.create_image(actor="bench", name=name, os=name)
@@ -50,7 +50,7 @@ def main(argv=None):
         live, expected = timed(lambda f=first, la=last: usage.report(f, la, stored=False), repeat=1)
         rows.append((f"report, {label}, live from the history", live))
         if label == "year":
-            backfill, _ = timed(lambda: usage.backfill(year[0], year[1]), repeat=1)
+            backfill, _ = timed(lambda: rollup.backfill(year[0], year[1]), repeat=1)
             rows.append(("backfill of the year (once)", backfill))
         stored, got = timed(lambda f=first, la=last: usage.report(f, la))
         assert got == expected, "stored and live reports differ"

@@ -13,7 +13,7 @@ Contract: a *use* is one machine held for someone over ``[start, end)``:
 Each use is split at UTC midnights and summed per (day, kind, user, image, group, class):
 seconds, vCPU-seconds, MiB-seconds (memory), GPU-seconds, and uses started that day. The group
 is the block's, else the user's first (``usage``'s rule). ``compute`` does that from the
-history; ``usage.aggregate`` stores it as ``UsageRollup`` rows with the day's ``UsageDay``
+history; ``rollup.aggregate`` stores it as ``UsageRollup`` rows with the day's ``UsageDay``
 rows (one transaction), with a mark row per day stored; ``report`` sums the stored days in SQL
 (whole months from their month rows) and computes the others (today) live.
 
@@ -153,7 +153,7 @@ def _month_end(month):
 
 def roll_months(first, last):
     """Rebuild the month rows of the months that ``first..last`` touches from their stored day
-    rows (``usage.aggregate`` calls it in its transaction, after storing those days)."""
+    rows (``rollup.aggregate`` calls it in its transaction, after storing those days)."""
     months = sorted({day.replace(day=1) for day in usage._days(first, last)})
     UsageRollup.objects.filter(span=SPAN.MONTH, day__in=months).delete()
     for month in months:

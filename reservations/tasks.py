@@ -33,9 +33,9 @@ def tick():
 
 
 def aggregate_usage():
-    from reservations import usage
+    from reservations import rollup
 
-    return [day.isoformat() for day in usage.aggregate_missing()]
+    return [day.isoformat() for day in rollup.aggregate_missing()]
 
 
 def idle_round(now=None):

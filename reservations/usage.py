@@ -9,12 +9,10 @@ one still going). Days are UTC. Its group is its block's group, else its user's 
 first ``ready``, never negative, counted on the day it became ready.
 
 ``compute(first, last)`` reads the history for the days ``first..last`` in one query and returns
-``{day: DayUsage}``; ``aggregate(day)`` stores one past day's figures as ``UsageDay`` and
-``UsagePeak`` rows (the same function, so stored == live); ``report(first, last, image=, group=)``
-reads the stored days and computes the days not stored (today) live. ``csv_text(report)`` is
-the export. Nothing here writes but ``aggregate``/``aggregate_missing``, which also store
-``reservations.showback``'s per-user figures of the same days (every kind of use, the same
-reservation intervals) in the same transaction.
+``{day: DayUsage}``; ``reservations.rollup`` stores past days' figures as ``UsageDay`` and
+``UsagePeak`` rows with it (the same function, so stored == live), beside showback's;
+``report(first, last, image=, group=)`` reads the stored days and computes the days not stored
+(today) live. ``csv_text(report)`` is the export. Nothing here writes.
 """
 
 import io
@@ -22,14 +20,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 
-from django.db import transaction
 from django.db.models import Count, Min, Q
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from core import spreadsheets
 from placement import refusals as placement_reasons
-from reservations.models import Refusal, Reservation, UsageDay, UsagePeak, UsageRollup
+from reservations.models import Refusal, Reservation, UsageDay, UsagePeak
 
 S = Reservation.Status
 STOPPED = (S.ENDING, S.ENDED, S.FAILED, S.CANCELED)
@@ -166,64 +163,6 @@ def compute(first, last, now=None, intervals=None):
         # The (any, any) row is always there: it marks the day as stored, even an empty one.
         out[day].peaks = {(None, None): 0, **{key: _peak(s) for key, s in by_key.items()}}
     return out
-
-
-def aggregate(first, last=None, now=None):
-    """Store the days ``first..last`` (one history query), replacing what was stored: the
-    reservation figures (``UsageDay``, ``UsagePeak``) and every kind's use per user, class,
-    group and image (``UsageRollup``, ``reservations.showback``), in one transaction."""
-    from reservations import showback
-
-    last = last or first
-    now = now or timezone.now()
-    intervals = _intervals(day_start(first), day_start(last + timedelta(days=1)), now)
-    computed = compute(first, last, now, intervals)
-    rolled = showback.compute(first, last, now, intervals)
-    with transaction.atomic():
-        UsageDay.objects.filter(day__range=(first, last)).delete()
-        UsagePeak.objects.filter(day__range=(first, last)).delete()
-        UsageRollup.objects.filter(span__in=("day", "mark"), day__range=(first, last)).delete()
-        showback.store(rolled)
-        showback.roll_months(first, last)
-        UsageDay.objects.bulk_create(
-            [
-                UsageDay(day=day, image=image, group=group, **vars(cell))
-                for day, usage in computed.items()
-                for (image, group), cell in usage.cells.items()
-            ],
-            batch_size=1000,
-        )
-        UsagePeak.objects.bulk_create(
-            [
-                UsagePeak(day=day, image=image, group=group, peak=peak)
-                for day, usage in computed.items()
-                for (image, group), peak in usage.peaks.items()
-            ],
-            batch_size=1000,
-        )
-    return sorted(computed)
-
-
-def aggregate_missing(now=None, days=2):
-    """The periodic task: store the last ``days`` complete days (re-done: late history changes
-    such as an end recorded after midnight are picked up). Returns the days stored."""
-    today = (now or timezone.now()).astimezone(UTC).date()
-    return aggregate(today - timedelta(days=days), today - timedelta(days=1), now)
-
-
-def backfill(first, last, now=None, chunk=31):
-    """Store every day ``first..last`` (dates; never today or later), a month per query."""
-    today = (now or timezone.now()).astimezone(UTC).date()
-    last = min(last, today - timedelta(days=1))
-    stored = []
-    while first <= last:
-        stop = min(last, first + timedelta(days=chunk - 1))
-        stored += aggregate(first, stop, now)
-        first = stop + timedelta(days=1)
-    return stored
-
-
-# --- the report -------------------------------------------------------------------------------
 
 
 def _stored(first, last, image, group):

@@ -56,9 +56,9 @@ inventory.set_state(hosts[12], "offline", "demo: power supply failed", actor="de
 USAGE_SCENE = """
 from datetime import timedelta
 from django.utils import timezone
-from reservations import demo, usage
+from reservations import demo, rollup
 demo.usage_history(30, 40)
-usage.backfill(timezone.now().date() - timedelta(days=30), timezone.now().date())
+rollup.backfill(timezone.now().date() - timedelta(days=30), timezone.now().date())
 """
 
 TEMPLATE_SCENE = """

@@ -35,9 +35,9 @@ def history(image, alice, bob):
 
 def test_the_usage_page_draws_its_charts_under_the_csp(admin_user, alice, bob, image, login):
     history(image, alice, bob)
-    from reservations import usage
+    from reservations import rollup
 
-    usage.backfill(timezone.now().date() - timedelta(days=30), timezone.now().date())
+    rollup.backfill(timezone.now().date() - timedelta(days=30), timezone.now().date())
     assert UsagePeak.objects.exists()
     page = login("admin", "admin-pass-1")
     seen = _violations(page)

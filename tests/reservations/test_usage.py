@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
 from provisioning.models import Image
-from reservations import services, usage
+from reservations import rollup, services, usage
 from reservations.models import Refusal, Reservation, ReservationHistory, UsageDay, UsagePeak
 
 pytestmark = pytest.mark.django_db
@@ -107,7 +107,7 @@ def test_refusals_are_counted_by_reason_and_mean_time_to_ready(history):
 
 def test_stored_days_equal_the_live_computation(history):
     live = usage.report(D - timedelta(days=1), D1 + timedelta(days=1), now=NOW, stored=False)
-    assert usage.backfill(D - timedelta(days=1), NOW.date(), now=NOW)[-1] == NOW.date() - timedelta(days=1)
+    assert rollup.backfill(D - timedelta(days=1), NOW.date(), now=NOW)[-1] == NOW.date() - timedelta(days=1)
     assert UsagePeak.objects.filter(day=D - timedelta(days=1), image=None, group=None).exists()  # empty day marked
     stored = usage.report(D - timedelta(days=1), D1 + timedelta(days=1), now=NOW)
     assert stored == live
@@ -122,7 +122,7 @@ def test_stored_days_equal_the_live_computation(history):
 
 def test_today_is_computed_live_up_to_now(history):
     now = at(D1, 1)  # r1 still held; r2 still going until its early end at 00:30
-    assert usage.backfill(D, D1, now=now) == [D]  # never today
+    assert rollup.backfill(D, D1, now=now) == [D]  # never today
     assert not UsagePeak.objects.filter(day=D1).exists()
     assert usage.report(D1, D1, now=now)["days"][0]["hours"] == 1.5  # r1 1 h + r2 30 min, so far
 
@@ -133,7 +133,7 @@ def test_the_backfill_command(history):
 
 
 def test_the_periodic_task_stores_the_last_complete_days(history):
-    assert usage.aggregate_missing(now=at(D1 + timedelta(days=1), 3)) == [D, D1]
+    assert rollup.aggregate_missing(now=at(D1 + timedelta(days=1), 3)) == [D, D1]
     assert UsageDay.objects.filter(day=D).count() == 2
 
 

@@ -14,7 +14,7 @@ from accounts import access
 from capacity.models import Allocation
 from classes.models import Class, Meeting
 from provisioning.models import VM
-from reservations import showback, usage
+from reservations import rollup, showback
 from reservations.models import BlockAllocation, Reservation, UsageRollup
 from runs.models import Run
 from tests.reservations.test_usage import at, made
@@ -141,7 +141,7 @@ def test_grouping_by_class_group_and_image(history):
 
 
 def test_stored_days_equal_the_live_computation(history):
-    usage.backfill(D, D2, now=NOW)
+    rollup.backfill(D, D2, now=NOW)
     stored = UsageRollup.objects.filter(kind="class", span="day").get()
     assert (stored.username, stored.class_id, stored.class_name, stored.seconds) == (
         "bob",
@@ -161,7 +161,7 @@ def test_stored_days_equal_the_live_computation(history):
 
 def test_today_is_computed_live_up_to_now(history):
     now = at(D1, 1)
-    usage.backfill(D, D1, now=now)  # stores D only
+    rollup.backfill(D, D1, now=now)  # stores D only
     assert by_label(showback.report(D1, D1, by="user", scope=EVERYONE, now=now))["alice"]["hours"] == 1.0
 
 
@@ -206,7 +206,7 @@ def test_a_student_sees_only_their_own_and_staff_everything(history, admin_user,
         assert (
             showback.report(D, D2, by="user", scope=showback.visible_usage(viewer), now=NOW)["totals"]["hours"] == 12.5
         )
-    usage.backfill(D, D2, now=NOW)  # the stored path applies the same rule
+    rollup.backfill(D, D2, now=NOW)  # the stored path applies the same rule
     assert showback.report(D, D2, by="user", scope=showback.visible_usage(history["bob"]), now=NOW) == mine
 
 
@@ -280,7 +280,7 @@ def test_anonymous_callers_get_nothing(client):
 def test_a_whole_stored_month_is_read_from_its_month_rows(history):
     later = datetime(2026, 4, 3, tzinfo=NOW.tzinfo)
     march = (date(2026, 3, 1), date(2026, 3, 31))
-    usage.backfill(date(2026, 2, 25), date(2026, 4, 2), now=later)
+    rollup.backfill(date(2026, 2, 25), date(2026, 4, 2), now=later)
     month = UsageRollup.objects.filter(span="month", day=march[0])
     assert month.get(kind="vm").seconds == 6 * 3600 and month.filter(kind="reservation").get().uses == 1
     for by in showback.GROUPINGS:
@@ -291,7 +291,7 @@ def test_a_whole_stored_month_is_read_from_its_month_rows(history):
     assert by_label(showback.report(*march, by="user", scope=EVERYONE, now=later))["carol"]["hours"] == 1.0
     assert by_label(showback.report(D, D2, by="user", scope=EVERYONE, now=later))["carol"]["hours"] == 6.0
     # Storing a day again rebuilds its month from the day rows.
-    usage.aggregate(D, now=later)
+    rollup.aggregate(D, now=later)
     assert by_label(showback.report(*march, by="user", scope=EVERYONE, now=later))["carol"]["hours"] == 6.0
 
 
@@ -332,7 +332,7 @@ def test_days_stored_before_showback_existed_are_computed_live_until_stored_agai
     UsagePeak.objects.create(day=D, image=None, group=None, peak=0)
     assert showback.stored_days(D, D) == set()
     assert by_label(showback.report(D, D, by="user", scope=EVERYONE, now=NOW))["carol"]["hours"] == 6.0
-    usage.backfill(D, D, now=NOW)
+    rollup.backfill(D, D, now=NOW)
     assert showback.stored_days(D, D) == {D} and UsageRollup.objects.filter(span="mark").count() == 1
     assert by_label(showback.report(D, D, by="user", scope=EVERYONE, now=NOW))["carol"]["hours"] == 6.0
     assert "(nobody)" not in by_label(showback.report(D, D, by="user", scope=EVERYONE, now=NOW))  # marks: no figures

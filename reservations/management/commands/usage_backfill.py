@@ -5,7 +5,7 @@ from datetime import date, timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from reservations import usage
+from reservations import rollup
 
 
 class Command(BaseCommand):
@@ -27,5 +27,5 @@ class Command(BaseCommand):
             raise CommandError("--from / --to: give dates as YYYY-MM-DD") from None
         if first > last:
             raise CommandError("--from must not be after --to")
-        days = usage.backfill(first, last)
+        days = rollup.backfill(first, last)
         self.stdout.write(f"stored {len(days)} day(s)")
