@@ -234,7 +234,7 @@ class UsageDay(models.Model):
     """One UTC day of reservation use for one image and group (``reservations.usage`` fills it).
 
     Additive figures only, so any filter sums rows. The group of a reservation is its block's
-    group, else its user's first group (lowest id), else "" (no group). Names, not keys: a
+    group, else its user's first group (lowest id) that gives no role, else "" (no group). Names, not keys: a
     deleted image or group keeps its history.
     """
 

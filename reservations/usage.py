@@ -67,16 +67,23 @@ def _days(first, last):
 def _user_groups(user_ids):
     from django.contrib.auth import get_user_model
 
+    from accounts import access
+
+    # A role group gathers everyone holding the role: it says what one may do, not whose use it is.
     through = get_user_model().groups.through
     first = {}
-    rows = through.objects.filter(user_id__in=user_ids).order_by("user_id", "group_id")
+    rows = (
+        through.objects.filter(user_id__in=user_ids)
+        .exclude(group_id__in=access.role_groups())
+        .order_by("user_id", "group_id")
+    )
     for user_id, name in rows.values_list("user_id", "group__name"):
         first.setdefault(user_id, name)
     return first
 
 
 def group_of_user(user):
-    """A user's group for usage (their first group by id), "" for none or no user."""
+    """A user's group for usage (their first group by id that is no role group), "" for none or no user."""
     if user is None:
         return ""
     return _user_groups([user.pk]).get(user.pk, "")

@@ -126,13 +126,10 @@ def test_grouping_by_class_group_and_image(history):
         (str(history["intro"].pk), "Intro", 1.0),
     ]
     groups = by_label(showback.report(D, D2, by="group", scope=EVERYONE, now=NOW))
-    # A user's first group (lowest id) is the usage group: alice's is the instructor role's
-    # (made at migrate time), bob's cs101 (the seat's block's group too); carol has none.
-    assert {label: row["hours"] for label, row in groups.items()} == {
-        "(no group)": 6.0,
-        "instructor": 4.0,
-        "cs101": 2.5,
-    }
+    # A user's first group (lowest id) that is no role group is the usage group: alice's and
+    # bob's cs101 (the seat's block's group too; alice's instructor role is no group of use);
+    # carol has none.
+    assert {label: row["hours"] for label, row in groups.items()} == {"(no group)": 6.0, "cs101": 6.5}
     assert [r["label"] for r in showback.report(D, D2, by="image", scope=EVERYONE, now=NOW)["rows"]] == ["debian-12"]
     only_runs = showback.report(D, D2, by="user", scope=EVERYONE, filters={"kind": "run"}, now=NOW)
     assert [(r["label"], r["hours"]) for r in only_runs["rows"]] == [("bob", 1.5)]
