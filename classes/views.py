@@ -22,15 +22,13 @@ from classes.forms import ClassForm, GrantForm, add_service_errors
 from core.hooks import Hook
 from reservations.models import ApprovalRequest
 
-MAX_ID = 2**63 - 1  # beyond the column's range: SQLite would raise instead of finding nothing
-
 # Cards of the layers above on the course page (lti: the LMS roster sync), filled in their
 # ready(): ``(request, group) -> context`` with the card's ``template``, or None (no card).
 COURSE_CARDS: Hook[Callable] = Hook("classes.views.COURSE_CARDS")
 
 
 def _course(request, group_id):
-    return get_object_or_404(services.courses(request.user), pk=min(group_id, MAX_ID))  # not yours: 404
+    return get_object_or_404(services.courses(request.user), pk=group_id)  # not yours: 404
 
 
 @login_required
@@ -89,7 +87,7 @@ def _budget(user, klass, teaching, studied):
 @require_POST
 def grant(request, group_id, pk):
     group = _course(request, group_id)
-    klass = get_object_or_404(services.managed_classes(request.user).filter(course=group), pk=min(pk, MAX_ID))
+    klass = get_object_or_404(services.managed_classes(request.user).filter(course=group), pk=pk)
     form = GrantForm(request.POST, students=budget.students(klass))
     if form.is_valid():
         data = form.cleaned_data
@@ -109,7 +107,7 @@ def grant(request, group_id, pk):
 @login_required
 def edit(request, group_id, pk):
     group = _course(request, group_id)
-    klass = get_object_or_404(services.managed_classes(request.user).filter(course=group), pk=min(pk, MAX_ID))
+    klass = get_object_or_404(services.managed_classes(request.user).filter(course=group), pk=pk)
     form = ClassForm(request.POST or None, user=request.user, initial=ClassForm.initial_of(klass))
     if request.method == "POST" and form.is_valid():
         try:
@@ -126,7 +124,7 @@ def edit(request, group_id, pk):
 @require_POST
 def delete(request, group_id, pk):
     group = _course(request, group_id)
-    klass = get_object_or_404(services.managed_classes(request.user).filter(course=group), pk=min(pk, MAX_ID))
+    klass = get_object_or_404(services.managed_classes(request.user).filter(course=group), pk=pk)
     dropped = services.delete_class(klass, actor=request.user)
     messages.success(request, f"Class {klass.name} deleted; {dropped} sessions to come canceled.")
     return redirect("classes:course", group_id=group.pk)

@@ -42,3 +42,9 @@ def test_a_role_group_is_no_course(client, alice):
 
 def test_signing_in_comes_first(client, course):
     assert client.get(f"/classes/{course.pk}/").status_code == 302
+
+
+def test_an_id_beyond_the_columns_range_is_a_404_not_a_server_error(client, alice):
+    client.force_login(alice)
+    assert client.get(f"/classes/{2**64}/").status_code == 404
+    assert client.get(f"/classes/{2**64}/classes/{2**64}/").status_code == 404
