@@ -238,6 +238,42 @@ def ws_connect(asgi_server):
         client.close()
 
 
+@pytest.fixture
+def ws_refusal(asgi_server):
+    """``ws_refusal(path, cookie=None)`` → (close code, [text messages]) of a websocket the server
+    closes at once. The frames are parsed without ever answering the close: the ``websockets``
+    client drops frames it read together with the close when its close reply meets a reset
+    connection, and a refusal's reason travels in the text frame just before the close."""
+    import socket
+
+    from websockets.client import ClientProtocol
+    from websockets.frames import Opcode
+    from websockets.uri import parse_uri
+
+    def refuse(path, cookie=None):
+        port = asgi_server.port
+        protocol = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}{path}"), origin=f"http://127.0.0.1:{port}")
+        request = protocol.connect()
+        if cookie:
+            request.headers["Cookie"] = cookie
+        protocol.send_request(request)
+        texts = []
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            for data in protocol.data_to_send():
+                sock.sendall(data)
+            while protocol.close_rcvd is None:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                protocol.receive_data(data)
+                events = protocol.events_received()
+                texts += [e.data.decode() for e in events if getattr(e, "opcode", None) is Opcode.TEXT]
+        assert protocol.close_rcvd is not None, f"the server did not close the websocket; it said {texts}"
+        return protocol.close_rcvd.code, texts
+
+    return refuse
+
+
 # --- inventory objects, made through the services -----------------------------------
 
 

@@ -43,10 +43,10 @@ COLOURS = """() => {
 }"""
 
 
-def refused(client):
-    said = client.connection.recv(timeout=10)
-    assert said.startswith(REFUSED_PREFIX), said
-    return said.removeprefix(REFUSED_PREFIX).removesuffix("]\r\n")
+def refused(said):
+    code, texts = said
+    assert code == 4403 and len(texts) == 1 and texts[0].startswith(REFUSED_PREFIX), said
+    return texts[0].removeprefix(REFUSED_PREFIX).removesuffix("]\r\n")
 
 
 def test_the_console_shows_a_real_guest_to_its_owner_only(
@@ -61,6 +61,7 @@ def test_the_console_shows_a_real_guest_to_its_owner_only(
     login,
     page,
     ws_connect,
+    ws_refusal,
     session_cookie,
 ):
     rid = reserve(api(alice), guest)
@@ -100,17 +101,17 @@ def test_the_console_shows_a_real_guest_to_its_owner_only(
     first = ws_connect(vnc + ticket, cookie=session_cookie(alice))
     assert first.connection.recv(timeout=10) == b"RFB 003.008\n"
     first.close()
-    assert refused(ws_connect(vnc + ticket, cookie=session_cookie(alice))) == "this console ticket was used already"
+    assert refused(ws_refusal(vnc + ticket, cookie=session_cookie(alice))) == "this console ticket was used already"
 
     ticket = services.issue(alice, vm, "vnc")
     ConsoleTicket.objects.filter(expires__gt=timezone.now(), used__isnull=True).update(
         expires=timezone.now() - timedelta(seconds=1)
     )
-    assert refused(ws_connect(vnc + ticket, cookie=session_cookie(alice))) == "this console ticket expired"
+    assert refused(ws_refusal(vnc + ticket, cookie=session_cookie(alice))) == "this console ticket expired"
 
     ticket = services.issue(alice, vm, "serial")
     serial = f"/ws/console/{vm.pk}/serial/?ticket={ticket}"
-    assert refused(ws_connect(serial, cookie=session_cookie(bob))) == "this console ticket was issued to another user"
+    assert refused(ws_refusal(serial, cookie=session_cookie(bob))) == "this console ticket was issued to another user"
 
     other = browser.new_context(base_url=asgi_server.url)
     try:
