@@ -5,6 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# Every process the tests start (workers, servers, commands) would compile vclmgr's modules
+# again if an environment forbids writing bytecode; the caches are ignored by git.
+unexport PYTHONDONTWRITEBYTECODE
 # Debian packages: build deps of libvirt-python, libvirt's test driver, Go + govmomi for
 # VMware's vSphere simulator, Ganeti's htools (comparison peer) and RAPI client (drives /2/),
 # Chromium (browser tests),

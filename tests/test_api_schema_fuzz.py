@@ -73,6 +73,9 @@ METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 SCHEMA_PATH = "/api/v1/schema/"
 
 
+_served = {}  # this process's copy of the served schema
+
+
 @pytest.fixture
 def served_schema(db, settings, monkeypatch):
     """The schema the API serves, and the application that serves it."""
@@ -84,7 +87,9 @@ def served_schema(db, settings, monkeypatch):
     for signal in (request_started, request_finished):
         signal.disconnect(close_old_connections)
     app = get_wsgi_application()
-    yield schemathesis.openapi.from_wsgi(SCHEMA_PATH, app).raw_schema, app
+    if "raw" not in _served:  # the same for every item: drf-spectacular builds it in about 2 s
+        _served["raw"] = schemathesis.openapi.from_wsgi(SCHEMA_PATH, app).raw_schema
+    yield copy.deepcopy(_served["raw"]), app
     for signal in (request_started, request_finished):
         signal.connect(close_old_connections)
 
