@@ -6,6 +6,8 @@ program when asked). Loaders at the edge build a `Cluster` snapshot; this packag
 - where does a request go (`place`, `PlacementEngine.place`), or why not, and from when it
   would fit (`earliest_fit`);
 - N requests at once, optionally all-or-nothing (`place_many`);
+- an environment's VMs as a gang: all or none, those of one private network on one host
+  (`place_gang`, `earliest_gang_fit`);
 - Ganeti compatibility in `placement.ganeti`: the htools text format, the
   IAllocator protocol both ways, capacity planning (hspace), balancing (hbal) and
   consolidation (hsqueeze).
@@ -21,6 +23,7 @@ _EXPORTS = {
         "model",
     ),
     **dict.fromkeys(("earliest_fit", "place", "place_many"), "oneshot"),
+    **dict.fromkeys(("Gang", "GangResult", "earliest_gang_fit", "place_gang"), "gang"),
     "PlacementOptions": "options",
     **dict.fromkeys(("EarliestFit", "Miss", "MultiPlacementResult", "PlacementResult", "format_time"), "result"),
     "Resources": "vectors",

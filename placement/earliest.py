@@ -38,7 +38,7 @@ def earliest_fit(
     if missing:
         counts[refusals.lacks(sorted(missing)[0])] += len(view.eligible())
         return EarliestFit(None, None, dict(counts))
-    need = state.space.vector(request.resources, vms=1)
+    need = state.space.vector(request.resources, vms=request.vms)
     zero = [0.0] * len(need)
     best_t: float | None = None
     best_host: int | None = None

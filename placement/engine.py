@@ -77,7 +77,7 @@ class PlacementEngine:
         return Window(
             start,
             end,
-            state.space.vector(request.resources, vms=1),
+            state.space.vector(request.resources, vms=request.vms),
             state.window_entries(start, end),
             state.anti_affinity_hosts(request.anti_affinity, start, end),
         )

@@ -135,10 +135,15 @@ class Request:
     groups: frozenset[str] | None = None
     tags: frozenset[str] = frozenset()
     gpus_any: int = 0
+    #: How many VMs it stands for: members of a gang that share a host are placed as one
+    #: request (`placement.gang`), which a host's ``max_vms`` must take whole.
+    vms: int = 1
 
     def __post_init__(self) -> None:
         if self.end is not None and self.end <= self.start:
             raise ValueError(f"request {self.id}: end {self.end} <= start {self.start}")
+        if self.vms < 1:
+            raise ValueError(f"request {self.id}: vms {self.vms} < 1")
         if self.gpus_any < 0:
             raise ValueError(f"request {self.id}: gpus_any {self.gpus_any} < 0")
         if self.policy is not None:
