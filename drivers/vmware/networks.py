@@ -17,7 +17,7 @@ import json
 from pyVmomi import vim
 
 from drivers import base
-from drivers.base import Conflict, Invalid, NetworkInfo
+from drivers.base import Conflict, Invalid, NetworkInfo, NotFound
 
 SWITCH = "vclmgr-private"
 SWITCH_PORTS = 128
@@ -126,7 +126,10 @@ def _users(driver, key):
     no ``Network.vm``)."""
     users = []
     for vm in driver._props(driver._host(), ["vm"]).get("vm") or []:
-        props = driver._props(vm, ["name", "config.hardware.device"])
+        try:
+            props = driver._props(vm, ["name", "config.hardware.device"])
+        except NotFound:
+            continue  # deleted meanwhile (vcsim also keeps deleted VMs in a host's list)
         devices = props.get("config.hardware.device") or []
         nics = [d for d in devices if isinstance(d, vim.vm.device.VirtualEthernetCard)]
         if any(getattr(nic.backing, "deviceName", None) == key for nic in nics):
@@ -156,4 +159,4 @@ def check_on_host(driver, spec):
     groups, _ = layout(driver)
     for key, _mac in spec.private_networks:
         if groups.get(key) != SWITCH:
-            raise base.NotFound(f"{spec.key}: no private network {key} on {driver.host_name}; create it first")
+            raise NotFound(f"{spec.key}: no private network {key} on {driver.host_name}; create it first")
