@@ -136,3 +136,17 @@ def test_a_fault_can_be_injected_into_network_calls(sim_peer):
 
     with pytest.raises(DriverError, match="injected failure"):
         sim_peer.source.create_network(lan())
+
+
+def test_the_admin_shows_networks_and_their_members_read_only(sim_peer, admin_client):
+    sim_peer.source.create_network(lan(("router", "vcl-2001")))
+    member(sim_peer, "vcl-2001", "env12-lan")
+    net = SimNetwork.objects.get()
+
+    listing = admin_client.get("/admin/simhv/simnetwork/")
+    page = admin_client.get(f"/admin/simhv/simnetwork/{net.pk}/change/")
+
+    assert listing.status_code == page.status_code == 200
+    assert b"env12-lan" in listing.content and b"10.201.0.2" in page.content
+    assert admin_client.post(f"/admin/simhv/simnetwork/{net.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert SimNetwork.objects.exists()
