@@ -601,6 +601,9 @@ class LibvirtDriver(base.Driver):
     @translated
     def migrate(self, key, target):
         self._same_kind(target)
+        dom = self._find_domain(key)
+        if dom is not None:
+            self._check_networks_on(dom, target)
         if not (self.emulated or target.emulated) and moving.wanted(self, target, key):
             moving.move(self, target, key)  # suspended: its saved memory moves through the pools
             return
@@ -620,6 +623,16 @@ class LibvirtDriver(base.Driver):
             self._call(f"migrate {key} to {target.host_name}", dom.migrate, target.conn, flags, None, None, 0)
         if not self.options.get("shared_storage"):
             self._delete_left_disk(key)
+
+    def _check_networks_on(self, dom, target):
+        """A member of a private network moves only to a host that has that network too (there
+        is no overlay between hosts: on any other, its NIC would reach nobody)."""
+        for net in sorted(domxml.networks_of(self._call(f"definition of {dom.name()}", dom.XMLDesc, 0))):
+            if base.VM_KEY_RE.match(net) and self._own_network(net) and target._own_network(net) is None:
+                raise Conflict(
+                    f"{dom.name()} is on private network {net}, which {target.host_name} does not have: "
+                    "the members of a private network share a host"
+                )
 
     def _emulate_migration(self, dom, target):
         """Cold move for the test driver: disk, definition, snapshots, then power state."""

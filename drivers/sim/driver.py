@@ -448,7 +448,9 @@ class SimDriver(base.Driver):
             if vm is None or vm.host_id != self.host().pk:
                 raise NotFound(f"no VM {key} on {self.host_name}")
             if vm.nics.exists():
-                raise Conflict(f"{key} is on a private network of {self.host_name}: its members share that host")
+                raise Conflict(
+                    f"{key} is on a private network of {self.host_name}: the members of a private network share a host"
+                )
             vm.host = target.host()
             if vm.address and ipaddress.ip_address(vm.address) not in ipaddress.ip_network(vm.host.dhcp_pool):
                 vm.address = None

@@ -723,6 +723,7 @@ class VMwareDriver(base.Driver):
         props = self._props(vm, ["runtime.host", "datastore"])
         if props["runtime.host"]._moId == host._moId:
             return  # there already (a retried migrate)
+        networks.check_move(self, target, vm, key)
         spec = vim.vm.RelocateSpec(host=host, pool=target._resource_pool())
         visible = {ds._moId for ds in host.datastore}
         if not all(ds._moId in visible for ds in props.get("datastore") or []):

@@ -137,6 +137,22 @@ def _users(driver, key):
     return users
 
 
+def check_move(driver, target, vm, key):
+    """A Conflict when VM ``key`` is on a private network the target host does not have: there
+    is no overlay between hosts, so its NIC would reach nobody there."""
+    ours, _ = layout(driver)
+    theirs, _ = layout(target)
+    devices = driver._props(vm, ["config.hardware.device"]).get("config.hardware.device") or []
+    for nic in devices:
+        name = getattr(getattr(nic, "backing", None), "deviceName", None)
+        private = isinstance(nic, vim.vm.device.VirtualEthernetCard) and ours.get(name) == SWITCH
+        if private and theirs.get(name) != SWITCH:
+            raise Conflict(
+                f"{key} is on private network {name}, which {target.host_name} does not have: "
+                "the members of a private network share a host"
+            )
+
+
 def listed(driver):
     groups, _ = layout(driver)
     networks = recorded(driver)

@@ -446,3 +446,14 @@ def test_private_nics_are_part_of_the_fingerprint(peer, lan):
 
     with pytest.raises(Conflict):
         peer.source.create(member(peer, spec, lan.key))
+
+
+def test_a_member_does_not_move_to_a_host_without_its_network(peer, lan):
+    peer.source.create_network(lan)
+    spec = member(peer, staged(peer), lan.key)
+    peer.source.create(spec)
+
+    with pytest.raises(Conflict, match="share a host") as caught:
+        peer.source.migrate(spec.key, peer.target)
+
+    assert caught.value.permanent and spec.key in keys(peer.source)

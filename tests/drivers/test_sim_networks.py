@@ -98,7 +98,7 @@ def test_a_member_does_not_migrate_away_from_its_network(sim_peer):
     sim_peer.target.create_network(lan())
     spec = member(sim_peer, "vcl-2001", "env12-lan")
 
-    with pytest.raises(Conflict, match="share that host"):
+    with pytest.raises(Conflict, match="share a host"):
         sim_peer.source.migrate(spec.key, sim_peer.target)
 
     assert [vm.key for vm in sim_peer.source.list_vms()] == [spec.key]
