@@ -528,11 +528,6 @@ class Driver:
     def list_networks(self) -> list[NetworkInfo]:
         raise Invalid(f"{self.kind} hosts make no private networks")
 
-    def check_private_networks(self, spec):
-        """Refuse a spec with private NICs on a host whose driver makes no private networks."""
-        if spec.private_networks and not self.supports_networks:
-            raise Invalid(f"{spec.key}: {self.kind} hosts make no private networks")
-
     # helpers shared by drivers
     def check_image(self, image):
         """Validate ``image`` and refuse a format this hypervisor cannot run (images are not portable)."""

@@ -183,3 +183,10 @@ def test_private_nics_change_the_fingerprint_but_no_older_vm_s():
 def test_it_rejects_bad_private_nics(nics, message):
     with pytest.raises(Invalid, match=message):
         VMSpec("vcl-1", 2, 2048, 20, IMAGE, private_networks=nics).validate()
+
+
+def test_the_network_calls_are_fenced_in_every_driver():
+    for kind in registry.KINDS:
+        driver = registry.driver_class(kind)
+        assert driver.supports_networks
+        assert all(getattr(driver, name).fenced for name in ("create_network", "delete_network", "list_networks"))
