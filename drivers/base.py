@@ -37,6 +37,14 @@ Contract (every driver, tested by ``tests/drivers/test_contract.py``):
   login time, seconds since the last input where the guest reports it, else None); ``Invalid``
   where the hypervisor cannot tell (the caller then applies no idle policy), a temporary error
   when the guest's agent does not answer, ``Conflict`` when the VM is not running.
+- Private networks (environments: several VMs that reach one another and nothing else):
+  ``create_network(NetworkSpec)`` makes an isolated L2 network on this host, idempotent by
+  key (the same spec again returns it; another spec under that key is a ``Conflict``);
+  ``delete_network(key)`` removes it (False when absent; a ``Conflict`` while a VM of this
+  host still uses it, where the driver can tell); ``list_networks()`` lists vclmgr's own.
+  A ``VMSpec``'s ``private_networks`` are NICs after the primary one, each on a network that
+  must exist on the VM's host (members of one network share a host: no overlay between
+  hosts). A driver without private networks leaves ``supports_networks`` False.
 - Every contract call is fenced (``core.fencing``): made by a job that lost its lease, it
   raises ``LeaseLost`` before it starts, and after it returns (the step goes no further).
 """
@@ -45,6 +53,7 @@ import contextlib
 import enum
 import functools
 import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -133,10 +142,14 @@ class VMSpec:
     # What the guest is told at first boot (user, password hash, keys, hostname): a NoCloud seed
     # on libvirt, guestinfo on VMware. None: the image's own defaults (sim, or a test).
     guest: GuestLogin | None = None
+    # NICs after the primary one: (network key, MAC) pairs, each on a private network of the
+    # VM's host (``NetworkSpec``); ``private_mac`` gives the MAC a member is known by.
+    private_networks: tuple[tuple[str, str], ...] = ()
 
     def validate(self):
         if not isinstance(self.key, str) or not VM_KEY_RE.match(self.key):
             raise Invalid(f"VM key {self.key!r}: 1–63 letters, digits and '-', starting with a letter or digit")
+        _check_private_nics(self.key, self.private_networks)
         for name, low in (("vcpus", 1), ("memory_mib", 16), ("disk_gib", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
@@ -152,8 +165,122 @@ class VMSpec:
             "size": [self.vcpus, self.memory_mib, self.disk_gib],
             "image": [self.image.name, self.image.location, self.image.checksum],
         }
+        if self.private_networks:  # absent otherwise: the fingerprint of every older VM stays
+            body["private_networks"] = [list(pair) for pair in self.private_networks]
         raw = json.dumps(body, sort_keys=True).encode()
         return hashlib.sha256(raw).hexdigest()[:24]
+
+
+NETWORK_PREFIXES = (16, 29)  # a private network's prefix length, both ends included
+_PRIVATE_RANGES = tuple(ipaddress.IPv4Network(net) for net in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+HOSTNAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """An isolated L2 network of one host: no route out, DHCP and DNS for its members only.
+
+    ``key``: vclmgr's name for it (the rules of VM keys, e.g. ``env12-lan``). ``cidr``: an
+    RFC 1918 range, /16 to /29, whose first address is the gateway (the host's side: DHCP and
+    DNS server, routing nowhere). ``hosts``: ``(hostname, mac)`` pairs, given fixed addresses
+    in order after the gateway and resolvable by hostname from the other members; the rest of
+    the range is leased to any other NIC.
+    """
+
+    key: str
+    cidr: str
+    hosts: tuple[tuple[str, str], ...] = ()
+
+    def validate(self):
+        if not isinstance(self.key, str) or not VM_KEY_RE.match(self.key):
+            raise Invalid(f"network key {self.key!r}: 1–63 letters, digits and '-', starting with a letter or digit")
+        try:
+            net = ipaddress.IPv4Network(self.cidr)
+        except (ValueError, TypeError) as exc:
+            raise Invalid(f"network {self.key} cidr {self.cidr!r}: not an IPv4 network ({exc})") from None
+        if not any(net.subnet_of(private) for private in _PRIVATE_RANGES):
+            raise Invalid(f"network {self.key} cidr {self.cidr}: not a private range (10/8, 172.16/12, 192.168/16)")
+        low, high = NETWORK_PREFIXES
+        if not low <= net.prefixlen <= high:
+            raise Invalid(f"network {self.key} cidr {self.cidr}: the prefix must be /{low} to /{high}")
+        if not isinstance(self.hosts, tuple):
+            raise Invalid(f"network {self.key} hosts: a tuple of (hostname, mac) pairs")
+        for pair in self.hosts:
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise Invalid(f"network {self.key} hosts: {pair!r} is not a (hostname, mac) pair")
+            if not isinstance(pair[0], str) or not HOSTNAME_RE.match(pair[0]):
+                raise Invalid(f"network {self.key} host {pair[0]!r}: a DNS label (lower-case letters, digits, '-')")
+            check_mac(pair[1], f"network {self.key} host {pair[0]}")
+        for what, values in (("hostname", [h for h, _ in self.hosts]), ("MAC", [m for _, m in self.hosts])):
+            twice = sorted({v for v in values if values.count(v) > 1})
+            if twice:
+                raise Invalid(f"network {self.key}: {what} {', '.join(twice)} given twice")
+        if len(self.hosts) > net.num_addresses - 3:  # the network's, the gateway's, the broadcast address
+            raise Invalid(f"network {self.key}: {len(self.hosts)} hosts do not fit in {self.cidr}")
+
+    @property
+    def network(self):
+        return ipaddress.IPv4Network(self.cidr)
+
+    @property
+    def gateway(self):
+        """The host's address on it: DHCP and DNS server, and no gateway to anywhere."""
+        return str(self.network.network_address + 1)
+
+    def addresses(self):
+        """``[(hostname, mac, address)]`` of the members, in order after the gateway."""
+        first = self.network.network_address + 2
+        return [(name, mac, str(first + i)) for i, (name, mac) in enumerate(self.hosts)]
+
+    def dynamic_range(self):
+        """``(start, end)`` of the addresses left for other NICs, or None when none are."""
+        start = self.network.network_address + 2 + len(self.hosts)
+        end = self.network.broadcast_address - 1
+        return (str(start), str(end)) if start <= end else None
+
+    def fingerprint(self):
+        raw = json.dumps([self.key, str(self.network), [list(h) for h in self.hosts]]).encode()
+        return hashlib.sha256(raw).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class NetworkInfo:
+    key: str
+    cidr: str
+    managed: bool = True
+
+
+def private_mac(vm_key, network_key):
+    """The MAC of VM ``vm_key``'s NIC on private network ``network_key``: stable, so the
+    network's fixed addresses and names follow it. Locally administered unicast (``02:``),
+    under no vendor's prefix, so it collides with no MAC a hypervisor hands out itself."""
+    digest = hashlib.sha256(f"{vm_key}/{network_key}".encode()).digest()
+    return "02:" + ":".join(f"{byte:02x}" for byte in digest[:5])
+
+
+def check_mac(mac, what):
+    """A lower-case unicast MAC, or Invalid naming ``what``."""
+    if not isinstance(mac, str) or not MAC_RE.match(mac):
+        raise Invalid(f"{what} MAC {mac!r}: six lower-case hex pairs separated by ':'")
+    if int(mac[:2], 16) & 1:
+        raise Invalid(f"{what} MAC {mac}: a multicast address")
+    return mac
+
+
+def _check_private_nics(key, nics):
+    if not isinstance(nics, tuple):
+        raise Invalid(f"{key} private_networks: a tuple of (network key, mac) pairs")
+    for pair in nics:
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise Invalid(f"{key} private_networks: {pair!r} is not a (network key, mac) pair")
+        if not isinstance(pair[0], str) or not VM_KEY_RE.match(pair[0]):
+            raise Invalid(f"{key} private network {pair[0]!r}: not a network key")
+        check_mac(pair[1], f"{key} private network {pair[0]}")
+    for what, values in (("network", [n for n, _ in nics]), ("MAC", [m for _, m in nics])):
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:
+            raise Invalid(f"{key} private_networks: {what} {', '.join(twice)} given twice")
 
 
 @dataclass(frozen=True)
@@ -219,7 +346,7 @@ FENCED_CALLS = (
     "facts", "discover", "list_vms", "stage_image", "create", "start", "stop", "suspend", "resume",
     "destroy", "snapshot", "revert", "reseed", "capture", "migrate", "address", "port", "state",
     "agent_answers", "guest_exec", "guest_exec_status", "guest_put_file", "guest_get_file", "guest_glob",
-    "guest_sessions",
+    "guest_sessions", "create_network", "delete_network", "list_networks",
 )  # fmt: skip
 
 
@@ -256,6 +383,8 @@ class Driver:
     # ``migrate`` moves a suspended VM with its saved memory, so a suspended run may resume on
     # another host (sim, VMware, libvirt but not from shared storage).
     moves_suspended = False
+    # It makes private networks (``create_network`` and ``VMSpec.private_networks``).
+    supports_networks = False
 
     @property
     def hypervisor_type(self):
@@ -389,6 +518,16 @@ class Driver:
         """Who is logged in to the guest now (see the module docstring)."""
         raise Invalid(f"{self.kind} hosts do not report the guest's logins")
 
+    # private networks (see the module docstring)
+    def create_network(self, spec: NetworkSpec) -> NetworkInfo:
+        raise Invalid(f"{self.kind} hosts make no private networks")
+
+    def delete_network(self, key) -> bool:
+        raise Invalid(f"{self.kind} hosts make no private networks")
+
+    def list_networks(self) -> list[NetworkInfo]:
+        raise Invalid(f"{self.kind} hosts make no private networks")
+
     # helpers shared by drivers
     def check_image(self, image):
         """Validate ``image`` and refuse a format this hypervisor cannot run (images are not portable)."""
@@ -448,6 +587,10 @@ def check_reseed(key, state, old_instance_id, guest, same_seed):
         raise Invalid(
             f"cannot reseed {key}: the new seed keeps instance id {old_instance_id!r}, so the guest would not apply it"
         )
+
+
+def network_conflict(key, where):
+    return Conflict(f"a network named {key} already exists on {where} and was not made by this request")
 
 
 def check_key(key):

@@ -49,7 +49,8 @@ def domain_xml(
     vnc_listen="127.0.0.1",
 ):
     """The persistent definition of the VM: vcpus, memory, the overlay disk, the NoCloud seed
-    as a read-only CD-ROM (``seed_path``), one NIC, a serial console, the guest agent channel,
+    as a read-only CD-ROM (``seed_path``), one NIC and one more per private network
+    (``spec.private_networks``, virtio on their fixed MACs), a serial console, the guest agent channel,
     and a VNC display on ``vnc_listen`` (the host's loopback by default: only vclmgr's console
     proxy on that host reaches it; None: no display), its port picked by libvirt at start.
 
@@ -103,6 +104,8 @@ def domain_xml(
         devices.append(seed_cdrom_xml(seed_path))
     if network != USER_NETWORK:
         devices.append(interface_xml(network, mac_address(spec.key)))
+    for private, mac in spec.private_networks:
+        devices.append(interface_xml(private, mac))
     serial = _sub(devices, "serial", type="pty")
     _sub(serial, "target", port=0)
     console = _sub(devices, "console", type="pty")
@@ -226,6 +229,12 @@ def disk_paths(xml_text):
     """The file paths of a domain's disks and CD-ROMs (from its XML), in order."""
     root = ET.fromstring(xml_text)
     return [s.get("file") for s in root.iterfind("devices/disk/source") if s.get("file")]
+
+
+def networks_of(xml_text):
+    """The libvirt networks a domain's NICs are on (from its XML)."""
+    root = ET.fromstring(xml_text)
+    return {s.get("network") for s in root.iterfind("devices/interface/source") if s.get("network")}
 
 
 def snapshot_xml(name):

@@ -42,6 +42,13 @@ between two ``test://`` connections it is emulated: copy the overlay volume, def
 target, start there if it ran (and suspend it there again if it was suspended), then destroy
 and undefine on the source. Snapshots travel with it (redefined).
 
+Private networks (environments): ``create_network`` defines and starts an isolated libvirt
+network (``netxml.py``: no forward, its own bridge, DHCP with the members' fixed addresses and
+DNS names) marked as vclmgr's in its metadata, autostarted; a VM's ``private_networks`` are
+virtio NICs on them, each of which must exist on the host first. ``delete_network`` stops and
+undefines one no domain of the libvirtd uses; a network vclmgr did not make is never adopted
+or deleted.
+
 Two hosts may be two pools of one libvirtd (the real-QEMU tests): a domain then belongs to
 the host whose pool holds its disk (``state`` and ``destroy`` leave another host's alone).
 
@@ -57,8 +64,8 @@ import urllib.parse
 import libvirt
 
 from drivers import base, cloudinit
-from drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, VMInfo, VMState
-from drivers.libvirt import agent, domxml, moving
+from drivers.base import Conflict, DriverError, HostFacts, Invalid, NetworkInfo, NotFound, VMInfo, VMState
+from drivers.libvirt import agent, domxml, moving, netxml
 from drivers.libvirt.connection import NOT_FOUND, connections, open_own, translate, translated
 from drivers.libvirt.options import CPU_MODES, DISK_CACHES, vnc_listen_error
 
@@ -70,6 +77,7 @@ GIB = 1 << 30
 class LibvirtDriver(base.Driver):
     kind = "libvirt"
     moves_suspended = True  # its saved memory goes with it (moving.py)
+    supports_networks = True
 
     def __init__(self, uri, credentials=None, options=None):
         super().__init__(uri, credentials, options)
@@ -314,6 +322,9 @@ class LibvirtDriver(base.Driver):
         dom = self._find_domain(spec.key)
         if dom is not None:
             return self._adopt(dom, spec)
+        for key, _mac in spec.private_networks:
+            if self._own_network(key) is None:
+                raise NotFound(f"{spec.key}: no private network {key} on {self.host_name}; create it first")
         pool = self._pool()
         base_vol = self._base_volume(pool, spec.image)
         if base_vol is None:
@@ -398,6 +409,72 @@ class LibvirtDriver(base.Driver):
         _state, _max, memory_kib, vcpus, _cpu = self._call(f"info of {dom.name()}", dom.info)
         name = dom.name()
         return VMInfo(name, self._state(dom), self.host_name, vcpus, memory_kib // 1024, base.is_managed(name))
+
+    # --- private networks (netxml.py) ---------------------------------------------------------
+
+    def _network(self, key):
+        """The libvirt network named ``key``, or None."""
+        base.check_key(key)
+        try:
+            return self.conn.networkLookupByName(key)
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() in NOT_FOUND:
+                return None
+            raise translate(exc, f"network {key} on {self.host_name}") from exc
+
+    def _own_network(self, key):
+        """The network ``key`` if vclmgr made it (its metadata says so), else None."""
+        net = self._network(key)
+        if net is None or not netxml.network_metadata(self._call(f"definition of {key}", net.XMLDesc, 0)):
+            return None
+        return net
+
+    def _network_info(self, net):
+        mine = netxml.network_metadata(self._call(f"definition of {net.name()}", net.XMLDesc, 0))
+        return NetworkInfo(net.name(), mine.get("cidr", ""), bool(mine))
+
+    @translated
+    def create_network(self, spec):
+        spec.validate()
+        net = self._network(spec.key)
+        if net is None:
+            try:
+                net = self._call(f"define network {spec.key}", self.conn.networkDefineXML, netxml.network_xml(spec))
+            except DriverError:
+                net = self._network(spec.key)  # a concurrent create won the race: judged below
+                if net is None:
+                    raise
+        mine = netxml.network_metadata(self._call(f"definition of {spec.key}", net.XMLDesc, 0))
+        if mine.get("fingerprint") != spec.fingerprint():
+            raise base.network_conflict(spec.key, self.host_name)
+        if not net.isActive():
+            self._call(f"start network {spec.key}", net.create)
+        self._call(f"autostart network {spec.key}", net.setAutostart, 1)  # back after the host reboots
+        return self._network_info(net)
+
+    @translated
+    def delete_network(self, key):
+        net = self._network(key)
+        if net is None:
+            return False
+        if not netxml.network_metadata(self._call(f"definition of {key}", net.XMLDesc, 0)):
+            raise Conflict(f"network {key} on {self.host_name} was not made by vclmgr: left alone")
+        users = [
+            dom.name()
+            for dom in self._call("list domains", self.conn.listAllDomains)
+            if key in domxml.networks_of(self._call(f"definition of {dom.name()}", dom.XMLDesc, 0))
+        ]
+        if users:
+            raise Conflict(f"network {key} on {self.host_name} is still used by {', '.join(sorted(users))}")
+        if net.isActive():
+            self._call(f"stop network {key}", net.destroy)
+        self._call(f"undefine network {key}", net.undefine)
+        return True
+
+    @translated
+    def list_networks(self):
+        nets = self._call("list networks", self.conn.listAllNetworks)
+        return [info for info in map(self._network_info, nets) if info.managed]
 
     @translated
     def start(self, key):
@@ -524,6 +601,9 @@ class LibvirtDriver(base.Driver):
     @translated
     def migrate(self, key, target):
         self._same_kind(target)
+        dom = self._find_domain(key)
+        if dom is not None:
+            self._check_networks_on(dom, target)
         if not (self.emulated or target.emulated) and moving.wanted(self, target, key):
             moving.move(self, target, key)  # suspended: its saved memory moves through the pools
             return
@@ -543,6 +623,16 @@ class LibvirtDriver(base.Driver):
             self._call(f"migrate {key} to {target.host_name}", dom.migrate, target.conn, flags, None, None, 0)
         if not self.options.get("shared_storage"):
             self._delete_left_disk(key)
+
+    def _check_networks_on(self, dom, target):
+        """A member of a private network moves only to a host that has that network too (there
+        is no overlay between hosts: on any other, its NIC would reach nobody)."""
+        for net in sorted(domxml.networks_of(self._call(f"definition of {dom.name()}", dom.XMLDesc, 0))):
+            if base.VM_KEY_RE.match(net) and self._own_network(net) and target._own_network(net) is None:
+                raise Conflict(
+                    f"{dom.name()} is on private network {net}, which {target.host_name} does not have: "
+                    "the members of a private network share a host"
+                )
 
     def _emulate_migration(self, dom, target):
         """Cold move for the test driver: disk, definition, snapshots, then power state."""

@@ -8,7 +8,7 @@ from django import forms
 from django.contrib import admin
 
 from drivers.sim import services
-from drivers.sim.models import SimExecProfile, SimFault, SimHost, SimImage, SimVM
+from drivers.sim.models import SimExecProfile, SimFault, SimHost, SimImage, SimNetwork, SimNIC, SimVM
 
 
 class SimFaultInline(admin.TabularInline):
@@ -116,6 +116,36 @@ class SimImageAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+
+class SimNICInline(admin.TabularInline):
+    model = SimNIC
+    extra = 0
+    fields = ["vm", "mac", "address"]
+    readonly_fields = fields
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(SimNetwork)
+class SimNetworkAdmin(admin.ModelAdmin):
+    """Read-only: networks are made and deleted by the driver (a network's members hold it)."""
+
+    list_display = ["key", "host", "cidr", "created"]
+    list_filter = ["host"]
+    search_fields = ["key"]
+    inlines = [SimNICInline]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False
 
 

@@ -16,6 +16,12 @@ count, is reported as its devices). Every call:
 It runs any image format (it emulates), leases addresses from the host's DHCP pool when a VM
 first boots, keeps the lease until the VM is destroyed, and verifies the checksum of images
 staged from local files.
+
+Private networks (``SimNetwork``) belong to one host: a VM's NIC on one (``SimNIC``) is given
+its address when the VM is made (a member's fixed one, by MAC; else the lowest free one of the
+rest of the range), a VM on a network its host lacks is refused, a network in use is not
+deleted, and a VM with private NICs does not migrate (its network stays on the host). Two
+networks of one host may not overlap, as libvirt refuses a range a bridge already has.
 """
 
 import contextlib
@@ -31,9 +37,20 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from drivers import base, cloudinit
-from drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, Unreachable, VMInfo, VMState
+from drivers.base import (
+    Conflict,
+    DriverError,
+    HostFacts,
+    Invalid,
+    NetworkInfo,
+    NetworkSpec,
+    NotFound,
+    Unreachable,
+    VMInfo,
+    VMState,
+)
 from drivers.sim import guest, services, steps
-from drivers.sim.models import SimFault, SimHost, SimImage, SimVM
+from drivers.sim.models import SimFault, SimHost, SimImage, SimNetwork, SimNIC, SimVM
 
 VERSION = "vclmgr-sim 1"
 HANG_POLL_SECONDS = 0.2
@@ -42,6 +59,7 @@ HANG_POLL_SECONDS = 0.2
 class SimDriver(base.Driver):
     kind = "sim"
     moves_suspended = True  # a simulated VM moves with its state
+    supports_networks = True
 
     def __init__(self, uri, credentials=None, options=None):
         super().__init__(uri, credentials, options)
@@ -278,14 +296,19 @@ class SimDriver(base.Driver):
             # The INSERT alone (a repeated create is the rare case): a savepoint only when a
             # caller's transaction must survive the duplicate key.
             with _own_savepoint():
-                vm = self._inserted(fields, staged)
-            if vm is None:  # a fault or a delay to apply, or no such host or image: the usual way
+                vm = None if spec.private_networks else self._inserted(fields, staged)
+            if vm is None:  # a fault or a delay to apply, no such host or image, NICs: the usual way
                 host = self._host_staged(spec.image, staged)
-                with _own_savepoint():
+                with transaction.atomic():
                     vm = SimVM.objects.create(host=host, **fields)
+                    _join(vm, host, spec.private_networks)
             created = True
         except IntegrityError:  # made by an earlier or a concurrent create of the same key: judge it below
-            vm, created = SimVM.objects.get(key=spec.key), False
+            vm, created = SimVM.objects.filter(key=spec.key).first(), False
+            if vm is None:  # not the key: a NIC's MAC or address on its network
+                raise Conflict(
+                    f"{spec.key}: another VM on its private network has its MAC or took its address"
+                ) from None
         if not created and (vm.fingerprint != fingerprint or vm.host_id != self.host().pk):
             where = self.host_name if vm.host_id == self.host().pk else f"host {vm.host.name}"
             raise Conflict(f"a VM named {spec.key} already exists on {where} and was not made by this request")
@@ -424,12 +447,61 @@ class SimDriver(base.Driver):
                 return  # already there (a retried migrate)
             if vm is None or vm.host_id != self.host().pk:
                 raise NotFound(f"no VM {key} on {self.host_name}")
+            if vm.nics.exists():
+                raise Conflict(
+                    f"{key} is on a private network of {self.host_name}: the members of a private network share a host"
+                )
             vm.host = target.host()
             if vm.address and ipaddress.ip_address(vm.address) not in ipaddress.ip_network(vm.host.dhcp_pool):
                 vm.address = None
             _save(vm, vm.host, ["host", "address", "updated"])
 
         _leasing(change)
+
+    # --- private networks -------------------------------------------------------------------
+
+    def create_network(self, spec):
+        spec.validate()
+        self._step("create_network")
+        host = self.host()
+        fields = {"cidr": str(spec.network), "hosts": [list(h) for h in spec.hosts], "fingerprint": spec.fingerprint()}
+        with transaction.atomic():
+            SimHost.objects.select_for_update().filter(pk=host.pk).first()  # one create of a host's networks at a time
+            net = SimNetwork.objects.filter(host=host, key=spec.key).first()
+            if net is None:
+                overlapping = [
+                    other.key
+                    for other in SimNetwork.objects.filter(host=host)
+                    if ipaddress.IPv4Network(other.cidr).overlaps(spec.network)
+                ]
+                if overlapping:
+                    raise Conflict(f"network {spec.key}: {spec.cidr} overlaps {overlapping[0]} on {self.host_name}")
+                net = SimNetwork.objects.create(host=host, key=spec.key, **fields)
+        if net.fingerprint != spec.fingerprint():
+            raise base.network_conflict(spec.key, self.host_name)
+        return NetworkInfo(net.key, net.cidr)
+
+    def delete_network(self, key):
+        base.check_key(key)
+        self._step("delete_network")
+        with transaction.atomic():
+            net = SimNetwork.objects.select_for_update().filter(host=self.host(), key=key).first()
+            if net is None:
+                return False
+            users = sorted(SimNIC.objects.filter(network=net).values_list("vm__key", flat=True))
+            if users:
+                users = ", ".join(users)
+                raise Conflict(f"network {key} on {self.host_name} is still used by {users}: destroy them first")
+            net.delete()
+        return True
+
+    def list_networks(self):
+        self._step("list_networks")
+        return [NetworkInfo(net.key, net.cidr) for net in SimNetwork.objects.filter(host=self.host())]
+
+    def private_addresses(self, key):
+        """``{network key: address}`` of the VM's private NICs (what its guest would get by DHCP)."""
+        return dict(self._vm(key).nics.values_list("network__key", "address"))
 
     def console_address(self, key):
         raise base.NoConsole(f"{key} is a simulated VM: it has no screen, so there is no console to show")
@@ -495,6 +567,31 @@ def _seed(key, guest):
         return {"instance_id": guest.instance_id, "digest": cloudinit.seed_digest(cloudinit.seed_files(guest))}
     except cloudinit.SeedError as exc:
         raise Invalid(f"{key}: {exc}") from None
+
+
+def _join(vm, host, nics):
+    """The VM's NICs on private networks of ``host`` (NotFound for a network it lacks), each
+    with its address: the member's fixed one by MAC, else the lowest free one after them."""
+    for key, mac in nics:
+        net = SimNetwork.objects.select_for_update().filter(host=host, key=key).first()
+        if net is None:
+            raise NotFound(f"{vm.key}: no private network {key} on {host.name}; create it first")
+        spec = NetworkSpec(net.key, net.cidr, tuple(tuple(pair) for pair in net.hosts))
+        address = next((ip for _name, fixed, ip in spec.addresses() if fixed == mac), None)
+        if address is None:
+            address = _free_address(spec, set(SimNIC.objects.filter(network=net).values_list("address", flat=True)))
+            if address is None:
+                raise Conflict(f"{vm.key}: private network {key} on {host.name} has no free address left")
+        SimNIC.objects.create(vm=vm, network=net, mac=mac, address=address)
+
+
+def _free_address(spec, taken):
+    """The lowest address of the network's dynamic range not in ``taken``, or None."""
+    dynamic = spec.dynamic_range()
+    if dynamic is None:
+        return None
+    start, end = (ipaddress.IPv4Address(ip) for ip in dynamic)
+    return next((str(ip) for ip in spec.network.hosts() if start <= ip <= end and str(ip) not in taken), None)
 
 
 def _own_savepoint():

@@ -109,6 +109,48 @@ class SimVM(models.Model):
         return self.key
 
 
+class SimNetwork(models.Model):
+    """A private network of a simulated host (``base.NetworkSpec``): isolated, its members'
+    fixed addresses and names in ``hosts``; a VM's NICs on it are ``SimNIC`` rows."""
+
+    host = models.ForeignKey(SimHost, on_delete=models.CASCADE, related_name="networks")
+    key = models.CharField(max_length=63)
+    cidr = models.CharField(max_length=43)
+    hosts = models.JSONField(default=list, blank=True, help_text='[["hostname", "mac"], …]: fixed addresses, in order.')
+    fingerprint = models.CharField(max_length=64)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["host", "key"]
+        verbose_name = "simulated private network"
+        constraints = [models.UniqueConstraint(fields=["host", "key"], name="simnetwork_unique_per_host")]
+
+    def __str__(self):
+        return self.key
+
+
+class SimNIC(models.Model):
+    """A VM's NIC on a private network, with the address the network's DHCP gives it."""
+
+    vm = models.ForeignKey(SimVM, on_delete=models.CASCADE, related_name="nics")
+    # RESTRICT: a network in use cannot go (its host, deleted with its VMs, still can).
+    network = models.ForeignKey(SimNetwork, on_delete=models.RESTRICT, related_name="nics")
+    mac = models.CharField(max_length=17)
+    address = models.GenericIPAddressField(protocol="IPv4")
+
+    class Meta:
+        ordering = ["vm", "id"]
+        verbose_name = "simulated private NIC"
+        constraints = [
+            models.UniqueConstraint(fields=["vm", "network"], name="simnic_one_per_network"),
+            models.UniqueConstraint(fields=["network", "mac"], name="simnic_unique_mac"),
+            models.UniqueConstraint(fields=["network", "address"], name="simnic_unique_address"),
+        ]
+
+    def __str__(self):
+        return f"{self.mac} {self.address}"
+
+
 class SimFault(models.Model):
     """A fault injected into one step (or every step, ``*``) of one simulated host."""
 

@@ -27,6 +27,10 @@ template's seed (a template captured from a VM would otherwise hand out that VM'
 (after a revert, which restores the snapshot's extraConfig with its seed). ``info()`` and
 ``list_vms()`` never carry extraConfig values; errors name keys, never values.
 
+Private networks (environments) are port groups on the host's vSwitch ``vclmgr-private``,
+which has no uplink (``vmware/networks.py``); a VM's ``private_networks`` are vmxnet3 NICs on
+them, with the spec's MACs. No DHCP or DNS there: the guests configure their addresses.
+
 The guest command channel (batch runs) is vSphere's guest operations (``vmware/guestops.py``),
 logged in as the image's service account: ``credentials["guest"]`` (``{"username",
 "password"}``, the vmware variant's guest login); a VM whose image has none is refused before
@@ -55,7 +59,7 @@ from pyVmomi.VmomiSupport import GetServiceVersions, versionIdMap
 from drivers import base
 from drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, Unreachable, VMInfo, VMState
 from drivers.cloudinit import SeedError
-from drivers.vmware import guestinfo, guestops
+from drivers.vmware import guestinfo, guestops, networks
 from drivers.vmware.session import sessions, translate, translated
 
 IMAGE_FOLDER = "vclmgr-images"
@@ -68,6 +72,7 @@ VM_PROPS = ["name", "runtime.host", "runtime.powerState", "config.template", "su
 class VMwareDriver(base.Driver):
     kind = "vmware"
     moves_suspended = True  # a relocation (cold migration) carries a suspended VM's .vmss with it
+    supports_networks = True
 
     def __init__(self, uri, credentials=None, options=None):
         super().__init__(uri, credentials, options)
@@ -429,6 +434,7 @@ class VMwareDriver(base.Driver):
         existing = self._find(spec.key)
         if existing is not None:
             return self._adopt(existing, spec)
+        networks.check_on_host(self, spec)
         folder, pool, host = self._datacenter().vmFolder, self._resource_pool(), self._host()
         try:
             if spec.image.format == "template":
@@ -510,21 +516,32 @@ class VMwareDriver(base.Driver):
                 device(operation="add", device=scsi),
                 device(operation="add", fileOperation="create", device=disk),  # a child (delta) of the base
                 device(operation="add", device=self._nic(spec.network)),
+                *self._private_nics(spec),
             ],
         )
 
-    def _nic(self, network_name):
+    def _private_nics(self, spec):
+        """A vmxnet3 NIC on each private network's port group, on its MAC (``networks.py``)."""
+        device = vim.vm.device.VirtualDeviceSpec
+        return [
+            device(operation="add", device=self._nic(key, device_key=-110 - i, mac=mac))
+            for i, (key, mac) in enumerate(spec.private_networks)
+        ]
+
+    def _nic(self, network_name, device_key=-102, mac=None):
         name = self.options.get("network", "VM Network") if network_name == "default" else network_name
         network = next((net for net in self._datacenter().network if net.name == name), None)
         if network is None:
             raise NotFound(f"no network {name!r} in datacenter {self._datacenter().name}")
         nic = vim.vm.device.VirtualVmxnet3(
-            key=-102,
-            addressType="generated",
+            key=device_key,
+            addressType="manual" if mac else "generated",
             connectable=vim.vm.device.VirtualDevice.ConnectInfo(
                 startConnected=True, connected=True, allowGuestControl=True
             ),
         )
+        if mac:
+            nic.macAddress = mac
         if isinstance(network, vim.dvs.DistributedVirtualPortgroup):
             nic.backing = vim.vm.device.VirtualEthernetCard.DistributedVirtualPortBackingInfo(
                 port=vim.dvs.PortConnection(
@@ -542,6 +559,7 @@ class VMwareDriver(base.Driver):
             memoryMB=spec.memory_mib,
             extraConfig=self._extra_config(spec, clone=True),
             annotation=f"vclmgr {spec.key} ({spec.image.name})",
+            deviceChange=self._private_nics(spec),  # after the template's own NIC
         )
         clone = vim.vm.CloneSpec(
             location=vim.vm.RelocateSpec(pool=pool, host=host, datastore=self._datastore()),
@@ -705,6 +723,7 @@ class VMwareDriver(base.Driver):
         props = self._props(vm, ["runtime.host", "datastore"])
         if props["runtime.host"]._moId == host._moId:
             return  # there already (a retried migrate)
+        networks.check_move(self, target, vm, key)
         spec = vim.vm.RelocateSpec(host=host, pool=target._resource_pool())
         visible = {ds._moId for ds in host.datastore}
         if not all(ds._moId in visible for ds in props.get("datastore") or []):
@@ -713,6 +732,20 @@ class VMwareDriver(base.Driver):
             f"migrate {key}", vm.RelocateVM_Task, spec=spec, priority=vim.VirtualMachine.MovePriority.defaultPriority
         )
         self._wait(task, f"migrate {key} to {host.name}")
+
+    # --- private networks (vmware/networks.py) ---------------------------------------------
+
+    @translated
+    def create_network(self, spec):
+        return networks.create(self, spec)
+
+    @translated
+    def delete_network(self, key):
+        return networks.delete(self, key)
+
+    @translated
+    def list_networks(self):
+        return networks.listed(self)
 
     def console_address(self, key):
         raise base.NoConsole(

@@ -11,10 +11,13 @@ from drivers.base import (
     DriverError,
     ImageVariantSpec,
     Invalid,
+    NetworkSpec,
     NotFound,
     Unreachable,
     VMSpec,
+    check_mac,
     parse_checksum,
+    private_mac,
     staged_name,
     vm_key,
 )
@@ -94,3 +97,96 @@ def test_libvirt_and_pyvmomi_load_only_when_used():
 
     assert child.returncode == 0, child.stderr
     assert child.stdout.splitlines() == ["[]", "['libvirt', 'pyVmomi']"]
+
+
+# --- private networks ------------------------------------------------------------------------
+
+
+def lan(**overrides):
+    values = {"key": "env12-lan", "cidr": "10.201.0.0/24", "hosts": (("router", "02:00:00:00:00:01"),)}
+    return NetworkSpec(**{**values, **overrides})
+
+
+def test_a_private_network_gives_its_members_addresses_in_order_after_the_gateway():
+    spec = lan(hosts=(("router", "02:00:00:00:00:01"), ("client1", "02:00:00:00:00:02")))
+    spec.validate()
+
+    assert spec.gateway == "10.201.0.1"
+    assert spec.addresses() == [
+        ("router", "02:00:00:00:00:01", "10.201.0.2"),
+        ("client1", "02:00:00:00:00:02", "10.201.0.3"),
+    ]
+    assert spec.dynamic_range() == ("10.201.0.4", "10.201.0.254")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"key": "env 12"}, "network key"),
+        ({"cidr": "8.8.8.0/24"}, "not a private range"),
+        ({"cidr": "172.32.0.0/16"}, "not a private range"),
+        ({"cidr": "10.0.0.0/8"}, "prefix"),
+        ({"cidr": "10.1.2.0/30"}, "prefix"),
+        ({"cidr": "10.1.2.1/24"}, "not an IPv4 network"),
+        ({"cidr": "fd00::/64"}, "not an IPv4 network"),
+        ({"hosts": (("Router!", "02:00:00:00:00:01"),)}, "DNS label"),
+        ({"hosts": (("router", "01:00:5e:00:00:01"),)}, "multicast"),
+        ({"hosts": (("router", "02:00:00:00:00:0G"),)}, "hex pairs"),
+        ({"hosts": (("a", "02:00:00:00:00:01"), ("a", "02:00:00:00:00:02"))}, "hostname a given twice"),
+        ({"hosts": (("a", "02:00:00:00:00:01"), ("b", "02:00:00:00:00:01"))}, "given twice"),
+        ({"hosts": [("a", "02:00:00:00:00:01")]}, "tuple"),
+        ({"cidr": "10.1.2.0/29", "hosts": tuple((f"h{i}", f"02:00:00:00:00:0{i}") for i in range(6))}, "do not fit"),
+    ],
+)
+def test_it_rejects_bad_private_networks(change, message):
+    with pytest.raises(Invalid, match=message) as caught:
+        lan(**change).validate()
+
+    assert caught.value.permanent
+
+
+def test_a_full_small_network_has_no_dynamic_range():
+    spec = lan(cidr="192.168.7.8/29", hosts=tuple((f"h{i}", f"02:00:00:00:00:0{i}") for i in range(5)))
+    spec.validate()
+
+    assert spec.addresses()[-1][2] == "192.168.7.14" and spec.dynamic_range() is None
+
+
+def test_private_macs_are_stable_unicast_and_per_network():
+    mac = private_mac("vcl-7", "env12-lan")
+
+    assert mac == private_mac("vcl-7", "env12-lan") and mac.startswith("02:")
+    assert mac != private_mac("vcl-7", "env12-dmz") != private_mac("vcl-8", "env12-lan")
+    assert check_mac(mac, "x") == mac
+
+
+def test_private_nics_change_the_fingerprint_but_no_older_vm_s():
+    plain = VMSpec("vcl-1", 2, 2048, 20, IMAGE)
+    joined = dataclasses.replace(plain, private_networks=(("env12-lan", private_mac("vcl-1", "env12-lan")),))
+
+    # the value every VM made before private networks carries on its hypervisor
+    assert plain.fingerprint() == "2c5d4085993a59ce4f974cae"
+    assert joined.fingerprint() != plain.fingerprint()
+    joined.validate()
+
+
+@pytest.mark.parametrize(
+    ("nics", "message"),
+    [
+        ((("env 12", "02:00:00:00:00:01"),), "not a network key"),
+        ((("env12-lan", "02:00:00:00:00:01"), ("env12-lan", "02:00:00:00:00:02")), "network env12-lan given twice"),
+        ((("a", "02:00:00:00:00:01"), ("b", "02:00:00:00:00:01")), "MAC 02:00:00:00:00:01 given twice"),
+        ((("a", "03:00:00:00:00:01"),), "multicast"),
+        ((("a",),), "pair"),
+    ],
+)
+def test_it_rejects_bad_private_nics(nics, message):
+    with pytest.raises(Invalid, match=message):
+        VMSpec("vcl-1", 2, 2048, 20, IMAGE, private_networks=nics).validate()
+
+
+def test_the_network_calls_are_fenced_in_every_driver():
+    for kind in registry.KINDS:
+        driver = registry.driver_class(kind)
+        assert driver.supports_networks
+        assert all(getattr(driver, name).fenced for name in ("create_network", "delete_network", "list_networks"))

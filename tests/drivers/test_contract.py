@@ -8,7 +8,8 @@ import socket
 
 import pytest
 
-from drivers.base import Conflict, DriverError, Invalid, NotFound, Unreachable, VMState
+from drivers.base import Conflict, DriverError, Invalid, NetworkSpec, NotFound, Unreachable, VMState, private_mac
+from tests.drivers.conftest import next_key
 
 
 def keys(driver):
@@ -368,3 +369,91 @@ def test_guest_sessions_are_listed_where_the_hypervisor_can_tell(peer):
     source.stop(spec.key, force=True)
     source.start(spec.key)
     assert source.guest_sessions(spec.key) == []  # a reboot logs everybody out
+
+
+# --- private networks (every driver that makes them) ---------------------------------------
+
+
+@pytest.fixture
+def lan(peer):
+    """A private network spec whose key is unique in the session; deleted from both hosts after."""
+    if not peer.source.supports_networks:
+        pytest.fail(f"{peer.kind} makes no private networks: give it a peer without this suite")
+    key = f"env-{next_key()}-lan"
+    yield NetworkSpec(key, "10.201.0.0/24", (("router", private_mac("vcl-1", key)),))
+    peer.cleanup()
+    for driver in (peer.source, peer.target):
+        driver.delete_network(key)
+
+
+def member(peer, spec, *networks):
+    return dataclasses.replace(spec, private_networks=tuple((net, private_mac(spec.key, net)) for net in networks))
+
+
+def test_create_network_twice_makes_one_and_list_shows_it(peer, lan):
+    first = peer.source.create_network(lan)
+
+    assert first == peer.source.create_network(lan)
+    assert (first.key, first.cidr, first.managed) == (lan.key, "10.201.0.0/24", True)
+    assert [n.key for n in peer.source.list_networks()].count(lan.key) == 1
+    assert lan.key not in [n.key for n in peer.target.list_networks()]
+
+
+def test_another_network_spec_under_the_same_key_is_a_conflict(peer, lan):
+    peer.source.create_network(lan)
+
+    with pytest.raises(Conflict) as caught:
+        peer.source.create_network(dataclasses.replace(lan, hosts=()))
+
+    assert caught.value.permanent
+
+
+def test_delete_network_says_whether_there_was_one(peer, lan):
+    peer.source.create_network(lan)
+
+    assert peer.source.delete_network(lan.key) is True
+    assert peer.source.delete_network(lan.key) is False
+    assert lan.key not in [n.key for n in peer.source.list_networks()]
+
+
+def test_an_invalid_network_is_refused_permanently(peer):
+    with pytest.raises(Invalid, match="private range") as caught:
+        peer.source.create_network(NetworkSpec("env-public", "8.8.8.0/24"))
+
+    assert caught.value.permanent and "env-public" not in [n.key for n in peer.source.list_networks()]
+
+
+def test_a_member_needs_its_network_on_its_host_and_holds_it(peer, lan):
+    spec = member(peer, staged(peer), lan.key)
+    with pytest.raises(NotFound) as caught:
+        peer.source.create(spec)
+    assert caught.value.permanent and spec.key not in keys(peer.source)
+
+    peer.source.create_network(lan)
+    info = peer.source.create(spec)
+
+    assert info == peer.source.create(spec)  # a retry
+    with pytest.raises(Conflict, match="still used"):
+        peer.source.delete_network(lan.key)
+    peer.source.destroy(spec.key)
+    assert peer.source.delete_network(lan.key) is True
+
+
+def test_private_nics_are_part_of_the_fingerprint(peer, lan):
+    peer.source.create_network(lan)
+    spec = staged(peer)
+    peer.source.create(spec)
+
+    with pytest.raises(Conflict):
+        peer.source.create(member(peer, spec, lan.key))
+
+
+def test_a_member_does_not_move_to_a_host_without_its_network(peer, lan):
+    peer.source.create_network(lan)
+    spec = member(peer, staged(peer), lan.key)
+    peer.source.create(spec)
+
+    with pytest.raises(Conflict, match="share a host") as caught:
+        peer.source.migrate(spec.key, peer.target)
+
+    assert caught.value.permanent and spec.key in keys(peer.source)
