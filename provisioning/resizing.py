@@ -15,14 +15,16 @@ its file system with it: not something every driver and guest can do unattended)
 
 from collections.abc import Callable
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
+from accounts import access
 from capacity import services as capacity
 from core.changelog import Actor
 from core.errors import Conflict
 from core.hooks import Hook
 from jobs import services as jobs
+from placement import refusals
 from provisioning import services
 from provisioning.models import VM
 
@@ -38,12 +40,15 @@ ON_RESIZED: Hook[Callable[..., None]] = Hook("provisioning.resizing.ON_RESIZED")
 def resize(vm, *, actor, vcpus=None, memory_mib=None, reason=""):
     """Submit the ``vm.resize`` job that gives ``vm`` these vCPUs and memory (None: as it has);
     returns the job. ``ValidationError`` for a size the VM's image does not allow, ``Conflict``
-    for a VM that cannot be resized now (not built, no live claim of its own, a shrink while it runs)."""
+    for a VM that cannot be resized now (not built, no live claim of its own, a shrink while it
+    runs), ``PermissionDenied`` for a user who may not operate the cluster (an owner too)."""
+    actor = Actor.of(actor)
+    if actor.user is not None and not access.can(actor.user, "operate"):
+        raise PermissionDenied("only operators resize VMs: ask one (a VM's owner may not change its size)")
     size = wanted(vm, vcpus=vcpus, memory_mib=memory_mib)
     refusal = refusal_for(vm, size)
     if refusal:
         raise Conflict(refusal)
-    actor = Actor.of(actor)
     return jobs.submit(
         "vm.resize",
         {"vm": vm.pk, **size},
@@ -104,7 +109,7 @@ def claim(vm_id, size, *, actor):
     """Resize the VM's claim (``capacity.resize``) and point the VM at the new one, in one
     transaction; returns the old and new sizes and claims. ``NoCapacity`` changes nothing."""
     with transaction.atomic():
-        vm = VM.objects.select_related("allocation", "image").get(pk=vm_id)
+        vm = VM.objects.select_related("allocation", "image", "host").get(pk=vm_id)
         refusal = refusal_for(vm, size)  # again: the VM may have changed since it was asked
         if refusal:
             raise Conflict(refusal)
@@ -113,9 +118,22 @@ def claim(vm_id, size, *, actor):
         if size == old:
             return {"old": old, "new": size, "from": held.pk, "to": held.pk}
         why = f"{vm.key} resized to {size['vcpus']} vCPUs, {size['memory_mib']} MiB"
-        fresh = capacity.resize(held, actor=actor, reason=why, **size)
+        try:
+            fresh = capacity.resize(held, actor=actor, reason=why, **size)
+        except capacity.NoCapacity as exc:
+            raise Conflict(no_room(vm, size, exc.result)) from None
         services.set_state(vm_id, vm.state, f"claim resized on {vm.host}", allocation=fresh, actor=actor)
     return {"old": old, "new": size, "from": held.pk, "to": fresh.pk}
+
+
+def no_room(vm, size, result):
+    """A refused growth in the words of placement's one-host check (what the host would lack)."""
+    why = ", ".join(refusals.phrase(code) for code, n in result.reasons.items() if n) or result.note or "no room"
+    until = f"until {vm.end:%Y-%m-%d %H:%M} UTC" if vm.end else "from now on"
+    return (
+        f"{vm.host} has no room for {vm.key} at {size['vcpus']} vCPUs and {size['memory_mib']} MiB {until} "
+        f"(its claim's window): {why}"
+    )
 
 
 def record(vm_id, size, applies, *, actor):
