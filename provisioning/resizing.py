@@ -110,6 +110,7 @@ def claim(vm_id, size, *, actor):
     transaction; returns the old and new sizes and claims. ``NoCapacity`` changes nothing."""
     with transaction.atomic():
         vm = VM.objects.select_related("allocation", "image", "host").get(pk=vm_id)
+        wanted(vm, **size)  # again, as for a job submitted by name (the jobs API) rather than through ``resize``
         refusal = refusal_for(vm, size)  # again: the VM may have changed since it was asked
         if refusal:
             raise Conflict(refusal)

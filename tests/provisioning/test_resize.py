@@ -163,3 +163,17 @@ def test_a_revert_to_a_snapshot_taken_before_keeps_the_new_size(sim_host, image,
 
     assert Job.objects.get(pk=job.pk).status == "success"
     assert SimVM.objects.get(key=vm.key).vcpus == 3
+
+
+def test_a_job_submitted_by_name_is_held_to_the_same_rules(sim_host, image, alice, admin_user, sync_jobs):
+    vm = build(alice, image, sync_jobs, vcpus=2, memory_mib=1024)
+    for size, words in (
+        ({"vcpus": 2, "memory_mib": 128}, "needs at least 256"),
+        ({"vcpus": 1, "memory_mib": 1024}, "smaller"),
+    ):
+        job = services.jobs.submit("vm.resize", {"vm": vm.pk, **size}, actor=admin_user, submitter=admin_user)
+        sync_jobs.drain()
+        job = Job.objects.get(pk=job.pk)
+        assert job.status == "error" and words in job.error_message, job.error_message
+    vm.refresh_from_db()
+    assert (vm.vcpus, vm.memory_mib, vm.allocation.vcpus, vm.allocation.memory_mib) == (2, 1024, 2, 1024)
