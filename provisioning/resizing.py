@@ -14,6 +14,7 @@ its file system with it: not something every driver and guest can do unattended)
 """
 
 from collections.abc import Callable
+from datetime import UTC
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
@@ -130,7 +131,8 @@ def claim(vm_id, size, *, actor):
 def no_room(vm, size, result):
     """A refused growth in the words of placement's one-host check (what the host would lack)."""
     why = ", ".join(refusals.phrase(code) for code, n in result.reasons.items() if n) or result.note or "no room"
-    until = f"until {vm.end:%Y-%m-%d %H:%M} UTC" if vm.end else "from now on"
+    end = vm.allocation.end
+    until = f"until {end.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if end else "from now on"
     return (
         f"{vm.host} has no room for {vm.key} at {size['vcpus']} vCPUs and {size['memory_mib']} MiB {until} "
         f"(its claim's window): {why}"
