@@ -1,4 +1,4 @@
-"""Plan, claim, extend, hold and release capacity. One function per verb.
+"""Plan, claim, extend, resize, hold and release capacity. One function per verb.
 
 ``claim`` is the only writer of Allocation rows. It decides on the process's snapshot,
 then, in one short transaction, locks the chosen host's row, re-checks that host against
@@ -441,6 +441,43 @@ def extend(allocation, new_end, *, actor):
             raise NoCapacity(_host_check(allocation.host_id, request))  # rolls the release back
         changelog.record(allocation, "update", actor, {"end": [str(allocation.end), str(new_end)]}, "extended")
     return fresh
+
+
+def resize(allocation, *, actor, reason, check=True, **size):
+    """Give a claim another size (``vcpus``, ``memory_mib``, ``disk_gib``) on its own host for
+    the rest of its window: the old row released and a fresh one written in one transaction
+    (never both counted, never neither; snapshots follow new and released rows, never an edited
+    one), then its holders repointed (``moved``). A claim that grows is re-checked under the
+    host's lock with its old self not counted: ``NoCapacity`` explains a refusal, and nothing
+    changes. One that only shrinks is written unchecked: it fits wherever its larger self did;
+    so is any with ``check`` False (a size the VM still has: a failed resize undone, a fact
+    recorded as ``hold`` does). ``Released``: it was released."""
+    if allocation.released is not None:
+        raise Released("this allocation was released")
+    demand = demand_of(allocation, **size)
+    grows = check and any(size[name] > getattr(allocation, name) for name in size)
+    changes = {name: [getattr(allocation, name), new] for name, new in size.items() if new != getattr(allocation, name)}
+    with transaction.atomic():
+        Hypervisor.objects.select_for_update().get(pk=allocation.host_id)
+        released = Allocation.objects.filter(pk=allocation.pk, released__isnull=True).update(released=timezone.now())
+        if released != 1:
+            raise Released("this allocation was released")
+        if grows:
+            fresh = _claim_on(allocation.host_id, demand, demand.request(), actor, allocation.owner)
+            if fresh is None:
+                raise NoCapacity(_host_check(allocation.host_id, demand.request()))  # rolls the release back
+        else:
+            fresh = _recorded(_copy(allocation, **size), demand, actor)
+        changelog.record(allocation, "update", actor, changes, reason[:500])
+        moved(allocation, fresh, actor=actor)
+    return fresh
+
+
+def _copy(allocation, **changes):
+    """A fresh row of ``allocation`` with ``changes``, written with no capacity check."""
+    fields = ("host_id", "owner_id", "purpose", "vcpus", "memory_mib", "disk_gib", "start", "end", "anti_affinity")
+    values = {name: getattr(allocation, name) for name in fields}
+    return Allocation.objects.create(**{**values, "extras": dict(allocation.extras), **changes})
 
 
 def moved(old, new, *, actor):

@@ -20,6 +20,10 @@ Contract (every driver, tested by ``tests/drivers/test_contract.py``):
   to its next user. A different seed must bring a new ``instance_id`` (the guest applies a
   seed once per instance id), else ``Invalid``; the seed it already has is left alone; a VM
   that is not stopped is a ``Conflict``.
+- ``resize(key, vcpus, memory_mib)`` changes the VM's persistent definition and answers when
+  that takes effect: ``APPLIES_NOW`` (a stopped VM, or a driver that applied it to the running
+  guest) or ``APPLIES_NEXT_BOOT`` (a running or suspended VM gets it when it next boots).
+  Idempotent; a VM the hypervisor cannot change in its state is a ``Conflict``; the disk keeps its size.
 - Errors are ``DriverError``s that say whether retrying the same call can help
   (``permanent=False``: transport trouble, a busy host) or not (``permanent=True``: invalid
   request, missing object, wrong state).
@@ -75,6 +79,10 @@ VM_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
 # Image names become volume and datastore file names: no slashes, no spaces.
 IMAGE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 FORMATS = ("qcow2", "raw", "vmdk", "template", "sim")
+
+
+APPLIES_NOW = "now"
+APPLIES_NEXT_BOOT = "next boot"
 
 
 def vm_key(vm_id):
@@ -344,7 +352,7 @@ class GuestSession:
 # The calls fenced by a job's lease (``Driver.__init_subclass__`` wraps each where it is defined).
 FENCED_CALLS = (
     "facts", "discover", "list_vms", "stage_image", "create", "start", "stop", "suspend", "resume",
-    "destroy", "snapshot", "revert", "reseed", "capture", "migrate", "address", "port", "state",
+    "destroy", "snapshot", "revert", "reseed", "resize", "capture", "migrate", "address", "port", "state",
     "agent_answers", "guest_exec", "guest_exec_status", "guest_put_file", "guest_get_file", "guest_glob",
     "guest_sessions", "create_network", "delete_network", "list_networks",
 )  # fmt: skip
@@ -465,6 +473,10 @@ class Driver:
     def reseed(self, key, guest: GuestLogin | None):
         """Give the stopped VM ``key`` the seed of ``guest`` (None: no seed); see the module docstring."""
         raise NotImplementedError
+
+    def resize(self, key, vcpus, memory_mib) -> str:
+        """Give the VM ``key`` these vCPUs and memory; see the module docstring."""
+        raise Invalid(f"{self.kind} hosts cannot change a VM's size")
 
     def capture(self, key, new_image_name) -> ImageVariantSpec:
         raise NotImplementedError
@@ -611,6 +623,18 @@ def check_exec(tag, argv, env=None):
     for name in env or {}:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise Invalid(f"bad environment variable name {name[:50]!r}")
+
+
+def check_size(key, vcpus, memory_mib):
+    """Refuse a size no VM may have (as ``VMSpec.validate``)."""
+    for name, value, low in (("vcpus", vcpus, 1), ("memory_mib", memory_mib, 16)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise Invalid(f"{key} {name}: must be a whole number ≥ {low}, not {value!r}")
+
+
+def applies(state):
+    """When a new size reaches a VM in ``state`` that only its definition was changed for."""
+    return APPLIES_NOW if state == VMState.STOPPED else APPLIES_NEXT_BOOT
 
 
 def check_snapshot_name(name):

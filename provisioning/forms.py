@@ -124,6 +124,11 @@ class ActionForm(forms.Form):
         return data
 
 
+class ResizeForm(forms.Form):
+    vcpus = forms.IntegerField(min_value=1, max_value=4096, required=False)
+    memory_mib = forms.IntegerField(min_value=16, max_value=1 << 30, required=False, label="Memory (MiB)")
+
+
 class CaptureForm(forms.Form):
     """Capture a VM as a new image (the VM and reservation pages)."""
 

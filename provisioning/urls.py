@@ -8,6 +8,7 @@ urlpatterns = [
     path("", views.vm_list, name="vms"),
     path("<int:pk>/", views.vm_detail, name="vm"),
     path("<int:pk>/action/", views.vm_action, name="vm-action"),
+    path("<int:pk>/resize/", views.vm_resize, name="vm-resize"),
     path("<int:pk>/capture/", capture_views.vm_capture, name="vm-capture"),
     path("images/", views.image_list, name="images"),
     path("images/new/", views.image_edit, name="image-new"),

@@ -23,13 +23,14 @@ from core import changelog
 from core.errors import Conflict
 from core.hooks import Hook
 from jobs import services as jobs
-from provisioning import disks, owned, revisions, services, uploads
+from provisioning import disks, owned, resizing, revisions, services, uploads
 from provisioning.capture_views import capture_context
 from provisioning.forms import (
     ActionForm,
     ImageFilterForm,
     ImageForm,
     RenameForm,
+    ResizeForm,
     RevisionForm,
     ShareForm,
     VariantForm,
@@ -324,9 +325,31 @@ def vm_detail(request, pk):
         "snapshots": [s.get("name") for s in vm.snapshots],
         "jobs": recent.only("id", "opcode", "status", "received")[:20],
         "changes": changelog.history(vm),
+        "resizable": access.can(request.user, "operate") and vm.state in resizing.BUILT,
         **capture_context(request, vm),
     }
     return render(request, "vms/vm_detail.html", context)
+
+
+@login_required
+@require_POST
+def vm_resize(request, pk):
+    """Operators change the VM's vCPUs and memory (``resizing.resize``: its claim first)."""
+    vm = _get(services.visible_vms(request.user).select_related("image", "allocation"), pk)
+    form = ResizeForm(request.POST)
+    if not form.is_valid():
+        _flash_errors(request, form.errors)
+        return redirect("vms:vm", pk=pk)
+    try:
+        job = resizing.resize(vm, actor=request.user, reason="resize in the web UI", **form.cleaned_data)
+    except (Conflict, PermissionDenied) as exc:
+        messages.error(request, str(exc))
+    except ValidationError as exc:
+        _flash_errors(request, exc.message_dict)
+    else:
+        url = reverse("jobs:job-detail", args=[job.pk])
+        messages.success(request, format_html('resize of {} submitted: <a href="{}">job {}</a>.', vm, url, job.pk))
+    return redirect("vms:vm", pk=pk)
 
 
 @login_required

@@ -3,8 +3,8 @@
 Each write maps onto vclmgr's VM actions through ``services`` and answers one job id: startup
 and shutdown are ``vm.start``/``vm.stop``, a reboot is a stop then a start that waits for it,
 a failover is ``vm.migrate``, a reinstall reverts to the image's clean snapshot, a rename is
-``instance.rename``. Ganeti's parameters vclmgr cannot honour are refused by name (400), and
-``modify`` is refused whole: a built VM's size is fixed (a new one is requested instead).
+``instance.rename``, a modify of the backend parameters (vCPUs, memory) is ``vm.resize``.
+Ganeti's parameters vclmgr cannot honour are refused by name (400), with nothing submitted.
 """
 
 from console import services as console
@@ -12,7 +12,7 @@ from drivers.base import DriverError
 from rapi import resources as R
 from rapi import services
 from rapi.protocol import RapiError, bad_request
-from rapi.views import MAX_NAME, _check, _fields, _job_answer, _no_dry_run, create_args, creation
+from rapi.views import BEPARAMS, MAX_NAME, _check, _fields, _job_answer, _no_dry_run, create_args, creation
 
 REBOOT_TYPES = ("soft", "hard", "full")
 MAX_MULTI_ALLOC = 100
@@ -111,15 +111,82 @@ def reinstall(request, name):
     return _job_answer(services.reinstall(vm, actor=request.user, reason=request.reason, start=start))
 
 
+#: OP_INSTANCE_SET_PARAMS's fields vclmgr cannot change, and why (refused by name when they ask for anything).
+NOT_MODIFIABLE = {
+    "hvparams": "the hypervisor's parameters come from the image and the host",
+    "nics": "an instance keeps the network it was built with",
+    "disks": "an instance's disk keeps its size",
+    "disk_template": "vclmgr instances have one disk template",
+    "runtime_mem": "vclmgr does not balloon a running instance's memory",
+    "os_name": "an instance keeps its image (reinstall it, or request a new one)",
+    "osparams": "the image defines the instance",
+    "osparams_private": "the image defines the instance",
+    "clear_osparams": "the image defines the instance",
+    "clear_osparams_private": "the image defines the instance",
+    "remove_os_params": "the image defines the instance",
+    "remove_os_params_private": "the image defines the instance",
+    "pnode": "an instance moves to another node by a migration (PUT /2/instances/NAME/migrate)",
+    "remote_node": "vclmgr instances have no secondary node",
+    "iallocator": "vclmgr instances have no secondary node",
+    "offline": "an instance is stopped or started, never marked offline",
+    "ext_params": "vclmgr has no external storage parameters",
+    "file_driver": "vclmgr has no file storage parameters",
+    "file_storage_dir": "vclmgr has no file storage parameters",
+    "instance_communication": "vclmgr has no instance communication channel",
+    "hotplug": "a running instance gets its new size at its next boot",
+}
+MODIFY_FLAGS = ("force", "force_variant", "ignore_ipolicy", "wait_for_sync", "conflicts_check", "hotplug_if_possible")
+#: backend parameters vclmgr keeps fixed at these values (what GET /2/instances/NAME shows)
+FIXED_BEPARAMS = {"auto_balance": True, "always_failover": False, "spindle_use": 1}
+
+
 def modify(request, name):
-    R.find_instance(request.user, name)
-    body = _check(request.body if request.body is not None else {}, dict, "Body contents")
-    if not body:
-        raise bad_request("No changes submitted")
-    raise bad_request(
-        f"Parameter(s) {', '.join(map(repr, sorted(body)))} cannot be modified: a vclmgr instance keeps the size "
-        "and devices it was built with (request a new one; tags: PUT /2/instances/NAME/tags)"
+    """Ganeti's OP_INSTANCE_SET_PARAMS: its backend parameters (vcpus, maxmem, minmem or memory)
+    are vclmgr's resize; anything else asked for is refused by name, with nothing submitted."""
+    vm = R.find_instance(request.user, name)
+    body = _fields(
+        _check(request.body if request.body is not None else {}, dict, "Body contents"),
+        ("beparams", *NOT_MODIFIABLE, *MODIFY_FLAGS),
     )
+    for flag in MODIFY_FLAGS:
+        if body.get(flag) is not None:
+            _check(body[flag], bool, f"'{flag}' parameter")
+    if body.get("force"):
+        raise bad_request("force is not supported: vclmgr never gives an instance a size its node has no room for")
+    for field, why in NOT_MODIFIABLE.items():
+        if body.get(field) not in (None, [], {}, False):
+            raise bad_request(f"Parameter '{field}' cannot be modified: {why}")
+    size = _modified_size(vm, _check(body.get("beparams") or {}, dict, "'beparams' parameter"))
+    if not size:
+        raise bad_request("No changes submitted")
+    _no_dry_run(request)
+    return _job_answer(services.resize(vm, actor=request.user, reason=request.reason, **size))
+
+
+def _modified_size(vm, beparams):
+    """``{"vcpus", "memory_mib"}`` (those given) of Ganeti's backend parameters."""
+    for key, value in beparams.items():
+        if key not in BEPARAMS:
+            raise bad_request(f"Invalid body parameters: unknown beparams field '{key}'")
+        _check(value, BEPARAMS[key], f"'beparams.{key}' parameter")
+        if key in FIXED_BEPARAMS and value != FIXED_BEPARAMS[key]:
+            raise bad_request(
+                f"Parameter 'beparams.{key}' cannot be modified: vclmgr keeps it at {FIXED_BEPARAMS[key]}"
+            )
+    if "memory" in beparams and "maxmem" in beparams and beparams["memory"] != beparams["maxmem"]:
+        raise bad_request("'beparams.memory' is the old name of 'beparams.maxmem': give one, or both equal")
+    memory = beparams.get("maxmem", beparams.get("memory"))
+    if "minmem" in beparams and beparams["minmem"] != (memory if memory is not None else vm.memory_mib):
+        raise bad_request(
+            "Parameter 'beparams.minmem' cannot differ from maxmem: a vclmgr instance has one memory size "
+            f"({memory if memory is not None else vm.memory_mib} MiB), no ballooning"
+        )
+    size = {}
+    if beparams.get("vcpus") is not None:
+        size["vcpus"] = beparams["vcpus"]
+    if memory is not None:
+        size["memory_mib"] = memory
+    return size
 
 
 def console_info(request, name):

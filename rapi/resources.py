@@ -33,6 +33,7 @@ OP_IDS = {
     "vm.start": "OP_INSTANCE_STARTUP",
     "vm.stop": "OP_INSTANCE_SHUTDOWN",
     "instance.rename": "OP_INSTANCE_RENAME",
+    "vm.resize": "OP_INSTANCE_SET_PARAMS",
     "group.modify": "OP_GROUP_SET_PARAMS",
     "instance.multi_alloc": "OP_INSTANCE_MULTI_ALLOC",
     "group.assign_nodes": "OP_GROUP_ASSIGN_NODES",
@@ -370,7 +371,7 @@ def _opresult(job, names):
         submitted = [j for j in result.get("jobs", []) if j] if isinstance(result, dict) else []
         submitted += job.children.order_by("id").values_list("id", flat=True)
         return {"jobs": [[True, jid] for jid in sorted(set(submitted))]}
-    if job.opcode == "node.set_role" and isinstance(result, dict):
+    if job.opcode in ("node.set_role", "vm.resize") and isinstance(result, dict):
         return result.get("changes", [])
     if job.opcode in ("vm.destroy", "vm.migrate", "tags.set", "tags.delete", "group.assign_nodes"):
         return None

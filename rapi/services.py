@@ -17,6 +17,7 @@ from inventory import services as inventory
 from inventory.models import Hypervisor, NodeGroup
 from jobs import services as jobs
 from jobs.models import Job
+from provisioning import resizing
 from provisioning import services as vms
 from provisioning.models import VM
 from rapi import job_filters
@@ -103,6 +104,13 @@ def submit(opcode, params, *, actor, reason):
 def submit_vm(vm, action, *, actor, reason, depends=(), **params):
     why = reason or f"{action} {vm.key} through the RAPI"
     return screen(vms.submit_action(vm, action, actor=actor, reason=why, depends=depends, **params), actor=actor)
+
+
+@transaction.atomic
+def resize(vm, *, actor, reason, **size):
+    """Ganeti's modify of an instance's backend parameters: vclmgr's resize (``vm.resize``)."""
+    why = reason or f"modify {vm.key} through the RAPI"
+    return screen(resizing.resize(vm, actor=actor, reason=why, **size), actor=actor)
 
 
 def reboot(vm, *, actor, reason, force=False):

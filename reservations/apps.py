@@ -12,7 +12,7 @@ class ReservationsConfig(AppConfig):
         from core import events, topics
         from inventory import services as inventory
         from jobs import transitions
-        from provisioning import quotas, repair, verify
+        from provisioning import quotas, repair, resizing, verify
         from provisioning import views as vm_pages
         from provisioning.management.commands import revision
         from provisioning.opcodes import lifecycle
@@ -23,6 +23,7 @@ class ReservationsConfig(AppConfig):
         quotas.HOLDERS.register("reservation", services.holdings)
         verify.CLAIM_HOLDERS.register(services.held_claims)
         capacity.ON_MOVED.register(services.follow_claim)
+        resizing.ON_RESIZED.register(services.follow_size)
         inventory.ON_STATE_CHANGE.register(services.host_left_service)
         repair.ON_GONE.register(services.vm_gone)
         lifecycle.ON_BUILT.register(services.settle_built)

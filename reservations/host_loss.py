@@ -1,7 +1,8 @@
 """Reservations whose host left: future claims re-placed off a host drained or taken offline
 (``host_left_service``, ``replace_off_host``; flagged when no other host has room), VMs of a
 host that died rebuilt elsewhere or failed (``reprovision_off_host``, Ganeti's harep), a VM
-found gone ending its reservation (``vm_gone``), and a moved claim followed (``follow_claim``)."""
+found gone ending its reservation (``vm_gone``), and a moved claim followed (``follow_claim``),
+as is a resized VM's size (``follow_size``)."""
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -25,6 +26,18 @@ def follow_claim(old, new, *, actor):
     """A claim moved (a migration, a build re-placed off a host that left service): the
     reservation holding it points at the one that counts now (registered in ``capacity.ON_MOVED``)."""
     Reservation.objects.filter(allocation_id=old.pk).update(allocation=new, degraded="", updated=timezone.now())
+
+
+def follow_size(vm, size, *, actor):
+    """An operator resized the VM (``provisioning.resizing``): its reservation holds that size
+    from now on (its quotas, an extension and a rebuild on another host count it), registered
+    in ``resizing.ON_RESIZED``; in the transaction that records the VM's size."""
+    for reservation in Reservation.objects.filter(vm_id=vm.pk, status__in=Reservation.ACTIVE):
+        before = {name: getattr(reservation, name) for name in size}
+        Reservation.objects.filter(pk=reservation.pk).update(**size, updated=timezone.now())
+        changes = {name: [before[name], value] for name, value in size.items() if before[name] != value}
+        if changes:
+            changelog.record(reservation, "update", actor, changes, f"its VM {vm.key} was resized")
 
 
 def host_left_service(hv, old_state, *, actor):

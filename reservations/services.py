@@ -33,6 +33,7 @@ from reservations.blocks import (
 from reservations.ending import cancel, end, extend, finish, held_claims
 from reservations.host_loss import (
     follow_claim,
+    follow_size,
     future_on_host,
     host_left_service,
     on_dead_host,
@@ -58,6 +59,7 @@ __all__ = [
     "build_job",
     "cancel",
     "cancel_block",
+    "follow_size",
     "check_fit",
     "connection",
     "create_block",

@@ -176,6 +176,39 @@ def with_seed(xml_text, seed_path, instance_id, digest):
     return ET.tostring(root, encoding="unicode")
 
 
+_KIB = {"b": 1 / 1024, "bytes": 1 / 1024, "k": 1, "kib": 1, "kb": 1000 / 1024, "m": 1024, "mib": 1024,
+        "mb": 1000**2 / 1024, "g": 1024**2, "gib": 1024**2, "gb": 1000**3 / 1024}  # fmt: skip
+
+
+def size_of(xml_text):
+    """``(vcpus, memory MiB)`` of a domain definition."""
+    root = ET.fromstring(xml_text)
+    memory = root.find("memory")
+    kib = int(memory.text) * _KIB[(memory.get("unit") or "KiB").lower()]
+    return int(root.find("vcpu").text), int(kib // 1024)
+
+
+def with_size(xml_text, vcpus, memory_mib):
+    """The domain definition ``xml_text`` with ``vcpus`` and ``memory_mib`` (all of them present
+    at boot: no hot-plug ``current`` count, no balloon below the maximum); ValueError for a
+    definition whose memory is also laid out elsewhere (NUMA cells, a hot-plug maximum below it)."""
+    root = ET.fromstring(xml_text)
+    if root.find("cpu/numa") is not None:
+        raise ValueError("its memory is split into NUMA cells, which vclmgr does not author")
+    limit = root.find("maxMemory")
+    if limit is not None and int(limit.text) * _KIB[(limit.get("unit") or "KiB").lower()] < memory_mib * 1024:
+        raise ValueError(f"its hot-plug maximum memory is below {memory_mib} MiB")
+    vcpu = root.find("vcpu")
+    vcpu.text = str(vcpus)
+    vcpu.attrib.pop("current", None)
+    for tag in ("memory", "currentMemory"):
+        element = root.find(tag)
+        if element is None:  # libvirt always writes both; a hand-made definition may lack one
+            element = ET.SubElement(root, tag)
+        element.text, element.attrib = str(memory_mib), {"unit": "MiB"}
+    return ET.tostring(root, encoding="unicode")
+
+
 def user_network_xml(port, guest_port, mac):
     args = ET.Element(f"{{{QEMU_NAMESPACE}}}commandline")
     netdev = f"user,id=vclnet0,restrict=on,hostfwd=tcp:127.0.0.1:{int(port)}-:{int(guest_port)}"

@@ -579,6 +579,22 @@ class LibvirtDriver(base.Driver):
         self._call(f"reseed {key}", self.conn.defineXML, new_xml)
 
     @translated
+    def resize(self, key, vcpus, memory_mib):
+        """The persistent definition only (Ganeti's default): a running domain keeps its size
+        until it next boots, and a managed save restores the size it was saved with."""
+        base.check_size(key, vcpus, memory_mib)
+        dom = self._domain(key)
+        state = self._state(dom)
+        xml = self._call(f"definition of {key}", dom.XMLDesc, libvirt.VIR_DOMAIN_XML_INACTIVE)
+        if domxml.size_of(xml) != (vcpus, memory_mib):
+            try:
+                new_xml = domxml.with_size(xml, vcpus, memory_mib)
+            except ValueError as exc:
+                raise Invalid(f"cannot resize {key}: {exc}") from None
+            self._call(f"resize {key}", self.conn.defineXML, new_xml)
+        return base.applies(state)
+
+    @translated
     def capture(self, key, new_image_name):
         base.check_image_name(new_image_name)
         dom = self._domain(key)

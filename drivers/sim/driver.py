@@ -408,6 +408,18 @@ class SimDriver(base.Driver):
             vm.seed = wanted
             vm.save(update_fields=["seed", "updated"])
 
+    def resize(self, key, vcpus, memory_mib):
+        """The row is the simulated VM's definition; a running guest would see it at its next boot."""
+        base.check_key(key)
+        base.check_size(key, vcpus, memory_mib)
+        self._step("resize")
+        with transaction.atomic():
+            vm = self._vm(key, lock=True)
+            if (vm.vcpus, vm.memory_mib) != (vcpus, memory_mib):
+                vm.vcpus, vm.memory_mib = vcpus, memory_mib
+                vm.save(update_fields=["vcpus", "memory_mib", "updated"])
+            return base.applies(VMState(vm.state))
+
     def capture(self, key, new_image_name):
         base.check_image_name(new_image_name)
         self._step("capture")

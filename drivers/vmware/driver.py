@@ -68,6 +68,9 @@ POWER_STATES = {"poweredOn": VMState.RUNNING, "poweredOff": VMState.STOPPED, "su
 VM_PROPS = ["name", "runtime.host", "runtime.powerState", "config.template", "summary.config.numCpu",
             "summary.config.memorySizeMB"]  # fmt: skip
 
+# What a running VM's resize needs enabled: (ConfigSpec field, its words, the VM's flag).
+HOT_ADD = (("numCPUs", "CPU", "config.cpuHotAddEnabled"), ("memoryMB", "memory", "config.memoryHotAddEnabled"))
+
 
 class VMwareDriver(base.Driver):
     kind = "vmware"
@@ -682,6 +685,34 @@ class VMwareDriver(base.Driver):
         if tree is None:
             raise NotFound(f"{key} has no snapshot {name!r}")
         self._wait(self._call(f"revert {key}", tree.snapshot.RevertToSnapshot_Task), f"revert {key} to {name!r}")
+
+    @translated
+    def resize(self, key, vcpus, memory_mib):
+        """vSphere has no definition apart from the running VM: a stopped VM is reconfigured; a
+        running one only where its CPU and memory hot-add are enabled for what grows (it has
+        the size at once), else a ``Conflict`` (stop it first); a suspended one never."""
+        base.check_size(key, vcpus, memory_mib)
+        vm = self._vm(key)
+        paths = ["runtime.powerState", "summary.config.numCpu", "summary.config.memorySizeMB",
+                 "config.cpuHotAddEnabled", "config.memoryHotAddEnabled"]  # fmt: skip
+        props = self._props(vm, paths)
+        state = POWER_STATES.get(str(props.get("runtime.powerState")), VMState.ERROR)
+        changes = {}
+        if props.get("summary.config.numCpu") != vcpus:
+            changes["numCPUs"] = vcpus
+        if props.get("summary.config.memorySizeMB") != memory_mib:
+            changes["memoryMB"] = memory_mib
+        if not changes:
+            return base.APPLIES_NOW
+        if state == VMState.SUSPENDED:
+            raise Conflict(f"cannot resize {key}: it is suspended; resume and stop it first")
+        if state == VMState.RUNNING:
+            cold = [what for field, what, flag in HOT_ADD if field in changes and not props.get(flag)]
+            if cold:
+                raise Conflict(f"cannot resize {key} while it runs: {' and '.join(cold)} hot-add is off; stop it first")
+        spec = vim.vm.ConfigSpec(**changes)
+        self._wait(self._call(f"resize {key}", vm.ReconfigVM_Task, spec=spec), f"resize {key}")
+        return base.APPLIES_NOW
 
     @translated
     def capture(self, key, new_image_name):

@@ -246,6 +246,23 @@ class VMCaptureSerializer(RefuseUnknownFields, serializers.Serializer):
     )
 
 
+class VMResizeSerializer(RefuseUnknownFields, serializers.Serializer):
+    vcpus = serializers.IntegerField(
+        min_value=1, max_value=4096, required=False, help_text="Its vCPUs from now on (left out: as it has)."
+    )
+    memory_mib = serializers.IntegerField(
+        min_value=16,
+        max_value=1 << 30,
+        required=False,
+        help_text="Its memory in MiB from now on (left out: as it has).",
+    )
+
+    def validate(self, data):
+        if not data:
+            raise serializers.ValidationError("give vcpus, memory_mib or both")
+        return data
+
+
 class VMCreatedSerializer(JobAcceptedSerializer):
     detail = VMSerializer()
 

@@ -24,7 +24,7 @@ from core.errors import Conflict
 from drivers.sim import services as sim
 from drivers.sim.models import SimFault
 from inventory.models import Hypervisor
-from provisioning import owned, revisions, services
+from provisioning import owned, resizing, revisions, services
 from provisioning.api.serializers import (
     ImageRenameSerializer,
     ImageRevisionSerializer,
@@ -39,6 +39,7 @@ from provisioning.api.serializers import (
     VMCaptureSerializer,
     VMCreatedSerializer,
     VMCreateSerializer,
+    VMResizeSerializer,
     VMSerializer,
     as_drf,
 )
@@ -301,6 +302,29 @@ class VMViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gener
         body = VMCaptureSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         return self._act(request, "capture", **body.validated_data)
+
+    @extend_schema(
+        request=VMResizeSerializer,
+        responses={
+            202: JobAcceptedSerializer,
+            400: OpenApiResponse(description="A size its image does not allow, or no size given"),
+            403: OpenApiResponse(description="Only operators resize VMs"),
+            409: CONFLICT,
+        },
+    )
+    @action(detail=True, methods=["post"], permission_classes=[OperatorOrAuditor])
+    def resize(self, request, pk=None):
+        """Change the VM's vCPUs and memory (operators): its claim on its host first, for the rest
+        of its window, then its definition. The job's result says when it applies: ``now`` (a
+        stopped VM) or ``next boot``. A running VM may only grow; its disk keeps its size."""
+        body = VMResizeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        vm = self.get_object()
+        try:
+            job = resizing.resize(vm, actor=request.user, reason="resize through the API", **body.validated_data)
+        except ValidationError as exc:
+            raise as_drf(exc) from None
+        return Response({"job": job.pk, "vm": vm.pk}, status=status.HTTP_202_ACCEPTED)
 
 
 class QuotaRuleViewSet(viewsets.ModelViewSet):

@@ -6,8 +6,9 @@ One module per concern: ``lifecycle`` (``vm.create``, ``vm.destroy``, power, ``v
 ``revert_on_end`` VM handed from one user to the next) and ``staging`` (``image.stage``,
 ``image.prestage`` and the transfer throttle); ``params`` holds their parameters and locks,
 ``common`` what they share; ``repair`` the verify report's repairs (``repair.*``); ``upload``
-(``image.upload``: an uploaded disk checked and made an image). Importing this package registers
-them all (the jobs app autodiscovers ``<app>.opcodes``).
+(``image.upload``: an uploaded disk checked and made an image); ``resize`` (``vm.resize``: a
+VM's vCPUs and memory, its claim first). Importing this package registers them all (the jobs
+app autodiscovers ``<app>.opcodes``).
 
 Rules every opcode keeps:
 
@@ -28,6 +29,7 @@ from provisioning.opcodes import (  # noqa: F401 (registers them)
     migration,
     power,
     repair,
+    resize,
     reuse,
     staging,
     upload,

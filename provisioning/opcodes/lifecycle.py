@@ -558,6 +558,9 @@ def revert(vm_id, name, *, actor):
         raise Refused(refusal)
     driver = drivers.driver_for(vm.host)
     driver.revert(vm.key, name)
+    taken_at = next((snap.get("size") for snap in vm.snapshots if snap.get("name") == name), None)
+    if taken_at and taken_at != [vm.vcpus, vm.memory_mib]:  # taken before a resize: its definition had that size
+        driver.resize(vm.key, vm.vcpus, vm.memory_mib)
     state = {base.VMState.RUNNING: S.RUNNING, base.VMState.SUSPENDED: S.SUSPENDED}.get(driver.state(vm.key), S.STOPPED)
     address = driver.address(vm.key) if state == S.RUNNING else vm.address
     services.set_state(vm_id, state, f"reverted to {name}", address=address, actor=actor)

@@ -86,3 +86,8 @@ class UploadParams(serializers.Serializer):
 
 def upload_locks(params):
     return [f"upload:{params['upload']}"]
+
+
+class ResizeParams(VMParams):
+    vcpus = serializers.IntegerField(min_value=1, help_text="The VM's vCPUs from now on.")
+    memory_mib = serializers.IntegerField(min_value=16, help_text="Its memory (MiB) from now on.")

@@ -109,6 +109,33 @@ def test_extending_rechecks_the_host(make_host):
     assert Allocation.objects.get(pk=longer.pk).active  # a refused extension changes nothing
 
 
+def test_resizing_rechecks_a_growth_for_the_rest_of_the_window(make_host):
+    make_host("only", cpus=4, cpu_ratio=1.0)
+    now = timezone.now()
+    mine = capacity.claim(demand(vcpus=1, start=now, hours=2), actor=TEST)
+    capacity.claim(demand(vcpus=2, start=now + timedelta(hours=1), hours=1), actor=TEST)
+    bigger = capacity.resize(mine, vcpus=2, actor=TEST, reason="resize")
+    assert (bigger.vcpus, bigger.start, bigger.end, bigger.host_id) == (2, mine.start, mine.end, mine.host_id)
+    assert not Allocation.objects.get(pk=mine.pk).active
+    with pytest.raises(capacity.NoCapacity) as refused:
+        capacity.resize(bigger, vcpus=3, actor=TEST, reason="resize")  # fits now, not in an hour
+    assert refused.value.result.reasons == {"lacks_vcpus": 1}
+    assert Allocation.objects.get(pk=bigger.pk).active  # a refused resize changes nothing
+
+
+def test_a_shrink_or_an_unchecked_resize_is_written_even_where_nothing_new_fits(make_host):
+    host = make_host("only", cpus=2, cpu_ratio=1.0)
+    mine = capacity.claim(demand(vcpus=2), actor=TEST)
+    inventory.set_state(host, "drained", "maintenance", actor=TEST)
+    smaller = capacity.resize(mine, vcpus=1, memory_mib=1024, actor=TEST, reason="resize")
+    assert (smaller.vcpus, smaller.memory_mib) == (1, 1024)
+    back = capacity.resize(smaller, vcpus=2, memory_mib=4096, check=False, actor=TEST, reason="undo")
+    assert (back.vcpus, back.memory_mib, back.active) == (2, 4096, True)
+    assert Allocation.objects.filter(released__isnull=True).count() == 1
+    with pytest.raises(capacity.Released):
+        capacity.resize(Allocation.objects.get(pk=smaller.pk), vcpus=1, actor=TEST, reason="stale")
+
+
 def test_it_rejects_an_extension_raced_by_an_end(make_host):
     make_host("only", cpus=4)
     now = timezone.now()

@@ -8,7 +8,18 @@ import socket
 
 import pytest
 
-from drivers.base import Conflict, DriverError, Invalid, NetworkSpec, NotFound, Unreachable, VMState, private_mac
+from drivers.base import (
+    APPLIES_NEXT_BOOT,
+    APPLIES_NOW,
+    Conflict,
+    DriverError,
+    Invalid,
+    NetworkSpec,
+    NotFound,
+    Unreachable,
+    VMState,
+    private_mac,
+)
 from tests.drivers.conftest import next_key
 
 
@@ -232,6 +243,54 @@ def test_calls_in_the_wrong_state_are_conflicts(peer):
         source.stop(spec.key)  # a graceful stop cannot reach a suspended guest
     source.stop(spec.key, force=True)
     assert source.state(spec.key) == VMState.STOPPED
+
+
+def size(driver, key):
+    info = next(vm for vm in driver.list_vms() if vm.key == key)
+    return info.vcpus, info.memory_mib
+
+
+def test_resize_gives_a_stopped_vm_its_new_size(peer):
+    spec = staged(peer, vcpus=2, memory_mib=1024)
+    source = peer.source
+    source.create(spec)
+
+    assert source.resize(spec.key, 3, 2048) == APPLIES_NOW
+    assert source.resize(spec.key, 3, 2048) == APPLIES_NOW
+    assert size(source, spec.key) == (3, 2048)
+    source.start(spec.key)
+    assert size(source, spec.key) == (3, 2048)
+    assert source.resize(spec.key, 3, 2048) in (APPLIES_NOW, APPLIES_NEXT_BOOT)  # nothing to change
+
+
+def test_a_running_vm_gets_its_new_size_when_it_next_boots(peer):
+    spec = staged(peer, vcpus=2, memory_mib=1024)
+    source = peer.source
+    source.create(spec)
+    source.start(spec.key)
+
+    if peer.kind == "vmware":  # no definition apart from the running VM, and vcsim's VMs have hot-add off
+        with pytest.raises(Conflict, match="hot-add"):
+            source.resize(spec.key, 3, 2048)
+        assert size(source, spec.key) == (2, 1024)
+        return
+    assert source.resize(spec.key, 3, 2048) == APPLIES_NEXT_BOOT
+    source.stop(spec.key, force=True)
+    source.start(spec.key)
+    assert size(source, spec.key) == (3, 2048)
+
+
+def test_resize_refuses_a_size_no_vm_may_have_and_an_absent_vm(peer):
+    spec = staged(peer)
+    peer.source.create(spec)
+
+    for vcpus, memory_mib in ((0, 1024), (2, 8), (True, 1024), (2, "1024")):
+        with pytest.raises(Invalid) as caught:
+            peer.source.resize(spec.key, vcpus, memory_mib)
+        assert caught.value.permanent
+    with pytest.raises(NotFound) as caught:
+        peer.source.resize(peer.spec().key, 2, 1024)
+    assert caught.value.permanent
 
 
 def login(instance_id, password="first-pw-123"):

@@ -103,6 +103,24 @@ def test_a_moved_definition_names_the_target_pools_files_and_keeps_the_rest(lv):
     assert domxml.repathed(moved, paths) == moved  # a second pass changes nothing
 
 
+def test_a_resized_definition_has_its_size_at_boot_and_keeps_the_rest(lv):
+    text = domxml.domain_xml(lv.spec(vcpus=2, memory_mib=1024), domain_type="qemu", disk_path="/p/vcl-9.qcow2")
+    root = ET.fromstring(text)
+    root.find("vcpu").set("current", "1")
+    root.find("memory").text, root.find("memory").attrib = str(1024 * 1024), {"unit": "KiB"}
+
+    resized = domxml.with_size(ET.tostring(root, encoding="unicode"), 4, 3072)
+
+    assert domxml.size_of(resized) == (4, 3072)
+    new = ET.fromstring(resized)
+    assert new.find("vcpu").get("current") is None and new.find("currentMemory").text == "3072"
+    assert domxml.disk_paths(resized) == domxml.disk_paths(text)
+    assert domxml.metadata_of(resized) == domxml.metadata_of(text)
+    ET.SubElement(ET.SubElement(new, "cpu"), "numa")
+    with pytest.raises(ValueError, match="NUMA"):
+        domxml.with_size(ET.tostring(new, encoding="unicode"), 4, 4096)
+
+
 def test_the_vm_disk_is_a_qcow2_overlay_of_the_staged_image(lv):
     base_path = lv.source.stage_image(lv.image)
     spec = lv.spec()

@@ -78,6 +78,26 @@ def test_a_vmdk_vm_gets_a_delta_disk_on_the_staged_base(vmware_peer):
     assert props["runtime.host"].name == vmware_peer.source.host_name
 
 
+def test_a_running_vm_with_hot_add_on_is_resized_at_once(vmware_peer):
+    from pyVmomi import vim
+
+    source = vmware_peer.source
+    vmware_peer.source.stage_image(vmware_peer.image)
+    spec = vmware_peer.spec(vcpus=2, memory_mib=1024)
+    source.create(spec)
+    hot_add = vim.vm.ConfigSpec(cpuHotAddEnabled=True, memoryHotAddEnabled=True)
+    source._wait(source._vm(spec.key).ReconfigVM_Task(spec=hot_add), "enable hot-add")
+    source.start(spec.key)
+
+    assert source.resize(spec.key, 4, 2048) == "now"
+
+    hardware = vm_props(source, spec.key, ["config.hardware"])["config.hardware"]
+    assert (hardware.numCPU, hardware.memoryMB) == (4, 2048)
+    source.suspend(spec.key)
+    with pytest.raises(Conflict, match="suspended"):
+        source.resize(spec.key, 4, 4096)
+
+
 def test_staged_images_land_in_the_datastore_image_folder(vmware_peer):
     path = vmware_peer.source.stage_image(vmware_peer.image)
 

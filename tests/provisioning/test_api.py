@@ -138,3 +138,23 @@ def test_variants_filter_by_format_and_the_parameter_does_not_pick_a_renderer(ap
     assert response.status_code == 200, response.content[:300]
     assert [v["format"] for v in response.json()["results"]] == ["qcow2"]
     assert api(admin_user).get("/api/v1/image-variants/?format=raw").json()["results"] == []
+
+
+def test_an_operator_resizes_a_users_vm(api, alice, admin_user, sim_host, image, sync_jobs):
+    vm, _ = services.request_vm(actor=alice, owner=alice, image=image, memory_mib=1024)
+    sync_jobs.drain()
+    client = api(admin_user)
+
+    response = client.post(f"/api/v1/vms/{vm.pk}/resize/", {"vcpus": 2, "memory_mib": 2048}, format="json")
+
+    assert response.status_code == 202, response.json()
+    sync_jobs.drain()
+    job = Job.objects.get(pk=response.json()["job"])
+    assert job.status == "success" and job.result["applies"] == "next boot"
+    vm.refresh_from_db()
+    assert (vm.vcpus, vm.memory_mib, vm.allocation.vcpus, vm.allocation.memory_mib) == (2, 2048, 2, 2048)
+    assert client.post(f"/api/v1/vms/{vm.pk}/resize/", {"vcpus": 1}, format="json").status_code == 409
+    for body in ({}, {"vcpus": 0}, {"memory_mib": 128}, {"disk_gib": 20}):
+        assert client.post(f"/api/v1/vms/{vm.pk}/resize/", body, format="json").status_code == 400, body
+    assert api(alice).post(f"/api/v1/vms/{vm.pk}/resize/", {"vcpus": 4}, format="json").status_code == 403
+    assert Job.objects.filter(opcode="vm.resize").count() == 1

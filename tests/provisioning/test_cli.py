@@ -35,3 +35,19 @@ def test_the_cli_reports_bad_input(sim_host, image, alice):
     with pytest.raises(CommandError, match="no VM 99"):
         run("vm", "stop", "99")
     assert not VM.objects.exists()
+
+
+def test_resize_from_the_cli(sim_host, image, alice, sync_jobs):
+    run("vm", "create", "debian-12", "--user", "alice", "--memory-mib", "1024")
+    sync_jobs.drain()
+    vm = VM.objects.get()
+
+    assert "submitted" in run("vm", "resize", str(vm.pk), "--vcpus", "2", "--memory-mib", "2048")
+    sync_jobs.drain()
+
+    vm.refresh_from_db()
+    assert (vm.vcpus, vm.memory_mib, vm.allocation.memory_mib) == (2, 2048, 2048)
+    with pytest.raises(CommandError, match="stop it to make it smaller"):
+        run("vm", "resize", str(vm.pk), "--memory-mib", "1024")
+    with pytest.raises(CommandError, match="give vcpus, memory_mib or both"):
+        run("vm", "resize", str(vm.pk))

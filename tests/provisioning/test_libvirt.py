@@ -104,3 +104,39 @@ def test_a_destroy_libvirt_cannot_reach_keeps_the_claim(kvm_host, kvm_image, ali
     assert VM.objects.get(pk=vm.pk).state == "destroyed"
     assert drivers.driver_for(kvm_host).state(vm.key) == "absent"
     assert not Allocation.objects.filter(released__isnull=True).exists()
+
+
+def inactive_size(host, key):
+    import libvirt
+
+    from drivers.libvirt import domxml
+
+    dom = drivers.driver_for(host).conn.lookupByName(key)
+    return domxml.size_of(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)), dom.info()[3]
+
+
+def test_resize_on_libvirt_changes_the_definition_a_revert_keeps_it(kvm_host, kvm_image, alice, admin_user, sync_jobs):
+    from provisioning import resizing
+
+    vm, _ = services.request_vm(actor=alice, owner=alice, image=kvm_image, vcpus=1, memory_mib=1024)
+    sync_jobs.drain()
+    vm = VM.objects.get(pk=vm.pk)
+
+    job = resizing.resize(vm, actor=admin_user, vcpus=2, memory_mib=2048)
+    sync_jobs.drain()
+
+    job = Job.objects.get(pk=job.pk)
+    assert job.status == "success" and job.result["applies"] == "next boot", job.error_message
+    assert inactive_size(kvm_host, vm.key) == ((2, 2048), 1)  # the running domain keeps its vCPU until it boots
+    for action in ("stop", "snapshot"):
+        services.submit_action(
+            VM.objects.get(pk=vm.pk), action, actor=admin_user, **({"name": "before"} if action == "snapshot" else {})
+        )
+        sync_jobs.drain()
+    resizing.resize(VM.objects.get(pk=vm.pk), actor=admin_user, vcpus=3)
+    sync_jobs.drain()
+    assert inactive_size(kvm_host, vm.key)[0] == (3, 2048)
+    job = services.submit_action(VM.objects.get(pk=vm.pk), "revert", actor=admin_user, name="before")
+    sync_jobs.drain()
+    assert Job.objects.get(pk=job.pk).status == "success", Job.objects.get(pk=job.pk).error_message
+    assert inactive_size(kvm_host, vm.key)[0] == (3, 2048)

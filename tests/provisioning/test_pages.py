@@ -313,3 +313,20 @@ def test_the_image_list_runs_a_fixed_number_of_queries(client, image, alice, adm
         client.force_login(user)
         with django_assert_max_num_queries(10):
             assert client.get("/vms/images/").status_code == 200
+
+
+def test_an_operator_resizes_from_the_vm_page_and_its_owner_sees_no_form(
+    client, running_vm, alice, admin_user, sync_jobs
+):
+    assert 'id="vm-resize"' not in page(client, alice, f"/vms/{running_vm.pk}/")
+    assert client.post(f"/vms/{running_vm.pk}/resize/", {"vcpus": 4}).status_code == 302
+    assert not Job.objects.filter(opcode="vm.resize").exists()
+    assert 'id="vm-resize"' in page(client, admin_user, f"/vms/{running_vm.pk}/")
+
+    client.post(f"/vms/{running_vm.pk}/resize/", {"vcpus": 2, "memory_mib": running_vm.memory_mib * 2})
+    sync_jobs.drain()
+
+    running_vm.refresh_from_db()
+    assert (running_vm.vcpus, running_vm.allocation.vcpus) == (2, 2)
+    response = client.post(f"/vms/{running_vm.pk}/resize/", {"vcpus": 1}, follow=True)
+    assert "stop it to make it smaller" in response.content.decode()

@@ -66,20 +66,29 @@ def test_the_ganeti_client_runs_an_instances_operations(cluster):
     assert query["data"] == [[[0, "web9"], [0, "node2"], [0, 1024]]]
     assert [(f["name"], f["kind"]) for f in fields["fields"]] == [("name", "text"), ("colour", "unknown")]
 
+    modified = run(cluster, "ModifyInstance", ["web9"], {"beparams": {"vcpus": 2, "maxmem": 2048}})
+    assert modified["status"] == "success" and modified["ops"][0]["OP_ID"] == "OP_INSTANCE_SET_PARAMS"
+    assert modified["opresult"] == [[["be/vcpus", 2], ["be/maxmem", 2048]]]
+    [row] = ok(cluster.admin(("GetInstance", ["web9"])))
+    assert (row["beparams"]["vcpus"], row["beparams"]["maxmem"], row["pnode"]) == (2, 2048, "node2")
+    too_big = run(cluster, "ModifyInstance", ["web9"], {"beparams": {"maxmem": 65536}})
+    assert too_big["status"] == "error" and "node2 has no room for" in too_big["opresult"][0][1][0]
+
     bad_filter, unknown, modify, reinstall, console = cluster.admin(
         ("Query", ["instance", ["name"], ["=~", "name", "("]]),
         ("StartupInstance", ["nowhere"]),
-        ("ModifyInstance", ["web9"], {"beparams": {"memory": 4096}}),
+        ("ModifyInstance", ["web9"], {"hvparams": {"kernel_path": ""}, "beparams": {"vcpus": 4}}),
         ("ReinstallInstance", ["web9"]),
         ("GetInstanceConsole", ["web9"]),
     )
     assert bad_filter["code"] == 400 and "Invalid regular expression" in bad_filter["error"]
     assert unknown["code"] == 404
-    assert modify["code"] == 400 and "'beparams'" in modify["error"]
+    assert modify["code"] == 400 and "'hvparams' cannot be modified" in modify["error"]
     assert reinstall["code"] == 409 and "clean snapshot" in reinstall["error"]
     assert console["code"] == 503 and "simulated VM" in console["error"]
     vm = VM.objects.get(name="web9")
-    assert (vm.memory_mib, vm.host.name) == (1024, "node2")
+    assert (vm.vcpus, vm.memory_mib, vm.host.name) == (2, 2048, "node2")
+    assert (vm.allocation.vcpus, vm.allocation.memory_mib, vm.allocation.host.name) == (2, 2048, "node2")
 
 
 def test_the_ganeti_client_runs_group_operations_filters_and_a_multi_allocation(cluster, admin_user):

@@ -1,7 +1,9 @@
 """An instance's actions under /2/instances/NAME/: the jobs they submit and what they refuse."""
 
 import pytest
+from django.utils import timezone
 
+from capacity import services as capacity
 from jobs.models import Job
 from provisioning import services as vms
 from provisioning.models import VM
@@ -84,10 +86,56 @@ def test_a_reinstall_needs_the_images_clean_snapshot(web1, monkeypatch):
     assert call("POST", "/2/instances/web1/reinstall", ADMIN, {"os": "windows"})[0] == 400
 
 
-def test_modify_is_refused_by_parameter_and_console_says_why_it_is_unavailable(web1):
-    status, error, _ = call("PUT", "/2/instances/web1/modify", ADMIN, {"beparams": {"memory": 2048}})
-    assert status == 400 and "'beparams'" in error["message"]
-    assert call("PUT", "/2/instances/web1/modify", ADMIN, {})[1]["message"] == "No changes submitted"
+@pytest.fixture
+def claimed(web1):
+    """web1 running on a claim of its size on node1."""
+    demand = capacity.Demand(vcpus=web1.vcpus, memory_mib=web1.memory_mib, disk_gib=web1.disk_gib, start=timezone.now())
+    VM.objects.filter(pk=web1.pk).update(allocation=capacity.claim_on_host(web1.host, demand, actor="test"))
+    return VM.objects.get(pk=web1.pk)
+
+
+def test_modify_of_the_backend_parameters_is_a_resize_job(claimed):
+    status, job_id, _ = call("PUT", "/2/instances/web1/modify", ADMIN, {"beparams": {"vcpus": 2, "maxmem": 2048}})
+    assert status == 200
+    assert (job(job_id).opcode, job(job_id).params) == ("vm.resize", {"vm": claimed.pk, "vcpus": 2, "memory_mib": 2048})
+    body = {"beparams": {"memory": 1024, "minmem": 1024}, "nics": [], "hvparams": {}, "force": False}
+    status, job_id, _ = call("PUT", "/2/instances/web1/modify", ADMIN, body)
+    assert status == 200 and job(job_id).params == {"vm": claimed.pk, "vcpus": claimed.vcpus, "memory_mib": 1024}
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ({"hvparams": {"kernel_path": ""}}, "Parameter 'hvparams' cannot be modified"),
+        ({"nics": [["add", {}]]}, "Parameter 'nics' cannot be modified"),
+        ({"disks": [["add", {"size": 1024}]], "beparams": {"vcpus": 2}}, "Parameter 'disks' cannot be modified"),
+        ({"os_name": "windows"}, "Parameter 'os_name' cannot be modified"),
+        ({"beparams": {"minmem": 512, "maxmem": 2048}}, "'beparams.minmem' cannot differ from maxmem"),
+        ({"beparams": {"auto_balance": False}}, "'beparams.auto_balance' cannot be modified"),
+        ({"beparams": {"vcpus": "2"}}, "'beparams.vcpus' parameter: Type is 'str'"),
+        ({"beparams": {"vcpus": 2}, "force": True}, "force is not supported"),
+        ({"beparams": {"cpu_cap": 50}}, "unknown beparams field 'cpu_cap'"),
+        ({"colour": "blue"}, "unknown field(s) 'colour'"),
+        ({}, "No changes submitted"),
+    ],
+)
+def test_modify_refuses_what_it_cannot_change_by_name_and_submits_nothing(claimed, body, words):
+    status, error, _ = call("PUT", "/2/instances/web1/modify", ADMIN, body)
+    assert status == 400 and words in error["message"], error
+    assert not Job.objects.exists()
+
+
+def test_modify_answers_a_refused_resize_and_only_for_operators(claimed):
+    VM.objects.filter(pk=claimed.pk).update(vcpus=4)
+    status, error, _ = call("PUT", "/2/instances/web1/modify", ADMIN, {"beparams": {"vcpus": 2}})
+    assert status == 409 and "stop it to make it smaller" in error["message"]
+    status, error, _ = call("PUT", "/2/instances/web1/modify", ADMIN, {"beparams": {"maxmem": 256}})
+    assert status == 400 and "memory_mib: debian-12 needs at least 512" in error["message"]
+    assert call("PUT", "/2/instances/web1/modify", ALICE, {"beparams": {"vcpus": 4}})[0] == 403
+    assert not Job.objects.exists()
+
+
+def test_the_console_says_why_it_is_unavailable(web1):
     status, error, _ = call("GET", "/2/instances/web1/console", ADMIN)
     assert status == 503 and "simulated VM" in error["message"]
     assert not Job.objects.exists()

@@ -6,6 +6,7 @@ vm create IMAGE --user NAME [--vcpus N] [--memory-mib N] [--disk-gib N] [--name 
 vm start|stop|suspend|resume|destroy ID [--wait]
 vm migrate ID [--to HYPERVISOR] [--wait]
 vm capture ID IMAGE_NAME [--force] [--wait]
+vm resize ID [--vcpus N] [--memory-mib N] [--wait]
 """
 
 import json
@@ -18,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 from core.changelog import Actor
 from inventory.models import Hypervisor
 from jobs.models import Job
-from provisioning import services
+from provisioning import resizing, services
 from provisioning.api.serializers import VMSerializer
 from provisioning.models import VM, Image
 
@@ -45,6 +46,11 @@ class Command(BaseCommand):
         for size in ("vcpus", "memory-mib", "disk-gib"):
             create.add_argument(f"--{size}", type=int)
         create.add_argument("--wait", action="store_true")
+        resize = sub.add_parser("resize", help="change its vCPUs and memory (its claim first; see the job's 'applies')")
+        resize.add_argument("id", type=int)
+        resize.add_argument("--vcpus", type=int)
+        resize.add_argument("--memory-mib", type=int)
+        resize.add_argument("--wait", action="store_true")
         for verb in ACTIONS:
             act = sub.add_parser(verb)
             act.add_argument("id", type=int)
@@ -70,6 +76,9 @@ class Command(BaseCommand):
         try:
             if verb == "create":
                 job = self.create(options)
+            elif verb == "resize":
+                size = {"vcpus": options["vcpus"], "memory_mib": options["memory_mib"]}
+                job = resizing.resize(self.vm(options["id"]), actor=CLI, reason="cli: resize", **size)
             else:
                 params = {}
                 if verb == "migrate" and options.get("to"):
@@ -86,7 +95,9 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         self.stdout.write(f"job {job.pk} submitted")
         if options.get("wait"):
-            self.wait(job)
+            job = self.wait(job)
+            if verb == "resize" and job.result.get("applies"):
+                self.stdout.write(f"the new size applies: {job.result['applies']}")
 
     def list(self, options):
         vms = VM.objects.select_related("owner", "host", "image").order_by("id")
@@ -136,3 +147,4 @@ class Command(BaseCommand):
         if job.status != Job.Status.SUCCESS:
             raise CommandError(f"job {job.pk} {job.status}: {job.error_message}")
         self.stdout.write(f"job {job.pk} success")
+        return job
