@@ -106,6 +106,22 @@ def own_groups(user):
     return user.groups.exclude(pk__in=role_groups().values("pk"))
 
 
+def visible(rows, user, public):
+    """The rows of ``rows`` (images, environment templates: ``groups``, ``owner`` and ``active``
+    fields) that ``user`` may use: all for staff; otherwise active ``public`` ones, their groups'
+    and their own. An image maintainer also sees their groups' rows (inactive ones included) and
+    the rows their groups' members own, which they may share with those groups."""
+    if can(user, "see_all"):
+        return rows.all()
+    mine = public | Q(groups__in=user.groups.all())
+    if user.pk is not None:
+        mine |= Q(owner=user)
+    if can(user, "maintain_images"):
+        theirs = Q(groups__in=user.groups.all()) | Q(owner__groups__in=own_groups(user))
+        return rows.filter(Q(mine, active=True) | theirs).distinct()
+    return rows.filter(mine, active=True).distinct()
+
+
 # Teaching is per course. A course whose membership a higher layer knows (an LMS course: lti
 # fills this from the LMS's own membership roles) answers ``{group id: ids of the users who
 # teach it}`` for the given group ids it knows; a group it leaves out is a local course, where

@@ -1,0 +1,235 @@
+"""Every write of environment templates, and what a template becomes: its machines and its gang.
+
+Who may do what is the images' rule, asked of ``accounts.access`` here so that pages, API, CLI
+and admin cannot differ: any signed-in user writes templates of their own (restricted, shared
+with no group: theirs alone); the owner, an image maintainer of the template's groups and
+administrators change or delete it; sharing with groups is a maintainer's for their own groups
+(``access.check_image_sharing``); only administrators make one public.
+
+``gang_for`` is where a template meets placement: one ``placement.Request`` per machine, built
+as a reservation's is (``provisioning.services.demand_for``), and the machines joined through
+private networks in one ``together`` set, because there is no overlay between hosts.
+"""
+
+from dataclasses import dataclass
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+
+from accounts import access
+from core import changelog
+from environments import rules
+from environments.models import EnvironmentTemplate, Member, Network
+from placement.gang import Gang
+from provisioning import services as vms
+
+FIELDS = ("name", "description", "visibility", "active")
+
+
+def visible_templates(user):
+    return EnvironmentTemplate.objects.visible_to(user)
+
+
+def _check_fields(actor, fields):
+    unknown = set(fields) - set(FIELDS)
+    if unknown:
+        raise ValidationError({name: ["unknown field"] for name in sorted(unknown)})
+    if fields.get("visibility") == EnvironmentTemplate.Visibility.PUBLIC and not access.is_admin(actor):
+        raise PermissionDenied("only administrators make a template public")
+
+
+def _check_owner(actor, template):
+    """The image rule (``access.check_image_ownership``), said of a template."""
+    try:
+        access.check_image_ownership(actor, template)
+    except PermissionDenied:
+        words = "only its owner, an image maintainer of its groups or an administrator may change it"
+        raise PermissionDenied(words) from None
+
+
+def _validated(template):
+    try:
+        template.full_clean(exclude=["owner"], validate_unique=True)
+    except ValidationError as exc:
+        raise ValidationError(exc.message_dict) from None
+
+
+def create_template(*, actor, members, networks=(), reason="", **fields):
+    """A new template owned by ``actor`` (members and networks: as ``rules.check`` takes them)."""
+    if actor is None or not getattr(actor, "is_authenticated", False):
+        raise PermissionDenied("sign in to write a template")
+    _check_fields(actor, fields)
+    template = EnvironmentTemplate(owner=actor, **fields)
+    _validated(template)
+    members, networks = rules.check(actor, members, networks)
+    with transaction.atomic():
+        template.save()
+        _write_rows(template, members, networks)
+        changelog.record(template, "create", actor, reason=reason)
+    return template
+
+
+def update_template(template, *, actor, members=None, networks=None, reason="", **fields):
+    """Change ``template``'s fields; ``members`` and ``networks`` given: they replace its own
+    (both checked together, so the one not given is kept as it is)."""
+    _check_owner(actor, template)
+    _check_fields(actor, fields)
+    before = {name: getattr(template, name) for name in fields}
+    for name, value in fields.items():
+        setattr(template, name, value)
+    _validated(template)
+    rows = None
+    if members is not None or networks is not None:
+        given_members = members if members is not None else as_specs(template)[0]
+        given_networks = networks if networks is not None else as_specs(template)[1]
+        rows = rules.check(template.owner, given_members, given_networks)
+    with transaction.atomic():
+        template.save()
+        if rows is not None:
+            template.members.all().delete()
+            template.networks.all().delete()
+            _write_rows(template, *rows)
+        changes = changelog.diff(before, fields, list(fields))
+        if rows is not None:
+            changes["members"] = [m["name"] for m in rows[0]]
+            changes["networks"] = [n["name"] for n in rows[1]]
+        changelog.record(template, "update", actor, changes, reason)
+    return template
+
+
+def delete_template(template, *, actor, reason=""):
+    _check_owner(actor, template)
+    with transaction.atomic():
+        changelog.record(template, "delete", actor, reason=reason)
+        template.delete()
+
+
+def share_template(template, groups, *, actor, reason=""):
+    """Restrict ``template`` to ``groups``, as an image is shared (``provisioning.owned.share``):
+    a maintainer gives only their own groups, the template's other groups kept; none: back to
+    its owner (and administrators) alone."""
+    access.check_image_sharing(actor, template, groups)
+    roles = access.role_groups().filter(pk__in=[getattr(g, "pk", g) for g in groups])
+    if roles.exists():
+        names = ", ".join(sorted(roles.values_list("name", flat=True)))
+        raise ValidationError({"groups": [f"{names} gives a role, not an audience: share with a class or team"]})
+    mine = set(access.maintained_groups(actor).values_list("pk", flat=True))
+    kept = {pk for pk in template.groups.values_list("pk", flat=True) if pk not in mine}
+    chosen = sorted(kept | {getattr(g, "pk", g) for g in groups})
+    with transaction.atomic():
+        template.visibility = EnvironmentTemplate.Visibility.RESTRICTED
+        template.save(update_fields=["visibility", "updated"])
+        template.groups.set(chosen)
+        changelog.record(template, "update", actor, {"groups": chosen}, reason or f"shared with {len(chosen)} groups")
+    return template
+
+
+def _write_rows(template, members, networks):
+    by_name = {}
+    for spec in networks:
+        by_name[spec["name"]] = Network.objects.create(template=template, name=spec["name"], cidr=spec["cidr"])
+    for spec in members:
+        member = Member.objects.create(
+            template=template,
+            name=spec["name"],
+            image=spec["image"],
+            count=spec["count"],
+            vcpus=spec["vcpus"],
+            memory_mib=spec["memory_mib"],
+            disk_gib=spec["disk_gib"],
+            entry=spec["entry"],
+        )
+        member.networks.set([by_name[name] for name in spec["networks"]])
+
+
+def as_specs(template):
+    """``template``'s members and networks as ``rules.check`` takes them (what an update keeps)."""
+    networks = [{"name": n.name, "cidr": n.cidr} for n in template.networks.all()]
+    members = [
+        {
+            "name": m.name,
+            "image": m.image_id,
+            "count": m.count,
+            "vcpus": m.vcpus,
+            "memory_mib": m.memory_mib,
+            "disk_gib": m.disk_gib,
+            "entry": m.entry,
+            "networks": [n.name for n in m.networks.all()],
+        }
+        for m in template.members.select_related("image").prefetch_related("networks")
+    ]
+    return members, networks
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One VM of an environment: a member's machine (``name-i`` when the member has several)."""
+
+    hostname: str
+    member: str
+    image: object
+    vcpus: int
+    memory_mib: int
+    disk_gib: int
+    networks: tuple[str, ...]
+    entry: bool
+
+    @property
+    def size(self):
+        return {"vcpus": self.vcpus, "memory_mib": self.memory_mib, "disk_gib": self.disk_gib}
+
+
+def expand(template):
+    """The machines ``template`` stands for, in member order."""
+    machines = []
+    for member in template.members.select_related("image").prefetch_related("networks"):
+        networks = tuple(sorted(n.name for n in member.networks.all()))
+        for hostname in member.hostnames():
+            machines.append(
+                Machine(
+                    hostname=hostname,
+                    member=member.name,
+                    image=member.image,
+                    vcpus=member.vcpus,
+                    memory_mib=member.memory_mib,
+                    disk_gib=member.disk_gib,
+                    networks=networks,
+                    entry=member.entry,
+                )
+            )
+    return machines
+
+
+def together(machines):
+    """The sets of hostnames joined through networks (the connected components of the
+    machine–network graph) that hold more than one machine."""
+    parent = {m.hostname: m.hostname for m in machines}
+
+    def root(name):
+        while parent[name] != name:
+            parent[name] = parent[parent[name]]
+            name = parent[name]
+        return name
+
+    first_on = {}
+    for machine in machines:
+        for network in machine.networks:
+            other = first_on.setdefault(network, machine.hostname)
+            parent[root(machine.hostname)] = root(other)
+    components = {}
+    for machine in machines:
+        components.setdefault(root(machine.hostname), set()).add(machine.hostname)
+    return tuple(frozenset(c) for c in components.values() if len(c) > 1)
+
+
+def gang_for(template, start, end, id_prefix=""):
+    """``template`` as a ``placement.Gang`` over ``[start, end)``: member ids are
+    ``id_prefix + hostname``; each request is ``demand_for``'s, a reservation's own."""
+    machines = expand(template)
+    purpose = f"environment {template.name}"
+    requests = [
+        vms.demand_for(m.image, m.size, start=start, end=end, purpose=purpose).request(f"{id_prefix}{m.hostname}")
+        for m in machines
+    ]
+    sets = tuple(frozenset(f"{id_prefix}{h}" for h in group) for group in together(machines))
+    return Gang(members=tuple(requests), together=sets, id=f"{id_prefix}{template.name}")
