@@ -17,6 +17,7 @@ api_v1 = [
     path("", include("jobs.api.urls")),
     path("", include("capacity.api.urls")),
     path("", include("provisioning.api.urls")),
+    path("", include("environments.api.urls")),
     path("", include("reservations.api.urls")),
     path("", include("runs.api.urls")),
     path("", include("classes.api.urls")),
