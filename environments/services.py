@@ -47,6 +47,15 @@ def _check_owner(actor, template):
         raise PermissionDenied(words) from None
 
 
+def may_change(user, template):
+    """May ``user`` change or delete ``template`` (for pages: the services check again)?"""
+    try:
+        _check_owner(user, template)
+    except PermissionDenied:
+        return False
+    return True
+
+
 def _validated(template):
     try:
         template.full_clean(exclude=["owner"], validate_unique=True)

@@ -52,6 +52,7 @@ urlpatterns = [
     path("provisioning/", include("jobs.urls")),
     path("reservations/", include("reservations.urls")),
     path("runs/", include("runs.urls")),
+    path("environments/", include("environments.urls")),
     path("classes/", include("classes.urls")),
     path("lti/", include("lti.urls")),
     path("vms/", include("provisioning.urls")),
