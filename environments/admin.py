@@ -21,7 +21,7 @@ class ReadOnlyInline(admin.TabularInline):
 
 class MemberInline(ReadOnlyInline):
     model = Member
-    fields = ["name", "image", "count", "vcpus", "memory_mib", "disk_gib", "entry", "networks"]
+    fields = ["name", "image", "revision", "count", "vcpus", "memory_mib", "disk_gib", "entry", "networks"]
     readonly_fields = fields
 
 

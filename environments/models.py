@@ -1,6 +1,7 @@
 """Environment templates: several connected VMs reserved as one.
 
-An ``EnvironmentTemplate`` names its ``Member`` rows (a hostname, an image, a size, how many:
+An ``EnvironmentTemplate`` names its ``Member`` rows (a hostname, an image — its production
+revision, or one pinned by whoever maintains the image —, a size, how many:
 ``count`` > 1 makes ``name-1`` … ``name-N``) and its private ``Network`` rows (an IPv4 range the
 members attached to it share). Exactly one member, of count 1, is the ``entry``: the machine
 its user connects to. A template is shared like an image (``visibility``, ``groups``,
@@ -86,6 +87,14 @@ class Member(models.Model):
     template = models.ForeignKey(EnvironmentTemplate, on_delete=models.CASCADE, related_name="members")
     name = models.CharField(max_length=63, validators=[DNS_LABEL], help_text="Its hostname.")
     image = models.ForeignKey("vms.Image", on_delete=models.PROTECT, related_name="environment_members")
+    revision = models.ForeignKey(
+        "vms.ImageRevision",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="environment_members",
+        help_text="The image's revision its machines are built from (one under test); blank: the production one.",
+    )
     count = models.PositiveIntegerField(
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(MAX_COUNT)],

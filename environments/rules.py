@@ -11,9 +11,10 @@ import itertools
 
 from django.core.exceptions import ValidationError
 
+from accounts import access
 from environments.models import DNS_LABEL, MAX_COUNT, MAX_DISK_GIB, MAX_MEMORY_MIB, MAX_VCPUS
 from provisioning import services as vms
-from provisioning.models import Image
+from provisioning.models import Image, ImageRevision
 
 #: The private ranges of RFC 1918: a template's networks live inside one of them.
 PRIVATE = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
@@ -31,7 +32,8 @@ def holds(network):
 def check(owner, members, networks):
     """``(members, networks)`` completed, or ValidationError listing every broken rule.
 
-    ``members``: dicts of name, image (an ``Image``, its id or its name), count, vcpus, memory_mib,
+    ``members``: dicts of name, image (an ``Image``, its id or its name), revision (its
+    number, or None: production), count, vcpus, memory_mib,
     disk_gib (None: the image's default), entry, networks (names); ``networks``: dicts of
     name and cidr (blank: picked). ``owner``: whose images the members may use (None: any)."""
     errors = {}
@@ -55,6 +57,7 @@ def _member(raw):
     member = {
         "name": (raw.get("name") or "").strip(),
         "image": raw.get("image"),
+        "revision": raw.get("revision"),
         "count": raw.get("count") or 1,
         "vcpus": raw.get("vcpus"),
         "memory_mib": raw.get("memory_mib"),
@@ -113,6 +116,7 @@ def _images(errors, owner, members):
         member["image"] = found
         if not found.active:
             _say(errors, "members", f"member {member['name']}: image {found.name} is inactive")
+        _revision(errors, owner, member, found)
         size = vms.size_for(found, member["vcpus"], member["memory_mib"], member["disk_gib"])
         member.update(size)
         for field, low, high in (
@@ -122,6 +126,33 @@ def _images(errors, owner, members):
         ):
             if not isinstance(size[field], int) or not low <= size[field] <= high:
                 _say(errors, "members", f"member {member['name']}: {field} must be {low} to {high} for {found.name}")
+
+
+def _revision(errors, owner, member, image):
+    """A pinned revision: the image's own, not retired, and pinned (when not production) only by
+    whoever maintains the image, as a reservation pins one only to test it. It, or the
+    production revision, has a disk for some hypervisor."""
+    given = member["revision"]
+    if given in (None, ""):
+        member["revision"] = None
+        if not image.variants.production().exists():
+            _say(errors, "members", f"member {member['name']}: image {image.name} has no variant for any hypervisor")
+        return
+    number = getattr(given, "number", given)
+    revision = image.revisions.filter(number=number).first() if isinstance(number, int) else None
+    if revision is None:
+        _say(errors, "members", f"member {member['name']}: image {image.name} has no revision {given}")
+        return
+    member["revision"] = revision
+    if revision.state == ImageRevision.State.RETIRED:
+        _say(errors, "members", f"member {member['name']}: revision {revision.number} of {image.name} is retired")
+    elif revision.state != ImageRevision.State.PRODUCTION and not (
+        owner is None or access.can_maintain_image(owner, image)
+    ):
+        words = f"only a maintainer of {image.name} pins a revision under test"
+        _say(errors, "members", f"member {member['name']}: {words}")
+    elif not revision.variants.exists():
+        _say(errors, "members", f"member {member['name']}: revision {revision.number} of {image.name} has no variant")
 
 
 def _entry(errors, members):

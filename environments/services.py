@@ -142,6 +142,7 @@ def _write_rows(template, members, networks):
             template=template,
             name=spec["name"],
             image=spec["image"],
+            revision=spec["revision"],
             count=spec["count"],
             vcpus=spec["vcpus"],
             memory_mib=spec["memory_mib"],
@@ -158,6 +159,7 @@ def as_specs(template):
         {
             "name": m.name,
             "image": m.image_id,
+            "revision": m.revision.number if m.revision_id else None,
             "count": m.count,
             "vcpus": m.vcpus,
             "memory_mib": m.memory_mib,
@@ -165,7 +167,7 @@ def as_specs(template):
             "entry": m.entry,
             "networks": [n.name for n in m.networks.all()],
         }
-        for m in template.members.select_related("image").prefetch_related("networks")
+        for m in template.members.select_related("image", "revision").prefetch_related("networks")
     ]
     return members, networks
 
@@ -177,6 +179,7 @@ class Machine:
     hostname: str
     member: str
     image: object
+    revision: object  # an ImageRevision, or None: the production one when it is built
     vcpus: int
     memory_mib: int
     disk_gib: int
@@ -191,7 +194,7 @@ class Machine:
 def expand(template):
     """The machines ``template`` stands for, in member order."""
     machines = []
-    for member in template.members.select_related("image").prefetch_related("networks"):
+    for member in template.members.select_related("image", "revision").prefetch_related("networks"):
         networks = tuple(sorted(n.name for n in member.networks.all()))
         for hostname in member.hostnames():
             machines.append(
@@ -199,6 +202,7 @@ def expand(template):
                     hostname=hostname,
                     member=member.name,
                     image=member.image,
+                    revision=member.revision,
                     vcpus=member.vcpus,
                     memory_mib=member.memory_mib,
                     disk_gib=member.disk_gib,
@@ -233,12 +237,14 @@ def together(machines):
 
 def gang_for(template, start, end, id_prefix=""):
     """``template`` as a ``placement.Gang`` over ``[start, end)``: member ids are
-    ``id_prefix + hostname``; each request is ``demand_for``'s, a reservation's own."""
+    ``id_prefix + hostname``; each request is ``demand_for``'s, a reservation's own (a pinned
+    revision runs on the hypervisor types it has variants for)."""
     machines = expand(template)
     purpose = f"environment {template.name}"
-    requests = [
-        vms.demand_for(m.image, m.size, start=start, end=end, purpose=purpose).request(f"{id_prefix}{m.hostname}")
-        for m in machines
-    ]
+    requests = []
+    for m in machines:
+        types = vms.variant_types(m.image, m.revision.pk) if m.revision is not None else None
+        demand = vms.demand_for(m.image, m.size, start=start, end=end, purpose=purpose, hypervisors=types)
+        requests.append(demand.request(f"{id_prefix}{m.hostname}"))
     sets = tuple(frozenset(f"{id_prefix}{h}" for h in group) for group in together(machines))
     return Gang(members=tuple(requests), together=sets, id=f"{id_prefix}{template.name}")

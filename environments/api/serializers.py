@@ -23,6 +23,15 @@ class MemberSerializer(RefuseUnknownFields, serializers.Serializer):
     name = serializers.RegexField(LABEL, max_length=63, help_text="Its hostname (a DNS label), unique in the template.")
     image = serializers.IntegerField(min_value=1, max_value=MAX_ID, help_text="An image the owner may use (its id).")
     image_name = serializers.CharField(source="image.name", read_only=True)
+    revision = serializers.IntegerField(
+        min_value=1,
+        max_value=2**31 - 1,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The image's revision (its number) to build from; blank: the production one. "
+        "A revision under test: its image's maintainers only.",
+    )
     count = serializers.IntegerField(
         min_value=1, max_value=MAX_COUNT, required=False, default=1, help_text="More than one: name-1 … name-N."
     )
@@ -55,6 +64,7 @@ class MemberSerializer(RefuseUnknownFields, serializers.Serializer):
             **{name: getattr(member, name) for name in fields},
             "image": member.image_id,
             "image_name": member.image.name,
+            "revision": member.revision.number if member.revision_id else None,
             "networks": sorted(n.name for n in member.networks.all()),
         }
 

@@ -48,6 +48,7 @@ def test_a_user_creates_a_template_with_its_members_and_networks_in_the_body(api
         "entry": True,
         "image": debian.pk,
         "image_name": "debian-12",
+        "revision": None,
         "networks": ["backend"],
     }
     assert data["networks"] == [{"name": "backend", "cidr": "192.168.0.0/24"}]

@@ -122,3 +122,40 @@ def test_it_rejects_a_network_a_member_names_but_the_template_lacks(make_templat
 def test_a_picked_range_is_large_enough_for_its_machines():
     assert str(rules.pick(300, [])) == "10.0.0.0/23"
     assert str(rules.pick(3, [rules._range("192.168.0.0/24")])) == "192.168.1.0/24"
+
+
+def revision_under_test(image):
+    kvm = {"hypervisor_type": "kvm", "format": "qcow2", "size_gib": 2, "location": f"/srv/images/{image.name}-2.qcow2"}
+    return vms.add_revision(image, actor="test", comment="under test", variants=[kvm])
+
+
+def test_only_a_maintainer_of_the_image_pins_a_revision_under_test(make_template, alice, debian):
+    from django.contrib.auth.models import Group
+
+    from tests.images import image_maintainer
+
+    revision = revision_under_test(debian)
+    words = refusal(make_template, alice, [member("a", debian, entry=True, revision=revision.number)])
+    assert "member a: only a maintainer of debian-12 pins a revision under test" in words
+    lab = Group.objects.create(name="lab")
+    vms.update_image(debian, actor="test", groups=[lab])
+    template = make_template(image_maintainer(lab), [member("a", debian, entry=True, revision=revision.number)])
+    assert template.members.get().revision == revision
+
+
+def test_it_rejects_a_retired_or_unknown_revision_and_keeps_production_by_default(make_template, admin_user, debian):
+    from provisioning import revisions
+
+    revision = revision_under_test(debian)
+    revisions.retire(revision, actor="test")
+    words = refusal(make_template, admin_user, [member("a", debian, entry=True, revision=revision.number)])
+    assert f"member a: revision {revision.number} of debian-12 is retired" in words
+    words = refusal(make_template, admin_user, [member("a", debian, entry=True, revision=99)])
+    assert "member a: image debian-12 has no revision 99" in words
+    assert make_template(admin_user, [member("a", debian, entry=True)]).members.get().revision is None
+
+
+def test_it_rejects_an_image_with_no_disk_to_build_from(make_template, alice):
+    bare = vms.create_image(actor="test", name="bare")
+    words = refusal(make_template, alice, [member("a", bare, entry=True)])
+    assert "member a: image bare has no variant for any hypervisor" in words

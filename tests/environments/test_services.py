@@ -145,3 +145,15 @@ def test_a_stranger_does_not_see_a_private_template_and_staff_see_all(netlab, al
 def test_the_owner_deletes_it(netlab, alice):
     services.delete_template(netlab, actor=alice)
     assert not EnvironmentTemplate.objects.exists()
+
+
+def test_a_pinned_revision_runs_where_that_revision_has_disks(make_template, admin_user, debian):
+    kvm = {"hypervisor_type": "kvm", "format": "qcow2", "size_gib": 2, "location": "/srv/images/debian-12-2.qcow2"}
+    revision = vms.add_revision(debian, actor="test", variants=[kvm])
+    template = make_template(admin_user, [member("a", debian, entry=True, revision=revision.number)])
+    (request,) = services.gang_for(template, START, END).members
+    size = {"vcpus": 1, "memory_mib": 512, "disk_gib": 5}
+    pinned = vms.demand_for(debian, size, start=START, end=END, purpose="x", hypervisors={"kvm"}).request("a")
+    production = vms.demand_for(debian, size, start=START, end=END, purpose="x").request("a")
+    assert request.hypervisors == pinned.hypervisors != production.hypervisors
+    assert services.expand(template)[0].revision == revision

@@ -6,7 +6,7 @@ environment create --from-file env.yaml --user NAME
 environment delete NAME --user NAME
 
 ``create`` reads one template from YAML (docs/user/environments.md shows one): its name,
-description, members (name, image by name, count, vcpus, memory_mib, disk_gib, entry, networks)
+description, members (name, image by name, revision by number, count, vcpus, memory_mib, disk_gib, entry, networks)
 and networks (name, cidr); the template is ``--user``'s, who must be allowed to use its images.
 ``delete`` acts as ``--user`` (its owner, or an administrator).
 """
@@ -23,7 +23,7 @@ from environments.api.serializers import TemplateSerializer
 from environments.models import EnvironmentTemplate
 
 TOP = {"name", "description", "members", "networks"}
-MEMBER = {"name", "image", "count", "vcpus", "memory_mib", "disk_gib", "entry", "networks"}
+MEMBER = {"name", "image", "revision", "count", "vcpus", "memory_mib", "disk_gib", "entry", "networks"}
 NETWORK = {"name", "cidr"}
 
 
@@ -76,7 +76,7 @@ class Command(BaseCommand):
         self.stdout.write(f"owner {template.owner or '-'}, {template.visibility}")
         for machine in services.expand(template):
             self.stdout.write(
-                f"  {machine.hostname:24} {machine.image.name:20} {machine.vcpus} vCPUs {machine.memory_mib} MiB "
+                f"  {machine.hostname:24} {_image(machine):24} {machine.vcpus} vCPUs {machine.memory_mib} MiB "
                 f"{machine.disk_gib} GiB  on {', '.join(machine.networks) or '-'}{'  (entry)' if machine.entry else ''}"
             )
         for network in template.networks.all():
@@ -111,6 +111,10 @@ class Command(BaseCommand):
         if template is None:
             raise CommandError(f"no environment template named {name!r}")
         return template
+
+
+def _image(machine):
+    return f"{machine.image.name} r{machine.revision.number}" if machine.revision else machine.image.name
 
 
 def _brief(template):
