@@ -79,6 +79,7 @@ def test_the_admin_shows_members_and_shares_through_the_service(client, admin_us
     assert netlab.members.count() == 3
     assert [e.action for e in history(netlab)][:2] == ["update", "update"]
     assert client.get("/admin/environments/environmenttemplate/add/").status_code == 403
+    assert "netlab" in client.get("/admin/environments/environmenttemplate/").content.decode()
 
 
 def _empty_inline():

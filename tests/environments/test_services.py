@@ -157,3 +157,10 @@ def test_a_pinned_revision_runs_where_that_revision_has_disks(make_template, adm
     production = vms.demand_for(debian, size, start=START, end=END, purpose="x").request("a")
     assert request.hypervisors == pinned.hypervisors != production.hypervisors
     assert services.expand(template)[0].revision == revision
+
+
+def test_an_image_a_template_uses_cannot_be_deleted(netlab, debian):
+    from core.errors import InUse
+
+    with pytest.raises(InUse, match="debian-12 is used by 2 members"):
+        vms.delete_image(debian, actor="test")
