@@ -220,6 +220,23 @@ def check_image_sharing(user, image, groups):
         raise PermissionDenied("share an image only with your own groups")
 
 
+def shared_groups(user, row, groups):
+    """The groups ``row`` (an image, an environment template) is to be restricted to when
+    ``user`` shares it with ``groups``: those, and the row's groups that are not ``user``'s to
+    give or take. Refused (PermissionDenied: ``check_image_sharing``; ValidationError: a group
+    that gives a role, not an audience)."""
+    from django.core.exceptions import ValidationError
+
+    check_image_sharing(user, row, groups)
+    roles = role_groups().filter(pk__in=[getattr(g, "pk", g) for g in groups])
+    if roles.exists():
+        names = ", ".join(sorted(roles.values_list("name", flat=True)))
+        raise ValidationError({"groups": [f"{names} gives a role, not an audience: share with a class or team"]})
+    mine = set(maintained_groups(user).values_list("pk", flat=True))
+    kept = {pk for pk in row.groups.values_list("pk", flat=True) if pk not in mine}
+    return sorted(kept | {getattr(g, "pk", g) for g in groups})
+
+
 def check_image_ownership(user, image):
     """Refuse (PermissionDenied) unless ``user`` may rename or delete ``image``: its owner, or
     whoever may change it anyway (``check_image_maintenance``)."""

@@ -89,9 +89,11 @@ def update_template(template, *, actor, members=None, networks=None, reason="", 
     _validated(template)
     rows = None
     if members is not None or networks is not None:
-        given_members = members if members is not None else as_specs(template)[0]
-        given_networks = networks if networks is not None else as_specs(template)[1]
-        rows = rules.check(template.owner, given_members, given_networks)
+        kept_members, kept_networks = as_specs(template)
+        given_members = kept_members if members is None else members
+        given_networks = kept_networks if networks is None else networks
+        # the owner's images (an owner since deleted: the images of whoever changes it)
+        rows = rules.check(template.owner or actor, given_members, given_networks)
     with transaction.atomic():
         template.save()
         if rows is not None:
@@ -117,14 +119,7 @@ def share_template(template, groups, *, actor, reason=""):
     """Restrict ``template`` to ``groups``, as an image is shared (``provisioning.owned.share``):
     a maintainer gives only their own groups, the template's other groups kept; none: back to
     its owner (and administrators) alone."""
-    access.check_image_sharing(actor, template, groups)
-    roles = access.role_groups().filter(pk__in=[getattr(g, "pk", g) for g in groups])
-    if roles.exists():
-        names = ", ".join(sorted(roles.values_list("name", flat=True)))
-        raise ValidationError({"groups": [f"{names} gives a role, not an audience: share with a class or team"]})
-    mine = set(access.maintained_groups(actor).values_list("pk", flat=True))
-    kept = {pk for pk in template.groups.values_list("pk", flat=True) if pk not in mine}
-    chosen = sorted(kept | {getattr(g, "pk", g) for g in groups})
+    chosen = access.shared_groups(actor, template, groups)
     with transaction.atomic():
         template.visibility = EnvironmentTemplate.Visibility.RESTRICTED
         template.save(update_fields=["visibility", "updated"])

@@ -164,3 +164,11 @@ def test_an_image_a_template_uses_cannot_be_deleted(netlab, debian):
 
     with pytest.raises(InUse, match="debian-12 is used by 2 members"):
         vms.delete_image(debian, actor="test")
+
+
+def test_a_group_that_gives_a_role_is_no_audience(netlab, admin_user):
+    from accounts import access
+
+    with pytest.raises(ValidationError, match="gives a role, not an audience"):
+        services.share_template(netlab, [access.role_group("operator")], actor=admin_user)
+    assert not netlab.groups.exists()
