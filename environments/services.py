@@ -17,7 +17,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
 from accounts import access
-from core import changelog
+from core import changelog, events
 from environments import rules
 from environments.models import EnvironmentTemplate, Member, Network
 from placement.gang import Gang
@@ -75,6 +75,7 @@ def create_template(*, actor, members, networks=(), reason="", **fields):
         template.save()
         _write_rows(template, members, networks)
         changelog.record(template, "create", actor, reason=reason)
+        _emit("environment.created", template)
     return template
 
 
@@ -105,6 +106,7 @@ def update_template(template, *, actor, members=None, networks=None, reason="", 
             changes["members"] = [m["name"] for m in rows[0]]
             changes["networks"] = [n["name"] for n in rows[1]]
         changelog.record(template, "update", actor, changes, reason)
+        _emit("environment.updated", template)
     return template
 
 
@@ -112,6 +114,7 @@ def delete_template(template, *, actor, reason=""):
     _check_owner(actor, template)
     with transaction.atomic():
         changelog.record(template, "delete", actor, reason=reason)
+        _emit("environment.deleted", template)
         template.delete()
 
 
@@ -125,7 +128,14 @@ def share_template(template, groups, *, actor, reason=""):
         template.save(update_fields=["visibility", "updated"])
         template.groups.set(chosen)
         changelog.record(template, "update", actor, {"groups": chosen}, reason or f"shared with {len(chosen)} groups")
+        _emit("environment.updated", template)
     return template
+
+
+def _emit(kind, template):
+    """The change, for the administrators' live pages (written in the change's transaction)."""
+    data = {"id": template.pk, "name": template.name, "owner": template.owner_id, "visibility": template.visibility}
+    events.emit(kind, data, ["admin"])
 
 
 def _write_rows(template, members, networks):

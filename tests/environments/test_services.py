@@ -142,9 +142,15 @@ def test_a_stranger_does_not_see_a_private_template_and_staff_see_all(netlab, al
     assert list(services.visible_templates(admin_user)) == [netlab]
 
 
-def test_the_owner_deletes_it(netlab, alice):
+def test_the_owner_deletes_it_and_each_change_is_an_event(netlab, alice):
+    from core import events
+
+    pk = netlab.pk
+    services.update_template(netlab, actor=alice, description="Two LANs.")
     services.delete_template(netlab, actor=alice)
     assert not EnvironmentTemplate.objects.exists()
+    seen = [(e.kind, e.data["id"]) for e in events.since(["admin"], 0) if e.kind.startswith("environment.")]
+    assert seen == [("environment.created", pk), ("environment.updated", pk), ("environment.deleted", pk)]
 
 
 def test_a_pinned_revision_runs_where_that_revision_has_disks(make_template, admin_user, debian):
