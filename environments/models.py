@@ -114,4 +114,9 @@ class Member(models.Model):
         return self.name
 
     def hostnames(self):
-        return [self.name] if self.count == 1 else [f"{self.name}-{i}" for i in range(1, self.count + 1)]
+        return hostnames(self.name, self.count)
+
+
+def hostnames(name, count):
+    """The machines' hostnames of a member: its name alone, or ``name-1`` … ``name-N``."""
+    return [name] if count == 1 else [f"{name}-{i}" for i in range(1, count + 1)]

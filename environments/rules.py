@@ -12,7 +12,7 @@ import itertools
 from django.core.exceptions import ValidationError
 
 from accounts import access
-from environments.models import DNS_LABEL, MAX_COUNT, MAX_DISK_GIB, MAX_MEMORY_MIB, MAX_VCPUS
+from environments.models import DNS_LABEL, MAX_COUNT, MAX_DISK_GIB, MAX_MEMORY_MIB, MAX_VCPUS, hostnames
 from provisioning import services as vms
 from provisioning.models import Image, ImageRevision
 
@@ -95,10 +95,6 @@ def _hostnames(errors, members):
             elif host in seen and seen[host] != member["name"]:
                 _say(errors, "members", f"hostname {host} is made by both member {seen[host]} and {member['name']}")
             seen.setdefault(host, member["name"])
-
-
-def hostnames(name, count):
-    return [name] if count == 1 else [f"{name}-{i}" for i in range(1, count + 1)]
 
 
 def _images(errors, owner, members):
