@@ -106,6 +106,22 @@ def own_groups(user):
     return user.groups.exclude(pk__in=role_groups().values("pk"))
 
 
+def visible(rows, user, public):
+    """The rows of ``rows`` (images, environment templates: ``groups``, ``owner`` and ``active``
+    fields) that ``user`` may use: all for staff; otherwise active ``public`` ones, their groups'
+    and their own. An image maintainer also sees their groups' rows (inactive ones included) and
+    the rows their groups' members own, which they may share with those groups."""
+    if can(user, "see_all"):
+        return rows.all()
+    mine = public | Q(groups__in=user.groups.all())
+    if user.pk is not None:
+        mine |= Q(owner=user)
+    if can(user, "maintain_images"):
+        theirs = Q(groups__in=user.groups.all()) | Q(owner__groups__in=own_groups(user))
+        return rows.filter(Q(mine, active=True) | theirs).distinct()
+    return rows.filter(mine, active=True).distinct()
+
+
 # Teaching is per course. A course whose membership a higher layer knows (an LMS course: lti
 # fills this from the LMS's own membership roles) answers ``{group id: ids of the users who
 # teach it}`` for the given group ids it knows; a group it leaves out is a local course, where
@@ -202,6 +218,23 @@ def check_image_sharing(user, image, groups):
     chosen = {getattr(g, "pk", g) for g in groups}
     if not chosen <= set(maintained_groups(user).values_list("pk", flat=True)):
         raise PermissionDenied("share an image only with your own groups")
+
+
+def shared_groups(user, row, groups):
+    """The groups ``row`` (an image, an environment template) is to be restricted to when
+    ``user`` shares it with ``groups``: those, and the row's groups that are not ``user``'s to
+    give or take. Refused (PermissionDenied: ``check_image_sharing``; ValidationError: a group
+    that gives a role, not an audience)."""
+    from django.core.exceptions import ValidationError
+
+    check_image_sharing(user, row, groups)
+    roles = role_groups().filter(pk__in=[getattr(g, "pk", g) for g in groups])
+    if roles.exists():
+        names = ", ".join(sorted(roles.values_list("name", flat=True)))
+        raise ValidationError({"groups": [f"{names} gives a role, not an audience: share with a class or team"]})
+    mine = set(maintained_groups(user).values_list("pk", flat=True))
+    kept = {pk for pk in row.groups.values_list("pk", flat=True) if pk not in mine}
+    return sorted(kept | {getattr(g, "pk", g) for g in groups})
 
 
 def check_image_ownership(user, image):

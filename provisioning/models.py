@@ -31,15 +31,7 @@ class ImageQuerySet(models.QuerySet):
         maintainer also sees their groups' images (inactive ones included) and the images their
         groups' members own, which they may share with those groups.
         (On the model so that layers below vms — capacity's plan — apply the same rule.)"""
-        if access.can(user, "see_all"):
-            return self.all()
-        mine = models.Q(visibility=Image.Visibility.PUBLIC) | models.Q(groups__in=user.groups.all())
-        if user.pk is not None:
-            mine |= models.Q(owner=user)
-        if access.can(user, "maintain_images"):
-            theirs = models.Q(groups__in=user.groups.all()) | models.Q(owner__groups__in=access.own_groups(user))
-            return self.filter(models.Q(mine, active=True) | theirs).distinct()
-        return self.filter(mine, active=True).distinct()
+        return access.visible(self, user, models.Q(visibility=Image.Visibility.PUBLIC))
 
 
 class Image(models.Model):

@@ -8,7 +8,6 @@ failed VMs use none) and deletes it while no VM ever did (``services.delete_imag
 permission checks are ``accounts.access``'s and are made here, so pages and API cannot differ.
 """
 
-from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from accounts import access
@@ -31,14 +30,7 @@ def in_use(image):
 def share(image, groups, *, actor, reason=""):
     """Restrict ``image`` to ``groups`` (PermissionDenied: ``access.check_image_sharing``); no
     groups: back to its owner (and administrators) only."""
-    access.check_image_sharing(actor, image, groups)
-    roles = access.role_groups().filter(pk__in=[getattr(g, "pk", g) for g in groups])
-    if roles.exists():
-        names = ", ".join(sorted(roles.values_list("name", flat=True)))
-        raise ValidationError({"groups": [f"{names} gives a role, not an audience: share with a class or team"]})
-    mine = set(access.maintained_groups(actor).values_list("pk", flat=True))
-    kept = {pk for pk in image.groups.values_list("pk", flat=True) if pk not in mine}
-    chosen = sorted(kept | {getattr(g, "pk", g) for g in groups})
+    chosen = access.shared_groups(actor, image, groups)
     return services.update_image(
         image,
         actor=actor,

@@ -31,20 +31,22 @@ ALLOWED = {
     "provisioning": BELOW | {"placement", "jobs", "drivers", "inventory", "capacity"},
     # The web console: tickets and websocket bridges to a VM's console through its host's driver.
     "console": BELOW | {"drivers", "jobs", "inventory", "provisioning"},
+    # Environment templates: several connected VMs reserved as one (a gang of placement).
+    "environments": UP_TO_PROVISIONING,
     # The console is below: idle reclamation reads its sessions as connection tracking.
-    "reservations": UP_TO_PROVISIONING | {"console"},
+    "reservations": UP_TO_PROVISIONING | {"console", "environments"},
     # Batch runs: beside reservations (a run holds a VM as a reservation does), below notifications.
     "runs": UP_TO_PROVISIONING,
     # Courses: a course group's page, its classes with a term (seats are reservations).
-    "classes": UP_TO_PROVISIONING | {"console", "reservations"},
+    "classes": UP_TO_PROVISIONING | {"console", "environments", "reservations"},
     # LTI 1.3: courses launched from an LMS land on classes' course page.
-    "lti": UP_TO_PROVISIONING | {"console", "reservations", "classes"},
+    "lti": UP_TO_PROVISIONING | {"console", "environments", "reservations", "classes"},
     # Above every app: what follows from events (mail, webhooks) and what /metrics reads.
-    "notifications": UP_TO_PROVISIONING | {"console", "reservations", "runs", "classes"},
+    "notifications": UP_TO_PROVISIONING | {"console", "environments", "reservations", "runs", "classes"},
     # /metrics, /healthz, the dashboard, worker heartbeats.
-    "monitoring": UP_TO_PROVISIONING | {"console", "reservations", "runs", "classes", "notifications"},
+    "monitoring": UP_TO_PROVISIONING | {"console", "environments", "reservations", "runs", "classes", "notifications"},
     # Ganeti's RAPI: every layer's rows as Ganeti's, beside monitoring.
-    "rapi": UP_TO_PROVISIONING | {"console", "reservations", "runs", "classes", "notifications"},
+    "rapi": UP_TO_PROVISIONING | {"console", "environments", "reservations", "runs", "classes", "notifications"},
 }
 # The project's wiring sits above every app: it may import anything.
 SITE = (

@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "drivers.sim.apps.SimConfig",
     "capacity.apps.CapacityConfig",
     "provisioning.apps.VmsConfig",
+    "environments.apps.EnvironmentsConfig",
     "reservations.apps.ReservationsConfig",
     "classes.apps.ClassesConfig",
     "lti_tool",  # django-lti: LTI 1.3 registrations, deployments, the tool's keys (lti/)
