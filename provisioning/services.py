@@ -40,7 +40,7 @@ IMAGE_FIELDS = (
     "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib", "default_vcpus",
     "default_memory_mib", "default_disk_gib", "visibility", "parent", "revert_on_end", "pool_size", "active",
     "user_data", "ready_timeout", "readiness", "required_tags", "forbidden_tags", "anti_affinity", "exclusive_storage",
-    "max_concurrent", "on_host_failure", "owner", "requires_approval",
+    "max_concurrent", "on_host_failure", "owner", "requires_approval", "default_gpus", "default_gpu_model",
 )  # fmt: skip
 MAX_TAGS = 20
 GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
@@ -140,6 +140,8 @@ def _check_image(image):
     ):
         if (getattr(image, default) or 0) < (getattr(image, low) or 0):
             errors[default] = [f"must be at least {low} ({getattr(image, low)})"]
+    if image.default_gpu_model and not image.default_gpus:
+        errors["default_gpu_model"] = ["a GPU model needs default GPUs of 1 or more"]
     if image.parent_id and image.pk and image.parent_id == image.pk:
         errors["parent"] = ["an image cannot be its own parent"]
     for name in ("required_tags", "forbidden_tags"):
