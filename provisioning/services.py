@@ -721,11 +721,24 @@ def demand_for(
 
 def vm_demand(vm, *, purpose, **options):
     """The demand of an existing VM, from now to its end (``options`` as for ``demand_for``);
-    a VM built from a revision runs on the hypervisor types that revision has variants for."""
+    a VM built from a revision runs on the hypervisor types that revision has variants for, and
+    a VM whose claim holds GPUs asks for them again (its new claim is built or moved with them)."""
     size = {"vcpus": vm.vcpus, "memory_mib": vm.memory_mib, "disk_gib": vm.disk_gib}
     if vm.revision_id and options.get("hypervisors") is None:
         options["hypervisors"] = variant_types(vm.image, vm.revision_id)
+    if vm.allocation_id and "gpus" not in options:
+        options.update(claimed_gpu_ask(vm.allocation))
     return demand_for(vm.image, size, start=timezone.now(), end=vm.end, purpose=purpose, **options)
+
+
+def claimed_gpu_ask(allocation):
+    """The GPUs a claim holds as ``demand_for`` asks for them (``{}``: none). A VM's GPUs are
+    of one model (``placement.devices``)."""
+    for name, count in sorted(allocation.extras.items()):
+        model = devices.model_of(name)
+        if model and count:
+            return {"gpus": int(count), "gpu_model": model}
+    return {}
 
 
 def submit_action(vm, action, *, actor, reason="", submitter=None, depends=(), **params):

@@ -533,6 +533,7 @@ class LibvirtDriver(base.Driver):
     @translated
     def migrate(self, key, target):
         self._same_kind(target)
+        self._check_no_gpus(key)
         if not (self.emulated or target.emulated) and moving.wanted(self, target, key):
             moving.move(self, target, key)  # suspended: its saved memory moves through the pools
             return
@@ -552,6 +553,19 @@ class LibvirtDriver(base.Driver):
             self._call(f"migrate {key} to {target.host_name}", dom.migrate, target.conn, flags, None, None, 0)
         if not self.options.get("shared_storage"):
             self._delete_left_disk(key)
+
+    def _check_no_gpus(self, key):
+        """A VM holding this host's GPUs cannot move: libvirt migrates no PCI or mediated device,
+        and the target's devices have other addresses."""
+        dom = self._find_domain(key)
+        if dom is None:
+            return
+        pci, vgpus = nodedev.used_by(self._call(f"definition of {key}", dom.XMLDesc, 0))
+        if pci or vgpus:
+            raise Invalid(
+                f"{key} has {len(pci) + len(vgpus)} GPU device(s) of {self.host_name} passed through and cannot "
+                "move to another host: end it and build it again there"
+            )
 
     def _emulate_migration(self, dom, target):
         """Cold move for the test driver: disk, definition, snapshots, then power state."""

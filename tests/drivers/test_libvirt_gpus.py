@@ -335,3 +335,17 @@ def test_an_older_libvirt_makes_a_transient_vgpu(mdev_host):
     uuid = nodedev.mdev_uuid(vm.key, vm.fingerprint(), 0)
     assert mdev_host.mdev_host.calls == [("create-transient", uuid), ("stop", uuid)]
     assert mdev_host.mdev_host.mdevs == {}
+
+
+def test_a_vm_holding_gpus_is_not_migrated(gpu_host, libvirt_nodes):
+    from drivers.base import Invalid
+    from drivers.libvirt.driver import LibvirtDriver
+
+    vm = spec(gpu_host, {A100: 1})
+    gpu_host.create(vm)
+    target = LibvirtDriver(libvirt_nodes["kvm-medium"])
+
+    with pytest.raises(Invalid, match="1 GPU device.* of gpu-host passed through and cannot move"):
+        gpu_host.migrate(vm.key, target)
+
+    assert gpu_host.state(vm.key) == VMState.STOPPED and target.state(vm.key) == VMState.ABSENT

@@ -113,3 +113,19 @@ def test_the_spec_asks_for_the_claims_gpus_only():
     assert claimed_gpus(Allocation(extras={f"gpu:{A100}": 2, "gpu:nvidia-t4-1b": 0, "licence:matlab": 1})) == {A100: 2}
     assert claimed_gpus(Allocation(extras={})) == {}
     assert claimed_gpus(None) == {}
+
+
+def test_a_vms_new_claim_asks_for_the_gpus_of_its_old_one(gpu_host, cuda_image, alice):
+    claim, end = gpu_claim(cuda_image, alice, 2, A100)
+    vm, _job = services.request_vm(
+        actor=alice, owner=alice, image=cuda_image, vcpus=2, memory_mib=1024, disk_gib=10, end=end, allocation=claim
+    )
+
+    demand = services.vm_demand(VM.objects.select_related("allocation").get(pk=vm.pk), purpose="moved")
+
+    assert demand.extras == {f"gpu:{A100}": 2} and demand.gpus_any == 0
+    assert services.claimed_gpu_ask(Allocation(extras={"gpu:nvidia-t4-1b": 1})) == {
+        "gpus": 1,
+        "gpu_model": "nvidia-t4-1b",
+    }
+    assert services.claimed_gpu_ask(Allocation(extras={})) == {}
