@@ -153,6 +153,9 @@ class VMSpec:
     # NICs after the primary one: (network key, MAC) pairs, each on a private network of the
     # VM's host (``NetworkSpec``); ``private_mac`` gives the MAC a member is known by.
     private_networks: tuple[tuple[str, str], ...] = ()
+    # GPUs passed through, model → count (the models of the host's ``HostFacts.devices``): the
+    # claim's ``gpu:<model>`` resources. A driver that cannot pass devices through ignores it.
+    gpus: Mapping = field(default_factory=dict)
 
     def validate(self):
         if not isinstance(self.key, str) or not VM_KEY_RE.match(self.key):
@@ -164,6 +167,11 @@ class VMSpec:
                 raise Invalid(f"{self.key} {name}: must be a whole number ≥ {low}, not {value!r}")
         if not self.network or any(ch.isspace() or ch in "<>&'\"" for ch in self.network):
             raise Invalid(f"{self.key} network: {self.network!r} is not a network name")
+        for model, count in self.gpus.items():
+            if not isinstance(model, str) or not IMAGE_NAME_RE.match(model):
+                raise Invalid(f"{self.key} GPU model {model!r}: letters, digits, '.', '_' and '-'")
+            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                raise Invalid(f"{self.key} GPUs of {model}: a whole number ≥ 1, not {count!r}")
         self.image.validate()
 
     def fingerprint(self):
@@ -175,6 +183,8 @@ class VMSpec:
         }
         if self.private_networks:  # absent otherwise: the fingerprint of every older VM stays
             body["private_networks"] = [list(pair) for pair in self.private_networks]
+        if self.gpus:  # absent without GPUs: VMs made before GPUs keep their fingerprint
+            body["gpus"] = dict(sorted(self.gpus.items()))
         raw = json.dumps(body, sort_keys=True).encode()
         return hashlib.sha256(raw).hexdigest()[:24]
 

@@ -12,7 +12,7 @@ throttled). A ``VM`` is the database's view of one virtual machine; the hypervis
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 from taggit.managers import TaggableManager
@@ -20,7 +20,9 @@ from taggit.managers import TaggableManager
 from accounts import access
 from drivers import registry as drivers
 from drivers.base import FORMATS, vm_key
+from inventory.devices import MODEL_RE
 
+MAX_GPUS = 16  # the most GPUs one VM asks for (a reservation's too)
 NAME_HELP = "Letters, digits, '.', '_' and '-' (becomes a file name on the hosts)."
 
 
@@ -53,6 +55,19 @@ class Image(models.Model):
     default_vcpus = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
     default_memory_mib = models.PositiveIntegerField(default=1024, validators=[MinValueValidator(16)])
     default_disk_gib = models.PositiveIntegerField(default=10)
+    default_gpus = models.PositiveSmallIntegerField(
+        "default GPUs",
+        default=0,
+        validators=[MaxValueValidator(MAX_GPUS)],
+        help_text="GPUs a reservation of it asks for unless it says otherwise (0: none).",
+    )
+    default_gpu_model = models.CharField(
+        "default GPU model",
+        max_length=100,
+        blank=True,
+        validators=[RegexValidator(MODEL_RE, "a model name is letters, digits, '.', '_' or '-'")],
+        help_text="The GPU model of those (e.g. nvidia-a100-pcie-40gb); blank: whichever model a host has.",
+    )
     visibility = models.CharField(max_length=12, choices=Visibility.choices, default=Visibility.PUBLIC)
     groups = models.ManyToManyField(
         "auth.Group", blank=True, related_name="images", help_text="Who may use a restricted image."

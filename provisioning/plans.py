@@ -81,7 +81,7 @@ def live(now=None):
     now = now or timezone.now()
     cluster, ids = loaders.load_cluster(now)
     built = VM.objects.filter(state__in=VM.BUILT, host__isnull=False, allocation__released__isnull=True)
-    by_alloc = {str(vm.allocation_id): vm for vm in built.select_related("image", "variant", "host")}
+    by_alloc = {str(vm.allocation_id): vm for vm in built.select_related("image", "variant", "host", "allocation")}
     gcluster = _ganeti(cluster, now, {aid: f"vm-{vm.pk}" for aid, vm in by_alloc.items()})
     by_name = {f"vm-{vm.pk}": vm for vm in by_alloc.values()}
     _mark_standby(gcluster, ids)

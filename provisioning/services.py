@@ -40,7 +40,7 @@ IMAGE_FIELDS = (
     "name", "os", "platform", "description", "min_vcpus", "min_memory_mib", "min_disk_gib", "default_vcpus",
     "default_memory_mib", "default_disk_gib", "visibility", "parent", "revert_on_end", "pool_size", "active",
     "user_data", "ready_timeout", "readiness", "required_tags", "forbidden_tags", "anti_affinity", "exclusive_storage",
-    "max_concurrent", "on_host_failure", "owner", "requires_approval",
+    "max_concurrent", "on_host_failure", "owner", "requires_approval", "default_gpus", "default_gpu_model",
 )  # fmt: skip
 MAX_TAGS = 20
 GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
@@ -140,6 +140,8 @@ def _check_image(image):
     ):
         if (getattr(image, default) or 0) < (getattr(image, low) or 0):
             errors[default] = [f"must be at least {low} ({getattr(image, low)})"]
+    if image.default_gpu_model and not image.default_gpus:
+        errors["default_gpu_model"] = ["a GPU model needs default GPUs of 1 or more"]
     if image.parent_id and image.pk and image.parent_id == image.pk:
         errors["parent"] = ["an image cannot be its own parent"]
     for name in ("required_tags", "forbidden_tags"):
@@ -719,11 +721,24 @@ def demand_for(
 
 def vm_demand(vm, *, purpose, **options):
     """The demand of an existing VM, from now to its end (``options`` as for ``demand_for``);
-    a VM built from a revision runs on the hypervisor types that revision has variants for."""
+    a VM built from a revision runs on the hypervisor types that revision has variants for, and
+    a VM whose claim holds GPUs asks for them again (its new claim is built or moved with them)."""
     size = {"vcpus": vm.vcpus, "memory_mib": vm.memory_mib, "disk_gib": vm.disk_gib}
     if vm.revision_id and options.get("hypervisors") is None:
         options["hypervisors"] = variant_types(vm.image, vm.revision_id)
+    if vm.allocation_id and "gpus" not in options:
+        options.update(claimed_gpu_ask(vm.allocation))
     return demand_for(vm.image, size, start=timezone.now(), end=vm.end, purpose=purpose, **options)
+
+
+def claimed_gpu_ask(allocation):
+    """The GPUs a claim holds as ``demand_for`` asks for them (``{}``: none). A VM's GPUs are
+    of one model (``placement.devices``)."""
+    for name, count in sorted(allocation.extras.items()):
+        model = devices.model_of(name)
+        if model and count:
+            return {"gpus": int(count), "gpu_model": model}
+    return {}
 
 
 def submit_action(vm, action, *, actor, reason="", submitter=None, depends=(), **params):

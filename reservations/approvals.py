@@ -91,8 +91,8 @@ def ask(kind, requester, image, payload, summary, *, actor, starts_at=None, requ
 
 
 def ask_reservation(
-    user, image, *, actor, start=None, end=None, duration=None, ssh_key="", request_key="", size=None, gpus=0,
-    gpu_model="", now=None,
+    user, image, *, actor, start=None, end=None, duration=None, ssh_key="", request_key="", size=None, gpus=None,
+    gpu_model=None, now=None,
 ):  # fmt: skip
     """``reserving.reserve`` (the same arguments), or, for an image that requires approval, a
     request waiting for it. Returns the reservation or the ``ApprovalRequest``. The request is
@@ -107,6 +107,7 @@ def ask_reservation(
     begin = start or now
     last = end if end is not None else begin + duration
     errors = reserving.validate(user, image, begin, last, now, size)
+    gpus, gpu_model = reserving.gpu_ask(image, gpus, gpu_model)
     errors.update(reserving.gpu_errors(gpus, gpu_model))
     if errors:
         raise ValidationError(errors)

@@ -14,6 +14,7 @@ from django.utils import timezone
 from provisioning import quotas
 from provisioning import services as vms
 from reservations import services
+from reservations.models import MAX_GPUS
 
 DURATIONS = (30, 60, 90, 120, 180, 240, 360, 480, 720, 1440)  # minutes offered, up to the user's limit
 EXTENSIONS = (15, 30, 60, 120, 240)
@@ -56,13 +57,18 @@ class ReserveForm(forms.Form):
         help_text="Log in with your key instead of a one-time password.",
     )
     request_key = forms.UUIDField(widget=forms.HiddenInput)
+    # Blank: the image's defaults (``reserving.gpu_ask``).
+    gpus = forms.IntegerField(required=False, min_value=0, max_value=MAX_GPUS, label="GPUs")
+    gpu_model = forms.CharField(required=False, max_length=100, label="GPU model")
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.user = user
         self.fields["image"].queryset = vms.visible_images(user).order_by("name")
         self.fields["start"].help_text = f"Time zone {timezone.get_current_timezone_name()}"
-        self.limits = quotas.limits_for(user, self._chosen_image())
+        chosen = self._chosen_image()
+        self.gpu_default = gpu_default(chosen)
+        self.limits = quotas.limits_for(user, chosen)
         self.fields["duration"].choices = duration_choices(self.limits.max_minutes)
         self.fields[
             "duration"
@@ -90,6 +96,11 @@ class ReserveForm(forms.Form):
             self.add_error("start", "give a start, or choose now")
         return data
 
+    def gpu_ask(self):
+        """``gpus`` and ``gpu_model`` for the services from a valid form (None: the image's)."""
+        data = self.cleaned_data
+        return {"gpus": data.get("gpus"), "gpu_model": data.get("gpu_model") or None}
+
     def window(self):
         """(start or None for now, duration) from a valid form."""
         data = self.cleaned_data
@@ -98,6 +109,13 @@ class ReserveForm(forms.Form):
 
     def add_service_errors(self, exc):
         add_service_errors(self, exc, {"end": "duration"})
+
+
+def gpu_default(image):
+    """What blank GPU fields ask for with ``image``, in words."""
+    if image is None or not image.default_gpus:
+        return "none"
+    return f"{image.default_gpus} × {image.default_gpu_model or 'any model'}"
 
 
 class ExtendForm(forms.Form):

@@ -14,8 +14,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from inventory import crypto
-
-MAX_GPUS = 16  # the most GPUs one reservation's VM asks for
+from provisioning.models import MAX_GPUS
 
 
 class Reservation(models.Model):

@@ -110,8 +110,10 @@ def _no_capacity_message(result, start):
     return f"{text}; it does not fit at any time soon"
 
 
-def check_fit(image, start, end, gpus=0, gpu_model="", **size):
-    """Would an ``image`` VM (with ``gpus`` of ``gpu_model``) fit over ``[start, end)``? Writes nothing."""
+def check_fit(image, start, end, gpus=None, gpu_model=None, **size):
+    """Would an ``image`` VM (with ``gpus`` of ``gpu_model``, None: the image's defaults) fit
+    over ``[start, end)``? Writes nothing."""
+    gpus, gpu_model = gpu_ask(image, gpus, gpu_model)
     demand = vms.demand_for(
         image, vms.size_for(image, **size), start=start, end=end, purpose="check", gpus=gpus, gpu_model=gpu_model
     )
@@ -126,6 +128,15 @@ def check_fit(image, start, end, gpus=0, gpu_model="", **size):
     if result.earliest_fit is not None and result.earliest_fit.start is not None:
         earliest = datetime.fromtimestamp(result.earliest_fit.start, UTC)
     return Fit(False, _no_capacity_message(result, start), earliest, dict(result.reasons))
+
+
+def gpu_ask(image, gpus=None, gpu_model=None):
+    """``(gpus, gpu_model)`` asked: what is given, else the image's defaults (None: not given;
+    no GPUs ask for no model)."""
+    gpus = image.default_gpus if gpus is None else gpus
+    if gpu_model is None:
+        gpu_model = image.default_gpu_model if gpus else ""
+    return gpus, gpu_model
 
 
 def gpu_errors(gpus, gpu_model):
@@ -194,15 +205,16 @@ def reserve(
     request_key="",
     now=None,
     size=None,
-    gpus=0,
-    gpu_model="",
+    gpus=None,
+    gpu_model=None,
     revision=None,
 ):
     """Accept a reservation and claim its capacity; returns it. ``ValidationError`` if refused.
 
     ``start`` None: now. ``end`` or ``duration`` (a timedelta). ``request_key``: the form's one-time
     key; submitting it again returns the first reservation instead of making a second.
-    ``gpus``: that many GPUs of ``gpu_model`` (blank: of any one model).
+    ``gpus``: that many GPUs of ``gpu_model`` (blank: of any one model); None: the image's
+    ``default_gpus`` / ``default_gpu_model``.
     ``revision``: the image's revision its VM is built from (one under test); None: production.
     """
     actor = Actor.of(actor)
@@ -218,6 +230,7 @@ def reserve(
         end = start + duration
     # The quotas are counted once, under their locks (check_locked), not also before them.
     errors, usable = _validate(user, image, start, end, now, size, quota=False)
+    gpus, gpu_model = gpu_ask(image, gpus, gpu_model)
     errors.update(gpu_errors(gpus, gpu_model))
     if errors:
         raise ValidationError(errors)

@@ -72,6 +72,7 @@ def reserve(request):
                     duration=duration,
                     ssh_key=form.cleaned_data["ssh_key"],
                     request_key=str(form.cleaned_data["request_key"]),
+                    **form.gpu_ask(),
                 )
             except ValidationError as exc:
                 form.add_service_errors(exc)
@@ -81,7 +82,7 @@ def reserve(request):
                     return redirect("reservations:approval", pk=reservation.pk)
                 return redirect("reservations:detail", pk=reservation.pk)
     else:  # GET parameters preset the form (the catalogue's Reserve button, an image change)
-        initial = {k: request.GET[k] for k in ("image", "when", "start", "duration") if request.GET.get(k)}
+        initial = {k: request.GET[k] for k in ("image", "when", "start", "duration", "gpus") if request.GET.get(k)}
         form = ReserveForm(initial=initial, user=request.user)
     return render(request, "reservations/reserve.html", {"form": form})
 
@@ -93,14 +94,15 @@ def fit(request):
     form = ReserveForm(request.GET, user=request.user)
     form.is_valid()  # the request key is not sent here; only the window matters
     data, answer = form.cleaned_data, None
-    errors = {name: form.errors[name] for name in ("image", "when", "start", "duration") if name in form.errors}
+    fields = ("image", "when", "start", "duration", "gpus", "gpu_model")
+    errors = {name: form.errors[name] for name in fields if name in form.errors}
     if not errors:
         now = timezone.now()
         start, duration = form.window()
         start = start or now
         errors = services.validate(request.user, data["image"], start, start + duration, now)
         if not errors:
-            answer = services.check_fit(data["image"], max(start, now), start + duration)
+            answer = services.check_fit(data["image"], max(start, now), start + duration, **form.gpu_ask())
     notes = services.budget_notes(request.user, data["image"], max(start, now)) if answer is not None else []
     context = {"errors": errors, "answer": answer, "limits": form.limits, "budget_notes": notes}
     if answer is not None and answer.earliest is not None:

@@ -466,7 +466,9 @@ def _resumable():
     rows = Run.objects.filter(state=S.SUSPENDED, cancel_requested=False, vm__isnull=False)
     rows = rows.order_by("suspended_at", "pk")
     busy = set(Job.objects.filter(pk__in=rows.values("job")).exclude(status__in=Job.FINAL).values_list("pk", flat=True))
-    waiting = [run for run in rows.select_related("vm", "vm__host__credential") if run.job not in busy]
+    waiting = [
+        run for run in rows.select_related("vm", "vm__host__credential", "vm__allocation") if run.job not in busy
+    ]
     return sorted(waiting, key=lambda run: -preemption.RANKS[run.priority])
 
 

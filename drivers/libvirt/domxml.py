@@ -47,6 +47,7 @@ def domain_xml(
     seed_digest=None,
     disk_cache="none",
     vnc_listen="127.0.0.1",
+    hostdevs=(),
 ):
     """The persistent definition of the VM: vcpus, memory, the overlay disk, the NoCloud seed
     as a read-only CD-ROM (``seed_path``), one NIC and one more per private network
@@ -60,7 +61,8 @@ def domain_xml(
     ``bridge:<name>``, or ``user``: QEMU user-mode networking with ``restrict=on`` (no route
     out of the guest, not even to the host) and one forward, ``127.0.0.1:forward_port`` to the
     guest's ``spec.extra["guest_port"]`` (libvirt 9's ``<interface type='user'>`` cannot
-    forward without passt, hence ``<qemu:commandline>``).
+    forward without passt, hence ``<qemu:commandline>``). ``hostdevs``: ``<hostdev>`` elements
+    of the GPUs passed through (``nodedev.hostdev_elements``).
     """
     network = network or spec.network
     root = ET.Element("domain", {"type": domain_type})
@@ -114,6 +116,7 @@ def domain_xml(
         devices.append(vnc_xml(vnc_listen))
     agent = _sub(devices, "channel", type="unix")  # the guest agent reports addresses without DHCP
     _sub(agent, "target", type="virtio", name="org.qemu.guest_agent.0")
+    devices.extend(hostdevs)
     if network == USER_NETWORK:
         root.append(user_network_xml(forward_port, spec.extra.get("guest_port", 22), mac_address(spec.key)))
     return ET.tostring(root, encoding="unicode")

@@ -65,7 +65,7 @@ import libvirt
 
 from drivers import base, cloudinit
 from drivers.base import Conflict, DriverError, HostFacts, Invalid, NetworkInfo, NotFound, VMInfo, VMState
-from drivers.libvirt import agent, domxml, moving, netxml
+from drivers.libvirt import agent, domxml, gpus, moving, netxml, nodedev
 from drivers.libvirt.connection import NOT_FOUND, connections, open_own, translate, translated
 from drivers.libvirt.options import CPU_MODES, DISK_CACHES, vnc_listen_error
 
@@ -240,6 +240,7 @@ class LibvirtDriver(base.Driver):
             vms=len(domains),
             running_vms=len(running),
             extra={"cpu_model": model, "cpu_mhz": mhz, "pool": pool.name(), "uri": self.uri},
+            devices=gpus.host_devices(self),
         )
 
     @translated
@@ -329,35 +330,40 @@ class LibvirtDriver(base.Driver):
         base_vol = self._base_volume(pool, spec.image)
         if base_vol is None:
             raise NotFound(f"image {spec.image.name} is not staged on {self.host_name}; stage it first")
-        overlay, made = self._overlay(pool, spec, base_vol)
-        seed = None
-        try:
-            seed = self._seed(pool, spec) if spec.guest is not None else None
-            network = self.options.get("network") or spec.network
-            xml = domxml.domain_xml(
-                spec,
-                domain_type=self._domain_type(),
-                disk_path=overlay.path(),
-                cpu_mode=self._cpu_mode(),
-                disk_cache=self._disk_cache(),
-                seed_path=seed.path() if seed is not None else None,
-                network=network,
-                seed_digest=cloudinit.seed_digest(cloudinit.seed_files(spec.guest)) if spec.guest else None,
-                forward_port=_free_port() if network == domxml.USER_NETWORK else None,
-                vnc_listen=None if self._vnc_listen() == "none" else self._vnc_listen(),
-            )
-            dom = self._call(f"define {spec.key}", self.conn.defineXML, xml)
-        except (DriverError, cloudinit.SeedError) as exc:
-            existing = self._find_domain(spec.key)  # a concurrent create won the race
-            if existing is not None:
-                return self._adopt(existing, spec)
-            if seed is not None:
-                seed.delete(0)
-            if made:
-                overlay.delete(0)  # no orphan disk
-            if isinstance(exc, cloudinit.SeedError):
-                raise Invalid(f"{spec.key}: {exc}") from None
-            raise
+        with gpus.choosing(self, spec):  # chosen and defined at once: two creates never pick one GPU
+            passthrough = gpus.choose(self, spec)  # before anything is made: too few GPUs leave nothing behind
+            overlay, made = self._overlay(pool, spec, base_vol)
+            seed, mdevs = None, []
+            try:
+                seed = self._seed(pool, spec) if spec.guest is not None else None
+                mdevs = gpus.make_mdevs(self, passthrough)
+                network = self.options.get("network") or spec.network
+                xml = domxml.domain_xml(
+                    spec,
+                    domain_type=self._domain_type(),
+                    disk_path=overlay.path(),
+                    cpu_mode=self._cpu_mode(),
+                    disk_cache=self._disk_cache(),
+                    seed_path=seed.path() if seed is not None else None,
+                    network=network,
+                    seed_digest=cloudinit.seed_digest(cloudinit.seed_files(spec.guest)) if spec.guest else None,
+                    forward_port=_free_port() if network == domxml.USER_NETWORK else None,
+                    vnc_listen=None if self._vnc_listen() == "none" else self._vnc_listen(),
+                    hostdevs=nodedev.hostdev_elements(passthrough),
+                )
+                dom = self._call(f"define {spec.key}", self.conn.defineXML, xml)
+            except (DriverError, cloudinit.SeedError) as exc:
+                existing = self._find_domain(spec.key)  # a concurrent create won the race
+                if existing is not None:
+                    return self._adopt(existing, spec)
+                gpus.remove(self, mdevs)
+                if seed is not None:
+                    seed.delete(0)
+                if made:
+                    overlay.delete(0)  # no orphan disk
+                if isinstance(exc, cloudinit.SeedError):
+                    raise Invalid(f"{spec.key}: {exc}") from None
+                raise
         return self._info(dom)
 
     def _seed(self, pool, spec):
@@ -484,6 +490,7 @@ class LibvirtDriver(base.Driver):
         if self._paused(dom):
             self._call(f"resume {key}", dom.resume)
         else:  # shut off, or managed-saved (create() restores the saved memory)
+            gpus.start_mdevs(self, self._call(f"definition of {key}", dom.XMLDesc, 0))
             self._call(f"start {key}", dom.create)
 
     @translated
@@ -518,6 +525,7 @@ class LibvirtDriver(base.Driver):
     def destroy(self, key):
         dom = self._own_domain(key)
         if dom is not None:
+            vgpus = nodedev.used_by(self._call(f"definition of {key}", dom.XMLDesc, libvirt.VIR_DOMAIN_XML_INACTIVE))[1]
             if dom.isActive():
                 self._call(f"power off {key}", dom.destroy)
             flags = libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
@@ -526,6 +534,7 @@ class LibvirtDriver(base.Driver):
             except libvirt.libvirtError as exc:
                 if exc.get_error_code() not in NOT_FOUND:
                     raise translate(exc, f"undefine {key}") from exc
+            gpus.remove(self, sorted(vgpus))  # once the domain no longer holds them
         pool = self._pool()
         names = ((f"{key}.qcow2", "disk"), (f"{key}-seed.iso", "seed"), (moving.save_name(key), "saved memory"))
         for name, what in names:
@@ -617,6 +626,7 @@ class LibvirtDriver(base.Driver):
     @translated
     def migrate(self, key, target):
         self._same_kind(target)
+        self._check_no_gpus(key)
         dom = self._find_domain(key)
         if dom is not None:
             self._check_networks_on(dom, target)
@@ -649,6 +659,19 @@ class LibvirtDriver(base.Driver):
                     f"{dom.name()} is on private network {net}, which {target.host_name} does not have: "
                     "the members of a private network share a host"
                 )
+
+    def _check_no_gpus(self, key):
+        """A VM holding this host's GPUs cannot move: libvirt migrates no PCI or mediated device,
+        and the target's devices have other addresses."""
+        dom = self._find_domain(key)
+        if dom is None:
+            return
+        pci, vgpus = nodedev.used_by(self._call(f"definition of {key}", dom.XMLDesc, 0))
+        if pci or vgpus:
+            raise Invalid(
+                f"{key} has {len(pci) + len(vgpus)} GPU device(s) of {self.host_name} passed through and cannot "
+                "move to another host: end it and build it again there"
+            )
 
     def _emulate_migration(self, dom, target):
         """Cold move for the test driver: disk, definition, snapshots, then power state."""

@@ -71,6 +71,8 @@ class ImageSerializer(RefuseUnknownFields, serializers.ModelSerializer):
             "default_vcpus",
             "default_memory_mib",
             "default_disk_gib",
+            "default_gpus",
+            "default_gpu_model",
             "visibility",
             "groups",
             "parent",

@@ -18,6 +18,7 @@ from inventory.models import Hypervisor
 from jobs import reasons as job_reasons
 from jobs.models import Job
 from jobs.registry import opcode
+from placement import devices
 from provisioning import services
 from provisioning.models import VM, ImageVariant
 from provisioning.opcodes import guest
@@ -359,7 +360,14 @@ def vm_spec(vm):
         image=services.spec(vm.variant),
         extra={"guest_port": services.login_port(vm.image)},
         guest=guest.guest_login(vm),
+        gpus=claimed_gpus(vm.allocation),
     )
+
+
+def claimed_gpus(allocation):
+    """Model → count of the GPUs the VM's claim holds (its ``gpu:<model>`` resources)."""
+    extras = allocation.extras if allocation is not None else {}
+    return {model: int(n) for name, n in sorted(extras.items()) if n and (model := devices.model_of(name))}
 
 
 def define(vm_id, *, actor, known=None, **fields):

@@ -85,9 +85,21 @@ class ReservationCreateSerializer(RefuseUnknownFields, serializers.Serializer):
         max_length=64,
         help_text="Idempotency key: sending the same key again returns the first reservation.",
     )
-    gpus = serializers.IntegerField(min_value=0, max_value=MAX_GPUS, required=False, default=0)
+    gpus = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_GPUS,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Absent or null: the image's default_gpus.",
+    )
     gpu_model = serializers.CharField(
-        required=False, allow_blank=True, default="", max_length=100, help_text="Blank: any model."
+        required=False,
+        allow_blank=True,
+        allow_null=True,
+        default=None,
+        max_length=100,
+        help_text="Blank: any model; absent or null: the image's default_gpu_model.",
     )
 
     def validate(self, data):

@@ -3,12 +3,14 @@
 reservation list [--user NAME] [--status S] [--json]
 reservation info ID [--json]
 reservation create IMAGE --user NAME (--duration MINUTES | --end TIME) [--start TIME] [--ssh-key FILE]
-reservation check IMAGE (--duration MINUTES | --end TIME) [--start TIME]
+                   [--gpus N] [--gpu-model MODEL]
+reservation check IMAGE (--duration MINUTES | --end TIME) [--start TIME] [--gpus N] [--gpu-model MODEL]
 reservation extend ID --end TIME
 reservation end ID
 reservation cancel ID
 reservation tick            (start what is due, end what is over; the workers do this on their own)
-TIME is ISO 8601 ("2026-12-01 14:00"; UTC unless it carries an offset).
+TIME is ISO 8601 ("2026-12-01 14:00"; UTC unless it carries an offset). Without --gpus and
+--gpu-model, the image's default GPUs are asked for; --gpu-model "" asks for any model.
 """
 
 import json
@@ -55,6 +57,8 @@ class Command(BaseCommand):
             p.add_argument("--start", type=when, help="default: now")
             p.add_argument("--end", type=when)
             p.add_argument("--duration", type=int, help="minutes")
+            p.add_argument("--gpus", type=int, help="GPUs of one model (default: the image's)")
+            p.add_argument("--gpu-model", help='e.g. nvidia-a100-pcie-40gb; "": any model (default: the image\'s)')
             if verb == "create":
                 p.add_argument("--user", required=True)
                 p.add_argument("--ssh-key", help="a file with the public key to log in with")
@@ -116,7 +120,7 @@ class Command(BaseCommand):
         for entry in data["history"]:
             self.stdout.write(f"  {entry['at']}  {entry['status']:<12} {entry['reason']}")
 
-    def do_create(self, image, user, ssh_key=None, **options):
+    def do_create(self, image, user, ssh_key=None, gpus=None, gpu_model=None, **options):
         try:
             owner = get_user_model().objects.get(username=user)
         except get_user_model().DoesNotExist:
@@ -129,12 +133,14 @@ class Command(BaseCommand):
                     key = file.read(8192)
             except OSError as exc:
                 raise CommandError(f"--ssh-key {ssh_key}: {exc.strerror}") from None
-        reservation = services.reserve(owner, self._image(image), actor=CLI, start=start, end=end, ssh_key=key)
+        reservation = services.reserve(
+            owner, self._image(image), actor=CLI, start=start, end=end, ssh_key=key, gpus=gpus, gpu_model=gpu_model
+        )
         self.stdout.write(f"reservation {reservation.pk}: {reservation.status}")
 
-    def do_check(self, image, **options):
+    def do_check(self, image, gpus=None, gpu_model=None, **options):
         start, end = self._window(options)
-        self.stdout.write(services.check_fit(self._image(image), start, end).message)
+        self.stdout.write(services.check_fit(self._image(image), start, end, gpus, gpu_model).message)
 
     def do_extend(self, id, end, **_):
         reservation = services.extend(self._get(id), end, actor=CLI)
