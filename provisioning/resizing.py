@@ -13,6 +13,7 @@ a smaller claim would count less than it uses. Its disk keeps its size (a disk o
 its file system with it: not something every driver and guest can do unattended).
 """
 
+import logging
 from collections.abc import Callable
 from datetime import UTC
 
@@ -24,10 +25,14 @@ from capacity import services as capacity
 from core.changelog import Actor
 from core.errors import Conflict
 from core.hooks import Hook
+from drivers import registry as drivers
+from inventory.models import Hypervisor
 from jobs import services as jobs
 from placement import refusals
 from provisioning import services
 from provisioning.models import VM
+
+logger = logging.getLogger(__name__)
 
 FIELDS = ("vcpus", "memory_mib")
 LIMITS = {"vcpus": 1, "memory_mib": 16}  # as a driver's spec (``base.VMSpec.validate``)
@@ -153,16 +158,49 @@ def record(vm_id, size, applies, *, actor):
             hook(vm, size, actor=actor)
 
 
-def undo(vm_id, claimed, reason, *, actor):
+def undo(vm_id, claimed, reason, *, actor, reported=None):
     """The driver did not take the new size: the claim goes back to the size the VM has (a
-    fact, written unchecked by ``capacity.resize``), in one transaction."""
+    fact, written unchecked by ``capacity.resize``), in one transaction. ``reported``: the size
+    the driver says the VM has now (``reported_size``; None: not known); a field it reports
+    larger than the old size is kept (a change the driver made after all, its wait timed out)."""
     if claimed is None or claimed["from"] == claimed["to"]:
         return
+    back_to = {name: max(claimed["old"][name], (reported or {}).get(name) or 0) for name in FIELDS}
     with transaction.atomic():
+        # Whatever live claim the VM holds now, not only the one ``claim`` wrote: an extension of
+        # its reservation (``reservations.ending.extend``, which takes no VM lock) may have moved
+        # it to a fresh row meanwhile, copying the new size. Serialising extensions against this
+        # job instead would make a user's extension wait on (or fail for) a driver's call; read
+        # under the host's lock, the one every claim change takes, the VM's claim cannot move
+        # between this read and ``capacity.resize`` (which would refuse a released one anyway).
         vm = VM.objects.select_related("allocation").get(pk=vm_id)
         held = vm.allocation
-        if held is None or held.pk != claimed["to"] or held.released is not None:
-            return  # it moved on meanwhile (an end, a repair): nothing of this job's to put back
+        if held is None or held.released is not None:
+            return  # it ended meanwhile: nothing left to put back
+        Hypervisor.objects.select_for_update().get(pk=held.host_id)
+        vm = VM.objects.select_related("allocation").get(pk=vm_id)
+        held = vm.allocation
+        if held is None or held.released is not None or held.host_id != vm.host_id:
+            return  # it ended or was repaired meanwhile: nothing of this job's to put back
+        if all(getattr(held, name) == back_to[name] for name in FIELDS):
+            return
         why = f"{vm.key}: resize failed: {reason}"
-        back = capacity.resize(held, actor=actor, reason=why, check=False, **claimed["old"])
+        back = capacity.resize(held, actor=actor, reason=why, check=False, **back_to)
         services.set_state(vm_id, vm.state, "resize undone", allocation=back, actor=actor)
+        # What holds the VM's size (its reservation) says the size the claim counts again.
+        for hook in ON_RESIZED:
+            hook(vm, back_to, actor=actor)
+
+
+def reported_size(vm_id):
+    """The vCPUs and memory the VM's driver reports for it now (its ``list_vms``), None where it
+    does not say or cannot be asked (a failed resize is undone as if nothing changed)."""
+    vm = VM.objects.select_related("host").get(pk=vm_id)
+    try:
+        found = next((info for info in drivers.driver_for(vm.host).list_vms() if info.key == vm.key), None)
+    except Exception:
+        logger.warning("cannot read %s's size from its host after a failed resize", vm.key, exc_info=True)
+        return None
+    if found is None:
+        return None
+    return {name: getattr(found, name) or None for name in FIELDS}

@@ -110,6 +110,14 @@ def visible_vms(user):
     return VM.objects.filter(owner=user)
 
 
+def operable_vms(user):
+    """The VMs ``user`` may look up to act on as an operator (a resize): every VM for operators
+    and auditors, else their own. Whether the action is allowed stays with the action's service."""
+    if access.can(user, "operate") or access.can(user, "see_all"):
+        return VM.objects.all()
+    return VM.objects.filter(owner=user)
+
+
 def may_see_vm(user, vm_id):
     """Topic authoriser for ``vm.<id>``: the owner, auditors and administrators."""
     if access.can(user, "see_all"):

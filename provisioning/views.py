@@ -317,11 +317,15 @@ def vm_list(request):
 
 @login_required
 def vm_detail(request, pk):
-    vm = _get(services.visible_vms(request.user).select_related("image", "variant", "host", "owner"), pk)
+    # Operators see any VM's page (its resize form is there); its owner's actions stay the owner's.
+    vm = _get(services.operable_vms(request.user).select_related("image", "variant", "host", "owner"), pk)
+    owns = services.visible_vms(request.user).filter(pk=vm.pk).exists()
     recent = jobs.visible_to(request.user).filter(params__vm=vm.pk).order_by("-id")
     context = {
         "vm": vm,
-        "actions": ACTIONS_BY_STATE.get(vm.state, ("destroy",) if vm.state != VM.State.DESTROYED else ()),
+        "actions": ACTIONS_BY_STATE.get(vm.state, ("destroy",) if vm.state != VM.State.DESTROYED else ())
+        if owns
+        else (),
         "snapshots": [s.get("name") for s in vm.snapshots],
         "jobs": recent.only("id", "opcode", "status", "received")[:20],
         "changes": changelog.history(vm),
@@ -335,7 +339,7 @@ def vm_detail(request, pk):
 @require_POST
 def vm_resize(request, pk):
     """Operators change the VM's vCPUs and memory (``resizing.resize``: its claim first)."""
-    vm = _get(services.visible_vms(request.user).select_related("image", "allocation"), pk)
+    vm = _get(services.operable_vms(request.user).select_related("image", "allocation"), pk)
     form = ResizeForm(request.POST)
     if not form.is_valid():
         _flash_errors(request, form.errors)

@@ -7,7 +7,7 @@ actions submit a job and answer ``202`` with its id (watch it at ``/api/v1/jobs/
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
-from rest_framework import mixins, status, viewsets
+from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -319,7 +319,7 @@ class VMViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gener
         stopped VM) or ``next boot``. A running VM may only grow; its disk keeps its size."""
         body = VMResizeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        vm = self.get_object()
+        vm = generics.get_object_or_404(services.operable_vms(request.user), pk=pk)  # operators: any user's VM
         try:
             job = resizing.resize(vm, actor=request.user, reason="resize through the API", **body.validated_data)
         except ValidationError as exc:

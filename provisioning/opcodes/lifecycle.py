@@ -2,6 +2,7 @@
 (``vm.start``/``stop``/``suspend``/``resume``), ``vm.snapshot`` and ``vm.revert``."""
 
 import copy
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -42,6 +43,8 @@ RETRY_STEPS = ("claim", "define", "clean", "start", "address")  # a failure here
 # reservation turns ready): ``hook(vm, job_id, actor=)`` in the transaction that makes the VM
 # ready and ends the job, which holds the queue lock; rolled back with it if the lease was lost.
 ON_BUILT: Hook[Callable[..., None]] = Hook("provisioning.opcodes.lifecycle.ON_BUILT")
+
+logger = logging.getLogger(__name__)
 
 
 @opcode("vm.create", params=VMParams, locks=vm_lock, staff_only=False)
@@ -542,34 +545,77 @@ def snapshot(vm_id, name, *, actor):
     vm = load_vm(vm_id)
     drivers.driver_for(vm.host).snapshot(vm.key, name)
     snaps = [s for s in vm.snapshots if s.get("name") != name]
-    services.set_state(
-        vm_id,
-        vm.state,
-        f"snapshot {name}",
-        snapshots=[*snaps, {"name": name, "state": vm.state, "created": timezone.now().isoformat()}],
-        actor=actor,
-    )
+    # The size it is taken at: a revert gives its definition the VM's size again, and refuses a
+    # running guest that would come back larger than the VM's claim (``revert``).
+    taken = {
+        "name": name,
+        "state": vm.state,
+        "size": [vm.vcpus, vm.memory_mib],
+        "created": timezone.now().isoformat(),
+    }
+    services.set_state(vm_id, vm.state, f"snapshot {name}", snapshots=[*snaps, taken], actor=actor)
 
 
 @opcode("vm.revert", params=SnapshotParams, locks=vm_lock, staff_only=False)
 def vm_revert(job):
     """Roll a VM back to a named snapshot."""
     vm = authorised_vm(job)
-    state = job.step("revert", revert, vm.pk, job.params["name"], actor=job.actor)
+    state = job.step("revert", revert, vm.pk, job.params["name"], actor=job.actor, log=job.log)
     return {"vm": vm.pk, "state": state}
 
 
-def revert(vm_id, name, *, actor):
+REVERT_RUNNING = (S.RUNNING, S.SUSPENDED)
+
+
+def revert(vm_id, name, *, actor, log=None):
     vm = load_vm(vm_id)
     refusal = services.run_refusal(vm, "revert")
     if refusal:
         raise Refused(refusal)
+    snap = next((snap for snap in vm.snapshots if snap.get("name") == name), {})
+    taken_at = snap.get("size")
+    refusal = larger_than_claim(vm, snap)
+    if refusal:
+        raise Refused(refusal)
     driver = drivers.driver_for(vm.host)
     driver.revert(vm.key, name)
-    taken_at = next((snap.get("size") for snap in vm.snapshots if snap.get("name") == name), None)
     if taken_at and taken_at != [vm.vcpus, vm.memory_mib]:  # taken before a resize: its definition had that size
-        driver.resize(vm.key, vm.vcpus, vm.memory_mib)
+        try:
+            driver.resize(vm.key, vm.vcpus, vm.memory_mib)
+        except Exception as exc:
+            # The hypervisor has reverted (a running VM's definition may refuse a change without
+            # hot-add): its state must still be recorded below; the size is left to fix by hand,
+            # said where an operator looks.
+            note = (
+                f"reverted {vm.key} to {name}, but its size could not be set back to {vm.vcpus} vCPUs, "
+                f"{vm.memory_mib} MiB ({exc}): its definition has the snapshot's {taken_at[0]} vCPUs, "
+                f"{taken_at[1]} MiB; resize it again once it is stopped"
+            )
+            logger.warning(note)
+            if log is not None:
+                log(note, "warning")
     state = {base.VMState.RUNNING: S.RUNNING, base.VMState.SUSPENDED: S.SUSPENDED}.get(driver.state(vm.key), S.STOPPED)
     address = driver.address(vm.key) if state == S.RUNNING else vm.address
     services.set_state(vm_id, state, f"reverted to {name}", address=address, actor=actor)
     return state
+
+
+def larger_than_claim(vm, snap):
+    """Why a revert to ``snap`` is refused, or None: a snapshot of a running or suspended guest
+    brings back the memory and vCPUs it was running with; larger than the VM's claim now (it
+    was stopped and shrunk since), the host would run more than it counts."""
+    taken_at, held = snap.get("size"), vm.allocation
+    if snap.get("state") not in REVERT_RUNNING or not taken_at or held is None:
+        return None
+    over = [
+        f"{value} {unit}"
+        for value, claimed, unit in zip(taken_at, (held.vcpus, held.memory_mib), ("vCPUs", "MiB"), strict=True)
+        if value > claimed
+    ]
+    if not over:
+        return None
+    return (
+        f"cannot revert {vm.key} to {snap.get('name')}: it was taken {snap.get('state')} at {' and '.join(over)}, "
+        f"more than {vm.key} holds now ({held.vcpus} vCPUs, {held.memory_mib} MiB); "
+        "resize the VM to at least that first, or revert to a snapshot taken while it was stopped"
+    )

@@ -24,7 +24,10 @@ def vm_resize(job):
         applies = job.step("apply", apply, vm_id, size)
     except Exception as exc:
         if not passes_through(exc):
-            resizing.undo(vm_id, claimed, fail_reason(exc), actor=job.actor)
+            # A driver whose wait gave up may still have made the change (a vSphere task that
+            # completes late): the claim keeps whatever size the host now reports, if larger.
+            reported = resizing.reported_size(vm_id)
+            resizing.undo(vm_id, claimed, fail_reason(exc), actor=job.actor, reported=reported)
         raise
     job.db_step("record", resizing.record, vm_id, size, applies, actor=job.actor)
     changes = [[GANETI_NAMES[name], size[name]] for name in resizing.FIELDS if size[name] != old[name]]

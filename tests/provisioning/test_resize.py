@@ -11,7 +11,7 @@ from capacity.models import Allocation
 from core.errors import Conflict
 from drivers.sim import services as sim
 from drivers.sim.models import SimVM
-from jobs.models import Job
+from jobs.models import Job, JobLog
 from provisioning import resizing, services
 from provisioning.models import VM
 
@@ -177,3 +177,115 @@ def test_a_job_submitted_by_name_is_held_to_the_same_rules(sim_host, image, alic
         assert job.status == "error" and words in job.error_message, job.error_message
     vm.refresh_from_db()
     assert (vm.vcpus, vm.memory_mib, vm.allocation.vcpus, vm.allocation.memory_mib) == (2, 1024, 2, 1024)
+
+
+def test_a_snapshot_records_the_size_it_was_taken_at(sim_host, image, alice, sync_jobs):
+    vm = build(alice, image, sync_jobs, vcpus=2, memory_mib=1024)
+
+    services.submit_action(vm, "snapshot", actor="test", name="now")
+    sync_jobs.drain()
+
+    vm.refresh_from_db()
+    assert next(s for s in vm.snapshots if s["name"] == "now")["size"] == [2, 1024]
+
+
+def test_a_revert_whose_size_follow_up_fails_still_records_the_reverted_state(
+    sim_host, image, alice, admin_user, sync_jobs
+):
+    vm = build(alice, image, sync_jobs, vcpus=2, memory_mib=1024)
+    services.submit_action(vm, "snapshot", actor="test", name="hot")
+    sync_jobs.drain()
+    job, vm = resized(stopped(vm, sync_jobs), sync_jobs, admin_user, memory_mib=2048)
+    assert job.status == "success", job.error_message
+    sim.set_fault(sim_host.name, "resize", "fail")  # as vSphere refuses a running VM without hot-add
+
+    job = services.submit_action(vm, "revert", actor=alice, name="hot")
+    sync_jobs.drain()
+
+    job = Job.objects.get(pk=job.pk)
+    vm.refresh_from_db()
+    assert job.status == "success", job.error_message
+    assert vm.state == SimVM.objects.get(key=vm.key).state == "running"
+    assert any("could not be set back" in line.message for line in JobLog.objects.filter(job=job))
+
+
+def test_a_revert_to_a_running_snapshot_larger_than_the_claim_is_refused(sim_host, image, alice, admin_user, sync_jobs):
+    vm = build(alice, image, sync_jobs, vcpus=2, memory_mib=4096)
+    services.submit_action(vm, "snapshot", actor="test", name="hot")
+    sync_jobs.drain()
+    job, vm = resized(stopped(vm, sync_jobs), sync_jobs, admin_user, memory_mib=1024)
+    assert job.status == "success", job.error_message
+
+    job = services.submit_action(vm, "revert", actor=alice, name="hot")
+    sync_jobs.drain()
+
+    job = Job.objects.get(pk=job.pk)
+    vm.refresh_from_db()
+    assert job.status == "error" and "4096 MiB" in job.error_message and "resize" in job.error_message
+    assert vm.state == SimVM.objects.get(key=vm.key).state == "stopped"  # the hypervisor was not asked
+    assert vm.allocation.memory_mib == 1024
+
+
+def test_a_revert_to_a_stopped_snapshot_taken_larger_is_allowed(sim_host, image, alice, admin_user, sync_jobs):
+    vm = stopped(build(alice, image, sync_jobs, vcpus=2, memory_mib=4096), sync_jobs)
+    services.submit_action(vm, "snapshot", actor="test", name="cold")
+    sync_jobs.drain()
+    job, vm = resized(vm, sync_jobs, admin_user, memory_mib=1024)
+    assert job.status == "success", job.error_message
+
+    job = services.submit_action(vm, "revert", actor=alice, name="cold")
+    sync_jobs.drain()
+
+    assert Job.objects.get(pk=job.pk).status == "success"
+    assert SimVM.objects.get(key=vm.key).memory_mib == 1024
+
+
+def test_a_resize_whose_wait_failed_but_which_the_host_took_keeps_the_larger_claim(
+    sim_host, image, alice, admin_user, sync_jobs, monkeypatch
+):
+    from drivers import registry as drivers
+    from drivers.base import DriverError
+    from provisioning.opcodes import resize as resize_op
+
+    vm = stopped(build(alice, image, sync_jobs, vcpus=2, memory_mib=1024), sync_jobs)
+
+    def late(vm_id, size):  # as a vSphere task that completes after its wait gave up
+        vm = VM.objects.get(pk=vm_id)
+        drivers.driver_for(vm.host).resize(vm.key, size["vcpus"], size["memory_mib"])
+        raise DriverError("timed out waiting for the task")
+
+    monkeypatch.setattr(resize_op, "apply", late)
+    job, vm = resized(vm, sync_jobs, admin_user, memory_mib=4096)
+
+    assert job.status == "error" and "timed out" in job.error_message
+    assert SimVM.objects.get(key=vm.key).memory_mib == 4096
+    assert vm.allocation.memory_mib == 4096 and vm.allocation.released is None
+    assert Allocation.objects.filter(released__isnull=True).count() == 1
+
+
+def test_an_operator_resizes_another_users_vm_through_the_api_and_the_page(
+    sim_host, image, alice, bob, sync_jobs, api, client, django_user_model
+):
+    from accounts import access
+
+    vm = stopped(build(alice, image, sync_jobs, vcpus=2, memory_mib=1024), sync_jobs)
+    access.set_roles(bob, ["operator"], actor="test")
+    carol = django_user_model.objects.create_user("carol", "carol@example.org", "carol-pass-1")
+
+    response = api(bob).post(f"/api/v1/vms/{vm.pk}/resize/", {"vcpus": 3}, format="json")
+    assert response.status_code == 202, response.content
+    sync_jobs.drain()
+    assert Job.objects.get(pk=response.json()["job"]).status == "success"
+    client.force_login(bob)
+    page = client.get(f"/vms/{vm.pk}/")
+    assert page.status_code == 200 and f"/vms/{vm.pk}/resize/" in page.content.decode()
+    assert client.post(f"/vms/{vm.pk}/resize/", {"vcpus": 4}).status_code == 302
+    sync_jobs.drain()
+    vm.refresh_from_db()
+    assert (vm.vcpus, vm.allocation.vcpus) == (4, 4)
+
+    assert api(carol).post(f"/api/v1/vms/{vm.pk}/resize/", {"vcpus": 5}, format="json").status_code in (403, 404)
+    client.force_login(carol)
+    assert client.get(f"/vms/{vm.pk}/").status_code == 404
+    assert client.post(f"/vms/{vm.pk}/resize/", {"vcpus": 5}).status_code == 404
+    assert Job.objects.filter(opcode="vm.resize").count() == 2
