@@ -350,6 +350,8 @@ def _check_variant(variant):
 def _kernel_field(message):
     """The kernel field a spec's complaint is about (the form shows it there), or None."""
     about = message.partition(": ")[2]  # after "image <name>: "
+    if about.endswith("without a kernel"):
+        return "kernel"  # what is missing
     for name in ("kernel_args", "kernel_checksum", "initrd_checksum", "initrd", "kernel"):
         if name in about:
             return name
