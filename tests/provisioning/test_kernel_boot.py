@@ -89,6 +89,16 @@ def test_the_api_takes_and_shows_the_kernel_settings(api, admin_user, blank, boo
     assert refused.status_code == 400 and "kernel" in refused.json()["error"]["fields"]
 
 
+def test_a_revision_made_through_the_api_takes_the_kernel_settings(api, admin_user, blank, boot_files):
+    disk = {"hypervisor_type": "kvm", "format": "qcow2", "location": boot_files["disk.qcow2"]}
+    body = {"image": blank.pk, "disks": [{**disk, **kernel_fields(boot_files)}]}
+    response = api(admin_user).post("/api/v1/image-revisions/", body, format="json")
+    assert response.status_code == 201, response.json()
+
+    added = blank.revisions.get().variants.get()
+    assert (added.kernel, added.initrd, added.kernel_args) == (boot_files["vmlinux"], boot_files["initrd"], ARGS)
+
+
 def test_the_admin_form_refuses_a_kernel_for_vmware(blank, boot_files):
     data = {"hypervisor_type": "vmware", "format": "vmdk", "location": "tmpl", "size_gib": 0, "kernel": "/k"}
     form = ImageVariantInlineForm(data=data, instance=ImageVariant(image=blank))
