@@ -140,7 +140,8 @@ def vclmgr_child(args):
     try:
         disk_cache = {"disk_cache": args.disk_cache} if args.disk_cache else {}
         kvm_host(daemon.uri, pool.name, actor="bench", options=disk_cache, memory_mib=4096, disk_gib=50, cpu_ratio=8)
-        image = kvm_guest_image(image_info, "bench-guest", actor="bench", os="")
+        # from its disk: vclmgr's share is the reservation minus the raw disk boot of the same run
+        image = kvm_guest_image(image_info, "bench-guest", actor="bench", os="", boot="disk")
         users = [get_user_model().objects.create_user(f"bench{n}") for n in range(args.together)]
 
         def reserve(user):

@@ -342,7 +342,13 @@ def real_child(args):
     try:
         kvm_host(daemon.uri, pool.name, actor="bench")
         image = kvm_guest_image(
-            image_info, "bench-guest", actor="bench", os="Debian 12 bench guest", default_vcpus=1, readiness="agent"
+            image_info,
+            "bench-guest",
+            actor="bench",
+            os="Debian 12 bench guest",
+            default_vcpus=1,
+            readiness="agent",
+            boot="disk",  # like the raw runs it is compared with
         )
         user = owner()
         worker = started_workers(2)

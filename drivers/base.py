@@ -108,6 +108,14 @@ class ImageVariantSpec:
     ``location``: a local path, ``file://`` or ``http(s)://`` URL of a qcow2/raw/vmdk file, a
     path already on the host's storage, or the name of a vSphere template. ``checksum``:
     ``sha256:<hex>`` (or another hashlib algorithm), bare 64-hex sha256, or "" (not verified).
+
+    Direct kernel boot (Ganeti's ``kernel_path``/``initrd_path``/``kernel_args``, OpenStack's
+    ``kernel_id``/``ramdisk_id``/``os_command_line``): ``kernel`` and ``initrd`` are located
+    like ``location`` and staged with the disk; the VM then boots that kernel with
+    ``kernel_args`` instead of the disk's boot loader. The initrd is optional (a kernel may
+    carry its own initramfs, or mount the root disk itself). A checksummed disk needs its
+    kernel and initrd checksummed too (``kernel_checksum``, ``initrd_checksum``): a verified
+    image stays verified as a whole.
     """
 
     name: str
@@ -115,6 +123,11 @@ class ImageVariantSpec:
     location: str
     checksum: str = ""
     size_gib: int = 0
+    kernel: str = ""
+    initrd: str = ""
+    kernel_args: str = ""
+    kernel_checksum: str = ""
+    initrd_checksum: str = ""
 
     def validate(self):
         if not IMAGE_NAME_RE.match(self.name or ""):
@@ -127,9 +140,51 @@ class ImageVariantSpec:
             parse_checksum(self.checksum)
         if not isinstance(self.size_gib, int) or self.size_gib < 0:
             raise Invalid(f"image {self.name}: size_gib must be a whole number ≥ 0")
+        self._validate_kernel()
+
+    def _validate_kernel(self):
+        if not self.kernel:
+            extra = [n for n in ("initrd", "kernel_args", "kernel_checksum", "initrd_checksum") if getattr(self, n)]
+            if extra:
+                raise Invalid(f"image {self.name}: {', '.join(extra)} without a kernel")
+            return
+        if self.initrd_checksum and not self.initrd:
+            raise Invalid(f"image {self.name}: initrd_checksum without an initrd")
+        for what in ("kernel", "initrd"):
+            location = getattr(self, what)
+            if location and not location.startswith(("/", "file://", "http://", "https://")):
+                raise Invalid(f"image {self.name}: {what} {location!r} is not a path, file:// or http(s):// URL")
+            checksum = getattr(self, f"{what}_checksum")
+            if checksum:
+                parse_checksum(checksum)
+            elif location and self.checksum:
+                raise Invalid(f"image {self.name}: the disk has a checksum, so the {what} needs one ({what}_checksum)")
+        check_kernel_args(self.kernel_args, self.name)
+
+    def boot_files(self):
+        """``(role, spec)`` of the files a direct kernel boot needs (none without a kernel):
+        each as an ImageVariantSpec, so that it is fetched, verified and named like a disk."""
+        files = [("kernel", self.kernel, self.kernel_checksum), ("initrd", self.initrd, self.initrd_checksum)]
+        return [
+            (role, ImageVariantSpec(name=self.name, format="raw", location=where, checksum=checksum))
+            for role, where, checksum in files
+            if where
+        ]
 
     def as_dict(self):
         return asdict(self)
+
+
+KERNEL_ARGS_MAX = 1024
+
+
+def check_kernel_args(args, name="?"):
+    """A kernel command line: printable text on one line, at most ``KERNEL_ARGS_MAX`` characters."""
+    if not isinstance(args, str) or len(args) > KERNEL_ARGS_MAX or not args.isprintable():
+        raise Invalid(
+            f"image {name}: kernel_args must be printable text on one line, at most {KERNEL_ARGS_MAX} characters"
+        )
+    return args
 
 
 @dataclass(frozen=True)
@@ -181,6 +236,8 @@ class VMSpec:
             "size": [self.vcpus, self.memory_mib, self.disk_gib],
             "image": [self.image.name, self.image.location, self.image.checksum],
         }
+        if self.image.kernel:  # absent otherwise: a disk-booted VM's fingerprint stays as it was
+            body["kernel"] = [self.image.kernel, self.image.initrd, self.image.kernel_args]
         if self.private_networks:  # absent otherwise: the fingerprint of every older VM stays
             body["private_networks"] = [list(pair) for pair in self.private_networks]
         if self.gpus:  # absent without GPUs: VMs made before GPUs keep their fingerprint
@@ -411,6 +468,13 @@ class Driver:
         return registry.kind(self.kind).hypervisor_type
 
     @property
+    def boots_kernel(self):
+        """It boots a variant's own kernel (``ImageVariantSpec.kernel``) instead of the disk."""
+        from drivers import registry
+
+        return registry.kind(self.kind).boots_kernel
+
+    @property
     def formats(self):
         """Image formats the hypervisor runs; None: any (the simulator emulates them)."""
         from drivers import registry
@@ -558,6 +622,8 @@ class Driver:
             raise Invalid(
                 f"image {image.name}: {self.kind} hosts run {' or '.join(self.formats)} images, not {image.format}"
             )
+        if image.kernel and not self.boots_kernel:
+            raise Invalid(f"image {image.name}: {self.kind} hosts cannot boot a kernel directly; boot the disk instead")
 
     def _same_kind(self, target):
         if type(target) is not type(self):

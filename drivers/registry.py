@@ -64,6 +64,8 @@ class Kind:
     uri_params: frozenset | None = None
     # dotted path of ``errors(options, uri) -> {option: message}`` for a host's driver_options
     option_rules: str = ""
+    # its driver boots a variant's own kernel and initrd instead of the disk (``ImageVariantSpec.kernel``)
+    boots_kernel: bool = False
 
 
 _TABLE = (
@@ -72,6 +74,7 @@ _TABLE = (
         hypervisor_type="sim", hypervisor_label="simulated", image_formats=None,
         schemes=frozenset({"sim"}), default_uri="sim://{name}",
         host_options=("cpus", "memory_mib", "disk_gib"), options_setting="VCLMGR_SIM_OPTIONS",
+        boots_kernel=True,
     ),
     Kind(
         name="libvirt", label="libvirt (KVM/QEMU)", driver="drivers.libvirt.driver.LibvirtDriver",
@@ -80,7 +83,7 @@ _TABLE = (
         default_uri="qemu+ssh://root@{address}/system", discoverable=True,
         transports=frozenset({"", "ssh", "tls", "tcp"}),
         uri_params=frozenset({"no_verify", "no_tty", "sshauth", "known_hosts_verify", "socket"}),
-        option_rules="drivers.libvirt.options.errors",
+        option_rules="drivers.libvirt.options.errors", boots_kernel=True,
     ),
     Kind(
         name="vmware", label="VMware ESXi / vCenter", driver="drivers.vmware.driver.VMwareDriver",
@@ -96,6 +99,7 @@ DRIVER_CHOICES = [(name, kind.label) for name, kind in KINDS.items()]
 HV_TYPES = {name: kind.hypervisor_type for name, kind in KINDS.items()}  # driver → hypervisor type
 HV_TYPE_CHOICES = list(dict.fromkeys((kind.hypervisor_type, kind.hypervisor_label) for kind in KINDS.values()))
 IMAGE_FORMATS = {kind.hypervisor_type: kind.image_formats for kind in KINDS.values()}  # hypervisor type → formats
+KERNEL_BOOT_TYPES = frozenset(kind.hypervisor_type for kind in KINDS.values() if kind.boots_kernel)
 SCHEMES = {name: kind.schemes for name, kind in KINDS.items()}
 DISCOVERABLE = tuple(name for name, kind in KINDS.items() if kind.discoverable)
 

@@ -18,7 +18,7 @@ class ImageVariantInlineForm(forms.ModelForm):
 
     class Meta:
         model = ImageVariant
-        fields = ["hypervisor_type", "format", "location", "checksum", "size_gib", "guest_username"]
+        fields = list(services.VARIANT_FIELDS)
 
     def clean(self):
         data = super().clean()
@@ -51,6 +51,7 @@ class ImageVariantInline(admin.TabularInline):
         "location",
         "checksum",
         "size_gib",
+        *services.KERNEL_FIELDS,
         "guest_username",
         "guest_password",
         "has_guest_password",

@@ -18,6 +18,7 @@ from django.utils import timezone
 from taggit.managers import TaggableManager
 
 from accounts import access
+from drivers import base
 from drivers import registry as drivers
 from drivers.base import FORMATS, vm_key
 from inventory.devices import MODEL_RE
@@ -201,6 +202,17 @@ class ImageVariant(models.Model):
     location = models.CharField(max_length=1000, help_text="Path, file:// or http(s):// URL, or template name.")
     checksum = models.CharField(max_length=200, blank=True, help_text="sha256:<hex> (blank: not verified).")
     size_gib = models.PositiveIntegerField(default=0)
+    # Direct kernel boot (KVM, sim): the VM boots this kernel and initrd, staged with the disk,
+    # with ``kernel_args``, instead of the disk's boot loader (``drivers.base.ImageVariantSpec``).
+    kernel = models.CharField(
+        max_length=1000, blank=True, help_text="Direct kernel boot: path, file:// or http(s):// URL of the kernel."
+    )
+    kernel_checksum = models.CharField(max_length=200, blank=True, help_text="sha256:<hex> (needed with a checksum).")
+    initrd = models.CharField(max_length=1000, blank=True, help_text="Its initrd (optional), located like the kernel.")
+    initrd_checksum = models.CharField(max_length=200, blank=True, help_text="sha256:<hex> (needed with a checksum).")
+    kernel_args = models.CharField(
+        max_length=base.KERNEL_ARGS_MAX, blank=True, help_text="The kernel command line (one printable line)."
+    )
     # VMware guest operations (batch runs) log in to the guest as an account of the image (a
     # service account of the template); its password is encrypted like the hosts' credentials.
     guest_username = models.CharField(
@@ -219,6 +231,16 @@ class ImageVariant(models.Model):
 
     def __str__(self):
         return f"{self.image.name} ({self.hypervisor_type}, {self.format})"
+
+    @property
+    def boots_kernel(self):
+        return bool(self.kernel)
+
+    def clean(self):
+        super().clean()
+        if self.kernel and self.hypervisor_type and self.hypervisor_type not in drivers.KERNEL_BOOT_TYPES:
+            label = dict(self.HV_TYPES).get(self.hypervisor_type, self.hypervisor_type)
+            raise ValidationError({"kernel": [f"{label} hosts cannot boot a kernel directly: boot the disk instead"]})
 
     @property
     def has_guest_password(self):

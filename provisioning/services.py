@@ -44,7 +44,8 @@ IMAGE_FIELDS = (
 )  # fmt: skip
 MAX_TAGS = 20
 GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
-VARIANT_FIELDS = ("hypervisor_type", "format", "location", "checksum", "size_gib", "guest_username")
+KERNEL_FIELDS = ("kernel", "kernel_checksum", "initrd", "initrd_checksum", "kernel_args")
+VARIANT_FIELDS = ("hypervisor_type", "format", "location", "checksum", "size_gib", "guest_username", *KERNEL_FIELDS)
 ACTIONS = ("start", "stop", "suspend", "resume", "destroy")
 CLEAN_SNAPSHOT = "clean"  # a revert_on_end VM's state before its first boot (opcodes/reuse.py)
 WARM_SNAPSHOT = "warm"  # a pooled run VM booted, memory included, before any run's input (opcodes/reuse.py)
@@ -345,13 +346,26 @@ def _check_variant(variant):
     try:
         spec(variant).validate()
     except base.DriverError as exc:
-        errors.setdefault("location", [str(exc)])
-    if variant.location.startswith(("http://", "https://")) and "location" not in errors:
-        refused = outbound.refusal(variant.location)
-        if refused:
-            errors["location"] = [f"not allowed: {refused} (VCLMGR_OUTBOUND_ALLOW names exceptions)"]
+        errors.setdefault(_kernel_field(str(exc)) or "location", [str(exc)])
+    for name in ("location", "kernel", "initrd"):
+        where = getattr(variant, name)
+        if where.startswith(("http://", "https://")) and name not in errors:
+            refused = outbound.refusal(where)
+            if refused:
+                errors[name] = [f"not allowed: {refused} (VCLMGR_OUTBOUND_ALLOW names exceptions)"]
     if errors:
         raise ValidationError(errors)
+
+
+def _kernel_field(message):
+    """The kernel field a spec's complaint is about (the form shows it there), or None."""
+    about = message.partition(": ")[2]  # after "image <name>: "
+    if about.endswith("without a kernel"):
+        return "kernel"  # what is missing
+    for name in ("kernel_args", "kernel_checksum", "initrd_checksum", "initrd", "kernel"):
+        if name in about:
+            return name
+    return None
 
 
 def spec(variant):
@@ -362,6 +376,7 @@ def spec(variant):
         location=variant.location,
         checksum=variant.checksum,
         size_gib=variant.size_gib,
+        **{name: getattr(variant, name) for name in KERNEL_FIELDS},
     )
 
 

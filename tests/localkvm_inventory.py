@@ -22,14 +22,25 @@ def kvm_host(uri, pool, name="kvm-local", *, actor="test", options=(), **fields)
     )
 
 
-def kvm_guest_image(info, name, *, actor="test", **fields):
+def kvm_guest_image(info, name, *, actor="test", boot="kernel", **fields):
     """``name``: the test guest (``tools/guest-image``; ``info`` is ``realvm.guest_image()``) as
-    a KVM image, at the guest's own small sizes unless ``fields`` says otherwise."""
+    a KVM image, at the guest's own small sizes unless ``fields`` says otherwise.
+
+    ``boot="kernel"``: its variant boots the guest's kernel and initrd directly with its command
+    line (about 4 CPU-seconds to boot under emulation, against 7 from the disk: no BIOS reads,
+    no boot loader, no self-decompressing kernel); ``"disk"``: the disk's own boot loader, as a
+    real image boots (for tests about exactly that: a captured or uploaded disk, the demo)."""
     from provisioning import services
 
+    if boot not in ("kernel", "disk"):
+        raise ValueError(f"boot {boot!r}: kernel or disk")
     sizes = {"min_memory_mib": 128, "default_memory_mib": 256, "min_disk_gib": 0, "default_disk_gib": 1}
     image = services.create_image(actor=actor, name=name, **{"os": "Debian 12 test guest", **sizes, **fields})
+    kernel = {}
+    if boot == "kernel":
+        kernel = {"kernel": str(info["dir"] / "vmlinux"), "initrd": str(info["dir"] / "initrd")}
+        kernel["kernel_args"] = info["cmdline"]
     services.add_variant(
-        image, actor=actor, hypervisor_type="kvm", format="qcow2", location=str(info["dir"] / "disk.qcow2")
+        image, actor=actor, hypervisor_type="kvm", format="qcow2", location=str(info["dir"] / "disk.qcow2"), **kernel
     )
     return image

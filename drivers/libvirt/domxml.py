@@ -48,6 +48,9 @@ def domain_xml(
     disk_cache="none",
     vnc_listen="127.0.0.1",
     hostdevs=(),
+    kernel=None,
+    initrd=None,
+    cmdline="",
 ):
     """The persistent definition of the VM: vcpus, memory, the overlay disk, the NoCloud seed
     as a read-only CD-ROM (``seed_path``), one NIC and one more per private network
@@ -63,6 +66,9 @@ def domain_xml(
     guest's ``spec.extra["guest_port"]`` (libvirt 9's ``<interface type='user'>`` cannot
     forward without passt, hence ``<qemu:commandline>``). ``hostdevs``: ``<hostdev>`` elements
     of the GPUs passed through (``nodedev.hostdev_elements``).
+
+    ``kernel`` (a path on the host): direct kernel boot, with ``initrd`` (optional) and the
+    ``cmdline``; the disk is not booted then (no ``<boot dev='hd'/>``), only attached.
     """
     network = network or spec.network
     root = ET.Element("domain", {"type": domain_type})
@@ -83,7 +89,14 @@ def domain_xml(
     _sub(root, "vcpu", spec.vcpus, placement="static")
     os_ = _sub(root, "os")
     _sub(os_, "type", "hvm")
-    _sub(os_, "boot", dev="hd")
+    if kernel:
+        _sub(os_, "kernel", kernel)
+        if initrd:
+            _sub(os_, "initrd", initrd)
+        if cmdline:
+            _sub(os_, "cmdline", cmdline)
+    else:
+        _sub(os_, "boot", dev="hd")
     features = _sub(root, "features")
     _sub(features, "acpi")  # graceful shutdown is an ACPI power button press
     _sub(features, "apic")
@@ -252,13 +265,28 @@ def volume_xml(name, capacity_bytes, fmt, backing_path=None, backing_format=None
 
 def repathed(xml_text, paths):
     """``xml_text`` (a domain's or a snapshot's) with each file path in ``paths`` replaced by
-    the path it maps to (disks, CD-ROMs, backing stores: every ``file`` attribute)."""
+    the path it maps to (disks, CD-ROMs, backing stores: every ``file`` attribute; the kernel
+    and initrd of a direct kernel boot)."""
     root = ET.fromstring(xml_text)
     for element in root.iter():
         path = element.get("file")
         if path in paths:
             element.set("file", paths[path])
+        elif element.tag in ("kernel", "initrd") and element.text in paths:
+            element.text = paths[element.text]
     return ET.tostring(root, encoding="unicode")
+
+
+def kernel_boot(xml_text):
+    """``{"kernel", "initrd", "cmdline"}`` of a domain that boots a kernel directly (from its
+    XML; a snapshot's holds its domain's), or {} when it boots its disk."""
+    root = ET.fromstring(xml_text)
+    os_ = root.find("os")
+    if os_ is None:
+        os_ = root.find("domain/os")
+    if os_ is None or not os_.findtext("kernel"):
+        return {}
+    return {name: os_.findtext(name) or "" for name in ("kernel", "initrd", "cmdline")}
 
 
 def disk_paths(xml_text):

@@ -34,6 +34,14 @@ storage) is used as it is. Each VM gets a qcow2 overlay ``<key>.qcow2`` backed b
 ``capture`` copies a stopped VM's disk into a new base volume ``<image>.qcow2`` (qemu-img
 flattens it).
 
+Direct kernel boot: an image with a ``kernel`` (and ``initrd``) has them staged with its disk,
+as ``<disk volume>.kernel-<checksum12>`` and ``.initrd-…`` (verified and uploaded like the
+disk, before it: a staged disk means a staged image); ``unstage_image`` deletes them with the
+disk. The domain boots them with the image's ``kernel_args`` (``<os><kernel>``), its disk only
+attached. A capture of such a VM copies its kernel and initrd to ``<image>.kernel`` and
+``<image>.initrd`` beside the captured disk and keeps its command line; a migration or move
+names the target's staged copies in the definition it makes there.
+
 Suspend is a managed save (memory to disk, host RAM freed). Migrate uses virDomainMigrate
 (live when running, persistent on the target, copying non-shared disks); a suspended VM moves
 with its saved memory through the pools instead (``moving.py``: libvirt cannot migrate a
@@ -259,14 +267,42 @@ class LibvirtDriver(base.Driver):
                 vol = None
         return vol
 
+    def _boot_name(self, image, role, file_spec):
+        """The volume of a kernel or initrd: named after its disk's staged volume (so that
+        unstaging the disk finds it) and its own content (checksum, else location)."""
+        tag = base.staged_name(file_spec).rsplit("-", 1)[1]
+        return f"{base.staged_name(image, f'.{image.format}')}.{role}-{tag}"
+
+    def _boot_volumes(self, pool, image):
+        """``{role: volume or None}`` of the image's kernel and initrd on this host (a
+        location that is a volume of the host already is used as it is, like a disk)."""
+        found = {}
+        for role, file_spec in image.boot_files():
+            vol = self._volume(pool, self._boot_name(image, role, file_spec))
+            if vol is None and file_spec.location.startswith("/"):
+                try:
+                    vol = self.conn.storageVolLookupByPath(file_spec.location)
+                except libvirt.libvirtError:
+                    vol = None
+            found[role] = vol
+        return found
+
     @translated
     def stage_image(self, image):
         self.check_image(image)
         pool = self._pool()
+        boot = self._boot_volumes(pool, image)  # before the disk: a staged disk means a whole image
+        for role, file_spec in image.boot_files():
+            if boot[role] is None:
+                self._upload_volume(pool, self._boot_name(image, role, file_spec), file_spec)
         existing = self._base_volume(pool, image)
         if existing is not None:
             return existing.path()
-        name = base.staged_name(image, f".{image.format}")
+        return self._upload_volume(pool, base.staged_name(image, f".{image.format}"), image).path()
+
+    def _upload_volume(self, pool, name, image):
+        """``image``'s verified bytes as the volume ``name`` (uploaded under ``.part`` and
+        copied into place, so a transfer cut short never looks staged)."""
         with base.fetched(image) as path:
             size = os.path.getsize(path)
             stale = self._volume(pool, name + ".part")
@@ -281,10 +317,15 @@ class LibvirtDriver(base.Driver):
                 )
             finally:
                 part.delete(0)
-        return final.path()
+        return final
 
     @translated
     def unstage_image(self, location):
+        # The kernel and initrd staged with it first: a disk gone while they stay would leak them.
+        prefix = os.path.basename(location)
+        for vol in self._call("list volumes", self._pool().listAllVolumes, 0):
+            if vol.name().startswith((f"{prefix}.kernel-", f"{prefix}.initrd-")):
+                self._call(f"delete {vol.name()}", vol.delete, 0)
         try:
             vol = self.conn.storageVolLookupByPath(location)
         except libvirt.libvirtError as exc:
@@ -330,6 +371,10 @@ class LibvirtDriver(base.Driver):
         base_vol = self._base_volume(pool, spec.image)
         if base_vol is None:
             raise NotFound(f"image {spec.image.name} is not staged on {self.host_name}; stage it first")
+        boot = self._boot_volumes(pool, spec.image)
+        missing = sorted(role for role, vol in boot.items() if vol is None)
+        if missing:
+            raise NotFound(f"the {' and '.join(missing)} of image {spec.image.name} not staged on {self.host_name}")
         with gpus.choosing(self, spec):  # chosen and defined at once: two creates never pick one GPU
             passthrough = gpus.choose(self, spec)  # before anything is made: too few GPUs leave nothing behind
             overlay, made = self._overlay(pool, spec, base_vol)
@@ -350,6 +395,9 @@ class LibvirtDriver(base.Driver):
                     forward_port=_free_port() if network == domxml.USER_NETWORK else None,
                     vnc_listen=None if self._vnc_listen() == "none" else self._vnc_listen(),
                     hostdevs=nodedev.hostdev_elements(passthrough),
+                    kernel=boot["kernel"].path() if "kernel" in boot else None,
+                    initrd=boot["initrd"].path() if "initrd" in boot else None,
+                    cmdline=spec.image.kernel_args,
                 )
                 dom = self._call(f"define {spec.key}", self.conn.defineXML, xml)
             except (DriverError, cloudinit.SeedError) as exc:
@@ -619,9 +667,32 @@ class LibvirtDriver(base.Driver):
             _type, capacity, _allocation = disk.info()
             vol = self._call(f"capture {key}", pool.createXMLFrom, domxml.volume_xml(name, capacity, "qcow2"), disk, 0)
         _type, capacity, _allocation = vol.info()
+        boot = self._capture_boot(dom, pool, new_image_name)
         return base.ImageVariantSpec(
-            name=new_image_name, format="qcow2", location=vol.path(), size_gib=-(-capacity // GIB)
+            name=new_image_name, format="qcow2", location=vol.path(), size_gib=-(-capacity // GIB), **boot
         )
+
+    def _capture_boot(self, dom, pool, new_image_name):
+        """The kernel settings of a VM that boots a kernel directly, for the image captured from
+        it: its kernel and initrd copied beside the captured disk (the staged ones go when their
+        image leaves the host's cache), and its command line."""
+        xml = self._call(f"definition of {dom.name()}", dom.XMLDesc, libvirt.VIR_DOMAIN_XML_INACTIVE)
+        boot = domxml.kernel_boot(xml)
+        if not boot:
+            return {}
+        captured = {"kernel_args": boot["cmdline"]}
+        for role in ("kernel", "initrd"):
+            if not boot[role]:
+                continue
+            name = f"{new_image_name}.{role}"
+            vol = self._volume(pool, name)
+            if vol is None:
+                source = self._call(f"{role} of {dom.name()}", self.conn.storageVolLookupByPath, boot[role])
+                _type, size, _allocation = source.info()
+                xml = domxml.volume_xml(name, size, "raw")
+                vol = self._call(f"capture the {role} of {dom.name()}", pool.createXMLFrom, xml, source, 0)
+            captured[role] = vol.path()
+        return captured
 
     @translated
     def migrate(self, key, target):
@@ -643,8 +714,12 @@ class LibvirtDriver(base.Driver):
         flags |= libvirt.VIR_MIGRATE_LIVE if running else libvirt.VIR_MIGRATE_OFFLINE
         if not self.options.get("shared_storage"):
             flags |= libvirt.VIR_MIGRATE_NON_SHARED_INC
+        boot = self.boot_paths_on(target, self._call(f"definition of {key}", dom.XMLDesc, 0))
         if self.emulated and target.emulated:  # the test driver migrates nothing (not even offline)
-            self._emulate_migration(dom, target)
+            self._emulate_migration(dom, target, boot)
+        elif boot:  # the definition on the target names the target's kernel and initrd
+            dxml = domxml.repathed(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE), boot)
+            self._call(f"migrate {key} to {target.host_name}", dom.migrate2, target.conn, dxml, flags, None, None, 0)
         else:
             self._call(f"migrate {key} to {target.host_name}", dom.migrate, target.conn, flags, None, None, 0)
         if not self.options.get("shared_storage"):
@@ -673,20 +748,44 @@ class LibvirtDriver(base.Driver):
                 "move to another host: end it and build it again there"
             )
 
-    def _emulate_migration(self, dom, target):
+    def boot_paths_on(self, target, xml):
+        """``{path here: path on target}`` of the kernel and initrd a domain boots (its XML
+        ``xml``): the volumes of the same names in the target's pool, staged there with the
+        image (or the same path where the target has it: shared storage). Raises NotFound
+        when the target lacks one."""
+        boot = domxml.kernel_boot(xml)
+        paths = {}
+        for role in ("kernel", "initrd"):
+            path = boot.get(role)
+            if not path:
+                continue
+            vol = target._volume(target._pool(), os.path.basename(path))
+            if vol is None:
+                try:
+                    vol = target.conn.storageVolLookupByPath(path)
+                except libvirt.libvirtError:
+                    vol = None
+            if vol is None:
+                raise NotFound(f"the {role} {os.path.basename(path)} is not staged on {target.host_name}")
+            if vol.path() != path:
+                paths[path] = vol.path()
+        return paths
+
+    def _emulate_migration(self, dom, target, boot=None):
         """Cold move for the test driver: disk, definition, snapshots, then power state."""
         key = dom.name()
         disk = self._volume(self._pool(), f"{key}.qcow2")
         target_pool = target._pool()
         if disk is not None and target._volume(target_pool, disk.name()) is None:
             target._call(f"copy disk of {key}", target_pool.createXML, disk.XMLDesc(0), 0)
-        moved = target._call(f"define {key}", target.conn.defineXML, dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+        xml = domxml.repathed(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE), boot or {})
+        moved = target._call(f"define {key}", target.conn.defineXML, xml)
         for snap in dom.listAllSnapshots(libvirt.VIR_DOMAIN_SNAPSHOT_LIST_TOPOLOGICAL):
             if snap.getName() not in moved.snapshotListNames(0):
                 target._call(
                     f"copy snapshot of {key}",
                     moved.snapshotCreateXML,
-                    snap.getXMLDesc(0),
+                    domxml.repathed(snap.getXMLDesc(0), boot or {}),
                     libvirt.VIR_DOMAIN_SNAPSHOT_CREATE_REDEFINE,
                 )
         if dom.isActive():

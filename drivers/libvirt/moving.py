@@ -5,8 +5,9 @@ libvirt has no call that moves a managed-save image, and its offline migration m
 definition alone. So the move is made of calls it has, in steps each recognisable afterwards:
 a call retried after a crash goes on from where the last one stopped.
 
-1. Checks, before anything changes: the target's pool, the VM's base image staged there, the
-   overlay's qcow2 header able to name the target's base (``qcow2.rebased``).
+1. Checks, before anything changes: the target's pool, the VM's base image staged there (and
+   the kernel and initrd of a VM that boots one directly), the overlay's qcow2 header able to
+   name the target's base (``qcow2.rebased``).
 2. Source: the saved memory into the volume ``<key>.save`` of its pool. The managed save is
    restored paused (the guest does not run, but its memory is held on the source for those
    seconds) and saved into that volume (``virDomainSaveFlags``); the domain is shut off then,
@@ -87,7 +88,7 @@ def _settled(dom):
 @dataclass
 class Plan:
     key: str
-    paths: dict  # source path → target path: overlay, seed, base image
+    paths: dict  # source path → target path: overlay, seed, base image, kernel and initrd
     volumes: list  # (name, the first bytes to upload instead of the source's: the rebased header, or b"")
     source_xml: str  # the definition, its paths the source's (the undo defines it again)
     source_snapshots: list = field(default_factory=list)
@@ -117,6 +118,7 @@ def _plan(source, target, key):
     if base is not None:
         paths[base[0]] = base[1]
     volumes.append((disk.name(), header))
+    paths.update(source.boot_paths_on(target, source._call(f"definition of {key}", dom.XMLDesc, 0)))
     seed = source._volume(spool, f"{key}-seed.iso")
     if seed is not None:
         paths[seed.path()] = f"{tdir}/{seed.name()}"

@@ -38,6 +38,11 @@ class ImageVariantSerializer(RefuseUnknownFields, serializers.ModelSerializer):
             "location",
             "checksum",
             "size_gib",
+            "kernel",
+            "kernel_checksum",
+            "initrd",
+            "initrd_checksum",
+            "kernel_args",
             "guest_username",
             "guest_password",
             "has_guest_password",
@@ -114,6 +119,15 @@ class RevisionVariantSerializer(RefuseUnknownFields, serializers.Serializer):
     location = serializers.CharField(max_length=1000, help_text="Path, file:// or http(s):// URL, or template name.")
     checksum = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
     size_gib = serializers.IntegerField(min_value=0, max_value=1024 * 1024, required=False, default=0)
+    kernel = serializers.CharField(
+        max_length=1000, required=False, default="", allow_blank=True, help_text="Direct kernel boot: the kernel."
+    )
+    kernel_checksum = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    initrd = serializers.CharField(max_length=1000, required=False, default="", allow_blank=True)
+    initrd_checksum = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    kernel_args = serializers.CharField(
+        max_length=1024, required=False, default="", allow_blank=True, trim_whitespace=False
+    )
     guest_username = serializers.CharField(max_length=150, required=False, default="", allow_blank=True)
     guest_password = serializers.CharField(
         write_only=True, required=False, default="", allow_blank=True, max_length=200, trim_whitespace=False

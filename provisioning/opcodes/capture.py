@@ -13,6 +13,10 @@ from provisioning.opcodes.common import Refused, authorised_vm, load_vm
 from provisioning.opcodes.lifecycle import power
 from provisioning.opcodes.params import CaptureParams, capture_locks
 
+# What a driver's captured image gives its variant: the disk, and the kernel settings of a VM
+# that boots one directly (the driver copied its kernel and initrd beside the captured disk).
+CAPTURED_FIELDS = ("format", "location", "checksum", "size_gib", *services.KERNEL_FIELDS)
+
 
 @opcode("vm.capture", params=CaptureParams, locks=capture_locks, staff_only=False)
 def vm_capture(job):
@@ -62,7 +66,7 @@ def register_revision(vm_id, captured, image_id, production, comment="", *, acto
     vm = load_vm(vm_id)
     image = Image.objects.get(pk=image_id)
     fields = {"hypervisor_type": vm.host.hypervisor_type}
-    fields.update((name, captured[name]) for name in ("format", "location", "checksum", "size_gib"))
+    fields.update((name, captured[name]) for name in CAPTURED_FIELDS if captured.get(name))
     variant = image.variants.filter(location=fields["location"]).select_related("revision").first()
     with transaction.atomic():
         if variant is None:
@@ -93,7 +97,7 @@ def register_capture(vm_id, captured, visibility, groups, owner_id=None, comment
     vm = load_vm(vm_id)
     parent = vm.image
     fields = {"hypervisor_type": vm.host.hypervisor_type}
-    fields.update((name, captured[name]) for name in ("format", "location", "checksum", "size_gib"))
+    fields.update((name, captured[name]) for name in CAPTURED_FIELDS if captured.get(name))
     existing = Image.objects.filter(name=captured["name"], parent=parent).first()
     if existing is not None:  # recorded by an interrupted attempt
         variant = existing.variants.production().filter(hypervisor_type=fields["hypervisor_type"]).first()

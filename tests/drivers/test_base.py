@@ -190,3 +190,53 @@ def test_the_network_calls_are_fenced_in_every_driver():
         driver = registry.driver_class(kind)
         assert driver.supports_networks
         assert all(getattr(driver, name).fenced for name in ("create_network", "delete_network", "list_networks"))
+
+
+KERNEL = {"kernel": "/boot/vmlinux", "initrd": "/boot/initrd", "kernel_args": "console=ttyS0 quiet"}
+SUMS = {"kernel_checksum": "sha256:" + "cd" * 32, "initrd_checksum": "sha256:" + "ef" * 32}
+
+
+def test_a_kernel_changes_the_fingerprint_but_no_disk_booted_vm_s():
+    plain = VMSpec("vcl-1", 2, 2048, 20, IMAGE)
+    booted = dataclasses.replace(plain, image=dataclasses.replace(IMAGE, **KERNEL, **SUMS))
+
+    assert plain.fingerprint() == "2c5d4085993a59ce4f974cae"  # as every VM made before kernel boot
+    assert booted.fingerprint() != plain.fingerprint()
+    other_args = dataclasses.replace(booted.image, kernel_args="console=ttyS0")
+    assert dataclasses.replace(booted, image=other_args).fingerprint() != booted.fingerprint()
+    booted.validate()
+
+
+@pytest.mark.parametrize(
+    ("fields", "complaint"),
+    [
+        ({"initrd": "/boot/initrd"}, "initrd without a kernel"),
+        ({"kernel_args": "quiet"}, "kernel_args without a kernel"),
+        ({**KERNEL, **SUMS, "kernel_args": "quiet\nroot=/dev/sda"}, "printable text on one line"),
+        ({**KERNEL, **SUMS, "kernel_args": "x" * 1025}, "at most 1024"),
+        ({**KERNEL, **SUMS, "kernel": "vmlinux"}, "is not a path"),
+        ({**KERNEL, **SUMS, "kernel_checksum": "md5"}, "checksum"),
+        ({**KERNEL, "kernel_checksum": SUMS["kernel_checksum"]}, "needs one .initrd_checksum"),
+    ],
+)
+def test_the_kernel_settings_are_checked(fields, complaint):
+    with pytest.raises(Invalid, match=complaint):
+        dataclasses.replace(IMAGE, **fields).validate()
+
+
+def test_the_initrd_is_optional_and_unchecksummed_files_go_with_an_unchecksummed_disk():
+    dataclasses.replace(IMAGE, kernel="/boot/vmlinux", kernel_checksum=SUMS["kernel_checksum"]).validate()
+    dataclasses.replace(IMAGE, checksum="", **KERNEL).validate()
+    dataclasses.replace(IMAGE, **{**KERNEL, **SUMS, "kernel_args": "x" * 1024}).validate()
+
+
+def test_a_driver_that_cannot_boot_a_kernel_refuses_such_an_image():
+    from drivers.vmware.driver import VMwareDriver
+
+    vmdk = dataclasses.replace(IMAGE, format="vmdk", **KERNEL, **SUMS)
+    driver = VMwareDriver("https://vcenter.example.org/sdk")  # (no connection: the check comes first)
+    with pytest.raises(Invalid, match="vmware hosts cannot boot a kernel directly") as caught:
+        driver.check_image(vmdk)
+    assert caught.value.permanent
+    driver.check_image(dataclasses.replace(vmdk, **dict.fromkeys((*KERNEL, *SUMS), "")))
+    assert registry.KERNEL_BOOT_TYPES == {"kvm", "sim"}

@@ -1,5 +1,6 @@
 """The simulated hypervisor: fault injection, delays, DHCP, state shared between processes."""
 
+import dataclasses
 import threading
 import time
 
@@ -277,3 +278,16 @@ def test_concurrent_calls_never_make_two_vms_or_share_an_address(sim_peer):
 
     assert SimVM.objects.filter(key=same.key).count() == 1
     assert len(set(addresses)) == 1 + len(others)
+
+
+def test_an_image_that_boots_its_kernel_is_staged_and_run_with_its_disk(sim_peer, tmp_path):
+    kernel = tmp_path / "vmlinux"
+    kernel.write_bytes(b"kernel\n")
+    image = dataclasses.replace(sim_peer.image, checksum="", kernel=str(kernel), kernel_args="console=ttyS0")
+    sim_peer.source.stage_image(image)
+    spec = sim_peer.spec(image=image)
+
+    sim_peer.source.create(spec)
+    sim_peer.source.start(spec.key)
+
+    assert sim_peer.source.state(spec.key) == VMState.RUNNING  # the simulator boots no kernel: it accepts one

@@ -1,13 +1,13 @@
 """A suspended VM moved to another host with its memory, on real QEMU: vclmgr's own
 libvirt driver, two hosts as two pools of the private libvirtd (a domain is the host's whose
-pool holds its disk). One guest runs a command that keeps a value in its shell while it waits
-for a file; it is suspended (managed save) on host A and moved to host B, where it resumes, the
-test writes the file, and the same command (the same boot) prints the value; its snapshot went
-along. Before that, moves that fail: B's pool missing (refused before anything changes), B
-refusing the restore (undone: A holds the VM suspended as before, no saved-memory volume left
-anywhere), and a worker that dies after the copies and again after the restore on B (the
-retried call goes on from there). At the end the VM is destroyed on B: no domain, no volume of
-it in either pool.
+pool holds its disk). One guest (booting its kernel directly) runs a command that keeps a value
+in its shell while it waits for a file; it is suspended (managed save) on host A and moved to
+host B, where it resumes, the test writes the file, and the same command (the same boot) prints
+the value; its snapshot went along. Before that, moves that fail: B's pool missing (refused
+before anything changes), B refusing the restore (undone: A holds the VM suspended as before,
+no saved-memory volume left anywhere), and a worker that dies after the copies and again after
+the restore on B (the retried call goes on from there). At the end the VM is destroyed on B: no
+domain, no volume of it in either pool.
 """
 
 import os
@@ -18,7 +18,7 @@ import pytest
 
 from drivers import cloudinit
 from drivers.base import DriverError, ImageVariantSpec, NotFound, VMSpec, VMState
-from drivers.libvirt import qcow2
+from drivers.libvirt import domxml, qcow2
 from drivers.libvirt.connection import connections
 from drivers.libvirt.driver import LibvirtDriver
 from tests import realvm
@@ -104,7 +104,15 @@ def test_a_suspended_vm_moves_to_another_host_with_its_memory_and_failed_moves_l
 ):
     (a, pool_a), (b, pool_b) = hosts
     key = f"vcl-mv{os.getpid()}"
-    image = ImageVariantSpec("guest-debian", "qcow2", str(guest_image["dir"] / "disk.qcow2"))
+    files = guest_image["dir"]
+    image = ImageVariantSpec(  # booting its kernel: the move names B's copies of kernel and initrd
+        "guest-debian",
+        "qcow2",
+        str(files / "disk.qcow2"),
+        kernel=str(files / "vmlinux"),
+        initrd=str(files / "initrd"),
+        kernel_args=guest_image["cmdline"],
+    )
     a.stage_image(image)
     b.stage_image(image)
     login = cloudinit.GuestLogin(
@@ -147,6 +155,9 @@ def test_a_suspended_vm_moves_to_another_host_with_its_memory_and_failed_moves_l
     moved = libvirt_conn.lookupByName(key)
     assert moved.hasManagedSaveImage(0) and moved.snapshotListNames(0) == ["clean"]
     assert str(pool_b.path) in moved.snapshotLookupByName("clean").getXMLDesc(0)
+    booted = domxml.kernel_boot(moved.XMLDesc(0))
+    assert booted["kernel"].startswith(f"{pool_b.path}/") and booted["initrd"].startswith(f"{pool_b.path}/")
+    assert domxml.kernel_boot(moved.snapshotLookupByName("clean").getXMLDesc(0))["kernel"] == booted["kernel"]
     assert volumes(pool_a, key) == [] and volumes(pool_b, key) == [f"{key}-seed.iso", f"{key}.qcow2"]
     with open(pool_b.path / f"{key}.qcow2", "rb") as disk:  # its disk is B's overlay of B's own base
         assert qcow2.backing_file(disk.read(1 << 16)) == str(pool_b.path / os.path.basename(a.stage_image(image)))

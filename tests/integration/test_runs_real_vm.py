@@ -75,19 +75,20 @@ def submit(user, **kwargs):
     return services.submit(actor=user, owner=user, platform="debian-12-test-guest", **kwargs)
 
 
-def test_runs_exit_0_and_3_with_their_output_and_leave_nothing(run_worker, alice, kvm_host, guest_os, libvirt_conn):
+def test_runs_exit_0_and_3_with_their_output_and_leave_nothing(
+    run_worker, alice, kvm_host, guest_os, libvirt_conn, guest_image
+):
     _host, pool = kvm_host
     started = time.monotonic()
-    ok = run_to_end(
-        submit(
-            alice, argv=["/bin/sh", "-c", "echo hello from $(uname -s); echo $GREETING"], env={"GREETING": "hi there"}
-        ),
-        run_worker,
-    )
+    command = "echo hello from $(uname -s); echo $GREETING; cat /proc/cmdline"
+    ok = run_to_end(submit(alice, argv=["/bin/sh", "-c", command], env={"GREETING": "hi there"}), run_worker)
     first = time.monotonic() - started
     assert ok.state == "success", (ok.reason, run_worker.output()[-3000:])
     assert ok.exit_status == 0
-    assert output(ok) == b"hello from Linux\nhi there\n"
+    # The image's own command line, as given: booted by its kernel, not by SYSLINUX (which
+    # would have added BOOT_IMAGE= and initrd=).
+    assert output(ok) == b"hello from Linux\nhi there\n" + guest_image["cmdline"].encode() + b"\n"
+    assert any(".kernel-" in v.name() for v in pool.pool.listAllVolumes())  # staged beside the disk
     assert_left_nothing(ok, libvirt_conn, pool)
 
     failed = run_to_end(submit(alice, script="echo failing >&2\nexit 3\n"), run_worker)

@@ -2,6 +2,7 @@
 
 revision list IMAGE [--json]
 revision add IMAGE --variant TYPE,FORMAT,LOCATION[,CHECKSUM] [--variant …] [--comment TEXT] [--parent N]
+    [--kernel PATH[,CHECKSUM] [--initrd PATH[,CHECKSUM]] [--kernel-args TEXT]]  (direct kernel boot)
 revision production IMAGE N        # new VMs are built from revision N (the roll-back, or forward)
 revision retire IMAGE N
 revision delete IMAGE N            # its copies on hosts are removed by image.unstage jobs
@@ -46,6 +47,9 @@ class Command(BaseCommand):
             metavar="TYPE,FORMAT,LOCATION[,CHECKSUM]",
             help="one disk of the revision (repeat for each hypervisor type)",
         )
+        add.add_argument("--kernel", metavar="LOCATION[,CHECKSUM]", help="direct kernel boot: the kernel")
+        add.add_argument("--initrd", metavar="LOCATION[,CHECKSUM]", help="and its initrd")
+        add.add_argument("--kernel-args", default="", metavar="TEXT", help="and its command line")
         add.add_argument("--comment", default="")
         add.add_argument("--parent", type=int, help="the revision it was made from (default: production)")
         for verb in ("production", "retire", "delete"):
@@ -70,7 +74,7 @@ class Command(BaseCommand):
                 revision = services.add_revision(
                     image,
                     actor=CLI,
-                    variants=[_variant(text) for text in options["variant"]],
+                    variants=[{**_variant(text), **_kernel(options)} for text in options["variant"]],
                     parent=self.revision(image, options["parent"]) if options["parent"] else None,
                     comment=options["comment"],
                 )
@@ -113,3 +117,13 @@ def _variant(text):
     if len(parts) < 3:
         raise CommandError(f"--variant {text!r}: give TYPE,FORMAT,LOCATION[,CHECKSUM]")
     return dict(zip(("hypervisor_type", "format", "location", "checksum"), parts, strict=False))
+
+
+def _kernel(options):
+    """The kernel settings given, for every variant of the revision (direct kernel boot)."""
+    fields = {"kernel_args": options["kernel_args"]} if options["kernel_args"] else {}
+    for role in ("kernel", "initrd"):
+        if options[role]:
+            location, _, checksum = options[role].partition(",")
+            fields.update({role: location.strip(), f"{role}_checksum": checksum.strip()})
+    return fields
