@@ -4,7 +4,9 @@ Who may do what is the images' rule, asked of ``accounts.access`` here so that p
 and admin cannot differ: any signed-in user writes templates of their own (restricted, shared
 with no group: theirs alone); the owner, an image maintainer of the template's groups and
 administrators change or delete it; sharing with groups is a maintainer's for their own groups
-(``access.check_image_sharing``); only administrators make one public.
+(``access.check_image_sharing``); only administrators make one public. A template reaches
+its audience only if they may use each of its images (``_check_audience``): sharing it,
+publishing it and changing the members of a shared one are refused otherwise.
 
 ``gang_for`` is where a template meets placement: one ``placement.Request`` per machine, built
 as a reservation's is (``provisioning.services.demand_for``), and the machines joined through
@@ -168,6 +170,13 @@ def share_template(template, groups, *, actor, reason=""):
         changelog.record(template, "update", actor, {"groups": chosen}, reason or f"shared with {len(chosen)} groups")
         _emit("environment.updated", template)
     return template
+
+
+def check_audience(template, *, public, groups=()):
+    """Refuse (ValidationError) showing ``template`` to every user (``public``) or to the
+    members of ``groups``, when one of its images is not theirs to use (for forms that check
+    before they save; the services check again)."""
+    _check_audience(_kept_rows(template), public, groups)
 
 
 def _kept_rows(template):

@@ -163,3 +163,26 @@ def test_a_name_another_user_has_is_free(api, alice, bob, debian, make_template)
     again = api(bob).post(URL, body, format="json")
     assert again.status_code == 400 and "you have a template of this name already" in again.json()["error"]["message"]
     assert "alice" not in again.content.decode()
+
+
+def test_the_admin_refuses_the_share_on_its_form(client, admin_user, with_secret, lab):
+    from tests.environments.test_pages import _empty_inline
+
+    client.force_login(admin_user)
+    url = f"/admin/environments/environmenttemplate/{with_secret.pk}/change/"
+    form = {
+        "name": "t1",
+        "description": "",
+        "visibility": "restricted",
+        "groups": [lab.pk],
+        "active": "on",
+        **{f"{prefix}-{key}": value for prefix in ("networks", "members") for key, value in _empty_inline().items()},
+    }
+    response = client.post(url, form)
+    assert response.status_code == 200 and "alice-secret-capture" in response.content.decode()
+    assert not with_secret.groups.exists()
+    form["visibility"] = "public"
+    form["groups"] = []
+    assert "alice-secret-capture" in client.post(url, form).content.decode()
+    with_secret.refresh_from_db()
+    assert with_secret.visibility == "restricted"
