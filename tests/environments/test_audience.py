@@ -186,3 +186,17 @@ def test_the_admin_refuses_the_share_on_its_form(client, admin_user, with_secret
     assert "alice-secret-capture" in client.post(url, form).content.decode()
     with_secret.refresh_from_db()
     assert with_secret.visibility == "restricted"
+
+
+def test_a_revision_under_test_is_not_shared_with_a_group(make_template, debian, maya, lab):
+    from provisioning import services as vms
+    from tests.environments.test_rules import revision_under_test
+
+    revision = revision_under_test(debian)
+    vms.update_image(debian, actor="test", groups=[lab])
+    template = make_template(maya, [member("a", debian, entry=True, revision=revision.number)])
+    with pytest.raises(ValidationError, match="debian-12"):
+        services.share_template(template, [lab], actor=maya)
+    services.update_template(template, actor=maya, members=[member("a", debian, entry=True)])
+    services.share_template(template, [lab], actor=maya)  # its production revision: theirs to use
+    assert list(template.groups.all()) == [lab]
