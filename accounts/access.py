@@ -106,20 +106,28 @@ def own_groups(user):
     return user.groups.exclude(pk__in=role_groups().values("pk"))
 
 
-def visible(rows, user, public):
+def visible(rows, user, public, owner_sees_inactive=False):
     """The rows of ``rows`` (images, environment templates: ``groups``, ``owner`` and ``active``
     fields) that ``user`` may use: all for staff; otherwise active ``public`` ones, their groups'
     and their own. An image maintainer also sees their groups' rows (inactive ones included) and
-    the rows their groups' members own, which they may share with those groups."""
+    the rows their groups' members own, which they may share with those groups.
+
+    ``owner_sees_inactive``: the owner also sees their inactive rows (a template its owner
+    switched off, to switch it on again); an inactive image stays out of its owner's list, as it
+    always was, so what they may build from does not change."""
     if can(user, "see_all"):
         return rows.all()
     mine = public | Q(groups__in=user.groups.all())
-    if user.pk is not None:
-        mine |= Q(owner=user)
+    own = Q(owner=user) if user.pk is not None else Q(pk__in=[])
+    if not owner_sees_inactive:
+        mine |= own
+    usable = Q(mine, active=True)
+    if owner_sees_inactive:
+        usable |= own
     if can(user, "maintain_images"):
         theirs = Q(groups__in=user.groups.all()) | Q(owner__groups__in=own_groups(user))
-        return rows.filter(Q(mine, active=True) | theirs).distinct()
-    return rows.filter(mine, active=True).distinct()
+        return rows.filter(usable | theirs).distinct()
+    return rows.filter(usable).distinct()
 
 
 # Teaching is per course. A course whose membership a higher layer knows (an LMS course: lti

@@ -48,7 +48,9 @@ Contract (every driver, tested by ``tests/drivers/test_contract.py``):
   host still uses it, where the driver can tell); ``list_networks()`` lists vclmgr's own.
   A ``VMSpec``'s ``private_networks`` are NICs after the primary one, each on a network that
   must exist on the VM's host (members of one network share a host: no overlay between
-  hosts). A driver without private networks leaves ``supports_networks`` False.
+  hosts), each on the MAC the host's driver gives (``driver.private_mac(vm key, network
+  key)``: VMware takes static MACs only in its own range). A driver without private networks
+  leaves ``supports_networks`` False.
 - Every contract call is fenced (``core.fencing``): made by a job that lost its lease, it
   raises ``LeaseLost`` before it starts, and after it returns (the step goes no further).
 """
@@ -613,6 +615,11 @@ class Driver:
 
     def list_networks(self) -> list[NetworkInfo]:
         raise Invalid(f"{self.kind} hosts make no private networks")
+
+    def private_mac(self, vm_key, network_key) -> str:
+        """The MAC to give VM ``vm_key``'s NIC on ``network_key`` (``VMSpec.private_networks``):
+        ``private_mac``'s, unless the hypervisor takes static MACs only in a range of its own."""
+        return private_mac(vm_key, network_key)
 
     # helpers shared by drivers
     def check_image(self, image):

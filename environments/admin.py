@@ -2,7 +2,9 @@
 (change log, the images' permission rules); members and networks are shown, and written through
 the API or ``manage.py environment``, where the rules that span them are checked together."""
 
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 
 from environments import services
 from environments.models import EnvironmentTemplate, Member, Network
@@ -31,8 +33,26 @@ class NetworkInline(ReadOnlyInline):
     readonly_fields = fields
 
 
+class TemplateForm(forms.ModelForm):
+    class Meta:
+        model = EnvironmentTemplate
+        fields = ["name", "description", "visibility", "groups", "active"]
+
+    def clean(self):
+        """The audience's refusal as the form's error, before ``save_model`` writes anything."""
+        data = super().clean()
+        if self.instance.pk and {"groups", "visibility"} & set(self.changed_data):
+            public = data.get("visibility") == EnvironmentTemplate.Visibility.PUBLIC
+            try:
+                services.check_audience(self.instance, public=public, groups=list(data.get("groups") or ()))
+            except ValidationError as exc:
+                raise ValidationError(exc.messages) from None  # keyed by members: no field of this form
+        return data
+
+
 @admin.register(EnvironmentTemplate)
 class EnvironmentTemplateAdmin(admin.ModelAdmin):
+    form = TemplateForm
     list_display = ["name", "owner", "visibility", "active", "updated"]
     list_filter = ["visibility", "active"]
     search_fields = ["name", "description", "owner__username"]

@@ -31,8 +31,10 @@ MAX_DISK_GIB = 1024 * 1024
 
 class TemplateQuerySet(models.QuerySet):
     def visible_to(self, user):
-        """Templates ``user`` may use: the image rule (``access.visible``)."""
-        return access.visible(self, user, models.Q(visibility=EnvironmentTemplate.Visibility.PUBLIC))
+        """Templates ``user`` may use: the image rule (``access.visible``); their own inactive
+        ones too, so that an owner who switches one off can switch it on again."""
+        public = models.Q(visibility=EnvironmentTemplate.Visibility.PUBLIC)
+        return access.visible(self, user, public, owner_sees_inactive=True)
 
 
 class EnvironmentTemplate(models.Model):
@@ -40,7 +42,9 @@ class EnvironmentTemplate(models.Model):
         PUBLIC = "public", "public (every user)"
         RESTRICTED = "restricted", "restricted to groups"
 
-    name = models.CharField(max_length=100, unique=True)
+    # unique per owner: a name taken by someone else's template (one the writer may not even
+    # see) is never refused, so no refusal tells who has a template of that name
+    name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -62,6 +66,13 @@ class EnvironmentTemplate(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "name"],
+                name="environment_template_owner_name",
+                violation_error_message="you have a template of this name already",
+            )
+        ]
 
     def __str__(self):
         return self.name

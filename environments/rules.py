@@ -46,6 +46,7 @@ def check(owner, members, networks):
     _entry(errors, members)
     _attachments(errors, members, {n["name"] for n in networks})
     _ranges(errors, networks, members)
+    _anti_affinity(errors, members)
     if not members:
         errors.setdefault("members", []).append("a template needs at least one member")
     if errors:
@@ -201,6 +202,38 @@ def _ranges(errors, networks, members):
                 errors,
                 "networks",
                 f"network {net['name']} ({rng}) holds {holds(rng)} machines; {attached[net['name']]} are attached",
+            )
+
+
+def _anti_affinity(errors, members):
+    """Machines joined through networks share a host (placement's ``together``), and machines of
+    an image with an anti-affinity group never do: at most one such machine per joined set."""
+    parent = {m["name"]: m["name"] for m in members}
+
+    def root(name):
+        while parent[name] != name:
+            name = parent[name]
+        return name
+
+    first_on = {}
+    for member in members:
+        for network in member["networks"]:
+            other = first_on.setdefault(network, member["name"])
+            parent[root(member["name"])] = root(other)
+    joined = {}
+    for member in members:
+        joined.setdefault(root(member["name"]), []).append(member)
+    for group in joined.values():
+        if sum(m["count"] for m in group) < 2:
+            continue
+        apart = [m for m in group if isinstance(m["image"], Image) and m["image"].anti_affinity]
+        if sum(m["count"] for m in apart) > 1:
+            names = ", ".join(f"{m['name']} ({m['image'].name}: {m['image'].anti_affinity})" for m in apart)
+            _say(
+                errors,
+                "members",
+                f"members {names} are joined through networks, so they share a host, but their images' "
+                "anti-affinity groups keep them on different hosts: at most one such machine per joined set",
             )
 
 

@@ -4,7 +4,9 @@ Who may do what is the images' rule, asked of ``accounts.access`` here so that p
 and admin cannot differ: any signed-in user writes templates of their own (restricted, shared
 with no group: theirs alone); the owner, an image maintainer of the template's groups and
 administrators change or delete it; sharing with groups is a maintainer's for their own groups
-(``access.check_image_sharing``); only administrators make one public.
+(``access.check_image_sharing``); only administrators make one public. A template reaches
+its audience only if they may use each of its images (``_check_audience``): sharing it,
+publishing it and changing the members of a shared one are refused otherwise.
 
 ``gang_for`` is where a template meets placement: one ``placement.Request`` per machine, built
 as a reservation's is (``provisioning.services.demand_for``), and the machines joined through
@@ -22,6 +24,7 @@ from environments import rules
 from environments.models import EnvironmentTemplate, Member, Network
 from placement.gang import Gang
 from provisioning import services as vms
+from provisioning.models import Image, ImageRevision
 
 FIELDS = ("name", "description", "visibility", "active")
 
@@ -30,12 +33,42 @@ def visible_templates(user):
     return EnvironmentTemplate.objects.visible_to(user)
 
 
-def _check_fields(actor, fields):
+def _check_fields(actor, fields, was=None):
+    """Unknown fields refused; making a template public is an administrator's (``was``: its
+    visibility before, so that resending ``public`` unchanged asks for nothing)."""
     unknown = set(fields) - set(FIELDS)
     if unknown:
         raise ValidationError({name: ["unknown field"] for name in sorted(unknown)})
-    if fields.get("visibility") == EnvironmentTemplate.Visibility.PUBLIC and not access.is_admin(actor):
+    public = EnvironmentTemplate.Visibility.PUBLIC
+    if fields.get("visibility") == public and was != public and not access.is_admin(actor):
         raise PermissionDenied("only administrators make a template public")
+
+
+def _audience_sees(image, revision, group):
+    """May the members of ``group`` (None: every user) use ``image`` at ``revision``? An image
+    reaches a group when it is active and public or shared with that group; a revision under
+    test is its maintainers' alone."""
+    if revision is not None and revision.state != ImageRevision.State.PRODUCTION:
+        return False
+    if not image.active:
+        return False
+    if image.visibility == Image.Visibility.PUBLIC:
+        return True
+    return group is not None and image.groups.filter(pk=getattr(group, "pk", group)).exists()
+
+
+def _check_audience(members, public, groups):
+    """Refuse (ValidationError) a template whose audience (every user when ``public``, else the
+    members of ``groups``) could not use one of its members' images: sharing the template would
+    show them an image (its name, its id) they may not see."""
+    audience = [None] if public else list(groups)
+    hidden = sorted(
+        {m["image"].name for m in members if any(not _audience_sees(m["image"], m["revision"], g) for g in audience)}
+    )
+    if hidden:
+        who = "every user" if public else "its groups"
+        words = f"{who} may not use image{'s' if len(hidden) > 1 else ''} {', '.join(hidden)}"
+        raise ValidationError({"members": [f"{words}: share or publish the image (a production revision) first"]})
 
 
 def _check_owner(actor, template):
@@ -58,7 +91,7 @@ def may_change(user, template):
 
 def _validated(template):
     try:
-        template.full_clean(exclude=["owner"], validate_unique=True)
+        template.full_clean(validate_unique=True)
     except ValidationError as exc:
         raise ValidationError(exc.message_dict) from None
 
@@ -71,6 +104,8 @@ def create_template(*, actor, members, networks=(), reason="", **fields):
     template = EnvironmentTemplate(owner=actor, **fields)
     _validated(template)
     members, networks = rules.check(actor, members, networks)
+    if template.visibility == EnvironmentTemplate.Visibility.PUBLIC:
+        _check_audience(members, True, ())
     with transaction.atomic():
         template.save()
         _write_rows(template, members, networks)
@@ -83,7 +118,7 @@ def update_template(template, *, actor, members=None, networks=None, reason="", 
     """Change ``template``'s fields; ``members`` and ``networks`` given: they replace its own
     (both checked together, so the one not given is kept as it is)."""
     _check_owner(actor, template)
-    _check_fields(actor, fields)
+    _check_fields(actor, fields, was=template.visibility)
     before = {name: getattr(template, name) for name in fields}
     for name, value in fields.items():
         setattr(template, name, value)
@@ -95,6 +130,10 @@ def update_template(template, *, actor, members=None, networks=None, reason="", 
         given_networks = kept_networks if networks is None else networks
         # the owner's images (an owner since deleted: the images of whoever changes it)
         rows = rules.check(template.owner or actor, given_members, given_networks)
+    public = template.visibility == EnvironmentTemplate.Visibility.PUBLIC
+    if public or rows is not None:
+        audience = [] if public else list(template.groups.all())
+        _check_audience(rows[0] if rows is not None else _kept_rows(template), public, audience)
     with transaction.atomic():
         template.save()
         if rows is not None:
@@ -123,6 +162,7 @@ def share_template(template, groups, *, actor, reason=""):
     a maintainer gives only their own groups, the template's other groups kept; none: back to
     its owner (and administrators) alone."""
     chosen = access.shared_groups(actor, template, groups)
+    _check_audience(_kept_rows(template), False, chosen)
     with transaction.atomic():
         template.visibility = EnvironmentTemplate.Visibility.RESTRICTED
         template.save(update_fields=["visibility", "updated"])
@@ -130,6 +170,18 @@ def share_template(template, groups, *, actor, reason=""):
         changelog.record(template, "update", actor, {"groups": chosen}, reason or f"shared with {len(chosen)} groups")
         _emit("environment.updated", template)
     return template
+
+
+def check_audience(template, *, public, groups=()):
+    """Refuse (ValidationError) showing ``template`` to every user (``public``) or to the
+    members of ``groups``, when one of its images is not theirs to use (for forms that check
+    before they save; the services check again)."""
+    _check_audience(_kept_rows(template), public, groups)
+
+
+def _kept_rows(template):
+    """``template``'s members as ``_check_audience`` takes them."""
+    return [{"image": m.image, "revision": m.revision} for m in template.members.select_related("image", "revision")]
 
 
 def _emit(kind, template):
@@ -216,6 +268,13 @@ def expand(template):
                 )
             )
     return machines
+
+
+def hidden_images(user, machines):
+    """The ids of ``machines``' images ``user`` may not see: a template shared with them does
+    not show them (pages and CLI leave their names out)."""
+    ids = {m.image.pk for m in machines}
+    return ids - set(Image.objects.visible_to(user).filter(pk__in=ids).values_list("pk", flat=True))
 
 
 def together(machines):

@@ -24,9 +24,11 @@ def template_list(request):
 @login_required
 def template_detail(request, pk):
     template = get_object_or_404(_visible(request.user), pk=pk)
+    machines = services.expand(template)
     context = {
         "template": template,
-        "machines": services.expand(template),
+        "machines": machines,
+        "hidden": services.hidden_images(request.user, machines),
         "networks": template.networks.prefetch_related("members").order_by("name"),
         "may_change": services.may_change(request.user, template),
     }

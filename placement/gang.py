@@ -18,6 +18,7 @@ one on their hosts (so a host's VM count and every timeline see each of them).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ class Gang:
             if group & seen:
                 raise ValueError(f"gang {self.id}: member {sorted(group & seen)[0]!r} is in two sets")
             seen |= group
+            _check_anti_affinity(self.id, [m for m in self.members if m.id in group])
 
     @property
     def start(self) -> float:
@@ -84,6 +86,25 @@ class Gang:
 
     def shifted(self, start: float, duration: float | None) -> Gang:
         return dataclasses.replace(self, members=tuple(m.shifted(start, duration) for m in self.members))
+
+
+def _check_anti_affinity(gang_id: str, members: list[Request]) -> None:
+    """Members that must share a host cannot keep apart: two of one anti-affinity group (which
+    never share a host) and members naming different groups (one host request holds one) are
+    refused here, before any placement."""
+    named = sorted((m.anti_affinity, m.id) for m in members if m.anti_affinity)
+    for (group, a), (same, b) in itertools.pairwise(named):
+        if group == same:
+            raise ValueError(
+                f"gang {gang_id}: {a} and {b} must share a host but are both in anti-affinity group {group}, "
+                "which keeps its members on different hosts"
+            )
+    groups = sorted({group for group, _ in named})
+    if len(groups) > 1:
+        raise ValueError(
+            f"gang {gang_id}: members that must share a host name different anti-affinity groups "
+            f"({', '.join(groups)}): give them one group, or none"
+        )
 
 
 def _alone(member_id: str, together) -> bool:

@@ -1,11 +1,15 @@
 """libvirt XML of a private network (``base.NetworkSpec``): a pure function, like ``domxml``.
 
 Network rule: a private network routes nowhere. It has no ``<forward>`` element at all, which
-libvirt calls an isolated network: the guests reach one another and the host's address on the
-bridge (the gateway: DHCP and DNS, nothing more), and libvirt's firewall rules drop anything
-they send beyond it. Its addresses are an RFC 1918 range (``NetworkSpec.validate``), its DNS
-domain is answered locally only and its dnsmasq has no upstream servers, so even a name
-lookup never leaves the host.
+libvirt calls an isolated network: libvirt's firewall rules reject whatever the guests send
+to be forwarded (to another network, the Internet), so they reach one another and the host,
+nothing beyond it. The host itself is not shielded: libvirt accepts DHCP and DNS from the
+bridge but drops nothing else addressed to the host, so every service the host listens with on
+all its addresses (0.0.0.0, ::) answers the guests at the gateway address, and at the host's
+other addresses for a guest that routes them through the gateway. Host services belong on the
+management address, or behind an input rule for ``vclbr*`` (docs/admin/hypervisors.md). Its
+addresses are an RFC 1918 range (``NetworkSpec.validate``), its DNS domain is answered locally
+only and its dnsmasq has no upstream servers, so even a name lookup never leaves the host.
 """
 
 import hashlib

@@ -437,6 +437,7 @@ class VMwareDriver(base.Driver):
         existing = self._find(spec.key)
         if existing is not None:
             return self._adopt(existing, spec)
+        networks.check_macs(spec)
         networks.check_on_host(self, spec)
         folder, pool, host = self._datacenter().vmFolder, self._resource_pool(), self._host()
         try:
@@ -777,6 +778,9 @@ class VMwareDriver(base.Driver):
     @translated
     def list_networks(self):
         return networks.listed(self)
+
+    def private_mac(self, vm_key, network_key):
+        return networks.mac(vm_key, network_key)
 
     def console_address(self, key):
         raise base.NoConsole(

@@ -10,9 +10,26 @@ vSphere keeps no address range on a port group, so the network's range and finge
 ``vclmgr.networks`` (JSON, key → {cidr, fingerprint}): private networks need vCenter, which
 has custom attributes (a standalone ESXi host has none). DHCP and DNS are not provided here:
 the members' guests configure their addresses themselves.
+
+That attribute is one value per host, so recording a network reads, changes and writes it
+back. vSphere has no compare-and-set for it: calls of one process are serialised per host (a
+lock), and every write is read back and redone until it holds (another writer's lost entry is
+written again by that writer). Two workers writing the same host at the same instant can still
+lose one entry after its writer checked it; the jobs that make and delete a host's networks
+must therefore hold that host's job lock exclusively (``hypervisor:<id>``), as other
+host-wide changes do. A lost entry shows as a conflict on the next ``create_network`` of that
+key, never as a network leaking to another.
+
+A NIC's static MAC on ESXi must lie in VMware's manual range, 00:50:56:00:00:00 to
+00:50:56:3f:ff:ff: ``mac`` gives a private NIC's there (stable per VM and network, as
+``base.private_mac``), and a ``VMSpec`` with a private MAC outside it is refused.
 """
 
+import hashlib
 import json
+import threading
+import time
+from collections import defaultdict
 
 from pyVmomi import vim
 
@@ -22,6 +39,29 @@ from drivers.base import Conflict, Invalid, NetworkInfo, NotFound
 SWITCH = "vclmgr-private"
 SWITCH_PORTS = 128
 FIELD = "vclmgr.networks"
+#: ESXi takes a static MAC only under VMware's prefix with the next bits 00: 22 bits free.
+MANUAL_PREFIX = "00:50:56"
+MANUAL_TOP = 0x3F
+RECORD_TRIES = 5
+_host_locks = defaultdict(threading.Lock)
+
+
+def mac(vm_key, network_key):
+    """The MAC of VM ``vm_key``'s NIC on private network ``network_key`` in VMware's manual
+    range (ESXi refuses any other static MAC): stable, derived as ``base.private_mac`` is."""
+    digest = hashlib.sha256(f"{vm_key}/{network_key}".encode()).digest()
+    return f"{MANUAL_PREFIX}:{digest[0] & MANUAL_TOP:02x}:{digest[1]:02x}:{digest[2]:02x}"
+
+
+def check_macs(spec):
+    """Invalid unless each private NIC of ``spec`` has a MAC ESXi accepts as static."""
+    for key, address in spec.private_networks:
+        prefix, rest = address[:8], address[9:]
+        if prefix != MANUAL_PREFIX or int(rest[:2], 16) > MANUAL_TOP:
+            raise Invalid(
+                f"{spec.key}: MAC {address} on {key} is outside VMware's static range "
+                f"{MANUAL_PREFIX}:00:00:00 to {MANUAL_PREFIX}:3f:ff:ff (the driver's private_mac gives one)"
+            )
 
 
 def layout(driver):
@@ -61,16 +101,25 @@ def recorded(driver):
 
 
 def _record(driver, key, entry):
-    """Record ``entry`` for ``key`` (None: forget it)."""
+    """Record ``entry`` for ``key`` (None: forget it): written, read back and written again
+    until it holds (see the module docstring for what that does not cover)."""
     field = _field(driver, create=True)
-    networks = recorded(driver)
-    if entry is None:
-        networks.pop(key, None)
-    else:
-        networks[key] = entry
     manager = driver.si.content.customFieldsManager
-    value = json.dumps(networks, sort_keys=True)
-    driver._call(f"record network {key}", manager.SetField, entity=driver._host(), key=field.key, value=value)
+    with _host_locks[(driver.endpoint, driver.host_name)]:
+        for attempt in range(RECORD_TRIES):
+            networks = recorded(driver)
+            if networks.get(key) == entry:
+                return
+            if entry is None:
+                networks.pop(key, None)
+            else:
+                networks[key] = entry
+            value = json.dumps(networks, sort_keys=True)
+            driver._call(f"record network {key}", manager.SetField, entity=driver._host(), key=field.key, value=value)
+            if recorded(driver).get(key) == entry:
+                return
+            time.sleep(0.05 * (attempt + 1))  # another writer's value came between: read it and redo ours
+    raise Conflict(f"network {key} on {driver.host_name}: its record kept being overwritten; try again")
 
 
 def create(driver, spec):

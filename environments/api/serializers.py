@@ -3,6 +3,7 @@ from rest_framework import serializers
 
 from core.api.serializers import RefuseUnknownFields
 from environments.models import MAX_COUNT, MAX_DISK_GIB, MAX_MEMORY_MIB, MAX_VCPUS, EnvironmentTemplate
+from provisioning.models import Image
 
 MAX_ID = 2**63 - 1
 LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
@@ -60,13 +61,28 @@ class MemberSerializer(RefuseUnknownFields, serializers.Serializer):
 
     def to_representation(self, member):
         fields = ("name", "count", "vcpus", "memory_mib", "disk_gib", "entry")
+        shown = self._sees(member.image_id)
         return {
             **{name: getattr(member, name) for name in fields},
-            "image": member.image_id,
-            "image_name": member.image.name,
-            "revision": member.revision.number if member.revision_id else None,
+            "image": member.image_id if shown else None,
+            "image_name": member.image.name if shown else None,
+            "revision": member.revision.number if member.revision_id and shown else None,
             "networks": sorted(n.name for n in member.networks.all()),
         }
+
+    def _sees(self, image_id):
+        """May the reader (the request's user, or ``viewer``; neither: the CLI's administrator)
+        see the image? A member's image they may not is left out (null), whoever shared the
+        template with them."""
+        context = self.context
+        request = context.get("request")
+        user = context.get("viewer", getattr(request, "user", None))
+        if user is None:
+            return True
+        seen = context.setdefault("seen_images", {})
+        if image_id not in seen:
+            seen[image_id] = Image.objects.visible_to(user).filter(pk=image_id).exists()
+        return seen[image_id]
 
 
 class TemplateSerializer(RefuseUnknownFields, serializers.ModelSerializer):

@@ -1,9 +1,9 @@
 """Environment templates' REST API. Thin: reads through ``services.visible_templates``, every
 write (and its permission check) through the services."""
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
-from rest_framework import viewsets
+from rest_framework import exceptions, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
@@ -39,10 +39,7 @@ class TemplateViewSet(viewsets.ModelViewSet):
 
     def _saved(self, serializer, verb, *args):
         data = dict(serializer.validated_data)
-        try:
-            serializer.instance = verb(*args, actor=self.request.user, reason="API", **data)
-        except ValidationError as exc:
-            raise as_drf(exc) from None
+        serializer.instance = _answered(verb, *args, actor=self.request.user, reason="API", **data)
 
     def perform_create(self, serializer):
         self._saved(serializer, services.create_template)
@@ -51,7 +48,7 @@ class TemplateViewSet(viewsets.ModelViewSet):
         self._saved(serializer, services.update_template, serializer.instance)
 
     def perform_destroy(self, instance):
-        services.delete_template(instance, actor=self.request.user, reason="deleted through the API")
+        _answered(services.delete_template, instance, actor=self.request.user, reason="deleted through the API")
 
     @extend_schema(request=ShareSerializer, responses={200: TemplateSerializer, 403: FORBIDDEN})
     @action(detail=True, methods=["post"])
@@ -61,8 +58,16 @@ class TemplateViewSet(viewsets.ModelViewSet):
         template = self.get_object()
         body = ShareSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        try:
-            services.share_template(template, body.validated_data["groups"], actor=request.user, reason="API")
-        except ValidationError as exc:
-            raise as_drf(exc) from None
+        _answered(services.share_template, template, body.validated_data["groups"], actor=request.user, reason="API")
         return Response(self.get_serializer(self.get_queryset().get(pk=template.pk)).data)
+
+
+def _answered(verb, *args, **kwargs):
+    """``verb``'s result; its refusals as the API's errors, with the service's own words (DRF
+    would answer a Django PermissionDenied with a message of its own)."""
+    try:
+        return verb(*args, **kwargs)
+    except ValidationError as exc:
+        raise as_drf(exc) from None
+    except PermissionDenied as exc:
+        raise exceptions.PermissionDenied(str(exc) or None) from None

@@ -1,10 +1,11 @@
 """Private networks on VMware, against vcsim: port groups on a vSwitch with no uplink."""
 
 import dataclasses
+import threading
 
 import pytest
 
-from drivers.base import Conflict, NetworkInfo, NetworkSpec, NotFound, private_mac
+from drivers.base import Conflict, Invalid, NetworkInfo, NetworkSpec, NotFound, private_mac
 from drivers.vmware import networks
 from tests.drivers.conftest import next_key
 
@@ -78,7 +79,7 @@ def test_a_member_gets_a_vmxnet3_nic_on_its_mac_and_holds_the_network(vmware_pee
     driver.stage_image(vmware_peer.image)
     driver.create_network(lan)
     spec = vmware_peer.spec()
-    spec = dataclasses.replace(spec, private_networks=((lan.key, private_mac(spec.key, lan.key)),))
+    spec = dataclasses.replace(spec, private_networks=((lan.key, driver.private_mac(spec.key, lan.key)),))
 
     driver.create(spec)
 
@@ -100,7 +101,7 @@ def test_a_vm_on_a_network_its_host_lacks_is_refused(vmware_peer, lan):
     driver = vmware_peer.source
     driver.stage_image(vmware_peer.image)
     spec = vmware_peer.spec()
-    spec = dataclasses.replace(spec, private_networks=((lan.key, private_mac(spec.key, lan.key)),))
+    spec = dataclasses.replace(spec, private_networks=((lan.key, driver.private_mac(spec.key, lan.key)),))
 
     with pytest.raises(NotFound, match=f"no private network {lan.key}"):
         driver.create(spec)
@@ -116,7 +117,7 @@ def test_a_member_cloned_from_a_template_gets_its_private_nic_too(vmware_peer, l
     template = driver.capture(golden.key, f"golden-{golden.key}")
     driver.create_network(lan)
     spec = vmware_peer.spec(image=template)
-    spec = dataclasses.replace(spec, private_networks=((lan.key, private_mac(spec.key, lan.key)),))
+    spec = dataclasses.replace(spec, private_networks=((lan.key, driver.private_mac(spec.key, lan.key)),))
 
     driver.create(spec)
 
@@ -125,3 +126,51 @@ def test_a_member_cloned_from_a_template_gets_its_private_nic_too(vmware_peer, l
         d.backing.deviceName: d.macAddress for d in devices if isinstance(d, networks.vim.vm.device.VirtualEthernetCard)
     }
     assert macs[lan.key] == spec.private_networks[0][1] and len(macs) == 2
+
+
+def test_a_private_nic_gets_a_stable_mac_in_vmwares_static_range(vmware_peer, lan):
+    driver = vmware_peer.source
+    spec = vmware_peer.spec()
+    address = driver.private_mac(spec.key, lan.key)
+    assert address == driver.private_mac(spec.key, lan.key) != driver.private_mac(spec.key, "env-other-lan")
+    assert address.startswith("00:50:56:") and int(address.split(":")[3], 16) <= 0x3F
+    tops = {int(networks.mac(f"vcl-{i}", lan.key).split(":")[3], 16) for i in range(500)}
+    assert max(tops) == 0x3F and min(tops) == 0  # the whole range, never past it
+
+
+def test_a_private_mac_outside_vmwares_static_range_is_refused_before_anything_is_made(vmware_peer, lan):
+    driver = vmware_peer.source
+    driver.stage_image(vmware_peer.image)
+    driver.create_network(lan)
+    spec = vmware_peer.spec()
+    for address in (private_mac(spec.key, lan.key), "00:50:56:40:00:01"):
+        wrong = dataclasses.replace(spec, private_networks=((lan.key, address),))
+        with pytest.raises(Invalid, match="outside VMware's static range"):
+            driver.create(wrong)
+    assert spec.key not in [vm.key for vm in driver.list_vms()]
+
+
+def test_networks_made_at_once_on_one_host_are_all_recorded(vmware_peer):
+    driver = vmware_peer.source
+    specs = [NetworkSpec(f"env-{next_key()}-n{i}", f"10.210.{i}.0/24") for i in range(4)]
+    errors = []
+
+    def make(spec):
+        try:
+            driver.create_network(spec)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=make, args=(spec,)) for spec in specs]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert not errors
+        record = networks.recorded(driver)
+        assert {spec.key: record[spec.key]["cidr"] for spec in specs} == {spec.key: str(spec.network) for spec in specs}
+    finally:
+        for spec in specs:
+            driver.delete_network(spec.key)
+    assert not set(networks.recorded(driver)) & {spec.key for spec in specs}

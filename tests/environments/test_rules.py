@@ -1,14 +1,18 @@
 """A template's rules: each broken one is refused with words that name it, before anything is written."""
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from django.core.exceptions import ValidationError
 
-from environments import rules
+from environments import rules, services
 from environments.models import EnvironmentTemplate
 from provisioning import services as vms
+from tests import images
 from tests.environments.conftest import member
 
 pytestmark = pytest.mark.django_db
+LAN = {"name": "lan", "cidr": ""}
 
 
 def refusal(make_template, owner, members, networks=()):
@@ -159,3 +163,26 @@ def test_it_rejects_an_image_with_no_disk_to_build_from(make_template, alice):
     bare = vms.create_image(actor="test", name="bare")
     words = refusal(make_template, alice, [member("a", bare, entry=True)])
     assert "member a: image bare has no variant for any hypervisor" in words
+
+
+def test_it_rejects_machines_that_share_a_host_and_an_anti_affinity_group(make_template, alice, debian):
+    db = images.sim_image("postgres", anti_affinity="db")
+    with pytest.raises(ValidationError, match="at most one such machine per joined set"):
+        make_template(alice, [member("gw", debian, "lan", entry=True), member("db", db, "lan", count=2)], [LAN])
+    other = images.sim_image("mariadb", anti_affinity="other-db")
+    with pytest.raises(ValidationError, match="anti-affinity"):
+        make_template(
+            alice, [member("gw", debian, "lan", entry=True), member("a", db, "lan"), member("b", other, "lan")], [LAN]
+        )
+
+
+def test_one_machine_of_an_anti_affinity_group_per_joined_set_makes_a_gang(make_template, alice, debian):
+    db = images.sim_image("postgres", anti_affinity="db")
+    template = make_template(
+        alice,
+        [member("gw", debian, "left", entry=True), member("db-a", db, "left"), member("db-b", db, "right")],
+        [{"name": "left", "cidr": ""}, {"name": "right", "cidr": ""}],
+    )
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    gang = services.gang_for(template, start, start + timedelta(hours=1))
+    assert {m.id: m.anti_affinity for m in gang.members} == {"gw": None, "db-a": "db", "db-b": "db"}

@@ -154,3 +154,24 @@ def test_gangs_never_overcommit_keep_networks_together_and_leave_nothing_when_re
             if fit.found:  # the start it names really fits the whole gang
                 assert place_gang(engine, gang.shifted(fit.start, gang.end - gang.start), earliest=False).ok
         assert never_overcommitted(engine.snapshot())
+
+
+def test_a_set_with_two_members_of_one_anti_affinity_group_is_refused():
+    """They must share a host and must never share one: no placement can hold both."""
+    members = (member("db-1", anti_affinity="db"), member("db-2", anti_affinity="db"), member("client"))
+    with pytest.raises(ValueError, match="db-1 and db-2 must share a host but are both in anti-affinity group db"):
+        Gang(members, together=(frozenset({"db-1", "db-2", "client"}),), id="lab")
+
+
+def test_a_set_whose_members_name_different_anti_affinity_groups_is_refused_at_once():
+    members = (member("a", anti_affinity="x"), member("b", anti_affinity="y"))
+    with pytest.raises(ValueError, match=r"name different anti-affinity groups \(x, y\)"):
+        Gang(members, together=(frozenset({"a", "b"}),), id="lab")
+
+
+def test_one_member_of_a_set_in_an_anti_affinity_group_keeps_it():
+    engine = PlacementEngine(cluster(host("a", vcpus=4), host("b", vcpus=4)))
+    engine.add_allocation("a", alloc("other-db", vcpus=1, start=0, end=None, anti_affinity="db"))
+    gang = Gang((member("db", anti_affinity="db"), member("client")), together=(frozenset({"db", "client"}),))
+    result = place_gang(engine, gang, commit=True)
+    assert result.ok and result.hosts == {"db": "b", "client": "b"}

@@ -112,3 +112,13 @@ def test_an_image_is_never_shared_with_a_group_that_gives_a_role(mine, admin_use
     refused = api(admin_user).post(f"/api/v1/images/{mine.pk}/share/", {"groups": [operator.pk]}, format="json")
     assert refused.status_code == 400 and "gives a role" in refused.content.decode()
     assert not Image.objects.get(pk=mine.pk).groups.exists()
+
+
+def test_an_inactive_image_leaves_its_owners_list_and_stays_its_maintainers(mine, alice, bob, maya, lab):
+    """Templates' owners see their inactive templates; images keep their rule: an inactive
+    capture is no longer its owner's to build from, still its maintainers' and the staff's."""
+    lab.user_set.add(bob)
+    owned.share(mine, [lab], actor=maya)
+    Image.objects.filter(pk=mine.pk).update(active=False)
+    assert not visible(alice, mine) and not visible(bob, mine)
+    assert visible(maya, mine)

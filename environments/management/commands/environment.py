@@ -38,12 +38,15 @@ class Command(BaseCommand):
         show = sub.add_parser("show")
         show.add_argument("name")
         show.add_argument("--json", action="store_true")
+        show.add_argument("--user", help="as this user sees it (images they may not see left out)")
+        show.add_argument("--owner", help="whose template of that name (names are unique per owner)")
         create = sub.add_parser("create")
         create.add_argument("--from-file", required=True, dest="path", help="a YAML file of one template")
         create.add_argument("--user", required=True, help="its owner")
         delete = sub.add_parser("delete")
         delete.add_argument("name")
         delete.add_argument("--user", required=True, help="who deletes it (its owner or an administrator)")
+        delete.add_argument("--owner", help="whose template of that name (names are unique per owner)")
 
     def handle(self, *args, verb, **options):
         try:
@@ -68,15 +71,20 @@ class Command(BaseCommand):
             )
 
     def show(self, options):
-        template = self.template(options["name"])
+        viewer = self.user(options["user"]) if options["user"] else None
+        template = self.template(options["name"], viewer=viewer, owner=options["owner"])
         if options["json"]:
-            self.stdout.write(json.dumps(TemplateSerializer(template).data, indent=2, default=str))
+            data = TemplateSerializer(template, context={"viewer": viewer}).data
+            self.stdout.write(json.dumps(data, indent=2, default=str))
             return
         self.stdout.write(f"{template.name}: {template.description or '(no description)'}")
         self.stdout.write(f"owner {template.owner or '-'}, {template.visibility}")
-        for machine in services.expand(template):
+        machines = services.expand(template)
+        hidden = services.hidden_images(viewer, machines) if viewer is not None else set()
+        for machine in machines:
+            image = "(an image not visible)" if machine.image.pk in hidden else _image(machine)
             self.stdout.write(
-                f"  {machine.hostname:24} {_image(machine):24} {machine.vcpus} vCPUs {machine.memory_mib} MiB "
+                f"  {machine.hostname:24} {image:24} {machine.vcpus} vCPUs {machine.memory_mib} MiB "
                 f"{machine.disk_gib} GiB  on {', '.join(machine.networks) or '-'}{'  (entry)' if machine.entry else ''}"
             )
         for network in template.networks.all():
@@ -96,7 +104,7 @@ class Command(BaseCommand):
         self.stdout.write(f"created {template.name} ({sum(m.count for m in template.members.all())} machines)")
 
     def delete(self, options):
-        template = self.template(options["name"])
+        template = self.template(options["name"], owner=options["owner"])
         services.delete_template(template, actor=self.user(options["user"]), reason="CLI")
         self.stdout.write(f"deleted {options['name']}")
 
@@ -106,11 +114,21 @@ class Command(BaseCommand):
             raise CommandError(f"no user named {name!r}")
         return user
 
-    def template(self, name):
-        template = EnvironmentTemplate.objects.filter(name=name).first()
-        if template is None:
+    def template(self, name, viewer=None, owner=None):
+        """The template named ``name`` (among those ``viewer`` may use; of ``owner``): names are
+        unique per owner, so one that several owners use needs ``--owner``."""
+        rows = EnvironmentTemplate.objects.all() if viewer is None else services.visible_templates(viewer)
+        rows = rows.filter(name=name).select_related("owner")
+        if owner:
+            rows = rows.filter(owner__username=owner)
+        found = list(rows[:2])
+        if not found:
             raise CommandError(f"no environment template named {name!r}")
-        return template
+        if len(found) > 1:
+            if viewer is not None and any(t.owner_id == viewer.pk for t in found):
+                return next(t for t in found if t.owner_id == viewer.pk)
+            raise CommandError(f"several templates are named {name!r}: say whose with --owner")
+        return found[0]
 
 
 def _image(machine):
