@@ -22,8 +22,11 @@ class NetworkSerializer(RefuseUnknownFields, serializers.Serializer):
 
 class MemberSerializer(RefuseUnknownFields, serializers.Serializer):
     name = serializers.RegexField(LABEL, max_length=63, help_text="Its hostname (a DNS label), unique in the template.")
-    image = serializers.IntegerField(min_value=1, max_value=MAX_ID, help_text="An image the owner may use (its id).")
-    image_name = serializers.CharField(source="image.name", read_only=True)
+    # Null only on read: a member whose image the reader may not see (see ``_sees``).
+    image = serializers.IntegerField(
+        min_value=1, max_value=MAX_ID, allow_null=True, help_text="An image the owner may use (its id)."
+    )
+    image_name = serializers.CharField(source="image.name", read_only=True, allow_null=True)
     revision = serializers.IntegerField(
         min_value=1,
         max_value=2**31 - 1,
@@ -58,6 +61,11 @@ class MemberSerializer(RefuseUnknownFields, serializers.Serializer):
         default=list,
         help_text="Names of the template's networks it is attached to.",
     )
+
+    def validate_image(self, value):
+        if value is None:
+            raise serializers.ValidationError("Choose an image.")
+        return value
 
     def to_representation(self, member):
         fields = ("name", "count", "vcpus", "memory_mib", "disk_gib", "entry")

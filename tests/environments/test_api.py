@@ -61,6 +61,15 @@ def test_a_broken_rule_is_a_400_naming_it(api, alice, debian):
     assert not EnvironmentTemplate.objects.exists()
 
 
+def test_a_member_without_an_image_is_refused(api, alice, debian):
+    payload = attached(body(debian))
+    payload["members"][0]["image"] = None
+    response = api(alice).post(URL, payload, format="json")
+    assert response.status_code == 400
+    assert "Choose an image." in str(response.json()["error"])
+    assert not EnvironmentTemplate.objects.exists()
+
+
 def test_a_user_never_sees_another_users_private_template_and_staff_see_all(api, alice, bob, admin_user, netlab):
     assert names(api(alice).get(URL)) == ["netlab"]
     assert names(api(bob).get(URL)) == []
