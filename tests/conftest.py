@@ -80,11 +80,21 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _close_database_pools(django_db_setup):
+def _close_database_pools(django_db_setup, django_db_blocker):
     """On PostgreSQL the test process pools its connections too (as web processes do); close
-    the pool before the test database is dropped, or the drop finds it still in use."""
+    the pool before the test database is dropped, or the drop finds it still in use. Sessions
+    of this process's other threads (the executors of async code, a job runner's heartbeat)
+    live as long as their threads, past the pool: they are ended too, on this worker's own
+    test database only."""
     yield
-    from django.db import connections
+    from django.db import connection, connections
+
+    if connection.vendor == "postgresql":
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
 
     for conn in connections.all(initialized_only=True):
         if conn.alias in getattr(type(conn), "_connection_pools", {}):  # (reading .pool would open one)

@@ -1,6 +1,7 @@
 """``manage.py run``: streams the output and exits with the run's exit status."""
 
 from io import StringIO
+from types import SimpleNamespace
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -14,8 +15,10 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def cli(monkeypatch, sync_jobs, tmp_path):
-    """The command with this process as the worker: each wait for output runs the jobs."""
-    monkeypatch.setattr(command.time, "sleep", lambda seconds: sync_jobs.drain())
+    """The command with this process as the worker: each wait for output runs the jobs. Only the
+    command's own ``time`` is replaced: patching ``time.sleep`` itself would make every thread's
+    sleep (the job runner's lease heartbeat) run jobs too, outside the test's database access."""
+    monkeypatch.setattr(command, "time", SimpleNamespace(sleep=lambda seconds: sync_jobs.drain()))
 
     def call(*args):
         out, err = StringIO(), StringIO()
