@@ -18,7 +18,6 @@ from drivers.base import (
     NotFound,
     Unreachable,
     VMState,
-    private_mac,
 )
 from tests.drivers.conftest import next_key
 
@@ -439,14 +438,16 @@ def lan(peer):
     if not peer.source.supports_networks:
         pytest.fail(f"{peer.kind} makes no private networks: give it a peer without this suite")
     key = f"env-{next_key()}-lan"
-    yield NetworkSpec(key, "10.201.0.0/24", (("router", private_mac("vcl-1", key)),))
+    yield NetworkSpec(key, "10.201.0.0/24", (("router", peer.source.private_mac("vcl-1", key)),))
     peer.cleanup()
     for driver in (peer.source, peer.target):
         driver.delete_network(key)
 
 
 def member(peer, spec, *networks):
-    return dataclasses.replace(spec, private_networks=tuple((net, private_mac(spec.key, net)) for net in networks))
+    # Each driver's MAC: VMware takes static MACs only in a range of its own.
+    mac = peer.source.private_mac
+    return dataclasses.replace(spec, private_networks=tuple((net, mac(spec.key, net)) for net in networks))
 
 
 def test_create_network_twice_makes_one_and_list_shows_it(peer, lan):
