@@ -132,7 +132,10 @@ check: lint
 test-postgres: install-dev services vcsim guest-image
 	DEBUG=1 DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) $(BIN)/pytest $(PYTEST_ARGS)
 
-test: lint docs
+# The set-up steps build at once (the Python install, VMware's simulator and the test guest
+# need nothing of each other), then lint and the docs, then the legs.
+test:
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint docs vcsim guest-image
 	$(MAKE) --no-print-directory test-sqlite
 	@if [ -n "$$CI" ] || [ "$$TEST_POSTGRES" = 1 ]; then \
 	  echo "== second leg: PostgreSQL + Redis =="; $(MAKE) --no-print-directory test-postgres; fi
