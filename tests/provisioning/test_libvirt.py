@@ -2,6 +2,7 @@
 
 import hashlib
 import shutil
+from contextlib import contextmanager
 
 import pytest
 
@@ -13,25 +14,28 @@ from provisioning.models import VM
 from tests.drivers.conftest import LIBVIRT_NODES, require_libvirt
 
 
-@pytest.fixture
-def kvm_host(make_host, tmp_path):
+@contextmanager
+def on_the_test_driver(make_host, tmp_path, node_file, name, **fields):
+    """A libvirt host on the test driver, its node described by ``node_file`` (copied: the
+    test driver keeps a file's state per URI)."""
     require_libvirt()
     from drivers.libvirt.connection import connections
 
-    node = tmp_path / "kvm-small.xml"
-    shutil.copy(LIBVIRT_NODES / "kvm-small.xml", node)
+    node = tmp_path / node_file.name
+    shutil.copy(node_file, node)
     uri = f"test://{node}"
-    yield make_host("kvm-1", driver="libvirt", uri=uri, cpus=8, memory_mib=16384, disk_gib=200)
-    connections.forget(uri)
+    try:
+        yield make_host(name, driver="libvirt", uri=uri, **fields)
+    finally:
+        connections.forget(uri)
 
 
-@pytest.fixture
-def kvm_image(tmp_path):
-    content = b"vclmgr test qcow2\n"
-    path = tmp_path / "ubuntu.qcow2"
+def checksummed_image(tmp_path, name, content):
+    """An image of one KVM variant: a file holding ``content``, with its checksum."""
+    path = tmp_path / f"{name}.qcow2"
     path.write_bytes(content)
     image = services.create_image(
-        actor="test", name="ubuntu-24.04", min_memory_mib=256, default_memory_mib=512, default_disk_gib=10
+        actor="test", name=name, min_memory_mib=256, default_memory_mib=512, default_disk_gib=10
     )
     services.add_variant(
         image,
@@ -43,6 +47,19 @@ def kvm_image(tmp_path):
         size_gib=4,
     )
     return image
+
+
+@pytest.fixture
+def kvm_host(make_host, tmp_path):
+    with on_the_test_driver(
+        make_host, tmp_path, LIBVIRT_NODES / "kvm-small.xml", "kvm-1", cpus=8, memory_mib=16384, disk_gib=200
+    ) as host:
+        yield host
+
+
+@pytest.fixture
+def kvm_image(tmp_path):
+    return checksummed_image(tmp_path, "ubuntu-24.04", b"vclmgr test qcow2\n")
 
 
 def test_the_lifecycle_on_libvirt(kvm_host, kvm_image, alice, sync_jobs):

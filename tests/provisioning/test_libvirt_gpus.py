@@ -2,8 +2,6 @@
 devices at refresh, the claim's ``gpu:<model>`` reaches the driver, and the domain gets them
 as hostdevs (defined and started by the test driver; nothing is really passed through)."""
 
-import hashlib
-import shutil
 import xml.etree.ElementTree as ET
 from datetime import timedelta
 
@@ -19,44 +17,24 @@ from provisioning.models import VM
 from provisioning.opcodes import host_ops
 from provisioning.opcodes.lifecycle import claimed_gpus
 from tests.conftest import TEST
-from tests.drivers.conftest import require_libvirt
 from tests.drivers.test_libvirt_gpus import A100, GPU_HOST
+from tests.provisioning.test_libvirt import checksummed_image, on_the_test_driver
 
 
 @pytest.fixture
 def gpu_host(make_host, tmp_path, settings):
-    require_libvirt()
     settings.VCLMGR_ADDRESS_TIMEOUT = 10  # the test driver leases at once: a failure need not wait long
-    from drivers.libvirt.connection import connections
-
-    node = tmp_path / "gpu-host.xml"
-    shutil.copy(GPU_HOST, node)
-    uri = f"test://{node}"
-    host = make_host("gpu-host", driver="libvirt", uri=uri, cpus=32, memory_mib=262144, disk_gib=200)
-    host_ops.refresh_facts(host.pk, actor=TEST)
-    host.refresh_from_db()
-    yield host
-    connections.forget(uri)
+    with on_the_test_driver(
+        make_host, tmp_path, GPU_HOST, "gpu-host", cpus=32, memory_mib=262144, disk_gib=200
+    ) as host:
+        host_ops.refresh_facts(host.pk, actor=TEST)
+        host.refresh_from_db()
+        yield host
 
 
 @pytest.fixture
 def cuda_image(tmp_path):
-    content = b"vclmgr test qcow2 with CUDA\n"
-    path = tmp_path / "cuda.qcow2"
-    path.write_bytes(content)
-    image = services.create_image(
-        actor="test", name="cuda-24.04", min_memory_mib=256, default_memory_mib=512, default_disk_gib=10
-    )
-    services.add_variant(
-        image,
-        actor="test",
-        hypervisor_type="kvm",
-        format="qcow2",
-        location=str(path),
-        checksum="sha256:" + hashlib.sha256(content).hexdigest(),
-        size_gib=4,
-    )
-    return image
+    return checksummed_image(tmp_path, "cuda-24.04", b"vclmgr test qcow2 with CUDA\n")
 
 
 def gpu_claim(image, owner, gpus, gpu_model):
