@@ -7,7 +7,6 @@ device: no GPU is passed through here, and the test driver cannot make mediated 
 """
 
 import shutil
-import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 
 from drivers.base import Conflict, VMSpec, VMState
 from drivers.libvirt import domxml, nodedev
-from tests.drivers.conftest import image_file, next_key, require_libvirt
+from tests.drivers.conftest import image_file, next_key, require_libvirt, schema_check
 
 GPU_HOST = Path(__file__).resolve().parents[1] / "data" / "libvirt" / "gpu" / "gpu-host.xml"
 A100 = "nvidia-a100-pcie-40gb"
@@ -46,11 +45,9 @@ def hostdevs(driver, key):
 
 
 def validate(tmp_path, text):
-    validator = shutil.which("virt-xml-validate")
-    assert validator, "virt-xml-validate (Debian libvirt-clients) is missing: make install-dev installs it"
     path = tmp_path / "domain.xml"
     path.write_text(text)
-    return subprocess.run([validator, str(path), "domain"], capture_output=True, text=True, timeout=60)
+    return schema_check(path, "domain")
 
 
 def test_discovery_reports_the_gpus_and_vgpu_types_of_the_node(gpu_host):

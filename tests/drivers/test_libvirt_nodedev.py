@@ -4,8 +4,6 @@ The node devices in tests/data/libvirt/gpu/nodedev are as ``virsh nodedev-dumpxm
 them on real hosts; a test checks them against libvirt's own schema, so they stay realistic.
 """
 
-import shutil
-import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 
 from drivers.libvirt import nodedev
 from inventory.devices import MODEL_RE, device_errors
+from tests.drivers.conftest import schema_check
 
 NODEDEV = Path(__file__).resolve().parents[1] / "data" / "libvirt" / "gpu" / "nodedev"
 
@@ -22,10 +21,8 @@ def xml(*names):
 
 
 def test_the_sample_node_devices_are_valid_for_libvirts_schema():
-    validate = shutil.which("virt-xml-validate")
-    assert validate, "virt-xml-validate (Debian libvirt-clients) is missing: make install-dev installs it"
     for path in sorted(NODEDEV.glob("*.xml")):
-        done = subprocess.run([validate, str(path), "nodedev"], capture_output=True, text=True, timeout=60)
+        done = schema_check(path, "nodedev")
         assert done.returncode == 0, f"{path.name}: {done.stderr or done.stdout}"
 
 
