@@ -75,13 +75,10 @@ class Gang:
         member; the largest first (by memory, then vCPUs), so big sets choose before small
         members fill the hosts they need."""
         by_id = {m.id: m for m in self.members}
-        grouped = {i for group in self.together for i in group}
-        units = [
-            (combined(self.id, [by_id[i] for i in sorted(group)]), tuple(by_id[i] for i in sorted(group)))
-            for group in self.together
-            if len(group) > 1
-        ]
-        units += [(m, (m,)) for m in self.members if m.id not in grouped or _alone(m.id, self.together)]
+        sets = [sorted(group) for group in self.together if len(group) > 1]
+        units = [(combined(self.id, [by_id[i] for i in ids]), tuple(by_id[i] for i in ids)) for ids in sets]
+        shared = {i for ids in sets for i in ids}
+        units += [(m, (m,)) for m in self.members if m.id not in shared]
         return sorted(units, key=lambda u: (-u[0].resources.memory_mib, -u[0].resources.vcpus, u[0].id))
 
     def shifted(self, start: float, duration: float | None) -> Gang:
@@ -105,10 +102,6 @@ def _check_anti_affinity(gang_id: str, members: list[Request]) -> None:
             f"gang {gang_id}: members that must share a host name different anti-affinity groups "
             f"({', '.join(groups)}): give them one group, or none"
         )
-
-
-def _alone(member_id: str, together) -> bool:
-    return any(group == {member_id} for group in together)
 
 
 def combined(gang_id: str, members: list[Request]) -> Request:
