@@ -165,7 +165,9 @@ def test_the_roles_run_apart_with_their_own_checks(transactional_db, tmp_path):
         family = web_family | worker_family
         assert [_cmdline(p) for p in web_family if "qcluster" in _cmdline(p)] == []
         assert [p for p in worker_family if "asgi_server" in _cmdline(p)] == []
-        assert _workers(port) >= 1  # the web role's /healthz sees the other role's worker
+        # The web role's /healthz sees the other role's worker, once its cluster has published
+        # its status (a worker beats as soon as it spawns, which can be before that).
+        wait_for(lambda: _workers(port) >= 1, 30, "the web role to count the worker role's worker", worker)
         worker.stop()
         wait_for(lambda: not any(_alive(p) for p in worker_family), 15, "the worker role to stop")
         result = _manage("worker_check", "--live")
