@@ -162,6 +162,62 @@ def claim(demand, *, actor, owner=None, max_attempts=MAX_ATTEMPTS):
     raise TryAgain(f"hosts kept filling up under concurrent claims ({max_attempts} attempts); try again")
 
 
+class GangRefused(NoCapacity):
+    """A gang (``claim_gang``) has no room: ``result`` is the ``placement.GangResult`` (its
+    ``note`` names the member that does not fit where; its ``earliest_fit`` the earliest start
+    for all)."""
+
+
+def claim_gang(demands, together=(), *, actor, owner=None, gang_id="gang", max_attempts=MAX_ATTEMPTS):
+    """Place and record several demands all or nothing (an environment's machines); returns
+    ``{member id: Allocation}``. ``demands``: ``{member id: Demand}``, one window for all;
+    ``together``: sets of member ids that must share a host (``placement.gang``).
+
+    The gang is placed on the snapshot as one decision, then each member is claimed on its
+    host in one savepoint: a member whose host filled up meanwhile rolls every claim of the
+    gang back (nothing of it stays), and the gang is placed again. No standby host is woken
+    and nothing is suspended for a gang: it fits as the hosts are, or it is refused.
+    ``GangRefused`` or ``TryAgain``."""
+    requests = {member: demand.request(member) for member, demand in demands.items()}
+    gang = core.Gang(members=tuple(requests.values()), together=tuple(together), id=gang_id)
+    for _attempt in range(max_attempts):
+        with snapshot.lock:
+            engine, ids = snapshot.current()
+            result = core.place_gang(engine, gang)
+        if not result.ok:
+            metrics.placement_refused(dict(result.results[-1].reasons) if result.results else {})
+            raise GangRefused(result)
+        claimed = _claim_members(demands, requests, result.hosts, ids, actor, owner)
+        if claimed is not None:
+            return claimed
+        snapshot.expire()
+    raise TryAgain(f"hosts kept filling up under concurrent claims ({max_attempts} attempts); try again")
+
+
+class _GangFull(Exception):
+    """A member's host no longer fits: rolls the gang's savepoint (every member's claim) back."""
+
+
+def _claim_members(demands, requests, hosts, ids, actor, owner):
+    """Every member's claim on the host chosen for it, or None (nothing written) when one no
+    longer fits or a deadlock rolled the attempt back."""
+    try:
+        with transaction.atomic():
+            claimed = {}
+            for member, host in hosts.items():
+                allocation = _claim_on(ids[host], demands[member], requests[member], actor, owner)
+                if allocation is None:
+                    raise _GangFull
+                claimed[member] = allocation
+            return claimed
+    except _GangFull:
+        return None
+    except OperationalError as exc:
+        if not is_deadlock(exc):
+            raise
+        return None
+
+
 def _decide(engine, ids, demand, request):
     """Where the demand goes: among the preferred hosts (image cached there) if one of them
     fits and is not a last-resort host; otherwise by the whole cluster's policy."""

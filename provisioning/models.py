@@ -351,6 +351,12 @@ class VM(models.Model):
         blank=True,
         help_text="The hypervisor's name of a VM adopted by verify/repair (blank: vcl-<id>, made by vclmgr).",
     )
+    hostname = models.CharField(
+        max_length=63, blank=True, help_text="The guest's hostname (an environment's member name; blank: its key)."
+    )
+    networks = models.ManyToManyField(
+        "PrivateNetwork", blank=True, related_name="vms", help_text="Private networks it has a NIC on, in order."
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -371,6 +377,26 @@ class VM(models.Model):
     @property
     def resources(self):
         return {"vcpus": self.vcpus, "memory_mib": self.memory_mib, "disk_gib": self.disk_gib}
+
+
+class PrivateNetwork(models.Model):
+    """An isolated L2 network on one host between the VMs of one environment (``drivers.base.
+    NetworkSpec``): made on the host before the first of its VMs is defined, removed with the
+    last of them. ``members``: ``[[hostname, vm id], ...]``, the fixed addresses in order."""
+
+    key = models.CharField(max_length=63, unique=True, help_text="Its name on the host, e.g. env12-lan.")
+    name = models.CharField(max_length=63, help_text="The template's name for it, e.g. lan.")
+    host = models.ForeignKey("inventory.Hypervisor", on_delete=models.PROTECT, related_name="private_networks")
+    cidr = models.CharField("CIDR", max_length=18)
+    members = models.JSONField(default=list, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    removed = models.DateTimeField(null=True, blank=True, help_text="When it was removed from its host.")
+
+    class Meta:
+        ordering = ["key"]
+
+    def __str__(self):
+        return f"{self.key} ({self.cidr})"
 
 
 class QuotaRule(models.Model):

@@ -16,22 +16,34 @@ from jobs import services as jobs
 from provisioning import quotas
 from provisioning import services as vms
 from provisioning.models import VM
-from reservations import reserving, status
+from reservations import environments, reserving, status
 from reservations.models import Reservation
 
 S = Reservation.Status
 
 
-def end(reservation, reason="ended by the user", *, actor):
+def end(reservation, reason="ended by the user", *, actor, whole=False):
     """End a reservation now (or at its end time, from the tick): tear its VM down or revert it.
 
-    A future one that has not started is canceled instead; a final one is left as it is.
+    A future one that has not started is canceled instead; a final one is left as it is. An
+    environment's head ends every machine of it, in one transaction; a machine alone is ended
+    only as part of its environment (``whole``: the caller ends them all).
     """
     actor = Actor.of(actor)
+    if reservation.environment_id and not whole:
+        environments.check_acting_on(reservation)
+        with transaction.atomic():
+            job = end(reservation, reason, actor=actor, whole=True)
+            for machine in Reservation.objects.filter(head=reservation, status__in=Reservation.ACTIVE):
+                try:
+                    end(machine, reason, actor=actor, whole=True)
+                except Conflict:  # (a machine that ended meanwhile)
+                    pass
+        return job
     if reservation.status in Reservation.FINAL or reservation.status == S.ENDING:
         raise Conflict(f"reservation {reservation.pk} is already {reservation.status}")
     if reservation.status in (S.REQUESTED, S.PENDING):
-        return cancel(reservation, reason, actor=actor)
+        return cancel(reservation, reason, actor=actor, whole=True)
     # One transaction: "ending" with no teardown queued would be a reservation nothing ends.
     with transaction.atomic():
         moved = status.move(reservation.pk, Reservation.ACTIVE, S.ENDING, reason, savepoint=False)
@@ -91,9 +103,18 @@ def _finish(reservation, note, *, actor):
         release(done, "reservation ended", actor=actor)
 
 
-def cancel(reservation, reason="canceled by the user", *, actor):
-    """Cancel a reservation that has not started building; its capacity is given back."""
+def cancel(reservation, reason="canceled by the user", *, actor, whole=False):
+    """Cancel a reservation that has not started building; its capacity is given back. An
+    environment's head cancels every machine of it (``whole``: as ``end``'s)."""
     actor = Actor.of(actor)
+    if reservation.environment_id and not whole:
+        environments.check_acting_on(reservation)
+        with transaction.atomic():
+            done = cancel(reservation, reason, actor=actor, whole=True)
+            for machine in Reservation.objects.filter(head=reservation, status__in=(S.REQUESTED, S.PENDING)):
+                cancel(machine, reason, actor=actor, whole=True)
+            environments.forget_networks(reservation)
+        return done
     with transaction.atomic():
         done = status.move(reservation.pk, (S.REQUESTED, S.PENDING), S.CANCELED, reason)
         if done is None:
@@ -105,9 +126,20 @@ def cancel(reservation, reason="canceled by the user", *, actor):
     return done
 
 
-def extend(reservation, new_end, *, actor):
-    """Move the end later if the host still has room then; ``ValidationError`` saying why not."""
+def extend(reservation, new_end, *, actor, whole=False):
+    """Move the end later if the host still has room then; ``ValidationError`` saying why not.
+    An environment's head moves every machine's end, all or none (``whole``: as ``end``'s)."""
     actor = Actor.of(actor)
+    if reservation.environment_id and not whole:
+        environments.check_acting_on(reservation)
+        with transaction.atomic():
+            for machine in Reservation.objects.filter(head=reservation, status__in=Reservation.ACTIVE):
+                try:
+                    extend(machine, new_end, actor=actor, whole=True)
+                except ValidationError as exc:
+                    words = [f"{machine.hostname}: {m}" for messages in exc.message_dict.values() for m in messages]
+                    raise ValidationError({"end": words}) from None
+            return extend(reservation, new_end, actor=actor, whole=True)
     if reservation.status not in Reservation.ACTIVE or reservation.allocation_id is None:
         raise Conflict(f"reservation {reservation.pk} is {reservation.status}: it cannot be extended")
     if new_end <= reservation.end:

@@ -208,7 +208,8 @@ def arm(reservation, now):
     }
     policy = policy_for(reservation)
     # An image's template waits for its maintainer between sessions of work: never reclaimed.
-    if policy.active and reservation.template_of_id is None:
+    # An environment is watched at its entry machine (the head): the others are reached from it.
+    if policy.active and reservation.template_of_id is None and reservation.head_id is None:
         decision = decide(policy, Clock(since), None, now)
         values.update(idle_check_at=decision.next_check, idle_deadline=decision.deadline, idle_kind=decision.kind)
     return values

@@ -79,6 +79,23 @@ class Reservation(models.Model):
         related_name="reservations",
         help_text="The revision its VM is built from; blank: the production one.",
     )
+    environment = models.ForeignKey(
+        "environments.EnvironmentTemplate",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="reservations",
+        help_text="The environment template it is a machine of (blank: one image, one VM).",
+    )
+    head = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="members",
+        help_text="An environment's machine: the reservation of its entry machine, which acts for all.",
+    )
+    hostname = models.CharField(max_length=63, blank=True, help_text="An environment machine's hostname.")
     attempts = models.PositiveSmallIntegerField(default=0, help_text="VM builds tried (a failed one is retried once).")
     failed_hosts = models.JSONField(default=list, blank=True)
     connect_user = models.CharField(max_length=64, blank=True)

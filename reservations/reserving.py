@@ -12,6 +12,8 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from capacity import preemption
@@ -23,7 +25,7 @@ from inventory.devices import MODEL_RE
 from jobs import services as jobs
 from jobs import transitions
 from placement import refusals as placement_reasons
-from provisioning import quotas
+from provisioning import private_networks, quotas
 from provisioning import services as vms
 from reservations import logins, status, usage
 from reservations.models import MAX_GPUS, Refusal, Reservation
@@ -34,13 +36,20 @@ START_GRACE = timedelta(minutes=2)  # a form filled in at 10:00 and sent at 10:0
 
 def holdings(window):
     """The quota engine's holder for reservations (registered at start-up): each active one
-    overlapping the window, as ``(vcpus, memory_mib)``. An image's template is its maintainers'
-    work on the image, not a user's seat: never counted (``templates``)."""
+    overlapping the window, as ``(vcpus, memory_mib)``; an environment's machines as one, their
+    sizes added up (but each machine on its own for a limit of its image: a licence counts
+    copies). An image's template is its maintainers' work on the image, not a user's seat:
+    never counted (``templates``)."""
     rows = Reservation.objects.filter(status__in=Reservation.ACTIVE, end__gt=window.start, template_of__isnull=True)
     if window.end is not None:  # None: open-ended (a staff VM's), every later one overlaps
         rows = rows.filter(start__lt=window.end)
     rows = window.narrow(rows, "reservation")
-    return rows.values_list("vcpus", "memory_mib")
+    if window.image_id is None:  # an environment is one reservation, of its machines' sizes added up
+        units = rows.order_by().values(unit=Coalesce("head_id", "pk"))
+        return units.annotate(vcpus_all=Sum("vcpus"), memory_all=Sum("memory_mib")).values_list(
+            "vcpus_all", "memory_all"
+        )
+    return rows.values_list("vcpus", "memory_mib")  # a limit of one image (a licence cap): each copy of it
 
 
 @dataclass(frozen=True)
@@ -435,7 +444,9 @@ def provision(reservation, reason="building the VM", *, actor, savepoint=True, u
         waits = [(pk, []) for pk in getattr(reservation.allocation, "preempt_jobs", ())]
         # The VM is set on the reservation before the reused one reads its login from it (on commit).
         # A parked VM is production's and a template is changed for good: neither takes one.
-        reusable = reservation.image.revert_on_end and reservation.revision_id is None
+        # An environment's machine is built fresh: a parked VM has none of its networks.
+        fresh = reservation.revision_id is not None or reservation.environment_id is not None
+        reusable = reservation.image.revert_on_end and not fresh
         reused = vms.reuse_parked(size=size, **common, depends=waits) if reusable else None
         vm, job = reused or vms.request_vm(
             **size,
@@ -446,6 +457,10 @@ def provision(reservation, reason="building the VM", *, actor, savepoint=True, u
             variant=variant,
             revision=reservation.revision,
         )
+        if reservation.environment_id:  # its hostname and its networks, before its build runs (on commit)
+            vm.hostname = reservation.hostname
+            vm.save(update_fields=["hostname"])
+            vm.networks.set(private_networks.of_machine(f"env{reservation.head_id or reservation.pk}", vm.hostname))
         if unsaved is not None:
             unsaved.change(reservation, vm=vm, attempts=reservation.attempts)
         else:

@@ -31,6 +31,9 @@ from reservations.blocks import (
     teaching_groups,
 )
 from reservations.ending import cancel, end, extend, finish, held_claims
+from reservations.environments import machines_of
+from reservations.environments import reserve as reserve_environment
+from reservations.environments import visible_template as visible_environment
 from reservations.host_loss import (
     follow_claim,
     follow_size,
@@ -84,6 +87,9 @@ __all__ = [
     "replace_off_host",
     "reprovision_off_host",
     "reserve",
+    "reserve_environment",
+    "machines_of",
+    "visible_environment",
     "settle",
     "settle_built",
     "settle_unbuilt",

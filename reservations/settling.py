@@ -3,15 +3,17 @@ once on another host, or failed), ``settle_built`` in the build's last step, ``s
 when a build ends otherwise (a ``reservation.settle`` job queued). Idempotent."""
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from capacity import services as capacity
 from core.changelog import Actor
+from core.errors import Conflict
 from jobs import services as jobs
 from jobs.models import Job
 from provisioning import services as vms
 from provisioning.models import VM
-from reservations import ending, idle, logins, reserving, status
+from reservations import ending, environments, idle, logins, reserving, status
 from reservations.models import Reservation
 
 S = Reservation.Status
@@ -32,6 +34,8 @@ def _settle(reservation, *, actor):
     if reservation.status != S.PROVISIONING or vm is None:
         return {"status": reservation.status, "note": "nothing to settle"}
     if vm.state == VM.State.RUNNING:
+        if reservation.environment_id:  # the head turns ready with the last of its machines
+            return environments.machine_ready(reservation, lambda row: _ready(row, row.vm, actor=actor))
         return _ready(reservation, vm, actor=actor)
     if vm.state in BUILDING and not _build_pending(vm):
         # Its build ended without finishing it or cleaning up (canceled between steps, given up
@@ -49,11 +53,27 @@ def _settle(reservation, *, actor):
         return {"status": reservation.status, "vm": vm.state}
     failed = [*reservation.failed_hosts, *([vm.host_id] if vm.host_id else [])]
     why = vm.error or f"the VM ended {vm.state}"
-    if reservation.attempts >= MAX_ATTEMPTS or reservation.end <= timezone.now():
+    # An environment's machine is not retried elsewhere: its networks are on this host.
+    if reservation.attempts >= MAX_ATTEMPTS or reservation.end <= timezone.now() or reservation.environment_id:
         status.move(reservation.pk, S.PROVISIONING, S.FAILED, f"failed: {why}", error=why[:4000], failed_hosts=failed)
         ending.release(reservation, "reservation failed", actor=actor)
+        if reservation.environment_id:
+            _fail_environment(reservation, why, actor=actor)
         return {"status": S.FAILED, "error": why}
     return _retry_elsewhere(reservation, failed, why, actor=actor)
+
+
+def _fail_environment(reservation, why, *, actor):
+    """A machine of an environment failed to build: the whole environment ends, saying which
+    machine and why (nothing of it stays on any host)."""
+    head_id = reservation.head_id or reservation.pk
+    reason = f"the environment failed: {reservation.hostname} could not be built ({why})"
+    Reservation.objects.filter(pk=head_id).update(error=reason[:4000])
+    for machine in Reservation.objects.filter(Q(pk=head_id) | Q(head_id=head_id), status__in=Reservation.ACTIVE):
+        try:
+            ending.end(machine, reason, actor=actor, whole=True)
+        except Conflict:  # ended meanwhile
+            pass
 
 
 def _build_pending(vm):

@@ -65,7 +65,7 @@ def guest_login(vm):
     windows = flavour == cloudinit.CLOUDBASE_INIT
     return cloudinit.GuestLogin(
         instance_id=f"{vm.key}-{secrets.token_hex(8)}",
-        hostname=vm.key,
+        hostname=vm.hostname or vm.key,
         login=login,
         password_hash=cloudinit.password_hash(password) if password and not windows else None,
         password=password if password and windows else None,

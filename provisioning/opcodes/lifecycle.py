@@ -20,7 +20,7 @@ from jobs import reasons as job_reasons
 from jobs.models import Job
 from jobs.registry import opcode
 from placement import devices
-from provisioning import services
+from provisioning import private_networks, services
 from provisioning.models import VM, ImageVariant
 from provisioning.opcodes import guest
 from provisioning.opcodes.common import (
@@ -211,7 +211,9 @@ class Attempt:
             return False
         if self.at == "claim":
             return isinstance(exc, capacity.TryAgain)
-        return not self.placed.get("adopted")  # a reservation's own claim stays on its host
+        # A reservation's own claim stays on its host; so does an environment's machine, whose
+        # private networks are on that host with the other machines.
+        return not self.placed.get("adopted") and not self.loaded.hostname
 
 
 def _retry(job, vm_id, step, reason):
@@ -352,10 +354,12 @@ def replace_off(vm, *, actor):
     return fresh
 
 
-def vm_spec(vm):
+def vm_spec(vm, private_networks=()):
     """What the driver is asked for; ``guest`` carries secrets (a password hash), so the spec
-    is made for the call and never stored, logged or put in a job result."""
+    is made for the call and never stored, logged or put in a job result. ``private_networks``:
+    its NICs on its environment's networks (``private_networks.ensure``)."""
     return base.VMSpec(
+        private_networks=private_networks,
         key=vm.key,
         vcpus=vm.vcpus,
         memory_mib=vm.memory_mib,
@@ -378,7 +382,7 @@ def define(vm_id, *, actor, known=None, **fields):
     see ``services.set_state`` (written from it, it is the VM as written)."""
     vm = services.set_state(vm_id, S.DEFINING, "defining on the host", actor=actor, known=known, **fields)
     driver = drivers.driver_for(vm.host)
-    info = driver.create(vm_spec(vm))
+    info = driver.create(vm_spec(vm, private_networks.ensure(vm, driver)))
     port = driver.port(vm.key, services.login_port(vm.image))  # written with the boot's state (no write of its own)
     return {"key": info.key, "host": info.host, "port": port}
 
@@ -454,7 +458,9 @@ def undo_create(vm_id, reason, *, actor):
     vm = load_vm(vm_id)
     if vm.host_id:
         try:
-            drivers.driver_for(vm.host).destroy(vm.key)
+            driver = drivers.driver_for(vm.host)
+            driver.destroy(vm.key)
+            private_networks.drop_unused(vm, driver)
         except Exception as exc:  # noqa: BLE001 (keep the claim: the VM may still use the host)
             services.cleanup_failed(vm_id, f"{reason}; cleanup failed, run vm.destroy: {exc}", actor=actor)
             return
@@ -480,7 +486,9 @@ def vm_destroy(job):
 def destroy_on_host(vm_id):
     vm = load_vm(vm_id)
     if vm.host_id and vm.state != S.DESTROYED:
-        drivers.driver_for(vm.host).destroy(vm.key)
+        driver = drivers.driver_for(vm.host)
+        driver.destroy(vm.key)
+        private_networks.drop_unused(vm, driver)
 
 
 def release(vm_id, *, actor):

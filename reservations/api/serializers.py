@@ -51,8 +51,32 @@ class ReservationSerializer(serializers.ModelSerializer):
             "reclaimed_at",
             "template_of",
             "revision",
+            "environment",
+            "head",
+            "hostname",
+            "machines",
         ]
         read_only_fields = fields
+
+    machines = serializers.SerializerMethodField()
+
+    def get_machines(self, reservation) -> list[dict]:
+        """An environment's head: every machine of it (the head first), with its status and
+        address (reached from the entry machine); empty otherwise."""
+        if reservation.environment_id is None or reservation.head_id is not None:
+            return []
+        return [
+            {
+                "id": m.pk,
+                "hostname": m.hostname,
+                "image": m.image_id,
+                "status": m.status,
+                "vm_state": m.vm.state if m.vm else None,
+                "address": m.vm.address if m.vm else None,
+                "error": m.error,
+            }
+            for m in services.machines_of(reservation)
+        ]
 
     def get_connection(self, reservation) -> dict | None:
         """Login details once ready; the password only to the reservation's own user."""
@@ -71,7 +95,17 @@ class ReservationSerializer(serializers.ModelSerializer):
 
 
 class ReservationCreateSerializer(RefuseUnknownFields, serializers.Serializer):
-    image = serializers.PrimaryKeyRelatedField(queryset=Image.objects.all())
+    image = serializers.PrimaryKeyRelatedField(
+        queryset=Image.objects.all(), required=False, allow_null=True, default=None, help_text="Or environment."
+    )
+    environment = serializers.IntegerField(
+        min_value=1,
+        max_value=2**31 - 1,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="An environment template's id, instead of image: every machine of it, as one reservation.",
+    )
     start = MomentField(required=False, allow_null=True, default=None, help_text="Blank: now.")
     end = MomentField(required=False, allow_null=True, default=None)
     duration_minutes = serializers.IntegerField(
@@ -103,6 +137,10 @@ class ReservationCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     )
 
     def validate(self, data):
+        if (data.get("image") is None) == (data.get("environment") is None):
+            raise serializers.ValidationError({"image": ["give either image or environment"]})
+        if data.get("environment") is not None and (data["gpus"] is not None or data["gpu_model"] is not None):
+            raise serializers.ValidationError({"gpus": ["an environment's machines take their GPUs from its template"]})
         if (data["end"] is None) == (data["duration_minutes"] is None):
             raise serializers.ValidationError({"end": ["give either end or duration_minutes"]})
         if data["duration_minutes"] is not None:
@@ -113,6 +151,8 @@ class ReservationCreateSerializer(RefuseUnknownFields, serializers.Serializer):
 
 
 class FitCheckSerializer(ReservationCreateSerializer):
+    image = serializers.PrimaryKeyRelatedField(queryset=Image.objects.all())
+    environment = None
     ssh_key = None
     request_key = None
 

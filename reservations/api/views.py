@@ -86,8 +86,16 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
             data["request_key"]
             and Reservation.objects.filter(user=request.user, request_key=data["request_key"]).exists()
         )
+        environment = data.pop("environment", None)
         try:
-            reservation = services.ask_reservation(request.user, data.pop("image"), actor=request.user, **data)
+            if environment is not None:
+                for name in ("gpus", "gpu_model"):
+                    data.pop(name)
+                template = services.visible_environment(request.user, environment)
+                data.pop("image")
+                reservation = services.reserve_environment(request.user, template, actor=request.user, **data)
+            else:
+                reservation = services.ask_reservation(request.user, data.pop("image"), actor=request.user, **data)
         except ValidationError as exc:
             raise as_drf(exc) from None
         if isinstance(reservation, ApprovalRequest):  # nothing made yet: it waits for an approver

@@ -1,0 +1,67 @@
+"""Private networks of environments on their hosts: made before the first of their VMs is
+defined (``ensure``), removed after the last is gone (``drop_unused``). Called by the VM
+build and teardown steps (``opcodes.lifecycle``), which already hold the VM's lock and talk
+to its host.
+
+A network's spec is fixed when it is recorded (its key, range and members' hostnames, in
+order), so every member's build asks the host for the same network (the drivers' create is
+idempotent by key). A member's MAC on it is the driver's ``private_mac`` of its hostname, not
+of its VM: the addresses and names are known before any VM of the environment exists, and a
+member rebuilt as another VM keeps them.
+"""
+
+from django.utils import timezone
+
+from drivers import base
+from provisioning.models import VM, PrivateNetwork
+
+
+def spec(network, driver):
+    """The ``NetworkSpec`` the host is asked for."""
+    hosts = tuple((name, driver.private_mac(name, network.key)) for name in network.members)
+    return base.NetworkSpec(network.key, network.cidr, hosts)
+
+
+def ensure(vm, driver):
+    """Make ``vm``'s networks on its host (again, if one was removed meanwhile); returns its
+    NICs for the define call (``VMSpec.private_networks``: ``(network key, MAC)`` per network,
+    in key order)."""
+    if not vm.hostname:  # only an environment's machines have networks (and a hostname): no query
+        return ()
+    found = []
+    for network in vm.networks.order_by("key"):
+        driver.create_network(spec(network, driver))
+        if network.removed is not None:
+            PrivateNetwork.objects.filter(pk=network.pk).update(removed=None)
+        found.append((network.key, driver.private_mac(vm.hostname, network.key)))
+    return tuple(found)
+
+
+def drop_unused(vm, driver):
+    """Remove ``vm``'s networks that no other VM still has on the host (``vm`` is gone from it).
+    A member not yet built (requested) makes it again when it is (``ensure``)."""
+    if not vm.hostname:
+        return
+    for network in vm.networks.filter(removed__isnull=True):
+        others = network.vms.exclude(pk=vm.pk).filter(state__in=VM.LIVE)
+        if others.exists():
+            continue
+        driver.delete_network(network.key)
+        PrivateNetwork.objects.filter(pk=network.pk).update(removed=timezone.now())
+
+
+def record(key, name, host, cidr, members):
+    """A network of an environment on ``host``: ``members`` are the hostnames on it, in order."""
+    return PrivateNetwork.objects.create(key=key, name=name, host=host, cidr=cidr, members=list(members))
+
+
+def taken_ranges(host_id):
+    """The ranges of the networks on a host (made or to be made): another environment's
+    networks on it must not overlap them (the host routes each to its own bridge)."""
+    return list(PrivateNetwork.objects.filter(host_id=host_id, removed__isnull=True).values_list("cidr", flat=True))
+
+
+def of_machine(environment_key, hostname):
+    """The networks of environment ``environment_key`` (``env<id>``) that ``hostname`` is on."""
+    rows = PrivateNetwork.objects.filter(key__startswith=f"{environment_key}-")
+    return [network for network in rows if hostname in network.members]

@@ -1,0 +1,258 @@
+"""Reserving an environment: several connected VMs as one reservation, all or nothing.
+
+An environment reservation is one ``Reservation`` per machine of the template
+(``environments.services.expand``), each with its own claim, VM, status and history, so each
+machine is built, watched, reclaimed and torn down by the same code as any reservation. The
+entry machine's reservation is the **head**: it is the one its user holds, sees and acts on
+(``head`` is None on it; the others point at it). What the head does, all do:
+
+- accepted together (``reserve``): its quotas counted as one holding of every machine's size
+  under the quota locks (``_check_quotas``), every machine placed in one decision with the sets
+  joined by a private network on one host (``capacity.claim_gang``), their private networks
+  recorded on those hosts, in one transaction; a refusal names the machine that does not fit
+  and the earliest start for all, and nothing of it is written;
+- ready when every machine is (``machine_ready``: the head stays provisioning until the last
+  one is ready);
+- a machine whose build fails ends the whole environment, saying which machine and why
+  (``machine_failed``): a machine is not retried on another host, which would part it from its
+  networks;
+- ended, canceled and extended as one (``ending``): a machine alone refuses these verbs.
+"""
+
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from capacity import services as capacity
+from core import changelog
+from core.changelog import Actor
+from core.errors import Conflict
+from environments import rules as environment_rules
+from environments import services as environment_services
+from jobs import transitions
+from provisioning import private_networks, quotas
+from provisioning import services as vms
+from provisioning.models import VM, PrivateNetwork
+from reservations import approvals, logins, reserving, status
+from reservations.models import Reservation
+
+S = Reservation.Status
+
+
+def reserve(user, template, *, actor, start=None, end=None, duration=None, ssh_key="", request_key="", now=None):
+    """Accept a reservation of ``template``'s machines; returns the head (the entry machine's).
+    ``ValidationError`` (nothing written) when refused; arguments as ``reserving.reserve``."""
+    actor = Actor.of(actor)
+    now = now or timezone.now()
+    if request_key:
+        existing = Reservation.objects.filter(user=user, request_key=request_key).first()
+        if existing is not None:
+            return existing
+    if not environment_services.visible_templates(user).filter(pk=template.pk).exists():
+        raise ValidationError({"environment": ["no such environment, or you may not use it"]})
+    if not template.active:
+        raise ValidationError({"environment": [f"environment {template.name} is inactive"]})
+    start = start or now
+    if end is None:
+        if duration is None:
+            raise ValidationError({"end": ["give an end or a duration"]})
+        end = start + duration
+    machines = environment_services.expand(template)
+    _check_machines(user, machines, start, end, now)
+    start = max(start, now)
+    try:
+        with transaction.atomic(), transitions.batched():
+            head = _accept(user, template, machines, start, end, ssh_key, request_key, actor=actor)
+            if start - timedelta(minutes=settings.RESERVATION_LEAD_MINUTES) <= now:
+                for machine in [head, *head.members.order_by("pk")]:
+                    reserving.provision(machine, actor=actor, savepoint=False)
+    except reserving.NoRoom as exc:
+        reserving.refused(user, head_image(machines), exc.reasons, now)
+        raise
+    except reserving.QuotaRefused as exc:
+        reserving.refused(user, head_image(machines), {reserving.QUOTA: 1}, now)
+        raise ValidationError(exc.message_dict) from None
+    return head
+
+
+def visible_template(user, template_id):
+    """The template ``user`` may reserve, by id; the same refusal whether it exists or not."""
+    template = environment_services.visible_templates(user).filter(pk=template_id).first()
+    if template is None:
+        raise ValidationError({"environment": ["no such environment, or you may not use it"]})
+    return template
+
+
+def head_image(machines):
+    return next(m for m in machines if m.entry).image
+
+
+def _check_machines(user, machines, start, end, now):
+    """Each machine as a reservation of its image is checked (usable, times), named by hostname."""
+    errors = {}
+    for machine in machines:
+        found, _usable = reserving._validate(user, machine.image, start, end, now, machine.size, quota=False)
+        if not found and approvals.needs_approval(user, machine.image):
+            found = {"image": [f"image {machine.image.name} requires approval, which environments do not ask for yet"]}
+        for field, messages in found.items():
+            if field in ("start", "end"):  # the same window for all: said once
+                errors[field] = messages
+            else:
+                errors.setdefault("environment", []).extend(f"{machine.hostname}: {m}" for m in messages)
+    if errors:
+        raise ValidationError(errors)
+
+
+def _accept(user, template, machines, start, end, ssh_key, request_key, *, actor):
+    """The machines' rows, their quotas, their claims and their networks (in the caller's transaction)."""
+    _check_quotas(user, machines, start, end)
+    rows = {}
+    for machine in sorted(machines, key=lambda m: not m.entry):  # the head first: the others point at it
+        head = rows.get(next(m.hostname for m in machines if m.entry))
+        rows[machine.hostname] = Reservation.objects.create(
+            user=user,
+            image=machine.image,
+            revision=machine.revision,
+            environment=template,
+            head=head,
+            hostname=machine.hostname,
+            start=start,
+            end=end,
+            ssh_key=ssh_key.strip() if head is None else "",
+            request_key=request_key if head is None else "",
+            **machine.size,
+        )
+    head = rows[next(m.hostname for m in machines if m.entry)]
+    login = logins.fields_lacking(head)  # one login for every machine: its user goes from one to the next
+    Reservation.objects.filter(pk__in=[r.pk for r in rows.values()]).update(
+        ssh_key=head.ssh_key, connect_user=login.get("connect_user", ""), connect_secret=login.get("connect_secret", "")
+    )
+    demands = {
+        m.hostname: vms.demand_for(
+            m.image,
+            m.size,
+            start=start,
+            end=end,
+            purpose=f"reservation {rows[m.hostname].pk}",
+            hypervisors=vms.variant_types(m.image, m.revision.pk) if m.revision is not None else None,
+        )
+        for m in machines
+    }
+    try:
+        claims = capacity.claim_gang(
+            demands,
+            environment_services.together(machines),
+            actor=actor,
+            owner=user,
+            gang_id=f"environment {template.name}",
+        )
+    except capacity.GangRefused as exc:
+        raise reserving.NoRoom({"start": [_refusal(exc.result, start)]}, _reasons(exc.result)) from None
+    except capacity.TryAgain as exc:
+        raise reserving.NoRoom({"start": [str(exc)]}, {"try_again": 1}) from None
+    for hostname, row in rows.items():
+        allocation = claims[hostname]
+        Reservation.objects.filter(pk=row.pk).update(allocation=allocation, status=S.PENDING)
+        row.allocation, row.status = allocation, S.PENDING
+        changelog.record(row, "create", actor, reason="reserved")
+        window = f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
+        status.history(row, f"reserved on {allocation.host_name} as {hostname} of {template.name}, {window}")
+    _record_networks(head, template, machines, claims)
+    head.refresh_from_db()
+    return head
+
+
+def _check_quotas(user, machines, start, end):
+    """The quotas, under their locks (``quotas.check_locked``): the environment is one holding
+    of its entry image, of every machine's size added up; each other image's own limits (a
+    licence cap, a rule of that image) are counted for a copy of it."""
+    entry = next(m for m in machines if m.entry)
+    total = {k: sum(m.size[k] for m in machines) for k in ("vcpus", "memory_mib", "disk_gib")}
+    try:
+        quotas.check_locked(user, entry.image, start, end, total)
+        others = {m.image.pk: m for m in machines if m.image.pk != entry.image.pk}
+        for machine in others.values():
+            quotas.check_locked(user, machine.image, start, end, machine.size)
+    except ValidationError as exc:
+        raise reserving.QuotaRefused(exc.message_dict) from None
+
+
+def _refusal(result, start):
+    words = result.note or "no host has room then"
+    fit = result.earliest_fit
+    if fit is not None and fit.start is not None:
+        earliest = timezone.localtime(datetime.fromtimestamp(fit.start, UTC))
+        return f"{words}; the earliest start that fits every machine is {earliest:%Y-%m-%d %H:%M %Z}"
+    return f"{words}; it does not fit at any time soon"
+
+
+def _reasons(result):
+    return dict(result.results[-1].reasons) if result.results else {}
+
+
+def _record_networks(head, template, machines, claims):
+    """Each of the template's networks on the host of its machines (they share one), keyed by
+    the environment: the template's range unless a network already on that host overlaps it,
+    then another range of the same size."""
+    for network in template.networks.all():
+        names = [m.hostname for m in machines if network.name in m.networks]
+        if not names:
+            continue
+        host_id = claims[names[0]].host_id
+        taken = [environment_rules._range(c) for c in private_networks.taken_ranges(host_id)]
+        cidr = environment_rules._range(network.cidr)
+        if any(cidr.overlaps(t) for t in taken):
+            cidr = environment_rules.pick(len(names), taken)
+            if cidr is None:
+                raise reserving.NoRoom(
+                    {"start": [f"no free range for network {network.name} on its host"]}, {"network_range": 1}
+                )
+        private_networks.record(f"env{head.pk}-{network.name}", network.name, claims[names[0]].host, str(cidr), names)
+
+
+# --- after the reservation is accepted --------------------------------------------------------
+
+
+def machines_of(head):
+    """Every machine's reservation of the environment ``head`` is the head of, the head first."""
+    return [head, *Reservation.objects.filter(head=head).select_related("vm").order_by("pk")]
+
+
+def all_ready(head):
+    """Are all of the environment's machines but the head ready, and the head's VM running?"""
+    others = Reservation.objects.filter(head=head)
+    return not others.exclude(status=S.READY).exists() and head.vm is not None and head.vm.state == "running"
+
+
+def machine_ready(reservation, ready):
+    """``settling``'s ready for a machine of an environment: ``ready(row)`` moves one row. A
+    machine turns ready as soon as its VM is; the head only when every machine is. Both
+    paths lock the head's row first, so of two machines settling at once the second sees the
+    first (and the last one turns the head ready)."""
+    head_id = reservation.head_id or reservation.pk
+    head = Reservation.objects.select_for_update().select_related("vm", "vm__host", "image").get(pk=head_id)
+    if reservation.head_id is not None:
+        ready(reservation)
+    if head.status == S.PROVISIONING and all_ready(head):
+        ready(head)
+        return {"status": S.READY, "environment": head.pk}
+    return {"status": reservation.status if reservation.head_id else S.PROVISIONING, "environment": head.pk}
+
+
+def forget_networks(head):
+    """The networks of an environment whose machines never built (canceled): never made on a
+    host, so nothing to remove there; their ranges are free again."""
+    rows = PrivateNetwork.objects.filter(key__startswith=f"env{head.pk}-", removed__isnull=True)
+    rows.exclude(vms__state__in=VM.LIVE).update(removed=timezone.now())
+
+
+def check_acting_on(reservation):
+    """A machine alone is not ended, canceled or extended: its head acts for all."""
+    if reservation.head_id is not None:
+        raise Conflict(
+            f"reservation {reservation.pk} is machine {reservation.hostname} of environment reservation "
+            f"{reservation.head_id}: act on that one"
+        )

@@ -1,0 +1,188 @@
+"""Environment reservations on the simulator: every machine of a template as one reservation,
+placed all or nothing, built with its private networks, ready together, ended together."""
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from capacity.models import Allocation
+from core.errors import Conflict
+from drivers.sim.models import SimNetwork, SimNIC, SimVM
+from jobs.models import Job
+from provisioning.models import VM, PrivateNetwork, QuotaRule
+from reservations import services
+from reservations.models import Refusal, Reservation
+from tests.environments.conftest import debian, make_template, member, router_image  # noqa: F401 (fixtures)
+
+H = timedelta(hours=1)
+
+
+@pytest.fixture
+def lab(alice, debian, router_image, make_template):  # noqa: F811 (fixtures)
+    """A router on two networks, one client on each (the second network's range picked)."""
+    return make_template(
+        alice,
+        [
+            member("router", router_image, "left", "right", entry=True, memory_mib=1024),
+            member("client", debian, "left", memory_mib=512),
+            member("server", debian, "right", memory_mib=512),
+        ],
+        [{"name": "left", "cidr": "192.168.10.0/24"}, {"name": "right", "cidr": "192.168.20.0/24"}],
+        name="lab",
+    )
+
+
+def machines(head):
+    return {m.hostname: m for m in Reservation.objects.filter(pk=head.pk) | Reservation.objects.filter(head=head)}
+
+
+def test_an_environment_is_reserved_built_and_ready_as_one(make_host, lab, alice, sync_jobs):
+    host = make_host("big", cpus=16, memory_mib=16384)
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    rows = machines(head)
+    assert set(rows) == {"router", "client", "server"} and head.hostname == "router" and head.head_id is None
+    assert all(r.head_id == head.pk for name, r in rows.items() if name != "router")
+    assert {r.allocation.host_id for r in rows.values()} == {host.pk}  # one host: their networks join them
+    assert {r.status for r in rows.values()} == {"provisioning"}
+    # One login for all: its user goes from the entry machine to the others.
+    assert len({(r.connect_user, r.connect_secret) for r in rows.values()}) == 1
+    sync_jobs.drain()
+    rows = machines(head)
+    assert {name: r.status for name, r in rows.items()} == dict.fromkeys(rows, "ready"), [
+        r.error for r in rows.values()
+    ]
+    # The private networks exist on the host, each machine on its own, at its fixed address by name.
+    nets = {n.key: n for n in SimNetwork.objects.filter(host__name="big")}
+    assert set(nets) == {f"env{head.pk}-left", f"env{head.pk}-right"}
+    assert [h for h, _mac in nets[f"env{head.pk}-left"].hosts] == ["client", "router"]  # in template order
+    router_vm = SimVM.objects.get(key=rows["router"].vm.key)
+    assert {nic.network.key for nic in SimNIC.objects.filter(vm=router_vm)} == set(nets)
+    client_vm = SimVM.objects.get(key=rows["client"].vm.key)
+    assert [nic.network.key for nic in SimNIC.objects.filter(vm=client_vm)] == [f"env{head.pk}-left"]
+    assert rows["client"].vm.hostname == "client"
+    # The head's page data: every machine, with its status.
+    assert [m.hostname for m in services.machines_of(head)] == ["router", "client", "server"]
+
+    services.end(Reservation.objects.get(pk=head.pk), actor=alice)
+    sync_jobs.drain()
+    rows = machines(head)
+    assert {r.status for r in rows.values()} == {"ended"}
+    assert not SimVM.objects.filter(host__name="big").exists()
+    assert not SimNetwork.objects.filter(host__name="big").exists()  # removed with their last machine
+    assert not PrivateNetwork.objects.filter(removed__isnull=True).exists()
+    assert not Allocation.objects.filter(host=host, released__isnull=True).exists()
+
+
+def test_the_head_waits_for_its_last_machine(make_host, lab, alice, sync_jobs):
+    make_host("big", cpus=16, memory_mib=16384)
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    # The head's VM is built first (its job is the oldest): running, yet the environment is not ready.
+    assert Job.objects.filter(opcode="vm.create").order_by("pk").first().params["vm"] == head.vm_id
+    sync_jobs.run_one()
+    head.refresh_from_db()
+    assert head.vm.state == "running" and head.status == "provisioning"
+    sync_jobs.drain()
+    assert Reservation.objects.get(pk=head.pk).status == "ready"
+
+
+def test_a_machine_alone_is_not_ended_or_extended(make_host, lab, alice, sync_jobs):
+    make_host("big", cpus=16, memory_mib=16384)
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    sync_jobs.drain()
+    client = machines(head)["client"]
+    with pytest.raises(Conflict, match=f"machine client of environment reservation {head.pk}"):
+        services.end(client, actor=alice)
+    with pytest.raises(Conflict, match="act on that one"):
+        services.extend(client, client.end + H, actor=alice)
+    # The head extends them all.
+    head = Reservation.objects.get(pk=head.pk)
+    later = head.end + H
+    services.extend(head, later, actor=alice)
+    assert {r.end for r in machines(head).values()} == {later}
+    assert {r.allocation.end for r in machines(head).values()} == {later}
+
+
+def test_no_room_for_every_machine_refuses_it_whole_and_writes_nothing(make_host, lab, alice):
+    make_host("small-1", cpus=2, memory_mib=1536)  # the router fits, not all three
+    make_host("small-2", cpus=2, memory_mib=1536)
+    with pytest.raises(ValidationError) as refused:
+        services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    words = refused.value.message_dict["start"][0]
+    assert "must share a host" in words and "together need" in words
+    assert "it does not fit at any time soon" in words
+    assert not Reservation.objects.exists() and not Allocation.objects.exists()
+    assert not PrivateNetwork.objects.exists()
+    assert Refusal.objects.filter(user=alice).count() == 1
+
+
+def test_quotas_count_an_environment_once_and_its_machines_sizes_all(make_host, lab, alice):
+    make_host("big", cpus=16, memory_mib=16384)
+    alice.groups.add(group := Group.objects.create(name="netcourse"))
+    QuotaRule.objects.create(name="one each", max_per_user=1)
+    QuotaRule.objects.create(name="course memory", group=group, max_memory_mib=1536)
+    with pytest.raises(ValidationError) as refused:  # 1024 + 512 + 512
+        services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    assert "group netcourse already holds 0 MiB of memory at that time; 2048 more would make 2048" in str(refused.value)
+    assert not Reservation.objects.exists() and not Allocation.objects.exists()
+    QuotaRule.objects.filter(name="course memory").update(max_memory_mib=2048)
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)  # one reservation of three machines
+    assert len(machines(head)) == 3
+    with pytest.raises(ValidationError, match="you already have 1 reservation or VM at that time; at most 1"):
+        services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+
+
+def test_a_second_environment_on_the_host_gets_other_ranges(make_host, lab, alice, sync_jobs):
+    make_host("big", cpus=16, memory_mib=16384)
+    first = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    second = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    sync_jobs.drain()
+    ranges = {n.key: n.cidr for n in SimNetwork.objects.all()}
+    assert ranges[f"env{first.pk}-left"] == "192.168.10.0/24"
+    assert ranges[f"env{second.pk}-left"] not in ("192.168.10.0/24", "192.168.20.0/24")
+    assert len(set(ranges.values())) == 4
+    assert {r.status for r in machines(second).values()} == {"ready"}
+
+
+def test_a_machine_that_fails_to_build_ends_the_whole_environment(make_host, lab, alice, sync_jobs):
+    from drivers.sim import services as sim
+
+    host = make_host("big", cpus=16, memory_mib=16384)
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    sim.set_fault(host.name, "start", "fail_once")  # the first machine to boot fails; it is not retried
+    sync_jobs.drain()
+    rows = machines(head)
+    failed = [name for name, r in rows.items() if r.status == "failed"]
+    assert len(failed) == 1 and {r.status for name, r in rows.items() if name != failed[0]} == {"ended"}
+    head = Reservation.objects.get(pk=head.pk)
+    assert f"the environment failed: {failed[0]} could not be built" in head.error
+    assert not SimVM.objects.filter(host__name="big").exists()
+    assert not SimNetwork.objects.filter(host__name="big").exists()
+    assert not VM.objects.exclude(state__in=("destroyed", "failed")).exists()
+    assert not Allocation.objects.filter(host=host, released__isnull=True).exists()
+
+
+def test_a_future_environment_starts_at_its_lead_time_and_cancels_whole(make_host, lab, alice, sync_jobs):
+    make_host("big", cpus=16, memory_mib=16384)
+    start = timezone.now() + 3 * H
+    head = services.reserve_environment(alice, lab, actor=alice, start=start, duration=H)
+    assert {r.status for r in machines(head).values()} == {"pending"}
+    services.cancel(Reservation.objects.get(pk=head.pk), actor=alice)
+    assert {r.status for r in machines(head).values()} == {"canceled"}
+    assert not Allocation.objects.filter(released__isnull=True).exists()
+    assert not PrivateNetwork.objects.filter(removed__isnull=True).exists()  # its ranges are free again
+
+    later = services.reserve_environment(alice, lab, actor=alice, start=start, duration=H)
+    services.tick(now=start - timedelta(minutes=1))
+    sync_jobs.drain()
+    assert {r.status for r in machines(later).values()} == {"ready"}
+
+
+def test_it_refuses_a_template_the_user_may_not_see(make_host, lab, bob):
+    make_host("big", cpus=16, memory_mib=16384)
+    with pytest.raises(ValidationError, match="no such environment, or you may not use it"):
+        services.reserve_environment(bob, lab, actor=bob, duration=H)
+    with pytest.raises(ValidationError, match="no such environment, or you may not use it"):
+        services.visible_environment(bob, lab.pk)
