@@ -19,4 +19,5 @@ class ClassesConfig(AppConfig):
         showback.CLASS_OF_BLOCKS.register(services.class_of_blocks)
         showback.TAUGHT_CLASSES.register(services.taught_classes)
         showback.CLASS_BUDGETS.register(services.hours_budgets)
+        showback.STUDENT_BUDGETS.register(budget.standings)
         post_spawn.connect(tasks.start_planner, dispatch_uid="classes.planner")

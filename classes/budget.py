@@ -198,6 +198,20 @@ def roster(klass, users):
     return [Standing(klass, klass.hours_budget, extra[pk], used[pk]) for pk in ids]
 
 
+def standings(class_id, user_ids):
+    """``reservations.showback.STUDENT_BUDGETS``: ``{user id: {"budget", "extra", "used",
+    "left"}}`` (hours) of those of ``user_ids`` the class's budget binds, over its whole term
+    as of now; {} when the class has no budget."""
+    klass = Class.objects.filter(pk=class_id, hours_budget__isnull=False).first()
+    if klass is None:
+        return {}
+    users = list(students(klass).filter(pk__in=user_ids))
+    return {
+        user.pk: {"budget": float(s.budget), "extra": float(s.extra), "used": float(s.used), "left": float(s.left)}
+        for user, s in zip(users, roster(klass, users), strict=True)
+    }
+
+
 def students(klass):
     """The course's active members who do not teach it (by the per-course rule,
     ``services.course_teachers``), by user name."""

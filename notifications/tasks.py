@@ -138,7 +138,7 @@ def _attempt(row, send, name):
 
 
 #: The event data's times (ISO 8601 strings), given to the templates as datetimes in ``when``.
-MOMENTS = ("start", "end", "at", "since")
+MOMENTS = ("start", "end", "at", "since", "expires")
 
 
 def _moments(data):

@@ -22,7 +22,7 @@ Administrators' own requests do not wait: they could decide them anyway, and nob
 """
 
 from collections.abc import Callable
-from datetime import UTC, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -122,9 +122,10 @@ def ask_reservation(
         "gpus": gpus,
         "gpu_model": gpu_model,
     }
-    # The form's start is in the requester's zone; the summary is read by approvers anywhere.
-    when = f"{first.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if later else "as soon as approved"
-    summary = f"a reservation of {image.name}, {when}, for {_span(last - first)}"
+    # No clock time in the summary: it is read by approvers in their own zones, so mails and pages
+    # say ``starts_at`` (and the end) in each reader's zone beside it.
+    when = "" if later else ", as soon as approved,"
+    summary = f"a reservation of {image.name}{when} for {_span(last - first)}"
     starts_at = first if later else None
     return ask(
         K.RESERVATION, user, image, payload, summary, actor=actor, starts_at=starts_at, request_key=request_key, now=now
@@ -297,4 +298,6 @@ def _data(request):
         "reason": request.reason,
         "made": request.made_id,
         "expires": request.expires_at.isoformat(),
+        **({"start": request.starts_at.isoformat()} if request.starts_at else {}),
+        **({"end": request.ends_at.isoformat()} if request.ends_at else {}),
     }

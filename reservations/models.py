@@ -9,6 +9,8 @@ Quotas (``QuotaRule``) live with the VMs, below this app, so that reservations a
 are limited by one engine (``provisioning.quotas``).
 """
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -408,3 +410,10 @@ class ApprovalRequest(models.Model):
     @property
     def pending(self):
         return self.status == self.Status.PENDING
+
+    @property
+    def ends_at(self):
+        """When a reservation asked for a start would end (None: a class, or when approved)."""
+        if self.kind != self.Kind.RESERVATION or self.starts_at is None or "seconds" not in self.payload:
+            return None
+        return self.starts_at + timedelta(seconds=self.payload["seconds"])

@@ -58,8 +58,15 @@ PRICE_UNITS = ("hour", "vcpu_hour", "gib_hour", "gpu_hour")
 CLASS_OF_BLOCKS: Hook[Callable[[set], dict]] = Hook("reservations.showback.CLASS_OF_BLOCKS", single=True)
 # the ids of the classes a user teaches (classes);
 TAUGHT_CLASSES: Hook[Callable[[object], set]] = Hook("reservations.showback.TAUGHT_CLASSES", single=True)
-# the hours budget of some classes, ``{class_id: hours}``, those that have one (classes).
+# the hours budget of some classes, ``{class_id: hours}``, those that have one (classes);
 CLASS_BUDGETS: Hook[Callable[[set], dict]] = Hook("reservations.showback.CLASS_BUDGETS", single=True)
+# where the hours budget of one class stands for some users over its whole term, now,
+# ``{user_id: {"budget", "extra", "used", "left"}}`` in hours, those it binds (classes).
+STUDENT_BUDGETS: Hook[Callable[[int, set], dict]] = Hook("reservations.showback.STUDENT_BUDGETS", single=True)
+
+#: A row's budget fields: the class's hours (per class and per student); per student, also the
+#: extra hours granted, the hours used outside sessions over the term and the hours left.
+BUDGET_FIELDS = ("budget_hours", "budget_extra_hours", "budget_used_hours", "budget_left_hours")
 
 
 # --- the uses --------------------------------------------------------------------------------
@@ -267,11 +274,11 @@ def report(first, last, *, by="user", scope, filters=None, now=None, stored=True
     filters = filters or {}
     totals, labels, kinds = _sums(first, last, by, scope, filters, now or timezone.now(), stored)
     price = prices()
-    budgets = _budgets(by, filters, totals)
+    budgets, standings = _budgets(by, filters, totals)
     rows = []
     for key in sorted(totals, key=lambda k: (-totals[k][0], str(labels.get(k) or ""), str(k))):
         row = {"key": "" if key is None else str(key), "label": _label(by, key, labels.get(key))}
-        rows.append({**row, **_measures(totals[key], price), "budget_hours": budgets.get(key)})
+        rows.append({**row, **_measures(totals[key], price), **dict.fromkeys(BUDGET_FIELDS), **budgets.get(key, {})})
     return {
         "from": first.isoformat(),
         "to": last.isoformat(),
@@ -285,6 +292,7 @@ def report(first, last, *, by="user", scope, filters=None, now=None, stored=True
         "currency": settings.USAGE_CURRENCY if price is not None else None,
         "prices": price,
         "budgets": bool(budgets),
+        "standings": standings,
         "totals": _measures([sum(t[i] for t in totals.values()) for i in range(len(MEASURES))], price),
         "kinds": [{"kind": kind, **_measures(kinds[kind], price)} for kind in K.values if kind in kinds],
         "rows": rows,
@@ -330,18 +338,19 @@ def _label(by, key, label):
 
 
 def _budgets(by, filters, totals):
-    """Hours budgets per row: each class's (per class), or the one class's for each of its
-    students (per user within a class); {} where classes have none."""
-    budgets_of = CLASS_BUDGETS.one()
-    if budgets_of is None:
-        return {}
-    if by == "class":
-        return budgets_of({k for k in totals if k is not None})
+    """``({key: budget fields}, standings)``: per class, each class's hours budget; per user
+    within one class, where its budget stands for each student it binds (``standings``: True),
+    over the whole term as of now, beside the range's session hours; ``({}, False)`` where
+    classes have none."""
+    keys = {k for k in totals if k is not None}
     klass = filters.get("class_id")
-    if by == "user" and klass is not None:
-        budget = budgets_of({klass}).get(klass)
-        return {} if budget is None else {k: budget for k in totals if k is not None}
-    return {}
+    if by == "class" and CLASS_BUDGETS.one() is not None:
+        return {k: {"budget_hours": hours} for k, hours in CLASS_BUDGETS.one()(keys).items()}, False
+    if by == "user" and klass is not None and STUDENT_BUDGETS.one() is not None:
+        found = STUDENT_BUDGETS.one()(klass, keys)
+        names = tuple(zip(BUDGET_FIELDS, ("budget", "extra", "used", "left"), strict=True))
+        return {k: {field: standing[name] for field, name in names} for k, standing in found.items()}, bool(found)
+    return {}, False
 
 
 def csv_text(data):
@@ -352,12 +361,13 @@ def csv_text(data):
     cost = data["prices"] is not None
     head = [data["by"], "name", "hours", "vcpu_hours", "gib_hours", "gpu_hours", "uses"]
     head += [f"cost_{data['currency']}" if data["currency"] else "cost"] if cost else []
-    head += ["budget_hours"] if data["budgets"] else []
+    budget = BUDGET_FIELDS if data.get("standings") else BUDGET_FIELDS[:1] if data["budgets"] else ()
+    head += list(budget)
     w.writerow(head)
-    for row in [*data["rows"], {"key": "total", "label": "", **data["totals"], "budget_hours": None}]:
+    for row in [*data["rows"], {"key": "total", "label": "", **data["totals"], **dict.fromkeys(BUDGET_FIELDS)}]:
         line = [row["key"], row["label"], *(row[m] for m in ("hours", "vcpu_hours", "gib_hours", "gpu_hours", "uses"))]
         line += [row["cost"]] if cost else []
-        line += ["" if row["budget_hours"] is None else row["budget_hours"]] if data["budgets"] else []
+        line += ["" if row[field] is None else row[field] for field in budget]
         w.writerow(line)
     return out.getvalue()
 

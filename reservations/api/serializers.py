@@ -393,7 +393,18 @@ class ShowbackMeasuresSerializer(serializers.Serializer):
 class ShowbackRowSerializer(ShowbackMeasuresSerializer):
     key = serializers.CharField(allow_blank=True, help_text="User id, class id, group or image name.")
     label = serializers.CharField()
-    budget_hours = serializers.FloatField(allow_null=True, help_text="The class's hours budget (by=class).")
+    budget_hours = serializers.FloatField(
+        allow_null=True, help_text="The class's hours budget (by=class; by=user with class: each student's class's)."
+    )
+    budget_extra_hours = serializers.FloatField(
+        allow_null=True, help_text="Extra hours granted to the student (by=user with class; the term's, now)."
+    )
+    budget_used_hours = serializers.FloatField(
+        allow_null=True, help_text="Hours of the budget used outside sessions (by=user with class; the term's, now)."
+    )
+    budget_left_hours = serializers.FloatField(
+        allow_null=True, help_text="Hours of the budget left (by=user with class; the term's, now)."
+    )
 
 
 class ShowbackKindSerializer(ShowbackMeasuresSerializer):
@@ -417,6 +428,7 @@ class ShowbackReportSerializer(serializers.Serializer):
     currency = serializers.CharField(allow_null=True, allow_blank=True)
     prices = serializers.DictField(child=serializers.FloatField(), allow_null=True)
     budgets = serializers.BooleanField(help_text="Whether some row has a class hours budget.")
+    standings = serializers.BooleanField(help_text="Whether rows carry students' budget standings (used, extra, left).")
     totals = ShowbackMeasuresSerializer()
     kinds = ShowbackKindSerializer(many=True)
     rows = ShowbackRowSerializer(many=True)

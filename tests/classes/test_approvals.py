@@ -42,7 +42,9 @@ def test_a_class_that_requires_approval_is_made_when_approved(
     assert not Class.objects.exists() and not Meeting.objects.exists() and not Allocation.objects.exists()
     assert request.starts_at is not None and request.expires_at <= request.starts_at
     [(subject, _)] = delivered(mail, 1)["carol@example.org"]
-    assert subject == "Approval wanted: the class Networks lab of cs101 (debian-12, 2 sessions) for alice"
+    first = f"{request.starts_at:%Y-%m-%d %H:%M} UTC"  # carol has no zone of her own: the site's
+    what = "the class Networks lab of cs101 (debian-12, 2 sessions)"
+    assert subject == f"Approval wanted: {what}, the first session at {first} for alice"
 
     request = approvals.approve(request, actor=approver)
     assert request.status == "approved"

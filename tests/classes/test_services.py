@@ -2,7 +2,8 @@
 block, built before it starts and stopped at its end; holidays skipped; a refusal creates
 nothing; changes re-plan what is not built; only a course's instructors make its classes."""
 
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth.models import Group
@@ -201,6 +202,52 @@ def test_sessions_keep_their_local_hour_across_the_change_to_summer_time(sim_hos
     )
     hours = [m.start.hour for m in Meeting.objects.filter(klass=klass)]
     assert hours == [9, 13, 8, 12]  # UTC: one hour earlier after 2027-03-28, 10:00 and 14:00 in Berlin
+
+
+def test_a_berlin_term_across_the_change_to_summer_time_builds_and_stops_each_session_at_its_local_hour(
+    sim_host, image, course, instructor, student, sync_jobs
+):
+    berlin = ZoneInfo("Europe/Berlin")
+    sessions = [Session(0, time(9, 0), 60), Session(3, time(14, 0), 90)]  # Mondays 09:00, Thursdays 14:00
+    holiday = date(2027, 3, 25)  # the Thursday before the change
+    klass = services.create_class(
+        actor=instructor,
+        by=instructor,
+        course=course,
+        name="Berlin lab",
+        image=image,
+        time_zone="Europe/Berlin",
+        first_day=date(2027, 3, 22),
+        last_day=date(2027, 4, 2),
+        sessions=sessions,
+        exceptions=[(holiday, "Staff day")],
+        now=datetime(2027, 3, 20, tzinfo=UTC),
+    )
+    meetings = list(Meeting.objects.filter(klass=klass).order_by("start"))
+    assert [m.start.astimezone(berlin).date() for m in meetings] == [
+        date(2027, 3, 22),
+        date(2027, 3, 29),
+        date(2027, 4, 1),
+    ]
+    assert holiday not in [o.day for o in services.occurrences(klass)]  # no session, no meeting, no seats
+    before, after = meetings[0], meetings[1]  # 2027-03-28 lies between them
+    assert (before.start.hour, after.start.hour) == (8, 7)  # UTC: CET, then CEST
+
+    for meeting in (before, after):
+        local = meeting.start.astimezone(berlin)
+        assert (local.hour, local.minute) == (9, 0) and meeting.end - meeting.start == timedelta(hours=1)
+        assert services.plan_round(meeting.start - timedelta(minutes=20))["built"] == 0  # lead time: 15 minutes
+        assert services.plan_round(meeting.start - timedelta(minutes=14))["built"] == 2
+        sync_jobs.drain()
+        assert set(seats_of(meeting).values_list("status", flat=True)) == {"ready"}
+        found, seat = services.next_seat(student, klass, now=meeting.start)
+        assert found == meeting and seat.status == "ready"  # ready by the session's start
+
+        schedule.tick(now=meeting.end + timedelta(minutes=1))
+        sync_jobs.drain()
+        assert set(seats_of(meeting).values_list("status", flat=True)) == {"ended"}
+        assert all(s.vm.state == "destroyed" for s in seats_of(meeting))
+    assert set(seats_of(meetings[2]).values_list("status", flat=True)) == {"pending"}  # Thursday's waits
 
 
 def test_a_term_far_away_is_refused(sim_host, image, course, instructor, term):

@@ -4,7 +4,7 @@ mailed; approved, it is reserved and built as any other and its requester is tol
 expired, its requester is told why and nothing was ever claimed. Who may decide: approvers of
 the requester's groups and administrators, never the requester."""
 
-from datetime import UTC, timedelta
+from datetime import timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -262,17 +262,31 @@ def test_a_block_of_an_image_that_requires_approval_is_an_administrators(
     assert services.create_block(actor=admin_user, created_by=admin_user, **block).seats == 1
 
 
-def test_times_are_said_in_utc_to_approvers_and_in_the_readers_zone_on_pages(client, gated, requester, approver):
-    """The form's start is in the requester's zone: the summary an approver reads anywhere says
-    UTC of the same instant; the pages show the reader's zone and name it."""
-    berlin = ZoneInfo("Europe/Berlin")
+def test_times_are_said_in_each_readers_zone_in_mails_and_on_pages(client, gated, requester, approver, mail):
+    """The form's start is in the requester's zone; the approver in another zone is mailed the
+    same instants in theirs, the requester's answer and pages say them in the requester's."""
+    berlin, kolkata = ZoneInfo("Europe/Berlin"), ZoneInfo("Asia/Kolkata")
     preferences.set_time_zone(requester, "Europe/Berlin", actor=requester)
+    preferences.set_time_zone(approver, "Asia/Kolkata", actor=approver)
     start = (timezone.now() + 24 * H).astimezone(berlin).replace(second=0, microsecond=0)
     request = ask(requester, gated, start=start)
-    assert f"{start.astimezone(UTC):%Y-%m-%d %H:%M} UTC" in request.summary
+    assert request.summary == "a reservation of debian-12 for 2 h 00 min"  # no clock time: each reader's own
+
+    def said(moment, zone):
+        moment = moment.astimezone(zone)
+        return f"{moment:%Y-%m-%d %H:%M} {moment:%Z}"
+
+    [(subject, body)] = delivered(mail, 1)["carol@example.org"]
+    window = f"from {said(start, kolkata)} to {said(start + 2 * H, kolkata)}"
+    assert window in subject and f"alice asks for a reservation of debian-12 for 2 h 00 min, {window}." in body
+    assert f"it expires at {said(request.expires_at, kolkata)}." in body and "UTC" not in subject + body
+
+    services.deny(request, actor=approver, reason="not this week")
+    [(subject, body)] = delivered(mail, 2)["alice@example.org"]  # carol's, then alice's
+    assert f"from {said(start, berlin)} to {said(start + 2 * H, berlin)} was denied" in body, body
+
     client.force_login(requester)
     page = client.get(reverse("reservations:approval", args=[request.pk])).content.decode()
-    expires = request.expires_at.astimezone(berlin)
-    assert f"{expires:%Y-%m-%d %H:%M} {expires:%Z}" in page and f"{expires:%H:%M} UTC" not in page
+    assert f"{said(start, berlin)} to {said(start + 2 * H, berlin)}" in page and "UTC" not in page
     listing = client.get(reverse("reservations:approvals")).content.decode()
-    assert f"{expires:%Y-%m-%d %H:%M} {expires:%Z}" in listing and "When (UTC)" not in listing
+    assert f"from {said(start, berlin)}" in listing and "When (UTC)" not in listing

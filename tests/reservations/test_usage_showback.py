@@ -12,6 +12,7 @@ from django.contrib.auth.models import Group
 
 from accounts import access
 from capacity.models import Allocation
+from classes import budget
 from classes.models import Class, Meeting
 from provisioning.models import VM
 from reservations import rollup, showback
@@ -33,7 +34,7 @@ def sized(reservation, vcpus, memory_mib, gpus=0):
 
 @pytest.fixture
 def history(image, alice, bob, django_user_model, sim_host):
-    """alice teaches cs101 (a class "Intro"); bob is its student; carol is in no course."""
+    """alice teaches cs101 (a class "Intro", a budget of 40 hours); bob is its student; carol is in no course."""
     course = Group.objects.create(name="cs101")
     course.user_set.add(alice, bob)
     access.set_roles(alice, ["instructor"], actor=alice)
@@ -42,7 +43,13 @@ def history(image, alice, bob, django_user_model, sim_host):
     sized(made(alice, image, at(D, 22), at(D1, 2), ready=at(D, 22)), 2, 2048, 1)
     # bob's seat in a session of Intro on D 10:00-11:00 (ready at its start), 1 vCPU, 1 GiB.
     intro = Class.objects.create(
-        name="Intro", course=course, image=image, time_zone="UTC", first_day=D, last_day=D + timedelta(days=30)
+        name="Intro",
+        course=course,
+        image=image,
+        time_zone="UTC",
+        first_day=D,
+        last_day=D + timedelta(days=30),
+        hours_budget=40,
     )
     block = BlockAllocation.objects.create(
         name="Intro week", image=image, group=course, seats=1, start=at(D, 10), end=at(D, 11)
@@ -207,18 +214,39 @@ def test_a_student_sees_only_their_own_and_staff_everything(history, admin_user,
     assert showback.report(D, D2, by="user", scope=showback.visible_usage(history["bob"]), now=NOW) == mine
 
 
-def test_a_class_hours_budget_shows_when_classes_have_one(history):
-    intro = history["intro"].pk
+def test_a_class_hours_budget_shows_when_classes_have_one(history, image):
+    intro = history["intro"]
+    Class.objects.filter(pk=intro.pk).update(hours_budget=None)
     report = showback.report(D, D2, by="class", scope=EVERYONE, now=NOW)
     assert report["budgets"] is False and "budget_hours" not in showback.csv_text(report)
-    with showback.CLASS_BUDGETS.replaced(lambda ids: {intro: 40.0} if intro in ids else {}):
-        report = showback.report(D, D2, by="class", scope=EVERYONE, now=NOW)
-        assert report["budgets"] is True and by_label(report)["Intro"]["budget_hours"] == 40.0
-        assert showback.csv_text(report).splitlines()[0].endswith(",budget_hours")
-        assert showback.report(D, D2, by="user", scope=EVERYONE, now=NOW)["budgets"] is False
-        # Per student within the class: each student's row carries the class's budget.
-        students = showback.report(D, D2, by="user", scope=EVERYONE, filters={"class_id": intro}, now=NOW)
-        assert [(r["label"], r["hours"], r["budget_hours"]) for r in students["rows"]] == [("bob", 1.0, 40.0)]
+    Class.objects.filter(pk=intro.pk).update(hours_budget=40)
+    report = showback.report(D, D2, by="class", scope=EVERYONE, now=NOW)
+    assert report["budgets"] is True and by_label(report)["Intro"]["budget_hours"] == 40.0
+    assert showback.csv_text(report).splitlines()[0].endswith(",budget_hours")
+    assert showback.report(D, D2, by="user", scope=EVERYONE, now=NOW)["budgets"] is False
+
+
+def test_each_students_row_shows_where_their_budget_stands(client, api, history, image):
+    """Per student within a class: the hours of their session seats in the range, and beside
+    them the budget as the classes app counts it over the term: extra hours, used outside
+    sessions (not the seats), left."""
+    alice, bob, intro = history["alice"], history["bob"], history["intro"]
+    budget.grant_hours(intro, bob, 5, "lab rework", actor=alice, by=alice)
+    made(bob, image, at(D1, 9), at(D1, 12), ready=at(D1, 9), stop=at(D1, 12))  # 3 h outside sessions
+    students = showback.report(D, D2, by="user", scope=EVERYONE, filters={"class_id": intro.pk}, now=NOW)
+    assert students["budgets"] is True and students["standings"] is True
+    [row] = students["rows"]
+    standing = (row["budget_hours"], row["budget_extra_hours"], row["budget_used_hours"], row["budget_left_hours"])
+    assert (row["label"], row["hours"], standing) == ("bob", 1.0, (40.0, 5.0, 3.0, 42.0))
+    assert budget.standing(bob, intro).left == 42  # the same figures as the course page's
+    lines = list(csv.reader(io.StringIO(showback.csv_text(students))))
+    assert lines[0][-4:] == ["budget_hours", "budget_extra_hours", "budget_used_hours", "budget_left_hours"]
+    assert lines[1][-4:] == ["40.0", "5.0", "3.0", "42.0"]
+    client.force_login(alice)
+    page = client.get(f"/reservations/showback/?from=2026-03-10&to=2026-03-12&by=user&class={intro.pk}")
+    assert "Used outside sessions (term)" in page.content.decode() and "42.0" in page.content.decode()
+    body = api(alice).get(f"/api/v1/usage/showback/?from=2026-03-10&to=2026-03-12&by=user&class={intro.pk}").json()
+    assert body["standings"] is True and body["rows"][0]["budget_left_hours"] == 42.0
 
 
 def test_the_page_and_csv_show_each_viewer_their_scope(client, history, admin_user, settings):
