@@ -218,7 +218,7 @@ def _record_networks(head, template, machines, claims):
 
 def machines_of(head):
     """Every machine's reservation of the environment ``head`` is the head of, the head first."""
-    return [head, *Reservation.objects.filter(head=head).select_related("vm").order_by("pk")]
+    return [head, *Reservation.objects.filter(head=head).select_related("vm", "image").order_by("pk")]
 
 
 def all_ready(head):
@@ -233,7 +233,8 @@ def machine_ready(reservation, ready):
     paths lock the head's row first, so of two machines settling at once the second sees the
     first (and the last one turns the head ready)."""
     head_id = reservation.head_id or reservation.pk
-    head = Reservation.objects.select_for_update().select_related("vm", "vm__host", "image").get(pk=head_id)
+    rows = Reservation.objects.select_for_update(of=("self",)).select_related("vm", "vm__host", "image")
+    head = rows.get(pk=head_id)
     if reservation.head_id is not None:
         ready(reservation)
     if head.status == S.PROVISIONING and all_ready(head):

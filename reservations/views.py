@@ -144,18 +144,21 @@ def _panel_context(reservation):
     vm_state = reservation.vm.state if reservation.vm else ""
     reached = [name for name, _ in STEPS].index(vm_state) if vm_state in dict(STEPS) else -1
     warn = timedelta(minutes=settings.RESERVATION_WARN_MINUTES)
+    alone = reservation.head_id is None  # an environment's other machines are acted on through its head
     return {
         "reservation": reservation,
+        # an environment's head: every machine, live (their changes are told on its topic too)
+        "machines": services.machines_of(reservation) if reservation.environment_id and alone else [],
         "history": list(reservation.history.all()),
         "connection": services.connection(reservation),
         "steps": [
             (name, label, "done" if i < reached else "current" if i == reached else "todo")
             for i, (name, label) in enumerate(STEPS)
         ],
-        "may_extend": reservation.status in Reservation.ACTIVE and reservation.allocation_id is not None,
-        "may_end": reservation.status
-        in (Reservation.Status.PLACING, Reservation.Status.PROVISIONING, Reservation.Status.READY),
-        "may_cancel": reservation.status in (Reservation.Status.REQUESTED, Reservation.Status.PENDING),
+        "may_extend": alone and reservation.status in Reservation.ACTIVE and reservation.allocation_id is not None,
+        "may_end": alone
+        and reservation.status in (Reservation.Status.PLACING, Reservation.Status.PROVISIONING, Reservation.Status.READY),
+        "may_cancel": alone and reservation.status in (Reservation.Status.REQUESTED, Reservation.Status.PENDING),
         "ending_soon": reservation.status == Reservation.Status.READY and reservation.end - now <= warn,
         "extend_form": ExtendForm(),
         "warn_minutes": settings.RESERVATION_WARN_MINUTES,

@@ -186,3 +186,47 @@ def test_it_refuses_a_template_the_user_may_not_see(make_host, lab, bob):
         services.reserve_environment(bob, lab, actor=bob, duration=H)
     with pytest.raises(ValidationError, match="no such environment, or you may not use it"):
         services.visible_environment(bob, lab.pk)
+
+
+def test_the_api_reserves_an_environment_and_shows_its_machines(make_host, lab, alice, bob, api, sync_jobs):
+    make_host("big", cpus=16, memory_mib=16384)
+    url = "/api/v1/reservations/"
+    both = api(alice).post(url, {"image": lab.members.first().image_id, "environment": lab.pk, "duration_minutes": 60})
+    assert both.status_code == 400 and "give either image or environment" in str(both.json())
+    hidden = api(bob).post(url, {"environment": lab.pk, "duration_minutes": 60}, format="json")
+    missing = api(bob).post(url, {"environment": 999999, "duration_minutes": 60}, format="json")
+    assert hidden.status_code == missing.status_code == 400
+    assert hidden.json() == missing.json()  # nothing tells one from the other
+    assert "no such environment, or you may not use it" in str(hidden.json())
+
+    response = api(alice).post(url, {"environment": lab.pk, "duration_minutes": 60}, format="json")
+    assert response.status_code == 202, response.json()
+    head = response.json()["reservation"]
+    assert head["environment"] == lab.pk and head["hostname"] == "router" and head["head"] is None
+    assert [m["hostname"] for m in head["machines"]] == ["router", "client", "server"]
+    sync_jobs.drain()
+    detail = api(alice).get(f"{url}{head['id']}/").json()
+    assert detail["status"] == "ready" and detail["connection"]["password"]
+    assert {m["status"] for m in detail["machines"]} == {"ready"} and all(m["address"] for m in detail["machines"])
+    client = next(m for m in detail["machines"] if m["hostname"] == "client")
+    assert api(alice).get(f"{url}{client['id']}/").json()["head"] == head["id"]
+    refused = api(alice).post(f"{url}{client['id']}/end/")
+    assert refused.status_code == 409 and f"environment reservation {head['id']}" in str(refused.json())
+    assert api(bob).get(f"{url}{head['id']}/").status_code == 404
+    assert api(alice).post(f"{url}{head['id']}/end/").status_code in (200, 202)
+    sync_jobs.drain()
+    assert {m.status for m in machines(Reservation.objects.get(pk=head["id"])).values()} == {"ended"}
+
+
+def test_the_head_page_lists_its_machines_and_a_machine_links_its_head(make_host, lab, alice, client, sync_jobs):
+    make_host("big", cpus=16, memory_mib=16384)
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    sync_jobs.drain()
+    client.force_login(alice)
+    page = client.get(f"/reservations/{head.pk}/").content.decode()
+    assert 'id="machines"' in page and page.count("data-machine=") == 3
+    assert "entry machine <strong>router</strong>" in page and 'id="extend-form"' in page
+    server = machines(head)["server"]
+    page = client.get(f"/reservations/{server.pk}/").content.decode()
+    assert f'href="/reservations/{head.pk}/" id="environment-head"' in page
+    assert 'id="extend-form"' not in page and 'id="machines"' not in page
