@@ -139,6 +139,9 @@ def reservation_list(request):
     return render(request, "reservations/reservation_list.html", context)
 
 
+S = Reservation.Status
+
+
 def _panel_context(reservation):
     now = timezone.now()
     vm_state = reservation.vm.state if reservation.vm else ""
@@ -156,8 +159,7 @@ def _panel_context(reservation):
             for i, (name, label) in enumerate(STEPS)
         ],
         "may_extend": alone and reservation.status in Reservation.ACTIVE and reservation.allocation_id is not None,
-        "may_end": alone
-        and reservation.status in (Reservation.Status.PLACING, Reservation.Status.PROVISIONING, Reservation.Status.READY),
+        "may_end": alone and reservation.status in (S.PLACING, S.PROVISIONING, S.READY),
         "may_cancel": alone and reservation.status in (Reservation.Status.REQUESTED, Reservation.Status.PENDING),
         "ending_soon": reservation.status == Reservation.Status.READY and reservation.end - now <= warn,
         "extend_form": ExtendForm(),
