@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_save
 
 
 class CapacityConfig(AppConfig):
@@ -12,6 +13,18 @@ class CapacityConfig(AppConfig):
 
         inventory.IN_USE_CHECKERS.register(_live_allocations)
         inventory.CLAIMS_END.register(services.claims_end)
+        post_save.connect(_created_in_transaction, sender="capacity.Allocation", dispatch_uid="snapshot-tentative")
+
+
+def _created_in_transaction(sender, instance, created, **kwargs):
+    """Every writer of claims at once (claim, extend, hold, resize, move): the process's snapshot
+    learns the claims of a transaction that may still roll back."""
+    from django.db import connection
+
+    from capacity.snapshot import snapshot
+
+    if created and connection.in_atomic_block:
+        snapshot.note_created(instance.pk)
 
 
 def _live_allocations(hypervisor):

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
@@ -57,6 +57,9 @@ class Snapshot:
         self._pending: _Loaded | None = None  # a background reload, ready to swap in
         self._reloading = None  # its thread while it runs
         self.background_reloads = 0
+        # Claims written in transactions not yet committed: a decision in the transaction that
+        # wrote them sees them (and must), but if it rolls back they never existed.
+        self.tentative: set[int] = set()
 
     def reset(self):
         with self.lock:
@@ -79,7 +82,28 @@ class Snapshot:
             if time.monotonic() - self.loaded_at > FULL_RELOAD_SECONDS:
                 self._reload_in_background()
             self._catch_up(now)
+        self._forget_rolled_back()
         return self.engine, self.ids
+
+    def note_created(self, allocation_id):
+        """An allocation was written in an open transaction: until it commits, the snapshot
+        checks that it still exists (a rolled-back claim must not keep its room here)."""
+        self.tentative.add(allocation_id)
+        transaction.on_commit(lambda: self.tentative.discard(allocation_id))
+
+    def _forget_rolled_back(self):
+        if not self.tentative:
+            return
+        pending = set(self.tentative)
+        gone = pending - set(Allocation.objects.filter(pk__in=pending).values_list("pk", flat=True))
+        if gone:  # SQLite hands a rolled-back id out again (its sequence rolls back too): read from there
+            self.high_water = min(self.high_water, min(gone) - 1)
+        for alloc_id in gone:
+            self.tentative.discard(alloc_id)
+            if alloc_id in self.known:
+                self.engine.remove_allocation(str(alloc_id))
+                self.known.discard(alloc_id)
+                self.open.discard(alloc_id)
 
     def wait_for_reload(self, timeout=None) -> bool:
         """Block until a running background reload has finished (tests, shutdown)."""

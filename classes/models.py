@@ -25,6 +25,14 @@ class Class(models.Model):
         related_name="classes",
         help_text="Its VMs are built from the image's production revision when each session is built.",
     )
+    environment = models.ForeignKey(
+        "environments.EnvironmentTemplate",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="classes",
+        help_text="Each seat is this environment's machines (image: its entry machine's); blank: one VM of the image.",
+    )
     # The size, as a reservation's: blank is the image's default.
     vcpus = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
     memory_mib = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(16)])

@@ -51,9 +51,11 @@ from classes import calendar
 from classes.models import Class, Meeting, NoSessionDay, WeeklySession
 from core import changelog
 from core.changelog import Actor
+from environments import services as environment_services
+from environments.models import EnvironmentTemplate
 from provisioning import quotas
 from provisioning import services as vms
-from reservations import approvals, blocks, reserving
+from reservations import approvals, blocks, environments, reserving
 from reservations.models import ApprovalRequest, BlockAllocation, Reservation
 
 log = logging.getLogger(__name__)
@@ -167,6 +169,7 @@ def _errors(values, members):
     image = values["image"]
     if not image.active:
         errors["image"] = [f"image {image.name} is inactive"]
+    errors.update(_environment_errors(values["environment"], image))
     try:
         calendar.zone_of(values["time_zone"])
     except ValueError as exc:
@@ -200,6 +203,16 @@ def _errors(values, members):
     return errors
 
 
+def _environment_errors(environment, image):
+    if environment is None:
+        return {}
+    if not environment.active:
+        return {"environment": [f"environment {environment.name} is inactive"]}
+    if image != environments.entry_image(environment):
+        return {"image": [f"a seat of {environment.name} is its entry machine's image, not {image.name}"]}
+    return {}
+
+
 FIELDS = (
     "name",
     "image",
@@ -221,8 +234,10 @@ DEFAULTS = {
     "gpu_model": "",
     "hours_budget": None,
     "requires_approval": False,
+    "environment": None,
 }
-OTHER = ("gpus", "gpu_model", "requires_approval")  # changeable besides FIELDS (the form's ``initial_of`` aside)
+# changeable besides FIELDS (the form's ``initial_of`` aside)
+OTHER = ("gpus", "gpu_model", "requires_approval", "environment")
 MAX_BUDGET_HOURS = 10000
 # Changing these changes no claim: the sessions are re-planned only for the rest. (Nor does
 # ``requires_approval``: it gates the making of a class, done by then.)
@@ -241,6 +256,10 @@ def _check(values, user):
             raise PermissionDenied(f"you do not teach {values['course'].name}")
         if not vms.visible_images(user).filter(pk=values["image"].pk).exists():
             raise ValidationError({"image": ["no such image, or you may not use it"]})
+        environment = values["environment"]
+        usable = environment_services.visible_templates(user)
+        if environment is not None and not usable.filter(pk=environment.pk).exists():
+            raise ValidationError({"environment": ["no such environment, or you may not use it"]})
 
 
 # --- the verbs --------------------------------------------------------------------------------------
@@ -297,7 +316,8 @@ def _ask(values, by, now, *, actor):
         "last_day": values["last_day"].isoformat(),
         "sessions": [[s.weekday, s.start.isoformat(), s.minutes] for s in sessions],
         "exceptions": [[day.isoformat(), reason] for day, reason in values["exceptions"]],
-        "more": {k: values[k] for k in (*DEFAULTS, "time_zone")},
+        "more": {k: values[k] for k in (*DEFAULTS, "time_zone") if k != "environment"},
+        "environment": values["environment"].pk if values["environment"] is not None else None,
     }
     summary = f"the class {payload['name']} of {values['course'].name} ({values['image'].name}, {len(found)} sessions)"
     kind = ApprovalRequest.Kind.CLASS
@@ -322,9 +342,19 @@ def proceed_approved(request, *, actor):
         last_day=date.fromisoformat(data["last_day"]),
         sessions=[calendar.Session(w, time.fromisoformat(t), m) for w, t, m in data["sessions"]],
         exceptions=[(date.fromisoformat(d), r) for d, r in data["exceptions"]],
+        environment=_asked_environment(data.get("environment")),
         **data["more"],
     )
     return klass.pk
+
+
+def _asked_environment(template_id):
+    if template_id is None:
+        return None
+    template = EnvironmentTemplate.objects.filter(pk=template_id).first()
+    if template is None:
+        raise ValidationError({"environment": ["the environment was deleted meanwhile"]})
+    return template
 
 
 def change_class(klass, *, actor, by=None, now=None, sessions=None, exceptions=None, **changes):
@@ -456,7 +486,8 @@ def next_seat(user, klass, now=None):
     meeting = klass.meetings.filter(end__gt=now, block__canceled=False).select_related("block").first()
     if meeting is None:
         return None, None
-    seat = Reservation.objects.filter(block_id=meeting.block_id, user=user, status__in=Reservation.ACTIVE).first()
+    seats = Reservation.objects.filter(block_id=meeting.block_id, head__isnull=True)  # an environment's: its head
+    seat = seats.filter(user=user, status__in=Reservation.ACTIVE).first()
     return meeting, seat
 
 
@@ -533,10 +564,16 @@ def _claim(klass, occurrence, members, now, *, actor):
         end=occurrence.end,
         weeks=1,
         created_by=klass.created_by,
+        environment=klass.environment,
     )
     for seat in range(seats):
         user = members[seat] if seat < len(members) else None
         try:
+            if klass.environment is not None:  # the environment's machines, all or nothing
+                environments.accept_seat(
+                    user, klass.environment, occurrence.start, occurrence.end, block=block, actor=actor
+                )
+                continue
             if image.max_concurrent is not None:  # seats are the instructor's: only the licence cap binds
                 quotas.check_locked(None, image, occurrence.start, occurrence.end, vms.size_for(image, **size))
             reserving.create(

@@ -17,7 +17,7 @@ from core.errors import Conflict
 from provisioning import quotas
 from provisioning import services as vms
 from provisioning.models import VM
-from reservations import approvals, ending, reserving, status
+from reservations import approvals, ending, environments, reserving, status
 from reservations.models import BlockAllocation, Reservation
 
 log = logging.getLogger(__name__)
@@ -44,8 +44,12 @@ def teaching_groups(user):
     return access.taught_of(user, access.own_groups(user)) if may_manage_blocks(user) else Group.objects.none()
 
 
-def create_block(*, actor, name, image, group, seats, start, end, weeks=1, created_by=None, now=None, time_zone=None):
+def create_block(
+    *, actor, name, image, group, seats, start, end, weeks=1, created_by=None, now=None, time_zone=None,
+    environment=None,
+):  # fmt: skip
     """Reserve ``seats`` of ``image`` for ``group`` each week; all occurrences claimed at once or none.
+    ``environment``: each seat is that template's machines (``image``: its entry machine's).
 
     The weeks repeat at the same local hour in ``time_zone`` (default: the zone of ``created_by``,
     else the active one), so a class at 14:00 stays at 14:00 across a change of daylight saving
@@ -64,6 +68,8 @@ def create_block(*, actor, name, image, group, seats, start, end, weeks=1, creat
     if not (1 <= int(weeks) <= 52):
         errors["weeks"] = ["between 1 and 52 weeks"]
     errors.update({k: v for k, v in reserving.validate(None, image, start, end, now).items() if k not in errors})
+    if environment is not None and image != environments.entry_image(environment):
+        errors["image"] = [f"a seat of {environment.name} is its entry machine's image, not {image.name}"]
     if errors:
         raise ValidationError(errors)
     if created_by is not None and not teaching_groups(created_by).filter(pk=group.pk).exists():
@@ -84,15 +90,14 @@ def create_block(*, actor, name, image, group, seats, start, end, weeks=1, creat
             end=end,
             weeks=weeks,
             created_by=created_by,
+            environment=environment,
         )
         length = end - start
         for week, begins in enumerate(localtime.weekly(start, time_zone, weeks)):
             for seat in range(int(seats)):
                 user = members[seat] if seat < len(members) else None
                 try:
-                    if image.max_concurrent is not None:  # seats are the instructor's: only the licence cap binds
-                        quotas.check_locked(None, image, begins, begins + length, vms.size_for(image))
-                    reserving.create(user, image, begins, begins + length, "", "", {}, block, week, actor=actor)
+                    _claim_seat(user, block, begins, begins + length, week, actor=actor)
                 except ValidationError as exc:  # all or nothing: roll every claim back
                     detail = "; ".join(exc.message_dict.get("start", exc.messages))
                     raise ValidationError(
@@ -106,20 +111,34 @@ def create_block(*, actor, name, image, group, seats, start, end, weeks=1, creat
     return block
 
 
+def _claim_seat(user, block, start, end, occurrence, *, actor):
+    """One seat of one occurrence: one VM of the block's image, or its environment's machines."""
+    if block.environment is not None:
+        environments.accept_seat(user, block.environment, start, end, block=block, occurrence=occurrence, actor=actor)
+        return
+    image = block.image
+    if image.max_concurrent is not None:  # seats are the instructor's: only the licence cap binds
+        quotas.check_locked(None, image, start, end, vms.size_for(image))
+    reserving.create(user, image, start, end, "", "", {}, block, occurrence, actor=actor)
+
+
 def take_seat(user, block, now=None, *, actor):
     """A member of the block's group takes a free seat of the current or next occurrence."""
     now = now or timezone.now()
     if block.canceled or not user.groups.filter(pk=block.group_id).exists():
         raise ValidationError({"block": ["you are not in this class's group"]})
-    upcoming = block.seat_reservations.filter(status__in=Reservation.ACTIVE, end__gt=now).order_by("start", "pk")
+    seats = block.seat_reservations.filter(head__isnull=True)  # an environment's seat is its head
+    upcoming = seats.filter(status__in=Reservation.ACTIVE, end__gt=now).order_by("start", "pk")
     held = upcoming.filter(user=user).first()
     if held is not None:
         return held
     for seat in upcoming.filter(user__isnull=True):
         with transaction.atomic():
             if Reservation.objects.filter(pk=seat.pk, user__isnull=True).update(user=user):
-                if seat.vm_id:
-                    VM.objects.filter(pk=seat.vm_id).update(owner=user)
+                machines = Reservation.objects.filter(head=seat)  # (none: a seat of one image)
+                machines.update(user=user)
+                vm_ids = [seat.vm_id, *machines.values_list("vm_id", flat=True)]
+                VM.objects.filter(pk__in=[v for v in vm_ids if v]).update(owner=user)
                 seat.refresh_from_db()
                 status.history(seat, f"seat taken by {user.get_username()}")
                 return seat
@@ -129,10 +148,9 @@ def take_seat(user, block, now=None, *, actor):
 
 def block_usage(block, now=None):
     now = now or timezone.now()
-    current = (
-        block.seat_reservations.filter(end__gt=now).order_by("occurrence").values_list("occurrence", flat=True).first()
-    )
-    seats = block.seat_reservations.filter(occurrence=current if current is not None else block.weeks - 1)
+    heads = block.seat_reservations.filter(head__isnull=True)  # an environment's seat is its head
+    current = heads.filter(end__gt=now).order_by("occurrence").values_list("occurrence", flat=True).first()
+    seats = heads.filter(occurrence=current if current is not None else block.weeks - 1)
     return {
         "occurrence": (current or 0) + 1,
         "seats": block.seats,

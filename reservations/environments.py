@@ -106,9 +106,28 @@ def _check_machines(user, machines, start, end, now):
         raise ValidationError(errors)
 
 
-def _accept(user, template, machines, start, end, ssh_key, request_key, *, actor):
-    """The machines' rows, their quotas, their claims and their networks (in the caller's transaction)."""
-    _check_quotas(user, machines, start, end)
+def accept_seat(user, template, start, end, *, block, occurrence=0, actor):
+    """A class's or block's seat of ``template`` (``user`` None: a free seat), claimed all or
+    nothing in the caller's transaction; returns its head. The seats are the instructor's:
+    only the images' licence caps bind (``quotas``), as for a seat of one image.
+    ``ValidationError`` (``reserving.NoRoom``) when it does not fit."""
+    machines = environment_services.expand(template)
+    for machine in machines:
+        if machine.image.max_concurrent is not None:
+            quotas.check_locked(None, machine.image, start, end, machine.size)
+    return _accept(user, template, machines, start, end, "", "", actor=actor, block=block, occurrence=occurrence)
+
+
+def entry_image(template):
+    """The image of ``template``'s entry machine (a class's or block's image, for its words)."""
+    return template.members.get(entry=True).image
+
+
+def _accept(user, template, machines, start, end, ssh_key, request_key, *, actor, block=None, occurrence=0):
+    """The machines' rows, their quotas (not for a seat: ``block``), their claims and their
+    networks, in the caller's transaction."""
+    if block is None:
+        _check_quotas(user, machines, start, end)
     rows = {}
     for machine in sorted(machines, key=lambda m: not m.entry):  # the head first: the others point at it
         head = rows.get(next(m.hostname for m in machines if m.entry))
@@ -123,6 +142,8 @@ def _accept(user, template, machines, start, end, ssh_key, request_key, *, actor
             end=end,
             ssh_key=ssh_key.strip() if head is None else "",
             request_key=request_key if head is None else "",
+            block=block,
+            occurrence=occurrence,
             **machine.size,
         )
     head = rows[next(m.hostname for m in machines if m.entry)]

@@ -230,6 +230,14 @@ class BlockAllocation(models.Model):
 
     name = models.CharField(max_length=100)
     image = models.ForeignKey("vms.Image", on_delete=models.PROTECT, related_name="blocks")
+    environment = models.ForeignKey(
+        "environments.EnvironmentTemplate",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="blocks",
+        help_text="Each seat is this environment (image: its entry machine's); blank: one VM of the image.",
+    )
     group = models.ForeignKey("auth.Group", on_delete=models.PROTECT, related_name="blocks")
     seats = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(1000)])
     start = models.DateTimeField(help_text="Start of the first occurrence.")

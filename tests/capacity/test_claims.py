@@ -2,6 +2,7 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from capacity import services as capacity
@@ -309,3 +310,24 @@ def test_a_host_tag_change_alone_reaches_the_snapshot(make_host):
     snapshot.expire()  # as after the version-check interval
     assert capacity.plan(gpu).host == "h1"
     assert capacity.claim(gpu, actor=TEST).host == host
+
+
+class _Undo(Exception):
+    pass
+
+
+def test_a_rolled_back_claim_keeps_no_room_in_the_process_snapshot(make_host):
+    make_host("only", cpus=2, cpu_ratio=1.0, memory_mib=65536)
+    with pytest.raises(_Undo), transaction.atomic():
+        capacity.claim(demand(vcpus=2), actor=TEST)
+        with pytest.raises(capacity.NoCapacity):  # in its transaction, the claim holds the host
+            capacity.claim(demand(vcpus=1), actor=TEST)
+        raise _Undo
+    assert not Allocation.objects.exists()
+    # Gone with its transaction: the host is free again, also for the decisions of this process
+    # (whose snapshot read the claim while it was there, and may see its id handed out again).
+    first = capacity.claim(demand(vcpus=1), actor=TEST)
+    second = capacity.claim(demand(vcpus=1), actor=TEST)
+    assert {first.host.name, second.host.name} == {"only"}
+    with pytest.raises(capacity.NoCapacity):
+        capacity.claim(demand(vcpus=1), actor=TEST)

@@ -1,0 +1,81 @@
+"""A class whose seats are environments: each seat is every machine of the template, placed
+all or nothing on the simulator; a seat that does not fit refuses the class whole."""
+
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from capacity.models import Allocation
+from classes import services
+from classes.models import Class, Meeting
+from environments import services as environment_services
+from provisioning.models import PrivateNetwork
+from reservations import schedule
+from reservations.models import BlockAllocation, Reservation
+from tests.environments.conftest import member
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def lab(instructor, image):
+    """Three machines of 256 MiB on one network: 768 MiB a seat, on one host."""
+    small = {"vcpus": 1, "memory_mib": 256, "disk_gib": 1}
+    return environment_services.create_template(
+        actor=instructor,
+        name="three-node",
+        members=[member("db-1", image, "lan", entry=True, **small), member("db-2", image, "lan", **small),
+                 member("db-3", image, "lan", **small)],
+        networks=[{"name": "lan", "cidr": "192.168.30.0/24"}],
+    )  # fmt: skip
+
+
+def make(course, image, term, by, **more):
+    return services.create_class(actor=by, by=by, course=course, name="Databases", image=image, **term, **more)
+
+
+def test_thirty_seats_of_three_machines_are_placed_whole_and_the_one_without_room_refuses_it(
+    make_host, image, lab, course, instructor, term
+):
+    for n in range(29):  # room for 29 seats, one a host (each seat's machines share a network)
+        make_host(f"node{n:02d}", cpus=4, memory_mib=768, disk_gib=10)
+    term = {**term, "last_day": term["first_day"]}  # one session
+    with pytest.raises(ValidationError) as refused:
+        make(course, image, term, instructor, seats=30, environment=lab)
+    [message] = refused.value.message_dict["sessions"]
+    assert "seat 30 of 30 does not fit" in message and "must share a host" in message
+    assert not Class.objects.exists() and not BlockAllocation.objects.exists()
+    assert not Reservation.objects.exists() and not Allocation.objects.exists()
+    assert not PrivateNetwork.objects.exists()
+
+    klass = make(course, image, term, instructor, seats=29, environment=lab)
+    [meeting] = Meeting.objects.filter(klass=klass)
+    heads = Reservation.objects.filter(block=meeting.block, head__isnull=True)
+    assert heads.count() == 29 and Reservation.objects.filter(block=meeting.block).count() == 87
+    for head in heads:
+        hosts = {r.allocation.host_id for r in Reservation.objects.filter(head=head)} | {head.allocation.host_id}
+        assert len(hosts) == 1
+    assert Allocation.objects.filter(released__isnull=True).count() == 87
+
+
+def test_seats_are_built_whole_before_the_session_and_a_student_gets_the_entry_machine(
+    make_host, image, lab, course, instructor, student, term, sync_jobs
+):
+    make_host("big", cpus=16, memory_mib=8192)
+    term = {**term, "last_day": term["first_day"]}
+    klass = make(course, image, term, instructor, seats=2, environment=lab)
+    [meeting] = Meeting.objects.filter(klass=klass)
+    assert services.plan_round(meeting.start - timedelta(minutes=14))["built"] == 6  # every machine of both seats
+    sync_jobs.drain()
+    rows = Reservation.objects.filter(block=meeting.block)
+    assert set(rows.values_list("status", flat=True)) == {"ready"}
+    found, seat = services.next_seat(student, klass, now=meeting.start)
+    assert found == meeting and seat.head_id is None and seat.hostname == "db-1"
+    assert set(Reservation.objects.filter(head=seat).values_list("user", flat=True)) == {student.pk}
+    assert services.seat_counts(meeting)["ready"] == 2  # seats, not machines
+
+    schedule.tick(now=meeting.end + timedelta(minutes=1))
+    sync_jobs.drain()
+    assert set(rows.values_list("status", flat=True)) == {"ended"}
+    assert not PrivateNetwork.objects.filter(removed__isnull=True).exists()
