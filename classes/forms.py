@@ -4,6 +4,7 @@
 from django import forms
 
 from classes import calendar, services
+from environments import services as environment_services
 from provisioning import services as vms
 
 DATE_INPUT = forms.DateInput(attrs={"type": "date"})
@@ -12,6 +13,11 @@ DATE_INPUT = forms.DateInput(attrs={"type": "date"})
 class ClassForm(forms.Form):
     name = forms.CharField(max_length=100)
     image = forms.ModelChoiceField(queryset=None, help_text="Built from its production revision before each session.")
+    environment = forms.ModelChoiceField(
+        queryset=None,
+        required=False,
+        help_text="Each seat is this environment's machines (the image is its entry machine's). Blank: one VM.",
+    )
     time_zone = forms.CharField(max_length=64, help_text="IANA name (Europe/Berlin): sessions keep their local hour.")
     first_day = forms.DateField(widget=DATE_INPUT)
     last_day = forms.DateField(widget=DATE_INPUT)
@@ -45,6 +51,7 @@ class ClassForm(forms.Form):
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["image"].queryset = vms.visible_images(user).order_by("name")
+        self.fields["environment"].queryset = environment_services.visible_templates(user).filter(active=True)
         self.fields["time_zone"].initial = services.default_zone(user)
 
     def clean_sessions(self):
@@ -65,7 +72,7 @@ class ClassForm(forms.Form):
         days = calendar.WEEKDAYS
         sessions = "\n".join(f"{days[s.weekday]} {s.start:%H:%M} {s.minutes}" for s in klass.sessions.all())
         exceptions = "\n".join(f"{e.day.isoformat()} {e.reason}".strip() for e in klass.exceptions.all())
-        values = {f: getattr(klass, f) for f in (*services.FIELDS, "gpus", "requires_approval")}
+        values = {f: getattr(klass, f) for f in (*services.FIELDS, "gpus", "requires_approval", "environment")}
         return {**values, "sessions": sessions, "exceptions": exceptions}
 
 

@@ -65,6 +65,14 @@ class ClassSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     # Ids looked up among what the user may see (``views``): another course or image is "no such".
     course = serializers.IntegerField(source="course_id", min_value=1, max_value=MAX_ID, help_text="The group's id.")
     image = serializers.IntegerField(source="image_id", min_value=1, max_value=MAX_ID, help_text="The image's id.")
+    environment = serializers.IntegerField(
+        source="environment_id",
+        min_value=1,
+        max_value=MAX_ID,
+        required=False,
+        allow_null=True,
+        help_text="An environment template's id: each seat is its machines (image: its entry machine's).",
+    )
     time_zone = serializers.CharField(max_length=64, required=False, help_text="IANA name; default: yours.")
     sessions = SessionSerializer(many=True)
     exceptions = ExceptionSerializer(many=True, required=False)
@@ -77,6 +85,7 @@ class ClassSerializer(RefuseUnknownFields, serializers.ModelSerializer):
             "name",
             "course",
             "image",
+            "environment",
             "time_zone",
             "first_day",
             "last_day",

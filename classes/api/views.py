@@ -21,6 +21,7 @@ from classes import budget as budgets
 from classes import services
 from classes.api.serializers import ClassSerializer, GrantSerializer, StandingSerializer
 from classes.models import Class
+from environments import services as environment_services
 from inventory.api.serializers import as_drf
 from provisioning import services as vms
 from reservations.api.serializers import ApprovalRequestSerializer
@@ -60,6 +61,14 @@ class ClassViewSet(
             if image is None:
                 raise as_drf(ValidationError({"image": ["no such image, or you may not use it"]}))
             values["image"] = image
+        if "environment_id" in values:
+            template_id = values.pop("environment_id")
+            template = None
+            if template_id is not None:
+                template = environment_services.visible_templates(self.request.user).filter(pk=template_id).first()
+                if template is None:
+                    raise as_drf(ValidationError({"environment": ["no such environment, or you may not use it"]}))
+            values["environment"] = template
         return values
 
     @extend_schema(responses={201: ClassSerializer, 202: ApprovalRequestSerializer})

@@ -79,3 +79,24 @@ def test_seats_are_built_whole_before_the_session_and_a_student_gets_the_entry_m
     sync_jobs.drain()
     assert set(rows.values_list("status", flat=True)) == {"ended"}
     assert not PrivateNetwork.objects.filter(removed__isnull=True).exists()
+
+
+def test_the_api_and_the_course_page_take_an_environment(
+    api, client, make_host, image, lab, course, instructor, rival, term
+):
+    from tests.classes.test_pages_api_cli import api_body
+
+    make_host("big", cpus=16, memory_mib=8192)
+    hidden = api(rival).post("/api/v1/classes/", api_body(course, image, term, environment=lab.pk), format="json")
+    assert hidden.status_code in (400, 403, 404)  # not rival's course, nor rival's template
+    made = api(instructor).post("/api/v1/classes/", api_body(course, image, term, environment=lab.pk), format="json")
+    assert made.status_code == 201, made.content
+    assert made.data["environment"] == lab.pk
+    meeting = Meeting.objects.get(klass_id=made.data["id"])
+    assert (
+        Reservation.objects.filter(block=meeting.block).count()
+        == 3 * Reservation.objects.filter(block=meeting.block, head__isnull=True).count()
+    )
+    client.force_login(instructor)
+    page = client.get(f"/classes/{course.pk}/classes/{made.data['id']}/").content.decode()
+    assert 'name="environment"' in page and f'<option value="{lab.pk}" selected>' in page
