@@ -44,8 +44,9 @@ def add_service_errors(form, exc, rename=None):
         form.add_error(field if field in form.fields else None, errors)
 
 
-class ReserveForm(forms.Form):
-    image = forms.ModelChoiceField(queryset=None, empty_label=None)
+class WindowForm(forms.Form):
+    """When, for how long and how to log in: what every reserve form asks."""
+
     when = forms.ChoiceField(choices=[("now", "now"), ("later", "later")], initial="now", widget=forms.RadioSelect)
     start = forms.DateTimeField(required=False, widget=DATETIME_INPUT, label="Start (for later)")
     duration = forms.TypedChoiceField(coerce=int, label="Duration")
@@ -57,32 +58,18 @@ class ReserveForm(forms.Form):
         help_text="Log in with your key instead of a one-time password.",
     )
     request_key = forms.UUIDField(widget=forms.HiddenInput)
-    # Blank: the image's defaults (``reserving.gpu_ask``).
-    gpus = forms.IntegerField(required=False, min_value=0, max_value=MAX_GPUS, label="GPUs")
-    gpu_model = forms.CharField(required=False, max_length=100, label="GPU model")
 
-    def __init__(self, *args, user, **kwargs):
+    def __init__(self, *args, user, image=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.user = user
-        self.fields["image"].queryset = vms.visible_images(user).order_by("name")
         self.fields["start"].help_text = f"Time zone {timezone.get_current_timezone_name()}"
-        chosen = self._chosen_image()
-        self.gpu_default = gpu_default(chosen)
-        self.limits = quotas.limits_for(user, chosen)
+        self.limits = quotas.limits_for(user, image)
         self.fields["duration"].choices = duration_choices(self.limits.max_minutes)
         self.fields[
             "duration"
         ].help_text = f"At most {quotas.human_minutes(self.limits.max_minutes)} ({self.limits.max_minutes_rule})."
         if not self.is_bound and "request_key" not in self.initial:
             self.initial["request_key"] = uuid.uuid4()
-
-    def _chosen_image(self):
-        """The image the duration limit is for: the submitted one if valid, else the first."""
-        queryset = self.fields["image"].queryset
-        raw = self.data.get("image") if self.is_bound else self.initial.get("image")
-        raw = getattr(raw, "pk", raw)
-        image = queryset.filter(pk=raw).first() if str(raw or "").isdigit() else None
-        return image or queryset.first()
 
     def clean_ssh_key(self):
         key = " ".join(self.cleaned_data["ssh_key"].split())
@@ -96,11 +83,6 @@ class ReserveForm(forms.Form):
             self.add_error("start", "give a start, or choose now")
         return data
 
-    def gpu_ask(self):
-        """``gpus`` and ``gpu_model`` for the services from a valid form (None: the image's)."""
-        data = self.cleaned_data
-        return {"gpus": data.get("gpus"), "gpu_model": data.get("gpu_model") or None}
-
     def window(self):
         """(start or None for now, duration) from a valid form."""
         data = self.cleaned_data
@@ -109,6 +91,42 @@ class ReserveForm(forms.Form):
 
     def add_service_errors(self, exc):
         add_service_errors(self, exc, {"end": "duration"})
+
+
+class ReserveForm(WindowForm):
+    image = forms.ModelChoiceField(queryset=None, empty_label=None)
+    # Blank: the image's defaults (``reserving.gpu_ask``).
+    gpus = forms.IntegerField(required=False, min_value=0, max_value=MAX_GPUS, label="GPUs")
+    gpu_model = forms.CharField(required=False, max_length=100, label="GPU model")
+
+    field_order = ["image", "when", "start", "duration", "ssh_key", "request_key", "gpus", "gpu_model"]
+
+    def __init__(self, *args, user, **kwargs):
+        images = vms.visible_images(user).order_by("name")
+        chosen = self._chosen_image(images, kwargs.get("data") or (args[0] if args else None), kwargs.get("initial"))
+        super().__init__(*args, user=user, image=chosen, **kwargs)
+        self.fields["image"].queryset = images
+        self.gpu_default = gpu_default(chosen)
+
+    @staticmethod
+    def _chosen_image(queryset, data, initial):
+        """The image the duration limit is for: the submitted one if valid, else the first."""
+        raw = data.get("image") if data is not None else (initial or {}).get("image")
+        raw = getattr(raw, "pk", raw)
+        image = queryset.filter(pk=raw).first() if str(raw or "").isdigit() else None
+        return image or queryset.first()
+
+    def gpu_ask(self):
+        """``gpus`` and ``gpu_model`` for the services from a valid form (None: the image's)."""
+        data = self.cleaned_data
+        return {"gpus": data.get("gpus"), "gpu_model": data.get("gpu_model") or None}
+
+
+class EnvironmentReserveForm(WindowForm):
+    """Reserve an environment template (its page): every machine, now or later."""
+
+    def __init__(self, *args, user, template, **kwargs):
+        super().__init__(*args, user=user, image=template.members.filter(entry=True).first().image, **kwargs)
 
 
 def gpu_default(image):

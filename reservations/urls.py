@@ -9,6 +9,7 @@ urlpatterns = [
     path("images/", views.catalogue, name="catalogue"),
     path("new/", views.reserve, name="reserve"),
     path("new/fit/", views.fit, name="fit"),
+    path("environments/<int:pk>/new/", views.reserve_environment, name="reserve-environment"),
     path("<int:pk>/", views.reservation_detail, name="detail"),
     path("<int:pk>/panel/", views.reservation_panel, name="panel"),
     path("<int:pk>/extend/", views.extend, name="extend"),

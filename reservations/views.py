@@ -23,11 +23,12 @@ from django.views.decorators.http import require_GET, require_POST
 from accounts import access
 from core import topics
 from core.errors import Conflict
+from environments import services as environment_services
 from provisioning import services as vms
 from provisioning.capture_views import capture_context
 from provisioning.forms import ImageFilterForm
 from reservations import home, idle, services, showback, usage
-from reservations.forms import BlockForm, ExtendForm, ReserveForm, add_service_errors, as_input
+from reservations.forms import BlockForm, EnvironmentReserveForm, ExtendForm, ReserveForm, add_service_errors, as_input
 from reservations.models import ApprovalRequest, BlockAllocation, Reservation, UsageRollup
 
 PAGE_SIZE = 50
@@ -85,6 +86,36 @@ def reserve(request):
         initial = {k: request.GET[k] for k in ("image", "when", "start", "duration", "gpus") if request.GET.get(k)}
         form = ReserveForm(initial=initial, user=request.user)
     return render(request, "reservations/reserve.html", {"form": form})
+
+
+@login_required
+def reserve_environment(request, pk):
+    """Reserve every machine of an environment template (its page's Reserve button)."""
+    template = get_object_or_404(environment_services.visible_templates(request.user).filter(active=True), pk=pk)
+    form = EnvironmentReserveForm(request.POST or None, user=request.user, template=template)
+    if request.method == "POST" and form.is_valid():
+        start, duration = form.window()
+        try:
+            head = services.reserve_environment(
+                request.user,
+                template,
+                actor=request.user,
+                start=start,
+                duration=duration,
+                ssh_key=form.cleaned_data["ssh_key"],
+                request_key=str(form.cleaned_data["request_key"]),
+            )
+        except ValidationError as exc:
+            form.add_service_errors(exc)
+        else:
+            return redirect("reservations:detail", pk=head.pk)
+    machines = environment_services.expand(template)
+    entry = next((m.hostname for m in machines if m.entry), "")
+    return render(
+        request,
+        "reservations/reserve_environment.html",
+        {"form": form, "template": template, "machines": machines, "entry": entry},
+    )
 
 
 @login_required

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from capacity.models import Allocation
+from capacity.snapshot import snapshot
 from core.errors import Conflict
 from drivers.sim.models import SimNetwork, SimNIC, SimVM
 from jobs.models import Job
@@ -230,3 +231,23 @@ def test_the_head_page_lists_its_machines_and_a_machine_links_its_head(make_host
     page = client.get(f"/reservations/{server.pk}/").content.decode()
     assert f'href="/reservations/{head.pk}/" id="environment-head"' in page
     assert 'id="extend-form"' not in page and 'id="machines"' not in page
+
+
+def test_the_environment_page_reserves_it_now_or_says_why_not(make_host, lab, alice, bob, client, sync_jobs):
+    client.force_login(alice)
+    page = client.get(f"/environments/{lab.pk}/").content.decode()
+    assert f'href="/reservations/environments/{lab.pk}/new/"' in page
+    form = client.get(f"/reservations/environments/{lab.pk}/new/")
+    key = form.context["form"].initial["request_key"]
+    body = {"when": "now", "duration": 60, "ssh_key": "", "request_key": key}
+    refused = client.post(f"/reservations/environments/{lab.pk}/new/", body)  # no host yet
+    assert refused.status_code == 200 and "does not fit" in refused.content.decode()
+    assert not Reservation.objects.exists()
+    make_host("big", cpus=16, memory_mib=16384)
+    snapshot.expire()  # (hosts are looked for at most once a second)
+    made = client.post(f"/reservations/environments/{lab.pk}/new/", body)
+    head = Reservation.objects.get(head__isnull=True)
+    assert made.status_code == 302 and made["Location"] == f"/reservations/{head.pk}/"
+    assert client.post(f"/reservations/environments/{lab.pk}/new/", body)["Location"] == made["Location"]  # once
+    client.force_login(bob)
+    assert client.get(f"/reservations/environments/{lab.pk}/new/").status_code == 404
