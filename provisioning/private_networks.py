@@ -46,7 +46,10 @@ def drop_unused(vm, driver):
         others = network.vms.exclude(pk=vm.pk).filter(state__in=VM.LIVE)
         if others.exists():
             continue
-        driver.delete_network(network.key)
+        try:
+            driver.delete_network(network.key)
+        except base.Conflict:  # a machine defined on it meanwhile: the last of them removes it
+            continue
         PrivateNetwork.objects.filter(pk=network.pk).update(removed=timezone.now())
 
 
