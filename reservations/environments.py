@@ -19,22 +19,20 @@ entry machine's reservation is the **head**: it is the one its user holds, sees 
 - ended, canceled and extended as one (``ending``): a machine alone refuses these verbs.
 """
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from capacity import services as capacity
 from core import changelog
 from core.changelog import Actor
 from core.errors import Conflict
-from environments import rules as environment_rules
+from environments import placing
 from environments import services as environment_services
 from jobs import transitions
-from provisioning import private_networks, quotas
-from provisioning import services as vms
+from provisioning import quotas
 from provisioning.models import VM, PrivateNetwork
 from reservations import approvals, logins, reserving, status
 from reservations.models import Reservation
@@ -151,29 +149,12 @@ def _accept(user, template, machines, start, end, ssh_key, request_key, *, actor
     Reservation.objects.filter(pk__in=[r.pk for r in rows.values()]).update(
         ssh_key=head.ssh_key, connect_user=login.get("connect_user", ""), connect_secret=login.get("connect_secret", "")
     )
-    demands = {
-        m.hostname: vms.demand_for(
-            m.image,
-            m.size,
-            start=start,
-            end=end,
-            purpose=f"reservation {rows[m.hostname].pk}",
-            hypervisors=vms.variant_types(m.image, m.revision.pk) if m.revision is not None else None,
-        )
-        for m in machines
-    }
+    purposes = {hostname: f"reservation {row.pk}" for hostname, row in rows.items()}
     try:
-        claims = capacity.claim_gang(
-            demands,
-            environment_services.together(machines),
-            actor=actor,
-            owner=user,
-            gang_id=f"environment {template.name}",
-        )
-    except capacity.GangRefused as exc:
-        raise reserving.NoRoom({"start": [_refusal(exc.result, start)]}, _reasons(exc.result)) from None
-    except capacity.TryAgain as exc:
-        raise reserving.NoRoom({"start": [str(exc)]}, {"try_again": 1}) from None
+        claims = placing.claim(template, machines, start, end, purposes=purposes, actor=actor, owner=user)
+        placing.record_networks(f"env{head.pk}", template, machines, claims)
+    except placing.Refused as exc:
+        raise reserving.NoRoom({"start": [exc.words]}, exc.reasons) from None
     for hostname, row in rows.items():
         allocation = claims[hostname]
         Reservation.objects.filter(pk=row.pk).update(allocation=allocation, status=S.PENDING)
@@ -181,7 +162,6 @@ def _accept(user, template, machines, start, end, ssh_key, request_key, *, actor
         changelog.record(row, "create", actor, reason="reserved")
         window = f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
         status.history(row, f"reserved on {allocation.host_name} as {hostname} of {template.name}, {window}")
-    _record_networks(head, template, machines, claims)
     head.refresh_from_db()
     return head
 
@@ -199,39 +179,6 @@ def _check_quotas(user, machines, start, end):
             quotas.check_locked(user, machine.image, start, end, machine.size)
     except ValidationError as exc:
         raise reserving.QuotaRefused(exc.message_dict) from None
-
-
-def _refusal(result, start):
-    words = result.note or "no host has room then"
-    fit = result.earliest_fit
-    if fit is not None and fit.start is not None:
-        earliest = timezone.localtime(datetime.fromtimestamp(fit.start, UTC))
-        return f"{words}; the earliest start that fits every machine is {earliest:%Y-%m-%d %H:%M %Z}"
-    return f"{words}; it does not fit at any time soon"
-
-
-def _reasons(result):
-    return dict(result.results[-1].reasons) if result.results else {}
-
-
-def _record_networks(head, template, machines, claims):
-    """Each of the template's networks on the host of its machines (they share one), keyed by
-    the environment: the template's range unless a network already on that host overlaps it,
-    then another range of the same size."""
-    for network in template.networks.all():
-        names = [m.hostname for m in machines if network.name in m.networks]
-        if not names:
-            continue
-        host_id = claims[names[0]].host_id
-        taken = [environment_rules._range(c) for c in private_networks.taken_ranges(host_id)]
-        cidr = environment_rules._range(network.cidr)
-        if any(cidr.overlaps(t) for t in taken):
-            cidr = environment_rules.pick(len(names), taken)
-            if cidr is None:
-                raise reserving.NoRoom(
-                    {"start": [f"no free range for network {network.name} on its host"]}, {"network_range": 1}
-                )
-        private_networks.record(f"env{head.pk}-{network.name}", network.name, claims[names[0]].host, str(cidr), names)
 
 
 # --- after the reservation is accepted --------------------------------------------------------

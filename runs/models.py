@@ -36,6 +36,17 @@ class Run(models.Model):
     platform = models.CharField(max_length=100, blank=True, help_text="What was asked: os[/arch], or blank (an image).")
     image = models.ForeignKey("vms.Image", on_delete=models.PROTECT, related_name="runs")
     vm = models.ForeignKey("vms.VM", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")
+    environment = models.ForeignKey(
+        "environments.EnvironmentTemplate",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="runs",
+        help_text="Run on its entry machine (vm), every machine of it built first (blank: one VM of the image).",
+    )
+    machines = models.ManyToManyField(
+        "vms.VM", blank=True, related_name="+", help_text="An environment's other machines (its entry one is vm)."
+    )
     vcpus = models.PositiveIntegerField()
     memory_mib = models.PositiveIntegerField()
     disk_gib = models.PositiveIntegerField()

@@ -29,9 +29,12 @@ from capacity import preemption
 from capacity import services as capacity
 from drivers import base
 from drivers import registry as drivers
+from environments import placing
+from environments import services as environment_services
 from inventory.models import Hypervisor
 from jobs.registry import opcode
 from jobs.runner import Canceled
+from provisioning import private_networks
 from provisioning import services as vms
 from provisioning.models import VM
 from provisioning.opcodes import capture as captures
@@ -102,6 +105,7 @@ def _driven(job, drive):
         # The run's own end (time limit, cancel) once its command ran: its VM is sound, it may pool.
         ran = Run.objects.filter(pk=run_id, started__isnull=False).exists()
         own_end = ran and isinstance(exc, (RunEnded, Canceled)) and not isinstance(exc, Unsound)
+        own_end = own_end and run.environment_id is None  # an environment's machines go with it
         _teardown_now(run_id, message, job.actor, poolable=own_end, keepable=own_end and state == S.ERROR)
         services.finish(
             run_id,
@@ -122,6 +126,8 @@ def _drive(job, run):
     made = job.db_step("vm", make_vm, run_id, actor=actor)
     # An int: the step recorded before pools (a job retried across the upgrade).
     vm_id, pooled = (made, False) if isinstance(made, int) else (made["vm"], made["pooled"])
+    for machine in made.get("machines", ()) if isinstance(made, dict) else ():  # an environment's others first
+        _build(job, machine["vm"], run.priority, suffix=f"-{machine['hostname']}")
     built = _start_pooled(job, vm_id) if pooled else _build(job, vm_id, run.priority)
     if built.get("continued_by"):  # a standby host must be powered on first: not for runs (yet)
         raise RunEnded(S.ERROR, "its VM was placed on a host that is powered off; runs do not wait for a power-on")
@@ -246,9 +252,9 @@ def end(run_id, state, message, *, actor, exit_status):
     )
 
 
-def _build(job, vm_id, priority):
+def _build(job, vm_id, priority, suffix=""):
     # Its class's rank: a run of a higher class may suspend lower-class runs to fit.
-    attempt = lifecycle.Attempt(job, vm_id, rank=preemption.rank(priority))
+    attempt = lifecycle.Attempt(job, vm_id, suffix=suffix, rank=preemption.rank(priority))
     try:
         return attempt.run()
     except Exception as exc:
@@ -290,6 +296,8 @@ def make_vm(run_id, *, actor):
     if run.vm_id:
         return {"vm": run.vm_id, "pooled": False}
     end = timezone.now() + (run.hold_until - run.created)
+    if run.environment_id:
+        return _make_machines(run, end, actor=actor)
     vm = pooling.take(run, end, actor=actor)
     if vm is not None:
         Run.objects.filter(pk=run_id).update(vm=vm)
@@ -311,6 +319,42 @@ def make_vm(run_id, *, actor):
     Run.objects.filter(pk=run_id).update(vm=vm)
     services.set_state(run_id, S.WAITING, f"building its VM {vm.key} ({run.image.name})", actor=actor)
     return {"vm": vm.pk, "pooled": False}
+
+
+def _make_machines(run, end, *, actor):
+    """An environment run's VMs, one per machine, each on its claim of one gang decision (their
+    builds adopt them), with their hostnames and networks; the entry machine's is the run's.
+    ``{"vm": entry id, "pooled": False, "machines": [{"vm": id, "hostname": name}, ...]}``."""
+    template = run.environment
+    machines = environment_services.expand(template)
+    made = {}
+    for machine in machines:
+        made[machine.hostname] = VM.objects.create(
+            name=f"run-{run.pk}-{machine.hostname}",
+            image=machine.image,
+            revision=machine.revision,
+            owner=run.owner,
+            adhoc=False,
+            hostname=machine.hostname,
+            end=end,
+            **machine.size,
+        )
+    purposes = {hostname: f"vm {vm.pk}" for hostname, vm in made.items()}
+    try:
+        claims = placing.claim(template, machines, timezone.now(), end, purposes=purposes, actor=actor, owner=run.owner)
+        placing.record_networks(f"run{run.pk}", template, machines, claims)
+    except placing.Refused as exc:
+        raise RunEnded(S.ERROR, f"its machines could not be placed: {exc.words}") from None
+    for hostname, vm in made.items():
+        VM.objects.filter(pk=vm.pk).update(allocation=claims[hostname])
+        vm.networks.set(private_networks.of_machine(f"run{run.pk}", hostname))
+    entry = made[next(m.hostname for m in machines if m.entry)]
+    others = [vm for vm in made.values() if vm.pk != entry.pk]
+    Run.objects.filter(pk=run.pk).update(vm=entry)
+    run.machines.set(others)
+    where = claims[entry.hostname].host_name
+    services.set_state(run.pk, S.WAITING, f"building its {len(made)} machines on {where}", actor=actor)
+    return {"vm": entry.pk, "pooled": False, "machines": [{"vm": vm.pk, "hostname": vm.hostname} for vm in others]}
 
 
 def _channel(run):
@@ -460,12 +504,13 @@ def collect(run_id, *, actor):
 
 
 def teardown(run_id, *, actor):
-    """Destroy the run's VM on its host and release its claim (idempotent)."""
+    """Destroy the run's VM (an environment's: every machine) on its host and release its
+    claim (idempotent)."""
     run = Run.objects.get(pk=run_id)
-    if run.vm_id is None:
-        return
-    lifecycle.destroy_on_host(run.vm_id)
-    lifecycle.release(run.vm_id, actor=actor)
+    others = list(run.machines.values_list("pk", flat=True))
+    for vm_id in [*others, *([run.vm_id] if run.vm_id else [])]:
+        lifecycle.destroy_on_host(vm_id)
+        lifecycle.release(vm_id, actor=actor)
 
 
 def _pool_steps(job):

@@ -29,6 +29,7 @@ from core import changelog, events
 from core.changelog import Actor
 from core.errors import Conflict
 from drivers import registry as drivers
+from environments import services as environment_services
 from jobs import kept_records, reasons
 from jobs import services as jobs
 from jobs.models import Job
@@ -125,6 +126,22 @@ def resolve(owner, platform="", image=None):
         raise ValidationError({"image" if image is not None else "platform": [str(exc)]}) from None
 
 
+def _environment(owner, template, platform, image, size):
+    """``(template, entry image, every machine's size added up)`` of an environment run
+    (``template``: one or its id), or ``ValidationError``."""
+    if platform or image is not None or any(v is not None for v in size):
+        raise ValidationError({"environment": ["an environment run takes its images and sizes from the template"]})
+    template_id = getattr(template, "pk", template)
+    template = environment_services.visible_templates(owner).filter(pk=template_id, active=True).first()
+    if template is None:
+        raise ValidationError({"environment": ["no such environment, or you may not use it"]})
+    machines = environment_services.expand(template)
+    for machine in machines:
+        resolve(owner, image=machine.image)  # each usable by the owner, with a variant some host runs
+    entry = next(m for m in machines if m.entry)
+    return template, entry.image, {k: sum(m.size[k] for m in machines) for k in ("vcpus", "memory_mib", "disk_gib")}
+
+
 def _inputs(inputs):
     """``[(path, bytes)]`` from ``{path: bytes | file}`` or pairs, checked against the limits."""
     items = list(inputs.items() if isinstance(inputs, dict) else inputs or [])
@@ -171,12 +188,20 @@ def submit(
     keep_failed_minutes=0,
     capture_failed=False,
     reason="",
+    environment=None,
 ):
     """Validate and record a run and queue its ``run.execute`` job; returns the run.
 
+    ``environment``: a template instead of a platform or image: every machine of it is built,
+    the command runs on its entry machine (its artifacts come from there), and the run holds
+    (and its quotas count) every machine's size added up; it is never pooled, kept or suspended.
     Nothing is created when anything is refused (``ValidationError`` per field; a quota's
     refusal names its rule)."""
-    image = resolve(owner, platform, image)
+    if environment is not None:
+        environment, image, size = _environment(owner, environment, platform, image, (vcpus, memory_mib, disk_gib))
+        keep_failed_minutes, capture_failed = 0, False  # its machines go with the run
+    else:
+        image = resolve(owner, platform, image)
     argv, script = validation.command(argv, script)
     env = validation.environment(env)
     artifacts = validation.artifact_patterns(artifacts)
@@ -185,7 +210,8 @@ def submit(
     if priority not in JOB_PRIORITY:
         raise ValidationError({"priority": [f"one of {', '.join(JOB_PRIORITY)}"]})
     files = _inputs(inputs)
-    size = vms.size_for(image, vcpus, memory_mib, disk_gib)
+    if environment is None:
+        size = vms.size_for(image, vcpus, memory_mib, disk_gib)
     errors = {
         f: [f"{image.name} needs at least {low}"]
         for f, low in (
@@ -195,7 +221,7 @@ def submit(
         )
         if size[f] < low
     }
-    if errors:
+    if errors and environment is None:
         raise ValidationError(errors)
     now = timezone.now()
     hold_until = now + timedelta(minutes=settings.RUN_BOOT_MINUTES, seconds=time_limit)
@@ -229,6 +255,7 @@ def submit(
                 reason=trail,
                 keep_failed_minutes=keep_failed_minutes,
                 capture_failed=capture_failed,
+                environment=environment,
                 **size,
             )
             for path, data in files:
@@ -408,6 +435,7 @@ def preemptible():
     ``(allocation id, host id, class)`` (``preemption.Holder.candidates``)."""
     rows = Run.objects.filter(
         state=S.RUNNING,
+        environment__isnull=True,  # its machines together, or not at all: never suspended
         started__isnull=False,
         cancel_requested=False,
         suspend_requested=False,

@@ -36,7 +36,7 @@ ALLOWED = {
     # The console is below: idle reclamation reads its sessions as connection tracking.
     "reservations": UP_TO_PROVISIONING | {"console", "environments"},
     # Batch runs: beside reservations (a run holds a VM as a reservation does), below notifications.
-    "runs": UP_TO_PROVISIONING,
+    "runs": UP_TO_PROVISIONING | {"environments"},
     # Courses: a course group's page, its classes with a term (seats are reservations).
     "classes": UP_TO_PROVISIONING | {"console", "environments", "reservations"},
     # LTI 1.3: courses launched from an LMS land on classes' course page.

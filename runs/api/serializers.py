@@ -26,6 +26,7 @@ class RunSerializer(serializers.ModelSerializer):
             "platform",
             "image",
             "image_name",
+            "environment",
             "vm",
             "vcpus",
             "memory_mib",
@@ -95,6 +96,15 @@ class RunCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     )
     image = serializers.PrimaryKeyRelatedField(
         queryset=Image.objects.all(), required=False, default=None, allow_null=True
+    )
+    environment = serializers.IntegerField(
+        required=False,
+        default=None,
+        allow_null=True,
+        min_value=1,
+        max_value=2**31 - 1,
+        help_text="An environment template's id, instead of platform or image: its machines are built and the "
+        "command runs on its entry machine.",
     )
     argv = _JSONish(list, required=False, default=list, help_text="The command as a list of words.")
     script = serializers.CharField(required=False, default="", allow_blank=True, trim_whitespace=False)

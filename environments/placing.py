@@ -1,0 +1,79 @@
+"""Where an environment's machines go: all of them placed and claimed in one decision, and its
+private networks recorded on the hosts they land on. Shared by whatever holds an environment
+(a reservation, a batch run); the caller's transaction makes it all or nothing.
+
+``claim`` answers ``{hostname: Allocation}`` or raises ``Refused`` with the words of the
+placement (which machine does not fit where, and the earliest start for all) and its reason
+counts. ``record_networks`` gives each of the template's networks a key of this instance
+(``<key>-<network>``, e.g. ``env12-lan``) and a range on its host: the template's, unless
+another network on that host overlaps it (the host routes each range to its own bridge), then
+a free range of the same size.
+"""
+
+from datetime import UTC, datetime
+
+from django.utils import timezone
+
+from capacity import services as capacity
+from environments import rules
+from environments import services as templates
+from provisioning import private_networks
+from provisioning import services as vms
+
+
+class Refused(Exception):
+    """No room for every machine: ``words`` for the user, ``reasons`` counted per host."""
+
+    def __init__(self, words, reasons):
+        super().__init__(words)
+        self.words, self.reasons = words, reasons
+
+
+def claim(template, machines, start, end, *, purposes, actor, owner):
+    """Claim every machine (``templates.expand``'s) over ``[start, end)``; ``purposes``:
+    ``{hostname: purpose}`` of each claim."""
+    demands = {
+        m.hostname: vms.demand_for(
+            m.image,
+            m.size,
+            start=start,
+            end=end,
+            purpose=purposes[m.hostname],
+            hypervisors=vms.variant_types(m.image, m.revision.pk) if m.revision is not None else None,
+        )
+        for m in machines
+    }
+    try:
+        return capacity.claim_gang(
+            demands, templates.together(machines), actor=actor, owner=owner, gang_id=f"environment {template.name}"
+        )
+    except capacity.GangRefused as exc:
+        result = exc.result
+        raise Refused(_words(result), dict(result.results[-1].reasons) if result.results else {}) from None
+    except capacity.TryAgain as exc:
+        raise Refused(str(exc), {"try_again": 1}) from None
+
+
+def _words(result):
+    words = result.note or "no host has room then"
+    fit = result.earliest_fit
+    if fit is not None and fit.start is not None:
+        earliest = timezone.localtime(datetime.fromtimestamp(fit.start, UTC))
+        return f"{words}; the earliest start that fits every machine is {earliest:%Y-%m-%d %H:%M %Z}"
+    return f"{words}; it does not fit at any time soon"
+
+
+def record_networks(key, template, machines, claims):
+    """Each of the template's networks on the host of its machines (they share one)."""
+    for network in template.networks.all():
+        names = [m.hostname for m in machines if network.name in m.networks]
+        if not names:
+            continue
+        host = claims[names[0]].host
+        taken = [rules._range(c) for c in private_networks.taken_ranges(host.pk)]
+        cidr = rules._range(network.cidr)
+        if any(cidr.overlaps(t) for t in taken):
+            cidr = rules.pick(len(names), taken)
+            if cidr is None:
+                raise Refused(f"no free range for network {network.name} on {host.name}", {"network_range": 1})
+        private_networks.record(f"{key}-{network.name}", network.name, host, str(cidr), names)

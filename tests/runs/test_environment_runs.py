@@ -1,0 +1,72 @@
+"""A batch run on an environment, on the simulator: every machine built on one host with its
+network, the command on the entry machine, its output and artifacts from there, every machine
+and network gone after."""
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from capacity.models import Allocation
+from drivers.sim.models import SimNetwork, SimNIC, SimVM
+from environments import services as environment_services
+from jobs.models import Job
+from provisioning.models import VM, PrivateNetwork
+from runs import services
+from runs.models import Run
+from tests.environments.conftest import member
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def pair(alice, image):
+    """A server and a client on one network; the client is where the command runs."""
+    small = {"vcpus": 1, "memory_mib": 512, "disk_gib": 1}
+    return environment_services.create_template(
+        actor=alice,
+        name="client-server",
+        members=[member("client", image, "lan", entry=True, **small), member("server", image, "lan", **small)],
+        networks=[{"name": "lan", "cidr": "192.168.50.0/24"}],
+    )
+
+
+def test_a_run_on_an_environment_runs_on_its_entry_machine_and_leaves_nothing(
+    sim_host, pair, alice, profile, sync_jobs
+):
+    profile(output="hello from the client\n", exit_status=0, files={"result.txt": "42\n"})
+    run = services.submit(
+        actor=alice, owner=alice, environment=pair, argv=["sh", "-c", "curl server"], artifacts=["result.txt"]
+    )
+    assert run.environment == pair and (run.vcpus, run.memory_mib) == (2, 1024)  # both machines held
+    sync_jobs.drain()
+    run = Run.objects.get(pk=run.pk)
+    assert run.state == "success", run.reason
+    assert b"".join(bytes(c.data) for c in run.output.order_by("seq")) == b"hello from the client\n"
+    assert run.vm.hostname == "client" and [vm.hostname for vm in run.machines.all()] == ["server"]
+    assert {vm.networks.get().key for vm in (run.vm, run.machines.get())} == {f"run{run.pk}-lan"}
+    assert [f.path for f in run.files.filter(kind="artifact")] == ["result.txt"]
+    # Both machines were built on the host, on the run's own network, and are gone now.
+    assert {vm.host_id for vm in VM.objects.all()} == {sim_host.pk}  # (each one built: it had a host)
+    assert Job.objects.get(pk=run.job).status == "success"
+    assert not SimVM.objects.exists() and not SimNIC.objects.exists() and not SimNetwork.objects.exists()
+    assert set(VM.objects.values_list("state", flat=True)) == {"destroyed"} and VM.objects.count() == 2
+    assert PrivateNetwork.objects.get().key == f"run{run.pk}-lan"
+    assert not PrivateNetwork.objects.filter(removed__isnull=True).exists()
+    assert not Allocation.objects.filter(released__isnull=True).exists()
+
+
+def test_an_environment_run_that_does_not_fit_says_which_machine_and_leaves_nothing(make_host, pair, alice, sync_jobs):
+    make_host("tiny", cpus=1, memory_mib=768)
+    run = services.submit(actor=alice, owner=alice, environment=pair, argv=["true"])
+    sync_jobs.drain()
+    run = Run.objects.get(pk=run.pk)
+    assert run.state == "error" and "its machines could not be placed" in run.error
+    assert "must share a host" in run.error
+    assert not VM.objects.exists() and not Allocation.objects.exists() and not PrivateNetwork.objects.exists()
+
+
+def test_an_environment_run_refuses_a_size_or_an_image_and_a_template_it_may_not_use(sim_host, pair, alice, bob):
+    with pytest.raises(ValidationError, match="takes its images and sizes from the template"):
+        services.submit(actor=alice, owner=alice, environment=pair, argv=["true"], vcpus=4)
+    with pytest.raises(ValidationError, match="no such environment, or you may not use it"):
+        services.submit(actor=bob, owner=bob, environment=pair.pk, argv=["true"])
+    assert not Run.objects.exists()
