@@ -10,7 +10,7 @@ from django.contrib import admin
 
 from provisioning import revisions, services
 from provisioning.forms import ImageTagsMixin, guest_password_field
-from provisioning.models import VM, HostImage, Image, ImageRevision, ImageVariant, Plan, QuotaRule
+from provisioning.models import VM, HostImage, Image, ImageRevision, ImageVariant, Plan, PrivateNetwork, QuotaRule
 
 
 class ImageVariantInlineForm(forms.ModelForm):
@@ -131,6 +131,25 @@ class VMAdmin(admin.ModelAdmin):
     readonly_fields = [field.name for field in VM._meta.fields]
 
     def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(PrivateNetwork)
+class PrivateNetworkAdmin(admin.ModelAdmin):
+    """An environment's networks: made and removed by its machines' builds and teardowns only."""
+
+    list_display = ["key", "host", "cidr", "created", "removed"]
+    list_filter = ["host"]
+    search_fields = ["key"]
+    readonly_fields = [field.name for field in PrivateNetwork._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
         return False
 
     def has_delete_permission(self, request, obj=None):

@@ -10,6 +10,8 @@ budget (``COURSE_SCENE``); its page as the instructor sees it (the class, its ne
 budget table) into OUT (``course-instructor.png``), the new-class form filled in beside it
 (``course-new-class.png``) and the student's view (next session, seat, hours left) beside it
 (``course-student.png``), both names made from OUT's with ``instructor`` replaced.
+``environment`` as PATH: an environment of three machines reserved now; its page, once every
+machine is ready, into OUT (``environment.png``).
 Uses a throwaway var directory, Debian's Chromium and a free port. Before serving, ``SCENE``
 gives the demo cluster something to show: reservations now and in the next days, some load
 on the hosts, a drained and an offline host.
@@ -116,6 +118,30 @@ print(course.pk)
 """
 
 
+# An environment of three machines on two networks, reserved now by the demo admin: its page shows
+# every machine live (``environment`` as PATH: the page's Machines card into OUT).
+ENVIRONMENT_SCENE = """
+from datetime import timedelta
+from django.contrib.auth import get_user_model
+from environments import services as environments
+from provisioning.models import Image
+from reservations import services as reservations
+
+admin = get_user_model().objects.get(username="admin")
+debian = Image.objects.get(name="debian-12")
+small = {"vcpus": 1, "memory_mib": 1024, "disk_gib": 10}
+lab = environments.create_template(
+    actor=admin, name="routing-lab", description="A router between two client networks.",
+    members=[{"name": "router", "image": debian, "networks": ["left", "right"], "entry": True, **small},
+             {"name": "client-a", "image": debian, "networks": ["left"], **small},
+             {"name": "client-b", "image": debian, "networks": ["right"], **small}],
+    networks=[{"name": "left", "cidr": "192.168.10.0/24"}, {"name": "right", "cidr": "192.168.20.0/24"}],
+)
+head = reservations.reserve_environment(admin, lab, actor=admin, duration=timedelta(hours=2))
+print(head.pk)
+"""
+
+
 def log_in(page, username, password):
     page.goto("/login/")
     page.fill("input[name=username]", username)
@@ -165,6 +191,12 @@ def main(path="/", out="docs/screenshot.png"):
         scene = COURSE_SCENE.replace("PASSWORD", repr(course_password))
         done = subprocess.run([*run, "shell", "-c", scene], cwd=ROOT, env=env, check=True, capture_output=True)
         path = f"/classes/{done.stdout.split()[-1].decode()}/"
+    environment = path == "environment"
+    if environment:
+        done = subprocess.run(
+            [*run, "shell", "-c", ENVIRONMENT_SCENE], cwd=ROOT, env=env, check=True, capture_output=True
+        )
+        path = f"/reservations/{done.stdout.split()[-1].decode()}/"
     password = dict(line.split(":", 1) for line in (Path(var) / "demo_credentials.txt").read_text().split())["admin"]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -195,7 +227,13 @@ def main(path="/", out="docs/screenshot.png"):
             log_in(page, "admin", password)
             page.goto(path)
             page.wait_for_timeout(4000)  # the reservations made by SCENE come up meanwhile
-            if template:
+            if environment:
+                for _ in range(30):  # its machines are built by serve's worker
+                    if page.locator("#reservation-status.res-ready").count():
+                        break
+                    page.wait_for_timeout(1000)
+                page.locator("#reservation-panel").screenshot(path=str(ROOT / out))
+            elif template:
                 for _ in range(30):  # the template's machine is built by serve's worker
                     if page.locator("#template .badge.ready").count():
                         break

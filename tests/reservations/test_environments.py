@@ -251,3 +251,13 @@ def test_the_environment_page_reserves_it_now_or_says_why_not(make_host, lab, al
     assert client.post(f"/reservations/environments/{lab.pk}/new/", body)["Location"] == made["Location"]  # once
     client.force_login(bob)
     assert client.get(f"/reservations/environments/{lab.pk}/new/").status_code == 404
+
+
+def test_administrators_see_the_networks_in_the_admin_and_change_none(make_host, lab, alice, admin_client):
+    make_host("big", cpus=16, memory_mib=16384)
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    page = admin_client.get("/admin/vms/privatenetwork/")
+    assert page.status_code == 200 and f"env{head.pk}-left" in page.content.decode()
+    network = PrivateNetwork.objects.get(key=f"env{head.pk}-left")
+    assert admin_client.post(f"/admin/vms/privatenetwork/{network.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert PrivateNetwork.objects.filter(pk=network.pk).exists()
