@@ -86,6 +86,21 @@ def run_child(command, env, label, timeout=None, echo_stderr=False):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def start_qcluster(workers):
+    """A measuring child's qcluster with ``workers`` worker processes, in its own session (stop
+    it with ``os.killpg``); its output goes to ``qcluster.log`` in the child's var/ directory."""
+    log_path = Path(os.environ["VCLMGR_VAR_DIR"]) / "qcluster.log"
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "manage.py", "qcluster"],
+            cwd=ROOT,
+            env={**os.environ, "VCLMGR_WORKERS": str(workers), "LOG_LEVEL": "WARNING"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

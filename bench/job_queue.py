@@ -20,13 +20,19 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, child_env, percentile, run_child, setup_django, wait_for  # bench/ is on the script's path
+from _common import (  # bench/ is on the script's path
+    child_env,
+    percentile,
+    run_child,
+    setup_django,
+    start_qcluster,
+    wait_for,
+)
 
 
 def one(args):
@@ -51,16 +57,7 @@ def one(args):
     t0 = time.monotonic()
     queued = [services.submit("noop", {}, actor="bench") for _ in range(args.jobs)]
     submit_rate = args.jobs / (time.monotonic() - t0)
-    log_path = Path(os.environ["VCLMGR_VAR_DIR"]) / "qcluster.log"
-    with open(log_path, "wb") as log:
-        worker = subprocess.Popen(
-            [sys.executable, "manage.py", "qcluster"],
-            cwd=ROOT,
-            env={**os.environ, "VCLMGR_WORKERS": str(args.workers), "LOG_LEVEL": "WARNING"},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    worker = start_qcluster(args.workers)
     try:
         wait_for(lambda: live_worker_count() >= args.workers, 60, "the workers")
         cpu = group_cpu_seconds(worker.pid)
@@ -77,10 +74,7 @@ def one(args):
         result.update(burst(args.jobs))
         result.update(paced(200, 40))
         result.update(chain(100))
-    except BaseException:
-        print(log_path.read_text(errors="replace")[-3000:], file=sys.stderr)
-        raise
-    finally:
+    finally:  # (a failed child's qcluster.log is shown by run_child)
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
     print(json.dumps(result), flush=True)

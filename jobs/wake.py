@@ -1,10 +1,12 @@
 """Wake workers: enqueue django-q2 tasks. Kept apart so tests can replace it.
 
 A ``run_next`` task is a token: whoever runs it claims the best startable job, runs it,
-and keeps claiming while work is eligible. Tokens are topped up, not piled up: a new job
-enqueues one only when none is waiting in the broker, and a worker that sees more
-startable jobs than tokens adds some (at most one per local worker process). A surplus
-token costs one query; a missing one is made up by the janitor within seconds.
+and keeps claiming while work is eligible. Tokens are topped up, not piled up: new jobs
+enqueue tokens only when fewer wait in the broker than jobs are queued, and a worker
+that sees more startable jobs than tokens adds some (at most one per local worker
+process). Only ``run_next`` tasks count as tokens: other tasks share the broker (a
+notification's ``send_due``) and wake no job. A surplus token costs one query; a missing
+one is made up by the janitor within seconds, which is what a new job would wait.
 """
 
 import logging
@@ -18,6 +20,7 @@ from django.utils import timezone
 from django_q.brokers import get_broker
 from django_q.conf import Conf
 from django_q.models import OrmQ
+from django_q.signing import SignedPackage
 from django_q.tasks import async_task
 
 log = logging.getLogger(__name__)
@@ -25,7 +28,8 @@ log = logging.getLogger(__name__)
 RUN_NEXT = "jobs.tasks.run_next"
 RUN_JOB = "jobs.tasks.run_job"
 MAX_KICK = 256
-_cached_size = (0.0, 0)  # (monotonic time, size)
+SCAN_EXTRA = 16  # waiting tasks read beyond the tokens wanted (see waiting_tokens)
+_cached_size = (0.0, 0)  # (monotonic time, tokens waiting)
 
 
 def local_workers():
@@ -71,15 +75,24 @@ def kick(n=1):
         log.exception("could not enqueue a job token")
 
 
-def top_up(wanted, max_age=0.0):
-    """Make sure about ``wanted`` tokens wait in the broker (a cached size up to max_age s old)."""
+def top_up(wanted, max_age=0.0, queued=False):
+    """Make sure about ``wanted`` tokens wait in the broker (a count up to max_age s old).
+
+    ``queued``: ``wanted`` jobs were just made startable, on top of the queued jobs that
+    the tokens already waiting are for. A token enqueued for a job submitted a moment ago
+    (a teardown, then the next reservation's build) waits until the pusher's next poll:
+    counted as the new job's, it would leave that job to the worker that claims the first
+    one and only then sees a second startable (a poll later again), or to the janitor."""
     global _cached_size
-    wanted = min(int(wanted), local_workers(), MAX_KICK)
+    limit = min(local_workers(), MAX_KICK)
+    wanted = min(int(wanted), limit)
     if wanted <= 0:
         return 0
     at, size = _cached_size
     if time.monotonic() - at > max_age:
-        size = queue_size()
+        size = waiting_tokens(limit)
+    if queued and 0 < size < limit:  # the tokens waiting may all be spoken for
+        wanted = min(max(wanted, queued_count()), limit)
     missing = wanted - size
     if missing > 0:
         kick(missing)
@@ -90,13 +103,48 @@ def top_up(wanted, max_age=0.0):
 
 def after_commit(n=1):
     """Wake workers once the current transaction (which made n jobs startable) commits."""
-    transaction.on_commit(lambda: top_up(n))
+    transaction.on_commit(lambda: top_up(n, queued=True))
+
+
+def queued_count():
+    """Queued jobs: startable, or held back by the global limit or a rate-limit bucket."""
+    from jobs.models import Job
+
+    return Job.objects.filter(status=Job.Status.QUEUED, awaiting_children=False).count()
 
 
 def continue_job(job_id, token):
     """Hand a running job to a fresh task (it outlasted half the django-q2 task timeout)."""
     with _enqueue_guard():
         async_task(RUN_JOB, job_id, token, save=False, group="jobs", broker=broker())
+
+
+def waiting_tokens(limit):
+    """How many ``run_next`` tokens wait in the broker, counting up to ``limit`` (0 on error).
+
+    Other tasks wait there too, and counted as tokens they left a new job without one until
+    the janitor's next round. At most ``limit`` plus ``SCAN_EXTRA`` waiting tasks are read:
+    past that, a surplus token costs less than reading the rest."""
+    try:
+        if _orm_broker():
+            # The ORM broker's waiting rows (see queue_size), without its connection recycling.
+            queued = OrmQ.objects.using(settings.Q_CLUSTER["orm"]).filter(key=Conf.CLUSTER_NAME)
+            payloads = queued.filter(lock__lte=timezone.now()).values_list("payload", flat=True)[: limit + SCAN_EXTRA]
+        else:
+            found = broker()
+            payloads = found.connection.lrange(found.list_key, 0, limit + SCAN_EXTRA - 1)
+        tokens = 0
+        for payload in payloads:
+            try:
+                tokens += SignedPackage.loads(payload).get("func") == RUN_NEXT
+            except Exception:  # noqa: BLE001 (not a task of ours: the pusher fails it)
+                continue
+            if tokens >= limit:
+                break
+        return tokens
+    except Exception:
+        log.exception("could not read the broker's waiting tasks")
+        return 0
 
 
 def queue_size():

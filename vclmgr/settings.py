@@ -215,7 +215,10 @@ Q_CLUSTER = {
     "catch_up": False,
     "save_limit": 1000,
     "ack_failures": True,
-    "poll": 0.2,
+    # The ORM broker's pusher looks for tasks this often when none waits (Redis is pushed):
+    # a job submitted to idle workers waits up to this long. 0.1 s costs an idle cluster
+    # about 5 ms of CPU a second more than 0.2 s.
+    "poll": 0.1,
     "guard_cycle": 0.5,
     "cache": "default",
     "label": "Task queue",
