@@ -73,6 +73,18 @@ def end(reservation, reason="ended by the user", *, actor, whole=False):
     return job
 
 
+def end_environment(machine, reason, *, actor):
+    """One machine of an environment cannot go on (its build failed, its host died): every other
+    machine of it still active ends too, and the head keeps the reason as its error."""
+    head_id = machine.head_id or machine.pk
+    Reservation.objects.filter(pk=head_id).update(error=reason[:4000])
+    for other in Reservation.objects.filter(Q(pk=head_id) | Q(head_id=head_id), status__in=Reservation.ACTIVE):
+        try:
+            end(other, reason, actor=actor, whole=True)
+        except Conflict:  # ended meanwhile
+            pass
+
+
 def finish(reservation_id, *, actor):
     """After the teardown job: ended, capacity released. Idempotent."""
     reservation = Reservation.objects.select_related("vm", "allocation").get(pk=reservation_id)

@@ -6,6 +6,7 @@ as is a resized VM's size (``follow_size``)."""
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from capacity import services as capacity
@@ -103,6 +104,9 @@ def replace_off_host(reservation_id, host_id, *, actor):
             or host.state == Hypervisor.State.ONLINE
         ):
             return {"reservation": reservation_id, "note": "not on that host (or the host is back)"}
+        if reservation.environment_id:  # its machines share the host with their networks: not moved one by one
+            why = f"{host.name} is {host.state} ({host.state_reason})"
+            return _degrade(reservation, f"{why}; an environment's machines are not moved apart from one another")
         size = {"vcpus": reservation.vcpus, "memory_mib": reservation.memory_mib, "disk_gib": reservation.disk_gib}
         demand = vms.demand_for(
             reservation.image,
@@ -183,6 +187,8 @@ def reprovision_off_host(reservation_id, host_id, *, actor):
             capacity.release(reservation.allocation, actor=actor, reason=f"reservation {reservation.pk}: {why}"[:500])
         if reservation.image.on_host_failure == "fail":
             return _lost(reservation, f"{why}; its image's policy is to fail, not to rebuild", host)
+        if reservation.environment_id:  # rebuilt alone elsewhere, it would be cut off from its networks
+            return _environment_lost(reservation, host, why, actor=actor)
         if reservation.end <= timezone.now():
             return _lost(reservation, f"{why}; its time is over", host)
         try:
@@ -194,6 +200,20 @@ def reprovision_off_host(reservation_id, host_id, *, actor):
             else:
                 text = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
             return _lost(reservation, f"{why}; it could not be rebuilt elsewhere: {text}", host)
+
+
+def _environment_lost(machine, host, why, *, actor):
+    """A machine of an environment was on the dead host: every machine of it there is lost with
+    it (their claims released), and the environment ends (its machines elsewhere, if any, are
+    torn down)."""
+    head_id = machine.head_id or machine.pk
+    here = Reservation.objects.filter(Q(pk=head_id) | Q(head_id=head_id), status__in=BUILDING_OR_READY)
+    for other in here.filter(vm__host_id=host.pk, vm__state__in=VM.LIVE).exclude(pk=machine.pk):
+        vms.mark_lost(other.vm_id, f"lost with its host {host.name}"[:500], actor=actor)
+        _lost(other, f"{why}; lost with {machine.hostname}, on the same host", host)
+    done = _lost(machine, f"{why}; an environment's machine is not rebuilt apart from the others", host)
+    ending.end_environment(machine, f"the environment failed: {machine.hostname}: {done['reason']}", actor=actor)
+    return done
 
 
 def _rebuild(reservation, host, why, *, actor):

@@ -3,12 +3,10 @@ once on another host, or failed), ``settle_built`` in the build's last step, ``s
 when a build ends otherwise (a ``reservation.settle`` job queued). Idempotent."""
 
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from capacity import services as capacity
 from core.changelog import Actor
-from core.errors import Conflict
 from jobs import services as jobs
 from jobs.models import Job
 from provisioning import services as vms
@@ -66,14 +64,9 @@ def _settle(reservation, *, actor):
 def _fail_environment(reservation, why, *, actor):
     """A machine of an environment failed to build: the whole environment ends, saying which
     machine and why (nothing of it stays on any host)."""
-    head_id = reservation.head_id or reservation.pk
-    reason = f"the environment failed: {reservation.hostname} could not be built ({why})"
-    Reservation.objects.filter(pk=head_id).update(error=reason[:4000])
-    for machine in Reservation.objects.filter(Q(pk=head_id) | Q(head_id=head_id), status__in=Reservation.ACTIVE):
-        try:
-            ending.end(machine, reason, actor=actor, whole=True)
-        except Conflict:  # ended meanwhile
-            pass
+    ending.end_environment(
+        reservation, f"the environment failed: {reservation.hostname} could not be built ({why})", actor=actor
+    )
 
 
 def _build_pending(vm):

@@ -261,3 +261,40 @@ def test_administrators_see_the_networks_in_the_admin_and_change_none(make_host,
     network = PrivateNetwork.objects.get(key=f"env{head.pk}-left")
     assert admin_client.post(f"/admin/vms/privatenetwork/{network.pk}/delete/", {"post": "yes"}).status_code == 403
     assert PrivateNetwork.objects.filter(pk=network.pk).exists()
+
+
+def test_a_dead_host_fails_its_environment_whole_and_rebuilds_no_machine_alone(
+    make_host, lab, alice, sync_jobs, settings
+):
+    from drivers.sim import services as sim
+    from provisioning import tasks
+
+    settings.HOST_OFFLINE_AFTER_CHECKS = 2
+    dead = make_host("big", cpus=16, memory_mib=16384)
+    make_host("spare", cpus=16, memory_mib=16384)
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    sync_jobs.drain()
+    assert {r.status for r in machines(head).values()} == {"ready"}
+    sim.ensure_host(dead.name)
+    sim.set_fault(dead.name, "*", "unreachable")
+    for _ in range(2):  # drained, then offline: its VMs are lost
+        tasks.refresh_all()
+        sync_jobs.drain()
+    rows = machines(head)
+    assert {r.status for r in rows.values()} == {"failed"}, {n: (r.status, r.error) for n, r in rows.items()}
+    assert "an environment's machine is not rebuilt apart from the others" in Reservation.objects.get(pk=head.pk).error
+    assert set(VM.objects.values_list("state", flat=True)) == {"lost"}  # none rebuilt on the spare
+    assert not Allocation.objects.filter(released__isnull=True).exists()
+
+
+def test_a_future_environment_on_a_host_that_leaves_service_is_flagged_not_split(make_host, lab, alice, sync_jobs):
+    from inventory import services as inventory
+
+    host = make_host("big", cpus=16, memory_mib=16384)
+    make_host("spare", cpus=16, memory_mib=16384)
+    head = services.reserve_environment(alice, lab, actor=alice, start=timezone.now() + 3 * H, duration=H)
+    inventory.set_state(host, "drained", "firmware", actor="test")
+    sync_jobs.drain()
+    rows = machines(head)
+    assert {r.allocation.host_id for r in rows.values()} == {host.pk}  # kept together where they were
+    assert all("not moved apart from one another" in r.degraded for r in rows.values())
