@@ -56,10 +56,19 @@ def _read_pid(path):
         return None
 
 
+def _mount_ns(pid):
+    try:
+        return os.stat(f"/proc/{pid}/ns/mnt").st_ino
+    except OSError:
+        return None
+
+
 def _running(names):
-    found = []
+    """The processes of these programs in this mount namespace: a daemon in another one (the
+    two hosts of the live-migration tests, a container) has its own ``/run/libvirt``."""
+    found, ours = [], _mount_ns("self")
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and _exe_name(entry.name) in names:
+        if entry.name.isdigit() and _exe_name(entry.name) in names and _mount_ns(entry.name) == ours:
             found.append(int(entry.name))
     return found
 

@@ -43,7 +43,8 @@ attached. A capture of such a VM copies its kernel and initrd to ``<image>.kerne
 names the target's staged copies in the definition it makes there.
 
 Suspend is a managed save (memory to disk, host RAM freed). Migrate uses virDomainMigrate
-(live when running, persistent on the target, copying non-shared disks); a suspended VM moves
+(live when running, persistent on the target, copying non-shared disks) and returns what
+libvirt measured of a live one (downtime, total time, bytes sent; ``_measured``); a suspended VM moves
 with its saved memory through the pools instead (``moving.py``: libvirt cannot migrate a
 managed save). libvirt's test driver does not implement migration (not even offline), so
 between two ``test://`` connections it is emulated: copy the overlay volume, define on the
@@ -80,6 +81,7 @@ from drivers.libvirt.options import CPU_MODES, DISK_CACHES, vnc_listen_error
 log = logging.getLogger(__name__)
 
 GIB = 1 << 30
+UNCACHED = ("none", "directsync")  # disk cache modes safe for live migration over shared storage
 
 
 class LibvirtDriver(base.Driver):
@@ -287,10 +289,24 @@ class LibvirtDriver(base.Driver):
             found[role] = vol
         return found
 
+    def _seen_pool(self):
+        """The pool, re-read from its directory when it is on shared storage: another host may
+        have staged the image there since this libvirtd last listed it (it would then refuse
+        to create a volume of that name: "already in use"). A pool busy with an upload of
+        this libvirtd's is not re-read (libvirt refuses); it knows its own volumes."""
+        pool = self._pool()
+        if self.options.get("shared_storage"):
+            try:
+                pool.refresh(0)
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() != libvirt.VIR_ERR_OPERATION_INVALID:
+                    raise translate(exc, f"refresh storage pool {pool.name()} on {self.host_name}") from exc
+        return pool
+
     @translated
     def stage_image(self, image):
         self.check_image(image)
-        pool = self._pool()
+        pool = self._seen_pool()
         boot = self._boot_volumes(pool, image)  # before the disk: a staged disk means a whole image
         for role, file_spec in image.boot_files():
             if boot[role] is None:
@@ -714,16 +730,26 @@ class LibvirtDriver(base.Driver):
         flags |= libvirt.VIR_MIGRATE_LIVE if running else libvirt.VIR_MIGRATE_OFFLINE
         if not self.options.get("shared_storage"):
             flags |= libvirt.VIR_MIGRATE_NON_SHARED_INC
+        elif running and self._disk_cache() in UNCACHED:
+            # libvirt recognises a few shared file systems by type (NFS, GFS2, OCFS2, CephFS,
+            # GPFS, …) and refuses a live migration from any other as unsafe; the operator's
+            # ``shared_storage`` vouches for this one, and an uncached disk is what makes it
+            # safe (no page cache on the source holds writes the target cannot see).
+            flags |= libvirt.VIR_MIGRATE_UNSAFE
         boot = self.boot_paths_on(target, self._call(f"definition of {key}", dom.XMLDesc, 0))
+        moved = None
         if self.emulated and target.emulated:  # the test driver migrates nothing (not even offline)
             self._emulate_migration(dom, target, boot)
         elif boot:  # the definition on the target names the target's kernel and initrd
             dxml = domxml.repathed(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE), boot)
-            self._call(f"migrate {key} to {target.host_name}", dom.migrate2, target.conn, dxml, flags, None, None, 0)
+            moved = self._call(
+                f"migrate {key} to {target.host_name}", dom.migrate2, target.conn, dxml, flags, None, None, 0
+            )
         else:
-            self._call(f"migrate {key} to {target.host_name}", dom.migrate, target.conn, flags, None, None, 0)
+            moved = self._call(f"migrate {key} to {target.host_name}", dom.migrate, target.conn, flags, None, None, 0)
         if not self.options.get("shared_storage"):
             self._delete_left_disk(key)
+        return _measured(moved) if running else None
 
     def _check_networks_on(self, dom, target):
         """A member of a private network moves only to a host that has that network too (there
@@ -969,6 +995,25 @@ class SerialStream:
                 pass
             if self.conn is not None:
                 _close_quietly(self.conn)
+
+
+#: libvirt's figures of a completed migration (``virDomainGetJobStats``) → the names we record.
+MIGRATION_FIGURES = {
+    "downtime": "downtime_ms",  # the guest paused: the last memory pages and the switch-over
+    "time_elapsed": "total_ms",
+    "memory_processed": "memory_bytes",
+    "disk_processed": "disk_bytes",
+}
+
+
+def _measured(dom):
+    """What libvirt measured of the migration that brought ``dom`` to the target (the target
+    keeps the completed job's statistics): ``MIGRATION_FIGURES``; {} when it kept none."""
+    try:
+        stats = dom.jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED) if dom is not None else {}
+    except libvirt.libvirtError:
+        return {}
+    return {name: int(stats[key]) for key, name in MIGRATION_FIGURES.items() if key in stats}
 
 
 def _close_quietly(conn):

@@ -25,7 +25,7 @@ def vm_migrate(job):
     try:
         plan = job.step("claim-target", claim_target, vm.pk, job.params.get("target"), actor=job.actor)
         job.step("stage-target", stage, vm.pk, plan["target"], job.job_id)
-        job.step("migrate", move, vm.pk, plan["target"], actor=job.actor)
+        measured = job.step("migrate", move, vm.pk, plan["target"], actor=job.actor)
     except Exception as exc:
         if passes_through(exc):
             raise
@@ -36,7 +36,8 @@ def vm_migrate(job):
     job.step("switch", switch, vm.pk, plan["state"], actor=job.actor)
     if job.params.get("plan"):
         job.step("plan", plans.record_move, job.params["plan"], job.job_id, "success")
-    return {"vm": vm.pk, "from": vm.host_id, "to": plan["target"]}
+    result = {"vm": vm.pk, "from": vm.host_id, "to": plan["target"]}
+    return {**result, "migration": measured} if measured else result
 
 
 def plan_state(job, vm):
@@ -78,7 +79,7 @@ def move(vm_id, target_id, *, actor):
     vm = load_vm(vm_id)
     target = Hypervisor.objects.select_related("credential").get(pk=target_id)
     services.set_state(vm_id, S.MIGRATING, f"migrating to {target.name}", actor=actor)
-    drivers.driver_for(vm.host).migrate(vm.key, drivers.driver_for(target))
+    return drivers.driver_for(vm.host).migrate(vm.key, drivers.driver_for(target)) or None
 
 
 def switch(vm_id, state, *, actor):

@@ -1,0 +1,122 @@
+"""Live migration of a running guest between two real KVM hosts on this machine
+(``tests/twohosts.py``: two private libvirtd daemons in namespaces of their own), through
+vclmgr's own ``vm.migrate`` job, proven from inside the guest: the same boot, the same
+process, and an SSH session opened before the move still answering after it.
+
+The guest's NIC is on the segment both hosts see, so its address and TCP connections stay
+valid on the target (QEMU announces the moved NIC, the bridges learn where it is now). vclmgr
+waits for the guest agent rather than the login port: vclmgr runs outside the hosts'
+namespaces and does not reach the guests' segment; the SSH session is opened from host A's.
+"""
+
+import time
+
+import paramiko
+import pytest
+
+from capacity.models import Allocation
+from drivers import registry as drivers
+from drivers.base import VMState
+from jobs.models import Job
+from provisioning import services
+from provisioning.models import VM
+from tests import realvm
+from tests.jobs.conftest import sync_jobs  # noqa: F401 (fixture)
+from tests.localkvm_inventory import kvm_guest_image, two_kvm_hosts
+
+pytestmark = pytest.mark.slow
+AGENT_SECONDS = 240  # a boot under software emulation on shared cores
+
+
+def drained(jobs, job, budget=AGENT_SECONDS):
+    jobs.drain(budget=budget)
+    job = Job.objects.get(pk=job.pk)
+    assert job.status == "success", f"{job.opcode}: {job.error_message}"
+    return job
+
+
+def guest_run(driver, key, tag, command):
+    """``command`` in the guest through its agent; → its output once it has exited."""
+    driver.guest_exec(key, tag, ["/bin/sh", "-c", command])
+    deadline = time.monotonic() + AGENT_SECONDS
+    while not (status := driver.guest_exec_status(key, tag, 0)).exited:
+        assert time.monotonic() < deadline, f"{command}: still running"
+        time.sleep(0.2)
+    assert status.exit_status == 0, status.output
+    return status.output.decode()
+
+
+def ssh_session(two_hosts, host, address, login, pkey):
+    """An SSH session to the guest from ``host``'s namespace (vclmgr's process is outside)."""
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a fresh guest: its host key is new
+    client.connect(
+        address,
+        username=login,
+        pkey=pkey,
+        sock=paramiko.ProxyCommand(two_hosts.proxy(host, address)),
+        timeout=30,
+        banner_timeout=60,
+        auth_timeout=60,
+        allow_agent=False,
+        look_for_keys=False,
+    )
+    return client
+
+
+def ssh_output(client, command):
+    _, stdout, stderr = client.exec_command(command, timeout=60)
+    out = stdout.read().decode()
+    assert stdout.channel.recv_exit_status() == 0, stderr.read().decode()
+    return out
+
+
+@pytest.fixture
+def guest(guest_image):
+    return kvm_guest_image(guest_image, "guest-debian", readiness="agent")
+
+
+def test_a_running_guest_moves_live_over_shared_storage_with_its_processes_and_ssh_session(
+    two_hosts,
+    admin_user,
+    sync_jobs,  # noqa: F811
+    guest,
+):
+    host_a, host_b = two_kvm_hosts(two_hosts, shared=True)
+    user = realvm.new_login()
+    vm, job = services.request_vm(actor=admin_user, owner=admin_user, image=guest, ssh_key=user["public"])
+    drained(sync_jobs, job)
+    vm = VM.objects.get(pk=vm.pk)
+    source, target = (host_a, host_b) if vm.host_id == host_a.pk else (host_b, host_a)
+    here, there = drivers.driver_for(source), drivers.driver_for(target)
+    boot = guest_run(here, vm.key, "boot", "cat /proc/sys/kernel/random/boot_id")
+    pid = guest_run(here, vm.key, "sleeper", "sleep 10000 </dev/null >/dev/null 2>&1 & echo $!").strip()
+    assert vm.address and vm.address.startswith(f"{two_hosts.a.address.rsplit('.', 1)[0]}.")
+    session = ssh_session(two_hosts, two_hosts.a, vm.address, "admin", user["pkey"])
+    try:
+        assert ssh_output(session, f"cat /proc/{pid}/comm").strip() == "sleep"
+        old_claim = vm.allocation
+
+        job = services.submit_action(vm, "migrate", actor=admin_user, target=target.pk)
+        job = drained(sync_jobs, job)
+
+        vm = VM.objects.get(pk=vm.pk)
+        assert (vm.state, vm.host_id) == ("running", target.pk)
+        assert (here.state(vm.key), there.state(vm.key)) == (VMState.ABSENT, VMState.RUNNING)
+        assert guest_run(there, vm.key, "boot-after", "cat /proc/sys/kernel/random/boot_id") == boot
+        assert guest_run(there, vm.key, "sleeper-after", f"cat /proc/{pid}/comm").strip() == "sleep"
+        # The same TCP connection, opened before the move
+        assert ssh_output(session, f"cat /proc/{pid}/comm; cat /proc/sys/kernel/random/boot_id").split() == [
+            "sleep",
+            boot.strip(),
+        ]
+    finally:
+        session.close()
+    migration = job.result["migration"]
+    assert 0 < migration["downtime_ms"] < migration["total_ms"], migration
+    assert Allocation.objects.get(pk=old_claim.pk).released is not None
+    assert vm.allocation.host_id == target.pk and vm.allocation.released is None and vm.target_allocation is None
+    print(f"\nlive migration over shared storage: {migration}")
+
+    drained(sync_jobs, services.submit_action(vm, "destroy", actor=admin_user))
+    assert there.state(vm.key) == VMState.ABSENT
