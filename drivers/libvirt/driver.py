@@ -43,8 +43,9 @@ attached. A capture of such a VM copies its kernel and initrd to ``<image>.kerne
 names the target's staged copies in the definition it makes there.
 
 Suspend is a managed save (memory to disk, host RAM freed). Migrate uses virDomainMigrate
-(live when running, persistent on the target, copying non-shared disks) and returns what
-libvirt measured of a live one (downtime, total time, bytes sent; ``_measured``); a suspended VM moves
+(live when running, persistent on the target, copying non-shared disks: ``copying.py`` makes
+the target's overlay and seed first) and returns what
+libvirt measured of a live one (downtime, total time, memory sent; ``_measured``); a suspended VM moves
 with its saved memory through the pools instead (``moving.py``: libvirt cannot migrate a
 managed save). libvirt's test driver does not implement migration (not even offline), so
 between two ``test://`` connections it is emulated: copy the overlay volume, define on the
@@ -74,7 +75,7 @@ import libvirt
 
 from drivers import base, cloudinit
 from drivers.base import Conflict, DriverError, HostFacts, Invalid, NetworkInfo, NotFound, VMInfo, VMState
-from drivers.libvirt import agent, domxml, gpus, moving, netxml, nodedev
+from drivers.libvirt import agent, copying, domxml, gpus, moving, netxml, nodedev
 from drivers.libvirt.connection import NOT_FOUND, connections, open_own, translate, translated
 from drivers.libvirt.options import CPU_MODES, DISK_CACHES, vnc_listen_error
 
@@ -737,19 +738,38 @@ class LibvirtDriver(base.Driver):
             # safe (no page cache on the source holds writes the target cannot see).
             flags |= libvirt.VIR_MIGRATE_UNSAFE
         boot = self.boot_paths_on(target, self._call(f"definition of {key}", dom.XMLDesc, 0))
-        moved = None
         if self.emulated and target.emulated:  # the test driver migrates nothing (not even offline)
             self._emulate_migration(dom, target, boot)
-        elif boot:  # the definition on the target names the target's kernel and initrd
-            dxml = domxml.repathed(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE), boot)
-            moved = self._call(
-                f"migrate {key} to {target.host_name}", dom.migrate2, target.conn, dxml, flags, None, None, 0
-            )
-        else:
-            moved = self._call(f"migrate {key} to {target.host_name}", dom.migrate, target.conn, flags, None, None, 0)
+            return None
+        copies = running and not self.options.get("shared_storage")
+        paths = {**boot, **(copying.prepare(self, target, key) if copies else {})}
+        try:
+            if paths:  # the definition on the target names the target's files
+                dxml = domxml.repathed(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE), paths)
+                moved = self._call(
+                    f"migrate {key} to {target.host_name}", dom.migrate2, target.conn, dxml, flags, None, None, 0
+                )
+            else:
+                moved = self._call(
+                    f"migrate {key} to {target.host_name}", dom.migrate, target.conn, flags, None, None, 0
+                )
+        except Exception:
+            if copies:
+                self._discard_copies(target, key)
+            raise
         if not self.options.get("shared_storage"):
             self._delete_left_disk(key)
         return _measured(moved) if running else None
+
+    def _discard_copies(self, target, key):
+        """After a failed migration that copied the disk: the target's copies go, unless the VM
+        got there after all (a failure reported after the switch-over). A failure to tell or to
+        delete leaves them (garbage on the target, not the VM's disk)."""
+        try:
+            if self._own_domain(key) is not None:
+                copying.discard(target, key)
+        except Exception:  # noqa: BLE001 (the migration's own error is the one to raise)
+            log.warning("the copies of %s on %s stay after the failed migration", key, target.host_name, exc_info=True)
 
     def _check_networks_on(self, dom, target):
         """A member of a private network moves only to a host that has that network too (there
@@ -822,10 +842,14 @@ class LibvirtDriver(base.Driver):
         self.destroy(key)
 
     def _delete_left_disk(self, key):
-        """After a non-shared migration the source copy of the disk is garbage."""
-        vol = self._volume(self._pool(), f"{key}.qcow2")
-        if vol is not None and self._find_domain(key) is None:
-            self._call(f"delete disk of {key}", vol.delete, 0)
+        """After a non-shared migration the source's copies of the disk and seed are garbage
+        (the seed holds the user's password hash)."""
+        if self._find_domain(key) is not None:
+            return
+        for name in copying.names(key):
+            vol = self._volume(self._pool(), name)
+            if vol is not None:
+                self._call(f"delete {name}", vol.delete, 0)
 
     @translated
     def address(self, key):
@@ -1002,8 +1026,7 @@ MIGRATION_FIGURES = {
     "downtime": "downtime_ms",  # the guest paused: the last memory pages and the switch-over
     "time_elapsed": "total_ms",
     "memory_processed": "memory_bytes",
-    "disk_processed": "disk_bytes",
-}
+}  # (not the disk's: the target's statistics count no bytes of a disk copied to it, always 0)
 
 
 def _measured(dom):

@@ -26,6 +26,7 @@ from tests.localkvm_inventory import kvm_guest_image, two_kvm_hosts
 
 pytestmark = pytest.mark.slow
 AGENT_SECONDS = 240  # a boot under software emulation on shared cores
+MARK_AT = 200_000  # 512-byte sector: ~100 MiB into the disk, past the 64 MiB base image
 
 
 def drained(jobs, job, budget=AGENT_SECONDS):
@@ -113,10 +114,45 @@ def test_a_running_guest_moves_live_over_shared_storage_with_its_processes_and_s
     finally:
         session.close()
     migration = job.result["migration"]
-    assert 0 < migration["downtime_ms"] < migration["total_ms"], migration
+    assert 0 < migration["downtime_ms"] < migration["total_ms"] and migration["memory_bytes"] > 0, migration
     assert Allocation.objects.get(pk=old_claim.pk).released is not None
     assert vm.allocation.host_id == target.pk and vm.allocation.released is None and vm.target_allocation is None
     print(f"\nlive migration over shared storage: {migration}")
+
+    drained(sync_jobs, services.submit_action(vm, "destroy", actor=admin_user))
+    assert there.state(vm.key) == VMState.ABSENT
+
+
+def test_a_running_guest_moves_live_with_its_disk_copied(
+    two_hosts,
+    admin_user,
+    sync_jobs,  # noqa: F811
+    guest,
+):
+    host_a, host_b = two_kvm_hosts(two_hosts, shared=False)
+    vm, job = services.request_vm(actor=admin_user, owner=admin_user, image=guest)
+    drained(sync_jobs, job)
+    vm = VM.objects.get(pk=vm.pk)
+    source, target = (host_a, host_b) if vm.host_id == host_a.pk else (host_b, host_a)
+    here, there = drivers.driver_for(source), drivers.driver_for(target)
+    boot = guest_run(here, vm.key, "boot", "cat /proc/sys/kernel/random/boot_id")
+    # What the guest wrote on its disk (past the base image's 64 MiB: only the overlay holds it)
+    guest_run(here, vm.key, "mark", f"printf moved-with-it | dd of=/dev/vda bs=512 seek={MARK_AT} conv=notrunc; sync")
+    pid = guest_run(here, vm.key, "sleeper", "sleep 10000 </dev/null >/dev/null 2>&1 & echo $!").strip()
+
+    job = drained(sync_jobs, services.submit_action(vm, "migrate", actor=admin_user, target=target.pk))
+
+    vm = VM.objects.get(pk=vm.pk)
+    assert (vm.state, vm.host_id) == ("running", target.pk)
+    assert (here.state(vm.key), there.state(vm.key)) == (VMState.ABSENT, VMState.RUNNING)
+    assert guest_run(there, vm.key, "boot-after", "cat /proc/sys/kernel/random/boot_id") == boot
+    assert guest_run(there, vm.key, "sleeper-after", f"cat /proc/{pid}/comm").strip() == "sleep"
+    read = f"echo 3 > /proc/sys/vm/drop_caches; dd if=/dev/vda bs=512 skip={MARK_AT} count=1 2>/dev/null | head -c 13"
+    assert guest_run(there, vm.key, "mark-after", read) == "moved-with-it"
+    assert [v.name() for v in here._pool().listAllVolumes() if v.name().startswith(vm.key)] == []  # disk, seed: gone
+    migration = job.result["migration"]
+    assert 0 < migration["downtime_ms"] < migration["total_ms"] and migration["memory_bytes"] > 0, migration
+    print(f"\nlive migration, disk copied: {migration}")
 
     drained(sync_jobs, services.submit_action(vm, "destroy", actor=admin_user))
     assert there.state(vm.key) == VMState.ABSENT
