@@ -21,7 +21,8 @@ moves. The test reaches a guest from a process in a host's namespace (``ip netns
 ``proxy``).
 
 Every process here is stopped by PID: the daemons, the dnsmasq, and each process left in a
-host's network namespace (its QEMUs) — also for a host that was ``kill``-ed on purpose.
+host's network namespace (its QEMUs) — also for a host whose libvirtd a test killed
+(``kill_libvirtd``; ``restart`` brings the host back).
 """
 
 import contextlib
@@ -77,6 +78,13 @@ def _pids_in_netns(name):
     return found
 
 
+def _exe(pid):
+    try:
+        return Path(os.readlink(f"/proc/{pid}/exe")).name
+    except OSError:
+        return ""
+
+
 def _stop(pid, timeout=10, sig=signal.SIGTERM):
     """``sig`` to ``pid``, then SIGKILL after ``timeout``; waits until it is gone."""
     with contextlib.suppress(ProcessLookupError):
@@ -123,9 +131,9 @@ class Host:
     def alive(self):
         return self.process is not None and self.process.poll() is None
 
-    def pids(self):
-        """libvirtd and every QEMU of this host."""
-        return _pids_in_netns(self.netns)
+    def qemus(self):
+        """This host's QEMU processes (also those a killed libvirtd left)."""
+        return [pid for pid in _pids_in_netns(self.netns) if _exe(pid).startswith("qemu-system-")]
 
 
 class TwoHosts:
@@ -303,13 +311,23 @@ class TwoHosts:
 
     # --- failures and stop --------------------------------------------------------------------
 
-    def kill(self, host):
-        """``host`` dies: SIGKILL to its libvirtd and each of its QEMUs, by PID."""
-        for pid in host.pids():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if host.process is not None:
+    def kill_libvirtd(self, host):
+        """``host``'s libvirtd dies (SIGKILL, by PID); its QEMUs go on as they would."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(host.process.pid, signal.SIGKILL)
+        host.process.wait(timeout=30)
+
+    def restart(self, host, timeout=120):
+        """``host`` comes back as after a reboot: any QEMU left killed (by PID), its libvirtd
+        started again with its pools (its definitions are kept, as on a disk)."""
+        if host.alive():
+            _stop(host.process.pid)
             host.process.wait(timeout=30)
+        for pid in host.qemus():
+            _stop(pid, timeout=5, sig=signal.SIGKILL)
+        shutil.rmtree(host.dir / "run")  # (a reboot empties /run: the transient pools, the domains' status)
+        self._start_daemon(host, timeout)
+        self._pools(host)
 
     def stop(self):
         """Everything ends: each host's domains destroyed, its libvirtd stopped and any process
@@ -326,7 +344,7 @@ class TwoHosts:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.dnsmasq.wait(timeout=5)
         for host in self.hosts:
-            for pid in host.pids():  # QEMUs of a killed libvirtd
+            for pid in _pids_in_netns(host.netns):  # QEMUs of a killed libvirtd; nothing else is in there
                 _stop(pid, timeout=5, sig=signal.SIGKILL)
             with contextlib.suppress(TwoHostsError):
                 _run("ip", "netns", "del", host.netns)

@@ -115,12 +115,27 @@ def undo_migrate(vm_id, state, reason, *, actor):
     target = vm.target_allocation.host
     try:
         arrived = drivers.driver_for(target).state(vm.key) != base.VMState.ABSENT
-    except Exception as exc:  # noqa: BLE001 (cannot tell where it is: keep both claims for repair)
-        why = f"{reason}; cannot tell whether it reached {target.name} ({fail_reason(exc)}): both claims kept"
-        services.cleanup_failed(vm_id, why, actor=actor)
-        return
+    except Exception as exc:  # noqa: BLE001 (the target is down or does not answer)
+        if not _runs_on_source(vm, state):  # cannot tell where it is: keep both claims for repair
+            why = f"{reason}; cannot tell whether it reached {target.name} ({fail_reason(exc)}): both claims kept"
+            services.cleanup_failed(vm_id, why, actor=actor)
+            return
+        # It runs on the source: libvirt resumed it there, having seen the migration fail.
+        # What the target may have of it is an incoming domain never resumed (or, if the
+        # target finished the migration and its answer was lost, one verify finds as
+        # unknown); the target's claim goes, as after any failed migration.
+        arrived = False
+        reason = f"{reason}; {target.name} did not answer afterwards ({fail_reason(exc)})"
     if arrived:  # the move itself happened: finish it rather than lose track of the VM
         switch(vm_id, state, actor=actor)
         return
     capacity.release(vm.target_allocation, actor=actor, reason=f"{vm.key}: migration failed")
     services.set_state(vm_id, state, "migration failed", target_allocation=None, error=reason[:4000], actor=actor)
+
+
+def _runs_on_source(vm, state):
+    """True when the VM ran before the move and its source host says it runs there still."""
+    try:
+        return state == S.RUNNING and drivers.driver_for(vm.host).state(vm.key) == base.VMState.RUNNING
+    except Exception:  # noqa: BLE001 (the source does not answer either)
+        return False

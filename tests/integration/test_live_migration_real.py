@@ -9,8 +9,10 @@ waits for the guest agent rather than the login port: vclmgr runs outside the ho
 namespaces and does not reach the guests' segment; the SSH session is opened from host A's.
 """
 
+import threading
 import time
 
+import libvirt
 import paramiko
 import pytest
 
@@ -26,6 +28,7 @@ from tests.localkvm_inventory import kvm_guest_image, two_kvm_hosts
 
 pytestmark = pytest.mark.slow
 AGENT_SECONDS = 240  # a boot under software emulation on shared cores
+SLOW_MIB_S = 8  # the failed migration's bandwidth: ~88 MiB of memory to send, ~10 s
 MARK_AT = 200_000  # 512-byte sector: ~100 MiB into the disk, past the 64 MiB base image
 
 
@@ -123,7 +126,7 @@ def test_a_running_guest_moves_live_over_shared_storage_with_its_processes_and_s
     assert there.state(vm.key) == VMState.ABSENT
 
 
-def test_a_running_guest_moves_live_with_its_disk_copied(
+def test_a_move_whose_target_dies_leaves_the_guest_running_then_it_moves_with_its_disk_copied(
     two_hosts,
     admin_user,
     sync_jobs,  # noqa: F811
@@ -134,12 +137,39 @@ def test_a_running_guest_moves_live_with_its_disk_copied(
     drained(sync_jobs, job)
     vm = VM.objects.get(pk=vm.pk)
     source, target = (host_a, host_b) if vm.host_id == host_a.pk else (host_b, host_a)
+    dying = two_hosts.a if target == host_a else two_hosts.b
     here, there = drivers.driver_for(source), drivers.driver_for(target)
     boot = guest_run(here, vm.key, "boot", "cat /proc/sys/kernel/random/boot_id")
     # What the guest wrote on its disk (past the base image's 64 MiB: only the overlay holds it)
     guest_run(here, vm.key, "mark", f"printf moved-with-it | dd of=/dev/vda bs=512 seek={MARK_AT} conv=notrunc; sync")
     pid = guest_run(here, vm.key, "sleeper", "sleep 10000 </dev/null >/dev/null 2>&1 & echo $!").strip()
+    claim = vm.allocation
 
+    # The target's libvirtd killed while the memory goes over (slowed down to last ~10 s)
+    dom = here.conn.lookupByName(vm.key)
+    unlimited = dom.migrateGetMaxSpeed(0)
+    dom.migrateSetMaxSpeed(SLOW_MIB_S, 0)
+    killer = threading.Thread(target=kill_once_incoming, args=(two_hosts, dying, vm.key), daemon=True)
+    killer.start()
+    failed = services.submit_action(vm, "migrate", actor=admin_user, target=target.pk)
+    sync_jobs.drain(budget=AGENT_SECONDS)
+    killer.join(timeout=AGENT_SECONDS)
+    failed = Job.objects.get(pk=failed.pk)
+    assert failed.status == "error" and target.name in failed.error_message, failed.error_message
+    vm = VM.objects.get(pk=vm.pk)
+    assert (vm.state, vm.host_id, vm.target_allocation_id) == ("running", source.pk, None)
+    assert f"{target.name} did not answer afterwards" in vm.error, vm.error
+    assert vm.allocation_id == claim.pk and Allocation.objects.get(pk=claim.pk).released is None
+    target_claims = Allocation.objects.filter(host=target)
+    assert [a.released is not None for a in target_claims] == [True], "the target's claim went back"
+    assert here.state(vm.key) == VMState.RUNNING
+    assert guest_run(here, vm.key, "boot-kept", "cat /proc/sys/kernel/random/boot_id") == boot
+    assert guest_run(here, vm.key, "sleeper-kept", f"cat /proc/{pid}/comm").strip() == "sleep"
+    took = (failed.ended - failed.started).total_seconds()
+    print(f"\na migration whose target died ({took:.1f} s): {failed.error_message}")
+
+    dom.migrateSetMaxSpeed(unlimited, 0)
+    two_hosts.restart(dying)
     job = drained(sync_jobs, services.submit_action(vm, "migrate", actor=admin_user, target=target.pk))
 
     vm = VM.objects.get(pk=vm.pk)
@@ -152,7 +182,22 @@ def test_a_running_guest_moves_live_with_its_disk_copied(
     assert [v.name() for v in here._pool().listAllVolumes() if v.name().startswith(vm.key)] == []  # disk, seed: gone
     migration = job.result["migration"]
     assert 0 < migration["downtime_ms"] < migration["total_ms"] and migration["memory_bytes"] > 0, migration
-    print(f"\nlive migration, disk copied: {migration}")
+    print(f"live migration, disk copied: {migration}")
 
     drained(sync_jobs, services.submit_action(vm, "destroy", actor=admin_user))
     assert there.state(vm.key) == VMState.ABSENT
+
+
+def kill_once_incoming(two_hosts, host, key, timeout=AGENT_SECONDS):
+    """Kill ``host``'s libvirtd a second after the incoming domain ``key`` appears there."""
+    conn = libvirt.open(host.uri)
+    try:
+        deadline = time.monotonic() + timeout
+        while key not in [dom.name() for dom in conn.listAllDomains()]:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+    finally:
+        conn.close()
+    time.sleep(1)
+    two_hosts.kill_libvirtd(host)
