@@ -300,15 +300,6 @@ class TwoHosts:
         namespace (for ``paramiko.ProxyCommand``: an SSH session to a guest)."""
         return f"ip netns exec {host.netns} nc {address} {port}"
 
-    def lease(self, mac):
-        """The address dnsmasq gave ``mac``, or None."""
-        with contextlib.suppress(OSError):
-            for line in (self.root / "dnsmasq.leases").read_text().splitlines():
-                fields = line.split()
-                if len(fields) >= 3 and fields[1].lower() == mac.lower():
-                    return fields[2]
-        return None
-
     # --- failures and stop --------------------------------------------------------------------
 
     def kill_libvirtd(self, host):

@@ -1,5 +1,14 @@
-"""The target's side of a live migration that copies the disk (``LibvirtDriver.migrate`` of a
-running VM on hosts without shared storage: ``VIR_MIGRATE_NON_SHARED_INC``).
+"""Migrations that copy the disk, between hosts without shared storage (``LibvirtDriver.migrate``).
+
+A running VM: libvirt's live migration with ``VIR_MIGRATE_NON_SHARED_INC``, for which the target
+side is made here first (``prepare``). A stopped VM: libvirt's offline migration moves the
+definition only ("offline migration cannot handle non-shared storage"), so ``move_stopped``
+streams the overlay and the seed into the target's pool itself, the overlay's header naming the
+target's base (``moving.py``'s copy), defines the VM and its snapshots there, and then removes
+it from the source. A retry after a crash finds the target's definition (made only once the
+copies are whole) and only removes the source's.
+
+Live:
 
 libvirt copies the overlay's own clusters into a volume that must exist on the target already
 (it creates none for an incremental copy: "pre-creation of storage targets for incremental
@@ -78,3 +87,20 @@ def discard(target, key):
         vol = target._volume(tpool, name)
         if vol is not None:
             target._call(f"delete {name} on {target.host_name}", vol.delete, 0)
+
+
+def move_stopped(source, target, key):
+    """The stopped VM ``key`` to ``target`` with its overlay and seed; see the module docstring."""
+    if target._own_domain(key) is None:
+        plan = moving._plan(source, target, key)
+        plan.volumes = [(name, header) for name, header in plan.volumes if name != moving.save_name(key)]
+        try:
+            moving._copy(source, target, plan)
+            moving._define(target, key, plan.target_xml(), plan.target_snapshots())
+        except Exception:
+            there = target._own_domain(key)
+            if there is not None:  # defined, a snapshot refused: not moved
+                target._call(f"undefine {key} on {target.host_name}", there.undefineFlags, moving.UNDEFINE)
+            discard(target, key)
+            raise
+    source.destroy(key)

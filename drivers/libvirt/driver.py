@@ -44,7 +44,7 @@ names the target's staged copies in the definition it makes there.
 
 Suspend is a managed save (memory to disk, host RAM freed). Migrate uses virDomainMigrate
 (live when running, persistent on the target, copying non-shared disks: ``copying.py`` makes
-the target's overlay and seed first) and returns what
+the target's overlay and seed first, and moves a stopped VM's itself) and returns what
 libvirt measured of a live one (downtime, total time, memory sent; ``_measured``); a suspended VM moves
 with its saved memory through the pools instead (``moving.py``: libvirt cannot migrate a
 managed save). libvirt's test driver does not implement migration (not even offline), so
@@ -727,6 +727,9 @@ class LibvirtDriver(base.Driver):
                 return  # moved already (a retried migrate)
             raise NotFound(f"no VM {key} on {self.host_name}")
         running = dom.isActive()
+        if not (running or self.emulated or target.emulated or self.options.get("shared_storage")):
+            copying.move_stopped(self, target, key)
+            return None
         flags = libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
         flags |= libvirt.VIR_MIGRATE_LIVE if running else libvirt.VIR_MIGRATE_OFFLINE
         if not self.options.get("shared_storage"):

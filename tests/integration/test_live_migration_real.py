@@ -40,9 +40,12 @@ def drained(jobs, job, budget=AGENT_SECONDS):
 
 
 def guest_run(driver, key, tag, command):
-    """``command`` in the guest through its agent; → its output once it has exited."""
-    driver.guest_exec(key, tag, ["/bin/sh", "-c", command])
+    """``command`` in the guest through its agent (once it answers); → its output once it has exited."""
     deadline = time.monotonic() + AGENT_SECONDS
+    while not driver.agent_answers(key):
+        assert time.monotonic() < deadline, f"no guest agent on {key}"
+        time.sleep(0.2)
+    driver.guest_exec(key, tag, ["/bin/sh", "-c", command])
     while not (status := driver.guest_exec_status(key, tag, 0)).exited:
         assert time.monotonic() < deadline, f"{command}: still running"
         time.sleep(0.2)
@@ -184,8 +187,19 @@ def test_a_move_whose_target_dies_leaves_the_guest_running_then_it_moves_with_it
     assert 0 < migration["downtime_ms"] < migration["total_ms"] and migration["memory_bytes"] > 0, migration
     print(f"live migration, disk copied: {migration}")
 
-    drained(sync_jobs, services.submit_action(vm, "destroy", actor=admin_user))
-    assert there.state(vm.key) == VMState.ABSENT
+    # Stopped, it goes back offline: its disk as it is now goes with it
+    drained(sync_jobs, services.submit_action(vm, "stop", actor=admin_user))
+    job = drained(
+        sync_jobs, services.submit_action(VM.objects.get(pk=vm.pk), "migrate", actor=admin_user, target=source.pk)
+    )
+    vm = VM.objects.get(pk=vm.pk)
+    assert (vm.state, vm.host_id) == ("stopped", source.pk) and "migration" not in job.result
+    assert (here.state(vm.key), there.state(vm.key)) == (VMState.STOPPED, VMState.ABSENT)
+    drained(sync_jobs, services.submit_action(vm, "start", actor=admin_user))
+    assert guest_run(here, vm.key, "mark-back", read) == "moved-with-it"
+
+    drained(sync_jobs, services.submit_action(VM.objects.get(pk=vm.pk), "destroy", actor=admin_user))
+    assert here.state(vm.key) == VMState.ABSENT
 
 
 def kill_once_incoming(two_hosts, host, key, timeout=AGENT_SECONDS):
