@@ -43,9 +43,9 @@ attached. A capture of such a VM copies its kernel and initrd to ``<image>.kerne
 names the target's staged copies in the definition it makes there.
 
 Suspend is a managed save (memory to disk, host RAM freed). Migrate uses virDomainMigrate
-(live when running, persistent on the target, copying non-shared disks: ``copying.py`` makes
-the target's overlay and seed first, and moves a stopped VM's itself) and returns what
-libvirt measured of a live one (downtime, total time, memory sent; ``_measured``); a suspended VM moves
+(``live.py``: live when running, persistent on the target, copying non-shared disks, its
+snapshots handed over; it returns what libvirt measured: downtime, total time, memory sent);
+a stopped VM without shared storage moves its disk through the pools (``copying.py``); a suspended VM moves
 with its saved memory through the pools instead (``moving.py``: libvirt cannot migrate a
 managed save). libvirt's test driver does not implement migration (not even offline), so
 between two ``test://`` connections it is emulated: copy the overlay volume, define on the
@@ -75,14 +75,13 @@ import libvirt
 
 from drivers import base, cloudinit
 from drivers.base import Conflict, DriverError, HostFacts, Invalid, NetworkInfo, NotFound, VMInfo, VMState
-from drivers.libvirt import agent, copying, domxml, gpus, moving, netxml, nodedev
+from drivers.libvirt import agent, copying, domxml, gpus, live, moving, netxml, nodedev
 from drivers.libvirt.connection import NOT_FOUND, connections, open_own, translate, translated
 from drivers.libvirt.options import CPU_MODES, DISK_CACHES, vnc_listen_error
 
 log = logging.getLogger(__name__)
 
 GIB = 1 << 30
-UNCACHED = ("none", "directsync")  # disk cache modes safe for live migration over shared storage
 
 
 class LibvirtDriver(base.Driver):
@@ -730,49 +729,11 @@ class LibvirtDriver(base.Driver):
         if not (running or self.emulated or target.emulated or self.options.get("shared_storage")):
             copying.move_stopped(self, target, key)
             return None
-        flags = libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
-        flags |= libvirt.VIR_MIGRATE_LIVE if running else libvirt.VIR_MIGRATE_OFFLINE
-        if not self.options.get("shared_storage"):
-            flags |= libvirt.VIR_MIGRATE_NON_SHARED_INC
-        elif running and self._disk_cache() in UNCACHED:
-            # libvirt recognises a few shared file systems by type (NFS, GFS2, OCFS2, CephFS,
-            # GPFS, …) and refuses a live migration from any other as unsafe; the operator's
-            # ``shared_storage`` vouches for this one, and an uncached disk is what makes it
-            # safe (no page cache on the source holds writes the target cannot see).
-            flags |= libvirt.VIR_MIGRATE_UNSAFE
         boot = self.boot_paths_on(target, self._call(f"definition of {key}", dom.XMLDesc, 0))
         if self.emulated and target.emulated:  # the test driver migrates nothing (not even offline)
             self._emulate_migration(dom, target, boot)
             return None
-        copies = running and not self.options.get("shared_storage")
-        paths = {**boot, **(copying.prepare(self, target, key) if copies else {})}
-        try:
-            if paths:  # the definition on the target names the target's files
-                dxml = domxml.repathed(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE), paths)
-                moved = self._call(
-                    f"migrate {key} to {target.host_name}", dom.migrate2, target.conn, dxml, flags, None, None, 0
-                )
-            else:
-                moved = self._call(
-                    f"migrate {key} to {target.host_name}", dom.migrate, target.conn, flags, None, None, 0
-                )
-        except Exception:
-            if copies:
-                self._discard_copies(target, key)
-            raise
-        if not self.options.get("shared_storage"):
-            self._delete_left_disk(key)
-        return _measured(moved) if running else None
-
-    def _discard_copies(self, target, key):
-        """After a failed migration that copied the disk: the target's copies go, unless the VM
-        got there after all (a failure reported after the switch-over). A failure to tell or to
-        delete leaves them (garbage on the target, not the VM's disk)."""
-        try:
-            if self._own_domain(key) is not None:
-                copying.discard(target, key)
-        except Exception:  # noqa: BLE001 (the migration's own error is the one to raise)
-            log.warning("the copies of %s on %s stay after the failed migration", key, target.host_name, exc_info=True)
+        return live.migrate(self, target, dom, boot)
 
     def _check_networks_on(self, dom, target):
         """A member of a private network moves only to a host that has that network too (there
@@ -843,16 +804,6 @@ class LibvirtDriver(base.Driver):
             target._call(f"start {key} on {target.host_name}", moved.create)
             target._call(f"suspend {key} on {target.host_name}", moved.managedSave, 0)
         self.destroy(key)
-
-    def _delete_left_disk(self, key):
-        """After a non-shared migration the source's copies of the disk and seed are garbage
-        (the seed holds the user's password hash)."""
-        if self._find_domain(key) is not None:
-            return
-        for name in copying.names(key):
-            vol = self._volume(self._pool(), name)
-            if vol is not None:
-                self._call(f"delete {name}", vol.delete, 0)
 
     @translated
     def address(self, key):
@@ -1022,24 +973,6 @@ class SerialStream:
                 pass
             if self.conn is not None:
                 _close_quietly(self.conn)
-
-
-#: libvirt's figures of a completed migration (``virDomainGetJobStats``) → the names we record.
-MIGRATION_FIGURES = {
-    "downtime": "downtime_ms",  # the guest paused: the last memory pages and the switch-over
-    "time_elapsed": "total_ms",
-    "memory_processed": "memory_bytes",
-}  # (not the disk's: the target's statistics count no bytes of a disk copied to it, always 0)
-
-
-def _measured(dom):
-    """What libvirt measured of the migration that brought ``dom`` to the target (the target
-    keeps the completed job's statistics): ``MIGRATION_FIGURES``; {} when it kept none."""
-    try:
-        stats = dom.jobStats(libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED) if dom is not None else {}
-    except libvirt.libvirtError:
-        return {}
-    return {name: int(stats[key]) for key, name in MIGRATION_FIGURES.items() if key in stats}
 
 
 def _close_quietly(conn):

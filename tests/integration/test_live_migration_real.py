@@ -90,6 +90,7 @@ def test_a_running_guest_moves_live_over_shared_storage_with_its_processes_and_s
     guest,
 ):
     host_a, host_b = two_kvm_hosts(two_hosts, shared=True)
+    services.update_image(guest, actor="test", revert_on_end=True)  # its VMs get a snapshot: "clean"
     user = realvm.new_login()
     vm, job = services.request_vm(actor=admin_user, owner=admin_user, image=guest, ssh_key=user["public"])
     drained(sync_jobs, job)
@@ -110,6 +111,7 @@ def test_a_running_guest_moves_live_over_shared_storage_with_its_processes_and_s
         vm = VM.objects.get(pk=vm.pk)
         assert (vm.state, vm.host_id) == ("running", target.pk)
         assert (here.state(vm.key), there.state(vm.key)) == (VMState.ABSENT, VMState.RUNNING)
+        assert there.conn.lookupByName(vm.key).snapshotListNames(0) == ["clean"]  # its definition handed over
         assert guest_run(there, vm.key, "boot-after", "cat /proc/sys/kernel/random/boot_id") == boot
         assert guest_run(there, vm.key, "sleeper-after", f"cat /proc/{pid}/comm").strip() == "sleep"
         # The same TCP connection, opened before the move
