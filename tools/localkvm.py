@@ -10,7 +10,8 @@ and the last one to leave destroys the test domains that are left and stops exac
 processes by PID. The daemon's sockets live in a private directory
 (``qemu:///system?socket=…``), so nothing here talks to a system libvirtd; and since two
 system-mode daemons would share ``/run/libvirt/qemu``, a libvirtd that is not ours makes
-``acquire`` fail with a clear message rather than run beside it.
+``acquire`` fail with a clear message rather than run beside it (one in another mount
+namespace has a ``/run/libvirt`` of its own: ``tests/twohosts.py``'s, a container's).
 """
 
 import contextlib

@@ -1,6 +1,7 @@
 """A real libvirtd + QEMU for the integration tests (see tests/realvm.py for how it is
 shared and stopped). Session scope: each xdist worker registers with the one shared daemon
-and the last one out stops it."""
+and the last one out stops it. ``two_hosts``: two more daemons as two KVM hosts, for moving
+running guests between hosts (tests/twohosts.py), one pair per module."""
 
 import subprocess
 
