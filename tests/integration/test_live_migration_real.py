@@ -3,6 +3,12 @@
 vclmgr's own ``vm.migrate`` job, proven from inside the guest: the same boot, the same
 process, and an SSH session opened before the move still answering after it.
 
+- Over shared storage, with a snapshot (its definition handed over); then its new host is
+  evacuated (``node.evacuate``) and it comes back live, the SSH session still open.
+- With its disk copied: first a move whose target's libvirtd is killed mid-way (the guest runs
+  on at the source, the target's claim goes back, the job says why), then the move, then,
+  stopped, back offline with its disk.
+
 The guest's NIC is on the segment both hosts see, so its address and TCP connections stay
 valid on the target (QEMU announces the moved NIC, the bridges learn where it is now). vclmgr
 waits for the guest agent rather than the login port: vclmgr runs outside the hosts'
@@ -19,6 +25,8 @@ import pytest
 from capacity.models import Allocation
 from drivers import registry as drivers
 from drivers.base import VMState
+from inventory.models import Hypervisor
+from jobs import services as jobs
 from jobs.models import Job
 from provisioning import services
 from provisioning.models import VM
@@ -119,16 +127,29 @@ def test_a_running_guest_moves_live_over_shared_storage_with_its_processes_and_s
             "sleep",
             boot.strip(),
         ]
+        migration = job.result["migration"]
+        assert 0 < migration["downtime_ms"] < migration["total_ms"] and migration["memory_bytes"] > 0, migration
+        assert Allocation.objects.get(pk=old_claim.pk).released is not None
+        assert vm.allocation.host_id == target.pk and vm.allocation.released is None and vm.target_allocation is None
+        print(f"\nlive migration over shared storage: {migration}")
+
+        # Patch day: the host it is on now is evacuated, and the guest comes back live
+        evacuation = drained(sync_jobs, jobs.submit("node.evacuate", {"hypervisor": target.pk}, actor="test"))
+        [back] = Job.objects.filter(pk__in=evacuation.result["jobs"])
+        assert (back.opcode, back.status) == ("vm.migrate", "success") and back.result["migration"]["downtime_ms"] > 0
+        vm = VM.objects.get(pk=vm.pk)
+        assert (vm.state, vm.host_id) == ("running", source.pk)
+        assert Hypervisor.objects.get(pk=target.pk).state == "drained"
+        assert ssh_output(session, f"cat /proc/{pid}/comm; cat /proc/sys/kernel/random/boot_id").split() == [
+            "sleep",
+            boot.strip(),
+        ]
+        print(f"evacuated, live: {back.result['migration']}")
     finally:
         session.close()
-    migration = job.result["migration"]
-    assert 0 < migration["downtime_ms"] < migration["total_ms"] and migration["memory_bytes"] > 0, migration
-    assert Allocation.objects.get(pk=old_claim.pk).released is not None
-    assert vm.allocation.host_id == target.pk and vm.allocation.released is None and vm.target_allocation is None
-    print(f"\nlive migration over shared storage: {migration}")
 
     drained(sync_jobs, services.submit_action(vm, "destroy", actor=admin_user))
-    assert there.state(vm.key) == VMState.ABSENT
+    assert (here.state(vm.key), there.state(vm.key)) == (VMState.ABSENT, VMState.ABSENT)
 
 
 def test_a_move_whose_target_dies_leaves_the_guest_running_then_it_moves_with_its_disk_copied(
