@@ -19,10 +19,11 @@ unexport PYTHONDONTWRITEBYTECODE
 # their own PostgreSQL 15 and Redis, haproxy in front of the web machines, curl for probes;
 # xmlsec1, which pysaml2 runs to sign and check SAML messages (SAML sign-on);
 # virt-xml-validate (libvirt-clients, in APT_REALVM) with the xmllint it runs (libxml2-utils): the
-# GPU tests check domain and node-device XML against libvirt's own schemas.
+# GPU tests check domain and node-device XML against libvirt's own schemas; netcat-openbsd, the
+# SSH path into a guest on the live-migration tests' segment (tests/twohosts.py).
 APT_RUN := python3-venv python3-dev gcc pkg-config libvirt-dev libldap2-dev libsasl2-dev xmlsec1
 APT_REALVM := qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients dnsmasq-base \
-  mtools syslinux syslinux-common cloud-init openssh-client
+  mtools syslinux syslinux-common cloud-init openssh-client netcat-openbsd
 APT_TEST := $(APT_RUN) golang-go golang-github-vmware-govmomi-dev ganeti-htools-3.0 python3-ganeti-rapi chromium \
   systemd prometheus slapd ldap-utils iproute2 curl haproxy postgresql-15 redis-server libxml2-utils $(APT_REALVM)
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test

@@ -557,7 +557,9 @@ class Driver:
     def capture(self, key, new_image_name) -> ImageVariantSpec:
         raise NotImplementedError
 
-    def migrate(self, key, target: "Driver"):
+    def migrate(self, key, target: "Driver") -> dict | None:
+        """Move the VM ``key`` to ``target``'s host (live when it runs, where the driver can).
+        → figures of the move the hypervisor measured (``downtime_ms``, ``total_ms``, …), or None."""
         raise NotImplementedError
 
     def address(self, key) -> str | None:

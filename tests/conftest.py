@@ -34,7 +34,7 @@ LONGEST_FIRST = (
 #: What a test uses that makes it "heavy": a real QEMU guest, Chromium, the whole API fuzzed, the
 #: topology's machines. What they prove does not depend on the database, so CI runs them once, on
 #: the PostgreSQL leg (the production configuration); `make test` runs them on SQLite too.
-HEAVY_FIXTURES = frozenset({"libvirtd", "browser"})
+HEAVY_FIXTURES = frozenset({"libvirtd", "two_hosts", "browser"})
 HEAVY_FILES = frozenset({"tests/test_api_schema_fuzz.py"})
 #: What makes a test "slow": it starts a real process (a worker, a web server, a directory, an
 #: identity provider, a BMC, a simulator, a program of Ganeti's or of the system). `make check`

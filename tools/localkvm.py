@@ -10,7 +10,8 @@ and the last one to leave destroys the test domains that are left and stops exac
 processes by PID. The daemon's sockets live in a private directory
 (``qemu:///system?socket=…``), so nothing here talks to a system libvirtd; and since two
 system-mode daemons would share ``/run/libvirt/qemu``, a libvirtd that is not ours makes
-``acquire`` fail with a clear message rather than run beside it.
+``acquire`` fail with a clear message rather than run beside it (one in another mount
+namespace has a ``/run/libvirt`` of its own: ``tests/twohosts.py``'s, a container's).
 """
 
 import contextlib
@@ -56,10 +57,19 @@ def _read_pid(path):
         return None
 
 
+def _mount_ns(pid):
+    try:
+        return os.stat(f"/proc/{pid}/ns/mnt").st_ino
+    except OSError:
+        return None
+
+
 def _running(names):
-    found = []
+    """The processes of these programs in this mount namespace: a daemon in another one (the
+    two hosts of the live-migration tests, a container) has its own ``/run/libvirt``."""
+    found, ours = [], _mount_ns("self")
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and _exe_name(entry.name) in names:
+        if entry.name.isdigit() and _exe_name(entry.name) in names and _mount_ns(entry.name) == ours:
             found.append(int(entry.name))
     return found
 

@@ -43,7 +43,9 @@ attached. A capture of such a VM copies its kernel and initrd to ``<image>.kerne
 names the target's staged copies in the definition it makes there.
 
 Suspend is a managed save (memory to disk, host RAM freed). Migrate uses virDomainMigrate
-(live when running, persistent on the target, copying non-shared disks); a suspended VM moves
+(``live.py``: live when running, persistent on the target, copying non-shared disks, its
+snapshots handed over; it returns what libvirt measured: downtime, total time, memory sent);
+a stopped VM without shared storage moves its disk through the pools (``copying.py``); a suspended VM moves
 with its saved memory through the pools instead (``moving.py``: libvirt cannot migrate a
 managed save). libvirt's test driver does not implement migration (not even offline), so
 between two ``test://`` connections it is emulated: copy the overlay volume, define on the
@@ -73,7 +75,7 @@ import libvirt
 
 from drivers import base, cloudinit
 from drivers.base import Conflict, DriverError, HostFacts, Invalid, NetworkInfo, NotFound, VMInfo, VMState
-from drivers.libvirt import agent, domxml, gpus, moving, netxml, nodedev
+from drivers.libvirt import agent, copying, domxml, gpus, live, moving, netxml, nodedev
 from drivers.libvirt.connection import NOT_FOUND, connections, open_own, translate, translated
 from drivers.libvirt.options import CPU_MODES, DISK_CACHES, vnc_listen_error
 
@@ -287,10 +289,24 @@ class LibvirtDriver(base.Driver):
             found[role] = vol
         return found
 
+    def _seen_pool(self):
+        """The pool, re-read from its directory when it is on shared storage: another host may
+        have staged the image there since this libvirtd last listed it (it would then refuse
+        to create a volume of that name: "already in use"). A pool busy with an upload of
+        this libvirtd's is not re-read (libvirt refuses); it knows its own volumes."""
+        pool = self._pool()
+        if self.options.get("shared_storage"):
+            try:
+                pool.refresh(0)
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() != libvirt.VIR_ERR_OPERATION_INVALID:
+                    raise translate(exc, f"refresh storage pool {pool.name()} on {self.host_name}") from exc
+        return pool
+
     @translated
     def stage_image(self, image):
         self.check_image(image)
-        pool = self._pool()
+        pool = self._seen_pool()
         boot = self._boot_volumes(pool, image)  # before the disk: a staged disk means a whole image
         for role, file_spec in image.boot_files():
             if boot[role] is None:
@@ -710,20 +726,14 @@ class LibvirtDriver(base.Driver):
                 return  # moved already (a retried migrate)
             raise NotFound(f"no VM {key} on {self.host_name}")
         running = dom.isActive()
-        flags = libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
-        flags |= libvirt.VIR_MIGRATE_LIVE if running else libvirt.VIR_MIGRATE_OFFLINE
-        if not self.options.get("shared_storage"):
-            flags |= libvirt.VIR_MIGRATE_NON_SHARED_INC
+        if not (running or self.emulated or target.emulated or self.options.get("shared_storage")):
+            copying.move_stopped(self, target, key)
+            return None
         boot = self.boot_paths_on(target, self._call(f"definition of {key}", dom.XMLDesc, 0))
         if self.emulated and target.emulated:  # the test driver migrates nothing (not even offline)
             self._emulate_migration(dom, target, boot)
-        elif boot:  # the definition on the target names the target's kernel and initrd
-            dxml = domxml.repathed(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE), boot)
-            self._call(f"migrate {key} to {target.host_name}", dom.migrate2, target.conn, dxml, flags, None, None, 0)
-        else:
-            self._call(f"migrate {key} to {target.host_name}", dom.migrate, target.conn, flags, None, None, 0)
-        if not self.options.get("shared_storage"):
-            self._delete_left_disk(key)
+            return None
+        return live.migrate(self, target, dom, boot)
 
     def _check_networks_on(self, dom, target):
         """A member of a private network moves only to a host that has that network too (there
@@ -794,12 +804,6 @@ class LibvirtDriver(base.Driver):
             target._call(f"start {key} on {target.host_name}", moved.create)
             target._call(f"suspend {key} on {target.host_name}", moved.managedSave, 0)
         self.destroy(key)
-
-    def _delete_left_disk(self, key):
-        """After a non-shared migration the source copy of the disk is garbage."""
-        vol = self._volume(self._pool(), f"{key}.qcow2")
-        if vol is not None and self._find_domain(key) is None:
-            self._call(f"delete disk of {key}", vol.delete, 0)
 
     @translated
     def address(self, key):

@@ -25,7 +25,7 @@ def vm_migrate(job):
     try:
         plan = job.step("claim-target", claim_target, vm.pk, job.params.get("target"), actor=job.actor)
         job.step("stage-target", stage, vm.pk, plan["target"], job.job_id)
-        job.step("migrate", move, vm.pk, plan["target"], actor=job.actor)
+        measured = job.step("migrate", move, vm.pk, plan["target"], actor=job.actor)
     except Exception as exc:
         if passes_through(exc):
             raise
@@ -36,7 +36,8 @@ def vm_migrate(job):
     job.step("switch", switch, vm.pk, plan["state"], actor=job.actor)
     if job.params.get("plan"):
         job.step("plan", plans.record_move, job.params["plan"], job.job_id, "success")
-    return {"vm": vm.pk, "from": vm.host_id, "to": plan["target"]}
+    result = {"vm": vm.pk, "from": vm.host_id, "to": plan["target"]}
+    return {**result, "migration": measured} if measured else result
 
 
 def plan_state(job, vm):
@@ -78,7 +79,7 @@ def move(vm_id, target_id, *, actor):
     vm = load_vm(vm_id)
     target = Hypervisor.objects.select_related("credential").get(pk=target_id)
     services.set_state(vm_id, S.MIGRATING, f"migrating to {target.name}", actor=actor)
-    drivers.driver_for(vm.host).migrate(vm.key, drivers.driver_for(target))
+    return drivers.driver_for(vm.host).migrate(vm.key, drivers.driver_for(target)) or None
 
 
 def switch(vm_id, state, *, actor):
@@ -114,12 +115,27 @@ def undo_migrate(vm_id, state, reason, *, actor):
     target = vm.target_allocation.host
     try:
         arrived = drivers.driver_for(target).state(vm.key) != base.VMState.ABSENT
-    except Exception as exc:  # noqa: BLE001 (cannot tell where it is: keep both claims for repair)
-        why = f"{reason}; cannot tell whether it reached {target.name} ({fail_reason(exc)}): both claims kept"
-        services.cleanup_failed(vm_id, why, actor=actor)
-        return
+    except Exception as exc:  # noqa: BLE001 (the target is down or does not answer)
+        if not _runs_on_source(vm, state):  # cannot tell where it is: keep both claims for repair
+            why = f"{reason}; cannot tell whether it reached {target.name} ({fail_reason(exc)}): both claims kept"
+            services.cleanup_failed(vm_id, why, actor=actor)
+            return
+        # It runs on the source: libvirt resumed it there, having seen the migration fail.
+        # What the target may have of it is an incoming domain never resumed (or, if the
+        # target finished the migration and its answer was lost, one verify finds as
+        # unknown); the target's claim goes, as after any failed migration.
+        arrived = False
+        reason = f"{reason}; {target.name} did not answer afterwards ({fail_reason(exc)})"
     if arrived:  # the move itself happened: finish it rather than lose track of the VM
         switch(vm_id, state, actor=actor)
         return
     capacity.release(vm.target_allocation, actor=actor, reason=f"{vm.key}: migration failed")
     services.set_state(vm_id, state, "migration failed", target_allocation=None, error=reason[:4000], actor=actor)
+
+
+def _runs_on_source(vm, state):
+    """True when the VM ran before the move and its source host says it runs there still."""
+    try:
+        return state == S.RUNNING and drivers.driver_for(vm.host).state(vm.key) == base.VMState.RUNNING
+    except Exception:  # noqa: BLE001 (the source does not answer either)
+        return False

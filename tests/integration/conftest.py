@@ -1,6 +1,9 @@
 """A real libvirtd + QEMU for the integration tests (see tests/realvm.py for how it is
 shared and stopped). Session scope: each xdist worker registers with the one shared daemon
-and the last one out stops it."""
+and the last one out stops it. ``two_hosts``: two more daemons as two KVM hosts, for moving
+running guests between hosts (tests/twohosts.py), one pair per module."""
+
+import subprocess
 
 import pytest
 
@@ -40,3 +43,30 @@ def guest_pool(libvirt_conn, guest_image):
     pool = realvm.Pool(libvirt_conn, guest_image)
     yield pool
     pool.close()
+
+
+@pytest.fixture(scope="module")
+def two_hosts():
+    """Two KVM hosts on this machine (``tests/twohosts.py``): two private libvirtd daemons in
+    namespaces of their own, a network segment both see, a directory both see. Shared by a
+    module (each daemon probes QEMU once); stopped, with everything in it, after the module."""
+    from django.conf import settings
+
+    from tests import twohosts
+
+    hosts = twohosts.TwoHosts()
+    try:
+        hosts.start()
+    except (twohosts.TwoHostsError, OSError, subprocess.SubprocessError) as exc:
+        pytest.fail(f"cannot start two private libvirtd hosts: {exc}\nDebian packages: make install-dev", pytrace=False)
+    trusted = settings.VCLMGR_LIBVIRT_SOCKETS
+    settings.VCLMGR_LIBVIRT_SOCKETS = [*trusted, *(str(host.socket) for host in hosts.hosts)]
+    try:
+        yield hosts
+    finally:
+        settings.VCLMGR_LIBVIRT_SOCKETS = trusted
+        from drivers.libvirt.connection import connections
+
+        for host in hosts.hosts:
+            connections.forget(host.uri)
+        hosts.stop()

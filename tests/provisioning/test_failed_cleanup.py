@@ -70,6 +70,7 @@ def test_a_migration_that_loses_track_of_the_vm_keeps_both_claims(make_host, ima
     target = make_host("sim-b")
     sim.set_fault(target.name, "migrate", "fail")
     sim.set_fault(target.name, "state", "unreachable")  # so nobody can tell whether it arrived
+    sim.set_fault(source.name, "state", "unreachable")  # nor whether it stayed
     job = services.submit_action(VM.objects.get(pk=vm.pk), "migrate", actor="test", target=target.pk)
     sync_jobs.drain()
     assert Job.objects.get(pk=job.pk).status == "error"
@@ -77,6 +78,24 @@ def test_a_migration_that_loses_track_of_the_vm_keeps_both_claims(make_host, ima
     assert vm.state == "error" and "cannot tell whether it reached sim-b" in vm.error
     assert len(live_on(source)) == 1 and len(live_on(target)) == 1
     assert vm.allocation.host == source and vm.target_allocation.host == target
+
+
+def test_a_migration_to_a_host_gone_silent_gives_the_target_back_when_the_vm_runs_on_the_source(
+    make_host, image, alice, sync_jobs
+):
+    source = make_host("sim-a")
+    vm, _ = services.request_vm(actor=alice, owner=alice, image=image)
+    sync_jobs.drain()
+    target = make_host("sim-b")
+    sim.set_fault(target.name, "migrate", "fail")
+    sim.set_fault(target.name, "state", "unreachable")  # the target died; the source runs it still
+    job = services.submit_action(VM.objects.get(pk=vm.pk), "migrate", actor="test", target=target.pk)
+    sync_jobs.drain()
+    assert Job.objects.get(pk=job.pk).status == "error"
+    vm = VM.objects.get(pk=vm.pk)
+    assert (vm.state, vm.host, vm.target_allocation) == ("running", source, None)
+    assert "sim-b did not answer afterwards" in vm.error
+    assert len(live_on(source)) == 1 and live_on(target) == []
 
 
 def test_a_migration_that_surely_failed_gives_the_target_back(make_host, image, alice, sync_jobs):
