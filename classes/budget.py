@@ -122,11 +122,12 @@ def charged(classes, at):
 
 def _rows(klass, user_ids):
     """The reservations of ``klass``'s image by ``user_ids`` starting in its term, with the
-    moments their use is counted from and to."""
+    moments their use is counted from and to (an environment: its head, whose image is its
+    entry machine's)."""
     first, last = term(klass)
     found = Reservation.objects.filter(
         user_id__in=user_ids, image_id=klass.image_id, start__gte=first, start__lt=last, template_of__isnull=True
-    )
+    ).filter(head__isnull=True)  # an environment's hours once, by its entry machine's image
     found = usage.with_use_span(found)
     fields = ("pk", "user_id", "start", "end", "status", "ready_at", "stop_at", "block__start", "block__end")
     return [dict(zip(fields, row, strict=True)) for row in found.order_by().values_list(*fields)]

@@ -40,6 +40,7 @@ def check(owner, members, networks):
     networks = [dict(n, name=(n.get("name") or "").strip(), cidr=(n.get("cidr") or "").strip()) for n in networks]
     members = [_member(m) for m in members]
     _names(errors, "networks", [n["name"] for n in networks], "network")
+    _say_long(errors, [n["name"] for n in networks])
     _names(errors, "members", [m["name"] for m in members], "member")
     _hostnames(errors, members)
     _images(errors, owner, members)
@@ -71,6 +72,17 @@ def _member(raw):
 
 def _say(errors, key, message):
     errors.setdefault(key, []).append(message)
+
+
+#: A network's name goes into its key on a host after its environment's (``env<id>-<name>``,
+#: ``run<id>-<name>``), which is at most 63 characters.
+MAX_NETWORK_NAME = 40
+
+
+def _say_long(errors, names):
+    for name in names:
+        if len(name) > MAX_NETWORK_NAME:
+            _say(errors, "networks", f"network {name[:20]}…: at most {MAX_NETWORK_NAME} characters")
 
 
 def _names(errors, key, names, noun):

@@ -248,8 +248,8 @@ def queue_ending(now=None):
         return 0
     now = now or timezone.now()
     due = Reservation.objects.filter(
-        status="ready", user__isnull=False, end__gt=now, end__lte=now + timedelta(minutes=minutes)
-    ).only("pk", "end", "user_id")
+        status="ready", user__isnull=False, end__gt=now, end__lte=now + timedelta(minutes=minutes), head__isnull=True
+    ).only("pk", "end", "user_id")  # an environment's machines: told once, of its head
     rows = [
         Notification(
             key=f"reservation.{r.pk}.end.{r.end.isoformat()}:user.{r.user_id}:ending",

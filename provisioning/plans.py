@@ -88,6 +88,8 @@ def live(now=None):
     for inst in gcluster.instances:
         if inst.name not in by_name:
             inst.movable = False  # a claim that is not a built VM (a parked disk, a held claim) stays
+        elif by_name[inst.name].hostname:
+            inst.movable = False  # an environment's machine stays with its networks and the others
     return Live(now, cluster, ids, gcluster, by_name)
 
 

@@ -68,3 +68,11 @@ def of_machine(environment_key, hostname):
     """The networks of environment ``environment_key`` (``env<id>``) that ``hostname`` is on."""
     rows = PrivateNetwork.objects.filter(key__startswith=f"{environment_key}-")
     return [network for network in rows if hostname in network.members]
+
+
+def forget(environment_key):
+    """The networks of environment ``environment_key`` none of whose machines is on a host (it
+    ended before any was built): never made there, or removed with the last; their ranges are
+    free again."""
+    rows = PrivateNetwork.objects.filter(key__startswith=f"{environment_key}-", removed__isnull=True)
+    rows.exclude(vms__state__in=VM.LIVE).update(removed=timezone.now())

@@ -138,10 +138,12 @@ def human_minutes(minutes):
     return f"{hours} h" + (f" {rest} min" if rest else "")
 
 
-def check(user, image, start, end, size, *, limits=None, exclude=None, when_field="start"):
+def check(user, image, start, end, size, *, limits=None, exclude=None, when_field="start", copies=1):
     """Refusals of one more holding of ``image`` (``size``: vcpus, memory_mib) by ``user`` over
     ``[start, end)``, as ``{field: [message]}`` (empty: within every limit). Duration refusals
-    go under ``end``, the others under ``when_field``."""
+    go under ``end``, the others under ``when_field``. ``copies``: how many VMs of ``image`` the
+    holding is (an environment's machines of it), for the limits of that image (a licence cap
+    counts copies); every other limit counts the holding once."""
     limits = limits or limits_for(user, image)
     errors = {}
     if end is not None:
@@ -162,25 +164,26 @@ def check(user, image, start, end, size, *, limits=None, exclude=None, when_fiel
             image_id=limit.image.pk if limit.image else None,
             exclude=exclude,
         )
-        message = _refusal(limit, held(window), size)
+        message = _refusal(limit, held(window), size, copies if limit.image is not None else 1)
         if message:
             errors.setdefault(when_field, []).append(message)
     return errors
 
 
-def _refusal(limit, rows, size):
+def _refusal(limit, rows, size, copies=1):
     of = f" of {limit.image.name}" if limit.image is not None and not limit.everyone else ""
     if limit.measure == "count":
-        if len(rows) < limit.value:
+        if len(rows) + copies <= limit.value:
             return None
         things = _things(len(rows), of)
+        more = f"; this asks for {copies}" if copies > 1 else ""
         if limit.everyone:
             return (
                 f"{limit.image.name} may run at most {limit.value} at once ({limit.rule}); "
-                f"{things} already overlap that time"
+                f"{things} already overlap that time{more}"
             )
         who = f"group {limit.group.name} already has" if limit.group else "you already have"
-        return f"{who} {things} at that time; at most {limit.value} ({limit.rule})"
+        return f"{who} {things} at that time; at most {limit.value} ({limit.rule}){more}"
     index, unit = (0, "vCPUs") if limit.measure == "vcpus" else (1, "MiB of memory")
     total, more = sum(row[index] for row in rows), size[limit.measure]
     if total + more <= limit.value:
@@ -195,7 +198,7 @@ def _things(count, of=""):
     return f"{count} reservation{'s' if count != 1 else ''} or VM{'s' if count != 1 else ''}{of}"
 
 
-def check_locked(user, image, start, end, size, *, exclude=None, when_field="start"):
+def check_locked(user, image, start, end, size, *, exclude=None, when_field="start", copies=1):
     """``check`` counted under the quota locks (see the module docstring); ``ValidationError``."""
     limits = limits_for(user, image)
     # Row locks where the database has them; SQLite's write transaction (BEGIN IMMEDIATE)
@@ -208,7 +211,7 @@ def check_locked(user, image, start, end, size, *, exclude=None, when_field="sta
                 list(groups.values_list("pk"))
         if image.max_concurrent is not None:
             list(Image.objects.select_for_update(no_key=True).filter(pk=image.pk).values_list("pk"))
-    errors = check(user, image, start, end, size, limits=limits, exclude=exclude, when_field=when_field)
+    errors = check(user, image, start, end, size, limits=limits, exclude=exclude, when_field=when_field, copies=copies)
     if errors:
         raise ValidationError(errors)
 

@@ -125,7 +125,6 @@ def cancel(reservation, reason="canceled by the user", *, actor, whole=False):
             done = cancel(reservation, reason, actor=actor, whole=True)
             for machine in Reservation.objects.filter(head=reservation, status__in=(S.REQUESTED, S.PENDING)):
                 cancel(machine, reason, actor=actor, whole=True)
-            environments.forget_networks(reservation)
         return done
     with transaction.atomic():
         done = status.move(reservation.pk, (S.REQUESTED, S.PENDING), S.CANCELED, reason)
@@ -135,6 +134,8 @@ def cancel(reservation, reason="canceled by the user", *, actor, whole=False):
                 "canceled; end it instead"
             )
         release(done, "reservation canceled", actor=actor)
+        if done.environment_id and done.head_id is None:  # (however its end came: the tick, a block's)
+            environments.forget_networks(done)
     return done
 
 
@@ -145,6 +146,8 @@ def extend(reservation, new_end, *, actor, whole=False):
     if reservation.environment_id and not whole:
         environments.check_acting_on(reservation)
         with transaction.atomic():
+            if reservation.status in Reservation.ACTIVE and new_end > reservation.end:
+                environments.check_extension(reservation, new_end)  # once, for every machine
             for machine in Reservation.objects.filter(head=reservation, status__in=Reservation.ACTIVE):
                 try:
                     extend(machine, new_end, actor=actor, whole=True)
@@ -161,8 +164,9 @@ def extend(reservation, new_end, *, actor, whole=False):
     with transaction.atomic():
         # The new window is a new holding: counted against every limit (the reservation's own
         # old window aside) under the same locks as ``reserve``, in this transaction. An image's
-        # template is not a holding (``templates``): only the host's room limits it.
-        if reservation.template_of_id is None:
+        # template is not a holding (``templates``): only the host's room limits it. An
+        # environment's machines were counted together (``environments.check_extension``).
+        if reservation.template_of_id is None and not reservation.environment_id:
             quotas.check_locked(
                 reservation.user,
                 reservation.image,

@@ -32,8 +32,7 @@ from core.errors import Conflict
 from environments import placing
 from environments import services as environment_services
 from jobs import transitions
-from provisioning import quotas
-from provisioning.models import VM, PrivateNetwork
+from provisioning import private_networks, quotas
 from reservations import approvals, logins, reserving, status
 from reservations.models import Reservation
 
@@ -110,9 +109,7 @@ def accept_seat(user, template, start, end, *, block, occurrence=0, actor):
     only the images' licence caps bind (``quotas``), as for a seat of one image.
     ``ValidationError`` (``reserving.NoRoom``) when it does not fit."""
     machines = environment_services.expand(template)
-    for machine in machines:
-        if machine.image.max_concurrent is not None:
-            quotas.check_locked(None, machine.image, start, end, machine.size)
+    check_seat_caps(machines, start, end)
     return _accept(user, template, machines, start, end, "", "", actor=actor, block=block, occurrence=occurrence)
 
 
@@ -166,19 +163,48 @@ def _accept(user, template, machines, start, end, ssh_key, request_key, *, actor
     return head
 
 
-def _check_quotas(user, machines, start, end):
-    """The quotas, under their locks (``quotas.check_locked``): the environment is one holding
-    of its entry image, of every machine's size added up; each other image's own limits (a
-    licence cap, a rule of that image) are counted for a copy of it."""
+def _check_quotas(user, machines, start, end, exclude=None):
+    """The quotas and hours budgets, under their locks (``quotas.check_locked``): the
+    environment is one holding of its entry image, of every machine's size added up; the
+    limits of an image (a licence cap, a rule of that image) count its copies in it.
+    ``exclude``: the environment being extended (``("environment", head id)``)."""
     entry = next(m for m in machines if m.entry)
     total = {k: sum(m.size[k] for m in machines) for k in ("vcpus", "memory_mib", "disk_gib")}
+    copies = {}
+    for machine in machines:
+        copies.setdefault(machine.image.pk, [machine.image, 0])[1] += 1
     try:
-        quotas.check_locked(user, entry.image, start, end, total)
-        others = {m.image.pk: m for m in machines if m.image.pk != entry.image.pk}
-        for machine in others.values():
-            quotas.check_locked(user, machine.image, start, end, machine.size)
+        quotas.check_locked(user, entry.image, start, end, total, exclude=exclude, copies=copies[entry.image.pk][1])
+        for image, count in copies.values():
+            if image.pk != entry.image.pk:
+                quotas.check_locked(user, image, start, end, total, exclude=exclude, copies=count)
+        excluded = ("reservation", exclude[1]) if exclude else None
+        over = reserving.budget_errors(user, entry.image, start, end, exclude=excluded)  # (under the same lock)
+        if over:
+            raise ValidationError(over)
     except ValidationError as exc:
         raise reserving.QuotaRefused(exc.message_dict) from None
+
+
+def check_seat_caps(machines, start, end):
+    """A class's or block's seat of an environment: only its images' licence caps bind, each
+    counting its copies in the seat."""
+    copies = {}
+    for machine in machines:
+        copies.setdefault(machine.image.pk, [machine, 0])[1] += 1
+    for machine, count in copies.values():
+        if machine.image.max_concurrent is not None:
+            quotas.check_locked(None, machine.image, start, end, machine.size, copies=count)
+
+
+def check_extension(head, new_end):
+    """An environment's new end under its quotas and budgets, counted once for all its machines
+    (its own holdings aside); ``ValidationError``."""
+    machines = environment_services.expand(head.environment)
+    try:
+        _check_quotas(head.user, machines, head.start, new_end, exclude=("environment", head.pk))
+    except reserving.QuotaRefused as exc:
+        raise ValidationError({"end": [m for messages in exc.message_dict.values() for m in messages]}) from None
 
 
 # --- after the reservation is accepted --------------------------------------------------------
@@ -212,10 +238,9 @@ def machine_ready(reservation, ready):
 
 
 def forget_networks(head):
-    """The networks of an environment whose machines never built (canceled): never made on a
-    host, so nothing to remove there; their ranges are free again."""
-    rows = PrivateNetwork.objects.filter(key__startswith=f"env{head.pk}-", removed__isnull=True)
-    rows.exclude(vms__state__in=VM.LIVE).update(removed=timezone.now())
+    """The networks of an environment whose machines never built (canceled, expired): their
+    ranges are free again."""
+    private_networks.forget(f"env{head.pk}")
 
 
 def check_acting_on(reservation):

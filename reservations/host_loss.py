@@ -267,7 +267,8 @@ def _host_lost_event(reservation, host, why, outcome):
 
 def vm_gone(vm, reason, *, actor):
     """A VM found gone from its host (verify's repair; registered in ``repair.ON_GONE``):
-    its reservation ends with the reason (its claims were released with the VM)."""
+    its reservation ends with the reason (its claims were released with the VM); an environment's
+    machine ends its whole environment."""
     for reservation in Reservation.objects.filter(vm=vm, status__in=(*Reservation.ACTIVE, S.ENDING)):
         done = status.move(
             reservation.pk,
@@ -280,3 +281,6 @@ def vm_gone(vm, reason, *, actor):
         if done is not None:
             ending.release(done, f"reservation ended: {reason}"[:500], actor=actor)
             changelog.record(done, "update", actor, {"status": [reservation.status, S.ENDED]}, reason[:500])
+            if done.environment_id:
+                why = f"the environment failed: {done.hostname}: {reason}"
+                ending.end_environment(done, why, actor=actor)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -44,6 +44,8 @@ def holdings(window):
     if window.end is not None:  # None: open-ended (a staff VM's), every later one overlaps
         rows = rows.filter(start__lt=window.end)
     rows = window.narrow(rows, "reservation")
+    if window.exclude is not None and window.exclude[0] == "environment":  # being extended: counted anew
+        rows = rows.exclude(Q(pk=window.exclude[1]) | Q(head_id=window.exclude[1]))
     if window.image_id is None:  # an environment is one reservation, of its machines' sizes added up
         units = rows.order_by().values(unit=Coalesce("head_id", "pk"))
         return units.annotate(vcpus_all=Sum("vcpus"), memory_all=Sum("memory_mib")).values_list(

@@ -25,11 +25,15 @@ def tick(now=None, *, actor=None):
     actor = actor or Actor(name="scheduler")
     lead = timedelta(minutes=settings.RESERVATION_LEAD_MINUTES)
     done = {"started": 0, "ended": 0, "warned": 0, "expired": 0}
-    for rid in Reservation.objects.filter(status=S.PENDING, start__lte=now + lead, end__gt=now).values_list(
-        "pk", flat=True
-    ):
-        if reserving.provision(rid, "its start is near: building the VM", actor=actor):
-            done["started"] += 1
+    due = Reservation.objects.filter(status=S.PENDING, start__lte=now + lead, end__gt=now, head__isnull=True)
+    for rid, environment in due.values_list("pk", "environment_id"):
+        # An environment's machines start together, or none does (its head's turn starts them all).
+        with transaction.atomic():
+            machines = [rid]
+            if environment:
+                machines += list(Reservation.objects.filter(head_id=rid, status=S.PENDING).values_list("pk", flat=True))
+            if all([reserving.provision(pk, "its start is near: building the VM", actor=actor) for pk in machines]):
+                done["started"] += 1
     for reservation in Reservation.objects.filter(status__in=Reservation.ACTIVE, end__lte=now).select_related("vm"):
         try:
             ending.end(reservation, "its time is over", actor=actor)
@@ -37,7 +41,8 @@ def tick(now=None, *, actor=None):
         except Conflict:
             pass
     warn_at = now + timedelta(minutes=settings.RESERVATION_WARN_MINUTES)
-    for reservation in Reservation.objects.filter(status=S.READY, warned=False, end__lte=warn_at, end__gt=now):
+    ready = Reservation.objects.filter(status=S.READY, head__isnull=True)  # an environment: told once, by its head
+    for reservation in ready.filter(warned=False, end__lte=warn_at, end__gt=now):
         with transaction.atomic():
             if Reservation.objects.filter(pk=reservation.pk, warned=False).update(warned=True):
                 minutes = max(1, round((reservation.end - now).total_seconds() / 60))

@@ -87,8 +87,8 @@ def targets(reservation):
     """Who hears of a reservation's change: its own topic (and its environment head's), the
     admins and its user."""
     targets = [f"reservation.{reservation.pk}", "admin"]
-    if reservation.head_id:  # an environment's machine: its head's page shows it live
-        targets.append(f"reservation.{reservation.head_id}")
+    if reservation.head_id:  # an environment's machine: its head's page shows it live; its user
+        return [*targets, f"reservation.{reservation.head_id}"]  # hears of the environment (the head)
     if reservation.user_id:
         targets.append(topics.user_topic(reservation.user_id))
     return targets

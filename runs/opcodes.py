@@ -511,6 +511,8 @@ def teardown(run_id, *, actor):
     for vm_id in [*others, *([run.vm_id] if run.vm_id else [])]:
         lifecycle.destroy_on_host(vm_id)
         lifecycle.release(vm_id, actor=actor)
+    if run.environment_id:  # (those whose machines never got to a host)
+        private_networks.forget(f"run{run_id}")
 
 
 def _pool_steps(job):

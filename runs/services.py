@@ -142,6 +142,14 @@ def _environment(owner, template, platform, image, size):
     return template, entry.image, {k: sum(m.size[k] for m in machines) for k in ("vcpus", "memory_mib", "disk_gib")}
 
 
+def _copies(template):
+    """``{image: how many machines of it}`` of an environment."""
+    found = {}
+    for machine in environment_services.expand(template):
+        found[machine.image] = found.get(machine.image, 0) + 1
+    return found
+
+
 def _inputs(inputs):
     """``[(path, bytes)]`` from ``{path: bytes | file}`` or pairs, checked against the limits."""
     items = list(inputs.items() if isinstance(inputs, dict) else inputs or [])
@@ -226,17 +234,21 @@ def submit(
     now = timezone.now()
     hold_until = now + timedelta(minutes=settings.RUN_BOOT_MINUTES, seconds=time_limit)
     limited = not access.is_admin(owner)
+    # Each image's copies in the run: one, or an environment's machines of it (a licence cap counts them).
+    copies = _copies(environment) if environment is not None else {image: 1}
     if limited:
-        errors = quotas.check(owner, image, now, hold_until, size, when_field=NON_FIELD_ERRORS)
+        errors = quotas.check(owner, image, now, hold_until, size, when_field=NON_FIELD_ERRORS, copies=copies[image])
         errors.pop("end", None)  # a run's length is its time limit, checked above, not a reservation's
         if errors:
             raise ValidationError(errors)
     stored = []
     try:
         with transaction.atomic():
-            if limited:
+            for counted, count in copies.items() if limited else ():
                 try:
-                    quotas.check_locked(owner, image, now, hold_until, size, when_field=NON_FIELD_ERRORS)
+                    quotas.check_locked(
+                        owner, counted, now, hold_until, size, when_field=NON_FIELD_ERRORS, copies=count
+                    )
                 except ValidationError as exc:
                     if set(exc.message_dict) - {"end"}:
                         raise ValidationError({k: v for k, v in exc.message_dict.items() if k != "end"}) from None

@@ -458,13 +458,12 @@ def undo_create(vm_id, reason, *, actor):
     vm = load_vm(vm_id)
     if vm.host_id:
         try:
-            driver = drivers.driver_for(vm.host)
-            driver.destroy(vm.key)
-            private_networks.drop_unused(vm, driver)
+            drivers.driver_for(vm.host).destroy(vm.key)
         except Exception as exc:  # noqa: BLE001 (keep the claim: the VM may still use the host)
             services.cleanup_failed(vm_id, f"{reason}; cleanup failed, run vm.destroy: {exc}", actor=actor)
             return
     services.fail_build(vm_id, reason, "create failed", actor=actor)
+    _drop_networks(vm)
 
 
 @opcode("vm.destroy", params=VMParams, locks=vm_lock, staff_only=False)
@@ -486,9 +485,7 @@ def vm_destroy(job):
 def destroy_on_host(vm_id):
     vm = load_vm(vm_id)
     if vm.host_id and vm.state != S.DESTROYED:
-        driver = drivers.driver_for(vm.host)
-        driver.destroy(vm.key)
-        private_networks.drop_unused(vm, driver)
+        drivers.driver_for(vm.host).destroy(vm.key)
 
 
 def release(vm_id, *, actor):
@@ -499,6 +496,15 @@ def release(vm_id, *, actor):
             if allocation is not None:
                 capacity.release(allocation, actor=actor, reason=f"{vm.key} destroyed")
         services.set_state(vm_id, S.DESTROYED, "destroyed", address=None, target_allocation=None, actor=actor)
+    _drop_networks(vm)
+
+
+def _drop_networks(vm):
+    """An environment machine's networks once it is gone for good (destroyed or failed, as
+    committed): the last of its machines to get here removes each one, whichever order their
+    teardowns ran in (each one sees the others' ends)."""
+    if vm.host_id and vm.hostname:
+        private_networks.drop_unused(vm, drivers.driver_for(vm.host))
 
 
 POWER = {"start": S.RUNNING, "stop": S.STOPPED, "suspend": S.SUSPENDED, "resume": S.RUNNING}
