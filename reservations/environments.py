@@ -44,19 +44,14 @@ def reserve(user, template, *, actor, start=None, end=None, duration=None, ssh_k
     ``ValidationError`` (nothing written) when refused; arguments as ``reserving.reserve``."""
     actor = Actor.of(actor)
     now = now or timezone.now()
-    if request_key:
-        existing = Reservation.objects.filter(user=user, request_key=request_key).first()
-        if existing is not None:
-            return existing
+    existing = reserving.made_already(user, request_key)
+    if existing is not None:
+        return existing
     if not environment_services.visible_templates(user).filter(pk=template.pk).exists():
         raise ValidationError({"environment": ["no such environment, or you may not use it"]})
     if not template.active:
         raise ValidationError({"environment": [f"environment {template.name} is inactive"]})
-    start = start or now
-    if end is None:
-        if duration is None:
-            raise ValidationError({"end": ["give an end or a duration"]})
-        end = start + duration
+    start, end = reserving.window(start, end, duration, now)
     machines = environment_services.expand(template)
     _check_machines(user, machines, start, end, now)
     start = max(start, now)

@@ -230,15 +230,10 @@ def reserve(
     """
     actor = Actor.of(actor)
     now = now or timezone.now()
-    if request_key:
-        existing = Reservation.objects.filter(user=user, request_key=request_key).first()
-        if existing is not None:
-            return existing
-    start = start or now
-    if end is None:
-        if duration is None:
-            raise ValidationError({"end": ["give an end or a duration"]})
-        end = start + duration
+    existing = made_already(user, request_key)
+    if existing is not None:
+        return existing
+    start, end = window(start, end, duration, now)
     # The quotas are counted once, under their locks (check_locked), not also before them.
     errors, usable = _validate(user, image, start, end, now, size, quota=False)
     gpus, gpu_model = gpu_ask(image, gpus, gpu_model)
@@ -293,6 +288,21 @@ def reserve(
             return existing
         raise
     return reservation
+
+
+def made_already(user, request_key):
+    """The reservation a form's one-time key made already (None: none yet, or no key)."""
+    return Reservation.objects.filter(user=user, request_key=request_key).first() if request_key else None
+
+
+def window(start, end, duration, now):
+    """``(start, end)`` asked: ``start`` None is now; ``end``, or ``duration`` (a timedelta) after it."""
+    start = start or now
+    if end is None:
+        if duration is None:
+            raise ValidationError({"end": ["give an end or a duration"]})
+        end = start + duration
+    return start, end
 
 
 def _rank(start, now=None):
