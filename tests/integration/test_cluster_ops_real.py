@@ -23,7 +23,7 @@ from drivers.base import VMState
 from inventory import services as inventory
 from inventory.models import Hypervisor
 from jobs.models import Job
-from provisioning import plans, repair, tasks
+from provisioning import plans, repair, services, tasks
 from provisioning.models import VM, Plan
 from provisioning.opcodes import host_ops
 from reservations import services as reservations
@@ -35,8 +35,11 @@ from tests.provisioning.test_verify import run_verify
 
 pytestmark = pytest.mark.slow
 H = timedelta(hours=1)
-FOREIGN = "someones-vm"  # a domain defined on a host with libvirt directly, not by vclmgr
-FOREIGN_XML = f"""<domain type='qemu'><name>{FOREIGN}</name><memory unit='MiB'>32</memory><vcpu>1</vcpu>
+FOREIGN, ADOPTED = "someones-vm", "leftover-vm"  # domains defined with libvirt directly, not by vclmgr
+
+
+def foreign_xml(name):
+    return f"""<domain type='qemu'><name>{name}</name><memory unit='MiB'>32</memory><vcpu>1</vcpu>
 <os><type arch='x86_64'>hvm</type></os></domain>"""
 
 
@@ -145,6 +148,10 @@ def test_plans_verify_repair_and_a_dead_host_on_two_real_hosts(
     assert {(vm.state, vm.host_id) for vm in vms} == {("running", full.pk)}
     for vm in vms:
         assert boot_id(full, vm, f"boot-squeezed-{vm.pk}") == boots[vm.pk]
+        comm = guest_run(
+            drivers.driver_for(full), vm.key, f"sleeper-squeezed-{vm.pk}", f"cat /proc/{sleepers[vm.pk]}/comm"
+        )
+        assert comm.strip() == "sleep"
     assert drivers.driver_for(emptied).list_vms() == []
     inventory.set_state(emptied, "online", "back after the squeeze", actor="test")
     snapshot.expire()
@@ -152,7 +159,8 @@ def test_plans_verify_repair_and_a_dead_host_on_two_real_hosts(
     # verify and repair on real libvirt: a domain made outside vclmgr, a domain removed behind its back
     foreign_conn = libvirt.open(two_hosts.b.uri)
     try:
-        foreign_conn.defineXML(FOREIGN_XML)
+        for name in (FOREIGN, ADOPTED):
+            foreign_conn.defineXML(foreign_xml(name))
     finally:
         foreign_conn.close()
     gone, kept = booked
@@ -163,12 +171,16 @@ def test_plans_verify_repair_and_a_dead_host_on_two_real_hosts(
     dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA)
     _, report = run_verify(sync_jobs, admin_user)
     found = {(f["kind"], f["key"]): f for f in report.findings}
-    assert sorted(found) == [("absent", gone_vm.key), ("unknown", FOREIGN)], report.findings
+    assert sorted(found) == [("absent", gone_vm.key), ("unknown", ADOPTED), ("unknown", FOREIGN)], report.findings
     assert found[("unknown", FOREIGN)]["host"] == host_b.name and not found[("unknown", FOREIGN)]["ours"]
     assert found[("absent", gone_vm.key)]["host"] == full.name
 
     repaired(sync_jobs, admin_user, "destroy", host=host_b.name, key=FOREIGN, force=True)
     assert FOREIGN not in [info.key for info in drivers.driver_for(host_b).list_vms()]
+    job = repaired(sync_jobs, admin_user, "adopt", host=host_b.name, key=ADOPTED, owner=alice.username)
+    adopted = VM.objects.select_related("allocation").get(pk=job.result["vm"])
+    assert (adopted.key, adopted.host_id, adopted.owner, adopted.state) == (ADOPTED, host_b.pk, alice, "stopped")
+    assert (adopted.vcpus, adopted.memory_mib, adopted.allocation.host_id) == (1, 32, host_b.pk)
     repaired(sync_jobs, admin_user, "absent", vm=gone_vm.pk)
     gone = Reservation.objects.select_related("vm", "allocation").get(pk=gone.pk)
     assert gone.vm.state == "destroyed" and f"vanished from {full.name}" in gone.vm.error
@@ -176,6 +188,11 @@ def test_plans_verify_repair_and_a_dead_host_on_two_real_hosts(
     assert gone.status == "ended" and f"vanished from {full.name}" in gone.history.last().reason
     _, report = run_verify(sync_jobs, admin_user)
     assert report.findings == []
+    destroyed = services.submit_action(adopted, "destroy", actor=admin_user)
+    drain(sync_jobs)
+    assert Job.objects.get(pk=destroyed.pk).status == "success", Job.objects.get(pk=destroyed.pk).error_message
+    assert VM.objects.get(pk=adopted.pk).state == "destroyed"
+    assert ADOPTED not in [info.key for info in drivers.driver_for(host_b).list_vms()]
 
     # A dead host: its libvirtd killed while the kept reservation's guest runs there
     dying = two_hosts.a if full.pk == host_a.pk else two_hosts.b
