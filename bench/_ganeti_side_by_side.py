@@ -261,3 +261,30 @@ def process_row(case: ProcessCase, timeout: float) -> ProcessRow:
         return ProcessRow(case.label, ours, None, "Ganeti: missing or no answer")
     # hbal too: its text is Ganeti's byte for byte (tests/capacity/test_hbal_text.py).
     return ProcessRow(case.label, ours, theirs, "identical stdout" if ours_out == theirs_out else "STDOUT DIFFERS")
+
+
+def inprocess_row(case: ProcessCase, timeout: float) -> ProcessRow:
+    """The same command answered in this process (``capacity.htools.main``, as the API and
+    the CLI call it, Python already started and the modules imported) against Ganeti's whole
+    process: CPU time of ours per answer, best and median of ``case.runs`` after a warm-up."""
+    import contextlib
+    import io
+    import time
+
+    from capacity import htools
+
+    def answer():
+        out = io.StringIO()
+        started = time.process_time()
+        with contextlib.redirect_stdout(out):
+            htools.main([case.tool, *case.args, *case.ours_extra])
+        return out.getvalue(), time.process_time() - started
+
+    ours_out, _ = answer()
+    ours = [answer()[1] for _ in range(max(case.runs, 5))]
+    theirs_argv = None if tool(case.tool) is None else [tool(case.tool), *case.args]
+    if theirs_argv is None:
+        return ProcessRow(case.label, ours, None, "Ganeti: missing")
+    theirs_out = _run_once(theirs_argv, timeout)[0]
+    theirs = [_run_once(theirs_argv, timeout)[1] for _ in range(case.runs)]
+    return ProcessRow(case.label, ours, theirs, "identical stdout" if ours_out == theirs_out else "STDOUT DIFFERS")

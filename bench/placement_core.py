@@ -5,10 +5,11 @@
     python bench/placement_core.py --smoke    # tiny sizes, seconds: does it still run?
     python bench/placement_core.py --only hbal,vcl   # some sections only
 
-Sections: one placement among 10,000 hosts holding 100,000 time-windowed allocations
-(p50/p99, pure core); 10,000 consecutive placements (rate); hspace and hbal side by side
-with Ganeti's binaries on the same clusters; VCL static slots against resource-based
-placement on one blade center. The database claim is measured elsewhere.
+Sections (``--only``): one placement among 10,000 hosts holding 100,000 time-windowed
+allocations (p50/p99, pure core); 10,000 consecutive placements (rate); hspace and hbal side
+by side with Ganeti's binaries on the same clusters; Ganeti's commands as whole processes, and
+answered in this process (the API's path) against Ganeti's process; VCL static slots against
+resource-based placement on one blade center. The database claim is measured elsewhere.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def bench_vcl(blades: int, reservations: int) -> list[list[str]]:
     return rows
 
 
-SECTIONS = ("single", "consecutive", "hspace", "hbal", "process", "vcl")
+SECTIONS = ("single", "consecutive", "hspace", "hbal", "process", "inprocess", "vcl")
 
 #: (hosts, allocations, samples, consecutive placements, hspace nodes, hbal runs, VCL
 #: reservations) per size. hbal runs: (nodes, instances, our strategies, move cap or -1).
@@ -241,6 +242,10 @@ def main(argv=None) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             rows = [side.process_row(case, ganeti_timeout) for case in process_cases(mode, tmp)]
         _process_table(rows)
+    if "inprocess" in only:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = [side.inprocess_row(case, ganeti_timeout) for case in process_cases(mode, tmp)]
+        _process_table(rows, "in this process (the API's and CLI's path): htools (ours) against Ganeti's binary")
     if "vcl" in only:
         table(
             "VCL static slots vs resource-based placement (accepted reservations)",
@@ -258,7 +263,7 @@ def _side_table(title: str, rows) -> None:
     print(f"load average {_load()}")
 
 
-def _process_table(rows) -> None:
+def _process_table(rows, title="whole processes: htools (ours) against Ganeti's binary") -> None:
     """CPU time of whole processes, best of N and median; the ratio is Ganeti's best over
     ours (above 1.0: ours is faster)."""
 
@@ -272,7 +277,7 @@ def _process_table(rows) -> None:
         runs = max(len(r.ours), len(r.theirs or ()))
         lines.append([r.label, ms(r.ours), ms(r.theirs), verdict, f"{r.note}; {runs} runs"])
     table(
-        "whole processes: htools (ours) against Ganeti's binary, CPU ms (user + system)",
+        f"{title}, CPU ms (user + system)",
         ["run", "ours best / median", "Ganeti best / median", "speed vs Ganeti (best)", "note"],
         lines,
     )
