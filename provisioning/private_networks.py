@@ -39,15 +39,25 @@ def ensure(vm, driver):
 
 def drop_unused(vm, driver):
     """Remove ``vm``'s networks that no other VM still has on the host (``vm`` is gone from it).
-    A member not yet built (requested) makes it again when it is (``ensure``)."""
+
+    An environment's machines are torn down at once, each marked destroyed only after its own
+    teardown: one still live in the database is asked of the host, so whichever of them is
+    gone last sees the others gone and removes the network. Two that finish together both
+    may: the one whose conditional update marks the network removed deletes it. A member not
+    yet built (requested) makes it again when it is (``ensure``)."""
     if not vm.hostname:
         return
     for network in vm.networks.filter(removed__isnull=True):
         others = network.vms.exclude(pk=vm.pk).filter(state__in=VM.LIVE)
-        if others.exists():
+        if any(driver.state(other.key) != base.VMState.ABSENT for other in others):
             continue
-        driver.delete_network(network.key)
-        PrivateNetwork.objects.filter(pk=network.pk).update(removed=timezone.now())
+        if not PrivateNetwork.objects.filter(pk=network.pk, removed__isnull=True).update(removed=timezone.now()):
+            continue  # another member's teardown is removing it
+        try:
+            driver.delete_network(network.key)
+        except Exception:
+            PrivateNetwork.objects.filter(pk=network.pk).update(removed=None)  # still there: a retry removes it
+            raise
 
 
 def record(key, name, host, cidr, members):

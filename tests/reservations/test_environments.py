@@ -76,6 +76,20 @@ def test_an_environment_is_reserved_built_and_ready_as_one(make_host, lab, alice
     assert not Allocation.objects.filter(host=host, released__isnull=True).exists()
 
 
+def test_machines_torn_down_at_once_still_remove_their_networks(make_host, lab, alice, sync_jobs):
+    from provisioning.opcodes import lifecycle
+
+    make_host("big", cpus=16, memory_mib=16384)
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    sync_jobs.drain()
+    # As workers ending them in parallel do: every VM gone from the host before any is marked
+    # destroyed (that comes with the release, the step after).
+    for row in machines(head).values():
+        lifecycle.destroy_on_host(row.vm_id)
+    assert not SimNetwork.objects.filter(host__name="big").exists()
+    assert not PrivateNetwork.objects.filter(removed__isnull=True).exists()
+
+
 def test_the_head_waits_for_its_last_machine(make_host, lab, alice, sync_jobs):
     make_host("big", cpus=16, memory_mib=16384)
     head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
