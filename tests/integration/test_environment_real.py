@@ -39,7 +39,7 @@ MACHINES = ("gateway", "client", "server")
 
 
 @pytest.fixture
-def trio(alice, guest_image, kvm_host):
+def trio(alice, guest_image):
     """Alice's template: the entry machine and two more on one private network, 256 MiB each."""
     image = kvm_guest_image(guest_image, "guest-debian")
     cidr = realvm.unused_range()
