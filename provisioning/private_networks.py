@@ -39,18 +39,28 @@ def ensure(vm, driver):
 
 def drop_unused(vm, driver):
     """Remove ``vm``'s networks that no other VM still has on the host (``vm`` is gone from it).
-    A member not yet built (requested) makes it again when it is (``ensure``)."""
+
+    Called once ``vm`` is recorded gone (destroyed or failed, committed). An environment's
+    machines are torn down at once: another one still live in the database is asked of the
+    host (its teardown may have removed it already), so whichever of them is gone last sees
+    the others gone and removes the network. Two that finish together both may: the one whose
+    conditional update marks the network removed deletes it. A member not yet built
+    (requested) makes it again when it is (``ensure``)."""
     if not vm.hostname:
         return
     for network in vm.networks.filter(removed__isnull=True):
         others = network.vms.exclude(pk=vm.pk).filter(state__in=VM.LIVE)
-        if others.exists():
+        if any(driver.state(other.key) != base.VMState.ABSENT for other in others):
             continue
+        if not PrivateNetwork.objects.filter(pk=network.pk, removed__isnull=True).update(removed=timezone.now()):
+            continue  # another member's teardown is removing it
         try:
             driver.delete_network(network.key)
         except base.Conflict:  # a machine defined on it meanwhile: the last of them removes it
-            continue
-        PrivateNetwork.objects.filter(pk=network.pk).update(removed=timezone.now())
+            PrivateNetwork.objects.filter(pk=network.pk).update(removed=None)
+        except Exception:
+            PrivateNetwork.objects.filter(pk=network.pk).update(removed=None)  # still there: a retry removes it
+            raise
 
 
 def record(key, name, host, cidr, members):

@@ -10,9 +10,12 @@ without passt, so the NIC is given as ``<qemu:commandline>`` arguments.
 
 import contextlib
 import io
+import ipaddress
+import json
 import os
 import secrets
 import socket
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -272,6 +275,31 @@ def booted_guest(pool, name, seed_iso, boot="disk"):
         yield guest
     finally:
         remove_guest(pool, guest)
+
+
+# --- private networks: a range no interface of this machine uses ----------------------------
+
+
+def ip_json(*args):
+    """``ip -j ARGS`` parsed ([] when it fails or says nothing)."""
+    done = subprocess.run(["ip", "-j", *args], capture_output=True, text=True, timeout=30, check=False)
+    return json.loads(done.stdout) if done.returncode == 0 and done.stdout.strip() else []
+
+
+def unused_range():
+    """A /29 of 192.168.250.0/24 that no interface here has an address in, tried from one
+    that depends on this process (xdist workers asking at once start at different ones)."""
+    used = [
+        ipaddress.ip_interface(f"{a['local']}/{a['prefixlen']}").network
+        for link in ip_json("addr")
+        for a in link.get("addr_info", [])
+    ]
+    candidates = list(ipaddress.IPv4Network("192.168.250.0/24").subnets(new_prefix=29))
+    first = os.getpid() % len(candidates)
+    for candidate in candidates[first:] + candidates[:first]:
+        if not any(candidate.overlaps(net) for net in used if net.version == 4):
+            return str(candidate)
+    raise AssertionError("every /29 of 192.168.250.0/24 is in use on this machine")
 
 
 # --- a reservation's login, and logging in with it ------------------------------------------

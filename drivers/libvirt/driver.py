@@ -529,17 +529,25 @@ class LibvirtDriver(base.Driver):
             return False
         if not netxml.network_metadata(self._call(f"definition of {key}", net.XMLDesc, 0)):
             raise Conflict(f"network {key} on {self.host_name} was not made by vclmgr: left alone")
-        users = [
-            dom.name()
-            for dom in self._call("list domains", self.conn.listAllDomains)
-            if key in domxml.networks_of(self._call(f"definition of {dom.name()}", dom.XMLDesc, 0))
-        ]
+        users = [dom.name() for dom in self._call("list domains", self.conn.listAllDomains) if self._uses(dom, key)]
         if users:
             raise Conflict(f"network {key} on {self.host_name} is still used by {', '.join(sorted(users))}")
-        if net.isActive():
-            self._call(f"stop network {key}", net.destroy)
-        self._call(f"undefine network {key}", net.undefine)
+        # The members of an environment are torn down at once: another one's teardown may
+        # remove the network between these calls, which is what was asked.
+        try:
+            if self._call(f"state of network {key}", net.isActive):
+                self._call(f"stop network {key}", net.destroy)
+            self._call(f"undefine network {key}", net.undefine)
+        except NotFound:
+            return False
         return True
+
+    def _uses(self, dom, network_key):
+        """True when domain ``dom`` has a NIC on ``network_key`` (False once it is undefined)."""
+        try:
+            return network_key in domxml.networks_of(self._call(f"definition of {dom.name()}", dom.XMLDesc, 0))
+        except NotFound:
+            return False
 
     @translated
     def list_networks(self):
@@ -826,8 +834,11 @@ class LibvirtDriver(base.Driver):
 
     @translated
     def state(self, key):
-        dom = self._own_domain(key)
-        return VMState.ABSENT if dom is None else self._state(dom)
+        try:
+            dom = self._own_domain(key)
+            return VMState.ABSENT if dom is None else self._state(dom)
+        except NotFound:  # undefined between the lookup and the reads (a teardown running beside)
+            return VMState.ABSENT
 
     @translated
     def port(self, key, guest_port):

@@ -52,9 +52,12 @@ def network_xml(spec):
         ET.SubElement(host, "hostname").text = name
     ip = ET.SubElement(root, "ip", {"address": spec.gateway, "netmask": str(net.netmask)})
     dhcp = ET.SubElement(ip, "dhcp")
-    dynamic = spec.dynamic_range()
-    if dynamic:
-        ET.SubElement(dhcp, "range", {"start": dynamic[0], "end": dynamic[1]})
+    # The range holds the members' fixed addresses too: libvirt caps dnsmasq's leases
+    # (dhcp-lease-max) at the size of the <range>, the <host> entries not counted, so members
+    # past a short range would get no lease. dnsmasq never leases a member's address to another
+    # NIC: the dynamic addresses are the rest (``spec.dynamic_range()``).
+    first, last = net.network_address + 2, net.broadcast_address - 1
+    ET.SubElement(dhcp, "range", {"start": str(first), "end": str(last)})
     for name, mac, address in spec.addresses():
         ET.SubElement(dhcp, "host", {"mac": mac, "name": name, "ip": address})
     options = ET.SubElement(root, f"{{{DNSMASQ_NAMESPACE}}}options")

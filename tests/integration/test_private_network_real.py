@@ -6,32 +6,12 @@ bridge), its address is a private RFC 1918 range no interface of this machine us
 is attached to it but the host's own side of the bridge.
 """
 
-import ipaddress
-import json
 import os
-import subprocess
 
 from drivers import registry
 from drivers.base import NetworkSpec
 from drivers.libvirt import connection, netxml
-
-
-def ip_json(*args):
-    done = subprocess.run(["ip", "-j", *args], capture_output=True, text=True, timeout=30, check=False)
-    return json.loads(done.stdout) if done.returncode == 0 and done.stdout.strip() else []
-
-
-def unused_range():
-    """A /29 of 192.168.250.0/24 that no interface here has an address in."""
-    used = [
-        ipaddress.ip_interface(f"{a['local']}/{a['prefixlen']}").network
-        for link in ip_json("addr")
-        for a in link.get("addr_info", [])
-    ]
-    for candidate in ipaddress.IPv4Network("192.168.250.0/24").subnets(new_prefix=29):
-        if not any(candidate.overlaps(net) for net in used if net.version == 4):
-            return str(candidate)
-    raise AssertionError("every /29 of 192.168.250.0/24 is in use on this machine")
+from tests.realvm import ip_json, unused_range
 
 
 def test_an_isolated_network_is_a_bridge_with_the_gateway_address_and_goes_with_delete(libvirtd):

@@ -30,15 +30,17 @@ READY_TIMEOUT = 300  # s: ~10 s alone, but the two cores may be shared with a wh
 
 @pytest.fixture
 def vm_ids(transactional_db):
-    """VM keys (vcl-<id>) are names on the one shared libvirtd: start this test's ids at a
+    """Names on the one shared libvirtd come from ids: VM keys (vcl-<VM id>) and an
+    environment's private networks (env<reservation id>-<network>). Start this test's ids at a
     number no other process running now uses (xdist workers have databases of their own)."""
     start = os.getpid() * 100
     with connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
-            cursor.execute("DELETE FROM sqlite_sequence WHERE name = 'vms_vm'")
-            cursor.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('vms_vm', %s)", [start])
-        else:
-            cursor.execute("SELECT setval(pg_get_serial_sequence('vms_vm', 'id'), %s)", [start])
+        for table in ("vms_vm", "reservations_reservation"):
+            if connection.vendor == "sqlite":
+                cursor.execute("DELETE FROM sqlite_sequence WHERE name = %s", [table])
+                cursor.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (%s, %s)", [table, start])
+            else:
+                cursor.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s)", [table, start])
     return start
 
 

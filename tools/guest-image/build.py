@@ -41,8 +41,9 @@ CACHE = Path(os.environ.get("GUEST_IMAGE_CACHE", ROOT / "var" / "tools"))
 
 KERNEL_META = "linux-image-amd64"
 USERLAND = ["busybox-static", "dropbear-bin", "qemu-guest-agent"]
-# Programs copied into the guest, with the shared libraries their ELF headers ask for.
-PROGRAMS = ["usr/sbin/dropbear", "usr/bin/dropbearkey", "usr/sbin/qemu-ga"]
+# Programs copied into the guest, with the shared libraries their ELF headers ask for
+# (dbclient: SSH from one guest to another, as a user of an environment goes on from its entry machine).
+PROGRAMS = ["usr/sbin/dropbear", "usr/bin/dropbearkey", "usr/bin/dbclient", "usr/sbin/qemu-ga"]
 # Kernel modules the guest loads at boot (their dependencies are added and ordered here):
 # virtio devices, the seed CD-ROM on IDE (pc), SATA (q35) or virtio-scsi, and its filesystem.
 MODULES = [

@@ -153,10 +153,12 @@ pw=-s
 [ "$(cat $S/ssh_pwauth 2>/dev/null)" = true ] && pw=
 dropbear -r /etc/dropbear/dropbear_ed25519_host_key -p 22 -P /run/dropbear.pid $pw && say "ssh started"
 
+# Every NIC at once: one whose network is slow to answer (or never does) must not hold back
+# the others, among them the one the host reaches SSH through.
 for i in /sys/class/net/*; do
   i=${i##*/}
   [ "$i" = lo ] && continue
-  udhcpc -i "$i" -s /etc/udhcpc.sh -b -t 30 -T 1 -A 1 -x "hostname:$host" >/dev/null 2>&1
+  udhcpc -i "$i" -s /etc/udhcpc.sh -b -t 30 -T 1 -A 1 -x "hostname:$host" >/dev/null 2>&1 &
 done
 wait
 say "ready"
