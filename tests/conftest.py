@@ -22,8 +22,9 @@ TEST = Actor(name="test")
 _numbers = itertools.count(1)
 
 #: Files of items that take minutes each (the topology under load, the two real hosts' moves,
-#: a real guest left idle, runs suspended and resumed on real QEMU) are sent first: xdist hands items out in this order, so
-#: they start at once beside the short ones instead of one worker finishing them alone at the end.
+#: a real guest left idle, runs suspended and resumed on real QEMU) are sent first: xdist hands
+#: items out in this order, so they start at once beside the short ones instead of one worker
+#: finishing them alone at the end.
 LONGEST_FIRST = (
     "tests/integration/test_topology.py",
     "tests/integration/test_cluster_ops_real.py",
