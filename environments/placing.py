@@ -10,6 +10,7 @@ another network on that host overlaps it (the host routes each range to its own 
 a free range of the same size.
 """
 
+import ipaddress
 from datetime import UTC, datetime
 
 from django.utils import timezone
@@ -70,8 +71,9 @@ def record_networks(key, template, machines, claims):
         if not names:
             continue
         host = claims[names[0]].host
-        taken = [rules._range(c) for c in private_networks.taken_ranges(host.pk)]
-        cidr = rules._range(network.cidr)
+        # (ranges checked when written: the template's by ``rules``, the hosts' when recorded)
+        taken = [ipaddress.IPv4Network(c) for c in private_networks.taken_ranges(host.pk)]
+        cidr = ipaddress.IPv4Network(network.cidr)
         if any(cidr.overlaps(t) for t in taken):
             cidr = rules.pick(len(names), taken)
             if cidr is None:

@@ -12,6 +12,7 @@ from classes.models import Class, Meeting
 from environments import services as environment_services
 from provisioning.models import PrivateNetwork
 from reservations import schedule
+from reservations import services as reservations
 from reservations.models import BlockAllocation, Reservation
 from tests.environments.conftest import member
 
@@ -100,3 +101,27 @@ def test_the_api_and_the_course_page_take_an_environment(
     client.force_login(instructor)
     page = client.get(f"/classes/{course.pk}/classes/{made.data['id']}/").content.decode()
     assert 'name="environment"' in page and f'<option value="{lab.pk}" selected>' in page
+
+
+def test_an_environment_of_the_class_image_counts_against_the_hours_budget_once(
+    make_host, image, course, instructor, student
+):
+    from tests.classes.test_budget import make as make_budget_class
+
+    make_host("big", cpus=16, memory_mib=8192)
+    make_budget_class(course, image, instructor)  # 3 hours outside sessions
+    small = {"vcpus": 1, "memory_mib": 256, "disk_gib": 1}
+    pair = environment_services.create_template(
+        actor=student,
+        name="my-pair",
+        members=[member("a", image, "lan", entry=True, **small), member("b", image, "lan", **small)],
+        networks=[{"name": "lan", "cidr": "192.168.31.0/24"}],
+    )
+    with pytest.raises(ValidationError, match="3-hour budget for Networks lab; this asks for 4 hours"):
+        reservations.reserve_environment(student, pair, actor=student, duration=timedelta(hours=4))
+    assert not Reservation.objects.filter(environment=pair).exists()
+    head = reservations.reserve_environment(student, pair, actor=student, duration=timedelta(hours=2))
+    # Two machines of the class image, one environment: 2 of the 3 hours, not 4.
+    with pytest.raises(ValidationError, match="1 hour left of your 3-hour budget"):
+        reservations.reserve_environment(student, pair, actor=student, duration=timedelta(hours=2))
+    assert Reservation.objects.filter(environment=pair, head__isnull=True).get() == head

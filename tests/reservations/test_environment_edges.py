@@ -1,4 +1,4 @@
-"""Environments at their edges, on the simulator: quotas, licence caps and budgets counted once
+"""Environments at their edges, on the simulator: quotas and licence caps counted once
 for all machines, networks forgotten however an environment ends before it is built, removed
 whichever machine goes last, machines never moved apart, and its user told once."""
 
@@ -15,7 +15,7 @@ from jobs.models import Job
 from notifications.models import Notification
 from provisioning.models import VM, PrivateNetwork, QuotaRule
 from provisioning.opcodes import lifecycle
-from reservations import blocks, reserving, services
+from reservations import blocks, services
 from reservations.models import Reservation
 from tests.environments.conftest import debian, make_template, member, router_image  # noqa: F401 (fixtures)
 
@@ -93,14 +93,6 @@ def test_a_machine_is_never_migrated_away_from_its_networks(make_host, host, lab
     job = jobs.submit("vm.migrate", {"vm": client.vm_id, "target": other.pk}, actor=admin_user)
     sync_jobs.drain()
     assert Job.objects.get(pk=job.pk).status == "error" and VM.objects.get(pk=client.vm_id).host_id == host.pk
-
-
-def test_an_environment_counts_against_the_hours_budget(host, lab, alice, monkeypatch):
-    told = []
-    monkeypatch.setattr(reserving, "budget_errors", lambda *a, **k: told.append(a[1]) or {"end": ["over budget"]})
-    with pytest.raises(ValidationError, match="over budget"):
-        services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
-    assert told == [lab.members.get(entry=True).image] and not Reservation.objects.exists()
 
 
 def test_its_user_hears_of_the_environment_once_not_of_each_machine(host, lab, alice, sync_jobs):
