@@ -75,7 +75,8 @@ def _submit(reservation, verb, reason, *, actor):
             reason=f"environment reservation {reservation.pk}: {reason}",
         )
         changelog.record(reservation, "update", actor, reason=f"{verb}: {reason}")
-        status.history(machines[0], f"{reason}: its {len(machines)} machines, by job {job.pk}")
+        told = machine_states(machines[0])
+        status.history(machines[0], f"{reason}: its {len(machines)} machines, by job {job.pk}", machines=told)
     return job
 
 
@@ -231,5 +232,13 @@ def _start(vm_id, *, actor):
 
 
 def _tell(head_id, note):
-    """The outcome in the head's history (and so, live, on its page)."""
-    status.history(Reservation.objects.select_related("image").get(pk=head_id), note)
+    """The outcome in the head's history, and every machine's state with its event (on the head's
+    topic: its page, and whoever follows it, hears where each machine is)."""
+    head = Reservation.objects.select_related("image").get(pk=head_id)
+    status.history(head, note, machines=machine_states(head))
+
+
+def machine_states(head):
+    """``[{"id", "hostname", "status", "vm_state"}, ...]`` of every machine, the head first."""
+    rows = environments.machines_of(head)
+    return [{"id": m.pk, "hostname": m.hostname, "status": m.status, "vm_state": m.vm and m.vm.state} for m in rows]

@@ -79,6 +79,10 @@
         setBadge(document.getElementById("reservation-status"), d.status);
         setBadge(panel().querySelector('[data-field="status"]'), d.status);
         if (d.status !== "ready") document.getElementById("ending-warning").hidden = true;
+        (d.machines || []).forEach((m) => { // an environment suspended, resumed, reverted: every machine's state
+          const cell = panel().querySelector(`#machines tr[data-id="${m.id}"] [data-field="machine-vm"]`);
+          if (cell && m.vm_state) cell.textContent = m.vm_state;
+        });
         refresh();
       } else if (event.kind === "reservation.changed") { // an environment's machine: its row
         const row = panel().querySelector(`#machines tr[data-id="${d.id}"]`);

@@ -87,9 +87,23 @@ def test_the_head_page_is_told_each_machines_state(ready, alice, sync_jobs):
     before = events.since(page_topics, 0)[-1].pk
     services.suspend(ready, actor=alice)
     sync_jobs.drain()
-    heard = [e.data for e in events.since(page_topics, before) if e.kind == "vm.changed"]
+    heard = events.since(page_topics, before)
     machines = {m.vm_id: m.hostname for m in services.machines_of(ready)}
-    assert {machines[d["id"]] for d in heard if d["state"] == "suspended"} == {"router", "client", "server"}
+    vms_heard = [e.data for e in heard if e.kind == "vm.changed"]
+    assert {machines[d["id"]] for d in vms_heard if d["state"] == "suspended"} == {"router", "client", "server"}
+    # The head's own topic (any follower of the reservation) hears every machine's state at the end.
+    [told] = [
+        e.data
+        for e in heard
+        if e.topic == f"reservation.{ready.pk}"
+        and e.kind == "reservation.changed"
+        and e.data["reason"].startswith("suspended:")
+    ]
+    assert [(m["hostname"], m["vm_state"]) for m in told["machines"]] == [
+        ("router", "suspended"),
+        ("client", "suspended"),
+        ("server", "suspended"),
+    ]
 
 
 def test_a_machine_alone_refuses_the_verbs_naming_its_head(ready, alice):
@@ -124,6 +138,20 @@ def test_a_machine_that_cannot_be_suspended_is_named_and_the_others_resumed_agai
     found = states(ready)
     assert found["router"] == found["client"] == ("running", "running")
     assert history(ready)[-1].startswith("server could not be suspended")
+
+
+def test_a_machine_that_cannot_be_resumed_is_named_and_the_others_suspended_again(ready, alice, sync_jobs):
+    services.suspend(ready, actor=alice)
+    sync_jobs.drain()
+    client = Reservation.objects.get(head=ready, hostname="client")
+    SimVM.objects.filter(key=client.vm.key).update(state="stopped")  # its saved memory was lost on the host
+    job = services.resume(ready, actor=alice)
+    sync_jobs.drain()
+    job = Job.objects.get(pk=job.pk)
+    assert job.status == "error" and "client could not be resumed" in job.error_message
+    assert "suspended again: router" in job.error_message
+    found = states(ready)
+    assert found["router"] == found["server"] == ("suspended", "suspended")  # the server was never resumed
 
 
 def test_revert_is_refused_when_an_image_keeps_no_snapshot(ready, alice):
