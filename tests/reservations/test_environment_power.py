@@ -204,6 +204,8 @@ def test_the_api_acts_for_the_owner_and_administrators_only(ready, alice, bob, a
     assert response.status_code == 202, response.json()
     assert response.json()["job"] and response["Location"].endswith(f"/jobs/{response.json()['job']}/")
     sync_jobs.drain()
+    followed = api(alice).get(response["Location"])  # the job is hers to follow
+    assert followed.status_code == 200 and followed.json()["status"] == "success"
     detail = api(alice).get(f"{url}/").json()
     assert {m["vm_state"] for m in detail["machines"]} == {"suspended"}
     again = api(alice).post(f"{url}/suspend/")
