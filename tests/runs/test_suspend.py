@@ -22,8 +22,8 @@ from drivers.sim.models import SimVM
 from jobs import runner
 from jobs.models import Job
 from provisioning import services as vms
-from provisioning.opcodes import lifecycle
 from provisioning.models import VM
+from provisioning.opcodes import lifecycle
 from reservations import services as reservations
 from reservations.models import Reservation
 from runs import services, tasks
