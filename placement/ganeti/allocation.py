@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 
 from . import types as T
-from .instance import NO_NODE, policy_verdict, shape
+from .fast_moves import primary_outcome, remember_outcome, secondary_outcome
+from .instance import NO_NODE, outcome_key, policy_verdict
 from .metrics import ClusterStats, node_values, rows_of, score
 from .n_plus_one import redundant
 from .node import pri_added
@@ -255,23 +256,6 @@ def _collect(
     return AllocSolution([FailMode.N1] * dropped + failures, len(candidates) - dropped, chosen)
 
 
-def _best_only(
-    candidates: list[Candidate], exact: Callable[[list[Candidate]], list[float]] | None = None
-) -> Candidate | None:
-    """The lowest score, ties to the later candidate. With ``exact``, scores are
-    estimates: the near-best are re-scored exactly first."""
-    if exact is not None and candidates:
-        low = min(c.score for c in candidates)
-        candidates = [c for c in candidates if c.score <= low + NEAR_TIE]
-        for cand, value in zip(candidates, exact(candidates), strict=True):
-            cand.score = value
-    best = None
-    for cand in candidates:
-        if best is None or not (best.score < cand.score):
-            best = cand
-    return best
-
-
 def try_alloc(
     opts: AllocOptions,
     cluster: GCluster,
@@ -351,13 +335,23 @@ def _pair_solution(opts, cluster, inst, alloc_nodes, policy, stats, keep) -> All
     """`try_alloc` on node pairs: per primary, `allocate_on_pair` for each secondary (the
     same checks in the same order, the same score to the bit). Each node's outcome of
     the add is kept on the node (`fast_moves.primary_outcome`, `secondary_outcome`),
-    and pairs whose secondaries have the same values before and after share a score."""
-    from .fast_moves import primary_outcome, secondary_outcome
+    and pairs whose nodes have the same values before and after share a score.
 
+    htools sums the primaries' solutions (``sumAllocs``): folded here, without a solution
+    per primary — each primary's failures go before the earlier ones' (it prepends), and
+    the lowest score wins, ties to the later. Without an N+1 check only each primary's
+    best pair is kept as a candidate; the others are scores."""
     nodes = cluster.nodes
     force = opts.ignore_soft_errors
-    key = (force, *shape(inst))
-    total = AllocSolution()
+    key = outcome_key(force, inst)
+    parts: list[list[FailMode]] = []
+    allocs = 0
+    best: _PairCandidate | None = None
+    templates: dict[int, tuple] = {}  # see `secondary_outcome`
+    # Primaries with the same values before and after the add (interned: the same
+    # objects) leave the same statistics, and their pairs with alike secondaries score
+    # the same: (offline, values before, after) -> (statistics, pair scores).
+    shared: dict[tuple, tuple[ClusterStats, dict[tuple, float]]] = {}
     for p, secondaries in alloc_nodes:
         tgt_p = nodes[p]
         fail = policy(tgt_p)
@@ -366,16 +360,19 @@ def _pair_solution(opts, cluster, inst, alloc_nodes, policy, stats, keep) -> All
             if values_p.__class__ is not tuple:
                 fail = values_p
         if fail is not None:  # every pair with this primary fails the same way
-            total = _sum_allocs(total, AllocSolution([fail] * len(secondaries), 0, None))
+            parts.append([fail] * len(secondaries))
             continue
-        base = stats().replace_values(tgt_p.offline, node_values(tgt_p), values_p)
-        primary = [cluster, inst, p, force, None, values_p]
-        candidates = []
-        failures = []
-        scores: dict[tuple, float] = {}
+        old_p = node_values(tgt_p)
+        found = shared.get((tgt_p.offline, id(old_p), id(values_p)))
+        if found is None:
+            base = stats().replace_values(tgt_p.offline, old_p, values_p)
+            found = shared[tgt_p.offline, id(old_p), id(values_p)] = (base, {})
+        base, scores = found
+        failures: list[FailMode] = []
+        pairs = []  # (score, secondary, its values after the add)
         for s in secondaries:
             tgt_s = nodes[s]
-            values_s = secondary_outcome(tgt_s, inst, p, key)
+            values_s = secondary_outcome(tgt_s, inst, p, key, templates)
             if values_s.__class__ is not tuple:
                 failures.append(values_s)
                 continue
@@ -384,16 +381,26 @@ def _pair_solution(opts, cluster, inst, alloc_nodes, policy, stats, keep) -> All
             value = scores.get(pair)
             if value is None:
                 value = scores[pair] = base.score_replaced_values(tgt_s.offline, old, values_s)
-            candidates.append(_PairCandidate(value, s, values_s, primary))
+            pairs.append((value, s, values_s))
         failures.reverse()
+        primary = [cluster, inst, p, force, None, values_p]
         if keep is None:
-            part = AllocSolution(failures, len(candidates), _best_only(candidates))
+            chosen = None
+            for item in pairs:  # the lowest, ties to the later
+                if chosen is None or not (chosen[0] < item[0]):
+                    chosen = item
+            found = len(pairs)
+            chosen = None if chosen is None else _PairCandidate(*chosen, primary)
         else:
-            part = _collect(candidates, failures, keep)
-        total = _sum_allocs(total, part)
-    if total.solution is not None:
-        total.solution = total.solution.candidate()
-    return total
+            part = _collect([_PairCandidate(*item, primary) for item in pairs], failures, keep)
+            failures, found, chosen = part.failures, part.allocs, part.solution
+        parts.append(failures)
+        allocs += found
+        if chosen is not None and (best is None or not (best.score < chosen.score)):
+            best = chosen
+    parts.reverse()
+    failed = [mode for part in parts for mode in part]
+    return AllocSolution(failed, allocs, None if best is None else best.candidate())
 
 
 def _single_solution(opts, cluster, inst, alloc_nodes, scope, policy, stats, rows, keep) -> AllocSolution:
@@ -458,7 +465,7 @@ def any_fit(
     nodes = cluster.nodes
     force = opts.ignore_soft_errors
     policy = _policy_check(cluster, inst)
-    key = (force, *shape(inst))
+    key = outcome_key(force, inst)
     failures: list[FailMode] = []
     feasible = 0
     for ndx in alloc_nodes:
@@ -489,7 +496,7 @@ def refusals(opts: AllocOptions, cluster: GCluster, inst: Instance, alloc_nodes:
     nodes = cluster.nodes
     force = opts.ignore_soft_errors
     policy = _policy_check(cluster, inst)
-    key = (force, *shape(inst))
+    key = outcome_key(force, inst)
     failures = []
     for ndx in reversed(alloc_nodes):  # htools prepends each failure
         mode = _verdict(nodes[ndx], inst, force, key, policy)
@@ -499,7 +506,7 @@ def refusals(opts: AllocOptions, cluster: GCluster, inst: Instance, alloc_nodes:
     return failures
 
 
-def _verdict(node: Node, inst: Instance, force: bool, key: tuple, policy) -> FailMode | None:
+def _verdict(node: Node, inst: Instance, force: bool, key: int, policy) -> FailMode | None:
     """`allocate_on_single`'s verdict on ``node``: the policy's, then the add's (kept on the
     node by `_outcomes`, or its checks alone: the values after the add are not needed)."""
     mode = policy(node)
@@ -530,7 +537,8 @@ class _Class:
 
 
 def _best_single(feasible: list[tuple[int, _Class]], exact) -> tuple[int, _Class, float] | None:
-    """`_best_only` on ``(node index, class)`` candidates: ``(index, class, score)``."""
+    """The lowest score of ``(node index, class)`` candidates, ties to the later (near
+    ties re-scored exactly with ``exact``): ``(index, class, score)``."""
     if not feasible:
         return None
     if exact is not None:
@@ -598,9 +606,7 @@ def _outcomes(nodes, alloc_nodes, inst: Instance, force: bool, policy) -> list:
     """Per candidate node, what `allocate_on_single` meets: the `FailMode` it raises, or
     the node's `node_values` after the add (`fast_moves.primary_outcome`, kept on the
     node). The instance policy comes first."""
-    from .fast_moves import primary_outcome, remember_outcome
-
-    key = (force, *shape(inst))
+    key = outcome_key(force, inst)
     out: list = []
     missing: list[int] = []
     for ndx in alloc_nodes:
@@ -625,13 +631,6 @@ def _outcomes(nodes, alloc_nodes, inst: Instance, force: bool, policy) -> list:
         else:
             out[i] = primary_outcome(node, inst, force, key)
     return out
-
-
-def _sum_allocs(a: AllocSolution, b: AllocSolution) -> AllocSolution:
-    best = a.solution
-    if best is None or (b.solution is not None and not (best.score < b.solution.score)):
-        best = b.solution if b.solution is not None else best
-    return AllocSolution(b.failures + a.failures, a.allocs + b.allocs, best, b.log + a.log)
 
 
 # ---------------------------------------------------------------------- groups

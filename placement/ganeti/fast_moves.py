@@ -27,6 +27,10 @@ from .moves import (
 from .node import Node, _spindle_use, pri_added, sec_added
 from .node import _free_spindles as _free_sp
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Hashable
+
 FailMode = T.FailMode
 _BASE_UTIL = (1.0, 1.0, 1.0, 1.0)
 
@@ -52,10 +56,14 @@ class _Scratch:
         "load",
         "load_forth",
         "p_tags",
+        "loads",
     )
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, loads: bool = True) -> None:
+        """``loads=False``: the checks only (`n_plus_one`'s failovers): the dynamic loads,
+        which no check reads and only `values` does, are not kept."""
         self.n = node
+        self.loads = loads
         self.i_mem = node.i_mem
         self.f_dsk = node.f_dsk
         self.f_dsk_forth = node.f_dsk_forth
@@ -95,11 +103,10 @@ class _Scratch:
             self.inst_spindles_forth,
             self.f_spindles_forth,
         ) = pri_added(self.n, self, inst, force)
-        util = inst.extra.get("util") or _BASE_UTIL
         if not inst.forthcoming:
             self.npri += 1
-            self.load = _shift(self.load, util, True, 1)
-        self.load_forth = _shift(self.load_forth, util, True, 1)
+        if self.loads:
+            self._shift_loads(inst, True, 1)
         if inst.excl_tags:
             tags = dict(self.p_tags)
             for tag in inst.excl_tags:
@@ -118,20 +125,26 @@ class _Scratch:
             self.inst_spindles_forth,
             self.f_spindles_forth,
         ) = sec_added(self.n, self, inst, pdx, force)
-        util = inst.extra.get("util") or _BASE_UTIL
         if not inst.forthcoming:
             self.nsec += 1
             peers = dict(self.peers)
             peers[pdx] = peem
             self.peers = peers
-            self.load = _shift(self.load, util, False, 1)
-        self.load_forth = _shift(self.load_forth, util, False, 1)
+        if self.loads:
+            self._shift_loads(inst, False, 1)
+
+    def _shift_loads(self, inst: Instance, primary: bool, sign: int) -> None:
+        util = inst.extra.get("util") or _BASE_UTIL
+        if not inst.forthcoming:
+            self.load = _shift(self.load, util, primary, sign)
+        self.load_forth = _shift(self.load_forth, util, primary, sign)
 
     # The removals mirror `Node.remove_pri` / `remove_sec` (no checks, plain accounting).
 
     def remove_pri(self, inst: Instance) -> None:
         n = self.n
-        util = inst.extra.get("util") or _BASE_UTIL
+        if self.loads:
+            self._shift_loads(inst, True, -1)
         if not inst.forthcoming:
             self.npri -= 1
             self.i_mem -= inst.mem if inst.uses_memory else 0
@@ -142,14 +155,12 @@ class _Scratch:
             self.inst_spindles = _spindle_use(n, inst, self.inst_spindles, -1)
             if not inst.offline:
                 self.u_cpu -= inst.vcpus
-            self.load = _shift(self.load, util, True, -1)
         if inst.local_storage:
             self.f_dsk_forth += inst.dsk
         self.f_spindles_forth = _free_sp(n, inst, self.f_spindles_forth, False)
         self.inst_spindles_forth = _spindle_use(n, inst, self.inst_spindles_forth, -1)
         if not inst.offline:
             self.u_cpu_forth -= inst.vcpus
-        self.load_forth = _shift(self.load_forth, util, True, -1)
         if inst.excl_tags:
             tags = dict(self.p_tags)
             for tag in inst.excl_tags:
@@ -163,7 +174,8 @@ class _Scratch:
 
     def remove_sec(self, inst: Instance) -> None:
         n = self.n
-        util = inst.extra.get("util") or _BASE_UTIL
+        if self.loads:
+            self._shift_loads(inst, False, -1)
         if not inst.forthcoming:
             self.nsec -= 1
             if inst.local_storage:
@@ -182,12 +194,10 @@ class _Scratch:
             if not old_peem < self.r_mem:
                 self.r_mem = max(peers.values(), default=0)
             self.fail_n1 = self.unallocated(self.i_mem) <= self.r_mem
-            self.load = _shift(self.load, util, False, -1)
         if inst.local_storage:
             self.f_dsk_forth += inst.dsk
         self.f_spindles_forth = _free_sp(n, inst, self.f_spindles_forth, False)
         self.inst_spindles_forth = _spindle_use(n, inst, self.inst_spindles_forth, -1)
-        self.load_forth = _shift(self.load_forth, util, False, -1)
 
     def values(self) -> tuple[float, ...]:
         n = self.n
@@ -355,22 +365,61 @@ def node_values_after(node: Node, inst: Instance, ops: tuple) -> tuple[float, ..
     return scratch.values()
 
 
-def primary_outcome(node: Node, inst: Instance, force: bool, key: tuple):
+def primary_outcome(node: Node, inst: Instance, force: bool, key: Hashable):
     """`node_values_after` of adding ``inst`` as a primary (interned), or the `FailMode`
-    that add raises — kept on the node under ``key`` (``(force, *instance.shape(inst))``):
+    that add raises — kept on the node under ``key`` (`instance.outcome_key`):
     nodes are never changed once built, and hspace asks about the same node and shape
     again at each placement and in each N+1 check."""
     return _outcome(node, inst, key, (("ap", force),))
 
 
-def secondary_outcome(node: Node, inst: Instance, pdx: int, key: tuple):
+def secondary_outcome(node: Node, inst: Instance, pdx: int, key: Hashable, templates: dict | None = None):
     """`primary_outcome` for adding ``inst`` as a secondary of primary ``pdx`` (strict,
     as hspace's pairs add it), kept under the memory ``pdx`` already reserves on the node
     (with ``key``): the add reads ``pdx`` only there (`node.sec_added`'s ``peers``; the
     values after it read no peer), so the secondaries of primaries that reserve as much
-    share one outcome."""
-    memo_key = ("reserved", node.peers.get(pdx, 0), key) if _BY_RESERVATION[0] else ("primary", pdx, key)
-    return _outcome(node, inst, memo_key, (("as", pdx, False),))
+    share one outcome.
+
+    ``templates`` (node index -> values): the outcomes on this node for other primaries
+    that the caller has seen succeed (filled in here). A new reservation is then finished
+    from one (`_finish_secondary`) instead of replaying the add."""
+    if not _BY_RESERVATION[0]:
+        return _outcome(node, inst, ("primary", pdx, key), (("as", pdx, False),))
+    peem = node.peers.get(pdx, 0)
+    memo_key = ("reserved", peem, key)
+    memo = node.outcomes
+    if memo is not None:
+        found = memo.get(memo_key)
+        if found is not None:
+            return found
+    if templates is None:
+        return _outcome(node, inst, memo_key, (("as", pdx, False),))
+    template = templates.get(node.idx)
+    if template is None or inst.forthcoming:
+        result = _outcome(node, inst, memo_key, (("as", pdx, False),))
+        if result.__class__ is tuple:
+            templates[node.idx] = result
+        return result
+    result = _finish_secondary(node, inst, peem, template)
+    remember_outcome(node, memo_key, result)
+    return result
+
+
+def _finish_secondary(node: Node, inst: Instance, peem: int, template: tuple):
+    """The outcome of the strict add of ``inst`` (not forthcoming) as a secondary whose
+    primary already reserves ``peem`` on ``node``, from ``template``, that add's values
+    for another primary. Exact, as `node_outcome` reasons: of `node.sec_added`'s checks
+    only the N+1 one reads the reservation (the others passed for the template, so they
+    pass here), and of the values only the N+1 count and the reserved memory (twice)."""
+    needed = inst.mem if inst.uses_sec_mem else 0
+    r_mem = max(node.r_mem, peem + needed)
+    fail_n1 = node.unallocated_mem <= r_mem
+    if fail_n1 and not node.fail_n1:
+        return FailMode.MEM
+    values = list(template)
+    values[N1_COUNT] = float(len(node.plist) + len(node.slist) + 1) if fail_n1 else 0.0
+    values[RESERVED] = values[RESERVED_TOTAL] = r_mem / node.t_mem
+    return intern_values(tuple(values))
 
 
 #: `secondary_outcome` keys by the primary's reservation: tests turn it off to compare.
@@ -391,7 +440,7 @@ def _outcome(node: Node, inst: Instance, memo_key: tuple, ops: tuple):
     return result
 
 
-def remember_outcome(node: Node, key: tuple, result) -> None:
+def remember_outcome(node: Node, key: Hashable, result) -> None:
     memo = node.outcomes
     if memo is None:
         memo = node.outcomes = {}

@@ -6,6 +6,8 @@ nodes, disk template, spindle use and tags; plus the predicates htools derives f
 
 from __future__ import annotations
 
+from itertools import count
+
 from . import types as T
 from .records import Record
 
@@ -158,6 +160,26 @@ def shape(inst: Instance) -> tuple:
         tuple(inst.excl_tags),
         None if util is None else tuple(util),
     )
+
+
+def outcome_key(force: bool, inst: Instance) -> int:
+    """The key of an add's outcome in `Node.outcomes`: ``(force, *shape(inst))``,
+    numbered once. Allocation looks a shape up on every candidate node (and, for node
+    pairs, once per primary on every secondary): hashing the shape with its nested tuples
+    each time cost more than the look-up. Numbers are never reused, so an outcome kept
+    under one never answers for another shape, even after the table is emptied."""
+    full = (force, *shape(inst))
+    found = _OUTCOME_KEYS.get(full)
+    if found is None:
+        if len(_OUTCOME_KEYS) >= _OUTCOME_KEYS_MAX:
+            _OUTCOME_KEYS.clear()
+        found = _OUTCOME_KEYS[full] = next(_NEXT_KEY)
+    return found
+
+
+_OUTCOME_KEYS: dict[tuple, int] = {}
+_OUTCOME_KEYS_MAX = 10_000
+_NEXT_KEY = count()
 
 
 def check_policy(inst: Instance, ipol: T.IPolicy, excl_storage: bool) -> T.FailMode | None:

@@ -10,8 +10,8 @@ ignored. hspace and hail check this after each placement unless told not to.
 from __future__ import annotations
 
 from . import types as T
-from .fast_moves import primary_outcome
-from .instance import Instance, policy_verdict, shape
+from .fast_moves import _Scratch, primary_outcome
+from .instance import Instance, outcome_key, policy_verdict
 from .metrics import ClusterStats, ColumnStats, ValueRows
 from .moves import FAILOVER, FAILOVER_ANY, Move, apply_move
 
@@ -186,6 +186,8 @@ def can_evacuate_node(cluster: GCluster, ndx: int, exact: bool = False, base: li
             shared.append(i)
         else:
             fixed.append(inst)
+    if drbd and not shared and not fixed and _SCRATCH_FAILOVERS[0]:
+        return _fail_over_all(nodes, instances, drbd)
     if drbd or shared:
         instances = list(instances)  # moves are committed to it
     try:
@@ -203,6 +205,39 @@ def can_evacuate_node(cluster: GCluster, ndx: int, exact: bool = False, base: li
     except T.AllocFailure:
         return False
     return True
+
+
+def _fail_over_all(nodes, instances, drbd: list[int]) -> bool:
+    """Whether the failovers of the DRBD instances ``drbd`` (a failed node's only
+    primaries), one after the other, all succeed — the checks of `apply_move`'s
+    ``FAILOVER``s, in their order, replayed on scalar records of the nodes
+    (`fast_moves._Scratch`, held to `apply_move` by the tests): nothing after them reads
+    the nodes, so none is copied (four per failover). A failover fails exactly when
+    `apply_move` raises; the instances' nodes are read from the originals, as each
+    failover moves only the instance it moves."""
+    scratch: dict[int, _Scratch] = {}
+    try:
+        for i in drbd:
+            inst = instances[i]
+            p, s = inst.pnode, inst.snode
+            old_p = scratch.get(p)
+            if old_p is None:
+                old_p = scratch[p] = _Scratch(nodes[p], loads=False)
+            old_s = scratch.get(s)
+            if old_s is None:
+                old_s = scratch[s] = _Scratch(nodes[s], loads=False)
+            old_p.remove_pri(inst)
+            old_s.remove_sec(inst)
+            old_s.add_pri(inst, nodes[p].offline)
+            old_p.add_sec(inst, s, False)
+    except T.AllocFailure:
+        return False
+    return True
+
+
+#: `can_evacuate_node` fails over a node of DRBD primaries only on scalar records
+#: (`_fail_over_all`): tests turn it off to compare with the moves built whole.
+_SCRATCH_FAILOVERS = [True]
 
 
 def _recreate_all(cluster: GCluster, nodes, fixed: list[Instance], escape, exact: bool, stats: _Stats) -> bool:
@@ -471,7 +506,7 @@ def _recreate(cluster: GCluster, nodes, inst: Instance, escape, stats: _Stats, l
     Scores come straight from cached per-node values (`fast_moves.primary_outcome`):
     in these evacuations most candidates are near ties, so estimating first would only
     add work; targets with the same values before and after score the same."""
-    shape_key = (True, *shape(inst))
+    shape_key = outcome_key(True, inst)
     groups = cluster.groups
     feasible = []
     verdicts: dict[tuple, object] = {}  # per (group, exclusive storage): the targets share one

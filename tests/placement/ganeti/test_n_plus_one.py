@@ -238,3 +238,28 @@ def test_a_shape_refused_everywhere_is_refused_as_try_alloc_refuses_it(monkeypat
                         assert quick == full.failures
                     refused[quick is not None] += 1
     assert refused[True] > 50 and refused[False] > 50, refused
+
+
+def test_failovers_on_scalar_records_answer_as_the_moves_built_whole(monkeypatch):
+    # A node of DRBD primaries only is evacuated by failing each over: replayed on scalar
+    # records (`_fail_over_all`), the answer is `apply_move`'s, node for node.
+    states = []
+    for run in (
+        (["p,3,34052480,65523,24"], "drbd", None, "1048576,1024,8"),
+        (["p,4,400000,32768,16"], "drbd", "10240,2048,1", "51200,8192,4"),
+    ):
+        states += _states(monkeypatch, *run)
+    for seed in range(1, 9):
+        states.append(varied_cluster(seed))
+    answers = Counter()
+    for state in states:
+        for node in state.nodes:
+            if not node.plist or any(state.instances[i].disk_template != "drbd" for i in node.plist):
+                continue
+            got = []
+            for scratch in (True, False):
+                monkeypatch.setattr(n_plus_one, "_SCRATCH_FAILOVERS", [scratch])
+                got.append(n_plus_one.can_evacuate_node(state, node.idx))
+            assert got[0] == got[1]
+            answers[got[0]] += 1
+    assert answers[True] > 20 and answers[False] > 5, answers

@@ -277,3 +277,32 @@ def test_kept_outcomes_are_what_the_add_gives():
             assert primary_outcome(node, probe, False, key) == expected
             assert primary_outcome(node, probe, False, key) is node.outcomes[key]  # kept
             assert node.copy().outcomes is None  # a changed node starts afresh
+
+
+def test_twin_statistics_updated_once_equal_their_own_update_bit_for_bit():
+    # Twin columns share one statistics object; a node moving both alike updates it once
+    # (`ClusterStats.twin`): the same bits as updating each, and the pair scores on top.
+    from placement.ganeti.instance import Instance
+
+    inst = Instance("new", 2048, 20480, 2, "running", True, -1, -1, "drbd", [], 1, None, idx=999)
+    shared = 0
+    for nodes in (
+        _filled(simulated_cluster(["p,6,2000000,131072,32"]), 12, seed=4),
+        list(unbalanced_cluster(7, 50, seed=6).nodes),
+    ):
+        rows = metrics.ValueRows(nodes)
+        with_twins = rows.cluster_stats()
+        alone = metrics.ClusterStats(rows.base)  # no twins known: every component updated
+        alone.terms = list(rows.terms)
+        for p, s in ((p, s) for p in range(len(nodes)) for s in range(len(nodes)) if p != s):
+            try:
+                new_p, new_s = nodes[p].add_pri(inst), nodes[s].add_sec(inst, p)
+            except AllocFailure:
+                continue
+            primary = (False, metrics.node_values(nodes[p]), metrics.node_values(new_p))
+            a, b = with_twins.replace_values(*primary), alone.replace_values(*primary)
+            assert _stats_hexes(a.stats) == _stats_hexes(b.stats) and _hexes(a.terms) == _hexes(b.terms)
+            shared += sum(a.stats[c] is a.stats[d] for c in range(metrics.NCOMP) for d in range(c))
+            secondary = (False, metrics.node_values(nodes[s]), metrics.node_values(new_s))
+            assert a.score_replaced_values(*secondary).hex() == b.score_replaced_values(*secondary).hex()
+    assert shared > 0  # twins moved alike, and their update was shared

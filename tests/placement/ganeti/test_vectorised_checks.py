@@ -162,3 +162,65 @@ def test_hspace_pairs_answer_alike_with_outcomes_kept_by_primary(monkeypatch):
             )
             answers.append(run_hspace(simulated_cluster([nodes]), opts).hts_lines())
         assert answers[0] == answers[1]
+
+
+def test_secondary_outcomes_finished_from_another_primarys_equal_their_own():
+    # A node's add as a secondary differs between primaries only in what they already
+    # reserve there: finished from another primary's outcome (`templates`), it is the add
+    # replayed for this one, refusals included.
+    from placement.ganeti import fast_moves
+    from placement.ganeti.instance import outcome_key
+
+    finished = Counter()
+    for seed in SEEDS:
+        cluster = varied_cluster(seed)
+        rng = random.Random(seed)
+        for _ in range(6):
+            inst = probe(rng, "drbd", forthcoming=rng.random() < 0.2)
+            key = outcome_key(False, inst)
+            for node in cluster.nodes:
+                node.outcomes = None
+                templates = {}
+                for p in cluster.nodes:
+                    if p.idx == node.idx:
+                        continue
+                    had = node.idx in templates and not inst.forthcoming
+                    kept = fast_moves.secondary_outcome(node, inst, p.idx, key, templates)
+                    try:
+                        own = node_values_after(node, inst, (("as", p.idx, False),))
+                    except T.AllocFailure as exc:
+                        own = exc.mode
+                    assert kept == own
+                    finished[had, kept.__class__ is tuple] += 1
+    assert finished[True, True] > 20, finished
+    # And a refusal: what one primary reserves tips the node into N+1 failure, not the other's.
+    from placement.ganeti.instance import Instance
+    from placement.ganeti.simulate import simulated_cluster
+
+    nodes = list(simulated_cluster(["p,3,100000,4096,8"]).nodes)
+    a = Instance("a", 1500, 1024, 1, "running", True, 0, 2, "drbd", [], 1, None, idx=0)
+    b = Instance("b", 1000, 1024, 1, "running", True, 2, 1, "drbd", [], 1, None, idx=1)
+    nodes[0], nodes[2] = nodes[0].add_pri(a), nodes[2].add_sec(a, 0)
+    nodes[2], nodes[1] = nodes[2].add_pri(b), nodes[1].add_sec(b, 2)
+    new = Instance("new", 2100, 1024, 1, "running", True, -1, -1, "drbd", [], 1, None, idx=2)
+    templates = {}
+    key = outcome_key(False, new)
+    assert fast_moves.secondary_outcome(nodes[2], new, 1, key, templates).__class__ is tuple
+    assert fast_moves.secondary_outcome(nodes[2], new, 0, key, templates) == T.FailMode.MEM
+    with pytest.raises(T.AllocFailure) as refused:
+        node_values_after(nodes[2], new, (("as", 0, False),))
+    assert refused.value.mode == T.FailMode.MEM
+
+
+def test_outcome_keys_name_one_shape_each_even_after_the_table_is_emptied(monkeypatch):
+    from placement.ganeti import instance
+    from placement.ganeti.instance import Instance, outcome_key
+
+    monkeypatch.setattr(instance, "_OUTCOME_KEYS", {})
+    monkeypatch.setattr(instance, "_OUTCOME_KEYS_MAX", 3)
+    shapes = [
+        Instance("i", mem, 1024, 1, "running", True, -1, -1, "drbd", [], 1, None) for mem in range(128, 1152, 128)
+    ]
+    keys = [outcome_key(False, i) for i in shapes]
+    assert len(set(keys)) == len(shapes)  # the table was emptied twice on the way
+    assert outcome_key(False, shapes[-1]) == keys[-1] and outcome_key(True, shapes[-1]) != keys[-1]
