@@ -301,7 +301,7 @@ class VM(models.Model):
         """A VM's part in its image's warm pool (``provisioning.warm``); blank: none."""
 
         WARM = "warm", "warm: booted with no login, waiting in the pool"
-        HIT = "hit", "taken warm from the pool by a reservation"
+        HIT = "hit", "taken warm from the pool by a reservation (back to the pool, or destroyed, after it)"
         MISS = "miss", "built cold for a reservation of a pooled image"
 
     class State(models.TextChoices):
@@ -377,6 +377,9 @@ class VM(models.Model):
     )
     warm = models.CharField(
         max_length=4, choices=Warm.choices, blank=True, help_text="Its part in its image's warm pool (blank: none)."
+    )
+    warm_takes = models.PositiveIntegerField(
+        default=0, help_text="Reservations that took it warm (reverted to its warm snapshot after each)."
     )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)

@@ -33,6 +33,50 @@ WRAPPER = (
 GLOB = (
     'cd "$0" 2>/dev/null || exit 0; for p in "$@"; do for f in $p; do [ -f "$f" ] && printf \'%s\\n\' "$f"; done; done'
 )
+# A warm guest's new identity and its user's account, as root through ``guest-exec``; every value
+# is an argument ($0 hostname, $1 login, $2 "-s" to refuse passwords over SSH, else ""), never
+# part of the script. The SSH server is restarted with host keys made now (dropbear in vclmgr's
+# test guest; OpenSSH elsewhere): no two users get the same ones. The password hash and the
+# keys come after, through the agent's own calls (``virDomainSetUserPassword``,
+# ``virDomainAuthorizedSSHKeysSet``), so no secret is ever on a command line.
+PERSONALISE = r"""
+umask 022  # the agent's own umask (077) would make /etc/hosts and the machine-id unreadable to users
+h=$0 u=$1 pw=$2
+hostname "$h" && echo "$h" > /etc/hostname || exit 1
+grep -v '^127\.0\.1\.1[[:space:]]' /etc/hosts > /etc/hosts.new 2>/dev/null; echo "127.0.1.1 $h" >> /etc/hosts.new
+mv /etc/hosts.new /etc/hosts
+rm -f /etc/machine-id /var/lib/dbus/machine-id
+if command -v systemd-machine-id-setup >/dev/null; then systemd-machine-id-setup >/dev/null
+else od -An -N16 -tx1 /dev/urandom | tr -d ' \n' > /etc/machine-id && echo >> /etc/machine-id; fi
+if ! grep -q "^$u:" /etc/passwd; then
+  if command -v useradd >/dev/null; then useradd -m -s /bin/bash "$u" || exit 2
+  else  # a minimal guest (busybox without adduser): the account written as its init writes one
+    id=1000; while grep -q "^[^:]*:[^:]*:$id:" /etc/passwd; do id=$((id + 1)); done
+    s=/bin/bash; [ -x $s ] || s=/bin/sh
+    { echo "$u:x:$id:$id::/home/$u:$s" >> /etc/passwd && echo "$u:x:$id:" >> /etc/group &&
+      echo "$u:!:19000:0:99999:7:::" >> /etc/shadow && mkdir -p "/home/$u" && chown "$id:$id" "/home/$u" &&
+      chmod 700 "/home/$u"; } || exit 2
+  fi
+fi
+if [ -f /run/dropbear.pid ]; then
+  k=/etc/dropbear/dropbear_ed25519_host_key
+  rm -f "$k" && dropbearkey -t ed25519 -f "$k" >/dev/null 2>&1 || exit 3
+  old=$(cat /run/dropbear.pid); kill "$old"
+  while kill -0 "$old" 2>/dev/null; do sleep 0.05; done
+  dropbear -r "$k" -p 22 -P /run/dropbear.pid $pw || exit 4
+elif command -v ssh-keygen >/dev/null; then
+  rm -f /etc/ssh/ssh_host_*_key /etc/ssh/ssh_host_*_key.pub && ssh-keygen -A >/dev/null || exit 3
+  systemctl restart ssh 2>/dev/null || systemctl restart sshd 2>/dev/null || service ssh restart || exit 4
+fi
+"""
+# The password hash into a guest without ``chpasswd`` (busybox), read from a root-only file the
+# agent wrote ($1), never from a command line: the user's field of /etc/shadow replaced.
+SET_HASH = r"""
+umask 077
+awk -F: -v u="$0" 'BEGIN { OFS = ":" } NR == FNR { h = $0; next } $1 == u { $2 = h } { print }' "$1" /etc/shadow \
+  > /etc/shadow.new && mv /etc/shadow.new /etc/shadow; s=$?; rm -f "$1"; exit $s
+"""
+HASH_FILE = "/run/vclmgr-login"
 AGENT_TIMEOUT = 10  # s per agent call
 START_TIMEOUT = 60  # s for a started wrapper to make its directory
 READ_CHUNK = 1 << 20  # bytes per guest-file-read (the agent's own limit is far above)
@@ -152,3 +196,23 @@ def glob(dom, directory, patterns):
     if code not in (0, 1):
         raise base.DriverError(f"listing {directory} in the guest failed ({code})", permanent=False)
     return sorted({line for line in out.decode(errors="replace").splitlines() if line})
+
+
+def personalise(dom, guest):
+    """The warm guest's new identity and ``guest``'s login (``Driver.personalise``)."""
+    refuse = "" if guest.password_hash else "-s"
+    code, out = run(dom, ["/bin/sh", "-c", PERSONALISE, guest.hostname, guest.login, refuse])
+    if code != 0:
+        raise base.DriverError(
+            f"the guest refused its new identity (step {code}): {out[-300:].decode(errors='replace')}", permanent=True
+        )
+    if guest.password_hash:
+        try:
+            dom.setUserPassword(guest.login, guest.password_hash, libvirt.VIR_DOMAIN_PASSWORD_ENCRYPTED)
+        except libvirt.libvirtError:  # no chpasswd in the guest (the agent needs it): the hash written directly
+            put(dom, HASH_FILE, guest.password_hash.encode())
+            code, out = run(dom, ["/bin/sh", "-c", SET_HASH, guest.login, HASH_FILE])
+            if code != 0:
+                why = out[-300:].decode(errors="replace")
+                raise base.DriverError(f"the guest refused the password: {why}", permanent=True) from None
+    dom.authorizedSSHKeysSet(guest.login, list(guest.ssh_keys), 0)  # replaces them all: only this user's
