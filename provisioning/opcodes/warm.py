@@ -98,7 +98,7 @@ def hand_over(vm_id):
     the call and never stored: the step records nothing of it)."""
     vm = load_vm(vm_id, building=True)
     login = guest.guest_login(vm)
-    if login is None:
+    if login is None or login.anonymous:
         raise Refused(f"{vm.key} has no login to hand over")
     drivers.driver_for(vm.host).personalise(vm.key, login)
 

@@ -10,12 +10,14 @@ from django.utils import timezone
 
 from capacity.models import Allocation
 from core import periodic
+from drivers import cloudinit
 from drivers.sim import services as sim
 from drivers.sim.models import SimVM
 from jobs.models import Job
 from provisioning import services as vms
 from provisioning import warm
 from provisioning.models import VM
+from provisioning.opcodes.guest import guest_login
 from reservations import services
 from reservations.models import Reservation
 from tests.monitoring.helpers import promtool_check, samples, value
@@ -82,11 +84,20 @@ def test_a_round_fills_the_pool_with_booted_vms_holding_no_login_on_claims_that_
     for vm in vms_warm:
         assert vm.state == "running" and vm.owner is None and vms.has_warm_snapshot(vm)
         assert vm.allocation.yields and vm.allocation.end is None and vm.allocation.released is None
-        assert SimVM.objects.get(key=vm.key).seed == {}  # booted with no seed: nobody's login in it
+        seed = guest_login(vm)  # its hostname alone: nobody's login in it
+        assert seed.login == "" and not seed.password_hash and not seed.ssh_keys
+        assert SimVM.objects.get(key=vm.key).seed["instance_id"].startswith(vm.key)
     assert fill(pooled, sync_jobs) == {"requested": 0}  # at its minimum: nothing more
     vms.update_image(pooled, actor="test", warm_min=1, warm_max=1)
     assert fill(pooled, sync_jobs) == {"destroyed": 1}
     assert len(warm_ones(pooled)) == 1 and SimVM.objects.count() == 1
+
+
+def test_a_warm_vms_seed_names_it_and_creates_no_user():
+    seed = cloudinit.GuestLogin(instance_id="vcl-1-abc", hostname="vcl-1", login="")
+    assert "users: []" in cloudinit.user_data(seed) and "passwd" not in cloudinit.user_data(seed)
+    with pytest.raises(cloudinit.SeedError):
+        cloudinit.GuestLogin(instance_id="vcl-1-abc", hostname="vcl-1", login="", ssh_keys=("ssh-ed25519 AAAA x",))
 
 
 def test_the_round_fills_only_where_there_is_room_and_takes_none_from_anyone(make_host, image, alice, sync_jobs):
@@ -117,7 +128,7 @@ def test_the_periodic_round_is_scheduled_and_fills_every_pooled_image(sim_host, 
 
 def test_a_reservation_takes_a_warm_vm_and_gets_its_login_and_a_new_identity(sim_host, pooled, alice, bob, sync_jobs):
     fill(pooled, sync_jobs)
-    before = {vm.pk: SimVM.objects.get(key=vm.key).guest for vm in warm_ones(pooled)}
+    before = {vm.pk: SimVM.objects.get(key=vm.key).seed for vm in warm_ones(pooled)}
     reservation = reserve_now(alice, pooled)
     vm = fresh(reservation).vm
     assert vm.pk in before and vm.warm == "hit" and vm.owner == alice
@@ -127,7 +138,7 @@ def test_a_reservation_takes_a_warm_vm_and_gets_its_login_and_a_new_identity(sim
     assert reservation.history.last().reason.endswith("warm from the pool")
     assert reservation.vm_id == vm.pk and fresh(vm).allocation_id == reservation.allocation_id
     guest = SimVM.objects.get(key=vm.key)
-    assert guest.seed["instance_id"].startswith(vm.key) and guest.guest["identity"]["hostname"] == vm.key
+    assert guest.seed != before[vm.pk] and guest.guest["identity"]["hostname"] == vm.key
     job = Job.objects.get(opcode="vm.create", params__vm=vm.pk)
     assert job.result["warm"] is True
     assert [step["name"] for step in job.steps] == ["warm-resume", "warm-login", "warm-address", "warm-ready"]
@@ -144,7 +155,7 @@ def test_a_reservation_takes_a_warm_vm_and_gets_its_login_and_a_new_identity(sim
     assert fresh(reservation).status == "ended"
     vm = fresh(vm)
     assert vm.warm == "warm" and vm.owner is None and vm.state == "running" and vm.allocation.yields
-    assert SimVM.objects.get(key=vm.key).seed == {}  # alice's login went with the revert
+    assert SimVM.objects.get(key=vm.key).seed == before[vm.pk]  # alice's login went with the revert
     assert Allocation.objects.get(pk=reservation.allocation_id).released is not None
     assert [step["name"] for step in Job.objects.get(opcode="vm.rewarm").steps] == ["revert", "pool"]
 
