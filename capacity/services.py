@@ -339,24 +339,37 @@ def _yield_note(found):
 
 
 def _claim_yielding(demand, request, actor, owner):
-    """Let go of the fewest claims that yield where the demand then fits, and claim there, in one
-    savepoint (the caller's transaction commits both or neither); the claim carries
-    ``preempt_jobs`` (the removals of those VMs, which its VM's build waits for) and its
-    ``placement_note``. None when letting them go helps nowhere."""
-    for _attempt in range(MAX_ATTEMPTS):
-        found = find_yield(demand, request)
-        if found is None:
-            return None
+    """Let go of the fewest claims that yield where the demand then fits, and claim there
+    (``_claim_making_room``; ``preempt_jobs``: the removals of those VMs, which its VM's build
+    waits for). None when letting them go helps nowhere."""
+
+    def evict(found):
         ids = [int(victim.allocation) for victim in found.plan.victims]
         why = f"{demand.purpose or 'a claim'} needs the room of {found.plan.what()}"[:400]
+        return [job for evict in ON_YIELD for job in evict(ids, actor=actor, reason=why)]
+
+    return _claim_making_room(
+        demand, request, actor, owner, find_yield, evict, lambda found: f"{found.plan.what()} destroyed to make room"
+    )
+
+
+def _claim_making_room(demand, request, actor, owner, find, free, note):
+    """``find(demand, request)`` the claims whose room the demand needs, ``free(found)`` them
+    (-> the jobs that do it) and claim there, in one savepoint (the caller's transaction commits
+    both or neither); the claim carries ``preempt_jobs`` (what must end before its VM is built)
+    and its ``placement_note`` (``note(found)``). None when nothing helps."""
+    for _attempt in range(MAX_ATTEMPTS):
+        found = find(demand, request)
+        if found is None:
+            return None
         try:
             with transaction.atomic():
-                waits = [job for evict in ON_YIELD for job in evict(ids, actor=actor, reason=why)]
+                waits = free(found)
                 allocation = _claim_locked(found.host_id, demand, request, actor, owner)
-        except (_Full, preemption.Gone):  # rolled back, the evictions too: look again
+        except (_Full, preemption.Gone):  # rolled back, what was freed too: look again
             snapshot.expire()
             continue
-        allocation.placement_note = f"{found.plan.what()} destroyed to make room"
+        allocation.placement_note = note(found)
         allocation.preempt_jobs = waits
         return allocation
     return None
@@ -396,25 +409,17 @@ def preemption_note(result):
 
 
 def _claim_preempting(demand, request, actor, owner):
-    """Suspend the fewest lower-class claims that make room and claim there, in one savepoint
-    (the caller's transaction commits both or neither); the claim carries ``preempt_jobs``
-    (what must end before its VM is built) and its ``placement_note``. None when nothing helps."""
-    for _attempt in range(MAX_ATTEMPTS):
-        found = find_preemption(demand, request)
-        if found is None:
-            return None
-        why = f"{demand.purpose or 'a claim'} of a higher class: {found.note()}"
-        try:
-            with transaction.atomic():
-                waits = preemption.suspend(found, actor=actor, reason=why[:400])
-                allocation = _claim_locked(found.host_id, demand, request, actor, owner)
-        except (_Full, preemption.Gone):  # rolled back, the suspensions too: look again
-            snapshot.expire()
-            continue
-        allocation.placement_note = f"suspending {found.plan.what()}"
-        allocation.preempt_jobs = waits
-        return allocation
-    return None
+    """Suspend the fewest lower-class claims that make room and claim there
+    (``_claim_making_room``). None when nothing helps."""
+
+    def suspend(found):
+        return preemption.suspend(
+            found, actor=actor, reason=f"{demand.purpose or 'a claim'} of a higher class: {found.note()}"[:400]
+        )
+
+    return _claim_making_room(
+        demand, request, actor, owner, find_preemption, suspend, lambda found: f"suspending {found.plan.what()}"
+    )
 
 
 def power_on_for(host, purpose, *, actor):
