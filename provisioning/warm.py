@@ -38,6 +38,7 @@ from capacity import preemption
 from capacity import services as capacity
 from core import changelog
 from core.changelog import Actor
+from drivers.base import vm_key
 from jobs import services as jobs
 from provisioning import services
 from provisioning.models import VM, Image, ImageRevision
@@ -61,26 +62,37 @@ def warm_vms(image):
 
 
 def fill_round(*, actor=ACTOR):
-    """``fill`` every pooled image; ``{image name: what was done}``."""
-    return {image.name: fill(image, actor=actor) for image in pooled_images()}
+    """``fill`` every pooled image, and empty the pools of images that no longer keep one (its
+    sizes set to 0, deactivated); ``{image name: what was done}``."""
+    emptied = Image.objects.filter(vms__warm=W.WARM).exclude(vms__state__in=GONE).exclude(pk__in=pooled_images())
+    images = [*pooled_images(), *emptied.distinct()]
+    return {image.name: fill(image, actor=actor) for image in images}
 
 
 def fill(image, *, actor=ACTOR):
-    """Bring the image's pool to ``warm_min``..``warm_max`` warm VMs: request the missing ones
-    where they fit without making room, destroy the extra ones (the newest first: they are
-    the likeliest still building). Counted under the image's row lock, so two rounds at once
-    never build more than the minimum."""
+    """Bring the image's pool to ``warm_min``..``warm_max`` warm VMs: destroy the stale ones (of
+    a revision no longer production, or of another size than the image's default: no
+    reservation would take them) and those above the maximum (the newest first: the likeliest
+    still building), request the missing ones where they fit without making room. Counted
+    under the image's row lock, so two rounds at once never build more than the minimum."""
     with transaction.atomic():
         image = Image.objects.select_for_update().get(pk=image.pk)
-        have = list(warm_vms(image).order_by("-pk").values_list("pk", flat=True))
-        if len(have) > image.warm_max:
-            extra = have[: len(have) - image.warm_max]
+        pooled = pooled_images().filter(pk=image.pk).exists()
+        low, high = (image.warm_min, image.warm_max) if pooled else (0, 0)
+        have = warm_vms(image).order_by("-pk")
+        fresh = Q(revision__isnull=True) | Q(revision__state=ImageRevision.State.PRODUCTION)
+        stale = list(have.exclude(fresh & Q(**services.size_for(image))).values_list("pk", flat=True))
+        for pk in stale:
+            _destroy(pk, f"{vm_key(pk)} is no longer what a reservation of {image.name} takes", actor=actor)
+        have = [pk for pk in have.values_list("pk", flat=True) if pk not in stale]
+        if len(have) > high:
+            extra = have[: len(have) - high]
             for pk in extra:
-                _destroy(pk, f"{image.name}'s warm pool is above its maximum ({image.warm_max})", actor=actor)
-            return {"destroyed": len(extra)}
-        missing = image.warm_min - len(have)
+                _destroy(pk, f"{image.name}'s warm pool is above its maximum ({high})", actor=actor)
+            return {"destroyed": len(extra) + len(stale)}
+        missing = low - len(have)
         if missing <= 0 or _failed_lately(image) or not image.variants.production().exists():
-            return {"requested": 0}
+            return {"destroyed": len(stale)} if stale else {"requested": 0}
         made = 0
         for _ in range(missing):
             try:  # claimed here, with the row: each claim sees the ones before it
@@ -89,7 +101,7 @@ def fill(image, *, actor=ACTOR):
                 break
             _request(image, allocation, actor=actor)
             made += 1
-        return {"requested": made}
+        return {"requested": made, **({"destroyed": len(stale)} if stale else {})}
 
 
 def demand(image, **options):

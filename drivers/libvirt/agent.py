@@ -34,14 +34,15 @@ GLOB = (
     'cd "$0" 2>/dev/null || exit 0; for p in "$@"; do for f in $p; do [ -f "$f" ] && printf \'%s\\n\' "$f"; done; done'
 )
 # A warm guest's new identity and its user's account, as root through ``guest-exec``; every value
-# is an argument ($0 hostname, $1 login, $2 "-s" to refuse passwords over SSH, else ""), never
-# part of the script. The SSH server is restarted with host keys made now (dropbear in vclmgr's
-# test guest; OpenSSH elsewhere): no two users get the same ones. The password hash and the
-# keys come after, through the agent's own calls (``virDomainSetUserPassword``,
-# ``virDomainAuthorizedSSHKeysSet``), so no secret is ever on a command line.
+# is an argument ($0 hostname, $1 login, $2 "-s" to refuse passwords over SSH, else "", $3 the
+# login's sudo rule, else ""), never part of the script. The SSH server is restarted with host
+# keys made now (dropbear in vclmgr's test guest; OpenSSH elsewhere): no two users get the same
+# ones. The password hash and the keys come after, through the agent's own calls
+# (``virDomainSetUserPassword``, ``virDomainAuthorizedSSHKeysSet``), so no secret is ever on a
+# command line.
 PERSONALISE = r"""
 umask 022  # the agent's own umask (077) would make /etc/hosts and the machine-id unreadable to users
-h=$0 u=$1 pw=$2
+h=$0 u=$1 pw=$2 sudo=$3
 hostname "$h" && echo "$h" > /etc/hostname || exit 1
 grep -v '^127\.0\.1\.1[[:space:]]' /etc/hosts > /etc/hosts.new 2>/dev/null; echo "127.0.1.1 $h" >> /etc/hosts.new
 mv /etc/hosts.new /etc/hosts
@@ -57,6 +58,9 @@ if ! grep -q "^$u:" /etc/passwd; then
       echo "$u:!:19000:0:99999:7:::" >> /etc/shadow && mkdir -p "/home/$u" && chown "$id:$id" "/home/$u" &&
       chmod 700 "/home/$u"; } || exit 2
   fi
+fi
+if [ -n "$sudo" ] && [ -d /etc/sudoers.d ]; then  # as cloud-init gives a seeded login
+  echo "$u $sudo" > "/etc/sudoers.d/90-vclmgr-$u" && chmod 440 "/etc/sudoers.d/90-vclmgr-$u" || exit 5
 fi
 if [ -f /run/dropbear.pid ]; then
   k=/etc/dropbear/dropbear_ed25519_host_key
@@ -201,7 +205,7 @@ def glob(dom, directory, patterns):
 def personalise(dom, guest):
     """The warm guest's new identity and ``guest``'s login (``Driver.personalise``)."""
     refuse = "" if guest.password_hash else "-s"
-    code, out = run(dom, ["/bin/sh", "-c", PERSONALISE, guest.hostname, guest.login, refuse])
+    code, out = run(dom, ["/bin/sh", "-c", PERSONALISE, guest.hostname, guest.login, refuse, guest.sudo or ""])
     if code != 0:
         raise base.DriverError(
             f"the guest refused its new identity (step {code}): {out[-300:].decode(errors='replace')}", permanent=True

@@ -123,6 +123,33 @@ def test_the_periodic_round_is_scheduled_and_fills_every_pooled_image(sim_host, 
     assert Schedule.objects.get(name=tasks.WARM_SCHEDULE).func == tasks.WARM_FUNC
 
 
+def test_a_new_production_revision_or_size_replaces_the_warm_vms(sim_host, pooled, sync_jobs):
+    from provisioning import revisions
+
+    vms.update_image(pooled, actor="test", warm_min=1, warm_max=1)
+    fill(pooled, sync_jobs)
+    [old] = warm_ones(pooled)
+    second = vms.add_revision(
+        pooled, actor="test", variants=[{"hypervisor_type": "sim", "format": "sim", "location": "sim://library/v2"}]
+    )
+    revisions.make_production(second, actor="test")
+    assert fill(pooled, sync_jobs) == {"requested": 1, "destroyed": 1}
+    [new] = warm_ones(pooled)
+    assert fresh(old).state == "destroyed" and new.revision == second
+    vms.update_image(pooled, actor="test", default_memory_mib=1024)
+    assert fill(pooled, sync_jobs) == {"requested": 1, "destroyed": 1}
+    assert [vm.memory_mib for vm in warm_ones(pooled)] == [1024]
+
+
+def test_an_image_that_stops_pooling_is_emptied_by_the_round(sim_host, pooled, sync_jobs):
+    fill(pooled, sync_jobs)
+    vms.update_image(pooled, actor="test", warm_min=0, warm_max=0)
+    assert warm.fill_round() == {pooled.name: {"destroyed": 2}}
+    sync_jobs.drain()
+    assert warm_ones(pooled) == [] and not SimVM.objects.exists()
+    assert warm.fill_round() == {}
+
+
 # --- taking -----------------------------------------------------------------------------------
 
 
