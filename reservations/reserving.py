@@ -478,6 +478,7 @@ def provision(reservation, reason="building the VM", *, actor, savepoint=True, u
                 submitter=reservation.user,
                 reason=f"reservation {reservation.pk}: {vm.key} taken warm",
                 savepoint=False,
+                depends=waits,  # (warm VMs its claim made room by destroying, when it was made)
             )
         else:
             vm, job = reused or vms.request_vm(

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from capacity.models import Allocation
+from capacity.snapshot import snapshot
 from core import periodic
 from drivers import cloudinit
 from drivers.sim import services as sim
@@ -123,6 +124,17 @@ def test_the_periodic_round_is_scheduled_and_fills_every_pooled_image(sim_host, 
     assert Schedule.objects.get(name=tasks.WARM_SCHEDULE).func == tasks.WARM_FUNC
 
 
+def test_a_warm_vm_that_fails_to_build_holds_its_pool_back_for_a_while(sim_host, pooled, sync_jobs):
+    vms.update_image(pooled, actor="test", warm_min=1, warm_max=1)
+    sim.set_fault(sim_host.name, "start", "fail")
+    fill(pooled, sync_jobs)
+    assert VM.objects.get(warm="warm").state == "failed" and not Allocation.objects.filter(released__isnull=True)
+    sim.clear_fault(sim_host.name)
+    assert fill(pooled, sync_jobs) == {"requested": 0}  # not in a loop: after RETRY_AFTER
+    VM.objects.filter(warm="warm").update(updated=timezone.now() - warm.RETRY_AFTER)
+    assert fill(pooled, sync_jobs) == {"requested": 1} and len(warm_ones(pooled)) == 1
+
+
 def test_a_new_production_revision_or_size_replaces_the_warm_vms(sim_host, pooled, sync_jobs):
     from provisioning import revisions
 
@@ -220,12 +232,35 @@ def test_a_warm_vm_on_another_host_takes_the_reservation_s_claim_there(make_host
     [vm] = warm_ones(pooled)
     assert vm.host == first
     make_host("two", cpus=64, memory_mib=65536)  # emptier: the balanced placement picks it
+    snapshot.expire()
     reservation = reserve_now(alice, pooled)
     reservation = fresh(reservation)
     assert reservation.vm_id == vm.pk and reservation.allocation.host == first
     assert Allocation.objects.filter(released__isnull=True, host__name="two").count() == 0
     sync_jobs.drain()
     assert fresh(reservation).status == "ready"
+
+
+def test_a_reservation_made_ahead_takes_a_warm_vm_when_it_starts_its_claim_moving_there(
+    make_host, pooled, alice, sync_jobs
+):
+    from reservations import schedule
+
+    make_host("one", cpus=8, memory_mib=3072)
+    vms.update_image(pooled, actor="test", warm_min=1, warm_max=1)
+    fill(pooled, sync_jobs)
+    [vm] = warm_ones(pooled)
+    make_host("two", cpus=64, memory_mib=65536)
+    snapshot.expire()  # (hosts are looked for at most once a second)
+    start = timezone.now() + 3 * H
+    later = services.reserve(alice, pooled, actor=alice, start=start, duration=H)
+    assert later.allocation.host.name == "two"  # the warm VM leaves no room beside it on "one"
+    schedule.tick(now=start)
+    later = fresh(later)
+    assert later.vm_id == vm.pk and later.allocation.host.name == "one" and later.allocation.start == start
+    assert Allocation.objects.filter(released__isnull=True, host__name="two").count() == 0
+    sync_jobs.drain()
+    assert fresh(later).status == "ready" and fresh(later).history.last().reason.endswith("warm from the pool")
 
 
 def test_a_guest_that_refuses_the_login_is_destroyed_and_the_same_vm_built_cold(sim_host, pooled, alice, sync_jobs):
