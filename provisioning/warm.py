@@ -152,7 +152,8 @@ def evict(allocation_ids, *, actor, reason):
 
 def takeable(image, size):
     """The image's warm VMs a reservation of ``size`` may take now: running on their yielding
-    claim, with their warm snapshot, of the production revision (new users get production)."""
+    claim, of the production revision (new users get production); ``_candidates`` keeps those
+    with their warm snapshot (a VM just booted has it a moment later)."""
     rows = VM.objects.filter(
         image=image, warm=W.WARM, state=S.RUNNING, allocation__released__isnull=True, allocation__yields=True, **size
     )
