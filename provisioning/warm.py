@@ -71,8 +71,8 @@ def fill_round(*, actor=ACTOR):
 
 def fill(image, *, actor=ACTOR):
     """Bring the image's pool to ``warm_min``..``warm_max`` warm VMs: destroy the stale ones (of
-    a revision no longer production, or of another size than the image's default: no
-    reservation would take them) and those above the maximum (the newest first: the likeliest
+    a revision no longer production, of another size than the image's default, or on a claim
+    that does not yield: no reservation would take them) and those above the maximum (the newest first: the likeliest
     still building), request the missing ones where they fit without making room. Counted
     under the image's row lock, so two rounds at once never build more than the minimum."""
     with transaction.atomic():
@@ -81,6 +81,8 @@ def fill(image, *, actor=ACTOR):
         low, high = (image.warm_min, image.warm_max) if pooled else (0, 0)
         have = warm_vms(image).order_by("-pk")
         fresh = Q(revision__isnull=True) | Q(revision__state=ImageRevision.State.PRODUCTION)
+        # (a claim that no longer yields: the VM was moved, by an evacuation say, on an ordinary one)
+        fresh &= Q(allocation__yields=True, allocation__released__isnull=True)
         stale = list(have.exclude(fresh & Q(**services.size_for(image))).values_list("pk", flat=True))
         for pk in stale:
             _destroy(pk, f"{vm_key(pk)} is no longer what a reservation of {image.name} takes", actor=actor)

@@ -135,7 +135,7 @@ def test_a_warm_vm_that_fails_to_build_holds_its_pool_back_for_a_while(sim_host,
     assert fill(pooled, sync_jobs) == {"requested": 1} and len(warm_ones(pooled)) == 1
 
 
-def test_a_new_production_revision_or_size_replaces_the_warm_vms(sim_host, pooled, sync_jobs):
+def test_a_warm_vm_no_reservation_would_take_is_replaced(sim_host, pooled, sync_jobs):
     from provisioning import revisions
 
     vms.update_image(pooled, actor="test", warm_min=1, warm_max=1)
@@ -151,6 +151,8 @@ def test_a_new_production_revision_or_size_replaces_the_warm_vms(sim_host, poole
     vms.update_image(pooled, actor="test", default_memory_mib=1024)
     assert fill(pooled, sync_jobs) == {"requested": 1, "destroyed": 1}
     assert [vm.memory_mib for vm in warm_ones(pooled)] == [1024]
+    Allocation.objects.filter(pk=warm_ones(pooled)[0].allocation_id).update(yields=False)  # as if moved
+    assert fill(pooled, sync_jobs) == {"requested": 1, "destroyed": 1}
 
 
 def test_an_image_that_stops_pooling_is_emptied_by_the_round(sim_host, pooled, sync_jobs):
