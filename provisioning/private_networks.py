@@ -45,7 +45,9 @@ def drop_unused(vm, driver):
     host (its teardown may have removed it already), so whichever of them is gone last sees
     the others gone and removes the network. Two that finish together both may: the one whose
     conditional update marks the network removed deletes it. A member not yet built
-    (requested) makes it again when it is (``ensure``)."""
+    (requested) makes it again when it is (``ensure``). A network of that name the host does
+    not list as vclmgr's is someone else's (the build failed on it, so ours was never made):
+    it is left alone, and ours is marked removed, its range free again."""
     if not vm.hostname:
         return
     for network in vm.networks.filter(removed__isnull=True):
@@ -56,7 +58,10 @@ def drop_unused(vm, driver):
             continue  # another member's teardown is removing it
         try:
             driver.delete_network(network.key)
-        except base.Conflict:  # a machine defined on it meanwhile: the last of them removes it
+        except base.Conflict:
+            if network.key not in {n.key for n in driver.list_networks()}:
+                continue  # someone else's network of that name (ours was never made): left alone
+            # a machine defined on it meanwhile: the last of them removes it
             PrivateNetwork.objects.filter(pk=network.pk).update(removed=None)
         except Exception:
             PrivateNetwork.objects.filter(pk=network.pk).update(removed=None)  # still there: a retry removes it

@@ -1,14 +1,17 @@
 """Approvals: a request that needs an approver waits for one. One engine for reservations and classes.
 
-A reservation of an image that ``requires_approval`` (``ask_reservation``), and a class of such an
-image or one asked to require it (``classes.services.create_class``, through ``ask``), is not made
+A reservation of an image that ``requires_approval`` (``ask_reservation``), an environment with a
+machine of such an image (``environments.ask``: one request for the whole environment), and a
+class of such an image or one asked to require it (``classes.services.create_class``, through
+``ask``), is not made
 at once: an ``ApprovalRequest`` keeps what was asked and nothing is claimed. The users who may
 decide it (``accounts.access.approvers_for``: administrators, and approvers of the requester's
 groups) are told by the event ``approval.requested`` on their user topics (notifications mails
 them; the approvals page lists it). An approver approves or denies it with a reason (``approve``,
 ``deny``); a requester never decides their own. Approval makes the thing then, through the verb an
 unapproved request goes through (``PROCEED``, one per kind: ``reserving.reserve`` for a
-reservation, registered by this app; ``create_class`` by classes), so quotas and capacity are
+reservation and ``environments.reserve`` for an environment, registered by this app;
+``create_class`` by classes), so quotas and capacity are
 checked then and claimed then: a request that no longer fits is ``failed`` with the reason.
 Unanswered requests expire after ``APPROVAL_EXPIRY_HOURS``, or at the start they asked for if that
 is earlier (``expire_due``, run by the reservations clock). The requester is told of every outcome
@@ -111,28 +114,43 @@ def ask_reservation(
     errors.update(reserving.gpu_errors(gpus, gpu_model))
     if errors:
         raise ValidationError(errors)
-    later = begin - reserving.START_GRACE > now  # else it means "now": it starts when approved
-    first = begin if later else now
+    timing, when, starts_at = asked_time(begin, last, now)
     payload = {
         "image": image.pk,
-        "start": first.isoformat() if later else None,
-        "seconds": int((last - first).total_seconds()),
+        **timing,
         "ssh_key": ssh_key.strip(),
         "size": size or {},
         "gpus": gpus,
         "gpu_model": gpu_model,
     }
-    # No clock time in the summary: it is read by approvers in their own zones, so mails and pages
-    # say ``starts_at`` (and the end) in each reader's zone beside it.
-    when = "" if later else ", as soon as approved,"
-    summary = f"a reservation of {image.name}{when} for {_span(last - first)}"
-    starts_at = first if later else None
+    summary = f"a reservation of {image.name}{when}"
     return ask(
         K.RESERVATION, user, image, payload, summary, actor=actor, starts_at=starts_at, request_key=request_key, now=now
     )
 
 
-def _span(delta):
+def asked_time(begin, last, now):
+    """What a reservation's request asks of time, from ``begin`` to ``last``: its payload's
+    ``start`` (None: when approved) and ``seconds``, its summary's words, and its ``starts_at``.
+    A start within ``START_GRACE`` of now means "now": it then starts when approved."""
+    later = begin - reserving.START_GRACE > now
+    first = begin if later else now
+    timing = {"start": first.isoformat() if later else None, "seconds": int((last - first).total_seconds())}
+    # No clock time in the words: they are read by approvers in their own zones, so mails and
+    # pages say ``starts_at`` (and the end) in each reader's zone beside them.
+    when = "" if later else ", as soon as approved,"
+    return timing, f"{when} for {span(last - first)}", first if later else None
+
+
+def asked_window(payload):
+    """``(start, duration)`` of a reservation's request as ``asked_time`` kept them."""
+    from datetime import datetime
+
+    start = datetime.fromisoformat(payload["start"]) if payload.get("start") else None
+    return start, timedelta(seconds=payload["seconds"])
+
+
+def span(delta):
     minutes = int(delta.total_seconds() // 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
@@ -141,16 +159,14 @@ def _span(delta):
 def proceed_reservation(request, *, actor):
     """``PROCEED`` for a reservation: reserve what was asked, now (the requester's quotas, the
     capacity then). Returns the reservation's id."""
-    from datetime import datetime
-
     data = request.payload
-    start = datetime.fromisoformat(data["start"]) if data.get("start") else None
+    start, duration = asked_window(data)
     reservation = reserving.reserve(
         request.requester,
         request.image,
         actor=actor,
         start=start,
-        duration=timedelta(seconds=data["seconds"]),
+        duration=duration,
         ssh_key=data.get("ssh_key", ""),
         size=data.get("size") or None,
         gpus=data.get("gpus", 0),
@@ -294,6 +310,7 @@ def _data(request):
         "status": request.status,
         "summary": request.summary,
         "image": request.image.name,
+        **({"images": request.payload.get("images", [])} if request.kind == K.ENVIRONMENT else {}),
         "requester": request.requester.get_username(),
         "reason": request.reason,
         "made": request.made_id,

@@ -16,10 +16,11 @@ class ReservationsConfig(AppConfig):
         from provisioning import views as vm_pages
         from provisioning.management.commands import revision
         from provisioning.opcodes import lifecycle
-        from reservations import approvals, prestage, revision_cli, services, tasks, template_views
+        from reservations import approvals, environments, prestage, revision_cli, services, tasks, template_views
 
         topics.AUTHORISERS.register("reservation", services.may_see)
         approvals.PROCEED.register(approvals.ApprovalRequest.Kind.RESERVATION, approvals.proceed_reservation)
+        approvals.PROCEED.register(approvals.ApprovalRequest.Kind.ENVIRONMENT, environments.proceed)
         quotas.HOLDERS.register("reservation", services.holdings)
         verify.CLAIM_HOLDERS.register(services.held_claims)
         capacity.ON_MOVED.register(services.follow_claim)

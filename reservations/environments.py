@@ -6,6 +6,9 @@ machine is built, watched, reclaimed and torn down by the same code as any reser
 entry machine's reservation is the **head**: it is the one its user holds, sees and acts on
 (``head`` is None on it; the others point at it). What the head does, all do:
 
+- asked for together (``ask``): when a machine's image requires approval, one request waits for
+  an approver for the whole environment (``approvals``), naming the images that need it; nothing
+  is claimed meanwhile, and once approved it is reserved (``reserve``) as if never gated;
 - accepted together (``reserve``): its quotas counted as one holding of every machine's size
   under the quota locks (``_check_quotas``), every machine placed in one decision with the sets
   joined by a private network on one host (``capacity.claim_gang``), their private networks
@@ -31,6 +34,7 @@ from core.changelog import Actor
 from core.errors import Conflict
 from environments import placing
 from environments import services as environment_services
+from environments.models import EnvironmentTemplate
 from jobs import transitions
 from provisioning import private_networks, quotas
 from reservations import approvals, logins, reserving, status
@@ -39,21 +43,21 @@ from reservations.models import Reservation
 S = Reservation.Status
 
 
-def reserve(user, template, *, actor, start=None, end=None, duration=None, ssh_key="", request_key="", now=None):
+def reserve(
+    user, template, *, actor, start=None, end=None, duration=None, ssh_key="", request_key="", now=None, approved=False
+):
     """Accept a reservation of ``template``'s machines; returns the head (the entry machine's).
-    ``ValidationError`` (nothing written) when refused; arguments as ``reserving.reserve``."""
+    ``ValidationError`` (nothing written) when refused; arguments as ``reserving.reserve``.
+    A machine's image that requires approval is refused unless ``approved`` (``proceed``)."""
     actor = Actor.of(actor)
     now = now or timezone.now()
     existing = reserving.made_already(user, request_key)
     if existing is not None:
         return existing
-    if not environment_services.visible_templates(user).filter(pk=template.pk).exists():
-        raise ValidationError({"environment": ["no such environment, or you may not use it"]})
-    if not template.active:
-        raise ValidationError({"environment": [f"environment {template.name} is inactive"]})
+    _check_template(user, template)
     start, end = reserving.window(start, end, duration, now)
     machines = environment_services.expand(template)
-    _check_machines(user, machines, start, end, now)
+    _check_machines(user, machines, start, end, now, approved=approved)
     start = max(start, now)
     try:
         with transaction.atomic(), transitions.batched():
@@ -70,6 +74,78 @@ def reserve(user, template, *, actor, start=None, end=None, duration=None, ssh_k
     return head
 
 
+def ask(user, template, *, actor, start=None, end=None, duration=None, ssh_key="", request_key="", now=None):
+    """``reserve`` (the same arguments), or, when a machine's image requires approval, one request
+    waiting for it for the whole environment. Returns the head or the ``ApprovalRequest``. As
+    for one image (``approvals.ask_reservation``), the request is checked as the reservation
+    would be (the template, every machine, the quotas) before anyone is asked; capacity is
+    claimed, and checked, when it is approved."""
+    machines = environment_services.expand(template)
+    gated = _gated(user, machines)
+    if not gated:
+        asked = {"start": start, "end": end, "duration": duration, "ssh_key": ssh_key, "request_key": request_key}
+        return reserve(user, template, actor=actor, now=now, **asked)
+    now = now or timezone.now()
+    _check_template(user, template)
+    first, last = reserving.window(start, end, duration, now)
+    _check_machines(user, machines, first, last, now, approved=True)
+    try:
+        with transaction.atomic():  # (its locks: the quotas as they are now; nothing written)
+            _check_quotas(user, machines, max(first, now), last)
+    except reserving.QuotaRefused as exc:
+        raise ValidationError(exc.message_dict) from None
+    timing, when, starts_at = approvals.asked_time(first, last, now)
+    payload = {"environment": template.pk, **timing, "ssh_key": ssh_key.strip(), "images": [i.name for i in gated]}
+    needs = ", ".join(image.name for image in gated)
+    summary = f"a reservation of environment {template.name}{when} (approval needed for {needs})"
+    return approvals.ask(
+        approvals.K.ENVIRONMENT,
+        user,
+        gated[0],
+        payload,
+        summary,
+        actor=actor,
+        starts_at=starts_at,
+        request_key=request_key,
+        now=now,
+    )
+
+
+def proceed(request, *, actor):
+    """``approvals.PROCEED`` for an environment: reserve it as asked, now (the requester's
+    quotas, the capacity then, every machine placed and built as one). Returns the head's id."""
+    template = EnvironmentTemplate.objects.filter(pk=request.payload["environment"]).first()
+    if template is None:
+        raise ValidationError({"environment": ["the environment no longer exists"]})
+    start, duration = approvals.asked_window(request.payload)
+    head = reserve(
+        request.requester,
+        template,
+        actor=actor,
+        start=start,
+        duration=duration,
+        ssh_key=request.payload.get("ssh_key", ""),
+        approved=True,
+    )
+    return head.pk
+
+
+def _gated(user, machines):
+    """The images of ``machines`` whose reservation by ``user`` waits for an approver, once each."""
+    gated = {}
+    for machine in machines:
+        if approvals.needs_approval(user, machine.image):
+            gated.setdefault(machine.image.pk, machine.image)
+    return list(gated.values())
+
+
+def _check_template(user, template):
+    if not environment_services.visible_templates(user).filter(pk=template.pk).exists():
+        raise ValidationError({"environment": ["no such environment, or you may not use it"]})
+    if not template.active:
+        raise ValidationError({"environment": [f"environment {template.name} is inactive"]})
+
+
 def visible_template(user, template_id):
     """The template ``user`` may reserve, by id; the same refusal whether it exists or not."""
     template = environment_services.visible_templates(user).filter(pk=template_id).first()
@@ -82,13 +158,14 @@ def head_image(machines):
     return next(m for m in machines if m.entry).image
 
 
-def _check_machines(user, machines, start, end, now):
-    """Each machine as a reservation of its image is checked (usable, times), named by hostname."""
+def _check_machines(user, machines, start, end, now, approved=False):
+    """Each machine as a reservation of its image is checked (usable, times), named by hostname;
+    an image that requires approval only once ``approved`` (``ask`` asks for it)."""
     errors = {}
     for machine in machines:
         found, _usable = reserving._validate(user, machine.image, start, end, now, machine.size, quota=False)
-        if not found and approvals.needs_approval(user, machine.image):
-            found = {"image": [f"image {machine.image.name} requires approval, which environments do not ask for yet"]}
+        if not found and not approved and approvals.needs_approval(user, machine.image):
+            found = {"image": [f"image {machine.image.name} requires approval: ask for the environment to be approved"]}
         for field, messages in found.items():
             if field in ("start", "end"):  # the same window for all: said once
                 errors[field] = messages

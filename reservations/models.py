@@ -370,12 +370,14 @@ class Refusal(models.Model):
 
 class ApprovalRequest(models.Model):
     """A request that waits for an approver (``reservations.approvals``): a reservation of an
-    image, or a class, that requires approval. Nothing is claimed while it waits: ``payload``
-    keeps what was asked, and an approval makes it then, exactly as an unapproved request would
-    have been (``made_id``: the reservation or class it made)."""
+    image, or of an environment with a machine of such an image, or a class, that requires
+    approval. Nothing is claimed while it waits: ``payload`` keeps what was asked, and an
+    approval makes it then, exactly as an unapproved request would have been (``made_id``: the
+    reservation, an environment's head, or class it made)."""
 
     class Kind(models.TextChoices):
         RESERVATION = "reservation", "reservation"
+        ENVIRONMENT = "environment", "environment"
         CLASS = "class", "class"
 
     class Status(models.TextChoices):
@@ -400,7 +402,9 @@ class ApprovalRequest(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     decided_at = models.DateTimeField(null=True, blank=True)
-    made_id = models.PositiveBigIntegerField(null=True, blank=True, help_text="The reservation or class it made.")
+    made_id = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The reservation (an environment's head) or class it made."
+    )
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -422,6 +426,10 @@ class ApprovalRequest(models.Model):
     @property
     def ends_at(self):
         """When a reservation asked for a start would end (None: a class, or when approved)."""
-        if self.kind != self.Kind.RESERVATION or self.starts_at is None or "seconds" not in self.payload:
+        if (
+            self.kind not in (self.Kind.RESERVATION, self.Kind.ENVIRONMENT)
+            or self.starts_at is None
+            or "seconds" not in self.payload
+        ):
             return None
         return self.starts_at + timedelta(seconds=self.payload["seconds"])

@@ -2,7 +2,9 @@
 ``reservation.idle_check`` (ask the guests of the ready reservations due for it who is logged in;
 warn or reclaim the idle ones, see ``reservations.idle``),
 ``node.replace_reservations`` (a host drained or taken offline: move its future claims) and
-``node.reprovision`` (a host that stopped answering: rebuild its reservations' VMs elsewhere).
+``node.reprovision`` (a host that stopped answering: rebuild its reservations' VMs elsewhere) and
+``reservation.suspend`` / ``resume`` / ``revert`` (every machine of an environment, as one: see
+``reservations.power``).
 
 The first two run after the VM job they depend on ended, whatever its status, and read the outcome
 from the database; all are idempotent, so a retried job changes nothing twice.
@@ -11,7 +13,7 @@ from the database; all are idempotent, so a retried job changes nothing twice.
 from rest_framework import serializers
 
 from jobs.registry import opcode
-from reservations import idle, reclaim, services
+from reservations import idle, power, reclaim, services
 
 
 class ReservationParams(serializers.Serializer):
@@ -90,3 +92,20 @@ def reservation_idle_check(job):
         "ended": [o["reservation"] for o in outcomes if o["action"] == "end"],
         "unknown": [o["reservation"] for o in outcomes if o.get("unknown") or o["action"] == "disarmed"],
     }
+
+
+def _environment_opcode(verb):
+    @opcode(
+        f"reservation.{verb}",
+        params=power.VerbParams,
+        locks=power.locks,
+        description=f"{verb.capitalize()} every machine of an environment reservation, as one.",
+    )
+    def run(job):
+        return power.run(job, verb)
+
+    return run
+
+
+for _verb in power.VERBS:
+    _environment_opcode(_verb)

@@ -4,8 +4,9 @@ The one public place for the reservation verbs: the web pages, the API, the CLI,
 the other apps call ``reservations.services.<verb>``. The verbs live in modules by concern,
 each importing only those before it: ``visibility``, ``status`` (a status change, its history
 and event), ``logins``, ``reserving``, ``ending``, ``settling``, ``host_loss``, ``blocks``,
-``approvals`` (a request that waits for an approver), ``schedule``, ``templates`` (an image's
-template, published as its next revision). Rules:
+``approvals`` (a request that waits for an approver), ``environments`` (several machines as
+one), ``power`` (an environment suspended, resumed or reverted as one), ``schedule``,
+``templates`` (an image's template, published as its next revision). Rules:
 
 - Validation comes first and names the field and, for a quota, the rule; nothing is written
   when anything is wrong (Django ``ValidationError`` with per-field messages).
@@ -31,6 +32,7 @@ from reservations.blocks import (
     teaching_groups,
 )
 from reservations.ending import cancel, end, extend, finish, held_claims
+from reservations.environments import ask as ask_environment
 from reservations.environments import machines_of
 from reservations.environments import reserve as reserve_environment
 from reservations.environments import visible_template as visible_environment
@@ -45,15 +47,18 @@ from reservations.host_loss import (
     vm_gone,
 )
 from reservations.logins import connection, rdp_file
+from reservations.power import offered as power_offered
+from reservations.power import resume, revert, suspend
 from reservations.reserving import budget_notes, check_fit, holdings, provision, reserve, validate
 from reservations.schedule import tick
 from reservations.settling import build_job, settle, settle_built, settle_unbuilt
 from reservations.templates import discard, end_published, open_template, publish, start_template, test_revision
-from reservations.visibility import may_see, visible
+from reservations.visibility import may_see, operable, visible
 
 __all__ = [
     "approve",
     "ask_reservation",
+    "ask_environment",
     "decidable",
     "deny",
     "withdraw",
@@ -81,6 +86,8 @@ __all__ = [
     "may_see",
     "on_dead_host",
     "open_template",
+    "operable",
+    "power_offered",
     "provision",
     "publish",
     "rdp_file",
@@ -88,6 +95,9 @@ __all__ = [
     "reprovision_off_host",
     "reserve",
     "reserve_environment",
+    "resume",
+    "revert",
+    "suspend",
     "machines_of",
     "visible_environment",
     "settle",

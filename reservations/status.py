@@ -32,17 +32,18 @@ class Unsaved:
         self.fields, self.history = set(), []
 
 
-def history(reservation, reason, unsaved=None):
-    """A history row (kept in ``unsaved`` when given, else written now) and its event."""
+def history(reservation, reason, unsaved=None, **told):
+    """A history row (kept in ``unsaved`` when given, else written now) and its event (``told``:
+    more for its data, such as an environment's ``machines``)."""
     row = ReservationHistory(reservation=reservation, status=reservation.status, reason=reason[:500])
     if unsaved is None:
         row.save(force_insert=True)
     else:
         unsaved.history.append(row)
-    emit(reservation, reason)
+    emit(reservation, reason, **told)
 
 
-def emit(reservation, reason=""):
+def emit(reservation, reason="", **told):
     data = {
         "id": reservation.pk,
         "status": reservation.status,
@@ -53,6 +54,7 @@ def emit(reservation, reason=""):
         "reason": reason,
         "error": reservation.error,
         "degraded": reservation.degraded,
+        **told,
     }
     events.emit("reservation.changed", data, targets(reservation))
 

@@ -90,13 +90,14 @@ def reserve(request):
 
 @login_required
 def reserve_environment(request, pk):
-    """Reserve every machine of an environment template (its page's Reserve button)."""
+    """Reserve every machine of an environment template (its page's Reserve button), or ask for
+    its approval when a machine's image requires it."""
     template = get_object_or_404(environment_services.visible_templates(request.user).filter(active=True), pk=pk)
     form = EnvironmentReserveForm(request.POST or None, user=request.user, template=template)
     if request.method == "POST" and form.is_valid():
         start, duration = form.window()
         try:
-            head = services.reserve_environment(
+            head = services.ask_environment(
                 request.user,
                 template,
                 actor=request.user,
@@ -108,6 +109,9 @@ def reserve_environment(request, pk):
         except ValidationError as exc:
             form.add_service_errors(exc)
         else:
+            if isinstance(head, ApprovalRequest):  # a machine's image requires approval: nothing held yet
+                messages.info(request, f"Waiting for approval: {head.summary}.")
+                return redirect("reservations:approval", pk=head.pk)
             return redirect("reservations:detail", pk=head.pk)
     machines = environment_services.expand(template)
     entry = next((m.hostname for m in machines if m.entry), "")
@@ -173,16 +177,20 @@ def reservation_list(request):
 S = Reservation.Status
 
 
-def _panel_context(reservation):
+def _panel_context(reservation, user):
     now = timezone.now()
     vm_state = reservation.vm.state if reservation.vm else ""
     reached = [name for name, _ in STEPS].index(vm_state) if vm_state in dict(STEPS) else -1
     warn = timedelta(minutes=settings.RESERVATION_WARN_MINUTES)
     alone = reservation.head_id is None  # an environment's other machines are acted on through its head
+    # an environment's head: every machine, live (their changes are told on its topic too)
+    machines = services.machines_of(reservation) if reservation.environment_id and alone else []
+    # an environment's Suspend, Resume, Revert: its owner's and administrators' (``operable``)
+    may_power = bool(machines) and reservation.status == S.READY
+    may_power = may_power and (reservation.user_id == user.pk or access.is_admin(user))
     return {
         "reservation": reservation,
-        # an environment's head: every machine, live (their changes are told on its topic too)
-        "machines": services.machines_of(reservation) if reservation.environment_id and alone else [],
+        "machines": machines,
         "history": list(reservation.history.all()),
         "connection": services.connection(reservation),
         "steps": [
@@ -192,6 +200,7 @@ def _panel_context(reservation):
         "may_extend": alone and reservation.status in Reservation.ACTIVE and reservation.allocation_id is not None,
         "may_end": alone and reservation.status in (S.PLACING, S.PROVISIONING, S.READY),
         "may_cancel": alone and reservation.status in (Reservation.Status.REQUESTED, Reservation.Status.PENDING),
+        "power": services.power_offered(machines) if may_power else [],
         "ending_soon": reservation.status == Reservation.Status.READY and reservation.end - now <= warn,
         "extend_form": ExtendForm(),
         "warn_minutes": settings.RESERVATION_WARN_MINUTES,
@@ -214,7 +223,7 @@ def reservation_detail(request, pk):
     reservation = _reservation(request, pk, _detail_queryset(request))
     # The capture card is outside the panel: the panel is fetched again on every event.
     # Its VM's owner (the reservation's user) and administrators may capture the VM.
-    context = {**_panel_context(reservation), **capture_context(request, reservation.vm)}
+    context = {**_panel_context(reservation, request.user), **capture_context(request, reservation.vm)}
     return render(request, "reservations/reservation_detail.html", context)
 
 
@@ -223,7 +232,7 @@ def reservation_detail(request, pk):
 def reservation_panel(request, pk):
     """The part of the detail page that changes with the status (fetched by htmx on events)."""
     reservation = _reservation(request, pk, _detail_queryset(request))
-    return render(request, "reservations/_panel.html", _panel_context(reservation))
+    return render(request, "reservations/_panel.html", _panel_context(reservation, request.user))
 
 
 @login_required
@@ -258,8 +267,23 @@ def cancel(request, pk):
     return _act(request, pk, services.cancel, "Canceled: its capacity is given back.")
 
 
-def _act(request, pk, verb, done):
-    reservation = _reservation(request, pk)
+WHOLE = {
+    "suspend": (services.suspend, "Suspending every machine of the environment."),
+    "resume": (services.resume, "Resuming every machine of the environment."),
+    "revert": (services.revert, "Reverting every machine of the environment to its clean state."),
+}
+
+
+@login_required
+@require_POST
+def whole(request, pk, verb):
+    """An environment's Suspend, Resume and Revert buttons (its owner's and administrators')."""
+    verb, done = WHOLE[verb]
+    return _act(request, pk, verb, done, services.operable(request.user))
+
+
+def _act(request, pk, verb, done, queryset=None):
+    reservation = _reservation(request, pk, queryset)
     try:
         verb(reservation, actor=request.user)
     except Conflict as exc:

@@ -1,6 +1,6 @@
 """Who sees which reservations: a user their own, an instructor also their groups' blocks, an
 image maintainer also the templates of their groups' images, auditors and administrators all.
-``may_see`` authorises the ``reservation.<id>`` topic."""
+``may_see`` authorises the ``reservation.<id>`` topic; ``operable``: those a user may power."""
 
 from django.db.models import Q
 
@@ -21,6 +21,14 @@ def visible(user):
     if mine == Q(user=user):
         return Reservation.objects.filter(mine)
     return Reservation.objects.filter(mine).distinct()
+
+
+def operable(user):
+    """The reservations ``user`` may power (suspend, resume, revert): their own; every one for
+    administrators. Seeing one (an auditor, an instructor) is not enough."""
+    if access.is_admin(user):
+        return Reservation.objects.all()
+    return Reservation.objects.filter(user=user)
 
 
 def may_see(user, rest):

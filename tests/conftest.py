@@ -147,6 +147,21 @@ def bob(django_user_model):
 
 
 @pytest.fixture
+def make_approver(django_user_model):
+    """``make_approver(group)`` → carol, an approver of ``group``'s members' requests."""
+
+    def make(group):
+        from accounts import access
+
+        carol = django_user_model.objects.create_user("carol", "carol@example.org", "carol-pass-1")
+        carol.groups.add(group)
+        access.set_roles(carol, ["approver"], actor="test")
+        return carol
+
+    return make
+
+
+@pytest.fixture
 def api():
     """``api(user, write=True)`` → an APIClient authenticated with a fresh real token."""
 

@@ -6,7 +6,11 @@ Grows on its own: endpoints added later are fuzzed too. Runs as a staff user (th
 reaches the most code) and as a plain user, each with a read-write token. An operation a role
 guards that the plain user lacks is refused before the request is read, whatever it holds: the
 plain user gets the generated cases there (each must be a conforming 403), not the coverage
-phase's hundreds of input variants that would all meet the same refusal.
+phase's hundreds of input variants that would all meet the same refusal. Where the plain user is
+let in, the coverage phase sends them its valid variants (what the persona changes: whose things
+are listed, found, counted against quotas) and the generated cases, valid and invalid; its
+hundreds of invalid variants of each parameter and property meet the same serializers and
+filters as the staff user's, who is sent every one of them.
 
 The operations are dealt into ``PARTS`` parts of about equal cost, one test item per part and
 persona, so parallel workers (pytest-xdist) share the fuzzing instead of one worker doing a
@@ -29,6 +33,7 @@ from hypothesis import HealthCheck, Phase, settings
 from rest_framework.permissions import SAFE_METHODS
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.core.parameters import ParameterLocation
+from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 from accounts import tokens
@@ -147,7 +152,17 @@ def other_media_schema(served_schema):
     return _loaded(other_bodies(raw), app)
 
 
+@pytest.fixture
+def positive_api_schema(served_schema):
+    """As ``api_schema``, its coverage phase deriving valid variants only (the plain user's)."""
+    raw, app = served_schema
+    loaded = _loaded(json_bodies(raw), app)
+    loaded.config.phases.coverage.generation.update(modes=[GenerationMode.POSITIVE])
+    return loaded
+
+
 schema = schemathesis.pytest.from_fixture("api_schema")
+positive = schemathesis.pytest.from_fixture("positive_api_schema")
 other_media = schemathesis.pytest.from_fixture("other_media_schema")
 
 #: Parts per persona. Enough that two workers end together; each part loads the schema once.
@@ -269,7 +284,7 @@ def fuzz_admin(part):
 
 
 def fuzz_plain_user(part):
-    @schema.include(in_part(part)).exclude(refused_to_a_plain_user).parametrize()
+    @positive.include(in_part(part)).exclude(refused_to_a_plain_user).parametrize()
     @FUZZ
     def test_api_conforms_to_its_schema(case, plain_user_headers):
         case.call_and_validate(headers=plain_user_headers, checks=CHECKS_ALL)

@@ -28,7 +28,7 @@ template's seed (a template captured from a VM would otherwise hand out that VM'
 ``list_vms()`` never carry extraConfig values; errors name keys, never values.
 
 Private networks (environments) are port groups on the host's vSwitch ``vclmgr-private``,
-which has no uplink (``vmware/networks.py``); a VM's ``private_networks`` are vmxnet3 NICs on
+which has no uplink, each on a VLAN of its own (``vmware/networks.py``); a VM's ``private_networks`` are vmxnet3 NICs on
 them, with the spec's MACs. No DHCP or DNS there: the guests configure their addresses.
 
 The guest command channel (batch runs) is vSphere's guest operations (``vmware/guestops.py``),

@@ -1,9 +1,17 @@
 """Private networks on a VMware host: port groups on a standard vSwitch with no uplink.
 
 Network rule: the vSwitch ``vclmgr-private`` is made without any physical NIC (no bridge in
-its specification), so a frame sent on one of its port groups reaches only the VMs of that
-port group on this host and nothing outside it; the port group carries no VLAN tag (id 0), as
-nothing leaves the switch to be told apart. A port group is named by the network's key.
+its specification), so nothing sent on it leaves the host. A port group alone parts nothing: a
+standard vSwitch forwards between all its ports of one VLAN, whichever port group they are in.
+So each network's port group gets a VLAN id of its own on that switch (the lowest free one,
+1–4094), and a frame sent on it reaches only the VMs of that port group. A port group is named
+by the network's key. Two port groups made at the same instant (two workers) may pick one VLAN:
+each create reads the switch back after adding, and one that finds another port group on its
+VLAN is removed and added again on a free one before it is returned (unless a VM is on it
+already). Of two that share a VLAN, the one added second always sees the first and no VM is on
+it yet, so it moves; a create of an existing network that finds its VLAN shared (the newcomer
+not moved yet) is a temporary error. Port groups made with VLAN 0
+(before VLANs were given) are left as they are until their environment ends.
 
 vSphere keeps no address range on a port group, so the network's range and fingerprint (for
 ``create_network``'s idempotency and conflicts) are recorded in the host's custom attribute
@@ -25,6 +33,7 @@ A NIC's static MAC on ESXi must lie in VMware's manual range, 00:50:56:00:00:00 
 ``base.private_mac``), and a ``VMSpec`` with a private MAC outside it is refused.
 """
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -34,10 +43,11 @@ from collections import defaultdict
 from pyVmomi import vim
 
 from drivers import base
-from drivers.base import Conflict, Invalid, NetworkInfo, NotFound
+from drivers.base import Conflict, DriverError, Invalid, NetworkInfo, NotFound
 
 SWITCH = "vclmgr-private"
 SWITCH_PORTS = 128
+VLANS = range(1, 4095)  # 0 is untagged, 4095 a trunk that sees every VLAN
 FIELD = "vclmgr.networks"
 #: ESXi takes a static MAC only under VMware's prefix with the next bits 00: 22 bits free.
 MANUAL_PREFIX = "00:50:56"
@@ -64,14 +74,42 @@ def check_macs(spec):
             )
 
 
+def _network_info(driver):
+    return driver._props(driver._host().configManager.networkSystem, ["networkInfo"]).get("networkInfo")
+
+
 def layout(driver):
-    """``{port group name: vSwitch name}`` of the driver's host."""
-    info = driver._props(driver._host().configManager.networkSystem, ["networkInfo"]).get("networkInfo")
+    """``{port group name: vSwitch name}`` of the driver's host, and its vSwitches' names."""
+    info = _network_info(driver)
     groups = {}
     for switch in getattr(info, "vswitch", None) or []:
         for name in switch.portgroup or []:  # vcsim lists names, vSphere keys (key-vim.host.PortGroup-<name>)
             groups[str(name).removeprefix("key-vim.host.PortGroup-")] = switch.name
     return groups, {switch.name for switch in getattr(info, "vswitch", None) or []}
+
+
+def vlans(driver):
+    """``{port group name: VLAN id}`` of the port groups on vclmgr's switch."""
+    info = _network_info(driver)
+    return {
+        pg.spec.name: pg.spec.vlanId for pg in getattr(info, "portgroup", None) or [] if pg.spec.vswitchName == SWITCH
+    }
+
+
+def _free_vlan(driver):
+    taken = set(vlans(driver).values())
+    vlan = next((v for v in VLANS if v not in taken), None)
+    if vlan is None:
+        raise Conflict(f"{driver.host_name}: every VLAN of vSwitch {SWITCH} is taken; end an environment first")
+    return vlan
+
+
+def _sharing(driver, key):
+    """Another port group of vclmgr's switch on ``key``'s VLAN (not 0: untagged ones are older
+    networks), or None."""
+    found = vlans(driver)
+    vlan = found.get(key)
+    return next((name for name, v in sorted(found.items()) if name != key and v == vlan and vlan), None)
 
 
 def _field(driver, create):
@@ -115,7 +153,13 @@ def _record(driver, key, entry):
             else:
                 networks[key] = entry
             value = json.dumps(networks, sort_keys=True)
-            driver._call(f"record network {key}", manager.SetField, entity=driver._host(), key=field.key, value=value)
+            driver._call(
+                f"record network {key} on {driver.host_name}",
+                manager.SetField,
+                entity=driver._host(),
+                key=field.key,
+                value=value,
+            )
             if recorded(driver).get(key) == entry:
                 return
             time.sleep(0.05 * (attempt + 1))  # another writer's value came between: read it and redo ours
@@ -125,31 +169,73 @@ def _record(driver, key, entry):
 def create(driver, spec):
     spec.validate()
     groups, switches = layout(driver)
-    ns = driver._host().configManager.networkSystem
     if spec.key not in groups:
-        if SWITCH not in switches:
-            try:  # no bridge: the switch has no uplink
-                driver._call(
-                    f"add vSwitch {SWITCH}",
-                    ns.AddVirtualSwitch,
-                    vswitchName=SWITCH,
-                    spec=vim.host.VirtualSwitch.Specification(numPorts=SWITCH_PORTS),
-                )
-            except Conflict:
-                pass  # made by a concurrent call meanwhile
-        _record(driver, spec.key, {"cidr": str(spec.network), "fingerprint": spec.fingerprint()})
-        group = vim.host.PortGroup.Specification(
-            name=spec.key, vlanId=0, vswitchName=SWITCH, policy=vim.host.NetworkPolicy()
-        )
-        try:
-            driver._call(f"add port group {spec.key}", ns.AddPortGroup, portgrp=group)
-        except Conflict:
-            pass  # a concurrent create, or a port group of another switch: judged below
+        _add(driver, spec, switches)
         groups, _ = layout(driver)
     mine = recorded(driver).get(spec.key, {})
-    if groups.get(spec.key) != SWITCH or mine.get("fingerprint") != spec.fingerprint():
+    if groups.get(spec.key) != SWITCH:
+        where = f"on vSwitch {groups[spec.key]}" if spec.key in groups else "elsewhere in the datacenter"
+        raise Conflict(f"{base.network_conflict(spec.key, driver.host_name)}: a port group {where}, left alone")
+    if mine.get("fingerprint") != spec.fingerprint():
         raise base.network_conflict(spec.key, driver.host_name)
+    other = _sharing(driver, spec.key)
+    if other:
+        raise DriverError(
+            f"network {spec.key} on {driver.host_name} shares its VLAN with {other}, which is being moved; try again",
+            permanent=False,
+        )
     return NetworkInfo(spec.key, mine["cidr"])
+
+
+def _add(driver, spec, switches):
+    """Make ``spec``'s port group on a VLAN of its own, recorded first (so a concurrent create
+    of the same key sees its fingerprint). Nothing is left half made: when the port group is
+    not made (or not on vclmgr's switch), its record goes."""
+    ns = driver._host().configManager.networkSystem
+    if SWITCH not in switches:
+        try:  # no bridge: the switch has no uplink
+            driver._call(
+                f"add vSwitch {SWITCH} on {driver.host_name}",
+                ns.AddVirtualSwitch,
+                vswitchName=SWITCH,
+                spec=vim.host.VirtualSwitch.Specification(numPorts=SWITCH_PORTS),
+            )
+        except Conflict:
+            pass  # made by a concurrent call meanwhile
+    _record(driver, spec.key, {"cidr": str(spec.network), "fingerprint": spec.fingerprint()})
+    try:
+        _add_group(driver, ns, spec.key)
+    except Exception as exc:
+        if isinstance(exc, Conflict) and layout(driver)[0].get(spec.key) == SWITCH:
+            return  # a concurrent create of this key made it: the caller judges whose it is
+        _record(driver, spec.key, None)
+        if not (isinstance(exc, Conflict) and find(driver, spec.key) is not None):
+            raise
+        # someone else's network of that name: the caller says so
+
+
+def _add_group(driver, ns, key):
+    """Add port group ``key`` on the lowest free VLAN, then move it until no other port group
+    shares that VLAN (two picked it at once); removed again if that fails."""
+    for _attempt in range(RECORD_TRIES):
+        vlan = _free_vlan(driver)
+        group = vim.host.PortGroup.Specification(
+            name=key, vlanId=vlan, vswitchName=SWITCH, policy=vim.host.NetworkPolicy()
+        )
+        driver._call(f"add port group {key} (VLAN {vlan}) on {driver.host_name}", ns.AddPortGroup, portgrp=group)
+        try:
+            # One with a VM on it was handed out meanwhile (by a create of this key that came
+            # between): it stays, and the other port group, added after it, sees it and moves.
+            if not _sharing(driver, key) or _users(driver, key):
+                return
+        except Exception:
+            with contextlib.suppress(DriverError):  # (the host may not answer this either)
+                driver._call(f"remove port group {key} on {driver.host_name}", ns.RemovePortGroup, pgName=key)
+            raise
+        driver._call(f"remove port group {key} on {driver.host_name}", ns.RemovePortGroup, pgName=key)
+    raise DriverError(
+        f"network {key} on {driver.host_name}: no VLAN of {SWITCH} stayed free for it; try again", permanent=False
+    )
 
 
 def delete(driver, key):
@@ -165,7 +251,7 @@ def delete(driver, key):
     if users:
         raise Conflict(f"network {key} on {driver.host_name} is still used by {', '.join(users)}")
     ns = driver._host().configManager.networkSystem
-    driver._call(f"remove port group {key}", ns.RemovePortGroup, pgName=key)
+    driver._call(f"remove port group {key} on {driver.host_name}", ns.RemovePortGroup, pgName=key)
     _record(driver, key, None)
     return True
 

@@ -77,8 +77,8 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
     )
     def create(self, request):
         """Reserve an image now or later. 202 with the VM job when building starts now; 201 otherwise.
-        An image that requires approval: 202 with ``approval``, the request waiting for an approver
-        (no reservation yet, nothing claimed)."""
+        An image that requires approval (or an environment with a machine of one): 202 with
+        ``approval``, the request waiting for an approver (no reservation yet, nothing claimed)."""
         body = ReservationCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = dict(body.validated_data)
@@ -93,7 +93,7 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
                     data.pop(name)
                 template = services.visible_environment(request.user, environment)
                 data.pop("image")
-                reservation = services.reserve_environment(request.user, template, actor=request.user, **data)
+                reservation = services.ask_environment(request.user, template, actor=request.user, **data)
             else:
                 reservation = services.ask_reservation(request.user, data.pop("image"), actor=request.user, **data)
         except ValidationError as exc:
@@ -134,6 +134,33 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         reservation = self.get_object()
         reservation = services.cancel(reservation, "canceled through the API", actor=request.user)
         return Response(ReservationSerializer(reservation, context={"request": request}).data)
+
+    def _whole(self, request, verb, reason):
+        # Only its owner and administrators: anyone else, even one who may read it, gets a 404.
+        reservation = get_object_or_404(services.operable(request.user), pk=self.get_object().pk)
+        job = verb(reservation, reason, actor=request.user)
+        reservation.refresh_from_db()
+        return _accepted(reservation, job, request, created=False)
+
+    @extend_schema(request=None, responses={202: ReservationAcceptedSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"])
+    def suspend(self, request, pk=None):
+        """An environment's head: suspend every machine, as one (202 with the job). Its claims
+        stay whole until its end. A machine alone, or an environment not ready: 409."""
+        return self._whole(request, services.suspend, "suspended through the API")
+
+    @extend_schema(request=None, responses={202: ReservationAcceptedSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"])
+    def resume(self, request, pk=None):
+        """An environment's head: resume every machine, as one (202 with the job)."""
+        return self._whole(request, services.resume, "resumed through the API")
+
+    @extend_schema(request=None, responses={202: ReservationAcceptedSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"])
+    def revert(self, request, pk=None):
+        """An environment's head: every machine back to its clean snapshot and started again, as
+        one (202 with the job); 409 when a machine's image keeps no snapshot."""
+        return self._whole(request, services.revert, "reverted through the API")
 
 
 class ApprovalRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

@@ -79,9 +79,18 @@
         setBadge(document.getElementById("reservation-status"), d.status);
         setBadge(panel().querySelector('[data-field="status"]'), d.status);
         if (d.status !== "ready") document.getElementById("ending-warning").hidden = true;
+        (d.machines || []).forEach((m) => { // an environment suspended, resumed, reverted: every machine's state
+          const cell = panel().querySelector(`#machines tr[data-id="${m.id}"] [data-field="machine-vm"]`);
+          if (cell && m.vm_state) cell.textContent = m.vm_state;
+        });
         refresh();
+      } else if (event.kind === "reservation.changed") { // an environment's machine: its row
+        const row = panel().querySelector(`#machines tr[data-id="${d.id}"]`);
+        if (row) setBadge(row.querySelector('[data-field="machine-status"]'), d.status);
       } else if (event.kind === "vm.changed") {
         const vm = panel().dataset.vm;
+        const machine = panel().querySelector(`#machines tr[data-vm="${d.id}"] [data-field="machine-vm"]`);
+        if (machine) machine.textContent = d.state; // each machine's state, as it is suspended, resumed, reverted
         if (vm && Number(vm) === d.id) showSteps(d.state);
         else if (!vm && ["placing", "provisioning"].includes(panel().dataset.status)) refresh(); // its VM is new
       } else if (event.kind === "reservation.ending" && d.id === id) {

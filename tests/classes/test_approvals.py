@@ -8,7 +8,6 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from accounts import access
 from capacity.models import Allocation
 from classes import services
 from classes.models import Class, Meeting
@@ -22,12 +21,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def approver(django_user_model, course):
+def approver(make_approver, course):
     """carol: an approver in cs101."""
-    carol = django_user_model.objects.create_user("carol", "carol@example.org", "carol-pass-1")
-    course.user_set.add(carol)
-    access.set_roles(carol, ["approver"], actor="test")
-    return carol
+    return make_approver(course)
 
 
 def make(course, image, term, by, **more):

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from drivers.base import Conflict, Invalid, NetworkInfo, NetworkSpec, NotFound, private_mac
+from drivers.base import Conflict, DriverError, Invalid, NetworkInfo, NetworkSpec, NotFound, private_mac
 from drivers.vmware import networks
 from tests.drivers.conftest import next_key
 
@@ -42,10 +42,95 @@ def test_a_private_network_is_a_port_group_on_a_switch_without_uplink(vmware_pee
     assert lan.key in switch_of(driver).portgroup
     assert not switch_of(driver).pnic and not getattr(switch_of(driver).spec, "bridge", None)
     spec = port_group(driver, lan.key)
-    assert (spec.vswitchName, spec.vlanId) == (networks.SWITCH, 0)
+    assert spec.vswitchName == networks.SWITCH and spec.vlanId in networks.VLANS
     assert lan.key in [n.key for n in driver.list_networks()]
     assert all(n.key != "VM Network" for n in driver.list_networks())  # only vclmgr's
     assert lan.key not in [n.key for n in vmware_peer.target.list_networks()]
+
+
+def test_each_network_gets_a_vlan_of_its_own_on_the_switch(vmware_peer, lan):
+    # One switch forwards between all its ports of a VLAN, whatever their port group: without
+    # VLANs of their own, two environments' networks on a host would be one broadcast domain.
+    driver = vmware_peer.source
+    other = dataclasses.replace(lan, key=f"{lan.key}-2", cidr="10.202.0.0/24")
+    try:
+        driver.create_network(lan)
+        driver.create_network(other)
+        driver.create_network(lan)  # again: it keeps its VLAN
+
+        first, second = port_group(driver, lan.key).vlanId, port_group(driver, other.key).vlanId
+        assert first != second and {first, second} <= set(networks.VLANS)
+        assert networks.vlans(driver)[lan.key] == first
+    finally:
+        driver.delete_network(other.key)
+
+
+def test_a_network_sharing_its_vlan_is_not_handed_out(vmware_peer, lan):
+    # What a create sees before a concurrent one has moved its new port group to a free VLAN.
+    driver = vmware_peer.source
+    driver.create_network(lan)
+    ns = driver._host().configManager.networkSystem
+    newcomer = f"{lan.key}-new"
+    group = networks.vim.host.PortGroup.Specification(
+        name=newcomer,
+        vlanId=port_group(driver, lan.key).vlanId,
+        vswitchName=networks.SWITCH,
+        policy=networks.vim.host.NetworkPolicy(),
+    )
+    ns.AddPortGroup(portgrp=group)
+    try:
+        with pytest.raises(DriverError, match=f"shares its VLAN with {newcomer}") as caught:
+            driver.create_network(lan)
+        assert not caught.value.permanent
+    finally:
+        ns.RemovePortGroup(pgName=newcomer)
+    assert driver.create_network(lan).key == lan.key
+
+
+def test_a_port_group_that_picked_a_vlan_another_took_meanwhile_moves_to_a_free_one(vmware_peer, lan, monkeypatch):
+    # Another worker adds its port group on the VLAN this create picked, between the pick and
+    # the add (played here by adding it right before this create's add, straight to vcsim).
+    driver = vmware_peer.source
+    ns = driver._host().configManager.networkSystem
+    rival = f"{lan.key}-rival"
+    call = driver._call
+
+    def with_a_rival(context, fn, *args, **kwargs):
+        if context.startswith(f"add port group {lan.key} ") and rival not in networks.vlans(driver):
+            group = networks.vim.host.PortGroup.Specification(
+                name=rival,
+                vlanId=kwargs["portgrp"].vlanId,
+                vswitchName=networks.SWITCH,
+                policy=networks.vim.host.NetworkPolicy(),
+            )
+            ns.AddPortGroup(portgrp=group)
+        return call(context, fn, *args, **kwargs)
+
+    monkeypatch.setattr(driver, "_call", with_a_rival)
+    try:
+        driver.create_network(lan)
+
+        made = networks.vlans(driver)
+        assert made[lan.key] != made[rival] and made[lan.key] in networks.VLANS
+    finally:
+        if rival in networks.vlans(driver):
+            ns.RemovePortGroup(pgName=rival)
+
+
+def test_a_name_taken_elsewhere_in_the_datacenter_leaves_nothing_behind(vmware_peer, lan):
+    source, target = vmware_peer.source, vmware_peer.target
+    ns = target._host().configManager.networkSystem
+    group = networks.vim.host.PortGroup.Specification(
+        name=lan.key, vlanId=0, vswitchName="vSwitch0", policy=networks.vim.host.NetworkPolicy()
+    )
+    ns.AddPortGroup(portgrp=group)  # someone else's, on another host
+    try:
+        with pytest.raises(Conflict, match=f"{lan.key} already exists on {source.host_name}.*elsewhere"):
+            source.create_network(lan)
+        assert lan.key not in networks.layout(source)[0]
+        assert lan.key not in networks.recorded(source)  # its record went with it
+    finally:
+        ns.RemovePortGroup(pgName=lan.key)
 
 
 def test_another_spec_under_the_same_key_is_a_conflict(vmware_peer, lan):
@@ -150,9 +235,9 @@ def test_a_private_mac_outside_vmwares_static_range_is_refused_before_anything_i
     assert spec.key not in [vm.key for vm in driver.list_vms()]
 
 
-def test_networks_made_at_once_on_one_host_are_all_recorded(vmware_peer):
+def test_networks_made_at_once_on_one_host_are_all_recorded_each_on_its_own_vlan(vmware_peer):
     driver = vmware_peer.source
-    specs = [NetworkSpec(f"env-{next_key()}-n{i}", f"10.210.{i}.0/24") for i in range(4)]
+    specs = [NetworkSpec(f"env-{next_key()}-n{i}", f"10.210.{i}.0/24") for i in range(6)]
     errors = []
 
     def make(spec):
@@ -170,6 +255,8 @@ def test_networks_made_at_once_on_one_host_are_all_recorded(vmware_peer):
         assert not errors
         record = networks.recorded(driver)
         assert {spec.key: record[spec.key]["cidr"] for spec in specs} == {spec.key: str(spec.network) for spec in specs}
+        made = networks.vlans(driver)
+        assert len({made[spec.key] for spec in specs}) == len(specs)
     finally:
         for spec in specs:
             driver.delete_network(spec.key)

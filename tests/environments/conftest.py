@@ -46,3 +46,18 @@ def netlab(alice, debian, router_image, make_template):
         name="netlab",
         description="A router between two client networks.",
     )
+
+
+@pytest.fixture
+def trio(alice, debian, router_image, make_template):
+    """Alice's router and two clients on one network: the smallest environment of two images."""
+    return make_template(
+        alice,
+        [
+            member("router", router_image, "inside", entry=True),
+            member("client", debian, "inside"),
+            member("server", debian, "inside"),
+        ],
+        [{"name": "inside", "cidr": "192.168.30.0/24"}],
+        name="trio",
+    )

@@ -38,12 +38,9 @@ def requester(alice, lab):
 
 
 @pytest.fixture
-def approver(django_user_model, lab):
+def approver(make_approver, lab):
     """carol: an approver in ``lab``."""
-    carol = django_user_model.objects.create_user("carol", "carol@example.org", "carol-pass-1")
-    carol.groups.add(lab)
-    access.set_roles(carol, ["approver"], actor="test")
-    return carol
+    return make_approver(lab)
 
 
 def ask(user, image, **when):

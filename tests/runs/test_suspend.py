@@ -23,6 +23,7 @@ from jobs import runner
 from jobs.models import Job
 from provisioning import services as vms
 from provisioning.models import VM
+from provisioning.opcodes import lifecycle
 from reservations import services as reservations
 from reservations.models import Reservation
 from runs import services, tasks
@@ -35,9 +36,12 @@ HOUR = timedelta(hours=1)
 
 
 @pytest.fixture(autouse=True)
-def _short_steps(settings, _run_settings):
+def _short_steps(settings, _run_settings, monkeypatch):
     settings.RUN_STEP_SECONDS = 0.02  # a wait step hands off quickly: the tests step jobs one by one
     settings.RUN_MIN_SECONDS = 1
+    # A claim's wait for the suspensions it made room with, likewise: here they run only once it
+    # hands off (one job at a time), so each of its waits would otherwise sleep its full 10 s.
+    monkeypatch.setattr(lifecycle, "ROOM_STEP_SECONDS", 0.05)
 
 
 @pytest.fixture

@@ -8,6 +8,9 @@ reservation check IMAGE (--duration MINUTES | --end TIME) [--start TIME] [--gpus
 reservation extend ID --end TIME
 reservation end ID
 reservation cancel ID
+reservation suspend ID      (an environment's head: every machine, as one; likewise resume and revert)
+reservation resume ID
+reservation revert ID
 reservation tick            (start what is due, end what is over; the workers do this on their own)
 TIME is ISO 8601 ("2026-12-01 14:00"; UTC unless it carries an offset). Without --gpus and
 --gpu-model, the image's default GPUs are asked for; --gpu-model "" asks for any model.
@@ -40,7 +43,7 @@ def when(text):
 
 
 class Command(BaseCommand):
-    help = "List, create, check, extend, end and cancel reservations."
+    help = "List, create, check, extend, end and cancel reservations; suspend, resume and revert environments."
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="verb", required=True)
@@ -65,7 +68,7 @@ class Command(BaseCommand):
         extend = sub.add_parser("extend")
         extend.add_argument("id", type=int)
         extend.add_argument("--end", type=when, required=True)
-        for verb in ("end", "cancel"):
+        for verb in ("end", "cancel", "suspend", "resume", "revert"):
             sub.add_parser(verb).add_argument("id", type=int)
         sub.add_parser("tick")
 
@@ -153,6 +156,19 @@ class Command(BaseCommand):
     def do_cancel(self, id, **_):
         services.cancel(self._get(id), "canceled from the command line", actor=CLI)
         self.stdout.write(f"reservation {id}: canceled")
+
+    def do_suspend(self, id, **_):
+        self._whole(id, services.suspend, "suspended", "suspending")
+
+    def do_resume(self, id, **_):
+        self._whole(id, services.resume, "resumed", "resuming")
+
+    def do_revert(self, id, **_):
+        self._whole(id, services.revert, "reverted", "reverting")
+
+    def _whole(self, id, verb, done, doing):
+        job = verb(self._get(id), f"{done} from the command line", actor=CLI)
+        self.stdout.write(f"reservation {id}: {doing} every machine (job {job.pk})")
 
     def do_tick(self, **_):
         self.stdout.write(json.dumps(services.tick()))
