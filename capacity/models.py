@@ -22,6 +22,9 @@ class Allocation(models.Model):
     start = models.DateTimeField()
     end = models.DateTimeField(null=True, blank=True)
     anti_affinity = models.CharField(max_length=100, blank=True)
+    yields = models.BooleanField(
+        default=False, help_text="A warm VM's: a claim that needs its room takes it (the VM is destroyed)."
+    )
     created = models.DateTimeField(auto_now_add=True)
     released = models.DateTimeField(null=True, blank=True)
 

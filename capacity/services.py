@@ -43,6 +43,11 @@ POWER_ON = "node.power_on"  # provisioning.opcodes.power (above this layer: by n
 # Who else points at a claim (a reservation, above this layer) registers ``(old, new, *, actor)``
 # in its ``AppConfig.ready()``; ``moved`` calls each, inside the transaction that moved it.
 ON_MOVED: Hook[Callable[..., None]] = Hook("capacity.services.ON_MOVED")
+# What holds claims that yield (a warm VM's, provisioning) registers ``evict(allocation ids, *,
+# actor, reason)`` -> the ids of the jobs after whose end their VMs are gone. It is called inside
+# the claiming transaction and must, in it, release those claims and ask for the VMs' removal,
+# or raise ``preemption.Gone`` when one of them was taken meanwhile (the claim is tried again).
+ON_YIELD: Hook[Callable[..., list]] = Hook("capacity.services.ON_YIELD")
 
 
 class Released(Conflict):
@@ -86,6 +91,9 @@ class Demand:
     image: str = ""  # the image's name, for a refusal's words (``debian-12 has no variant for VMware hosts``)
     # GPUs of any one model (``placement.devices``); N of a given model is ``extras={"gpu:<model>": N}``
     gpus_any: int = 0
+    # A warm VM's: its claim yields to any other that needs its room (``ON_YIELD``); it never
+    # makes room for itself (no standby host woken, nothing suspended or evicted for it).
+    yields: bool = False
 
     def request(self, request_id="request"):
         return core.Request(
@@ -113,7 +121,10 @@ def plan(demand, save_to=None):
         result = _variant_note(engine, demand, request, engine.place(request))
         if save_to is not None:
             decisions.save(save_to, engine, request, result, note="manage.py place --save")
-    if not result.ok:
+    if not result.ok and not demand.yields:
+        found = find_yield(demand, request)
+        if found is not None:  # a claim would destroy these warm VMs first
+            return replace(result, note="; ".join(n for n in (result.note, _yield_note(found)) if n))
         woken = _place_on_standby(demand, request)
         if woken is not None:
             return woken
@@ -141,7 +152,12 @@ def claim(demand, *, actor, owner=None, max_attempts=MAX_ATTEMPTS):
             result = _variant_note(engine, demand, request, _decide(engine, ids, demand, request))
             if not result.ok:
                 decisions.save_refused(_without(engine, ids, demand.exclude_hosts), request, result)
+        if not result.ok and demand.yields:
+            raise NoCapacity(result)  # a warm VM takes room only where it is free
         if not result.ok:
+            allocation = _claim_yielding(demand, request, actor, owner)
+            if allocation is not None:
+                return allocation
             allocation = _claim_standby(demand, request, actor, owner)
             if allocation is not None:
                 return allocation
@@ -292,6 +308,73 @@ def _claim_standby(demand, request, actor, owner):
     return None
 
 
+# --- claims that yield: warm VMs destroyed to make room for any other claim ----------------
+
+
+def find_yield(demand, request=None):
+    """Where the demand would fit once claims that yield (warm VMs') are let go (a
+    ``preemption.Found`` naming the fewest), or None: a demand that yields itself, none to let
+    go, or no host where it would help."""
+    if demand.yields or not ON_YIELD:
+        return None
+    rows = Allocation.objects.filter(yields=True, released__isnull=True).exclude(host_id__in=demand.exclude_hosts)
+    rows = list(rows.values_list("pk", "host_id"))
+    if not rows:
+        return None
+    request = request or demand.request()
+    with snapshot.lock:
+        engine, ids = snapshot.current()
+        hosts = _among(engine, ids, {host_id for _, host_id in rows})
+        if hosts is None:
+            return None
+        victims = [preempt.Preemptible(str(pk), 0, "warm VM") for pk, _ in rows]
+        found = preempt.plan(hosts.snapshot(), request, 1, victims, shrink=preempt.nothing)
+    return None if found is None else preemption.Found(found, ids[found.host], {})
+
+
+def _yield_note(found):
+    """``fits if 2 warm VMs are destroyed``."""
+    victims = found.plan.victims
+    return f"{preempt.NOTE}{found.plan.what()} {'is' if len(victims) == 1 else 'are'} destroyed"
+
+
+def _claim_yielding(demand, request, actor, owner):
+    """Let go of the fewest claims that yield where the demand then fits, and claim there
+    (``_claim_making_room``; ``preempt_jobs``: the removals of those VMs, which its VM's build
+    waits for). None when letting them go helps nowhere."""
+
+    def evict(found):
+        ids = [int(victim.allocation) for victim in found.plan.victims]
+        why = f"{demand.purpose or 'a claim'} needs the room of {found.plan.what()}"[:400]
+        return [job for evict in ON_YIELD for job in evict(ids, actor=actor, reason=why)]
+
+    return _claim_making_room(
+        demand, request, actor, owner, find_yield, evict, lambda found: f"{found.plan.what()} destroyed to make room"
+    )
+
+
+def _claim_making_room(demand, request, actor, owner, find, free, note):
+    """``find(demand, request)`` the claims whose room the demand needs, ``free(found)`` them
+    (-> the jobs that do it) and claim there, in one savepoint (the caller's transaction commits
+    both or neither); the claim carries ``preempt_jobs`` (what must end before its VM is built)
+    and its ``placement_note`` (``note(found)``). None when nothing helps."""
+    for _attempt in range(MAX_ATTEMPTS):
+        found = find(demand, request)
+        if found is None:
+            return None
+        try:
+            with transaction.atomic():
+                waits = free(found)
+                allocation = _claim_locked(found.host_id, demand, request, actor, owner)
+        except (_Full, preemption.Gone):  # rolled back, what was freed too: look again
+            snapshot.expire()
+            continue
+        allocation.placement_note = note(found)
+        allocation.preempt_jobs = waits
+        return allocation
+    return None
+
+
 # --- suspend instead of preempt: lower-class claims shrunk to their disk (``preemption``) ----
 
 
@@ -326,25 +409,17 @@ def preemption_note(result):
 
 
 def _claim_preempting(demand, request, actor, owner):
-    """Suspend the fewest lower-class claims that make room and claim there, in one savepoint
-    (the caller's transaction commits both or neither); the claim carries ``preempt_jobs``
-    (what must end before its VM is built) and its ``placement_note``. None when nothing helps."""
-    for _attempt in range(MAX_ATTEMPTS):
-        found = find_preemption(demand, request)
-        if found is None:
-            return None
-        why = f"{demand.purpose or 'a claim'} of a higher class: {found.note()}"
-        try:
-            with transaction.atomic():
-                waits = preemption.suspend(found, actor=actor, reason=why[:400])
-                allocation = _claim_locked(found.host_id, demand, request, actor, owner)
-        except (_Full, preemption.Gone):  # rolled back, the suspensions too: look again
-            snapshot.expire()
-            continue
-        allocation.placement_note = f"suspending {found.plan.what()}"
-        allocation.preempt_jobs = waits
-        return allocation
-    return None
+    """Suspend the fewest lower-class claims that make room and claim there
+    (``_claim_making_room``). None when nothing helps."""
+
+    def suspend(found):
+        return preemption.suspend(
+            found, actor=actor, reason=f"{demand.purpose or 'a claim'} of a higher class: {found.note()}"[:400]
+        )
+
+    return _claim_making_room(
+        demand, request, actor, owner, find_preemption, suspend, lambda found: f"suspending {found.plan.what()}"
+    )
 
 
 def power_on_for(host, purpose, *, actor):
@@ -473,6 +548,7 @@ def _write_claim(host_id, demand, request, owner, wake):
         start=demand.start,
         end=demand.end,
         anti_affinity=demand.anti_affinity,
+        yields=demand.yields,
     )
     allocation.host_name, allocation.host_type = checked.host, host.hypervisor
     return allocation

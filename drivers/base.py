@@ -37,6 +37,12 @@ Contract (every driver, tested by ``tests/drivers/test_contract.py``):
   a file in and out (``guest_get_file`` refuses a file over ``limit`` bytes), ``guest_glob``
   lists the regular files under a directory that match shell patterns. Paths are absolute
   paths in the guest; the caller keeps them inside its work directory.
+- ``personalise(key, guest)`` hands a running guest booted with no seed (a warm VM) to its
+  first user: a new identity (hostname ``guest.hostname``, machine-id, SSH host keys, the login
+  service restarted with them) and ``guest``'s login (its account, password hash and SSH keys).
+  Idempotent (the same call again gives the same login; the identity is made anew). A temporary
+  error when the guest's agent does not answer, ``Conflict`` when the VM is not running,
+  ``Invalid`` where the driver cannot (the caller builds the VM cold instead).
 - ``guest_sessions(key)`` lists who is logged in to the running guest (``GuestSession``: user,
   login time, seconds since the last input where the guest reports it, else None); ``Invalid``
   where the hypervisor cannot tell (the caller then applies no idle policy), a temporary error
@@ -423,7 +429,7 @@ FENCED_CALLS = (
     "facts", "discover", "list_vms", "stage_image", "create", "start", "stop", "suspend", "resume",
     "destroy", "snapshot", "revert", "reseed", "resize", "capture", "migrate", "address", "port", "state",
     "agent_answers", "guest_exec", "guest_exec_status", "guest_put_file", "guest_get_file", "guest_glob",
-    "guest_sessions", "create_network", "delete_network", "list_networks",
+    "guest_sessions", "create_network", "delete_network", "list_networks", "personalise",
 )  # fmt: skip
 
 
@@ -603,6 +609,10 @@ class Driver:
 
     def guest_glob(self, key, directory, patterns) -> list[str]:
         raise Invalid(f"{self.kind} hosts have no guest command channel")
+
+    def personalise(self, key, guest: GuestLogin):
+        """Give a running guest booted with no seed its user (see the module docstring)."""
+        raise Invalid(f"{self.kind} hosts cannot hand a login to a running guest")
 
     def guest_sessions(self, key) -> list[GuestSession]:
         """Who is logged in to the guest now (see the module docstring)."""

@@ -86,7 +86,9 @@ class GuestLogin:
     def __post_init__(self):
         if self.flavour not in FLAVOURS:
             raise SeedError(f"flavour {self.flavour!r}: must be one of {', '.join(FLAVOURS)}")
-        if self.windows:
+        if self.anonymous:  # the guest's identity alone (a warm VM's): no one's login in it
+            pass
+        elif self.windows:
             self._check_windows()
         else:
             self._check_linux()
@@ -97,10 +99,15 @@ class GuestLogin:
         for key in self.ssh_keys:
             if not key or "\n" in key or "\r" in key:
                 raise SeedError("ssh_keys: each key must be one non-empty line")
-        if not self.password_hash and not self.password and not self.ssh_keys:
+        if not self.anonymous and not self.password_hash and not self.password and not self.ssh_keys:
             raise SeedError("the login needs a password or at least one SSH key")
         if not self.instance_id or "\n" in self.instance_id:
             raise SeedError("instance_id: must be one non-empty line")
+
+    @property
+    def anonymous(self):
+        """A seed of the guest's identity alone: no login, no password, no key (a warm VM's)."""
+        return not self.login and not self.password_hash and not self.password and not self.ssh_keys
 
     @property
     def windows(self):
@@ -167,6 +174,8 @@ def user_data(guest):
 
 
 def _linux_config(guest):
+    if guest.anonymous:  # no users at all (an empty list: not even the image's default user)
+        return {"hostname": guest.hostname, "users": [], "ssh_pwauth": False}
     user = {"name": guest.login, "lock_passwd": guest.password_hash is None}
     if guest.password_hash:
         user["passwd"] = guest.password_hash
@@ -181,6 +190,8 @@ def _linux_config(guest):
 def _windows_config(guest):
     # cloudbase-init's dialect: no sudo, shell, lock_passwd or ssh_pwauth (it has none), and
     # without a passwd it sets a random one, which suits a key-only login.
+    if guest.anonymous:
+        return {"set_hostname": guest.hostname, "users": []}
     user = {"name": guest.login, "groups": list(WINDOWS_GROUPS)}
     if guest.password:
         user["passwd"] = guest.password

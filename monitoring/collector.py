@@ -2,17 +2,19 @@
 
 Capacity is the dashboard's (``monitoring.dashboard``): usable = (total − reserved) × overcommit
 as placement computes it, allocated = live claims now; offline hosts count in neither.
-A handful of grouped queries whatever the size of the inventory.
+Warm pools per image from their VMs (``provisioning.warm.counts``). A handful of grouped queries
+whatever the size of the inventory.
 """
 
 from django.db.models import Count
 from django.utils import timezone
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from inventory.models import Hypervisor
 from jobs.models import Job
 from monitoring import dashboard
 from notifications.models import Notification, WebhookDelivery
+from provisioning import warm
 from provisioning.models import VM
 from reservations.models import Reservation
 
@@ -50,6 +52,25 @@ class StateCollector:
             for state in PENDING_STATES:
                 outbox.add_metric([channel, state], counts.get(state, 0))
         yield outbox
+        yield from self._warm_pools()
+
+    def _warm_pools(self):
+        """Per pooled image: warm VMs (ready, being built), VMs taken warm still in use, and the
+        reservations that found one (hits) or were built cold (misses), counted from the VMs."""
+        pools = warm.counts()
+        ready = GaugeMetricFamily("vclmgr_warm_vms", "Warm VMs by image and state.", labels=["image", "state"])
+        in_use = GaugeMetricFamily("vclmgr_warm_in_use", "VMs taken warm, still in use, by image.", labels=["image"])
+        hits = CounterMetricFamily("vclmgr_warm_hits", "Reservations that took a warm VM, by image.", labels=["image"])
+        misses = CounterMetricFamily(
+            "vclmgr_warm_misses", "Reservations of a pooled image built cold, by image.", labels=["image"]
+        )
+        for image, row in sorted(pools.items()):
+            ready.add_metric([image, "ready"], row["ready"])
+            ready.add_metric([image, "building"], row["building"])
+            in_use.add_metric([image], row["in_use"])
+            hits.add_metric([image], row["hits"])
+            misses.add_metric([image], row["misses"])
+        yield from (ready, in_use, hits, misses)
 
     def _capacity(self):
         usage = dashboard.utilisation(dashboard.hosts(timezone.now()))

@@ -61,10 +61,16 @@ def disk_only(allocation: Allocation) -> Allocation:
     return replace(allocation, resources=Resources(0, 0, allocation.resources.disk_gib))
 
 
+def nothing(allocation: Allocation) -> Allocation:
+    """What a claim that yields still holds once its VM is destroyed (a warm VM's): nothing."""
+    return replace(allocation, resources=Resources(0, 0, 0))
+
+
 def plan(
-    cluster: Cluster, request: Request, rank: int, candidates, options: PlacementOptions | None = None
+    cluster: Cluster, request: Request, rank: int, candidates, options: PlacementOptions | None = None, shrink=disk_only
 ) -> Preemption | None:
-    """The fewest claims of a class below ``rank`` whose suspension lets ``request`` fit, or None."""
+    """The fewest claims of a class below ``rank`` whose suspension lets ``request`` fit, or None.
+    ``shrink``: what a victim still holds (``disk_only``: suspended; ``nothing``: destroyed)."""
     lower = {c.allocation: c for c in candidates if c.rank < rank}
     if not lower:
         return None
@@ -72,7 +78,7 @@ def plan(
     request = replace(request, policy=Policy.BALANCED)  # one host: capacity only, no external program
     best = None
     for host in cluster.hosts:
-        found = _on_host(cluster, host, request, lower, options)
+        found = _on_host(cluster, host, request, lower, options, shrink)
         if found is not None and (best is None or _cost(found) < _cost(best)):
             best = found
     return best
@@ -82,7 +88,7 @@ def _cost(preemption: Preemption):
     return len(preemption.victims), sorted(v.rank for v in preemption.victims), preemption.host
 
 
-def _on_host(cluster, host, request, lower, options):
+def _on_host(cluster, host, request, lower, options, shrink):
     mine = [a for a in host.allocations if a.id in lower]
     if not mine:
         return None
@@ -90,19 +96,19 @@ def _on_host(cluster, host, request, lower, options):
     chosen = []
     for allocation in order:
         chosen.append(allocation.id)
-        if _fits(cluster, host, request, set(chosen), options):
+        if _fits(cluster, host, request, set(chosen), options, shrink):
             break
     else:
         return None
     for victim in sorted(chosen, key=lambda i: (-lower[i].rank, i)):  # drop what is not needed
         rest = set(chosen) - {victim}
-        if rest and _fits(cluster, host, request, rest, options):
+        if rest and _fits(cluster, host, request, rest, options, shrink):
             chosen.remove(victim)
     victims = tuple(sorted((lower[i] for i in chosen), key=lambda v: (v.rank, v.allocation)))
     return Preemption(host.name, victims)
 
 
-def _fits(cluster: Cluster, host: Host, request: Request, suspended: set, options: PlacementOptions) -> bool:
-    allocations = tuple(disk_only(a) if a.id in suspended else a for a in host.allocations)
+def _fits(cluster: Cluster, host: Host, request: Request, suspended: set, options: PlacementOptions, shrink) -> bool:
+    allocations = tuple(shrink(a) if a.id in suspended else a for a in host.allocations)
     one = replace(cluster, hosts=(replace(host, allocations=allocations),))
     return PlacementEngine(one, options).place(request).ok

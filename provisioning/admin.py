@@ -75,6 +75,8 @@ class ImageAdmin(admin.ModelAdmin):
         "parent",
         "revert_on_end",
         "pool_size",
+        "warm_min",
+        "warm_max",
         "anti_affinity",
         "max_concurrent",
         "requires_approval",

@@ -14,7 +14,7 @@ class VmsConfig(AppConfig):
         from core import events, topics
         from inventory import services as inventory
         from jobs import opcodes as job_opcodes
-        from provisioning import plans, quotas, services, tasks, usage, verify
+        from provisioning import plans, quotas, services, tasks, usage, verify, warm
 
         post_spawn.connect(tasks.on_worker_start, dispatch_uid="provisioning.facts_refresh")
 
@@ -22,6 +22,7 @@ class VmsConfig(AppConfig):
         usage.SOURCES.register(usage.vm_uses)  # the same: showback counts ad-hoc VMs
         inventory.IN_USE_CHECKERS.register(services.in_use_reason)
         capacity.IMAGE_TYPES.register(services.image_types)
+        capacity.ON_YIELD.register(warm.evict)  # a warm VM's claim gives way to any other
         topics.AUTHORISERS.register("vm", services.may_see_vm)
         topics.AUTHORISERS.register("plan", topics.cluster_readers)
         events.LISTENERS.register("job.status", events.Listener(plans.job_ended))

@@ -75,6 +75,8 @@ class ImageForm(ImageTagsMixin, forms.ModelForm):
         self.fields["readiness"].required = False
         self.fields["on_host_failure"].required = False
         self.fields["pool_size"].required = False  # blank: no pool
+        self.fields["warm_min"].required = False  # blank: no warm pool
+        self.fields["warm_max"].required = False
         self.fields["default_gpus"].required = False  # blank: none
         parents = Image.objects.order_by("name")
         if self.instance.pk:
@@ -89,6 +91,8 @@ class ImageForm(ImageTagsMixin, forms.ModelForm):
         data["readiness"] = data.get("readiness") or Image.Readiness.PORT
         data["on_host_failure"] = data.get("on_host_failure") or "rebuild"
         data["pool_size"] = data.get("pool_size") or 0
+        data["warm_min"] = data.get("warm_min") or 0
+        data["warm_max"] = data.get("warm_max") or 0
         data["default_gpus"] = data.get("default_gpus") or 0
         return {name: data[name] for name in services.IMAGE_FIELDS}, data["groups"]
 

@@ -24,6 +24,7 @@ from drivers.base import FORMATS, vm_key
 from inventory.devices import MODEL_RE
 
 MAX_GPUS = 16  # the most GPUs one VM asks for (a reservation's too)
+MAX_WARM = 100  # the most warm VMs one image's pool keeps
 NAME_HELP = "Letters, digits, '.', '_' and '-' (becomes a file name on the hosts)."
 
 
@@ -87,6 +88,16 @@ class Image(models.Model):
         default=0,
         help_text="Batch runs: finished runs' VMs, reverted clean, kept per host for the next run (0: no pool; "
         "public images only).",
+    )
+    warm_min = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(MAX_WARM)],
+        help_text="Reservations: VMs kept booted, with no login, for the next reservations to take (0: no pool).",
+    )
+    warm_max = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(MAX_WARM)],
+        help_text="The most warm VMs the pool keeps (at least the minimum; 0: no pool).",
     )
     active = models.BooleanField(default=True, help_text="Inactive images cannot be used for new VMs.")
     user_data = models.TextField(
@@ -286,6 +297,13 @@ class HostImage(models.Model):
 
 
 class VM(models.Model):
+    class Warm(models.TextChoices):
+        """A VM's part in its image's warm pool (``provisioning.warm``); blank: none."""
+
+        WARM = "warm", "warm: booted with no login, waiting in the pool"
+        HIT = "hit", "taken warm from the pool by a reservation (back to the pool, or destroyed, after it)"
+        MISS = "miss", "built cold for a reservation of a pooled image"
+
     class State(models.TextChoices):
         REQUESTED = "requested", "requested"
         STAGING = "staging", "staging image"
@@ -356,6 +374,12 @@ class VM(models.Model):
     )
     networks = models.ManyToManyField(
         "PrivateNetwork", blank=True, related_name="vms", help_text="Private networks it has a NIC on, in order."
+    )
+    warm = models.CharField(
+        max_length=4, choices=Warm.choices, blank=True, help_text="Its part in its image's warm pool (blank: none)."
+    )
+    warm_takes = models.PositiveIntegerField(
+        default=0, help_text="Reservations that took it warm (reverted to its warm snapshot after each)."
     )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)

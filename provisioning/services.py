@@ -41,6 +41,7 @@ IMAGE_FIELDS = (
     "default_memory_mib", "default_disk_gib", "visibility", "parent", "revert_on_end", "pool_size", "active",
     "user_data", "ready_timeout", "readiness", "required_tags", "forbidden_tags", "anti_affinity", "exclusive_storage",
     "max_concurrent", "on_host_failure", "owner", "requires_approval", "default_gpus", "default_gpu_model",
+    "warm_min", "warm_max",
 )  # fmt: skip
 MAX_TAGS = 20
 GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
@@ -167,6 +168,7 @@ def _check_image(image):
     refusal = pool_refusal(image.visibility, image.pool_size)
     if refusal:
         errors["pool_size"] = [refusal]
+    errors.update(warm_refusals(image))
     user_data = cloudinit.image_config_error(image.user_data)
     if user_data:
         errors["user_data"] = [user_data]
@@ -181,6 +183,17 @@ def pool_refusal(visibility, pool_size):
     if pool_size and visibility != Image.Visibility.PUBLIC:
         return "a restricted (access-controlled) image never pools its VMs: pool size must be 0"
     return None
+
+
+def warm_refusals(image):
+    """Per-field errors of an image's warm pool sizes (empty: acceptable)."""
+    low, high = image.warm_min or 0, image.warm_max or 0
+    if low > high:
+        return {"warm_max": [f"must be at least the minimum ({low})"]}
+    if high and image.revert_on_end:
+        # Its reservations take parked VMs reverted clean already; a warm VM is destroyed after use.
+        return {"warm_max": ["an image that reverts on end reuses its parked VMs: no warm pool (0)"]}
+    return {}
 
 
 def clean_tags(tags):

@@ -16,6 +16,11 @@ released by the destroy job, once the VM is gone, and counted until then). It ru
 thread of every worker each ``RESERVATION_TICK_SECONDS`` (the reservations clock's period) and
 from a once-a-minute Schedule as a safety net; several at once are harmless (see the service).
 
+Every ``WARM_POOL_SECONDS`` a daemon thread of every worker runs ``fill_warm_pools`` (and a
+once-a-minute Schedule as a safety net): each pooled image's warm VMs brought to its minimum and
+trimmed to its maximum (``warm.fill``, counted under the image's row lock: several at once are
+harmless).
+
 Every hour ``expire_uploads`` removes image uploads abandoned for ``IMAGE_UPLOAD_EXPIRE_HOURS``
 with their files (``uploads.expire``); its Schedule is made when a worker starts.
 """
@@ -45,6 +50,8 @@ VERIFY_ACTOR = Actor(name="scheduled verify")
 UPLOADS_SCHEDULE = "vclmgr: image uploads expiry"
 UPLOADS_FUNC = "provisioning.tasks.expire_uploads"
 UPLOADS_MINUTES = 60
+WARM_SCHEDULE = "vclmgr: warm pools"
+WARM_FUNC = "provisioning.tasks.fill_warm_pools"
 
 
 def refresh_all():
@@ -90,8 +97,15 @@ def on_worker_start(**kwargs):
         ensure_schedule()
         ensure_verify_schedule()
         periodic.ensure_schedule(UPLOADS_SCHEDULE, UPLOADS_FUNC, UPLOADS_MINUTES)
+        periodic.ensure_schedule(WARM_SCHEDULE, WARM_FUNC, 1)
     except Exception:  # a worker must start even if the database is briefly away; the migration made it
-        log.exception("could not ensure the facts refresh, verify or uploads expiry schedule")
+        log.exception("could not ensure the facts refresh, verify, uploads expiry or warm pools schedule")
+    periodic.start_daemon(
+        "warm-pools",
+        fill_warm_pools,
+        lambda: settings.WARM_POOL_SECONDS,
+        wait_first=True,
+    )
     periodic.start_daemon(
         "vm-clock",
         end_overdue,
@@ -106,6 +120,13 @@ def end_overdue():
     from provisioning import services
 
     return services.end_overdue(actor=Actor(name="VM clock"))
+
+
+def fill_warm_pools():
+    """The warm pools' round: each pooled image topped up to its minimum, trimmed to its maximum."""
+    from provisioning import warm
+
+    return warm.fill_round()
 
 
 def expire_uploads():

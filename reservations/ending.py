@@ -58,6 +58,9 @@ def end(reservation, reason="ended by the user", *, actor, whole=False):
         if parkable and moved.image.revert_on_end and vms.has_clean_snapshot(vm) and vm.state in VM.BUILT:
             # The system's job: it ends with the VM owned by no one (a re-run must not be refused).
             job = jobs.submit("vm.park", {"vm": vm.pk}, actor=actor, reason=f"reservation {moved.pk} ended")
+        elif parkable and vm.warm == VM.Warm.HIT and vms.has_warm_snapshot(vm) and vm.state == VM.State.RUNNING:
+            # Taken warm: reverted to its warm snapshot and back in the pool (or destroyed).
+            job = jobs.submit("vm.rewarm", {"vm": vm.pk}, actor=actor, reason=f"reservation {moved.pk} ended")
         else:
             job = jobs.submit(
                 "vm.destroy", {"vm": vm.pk}, actor=actor, submitter=moved.user, reason=f"reservation {moved.pk} ended"
@@ -94,6 +97,8 @@ def finish(reservation_id, *, actor):
     note = "VM destroyed" if vm is None or vm.state == VM.State.DESTROYED else f"VM {vm.state}"
     if vm is not None and vm.state == VM.State.STOPPED and reservation.image.revert_on_end:
         note = "VM reverted to its clean state and stopped"
+    if vm is not None and vm.warm == VM.Warm.WARM:
+        note = "VM reverted to its warm state, back in the pool"
     with transaction.atomic():
         if vm is not None and _teardown_failed(vm):  # its claim stays with the VM (error) for repair
             if vm.state != VM.State.ERROR:
@@ -106,6 +111,8 @@ def finish(reservation_id, *, actor):
 def _teardown_failed(vm):
     """Is the VM still there after its teardown job (anything but destroyed, cleaned up after
     a failed build, or reverted and stopped, which keeps it defined without a claim)?"""
+    if vm.warm == VM.Warm.WARM and vm.state == VM.State.RUNNING:  # reverted, back in the warm pool
+        return False
     return vm.state not in (VM.State.DESTROYED, VM.State.FAILED, VM.State.REQUESTED, VM.State.STOPPED)
 
 
@@ -213,7 +220,8 @@ def release(reservation, reason, *, actor):
     """Give back the reservation's claim, and its VM's if that is another (a migrated VM claimed
     on its new host): a VM left defined (reverted) must hold no claim it could run on. A VM
     in ``error`` may still be on its host: its claims stay for verify/repair; a parked VM's
-    claim of its disk stays with it (``vms.park``)."""
+    claim of its disk stays with it (``vms.park``), and a VM back in its warm pool keeps the
+    claim it went back on."""
     held = {reservation.allocation_id}
     kept = set()  # a VM whose removal failed (error) keeps its claims until a destroy succeeds
     if reservation.vm_id:
@@ -223,5 +231,5 @@ def release(reservation, reason, *, actor):
             if vm["state"] == VM.State.ERROR:
                 kept = {vm["allocation_id"], vm["target_allocation_id"]}
     for allocation in Allocation.objects.filter(pk__in=held - kept - {None}):
-        if not vms.is_parked_claim(allocation):
+        if not vms.is_parked_claim(allocation) and not allocation.yields:  # (a VM back in the warm pool)
             capacity.release(allocation, actor=actor, reason=reason)

@@ -25,7 +25,7 @@ from inventory.devices import MODEL_RE
 from jobs import services as jobs
 from jobs import transitions
 from placement import refusals as placement_reasons
-from provisioning import private_networks, quotas
+from provisioning import private_networks, quotas, warm
 from provisioning import services as vms
 from reservations import logins, status, usage
 from reservations.models import MAX_GPUS, Refusal, Reservation
@@ -388,7 +388,12 @@ def create(
             usable=usable,
             **reservation.gpu_ask(),
         )
-        allocation = capacity.claim(replace(demand, rank=rank), actor=actor, owner=user)
+        # Starting now: in a warm VM's room first (the build then takes that VM), so the claim
+        # never evicts a warm VM that it could have taken instead.
+        taking = rank is not None and block is None and not template and revision is None
+        allocation = warm.claim(image, size, demand, actor=actor, owner=user) if taking else None
+        if allocation is None:
+            allocation = capacity.claim(replace(demand, rank=rank), actor=actor, owner=user)
     except capacity.NoCapacity as exc:
         raise NoRoom({"start": [_no_capacity_message(exc.result, start)]}, dict(exc.result.reasons)) from None
     except capacity.TryAgain as exc:
@@ -412,7 +417,9 @@ def provision(reservation, reason="building the VM", *, actor, savepoint=True, u
     """Build the reservation's VM on its claim (a ``vm.create`` job; its last step settles the
     reservation, ``settle_built``; a build that ends otherwise queues ``reservation.settle``
     as it ends, ``settle_unbuilt``). A parked VM reused instead (``vm.reuse``) is followed by a
-    ``reservation.settle`` job waiting for it.
+    ``reservation.settle`` job waiting for it. A pooled image's reservation takes a warm VM
+    when one is free (``provisioning.warm.take``: its ``vm.create`` hands the login over in the
+    running guest, or builds it cold if that fails); one built cold is counted a miss.
 
     ``reservation``: an id, or the row as just written in the caller's transaction (``reserve``;
     it is kept up to date in memory). ``savepoint`` False: the caller's transaction is all or
@@ -460,24 +467,40 @@ def provision(reservation, reason="building the VM", *, actor, savepoint=True, u
         fresh = reservation.revision_id is not None or reservation.environment_id is not None
         reusable = reservation.image.revert_on_end and not fresh
         reused = vms.reuse_parked(size=size, **common, depends=waits) if reusable else None
-        vm, job = reused or vms.request_vm(
-            **size,
-            **common,
-            checked=known is not None,
-            savepoint=False,
-            depends=waits,
-            variant=variant,
-            revision=reservation.revision,
-        )
+        # A pooled image's VM is taken warm when one is (its claim may move to that VM's host).
+        taken = None if fresh or reused else warm.take(reservation, size, actor=actor)
+        if taken is not None:
+            vm, reservation.allocation = taken
+            job = jobs.submit(
+                "vm.create",
+                {"vm": vm.pk, "warm": True},
+                actor=actor,
+                submitter=reservation.user,
+                reason=f"reservation {reservation.pk}: {vm.key} taken warm",
+                savepoint=False,
+                depends=waits,  # (warm VMs its claim made room by destroying, when it was made)
+            )
+        else:
+            vm, job = reused or vms.request_vm(
+                **size,
+                **common,
+                checked=known is not None,
+                savepoint=False,
+                depends=waits,
+                variant=variant,
+                revision=reservation.revision,
+            )
+            if reservation.image.warm_max and not fresh and not reused:
+                warm.mark_miss(vm.pk)
         if reservation.environment_id:  # its hostname and its networks, before its build runs (on commit)
             vm.hostname = reservation.hostname
             vm.save(update_fields=["hostname"])
             vm.networks.set(private_networks.of_machine(f"env{reservation.head_id or reservation.pk}", vm.hostname))
         if unsaved is not None:
-            unsaved.change(reservation, vm=vm, attempts=reservation.attempts)
+            unsaved.change(reservation, vm=vm, attempts=reservation.attempts, allocation=reservation.allocation)
         else:
             reservation.vm = vm
-            reservation.save(update_fields=["vm", "attempts"])
+            reservation.save(update_fields=["vm", "attempts", "allocation"])
         if reused:
             jobs.submit(
                 SETTLE,

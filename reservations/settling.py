@@ -16,6 +16,8 @@ from reservations.models import Reservation
 
 S = Reservation.Status
 MAX_ATTEMPTS = 2  # a VM that fails to build is retried once on another host
+# How a pooled image's VM came (``provisioning.warm``), in the trail of its reservation's ready.
+HOW = {VM.Warm.HIT: ", warm from the pool", VM.Warm.MISS: ", built cold"}
 
 
 def settle(reservation_id, *, actor):
@@ -148,7 +150,7 @@ def _ready(reservation, vm, *, actor):
         reservation,
         S.PROVISIONING,
         S.READY,
-        f"ready on {vm.host.name if vm.host else '?'} at {vm.address or 'an unknown address'}",
+        f"ready on {vm.host.name if vm.host else '?'} at {vm.address or 'an unknown address'}{HOW.get(vm.warm, '')}",
         savepoint=False,  # in the settle step's transaction, which catches nothing
         **logins.fields_lacking(reservation),
         **idle.arm(reservation, timezone.now()),

@@ -522,6 +522,8 @@ RESERVATION_TICK_SECONDS = env.int("RESERVATION_TICK_SECONDS", 30, minimum=5)
 CLASS_LOOKAHEAD_DAYS = env.int("CLASS_LOOKAHEAD_DAYS", 14, minimum=1, maximum=90)
 CLASS_MAX_SEATS = env.int("CLASS_MAX_SEATS", 200, minimum=1, maximum=1000)
 CLASS_PLAN_SECONDS = env.int("CLASS_PLAN_SECONDS", 60, minimum=5)
+# Warm pools (``provisioning.warm``): each worker tops the images' pools up this often, in seconds.
+WARM_POOL_SECONDS = env.int("WARM_POOL_SECONDS", 30, minimum=5)
 
 # Approvals (``reservations.approvals``): a request for an image or a class that requires approval
 # waits this long for an approver (no longer than until it would start), then expires.

@@ -928,6 +928,14 @@ class LibvirtDriver(base.Driver):
         return agent.glob(self._agent_domain(key), directory, list(patterns))
 
     @translated
+    def personalise(self, key, guest):
+        try:
+            agent.command(self._agent_domain(key), "guest-ping", timeout=2)
+        except libvirt.libvirtError as exc:
+            raise DriverError(f"{key}: the guest agent does not answer: {exc}", permanent=False) from exc
+        agent.personalise(self._agent_domain(key), guest)
+
+    @translated
     def guest_sessions(self, key):
         """The guest's logins from the QEMU guest agent's ``guest-get-users`` (through libvirt's
         guest info: user, login time in ms); the agent cannot tell idle time."""

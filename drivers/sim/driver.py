@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import ipaddress
 import json
+import secrets
 import time
 import urllib.parse
 
@@ -537,6 +538,21 @@ class SimDriver(base.Driver):
         return [
             base.GuestSession(s.get("user", "?"), s.get("login_time"), s.get("idle_seconds")) for s in vm.sessions or []
         ]
+
+    def personalise(self, key, guest):
+        """The emulated guest's identity made anew (``SimVM.guest["identity"]``: a host key
+        fingerprint, a machine-id, the hostname) and the login's seed kept as ``reseed`` keeps it."""
+        base.check_key(key)
+        self._step("personalise")
+        wanted = _seed(key, guest)
+        with transaction.atomic():
+            vm = self._vm(key, lock=True)
+            if vm.state != SimVM.State.RUNNING:
+                raise Conflict(f"{key} is {vm.state}: only a running guest takes a login")
+            fresh = {"host_key": secrets.token_hex(16), "machine_id": secrets.token_hex(16)}
+            identity = {**fresh, "hostname": guest.hostname}
+            vm.seed, vm.guest = wanted, {**vm.guest, "identity": identity}
+            vm.save(update_fields=["seed", "guest", "updated"])
 
     def state(self, key):
         base.check_key(key)

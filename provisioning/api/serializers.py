@@ -83,6 +83,8 @@ class ImageSerializer(RefuseUnknownFields, serializers.ModelSerializer):
             "parent",
             "revert_on_end",
             "pool_size",
+            "warm_min",
+            "warm_max",
             "active",
             "user_data",
             "ready_timeout",

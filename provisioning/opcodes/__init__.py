@@ -7,7 +7,8 @@ One module per concern: ``lifecycle`` (``vm.create``, ``vm.destroy``, power, ``v
 ``image.prestage`` and the transfer throttle); ``params`` holds their parameters and locks,
 ``common`` what they share; ``repair`` the verify report's repairs (``repair.*``); ``upload``
 (``image.upload``: an uploaded disk checked and made an image); ``resize`` (``vm.resize``: a
-VM's vCPUs and memory, its claim first). Importing this package registers them all (the jobs
+VM's vCPUs and memory, its claim first); ``warm`` (``vm.warm``: a warm pool's VM, and the warm
+path of a reservation's ``vm.create``). Importing this package registers them all (the jobs
 app autodiscovers ``<app>.opcodes``).
 
 Rules every opcode keeps:
@@ -33,4 +34,5 @@ from provisioning.opcodes import (  # noqa: F401 (registers them)
     reuse,
     staging,
     upload,
+    warm,
 )

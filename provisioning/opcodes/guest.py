@@ -5,7 +5,8 @@
   password, which is made here from the encrypted clear one and never stored); an image may
   add its own cloud-config (``Image.user_data``). The instance id is fresh for every seed, so
   cloud-init applies each seed once. A VM asked for directly gets its owner's login with the
-  SSH key its request gave; without a key, None (the image's own login). A Windows image
+  SSH key its request gave; without a key, None (the image's own login). A warm pool's VM
+  gets a seed of its hostname alone, no login (``provisioning.warm``). A Windows image
   (``services.guest_flavour``) gets the cloudbase-init flavour, and with it the clear
   one-time password, since Windows cannot take a hash; no other image ever gets it.
 - ``wait_answer(...)``: "ready means reachable". A VM is ready when its login service
@@ -57,6 +58,14 @@ def guest_login(vm):
     elif vm.owner is not None:  # a VM asked for directly: its owner, by the key the request gave
         password, key = "", vm.ssh_key
         login = cloudinit.login_name(vm.owner.get_username(), flavour=flavour)
+    elif vm.warm == VM.Warm.WARM:  # a warm pool's VM: its identity alone (a guest with no seed waits for one)
+        return cloudinit.GuestLogin(
+            instance_id=f"{vm.key}-{secrets.token_hex(8)}",
+            hostname=vm.hostname or vm.key,
+            login="",
+            image_user_data=vm.image.user_data or None,
+            flavour=flavour,
+        )
     else:
         return None
     keys = tuple(line for line in key.splitlines() if line.strip())

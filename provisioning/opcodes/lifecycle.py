@@ -34,7 +34,7 @@ from provisioning.opcodes.common import (
     passes_through,
     variant_for,
 )
-from provisioning.opcodes.params import SnapshotParams, StopParams, VMParams, vm_lock
+from provisioning.opcodes.params import CreateParams, SnapshotParams, StopParams, VMParams, vm_lock
 from provisioning.opcodes.power import AFTER_POWER_ON, host_for_vm
 from provisioning.opcodes.staging import stage
 
@@ -47,7 +47,7 @@ ON_BUILT: Hook[Callable[..., None]] = Hook("provisioning.opcodes.lifecycle.ON_BU
 logger = logging.getLogger(__name__)
 
 
-@opcode("vm.create", params=VMParams, locks=vm_lock, staff_only=False)
+@opcode("vm.create", params=CreateParams, locks=vm_lock, staff_only=False)
 def vm_create(job):
     """Create a VM: claim capacity, stage its image, define, snapshot it clean (an image that
     reverts on end), boot, wait for its address.
@@ -55,9 +55,19 @@ def vm_create(job):
     A placement or boot failure (a claim that lost every race, or a failure to define, start
     or address the VM) is retried once on another host, after the first host is cleaned and
     its claim released; the retry is recorded in the job's reason trail and log.
+
+    ``warm``: the VM was taken from its image's warm pool (``opcodes.warm.start``): the login is
+    handed to its running guest; if that fails, the same VM is built cold as above.
     """
     vm = authorised_vm(job, building=True)
     vm_id = vm.pk
+    if job.params.get("warm") and "cold" not in job._done and vm.state == S.STARTING:
+        from provisioning.opcodes import warm  # (it builds on this module)
+
+        done = warm.start(job, vm)
+        if done is not None:
+            return done
+        vm = authorised_vm(job, building=True)
     if vm.state in (S.RUNNING, S.STOPPED, S.SUSPENDED, S.MIGRATING):  # a repeated create: it exists
         return {"vm": vm_id, "host": vm.host_id, "address": vm.address, "already": True}
     if vm.state == S.DESTROYED:
@@ -300,7 +310,11 @@ def claim(vm_id, exclude=(), *, actor, loaded=None, rank=None):
         )  # (``loaded`` goes on to the stage step as written)
         placed = {"host": host.pk, "allocation": vm.allocation_id, "variant": variant.pk, "adopted": True}
         return {**placed, **_standby(host)}
-    demand = replace(services.vm_demand(vm, purpose=f"vm {vm_id}", exclude_hosts=exclude), rank=rank)
+    demand = replace(
+        services.vm_demand(vm, purpose=f"vm {vm_id}", exclude_hosts=exclude),
+        rank=rank,
+        yields=vm.warm == VM.Warm.WARM,  # a warm pool's VM: its claim gives way to any other
+    )
     with transaction.atomic():  # the claim and its record on the VM commit together
         allocation = capacity.claim(demand, actor=actor, owner=vm.owner)
         variant = variant_for(vm, allocation.host)

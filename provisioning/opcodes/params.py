@@ -9,6 +9,13 @@ class VMParams(serializers.Serializer):
     vm = serializers.IntegerField(min_value=1)
 
 
+class CreateParams(VMParams):
+    # Left out of a cold build's parameters (not defaulted), as before warm pools had them.
+    warm = serializers.BooleanField(
+        required=False, help_text="A VM taken from its image's warm pool: hand the login over, else build it cold."
+    )
+
+
 class StopParams(VMParams):
     force = serializers.BooleanField(default=False)
 

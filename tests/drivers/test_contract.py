@@ -429,6 +429,36 @@ def test_guest_sessions_are_listed_where_the_hypervisor_can_tell(peer):
     assert source.guest_sessions(spec.key) == []  # a reboot logs everybody out
 
 
+def test_personalise_hands_a_running_guest_its_user_where_the_driver_can(peer):
+    """A warm VM's hand-over: the simulator makes the guest's identity anew each time; libvirt's
+    test driver has no guest agent, a temporary error (the warm start then builds the VM cold;
+    the real agent's answer: tests/integration/test_warm_pool_real_vm.py); VMware cannot, a
+    permanent ``Invalid``. A VM that is not running is a ``Conflict``."""
+    spec = staged(peer)
+    source = peer.source
+    source.create(spec)
+    if source.kind == "vmware":
+        with pytest.raises(Invalid):
+            source.personalise(spec.key, login("i-1"))
+        return
+    with pytest.raises(Conflict):
+        source.personalise(spec.key, login("i-1"))  # stopped
+    source.start(spec.key)
+    if source.kind != "sim":
+        with pytest.raises(DriverError) as caught:
+            source.personalise(spec.key, login("i-1"))
+        assert not caught.value.permanent
+        return
+    from drivers.sim.models import SimVM
+
+    source.personalise(spec.key, login("i-1"))
+    first = SimVM.objects.get(key=spec.key).guest["identity"]
+    source.personalise(spec.key, login("i-1"))  # a retried step: the same login, a new identity
+    again = SimVM.objects.get(key=spec.key).guest["identity"]
+    assert again["hostname"] == first["hostname"] == "vcl-guest"
+    assert again["host_key"] != first["host_key"] and again["machine_id"] != first["machine_id"]
+
+
 # --- private networks (every driver that makes them) ---------------------------------------
 
 

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from placement import Allocation, Cluster, Host, HostState, PlacementEngine, Request, Resources
-from placement.preempt import Preemptible, disk_only, plan
+from placement.preempt import Preemptible, disk_only, nothing, plan
 
 R = Resources
 LOW, BATCH, HIGH = 1, 2, 3
@@ -94,3 +94,11 @@ def test_what_it_names_is_enough_and_never_overcommits(sizes, ranks, wanted):
     assert PlacementEngine(Cluster((after,))).place(ask(wanted)).ok  # it fits, without overcommitting
     freed = sum(c.resources.memory_mib for c in claims if c.id in names)
     assert 8192 - used + freed >= wanted
+
+
+def test_a_claim_that_yields_gives_back_its_disk_too_where_a_suspended_one_keeps_it():
+    full = host("h1", [claim("warm", 1024, disk=90)], disk=100)
+    warm = [Preemptible("warm", 0, "warm VM")]
+    assert plan(Cluster((full,)), ask(1024, disk=20), 1, warm) is None  # suspended, its disk stays
+    found = plan(Cluster((full,)), ask(1024, disk=20), 1, warm, shrink=nothing)
+    assert found.host == "h1" and found.what() == "1 warm VM"

@@ -316,6 +316,7 @@ def test_workers_schedule_the_expiry(db):
     assert schedule.func == "provisioning.tasks.expire_uploads" and schedule.minutes == 60
     assert tasks.expire_uploads() == {"expired": 0, "deleted_images": 0}
     periodic.stop_daemon("vm-clock")
+    periodic.stop_daemon("warm-pools")
 
 
 def test_the_check_job_finishes_only_its_uploaders_upload(api, alice, bob, jobs):

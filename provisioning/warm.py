@@ -1,0 +1,310 @@
+"""Warm pools for reservations: VMs of an image booted ahead, with no login, for the next
+reservations to take (the DRM article's VMs resumed instead of created).
+
+- An image with ``warm_max`` above 0 keeps ``warm_min`` to ``warm_max`` warm VMs. ``fill`` (each
+  worker's round every ``WARM_POOL_SECONDS``, and a once-a-minute Schedule: ``tasks``) requests
+  the missing ones up to the minimum, each claimed where it fits without making room, and
+  destroys those above the maximum. A warm VM is built by
+  ``vm.warm`` (``opcodes/warm.py``) from the production revision with no seed, so it holds no
+  one's login; booted and answering, it is snapshotted running, memory included (``warm``),
+  and stays running, owned by no one (``VM.warm`` "warm"). An image whose warm VM failed within
+  ``RETRY_AFTER`` is not filled again until then (a broken image must not build in a loop).
+- A warm VM's claim is open-ended and yields (``Allocation.yields``): it is made only where there
+  is room (nothing woken, suspended or evicted for it), and any other claim that needs its room
+  takes it (``evict``, the ``capacity.ON_YIELD`` hook: the claim is released and the VM destroyed
+  before the new claim's VM is built). So the pool never refuses a reservation that would have
+  fitted without it.
+- ``take``: a reservation of a pooled image that starts now, of the image's default size and
+  without GPUs, takes a warm VM (one on its claim's host first, else one elsewhere if the claim
+  fits on that host instead): the VM becomes the reservation's, on the reservation's claim, and
+  its ``vm.create`` (``{"warm": true}``) hands the login over in the running guest (``VM.warm``
+  "hit"). A reservation of a pooled image built cold is a "miss" (none warm to take, or the warm
+  start failed and the same VM was built cold instead).
+- After use a VM taken warm is reverted to its warm snapshot (memory and disk: nothing of its
+  user's is left, their login included) and goes back to the pool (``vm.rewarm``,
+  ``back_to_pool``) if the pool has room for it, else it is destroyed. Its next user gets a new
+  identity again when they take it: no two users share host keys or a machine-id.
+"""
+
+from dataclasses import replace
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Case, Count, F, IntegerField, Q, Sum, Value, When
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from capacity import preemption
+from capacity import services as capacity
+from core import changelog
+from core.changelog import Actor
+from drivers.base import vm_key
+from jobs import services as jobs
+from provisioning import services
+from provisioning.models import VM, Image, ImageRevision
+
+W = VM.Warm
+S = VM.State
+GONE = (S.DESTROYED, S.FAILED, S.LOST)
+RETRY_AFTER = timedelta(minutes=5)
+CANDIDATES = 5  # warm VMs tried before a reservation is built cold
+ACTOR = Actor(name="warm pools")
+
+
+def pooled_images():
+    """Active images that keep a warm pool."""
+    return Image.objects.filter(warm_max__gt=0, active=True, revert_on_end=False)
+
+
+def warm_vms(image):
+    """The image's warm VMs: built, or being built, for its pool and not taken yet."""
+    return VM.objects.filter(image=image, warm=W.WARM).exclude(state__in=GONE)
+
+
+def fill_round(*, actor=ACTOR):
+    """``fill`` every pooled image, and empty the pools of images that no longer keep one (its
+    sizes set to 0, deactivated); ``{image name: what was done}``."""
+    emptied = Image.objects.filter(vms__warm=W.WARM).exclude(vms__state__in=GONE).exclude(pk__in=pooled_images())
+    images = [*pooled_images(), *emptied.distinct()]
+    return {image.name: fill(image, actor=actor) for image in images}
+
+
+def fill(image, *, actor=ACTOR):
+    """Bring the image's pool to ``warm_min``..``warm_max`` warm VMs: destroy the stale ones (of
+    a revision no longer production, of another size than the image's default, or on a claim
+    that does not yield: no reservation would take them) and those above the maximum (the newest first: the likeliest
+    still building), request the missing ones where they fit without making room. Counted
+    under the image's row lock, so two rounds at once never build more than the minimum."""
+    with transaction.atomic():
+        image = Image.objects.select_for_update().get(pk=image.pk)
+        pooled = pooled_images().filter(pk=image.pk).exists()
+        low, high = (image.warm_min, image.warm_max) if pooled else (0, 0)
+        have = warm_vms(image).order_by("-pk")
+        fresh = Q(revision__isnull=True) | Q(revision__state=ImageRevision.State.PRODUCTION)
+        # (a claim that no longer yields: the VM was moved, by an evacuation say, on an ordinary one)
+        fresh &= Q(allocation__yields=True, allocation__released__isnull=True)
+        stale = list(have.exclude(fresh & Q(**services.size_for(image))).values_list("pk", flat=True))
+        for pk in stale:
+            _destroy(pk, f"{vm_key(pk)} is no longer what a reservation of {image.name} takes", actor=actor)
+        have = [pk for pk in have.values_list("pk", flat=True) if pk not in stale]
+        if len(have) > high:
+            extra = have[: len(have) - high]
+            for pk in extra:
+                _destroy(pk, f"{image.name}'s warm pool is above its maximum ({high})", actor=actor)
+            return {"destroyed": len(extra) + len(stale)}
+        missing = low - len(have)
+        if missing <= 0 or _failed_lately(image) or not image.variants.production().exists():
+            return {"destroyed": len(stale)} if stale else {"requested": 0}
+        made = 0
+        for _ in range(missing):
+            try:  # claimed here, with the row: each claim sees the ones before it
+                allocation = capacity.claim(demand(image), actor=actor)
+            except (capacity.NoCapacity, capacity.TryAgain):
+                break
+            _request(image, allocation, actor=actor)
+            made += 1
+        return {"requested": made, **({"destroyed": len(stale)} if stale else {})}
+
+
+def demand(image, **options):
+    """A warm VM's demand: the image's default size, from now on, a claim that yields."""
+    size = services.size_for(image)
+    return replace(
+        services.demand_for(image, size, start=timezone.now(), end=None, purpose="warm pool", **options), yields=True
+    )
+
+
+def _failed_lately(image):
+    """Did a warm VM of the image fail within ``RETRY_AFTER`` (for want of room aside)?"""
+    since = timezone.now() - RETRY_AFTER
+    failed = VM.objects.filter(image=image, warm=W.WARM, state=S.FAILED, updated__gt=since)
+    return failed.exclude(error__startswith="no capacity").exists()
+
+
+def _request(image, allocation, *, actor):
+    """A warm VM on its claim (``vm.warm`` builds it there, as a reservation's VM on its own)."""
+    vm = VM.objects.create(image=image, warm=W.WARM, adhoc=False, allocation=allocation, **services.size_for(image))
+    VM.objects.filter(pk=vm.pk).update(name=f"warm-{vm.pk}")
+    allocation.purpose = f"warm pool: vm {vm.pk}"
+    allocation.save(update_fields=["purpose"])
+    changelog.record(vm, "create", actor, reason=f"{image.name}'s warm pool")
+    return jobs.submit("vm.warm", {"vm": vm.pk}, actor=actor, reason=f"{vm.key}: {image.name}'s warm pool")
+
+
+def _destroy(vm_id, reason, *, actor):
+    """Out of the pool at once (no one takes it meanwhile), then destroyed by its job."""
+    VM.objects.filter(pk=vm_id, warm=W.WARM).update(warm="")
+    return jobs.submit("vm.destroy", {"vm": vm_id}, actor=actor, reason=reason)
+
+
+def evict(allocation_ids, *, actor, reason):
+    """``capacity.ON_YIELD``: the warm VMs holding these claims leave the pool, their claims are
+    released and their removal is queued, in the claiming transaction; the ids of those jobs.
+    ``preemption.Gone`` when one of them was taken meanwhile."""
+    job_ids = []
+    for allocation_id in allocation_ids:
+        vm = VM.objects.select_related("allocation").filter(allocation_id=allocation_id, warm=W.WARM).first()
+        if vm is None or not VM.objects.filter(pk=vm.pk, warm=W.WARM).update(warm=""):
+            raise preemption.Gone(f"the warm VM of claim {allocation_id} was taken")
+        capacity.release(vm.allocation, actor=actor, reason=f"{vm.key} evicted: {reason}"[:500])
+        # By the pool, not the claimer: no user may act on a VM that is not theirs.
+        job_ids.append(_destroy(vm.pk, f"{vm.key} evicted from the warm pool: {reason}"[:400], actor=ACTOR).pk)
+    return job_ids
+
+
+def takeable(image, size):
+    """The image's warm VMs a reservation of ``size`` may take now: running on their yielding
+    claim, of the production revision (new users get production); ``_candidates`` keeps those
+    with their warm snapshot (a VM just booted has it a moment later)."""
+    rows = VM.objects.filter(
+        image=image, warm=W.WARM, state=S.RUNNING, allocation__released__isnull=True, allocation__yields=True, **size
+    )
+    return rows.filter(Q(revision__isnull=True) | Q(revision__state=ImageRevision.State.PRODUCTION))
+
+
+def claim(image, size, demand, *, actor, owner=None):
+    """A reservation's claim made where a warm VM of ``image`` runs, in that VM's room (its
+    yielding claim released, the VM out of the pool), for a reservation starting now: the claim
+    carries the VM as ``warm_vm`` for ``take`` (in the same transaction). None when no warm VM
+    of that size is free or the demand fits on none of their hosts (then it is claimed as any
+    other, and may evict warm VMs like any other)."""
+    if not image.warm_max or demand.extras or demand.gpus_any:
+        return None
+    for vm in _candidates(image, size):
+        try:
+            with transaction.atomic():
+                _out_of_pool(vm, f"{demand.purpose}: taken warm", actor=actor)
+                allocation = capacity.claim_on_host(vm.host, demand, actor=actor, owner=owner)
+        except (_Lost, capacity.NoCapacity):  # rolled back: it stays in the pool
+            continue
+        allocation.warm_vm = vm
+        return allocation
+    return None
+
+
+def take(reservation, size, *, actor):
+    """The warm VM for ``reservation`` (in the caller's transaction, which writes the
+    reservation): ``(vm, allocation)`` — the VM, now the reservation's, ``starting`` on
+    ``allocation`` — or None (none to take). The one its claim was made for (``claim``), else
+    one on its claim's host, else one elsewhere whose host the claim moves to."""
+    vm = getattr(reservation.allocation, "warm_vm", None)
+    if vm is not None:
+        return _hand_to(vm, reservation, reservation.allocation, actor=actor)
+    image = reservation.image
+    if not image.warm_max or reservation.gpus:
+        return None
+    here = reservation.allocation.host_id
+    for vm in _candidates(image, size, near=here):
+        try:
+            with transaction.atomic():
+                why = f"reservation {reservation.pk}: taken warm"
+                _out_of_pool(vm, why, actor=actor)
+                allocation = reservation.allocation
+                if vm.host_id != here:  # the claim goes where the warm VM runs
+                    start = max(reservation.start, timezone.now())
+                    end, purpose = reservation.end, allocation.purpose
+                    need = services.demand_for(image, size, start=start, end=end, purpose=purpose)
+                    capacity.release(allocation, actor=actor, reason=f"moved to {vm.host.name}: {why}")
+                    allocation = capacity.claim_on_host(vm.host, need, actor=actor, owner=reservation.user)
+                return _hand_to(vm, reservation, allocation, actor=actor)
+        except (_Lost, capacity.NoCapacity):
+            continue
+    return None
+
+
+class _Lost(Exception):
+    """The warm VM was taken first: rolled back."""
+
+
+def _candidates(image, size, near=None):
+    """Warm VMs to try, those on host ``near`` first."""
+    rows = takeable(image, size).select_related("allocation", "host").order_by("pk")
+    if near is not None:
+        first = Case(When(host_id=near, then=Value(0)), default=Value(1), output_field=IntegerField())
+        rows = rows.annotate(near=first).order_by("near", "pk")
+    return [vm for vm in rows[:CANDIDATES] if services.has_warm_snapshot(vm)]
+
+
+def _out_of_pool(vm, why, *, actor):
+    """Out of the pool (a conditional UPDATE: one taker wins), its yielding claim released."""
+    taken = VM.objects.filter(pk=vm.pk, warm=W.WARM, allocation_id=vm.allocation_id)
+    if not taken.update(warm=W.HIT, warm_takes=F("warm_takes") + 1):
+        raise _Lost
+    capacity.release(vm.allocation, actor=actor, reason=f"{vm.key}: {why}"[:500])
+
+
+def _hand_to(vm, reservation, allocation, *, actor):
+    services.set_state(
+        vm.pk,
+        S.STARTING,
+        f"reservation {reservation.pk}: taken warm from the {reservation.image.name} pool",
+        allocation=allocation,
+        owner=reservation.user,
+        end=reservation.end,
+        name=f"res-{reservation.pk}",
+        actor=actor,
+    )
+    vm.refresh_from_db()
+    return vm, allocation
+
+
+def back_to_pool(vm_id, *, actor):
+    """After its reservation, a VM taken warm (reverted to its warm snapshot already) back in its
+    image's pool, on a yielding claim on its host in place of the reservation's; False (nothing
+    changed) when it may not be: the pool full or gone, its revision no longer production, or
+    no room for it there. Counted under the image's row lock, as ``fill`` counts."""
+    with transaction.atomic():
+        vm = VM.objects.select_related("allocation", "host", "revision").get(pk=vm_id)
+        image = Image.objects.select_for_update().get(pk=vm.image_id)
+        production = vm.revision is None or vm.revision.state == ImageRevision.State.PRODUCTION
+        if not image.warm_max or image.revert_on_end or not image.active or not production:
+            return False
+        if warm_vms(image).count() >= image.warm_max or vm.warm != W.HIT:
+            return False
+        try:
+            with transaction.atomic():
+                if vm.allocation is not None:
+                    capacity.release(vm.allocation, actor=actor, reason=f"{vm.key}: back to the warm pool")
+                allocation = capacity.claim_on_host(vm.host, demand(image), actor=actor)
+        except capacity.NoCapacity:
+            return False
+        allocation.purpose = f"warm pool: vm {vm.pk}"
+        allocation.save(update_fields=["purpose"])
+        services.set_state(
+            vm_id,
+            S.RUNNING,
+            f"reverted to its warm snapshot, back in the {image.name} pool",
+            allocation=allocation,
+            owner=None,
+            end=None,
+            name=f"warm-{vm.pk}",
+            warm=W.WARM,
+            actor=actor,
+        )
+    return True
+
+
+def mark_miss(vm_id):
+    """A reservation's VM of a pooled image built cold."""
+    VM.objects.filter(pk=vm_id).update(warm=W.MISS)
+
+
+def counts():
+    """Per pooled image (and any image with warm VMs' history): ``{name: {"ready", "building",
+    "in_use", "hits", "misses"}}`` read from the VMs (the same on every process and machine)."""
+    live = Q(state__in=VM.LIVE)
+    rows = (
+        VM.objects.exclude(warm="")
+        .values("image__name")
+        .annotate(
+            ready=Count("pk", filter=Q(warm=W.WARM, state=S.RUNNING)),
+            building=Count("pk", filter=Q(warm=W.WARM, state__in=(S.REQUESTED, S.STAGING, S.DEFINING, S.STARTING))),
+            in_use=Count("pk", filter=Q(warm=W.HIT) & live),
+            hits=Coalesce(Sum("warm_takes"), 0),
+            misses=Count("pk", filter=Q(warm=W.MISS)),
+        )
+    )
+    found = {row.pop("image__name"): row for row in rows}
+    for name in pooled_images().values_list("name", flat=True):
+        found.setdefault(name, {"ready": 0, "building": 0, "in_use": 0, "hits": 0, "misses": 0})
+    return found
