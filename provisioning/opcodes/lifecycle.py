@@ -43,6 +43,9 @@ RETRY_STEPS = ("claim", "define", "clean", "start", "address")  # a failure here
 # reservation turns ready): ``hook(vm, job_id, actor=)`` in the transaction that makes the VM
 # ready and ends the job, which holds the queue lock; rolled back with it if the lease was lost.
 ON_BUILT: Hook[Callable[..., None]] = Hook("provisioning.opcodes.lifecycle.ON_BUILT")
+# The warm path of a vm.create (``opcodes.warm.start``, which builds on this module, registers
+# itself): ``start(job, vm)`` → the job's result, or None when it fell back to the cold build.
+WARM_START: Hook[Callable[..., dict | None]] = Hook("provisioning.opcodes.lifecycle.WARM_START", single=True)
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +64,9 @@ def vm_create(job):
     """
     vm = authorised_vm(job, building=True)
     vm_id = vm.pk
-    if job.params.get("warm") and "cold" not in job._done and vm.state == S.STARTING:
-        from provisioning.opcodes import warm  # (it builds on this module)
-
-        done = warm.start(job, vm)
+    warm_start = WARM_START.one()
+    if job.params.get("warm") and "cold" not in job._done and vm.state == S.STARTING and warm_start:
+        done = warm_start(job, vm)
         if done is not None:
             return done
         vm = authorised_vm(job, building=True)

@@ -73,6 +73,9 @@ def start(job, vm):
         return None
 
 
+lifecycle.WARM_START.register(start)
+
+
 def resume(vm_id):
     """The taken VM running, its guest agent answering (where the driver reaches one)."""
     vm = load_vm(vm_id)
