@@ -118,14 +118,19 @@ def free_port():
         return s.getsockname()[1]
 
 
-def domain_xml(name, disk, seed, port, console_log, image=None, boot="disk", memory_mib=256):
+def domain_xml(name, disk, seed, port, console_log, image=None, boot="disk", memory_mib=256, networks=()):
     """A guest of the test image: ``boot='disk'`` (SYSLINUX from the qcow2) or ``'kernel'``
-    (direct boot of the uncompressed kernel + initramfs staged beside it, ``image['kernel_files']``)."""
+    (direct boot of the uncompressed kernel + initramfs staged beside it, ``image['kernel_files']``).
+    ``networks``: ``(libvirt network, MAC)`` pairs, one more virtio NIC on each."""
     if boot == "kernel":
         kernel, initrd = image["kernel_files"]
         os_boot = f"<kernel>{kernel}</kernel><initrd>{initrd}</initrd><cmdline>{image['cmdline']}</cmdline>"
     else:
         os_boot = "<boot dev='hd'/>"
+    nics = "".join(
+        f"<interface type='network'><source network='{net}'/><mac address='{mac}'/><model type='virtio'/></interface>"
+        for net, mac in networks
+    )
     return f"""<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
   <name>{name}</name>
   <memory unit='MiB'>{memory_mib}</memory>
@@ -144,7 +149,7 @@ def domain_xml(name, disk, seed, port, console_log, image=None, boot="disk", mem
     </disk>
     <channel type='unix'><target type='virtio' name='org.qemu.guest_agent.0'/></channel>
     <serial type='pty'><log file='{console_log}' append='off'/><target port='0'/></serial>
-    <memballoon model='none'/>
+    <memballoon model='none'/>{nics}
   </devices>
   <qemu:commandline>
     <qemu:arg value='-netdev'/>
@@ -202,9 +207,10 @@ class Guest:
         raise RealVMError(f"{self.name}: no SSH banner on 127.0.0.1:{self.port} after {timeout}s{self.tail()}")
 
 
-def start_guest(pool, name, seed_iso, boot="disk", attempts=3):
-    """Define and start a guest of the pool's image with ``seed_iso`` as its CD-ROM. The caller
-    removes it with ``remove_guest`` (also when this raises: it cleans up what it made)."""
+def start_guest(pool, name, seed_iso, boot="disk", attempts=3, networks=()):
+    """Define and start a guest of the pool's image with ``seed_iso`` as its CD-ROM (and a NIC
+    on each of ``networks``, see ``domain_xml``). The caller removes it with ``remove_guest``
+    (also when this raises: it cleans up what it made)."""
     import libvirt
 
     disk = pool.overlay(f"{name}.qcow2")
@@ -216,7 +222,9 @@ def start_guest(pool, name, seed_iso, boot="disk", attempts=3):
     try:
         for attempt in range(attempts):
             guest.port = free_port()
-            xml = domain_xml(name, disk.path(), seed.path(), guest.port, guest.console_log, image, boot)
+            xml = domain_xml(
+                name, disk.path(), seed.path(), guest.port, guest.console_log, image, boot, networks=networks
+            )
             guest.dom = pool.conn.defineXML(xml)
             guest.started = time.monotonic()
             try:
@@ -280,20 +288,32 @@ def booted_guest(pool, name, seed_iso, boot="disk"):
 # --- private networks: a range no interface of this machine uses ----------------------------
 
 
+def remove_network(conn, key):
+    """Stop and undefine the libvirt network ``key`` (nothing when it is gone already)."""
+    import libvirt
+
+    with contextlib.suppress(libvirt.libvirtError):
+        net = conn.networkLookupByName(key)
+        if net.isActive():
+            net.destroy()
+        net.undefine()
+
+
 def ip_json(*args):
     """``ip -j ARGS`` parsed ([] when it fails or says nothing)."""
     done = subprocess.run(["ip", "-j", *args], capture_output=True, text=True, timeout=30, check=False)
     return json.loads(done.stdout) if done.returncode == 0 and done.stdout.strip() else []
 
 
-def unused_range():
-    """A /29 of 192.168.250.0/24 that no interface here has an address in, tried from one
-    that depends on this process (xdist workers asking at once start at different ones)."""
+def unused_range(avoid=()):
+    """A /29 of 192.168.250.0/24 that no interface here has an address in (nor overlaps a
+    range of ``avoid``), tried from one that depends on this process (xdist workers asking at
+    once start at different ones)."""
     used = [
         ipaddress.ip_interface(f"{a['local']}/{a['prefixlen']}").network
         for link in ip_json("addr")
         for a in link.get("addr_info", [])
-    ]
+    ] + [ipaddress.ip_network(cidr) for cidr in avoid]
     candidates = list(ipaddress.IPv4Network("192.168.250.0/24").subnets(new_prefix=29))
     first = os.getpid() % len(candidates)
     for candidate in candidates[first:] + candidates[:first]:

@@ -518,7 +518,13 @@ class LibvirtDriver(base.Driver):
         if mine.get("fingerprint") != spec.fingerprint():
             raise base.network_conflict(spec.key, self.host_name)
         if not net.isActive():
-            self._call(f"start network {spec.key}", net.create)
+            try:
+                self._call(f"start network {spec.key}", net.create)
+            except Conflict:
+                # The members of an environment are built at once: another one's build may
+                # start the network between these calls, which is what was asked.
+                if not self._call(f"state of network {spec.key}", net.isActive):
+                    raise
         self._call(f"autostart network {spec.key}", net.setAutostart, 1)  # back after the host reboots
         return self._network_info(net)
 

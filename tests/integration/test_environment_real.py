@@ -11,12 +11,10 @@ uses. The one address outside the environment a guest is asked to reach is 192.0
 request on the isolated bridge.
 """
 
-import contextlib
 import ipaddress
 import time
 from datetime import timedelta
 
-import libvirt
 import pytest
 
 from capacity.models import Allocation
@@ -62,15 +60,7 @@ def env_worker(transactional_db, tmp_path, kvm_host, libvirt_conn):
         child.stop()
         realvm.remove_domains_on(libvirt_conn, [pool.path])
         for key in {n.key for n in PrivateNetwork.objects.all()}:
-            remove_network(libvirt_conn, key)
-
-
-def remove_network(conn, key):
-    with contextlib.suppress(libvirt.libvirtError):
-        net = conn.networkLookupByName(key)
-        if net.isActive():
-            net.destroy()
-        net.undefine()
+            realvm.remove_network(libvirt_conn, key)
 
 
 def machines(head):
