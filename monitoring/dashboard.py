@@ -6,6 +6,7 @@ for 10 hosts or 10,000. "Allocated now" counts allocations not released with
 ``start <= now < end`` (open-ended: no end); usable capacity is the placement core's
 ``(total − reserved) × overcommit``, computed by the same loader placement uses. Offline hosts
 count nothing (as in placement): they appear in the heat map, not in the utilisation sums.
+Warm pools are counted by ``provisioning.warm.counts``, the function /metrics reads them with.
 """
 
 from collections import defaultdict
@@ -19,6 +20,7 @@ from capacity import loaders
 from inventory.models import BladeCenter, Hypervisor
 from jobs.models import Job
 from jobs.services import queue_state
+from provisioning import warm
 from reservations.models import Reservation
 
 RESOURCES = ("vcpus", "memory_mib", "disk_gib")
@@ -210,6 +212,12 @@ def job_queue(now, latest=LATEST_JOBS):
     }
 
 
+def warm_pools():
+    """Each pooled image's pool (and any image whose VMs were pooled once): its sizes and the
+    numbers /metrics shows, by image name (2 queries)."""
+    return [{"image": name, **row} for name, row in sorted(warm.counts().items())]
+
+
 def gather(now=None):
     """Every panel at ``now``, within ``QUERY_BUDGET`` queries."""
     now = now or timezone.now()
@@ -220,4 +228,5 @@ def gather(now=None):
         "heatmap": heatmap(host_uses),
         "timeline": timeline(now),
         "jobs": job_queue(now),
+        "warm_pools": warm_pools(),
     }

@@ -4,7 +4,7 @@
 (function () {
   const REFRESH_MS = 1000;
   // Event kinds that change a panel; job.log and job.progress don't.
-  const PREFIXES = ["allocation.", "reservation.", "vm.", "hypervisor.", "bladecenter.", "nodegroup.", "queue."];
+  const PREFIXES = ["allocation.", "reservation.", "vm.", "hypervisor.", "bladecenter.", "nodegroup.", "queue.", "image."];
   const KINDS = new Set(["job.status"]);
   const SERIES = [
     ["running", "ready / ending", "#16a34a"],
@@ -128,11 +128,23 @@
       el("td", {}, new Date(j.received).toLocaleTimeString([], { timeZone })))));
   }
 
+  // Rows as home.html renders them on load; the empty-state line when no image pools.
+  const POOL_COLUMNS = ["ready", "building", "in_use", "hits", "misses"];
+  function renderWarmPools(pools) {
+    root.querySelector("#dash-warm").hidden = !pools.length;
+    root.querySelector("#dash-warm-empty").hidden = Boolean(pools.length);
+    root.querySelector("#dash-warm tbody").replaceChildren(...pools.map((p) => el("tr", { "data-image": p.image },
+      el("th", { scope: "row" }, p.image),
+      el("td", { class: "num" }, `${p.min} / ${p.max}`),
+      ...POOL_COLUMNS.map((key) => el("td", { class: "num" }, String(p[key]))))));
+  }
+
   function render(data) {
     renderUtilisation(data.utilisation);
     renderHeatmap(data.heatmap);
     renderTimeline(data.timeline);
     renderJobs(data.jobs);
+    renderWarmPools(data.warm_pools);
     root.querySelector("#dash-updated").textContent = new Date(data.generated).toLocaleTimeString([], { timeZone });
     root.dataset.refreshes = String(refreshes); // for tests: how many refetches were rendered
   }

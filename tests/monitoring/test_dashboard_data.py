@@ -1,5 +1,6 @@
 """The admin dashboard's numbers on a small inventory, who may read them, and their query budget."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -13,8 +14,13 @@ from capacity.models import Allocation
 from inventory import services as inventory
 from jobs.models import Job
 from monitoring import dashboard
+from provisioning import services as vms
+from provisioning import warm
+from reservations import services as reservations
 from reservations.models import Reservation
 from tests.conftest import TEST
+from tests.images import sim_image
+from tests.monitoring.helpers import samples, value
 from tests.reservations import conftest as reservation_fixtures
 
 # A simulated image, as the reservations tests have it.
@@ -135,7 +141,7 @@ def test_staff_get_the_numbers(client, admin_user, inventory_):
     response = client.get(URL)
     assert response.status_code == 200 and response["Cache-Control"] == "no-store"
     data = response.json()
-    assert set(data) == {"generated", "utilisation", "heatmap", "timeline", "jobs"}
+    assert set(data) == {"generated", "utilisation", "heatmap", "timeline", "jobs", "warm_pools"}
     assert data["utilisation"]["overall"]["vcpus"]["used"] == 18
     page = client.get(reverse("home"))
     assert b'id="dashboard-data"' in page.content and b"js/dashboard.js" in page.content
@@ -147,6 +153,7 @@ def test_it_refuses_the_numbers_to_a_non_staff_user(client, alice, inventory_):
     page = client.get(reverse("home"))
     assert page.status_code == 200 and b"dashboard-data" not in page.content and b'id="activity"' in page.content
     assert b"bc1-s01" not in page.content
+    assert b"Warm pools" not in page.content and b'id="dash-warm' not in page.content
 
 
 def test_it_sends_a_stranger_to_the_login(client, db):
@@ -181,8 +188,70 @@ def test_the_numbers_take_a_fixed_number_of_queries(admin_user, client, chassis,
             disk_gib=5,
         )
         Job.objects.create(opcode="test.noop", status="running")
+    for name in ("pooled-1", "pooled-2"):
+        vms.update_image(sim_image(name, os="Debian 12"), actor=TEST, warm_min=1, warm_max=2)
     many = count()
     assert few == many <= dashboard.QUERY_BUDGET
     with CaptureQueriesContext(connection) as queries:
         assert client.get(URL).status_code == 200
     assert len(queries) <= dashboard.QUERY_BUDGET + 3  # + session and user
+
+
+# --- warm pools ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pools(sim_host, image, alice, bob, sync_jobs):
+    """debian-12 keeps 1 to 3 warm VMs: alice took the first (a hit, in use), bob found none (a miss),
+    the round made a new one (ready); then the minimum rose to 2, the next one still building.
+    A second image keeps no pool."""
+    vms.update_image(image, actor=TEST, warm_min=1, warm_max=3)
+    warm.fill(image)
+    sync_jobs.drain()
+    for user in (alice, bob):
+        reservations.reserve(user, image, actor=user, duration=2 * H)
+    sync_jobs.drain()
+    warm.fill(image)
+    sync_jobs.drain()
+    vms.update_image(image, actor=TEST, warm_min=2)
+    warm.fill(image)  # its build not run: building
+    sim_image("plain", os="Debian 12", min_memory_mib=256)
+    return image
+
+
+def cells(html, image_name):
+    row = re.search(rf'<tr data-image="{image_name}">(.*?)</tr>', html, re.S)
+    return row and re.findall(r"<t[hd][^>]*>([^<]*)</t[hd]>", row.group(1))
+
+
+def test_the_warm_pools_panel_shows_each_pool_as_metrics_count_it(client, admin_user, pools, settings):
+    row = {"image": "debian-12", "min": 2, "max": 3, "ready": 1, "building": 1, "in_use": 1, "hits": 1, "misses": 1}
+    assert dashboard.warm_pools() == [row]
+    settings.METRICS_TOKEN = "metrics-token-for-the-test-0123456789"  # noqa: S105 (a test token)
+    scraped = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {settings.METRICS_TOKEN}").content.decode()
+    found = samples(scraped)
+    assert value(found, "vclmgr_warm_vms", image="debian-12", state="building") == row["building"]
+    assert value(found, "vclmgr_warm_in_use", image="debian-12") == row["in_use"]
+    assert value(found, "vclmgr_warm_misses_total", image="debian-12") == row["misses"]
+    client.force_login(admin_user)
+    assert client.get(URL).json()["warm_pools"] == dashboard.warm_pools()
+    html = client.get(reverse("home")).content.decode()
+    assert cells(html, "debian-12") == ["debian-12", "2 / 3", "1", "1", "1", "1", "1"]
+    assert cells(html, "plain") is None
+    assert '<table id="dash-warm">' in html and '<p id="dash-warm-empty" class="muted" hidden>' in html
+
+
+def test_the_warm_pools_panel_says_when_no_image_pools(client, admin_user, image):
+    assert dashboard.warm_pools() == []
+    client.force_login(admin_user)
+    assert client.get(URL).json()["warm_pools"] == []
+    html = client.get(reverse("home")).content.decode()
+    assert '<table id="dash-warm" hidden>' in html
+    assert '<p id="dash-warm-empty" class="muted">No image keeps a warm pool' in html
+
+
+def test_it_shows_no_pool_to_a_non_staff_user(client, alice, pools):
+    client.force_login(alice)
+    assert client.get(URL).status_code == 403
+    page = client.get(reverse("home"))
+    assert page.status_code == 200 and b"Warm pools" not in page.content and b"dash-warm" not in page.content
