@@ -14,6 +14,7 @@ from accounts import access, preferences
 from core import changelog, localtime
 from core.changelog import Actor
 from core.errors import Conflict
+from environments import services as environment_services
 from provisioning import quotas
 from provisioning import services as vms
 from provisioning.models import VM
@@ -75,10 +76,13 @@ def create_block(
     if created_by is not None and not teaching_groups(created_by).filter(pk=group.pk).exists():
         log.warning("block for group %s refused to %s: not one of their groups", group.name, created_by)
         raise PermissionDenied(f"you may only make blocks for your own groups, not {group.name}")
-    if created_by is not None and approvals.needs_approval(created_by, image):
+    gated = _gated(created_by, image, environment) if created_by is not None else []
+    if gated:
         # A block claims seats at once: it would pass around the approval a reservation waits for.
-        refusal = f"{image.name} needs an approver's approval: an administrator makes its blocks"
-        raise ValidationError({"image": [refusal]})
+        names = ", ".join(i.name for i in gated)
+        verb = "need" if len(gated) > 1 else "needs"
+        refusal = f"{names} {verb} an approver's approval: an administrator makes its blocks"
+        raise ValidationError({"environment" if environment is not None else "image": [refusal]})
     members = list(group.user_set.filter(is_active=True).order_by("username")) if isinstance(group, Group) else []
     with transaction.atomic():
         block = BlockAllocation.objects.create(
@@ -109,6 +113,14 @@ def create_block(
         for seat_id in block.seat_reservations.filter(occurrence=0).values_list("pk", flat=True):
             reserving.provision(seat_id, "pre-provisioning a class seat", actor=actor)
     return block
+
+
+def _gated(user, image, environment):
+    """The images of a seat (``image``, or every machine's of ``environment``) that wait for
+    an approver when ``user`` asks for them."""
+    if environment is None:
+        return [image] if approvals.needs_approval(user, image) else []
+    return environments.gated_images(user, environment_services.expand(environment))
 
 
 def _claim_seat(user, block, start, end, occurrence, *, actor):

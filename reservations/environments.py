@@ -81,7 +81,7 @@ def ask(user, template, *, actor, start=None, end=None, duration=None, ssh_key="
     would be (the template, every machine, the quotas) before anyone is asked; capacity is
     claimed, and checked, when it is approved."""
     machines = environment_services.expand(template)
-    gated = _gated(user, machines)
+    gated = gated_images(user, machines)
     if not gated:
         asked = {"start": start, "end": end, "duration": duration, "ssh_key": ssh_key, "request_key": request_key}
         return reserve(user, template, actor=actor, now=now, **asked)
@@ -130,8 +130,9 @@ def proceed(request, *, actor):
     return head.pk
 
 
-def _gated(user, machines):
-    """The images of ``machines`` whose reservation by ``user`` waits for an approver, once each."""
+def gated_images(user, machines):
+    """The images of ``machines`` whose reservation by ``user`` waits for an approver, once each
+    (a class's or a block's seat of an environment asks the same of every machine)."""
     gated = {}
     for machine in machines:
         if approvals.needs_approval(user, machine.image):
