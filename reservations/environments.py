@@ -272,8 +272,9 @@ def check_seat_caps(machines, start, end):
 
 def check_extension(head, new_end):
     """An environment's new end under its quotas and budgets, counted once for all its machines
-    (its own holdings aside); ``ValidationError``."""
-    machines = environment_services.expand(head.environment)
+    (its own holdings aside): the machines it holds, whatever its template became since;
+    ``ValidationError``."""
+    machines = reserved_machines(head)
     try:
         _check_quotas(head.user, machines, head.start, new_end, exclude=("environment", head.pk))
     except reserving.QuotaRefused as exc:
@@ -286,6 +287,25 @@ def check_extension(head, new_end):
 def machines_of(head):
     """Every machine's reservation of the environment ``head`` is the head of, the head first."""
     return [head, *Reservation.objects.filter(head=head).select_related("vm", "image").order_by("pk")]
+
+
+def reserved_machines(head):
+    """The machines the environment ``head`` holds (``machines_of``), as ``expand`` gives a
+    template's: what its quotas count once it is reserved."""
+    return [
+        environment_services.Machine(
+            hostname=row.hostname,
+            member=row.hostname,
+            image=row.image,
+            revision=row.revision,
+            vcpus=row.vcpus,
+            memory_mib=row.memory_mib,
+            disk_gib=row.disk_gib,
+            networks=(),
+            entry=row.head_id is None,
+        )
+        for row in machines_of(head)
+    ]
 
 
 def all_ready(head):
