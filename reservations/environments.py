@@ -113,10 +113,12 @@ def ask(user, template, *, actor, start=None, end=None, duration=None, ssh_key="
 
 def proceed(request, *, actor):
     """``approvals.PROCEED`` for an environment: reserve it as asked, now (the requester's
-    quotas, the capacity then, every machine placed and built as one). Returns the head's id."""
+    quotas, the capacity then, every machine placed and built as one), refused if its template
+    gained an image that requires approval since it was asked for. Returns the head's id."""
     template = EnvironmentTemplate.objects.filter(pk=request.payload["environment"]).first()
     if template is None:
         raise ValidationError({"environment": ["the environment no longer exists"]})
+    _check_still_approved(request, template)
     start, duration = approvals.asked_window(request.payload)
     head = reserve(
         request.requester,
@@ -128,6 +130,16 @@ def proceed(request, *, actor):
         approved=True,
     )
     return head.pk
+
+
+def _check_still_approved(request, template):
+    """Refuse (ValidationError) an approval that did not cover the template as it is now: one
+    of its images that requires approval was not in it when it was asked for."""
+    gated = gated_images(request.requester, environment_services.expand(template))
+    new = sorted(image.name for image in gated if image.name not in request.payload.get("images", ()))
+    if new:
+        words = f"environment {template.name} has machines of {', '.join(new)} since it was asked for"
+        raise ValidationError({"environment": [f"{words}, which the approval did not cover: ask again"]})
 
 
 def gated_images(user, machines):
