@@ -287,6 +287,14 @@ def expand(template):
     return machines
 
 
+def counted(machines):
+    """``machines`` as plain data (hostname, image id, revision id, size), to tell later whether
+    a template still stands for the machines counted when something was asked of it."""
+    return [
+        [m.hostname, m.image.pk, getattr(m.revision, "pk", None), m.vcpus, m.memory_mib, m.disk_gib] for m in machines
+    ]
+
+
 def hidden_images(user, machines):
     """The ids of ``machines``' images ``user`` may not see: a template shared with them does
     not show them (pages and CLI leave their names out)."""
