@@ -46,11 +46,12 @@ def teaching_groups(user):
 
 
 def create_block(
-    *, actor, name, image, group, seats, start, end, weeks=1, created_by=None, now=None, time_zone=None,
+    *, actor, name, image=None, group, seats, start, end, weeks=1, created_by=None, now=None, time_zone=None,
     environment=None,
 ):  # fmt: skip
     """Reserve ``seats`` of ``image`` for ``group`` each week; all occurrences claimed at once or none.
-    ``environment``: each seat is that template's machines (``image``: its entry machine's).
+    ``environment``: each seat is that template's machines (``image``: its entry machine's, or
+    None), one ``created_by`` may reserve (``reservations.environments``' rule).
 
     The weeks repeat at the same local hour in ``time_zone`` (default: the zone of ``created_by``,
     else the active one), so a class at 14:00 stays at 14:00 across a change of daylight saving
@@ -59,15 +60,8 @@ def create_block(
     if time_zone is None:
         time_zone = preferences.zone_of(created_by) if created_by is not None else timezone.get_current_timezone()
     now = now or timezone.now()
-    errors = {}
-    if not name.strip():
-        errors["name"] = ["give the block a name"]
-    if not isinstance(group, Group):
-        errors["group"] = ["no such group"]
-    if not (1 <= int(seats) <= 1000):
-        errors["seats"] = ["between 1 and 1000 seats"]
-    if not (1 <= int(weeks) <= 52):
-        errors["weeks"] = ["between 1 and 52 weeks"]
+    image = _seat_image(created_by, image, environment)
+    errors = _field_errors(name, group, seats, weeks)
     errors.update({k: v for k, v in reserving.validate(None, image, start, end, now).items() if k not in errors})
     if environment is not None and image != environments.entry_image(environment):
         errors["image"] = [f"a seat of {environment.name} is its entry machine's image, not {image.name}"]
@@ -113,6 +107,31 @@ def create_block(
         for seat_id in block.seat_reservations.filter(occurrence=0).values_list("pk", flat=True):
             reserving.provision(seat_id, "pre-provisioning a class seat", actor=actor)
     return block
+
+
+def _seat_image(created_by, image, environment):
+    """A seat's image: ``image``, or ``environment``'s entry machine's (a template that
+    ``created_by`` may reserve)."""
+    if environment is not None:
+        if created_by is not None:
+            environments.check_template(created_by, environment)
+        image = image or environments.entry_image(environment)
+    if image is None:
+        raise ValidationError({"image": ["give an image or an environment"]})
+    return image
+
+
+def _field_errors(name, group, seats, weeks):
+    errors = {}
+    if not name.strip():
+        errors["name"] = ["give the block a name"]
+    if not isinstance(group, Group):
+        errors["group"] = ["no such group"]
+    if not (1 <= int(seats) <= 1000):
+        errors["seats"] = ["between 1 and 1000 seats"]
+    if not (1 <= int(weeks) <= 52):
+        errors["weeks"] = ["between 1 and 52 weeks"]
+    return errors
 
 
 def _gated(user, image, environment):

@@ -54,7 +54,7 @@ def reserve(
     existing = reserving.made_already(user, request_key)
     if existing is not None:
         return existing
-    _check_template(user, template)
+    check_template(user, template)
     start, end = reserving.window(start, end, duration, now)
     machines = environment_services.expand(template)
     _check_machines(user, machines, start, end, now, approved=approved)
@@ -86,7 +86,7 @@ def ask(user, template, *, actor, start=None, end=None, duration=None, ssh_key="
         asked = {"start": start, "end": end, "duration": duration, "ssh_key": ssh_key, "request_key": request_key}
         return reserve(user, template, actor=actor, now=now, **asked)
     now = now or timezone.now()
-    _check_template(user, template)
+    check_template(user, template)
     first, last = reserving.window(start, end, duration, now)
     _check_machines(user, machines, first, last, now, approved=True)
     try:
@@ -152,7 +152,9 @@ def gated_images(user, machines):
     return list(gated.values())
 
 
-def _check_template(user, template):
+def check_template(user, template):
+    """Refuse (ValidationError) a template ``user`` may not reserve: one not theirs to see, or
+    switched off."""
     if not environment_services.visible_templates(user).filter(pk=template.pk).exists():
         raise ValidationError({"environment": ["no such environment, or you may not use it"]})
     if not template.active:

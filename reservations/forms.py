@@ -11,6 +11,7 @@ from datetime import timedelta
 from django import forms
 from django.utils import timezone
 
+from environments.services import visible_templates
 from provisioning import quotas
 from provisioning import services as vms
 from reservations import services
@@ -144,7 +145,10 @@ class ExtendForm(forms.Form):
 
 class BlockForm(forms.Form):
     name = forms.CharField(max_length=100)
-    image = forms.ModelChoiceField(queryset=None)
+    image = forms.ModelChoiceField(queryset=None, required=False, help_text="Blank with an environment: its entry's.")
+    environment = forms.ModelChoiceField(
+        queryset=None, required=False, help_text="Each seat is every machine of this environment template."
+    )
     group = forms.ModelChoiceField(queryset=None, help_text="The class: its members get the seats.")
     seats = forms.IntegerField(min_value=1, max_value=1000)
     start = forms.DateTimeField(widget=DATETIME_INPUT, help_text="Of the first occurrence.")
@@ -154,8 +158,15 @@ class BlockForm(forms.Form):
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["image"].queryset = vms.visible_images(user).order_by("name")
+        self.fields["environment"].queryset = visible_templates(user).filter(active=True).order_by("name")
         zone = timezone.get_current_timezone_name()
         self.fields["start"].help_text = f"Of the first occurrence; the weeks keep its local hour. Time zone {zone}"
         self.fields["end"].help_text = f"Of the first occurrence. Time zone {zone}."
         groups = services.teaching_groups(user)
         self.fields["group"].queryset = groups.order_by("name")
+
+    def clean(self):
+        data = super().clean()
+        if data.get("image") is None and data.get("environment") is None and "image" not in self.errors:
+            self.add_error("image", "give an image or an environment")
+        return data
