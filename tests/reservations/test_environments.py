@@ -119,6 +119,22 @@ def test_no_room_for_every_machine_refuses_it_whole_and_writes_nothing(make_host
     assert Refusal.objects.filter(user=alice).count() == 1
 
 
+def test_a_refusal_names_the_earliest_start_for_every_machine_once(make_host, lab, alice, bob):
+    make_host("big", cpus=4, memory_mib=2048)  # room for one lab (2048 MiB) at a time
+    lab.visibility = "public"
+    lab.save(update_fields=["visibility"])
+    first = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    ends = {a.end for a in Allocation.objects.filter(released__isnull=True)}
+    assert len(ends) == 1
+    with pytest.raises(ValidationError) as refused:
+        services.reserve_environment(bob, lab, actor=bob, duration=H)
+    [words] = refused.value.message_dict["start"]
+    earliest = f"{timezone.localtime(ends.pop()):%Y-%m-%d %H:%M %Z}"
+    assert words.endswith(f"; the earliest start that fits every machine is {earliest}"), words
+    assert "earliest" not in words.removesuffix(f"; the earliest start that fits every machine is {earliest}")
+    assert Reservation.objects.count() == len(machines(first))
+
+
 def test_quotas_count_an_environment_once_and_its_machines_sizes_all(make_host, lab, alice):
     make_host("big", cpus=16, memory_mib=16384)
     alice.groups.add(group := Group.objects.create(name="netcourse"))
