@@ -64,13 +64,16 @@ class WindowForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.user = user
         self.fields["start"].help_text = f"Time zone {timezone.get_current_timezone_name()}"
-        self.limits = quotas.limits_for(user, image)
+        self.limits = self._limits(user, image)
         self.fields["duration"].choices = duration_choices(self.limits.max_minutes)
         self.fields[
             "duration"
         ].help_text = f"At most {quotas.human_minutes(self.limits.max_minutes)} ({self.limits.max_minutes_rule})."
         if not self.is_bound and "request_key" not in self.initial:
             self.initial["request_key"] = uuid.uuid4()
+
+    def _limits(self, user, image):
+        return quotas.limits_for(user, image)
 
     def clean_ssh_key(self):
         key = " ".join(self.cleaned_data["ssh_key"].split())
@@ -127,7 +130,14 @@ class EnvironmentReserveForm(WindowForm):
     """Reserve an environment template (its page): every machine, now or later."""
 
     def __init__(self, *args, user, template, **kwargs):
+        self.template = template
         super().__init__(*args, user=user, image=template.members.filter(entry=True).first().image, **kwargs)
+
+    def _limits(self, user, image):
+        """The strictest duration limit of its machines' images (each binds the reservation)."""
+        images = {m.image for m in self.template.members.select_related("image")}
+        limits = [quotas.limits_for(user, image), *(quotas.limits_for(user, other) for other in images - {image})]
+        return min(limits, key=lambda found: found.max_minutes)  # (the entry's on a tie)
 
 
 def gpu_default(image):

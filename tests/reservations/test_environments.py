@@ -314,3 +314,11 @@ def test_a_future_environment_on_a_host_that_leaves_service_is_flagged_not_split
     rows = machines(head)
     assert {r.allocation.host_id for r in rows.values()} == {host.pk}  # kept together where they were
     assert all("not moved apart from one another" in r.degraded for r in rows.values())
+
+
+def test_the_reserve_form_offers_durations_within_the_strictest_of_its_images(lab, alice, debian, client):  # noqa: F811
+    QuotaRule.objects.create(name="short clients", image=debian, max_duration_minutes=90)  # not the entry's image
+    client.force_login(alice)
+    form = client.get(f"/reservations/environments/{lab.pk}/new/").context["form"]
+    assert max(minutes for minutes, _ in form.fields["duration"].choices) <= 90
+    assert form.fields["duration"].help_text == "At most 1 h 30 min (rule 'short clients')."
