@@ -287,7 +287,7 @@ def create_class(
     values.update(course=course, name=name, image=image, first_day=first_day, last_day=last_day)
     values.update(sessions=list(sessions), exceptions=list(exceptions))
     _check(values, by)
-    if by is not None and not approved and approvals.needs_approval(by, image, values["requires_approval"]):
+    if by is not None and not approved and _needs_approval(by, values):
         return _ask(values, by, now, actor=actor)
     with transaction.atomic():
         klass = Class.objects.create(
@@ -301,6 +301,15 @@ def create_class(
         changelog.record(klass, "create", actor, reason=f"{len(made)} sessions claimed for {course.name}")
     build_due(now, klass=klass, actor=actor)
     return klass
+
+
+def _needs_approval(by, values):
+    """Does ``by``'s class wait for an approver: it requires approval, or the image of any of
+    its seats' machines does (an environment's, not only its entry machine's)."""
+    if approvals.needs_approval(by, values["image"], values["requires_approval"]):
+        return True
+    template = values["environment"]
+    return template is not None and bool(environments.gated_images(by, environment_services.expand(template)))
 
 
 def _ask(values, by, now, *, actor):

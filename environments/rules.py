@@ -2,13 +2,15 @@
 
 ``check`` takes a template's members and networks as dicts (what the API, the CLI's YAML and
 the admin all give) and answers them completed (every size resolved from the image's defaults,
-every blank range picked) or raises one ``ValidationError`` naming each broken rule, keyed by
+every blank range picked) or raises one ``ValidationError`` naming each broken rule (the site's
+cap on machines a template holds, ``ENVIRONMENT_MAX_MACHINES``, among them), keyed by
 ``members``, ``networks`` or the field at fault, so every surface shows the same words.
 """
 
 import ipaddress
 import itertools
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from accounts import access
@@ -43,6 +45,7 @@ def check(owner, members, networks):
     _say_long(errors, [n["name"] for n in networks])
     _names(errors, "members", [m["name"] for m in members], "member")
     _hostnames(errors, members)
+    _total(errors, members)
     _images(errors, owner, members)
     _entry(errors, members)
     _attachments(errors, members, {n["name"] for n in networks})
@@ -108,6 +111,12 @@ def _hostnames(errors, members):
             elif host in seen and seen[host] != member["name"]:
                 _say(errors, "members", f"hostname {host} is made by both member {seen[host]} and {member['name']}")
             seen.setdefault(host, member["name"])
+
+
+def _total(errors, members):
+    total, cap = sum(m["count"] for m in members), settings.ENVIRONMENT_MAX_MACHINES
+    if total > cap:
+        _say(errors, "members", f"{total} machines in all; a template holds at most {cap} (ENVIRONMENT_MAX_MACHINES)")
 
 
 def _images(errors, owner, members):

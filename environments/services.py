@@ -20,6 +20,7 @@ from django.db import transaction
 
 from accounts import access
 from core import changelog, events
+from core.errors import InUse
 from environments import rules
 from environments.models import EnvironmentTemplate, Member, Network
 from placement.gang import Gang
@@ -150,11 +151,27 @@ def update_template(template, *, actor, members=None, networks=None, reason="", 
 
 
 def delete_template(template, *, actor, reason=""):
+    """Delete ``template``; one that reservations, blocks, classes or runs name (their history
+    keeps it) is refused with ``InUse``: switch it off (``active``) instead."""
     _check_owner(actor, template)
     with transaction.atomic():
+        _refuse_in_use(template)
         changelog.record(template, "delete", actor, reason=reason)
         _emit("environment.deleted", template)
         template.delete()
+
+
+def _refuse_in_use(template):
+    EnvironmentTemplate.objects.select_for_update().filter(pk=template.pk).first()  # none made meanwhile
+    held = {
+        "reservations": template.reservations.filter(head=None).count(),
+        "blocks": template.blocks.count(),
+        "classes": template.classes.count(),
+        "runs": template.runs.count(),
+    }
+    used = ", ".join(f"{count} {what}" for what, count in held.items() if count)
+    if used:
+        raise InUse(f"environment template {template.name} is in use by {used}: switch it off (inactive) instead")
 
 
 def share_template(template, groups, *, actor, reason=""):
@@ -268,6 +285,14 @@ def expand(template):
                 )
             )
     return machines
+
+
+def counted(machines):
+    """``machines`` as plain data (hostname, image id, revision id, size), to tell later whether
+    a template still stands for the machines counted when something was asked of it."""
+    return [
+        [m.hostname, m.image.pk, getattr(m.revision, "pk", None), m.vcpus, m.memory_mib, m.disk_gib] for m in machines
+    ]
 
 
 def hidden_images(user, machines):

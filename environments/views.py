@@ -7,6 +7,7 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from core.errors import InUse
 from environments import services
 
 
@@ -41,7 +42,7 @@ def template_delete(request, pk):
     template = get_object_or_404(_visible(request.user), pk=pk)
     try:
         services.delete_template(template, actor=request.user, reason="deleted from its page")
-    except PermissionDenied as exc:
+    except (PermissionDenied, InUse) as exc:
         messages.error(request, str(exc))
         return redirect("environments:detail", pk=pk)
     messages.success(request, f"Environment template {template.name} deleted.")

@@ -212,6 +212,9 @@ def _as_placed(unit, members, result) -> tuple[Request, ...]:
 
 
 def _refusal_note(engine, gang, unit, members, result) -> str:
+    """Why ``unit`` does not fit, without its own earliest fit: the gang's, for every member,
+    is the one to say (``GangResult.earliest_fit``)."""
+    result = dataclasses.replace(result, earliest_fit=None)
     if len(members) == 1:
         return f"member {members[0].id} does not fit: {result.explained()}"
     need = _amount(unit.resources)

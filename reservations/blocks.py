@@ -14,6 +14,7 @@ from accounts import access, preferences
 from core import changelog, localtime
 from core.changelog import Actor
 from core.errors import Conflict
+from environments import services as environment_services
 from provisioning import quotas
 from provisioning import services as vms
 from provisioning.models import VM
@@ -45,11 +46,12 @@ def teaching_groups(user):
 
 
 def create_block(
-    *, actor, name, image, group, seats, start, end, weeks=1, created_by=None, now=None, time_zone=None,
+    *, actor, name, image=None, group, seats, start, end, weeks=1, created_by=None, now=None, time_zone=None,
     environment=None,
 ):  # fmt: skip
     """Reserve ``seats`` of ``image`` for ``group`` each week; all occurrences claimed at once or none.
-    ``environment``: each seat is that template's machines (``image``: its entry machine's).
+    ``environment``: each seat is that template's machines (``image``: its entry machine's, or
+    None), one ``created_by`` may reserve (``reservations.environments``' rule).
 
     The weeks repeat at the same local hour in ``time_zone`` (default: the zone of ``created_by``,
     else the active one), so a class at 14:00 stays at 14:00 across a change of daylight saving
@@ -58,15 +60,8 @@ def create_block(
     if time_zone is None:
         time_zone = preferences.zone_of(created_by) if created_by is not None else timezone.get_current_timezone()
     now = now or timezone.now()
-    errors = {}
-    if not name.strip():
-        errors["name"] = ["give the block a name"]
-    if not isinstance(group, Group):
-        errors["group"] = ["no such group"]
-    if not (1 <= int(seats) <= 1000):
-        errors["seats"] = ["between 1 and 1000 seats"]
-    if not (1 <= int(weeks) <= 52):
-        errors["weeks"] = ["between 1 and 52 weeks"]
+    image = _seat_image(created_by, image, environment)
+    errors = _field_errors(name, group, seats, weeks)
     errors.update({k: v for k, v in reserving.validate(None, image, start, end, now).items() if k not in errors})
     if environment is not None and image != environments.entry_image(environment):
         errors["image"] = [f"a seat of {environment.name} is its entry machine's image, not {image.name}"]
@@ -75,10 +70,13 @@ def create_block(
     if created_by is not None and not teaching_groups(created_by).filter(pk=group.pk).exists():
         log.warning("block for group %s refused to %s: not one of their groups", group.name, created_by)
         raise PermissionDenied(f"you may only make blocks for your own groups, not {group.name}")
-    if created_by is not None and approvals.needs_approval(created_by, image):
+    gated = _gated(created_by, image, environment) if created_by is not None else []
+    if gated:
         # A block claims seats at once: it would pass around the approval a reservation waits for.
-        refusal = f"{image.name} needs an approver's approval: an administrator makes its blocks"
-        raise ValidationError({"image": [refusal]})
+        names = ", ".join(i.name for i in gated)
+        verb = "need" if len(gated) > 1 else "needs"
+        refusal = f"{names} {verb} an approver's approval: an administrator makes its blocks"
+        raise ValidationError({"environment" if environment is not None else "image": [refusal]})
     members = list(group.user_set.filter(is_active=True).order_by("username")) if isinstance(group, Group) else []
     with transaction.atomic():
         block = BlockAllocation.objects.create(
@@ -109,6 +107,39 @@ def create_block(
         for seat_id in block.seat_reservations.filter(occurrence=0).values_list("pk", flat=True):
             reserving.provision(seat_id, "pre-provisioning a class seat", actor=actor)
     return block
+
+
+def _seat_image(created_by, image, environment):
+    """A seat's image: ``image``, or ``environment``'s entry machine's (a template that
+    ``created_by`` may reserve)."""
+    if environment is not None:
+        if created_by is not None:
+            environments.check_template(created_by, environment)
+        image = image or environments.entry_image(environment)
+    if image is None:
+        raise ValidationError({"image": ["give an image or an environment"]})
+    return image
+
+
+def _field_errors(name, group, seats, weeks):
+    errors = {}
+    if not name.strip():
+        errors["name"] = ["give the block a name"]
+    if not isinstance(group, Group):
+        errors["group"] = ["no such group"]
+    if not (1 <= int(seats) <= 1000):
+        errors["seats"] = ["between 1 and 1000 seats"]
+    if not (1 <= int(weeks) <= 52):
+        errors["weeks"] = ["between 1 and 52 weeks"]
+    return errors
+
+
+def _gated(user, image, environment):
+    """The images of a seat (``image``, or every machine's of ``environment``) that wait for
+    an approver when ``user`` asks for them."""
+    if environment is None:
+        return [image] if approvals.needs_approval(user, image) else []
+    return environments.gated_images(user, environment_services.expand(environment))
 
 
 def _claim_seat(user, block, start, end, occurrence, *, actor):

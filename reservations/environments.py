@@ -54,7 +54,7 @@ def reserve(
     existing = reserving.made_already(user, request_key)
     if existing is not None:
         return existing
-    _check_template(user, template)
+    check_template(user, template)
     start, end = reserving.window(start, end, duration, now)
     machines = environment_services.expand(template)
     _check_machines(user, machines, start, end, now, approved=approved)
@@ -81,12 +81,12 @@ def ask(user, template, *, actor, start=None, end=None, duration=None, ssh_key="
     would be (the template, every machine, the quotas) before anyone is asked; capacity is
     claimed, and checked, when it is approved."""
     machines = environment_services.expand(template)
-    gated = _gated(user, machines)
+    gated = gated_images(user, machines)
     if not gated:
         asked = {"start": start, "end": end, "duration": duration, "ssh_key": ssh_key, "request_key": request_key}
         return reserve(user, template, actor=actor, now=now, **asked)
     now = now or timezone.now()
-    _check_template(user, template)
+    check_template(user, template)
     first, last = reserving.window(start, end, duration, now)
     _check_machines(user, machines, first, last, now, approved=True)
     try:
@@ -113,10 +113,12 @@ def ask(user, template, *, actor, start=None, end=None, duration=None, ssh_key="
 
 def proceed(request, *, actor):
     """``approvals.PROCEED`` for an environment: reserve it as asked, now (the requester's
-    quotas, the capacity then, every machine placed and built as one). Returns the head's id."""
+    quotas, the capacity then, every machine placed and built as one), refused if its template
+    gained an image that requires approval since it was asked for. Returns the head's id."""
     template = EnvironmentTemplate.objects.filter(pk=request.payload["environment"]).first()
     if template is None:
         raise ValidationError({"environment": ["the environment no longer exists"]})
+    _check_still_approved(request, template)
     start, duration = approvals.asked_window(request.payload)
     head = reserve(
         request.requester,
@@ -130,8 +132,19 @@ def proceed(request, *, actor):
     return head.pk
 
 
-def _gated(user, machines):
-    """The images of ``machines`` whose reservation by ``user`` waits for an approver, once each."""
+def _check_still_approved(request, template):
+    """Refuse (ValidationError) an approval that did not cover the template as it is now: one
+    of its images that requires approval was not in it when it was asked for."""
+    gated = gated_images(request.requester, environment_services.expand(template))
+    new = sorted(image.name for image in gated if image.name not in request.payload.get("images", ()))
+    if new:
+        words = f"environment {template.name} has machines of {', '.join(new)} since it was asked for"
+        raise ValidationError({"environment": [f"{words}, which the approval did not cover: ask again"]})
+
+
+def gated_images(user, machines):
+    """The images of ``machines`` whose reservation by ``user`` waits for an approver, once each
+    (a class's or a block's seat of an environment asks the same of every machine)."""
     gated = {}
     for machine in machines:
         if approvals.needs_approval(user, machine.image):
@@ -139,7 +152,9 @@ def _gated(user, machines):
     return list(gated.values())
 
 
-def _check_template(user, template):
+def check_template(user, template):
+    """Refuse (ValidationError) a template ``user`` may not reserve: one not theirs to see, or
+    switched off."""
     if not environment_services.visible_templates(user).filter(pk=template.pk).exists():
         raise ValidationError({"environment": ["no such environment, or you may not use it"]})
     if not template.active:
@@ -271,8 +286,9 @@ def check_seat_caps(machines, start, end):
 
 def check_extension(head, new_end):
     """An environment's new end under its quotas and budgets, counted once for all its machines
-    (its own holdings aside); ``ValidationError``."""
-    machines = environment_services.expand(head.environment)
+    (its own holdings aside): the machines it holds, whatever its template became since;
+    ``ValidationError``."""
+    machines = reserved_machines(head)
     try:
         _check_quotas(head.user, machines, head.start, new_end, exclude=("environment", head.pk))
     except reserving.QuotaRefused as exc:
@@ -285,6 +301,25 @@ def check_extension(head, new_end):
 def machines_of(head):
     """Every machine's reservation of the environment ``head`` is the head of, the head first."""
     return [head, *Reservation.objects.filter(head=head).select_related("vm", "image").order_by("pk")]
+
+
+def reserved_machines(head):
+    """The machines the environment ``head`` holds (``machines_of``), as ``expand`` gives a
+    template's: what its quotas count once it is reserved."""
+    return [
+        environment_services.Machine(
+            hostname=row.hostname,
+            member=row.hostname,
+            image=row.image,
+            revision=row.revision,
+            vcpus=row.vcpus,
+            memory_mib=row.memory_mib,
+            disk_gib=row.disk_gib,
+            networks=(),
+            entry=row.head_id is None,
+        )
+        for row in machines_of(head)
+    ]
 
 
 def all_ready(head):

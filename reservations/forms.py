@@ -11,6 +11,7 @@ from datetime import timedelta
 from django import forms
 from django.utils import timezone
 
+from environments.services import visible_templates
 from provisioning import quotas
 from provisioning import services as vms
 from reservations import services
@@ -63,13 +64,16 @@ class WindowForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.user = user
         self.fields["start"].help_text = f"Time zone {timezone.get_current_timezone_name()}"
-        self.limits = quotas.limits_for(user, image)
+        self.limits = self._limits(user, image)
         self.fields["duration"].choices = duration_choices(self.limits.max_minutes)
         self.fields[
             "duration"
         ].help_text = f"At most {quotas.human_minutes(self.limits.max_minutes)} ({self.limits.max_minutes_rule})."
         if not self.is_bound and "request_key" not in self.initial:
             self.initial["request_key"] = uuid.uuid4()
+
+    def _limits(self, user, image):
+        return quotas.limits_for(user, image)
 
     def clean_ssh_key(self):
         key = " ".join(self.cleaned_data["ssh_key"].split())
@@ -126,7 +130,14 @@ class EnvironmentReserveForm(WindowForm):
     """Reserve an environment template (its page): every machine, now or later."""
 
     def __init__(self, *args, user, template, **kwargs):
+        self.template = template
         super().__init__(*args, user=user, image=template.members.filter(entry=True).first().image, **kwargs)
+
+    def _limits(self, user, image):
+        """The strictest duration limit of its machines' images (each binds the reservation)."""
+        images = {m.image for m in self.template.members.select_related("image")}
+        limits = [quotas.limits_for(user, image), *(quotas.limits_for(user, other) for other in images - {image})]
+        return min(limits, key=lambda found: found.max_minutes)  # (the entry's on a tie)
 
 
 def gpu_default(image):
@@ -144,7 +155,10 @@ class ExtendForm(forms.Form):
 
 class BlockForm(forms.Form):
     name = forms.CharField(max_length=100)
-    image = forms.ModelChoiceField(queryset=None)
+    image = forms.ModelChoiceField(queryset=None, required=False, help_text="Blank with an environment: its entry's.")
+    environment = forms.ModelChoiceField(
+        queryset=None, required=False, help_text="Each seat is every machine of this environment template."
+    )
     group = forms.ModelChoiceField(queryset=None, help_text="The class: its members get the seats.")
     seats = forms.IntegerField(min_value=1, max_value=1000)
     start = forms.DateTimeField(widget=DATETIME_INPUT, help_text="Of the first occurrence.")
@@ -154,8 +168,15 @@ class BlockForm(forms.Form):
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["image"].queryset = vms.visible_images(user).order_by("name")
+        self.fields["environment"].queryset = visible_templates(user).filter(active=True).order_by("name")
         zone = timezone.get_current_timezone_name()
         self.fields["start"].help_text = f"Of the first occurrence; the weeks keep its local hour. Time zone {zone}"
         self.fields["end"].help_text = f"Of the first occurrence. Time zone {zone}."
         groups = services.teaching_groups(user)
         self.fields["group"].queryset = groups.order_by("name")
+
+    def clean(self):
+        data = super().clean()
+        if data.get("image") is None and data.get("environment") is None and "image" not in self.errors:
+            self.add_error("image", "give an image or an environment")
+        return data

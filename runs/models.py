@@ -47,6 +47,11 @@ class Run(models.Model):
     machines = models.ManyToManyField(
         "vms.VM", blank=True, related_name="+", help_text="An environment's other machines (its entry one is vm)."
     )
+    counted_machines = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="An environment's machines as its quotas counted them at submit (environments.services.counted).",
+    )
     vcpus = models.PositiveIntegerField()
     memory_mib = models.PositiveIntegerField()
     disk_gib = models.PositiveIntegerField()

@@ -327,6 +327,10 @@ def _make_machines(run, end, *, actor):
     ``{"vm": entry id, "pooled": False, "machines": [{"vm": id, "hostname": name}, ...]}``."""
     template = run.environment
     machines = environment_services.expand(template)
+    if run.counted_machines and environment_services.counted(machines) != run.counted_machines:
+        # its quotas counted the machines then: building others would go around them
+        words = f"environment {template.name} has other machines than when it was submitted (its quotas counted those)"
+        raise RunEnded(S.ERROR, f"{words}: submit it again")
     made = {}
     for machine in machines:
         made[machine.hostname] = VM.objects.create(

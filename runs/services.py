@@ -268,6 +268,9 @@ def submit(
                 keep_failed_minutes=keep_failed_minutes,
                 capture_failed=capture_failed,
                 environment=environment,
+                counted_machines=environment_services.counted(environment_services.expand(environment))
+                if environment is not None
+                else [],
                 **size,
             )
             for path, data in files:

@@ -10,8 +10,10 @@ budget (``COURSE_SCENE``); its page as the instructor sees it (the class, its ne
 budget table) into OUT (``course-instructor.png``), the new-class form filled in beside it
 (``course-new-class.png``) and the student's view (next session, seat, hours left) beside it
 (``course-student.png``), both names made from OUT's with ``instructor`` replaced.
-``environment`` as PATH: an environment of three machines reserved now; its page, once every
-machine is ready, into OUT (``environment.png``).
+``environment`` as PATH: an environment of three machines reserved now (of an image that reverts
+on end: each keeps a clean snapshot); once every machine is ready one of them is suspended, so
+that its page offers Suspend all, Resume all and Revert all; that page into OUT
+(``environment.png``).
 Uses a throwaway var directory, Debian's Chromium and a free port. Before serving, ``SCENE``
 gives the demo cluster something to show: reservations now and in the next days, some load
 on the hosts, a drained and an offline host.
@@ -128,7 +130,9 @@ from provisioning.models import Image
 from reservations import services as reservations
 
 admin = get_user_model().objects.get(username="admin")
-debian = Image.objects.get(name="debian-12")
+from provisioning import services as vms
+
+debian = vms.update_image(Image.objects.get(name="debian-12"), actor="demo", revert_on_end=True)
 small = {"vcpus": 1, "memory_mib": 1024, "disk_gib": 10}
 lab = environments.create_template(
     actor=admin, name="routing-lab", description="A router between two client networks.",
@@ -139,6 +143,18 @@ lab = environments.create_template(
 )
 head = reservations.reserve_environment(admin, lab, actor=admin, duration=timedelta(hours=2))
 print(head.pk)
+"""
+
+# One machine of that environment suspended (its job run by serve's worker): the page then offers
+# every verb (Suspend all for the running ones, Resume all for it, Revert all to the clean state).
+ENVIRONMENT_SUSPEND = """
+from provisioning import services as vms
+from provisioning.models import VM
+from reservations.models import Reservation
+
+head = Reservation.objects.get(pk=HEAD)
+vm = Reservation.objects.get(head=head, hostname="client-b").vm
+vms.submit_action(vm, "suspend", actor=head.user, reason="demo: one machine suspended")
 """
 
 
@@ -168,6 +184,22 @@ def course_shots(browser, base_url, path, out, password):
             form.locator("[name=hours_budget]").fill("10")
             form.screenshot(path=out.replace("instructor", "new-class"))
         page.close()
+
+
+def environment_shot(page, path, shell, env, out):
+    """The environment's page once every machine is ready and one of them is suspended."""
+    for _ in range(30):  # its machines are built by serve's worker
+        if page.locator("#reservation-status.res-ready").count():
+            break
+        page.wait_for_timeout(1000)
+    head = path.strip("/").split("/")[-1]
+    subprocess.run([*shell, ENVIRONMENT_SUSPEND.replace("HEAD", head)], cwd=ROOT, env=env, check=True)
+    for _ in range(30):
+        page.reload()
+        if page.locator("#resume-all").count() and page.locator("#revert-all").count():
+            break
+        page.wait_for_timeout(1000)
+    page.locator("#reservation-panel").screenshot(path=out)
 
 
 def main(path="/", out="docs/screenshot.png"):
@@ -228,11 +260,7 @@ def main(path="/", out="docs/screenshot.png"):
             page.goto(path)
             page.wait_for_timeout(4000)  # the reservations made by SCENE come up meanwhile
             if environment:
-                for _ in range(30):  # its machines are built by serve's worker
-                    if page.locator("#reservation-status.res-ready").count():
-                        break
-                    page.wait_for_timeout(1000)
-                page.locator("#reservation-panel").screenshot(path=str(ROOT / out))
+                environment_shot(page, path, [*run, "shell", "-c"], env, str(ROOT / out))
             elif template:
                 for _ in range(30):  # the template's machine is built by serve's worker
                     if page.locator("#template .badge.ready").count():

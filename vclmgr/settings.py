@@ -498,6 +498,10 @@ if DEFAULT_IALLOCATOR and DEFAULT_IALLOCATOR not in IALLOCATORS:
 # (as hail's --save); empty: none are saved.
 VCLMGR_SAVE_REFUSED_DECISIONS = env.str("VCLMGR_SAVE_REFUSED_DECISIONS", "")
 
+# --- environments ---------------------------------------------------------------------
+# The most machines one environment template stands for (its members' counts added up).
+ENVIRONMENT_MAX_MACHINES = env.int("ENVIRONMENT_MAX_MACHINES", 16, minimum=1)
+
 # --- reservations ---------------------------------------------------------------------
 # VCL's preload: a future reservation's VM is built this long before its start.
 RESERVATION_LEAD_MINUTES = env.int("RESERVATION_LEAD_MINUTES", 10, minimum=0)

@@ -6,6 +6,8 @@ from rest_framework.reverse import reverse
 
 from core import localtime
 from core.api.serializers import HORIZON_MINUTES, MomentField, RefuseUnknownFields
+from environments.models import EnvironmentTemplate
+from environments.services import visible_templates
 from provisioning.models import Image
 from reservations import idle, services
 from reservations.models import MAX_GPUS, ApprovalRequest, BlockAllocation, Reservation, UsageRollup
@@ -255,6 +257,13 @@ class BlockAllocationSerializer(RefuseUnknownFields, serializers.ModelSerializer
         "as Europe/Berlin); default: yours (GET /api/v1/me/: time_zone_in_use).",
     )
     usage = serializers.SerializerMethodField()
+    environment = serializers.PrimaryKeyRelatedField(
+        queryset=EnvironmentTemplate.objects.none(),
+        required=False,
+        allow_null=True,
+        help_text="An environment template's id: each seat is every machine of it (image: its entry machine's, "
+        "which may be left out).",
+    )
 
     class Meta:
         model = BlockAllocation
@@ -262,6 +271,7 @@ class BlockAllocationSerializer(RefuseUnknownFields, serializers.ModelSerializer
             "id",
             "name",
             "image",
+            "environment",
             "group",
             "seats",
             "start",
@@ -273,6 +283,18 @@ class BlockAllocationSerializer(RefuseUnknownFields, serializers.ModelSerializer
             "created",
         ]
         read_only_fields = ["canceled", "usage", "created"]
+        extra_kwargs = {"image": {"required": False}}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:  # the templates its writer may use: another's is "does not exist"
+            self.fields["environment"].queryset = visible_templates(request.user)
+
+    def validate(self, attrs):
+        if attrs.get("image") is None and attrs.get("environment") is None:
+            raise serializers.ValidationError({"image": ["give an image or an environment"]})
+        return attrs
 
     def get_usage(self, block) -> dict:
         return services.block_usage(block)

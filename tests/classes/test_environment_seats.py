@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from capacity.models import Allocation
 from classes import services
@@ -17,6 +18,8 @@ from reservations.models import BlockAllocation, Reservation
 from tests.environments.conftest import member
 
 pytestmark = pytest.mark.django_db
+
+H = timedelta(hours=1)
 
 
 @pytest.fixture
@@ -125,3 +128,48 @@ def test_an_environment_of_the_class_image_counts_against_the_hours_budget_once(
     with pytest.raises(ValidationError, match="1 hour left of your 3-hour budget"):
         reservations.reserve_environment(student, pair, actor=student, duration=timedelta(hours=2))
     assert Reservation.objects.filter(environment=pair, head__isnull=True).get() == head
+
+
+@pytest.fixture
+def gated_lab(instructor, image):
+    """A database lab whose entry machine's image is free to use and whose second machine's
+    image requires approval."""
+    from provisioning import services as vms
+    from tests.images import sim_image
+
+    licensed = sim_image("oracle-db", os="Oracle Linux", min_memory_mib=256)
+    vms.update_image(licensed, actor="test", requires_approval=True)
+    small = {"vcpus": 1, "memory_mib": 256, "disk_gib": 1}
+    return environment_services.create_template(
+        actor=instructor,
+        name="licensed-pair",
+        members=[member("client", image, "lan", entry=True, **small), member("db", licensed, "lan", **small)],
+        networks=[{"name": "lan", "cidr": "192.168.32.0/24"}],
+    )
+
+
+def test_a_class_waits_for_approval_when_a_machine_other_than_the_entry_needs_it(
+    make_host, image, gated_lab, course, instructor, term
+):
+    from reservations.models import ApprovalRequest
+
+    make_host("big", cpus=16, memory_mib=8192)
+    asked = make(course, image, term, instructor, seats=1, environment=gated_lab)
+    assert isinstance(asked, ApprovalRequest) and asked.payload["environment"] == gated_lab.pk
+    assert not Class.objects.exists() and not Reservation.objects.exists()
+
+
+def test_a_block_of_an_environment_with_a_gated_machine_is_an_administrators(
+    make_host, image, gated_lab, course, instructor, admin_user
+):
+    make_host("big", cpus=16, memory_mib=8192)
+    start = timezone.now() + timedelta(days=1)
+    block = {"name": "db lab", "image": image, "group": course, "seats": 1, "start": start, "end": start + H}
+    with pytest.raises(ValidationError) as refused:
+        reservations.create_block(actor=instructor, created_by=instructor, environment=gated_lab, **block)
+    assert refused.value.message_dict["environment"] == [
+        "oracle-db needs an approver's approval: an administrator makes its blocks"
+    ]
+    assert not Reservation.objects.exists() and not Allocation.objects.exists()
+    made = reservations.create_block(actor=admin_user, created_by=admin_user, environment=gated_lab, **block)
+    assert Reservation.objects.filter(block=made).count() == 2

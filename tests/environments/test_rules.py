@@ -186,3 +186,24 @@ def test_one_machine_of_an_anti_affinity_group_per_joined_set_makes_a_gang(make_
     start = datetime(2030, 1, 1, tzinfo=UTC)
     gang = services.gang_for(template, start, start + timedelta(hours=1))
     assert {m.id: m.anti_affinity for m in gang.members} == {"gw": None, "db-a": "db", "db-b": "db"}
+
+
+def test_it_rejects_more_machines_in_all_than_the_site_allows(make_template, alice, debian, settings):
+    settings.ENVIRONMENT_MAX_MACHINES = 6
+    members = [member("gw", debian, "lan", entry=True), member("node", debian, "lan", count=4)]
+    make_template(alice, members, [LAN])  # 5: within the cap
+    members = [member("gw", debian, "lan", entry=True), member("node", debian, "lan", count=3),
+               member("db", debian, "lan", count=3)]  # fmt: skip
+    words = refusal_of(make_template, alice, members, [LAN])
+    assert words == "members: 7 machines in all; a template holds at most 6 (ENVIRONMENT_MAX_MACHINES)"
+
+
+def test_the_cap_is_sixteen_machines_by_default(make_template, alice, debian):
+    members = [member("gw", debian, "lan", entry=True), member("node", debian, "lan", count=16)]
+    assert "17 machines in all; a template holds at most 16" in refusal(make_template, alice, members, [LAN])
+
+
+def refusal_of(make_template, owner, members, networks):
+    with pytest.raises(ValidationError) as caught:
+        make_template(owner, members, networks)
+    return " | ".join(f"{k}: {m}" for k, ms in caught.value.message_dict.items() for m in ms)

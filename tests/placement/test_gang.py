@@ -46,6 +46,14 @@ def test_a_network_that_fits_only_spread_out_is_refused_naming_the_member_and_no
     assert allocations(engine) == {"other": "b"}
 
 
+def test_a_refusal_says_the_earliest_start_once_for_every_member():
+    engine = PlacementEngine(cluster(host("a", vcpus=4)))
+    engine.add_allocation("a", alloc("other", vcpus=2, start=0, end=2 * HOUR))
+    result = place_gang(engine, network_of("lab"))
+    assert not result.ok and result.earliest_fit.start == 2 * HOUR
+    assert "earliest" not in result.note and result.explained().count("earliest fit") == 1
+
+
 def test_without_a_shared_network_the_same_members_spread_over_the_hosts():
     engine = PlacementEngine(cluster(host("a", vcpus=2), host("b", vcpus=2)))
     members = tuple(member(f"m{i}") for i in range(3))

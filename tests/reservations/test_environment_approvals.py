@@ -16,6 +16,7 @@ from provisioning import services as vms
 from provisioning.models import QuotaRule
 from reservations import services
 from reservations.models import ApprovalRequest, Reservation
+from tests import images
 from tests.environments.conftest import debian, make_template, router_image, trio  # noqa: F401 (fixtures)
 from tests.mailserver import delivered
 
@@ -95,6 +96,24 @@ def test_an_approval_that_no_longer_fits_fails_and_claims_nothing(make_host, gat
     inventory.set_state(host, "drained", "firmware", actor="test")  # meanwhile the only host is taken away
     request = services.approve(request, actor=approver)
     assert request.status == "failed" and "approved, but it cannot be made now" in request.reason
+    assert not Reservation.objects.exists() and not Allocation.objects.filter(released__isnull=True).exists()
+
+
+def test_an_approval_of_a_template_that_gained_a_gated_image_since_fails(make_host, gated_net, alice, approver):
+    from environments import services as templates
+    from tests.environments.conftest import member
+
+    make_host("big", cpus=16, memory_mib=16384)
+    request = services.ask_environment(alice, gated_net, actor=alice, duration=H)
+    licensed = images.sim_image("oracle-db", os="Oracle Linux")
+    vms.update_image(licensed, actor="test", requires_approval=True)
+    grown = [*templates.as_specs(gated_net)[0], member("db", licensed, "inside")]
+    templates.update_template(gated_net, actor=alice, members=grown)
+    request = services.approve(request, actor=approver)
+    assert request.status == "failed" and request.reason == (
+        "approved, but it cannot be made now: environment trio has machines of oracle-db since it was asked "
+        "for, which the approval did not cover: ask again"
+    )
     assert not Reservation.objects.exists() and not Allocation.objects.filter(released__isnull=True).exists()
 
 

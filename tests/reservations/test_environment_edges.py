@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from drivers.sim.models import SimNetwork, SimVM
+from environments import services as templates
 from jobs import services as jobs
 from jobs.models import Job
 from notifications.models import Notification
@@ -54,6 +55,23 @@ def test_an_environment_at_its_limit_still_extends(host, lab, alice, sync_jobs, 
     later = head.end + H
     services.extend(head, later, actor=alice)  # its own holdings do not count against its new end
     assert {r.end for r in machines(head).values()} == {later}
+
+
+def test_an_extension_counts_the_machines_held_not_the_grown_template(host, lab, alice, debian, sync_jobs):  # noqa: F811
+    group = Group.objects.create(name="course")
+    alice.groups.add(group)
+    QuotaRule.objects.create(name="the limit", group=group, max_memory_mib=1536)  # router 1024 + client 512
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    sync_jobs.drain()
+    grown = [
+        member("router", lab.members.get(entry=True).image, "left", entry=True, memory_mib=1024),
+        member("client", debian, "left", count=3),
+    ]
+    templates.update_template(lab, actor=alice, members=grown)
+    head = Reservation.objects.get(pk=head.pk)
+    later = head.end + H
+    services.extend(head, later, actor=alice)
+    assert {r.end for r in machines(head).values()} == {later} and len(machines(head)) == 2
 
 
 @pytest.mark.parametrize("how", ["end", "block"])

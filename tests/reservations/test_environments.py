@@ -119,6 +119,22 @@ def test_no_room_for_every_machine_refuses_it_whole_and_writes_nothing(make_host
     assert Refusal.objects.filter(user=alice).count() == 1
 
 
+def test_a_refusal_names_the_earliest_start_for_every_machine_once(make_host, lab, alice, bob):
+    make_host("big", cpus=4, memory_mib=2048)  # room for one lab (2048 MiB) at a time
+    lab.visibility = "public"
+    lab.save(update_fields=["visibility"])
+    first = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    ends = {a.end for a in Allocation.objects.filter(released__isnull=True)}
+    assert len(ends) == 1
+    with pytest.raises(ValidationError) as refused:
+        services.reserve_environment(bob, lab, actor=bob, duration=H)
+    [words] = refused.value.message_dict["start"]
+    earliest = f"{timezone.localtime(ends.pop()):%Y-%m-%d %H:%M %Z}"
+    assert words.endswith(f"; the earliest start that fits every machine is {earliest}"), words
+    assert "earliest" not in words.removesuffix(f"; the earliest start that fits every machine is {earliest}")
+    assert Reservation.objects.count() == len(machines(first))
+
+
 def test_quotas_count_an_environment_once_and_its_machines_sizes_all(make_host, lab, alice):
     make_host("big", cpus=16, memory_mib=16384)
     alice.groups.add(group := Group.objects.create(name="netcourse"))
@@ -298,3 +314,11 @@ def test_a_future_environment_on_a_host_that_leaves_service_is_flagged_not_split
     rows = machines(head)
     assert {r.allocation.host_id for r in rows.values()} == {host.pk}  # kept together where they were
     assert all("not moved apart from one another" in r.degraded for r in rows.values())
+
+
+def test_the_reserve_form_offers_durations_within_the_strictest_of_its_images(lab, alice, debian, client):  # noqa: F811
+    QuotaRule.objects.create(name="short clients", image=debian, max_duration_minutes=90)  # not the entry's image
+    client.force_login(alice)
+    form = client.get(f"/reservations/environments/{lab.pk}/new/").context["form"]
+    assert max(minutes for minutes, _ in form.fields["duration"].choices) <= 90
+    assert form.fields["duration"].help_text == "At most 1 h 30 min (rule 'short clients')."

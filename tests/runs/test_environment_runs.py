@@ -70,3 +70,16 @@ def test_an_environment_run_refuses_a_size_or_an_image_and_a_template_it_may_not
     with pytest.raises(ValidationError, match="no such environment, or you may not use it"):
         services.submit(actor=bob, owner=bob, environment=pair.pk, argv=["true"])
     assert not Run.objects.exists()
+
+
+def test_a_run_whose_template_changed_since_it_was_submitted_is_not_built(sim_host, pair, alice, image, sync_jobs):
+    run = services.submit(actor=alice, owner=alice, environment=pair, argv=["true"])
+    members, networks = environment_services.as_specs(pair)
+    environment_services.update_template(pair, actor=alice, members=[*members, member("extra", image, "lan")])
+    sync_jobs.drain()
+    run = Run.objects.get(pk=run.pk)
+    assert run.state == "error" and run.error == (
+        "environment client-server has other machines than when it was submitted (its quotas counted those): "
+        "submit it again"
+    )
+    assert not VM.objects.exists() and not Allocation.objects.exists() and not PrivateNetwork.objects.exists()

@@ -18,6 +18,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from core import yamlsafe
+from core.errors import Conflict
 from environments import services
 from environments.api.serializers import TemplateSerializer
 from environments.models import EnvironmentTemplate
@@ -53,7 +54,7 @@ class Command(BaseCommand):
             getattr(self, verb)(options)
         except ValidationError as exc:
             raise CommandError("; ".join(_lines(exc))) from None
-        except PermissionDenied as exc:
+        except (PermissionDenied, Conflict) as exc:
             raise CommandError(str(exc)) from None
 
     def list(self, options):
