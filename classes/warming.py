@@ -1,7 +1,8 @@
 """Warm VMs ahead of a class session: its seats take them instead of booting.
 
 ``provisioning.warm.AHEAD``: from ``CLASS_WARM_MINUTES`` before a session's seats are built
-(its class's ``lead_minutes`` before its start) until they are, each seat still pending wants a
+(its class's ``lead_minutes`` before its start, or the reservations clock's
+``RESERVATION_LEAD_MINUTES`` if that is earlier) until they are, each seat still pending wants a
 warm VM of the image on its claim's host, whose yielding claim ends at the session's start
 (when the seat's own begins: the two never hold the same room at once, and any reservation that
 needs that room before then takes it). The warm pools' round makes them; the seat's build
@@ -28,8 +29,11 @@ def ahead(now):
     warm = timedelta(minutes=settings.CLASS_WARM_MINUTES)
     meetings = Meeting.objects.filter(block__canceled=False, start__gt=now, start__lte=now + timedelta(days=1))
     meetings = meetings.filter(klass__environment__isnull=True, klass__gpus=0, klass__image__active=True)
-    meetings = meetings.filter(klass__image__revert_on_end=False).select_related("klass__image")
-    due = {m.block_id: m for m in meetings if m.start - timedelta(minutes=m.klass.lead_minutes) - warm <= now}
+    meetings = list(meetings.filter(klass__image__revert_on_end=False).select_related("klass__image"))
+    # Built by the planner its class's lead before, or by the reservations clock its lead before: the earlier.
+    clock = settings.RESERVATION_LEAD_MINUTES
+    lead = {m.pk: timedelta(minutes=max(m.klass.lead_minutes, clock)) for m in meetings}
+    due = {m.block_id: m for m in meetings if m.start - lead[m.pk] - warm <= now}
     if not due:
         return []
     seats = Reservation.objects.filter(block_id__in=due, status=Reservation.Status.PENDING, gpus=0)

@@ -107,10 +107,7 @@ def fill_round(*, actor=ACTOR, now=None):
     holding = VM.objects.filter(warm=W.WARM).exclude(state__in=GONE).values("image_id")
     others = Image.objects.filter(Q(pk__in=ahead) | Q(pk__in=holding)).exclude(pk__in=[i.pk for i in pooled])
     images = {image.pk: image for image in [*pooled, *others]}
-    return {
-        image.name: fill(image, actor=actor, now=now, want=wanted.get(pk, 0), ahead=ahead.get(pk, ()))
-        for pk, image in images.items()
-    }
+    return {image.name: fill(image, actor=actor, now=now, want=wanted.get(pk, 0)) for pk, image in images.items()}
 
 
 def wanted_counts(images, now=None):
@@ -146,10 +143,10 @@ def fill(image, *, actor=ACTOR, now=None, want=None, ahead=None):
     now = now or timezone.now()
     if want is None:
         want = wanted_counts([image], now).get(image.pk, 0)
-    if ahead is None:
-        ahead = wanted_ahead(now).get(image.pk, ())
     with transaction.atomic():
         image = Image.objects.select_for_update().get(pk=image.pk)
+        if ahead is None:  # read under the lock, just before the VMs: a seat may take one meanwhile
+            ahead = wanted_ahead(now).get(image.pk, ())
         pooled = pooled_images().filter(pk=image.pk).exists()
         low, high = (min(max(want, image.warm_min), image.warm_max), image.warm_max) if pooled else (0, 0)
         have = warm_vms(image).order_by("-pk")
@@ -160,7 +157,7 @@ def fill(image, *, actor=ACTOR, now=None, want=None, ahead=None):
         stale = list(have.exclude(fresh & Q(**services.size_for(image))).values_list("pk", flat=True))
         for pk in stale:
             _destroy(pk, f"{vm_key(pk)} is no longer what a reservation of {image.name} takes", actor=actor)
-        rows = [row for row in have.values_list("pk", "host_id", "allocation__end") if row[0] not in stale]
+        rows = [row for row in have.values_list("pk", "allocation__host_id", "allocation__end") if row[0] not in stale]
         pool = [pk for pk, _, end in rows if end is None]
         destroyed = len(stale) + _trim(pool, high, f"{image.name}'s warm pool is above its maximum ({high})", actor)
         wanted = Counter()

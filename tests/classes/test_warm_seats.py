@@ -51,6 +51,7 @@ def ahead_of(image):
 def test_every_seat_takes_a_vm_warmed_before_it_and_is_ready_before_the_start(session, image, sync_jobs):
     assert warm.fill_round(now=warm_time(session) - timedelta(minutes=1)) == {}  # not yet
     assert warm.fill_round(now=warm_time(session)) == {image.name: {"requested": SEATS}}
+    assert warm.fill_round(now=warm_time(session)) == {image.name: {"requested": 0}}  # (still being built)
     sync_jobs.drain()
     made = list(ahead_of(image))
     assert len(made) == SEATS and all(vm.state == "running" and vm.owner is None for vm in made)
@@ -71,9 +72,7 @@ def test_every_seat_takes_a_vm_warmed_before_it_and_is_ready_before_the_start(se
     assert not ahead_of(image) and warm.fill_round(now=session.start - LEAD) == {}
 
 
-def test_a_reservation_that_needs_a_warm_vms_room_takes_it_and_that_seat_boots_cold(
-    session, image, student, sync_jobs
-):
+def test_a_reservation_that_needs_a_warm_vms_room_takes_it_and_that_seat_boots_cold(session, image, student, sync_jobs):
     warm.fill_round(now=warm_time(session))
     sync_jobs.drain()
     assert ahead_of(image).count() == SEATS  # the host is full until the session's start
