@@ -303,7 +303,7 @@ def take(reservation, size, *, actor):
     if reservation.gpus or not (image.warm_max or reservation.block_id):
         return None
     here = reservation.allocation.host_id
-    for vm in _candidates(image, size, near=here):
+    for vm in _candidates(image, size, near=here, seat=reservation.block_id is not None):
         try:
             with transaction.atomic():
                 why = f"reservation {reservation.pk}: taken warm"
@@ -325,12 +325,17 @@ class _Lost(Exception):
     """The warm VM was taken first: rolled back."""
 
 
-def _candidates(image, size, near=None):
-    """Warm VMs to try, those on host ``near`` first."""
-    rows = takeable(image, size).select_related("allocation", "host").order_by("pk")
+def _candidates(image, size, near=None, seat=False):
+    """Warm VMs to try, those on host ``near`` first; a seat (``seat``) first those made ahead of
+    seats, anyone else first the pool's (each leaves the other's for whom they were made)."""
+    ahead = Q(allocation__end__isnull=False)
+    kind = Case(When(ahead if seat else ~ahead, then=Value(0)), default=Value(1), output_field=IntegerField())
+    rows = takeable(image, size).select_related("allocation", "host").annotate(kind=kind)
     if near is not None:
         first = Case(When(host_id=near, then=Value(0)), default=Value(1), output_field=IntegerField())
-        rows = rows.annotate(near=first).order_by("near", "pk")
+        rows = rows.annotate(near=first).order_by("near", "kind", "pk")
+    else:
+        rows = rows.order_by("kind", "pk")
     return [vm for vm in rows[:CANDIDATES] if services.has_warm_snapshot(vm)]
 
 

@@ -107,3 +107,25 @@ def test_a_canceled_session_leaves_no_warm_vms_behind(session, image, instructor
     assert warm.fill_round(now=warm_time(session)) == {image.name: {"destroyed": SEATS}}
     sync_jobs.drain()
     assert not ahead_of(image)
+
+
+def test_a_seat_of_a_pooled_image_takes_a_vm_made_for_seats_and_leaves_the_pools(
+    make_host, image, course, instructor, term, settings, sync_jobs
+):
+    from provisioning import services as vms
+
+    make_host("big", cpus=64, memory_mib=64 * 1024, disk_gib=1000)
+    settings.CLASS_WARM_MINUTES = 15
+    vms.update_image(image, actor="test", warm_min=1, warm_max=1)
+    klass = services.create_class(actor=instructor, by=instructor, course=course, name="Lab", image=image, **term)
+    meeting = Meeting.objects.filter(klass=klass).first()
+    warm.fill_round(now=warm_time(meeting))
+    sync_jobs.drain()
+    [pool] = VM.objects.filter(image=image, warm="warm", allocation__end__isnull=True)  # made first
+    made = set(ahead_of(image).values_list("pk", flat=True))
+    assert len(made) == 1  # the class's one seat (its course's one member's)
+    services.plan_round(meeting.start - LEAD)
+    sync_jobs.drain()
+    assert set(seats_of(meeting).values_list("vm_id", flat=True)) == made
+    pool.refresh_from_db()
+    assert pool.warm == "warm" and pool.owner is None
