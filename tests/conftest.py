@@ -108,28 +108,29 @@ POST_MIGRATE_TABLES = ("django_content_type", "auth_permission", "auth_group", "
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _post_migrate_rows_put_back(django_db_setup, django_db_blocker):
+def _post_migrate_rows_put_back():
     """A transactional test ends with a flush of every table, after which Django sends
     ``post_migrate`` so that its receivers write their rows again: about 0.1 s of queries per
-    test, and always the same rows. They are copied once, from the database ``migrate`` made,
-    and put back after each flush in a few inserts instead (the same ids, too)."""
+    test, and always the same rows. The first flush of a database sends it; the rows it wrote
+    are copied then, and put back after each later flush in a few inserts instead."""
     from django.core.management.commands import flush
     from django.db import connections
 
+    original = flush.emit_post_migrate_signal
     saved = {}
-    with django_db_blocker.unblock():
-        for conn in connections.all():
-            with conn.cursor() as cursor:
-                for table in POST_MIGRATE_TABLES:
-                    cursor.execute(f"SELECT * FROM {conn.ops.quote_name(table)}")  # noqa: S608 (our table names)
-                    columns = [conn.ops.quote_name(column[0]) for column in cursor.description]
-                    saved[conn.alias, table] = (columns, cursor.fetchall())
 
     def put_back(verbosity, interactive, db, **kwargs):
         conn = connections[db]
         with conn.cursor() as cursor:
-            for table in POST_MIGRATE_TABLES:
-                columns, rows = saved[db, table]
+            if db not in saved:
+                original(verbosity, interactive, db, **kwargs)
+                saved[db] = {}
+                for table in POST_MIGRATE_TABLES:
+                    cursor.execute(f"SELECT * FROM {conn.ops.quote_name(table)}")  # noqa: S608 (our table names)
+                    columns = [conn.ops.quote_name(column[0]) for column in cursor.description]
+                    saved[db][table] = (columns, cursor.fetchall())
+                return
+            for table, (columns, rows) in saved[db].items():
                 if rows:
                     cursor.executemany(
                         f"INSERT INTO {conn.ops.quote_name(table)} ({', '.join(columns)})"  # noqa: S608
@@ -137,7 +138,6 @@ def _post_migrate_rows_put_back(django_db_setup, django_db_blocker):
                         rows,
                     )
 
-    original = flush.emit_post_migrate_signal
     flush.emit_post_migrate_signal = put_back
     yield
     flush.emit_post_migrate_signal = original
