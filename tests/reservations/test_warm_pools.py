@@ -404,11 +404,11 @@ def test_evacuating_a_host_migrates_its_reservations_and_destroys_its_warm_vms(t
 def test_warm_vms_hold_no_seat_of_the_image_s_licence_cap(sim_host, pooled, alice, bob, sync_jobs):
     """A licence cap counts users' reservations and VMs: a warm VM is nobody's (no login, no
     licensed session), so it takes no seat; the reservation that takes it takes one."""
-    vms.update_image(pooled, actor="test", max_concurrent=1)
+    vms.update_image(pooled, actor="test", warm_min=1, warm_max=1, max_concurrent=1)
     fill(pooled, sync_jobs)
-    assert len(warm_ones(pooled)) == 2
-    mine = reserve_now(alice, pooled)  # two warm VMs exist: the cap of 1 still lets one user in
+    mine = reserve_now(alice, pooled)  # a warm VM exists: the cap of 1 still lets one user in
     assert fresh(mine).vm.warm == "hit"
+    fill(pooled, sync_jobs)  # topped up beside it
     with pytest.raises(ValidationError, match=r"may run at most 1 at once \(its licence cap\)"):
         reserve_now(bob, pooled)
     assert len(warm_ones(pooled)) == 1  # the refused reservation took nothing from the pool
@@ -416,3 +416,9 @@ def test_warm_vms_hold_no_seat_of_the_image_s_licence_cap(sim_host, pooled, alic
     services.end(fresh(mine), actor=alice)
     sync_jobs.drain()
     assert fresh(reserve_now(bob, pooled)).vm.warm == "hit"  # the seat is free again
+
+
+def test_it_rejects_a_pool_larger_than_the_licence_cap(pooled):
+    with pytest.raises(ValidationError) as refused:
+        vms.update_image(pooled, actor="test", max_concurrent=2)  # the pool keeps up to 3
+    assert refused.value.message_dict["warm_max"] == ["at most the image's licence cap (2): more could never be used"]
