@@ -354,7 +354,7 @@ def on_host(host):
 
 
 @pytest.fixture
-def two_hosts(make_host, pooled, alice, sync_jobs):
+def two_pooled_hosts(make_host, pooled, alice, sync_jobs):
     """Host "one" with two warm VMs and a reservation's VM taken warm from the pool; "two" empty."""
     one = make_host("one", cpus=8, memory_mib=8192)
     fill(pooled, sync_jobs)
@@ -367,10 +367,10 @@ def two_hosts(make_host, pooled, alice, sync_jobs):
     return one, two, fresh(taken)
 
 
-def test_draining_a_host_destroys_its_warm_vms_and_the_pool_refills_elsewhere(two_hosts, pooled, sync_jobs):
+def test_draining_a_host_destroys_its_warm_vms_and_the_pool_refills_elsewhere(two_pooled_hosts, pooled, sync_jobs):
     from inventory import services as inventory
 
-    one, two, taken = two_hosts
+    one, two, taken = two_pooled_hosts
     leaving = on_host(one)
     inventory.set_state(one, "drained", "disk replacement", actor="test")
     assert warm_ones(pooled) == []  # out of the pool at once: no reservation takes them meanwhile
@@ -383,10 +383,10 @@ def test_draining_a_host_destroys_its_warm_vms_and_the_pool_refills_elsewhere(tw
     assert len(on_host(two)) == 2 and on_host(one) == []
 
 
-def test_evacuating_a_host_migrates_its_reservations_and_destroys_its_warm_vms(two_hosts, pooled, sync_jobs):
+def test_evacuating_a_host_migrates_its_reservations_and_destroys_its_warm_vms(two_pooled_hosts, pooled, sync_jobs):
     from jobs import services as jobs
 
-    one, two, taken = two_hosts
+    one, two, taken = two_pooled_hosts
     leaving = on_host(one)
     job = jobs.submit("node.evacuate", {"hypervisor": one.pk}, actor="test")
     sync_jobs.drain()
