@@ -23,6 +23,7 @@ class VmsConfig(AppConfig):
         inventory.IN_USE_CHECKERS.register(services.in_use_reason)
         capacity.IMAGE_TYPES.register(services.image_types)
         capacity.ON_YIELD.register(warm.evict)  # a warm VM's claim gives way to any other
+        inventory.ON_STATE_CHANGE.register(warm.host_left_service)  # a drained host's warm VMs go
         topics.AUTHORISERS.register("vm", services.may_see_vm)
         topics.AUTHORISERS.register("plan", topics.cluster_readers)
         events.LISTENERS.register("job.status", events.Listener(plans.job_ended))

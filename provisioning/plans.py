@@ -90,6 +90,8 @@ def live(now=None):
             inst.movable = False  # a claim that is not a built VM (a parked disk, a held claim) stays
         elif by_name[inst.name].hostname:
             inst.movable = False  # an environment's machine stays with its networks and the others
+        elif by_name[inst.name].warm == VM.Warm.WARM:
+            inst.movable = False  # a warm VM is never moved: a drain destroys it (``warm.host_left_service``)
     return Live(now, cluster, ids, gcluster, by_name)
 
 
@@ -197,15 +199,29 @@ def _raw_moves(kind, state, target, group, options):
         names = [g.instances[i].name for i in node.plist if g.instances[i].name in state.vms]
         stuck = [g.instances[i].name for i in node.plist if g.instances[i].name not in state.vms]
         notes += [f"{name} stays: not a built VM (a parked disk, a VM being changed)" for name in stuck]
+        names, warm_notes = _without_warm(names, state)
         result = evacuate.node_evacuate(g, evacuate.CHANGE_ALL, names)
+        notes += warm_notes
     else:
         gdx = g.group_index(target)
         names = [i.name for i in g.instances if g.nodes[i.pnode].group == gdx and i.name in state.vms]
+        names, warm_notes = _without_warm(names, state)
         if not names:
             raise Conflict(f"node group {target} holds no VMs: nothing to evacuate")
         result = evacuate.change_group(g, names)
+        notes += warm_notes
     notes += [f"{name} cannot move: {message}" for name, message in result.failed]
     return [(name, nodes[0]) for name, _group, nodes in result.moved], [], notes
+
+
+def _without_warm(names, state):
+    """The VMs to move, without a warm pool's: the drain destroys those, and the pool builds
+    them again on a host in service (``warm.host_left_service``); the notes that say so."""
+    warm = [name for name in names if state.vms[name].warm == VM.Warm.WARM]
+    notes = [
+        f"{name} is not moved: a warm pool's VM, destroyed by the drain and built again elsewhere" for name in warm
+    ]
+    return [name for name in names if name not in warm], notes
 
 
 def _collapse(raw, state):

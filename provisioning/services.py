@@ -193,6 +193,9 @@ def warm_refusals(image):
     if high and image.revert_on_end:
         # Its reservations take parked VMs reverted clean already; a warm VM is destroyed after use.
         return {"warm_max": ["an image that reverts on end reuses its parked VMs: no warm pool (0)"]}
+    if image.max_concurrent is not None and high > image.max_concurrent:
+        # Warm VMs take no seat of the cap (nobody uses them), but no more can ever be in use at once.
+        return {"warm_max": [f"at most the image's licence cap ({image.max_concurrent}): more could never be used"]}
     return {}
 
 

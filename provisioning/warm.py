@@ -260,6 +260,22 @@ def evict(allocation_ids, *, actor, reason):
     return job_ids
 
 
+def host_left_service(hv, old_state, *, actor):
+    """``inventory.ON_STATE_CHANGE``: a host drained or taken offline keeps no warm VM. They
+    leave the pool and are destroyed, never migrated (an evacuation's plan leaves them out):
+    the pool's next round builds their replacements on hosts in service, for less than a move
+    of a running guest costs. The warm VMs taken by reservations are those reservations' VMs,
+    not touched here."""
+    if hv.state == "online":
+        return []
+    on_host = VM.objects.filter(Q(host_id=hv.pk) | Q(allocation__host_id=hv.pk), warm=W.WARM).exclude(state__in=GONE)
+    why = f"{hv.name} is {hv.state}: {hv.state_reason}"
+    return [
+        _destroy(pk, f"{vm_key(pk)} leaves the warm pool: {why}"[:400], actor=ACTOR).pk
+        for pk in on_host.values_list("pk", flat=True)
+    ]
+
+
 def takeable(image, size):
     """The image's warm VMs a reservation of ``size`` may take now: running on their yielding
     claim, of the production revision (new users get production); ``_candidates`` keeps those

@@ -41,6 +41,11 @@ PASSWORD_HASHERS = [
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" and os.environ.get("VCLMGR_TEST_DB") != "memory":
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A test database need not survive a crash: a commit does not wait for its WAL to reach the
+    # disk (a session setting; the server's own configuration is left alone). Transactional
+    # tests and the processes they start commit often, and waited on fsync for each.
+    DATABASES["default"].setdefault("OPTIONS", {})["options"] = "-c synchronous_commit=off"
 
 # The real-VM idle test proves no-show and idle reclamation with limits of one minute: the
 # worker it starts counts a policy's minute as this many seconds.

@@ -54,8 +54,9 @@ def _rows_of_the_old_layout(old):
     return olga.pk, operate.pk
 
 
+# One test: migrating the whole graph back or forth costs seconds each time.
 @pytest.mark.django_db(transaction=True)
-def test_a_database_of_the_old_layout_keeps_its_tokens_roles_and_identities():
+def test_a_database_of_the_old_layout_keeps_its_tokens_roles_and_identities_and_the_move_migrates_back():
     olga_id, operate_id = _rows_of_the_old_layout(_old_database())
 
     _migrate_to_the_end()
@@ -72,12 +73,7 @@ def test_a_database_of_the_old_layout_keeps_its_tokens_roles_and_identities():
     assert client.get("/api/v1/me/").json()["roles"] == ["operator"]
     assert Schedule.objects.get(func__endswith="retire_gone").func == "accounts.signon.retire_gone"
 
-
-@pytest.mark.django_db(transaction=True)
-def test_the_move_migrates_back():
-    _rows_of_the_old_layout(_old_database())
-    _migrate_to_the_end()
-
+    # And back.
     old = _old_database()
 
     assert old.get_model("vclmgr", "ApiToken").objects.get().name == "ci"

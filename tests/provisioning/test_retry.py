@@ -24,26 +24,26 @@ def first_choice(image):
 
 
 @pytest.fixture
-def two_hosts(make_host):
+def two_sim_hosts(make_host):
     return {host.name: host for host in (make_host("sim-a"), make_host("sim-b"))}
 
 
 @pytest.mark.parametrize("step", ["create", "start", "address"])
-def test_it_boots_on_another_host_when_the_first_fails(two_hosts, image, alice, sync_jobs, step):
+def test_it_boots_on_another_host_when_the_first_fails(two_sim_hosts, image, alice, sync_jobs, step):
     bad = first_choice(image)
-    good = next(name for name in two_hosts if name != bad)
+    good = next(name for name in two_sim_hosts if name != bad)
     sim.set_fault(bad, step, "fail")
     vm, job = services.request_vm(actor=alice, owner=alice, image=image)
     sync_jobs.drain()
     job = Job.objects.get(pk=job.pk)
     assert job.status == "success", job.error_message
     vm = VM.objects.get(pk=vm.pk)
-    assert vm.state == "running" and vm.host == two_hosts[good] and vm.address
+    assert vm.state == "running" and vm.host == two_sim_hosts[good] and vm.address
     # Nothing left on the first host; its claim released, the second one live.
     assert list(SimVM.objects.filter(key=vm.key).values_list("host__name", flat=True)) == [good]
     first, second = Allocation.objects.order_by("pk")
-    assert first.host == two_hosts[bad] and first.released is not None
-    assert second.host == two_hosts[good] and second.released is None and vm.allocation == second
+    assert first.host == two_sim_hosts[bad] and first.released is not None
+    assert second.host == two_sim_hosts[good] and second.released is None and vm.allocation == second
     # The retry is in the reason trail, the log and the steps.
     assert any(f"failed on {bad}" in entry[1] and "another host" in entry[1] for entry in job.reason), job.reason
     assert JobLog.objects.filter(job=job, level="warning", message__contains="retrying once").exists()
@@ -57,11 +57,11 @@ def test_it_boots_on_another_host_when_the_first_fails(two_hosts, image, alice, 
         "address-retry",
         "ready-retry",
     ]
-    assert job.steps[names.index("retry")]["result"]["exclude"] == [two_hosts[bad].pk]
+    assert job.steps[names.index("retry")]["result"]["exclude"] == [two_sim_hosts[bad].pk]
 
 
-def test_it_retries_only_once(two_hosts, image, alice, sync_jobs):
-    for name in two_hosts:
+def test_it_retries_only_once(two_sim_hosts, image, alice, sync_jobs):
+    for name in two_sim_hosts:
         sim.set_fault(name, "start", "fail")
     vm, job = services.request_vm(actor=alice, owner=alice, image=image)
     sync_jobs.drain()
@@ -85,7 +85,7 @@ def test_with_no_other_host_the_first_failure_stands(sim_host, image, alice, syn
     assert not SimVM.objects.exists() and not Allocation.objects.filter(released__isnull=True).exists()
 
 
-def test_a_staging_failure_is_not_retried(two_hosts, image, alice, sync_jobs):
+def test_a_staging_failure_is_not_retried(two_sim_hosts, image, alice, sync_jobs):
     sim.set_fault(first_choice(image), "stage_image", "fail")
     _vm, job = services.request_vm(actor=alice, owner=alice, image=image)
     sync_jobs.drain()
@@ -94,7 +94,7 @@ def test_a_staging_failure_is_not_retried(two_hosts, image, alice, sync_jobs):
     assert Allocation.objects.count() == 1
 
 
-def test_no_retry_when_the_first_host_cannot_be_cleaned(two_hosts, image, alice, sync_jobs):
+def test_no_retry_when_the_first_host_cannot_be_cleaned(two_sim_hosts, image, alice, sync_jobs):
     bad = first_choice(image)
     sim.set_fault(bad, "start", "fail")
     sim.set_fault(bad, "destroy", "fail")

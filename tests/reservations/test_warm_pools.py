@@ -12,6 +12,7 @@ from capacity.models import Allocation
 from capacity.snapshot import snapshot
 from core import periodic
 from drivers import cloudinit
+from drivers.base import vm_key
 from drivers.sim import services as sim
 from drivers.sim.models import SimVM
 from jobs.models import Job
@@ -343,6 +344,84 @@ def test_metrics_show_each_pools_warm_vms_hits_and_misses(sim_host, pooled, alic
     assert value(found, "vclmgr_warm_in_use", image=pooled.name) == 1
     assert value(found, "vclmgr_warm_hits_total", image=pooled.name) == 1
     assert value(found, "vclmgr_warm_misses_total", image=pooled.name) == 1
+
+
+# --- hosts leaving service ----------------------------------------------------------------------
+
+
+def on_host(host):
+    return sorted(VM.objects.filter(host=host, warm="warm").exclude(state__in=warm.GONE).values_list("pk", flat=True))
+
+
+@pytest.fixture
+def two_pooled_hosts(make_host, pooled, alice, sync_jobs):
+    """Host "one" with two warm VMs and a reservation's VM taken warm from the pool; "two" empty."""
+    one = make_host("one", cpus=8, memory_mib=8192)
+    fill(pooled, sync_jobs)
+    taken = reserve_now(alice, pooled)
+    fill(pooled, sync_jobs)  # topped up again beside it
+    sync_jobs.drain()
+    assert fresh(taken).status == "ready" and len(on_host(one)) == 2
+    two = make_host("two", cpus=8, memory_mib=8192)
+    snapshot.expire()  # (hosts are looked for at most once a second)
+    return one, two, fresh(taken)
+
+
+def test_draining_a_host_destroys_its_warm_vms_and_the_pool_refills_elsewhere(two_pooled_hosts, pooled, sync_jobs):
+    from inventory import services as inventory
+
+    one, two, taken = two_pooled_hosts
+    leaving = on_host(one)
+    inventory.set_state(one, "drained", "disk replacement", actor="test")
+    assert warm_ones(pooled) == []  # out of the pool at once: no reservation takes them meanwhile
+    sync_jobs.drain()
+    assert {fresh(VM(pk=pk)).state for pk in leaving} == {"destroyed"}
+    assert not SimVM.objects.filter(key__in=[vm_key(pk) for pk in leaving]).exists()
+    assert not Job.objects.filter(opcode="vm.migrate").exists()  # never moved
+    assert fresh(taken).status == "ready" and fresh(taken).vm.host == one  # a user's VM: left for an evacuation
+    assert fill(pooled, sync_jobs) == {"requested": 2}
+    assert len(on_host(two)) == 2 and on_host(one) == []
+
+
+def test_evacuating_a_host_migrates_its_reservations_and_destroys_its_warm_vms(two_pooled_hosts, pooled, sync_jobs):
+    from jobs import services as jobs
+
+    one, two, taken = two_pooled_hosts
+    leaving = on_host(one)
+    job = jobs.submit("node.evacuate", {"hypervisor": one.pk}, actor="test")
+    sync_jobs.drain()
+    assert Job.objects.get(pk=job.pk).status == "success"
+    moved = Job.objects.filter(opcode="vm.migrate")
+    assert [(m.params["vm"], m.status) for m in moved] == [(taken.vm_id, "success")]  # the user's VM only
+    assert fresh(taken).vm.host == two and fresh(taken).status == "ready"
+    assert {fresh(VM(pk=pk)).state for pk in leaving} == {"destroyed"}
+    assert fill(pooled, sync_jobs) == {"requested": 2} and len(on_host(two)) == 2
+
+
+# --- licence caps -------------------------------------------------------------------------------
+
+
+def test_warm_vms_hold_no_seat_of_the_image_s_licence_cap(sim_host, pooled, alice, bob, sync_jobs):
+    """A licence cap counts users' reservations and VMs: a warm VM is nobody's (no login, no
+    licensed session), so it takes no seat; the reservation that takes it takes one."""
+    vms.update_image(pooled, actor="test", warm_min=1, warm_max=1, max_concurrent=1)
+    fill(pooled, sync_jobs)
+    mine = reserve_now(alice, pooled)  # a warm VM exists: the cap of 1 still lets one user in
+    assert fresh(mine).vm.warm == "hit"
+    fill(pooled, sync_jobs)  # topped up beside it
+    with pytest.raises(ValidationError, match=r"may run at most 1 at once \(its licence cap\)"):
+        reserve_now(bob, pooled)
+    assert len(warm_ones(pooled)) == 1  # the refused reservation took nothing from the pool
+    sync_jobs.drain()
+    services.end(fresh(mine), actor=alice)
+    sync_jobs.drain()
+    assert fresh(reserve_now(bob, pooled)).vm.warm == "hit"  # the seat is free again
+
+
+def test_it_rejects_a_pool_larger_than_the_licence_cap(pooled):
+    with pytest.raises(ValidationError) as refused:
+        vms.update_image(pooled, actor="test", max_concurrent=2)  # the pool keeps up to 3
+    assert refused.value.message_dict["warm_max"] == ["at most the image's licence cap (2): more could never be used"]
 
 
 # --- sized from the usage history ------------------------------------------------------------
