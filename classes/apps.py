@@ -10,7 +10,8 @@ class ClassesConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
-        from classes import budget, services, tasks
+        from classes import budget, services, tasks, warming
+        from provisioning import warm
         from reservations import approvals, reserving, showback
         from reservations.models import ApprovalRequest
 
@@ -20,4 +21,5 @@ class ClassesConfig(AppConfig):
         showback.TAUGHT_CLASSES.register(services.taught_classes)
         showback.CLASS_BUDGETS.register(services.hours_budgets)
         showback.STUDENT_BUDGETS.register(budget.standings)
+        warm.AHEAD.register(warming.ahead)  # a session's seats warmed before they are built
         post_spawn.connect(tasks.start_planner, dispatch_uid="classes.planner")

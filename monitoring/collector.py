@@ -55,9 +55,17 @@ class StateCollector:
         yield from self._warm_pools()
 
     def _warm_pools(self):
-        """Per pooled image: warm VMs (ready, being built), VMs taken warm still in use, and the
-        reservations that found one (hits) or were built cold (misses), counted from the VMs."""
+        """Per pooled image: the pool's target for the coming hour (from its usage history), warm
+        VMs (ready, being built; those made ahead of a class session's seats), VMs taken warm
+        still in use, and the reservations that found one (hits) or were built cold (misses),
+        counted from the VMs."""
         pools = warm.counts()
+        wanted = GaugeMetricFamily(
+            "vclmgr_warm_wanted", "Warm VMs a pool wants for the coming hour, by image.", labels=["image"]
+        )
+        ahead = GaugeMetricFamily(
+            "vclmgr_warm_ahead", "Warm VMs made ahead of a class session's seats, by image.", labels=["image"]
+        )
         ready = GaugeMetricFamily("vclmgr_warm_vms", "Warm VMs by image and state.", labels=["image", "state"])
         in_use = GaugeMetricFamily("vclmgr_warm_in_use", "VMs taken warm, still in use, by image.", labels=["image"])
         hits = CounterMetricFamily("vclmgr_warm_hits", "Reservations that took a warm VM, by image.", labels=["image"])
@@ -65,12 +73,14 @@ class StateCollector:
             "vclmgr_warm_misses", "Reservations of a pooled image built cold, by image.", labels=["image"]
         )
         for image, row in sorted(pools.items()):
+            wanted.add_metric([image], row["wanted"])
+            ahead.add_metric([image], row["ahead"])
             ready.add_metric([image, "ready"], row["ready"])
             ready.add_metric([image, "building"], row["building"])
             in_use.add_metric([image], row["in_use"])
             hits.add_metric([image], row["hits"])
             misses.add_metric([image], row["misses"])
-        yield from (ready, in_use, hits, misses)
+        yield from (wanted, ready, ahead, in_use, hits, misses)
 
     def _capacity(self):
         usage = dashboard.utilisation(dashboard.hosts(timezone.now()))

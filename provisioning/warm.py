@@ -20,15 +20,28 @@ reservations to take (the DRM article's VMs resumed instead of created).
   its ``vm.create`` (``{"warm": true}``) hands the login over in the running guest (``VM.warm``
   "hit"). A reservation of a pooled image built cold is a "miss" (none warm to take, or the warm
   start failed and the same VM was built cold instead).
+- Sizes: the pool's target is not always ``warm_min``: it is the demand of the coming hour in
+  past weeks (the reservations of the image that started in the same weekday and hour of each
+  of the last ``WARM_HISTORY_WEEKS``, their ``WARM_HISTORY_PERCENTILE``: ``warm_sizing``, pure,
+  fed by the ``STARTS`` hook's query), kept within ``warm_min``..``warm_max``.
+- Ahead of known starts (a class session's seats, through the ``AHEAD`` hook: ``classes``):
+  warm VMs of the image's default size on the host of the seats' claims, whose yielding claims
+  end when the seats' begin (``Ahead``), requested beside the pool's and beyond its maximum
+  (any image, pooled or not). A seat's build takes one as any reservation's does (``take``); those
+  no seat took are destroyed once no start wants them (their claims' end passed, the session
+  built or canceled).
 - After use a VM taken warm is reverted to its warm snapshot (memory and disk: nothing of its
   user's is left, their login included) and goes back to the pool (``vm.rewarm``,
   ``back_to_pool``) if the pool has room for it, else it is destroyed. Its next user gets a new
   identity again when they take it: no two users share host keys or a machine-id.
 """
 
-from dataclasses import replace
-from datetime import timedelta
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Case, Count, F, IntegerField, Q, Sum, Value, When
 from django.db.models.functions import Coalesce
@@ -38,9 +51,11 @@ from capacity import preemption
 from capacity import services as capacity
 from core import changelog
 from core.changelog import Actor
+from core.hooks import Hook
 from drivers.base import vm_key
+from inventory.models import Hypervisor
 from jobs import services as jobs
-from provisioning import services
+from provisioning import services, warm_sizing
 from provisioning.models import VM, Image, ImageRevision
 
 W = VM.Warm
@@ -49,6 +64,26 @@ GONE = (S.DESTROYED, S.FAILED, S.LOST)
 RETRY_AFTER = timedelta(minutes=5)
 CANDIDATES = 5  # warm VMs tried before a reservation is built cold
 ACTOR = Actor(name="warm pools")
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """Warm VMs wanted ahead of known starts: ``count`` of image ``image_id``'s default size on
+    host ``host_id``, their claims ending at ``until`` (when the claims of those they stand in
+    for begin)."""
+
+    image_id: int
+    host_id: int
+    until: datetime
+    count: int
+
+
+# Who knows of starts to come (a class session's seats: ``classes``) registers ``ahead(now)`` ->
+# ``Ahead`` rows; each round requests those warm VMs beside the pools'.
+AHEAD: Hook[Callable[[datetime], Iterable[Ahead]]] = Hook("provisioning.warm.AHEAD")
+# Who knows the reservations (``reservations``) registers ``starts(image_ids, windows)`` ->
+# ``{image id: [how many started in each window]}``: the usage history a pool is sized from.
+STARTS: Hook[Callable[..., dict]] = Hook("provisioning.warm.STARTS", single=True)
 
 
 def pooled_images():
@@ -61,56 +96,129 @@ def warm_vms(image):
     return VM.objects.filter(image=image, warm=W.WARM).exclude(state__in=GONE)
 
 
-def fill_round(*, actor=ACTOR):
-    """``fill`` every pooled image, and empty the pools of images that no longer keep one (its
-    sizes set to 0, deactivated); ``{image name: what was done}``."""
-    emptied = Image.objects.filter(vms__warm=W.WARM).exclude(vms__state__in=GONE).exclude(pk__in=pooled_images())
-    images = [*pooled_images(), *emptied.distinct()]
-    return {image.name: fill(image, actor=actor) for image in images}
+def fill_round(*, actor=ACTOR, now=None):
+    """``fill`` every pooled image and every image with warm VMs wanted ahead, and empty the
+    pools of images that no longer keep one (its sizes set to 0, deactivated); ``{image name:
+    what was done}``."""
+    now = now or timezone.now()
+    ahead = wanted_ahead(now)
+    pooled = list(pooled_images())
+    wanted = wanted_counts(pooled, now)
+    holding = VM.objects.filter(warm=W.WARM).exclude(state__in=GONE).values("image_id")
+    others = Image.objects.filter(Q(pk__in=ahead) | Q(pk__in=holding)).exclude(pk__in=[i.pk for i in pooled])
+    images = {image.pk: image for image in [*pooled, *others]}
+    return {image.name: fill(image, actor=actor, now=now, want=wanted.get(pk, 0)) for pk, image in images.items()}
 
 
-def fill(image, *, actor=ACTOR):
-    """Bring the image's pool to ``warm_min``..``warm_max`` warm VMs: destroy the stale ones (of
-    a revision no longer production, of another size than the image's default, or on a claim
-    that does not yield: no reservation would take them) and those above the maximum (the newest first: the likeliest
-    still building), request the missing ones where they fit without making room. Counted
-    under the image's row lock, so two rounds at once never build more than the minimum."""
+def wanted_counts(images, now=None):
+    """``{image id: warm VMs wanted for the coming hour}`` of pooled ``images``: from the starts
+    of the same hour in past weeks (``warm_sizing.wanted``), within each one's sizes."""
+    now = now or timezone.now()
+    images = [image for image in images if image.warm_max]
+    windows = warm_sizing.hour_windows(now, settings.WARM_HISTORY_WEEKS)
+    starts = STARTS.one()
+    past = starts([image.pk for image in images], windows) if starts is not None and windows and images else {}
+    q = settings.WARM_HISTORY_PERCENTILE
+    return {i.pk: warm_sizing.wanted(past.get(i.pk, ()), i.warm_min, i.warm_max, q) for i in images}
+
+
+def wanted_ahead(now=None):
+    """``{image id: [Ahead]}``: the warm VMs every ``AHEAD`` source wants now."""
+    now = now or timezone.now()
+    found = defaultdict(list)
+    for source in AHEAD:
+        for row in source(now):
+            found[row.image_id].append(row)
+    return dict(found)
+
+
+def fill(image, *, actor=ACTOR, now=None, want=None, ahead=None):
+    """Bring the image's pool to ``want`` (default: ``wanted_counts``, which is at least
+    ``warm_min``) up to ``warm_max`` warm VMs and its warm VMs ahead to ``ahead`` (default:
+    ``wanted_ahead``): destroy the stale ones (of a revision no longer production, of another
+    size than the image's default, on a claim that does not yield or has ended: no reservation
+    would take them), those above the maximum (the newest first: the likeliest still building)
+    and those ahead no longer wanted; request the missing ones where they fit without making
+    room. Counted under the image's row lock, so two rounds at once never build more."""
+    now = now or timezone.now()
+    if want is None:
+        want = wanted_counts([image], now).get(image.pk, 0)
     with transaction.atomic():
         image = Image.objects.select_for_update().get(pk=image.pk)
+        if ahead is None:  # read under the lock, just before the VMs: a seat may take one meanwhile
+            ahead = wanted_ahead(now).get(image.pk, ())
         pooled = pooled_images().filter(pk=image.pk).exists()
-        low, high = (image.warm_min, image.warm_max) if pooled else (0, 0)
+        low, high = (min(max(want, image.warm_min), image.warm_max), image.warm_max) if pooled else (0, 0)
         have = warm_vms(image).order_by("-pk")
         fresh = Q(revision__isnull=True) | Q(revision__state=ImageRevision.State.PRODUCTION)
         # (a claim that no longer yields: the VM was moved, by an evacuation say, on an ordinary one)
         fresh &= Q(allocation__yields=True, allocation__released__isnull=True)
+        fresh &= Q(allocation__end__isnull=True) | Q(allocation__end__gt=now)
         stale = list(have.exclude(fresh & Q(**services.size_for(image))).values_list("pk", flat=True))
         for pk in stale:
             _destroy(pk, f"{vm_key(pk)} is no longer what a reservation of {image.name} takes", actor=actor)
-        have = [pk for pk in have.values_list("pk", flat=True) if pk not in stale]
-        if len(have) > high:
-            extra = have[: len(have) - high]
-            for pk in extra:
-                _destroy(pk, f"{image.name}'s warm pool is above its maximum ({high})", actor=actor)
-            return {"destroyed": len(extra) + len(stale)}
-        missing = low - len(have)
-        if missing <= 0 or _failed_lately(image) or not image.variants.production().exists():
-            return {"destroyed": len(stale)} if stale else {"requested": 0}
+        rows = [row for row in have.values_list("pk", "allocation__host_id", "allocation__end") if row[0] not in stale]
+        pool = [pk for pk, _, end in rows if end is None]
+        destroyed = len(stale) + _trim(pool, high, f"{image.name}'s warm pool is above its maximum ({high})", actor)
+        wanted = Counter()
+        for row in ahead:
+            wanted[row.host_id, row.until] += row.count
+        held = defaultdict(list)
+        for pk, host_id, end in rows:
+            if end is not None:
+                held[host_id, end].append(pk)
+        for key, pks in held.items():
+            destroyed += _trim(pks, wanted[key], f"{image.name}'s warm VMs ahead are more than wanted", actor)
         made = 0
-        for _ in range(missing):
-            try:  # claimed here, with the row: each claim sees the ones before it
-                allocation = capacity.claim(demand(image), actor=actor)
-            except (capacity.NoCapacity, capacity.TryAgain):
-                break
-            _request(image, allocation, actor=actor)
-            made += 1
-        return {"requested": made, **({"destroyed": len(stale)} if stale else {})}
+        if not _failed_lately(image) and image.variants.production().exists():
+            made += _request_pool(image, low - min(len(pool), high), actor=actor)
+            for (host_id, until), count in wanted.items():
+                made += _request_ahead(image, host_id, until, count - len(held[host_id, until]), actor=actor)
+    if destroyed and not made:
+        return {"destroyed": destroyed}
+    return {"requested": made, **({"destroyed": destroyed} if destroyed else {})}
 
 
-def demand(image, **options):
-    """A warm VM's demand: the image's default size, from now on, a claim that yields."""
+def _trim(pks, keep, reason, actor):
+    """Destroy the first of ``pks`` (the newest) beyond ``keep``; how many."""
+    extra = pks[: max(0, len(pks) - keep)]
+    for pk in extra:
+        _destroy(pk, reason, actor=actor)
+    return len(extra)
+
+
+def _request_pool(image, missing, *, actor):
+    """Up to ``missing`` warm VMs for the pool, each where it fits; how many were requested."""
+    made = 0
+    for _ in range(max(0, missing)):
+        try:  # claimed here, with the row: each claim sees the ones before it
+            allocation = capacity.claim(demand(image), actor=actor)
+        except (capacity.NoCapacity, capacity.TryAgain):
+            break
+        _request(image, allocation, f"{image.name}'s warm pool", actor=actor)
+        made += 1
+    return made
+
+
+def _request_ahead(image, host_id, until, missing, *, actor):
+    """Up to ``missing`` warm VMs on host ``host_id`` until ``until``, while they fit there."""
+    host = Hypervisor.objects.filter(pk=host_id).first() if missing > 0 else None
+    made = 0
+    for _ in range(missing if host is not None else 0):
+        try:
+            allocation = capacity.claim_on_host(host, demand(image, end=until), actor=actor)
+        except capacity.NoCapacity:
+            break
+        _request(image, allocation, f"{image.name}'s warm VMs ahead of {until:%Y-%m-%d %H:%M} UTC", actor=actor)
+        made += 1
+    return made
+
+
+def demand(image, end=None, **options):
+    """A warm VM's demand: the image's default size, from now on (or until ``end``), a claim that yields."""
     size = services.size_for(image)
     return replace(
-        services.demand_for(image, size, start=timezone.now(), end=None, purpose="warm pool", **options), yields=True
+        services.demand_for(image, size, start=timezone.now(), end=end, purpose="warm pool", **options), yields=True
     )
 
 
@@ -121,14 +229,14 @@ def _failed_lately(image):
     return failed.exclude(error__startswith="no capacity").exists()
 
 
-def _request(image, allocation, *, actor):
+def _request(image, allocation, reason, *, actor):
     """A warm VM on its claim (``vm.warm`` builds it there, as a reservation's VM on its own)."""
     vm = VM.objects.create(image=image, warm=W.WARM, adhoc=False, allocation=allocation, **services.size_for(image))
     VM.objects.filter(pk=vm.pk).update(name=f"warm-{vm.pk}")
     allocation.purpose = f"warm pool: vm {vm.pk}"
     allocation.save(update_fields=["purpose"])
-    changelog.record(vm, "create", actor, reason=f"{image.name}'s warm pool")
-    return jobs.submit("vm.warm", {"vm": vm.pk}, actor=actor, reason=f"{vm.key}: {image.name}'s warm pool")
+    changelog.record(vm, "create", actor, reason=reason)
+    return jobs.submit("vm.warm", {"vm": vm.pk}, actor=actor, reason=f"{vm.key}: {reason}")
 
 
 def _destroy(vm_id, reason, *, actor):
@@ -207,10 +315,11 @@ def take(reservation, size, *, actor):
     if vm is not None:
         return _hand_to(vm, reservation, reservation.allocation, actor=actor)
     image = reservation.image
-    if not image.warm_max or reservation.gpus:
+    # (a seat of a block, a class session's, may take one warmed ahead of it: any image)
+    if reservation.gpus or not (image.warm_max or reservation.block_id):
         return None
     here = reservation.allocation.host_id
-    for vm in _candidates(image, size, near=here):
+    for vm in _candidates(image, size, near=here, seat=reservation.block_id is not None):
         try:
             with transaction.atomic():
                 why = f"reservation {reservation.pk}: taken warm"
@@ -232,12 +341,17 @@ class _Lost(Exception):
     """The warm VM was taken first: rolled back."""
 
 
-def _candidates(image, size, near=None):
-    """Warm VMs to try, those on host ``near`` first."""
-    rows = takeable(image, size).select_related("allocation", "host").order_by("pk")
+def _candidates(image, size, near=None, seat=False):
+    """Warm VMs to try, those on host ``near`` first; a seat (``seat``) first those made ahead of
+    seats, anyone else first the pool's (each leaves the other's for whom they were made)."""
+    ahead = Q(allocation__end__isnull=False)
+    kind = Case(When(ahead if seat else ~ahead, then=Value(0)), default=Value(1), output_field=IntegerField())
+    rows = takeable(image, size).select_related("allocation", "host").annotate(kind=kind)
     if near is not None:
         first = Case(When(host_id=near, then=Value(0)), default=Value(1), output_field=IntegerField())
-        rows = rows.annotate(near=first).order_by("near", "pk")
+        rows = rows.annotate(near=first).order_by("near", "kind", "pk")
+    else:
+        rows = rows.order_by("kind", "pk")
     return [vm for vm in rows[:CANDIDATES] if services.has_warm_snapshot(vm)]
 
 
@@ -275,7 +389,7 @@ def back_to_pool(vm_id, *, actor):
         production = vm.revision is None or vm.revision.state == ImageRevision.State.PRODUCTION
         if not image.warm_max or image.revert_on_end or not image.active or not production:
             return False
-        if warm_vms(image).count() >= image.warm_max or vm.warm != W.HIT:
+        if warm_vms(image).filter(allocation__end__isnull=True).count() >= image.warm_max or vm.warm != W.HIT:
             return False
         try:
             with transaction.atomic():
@@ -305,25 +419,30 @@ def mark_miss(vm_id):
     VM.objects.filter(pk=vm_id).update(warm=W.MISS)
 
 
-def counts():
-    """Per pooled image (and any image with warm VMs' history): ``{name: {"min", "max", "ready",
-    "building", "in_use", "hits", "misses"}}``, its sizes and its VMs' numbers (the same on every
-    process and machine; 2 queries)."""
+def counts(now=None):
+    """Per pooled image (and any image with warm VMs' history): ``{name: {"min", "max", "wanted",
+    "ready", "building", "ahead", "in_use", "hits", "misses"}}``, its sizes, the pool's target
+    for the coming hour (``wanted_counts``) and its VMs' numbers (``ahead``: warm VMs, ready or
+    building, made ahead of known starts; the same on every process and machine; 3 queries)."""
     live = Q(state__in=VM.LIVE)
+    warm_live = Q(warm=W.WARM) & ~Q(state__in=GONE)
     rows = (
         VM.objects.exclude(warm="")
         .values("image__name", min=F("image__warm_min"), max=F("image__warm_max"))
         .annotate(
             ready=Count("pk", filter=Q(warm=W.WARM, state=S.RUNNING)),
             building=Count("pk", filter=Q(warm=W.WARM, state__in=(S.REQUESTED, S.STAGING, S.DEFINING, S.STARTING))),
+            ahead=Count("pk", filter=warm_live & Q(allocation__end__isnull=False)),
             in_use=Count("pk", filter=Q(warm=W.HIT) & live),
             hits=Coalesce(Sum("warm_takes"), 0),
             misses=Count("pk", filter=Q(warm=W.MISS)),
         )
     )
     found = {row.pop("image__name"): row for row in rows}
-    for name, low, high in pooled_images().values_list("name", "warm_min", "warm_max"):
-        found.setdefault(
-            name, {"min": low, "max": high, "ready": 0, "building": 0, "in_use": 0, "hits": 0, "misses": 0}
-        )
-    return found
+    pooled = list(pooled_images())
+    wanted = wanted_counts(pooled, now)
+    for image in pooled:
+        empty = {"ready": 0, "building": 0, "ahead": 0, "in_use": 0, "hits": 0, "misses": 0}
+        found.setdefault(image.name, {"min": image.warm_min, "max": image.warm_max, **empty})
+    names = {image.name: wanted[image.pk] for image in pooled}
+    return {name: {"wanted": names.get(name, 0), **row} for name, row in found.items()}

@@ -12,11 +12,11 @@ class ReservationsConfig(AppConfig):
         from core import events, topics
         from inventory import services as inventory
         from jobs import transitions
-        from provisioning import quotas, repair, resizing, verify
+        from provisioning import quotas, repair, resizing, verify, warm
         from provisioning import views as vm_pages
         from provisioning.management.commands import revision
         from provisioning.opcodes import lifecycle
-        from reservations import approvals, environments, prestage, revision_cli, services, tasks, template_views
+        from reservations import approvals, environments, prestage, revision_cli, services, tasks, template_views, usage
 
         topics.AUTHORISERS.register("reservation", services.may_see)
         approvals.PROCEED.register(approvals.ApprovalRequest.Kind.RESERVATION, approvals.proceed_reservation)
@@ -28,6 +28,7 @@ class ReservationsConfig(AppConfig):
         inventory.ON_STATE_CHANGE.register(services.host_left_service)
         repair.ON_GONE.register(services.vm_gone)
         lifecycle.ON_BUILT.register(services.settle_built)
+        warm.STARTS.register(usage.starts_in)  # the usage history a warm pool is sized from
         transitions.ON_END.register("vm.create", services.settle_unbuilt)
         vm_pages.IMAGE_CARDS.register(template_views.template_card)
         for verb, spec in revision_cli.VERBS.items():

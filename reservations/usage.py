@@ -399,3 +399,16 @@ def choices():
     images = set(Image.objects.values_list("name", flat=True)) | set(stored.values_list("image", flat=True).distinct())
     groups = set(Group.objects.values_list("name", flat=True)) | set(stored.values_list("group", flat=True).distinct())
     return sorted(images), sorted(groups - {""})
+
+
+def starts_in(image_ids, windows):
+    """``provisioning.warm.STARTS``: ``{image id: [reservations of it starting in each window]}``
+    (a user's own, not a block's seats, which are known ahead; one query), the usage history
+    a warm pool is sized from."""
+    if not windows:
+        return {}
+    rows = Reservation.objects.filter(image_id__in=image_ids, block__isnull=True, template_of__isnull=True)
+    rows = rows.filter(start__gte=min(a for a, _ in windows), start__lt=max(b for _, b in windows))
+    counted = {f"w{i}": Count("pk", filter=Q(start__gte=a, start__lt=b)) for i, (a, b) in enumerate(windows)}
+    found = rows.values("image_id").annotate(**counted)
+    return {row["image_id"]: [row[f"w{i}"] for i in range(len(windows))] for row in found}

@@ -528,6 +528,14 @@ CLASS_MAX_SEATS = env.int("CLASS_MAX_SEATS", 200, minimum=1, maximum=1000)
 CLASS_PLAN_SECONDS = env.int("CLASS_PLAN_SECONDS", 60, minimum=5)
 # Warm pools (``provisioning.warm``): each worker tops the images' pools up this often, in seconds.
 WARM_POOL_SECONDS = env.int("WARM_POOL_SECONDS", 30, minimum=5)
+# A pooled image's wanted warm VMs for the coming hour: the WARM_HISTORY_PERCENTILE of its
+# reservations starting in the same hour of each of the last WARM_HISTORY_WEEKS weeks, kept
+# within its warm_min..warm_max (0 weeks: warm_min).
+WARM_HISTORY_WEEKS = env.int("WARM_HISTORY_WEEKS", 4, minimum=0, maximum=52)
+WARM_HISTORY_PERCENTILE = env.int("WARM_HISTORY_PERCENTILE", 75, minimum=1, maximum=100)
+# A class session's seats get warm VMs this long before they are built (the class's lead_minutes
+# before its start), for the build to take instead of booting (0: none).
+CLASS_WARM_MINUTES = env.int("CLASS_WARM_MINUTES", 15, minimum=0, maximum=24 * 60)
 
 # Approvals (``reservations.approvals``): a request for an image or a class that requires approval
 # waits this long for an approver (no longer than until it would start), then expires.

@@ -129,7 +129,7 @@
   }
 
   // Rows as home.html renders them on load; the empty-state line when no image pools.
-  const POOL_COLUMNS = ["ready", "building", "in_use", "hits", "misses"];
+  const POOL_COLUMNS = ["wanted", "ready", "building", "ahead", "in_use", "hits", "misses"];
   function renderWarmPools(pools) {
     root.querySelector("#dash-warm").hidden = !pools.length;
     root.querySelector("#dash-warm-empty").hidden = Boolean(pools.length);

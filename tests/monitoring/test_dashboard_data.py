@@ -164,6 +164,8 @@ def test_it_sends_a_stranger_to_the_login(client, db):
 def test_the_numbers_take_a_fixed_number_of_queries(admin_user, client, chassis, group, make_host, image, alice):
     client.force_login(admin_user)
     client.get(URL)  # the queue settings row, sessions: made once
+    # (a pooled image from the start: its pool's history is read once, for every pooled image)
+    vms.update_image(sim_image("pooled-0", os="Debian 12"), actor=TEST, warm_min=1, warm_max=2)
 
     def count():
         with CaptureQueriesContext(connection) as queries:
@@ -225,18 +227,21 @@ def cells(html, image_name):
 
 
 def test_the_warm_pools_panel_shows_each_pool_as_metrics_count_it(client, admin_user, pools, settings):
-    row = {"image": "debian-12", "min": 2, "max": 3, "ready": 1, "building": 1, "in_use": 1, "hits": 1, "misses": 1}
+    row = {"image": "debian-12", "min": 2, "max": 3, "wanted": 2, "ready": 1, "building": 1, "ahead": 0}
+    row.update(in_use=1, hits=1, misses=1)
     assert dashboard.warm_pools() == [row]
     settings.METRICS_TOKEN = "metrics-token-for-the-test-0123456789"  # noqa: S105 (a test token)
     scraped = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {settings.METRICS_TOKEN}").content.decode()
     found = samples(scraped)
     assert value(found, "vclmgr_warm_vms", image="debian-12", state="building") == row["building"]
     assert value(found, "vclmgr_warm_in_use", image="debian-12") == row["in_use"]
+    assert value(found, "vclmgr_warm_wanted", image="debian-12") == row["wanted"]
+    assert value(found, "vclmgr_warm_ahead", image="debian-12") == row["ahead"]
     assert value(found, "vclmgr_warm_misses_total", image="debian-12") == row["misses"]
     client.force_login(admin_user)
     assert client.get(URL).json()["warm_pools"] == dashboard.warm_pools()
     html = client.get(reverse("home")).content.decode()
-    assert cells(html, "debian-12") == ["debian-12", "2 / 3", "1", "1", "1", "1", "1"]
+    assert cells(html, "debian-12") == ["debian-12", "2 / 3", "2", "1", "1", "0", "1", "1", "1"]
     assert cells(html, "plain") is None
     assert '<table id="dash-warm">' in html and '<p id="dash-warm-empty" class="muted" hidden>' in html
 

@@ -422,3 +422,31 @@ def test_it_rejects_a_pool_larger_than_the_licence_cap(pooled):
     with pytest.raises(ValidationError) as refused:
         vms.update_image(pooled, actor="test", max_concurrent=2)  # the pool keeps up to 3
     assert refused.value.message_dict["warm_max"] == ["at most the image's licence cap (2): more could never be used"]
+
+
+# --- sized from the usage history ------------------------------------------------------------
+
+
+def test_the_pool_wants_what_the_same_hour_of_past_weeks_started(sim_host, pooled, alice, settings, sync_jobs):
+    settings.WARM_HISTORY_WEEKS, settings.WARM_HISTORY_PERCENTILE = 4, 50
+    now = timezone.now()
+    vms.update_image(pooled, actor="test", warm_min=1, warm_max=3)
+    started = {1: 3, 2: 2, 3: 2, 4: 0}  # weeks ago: reservations started within the hour from then
+    size = vms.size_for(pooled)
+
+    def past(start):
+        return Reservation(user=alice, image=pooled, start=start, end=start + H, status="ended", **size)
+
+    ago = timedelta(weeks=1)
+    Reservation.objects.bulk_create(
+        past(now - w * ago + timedelta(minutes=10 + i)) for w, n in started.items() for i in range(n)
+    )
+    Reservation.objects.bulk_create([past(now - ago - 2 * H), past(now - ago + 2 * H)])  # other hours
+    assert warm.wanted_counts([pooled], now) == {pooled.pk: 2}  # the median of 3, 2, 2, 0
+    assert warm.counts(now)[pooled.name]["wanted"] == 2
+    assert fill(pooled, sync_jobs) == {"requested": 2}
+    vms.update_image(pooled, actor="test", warm_min=0, warm_max=1)
+    assert warm.wanted_counts([pooled], now) == {pooled.pk: 1}  # within its maximum
+    settings.WARM_HISTORY_WEEKS = 0
+    vms.update_image(pooled, actor="test", warm_min=1, warm_max=3)
+    assert warm.wanted_counts([pooled], now) == {pooled.pk: 1}  # no history: the minimum
