@@ -44,13 +44,20 @@ def claim(template, machines, start, end, *, purposes, actor, owner):
         )
         for m in machines
     }
+    return claim_demands(
+        demands, templates.together(machines), actor=actor, owner=owner, gang_id=f"environment {template.name}"
+    )
+
+
+def claim_demands(demands, together, *, actor, owner, gang_id, later=True):
+    """``capacity.claim_gang`` of ``{hostname: Demand}``, refused as ``claim`` is (``later``:
+    saying the earliest start that fits, which a retry of a running window has no use for)."""
     try:
-        return capacity.claim_gang(
-            demands, templates.together(machines), actor=actor, owner=owner, gang_id=f"environment {template.name}"
-        )
+        return capacity.claim_gang(demands, together, actor=actor, owner=owner, gang_id=gang_id)
     except capacity.GangRefused as exc:
         result = exc.result
-        raise Refused(_words(result), dict(result.results[-1].reasons) if result.results else {}) from None
+        words = _words(result) if later else (result.note or "no host has room")
+        raise Refused(words, dict(result.results[-1].reasons) if result.results else {}) from None
     except capacity.TryAgain as exc:
         raise Refused(str(exc), {"try_again": 1}) from None
 
@@ -68,14 +75,31 @@ def record_networks(key, template, machines, claims):
     """Each of the template's networks on the host of its machines (they share one)."""
     for network in template.networks.all():
         names = [m.hostname for m in machines if network.name in m.networks]
-        if not names:
-            continue
-        host = claims[names[0]].host
-        # (ranges checked when written: the template's by ``rules``, the hosts' when recorded)
-        taken = [ipaddress.IPv4Network(c) for c in private_networks.taken_ranges(host.pk)]
-        cidr = ipaddress.IPv4Network(network.cidr)
-        if any(cidr.overlaps(t) for t in taken):
-            cidr = rules.pick(len(names), taken)
-            if cidr is None:
-                raise Refused(f"no free range for network {network.name} on {host.name}", {"network_range": 1})
-        private_networks.record(f"{key}-{network.name}", network.name, host, str(cidr), names)
+        if names:
+            _record(f"{key}-{network.name}", network.name, claims[names[0]].host, network.cidr, names)
+
+
+def move_networks(networks, claims, attempt):
+    """``networks`` (``PrivateNetwork`` rows of machines claimed again elsewhere, ``claims``
+    ``{hostname: Allocation}``) recorded again on their machines' new host, under keys of this
+    ``attempt`` (``private_networks.retry_key``); the old rows stay until the last machine on
+    the old host is gone."""
+    moved = []
+    for network in networks:
+        host = claims[network.members[0]].host
+        key = private_networks.retry_key(network.key, attempt)
+        moved.append(_record(key, network.name, host, network.cidr, network.members))
+    return moved
+
+
+def _record(key, name, host, wanted, names):
+    """A network of ``names`` on ``host``: the range ``wanted``, unless another network on that
+    host overlaps it, then a free range of the same size."""
+    # (ranges checked when written: the template's by ``rules``, the hosts' when recorded)
+    taken = [ipaddress.IPv4Network(c) for c in private_networks.taken_ranges(host.pk)]
+    cidr = ipaddress.IPv4Network(wanted)
+    if any(cidr.overlaps(t) for t in taken):
+        cidr = rules.pick(len(names), taken)
+        if cidr is None:
+            raise Refused(f"no free range for network {name} on {host.name}", {"network_range": 1})
+    return private_networks.record(key, name, host, str(cidr), names)

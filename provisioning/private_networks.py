@@ -79,15 +79,49 @@ def taken_ranges(host_id):
     return list(PrivateNetwork.objects.filter(host_id=host_id, removed__isnull=True).values_list("cidr", flat=True))
 
 
-def of_machine(environment_key, hostname):
-    """The networks of environment ``environment_key`` (``env<id>``) that ``hostname`` is on."""
-    rows = PrivateNetwork.objects.filter(key__startswith=f"{environment_key}-")
+def of_environment(environment_key):
+    """The networks of environment ``environment_key`` (``env12``): ``env12-lan``, and
+    ``env12r2-lan`` once its machines on it were built again elsewhere (``retry_key``)."""
+    return PrivateNetwork.objects.filter(key__regex=rf"^{environment_key}(r[0-9]+)?-")
+
+
+def retry_key(key, attempt):
+    """The key of network ``key`` (``env12-lan``) recorded again for build ``attempt``:
+    ``env12r2-lan`` (a network's name never makes another's key of that form: the environment's
+    part ends at the first ``-``)."""
+    environment, name = key.split("-", 1)
+    return f"{environment.split('r', 1)[0]}r{attempt}-{name}"
+
+
+def of_machine(environment_key, hostname, host_id=None):
+    """The networks of environment ``environment_key`` (``env<id>``) that ``hostname`` is on;
+    ``host_id``: those on that host (a machine built again elsewhere, with its networks, leaves
+    their rows of the old host behind until its last VM there is gone)."""
+    rows = of_environment(environment_key)
+    if host_id is not None:
+        rows = rows.filter(host_id=host_id)
     return [network for network in rows if hostname in network.members]
+
+
+def group_of(environment_key, hostname, host_id):
+    """``hostname`` and every machine joined to it through the environment's networks on
+    ``host_id`` (the set that shares that host), and those networks."""
+    rows = list(of_environment(environment_key).filter(host_id=host_id))
+    names, networks = {hostname}, []
+    grew = True
+    while grew:
+        grew = False
+        for network in rows:
+            if network not in networks and names & set(network.members):
+                networks.append(network)
+                names |= set(network.members)
+                grew = True
+    return names, networks
 
 
 def forget(environment_key):
     """The networks of environment ``environment_key`` none of whose machines is on a host (it
     ended before any was built): never made there, or removed with the last; their ranges are
     free again."""
-    rows = PrivateNetwork.objects.filter(key__startswith=f"{environment_key}-", removed__isnull=True)
+    rows = of_environment(environment_key).filter(removed__isnull=True)
     rows.exclude(vms__state__in=VM.LIVE).update(removed=timezone.now())
