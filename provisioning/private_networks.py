@@ -19,7 +19,9 @@ from provisioning.models import VM, PrivateNetwork
 def spec(network, driver):
     """The ``NetworkSpec`` the host is asked for."""
     hosts = tuple((name, driver.private_mac(name, network.key)) for name in network.members)
-    return base.NetworkSpec(network.key, network.cidr, hosts)
+    if not network.overlay:
+        return base.NetworkSpec(network.key, network.cidr, hosts)
+    return base.NetworkSpec(network.key, network.cidr, hosts, network.overlay, network.segment, network.home)
 
 
 def ensure(vm, driver):
@@ -68,9 +70,39 @@ def drop_unused(vm, driver):
             raise
 
 
-def record(key, name, host, cidr, members):
-    """A network of an environment on ``host``: ``members`` are the hostnames on it, in order."""
-    return PrivateNetwork.objects.create(key=key, name=name, host=host, cidr=cidr, members=list(members))
+def record(key, name, hosts, cidr, members):
+    """A network of an environment on ``hosts`` (the first its home): ``members`` are the
+    hostnames on it, in order. On several hosts (of one overlay) it takes a free segment of
+    that overlay."""
+    if len(hosts) == 1:
+        return [PrivateNetwork.objects.create(key=key, name=name, host=hosts[0], cidr=cidr, members=list(members))]
+    overlay = hosts[0].overlay
+    segment = free_segment(overlay)
+    if segment is None:
+        return None
+    return [
+        PrivateNetwork.objects.create(
+            key=key,
+            name=name,
+            host=host,
+            cidr=cidr,
+            members=list(members),
+            overlay=overlay,
+            segment=segment,
+            home=i == 0,
+        )
+        for i, host in enumerate(hosts)
+    ]
+
+
+def free_segment(overlay):
+    """The lowest segment of ``overlay`` no live network is on, or None when all are taken."""
+    taken = set(
+        PrivateNetwork.objects.filter(overlay=overlay, removed__isnull=True, segment__isnull=False).values_list(
+            "segment", flat=True
+        )
+    )
+    return next((n for n in range(1, base.MAX_SEGMENT + 1) if n not in taken), None)
 
 
 def taken_ranges(host_id):
@@ -95,28 +127,41 @@ def retry_key(key, attempt):
 
 def of_machine(environment_key, hostname, host_id=None):
     """The networks of environment ``environment_key`` (``env<id>``) that ``hostname`` is on;
-    ``host_id``: those on that host (a machine built again elsewhere, with its networks, leaves
-    their rows of the old host behind until its last VM there is gone)."""
+    ``host_id``: those on that host, the latest of each name (a machine built again elsewhere,
+    with its networks, leaves their rows of the old hosts behind until its last VM there is
+    gone, and may come back to a host where they are)."""
     rows = of_environment(environment_key)
-    if host_id is not None:
-        rows = rows.filter(host_id=host_id)
-    return [network for network in rows if hostname in network.members]
+    if host_id is None:
+        return [network for network in rows if hostname in network.members]
+    latest = {}
+    for network in rows.filter(host_id=host_id).order_by("pk"):
+        if hostname in network.members:
+            latest[network.name] = network
+    return list(latest.values())
 
 
-def group_of(environment_key, hostname, host_id):
-    """``hostname`` and every machine joined to it through the environment's networks on
-    ``host_id`` (the set that shares that host), and those networks."""
-    rows = list(of_environment(environment_key).filter(host_id=host_id))
-    names, networks = {hostname}, []
+def address_of(network, hostname):
+    """``hostname``'s fixed address on ``network`` (as ``NetworkSpec.addresses`` gives it)."""
+    spec = base.NetworkSpec(network.key, network.cidr, tuple((name, "") for name in network.members))
+    return next(address for name, _mac, address in spec.addresses() if name == hostname)
+
+
+def group_of(environment_key, hostname):
+    """``hostname`` and every machine joined to it through the environment's networks (the set
+    that shares a host, or an overlay), and those networks (one row of each, the latest)."""
+    latest = {}
+    for network in of_environment(environment_key).order_by("pk"):
+        latest[network.name] = network
+    names, networks = {hostname}, {}
     grew = True
     while grew:
         grew = False
-        for network in rows:
-            if network not in networks and names & set(network.members):
-                networks.append(network)
+        for network in latest.values():
+            if network.name not in networks and names & set(network.members):
+                networks[network.name] = network
                 names |= set(network.members)
                 grew = True
-    return names, networks
+    return names, list(networks.values())
 
 
 def forget(environment_key):

@@ -101,7 +101,7 @@ def _rebuild_group(reservation, failed, why, *, actor):
     if head.status not in (S.PROVISIONING, S.READY):
         return f"its environment is {head.status}"
     old_host = reservation.allocation.host
-    names, networks = private_networks.group_of(f"env{head_id}", reservation.hostname, old_host.pk)
+    names, networks = private_networks.group_of(f"env{head_id}", reservation.hostname)
     group = [m for m in environments.machines_of(head) if m.hostname in names]
     spent = [m.hostname for m in group if m.attempts >= MAX_ATTEMPTS]
     if spent:
