@@ -427,6 +427,12 @@ class PrivateNetwork(models.Model):
         ordering = ["key"]
         constraints = [
             models.UniqueConstraint(fields=["key", "host"], name="privatenetwork_key_per_host"),
+            # one live network per segment of an overlay (each spread network has one home row)
+            models.UniqueConstraint(
+                fields=["overlay", "segment"],
+                condition=models.Q(home=True, removed__isnull=True, segment__isnull=False),
+                name="privatenetwork_segment_per_overlay",
+            ),
         ]
 
     def __str__(self):

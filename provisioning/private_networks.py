@@ -10,6 +10,7 @@ of its VM: the addresses and names are known before any VM of the environment ex
 member rebuilt as another VM keeps them.
 """
 
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from drivers import base
@@ -70,6 +71,9 @@ def drop_unused(vm, driver):
             raise
 
 
+SEGMENT_ATTEMPTS = 5  # segments tried when concurrent environments take the free one first
+
+
 def record(key, name, hosts, cidr, members):
     """A network of an environment on ``hosts`` (the first its home): ``members`` are the
     hostnames on it, in order. On several hosts (of one overlay) it takes a free segment of
@@ -77,22 +81,20 @@ def record(key, name, hosts, cidr, members):
     if len(hosts) == 1:
         return [PrivateNetwork.objects.create(key=key, name=name, host=hosts[0], cidr=cidr, members=list(members))]
     overlay = hosts[0].overlay
-    segment = free_segment(overlay)
-    if segment is None:
-        return None
-    return [
-        PrivateNetwork.objects.create(
-            key=key,
-            name=name,
-            host=host,
-            cidr=cidr,
-            members=list(members),
-            overlay=overlay,
-            segment=segment,
-            home=i == 0,
-        )
-        for i, host in enumerate(hosts)
-    ]
+    for _attempt in range(SEGMENT_ATTEMPTS):
+        segment = free_segment(overlay)
+        if segment is None:
+            return None
+        spread = {"name": name, "cidr": cidr, "members": list(members), "overlay": overlay, "segment": segment}
+        try:
+            with transaction.atomic():  # another environment may take that segment at once: the next one
+                return [
+                    PrivateNetwork.objects.create(key=key, host=host, home=i == 0, **spread)
+                    for i, host in enumerate(hosts)
+                ]
+        except IntegrityError:
+            continue
+    return None
 
 
 def free_segment(overlay):

@@ -89,11 +89,12 @@ def _machine_failed(reservation, failed, why, *, actor):
 
 
 def _rebuild_group(reservation, failed, why, *, actor):
-    """Claim ``reservation``'s machine and those its networks join it to on its host (they
-    share a host) again, all on one host of those that fit the whole window but the ones any of
-    them failed on, record their networks there, and build them there: what was made of them on
-    the old host is torn down (``vm.destroy``, which removes the networks with the last VM).
-    Returns the settle's answer, or why it could not (a string: the environment fails)."""
+    """Claim ``reservation``'s machine and those its networks join it to (they share a host, or
+    hosts of one overlay) again, as one gang for the rest of the window, off the hosts any of
+    them failed on; record their networks there and build them there: what was made of them
+    before is torn down (``vm.destroy``, which removes the networks with the last VM). The
+    environment's other machines stay. Returns the settle's answer, or why it could not (a
+    string: the environment fails)."""
     head_id = reservation.head_id or reservation.pk
     head = Reservation.objects.select_for_update(of=("self",)).get(pk=head_id)  # one machine's failure at a time
     if not Reservation.objects.filter(pk=reservation.pk, status=S.PROVISIONING, vm_id=reservation.vm_id).exists():
@@ -119,8 +120,9 @@ def _rebuild_group(reservation, failed, why, *, actor):
             )
             placing.move_networks(networks, claims, reservation.attempts + 1)
             new_host = claims[reservation.hostname].host
+            where = " and ".join(sorted({claim.host.name for claim in claims.values()}))
             hostnames = ", ".join(sorted(names))
-            words = f"{hostnames} on {new_host.name} after {reservation.hostname} failed on {old_host.name}: {why}"
+            words = f"{hostnames} on {where} after {reservation.hostname} failed on {old_host.name}: {why}"
             for machine in group:
                 _move_machine(machine, reservation, claims[machine.hostname], old_host, words, actor=actor)
             if head.hostname not in names:
@@ -158,7 +160,7 @@ def _move_machine(machine, failed, allocation, old_host, words, *, actor):
     else:
         ending.release(machine, "building again on another host", actor=actor)
     hosts = [*machine.failed_hosts, old_host.pk] if machine.pk == failed.pk else machine.failed_hosts
-    status.move(
+    moved = status.move(
         machine.pk,
         (S.PROVISIONING, S.READY),
         S.PLACING,
@@ -167,6 +169,8 @@ def _move_machine(machine, failed, allocation, old_host, words, *, actor):
         failed_hosts=list(dict.fromkeys(hosts)),
         allocation=allocation,
     )
+    if moved is None:  # ended meanwhile: the new claims roll back with the rest
+        raise placing.Refused(f"{machine.hostname} is no longer being built", {})
     reserving.provision(machine.pk, f"retrying {words}", actor=actor, savepoint=False)
 
 
