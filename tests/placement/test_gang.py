@@ -258,3 +258,13 @@ def test_a_spread_network_stays_within_one_overlay_and_never_overcommits(scene):
         else:
             assert allocations(engine) == before
         assert never_overcommitted(engine.snapshot())
+
+
+def test_a_request_on_an_overlay_counts_the_hosts_off_it():
+    engine = PlacementEngine(cluster(host("a", overlay="red"), host("b"), host("c", overlay="blue")))
+    result = engine.place(member("m", overlay="red"))
+    assert result.ok and result.host == "a"
+    engine.add_allocation("a", alloc("big", vcpus=16, start=0, end=None))
+    refused = engine.place(member("m", overlay="red"))
+    assert not refused.ok and refused.reasons["off_overlay"] == 2
+    assert "not on the overlay network" in refused.explained()
