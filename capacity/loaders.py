@@ -22,6 +22,7 @@ HOST_COLUMNS = (
     "id", "name", "state", "driver", "group__name", "group__exclusive_storage",
     "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
     "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles", "scheduled_until", "devices",
+    "overlay",
 )  # fmt: skip
 ALLOCATION_COLUMNS = ("id", "host_id", "vcpus", "memory_mib", "disk_gib", "extras", "start", "end", "anti_affinity")
 
@@ -104,6 +105,7 @@ def host_from_row(row, tags, allocations):
         spindles,
         until,
         devices,
+        overlay,
     ) = row
     return core.Host(
         name=name,
@@ -119,6 +121,7 @@ def host_from_row(row, tags, allocations):
         spindles=spindles or 1,
         allocations=tuple(allocations),
         available_until=ts(until),
+        overlay=overlay or None,
     )
 
 

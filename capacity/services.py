@@ -187,7 +187,8 @@ class GangRefused(NoCapacity):
 def claim_gang(demands, together=(), *, actor, owner=None, gang_id="gang", max_attempts=MAX_ATTEMPTS):
     """Place and record several demands all or nothing (an environment's machines); returns
     ``{member id: Allocation}``. ``demands``: ``{member id: Demand}``, one window for all;
-    ``together``: sets of member ids that must share a host (``placement.gang``).
+    ``together``: sets of member ids that must share a host (``placement.gang``). The hosts
+    any demand excludes (``exclude_hosts``: a retry after a failed build) take none of them.
 
     The gang is placed on the snapshot as one decision, then each member is claimed on its
     host in one savepoint: a member whose host filled up meanwhile rolls every claim of the
@@ -199,7 +200,8 @@ def claim_gang(demands, together=(), *, actor, owner=None, gang_id="gang", max_a
     for _attempt in range(max_attempts):
         with snapshot.lock:
             engine, ids = snapshot.current()
-            result = core.place_gang(engine, gang)
+            excluded = frozenset().union(*(d.exclude_hosts for d in demands.values()))
+            result = core.place_gang(_without(engine, ids, excluded), gang)
         if not result.ok:
             metrics.placement_refused(dict(result.results[-1].reasons) if result.results else {})
             raise GangRefused(result)

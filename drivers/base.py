@@ -53,10 +53,11 @@ Contract (every driver, tested by ``tests/drivers/test_contract.py``):
   ``delete_network(key)`` removes it (False when absent; a ``Conflict`` while a VM of this
   host still uses it, where the driver can tell); ``list_networks()`` lists vclmgr's own.
   A ``VMSpec``'s ``private_networks`` are NICs after the primary one, each on a network that
-  must exist on the VM's host (members of one network share a host: no overlay between
-  hosts), each on the MAC the host's driver gives (``driver.private_mac(vm key, network
-  key)``: VMware takes static MACs only in its own range). A driver without private networks
-  leaves ``supports_networks`` False.
+  must exist on the VM's host (members of one network share a host, unless the hosts share
+  an overlay: then the network is made on each of them, ``NetworkSpec.overlay``), each on
+  the MAC the host's driver gives (``driver.private_mac(vm key, network key)``: VMware
+  takes static MACs only in its own range). A driver without private networks leaves
+  ``supports_networks`` False.
 - Every contract call is fenced (``core.fencing``): made by a job that lost its lease, it
   raises ``LeaseLost`` before it starts, and after it returns (the step goes no further).
 """
@@ -260,6 +261,9 @@ MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 HOSTNAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
+MAX_SEGMENT = 4094  # the highest VLAN tag
+
+
 @dataclass(frozen=True)
 class NetworkSpec:
     """An isolated L2 network of one host: no route out, DHCP and DNS for its members only.
@@ -269,11 +273,19 @@ class NetworkSpec:
     DNS server, routing nowhere). ``hosts``: ``(hostname, mac)`` pairs, given fixed addresses
     in order after the gateway and resolvable by hostname from the other members; the rest of
     the range is leased to any other NIC.
+
+    ``overlay``, ``segment``: a network spread over hosts of one overlay (the operator's
+    network between them) is this network on each of those hosts, joined on that segment of
+    the overlay (a VLAN tag, 1–4094); only its ``home`` host (its first member's) serves DHCP
+    and DNS and has the gateway address, which the others' members reach over the overlay.
     """
 
     key: str
     cidr: str
     hosts: tuple[tuple[str, str], ...] = ()
+    overlay: str = ""
+    segment: int = 0
+    home: bool = True
 
     def validate(self):
         if not isinstance(self.key, str) or not VM_KEY_RE.match(self.key):
@@ -301,6 +313,10 @@ class NetworkSpec:
                 raise Invalid(f"network {self.key}: {what} {', '.join(twice)} given twice")
         if len(self.hosts) > net.num_addresses - 3:  # the network's, the gateway's, the broadcast address
             raise Invalid(f"network {self.key}: {len(self.hosts)} hosts do not fit in {self.cidr}")
+        if bool(self.overlay) != bool(self.segment) or not 0 <= self.segment <= MAX_SEGMENT:
+            raise Invalid(f"network {self.key}: an overlay needs a segment 1–{MAX_SEGMENT}, and a segment an overlay")
+        if not self.home and not self.overlay:
+            raise Invalid(f"network {self.key}: only a network on an overlay has another home host")
 
     @property
     def network(self):
@@ -323,8 +339,10 @@ class NetworkSpec:
         return (str(start), str(end)) if start <= end else None
 
     def fingerprint(self):
-        raw = json.dumps([self.key, str(self.network), [list(h) for h in self.hosts]]).encode()
-        return hashlib.sha256(raw).hexdigest()[:24]
+        body = [self.key, str(self.network), [list(h) for h in self.hosts]]
+        if self.overlay:  # absent otherwise: the fingerprint of every older network stays
+            body.append([self.overlay, self.segment, self.home])
+        return hashlib.sha256(json.dumps(body).encode()).hexdigest()[:24]
 
 
 @dataclass(frozen=True)

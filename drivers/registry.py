@@ -66,6 +66,8 @@ class Kind:
     option_rules: str = ""
     # its driver boots a variant's own kernel and initrd instead of the disk (``ImageVariantSpec.kernel``)
     boots_kernel: bool = False
+    # its driver attaches a private network to an overlay between hosts (``NetworkSpec.overlay``)
+    overlays: bool = False
 
 
 _TABLE = (
@@ -74,7 +76,7 @@ _TABLE = (
         hypervisor_type="sim", hypervisor_label="simulated", image_formats=None,
         schemes=frozenset({"sim"}), default_uri="sim://{name}",
         host_options=("cpus", "memory_mib", "disk_gib"), options_setting="VCLMGR_SIM_OPTIONS",
-        boots_kernel=True,
+        boots_kernel=True, overlays=True,
     ),
     Kind(
         name="libvirt", label="libvirt (KVM/QEMU)", driver="drivers.libvirt.driver.LibvirtDriver",
@@ -83,7 +85,7 @@ _TABLE = (
         default_uri="qemu+ssh://root@{address}/system", discoverable=True,
         transports=frozenset({"", "ssh", "tls", "tcp"}),
         uri_params=frozenset({"no_verify", "no_tty", "sshauth", "known_hosts_verify", "socket"}),
-        option_rules="drivers.libvirt.options.errors", boots_kernel=True,
+        option_rules="drivers.libvirt.options.errors", boots_kernel=True, overlays=True,
     ),
     Kind(
         name="vmware", label="VMware ESXi / vCenter", driver="drivers.vmware.driver.VMwareDriver",
@@ -102,6 +104,7 @@ IMAGE_FORMATS = {kind.hypervisor_type: kind.image_formats for kind in KINDS.valu
 KERNEL_BOOT_TYPES = frozenset(kind.hypervisor_type for kind in KINDS.values() if kind.boots_kernel)
 SCHEMES = {name: kind.schemes for name, kind in KINDS.items()}
 DISCOVERABLE = tuple(name for name, kind in KINDS.items() if kind.discoverable)
+OVERLAY_DRIVERS = tuple(name for name, kind in KINDS.items() if kind.overlays)
 
 
 def names_text(conjunction="or"):

@@ -5,9 +5,10 @@ private networks recorded on the hosts they land on. Shared by whatever holds an
 ``claim`` answers ``{hostname: Allocation}`` or raises ``Refused`` with the words of the
 placement (which machine does not fit where, and the earliest start for all) and its reason
 counts. ``record_networks`` gives each of the template's networks a key of this instance
-(``<key>-<network>``, e.g. ``env12-lan``) and a range on its host: the template's, unless
-another network on that host overlaps it (the host routes each range to its own bridge), then
-a free range of the same size.
+(``<key>-<network>``, e.g. ``env12-lan``) and a range on its host (or hosts: its machines
+spread over hosts of one overlay, on a segment of it): the template's, unless another network
+on one of those hosts overlaps it (the host routes each range to its own bridge), then a free
+range of the same size.
 """
 
 import ipaddress
@@ -44,13 +45,20 @@ def claim(template, machines, start, end, *, purposes, actor, owner):
         )
         for m in machines
     }
+    return claim_demands(
+        demands, templates.together(machines), actor=actor, owner=owner, gang_id=f"environment {template.name}"
+    )
+
+
+def claim_demands(demands, together, *, actor, owner, gang_id, later=True):
+    """``capacity.claim_gang`` of ``{hostname: Demand}``, refused as ``claim`` is (``later``:
+    saying the earliest start that fits, which a retry of a running window has no use for)."""
     try:
-        return capacity.claim_gang(
-            demands, templates.together(machines), actor=actor, owner=owner, gang_id=f"environment {template.name}"
-        )
+        return capacity.claim_gang(demands, together, actor=actor, owner=owner, gang_id=gang_id)
     except capacity.GangRefused as exc:
         result = exc.result
-        raise Refused(_words(result), dict(result.results[-1].reasons) if result.results else {}) from None
+        words = _words(result) if later else (result.note or "no host has room")
+        raise Refused(words, dict(result.results[-1].reasons) if result.results else {}) from None
     except capacity.TryAgain as exc:
         raise Refused(str(exc), {"try_again": 1}) from None
 
@@ -65,17 +73,38 @@ def _words(result):
 
 
 def record_networks(key, template, machines, claims):
-    """Each of the template's networks on the host of its machines (they share one)."""
+    """Each of the template's networks on the host of its machines (they share one), or on
+    each of their hosts when placement spread them over hosts of one overlay."""
     for network in template.networks.all():
         names = [m.hostname for m in machines if network.name in m.networks]
-        if not names:
-            continue
-        host = claims[names[0]].host
-        # (ranges checked when written: the template's by ``rules``, the hosts' when recorded)
-        taken = [ipaddress.IPv4Network(c) for c in private_networks.taken_ranges(host.pk)]
-        cidr = ipaddress.IPv4Network(network.cidr)
-        if any(cidr.overlaps(t) for t in taken):
-            cidr = rules.pick(len(names), taken)
-            if cidr is None:
-                raise Refused(f"no free range for network {network.name} on {host.name}", {"network_range": 1})
-        private_networks.record(f"{key}-{network.name}", network.name, host, str(cidr), names)
+        if names:
+            _record(f"{key}-{network.name}", network.name, claims, network.cidr, names)
+
+
+def move_networks(networks, claims, attempt):
+    """``networks`` (``PrivateNetwork`` rows of machines claimed again elsewhere, ``claims``
+    ``{hostname: Allocation}``) recorded again on their machines' new hosts, under keys of this
+    ``attempt`` (``private_networks.retry_key``); the old rows stay until the last machine on
+    the old host is gone."""
+    for network in networks:
+        key = private_networks.retry_key(network.key, attempt)
+        _record(key, network.name, claims, network.cidr, network.members)
+
+
+def _record(key, name, claims, wanted, names):
+    """A network of ``names`` on their hosts (its first member's the home): the range
+    ``wanted``, unless another network on one of those hosts overlaps it (a host routes each
+    range to its own bridge), then a free range of the same size."""
+    hosts = list({claims[n].host.pk: claims[n].host for n in names}.values())
+    # (ranges checked when written: the template's by ``rules``, the hosts' when recorded)
+    taken = [ipaddress.IPv4Network(c) for host in hosts for c in private_networks.taken_ranges(host.pk)]
+    cidr = ipaddress.IPv4Network(wanted)
+    if any(cidr.overlaps(t) for t in taken):
+        cidr = rules.pick(len(names), taken)
+        if cidr is None:
+            where = " and ".join(h.name for h in hosts)
+            raise Refused(f"no free range for network {name} on {where}", {"network_range": 1})
+    rows = private_networks.record(key, name, hosts, str(cidr), names)
+    if rows is None:
+        raise Refused(f"no free segment for network {name} on overlay {hosts[0].overlay}", {"overlay_segment": 1})
+    return rows

@@ -239,7 +239,7 @@ class HypervisorAdmin(ServiceAdmin, ImportExportModelAdmin):
     fieldsets = (
         (None, {"fields": ("name", "address", "driver", "hypervisor_type", "uri", "credential", "tags")}),
         ("Driver options", {"fields": ("driver_options",)}),
-        ("Placement", {"fields": ("blade_center", "slot", "group")}),
+        ("Placement", {"fields": ("blade_center", "slot", "group", "overlay")}),
         (
             "Capacity",
             {

@@ -231,6 +231,14 @@ class Hypervisor(models.Model):
     reserved_disk_gib = models.PositiveIntegerField(default=0)
     max_vms = models.PositiveIntegerField(null=True, blank=True, help_text="Blank: no limit.")
     spindles = models.PositiveIntegerField(default=1)
+    # The operator builds the overlay (a VXLAN zone, a switch fabric); vclmgr attaches to it.
+    overlay = models.CharField(
+        max_length=100,
+        blank=True,
+        validators=[validate_name],
+        help_text="The overlay network the operator joined this host to (e.g. a VXLAN zone): hosts of one overlay "
+        "can carry an environment's private network between them. Blank: none (each network stays on one host).",
+    )
 
     state = models.CharField(max_length=10, choices=State.choices, default=State.ONLINE)
     state_reason = models.CharField(max_length=500, blank=True)
@@ -392,6 +400,8 @@ def cross_field_errors(hv, chassis):
         problems = drivers.host_options_errors(hv.driver, hv.driver_options, hv.connection_uri)
         if problems:
             errors["driver_options"] = "; ".join(f"{key} {text}".strip() for key, text in problems.items())
+    if hv.overlay and hv.driver in Hypervisor.HV_TYPES and hv.driver not in drivers.OVERLAY_DRIVERS:
+        errors["overlay"] = f"a {hv.driver} host cannot attach private networks to an overlay"
     if chassis is None and hv.slot is not None:
         errors["slot"] = "a slot needs a blade_center"
     elif chassis is not None and hv.slot is None:

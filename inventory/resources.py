@@ -46,7 +46,7 @@ from inventory.validators import (
 COLUMNS = [
     "id", "name", "address", "driver", "uri", "credential", "blade_center", "slot", "group",
     "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
-    "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles",
+    "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles", "overlay",
     "state", "state_reason", "tags",
     "bmc_address", "bmc_credential", "bmc_system", "bmc_verify_tls",
 ]  # fmt: skip
@@ -55,7 +55,7 @@ REQUIRED_FOR_CREATE = ["name", "address", "cpus", "memory_mib", "disk_gib"]
 ATTRS = [
     "name", "address", "driver", "uri", "credential_id", "blade_center_id", "slot", "group_id",
     "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
-    "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles",
+    "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles", "overlay",
     "state", "state_reason",
     "bmc_address", "bmc_credential_id", "bmc_system", "bmc_verify_tls",
 ]  # fmt: skip
@@ -291,6 +291,7 @@ class HypervisorResource(resources.ModelResource):
     reserved_disk_gib = _amount("reserved_disk_gib")
     max_vms = _amount("max_vms")
     spindles = _amount("spindles")
+    overlay = _field("overlay", TextWidget(100))
     state = _field("state", ChoiceWidget(Hypervisor.State.choices, "state"), default=Hypervisor.State.ONLINE)
     state_reason = _field("state_reason", TextWidget(500))
     tags = TagsField(attribute="tags", column_name="tags", widget=TagsWidget())

@@ -54,7 +54,7 @@ CLAIMS_END: Hook[Callable[[int], datetime]] = Hook("inventory.services.CLAIMS_EN
 HOST_FIELDS = [
     "name", "address", "driver", "uri", "credential", "blade_center", "slot", "group",
     "cpus", "memory_mib", "disk_gib", "cpu_ratio", "memory_ratio", "disk_ratio",
-    "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles", "driver_options",
+    "reserved_cpus", "reserved_memory_mib", "reserved_disk_gib", "max_vms", "spindles", "overlay", "driver_options",
     "devices", "bmc_address", "bmc_credential", "bmc_system", "bmc_verify_tls", "bmc_allow_http",
 ]  # fmt: skip
 CREDENTIAL_FIELDS = ["name", "username", "description"]

@@ -1,4 +1,4 @@
-"""The checks that do not depend on time: state, node group, hypervisor, tags, storage.
+"""The checks that do not depend on time: state, node group, hypervisor, tags, storage, overlay.
 
 Contract: `static_view(state, request)` returns, per host, the first static check it fails
 (or None) and the passing hosts split into the preferred and last-resort tiers and by
@@ -36,6 +36,8 @@ def static_reason(state: ClusterState, slot: HostSlot, request: Request) -> str 
         return refusals.FORBIDDEN_TAG
     if request.exclusive_storage and not host.exclusive_storage:
         return refusals.EXCLUSIVE_STORAGE
+    if request.overlay is not None and host.overlay != request.overlay:
+        return refusals.OFF_OVERLAY
     return None
 
 
@@ -59,6 +61,7 @@ def static_view(state: ClusterState, request: Request) -> StaticView:
         request.exclusive_storage,
         request.groups,
         request.policy,
+        request.overlay,
         # only a cluster with a host leaving service makes the view depend on the window's end
         request.end if state.retiring else None,
     )

@@ -3,16 +3,19 @@
 An environment (a router and two clients; three database nodes) is one reservation of
 several VMs. Its members on one private network share a host unless the hosts share an
 overlay network, so a `Gang` names its members (plain `Request`s, one window for all) and
-the sets of them that must share a host (``together``). A member in no set goes wherever it
-fits.
+the sets of them that must be together (``together``): on one host, or spread over hosts of
+one overlay (`Host.overlay`: the operator's network between those hosts, which can carry a
+private network across them). A member in no set goes wherever it fits.
 
 Contract: `place_gang` places every member or none. Each set is placed as one request whose
 resources are its members' sum (``vms`` = how many), so a host is chosen only if the whole
-set fits there for the whole window; sets and lone members are then placed in turn, each
-seeing the ones before it. A refusal names the unit that did not fit and, for a set, the
-first of its members that no longer fits on the host that came closest, and gives the
-earliest start at which the whole gang fits. With ``commit`` the members are recorded one by
-one on their hosts (so a host's VM count and every timeline see each of them).
+set fits there for the whole window; when no host does, its members are placed one by one
+on the hosts of one overlay (each overlay in name order, the first where all fit); sets and
+lone members are then placed in turn, each seeing the ones before it. A refusal names the
+unit that did not fit and, for a set, the first of its members that no longer fits on the
+host that came closest, and gives the earliest start at which the whole gang fits. With
+``commit`` the members are recorded one by one on their hosts (so a host's VM count and
+every timeline see each of them).
 """
 
 from __future__ import annotations
@@ -180,15 +183,13 @@ def place_gang(engine: PlacementEngine, gang: Gang, *, commit: bool = False, ear
     results: list[PlacementResult] = []
     refused = None
     for unit, members in gang.units():
-        result = engine.place(unit)
+        result, placed = _place_unit(engine, unit, members)
         results.append(result)
-        if not result.ok:
+        if placed is None:
             refused = (unit, members, result)
             break
-        for member in _as_placed(unit, members, result):
-            engine.add_allocation(result.host, member.as_allocation())
-            recorded.append(member.id)
-            hosts[member.id] = result.host
+        recorded += placed
+        hosts.update(placed)
     if refused is None and commit:
         return GangResult(gang, hosts, tuple(results))
     for member_id in reversed(recorded):
@@ -199,6 +200,47 @@ def place_gang(engine: PlacementEngine, gang: Gang, *, commit: bool = False, ear
     note = _refusal_note(engine, gang, unit, members, result)
     fit = earliest_gang_fit(engine, gang) if earliest else None
     return GangResult(gang, {}, tuple(results), note, fit)
+
+
+def _place_unit(engine, unit, members) -> tuple[PlacementResult, dict[str, str] | None]:
+    """Place one unit and record its members: on one host, or else (a set) spread over the
+    hosts of one overlay. Returns the unit's placement and ``{member id: host}`` (None when
+    refused; then nothing of it is recorded)."""
+    result = engine.place(unit)
+    if result.ok:
+        placed = {}
+        for member in _as_placed(unit, members, result):
+            engine.add_allocation(result.host, member.as_allocation())
+            placed[member.id] = result.host
+        return result, placed
+    if len(members) > 1:
+        for overlay in overlays(engine):
+            spread = _spread(engine, members, overlay)
+            if spread is not None:
+                return spread
+    return result, None
+
+
+def overlays(engine: PlacementEngine) -> list[str]:
+    """The overlay networks of the engine's hosts, in name order."""
+    return sorted({slot.host.overlay for slot in engine.state.slots if slot.host.overlay is not None})
+
+
+def _spread(engine, members, overlay) -> tuple[PlacementResult, dict[str, str]] | None:
+    """Each member on a host of ``overlay``, one by one (the largest first), each seeing the
+    ones before it, recorded; or None, nothing recorded, when one does not fit."""
+    order = sorted(members, key=lambda m: (-m.resources.memory_mib, -m.resources.vcpus, m.id))
+    placed: dict[str, str] = {}
+    result = None
+    for member in order:
+        result = engine.place(dataclasses.replace(member, overlay=overlay))
+        if not result.ok:
+            for member_id in reversed(placed):
+                engine.remove_allocation(member_id)
+            return None
+        engine.add_allocation(result.host, dataclasses.replace(result.request, id=member.id).as_allocation())
+        placed[member.id] = result.host
+    return result, placed
 
 
 def _as_placed(unit, members, result) -> tuple[Request, ...]:
@@ -218,7 +260,8 @@ def _refusal_note(engine, gang, unit, members, result) -> str:
     if len(members) == 1:
         return f"member {members[0].id} does not fit: {result.explained()}"
     need = _amount(unit.resources)
-    note = f"members {', '.join(m.id for m in members)} must share a host and together need {need}"
+    where = "a host, or hosts of one overlay network," if overlays(engine) else "a host"
+    note = f"members {', '.join(m.id for m in members)} must share {where} and together need {need}"
     closest = result.closest_misses[0].host if result.closest_misses else None
     if closest is not None:
         first_out = _first_that_does_not_fit(engine, closest, members)
@@ -255,14 +298,15 @@ def earliest_gang_fit(
 ) -> EarliestFit:
     """The earliest start at which the whole gang fits for ``duration`` (default: its own).
 
-    One unit (a set or a lone member): the engine's exact search. Several: the candidates
+    One unit (a set or a lone member; a set that no overlay could spread): the engine's
+    exact search. Otherwise the candidates
     are the start asked and every later moment a claim ends (capacity only grows then),
     each tried as a full placement, up to ``SEARCH_LIMIT`` of them."""
     if duration is not None and math.isnan(duration):
         duration = None if gang.end is None else gang.end - gang.start
     start = gang.start if not_before is None else not_before
     units = gang.units()
-    if len(units) == 1:
+    if len(units) == 1 and (len(units[0][1]) == 1 or not overlays(engine)):
         return engine.earliest_fit(units[0][0], duration, start)
     ends = sorted(
         {a.end for h in engine.snapshot().hosts for a in h.allocations if a.end is not None and a.end > start}

@@ -97,6 +97,10 @@ class Host:
     #: Takes nothing that would still run after this moment (epoch seconds; None: no limit):
     #: a state change scheduled for when its current reservations end.
     available_until: float | None = None
+    #: The overlay network the host is on (None: none): hosts of one overlay can carry a
+    #: private network between them, so a gang's members that must be together may be
+    #: spread over them (`placement.gang`).
+    overlay: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.overcommit, MappingProxyType):
@@ -138,6 +142,8 @@ class Request:
     #: How many VMs it stands for: members of a gang that share a host are placed as one
     #: request (`placement.gang`), which a host's ``max_vms`` must take whole.
     vms: int = 1
+    #: Only on hosts of this overlay network (a gang's member spread over one).
+    overlay: str | None = None
 
     def __post_init__(self) -> None:
         if self.end is not None and self.end <= self.start:

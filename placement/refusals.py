@@ -18,6 +18,7 @@ WRONG_HYPERVISOR = "wrong_hypervisor"
 MISSING_TAG = "missing_tag"
 FORBIDDEN_TAG = "forbidden_tag"
 EXCLUSIVE_STORAGE = "exclusive_storage"
+OFF_OVERLAY = "off_overlay"
 ANTI_AFFINITY = "anti_affinity"
 MAX_VMS = "max_vms"
 EXTERNAL_REFUSED = "external_refused"
@@ -34,6 +35,7 @@ CHECK_ORDER = (
     MISSING_TAG,
     FORBIDDEN_TAG,
     EXCLUSIVE_STORAGE,
+    OFF_OVERLAY,
     ANTI_AFFINITY,
     MAX_VMS,
     # then lacks_<resource>, in resource-space order
@@ -48,6 +50,7 @@ _PHRASES = {
     WRONG_HYPERVISOR: "wrong hypervisor type",
     MISSING_TAG: "missing a required tag",
     FORBIDDEN_TAG: "carry a forbidden tag",
+    OFF_OVERLAY: "not on the overlay network",
     EXCLUSIVE_STORAGE: "lack exclusive storage",
     ANTI_AFFINITY: "anti-affinity conflict",
     MAX_VMS: "at their VM limit",

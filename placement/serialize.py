@@ -61,6 +61,8 @@ def host_to_dict(h: Host) -> dict:
     }
     if h.available_until is not None:  # only then: older decision records stay byte for byte
         d["available_until"] = h.available_until
+    if h.overlay is not None:
+        d["overlay"] = h.overlay
     return d
 
 
@@ -79,6 +81,7 @@ def host_from_dict(d: dict) -> Host:
         d.get("spindles", 1),
         tuple(allocation_from_dict(a) for a in d.get("allocations", ())),
         d.get("available_until"),
+        d.get("overlay"),
     )
 
 
@@ -134,6 +137,8 @@ def request_to_dict(r: Request) -> dict:
         out["exclusive_storage"] = True
     if r.gpus_any:
         out["gpus_any"] = r.gpus_any
+    if r.overlay is not None:
+        out["overlay"] = r.overlay
     return out
 
 
@@ -155,6 +160,7 @@ def request_from_dict(d: dict) -> Request:
         maybe_set("groups"),
         frozenset(d.get("tags", ())),
         int(d.get("gpus_any", 0)),
+        overlay=d.get("overlay"),
     )
 
 

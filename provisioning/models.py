@@ -406,18 +406,34 @@ class VM(models.Model):
 class PrivateNetwork(models.Model):
     """An isolated L2 network on one host between the VMs of one environment (``drivers.base.
     NetworkSpec``): made on the host before the first of its VMs is defined, removed with the
-    last of them. ``members``: ``[[hostname, vm id], ...]``, the fixed addresses in order."""
+    last of them. ``members``: the hostnames, the fixed addresses in order.
 
-    key = models.CharField(max_length=63, unique=True, help_text="Its name on the host, e.g. env12-lan.")
+    A network whose members are spread over hosts of one overlay has a row on each of those
+    hosts, under one key, on one ``segment`` of the ``overlay``; the ``home`` one (its first
+    member's host) serves its DHCP and DNS, the others reach them over the overlay."""
+
+    key = models.CharField(max_length=63, help_text="Its name on the host, e.g. env12-lan.")
     name = models.CharField(max_length=63, help_text="The template's name for it, e.g. lan.")
     host = models.ForeignKey("inventory.Hypervisor", on_delete=models.PROTECT, related_name="private_networks")
     cidr = models.CharField("CIDR", max_length=18)
     members = models.JSONField(default=list, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     removed = models.DateTimeField(null=True, blank=True, help_text="When it was removed from its host.")
+    overlay = models.CharField(max_length=100, blank=True, help_text="The overlay it spans hosts on (blank: none).")
+    segment = models.PositiveIntegerField(null=True, blank=True, help_text="Its segment of the overlay (a VLAN tag).")
+    home = models.BooleanField(default=True, help_text="This host serves its DHCP and DNS.")
 
     class Meta:
         ordering = ["key"]
+        constraints = [
+            models.UniqueConstraint(fields=["key", "host"], name="privatenetwork_key_per_host"),
+            # one live network per segment of an overlay (each spread network has one home row)
+            models.UniqueConstraint(
+                fields=["overlay", "segment"],
+                condition=models.Q(home=True, removed__isnull=True, segment__isnull=False),
+                name="privatenetwork_segment_per_overlay",
+            ),
+        ]
 
     def __str__(self):
         return f"{self.key} ({self.cidr})"

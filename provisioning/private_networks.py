@@ -10,6 +10,7 @@ of its VM: the addresses and names are known before any VM of the environment ex
 member rebuilt as another VM keeps them.
 """
 
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from drivers import base
@@ -19,7 +20,9 @@ from provisioning.models import VM, PrivateNetwork
 def spec(network, driver):
     """The ``NetworkSpec`` the host is asked for."""
     hosts = tuple((name, driver.private_mac(name, network.key)) for name in network.members)
-    return base.NetworkSpec(network.key, network.cidr, hosts)
+    if not network.overlay:
+        return base.NetworkSpec(network.key, network.cidr, hosts)
+    return base.NetworkSpec(network.key, network.cidr, hosts, network.overlay, network.segment, network.home)
 
 
 def ensure(vm, driver):
@@ -68,9 +71,40 @@ def drop_unused(vm, driver):
             raise
 
 
-def record(key, name, host, cidr, members):
-    """A network of an environment on ``host``: ``members`` are the hostnames on it, in order."""
-    return PrivateNetwork.objects.create(key=key, name=name, host=host, cidr=cidr, members=list(members))
+SEGMENT_ATTEMPTS = 5  # segments tried when concurrent environments take the free one first
+
+
+def record(key, name, hosts, cidr, members):
+    """A network of an environment on ``hosts`` (the first its home): ``members`` are the
+    hostnames on it, in order. On several hosts (of one overlay) it takes a free segment of
+    that overlay."""
+    if len(hosts) == 1:
+        return [PrivateNetwork.objects.create(key=key, name=name, host=hosts[0], cidr=cidr, members=list(members))]
+    overlay = hosts[0].overlay
+    for _attempt in range(SEGMENT_ATTEMPTS):
+        segment = free_segment(overlay)
+        if segment is None:
+            return None
+        spread = {"name": name, "cidr": cidr, "members": list(members), "overlay": overlay, "segment": segment}
+        try:
+            with transaction.atomic():  # another environment may take that segment at once: the next one
+                return [
+                    PrivateNetwork.objects.create(key=key, host=host, home=i == 0, **spread)
+                    for i, host in enumerate(hosts)
+                ]
+        except IntegrityError:
+            continue
+    return None
+
+
+def free_segment(overlay):
+    """The lowest segment of ``overlay`` no live network is on, or None when all are taken."""
+    taken = set(
+        PrivateNetwork.objects.filter(overlay=overlay, removed__isnull=True, segment__isnull=False).values_list(
+            "segment", flat=True
+        )
+    )
+    return next((n for n in range(1, base.MAX_SEGMENT + 1) if n not in taken), None)
 
 
 def taken_ranges(host_id):
@@ -79,15 +113,62 @@ def taken_ranges(host_id):
     return list(PrivateNetwork.objects.filter(host_id=host_id, removed__isnull=True).values_list("cidr", flat=True))
 
 
-def of_machine(environment_key, hostname):
-    """The networks of environment ``environment_key`` (``env<id>``) that ``hostname`` is on."""
-    rows = PrivateNetwork.objects.filter(key__startswith=f"{environment_key}-")
-    return [network for network in rows if hostname in network.members]
+def of_environment(environment_key):
+    """The networks of environment ``environment_key`` (``env12``): ``env12-lan``, and
+    ``env12r2-lan`` once its machines on it were built again elsewhere (``retry_key``)."""
+    return PrivateNetwork.objects.filter(key__regex=rf"^{environment_key}(r[0-9]+)?-")
+
+
+def retry_key(key, attempt):
+    """The key of network ``key`` (``env12-lan``) recorded again for build ``attempt``:
+    ``env12r2-lan`` (a network's name never makes another's key of that form: the environment's
+    part ends at the first ``-``)."""
+    environment, name = key.split("-", 1)
+    return f"{environment.split('r', 1)[0]}r{attempt}-{name}"
+
+
+def of_machine(environment_key, hostname, host_id=None):
+    """The networks of environment ``environment_key`` (``env<id>``) that ``hostname`` is on;
+    ``host_id``: those on that host, the latest of each name (a machine built again elsewhere,
+    with its networks, leaves their rows of the old hosts behind until its last VM there is
+    gone, and may come back to a host where they are)."""
+    rows = of_environment(environment_key)
+    if host_id is None:
+        return [network for network in rows if hostname in network.members]
+    latest = {}
+    for network in rows.filter(host_id=host_id).order_by("pk"):
+        if hostname in network.members:
+            latest[network.name] = network
+    return list(latest.values())
+
+
+def address_of(network, hostname):
+    """``hostname``'s fixed address on ``network`` (as ``NetworkSpec.addresses`` gives it)."""
+    spec = base.NetworkSpec(network.key, network.cidr, tuple((name, "") for name in network.members))
+    return next(address for name, _mac, address in spec.addresses() if name == hostname)
+
+
+def group_of(environment_key, hostname):
+    """``hostname`` and every machine joined to it through the environment's networks (the set
+    that shares a host, or an overlay), and those networks (one row of each, the latest)."""
+    latest = {}
+    for network in of_environment(environment_key).order_by("pk"):
+        latest[network.name] = network
+    names, networks = {hostname}, {}
+    grew = True
+    while grew:
+        grew = False
+        for network in latest.values():
+            if network.name not in networks and names & set(network.members):
+                networks[network.name] = network
+                names |= set(network.members)
+                grew = True
+    return names, list(networks.values())
 
 
 def forget(environment_key):
     """The networks of environment ``environment_key`` none of whose machines is on a host (it
     ended before any was built): never made there, or removed with the last; their ranges are
     free again."""
-    rows = PrivateNetwork.objects.filter(key__startswith=f"{environment_key}-", removed__isnull=True)
+    rows = of_environment(environment_key).filter(removed__isnull=True)
     rows.exclude(vms__state__in=VM.LIVE).update(removed=timezone.now())

@@ -16,9 +16,10 @@ entry machine's reservation is the **head**: it is the one its user holds, sees 
   and the earliest start for all, and nothing of it is written;
 - ready when every machine is (``machine_ready``: the head stays provisioning until the last
   one is ready);
-- a machine whose build fails ends the whole environment, saying which machine and why
-  (``machine_failed``): a machine is not retried on another host, which would part it from its
-  networks;
+- a machine whose build fails is built again on another host with the machines its networks
+  join it to on its host, all on one host that fits them for the rest of the window (placed as
+  a gang, the hosts they failed on aside), once; when none fits, or its retry was spent, the
+  whole environment ends, saying which machine and why (``settling._machine_failed``);
 - ended, canceled and extended as one (``ending``): a machine alone refuses these verbs.
 """
 
@@ -342,6 +343,47 @@ def machine_ready(reservation, ready):
         ready(head)
         return {"status": S.READY, "environment": head.pk}
     return {"status": reservation.status if reservation.head_id else S.PROVISIONING, "environment": head.pk}
+
+
+def reach(head, machines=None):
+    """How the user reaches each machine of the environment (``machines_of(head)``, the head
+    first): ``{hostname: {"from_entry": [...], "direct": {...} or None}}``.
+
+    ``from_entry``: each of its private networks, ``{"network", "address", "name",
+    "shared_with_entry"}`` (its fixed address there; its name answers on that network, so
+    from the entry machine when it is on it too; otherwise only through a machine on both,
+    a router the template's users set up themselves). ``direct``: the machine's own login
+    address and port (``logins.connection``, without the password, one login for all) when its
+    host gave it one the way it gave the entry machine its own, else None: as reachable as the
+    entry's address is, no more."""
+    machines = machines if machines is not None else machines_of(head)
+    rows = list(private_networks.of_environment(f"env{head.pk}"))
+    networks = {}
+    for machine in machines:
+        host_id = machine.vm.host_id if machine.vm and machine.vm.host_id else None
+        mine = [n for n in rows if machine.hostname in n.members and (host_id is None or n.host_id == host_id)]
+        networks[machine.hostname] = {n.name: n for n in sorted(mine, key=lambda n: n.pk)}  # the latest per name
+    entry = networks.get(head.hostname, {})
+    answer = {}
+    for machine in machines:
+        own = networks[machine.hostname]
+        direct = logins.connection(machine)
+        if direct is not None:
+            direct.pop("password", None)
+            direct = direct if direct["address"] else None
+        answer[machine.hostname] = {
+            "from_entry": [
+                {
+                    "network": name,
+                    "address": private_networks.address_of(network, machine.hostname),
+                    "name": machine.hostname,
+                    "shared_with_entry": name in entry,
+                }
+                for name, network in sorted(own.items())
+            ],
+            "direct": direct,
+        }
+    return answer
 
 
 def forget_networks(head):

@@ -495,7 +495,8 @@ def provision(reservation, reason="building the VM", *, actor, savepoint=True, u
         if reservation.environment_id:  # its hostname and its networks, before its build runs (on commit)
             vm.hostname = reservation.hostname
             vm.save(update_fields=["hostname"])
-            vm.networks.set(private_networks.of_machine(f"env{reservation.head_id or reservation.pk}", vm.hostname))
+            key = f"env{reservation.head_id or reservation.pk}"
+            vm.networks.set(private_networks.of_machine(key, vm.hostname, reservation.allocation.host_id))
         if unsaved is not None:
             unsaved.change(reservation, vm=vm, attempts=reservation.attempts, allocation=reservation.allocation)
         else:

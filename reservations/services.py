@@ -33,7 +33,7 @@ from reservations.blocks import (
 )
 from reservations.ending import cancel, end, extend, finish, held_claims
 from reservations.environments import ask as ask_environment
-from reservations.environments import machines_of
+from reservations.environments import machines_of, reach
 from reservations.environments import reserve as reserve_environment
 from reservations.environments import visible_template as visible_environment
 from reservations.host_loss import (
@@ -99,6 +99,7 @@ __all__ = [
     "revert",
     "suspend",
     "machines_of",
+    "reach",
     "visible_environment",
     "settle",
     "settle_built",

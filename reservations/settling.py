@@ -1,5 +1,6 @@
 """The reservation follows its VM's build: ``settle`` after a ``vm.create`` ended (ready, retried
-once on another host, or failed), ``settle_built`` in the build's last step, ``settle_unbuilt``
+once on another host — an environment's machine with the machines that share its host —, or
+failed), ``settle_built`` in the build's last step, ``settle_unbuilt``
 when a build ends otherwise (a ``reservation.settle`` job queued). Idempotent."""
 
 from django.db import transaction
@@ -7,8 +8,10 @@ from django.utils import timezone
 
 from capacity import services as capacity
 from core.changelog import Actor
+from environments import placing
 from jobs import services as jobs
 from jobs.models import Job
+from provisioning import private_networks
 from provisioning import services as vms
 from provisioning.models import VM
 from reservations import ending, environments, idle, logins, reserving, status
@@ -49,26 +52,126 @@ def _settle(reservation, *, actor):
         # Given up before define (workers or database sessions lost at every attempt): nothing
         # of it is on a host, so its claim goes back now, before a retry claims again.
         vm = vms.fail_build(vm.pk, "its build was given up before it defined the VM", "build given up", actor=actor)
-    if vm.state in VM.LIVE and vm.state != VM.State.ERROR:  # still building (a settle run early): wait
+    building = vm.state in VM.LIVE and vm.state != VM.State.ERROR
+    if building or (vm.state == VM.State.REQUESTED and _build_pending(vm)):  # (a settle run early): wait
         return {"status": reservation.status, "vm": vm.state}
     failed = [*reservation.failed_hosts, *([vm.host_id] if vm.host_id else [])]
     why = vm.error or f"the VM ended {vm.state}"
-    # An environment's machine is not retried elsewhere: its networks are on this host.
-    if reservation.attempts >= MAX_ATTEMPTS or reservation.end <= timezone.now() or reservation.environment_id:
+    if reservation.environment_id:
+        return _machine_failed(reservation, failed, why, actor=actor)
+    if reservation.attempts >= MAX_ATTEMPTS or reservation.end <= timezone.now():
         status.move(reservation.pk, S.PROVISIONING, S.FAILED, f"failed: {why}", error=why[:4000], failed_hosts=failed)
         ending.release(reservation, "reservation failed", actor=actor)
-        if reservation.environment_id:
-            _fail_environment(reservation, why, actor=actor)
         return {"status": S.FAILED, "error": why}
     return _retry_elsewhere(reservation, failed, why, actor=actor)
 
 
-def _fail_environment(reservation, why, *, actor):
-    """A machine of an environment failed to build: the whole environment ends, saying which
-    machine and why (nothing of it stays on any host)."""
+def _machine_failed(reservation, failed, why, *, actor):
+    """A machine of an environment failed to build: built again on another host with the
+    machines its networks join it to there (``_rebuild_group``), once; when no host has room
+    for all of them, or that retry was spent, the whole environment fails, saying which machine
+    and why, and nothing of it stays on any host."""
+    if reservation.attempts >= MAX_ATTEMPTS:
+        note = f"{why}; it had been retried once already"
+    elif reservation.end <= timezone.now():
+        note = why
+    else:
+        rebuilt = _rebuild_group(reservation, failed, why, actor=actor)
+        if isinstance(rebuilt, dict):
+            return rebuilt
+        note = f"{why}; no other host for a retry: {rebuilt}"
+    status.move(reservation.pk, S.PROVISIONING, S.FAILED, f"failed: {note}", error=note[:4000], failed_hosts=failed)
+    ending.release(reservation, "reservation failed", actor=actor)
     ending.end_environment(
-        reservation, f"the environment failed: {reservation.hostname} could not be built ({why})", actor=actor
+        reservation, f"the environment failed: {reservation.hostname} could not be built ({note})", actor=actor
     )
+    return {"status": S.FAILED, "error": note}
+
+
+def _rebuild_group(reservation, failed, why, *, actor):
+    """Claim ``reservation``'s machine and those its networks join it to (they share a host, or
+    hosts of one overlay) again, as one gang for the rest of the window, off the hosts any of
+    them failed on; record their networks there and build them there: what was made of them
+    before is torn down (``vm.destroy``, which removes the networks with the last VM). The
+    environment's other machines stay. Returns the settle's answer, or why it could not (a
+    string: the environment fails)."""
+    head_id = reservation.head_id or reservation.pk
+    head = Reservation.objects.select_for_update(of=("self",)).get(pk=head_id)  # one machine's failure at a time
+    if not Reservation.objects.filter(pk=reservation.pk, status=S.PROVISIONING, vm_id=reservation.vm_id).exists():
+        return {"status": reservation.status, "note": "settled meanwhile"}
+    if head.status not in (S.PROVISIONING, S.READY):
+        return f"its environment is {head.status}"
+    old_host = reservation.allocation.host
+    names, networks = private_networks.group_of(f"env{head_id}", reservation.hostname)
+    group = [m for m in environments.machines_of(head) if m.hostname in names]
+    spent = [m.hostname for m in group if m.attempts >= MAX_ATTEMPTS]
+    if spent:
+        return f"{', '.join(spent)}, on its networks, had been retried once already"
+    excluded = {old_host.pk, *failed}.union(*(m.failed_hosts for m in group))
+    try:
+        with transaction.atomic():
+            claims = placing.claim_demands(
+                _demands(group, excluded),
+                (frozenset(names),) if len(names) > 1 else (),
+                actor=actor,
+                owner=head.user,
+                gang_id=f"environment reservation {head_id}",
+                later=False,
+            )
+            placing.move_networks(networks, claims, reservation.attempts + 1)
+            new_host = claims[reservation.hostname].host
+            where = " and ".join(sorted({claim.host.name for claim in claims.values()}))
+            hostnames = ", ".join(sorted(names))
+            words = f"{hostnames} on {where} after {reservation.hostname} failed on {old_host.name}: {why}"
+            for machine in group:
+                _move_machine(machine, reservation, claims[machine.hostname], old_host, words, actor=actor)
+            if head.hostname not in names:
+                status.history(head, f"building {words}")
+    except placing.Refused as exc:
+        return exc.words
+    return {"status": S.PROVISIONING, "retry": True, "host": new_host.pk, "machines": sorted(names)}
+
+
+def _demands(group, excluded):
+    """Each machine of ``group`` as a demand for the rest of its window, off the ``excluded`` hosts."""
+    start = max(group[0].start, timezone.now())
+    return {
+        m.hostname: vms.demand_for(
+            m.image,
+            {"vcpus": m.vcpus, "memory_mib": m.memory_mib, "disk_gib": m.disk_gib},
+            start=start,
+            end=m.end,
+            purpose=f"reservation {m.pk}",
+            exclude_hosts=excluded,
+            hypervisors=vms.variant_types(m.image, m.revision_id) if m.revision_id else None,
+        )
+        for m in group
+    }
+
+
+def _move_machine(machine, failed, allocation, old_host, words, *, actor):
+    """One machine of the group onto its new claim: its old claim given back (the failed one's
+    now; another's with its VM, torn down by a job), then built there."""
+    old_vm = machine.vm
+    gone = (VM.State.DESTROYED, VM.State.FAILED)
+    if machine.pk != failed.pk and old_vm is not None and old_vm.state not in gone:  # (its build may be queued)
+        why = f"reservation {machine.pk}: rebuilt elsewhere with {failed.hostname}"
+        jobs.submit("vm.destroy", {"vm": old_vm.pk}, actor=actor, submitter=machine.user, reason=why, savepoint=False)
+    else:
+        ending.release(machine, "building again on another host", actor=actor)
+    hosts = [*machine.failed_hosts, old_host.pk] if machine.pk == failed.pk else machine.failed_hosts
+    moved = status.move(
+        machine.pk,
+        (S.PROVISIONING, S.READY),
+        S.PLACING,
+        f"retrying on another host: {words}",
+        savepoint=False,
+        failed_hosts=list(dict.fromkeys(hosts)),
+        allocation=allocation,
+    )
+    if moved is None:  # ended meanwhile: the new claims roll back with the rest
+        raise placing.Refused(f"{machine.hostname} is no longer being built", {})
+    reserving.provision(machine.pk, f"retrying {words}", actor=actor, savepoint=False)
 
 
 def _build_pending(vm):

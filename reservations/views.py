@@ -185,6 +185,10 @@ def _panel_context(reservation, user):
     alone = reservation.head_id is None  # an environment's other machines are acted on through its head
     # an environment's head: every machine, live (their changes are told on its topic too)
     machines = services.machines_of(reservation) if reservation.environment_id and alone else []
+    if machines:  # how each one is reached, from the entry machine and directly
+        reach = services.reach(reservation, machines)
+        for machine in machines:
+            machine.reach = reach[machine.hostname]
     # an environment's Suspend, Resume, Revert: its owner's and administrators' (``operable``)
     may_power = bool(machines) and reservation.status == S.READY
     may_power = may_power and (reservation.user_id == user.pk or access.is_admin(user))

@@ -351,7 +351,7 @@ def _make_machines(run, end, *, actor):
         raise RunEnded(S.ERROR, f"its machines could not be placed: {exc.words}") from None
     for hostname, vm in made.items():
         VM.objects.filter(pk=vm.pk).update(allocation=claims[hostname])
-        vm.networks.set(private_networks.of_machine(f"run{run.pk}", hostname))
+        vm.networks.set(private_networks.of_machine(f"run{run.pk}", hostname, claims[hostname].host_id))
     entry = made[next(m.hostname for m in machines if m.entry)]
     others = [vm for vm in made.values() if vm.pk != entry.pk]
     Run.objects.filter(pk=run.pk).update(vm=entry)

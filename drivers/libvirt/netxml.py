@@ -10,6 +10,15 @@ other addresses for a guest that routes them through the gateway. Host services 
 management address, or behind an input rule for ``vclbr*`` (docs/admin/hypervisors.md). Its
 addresses are an RFC 1918 range (``NetworkSpec.validate``), its DNS domain is answered locally
 only and its dnsmasq has no upstream servers, so even a name lookup never leaves the host.
+
+On an overlay (``spec.overlay``: members spread over hosts the operator joined with one), the
+network is made on each of those hosts with the same bridge name (it derives from the key) and
+the overlay and segment in vclmgr's metadata; the operator's libvirt network hook
+(``/etc/libvirt/hooks/network``, given the network's XML when it starts) joins that bridge to
+the overlay's segment (a VXLAN of that VNI, a VLAN of that tag): vclmgr never creates host
+interfaces. Only the home host's network has an address, DHCP and DNS; the others' are bare
+bridges (no dnsmasq), whose guests are served by the home's over the overlay. Still no
+``<forward>`` on any of them.
 """
 
 import hashlib
@@ -42,9 +51,13 @@ def network_xml(spec):
     ET.SubElement(root, "uuid").text = str(uuid.uuid5(_UUID_NS, f"{spec.key}/{spec.fingerprint()}"))
     metadata = ET.SubElement(root, "metadata")
     mine = {"key": spec.key, "cidr": str(net), "fingerprint": spec.fingerprint()}
+    if spec.overlay:
+        mine.update(overlay=spec.overlay, segment=str(spec.segment), home="yes" if spec.home else "no")
     ET.SubElement(metadata, f"{{{NAMESPACE}}}network", mine)
     # No <forward>: isolated (see the module docstring).
     ET.SubElement(root, "bridge", {"name": bridge_name(spec.key), "stp": "on", "delay": "0"})
+    if not spec.home:  # a bare bridge: the home host's network serves its addresses and names
+        return ET.tostring(root, encoding="unicode")
     ET.SubElement(root, "domain", {"name": dns_domain(spec.key), "localOnly": "yes"})
     dns = ET.SubElement(root, "dns", {"enable": "yes", "forwardPlainNames": "no"})
     for name, _mac, address in spec.addresses():

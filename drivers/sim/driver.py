@@ -17,7 +17,8 @@ It runs any image format (it emulates), leases addresses from the host's DHCP po
 first boots, keeps the lease until the VM is destroyed, and verifies the checksum of images
 staged from local files.
 
-Private networks (``SimNetwork``) belong to one host: a VM's NIC on one (``SimNIC``) is given
+Private networks (``SimNetwork``) belong to one host (one spread over hosts of an overlay is
+a row on each, one address space across them): a VM's NIC on one (``SimNIC``) is given
 its address when the VM is made (a member's fixed one, by MAC; else the lowest free one of the
 rest of the range), a VM on a network its host lacks is refused, a network in use is not
 deleted, and a VM with private NICs does not migrate (its network stays on the host). Two
@@ -478,6 +479,8 @@ class SimDriver(base.Driver):
         self._step("create_network")
         host = self.host()
         fields = {"cidr": str(spec.network), "hosts": [list(h) for h in spec.hosts], "fingerprint": spec.fingerprint()}
+        if spec.overlay:
+            fields.update(overlay=spec.overlay, segment=spec.segment, home=spec.home)
         with transaction.atomic():
             SimHost.objects.select_for_update().filter(pk=host.pk).first()  # one create of a host's networks at a time
             net = SimNetwork.objects.filter(host=host, key=spec.key).first()
@@ -607,10 +610,20 @@ def _join(vm, host, nics):
         spec = NetworkSpec(net.key, net.cidr, tuple(tuple(pair) for pair in net.hosts))
         address = next((ip for _name, fixed, ip in spec.addresses() if fixed == mac), None)
         if address is None:
-            address = _free_address(spec, set(SimNIC.objects.filter(network=net).values_list("address", flat=True)))
+            address = _free_address(
+                spec, set(SimNIC.objects.filter(network__in=_segment(net)).values_list("address", flat=True))
+            )
             if address is None:
                 raise Conflict(f"{vm.key}: private network {key} on {host.name} has no free address left")
         SimNIC.objects.create(vm=vm, network=net, mac=mac, address=address)
+
+
+def _segment(net):
+    """The rows of one L2 network: ``net``, and on an overlay its rows on the other hosts of
+    that segment (one address space across them)."""
+    if not net.overlay:
+        return [net]
+    return list(SimNetwork.objects.filter(overlay=net.overlay, segment=net.segment, key=net.key))
 
 
 def _free_address(spec, taken):

@@ -111,13 +111,18 @@ class SimVM(models.Model):
 
 class SimNetwork(models.Model):
     """A private network of a simulated host (``base.NetworkSpec``): isolated, its members'
-    fixed addresses and names in ``hosts``; a VM's NICs on it are ``SimNIC`` rows."""
+    fixed addresses and names in ``hosts``; a VM's NICs on it are ``SimNIC`` rows. One spread
+    over hosts of an overlay is a row on each, on one ``segment``: one L2 network, whose
+    addresses are given out once across them (``home``: the host that serves its DHCP)."""
 
     host = models.ForeignKey(SimHost, on_delete=models.CASCADE, related_name="networks")
     key = models.CharField(max_length=63)
     cidr = models.CharField(max_length=43)
     hosts = models.JSONField(default=list, blank=True, help_text='[["hostname", "mac"], …]: fixed addresses, in order.')
     fingerprint = models.CharField(max_length=64)
+    overlay = models.CharField(max_length=100, blank=True)
+    segment = models.PositiveIntegerField(null=True, blank=True)
+    home = models.BooleanField(default=True)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:

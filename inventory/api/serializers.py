@@ -144,6 +144,7 @@ class HypervisorSerializer(ServiceSerializer):
             "reserved_disk_gib",
             "max_vms",
             "spindles",
+            "overlay",
             "driver_options",
             "devices",
             "state",

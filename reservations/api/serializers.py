@@ -63,10 +63,14 @@ class ReservationSerializer(serializers.ModelSerializer):
     machines = serializers.SerializerMethodField()
 
     def get_machines(self, reservation) -> list[dict]:
-        """An environment's head: every machine of it (the head first), with its status and
-        address (reached from the entry machine); empty otherwise."""
+        """An environment's head: every machine of it (the head first), with its status,
+        address and how it is reached (``reach``: from the entry machine, by its name and
+        private address on each of its networks, and directly when it has its own login
+        address; ``reservations.environments.reach``); empty otherwise."""
         if reservation.environment_id is None or reservation.head_id is not None:
             return []
+        machines = services.machines_of(reservation)
+        reach = services.reach(reservation, machines)
         return [
             {
                 "id": m.pk,
@@ -76,8 +80,9 @@ class ReservationSerializer(serializers.ModelSerializer):
                 "vm_state": m.vm.state if m.vm else None,
                 "address": m.vm.address if m.vm else None,
                 "error": m.error,
+                "reach": reach[m.hostname],
             }
-            for m in services.machines_of(reservation)
+            for m in machines
         ]
 
     def get_connection(self, reservation) -> dict | None:

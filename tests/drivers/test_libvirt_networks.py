@@ -175,3 +175,51 @@ def test_a_vm_on_a_private_network_the_host_lacks_is_not_created(libvirt_peer):
         driver.create(spec)
 
     assert caught.value.permanent and spec.key not in [vm.key for vm in driver.list_vms()]
+
+
+def overlay(home):
+    return dataclasses.replace(LAN, overlay="vxlan-lab", segment=42, home=home)
+
+
+def test_a_network_on_an_overlay_serves_addresses_on_its_home_host_only(tmp_path):
+    home, other = netxml.network_xml(overlay(True)), netxml.network_xml(overlay(False))
+    for xml_text in (home, other):
+        valid_for_libvirt(tmp_path, xml_text, "network")
+        root = ET.fromstring(xml_text)
+        assert root.find("forward") is None  # isolated on every host: the overlay is its only way out
+        # One bridge name on every host: the operator's network hook joins it to the segment.
+        assert root.find("bridge").get("name") == netxml.bridge_name("env12-lan")
+    assert ET.fromstring(home).find("ip/dhcp") is not None
+    bare = ET.fromstring(other)
+    assert bare.find("ip") is None and bare.find("dns") is None and bare.find("domain") is None
+    assert netxml.network_metadata(other) == {
+        "key": "env12-lan",
+        "cidr": "10.201.0.0/24",
+        "fingerprint": overlay(False).fingerprint(),
+        "overlay": "vxlan-lab",
+        "segment": "42",
+        "home": "no",
+    }
+    assert overlay(True).fingerprint() != LAN.fingerprint() != overlay(False).fingerprint()
+
+
+def test_an_overlay_network_is_made_on_each_of_its_hosts(libvirt_peer):
+    """Against libvirt's test driver: the home host's network and the bare one both define and
+    start; neither routes anywhere."""
+    made = {}
+    for driver, home in ((libvirt_peer.source, True), (libvirt_peer.target, False)):
+        assert driver.create_network(overlay(home)) == NetworkInfo("env12-lan", "10.201.0.0/24", True)
+        assert driver.create_network(overlay(home)).key == "env12-lan"  # idempotent
+        net = driver.conn.networkLookupByName("env12-lan")
+        assert net.isActive() and netxml.forward_mode(net.XMLDesc(0)) is None
+        made[home] = netxml.network_metadata(net.XMLDesc(0))
+    assert made[True]["home"] == "yes" and made[False]["home"] == "no" and made[False]["segment"] == "42"
+
+
+def test_an_overlay_needs_its_segment():
+    from drivers.base import Invalid
+
+    with pytest.raises(Invalid, match="an overlay needs a segment"):
+        dataclasses.replace(LAN, overlay="vxlan-lab").validate()
+    with pytest.raises(Invalid, match="only a network on an overlay"):
+        dataclasses.replace(LAN, home=False).validate()

@@ -150,3 +150,19 @@ def test_the_admin_shows_networks_and_their_members_read_only(sim_peer, admin_cl
     assert b"env12-lan" in listing.content and b"10.201.0.2" in page.content
     assert admin_client.post(f"/admin/simhv/simnetwork/{net.pk}/delete/", {"post": "yes"}).status_code == 403
     assert SimNetwork.objects.exists()
+
+
+def test_a_network_on_an_overlay_is_one_address_space_across_its_hosts(sim_peer):
+    spec = dataclasses.replace(lan(("router", "vcl-2001")), overlay="vxlan-lab", segment=7)
+    sim_peer.source.create_network(spec)
+    sim_peer.target.create_network(dataclasses.replace(spec, home=False))
+
+    member(sim_peer, "vcl-2001", "env12-lan")  # the member's fixed address, on the home host
+    member(sim_peer, "vcl-2003", "env12-lan", driver=sim_peer.target)  # a stranger: the next free one
+    member(sim_peer, "vcl-2004", "env12-lan")  # and the next: the other host's lease counts
+
+    assert sim_peer.source.private_addresses("vcl-2001") == {"env12-lan": "10.201.0.2"}
+    assert sim_peer.target.private_addresses("vcl-2003") == {"env12-lan": "10.201.0.3"}
+    assert sim_peer.source.private_addresses("vcl-2004") == {"env12-lan": "10.201.0.4"}
+    rows = {n.host.name: (n.overlay, n.segment, n.home) for n in SimNetwork.objects.filter(key="env12-lan")}
+    assert rows == {"sim-a": ("vxlan-lab", 7, True), "sim-b": ("vxlan-lab", 7, False)}

@@ -183,3 +183,88 @@ def test_one_member_of_a_set_in_an_anti_affinity_group_keeps_it():
     gang = Gang((member("db", anti_affinity="db"), member("client")), together=(frozenset({"db", "client"}),))
     result = place_gang(engine, gang, commit=True)
     assert result.ok and result.hosts == {"db": "b", "client": "b"}
+
+
+def test_a_network_too_big_for_one_host_spreads_over_hosts_of_one_overlay():
+    engine = PlacementEngine(cluster(host("a", vcpus=2, overlay="ovl"), host("b", vcpus=2, overlay="ovl")))
+    result = place_gang(engine, network_of("lab"), commit=True)
+    assert result.ok and set(result.hosts.values()) == {"a", "b"}
+    assert allocations(engine) == result.hosts
+    assert never_overcommitted(engine.snapshot())
+
+
+def test_a_network_that_fits_one_host_stays_on_it_even_on_an_overlay():
+    engine = PlacementEngine(cluster(host("a", vcpus=4, overlay="ovl"), host("b", vcpus=4, overlay="ovl")))
+    result = place_gang(engine, network_of("lab"))
+    assert result.ok and len(set(result.hosts.values())) == 1
+
+
+def test_a_network_never_spreads_over_hosts_of_different_overlays_or_none():
+    hosts = (host("a", vcpus=2, overlay="red"), host("b", vcpus=2, overlay="blue"), host("c", vcpus=2))
+    engine = PlacementEngine(cluster(*hosts))
+    result = place_gang(engine, network_of("lab"), commit=True)
+    assert not result.ok and allocations(engine) == {}
+    assert "must share a host" in result.note
+
+
+def test_the_spread_takes_the_first_overlay_where_every_member_fits():
+    hosts = (
+        host("a1", vcpus=1, overlay="a"),
+        host("a2", vcpus=1, overlay="a"),  # two of three fit on overlay a
+        host("b1", vcpus=2, overlay="b"),
+        host("b2", vcpus=1, overlay="b"),
+    )
+    engine = PlacementEngine(cluster(*hosts))
+    result = place_gang(engine, network_of("lab"), commit=True)
+    assert result.ok and set(result.hosts.values()) <= {"b1", "b2"}
+    assert allocations(engine) == result.hosts  # nothing left on a1, a2 from the first try
+
+
+def test_the_earliest_start_counts_an_overlay_spread():
+    hosts = (host("a", vcpus=2, overlay="ovl"), host("b", vcpus=2, overlay="ovl"))
+    engine = PlacementEngine(cluster(*hosts))
+    engine.add_allocation("a", alloc("other", vcpus=2, start=0, end=2 * HOUR))
+    result = place_gang(engine, network_of("lab"))
+    assert not result.ok and result.earliest_fit.start == 2 * HOUR  # spread over a and b then
+
+
+@st.composite
+def overlay_scenes(draw):
+    overlays = [None, "red", "blue"]
+    hosts = [
+        host(f"h{i}", vcpus=draw(st.integers(1, 4)), mem=8192, overlay=draw(st.sampled_from(overlays)))
+        for i in range(draw(st.integers(1, 5)))
+    ]
+    gangs = []
+    for g in range(draw(st.integers(1, 6))):
+        n = draw(st.integers(2, 4))
+        members = tuple(member(f"g{g}m{i}", vcpus=draw(st.integers(1, 2))) for i in range(n))
+        gangs.append(Gang(members, together=(frozenset(m.id for m in members),), id=f"g{g}"))
+    return hosts, gangs
+
+
+@SETTINGS
+@given(overlay_scenes())
+def test_a_spread_network_stays_within_one_overlay_and_never_overcommits(scene):
+    hosts, gangs = scene
+    overlay_of = {h.name: h.overlay for h in hosts}
+    engine = PlacementEngine(cluster(*hosts))
+    for gang in gangs:
+        before = allocations(engine)
+        result = place_gang(engine, gang, commit=True, earliest=False)
+        if result.ok:
+            used = {result.hosts[m.id] for m in gang.members}
+            assert len(used) == 1 or (len({overlay_of[h] for h in used}) == 1 and overlay_of[next(iter(used))])
+        else:
+            assert allocations(engine) == before
+        assert never_overcommitted(engine.snapshot())
+
+
+def test_a_request_on_an_overlay_counts_the_hosts_off_it():
+    engine = PlacementEngine(cluster(host("a", overlay="red"), host("b"), host("c", overlay="blue")))
+    result = engine.place(member("m", overlay="red"))
+    assert result.ok and result.host == "a"
+    engine.add_allocation("a", alloc("big", vcpus=16, start=0, end=None))
+    refused = engine.place(member("m", overlay="red"))
+    assert not refused.ok and refused.reasons["off_overlay"] == 2
+    assert "not on the overlay network" in refused.explained()

@@ -62,3 +62,13 @@ def test_model_round_trips_through_json():
         frozenset({"x"}),
     )
     assert request_from_dict(json.loads(json.dumps(request_to_dict(request)))) == request
+
+
+def test_an_overlay_round_trips_and_is_absent_when_none():
+    cluster = Cluster((Host("a", Resources(8, 1024, 10), overlay="vxlan-lab"), Host("b", Resources(8, 1024, 10))))
+    data = cluster_to_dict(cluster)
+    assert data["hosts"][0]["overlay"] == "vxlan-lab" and "overlay" not in data["hosts"][1]  # older records stay
+    assert cluster_from_dict(json.loads(json.dumps(data))) == cluster
+    request = Request(Resources(1, 2, 3), 0, 9, "r", overlay="vxlan-lab")
+    assert request_from_dict(json.loads(json.dumps(request_to_dict(request)))) == request
+    assert "overlay" not in request_to_dict(Request(Resources(1, 2, 3)))
