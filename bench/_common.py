@@ -127,3 +127,22 @@ def start_daphne(port, log, env=None):
             break
         time.sleep(0.1)
     raise SystemExit(f"daphne did not start:\n{Path(log.name).read_text(errors='replace')[-3000:]}")
+
+
+def sim_hosts(count, per_host):
+    """``count`` sim hypervisors (sim00, sim01, …) with room for ``per_host`` one-vCPU VMs of
+    512 MiB and 5 GiB each, and some to spare."""
+    from inventory import services as inventory
+
+    return [
+        inventory.create_hypervisor(
+            actor="bench",
+            name=f"sim{n:02d}",
+            address=f"10.78.0.{n + 1}",
+            driver="sim",
+            cpus=per_host,
+            memory_mib=per_host * 512 + 1024,
+            disk_gib=per_host * 5 + 10,
+        )
+        for n in range(count)
+    ]

@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 # (bench/ is on the script's path)
-from _common import ROOT, child_env, percentile, run_child, setup_django, start_qcluster
+from _common import ROOT, child_env, percentile, run_child, setup_django, sim_hosts, start_qcluster
 
 LEAD_MINUTES = 2
 WARM_MINUTES = 3
@@ -68,21 +68,11 @@ def setup(args):
 
     from classes import calendar
     from classes import services as classes
-    from inventory import services as inventory
     from jobs import services as jobs
     from provisioning import services
 
     per_host = -(-args.seats // args.hosts) + 1
-    for n in range(args.hosts):
-        inventory.create_hypervisor(
-            actor="bench",
-            name=f"sim{n:02d}",
-            address=f"10.78.0.{n + 1}",
-            driver="sim",
-            cpus=per_host,
-            memory_mib=per_host * 512 + 1024,
-            disk_gib=per_host * 5 + 10,
-        )
+    sim_hosts(args.hosts, per_host)
     image = services.create_image(
         actor="bench", name="lab-linux", os="Linux", min_memory_mib=256, default_memory_mib=512, default_disk_gib=5
     )

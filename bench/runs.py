@@ -57,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 # bench/ is on the path of a script run from it: take its helpers, then drop it, since this
 # file's name would hide the Django app ``runs``.
-from _common import child_env, percentile, run_child  # noqa: E402
+from _common import child_env, percentile, run_child, sim_hosts  # noqa: E402
 from provision import group_cpu_seconds, start_workers, stop  # noqa: E402
 
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
@@ -127,21 +127,11 @@ def failures(runs):
 
 def sim_child(args):
     from drivers.sim.models import SimExecProfile
-    from inventory import services as inventory
     from jobs import services as jobs
     from provisioning import services as vms
 
     per_host = -(-2 * args.runs // args.hosts) + 2  # room for every run at once, whatever the queue does
-    for n in range(args.hosts):
-        inventory.create_hypervisor(
-            actor="bench",
-            name=f"sim{n:02d}",
-            address=f"10.78.0.{n + 1}",
-            driver="sim",
-            cpus=per_host,
-            memory_mib=per_host * 512 + 1024,
-            disk_gib=per_host * 5 + 10,
-        )
+    sim_hosts(args.hosts, per_host)
     image = vms.create_image(
         actor="bench",
         name=IMAGE,
