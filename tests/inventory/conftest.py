@@ -36,6 +36,7 @@ def host_row(i, **overrides):
         "reserved_disk_gib": 0,
         "max_vms": "",
         "spindles": 1,
+        "overlay": "",
         "state": "online",
         "state_reason": "",
         "tags": "",
