@@ -155,11 +155,13 @@ def fill(image, *, actor=ACTOR, now=None, want=None, ahead=None):
         fresh &= Q(allocation__yields=True, allocation__released__isnull=True)
         fresh &= Q(allocation__end__isnull=True) | Q(allocation__end__gt=now)
         stale = list(have.exclude(fresh & Q(**services.size_for(image))).values_list("pk", flat=True))
-        for pk in stale:
-            _destroy(pk, f"{vm_key(pk)} is no longer what a reservation of {image.name} takes", actor=actor)
+        destroyed = sum(
+            _destroy(pk, f"{vm_key(pk)} is no longer what a reservation of {image.name} takes", actor=actor) is not None
+            for pk in stale
+        )
         rows = [row for row in have.values_list("pk", "allocation__host_id", "allocation__end") if row[0] not in stale]
         pool = [pk for pk, _, end in rows if end is None]
-        destroyed = len(stale) + _trim(pool, high, f"{image.name}'s warm pool is above its maximum ({high})", actor)
+        destroyed += _trim(pool, high, f"{image.name}'s warm pool is above its maximum ({high})", actor)
         wanted = Counter()
         for row in ahead:
             wanted[row.host_id, row.until] += row.count
@@ -180,11 +182,10 @@ def fill(image, *, actor=ACTOR, now=None, want=None, ahead=None):
 
 
 def _trim(pks, keep, reason, actor):
-    """Destroy the first of ``pks`` (the newest) beyond ``keep``; how many."""
+    """Destroy the first of ``pks`` (the newest) beyond ``keep``; how many (not those a
+    reservation took meanwhile)."""
     extra = pks[: max(0, len(pks) - keep)]
-    for pk in extra:
-        _destroy(pk, reason, actor=actor)
-    return len(extra)
+    return sum(_destroy(pk, reason, actor=actor) is not None for pk in extra)
 
 
 def _request_pool(image, missing, *, actor):
@@ -240,8 +241,14 @@ def _request(image, allocation, reason, *, actor):
 
 
 def _destroy(vm_id, reason, *, actor):
-    """Out of the pool at once (no one takes it meanwhile), then destroyed by its job."""
-    VM.objects.filter(pk=vm_id, warm=W.WARM).update(warm="")
+    """Out of the pool at once (no one takes it meanwhile), then destroyed by its job; None,
+    and nothing done, when a reservation took it since it was read: it is that reservation's."""
+    if not VM.objects.filter(pk=vm_id, warm=W.WARM).update(warm=""):
+        return None
+    return _queue_destroy(vm_id, reason, actor=actor)
+
+
+def _queue_destroy(vm_id, reason, *, actor):
     return jobs.submit("vm.destroy", {"vm": vm_id}, actor=actor, reason=reason)
 
 
@@ -256,7 +263,7 @@ def evict(allocation_ids, *, actor, reason):
             raise preemption.Gone(f"the warm VM of claim {allocation_id} was taken")
         capacity.release(vm.allocation, actor=actor, reason=f"{vm.key} evicted: {reason}"[:500])
         # By the pool, not the claimer: no user may act on a VM that is not theirs.
-        job_ids.append(_destroy(vm.pk, f"{vm.key} evicted from the warm pool: {reason}"[:400], actor=ACTOR).pk)
+        job_ids.append(_queue_destroy(vm.pk, f"{vm.key} evicted from the warm pool: {reason}"[:400], actor=ACTOR).pk)
     return job_ids
 
 
@@ -270,10 +277,11 @@ def host_left_service(hv, old_state, *, actor):
         return []
     on_host = VM.objects.filter(Q(host_id=hv.pk) | Q(allocation__host_id=hv.pk), warm=W.WARM).exclude(state__in=GONE)
     why = f"{hv.name} is {hv.state}: {hv.state_reason}"
-    return [
-        _destroy(pk, f"{vm_key(pk)} leaves the warm pool: {why}"[:400], actor=ACTOR).pk
+    queued = [
+        _destroy(pk, f"{vm_key(pk)} leaves the warm pool: {why}"[:400], actor=ACTOR)
         for pk in on_host.values_list("pk", flat=True)
     ]
+    return [job.pk for job in queued if job is not None]
 
 
 def takeable(image, size):

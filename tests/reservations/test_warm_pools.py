@@ -383,6 +383,26 @@ def test_draining_a_host_destroys_its_warm_vms_and_the_pool_refills_elsewhere(tw
     assert len(on_host(two)) == 2 and on_host(one) == []
 
 
+def test_a_warm_vm_taken_while_its_host_is_drained_stays_its_users(two_pooled_hosts, pooled, sync_jobs, monkeypatch):
+    from inventory import services as inventory
+
+    one, _, _ = two_pooled_hosts
+    first, *others = on_host(one)
+    key_of = warm.vm_key
+
+    def taken_meanwhile(pk):  # a reservation takes the first one between the drain's read and its destroy
+        if pk == first:
+            VM.objects.filter(pk=pk).update(warm=VM.Warm.HIT)
+        return key_of(pk)
+
+    monkeypatch.setattr(warm, "vm_key", taken_meanwhile)
+    inventory.set_state(one, "drained", "disk replacement", actor="test")
+    sync_jobs.drain()
+    assert fresh(VM(pk=first)).state != "destroyed"
+    assert not Job.objects.filter(opcode="vm.destroy", params__vm=first).exists()
+    assert others and {fresh(VM(pk=pk)).state for pk in others} == {"destroyed"}
+
+
 def test_evacuating_a_host_migrates_its_reservations_and_destroys_its_warm_vms(two_pooled_hosts, pooled, sync_jobs):
     from jobs import services as jobs
 
