@@ -351,10 +351,13 @@ class _Lost(Exception):
 
 def _candidates(image, size, near=None, seat=False):
     """Warm VMs to try, those on host ``near`` first; a seat (``seat``) first those made ahead of
-    seats, anyone else first the pool's (each leaves the other's for whom they were made)."""
+    seats, then the pool's; anyone else the pool's only: a class seat's warm VM is kept for the
+    seat it was made for, to be ready at the bell."""
     ahead = Q(allocation__end__isnull=False)
-    kind = Case(When(ahead if seat else ~ahead, then=Value(0)), default=Value(1), output_field=IntegerField())
+    kind = Case(When(ahead, then=Value(0)), default=Value(1), output_field=IntegerField())
     rows = takeable(image, size).select_related("allocation", "host").annotate(kind=kind)
+    if not seat:
+        rows = rows.exclude(ahead)
     if near is not None:
         first = Case(When(host_id=near, then=Value(0)), default=Value(1), output_field=IntegerField())
         rows = rows.annotate(near=first).order_by("near", "kind", "pk")
