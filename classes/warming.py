@@ -15,6 +15,7 @@ from collections import Counter
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import Max
 
 from classes.models import Meeting
 from provisioning import services as vms
@@ -27,11 +28,13 @@ def ahead(now):
     if not settings.CLASS_WARM_MINUTES:
         return []
     warm = timedelta(minutes=settings.CLASS_WARM_MINUTES)
-    meetings = Meeting.objects.filter(block__canceled=False, start__gt=now, start__lte=now + timedelta(days=1))
-    meetings = meetings.filter(klass__environment__isnull=True, klass__gpus=0, klass__image__active=True)
-    meetings = list(meetings.filter(klass__image__revert_on_end=False).select_related("klass__image"))
     # Built by the planner its class's lead before, or by the reservations clock its lead before: the earlier.
     clock = settings.RESERVATION_LEAD_MINUTES
+    longest = Meeting.objects.aggregate(lead=Max("klass__lead_minutes"))["lead"] or 0
+    horizon = now + warm + timedelta(minutes=max(longest, clock))  # no session whose warm time has come is missed
+    meetings = Meeting.objects.filter(block__canceled=False, start__gt=now, start__lte=horizon)
+    meetings = meetings.filter(klass__environment__isnull=True, klass__gpus=0, klass__image__active=True)
+    meetings = list(meetings.filter(klass__image__revert_on_end=False).select_related("klass__image"))
     lead = {m.pk: timedelta(minutes=max(m.klass.lead_minutes, clock)) for m in meetings}
     due = {m.block_id: m for m in meetings if m.start - lead[m.pk] - warm <= now}
     if not due:

@@ -93,6 +93,8 @@ def record(key, name, hosts, cidr, members):
                     for i, host in enumerate(hosts)
                 ]
         except IntegrityError:
+            if PrivateNetwork.objects.filter(key=key, host__in=hosts).exists():
+                raise  # this network is recorded already: not a segment taken meanwhile
             continue
     return None
 

@@ -39,3 +39,9 @@ def test_a_segment_taken_meanwhile_is_passed_over(overlay_hosts, monkeypatch):
     real = private_networks.free_segment
     monkeypatch.setattr(private_networks, "free_segment", lambda overlay: next(found, None) or real(overlay))
     assert {n.segment for n in spread("env2-lan", overlay_hosts)} == {2}
+
+
+def test_a_network_recorded_twice_is_an_error_not_a_full_overlay(overlay_hosts):
+    spread("env1-lan", overlay_hosts)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        spread("env1-lan", overlay_hosts)  # the same key on the same hosts: said at once, not retried
