@@ -50,7 +50,9 @@ def end(reservation, reason="ended by the user", *, actor, whole=False):
         if moved is None:
             raise Conflict(f"reservation {reservation.pk} changed meanwhile; reload")
         vm = moved.vm
-        if vm is None or vm.state not in VM.LIVE:
+        # A VM still requested has its build queued: that build would make it after the end, so
+        # it is torn down too (its destroy waits for the build's lock, or the build finds it gone).
+        if vm is None or vm.state not in (*VM.LIVE, VM.State.REQUESTED):
             _finish(moved, "nothing to tear down", actor=actor)
             return None
         # A template's VM, or one of a revision under test, is never parked for the next user.

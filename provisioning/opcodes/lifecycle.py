@@ -518,9 +518,17 @@ def release(vm_id, *, actor):
 def _drop_networks(vm):
     """An environment machine's networks once it is gone for good (destroyed or failed, as
     committed): the last of its machines to get here removes each one, whichever order their
-    teardowns ran in (each one sees the others' ends)."""
-    if vm.host_id and vm.hostname:
-        private_networks.drop_unused(vm, drivers.driver_for(vm.host))
+    teardowns ran in (each one sees the others' ends). A machine gone before its build reached a
+    host (a retry elsewhere, an end while it was queued) asks the host its networks were recorded
+    on: they may have no other member to remove them."""
+    if not vm.hostname:
+        return
+    host = vm.host
+    if host is None:
+        network = vm.networks.filter(removed__isnull=True).select_related("host").first()
+        host = network.host if network is not None else None
+    if host is not None:
+        private_networks.drop_unused(vm, drivers.driver_for(host))
 
 
 POWER = {"start": S.RUNNING, "stop": S.STOPPED, "suspend": S.SUSPENDED, "resume": S.RUNNING}

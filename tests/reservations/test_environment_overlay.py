@@ -73,3 +73,19 @@ def test_a_spread_group_that_fails_on_one_host_is_placed_again_off_it(make_host,
     assert {n.host_id for n in live} <= used and {n.key for n in live} == set(
         SimNetwork.objects.values_list("key", flat=True)
     )
+
+
+def test_an_environment_ended_before_its_machines_were_built_leaves_no_network_recorded(
+    make_host,
+    lab,  # noqa: F811
+    alice,
+    sync_jobs,
+):
+    make_host("one", cpus=16, memory_mib=1536, overlay="lab-ovl")
+    make_host("two", cpus=16, memory_mib=1536, overlay="lab-ovl")
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    assert PrivateNetwork.objects.filter(removed__isnull=True).count() == 4  # two networks, each on both hosts
+    services.end(head, actor=alice)  # before any build ran: no machine ever reached its host
+    sync_jobs.drain()
+    assert not PrivateNetwork.objects.filter(removed__isnull=True).exists()  # segments and ranges free again
+    assert not SimVM.objects.exists() and not SimNetwork.objects.exists()

@@ -419,3 +419,14 @@ def test_a_reservation_left_ending_by_a_canceled_finish_job_is_finished_by_the_c
     assert services.tick(later)["refinished"] == 0  # once: a finish is queued
     sync_jobs.drain()
     assert Reservation.objects.get(pk=reservation.pk).status == "ended"
+
+
+def test_ending_a_reservation_whose_build_is_still_queued_leaves_no_vm(sim_host, image, alice, sync_jobs):
+    from drivers.sim.models import SimVM
+
+    reservation = services.reserve(alice, image, actor=alice, duration=timedelta(hours=1))
+    services.end(reservation, actor=alice)  # its VM is only requested: the build job has not run
+    sync_jobs.drain()
+    reservation.refresh_from_db()
+    assert reservation.status == "ended" and reservation.vm.state == "destroyed"
+    assert not SimVM.objects.exists()
