@@ -126,7 +126,16 @@ def test_three_guests_reach_one_another_by_name_and_nothing_else(alice, kvm_host
     # On the entry machine by the reservation's login; on from it to the others by name, with
     # the same login (an environment has one), over the private network.
     hops = "; ".join(f"DROPBEAR_PASSWORD='{details['password']}' dbclient -y -y {h} hostname" for h in MACHINES[1:])
-    out = on_entry(f"hostname; {hops}")
+
+    def hopped():
+        # A machine is ready once its login answers; its lease on the private network (whose
+        # DHCP server also answers the names) may come a moment later on a loaded host.
+        try:
+            return on_entry(f"hostname; {hops}")
+        except AssertionError:  # a hop refused: not reachable yet
+            return None
+
+    out = wait_until(hopped, timeout=60, what="the other machines by name from the entry machine", interval=1)
     assert out.split() == list(MACHINES), out
 
     # No way out through the private network: its lease gave no route but its own range (the
