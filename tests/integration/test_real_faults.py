@@ -33,6 +33,7 @@ from provisioning.opcodes import lifecycle
 from tests import realvm
 from tests.integration.test_reserve_real_vm import vm_ids  # noqa: F401 (a fixture)
 from tests.jobs.conftest import SyncJobs
+from tests.jobs.helpers import wait_until
 from tests.localkvm_inventory import kvm_guest_image, kvm_host
 from tests.realvm import new_login, ssh_run
 
@@ -216,8 +217,12 @@ def test_readiness_by_guest_agent_makes_a_guest_without_ssh_ready(
     assert job.status == "success", job.error_message
     assert vm.state == "running"
     dom = libvirt_conn.lookupByName(vm.key)
-    answer = json.loads(libvirt_qemu.qemuAgentCommand(dom, '{"execute":"guest-get-host-name"}', 10, 0))
-    assert answer["return"]["host-name"] == vm.key  # our seed reached it: it is this VM's agent
+
+    def host_name():  # the guest starts its agent first, then applies the seed: a moment later on a busy host
+        answer = json.loads(libvirt_qemu.qemuAgentCommand(dom, '{"execute":"guest-get-host-name"}', 10, 0))
+        return answer["return"]["host-name"] == vm.key
+
+    wait_until(host_name, timeout=30, what="the seed's host name", interval=0.5)  # our seed reached this VM's agent
     assert not guest_ops.answers(vm.address, vm.port, "ssh")  # ready without any SSH server
     destroy(vm, sync_jobs)
     assert_nothing_left(libvirt_conn, hosts, vm.key)
