@@ -110,9 +110,9 @@ def test_a_canceled_session_leaves_no_warm_vms_behind(session, image, instructor
     assert not ahead_of(image)
 
 
-def test_a_seat_of_a_pooled_image_takes_a_vm_made_for_seats_and_leaves_the_pools(
-    make_host, image, course, instructor, term, settings, sync_jobs
-):
+@pytest.fixture
+def pooled_class(make_host, image, course, instructor, term, settings, sync_jobs):
+    """A pooled image (one warm VM) and a one-seat class of it on a big host, warmed: its meeting."""
     from provisioning import services as vms
 
     make_host("big", cpus=64, memory_mib=64 * 1024, disk_gib=1000)
@@ -122,6 +122,11 @@ def test_a_seat_of_a_pooled_image_takes_a_vm_made_for_seats_and_leaves_the_pools
     meeting = Meeting.objects.filter(klass=klass).first()
     warm.fill_round(now=warm_time(meeting))
     sync_jobs.drain()
+    return meeting
+
+
+def test_a_seat_of_a_pooled_image_takes_a_vm_made_for_seats_and_leaves_the_pools(pooled_class, image, sync_jobs):
+    meeting = pooled_class
     [pool] = VM.objects.filter(image=image, warm="warm", allocation__end__isnull=True)  # made first
     made = set(ahead_of(image).values_list("pk", flat=True))
     assert len(made) == 1  # the class's one seat (its course's one member's)
@@ -132,18 +137,8 @@ def test_a_seat_of_a_pooled_image_takes_a_vm_made_for_seats_and_leaves_the_pools
     assert pool.warm == "warm" and pool.owner is None
 
 
-def test_a_walk_in_never_takes_a_vm_warmed_for_a_seat(
-    make_host, image, course, instructor, student, term, settings, sync_jobs
-):
-    from provisioning import services as vms
-
-    make_host("big", cpus=64, memory_mib=64 * 1024, disk_gib=1000)
-    settings.CLASS_WARM_MINUTES = 15
-    vms.update_image(image, actor="test", warm_min=1, warm_max=1)
-    klass = services.create_class(actor=instructor, by=instructor, course=course, name="Lab", image=image, **term)
-    meeting = Meeting.objects.filter(klass=klass).first()
-    warm.fill_round(now=warm_time(meeting))
-    sync_jobs.drain()
+@pytest.mark.usefixtures("pooled_class")
+def test_a_walk_in_never_takes_a_vm_warmed_for_a_seat(image, student, sync_jobs):
     made = set(ahead_of(image).values_list("pk", flat=True))
     first = reservations.reserve(student, image, actor=student, duration=timedelta(hours=1))
     second = reservations.reserve(student, image, actor=student, duration=timedelta(hours=1))
