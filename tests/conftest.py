@@ -74,6 +74,10 @@ def _shares_by_module(item):
 
 # First: xdist's worker reads the xdist_group markers in its own hook of this name.
 @pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    processes.stop_zygote()
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         _classify(item)
