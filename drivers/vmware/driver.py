@@ -29,7 +29,9 @@ template's seed (a template captured from a VM would otherwise hand out that VM'
 
 Private networks (environments) are port groups on the host's vSwitch ``vclmgr-private``,
 which has no uplink, each on a VLAN of its own (``vmware/networks.py``); a VM's ``private_networks`` are vmxnet3 NICs on
-them, with the spec's MACs. No DHCP or DNS there: the guests configure their addresses.
+them, with the spec's MACs. A network on an overlay is a distributed port group of the switch
+named as the overlay instead (``vmware/overlay.py``). No DHCP or DNS there: the guests configure
+their addresses.
 
 The guest command channel (batch runs) is vSphere's guest operations (``vmware/guestops.py``),
 logged in as the image's service account: ``credentials["guest"]`` (``{"username",
@@ -161,10 +163,11 @@ class VMwareDriver(base.Driver):
             if info.get("info.state") == vim.TaskInfo.State.success:
                 return info.get("info.result")
             if info.get("info.state") == vim.TaskInfo.State.error:
-                error = info["info.error"]  # a LocalizedMethodFault
-                if not getattr(error.fault, "msg", None):
-                    error.fault.msg = error.localizedMessage
-                raise translate(error.fault, context)
+                error = info["info.error"]  # a LocalizedMethodFault (vcsim's may come as the bare fault)
+                fault = getattr(error, "fault", error)
+                if not getattr(fault, "msg", None):
+                    fault.msg = getattr(error, "localizedMessage", None) or ""
+                raise translate(fault, context)
             if time.monotonic() > deadline:
                 state = info.get("info.state")
                 raise DriverError(f"{context}: task still {state} after {timeout:g} s", permanent=False)

@@ -180,3 +180,86 @@ def test_a_port_group_that_cannot_be_made_fails_the_environment_and_leaves_nothi
         assert not PrivateNetwork.objects.filter(removed__isnull=True).exists()  # their ranges are free again
     finally:
         host_view.network_system.RemovePortGroup(pgName=key)
+
+
+@pytest.fixture
+def overlay_hosts(vcsim, make_host, settings):
+    """Two hosts of vcsim's cluster in the inventory on one overlay: the operator's distributed
+    switch of that name (made here through pyVmomi with the cluster's hosts; vcsim takes a NIC
+    on one only when every host of the VM's cluster is a member). Each has room for two of the
+    lab's three machines, so its network spreads over both. The switch goes afterwards."""
+    from inventory import services as inventory
+    from tests.vcsim import VCSIM_PASSWORD, VCSIM_USER
+
+    settings.VCLMGR_DRIVER_OPTIONS = {"vmware": {"extra_config": {"SET.guest.ipAddress": GUEST_ADDRESS}}}
+    credential = inventory.create_credential(
+        actor="test", name="vcsim", username=VCSIM_USER, secret=VCSIM_PASSWORD, endpoints=[vcsim.url]
+    )
+    names = [host["name"] for host in vcsim.hosts if "_C" in host["name"]]
+    driver = vcsim.driver(names[0])
+    config = vim.dvs.VmwareDistributedVirtualSwitch.ConfigSpec(name="lab-overlay")
+    create = vim.DistributedVirtualSwitch.CreateSpec(configSpec=config)
+    switch = driver._wait(driver._datacenter().networkFolder.CreateDVS_Task(spec=create), "make the switch")
+    members = [vim.dvs.HostMember.ConfigSpec(operation="add", host=vcsim.driver(n)._host()) for n in names]
+    joined = vim.dvs.VmwareDistributedVirtualSwitch.ConfigSpec(host=members, configVersion=switch.config.configVersion)
+    driver._wait(switch.ReconfigureDvs_Task(spec=joined), "add the hosts")
+    hosts = [
+        make_host(
+            name,
+            driver="vmware",
+            uri=f"{vcsim.url}?host={name}",
+            credential=credential,
+            cpus=16,
+            memory_mib=1024,
+            disk_gib=200,
+            overlay="lab-overlay",
+        )
+        for name in names[:2]
+    ]
+    yield switch, hosts
+    for vm in VM.objects.all():
+        driver.destroy(vm.key)
+    for group in switch.portgroup:
+        if group.name.startswith("env"):
+            driver._wait(group.Destroy_Task(), "remove a port group left behind")
+    driver._wait(switch.Destroy_Task(), "remove the switch")
+
+
+def test_an_environment_over_two_hosts_of_an_overlay_shares_one_distributed_port_group(
+    overlay_hosts, lab, alice, sync_jobs
+):
+    switch, hosts = overlay_hosts
+    head = environments.reserve(alice, lab, actor=alice, duration=timedelta(hours=2))
+    key = f"env{head.pk}-lan"
+    sync_jobs.drain()
+
+    rows = machines(head)
+    assert {name: r.status for name, r in rows.items()} == dict.fromkeys(rows, "ready"), [
+        r.error for r in rows.values()
+    ]
+    assert {r.vm.host.name for r in rows.values()} == {h.name for h in hosts}  # spread over both
+    networks = PrivateNetwork.objects.filter(key=key)
+    assert {n.host.name for n in networks} == {h.name for h in hosts}
+    assert {(n.overlay, n.segment) for n in networks} == {("lab-overlay", networks[0].segment)}
+    group = next(g for g in switch.portgroup if g.name == key)
+    assert group.config.defaultPortConfig.vlan.vlanId == networks[0].segment  # the segment is its VLAN
+    assert {h.name for h in group.host} >= {h.name for h in hosts}  # the port group is on both hosts
+    si = drivers.driver_for(hosts[0]).si
+    view = HostView(si, drivers.driver_for(hosts[0])._host())
+    for name, row in rows.items():
+        vm = view.vm(row.vm.key)
+        assert vm.runtime.powerState == "poweredOn" and vm.runtime.host.name == row.vm.host.name
+        nics = [d for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualEthernetCard)]
+        on_it = [d for d in nics if getattr(getattr(d.backing, "port", None), "portgroupKey", None) == group.key]
+        assert len(on_it) == 1 and on_it[0].backing.port.switchUuid == switch.uuid, name
+        assert on_it[0].macAddress == drivers.driver_for(hosts[0]).private_mac(name, key)
+
+    reservations.end(Reservation.objects.get(pk=head.pk), actor=alice)
+    sync_jobs.drain()
+
+    assert {r.status for r in machines(head).values()} == {"ended"}
+    assert all(view.vm(r.vm.key) is None for r in rows.values())
+    assert key not in [g.name for g in switch.portgroup]  # removed with the last machine
+    for host in hosts:
+        assert key not in HostView(si, drivers.driver_for(host)._host()).records()
+    assert not PrivateNetwork.objects.filter(removed__isnull=True).exists()
