@@ -12,31 +12,17 @@ from pyVmomi import vim
 from drivers.base import Conflict, Invalid, NetworkInfo, NetworkSpec
 from drivers.vmware import records
 from tests.drivers.conftest import next_key
+from tests.vcsim import distributed_switch, remove_switch
 
 pytestmark = pytest.mark.slow  # starts vcsim (once per session and worker)
 
 
 @pytest.fixture
-def dvs(vmware_peer, vcsim):
-    """A distributed switch of the cluster's hosts (not the standalone one), named as the
-    overlay; destroyed afterwards."""
-    driver = vmware_peer.source
-    name = f"ovl-{next_key()}"
-    members = [
-        vim.dvs.HostMember.ConfigSpec(operation="add", host=vcsim.driver(h["name"])._host())
-        for h in vcsim.hosts
-        if "_C" in h["name"]
-    ]
-    folder = driver._datacenter().networkFolder
-    config = vim.dvs.VmwareDistributedVirtualSwitch.ConfigSpec(name=name)
-    switch = driver._wait(folder.CreateDVS_Task(spec=vim.DistributedVirtualSwitch.CreateSpec(configSpec=config)), "dvs")
-    joined = vim.dvs.VmwareDistributedVirtualSwitch.ConfigSpec(host=members, configVersion=switch.config.configVersion)
-    driver._wait(switch.ReconfigureDvs_Task(spec=joined), "add the hosts")
+def dvs(vcsim):
+    """The overlay's distributed switch: the cluster's hosts, not the standalone one."""
+    switch = distributed_switch(vcsim, f"ovl-{next_key()}")
     yield switch
-    for group in list(switch.portgroup):
-        if group.name.startswith("env-"):
-            driver._wait(group.Destroy_Task(), "destroy port group")
-    driver._wait(switch.Destroy_Task(), "destroy dvs")
+    remove_switch(vcsim, switch)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from reservations import environments
 from reservations import services as reservations
 from reservations.models import Reservation
 from tests.environments.conftest import member
-from tests.vcsim import cluster_host, vmdk_image
+from tests.vcsim import cluster_host, distributed_switch, remove_switch, vmdk_image
 
 pytestmark = pytest.mark.slow  # starts vcsim (once per session and worker)
 GUEST_ADDRESS = "10.99.0.9"
@@ -91,6 +91,15 @@ def template(owner, members, networks):
     return environment_services.create_template(actor=owner, name="vmware-lab", members=members, networks=networks)
 
 
+def all_ready(head):
+    """The machines of the environment (as ``machines``), each of them ready."""
+    rows = machines(head)
+    assert {name: r.status for name, r in rows.items()} == dict.fromkeys(rows, "ready"), [
+        r.error for r in rows.values()
+    ]
+    return rows
+
+
 def machines(head):
     """Hostname → reservation of each machine of the environment, as written now."""
     return {r.hostname: r for r in environments.machines_of(Reservation.objects.get(pk=head.pk))}
@@ -103,10 +112,7 @@ def test_an_environment_gets_a_port_group_its_members_are_on_and_ending_it_remov
     key = f"env{head.pk}-lan"
     sync_jobs.drain()
 
-    rows = machines(head)
-    assert {name: r.status for name, r in rows.items()} == dict.fromkeys(rows, "ready"), [
-        r.error for r in rows.values()
-    ]
+    rows = all_ready(head)
     assert set(rows) == {"server", "client-a", "client-b"}
     switch, vlan = host_view.port_groups()[key]
     assert switch == SWITCH and 1 <= vlan <= 4094  # a VLAN of its own: port groups of one switch share VLAN 0
@@ -185,44 +191,17 @@ def test_a_port_group_that_cannot_be_made_fails_the_environment_and_leaves_nothi
 @pytest.fixture
 def overlay_hosts(vcsim, make_host, settings):
     """Two hosts of vcsim's cluster in the inventory on one overlay: the operator's distributed
-    switch of that name (made here through pyVmomi with the cluster's hosts; vcsim takes a NIC
-    on one only when every host of the VM's cluster is a member). Each has room for two of the
-    lab's three machines, so its network spreads over both. The switch goes afterwards."""
-    from inventory import services as inventory
-    from tests.vcsim import VCSIM_PASSWORD, VCSIM_USER
-
-    settings.VCLMGR_DRIVER_OPTIONS = {"vmware": {"extra_config": {"SET.guest.ipAddress": GUEST_ADDRESS}}}
-    credential = inventory.create_credential(
-        actor="test", name="vcsim", username=VCSIM_USER, secret=VCSIM_PASSWORD, endpoints=[vcsim.url]
-    )
-    names = [host["name"] for host in vcsim.hosts if "_C" in host["name"]]
-    driver = vcsim.driver(names[0])
-    config = vim.dvs.VmwareDistributedVirtualSwitch.ConfigSpec(name="lab-overlay")
-    create = vim.DistributedVirtualSwitch.CreateSpec(configSpec=config)
-    switch = driver._wait(driver._datacenter().networkFolder.CreateDVS_Task(spec=create), "make the switch")
-    members = [vim.dvs.HostMember.ConfigSpec(operation="add", host=vcsim.driver(n)._host()) for n in names]
-    joined = vim.dvs.VmwareDistributedVirtualSwitch.ConfigSpec(host=members, configVersion=switch.config.configVersion)
-    driver._wait(switch.ReconfigureDvs_Task(spec=joined), "add the hosts")
+    switch of that name. Each has room for two of the lab's three machines, so its network
+    spreads over both. The switch goes afterwards."""
+    switch = distributed_switch(vcsim, "lab-overlay")
     hosts = [
-        make_host(
-            name,
-            driver="vmware",
-            uri=f"{vcsim.url}?host={name}",
-            credential=credential,
-            cpus=16,
-            memory_mib=1024,
-            disk_gib=200,
-            overlay="lab-overlay",
-        )
-        for name in names[:2]
+        cluster_host(vcsim, make_host, settings, GUEST_ADDRESS, i, memory_mib=1024, overlay="lab-overlay")
+        for i in range(2)
     ]
     yield switch, hosts
     for vm in VM.objects.all():
-        driver.destroy(vm.key)
-    for group in switch.portgroup:
-        if group.name.startswith("env"):
-            driver._wait(group.Destroy_Task(), "remove a port group left behind")
-    driver._wait(switch.Destroy_Task(), "remove the switch")
+        drivers.driver_for(hosts[0]).destroy(vm.key)
+    remove_switch(vcsim, switch)
 
 
 def test_an_environment_over_two_hosts_of_an_overlay_shares_one_distributed_port_group(
@@ -233,10 +212,7 @@ def test_an_environment_over_two_hosts_of_an_overlay_shares_one_distributed_port
     key = f"env{head.pk}-lan"
     sync_jobs.drain()
 
-    rows = machines(head)
-    assert {name: r.status for name, r in rows.items()} == dict.fromkeys(rows, "ready"), [
-        r.error for r in rows.values()
-    ]
+    rows = all_ready(head)
     assert {r.vm.host.name for r in rows.values()} == {h.name for h in hosts}  # spread over both
     networks = PrivateNetwork.objects.filter(key=key)
     assert {n.host.name for n in networks} == {h.name for h in hosts}
