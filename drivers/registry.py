@@ -91,7 +91,7 @@ _TABLE = (
         name="vmware", label="VMware ESXi / vCenter", driver="drivers.vmware.driver.VMwareDriver",
         hypervisor_type="vmware", hypervisor_label="VMware", image_formats=("vmdk", "template"),
         schemes=frozenset({"https", "http"}), default_uri="https://{address}/sdk", uri_needs_host=True,
-        discoverable=True,
+        discoverable=True, overlays=True,
     ),
 )  # fmt: skip
 KINDS = {kind.name: kind for kind in _TABLE}

@@ -38,7 +38,7 @@ from provisioning import private_networks
 from provisioning import services as vms
 from provisioning.models import VM
 from provisioning.opcodes import capture as captures
-from provisioning.opcodes import lifecycle, migration, reuse
+from provisioning.opcodes import guest, lifecycle, migration, reuse
 from provisioning.opcodes.common import fail_reason, load_vm, passes_through
 from provisioning.opcodes.staging import stage
 from runs import pooling, services, validation
@@ -364,11 +364,7 @@ def _make_machines(run, end, *, actor):
 def _channel(run):
     """The run VM's driver with its image's guest login (VMware guest operations need one)."""
     vm = load_vm(run.vm_id)
-    variant = (
-        vm.variant
-        or vm.image.variants.filter(revision_id=vm.revision_id, hypervisor_type=vm.host.hypervisor_type).first()
-    )
-    return drivers.driver_for(vm.host, guest=variant.guest_login() if variant else None), vm.key
+    return guest.channel_driver(vm), vm.key
 
 
 def put_inputs(run_id):

@@ -36,26 +36,49 @@ class Vcsim:
         return VMwareDriver(self.url, self.credentials, {"host": host, **options})
 
 
-def cluster_host(vcsim, make_host, settings, guest_address):
-    """A host of vcsim's cluster in the inventory (driver vmware, the simulator's credential)
-    whose guests report ``guest_address``: vcsim has no VMware Tools, and this advanced setting
-    is how it lets a test play the guest reporting its address."""
+def cluster_host(vcsim, make_host, settings, guest_address, index=0, **fields):
+    """A host of vcsim's cluster (its ``index``-th) in the inventory (driver vmware, the
+    simulator's credential, ``fields`` over the defaults) whose guests report ``guest_address``:
+    vcsim has no VMware Tools, and this advanced setting is how it lets a test play the guest
+    reporting its address."""
     from inventory import services as inventory
+    from inventory.models import Credential
 
     settings.VCLMGR_DRIVER_OPTIONS = {"vmware": {"extra_config": {"SET.guest.ipAddress": guest_address}}}
-    credential = inventory.create_credential(
+    credential = Credential.objects.filter(name="vcsim").first() or inventory.create_credential(
         actor="test", name="vcsim", username=VCSIM_USER, secret=VCSIM_PASSWORD, endpoints=[vcsim.url]
     )
-    name = next(host["name"] for host in vcsim.hosts if "_C" in host["name"])
-    return make_host(
-        name,
-        driver="vmware",
-        uri=f"{vcsim.url}?host={name}",
-        credential=credential,
-        cpus=16,
-        memory_mib=32768,
-        disk_gib=200,
-    )
+    name = [host["name"] for host in vcsim.hosts if "_C" in host["name"]][index]
+    values = {"cpus": 16, "memory_mib": 32768, "disk_gib": 200, **fields}
+    return make_host(name, driver="vmware", uri=f"{vcsim.url}?host={name}", credential=credential, **values)
+
+
+def distributed_switch(vcsim, name):
+    """A distributed switch ``name`` with every host of vcsim's cluster as a member, made as an
+    operator makes one (vcsim takes a VM's NIC on it only when every host of the VM's cluster is
+    a member); ``remove_switch`` takes it away with the port groups left on it."""
+    from pyVmomi import vim
+
+    driver = vcsim.driver(next(host["name"] for host in vcsim.hosts if "_C" in host["name"]))
+    config = vim.dvs.VmwareDistributedVirtualSwitch.ConfigSpec(name=name)
+    create = vim.DistributedVirtualSwitch.CreateSpec(configSpec=config)
+    switch = driver._wait(driver._datacenter().networkFolder.CreateDVS_Task(spec=create), f"make switch {name}")
+    members = [
+        vim.dvs.HostMember.ConfigSpec(operation="add", host=vcsim.driver(host["name"])._host())
+        for host in vcsim.hosts
+        if "_C" in host["name"]
+    ]
+    joined = vim.dvs.VmwareDistributedVirtualSwitch.ConfigSpec(host=members, configVersion=switch.config.configVersion)
+    driver._wait(switch.ReconfigureDvs_Task(spec=joined), f"add the cluster's hosts to {name}")
+    return switch
+
+
+def remove_switch(vcsim, switch):
+    driver = vcsim.driver(next(host["name"] for host in vcsim.hosts if "_C" in host["name"]))
+    for group in switch.portgroup:
+        if "-DVUplinks" not in group.name:
+            driver._wait(group.Destroy_Task(), f"remove port group {group.name}")
+    driver._wait(switch.Destroy_Task(), "remove the switch")
 
 
 def vmdk_image(tmp_path, name, *, variant=(), **fields):

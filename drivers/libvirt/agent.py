@@ -14,13 +14,13 @@ unless the caller sets them.
 
 import base64
 import json
-import secrets
 import time
 
 import libvirt
 
 from drivers import base
 from drivers.base import ExecStatus, Invalid, NotFound
+from drivers.warmlogin import HASH_FILE, HOST_KEY_DIR, PERSONALISE, SET_HASH, host_key, identity_arguments
 
 EXEC_DIR = "/tmp/vclmgr-exec"
 DEFAULT_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
@@ -34,59 +34,6 @@ WRAPPER = (
 GLOB = (
     'cd "$0" 2>/dev/null || exit 0; for p in "$@"; do for f in $p; do [ -f "$f" ] && printf \'%s\\n\' "$f"; done; done'
 )
-# A warm guest's new identity and its user's account, as root through ``guest-exec``; every value
-# is an argument ($0 hostname, $1 login, $2 "-s" to refuse passwords over SSH, else "", $3 the
-# login's sudo rule, else "", $4 the new machine-id, $5 the directory of the new SSH host key),
-# never part of the script. The machine-id and the host key are made on the host, not in the
-# guest: a guest resumed from a snapshot resumes its random number generator too, so what it
-# makes right after could repeat what it made after the same snapshot for its last user. The
-# SSH server is restarted with that key (dropbear in vclmgr's test guest, OpenSSH elsewhere).
-# The password hash and the keys come after, through the agent's own calls
-# (``virDomainSetUserPassword``, ``virDomainAuthorizedSSHKeysSet``), so no secret is ever on a
-# command line.
-PERSONALISE = r"""
-umask 022  # the agent's own umask (077) would make /etc/hosts and the machine-id unreadable to users
-h=$0 u=$1 pw=$2 sudo=$3 id=$4 keys=$5
-hostname "$h" && echo "$h" > /etc/hostname || exit 1
-grep -v '^127\.0\.1\.1[[:space:]]' /etc/hosts > /etc/hosts.new 2>/dev/null; echo "127.0.1.1 $h" >> /etc/hosts.new
-mv /etc/hosts.new /etc/hosts
-rm -f /var/lib/dbus/machine-id
-echo "$id" > /etc/machine-id || exit 1
-if ! grep -q "^$u:" /etc/passwd; then
-  if command -v useradd >/dev/null; then useradd -m -s /bin/bash "$u" || exit 2
-  else  # a minimal guest (busybox without adduser): the account written as its init writes one
-    n=1000; while grep -q "^[^:]*:[^:]*:$n:" /etc/passwd; do n=$((n + 1)); done
-    s=/bin/bash; [ -x $s ] || s=/bin/sh
-    { echo "$u:x:$n:$n::/home/$u:$s" >> /etc/passwd && echo "$u:x:$n:" >> /etc/group &&
-      echo "$u:!:19000:0:99999:7:::" >> /etc/shadow && mkdir -p "/home/$u" && chown "$n:$n" "/home/$u" &&
-      chmod 700 "/home/$u"; } || exit 2
-  fi
-fi
-if [ -n "$sudo" ] && [ -d /etc/sudoers.d ]; then  # as cloud-init gives a seeded login
-  echo "$u $sudo" > "/etc/sudoers.d/90-vclmgr-$u" && chmod 440 "/etc/sudoers.d/90-vclmgr-$u" || exit 5
-fi
-chmod 600 "$keys/dropbear" "$keys/openssh" || exit 3
-if [ -f /run/dropbear.pid ]; then
-  k=/etc/dropbear/dropbear_ed25519_host_key
-  mv "$keys/dropbear" "$k" || exit 3
-  old=$(cat /run/dropbear.pid); kill "$old"
-  while kill -0 "$old" 2>/dev/null; do sleep 0.05; done
-  dropbear -r "$k" -p 22 -P /run/dropbear.pid $pw || exit 4
-elif [ -d /etc/ssh ]; then
-  rm -f /etc/ssh/ssh_host_*_key /etc/ssh/ssh_host_*_key.pub
-  mv "$keys/openssh" /etc/ssh/ssh_host_ed25519_key && mv "$keys/openssh.pub" /etc/ssh/ssh_host_ed25519_key.pub || exit 3
-  systemctl restart ssh 2>/dev/null || systemctl restart sshd 2>/dev/null || service ssh restart || exit 4
-fi
-rm -rf "$keys"
-"""
-# The password hash into a guest without ``chpasswd`` (busybox), read from a root-only file the
-# agent wrote ($1), never from a command line: the user's field of /etc/shadow replaced.
-SET_HASH = r"""
-umask 077
-awk -F: -v u="$0" 'BEGIN { OFS = ":" } NR == FNR { h = $0; next } $1 == u { $2 = h } { print }' "$1" /etc/shadow \
-  > /etc/shadow.new && mv /etc/shadow.new /etc/shadow; s=$?; rm -f "$1"; exit $s
-"""
-HASH_FILE = "/run/vclmgr-login"
 AGENT_TIMEOUT = 10  # s per agent call
 START_TIMEOUT = 60  # s for a started wrapper to make its directory
 READ_CHUNK = 1 << 20  # bytes per guest-file-read (the agent's own limit is far above)
@@ -218,9 +165,7 @@ def personalise(dom, guest):
     """The warm guest's new identity and ``guest``'s login (``Driver.personalise``)."""
     for n, (name, data) in enumerate(host_key().items()):  # root's files, read by the script below
         put(dom, f"{HOST_KEY_DIR}/{name}", data, make_parent=n == 0)  # one directory for all three
-    refuse = "" if guest.password_hash else "-s"
-    argv = [guest.hostname, guest.login, refuse, guest.sudo or "", secrets.token_hex(16), HOST_KEY_DIR]
-    code, out = run(dom, ["/bin/sh", "-c", PERSONALISE, *argv])
+    code, out = run(dom, ["/bin/sh", "-c", PERSONALISE, *identity_arguments(guest, HOST_KEY_DIR)])
     if code != 0:
         raise base.DriverError(
             f"the guest refused its new identity (step {code}): {out[-300:].decode(errors='replace')}", permanent=True
@@ -235,27 +180,3 @@ def personalise(dom, guest):
                 why = out[-300:].decode(errors="replace")
                 raise base.DriverError(f"the guest refused the password: {why}", permanent=True) from None
     dom.authorizedSSHKeysSet(guest.login, list(guest.ssh_keys), 0)  # replaces them all: only this user's
-
-
-HOST_KEY_DIR = "/run/vclmgr-host-key"
-
-
-def host_key():
-    """A new ed25519 SSH host key in the files the guest's server reads: ``dropbear`` (dropbear's
-    own format: the key type, then the private seed and the public key as one string) and
-    ``openssh`` / ``openssh.pub``."""
-    from cryptography.hazmat.primitives import serialization as ser
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    key = Ed25519PrivateKey.generate()
-    seed = key.private_bytes(ser.Encoding.Raw, ser.PrivateFormat.Raw, ser.NoEncryption())
-    public = key.public_key().public_bytes(ser.Encoding.Raw, ser.PublicFormat.Raw)
-    return {
-        "dropbear": _ssh_string(b"ssh-ed25519") + _ssh_string(seed + public),
-        "openssh": key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption()),
-        "openssh.pub": key.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH) + b"\n",
-    }
-
-
-def _ssh_string(data):
-    return len(data).to_bytes(4, "big") + data

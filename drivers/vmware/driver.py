@@ -6,8 +6,10 @@ info. Options: ``host`` (the HostSystem this driver places VMs on; may be omitte
 connection sees only one), ``datastore`` (default: the host's accessible datastore with
 most free space), ``network`` (port group used for the spec's ``default`` network, default
 ``VM Network``), ``insecure`` (skip TLS certificate checks), ``task_timeout`` (seconds,
-default 600), ``stop_timeout`` (graceful shutdown, default 120), ``extra_config`` (a dict of
-VM advanced settings added to every VM this driver creates; a spec's own come after).
+default 600), ``stop_timeout`` (graceful shutdown, default 120), ``tools_timeout`` (seconds a
+warm guest's VMware Tools are waited for when it is handed a login, default 15),
+``extra_config`` (a dict of VM advanced settings added to every VM this driver creates; a
+spec's own come after).
 
 VMs are created in the datacenter's VM folder, named by their key; a name is unique per
 folder, so lifecycle calls find the VM wherever DRS has moved it. ``create`` either clones a
@@ -29,12 +31,18 @@ template's seed (a template captured from a VM would otherwise hand out that VM'
 
 Private networks (environments) are port groups on the host's vSwitch ``vclmgr-private``,
 which has no uplink, each on a VLAN of its own (``vmware/networks.py``); a VM's ``private_networks`` are vmxnet3 NICs on
-them, with the spec's MACs. No DHCP or DNS there: the guests configure their addresses.
+them, with the spec's MACs. A network on an overlay is a distributed port group of the switch
+named as the overlay instead (``vmware/overlay.py``). No DHCP or DNS there: the guests configure
+their addresses.
 
 The guest command channel (batch runs) is vSphere's guest operations (``vmware/guestops.py``),
 logged in as the image's service account: ``credentials["guest"]`` (``{"username",
 "password"}``, the vmware variant's guest login); a VM whose image has none is refused before
 any call.
+
+A snapshot of a running VM keeps its memory, so a revert gives the running guest back (a warm
+VM's ``warm`` snapshot). ``personalise`` hands a warm guest to its user through guest
+operations as the same service account (``vmware/handover.py``), once its Tools run.
 
 Console: vSphere's own is WebMKS (``VirtualMachine.AcquireTicket("webmks")`` gives host, port
 and a one-time ticket for ``wss://<esx>:<port>/ticket/<ticket>``, spoken by VMware's HTML
@@ -59,7 +67,7 @@ from pyVmomi.VmomiSupport import GetServiceVersions, versionIdMap
 from drivers import base
 from drivers.base import Conflict, DriverError, HostFacts, Invalid, NotFound, Unreachable, VMInfo, VMState
 from drivers.cloudinit import SeedError
-from drivers.vmware import guestinfo, guestops, networks
+from drivers.vmware import guestinfo, guestops, handover, networks
 from drivers.vmware.session import sessions, translate, translated
 
 IMAGE_FOLDER = "vclmgr-images"
@@ -161,10 +169,11 @@ class VMwareDriver(base.Driver):
             if info.get("info.state") == vim.TaskInfo.State.success:
                 return info.get("info.result")
             if info.get("info.state") == vim.TaskInfo.State.error:
-                error = info["info.error"]  # a LocalizedMethodFault
-                if not getattr(error.fault, "msg", None):
-                    error.fault.msg = error.localizedMessage
-                raise translate(error.fault, context)
+                error = info["info.error"]  # a LocalizedMethodFault (vcsim's may come as the bare fault)
+                fault = getattr(error, "fault", error)
+                if not getattr(fault, "msg", None):
+                    fault.msg = getattr(error, "localizedMessage", None) or ""
+                raise translate(fault, context)
             if time.monotonic() > deadline:
                 state = info.get("info.state")
                 raise DriverError(f"{context}: task still {state} after {timeout:g} s", permanent=False)
@@ -673,7 +682,9 @@ class VMwareDriver(base.Driver):
             vm.CreateSnapshot_Task,
             name=name,
             description="vclmgr snapshot",
-            memory=False,
+            # A running VM's memory too, so that a revert gives the running guest back (a warm
+            # VM's snapshot, say), as the contract asks; a stopped VM has none to keep.
+            memory=self._state(vm) == VMState.RUNNING,
             quiesce=False,
         )
         self._wait(task, f"snapshot {key} as {name!r}")
@@ -804,6 +815,29 @@ class VMwareDriver(base.Driver):
                 "vmware variant's guest user and password: a service account of the template)"
             )
         return guestops.GuestChannel(self, key, self._vm(key), login)
+
+    @translated
+    def personalise(self, key, guest):
+        """The warm guest's new identity and ``guest``'s login, through guest operations as the
+        image's service account (``vmware/handover.py``)."""
+        channel = self._guest(key)
+        if self._state(channel.vm) != VMState.RUNNING:
+            raise Conflict(f"{key} is not running: a login is handed only to a running guest")
+        # A guest just resumed from its snapshot may report its Tools a moment later.
+        deadline = time.monotonic() + float(self.options.get("tools_timeout", 15))
+        while not self.agent_answers(key):
+            if time.monotonic() > deadline:
+                raise DriverError(
+                    f"VMware Tools do not run in {key}: no guest operations to hand it a login", permanent=False
+                )
+            time.sleep(0.2)
+        handover.personalise(channel, guest)
+
+    @translated
+    def agent_answers(self, key):
+        """True when VMware Tools run in the guest (what guest operations need)."""
+        props = self._props(self._vm(key), ["guest.toolsRunningStatus"])
+        return props.get("guest.toolsRunningStatus") == "guestToolsRunning"
 
     @translated
     def guest_exec(self, key, tag, argv, env=None, workdir="/"):

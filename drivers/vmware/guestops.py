@@ -253,10 +253,11 @@ class GuestChannel:
             raise Invalid(f"{path} in {self.key} is over the limit of {limit} bytes")
         return data
 
-    def put(self, path, data):
-        """Write ``data`` to the guest file ``path``, making its directory when it is missing
-        (the guest refuses that either when the transfer is asked for or in the PUT itself)."""
-        attributes = vim.vm.guest.FileManager.PosixFileAttributes()
+    def put(self, path, data, mode=None):
+        """Write ``data`` to the guest file ``path`` (with permissions ``mode``, else the
+        guest's default), making its directory when it is missing (the guest refuses that
+        either when the transfer is asked for or in the PUT itself)."""
+        attributes = vim.vm.guest.FileManager.PosixFileAttributes(permissions=mode)
         args = {"guestFilePath": path, "fileAttributes": attributes, "fileSize": len(data), "overwrite": True}
         try:
             url = self._call(f"write {path}", self.files.InitiateFileTransferToGuest, **args)
@@ -264,11 +265,11 @@ class GuestChannel:
             return
         except (NotFound, TransferFailed):
             pass  # a missing directory, most likely: make it and try once more
-        self._make_directory(path.rsplit("/", 1)[0] or "/")
+        self.make_directory(path.rsplit("/", 1)[0] or "/")
         url = self._call(f"write {path}", self.files.InitiateFileTransferToGuest, **args)
         self._transfer("PUT", url, path, body=bytes(data))
 
-    def _make_directory(self, path):
+    def make_directory(self, path):
         try:
             self._call(
                 f"make {path}", self.files.MakeDirectoryInGuest, directoryPath=path, createParentDirectories=True

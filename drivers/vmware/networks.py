@@ -13,20 +13,13 @@ it yet, so it moves; a create of an existing network that finds its VLAN shared 
 not moved yet) is a temporary error. Port groups made with VLAN 0
 (before VLANs were given) are left as they are until their environment ends.
 
-vSphere keeps no address range on a port group, so the network's range and fingerprint (for
-``create_network``'s idempotency and conflicts) are recorded in the host's custom attribute
-``vclmgr.networks`` (JSON, key → {cidr, fingerprint}): private networks need vCenter, which
-has custom attributes (a standalone ESXi host has none). DHCP and DNS are not provided here:
-the members' guests configure their addresses themselves.
+vSphere keeps no address range on a port group: each network's range and fingerprint are
+recorded on its host (``records.py``; private networks need vCenter). DHCP and DNS are not
+provided here: the members' guests configure their addresses themselves.
 
-That attribute is one value per host, so recording a network reads, changes and writes it
-back. vSphere has no compare-and-set for it: calls of one process are serialised per host (a
-lock), and every write is read back and redone until it holds (another writer's lost entry is
-written again by that writer). Two workers writing the same host at the same instant can still
-lose one entry after its writer checked it; the jobs that make and delete a host's networks
-must therefore hold that host's job lock exclusively (``hypervisor:<id>``), as other
-host-wide changes do. A lost entry shows as a conflict on the next ``create_network`` of that
-key, never as a network leaking to another.
+A network on an overlay (``NetworkSpec.overlay``: members spread over hosts the operator joined
+with one) is a distributed port group instead (``overlay.py``); ``create``, ``delete``,
+``listed``, ``check_on_host`` and ``check_move`` take both kinds.
 
 A NIC's static MAC on ESXi must lie in VMware's manual range, 00:50:56:00:00:00 to
 00:50:56:3f:ff:ff: ``mac`` gives a private NIC's there (stable per VM and network, as
@@ -35,25 +28,20 @@ A NIC's static MAC on ESXi must lie in VMware's manual range, 00:50:56:00:00:00 
 
 import contextlib
 import hashlib
-import json
-import threading
-import time
-from collections import defaultdict
 
 from pyVmomi import vim
 
 from drivers import base
 from drivers.base import Conflict, DriverError, Invalid, NetworkInfo, NotFound
+from drivers.vmware import overlay
+from drivers.vmware.records import RECORD_TRIES, record, recorded
 
 SWITCH = "vclmgr-private"
 SWITCH_PORTS = 128
 VLANS = range(1, 4095)  # 0 is untagged, 4095 a trunk that sees every VLAN
-FIELD = "vclmgr.networks"
 #: ESXi takes a static MAC only under VMware's prefix with the next bits 00: 22 bits free.
 MANUAL_PREFIX = "00:50:56"
 MANUAL_TOP = 0x3F
-RECORD_TRIES = 5
-_host_locks = defaultdict(threading.Lock)
 
 
 def mac(vm_key, network_key):
@@ -112,62 +100,10 @@ def _sharing(driver, key):
     return next((name for name, v in sorted(found.items()) if name != key and v == vlan and vlan), None)
 
 
-def _field(driver, create):
-    manager = driver.si.content.customFieldsManager
-    if manager is None:
-        raise Invalid(f"{driver.endpoint[1]} has no custom attributes: private networks on VMware need vCenter")
-    for field in manager.field or []:
-        if field.name == FIELD and field.managedObjectType in (vim.HostSystem, None):
-            return field
-    if not create:
-        return None
-    try:
-        add = manager.AddCustomFieldDef
-        return driver._call(f"add custom attribute {FIELD}", add, name=FIELD, moType=vim.HostSystem)
-    except Conflict:  # made by a concurrent call meanwhile
-        return next(f for f in manager.field or [] if f.name == FIELD)
-
-
-def recorded(driver):
-    """key → {cidr, fingerprint} of the host's private networks, as recorded."""
-    field = _field(driver, create=False)
-    if field is None:
-        return {}
-    found = driver._props(driver._host(), ["customValue"]).get("customValue") or []
-    values = [v.value for v in found if v.key == field.key]
-    return json.loads(values[-1]) if values and values[-1] else {}  # the last: vcsim appends rather than replaces
-
-
-def _record(driver, key, entry):
-    """Record ``entry`` for ``key`` (None: forget it): written, read back and written again
-    until it holds (see the module docstring for what that does not cover)."""
-    field = _field(driver, create=True)
-    manager = driver.si.content.customFieldsManager
-    with _host_locks[(driver.endpoint, driver.host_name)]:
-        for attempt in range(RECORD_TRIES):
-            networks = recorded(driver)
-            if networks.get(key) == entry:
-                return
-            if entry is None:
-                networks.pop(key, None)
-            else:
-                networks[key] = entry
-            value = json.dumps(networks, sort_keys=True)
-            driver._call(
-                f"record network {key} on {driver.host_name}",
-                manager.SetField,
-                entity=driver._host(),
-                key=field.key,
-                value=value,
-            )
-            if recorded(driver).get(key) == entry:
-                return
-            time.sleep(0.05 * (attempt + 1))  # another writer's value came between: read it and redo ours
-    raise Conflict(f"network {key} on {driver.host_name}: its record kept being overwritten; try again")
-
-
 def create(driver, spec):
     spec.validate()
+    if spec.overlay:
+        return overlay.create(driver, spec)
     groups, switches = layout(driver)
     if spec.key not in groups:
         _add(driver, spec, switches)
@@ -202,13 +138,13 @@ def _add(driver, spec, switches):
             )
         except Conflict:
             pass  # made by a concurrent call meanwhile
-    _record(driver, spec.key, {"cidr": str(spec.network), "fingerprint": spec.fingerprint()})
+    record(driver, spec.key, {"cidr": str(spec.network), "fingerprint": spec.fingerprint()})
     try:
         _add_group(driver, ns, spec.key)
     except Exception as exc:
         if isinstance(exc, Conflict) and layout(driver)[0].get(spec.key) == SWITCH:
             return  # a concurrent create of this key made it: the caller judges whose it is
-        _record(driver, spec.key, None)
+        record(driver, spec.key, None)
         if not (isinstance(exc, Conflict) and find(driver, spec.key) is not None):
             raise
         # someone else's network of that name: the caller says so
@@ -242,8 +178,11 @@ def delete(driver, key):
     base.check_key(key)
     groups, _ = layout(driver)
     if key not in groups:
+        distributed = overlay.port_groups(driver).get(key)
+        if distributed is not None and overlay.ours(distributed[1]):
+            return overlay.delete(driver, key, distributed[0])
         if key in recorded(driver):
-            _record(driver, key, None)
+            record(driver, key, None)
         return False
     if groups[key] != SWITCH:
         raise Conflict(f"port group {key} on {driver.host_name} was not made by vclmgr: left alone")
@@ -252,7 +191,7 @@ def delete(driver, key):
         raise Conflict(f"network {key} on {driver.host_name} is still used by {', '.join(users)}")
     ns = driver._host().configManager.networkSystem
     driver._call(f"remove port group {key} on {driver.host_name}", ns.RemovePortGroup, pgName=key)
-    _record(driver, key, None)
+    record(driver, key, None)
     return True
 
 
@@ -273,29 +212,46 @@ def _users(driver, key):
 
 
 def check_move(driver, target, vm, key):
-    """A Conflict when VM ``key`` is on a private network the target host does not have: there
-    is no overlay between hosts, so its NIC would reach nobody there."""
+    """A Conflict when VM ``key`` is on a private network the target host does not have: a
+    port group of this host's switch, or a distributed one of a switch the target is not a
+    member of; its NIC would reach nobody there."""
     ours, _ = layout(driver)
     theirs, _ = layout(target)
     devices = driver._props(vm, ["config.hardware.device"]).get("config.hardware.device") or []
+    distributed = None
     for nic in devices:
-        name = getattr(getattr(nic, "backing", None), "deviceName", None)
-        private = isinstance(nic, vim.vm.device.VirtualEthernetCard) and ours.get(name) == SWITCH
-        if private and theirs.get(name) != SWITCH:
+        if not isinstance(nic, vim.vm.device.VirtualEthernetCard):
+            continue
+        name = getattr(nic.backing, "deviceName", None)
+        if ours.get(name) == SWITCH and theirs.get(name) != SWITCH:
             raise Conflict(
                 f"{key} is on private network {name}, which {target.host_name} does not have: "
-                "the members of a private network share a host"
+                "the members of a private network share a host, or hosts of one overlay"
             )
+        port = getattr(nic.backing, "port", None)
+        if port is not None:
+            distributed = distributed or {p["key"]: (n, p) for n, (_g, p) in overlay.port_groups(driver).items()}
+            name, props = distributed.get(port.portgroupKey, (None, None))
+            if (
+                props
+                and overlay.ours(props)
+                and not overlay.is_member(driver, props["config.distributedVirtualSwitch"], target._host())
+            ):
+                raise Conflict(
+                    f"{key} is on private network {name}, whose distributed switch {target.host_name} "
+                    "is not a member of"
+                )
 
 
 def listed(driver):
     groups, _ = layout(driver)
     networks = recorded(driver)
-    return [
+    local = [
         NetworkInfo(name, networks.get(name, {}).get("cidr", ""))
         for name, switch in sorted(groups.items())
         if switch == SWITCH
     ]
+    return sorted(local + overlay.listed(driver), key=lambda info: info.key)
 
 
 def find(driver, key):
@@ -304,10 +260,11 @@ def find(driver, key):
 
 
 def check_on_host(driver, spec):
-    """NotFound unless every private network of ``spec`` is a port group of this host's switch."""
+    """NotFound unless every private network of ``spec`` is a port group of this host's switch,
+    or vclmgr's distributed one on a switch this host is a member of."""
     if not spec.private_networks:
         return
     groups, _ = layout(driver)
     for key, _mac in spec.private_networks:
-        if groups.get(key) != SWITCH:
+        if groups.get(key) != SWITCH and not overlay.reaches(driver, key):
             raise NotFound(f"{spec.key}: no private network {key} on {driver.host_name}; create it first")

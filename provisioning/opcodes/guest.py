@@ -9,6 +9,8 @@
   gets a seed of its hostname alone, no login (``provisioning.warm``). A Windows image
   (``services.guest_flavour``) gets the cloudbase-init flavour, and with it the clear
   one-time password, since Windows cannot take a hash; no other image ever gets it.
+- ``channel_driver(vm)``: the driver of the VM's host with its image's guest login (VMware's
+  guest operations log in as the vmware variant's service account; other drivers ignore it).
 - ``wait_answer(...)``: "ready means reachable". A VM is ready when its login service
   answers at its address and port with a real greeting (an ``SSH-`` banner; for RDP, an
   X.224 connection confirm), because QEMU user-mode networking accepts a TCP connection
@@ -27,6 +29,7 @@ from django.db.models import OuterRef, Subquery
 from django.db.models.functions import JSONObject
 
 from drivers import base, cloudinit
+from drivers import registry as drivers
 from inventory import crypto
 from provisioning import services
 from provisioning.models import VM
@@ -121,3 +124,12 @@ def check_running(vm, driver):
     state = driver.state(vm.key)
     if state != base.VMState.RUNNING:
         raise base.DriverError(f"{vm.key} stopped while booting (it is {state})", permanent=False)
+
+
+def channel_driver(vm):
+    """``vm``'s host's driver with the guest login of the VM's image variant (see above)."""
+    variant = (
+        vm.variant
+        or vm.image.variants.filter(revision_id=vm.revision_id, hypervisor_type=vm.host.hypervisor_type).first()
+    )
+    return drivers.driver_for(vm.host, guest=variant.guest_login() if variant else None)

@@ -103,7 +103,7 @@ def hand_over(vm_id):
     login = guest.guest_login(vm)
     if login is None or login.anonymous:
         raise Refused(f"{vm.key} has no login to hand over")
-    drivers.driver_for(vm.host).personalise(vm.key, login)
+    guest.channel_driver(vm).personalise(vm.key, login)
 
 
 def go_cold(vm_id, reason, *, actor):

@@ -16,7 +16,7 @@ from reservations import environments
 from reservations import services as reservations
 from reservations.models import Reservation
 from tests.environments.conftest import member
-from tests.vcsim import cluster_host, vmdk_image
+from tests.vcsim import cluster_host, distributed_switch, remove_switch, vmdk_image
 
 pytestmark = pytest.mark.slow  # starts vcsim (once per session and worker)
 GUEST_ADDRESS = "10.99.0.9"
@@ -91,6 +91,15 @@ def template(owner, members, networks):
     return environment_services.create_template(actor=owner, name="vmware-lab", members=members, networks=networks)
 
 
+def all_ready(head):
+    """The machines of the environment (as ``machines``), each of them ready."""
+    rows = machines(head)
+    assert {name: r.status for name, r in rows.items()} == dict.fromkeys(rows, "ready"), [
+        r.error for r in rows.values()
+    ]
+    return rows
+
+
 def machines(head):
     """Hostname → reservation of each machine of the environment, as written now."""
     return {r.hostname: r for r in environments.machines_of(Reservation.objects.get(pk=head.pk))}
@@ -103,10 +112,7 @@ def test_an_environment_gets_a_port_group_its_members_are_on_and_ending_it_remov
     key = f"env{head.pk}-lan"
     sync_jobs.drain()
 
-    rows = machines(head)
-    assert {name: r.status for name, r in rows.items()} == dict.fromkeys(rows, "ready"), [
-        r.error for r in rows.values()
-    ]
+    rows = all_ready(head)
     assert set(rows) == {"server", "client-a", "client-b"}
     switch, vlan = host_view.port_groups()[key]
     assert switch == SWITCH and 1 <= vlan <= 4094  # a VLAN of its own: port groups of one switch share VLAN 0
@@ -180,3 +186,56 @@ def test_a_port_group_that_cannot_be_made_fails_the_environment_and_leaves_nothi
         assert not PrivateNetwork.objects.filter(removed__isnull=True).exists()  # their ranges are free again
     finally:
         host_view.network_system.RemovePortGroup(pgName=key)
+
+
+@pytest.fixture
+def overlay_hosts(vcsim, make_host, settings):
+    """Two hosts of vcsim's cluster in the inventory on one overlay: the operator's distributed
+    switch of that name. Each has room for two of the lab's three machines, so its network
+    spreads over both. The switch goes afterwards."""
+    switch = distributed_switch(vcsim, "lab-overlay")
+    hosts = [
+        cluster_host(vcsim, make_host, settings, GUEST_ADDRESS, i, memory_mib=1024, overlay="lab-overlay")
+        for i in range(2)
+    ]
+    yield switch, hosts
+    for vm in VM.objects.all():
+        drivers.driver_for(hosts[0]).destroy(vm.key)
+    remove_switch(vcsim, switch)
+
+
+def test_an_environment_over_two_hosts_of_an_overlay_shares_one_distributed_port_group(
+    overlay_hosts, lab, alice, sync_jobs
+):
+    switch, hosts = overlay_hosts
+    head = environments.reserve(alice, lab, actor=alice, duration=timedelta(hours=2))
+    key = f"env{head.pk}-lan"
+    sync_jobs.drain()
+
+    rows = all_ready(head)
+    assert {r.vm.host.name for r in rows.values()} == {h.name for h in hosts}  # spread over both
+    networks = PrivateNetwork.objects.filter(key=key)
+    assert {n.host.name for n in networks} == {h.name for h in hosts}
+    assert {(n.overlay, n.segment) for n in networks} == {("lab-overlay", networks[0].segment)}
+    group = next(g for g in switch.portgroup if g.name == key)
+    assert group.config.defaultPortConfig.vlan.vlanId == networks[0].segment  # the segment is its VLAN
+    assert {h.name for h in group.host} >= {h.name for h in hosts}  # the port group is on both hosts
+    si = drivers.driver_for(hosts[0]).si
+    view = HostView(si, drivers.driver_for(hosts[0])._host())
+    for name, row in rows.items():
+        vm = view.vm(row.vm.key)
+        assert vm.runtime.powerState == "poweredOn" and vm.runtime.host.name == row.vm.host.name
+        nics = [d for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualEthernetCard)]
+        on_it = [d for d in nics if getattr(getattr(d.backing, "port", None), "portgroupKey", None) == group.key]
+        assert len(on_it) == 1 and on_it[0].backing.port.switchUuid == switch.uuid, name
+        assert on_it[0].macAddress == drivers.driver_for(hosts[0]).private_mac(name, key)
+
+    reservations.end(Reservation.objects.get(pk=head.pk), actor=alice)
+    sync_jobs.drain()
+
+    assert {r.status for r in machines(head).values()} == {"ended"}
+    assert all(view.vm(r.vm.key) is None for r in rows.values())
+    assert key not in [g.name for g in switch.portgroup]  # removed with the last machine
+    for host in hosts:
+        assert key not in HostView(si, drivers.driver_for(host)._host()).records()
+    assert not PrivateNetwork.objects.filter(removed__isnull=True).exists()
