@@ -9,13 +9,14 @@ import pytest
 import urllib3.util.connection
 from django.core.cache import caches
 from django.test import Client
+from pytest_django.plugin import blocking_manager_key
 from rest_framework.test import APIClient
 
 from accounts import tokens
 from capacity.snapshot import snapshot
 from core.changelog import Actor
 from inventory import services as inventory_services
-from tests import processes
+from tests import processes, template_db
 from tests.vcsim import vcsim  # noqa: F401 (the one session fixture of the simulator)
 
 TEST = Actor(name="test")
@@ -76,6 +77,18 @@ def _shares_by_module(item):
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
     processes.stop_zygote()
+    if not hasattr(session.config, "workerinput"):
+        with session.config.stash[blocking_manager_key].unblock():
+            template_db.remove_template()
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, request):
+    """pytest-django's hook before the test databases are made: under xdist each worker's is a
+    copy of one migrated template (``tests.template_db``)."""
+    workerinput = getattr(request.config, "workerinput", None)
+    if workerinput is not None:
+        template_db.start_from_template(workerinput["testrunuid"])
 
 
 def pytest_collection_modifyitems(config, items):
