@@ -46,15 +46,15 @@ def kvm_guest_image(info, name, *, actor="test", boot="kernel", **fields):
     return image
 
 
-def two_kvm_hosts(two, *, shared, actor="test"):
+def two_kvm_hosts(two, *, shared, actor="test", **fields):
     """The two hosts of ``tests/twohosts.py`` as two KVM hypervisors: their guests on the
     segment both hosts see (``bridge:br0``), their disks in the ``shared`` pool (live
     migration moves memory only; QEMU's page cache off, as libvirt requires for that) or in
-    each host's ``local`` pool (migration copies the disk)."""
+    each host's ``local`` pool (migration copies the disk); ``fields``: more of each host's."""
     from tests import twohosts
 
     options = {"network": f"bridge:{twohosts.BRIDGE}", "disk_cache": "none"}
     if shared:
         options["shared_storage"] = True
     pool = twohosts.SHARED_POOL if shared else twohosts.LOCAL_POOL
-    return [kvm_host(host.uri, pool, host.name, actor=actor, options=options) for host in two.hosts]
+    return [kvm_host(host.uri, pool, host.name, actor=actor, options=options, **fields) for host in two.hosts]

@@ -14,11 +14,16 @@ domain that is on both during a migration).
 
 Network rule: the two network namespaces are the test's own and hold the only network either
 host sees, one L2 segment ``NET`` (a bridge ``br0`` in each, joined by a veth pair; no route
-out, no forwarding). The hosts' own addresses on it carry the migration streams
-(``migration_host``), the guests' NICs attach to the bridges, and a dnsmasq in host A's
-namespace gives them addresses: a guest keeps its address and its TCP connections when it
-moves. The test reaches a guest from a process in a host's namespace (``ip netns exec … nc``,
-``proxy``).
+out, no forwarding; ``mtu``: the segment's, for an overlay carried over it). The hosts' own
+addresses on it carry the migration streams (``migration_host``), the guests' NICs attach to
+the bridges, and a dnsmasq in host A's namespace gives them addresses: a guest keeps its
+address and its TCP connections when it moves. The test reaches a guest from a process in a
+host's namespace (``ip netns exec … nc``, ``proxy``).
+
+``hooks(host, peer)`` gives each host's libvirt hook scripts (``{"network": text}``: what an
+operator puts in ``/etc/libvirt/hooks``), written into its own ``/etc/libvirt/hooks`` before
+its daemon starts (libvirtd looks for them once, at start). They run as the daemon's children,
+in its namespaces.
 
 Every process here is stopped by PID: the daemons, the dnsmasq, and each process left in a
 host's network namespace (its QEMUs) — also for a host whose libvirtd a test killed
@@ -144,8 +149,9 @@ class TwoHosts:
 
     local_pool = "/var/lib/libvirt/images/vclmgr"
 
-    def __init__(self, root=None):
+    def __init__(self, root=None, *, hooks=None, mtu=1500):
         tag = f"vclmgr-2h-{os.getpid()}"
+        self.hooks, self.mtu = hooks, mtu
         self.root = Path(root or Path(tempfile.gettempdir()) / tag)
         self.shared = self.root / "shared"
         self.a = self._host("host-a", f"{tag}-a", f"{NET}.1")
@@ -188,7 +194,8 @@ class TwoHosts:
         for host in self.hosts:
             ns = ("ip", "-n", host.netns)
             _run(*ns, "link", "add", BRIDGE, "type", "bridge", "stp_state", "0", "forward_delay", "0")
-            _run(*ns, "link", "set", "veth0", "master", BRIDGE)
+            _run(*ns, "link", "set", "veth0", "master", BRIDGE, "mtu", str(self.mtu))
+            _run(*ns, "link", "set", BRIDGE, "mtu", str(self.mtu))
             _run(*ns, "addr", "add", f"{host.address}/24", "dev", BRIDGE)
             for link in ("lo", "veth0", BRIDGE):
                 _run(*ns, "link", "set", link, "up")
@@ -222,6 +229,12 @@ class TwoHosts:
         (host.dir / "lib" / "images" / "vclmgr").mkdir(parents=True, exist_ok=True)
         (host.dir / "sock").mkdir(exist_ok=True)
         host.dir.chmod(0o755)
+        peer = self.b if host is self.a else self.a
+        for name, text in (self.hooks(host, peer) if self.hooks else {}).items():
+            (host.dir / "etc" / "hooks").mkdir(exist_ok=True)
+            script = host.dir / "etc" / "hooks" / name
+            script.write_text(text)
+            script.chmod(0o755)
         (host.dir / "etc" / "qemu.conf").write_text(
             'stdio_handler = "file"\n'
             "cgroup_controllers = [ ]\n"

@@ -301,6 +301,17 @@ def networks_of(xml_text):
     return {s.get("network") for s in root.iterfind("devices/interface/source") if s.get("network")}
 
 
+def primary_mac(xml_text, key):
+    """The MAC of domain ``key``'s primary NIC (``mac_address``, given to every VM vclmgr
+    defines), or None when its XML has no such NIC (a domain defined otherwise): the NIC its
+    user logs in through, unlike its NICs on an environment's private networks."""
+    mac = mac_address(key)
+    for nic in ET.fromstring(xml_text).iterfind("devices/interface/mac"):
+        if nic.get("address", "").lower() == mac:
+            return mac
+    return None
+
+
 def snapshot_xml(name):
     root = ET.Element("domainsnapshot")
     _sub(root, "name", name)

@@ -826,6 +826,9 @@ class LibvirtDriver(base.Driver):
             return None
         if _forward_port(dom):
             return "127.0.0.1"  # user-mode networking: the guest is reached through the host's forward
+        # An environment's machine also has a lease (and the agent an address) on each private
+        # network, which its user cannot reach: only its primary NIC's address is its own.
+        primary = domxml.primary_mac(self._call(f"definition of {key}", dom.XMLDesc, 0), key)
         sources = [libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE, libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT]
         for source in sources:
             try:
@@ -833,6 +836,8 @@ class LibvirtDriver(base.Driver):
             except libvirt.libvirtError:
                 continue  # no agent, or the driver cannot tell: try the next source
             for iface in interfaces.values():
+                if primary and (iface.get("hwaddr") or "").lower() != primary:
+                    continue
                 for addr in iface.get("addrs") or []:
                     if addr.get("type") == libvirt.VIR_IP_ADDR_TYPE_IPV4 and not addr["addr"].startswith("127."):
                         return addr["addr"]

@@ -75,6 +75,9 @@ def test_a_vm_gets_one_virtio_nic_per_private_network_after_the_primary_one(tmp_
         ("network", "env12-dmz", nics[1][1], "virtio"),
     ]
     assert domxml.networks_of(xml_text) == {"default", "env12-lan", "env12-dmz"}
+    # Its address (the one its user logs in at) is the primary NIC's only.
+    assert domxml.primary_mac(xml_text, spec.key) == domxml.mac_address(spec.key)
+    assert domxml.primary_mac(xml_text, "vcl-other") is None  # a domain defined otherwise: any NIC's
 
 
 def test_create_is_idempotent_and_list_shows_only_vclmgrs_networks(libvirt_peer):

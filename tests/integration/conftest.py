@@ -3,6 +3,7 @@ shared and stopped). Session scope: each xdist worker registers with the one sha
 and the last one out stops it. ``two_hosts``: two more daemons as two KVM hosts, for moving
 running guests between hosts (tests/twohosts.py), one pair per module."""
 
+import contextlib
 import subprocess
 
 import pytest
@@ -50,11 +51,19 @@ def two_hosts():
     """Two KVM hosts on this machine (``tests/twohosts.py``): two private libvirtd daemons in
     namespaces of their own, a network segment both see, a directory both see. Shared by a
     module (each daemon probes QEMU once); stopped, with everything in it, after the module."""
+    with started_two_hosts() as hosts:
+        yield hosts
+
+
+@contextlib.contextmanager
+def started_two_hosts(**options):
+    """``twohosts.TwoHosts(**options)`` started, its sockets trusted by vclmgr's libvirt driver;
+    stopped on the way out (for a module that overrides ``two_hosts`` with its own options)."""
     from django.conf import settings
 
     from tests import twohosts
 
-    hosts = twohosts.TwoHosts()
+    hosts = twohosts.TwoHosts(**options)
     try:
         hosts.start()
     except (twohosts.TwoHostsError, OSError, subprocess.SubprocessError) as exc:
