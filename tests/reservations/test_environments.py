@@ -319,6 +319,21 @@ def test_a_dead_hosts_environment_is_built_again_whole_on_another_host(make_host
     assert {e.data["outcome"] for e in Event.objects.filter(kind="reservation.host_lost")} == {"rebuilding"}
 
 
+def test_machines_whose_host_dies_before_they_are_built_are_built_together_elsewhere(
+    make_host, lab, alice, sync_jobs, settings
+):
+    one = make_host("one", cpus=16, memory_mib=16384)
+    two = make_host("two", cpus=16, memory_mib=16384)
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    assert {r.allocation.host_id for r in machines(head).values()} == {one.pk}
+    kill_host(one, sync_jobs, settings)  # (their builds run meanwhile, and fail there)
+    rows = machines(head)
+    assert {n: r.status for n, r in rows.items()} == dict.fromkeys(rows, "ready"), {n: r.error for n, r in rows.items()}
+    assert {VM.objects.get(pk=r.vm_id).host_id for r in rows.values()} == {two.pk}
+    assert {r.attempts for r in rows.values()} == {2}  # once each, together
+    assert not Allocation.objects.filter(host=one, released__isnull=True).exists()
+
+
 def test_a_dead_hosts_environment_with_no_room_elsewhere_fails_whole(make_host, lab, alice, sync_jobs, settings):
     dead = make_host("big", cpus=16, memory_mib=16384)
     make_host("small", cpus=16, memory_mib=1024)  # one machine would fit, the three together do not
