@@ -50,6 +50,32 @@ def claim(template, machines, start, end, *, purposes, actor, owner):
     )
 
 
+def claim_again(rows, networks, excluded, attempt, *, start, purposes, actor, owner, gang_id):
+    """Machines built again elsewhere (a build that failed, a host that died): ``rows``
+    (``{hostname: row}``, each with the ``image``, ``revision_id``, size and ``end`` of its
+    machine: a reservation, a VM) claimed again as one gang from ``start`` to their end, off the
+    ``excluded`` hosts, together as their ``networks`` join them (one host, or hosts of one
+    overlay), and those networks recorded again there under keys of build ``attempt``. One verb
+    for whatever holds an environment; the caller's transaction makes it all or nothing.
+    ``{hostname: Allocation}``, or ``Refused`` (no room for all of them: the words say so)."""
+    demands = {
+        hostname: vms.demand_for(
+            row.image,
+            {"vcpus": row.vcpus, "memory_mib": row.memory_mib, "disk_gib": row.disk_gib},
+            start=start,
+            end=row.end,
+            purpose=purposes[hostname],
+            exclude_hosts=excluded,
+            hypervisors=vms.variant_types(row.image, row.revision_id) if row.revision_id else None,
+        )
+        for hostname, row in rows.items()
+    }
+    together = (frozenset(rows),) if len(rows) > 1 else ()
+    claims = claim_demands(demands, together, actor=actor, owner=owner, gang_id=gang_id, later=False)
+    move_networks(networks, claims, attempt)
+    return claims
+
+
 def claim_demands(demands, together, *, actor, owner, gang_id, later=True):
     """``capacity.claim_gang`` of ``{hostname: Demand}``, refused as ``claim`` is (``later``:
     saying the earliest start that fits, which a retry of a running window has no use for)."""

@@ -10,6 +10,8 @@ of its VM: the addresses and names are known before any VM of the environment ex
 member rebuilt as another VM keeps them.
 """
 
+import re
+
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -126,7 +128,7 @@ def retry_key(key, attempt):
     ``env12r2-lan`` (a network's name never makes another's key of that form: the environment's
     part ends at the first ``-``)."""
     environment, name = key.split("-", 1)
-    return f"{environment.split('r', 1)[0]}r{attempt}-{name}"
+    return f"{re.sub(r'r[0-9]+$', '', environment)}r{attempt}-{name}"  # (``run7``'s own r stays)
 
 
 def of_machine(environment_key, hostname, host_id=None):

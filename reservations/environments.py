@@ -16,10 +16,11 @@ entry machine's reservation is the **head**: it is the one its user holds, sees 
   and the earliest start for all, and nothing of it is written;
 - ready when every machine is (``machine_ready``: the head stays provisioning until the last
   one is ready);
-- a machine whose build fails is built again on another host with the machines its networks
-  join it to on its host, all on one host that fits them for the rest of the window (placed as
-  a gang, the hosts they failed on aside), once; when none fits, or its retry was spent, the
-  whole environment ends, saying which machine and why (``settling._machine_failed``);
+- a machine whose build fails, or whose host dies (``host_loss``), is built again on another
+  host with the machines its networks join it to on its host, all on one host that fits them
+  for the rest of the window (placed as a gang, the hosts they failed on aside), once; when
+  none fits, or its retry was spent, the whole environment ends, saying which machine and why
+  (``settling.machine_failed``);
 - ended, canceled and extended as one (``ending``): a machine alone refuses these verbs.
 """
 

@@ -13,10 +13,11 @@ from capacity import services as capacity
 from core import changelog, events
 from core.errors import Conflict
 from jobs import services as jobs
+from provisioning import private_networks
 from provisioning import services as vms
 from provisioning.models import VM
 from provisioning.opcodes import host_ops as vm_host_ops
-from reservations import ending, reserving, status
+from reservations import ending, reserving, settling, status
 from reservations.models import Reservation
 
 S = Reservation.Status
@@ -187,7 +188,7 @@ def reprovision_off_host(reservation_id, host_id, *, actor):
             capacity.release(reservation.allocation, actor=actor, reason=f"reservation {reservation.pk}: {why}"[:500])
         if reservation.image.on_host_failure == "fail":
             return _lost(reservation, f"{why}; its image's policy is to fail, not to rebuild", host)
-        if reservation.environment_id:  # rebuilt alone elsewhere, it would be cut off from its networks
+        if reservation.environment_id:  # rebuilt with the machines its networks join it to, never alone
             return _environment_lost(reservation, host, why, actor=actor)
         if reservation.end <= timezone.now():
             return _lost(reservation, f"{why}; its time is over", host)
@@ -204,16 +205,28 @@ def reprovision_off_host(reservation_id, host_id, *, actor):
 
 def _environment_lost(machine, host, why, *, actor):
     """A machine of an environment was on the dead host: every machine of it there is lost with
-    it (their claims released), and the environment ends (its machines elsewhere, if any, are
-    torn down)."""
+    it (their claims released; nothing is asked of the dead host), then each group of them (a
+    machine with those its networks join it to) is built again on another host as a failed
+    build is (``settling.machine_failed``): once, with the rest of its group wherever that is;
+    when a group cannot be, the whole environment fails with the reason and nothing of it stays
+    on any host."""
     head_id = machine.head_id or machine.pk
-    here = Reservation.objects.filter(Q(pk=head_id) | Q(head_id=head_id), status__in=BUILDING_OR_READY)
-    for other in here.filter(vm__host_id=host.pk, vm__state__in=VM.LIVE).exclude(pk=machine.pk):
+    family = Reservation.objects.filter(Q(pk=head_id) | Q(head_id=head_id), status__in=BUILDING_OR_READY)
+    here = [machine, *family.filter(vm__host_id=host.pk, vm__state__in=VM.LIVE).exclude(pk=machine.pk)]
+    for other in here[1:]:
         vms.mark_lost(other.vm_id, f"lost with its host {host.name}"[:500], actor=actor)
-        _lost(other, f"{why}; lost with {machine.hostname}, on the same host", host)
-    done = _lost(machine, f"{why}; an environment's machine is not rebuilt apart from the others", host)
-    ending.end_environment(machine, f"the environment failed: {machine.hostname}: {done['reason']}", actor=actor)
-    return done
+    done, seen = None, set()
+    for row in here:
+        if row.hostname in seen:  # (rebuilt with a machine before it)
+            continue
+        seen |= private_networks.group_of(f"env{head_id}", row.hostname)[0]
+        row = Reservation.objects.select_related("vm", "allocation__host", "image").get(pk=row.pk)
+        done = settling.machine_failed(row, sorted({*row.failed_hosts, host.pk}), why, actor=actor)
+        failed = done["status"] == S.FAILED
+        _host_lost_event(row, host, done.get("error", why)[:500], "failed" if failed else "rebuilding")
+        if failed:
+            return {"reservation": machine.pk, "failed": True, "reason": done["error"][:500]}
+    return {"reservation": machine.pk, "rebuilt": True, "host": done.get("host")}
 
 
 def _rebuild(reservation, host, why, *, actor):

@@ -29,6 +29,7 @@ def settle(reservation_id, *, actor):
 
 
 BUILDING = (VM.State.STAGING, VM.State.DEFINING, VM.State.STARTING)
+ALIVE = (S.PROVISIONING, S.READY)  # a machine retried: failed in its build, or ready on a host that died
 
 
 def _settle(reservation, *, actor):
@@ -58,7 +59,7 @@ def _settle(reservation, *, actor):
     failed = [*reservation.failed_hosts, *([vm.host_id] if vm.host_id else [])]
     why = vm.error or f"the VM ended {vm.state}"
     if reservation.environment_id:
-        return _machine_failed(reservation, failed, why, actor=actor)
+        return machine_failed(reservation, failed, why, actor=actor)
     if reservation.attempts >= MAX_ATTEMPTS or reservation.end <= timezone.now():
         status.move(reservation.pk, S.PROVISIONING, S.FAILED, f"failed: {why}", error=why[:4000], failed_hosts=failed)
         ending.release(reservation, "reservation failed", actor=actor)
@@ -66,11 +67,12 @@ def _settle(reservation, *, actor):
     return _retry_elsewhere(reservation, failed, why, actor=actor)
 
 
-def _machine_failed(reservation, failed, why, *, actor):
-    """A machine of an environment failed to build: built again on another host with the
-    machines its networks join it to there (``_rebuild_group``), once; when no host has room
-    for all of them, or that retry was spent, the whole environment fails, saying which machine
-    and why, and nothing of it stays on any host."""
+def machine_failed(reservation, failed, why, *, actor):
+    """A machine of an environment failed to build, or its host died under it (``host_loss``):
+    built again on another host with the machines its networks join it to there
+    (``_rebuild_group``), once; when no host has room for all of them, or that retry was spent,
+    the whole environment fails, saying which machine and why, and nothing of it stays on any
+    host. ``failed``: the hosts it failed on."""
     if reservation.attempts >= MAX_ATTEMPTS:
         note = f"{why}; it had been retried once already"
     elif reservation.end <= timezone.now():
@@ -80,7 +82,7 @@ def _machine_failed(reservation, failed, why, *, actor):
         if isinstance(rebuilt, dict):
             return rebuilt
         note = f"{why}; no other host for a retry: {rebuilt}"
-    status.move(reservation.pk, S.PROVISIONING, S.FAILED, f"failed: {note}", error=note[:4000], failed_hosts=failed)
+    status.move(reservation.pk, ALIVE, S.FAILED, f"failed: {note}", error=note[:4000], failed_hosts=failed)
     ending.release(reservation, "reservation failed", actor=actor)
     ending.end_environment(
         reservation, f"the environment failed: {reservation.hostname} could not be built ({note})", actor=actor
@@ -97,7 +99,7 @@ def _rebuild_group(reservation, failed, why, *, actor):
     string: the environment fails)."""
     head_id = reservation.head_id or reservation.pk
     head = Reservation.objects.select_for_update(of=("self",)).get(pk=head_id)  # one machine's failure at a time
-    if not Reservation.objects.filter(pk=reservation.pk, status=S.PROVISIONING, vm_id=reservation.vm_id).exists():
+    if not Reservation.objects.filter(pk=reservation.pk, status__in=ALIVE, vm_id=reservation.vm_id).exists():
         return {"status": reservation.status, "note": "settled meanwhile"}
     if head.status not in (S.PROVISIONING, S.READY):
         return f"its environment is {head.status}"
@@ -110,15 +112,17 @@ def _rebuild_group(reservation, failed, why, *, actor):
     excluded = {old_host.pk, *failed}.union(*(m.failed_hosts for m in group))
     try:
         with transaction.atomic():
-            claims = placing.claim_demands(
-                _demands(group, excluded),
-                (frozenset(names),) if len(names) > 1 else (),
+            claims = placing.claim_again(
+                {m.hostname: m for m in group},
+                networks,
+                excluded,
+                reservation.attempts + 1,
+                start=max(group[0].start, timezone.now()),
+                purposes={m.hostname: f"reservation {m.pk}" for m in group},
                 actor=actor,
                 owner=head.user,
                 gang_id=f"environment reservation {head_id}",
-                later=False,
             )
-            placing.move_networks(networks, claims, reservation.attempts + 1)
             new_host = claims[reservation.hostname].host
             where = " and ".join(sorted({claim.host.name for claim in claims.values()}))
             hostnames = ", ".join(sorted(names))
@@ -132,28 +136,11 @@ def _rebuild_group(reservation, failed, why, *, actor):
     return {"status": S.PROVISIONING, "retry": True, "host": new_host.pk, "machines": sorted(names)}
 
 
-def _demands(group, excluded):
-    """Each machine of ``group`` as a demand for the rest of its window, off the ``excluded`` hosts."""
-    start = max(group[0].start, timezone.now())
-    return {
-        m.hostname: vms.demand_for(
-            m.image,
-            {"vcpus": m.vcpus, "memory_mib": m.memory_mib, "disk_gib": m.disk_gib},
-            start=start,
-            end=m.end,
-            purpose=f"reservation {m.pk}",
-            exclude_hosts=excluded,
-            hypervisors=vms.variant_types(m.image, m.revision_id) if m.revision_id else None,
-        )
-        for m in group
-    }
-
-
 def _move_machine(machine, failed, allocation, old_host, words, *, actor):
     """One machine of the group onto its new claim: its old claim given back (the failed one's
     now; another's with its VM, torn down by a job), then built there."""
     old_vm = machine.vm
-    gone = (VM.State.DESTROYED, VM.State.FAILED)
+    gone = (VM.State.DESTROYED, VM.State.FAILED, VM.State.LOST)  # (lost: its host is dead, no destroy there)
     if machine.pk != failed.pk and old_vm is not None and old_vm.state not in gone:  # (its build may be queued)
         why = f"reservation {machine.pk}: rebuilt elsewhere with {failed.hostname}"
         jobs.submit("vm.destroy", {"vm": old_vm.pk}, actor=actor, submitter=machine.user, reason=why, savepoint=False)

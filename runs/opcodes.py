@@ -21,6 +21,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.utils import timezone
 from rest_framework import serializers
 
@@ -126,9 +127,11 @@ def _drive(job, run):
     made = job.db_step("vm", make_vm, run_id, actor=actor)
     # An int: the step recorded before pools (a job retried across the upgrade).
     vm_id, pooled = (made, False) if isinstance(made, int) else (made["vm"], made["pooled"])
-    for machine in made.get("machines", ()) if isinstance(made, dict) else ():  # an environment's others first
-        _build(job, machine["vm"], run.priority, suffix=f"-{machine['hostname']}")
-    built = _start_pooled(job, vm_id) if pooled else _build(job, vm_id, run.priority)
+    if isinstance(made, dict) and "machines" in made:  # an environment's: every machine, the entry last
+        built = _build_machines(job, run, made)
+        vm_id = built["vm"]
+    else:
+        built = _start_pooled(job, vm_id) if pooled else _build(job, vm_id, run.priority)
     if built.get("continued_by"):  # a standby host must be powered on first: not for runs (yet)
         raise RunEnded(S.ERROR, "its VM was placed on a host that is powered off; runs do not wait for a power-on")
     # From here each step's record rides on the run's next own write (``kept_records``): the
@@ -264,6 +267,116 @@ def _build(job, vm_id, priority, suffix=""):
         raise RunEnded(S.ERROR, f"its VM could not be built ({attempt.at} failed): {why}") from exc
 
 
+RETRY = "-retry"  # the steps of an environment's machines built again elsewhere
+
+
+def _build_machines(job, run, made):
+    """Build an environment's machines (the entry one last). One that fails is built again on
+    another host with the machines its networks join it to, once, as a reservation's is
+    (``retry_machines``: ``placing.claim_again``, the one verb for both); when no host has
+    room for them all, or the retry fails too, the run ends with the reason (its teardown
+    leaves nothing on any host)."""
+    retried = job._done.get("retry-machines")  # (a replay after the retry began goes on with its machines)
+    if retried is None:
+        try:
+            return _build_each(job, run, made, "")
+        except RunEnded as exc:
+            retried = job.db_step("retry-machines", retry_machines, run.pk, exc.vm_id, exc.message, actor=job.actor)
+    job.step("retry-teardown", _teardown_vms, retried["replaced"], actor=job.actor)
+    try:
+        return _build_each(job, run, retried, RETRY)
+    except RunEnded as exc:
+        raise RunEnded(exc.state, f"{exc.message} (built again on another host once already)") from exc
+
+
+def _build_each(job, run, made, suffix):
+    """Build ``made``'s machines not running yet, the entry one last; a ``RunEnded`` says which
+    one failed (``vm_id``)."""
+    todo = [(m["vm"], f"-{m['hostname']}{suffix}") for m in made["machines"]] + [(made["vm"], suffix)]
+    built = None
+    for vm_id, steps in todo:
+        if vm_id != made["vm"] and load_vm(vm_id).state == VM.State.RUNNING:
+            continue  # (built before another failed, and not built again with it)
+        try:
+            built = _build(job, vm_id, run.priority, suffix=steps)
+        except RunEnded as exc:
+            exc.vm_id = vm_id
+            raise
+    return built
+
+
+def retry_machines(run_id, failed_vm_id, why, *, actor):
+    """The machine ``failed_vm_id`` of an environment run and those its networks join it to:
+    new VMs, claimed again as one gang off the host it failed on with their networks recorded
+    again there (``placing.claim_again``); the run points at them. In the step's transaction.
+    ``{"vm": entry id, "machines": [...], "replaced": [old VM ids]}``, or ``RunEnded`` when no
+    host has room for them all (nothing of it is kept)."""
+    run = Run.objects.select_related("vm").get(pk=run_id)
+    failed = load_vm(failed_vm_id)
+    key = f"run{run_id}"
+    names, networks = private_networks.group_of(key, failed.hostname)
+    current = {vm.hostname: vm for vm in [run.vm, *run.machines.all()]}
+    group = {name: current[name] for name in names}
+    old_host = failed.host or failed.allocation.host
+    fresh = {name: _vm_again(vm) for name, vm in group.items()}
+    try:
+        with transaction.atomic():
+            claims = placing.claim_again(
+                group,
+                networks,
+                [old_host.pk],
+                2,  # its second build
+                start=timezone.now(),
+                purposes={name: f"vm {vm.pk}" for name, vm in fresh.items()},
+                actor=actor,
+                owner=run.owner,
+                gang_id=f"environment run {run_id}",
+            )
+    except placing.Refused as exc:
+        raise RunEnded(S.ERROR, f"{why}; no other host for a retry: {exc.words}") from None
+    for name, vm in fresh.items():
+        VM.objects.filter(pk=vm.pk).update(allocation=claims[name])
+        vm.networks.set(private_networks.of_machine(key, name, claims[name].host_id))
+    entry = fresh.get(run.vm.hostname, run.vm)
+    others = [fresh.get(vm.hostname, vm) for vm in run.machines.all()]
+    Run.objects.filter(pk=run_id).update(vm=entry)
+    run.machines.set(others)
+    where = " and ".join(sorted({claim.host.name for claim in claims.values()}))
+    words = f"{', '.join(sorted(names))} on {where} after {failed.hostname} failed on {old_host.name}: {why}"
+    services.set_state(run_id, S.WAITING, f"retrying on another host: {words}", actor=actor)
+    return {
+        "vm": entry.pk,
+        "machines": [{"vm": vm.pk, "hostname": vm.hostname} for vm in others],
+        "replaced": sorted(vm.pk for vm in group.values()),
+    }
+
+
+def _vm_again(old):
+    """A new VM row for the machine ``old`` was (its claim and networks are given it once placed)."""
+    return _machine_vm(old.name, old.image, old.revision_id, old.owner, old.hostname, old.end, old.resources)
+
+
+def _machine_vm(name, image, revision_id, owner, hostname, end, size):
+    """An environment run's machine: ``adhoc=False``, the run counts it."""
+    return VM.objects.create(
+        name=name,
+        image=image,
+        revision_id=revision_id,
+        owner=owner,
+        adhoc=False,
+        hostname=hostname,
+        end=end,
+        **size,
+    )
+
+
+def _teardown_vms(vm_ids, *, actor):
+    """The machines built again elsewhere, gone from their host (idempotent)."""
+    for vm_id in vm_ids:
+        lifecycle.destroy_on_host(vm_id)
+        lifecycle.release(vm_id, actor=actor)
+
+
 def _start_pooled(job, vm_id):
     """A pooled VM (taken with its claim by ``make_vm``): back to its warm snapshot, running
     without a boot; or, with none (its first run could not take one), ``vm.reuse``'s steps: a
@@ -333,15 +446,14 @@ def _make_machines(run, end, *, actor):
         raise RunEnded(S.ERROR, f"{words}: submit it again")
     made = {}
     for machine in machines:
-        made[machine.hostname] = VM.objects.create(
-            name=f"run-{run.pk}-{machine.hostname}",
-            image=machine.image,
-            revision=machine.revision,
-            owner=run.owner,
-            adhoc=False,
-            hostname=machine.hostname,
-            end=end,
-            **machine.size,
+        made[machine.hostname] = _machine_vm(
+            f"run-{run.pk}-{machine.hostname}",
+            machine.image,
+            machine.revision.pk if machine.revision is not None else None,
+            run.owner,
+            machine.hostname,
+            end,
+            machine.size,
         )
     purposes = {hostname: f"vm {vm.pk}" for hostname, vm in made.items()}
     try:

@@ -74,6 +74,7 @@ def vm_create(job):
         return {"vm": vm_id, "host": vm.host_id, "address": vm.address, "already": True}
     if vm.state == S.DESTROYED:
         raise Refused(f"{vm.key} is destroyed: request a new VM")
+    refuse_superseded(vm)
     job.expect(7)
     retried = job._done.get("retry")  # a re-run after the retry began goes straight to the second attempt
     first = None
@@ -299,6 +300,8 @@ def claim(vm_id, exclude=(), *, actor, loaded=None, rank=None):
     held = vm.allocation if vm.allocation_id and vm.allocation.released is None else None
     # A standby host is being powered on for this claim (the "power" step waits for it).
     if held is not None and held.host.state != Hypervisor.State.ONLINE and not held.host.power_standby:
+        if vm.hostname:  # moved alone it would leave its networks: its holder builds it again with them
+            raise Refused(f"its host {held.host.name} is {held.host.state}; not moved apart from its networks")
         replace_off(vm, actor=actor)  # a reservation's claim on a host drained or taken offline since
         vm = load_vm(vm_id)
     if vm.allocation_id and vm.allocation.released is None:
@@ -393,9 +396,27 @@ def claimed_gpus(allocation):
     return {model: int(n) for name, n in sorted(extras.items()) if n and (model := devices.model_of(name))}
 
 
+def superseded(vm):
+    """Is the VM to be destroyed before it was built (a ``vm.destroy`` of it queued: an
+    environment's machine built again elsewhere with another that failed)? Its build must then
+    define nothing on its host. Asked only of an environment's machines (a hostname: a query
+    more on their builds alone), the builds another one supersedes while they wait or run."""
+    if not vm.hostname:
+        return False
+    pending = Job.objects.filter(opcode="vm.destroy", params__vm=vm.pk).exclude(status__in=Job.FINAL)
+    return pending.exists()
+
+
+def refuse_superseded(vm):
+    if superseded(vm):
+        raise Refused(f"{vm.key} is to be destroyed (built again as another VM): not building it")
+
+
 def define(vm_id, *, actor, known=None, **fields):
     """``fields``: more to write with the state (an adopted claim's host and variant); ``known``:
-    see ``services.set_state`` (written from it, it is the VM as written)."""
+    see ``services.set_state`` (written from it, it is the VM as written). A superseded VM is
+    refused first: its build may have started before it was superseded."""
+    refuse_superseded(known if known is not None else load_vm(vm_id))
     vm = services.set_state(vm_id, S.DEFINING, "defining on the host", actor=actor, known=known, **fields)
     driver = drivers.driver_for(vm.host)
     info = driver.create(vm_spec(vm, private_networks.ensure(vm, driver)))

@@ -120,3 +120,101 @@ def test_a_lone_machine_is_retried_alone(make_host, islands, alice, sync_jobs):
     assert {n: r.status for n, r in rows.items()} == dict.fromkeys(rows, "ready"), {n: r.error for n, r in rows.items()}
     assert rows["solo"].allocation.host_id == pair.pk and rows["solo"].attempts == 2
     assert rows["gw"].attempts == rows["db"].attempts == 1  # the pair was not moved
+
+
+@pytest.fixture
+def defined(monkeypatch):
+    """The keys of the VMs the simulator was asked to define, in order."""
+    from drivers.sim.driver import SimDriver
+
+    keys, create = [], SimDriver.create
+
+    def spy(self, spec):
+        keys.append(spec.key)
+        return create(self, spec)
+
+    monkeypatch.setattr(SimDriver, "create", spy)
+    return keys
+
+
+def test_a_retry_leaves_the_old_machines_queued_builds_defining_nothing(make_host, lab, alice, sync_jobs, defined):  # noqa: F811
+    from jobs.models import Job
+    from reservations import settling
+
+    one = make_host("one", cpus=16, memory_mib=16384)
+    make_host("two", cpus=16, memory_mib=16384)
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    assert host_of(head) == one
+    sim.set_fault(one.name, "create", "fail_once")
+    first, _ = sync_jobs.run_one()  # one machine's build fails; the others' builds are still queued
+    [failed] = [r for r in machines(head).values() if r.vm.state == "failed"]
+    waiting = {r.vm_id: r.vm.key for r in machines(head).values() if r.pk != failed.pk}
+    assert set(VM.objects.filter(pk__in=waiting).values_list("state", flat=True)) == {"requested"}
+    settling.settle(failed.pk, actor=alice)  # its retry, before those builds ran
+    sync_jobs.drain()
+    rows = machines(head)
+    assert {n: r.status for n, r in rows.items()} == dict.fromkeys(rows, "ready"), {n: r.error for n, r in rows.items()}
+    # The superseded VMs were never defined on the first host: only the new ones were, elsewhere.
+    assert not set(waiting.values()) & set(defined), defined
+    assert set(defined) == {VM.objects.get(pk=first_vm).key for first_vm in [failed.vm_id]} | {
+        r.vm.key for r in rows.values()
+    }
+    assert set(VM.objects.filter(pk__in=waiting).values_list("state", flat=True)) == {"destroyed"}
+    builds = Job.objects.filter(opcode="vm.create", params__vm__in=list(waiting))
+    assert {b.status for b in builds} == {"error"} and all("to be destroyed" in b.error_message for b in builds)
+    nothing = SimVM.objects.filter(host__name=one.name).exists() or SimNetwork.objects.filter(host__name=one.name)
+    assert not nothing
+
+
+def test_a_build_superseded_while_it_runs_defines_nothing(make_host, lab, alice, sync_jobs, defined, monkeypatch):  # noqa: F811
+    from jobs import services as jobs
+    from jobs.models import Job
+    from provisioning.opcodes import lifecycle
+
+    host = make_host("one", cpus=16, memory_mib=16384)
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    target = machines(head)["client"].vm
+    stage = lifecycle.stage
+
+    def staged_then_superseded(vm_id, *args, **kwargs):
+        done = stage(vm_id, *args, **kwargs)
+        if vm_id == target.pk:  # its build has begun: a destroy is asked for it now
+            jobs.submit("vm.destroy", {"vm": vm_id}, actor=alice, submitter=alice, reason="superseded")
+        return done
+
+    monkeypatch.setattr(lifecycle, "stage", staged_then_superseded)
+    sync_jobs.drain()
+    build = Job.objects.get(opcode="vm.create", params__vm=target.pk)
+    assert build.status == "error" and "to be destroyed" in build.error_message, build.error_message
+    assert target.key not in defined and len(defined) >= 2  # the others were defined
+    assert VM.objects.get(pk=target.pk).state == "destroyed"
+    assert not SimVM.objects.filter(key=target.key).exists()
+    assert host_of(head) == host
+
+
+def test_machines_whose_host_left_service_before_their_build_move_together(
+    make_host,
+    lab,  # noqa: F811 (fixture)
+    alice,
+    admin_user,
+    sync_jobs,
+):
+    from inventory import services as inventory
+
+    one = make_host("one", cpus=16, memory_mib=16384)
+    two = make_host("two", cpus=16, memory_mib=16384)
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    assert host_of(head) == one
+    inventory.set_state(one, "offline", "rack move", actor=admin_user)  # before any machine was built
+    sync_jobs.drain()
+    rows = machines(head)
+    assert {n: r.status for n, r in rows.items()} == dict.fromkeys(rows, "ready"), {n: r.error for n, r in rows.items()}
+    # Together on the other host, on networks recorded there: none was moved alone off its networks.
+    assert {VM.objects.get(pk=r.vm_id).host_id for r in rows.values()} == {two.pk}
+    for row in rows.values():
+        assert {n.host_id for n in VM.objects.get(pk=row.vm_id).networks.all()} == {two.pk}
+    assert set(SimNetwork.objects.filter(host__name=two.name).values_list("key", flat=True)) == {
+        f"env{head.pk}r2-left",
+        f"env{head.pk}r2-right",
+    }
+    assert not SimVM.objects.filter(host__name=one.name).exists()

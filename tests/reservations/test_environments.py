@@ -279,27 +279,72 @@ def test_administrators_see_the_networks_in_the_admin_and_change_none(make_host,
     assert PrivateNetwork.objects.filter(pk=network.pk).exists()
 
 
-def test_a_dead_host_fails_its_environment_whole_and_rebuilds_no_machine_alone(
-    make_host, lab, alice, sync_jobs, settings
-):
+def kill_host(dead, sync_jobs, settings):
+    """The host stops answering: drained, then offline (its VMs lost), as ``refresh_all`` finds."""
     from drivers.sim import services as sim
     from provisioning import tasks
 
     settings.HOST_OFFLINE_AFTER_CHECKS = 2
-    dead = make_host("big", cpus=16, memory_mib=16384)
-    make_host("spare", cpus=16, memory_mib=16384)
-    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
-    sync_jobs.drain()
-    assert {r.status for r in machines(head).values()} == {"ready"}
     sim.ensure_host(dead.name)
     sim.set_fault(dead.name, "*", "unreachable")
-    for _ in range(2):  # drained, then offline: its VMs are lost
+    for _ in range(2):
         tasks.refresh_all()
         sync_jobs.drain()
+
+
+def test_a_dead_hosts_environment_is_built_again_whole_on_another_host(make_host, lab, alice, sync_jobs, settings):
+    from core.models import Event
+
+    dead = make_host("big", cpus=16, memory_mib=16384)
+    spare = make_host("spare", cpus=16, memory_mib=16384)
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    sync_jobs.drain()
+    old = {n: r.vm_id for n, r in machines(head).items()}
+    assert {r.status for r in machines(head).values()} == {"ready"}
+    kill_host(dead, sync_jobs, settings)
     rows = machines(head)
-    assert {r.status for r in rows.values()} == {"failed"}, {n: (r.status, r.error) for n, r in rows.items()}
-    assert "an environment's machine is not rebuilt apart from the others" in Reservation.objects.get(pk=head.pk).error
-    assert set(VM.objects.values_list("state", flat=True)) == {"lost"}  # none rebuilt on the spare
+    assert {n: r.status for n, r in rows.items()} == dict.fromkeys(rows, "ready"), {n: r.error for n, r in rows.items()}
+    # Every machine on the spare, together (their networks join them), each as a new VM.
+    assert {r.allocation.host_id for r in rows.values()} == {spare.pk}
+    assert {VM.objects.get(pk=r.vm_id).host_id for r in rows.values()} == {spare.pk}
+    assert all(r.vm_id != old[n] and r.attempts == 2 for n, r in rows.items())
+    assert set(VM.objects.filter(pk__in=old.values()).values_list("state", flat=True)) == {"lost"}
+    assert set(SimNetwork.objects.filter(host__name="spare").values_list("key", flat=True)) == {
+        f"env{head.pk}r2-left",
+        f"env{head.pk}r2-right",
+    }
+    assert not Allocation.objects.filter(host=dead, released__isnull=True).exists()
+    trail = " ".join(Reservation.objects.get(pk=head.pk).history.values_list("reason", flat=True))
+    assert "failed on big: its host big stopped answering" in trail and "on spare after" in trail, trail
+    assert {e.data["outcome"] for e in Event.objects.filter(kind="reservation.host_lost")} == {"rebuilding"}
+
+
+def test_machines_whose_host_dies_before_they_are_built_are_built_together_elsewhere(
+    make_host, lab, alice, sync_jobs, settings
+):
+    one = make_host("one", cpus=16, memory_mib=16384)
+    two = make_host("two", cpus=16, memory_mib=16384)
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    assert {r.allocation.host_id for r in machines(head).values()} == {one.pk}
+    kill_host(one, sync_jobs, settings)  # (their builds run meanwhile, and fail there)
+    rows = machines(head)
+    assert {n: r.status for n, r in rows.items()} == dict.fromkeys(rows, "ready"), {n: r.error for n, r in rows.items()}
+    assert {VM.objects.get(pk=r.vm_id).host_id for r in rows.values()} == {two.pk}
+    assert {r.attempts for r in rows.values()} == {2}  # once each, together
+    assert not Allocation.objects.filter(host=one, released__isnull=True).exists()
+
+
+def test_a_dead_hosts_environment_with_no_room_elsewhere_fails_whole(make_host, lab, alice, sync_jobs, settings):
+    dead = make_host("big", cpus=16, memory_mib=16384)
+    make_host("small", cpus=16, memory_mib=1024)  # one machine would fit, the three together do not
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    sync_jobs.drain()
+    kill_host(dead, sync_jobs, settings)
+    rows = machines(head)
+    assert {r.status for r in rows.values()} <= {"failed", "ended"} and "failed" in {r.status for r in rows.values()}
+    error = Reservation.objects.get(pk=head.pk).error
+    assert "the environment failed" in error and "stopped answering" in error and "no other host" in error, error
+    assert set(VM.objects.values_list("state", flat=True)) == {"lost"}  # none rebuilt alone on the small host
     assert not Allocation.objects.filter(released__isnull=True).exists()
 
 

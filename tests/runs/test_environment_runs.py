@@ -83,3 +83,83 @@ def test_a_run_whose_template_changed_since_it_was_submitted_is_not_built(sim_ho
         "submit it again"
     )
     assert not VM.objects.exists() and not Allocation.objects.exists() and not PrivateNetwork.objects.exists()
+
+
+@pytest.fixture
+def define_fails(monkeypatch):
+    """``define_fails(n)``: the simulator's first ``n`` defines fail, on whichever host;
+    returns the hosts each define was asked on, in order."""
+    from drivers import base
+    from drivers.sim.driver import SimDriver
+
+    asked, create = [], SimDriver.create
+
+    def make(n):
+        def spy(self, spec):
+            asked.append(self.host().name)
+            if len(asked) <= n:
+                raise base.DriverError(f"injected define failure {len(asked)}", permanent=False)
+            return create(self, spec)
+
+        monkeypatch.setattr(SimDriver, "create", spy)
+        return asked
+
+    return make
+
+
+def nothing_left():
+    assert not SimVM.objects.exists() and not SimNIC.objects.exists() and not SimNetwork.objects.exists()
+    assert set(VM.objects.values_list("state", flat=True)) <= {"destroyed", "failed"}
+    assert not PrivateNetwork.objects.filter(removed__isnull=True).exists()
+    assert not Allocation.objects.filter(released__isnull=True).exists()
+
+
+def test_a_machine_that_fails_to_build_is_built_again_elsewhere_with_its_network(
+    make_host, pair, alice, profile, sync_jobs, define_fails
+):
+    make_host("one", cpus=8, memory_mib=8192)
+    make_host("two", cpus=8, memory_mib=8192)
+    asked = define_fails(1)
+    profile(output="hello from the client\n", exit_status=0)
+    run = services.submit(actor=alice, owner=alice, environment=pair, argv=["sh", "-c", "curl server"])
+    sync_jobs.drain()
+    run = Run.objects.get(pk=run.pk)
+    assert run.state == "success", run.reason
+    assert b"".join(bytes(c.data) for c in run.output.order_by("seq")) == b"hello from the client\n"
+    failed_on = asked[0]
+    # Both machines built again, as new VMs, together on the other host, on the run's retried network.
+    current = [run.vm, *run.machines.all()]
+    assert sorted(vm.hostname for vm in current) == ["client", "server"]
+    assert {vm.host.name for vm in current} == {"one", "two"} - {failed_on}
+    assert {vm.networks.get().key for vm in current} == {f"run{run.pk}r2-lan"}
+    assert VM.objects.count() == 4  # the first two, and their replacements
+    trail = " ".join(entry["reason"] if isinstance(entry, dict) else str(entry) for entry in run.reason)
+    assert f"failed on {failed_on}" in trail and "retrying on another host" in trail, trail
+    nothing_left()
+
+
+def test_an_environment_run_with_no_other_host_for_its_retry_fails_and_leaves_nothing(
+    make_host, pair, alice, sync_jobs, define_fails
+):
+    make_host("one", cpus=8, memory_mib=8192)
+    make_host("tiny", cpus=1, memory_mib=768)  # one machine fits there, not both
+    define_fails(1)
+    run = services.submit(actor=alice, owner=alice, environment=pair, argv=["true"])
+    sync_jobs.drain()
+    run = Run.objects.get(pk=run.pk)
+    assert run.state == "error" and "injected define failure 1" in run.error
+    assert "no other host for a retry" in run.error and "must share a host" in run.error, run.error
+    assert VM.objects.count() == 2  # no replacement was made
+    nothing_left()
+
+
+def test_an_environment_run_is_built_again_once_only(make_host, pair, alice, sync_jobs, define_fails):
+    for name in ("one", "two", "three"):
+        make_host(name, cpus=8, memory_mib=8192)
+    asked = define_fails(100)
+    run = services.submit(actor=alice, owner=alice, environment=pair, argv=["true"])
+    sync_jobs.drain()
+    run = Run.objects.get(pk=run.pk)
+    assert run.state == "error" and "built again on another host once already" in run.error, run.error
+    assert len(asked) == 2 and asked[0] != asked[1]  # the first host, and one other: not a third
+    nothing_left()
