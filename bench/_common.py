@@ -101,6 +101,22 @@ def start_qcluster(workers):
         )
 
 
+def cpu_seconds(pids=(), session=None):
+    """CPU seconds (user + system) used so far by the processes ``pids`` and by every process of
+    session ``session`` (a qcluster's: its pid), read from /proc (processes gone are not counted)."""
+    wanted, tick, total = set(pids), os.sysconf("SC_CLK_TCK"), 0.0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry.name) in wanted or (session is not None and int(fields[3]) == session):
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -5,7 +5,9 @@
 ``RESERVATION_LEAD_MINUTES`` if that is earlier) until they are, each seat still pending wants a
 warm VM of the image on its claim's host, whose yielding claim ends at the session's start
 (when the seat's own begins: the two never hold the same room at once, and any reservation that
-needs that room before then takes it). The warm pools' round makes them; the seat's build
+needs that room before then takes it); where that host has no room for it, on another host with
+room for it and then for the seat until the session's end (the seat's claim moves there when it
+takes it, or stays if that room is gone by then). The warm pools' round makes them; the seat's build
 (``classes.services.build_due``, through ``reserving.provision``) takes one as any reservation
 takes a warm VM, or builds cold when none is there. Seats of the image's default size only,
 without GPUs, of a class of an image (an environment's machines are built cold).
@@ -40,11 +42,13 @@ def ahead(now):
     if not due:
         return []
     seats = Reservation.objects.filter(block_id__in=due, status=Reservation.Status.PENDING, gpus=0)
-    rows = seats.values_list("block_id", "allocation__host_id", "vcpus", "memory_mib", "disk_gib")
-    wanted = Counter()
-    for block_id, host_id, *size in rows:
+    rows = seats.values_list("block_id", "allocation__host_id", "allocation__end", "vcpus", "memory_mib", "disk_gib")
+    wanted, ends = Counter(), {}
+    for block_id, host_id, end, *size in rows:
         meeting = due[block_id]
         image = meeting.klass.image
         if host_id is not None and tuple(size) == tuple(vms.size_for(image).values()):
-            wanted[image.pk, host_id, meeting.start] += 1
-    return [Ahead(image_id, host_id, until, count) for (image_id, host_id, until), count in wanted.items()]
+            key = image.pk, host_id, meeting.start
+            wanted[key] += 1
+            ends[key] = max((e for e in (end, ends.get(key)) if e is not None), default=None)
+    return [Ahead(*key, count, ends[key]) for key, count in wanted.items()]

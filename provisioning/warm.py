@@ -25,11 +25,13 @@ reservations to take (the DRM article's VMs resumed instead of created).
   of the last ``WARM_HISTORY_WEEKS``, their ``WARM_HISTORY_PERCENTILE``: ``warm_sizing``, pure,
   fed by the ``STARTS`` hook's query), kept within ``warm_min``..``warm_max``.
 - Ahead of known starts (a class session's seats, through the ``AHEAD`` hook: ``classes``):
-  warm VMs of the image's default size on the host of the seats' claims, whose yielding claims
-  end when the seats' begin (``Ahead``), requested beside the pool's and beyond its maximum
-  (any image, pooled or not). A seat's build takes one as any reservation's does (``take``); those
-  no seat took are destroyed once no start wants them (their claims' end passed, the session
-  built or canceled).
+  warm VMs of the image's default size, whose yielding claims end when the seats' begin
+  (``Ahead``), requested beside the pool's and beyond its maximum (any image, pooled or not).
+  Each goes on the host of the seats' claims while it fits there, else where the placement core
+  finds room for it and, after it, for a seat until the seats' end (the seat's claim moves there
+  when it takes it). A seat's build takes one as any reservation's does (``take``: its own host's
+  first); those no seat took are destroyed once no start wants them (their claims' end passed,
+  the session built or canceled). They are counted per start, wherever they run.
 - After use a VM taken warm is reverted to its warm snapshot (memory and disk: nothing of its
   user's is left, their login included) and goes back to the pool (``vm.rewarm``,
   ``back_to_pool``) if the pool has room for it, else it is destroyed. Its next user gets a new
@@ -69,13 +71,15 @@ ACTOR = Actor(name="warm pools")
 @dataclass(frozen=True)
 class Ahead:
     """Warm VMs wanted ahead of known starts: ``count`` of image ``image_id``'s default size on
-    host ``host_id``, their claims ending at ``until`` (when the claims of those they stand in
-    for begin)."""
+    host ``host_id`` (or wherever there is room), their claims ending at ``until`` (when the
+    claims of those they stand in for begin, on ``host_id``; ``end``: when those end, the room
+    one of them needs on another host to move to its warm VM there; None: only on ``host_id``)."""
 
     image_id: int
     host_id: int
     until: datetime
     count: int
+    end: datetime | None = None
 
 
 # Who knows of starts to come (a class session's seats: ``classes``) registers ``ahead(now)`` ->
@@ -164,18 +168,20 @@ def fill(image, *, actor=ACTOR, now=None, want=None, ahead=None):
         destroyed += _trim(pool, high, f"{image.name}'s warm pool is above its maximum ({high})", actor)
         wanted = Counter()
         for row in ahead:
-            wanted[row.host_id, row.until] += row.count
+            wanted[row.until] += row.count
         held = defaultdict(list)
-        for pk, host_id, end in rows:
+        for pk, _host_id, end in rows:
             if end is not None:
-                held[host_id, end].append(pk)
-        for key, pks in held.items():
-            destroyed += _trim(pks, wanted[key], f"{image.name}'s warm VMs ahead are more than wanted", actor)
+                held[end].append(pk)
+        for until, pks in held.items():
+            destroyed += _trim(pks, wanted[until], f"{image.name}'s warm VMs ahead are more than wanted", actor)
         made = 0
         if not _failed_lately(image) and image.variants.production().exists():
             made += _request_pool(image, low - min(len(pool), high), actor=actor)
-            for (host_id, until), count in wanted.items():
-                made += _request_ahead(image, host_id, until, count - len(held[host_id, until]), actor=actor)
+            on_host = Counter((host_id, end) for _pk, host_id, end in rows if end is not None)
+            for until, count in wanted.items():
+                rows_of = [row for row in ahead if row.until == until]
+                made += _request_ahead(image, until, rows_of, count - len(held[until]), on_host, actor=actor)
     if destroyed and not made:
         return {"destroyed": destroyed}
     return {"requested": made, **({"destroyed": destroyed} if destroyed else {})}
@@ -201,18 +207,47 @@ def _request_pool(image, missing, *, actor):
     return made
 
 
-def _request_ahead(image, host_id, until, missing, *, actor):
-    """Up to ``missing`` warm VMs on host ``host_id`` until ``until``, while they fit there."""
-    host = Hypervisor.objects.filter(pk=host_id).first() if missing > 0 else None
+def _request_ahead(image, until, rows, missing, on_host, *, actor):
+    """Up to ``missing`` warm VMs for the starts at ``until`` (``rows``: their ``Ahead``s): on
+    each row's host up to its count (``on_host``: those there already) while they fit, then
+    wherever the placement core finds room; how many were requested."""
     made = 0
-    for _ in range(missing if host is not None else 0):
-        try:
-            allocation = capacity.claim_on_host(host, demand(image, end=until), actor=actor)
-        except capacity.NoCapacity:
+    for row in rows:
+        host = Hypervisor.objects.filter(pk=row.host_id).first()
+        for _ in range(min(missing - made, row.count - on_host[row.host_id, until]) if host else 0):
+            try:
+                allocation = capacity.claim_on_host(host, demand(image, end=until), actor=actor)
+            except capacity.NoCapacity:
+                break
+            _request(image, allocation, _ahead_reason(image, until), actor=actor)
+            made += 1
+    end = max((row.end for row in rows if row.end is not None), default=None)
+    while made < missing and end is not None:
+        allocation = _claim_elsewhere(image, until, end, actor=actor)
+        if allocation is None:
             break
-        _request(image, allocation, f"{image.name}'s warm VMs ahead of {until:%Y-%m-%d %H:%M} UTC", actor=actor)
+        _request(image, allocation, _ahead_reason(image, until), actor=actor)
         made += 1
     return made
+
+
+def _claim_elsewhere(image, until, end, *, actor):
+    """A warm VM's claim until ``until`` on the host the placement core picks for the warm VM
+    and then a seat until ``end``: a seat that takes it moves there, so the seat's room after
+    ``until`` is asked for too, though only the warm VM's is held (the seat's own claim holds
+    the session's room until it moves, and ``take`` re-checks it then). None: no such host."""
+    where = capacity.plan(demand(image, end=end))
+    host = Hypervisor.objects.filter(name=where.host).first() if where.ok else None
+    if host is None:
+        return None
+    try:
+        return capacity.claim_on_host(host, demand(image, end=until), actor=actor)
+    except capacity.NoCapacity:
+        return None
+
+
+def _ahead_reason(image, until):
+    return f"{image.name}'s warm VMs ahead of {until:%Y-%m-%d %H:%M} UTC"
 
 
 def demand(image, end=None, **options):

@@ -17,7 +17,11 @@
   itself before the guest is up, so a bare connect proves nothing. An image with
   ``readiness = agent`` is ready when its guest agent answers a ping instead (a guest with no
   login service reachable from the workers). Either way a VM that stops meanwhile (its QEMU
-  killed, a crash) fails at once rather than at the timeout.
+  killed, a crash) fails at once rather than at the timeout. A probe sent before the guest's
+  network is up gets no reply at all (QEMU's forward holds the connection, a bridge's ARP goes
+  unanswered) and waits out its timeout even if the guest comes up meanwhile: so probes are
+  short while the wait is young, and grow more patient as it ages (a guest slow to boot, on a
+  loaded host, is slow to greet too).
 """
 
 import secrets
@@ -34,6 +38,8 @@ from inventory import crypto
 from provisioning import services
 from provisioning.models import VM
 
+PROBE_FIRST, PROBE_PATIENCE = 0.25, 2.0
+STATE_EVERY = 1.0  # seconds between checks that the VM still runs (a call to its host)
 # An X.224 Connection Request (TPKT header + CR TPDU, RDP negotiation request for TLS).
 _RDP_HELLO = bytes.fromhex("030000130ee000000000000100080003000000")
 
@@ -100,21 +106,32 @@ def answers(address, port, protocol, timeout=2.0):
         return False
 
 
-def wait_answer(vm, address, driver, poll=0.2):
-    """Until the VM's login service (or guest agent) answers; a temporary DriverError after the
-    image's timeout, or as soon as the VM is no longer running."""
+def probe_timeout(waited):
+    """How long one probe waits for a greeting after ``waited`` seconds of waiting: 0.25 s at
+    first, 2 s after 35 s."""
+    return min(PROBE_PATIENCE, PROBE_FIRST + waited / 20)
+
+
+def wait_answer(vm, address, driver, poll=0.1):
+    """Until the VM's login service (or guest agent) answers, probed every ``poll`` seconds; a
+    temporary DriverError after the image's timeout, or within ``STATE_EVERY`` seconds of the
+    VM no longer running."""
     protocol, guest_port = services.login_protocol(vm.image), services.login_port(vm.image)
     port = vm.port or guest_port
     timeout = vm.image.ready_timeout
+    started = time.monotonic()
     if vm.image.readiness == vm.image.Readiness.AGENT:
         answered, silence = (lambda: driver.agent_answers(vm.key)), f"guest agent did not answer within {timeout} s"
     else:
-        answered = lambda: answers(address, port, protocol)  # noqa: E731
+        answered = lambda: answers(address, port, protocol, probe_timeout(time.monotonic() - started))  # noqa: E731
         silence = f"guest did not answer on port {guest_port} within {timeout} s"
-    deadline = time.monotonic() + timeout
+    deadline, checked = started + timeout, None
     while not answered():
-        check_running(vm, driver)
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if checked is None or now - checked >= STATE_EVERY:
+            check_running(vm, driver)
+            checked = now
+        if now > deadline:
             raise base.DriverError(silence, permanent=False)
         time.sleep(poll)
 

@@ -147,3 +147,58 @@ def test_a_walk_in_never_takes_a_vm_warmed_for_a_seat(image, student, sync_jobs)
     assert (first.status, second.status) == ("ready", "ready")
     assert sorted([first.vm.warm, second.vm.warm]) == ["hit", "miss"]  # the pool's one, then a cold build
     assert set(ahead_of(image).values_list("pk", flat=True)) == made  # the seat's is still there
+
+
+def fill_until(host, until, start=None):
+    """A claim of all of ``host``'s room from ``start`` (default now) until ``until``."""
+    from capacity import services as capacity
+
+    start = start or timezone.now()
+    room = capacity.Demand(vcpus=host.cpus, memory_mib=host.memory_mib, disk_gib=host.disk_gib, start=start, end=until)
+    return capacity.claim_on_host(host, room, actor="test")
+
+
+def another_host(make_host):
+    """A second host as big as the first, made after the class placed its seats on the first."""
+    from capacity.snapshot import snapshot
+
+    host = make_host("lab-2", cpus=4 * SEATS, memory_mib=SEATS * 2048, disk_gib=20 * SEATS)
+    snapshot.expire()  # (the placement looks for new hosts once a second: at once here)
+    return host
+
+
+def test_seats_whose_host_is_full_before_the_session_take_vms_warmed_on_another_host(
+    session, room, image, make_host, sync_jobs
+):
+    fill_until(room, session.start)
+    other = another_host(make_host)
+    assert warm.fill_round(now=warm_time(session)) == {image.name: {"requested": SEATS}}
+    sync_jobs.drain()
+    made = list(ahead_of(image))
+    assert len(made) == SEATS and {vm.host_id for vm in made} == {other.pk}
+    assert all(vm.allocation.yields and vm.allocation.end == session.start for vm in made)
+    assert warm.fill_round(now=warm_time(session)) == {image.name: {"requested": 0}}  # counted wherever they run
+
+    services.plan_round(session.start - LEAD)
+    sync_jobs.drain()
+    seats = list(seats_of(session))
+    assert [s.status for s in seats] == ["ready"] * SEATS
+    assert {s.vm_id for s in seats} == {vm.pk for vm in made}
+    assert all(s.vm.warm == "hit" and s.allocation.host_id == other.pk for s in seats)  # their claims moved
+    # Moved, not doubled: nothing is held on the seats' first host during the session any more.
+    from capacity.models import Allocation
+
+    during = Allocation.objects.filter(released__isnull=True, start__lt=session.end, end__gt=session.start)
+    assert not during.filter(host=room).exists() and during.filter(host=other).count() == SEATS
+
+
+def test_seats_boot_cold_silently_when_no_host_has_room_to_warm_them(session, room, image, make_host, sync_jobs):
+    fill_until(room, session.start)
+    other = another_host(make_host)
+    fill_until(other, session.end, start=session.start)  # room for a warm VM before the session, none for a seat
+    assert warm.fill_round(now=warm_time(session)) == {image.name: {"requested": 0}}
+    services.plan_round(session.start - LEAD)
+    sync_jobs.drain()
+    seats = list(seats_of(session))
+    assert [s.status for s in seats] == ["ready"] * SEATS
+    assert all(s.vm.warm == "" and s.allocation.host_id == room.pk for s in seats)

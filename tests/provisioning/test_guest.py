@@ -223,3 +223,22 @@ def test_one_time_passwords_meet_windows_default_policy():
         word = _one_time_password()
         assert len(word) == 16 and any(c.isupper() for c in word) and any(c.islower() for c in word)
         assert any(c.isdigit() for c in word)
+
+
+def test_a_probe_is_short_while_the_wait_is_young_and_patient_as_it_ages():
+    assert guest.probe_timeout(0) == guest.PROBE_FIRST < 0.5
+    assert guest.probe_timeout(0) < guest.probe_timeout(10) < guest.probe_timeout(20) < guest.PROBE_PATIENCE
+    assert guest.probe_timeout(60) == guest.probe_timeout(600) == guest.PROBE_PATIENCE
+
+
+def test_a_vm_that_stops_while_booting_fails_at_the_first_probe_unanswered(listener, image, db):
+    vm = VM(image=image, port=listener.port, vcpus=1, memory_mib=256, disk_gib=1)
+
+    class Stopped:
+        def state(self, key):
+            from drivers.base import VMState
+
+            return VMState.STOPPED
+
+    with pytest.raises(DriverError, match="stopped while booting"):
+        guest.wait_answer(vm, "127.0.0.1", Stopped(), poll=0.1)
