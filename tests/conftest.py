@@ -4,6 +4,7 @@ and a real websocket client."""
 import itertools
 import json
 import socket
+import uuid
 
 import pytest
 import urllib3.util.connection
@@ -73,13 +74,20 @@ def _shares_by_module(item):
             return
 
 
-# First: xdist's worker reads the xdist_group markers in its own hook of this name.
-@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    # The run's id, known to its controller too (xdist makes one up otherwise): the workers'
+    # template database is this run's, and the controller drops only that one.
+    if not hasattr(config, "workerinput") and getattr(config.option, "testrunuid", "") is None:
+        config.option.testrunuid = uuid.uuid4().hex
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
     processes.stop_zygote()
-    if not hasattr(session.config, "workerinput"):
+    run_id = getattr(session.config.option, "testrunuid", None)
+    if run_id and not hasattr(session.config, "workerinput"):
         with session.config.stash[blocking_manager_key].unblock():
-            template_db.remove_template()
+            template_db.remove_template(run_id)
 
 
 @pytest.fixture(scope="session")
@@ -91,6 +99,8 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, r
         template_db.start_from_template(workerinput["testrunuid"])
 
 
+# First: xdist's worker reads the xdist_group markers in its own hook of this name.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         _classify(item)

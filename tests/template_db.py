@@ -119,15 +119,20 @@ def start_from_template(run_id):
     creation.create_test_db = from_template
 
 
-def remove_template():
-    """At the end of a run (its controller): drop the template the workers copied."""
+def remove_template(run_id):
+    """At the end of a run (its controller): drop the template its workers copied, unless a
+    later run has made its own since."""
     marker = _marker()
-    if not marker.exists():
-        return
+    with _locked():
+        if marker.exists() and marker.read_text() == run_id:
+            _drop_template()
+            marker.unlink(missing_ok=True)
+
+
+def _drop_template():
     name = _template_name()
     if connection.vendor == "postgresql":
         with connection.creation._nodb_cursor() as cursor:
             cursor.execute(f"DROP DATABASE IF EXISTS {connection.ops.quote_name(name)}")
     else:
         Path(name).unlink(missing_ok=True)
-    marker.unlink(missing_ok=True)

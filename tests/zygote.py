@@ -24,6 +24,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 
 PRELOAD = (
     "django.db.models",
@@ -214,6 +215,14 @@ def _reap(waiting):
 # --- the test process's side ---------------------------------------------------------------
 
 
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 class ForkedProcess:
     """What ``Child`` uses of ``subprocess.Popen``, for a child of the zygote."""
 
@@ -224,15 +233,26 @@ class ForkedProcess:
         self._conn = conn
 
     def _collect(self, timeout):
+        if self._conn is None:  # the zygote is gone: only the pid is left to watch
+            deadline = time.monotonic() + (timeout or 0)
+            while pid_alive(self.pid):
+                if timeout is not None and time.monotonic() >= deadline:
+                    return
+                time.sleep(0.05)
+            self.returncode = -signal.SIGKILL  # (its real status went with the zygote)
+            return
         self._conn.settimeout(timeout)
         try:
             answer, _ = _receive(self._conn)
         except (TimeoutError, BlockingIOError):
             return
         except (EOFError, OSError):
-            answer = {"returncode": -signal.SIGKILL}  # the zygote itself is gone
+            self._conn.close()
+            self._conn = None
+            return self._collect(timeout)
         self.returncode = answer["returncode"]
         self._conn.close()
+        self._conn = None
 
     def poll(self):
         if self.returncode is None:
