@@ -215,8 +215,12 @@ class _Scratch:
             p_dsk = 1.0 if n.t_dsk == 0 else self.f_dsk / n.t_dsk
             p_dsk_forth = 1.0 if n.t_dsk == 0 else self.f_dsk_forth / n.t_dsk
         tags = self.p_tags
+        if hi_sp:  # `_ratio` without its calls (hot)
+            sp, sp_forth = self.inst_spindles / hi_sp, self.inst_spindles_forth / hi_sp
+        else:
+            sp, sp_forth = _ratio(self.inst_spindles, hi_sp), _ratio(self.inst_spindles_forth, hi_sp)
         return (
-            self.unallocated(self.i_mem) / t_mem,
+            (int(t_mem) - n.n_mem - self.i_mem - max(0, n.x_mem)) / t_mem,  # `unallocated`
             p_dsk,
             float(count) if self.fail_n1 else 0.0,
             p_rem,
@@ -228,11 +232,11 @@ class _Scratch:
             load[2],
             load[3],
             float(sum(tags.values()) - len(tags)) if tags else 0.0,
-            _ratio(self.inst_spindles, hi_sp),
+            sp,
             self.f_mem_forth / t_mem,
             p_dsk_forth,
             self.u_cpu_forth / n.t_cpu / speed,
-            _ratio(self.inst_spindles_forth, hi_sp),
+            sp_forth,
             0.0,
             0.0,
             p_rem,
