@@ -320,7 +320,7 @@ def value_changes(off: bool, old: Sequence[float], new: Sequence[float]) -> tupl
     its outcomes, and so its changes, from one placement to the next."""
     key = (off, id(old), id(new))
     found = _CHANGES.get(key)
-    if found is not None and found[0] is old and found[1] is new:
+    if found is not None:
         return found[2]
     out = []
     for c in compress(_COMPONENTS, map(ne, old, new)):
@@ -335,7 +335,7 @@ def value_changes(off: bool, old: Sequence[float], new: Sequence[float]) -> tupl
     changes = tuple(out)
     if len(_CHANGES) >= 4096:
         _CHANGES.clear()
-    _CHANGES[key] = (old, new, changes)  # both held: the ids keying it stay theirs
+    _CHANGES[key] = (old, new, changes)  # both held, so the ids keying it stay theirs
     return changes
 
 

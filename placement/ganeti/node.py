@@ -446,12 +446,17 @@ def _add_load(load: list[float], util, primary: bool, sign: int = 1) -> None:
     """Dynamic utilisation: every instance weighs 1 unless told otherwise (htools' baseUtil);
     a secondary only weighs on disk."""
     if util is None:
-        util = (1.0, 1.0, 1.0, 1.0)
-    if primary:
-        for i in range(4):
-            load[i] += sign * util[i]
+        util = _BASE_UTIL
+    if primary:  # unrolled: every add and removal of a node's instance runs it
+        load[0] += sign * util[0]
+        load[1] += sign * util[1]
+        load[2] += sign * util[2]
+        load[3] += sign * util[3]
     else:
         load[2] += sign * util[2]
+
+
+_BASE_UTIL = (1.0, 1.0, 1.0, 1.0)
 
 
 #: What `pri_added` returns, in order: the node fields a primary add sets.
@@ -585,7 +590,7 @@ def sec_added(n: Node, cur, inst: Instance, pdx, force: bool, ignore_disks: bool
     if n.excl_storage:
         new_free_sp = _free_spindles(n, inst, cur.f_spindles, add=True)
         new_inst_sp = 0.0
-    else:  # as in `pri_added` (a secondary's template is drbd: local storage)
+    else:  # as in `pri_added`
         new_free_sp = 0
         new_inst_sp = (
             cur.inst_spindles + inst.spindle_use if inst.disk_template in _LOCAL_STORAGE else cur.inst_spindles
