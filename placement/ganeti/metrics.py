@@ -515,9 +515,13 @@ class ValueRows:
             t = twin[c]
             if t != c:  # an equal column's statistics (its own are up to date: t < c)
                 new.base[c], new.terms[c] = new.base[t], new.terms[t]
+            elif KINDS[c] == STD:  # `_std_stat` and `_term`, without the calls (hot)
+                st = new.base[c] = _std_stat(columns[c])
+                new.terms[c] = WEIGHTS[c] * sqrt(st[2])
             else:
-                st = new.base[c] = _std_stat(columns[c]) if KINDS[c] == STD else _sum_stat(columns[c])
-                new.terms[c] = _term(c, st)
+                value = _fold(columns[c], 0.0)
+                new.base[c] = [value]
+                new.terms[c] = WEIGHTS[c] * value
             new.prefixes[c] = new.deviations[c] = None
         new.stats = None
         return new
