@@ -24,7 +24,7 @@ from .moves import (
     REPLACE_SECONDARY,
     Move,
 )
-from .node import Node, _spindle_use, pri_added, sec_added
+from .node import Node, pri_added, sec_added
 from .node import _free_spindles as _free_sp
 
 TYPE_CHECKING = False
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from collections.abc import Hashable
 
 FailMode = T.FailMode
+_LOCAL_STORAGE = T.LOCAL_STORAGE
+_RUNNING = T.RUNNING_STATES
+_OFFLINE = T.OFFLINE_STATE
 _BASE_UTIL = (1.0, 1.0, 1.0, 1.0)
 
 
@@ -145,21 +148,37 @@ class _Scratch:
         n = self.n
         if self.loads:
             self._shift_loads(inst, True, -1)
+        # The instance's properties and, without exclusive storage, `_free_sp` and
+        # `_spindle_use` inline, as in `node.pri_added` (the N+1 check removes every
+        # instance of a node).
+        uses_disk = inst.disk_template in _LOCAL_STORAGE
+        online = inst.status != _OFFLINE
+        excl = n.excl_storage
         if not inst.forthcoming:
             self.npri -= 1
-            self.i_mem -= inst.mem if inst.uses_memory else 0
+            self.i_mem -= inst.mem if inst.status in _RUNNING else 0
             self.fail_n1 = self.unallocated(self.i_mem) <= self.r_mem
-            if inst.local_storage:
+            if uses_disk:
                 self.f_dsk += inst.dsk
-            self.f_spindles = _free_sp(n, inst, self.f_spindles, False)
-            self.inst_spindles = _spindle_use(n, inst, self.inst_spindles, -1)
-            if not inst.offline:
+            if excl:
+                self.f_spindles = _free_sp(n, inst, self.f_spindles, False)
+                self.inst_spindles = 0.0
+            else:
+                self.f_spindles = 0
+                if uses_disk:
+                    self.inst_spindles -= inst.spindle_use
+            if online:
                 self.u_cpu -= inst.vcpus
-        if inst.local_storage:
+        if uses_disk:
             self.f_dsk_forth += inst.dsk
-        self.f_spindles_forth = _free_sp(n, inst, self.f_spindles_forth, False)
-        self.inst_spindles_forth = _spindle_use(n, inst, self.inst_spindles_forth, -1)
-        if not inst.offline:
+        if excl:
+            self.f_spindles_forth = _free_sp(n, inst, self.f_spindles_forth, False)
+            self.inst_spindles_forth = 0.0
+        else:
+            self.f_spindles_forth = 0
+            if uses_disk:
+                self.inst_spindles_forth -= inst.spindle_use
+        if online:
             self.u_cpu_forth -= inst.vcpus
         if inst.excl_tags:
             tags = dict(self.p_tags)
@@ -176,15 +195,22 @@ class _Scratch:
         n = self.n
         if self.loads:
             self._shift_loads(inst, False, -1)
+        uses_disk = inst.disk_template in _LOCAL_STORAGE  # inline, as in `remove_pri`
+        excl = n.excl_storage
         if not inst.forthcoming:
             self.nsec -= 1
-            if inst.local_storage:
+            if uses_disk:
                 self.f_dsk += inst.dsk
-            self.f_spindles = _free_sp(n, inst, self.f_spindles, False)
-            self.inst_spindles = _spindle_use(n, inst, self.inst_spindles, -1)
+            if excl:
+                self.f_spindles = _free_sp(n, inst, self.f_spindles, False)
+                self.inst_spindles = 0.0
+            else:
+                self.f_spindles = 0
+                if uses_disk:
+                    self.inst_spindles -= inst.spindle_use
             pnode = inst.pnode
             old_peem = self.peers.get(pnode, 0)
-            new_peem = old_peem - inst.mem if inst.uses_sec_mem else old_peem
+            new_peem = old_peem - inst.mem if inst.auto_balance and inst.status != _OFFLINE else old_peem
             peers = dict(self.peers)
             if new_peem > 0:
                 peers[pnode] = new_peem
@@ -194,10 +220,15 @@ class _Scratch:
             if not old_peem < self.r_mem:
                 self.r_mem = max(peers.values(), default=0)
             self.fail_n1 = self.unallocated(self.i_mem) <= self.r_mem
-        if inst.local_storage:
+        if uses_disk:
             self.f_dsk_forth += inst.dsk
-        self.f_spindles_forth = _free_sp(n, inst, self.f_spindles_forth, False)
-        self.inst_spindles_forth = _spindle_use(n, inst, self.inst_spindles_forth, -1)
+        if excl:
+            self.f_spindles_forth = _free_sp(n, inst, self.f_spindles_forth, False)
+            self.inst_spindles_forth = 0.0
+        else:
+            self.f_spindles_forth = 0
+            if uses_disk:
+                self.inst_spindles_forth -= inst.spindle_use
 
     def values(self) -> tuple[float, ...]:
         return _values(
