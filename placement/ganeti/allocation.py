@@ -356,7 +356,10 @@ def _pair_solution(opts, cluster, inst, alloc_nodes, policy, stats, keep) -> All
         tgt_p = nodes[p]
         fail = policy(tgt_p)
         if fail is None:
-            values_p = primary_outcome(tgt_p, inst, force, key)
+            memo = tgt_p.outcomes  # `primary_outcome`'s memo, looked at here: it mostly answers
+            values_p = None if memo is None else memo.get(key)
+            if values_p is None:
+                values_p = primary_outcome(tgt_p, inst, force, key)
             if values_p.__class__ is not tuple:
                 fail = values_p
         if fail is not None:  # every pair with this primary fails the same way

@@ -24,7 +24,7 @@ from .moves import (
     REPLACE_SECONDARY,
     Move,
 )
-from .node import Node, _spindle_use, pri_added, sec_added
+from .node import Node, pri_added, sec_added
 from .node import _free_spindles as _free_sp
 
 TYPE_CHECKING = False
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from collections.abc import Hashable
 
 FailMode = T.FailMode
+_LOCAL_STORAGE = T.LOCAL_STORAGE
+_RUNNING = T.RUNNING_STATES
+_OFFLINE = T.OFFLINE_STATE
 _BASE_UTIL = (1.0, 1.0, 1.0, 1.0)
 
 
@@ -145,21 +148,37 @@ class _Scratch:
         n = self.n
         if self.loads:
             self._shift_loads(inst, True, -1)
+        # The instance's properties and, without exclusive storage, `_free_sp` and
+        # `_spindle_use` inline, as in `node.pri_added` (the N+1 check removes every
+        # instance of a node).
+        uses_disk = inst.disk_template in _LOCAL_STORAGE
+        online = inst.status != _OFFLINE
+        excl = n.excl_storage
         if not inst.forthcoming:
             self.npri -= 1
-            self.i_mem -= inst.mem if inst.uses_memory else 0
+            self.i_mem -= inst.mem if inst.status in _RUNNING else 0
             self.fail_n1 = self.unallocated(self.i_mem) <= self.r_mem
-            if inst.local_storage:
+            if uses_disk:
                 self.f_dsk += inst.dsk
-            self.f_spindles = _free_sp(n, inst, self.f_spindles, False)
-            self.inst_spindles = _spindle_use(n, inst, self.inst_spindles, -1)
-            if not inst.offline:
+            if excl:
+                self.f_spindles = _free_sp(n, inst, self.f_spindles, False)
+                self.inst_spindles = 0.0
+            else:
+                self.f_spindles = 0
+                if uses_disk:
+                    self.inst_spindles -= inst.spindle_use
+            if online:
                 self.u_cpu -= inst.vcpus
-        if inst.local_storage:
+        if uses_disk:
             self.f_dsk_forth += inst.dsk
-        self.f_spindles_forth = _free_sp(n, inst, self.f_spindles_forth, False)
-        self.inst_spindles_forth = _spindle_use(n, inst, self.inst_spindles_forth, -1)
-        if not inst.offline:
+        if excl:
+            self.f_spindles_forth = _free_sp(n, inst, self.f_spindles_forth, False)
+            self.inst_spindles_forth = 0.0
+        else:
+            self.f_spindles_forth = 0
+            if uses_disk:
+                self.inst_spindles_forth -= inst.spindle_use
+        if online:
             self.u_cpu_forth -= inst.vcpus
         if inst.excl_tags:
             tags = dict(self.p_tags)
@@ -176,15 +195,22 @@ class _Scratch:
         n = self.n
         if self.loads:
             self._shift_loads(inst, False, -1)
+        uses_disk = inst.disk_template in _LOCAL_STORAGE  # inline, as in `remove_pri`
+        excl = n.excl_storage
         if not inst.forthcoming:
             self.nsec -= 1
-            if inst.local_storage:
+            if uses_disk:
                 self.f_dsk += inst.dsk
-            self.f_spindles = _free_sp(n, inst, self.f_spindles, False)
-            self.inst_spindles = _spindle_use(n, inst, self.inst_spindles, -1)
+            if excl:
+                self.f_spindles = _free_sp(n, inst, self.f_spindles, False)
+                self.inst_spindles = 0.0
+            else:
+                self.f_spindles = 0
+                if uses_disk:
+                    self.inst_spindles -= inst.spindle_use
             pnode = inst.pnode
             old_peem = self.peers.get(pnode, 0)
-            new_peem = old_peem - inst.mem if inst.uses_sec_mem else old_peem
+            new_peem = old_peem - inst.mem if inst.auto_balance and inst.status != _OFFLINE else old_peem
             peers = dict(self.peers)
             if new_peem > 0:
                 peers[pnode] = new_peem
@@ -194,49 +220,97 @@ class _Scratch:
             if not old_peem < self.r_mem:
                 self.r_mem = max(peers.values(), default=0)
             self.fail_n1 = self.unallocated(self.i_mem) <= self.r_mem
-        if inst.local_storage:
+        if uses_disk:
             self.f_dsk_forth += inst.dsk
-        self.f_spindles_forth = _free_sp(n, inst, self.f_spindles_forth, False)
-        self.inst_spindles_forth = _spindle_use(n, inst, self.inst_spindles_forth, -1)
+        if excl:
+            self.f_spindles_forth = _free_sp(n, inst, self.f_spindles_forth, False)
+            self.inst_spindles_forth = 0.0
+        else:
+            self.f_spindles_forth = 0
+            if uses_disk:
+                self.inst_spindles_forth -= inst.spindle_use
 
     def values(self) -> tuple[float, ...]:
-        n = self.n
-        t_mem = n.t_mem
-        p_rem = self.r_mem / t_mem
-        count = self.npri + self.nsec
-        speed = n.cpu_speed
-        hi_sp = n.hi_spindles
-        load = self.load
-        if n.excl_storage:
-            t_sp = float(n.t_spindles)
-            p_dsk = 1.0 if t_sp == 0 else self.f_spindles / t_sp
-            p_dsk_forth = 1.0 if t_sp == 0 else self.f_spindles_forth / t_sp
-        else:
-            p_dsk = 1.0 if n.t_dsk == 0 else self.f_dsk / n.t_dsk
-            p_dsk_forth = 1.0 if n.t_dsk == 0 else self.f_dsk_forth / n.t_dsk
-        tags = self.p_tags
-        return (
-            self.unallocated(self.i_mem) / t_mem,
-            p_dsk,
-            float(count) if self.fail_n1 else 0.0,
-            p_rem,
-            float(count),
-            float(self.npri),
-            self.u_cpu / n.t_cpu / speed,
-            load[0],
-            load[1],
-            load[2],
-            load[3],
-            float(sum(tags.values()) - len(tags)) if tags else 0.0,
-            _ratio(self.inst_spindles, hi_sp),
-            self.f_mem_forth / t_mem,
-            p_dsk_forth,
-            self.u_cpu_forth / n.t_cpu / speed,
-            _ratio(self.inst_spindles_forth, hi_sp),
-            0.0,
-            0.0,
-            p_rem,
+        return _values(
+            self.n,
+            self.i_mem,
+            self.f_dsk,
+            self.fail_n1,
+            self.u_cpu,
+            self.inst_spindles,
+            self.f_spindles,
+            self.f_mem_forth,
+            self.f_dsk_forth,
+            self.u_cpu_forth,
+            self.inst_spindles_forth,
+            self.f_spindles_forth,
+            self.r_mem,
+            self.npri + self.nsec,
+            self.npri,
+            self.load,
+            self.p_tags,
         )
+
+
+def _values(
+    n: Node,
+    i_mem,
+    f_dsk,
+    fail_n1,
+    u_cpu,
+    inst_sp,
+    f_sp,
+    f_mem_forth,
+    f_dsk_forth,
+    u_cpu_forth,
+    inst_sp_forth,
+    f_sp_forth,
+    r_mem,
+    count: int,
+    npri: int,
+    load,
+    tags,
+) -> tuple[float, ...]:
+    """`metrics.node_values` of node ``n`` with these changing fields (`Node`'s names;
+    ``count``: its primaries and secondaries): `_Scratch.values`, and `_single_add`'s
+    without a scratch record."""
+    t_mem = n.t_mem
+    p_rem = r_mem / t_mem
+    speed = n.cpu_speed
+    hi_sp = n.hi_spindles
+    if n.excl_storage:
+        t_sp = float(n.t_spindles)
+        p_dsk = 1.0 if t_sp == 0 else f_sp / t_sp
+        p_dsk_forth = 1.0 if t_sp == 0 else f_sp_forth / t_sp
+    else:
+        p_dsk = 1.0 if n.t_dsk == 0 else f_dsk / n.t_dsk
+        p_dsk_forth = 1.0 if n.t_dsk == 0 else f_dsk_forth / n.t_dsk
+    if hi_sp:  # `_ratio` without its calls (hot)
+        sp, sp_forth = inst_sp / hi_sp, inst_sp_forth / hi_sp
+    else:
+        sp, sp_forth = _ratio(inst_sp, hi_sp), _ratio(inst_sp_forth, hi_sp)
+    return (
+        (int(t_mem) - n.n_mem - i_mem - max(0, n.x_mem)) / t_mem,  # `_Scratch.unallocated`
+        p_dsk,
+        float(count) if fail_n1 else 0.0,
+        p_rem,
+        float(count),
+        float(npri),
+        u_cpu / n.t_cpu / speed,
+        load[0],
+        load[1],
+        load[2],
+        load[3],
+        float(sum(tags.values()) - len(tags)) if tags else 0.0,
+        sp,
+        f_mem_forth / t_mem,
+        p_dsk_forth,
+        u_cpu_forth / n.t_cpu / speed,
+        sp_forth,
+        0.0,
+        0.0,
+        p_rem,
+    )
 
 
 def _ratio(a: float, b: float) -> float:
@@ -359,10 +433,60 @@ def node_effects(nodes, inst: Instance, move: Move, force: bool = False) -> list
 
 def node_values_after(node: Node, inst: Instance, ops: tuple) -> tuple[float, ...]:
     """One node's 20 score values after ``ops`` (see `node_effects`), or AllocFailure."""
+    if len(ops) == 1:  # a single add, as allocation asks for every candidate
+        return _single_add(node, inst, ops[0])
     scratch = _Scratch(node)
     for op in ops:
         _replay(scratch, inst, op)
     return scratch.values()
+
+
+def _single_add(n: Node, inst: Instance, op: tuple) -> tuple[float, ...]:
+    """`node_values_after` of one op on a node as it is: `_Scratch`'s replay of it, with
+    the unchanged fields read from the node itself (the checks take the node for the
+    changing fields as well: they have `Node`'s names), without copying them to a scratch
+    record first. ``tests/.../test_vectorised_checks.py`` holds it to the replay."""
+    name = op[0]
+    if name == "ap":
+        (
+            i_mem,
+            f_dsk,
+            fail_n1,
+            u_cpu,
+            inst_sp,
+            f_sp,
+            f_mem_forth,
+            f_dsk_forth,
+            u_cpu_forth,
+            inst_sp_forth,
+            f_sp_forth,
+        ) = pri_added(n, n, inst, op[1])
+        npri = len(n.plist) if inst.forthcoming else len(n.plist) + 1
+        load = n.load if inst.forthcoming else _shift(n.load, inst.extra.get("util") or _BASE_UTIL, True, 1)
+        tags = n.p_tags
+        if inst.excl_tags:
+            tags = dict(tags)
+            for tag in inst.excl_tags:
+                tags[tag] = tags.get(tag, 0) + 1
+        count = npri + len(n.slist)
+        return _values(
+            n, i_mem, f_dsk, fail_n1, u_cpu, inst_sp, f_sp, f_mem_forth, f_dsk_forth, u_cpu_forth,
+            inst_sp_forth, f_sp_forth, n.r_mem, count, npri, load, tags,
+        )  # fmt: skip
+    if name != "as":  # a removal: no check, the scratch's plain accounting
+        scratch = _Scratch(n)
+        _replay(scratch, inst, op)
+        return scratch.values()
+    f_dsk, _, fail_n1, r_mem, inst_sp, f_sp, f_dsk_forth, inst_sp_forth, f_sp_forth = sec_added(
+        n, n, inst, op[1], op[2]
+    )
+    npri = len(n.plist)
+    count = npri + len(n.slist) + (0 if inst.forthcoming else 1)
+    load = n.load if inst.forthcoming else _shift(n.load, inst.extra.get("util") or _BASE_UTIL, False, 1)
+    return _values(
+        n, n.i_mem, f_dsk, fail_n1, n.u_cpu, inst_sp, f_sp, n.f_mem_forth, f_dsk_forth,
+        n.u_cpu_forth, inst_sp_forth, f_sp_forth, r_mem, count, npri, load, n.p_tags,
+    )  # fmt: skip
 
 
 def primary_outcome(node: Node, inst: Instance, force: bool, key: Hashable):

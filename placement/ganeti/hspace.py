@@ -246,6 +246,7 @@ class _Allocator:
         #: placements, recomputed. (cluster id, placed so far, options, shape) -> (the
         #: chain of placements of that shape from that state, position in it).
         self._chains: dict[tuple, tuple[_Chain, int]] = {}
+        self._tails: dict[tuple, int] = {}  # (options, shape) -> its number in `_chains`' keys
         #: id of a cluster state -> (the state, whether it is N+1 redundant): `iterate`
         #: asks again about the same state at every shrink step of a tier (states are
         #: never changed in place; each is held, so its id stays its own).
@@ -276,7 +277,9 @@ class _Allocator:
         cluster, placed = run.cluster, list(run.placed)
         chain, k, tail = None, 0, None
         if self.opts.capacity:  # see `_chains`; without capacity checks nothing repeats
-            tail = (opts, _shape(template))
+            # Numbered once per call: hashing the options and the shape at every placement
+            # cost more than the rest of the key.
+            tail = self._tails.setdefault((opts, _shape(template)), len(self._tails))
             chain, k = self._chains.get((id(cluster), len(placed), tail), (None, 0))
             if chain is None or chain.states[k] is not cluster:
                 chain, k = _Chain(cluster), 0

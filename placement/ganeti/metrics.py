@@ -170,10 +170,7 @@ class ClusterStats:
         stats = list(src)
         terms = None if self.terms is None else list(self.terms)
         twin = self.twin
-        for c in compress(_COMPONENTS, map(ne, old, new)):
-            if ONLINE[c] == offline:
-                continue
-            x, x2 = old[c], new[c]
+        for c, x, x2, ds, dss, dsds in value_changes(offline, old, new):
             t = twin[c]
             if t != c and src[t] is src[c] and old[t] == x and new[t] == x2:
                 stats[c] = stats[t]  # see "Twin updates" below `_SELF`
@@ -181,14 +178,12 @@ class ClusterStats:
                     terms[c] = terms[t]
                 continue
             stat = src[c]
-            if KINDS[c] == SUM:
+            if ds is None:  # a sum
                 value = stat[0] + x2 - x
                 stats[c] = [value]
             else:
                 n, s, var = stat
-                ds = x2 - x
-                dss = x2 * x2 - x * x
-                dnnvar = (n * dss - 2 * s * ds) - ds * ds
+                dnnvar = (n * dss - 2 * s * ds) - dsds
                 var += dnnvar / (n * n)
                 var = var if var > 0.0 else 0.0  # max(0.0, var), NaN included, without a call
                 stats[c] = [n, s + ds, var]
@@ -289,34 +284,62 @@ def _score_replacing(
     stats, terms, off: bool, old: Sequence[float], new: Sequence[float], twin: Sequence[int] | None = None
 ) -> float:
     """``ClusterStats(stats).replace_values(off, old, new).score()``, bit for bit, with
-    the unchanged components' ``terms`` reused: the changed components are found in C
-    (`compress`), and the terms added in order as the score adds them (`_fold`).
+    the unchanged components' ``terms`` reused: the changed components come from
+    `value_changes`, and the terms are added in order as the score adds them (`_fold`).
     ``twin``: as `ClusterStats.twin` (a twin's term is reused: "Twin updates" below `_SELF`)."""
-    changed = list(compress(_COMPONENTS, map(ne, old, new)))
-    if not changed:
+    changes = value_changes(off, old, new)
+    if not changes:
         return _fold(terms, 0.0)
     if twin is None:
         twin = _SELF
     out = list(terms)
-    for c in changed:
-        if ONLINE[c] == off:
-            continue
-        x, x2 = old[c], new[c]
+    for c, x, x2, ds, dss, dsds in changes:
         t = twin[c]
         if t != c and stats[t] is stats[c] and old[t] == x and new[t] == x2:
             out[c] = out[t]  # see "Twin updates" below `_SELF`
             continue
         stat = stats[c]
-        if KINDS[c] == SUM:
+        if ds is None:  # a sum
             out[c] = WEIGHTS[c] * (stat[0] + x2 - x)
         else:  # `ClusterStats.replace_values`' update, then `score`'s term
             n, s, var = stat
-            ds = x2 - x
-            dss = x2 * x2 - x * x
-            dnnvar = (n * dss - 2 * s * ds) - ds * ds
-            var += dnnvar / (n * n)
+            var += ((n * dss - 2 * s * ds) - dsds) / (n * n)
             out[c] = WEIGHTS[c] * sqrt(var if var > 0.0 else 0.0)
     return _fold(out, 0.0)
+
+
+def value_changes(off: bool, old: Sequence[float], new: Sequence[float]) -> tuple:
+    """What replacing a node's values ``old`` by ``new`` (the node offline: ``off``) changes
+    in the statistics: per component it counts in whose value changed, ``(c, x, x2, ds,
+    dss, dsds)`` — old and new value, and for a standard deviation the parts of Ganeti's
+    update that do not read the statistics (``x2 − x``, ``x2² − x²``, ``ds²``; None for a
+    sum), computed as the update computes them, so the same bits.
+
+    Kept per pair of interned value tuples (`intern_values`): in a node-pair search every
+    primary's statistics take each secondary's change, and a node that did not change keeps
+    its outcomes, and so its changes, from one placement to the next."""
+    key = (off, id(old), id(new))
+    found = _CHANGES.get(key)
+    if found is not None:
+        return found[2]
+    out = []
+    for c in compress(_COMPONENTS, map(ne, old, new)):
+        if ONLINE[c] == off:
+            continue
+        x, x2 = old[c], new[c]
+        if KINDS[c] == SUM:
+            out.append((c, x, x2, None, None, None))
+        else:
+            ds = x2 - x
+            out.append((c, x, x2, ds, x2 * x2 - x * x, ds * ds))
+    changes = tuple(out)
+    if len(_CHANGES) >= 4096:
+        _CHANGES.clear()
+    _CHANGES[key] = (old, new, changes)  # both held, so the ids keying it stay theirs
+    return changes
+
+
+_CHANGES: dict[tuple, tuple] = {}
 
 
 _COMPONENTS = range(NCOMP)
@@ -382,6 +405,9 @@ def _share_twins(columns: list[list[float]]) -> list[int]:
 
 
 _ALL_COMPONENTS = frozenset(range(NCOMP))
+#: (c, its `TWINS`, c and its `TWINS`) for the components that have twins: one without
+#: any is always its own (`_reshare_twins` leaves it as it was: itself).
+_TWIN_SCOPES = tuple((c, TWINS[c], frozenset((c, *TWINS[c]))) for c in range(NCOMP) if TWINS[c])
 
 
 def _reshare_twins(columns: list[list[float]], twin: list[int], fresh: set[int]) -> list[int]:
@@ -391,12 +417,12 @@ def _reshare_twins(columns: list[list[float]], twin: list[int], fresh: set[int])
     compare the same unchanged columns, whose own twins (among their `TWINS`, a subset of
     theirs) are unchanged too."""
     twin = list(twin)
-    for c in range(NCOMP):
-        if c not in fresh and fresh.isdisjoint(TWINS[c]):
+    for c, twins, scope in _TWIN_SCOPES:
+        if fresh.isdisjoint(scope):
             continue
         twin[c] = c
         col = columns[c]
-        for d in TWINS[c]:
+        for d in twins:
             if twin[d] == d and (columns[d] is col or columns[d] == col):
                 twin[c] = d
                 columns[c] = columns[d]
@@ -468,13 +494,13 @@ class ValueRows:
                 return None
             old, values = rows[p], node_values(node)
             rows[p] = values
-            k, off = self.slot[p], was.offline
-            for c in compress(_COMPONENTS, map(ne, values, old)):
-                if ONLINE[c] != off:
-                    if c not in fresh:
-                        columns[c] = list(columns[c])
-                        fresh.add(c)
-                    columns[c][k] = values[c]
+            k = self.slot[p]
+            # The changes were usually found already: the allocation scored this very node.
+            for c, _, x2, _, _, _ in value_changes(was.offline, old, values):
+                if c not in fresh:
+                    columns[c] = list(columns[c])
+                    fresh.add(c)
+                columns[c][k] = x2
         new = ValueRows(None)
         new.nodes = tuple(nodes)
         new.rows = rows
@@ -489,9 +515,13 @@ class ValueRows:
             t = twin[c]
             if t != c:  # an equal column's statistics (its own are up to date: t < c)
                 new.base[c], new.terms[c] = new.base[t], new.terms[t]
+            elif KINDS[c] == STD:  # `_std_stat` and `_term`, without the calls (hot)
+                st = new.base[c] = _std_stat(columns[c])
+                new.terms[c] = WEIGHTS[c] * sqrt(st[2])
             else:
-                st = new.base[c] = _std_stat(columns[c]) if KINDS[c] == STD else _sum_stat(columns[c])
-                new.terms[c] = _term(c, st)
+                value = _fold(columns[c], 0.0)
+                new.base[c] = [value]
+                new.terms[c] = WEIGHTS[c] * value
             new.prefixes[c] = new.deviations[c] = None
         new.stats = None
         return new

@@ -26,6 +26,9 @@ from . import types as T
 from .instance import Instance
 
 FailMode = T.FailMode
+_LOCAL_STORAGE = T.LOCAL_STORAGE
+_RUNNING = T.RUNNING_STATES
+_OFFLINE = T.OFFLINE_STATE
 
 
 class Node:
@@ -443,12 +446,17 @@ def _add_load(load: list[float], util, primary: bool, sign: int = 1) -> None:
     """Dynamic utilisation: every instance weighs 1 unless told otherwise (htools' baseUtil);
     a secondary only weighs on disk."""
     if util is None:
-        util = (1.0, 1.0, 1.0, 1.0)
-    if primary:
-        for i in range(4):
-            load[i] += sign * util[i]
+        util = _BASE_UTIL
+    if primary:  # unrolled: every add and removal of a node's instance runs it
+        load[0] += sign * util[0]
+        load[1] += sign * util[1]
+        load[2] += sign * util[2]
+        load[3] += sign * util[3]
     else:
         load[2] += sign * util[2]
+
+
+_BASE_UTIL = (1.0, 1.0, 1.0, 1.0)
 
 
 #: What `pri_added` returns, in order: the node fields a primary add sets.
@@ -475,25 +483,29 @@ def pri_added(n: Node, cur, inst: Instance, force: bool) -> tuple:
     their `Node` names (the node itself, or a scratch record of them). Raises
     AllocFailure. A forthcoming instance changes the forthcoming values only."""
     strict = not force
-    uses_disk = inst.local_storage
-    online = not inst.offline
+    uses_disk = inst.disk_template in _LOCAL_STORAGE  # the properties, without their calls
+    online = inst.status != _OFFLINE
     if inst.forthcoming:
         forth = _pri_forth(n, cur, inst, uses_disk, online)
         if strict:
             _raise_forth(n, forth, uses_disk)
         return (cur.i_mem, cur.f_dsk, cur.fail_n1, cur.u_cpu, cur.inst_spindles, cur.f_spindles, *forth)
     # Each value is computed just before its check: most calls fail early in hspace's loops.
-    new_i_mem = cur.i_mem + (inst.mem if inst.uses_memory else 0)
+    new_i_mem = cur.i_mem + (inst.mem if inst.status in _RUNNING else 0)  # `uses_memory`
     new_free_mem = int(n.t_mem) - n.n_mem - new_i_mem - max(0, n.x_mem)
     if new_free_mem <= 0:
         raise T.AllocFailure(FailMode.MEM)
     new_dsk = cur.f_dsk - inst.dsk if uses_disk else cur.f_dsk
     if uses_disk and (new_dsk <= 0 or (strict and new_dsk < n.lo_dsk)):
         raise T.AllocFailure(FailMode.DISK)
-    new_free_sp = _free_spindles(n, inst, cur.f_spindles, add=True)
-    if uses_disk and n.excl_storage and new_free_sp < 0:
-        raise T.AllocFailure(FailMode.SPINDLES)
-    new_inst_sp = _spindle_use(n, inst, cur.inst_spindles, 1)
+    if n.excl_storage:
+        new_free_sp = _free_spindles(n, inst, cur.f_spindles, add=True)
+        if uses_disk and new_free_sp < 0:
+            raise T.AllocFailure(FailMode.SPINDLES)
+        new_inst_sp = 0.0
+    else:  # `_free_spindles` and `_spindle_use` without exclusive storage, inline (hot)
+        new_free_sp = 0
+        new_inst_sp = cur.inst_spindles + inst.spindle_use if uses_disk else cur.inst_spindles
     if strict and uses_disk and new_inst_sp > n.hi_spindles:
         raise T.AllocFailure(FailMode.DISK)
     new_failn1 = new_free_mem <= cur.r_mem
@@ -514,20 +526,36 @@ def pri_added(n: Node, cur, inst: Instance, force: bool) -> tuple:
 def _pri_forth(n: Node, cur, inst: Instance, uses_disk: bool, online: bool) -> tuple:
     """The "forthcoming" values after a primary add: the same limits apply to them, and
     can be tighter (e.g. f_mem). Computed after the other checks: most calls fail first."""
+    if n.excl_storage:
+        inst_sp = 0.0
+        free_sp = _free_spindles(n, inst, cur.f_spindles_forth, add=True)
+    else:  # as in `pri_added`
+        inst_sp = cur.inst_spindles_forth + inst.spindle_use if uses_disk else cur.inst_spindles_forth
+        free_sp = 0
     return (
         cur.f_mem_forth - inst.mem,
         cur.f_dsk_forth - inst.dsk if uses_disk else cur.f_dsk_forth,
         cur.u_cpu_forth + (inst.vcpus if online else 0),
-        _spindle_use(n, inst, cur.inst_spindles_forth, 1),
-        _free_spindles(n, inst, cur.f_spindles_forth, add=True),
+        inst_sp,
+        free_sp,
     )
 
 
 def _raise_forth(n: Node, forth: tuple, uses_disk: bool) -> None:
     mem, dsk, ucpu, inst_sp, free_sp = forth
-    fail = _forth_violation(n, mem, uses_disk, dsk, free_sp, inst_sp, ucpu / n.t_cpu)
-    if fail is not None:
-        raise T.AllocFailure(fail)
+    pcpu = ucpu / n.t_cpu  # first, as before: a node without CPUs raises whatever the checks
+    # The checks in their order, inline: every successful add passes them all.
+    if mem <= 0:
+        raise T.AllocFailure(FailMode.MEM)
+    if uses_disk:
+        if dsk <= 0 or dsk < n.lo_dsk:
+            raise T.AllocFailure(FailMode.DISK)
+        if n.excl_storage and free_sp < 0:
+            raise T.AllocFailure(FailMode.SPINDLES)
+        if inst_sp > n.hi_spindles:
+            raise T.AllocFailure(FailMode.DISK)
+    if n.vcpu_ratio >= 0 and n.vcpu_ratio < pcpu:
+        raise T.AllocFailure(FailMode.CPU)
 
 
 #: What `sec_added` returns, in order (``peem``: the primary's new reservation here).
@@ -548,7 +576,7 @@ def sec_added(n: Node, cur, inst: Instance, pdx, force: bool, ignore_disks: bool
     """`addSecExEx`'s checks, in its order, and the new values (`SEC_FIELDS`); see
     `pri_added`. ``cur`` also gives ``peers``; a forthcoming instance reserves nothing."""
     strict = not force
-    needed = inst.mem if inst.uses_sec_mem else 0
+    needed = inst.mem if inst.auto_balance and inst.status != _OFFLINE else 0  # `uses_sec_mem`
     if inst.forthcoming:
         forth = _sec_forth(n, cur, inst)
         if strict:
@@ -559,11 +587,17 @@ def sec_added(n: Node, cur, inst: Instance, pdx, force: bool, ignore_disks: bool
     new_peem = cur.peers.get(pdx, 0) + needed
     old_mem = int(n.t_mem) - n.n_mem - cur.i_mem - max(0, n.x_mem)
     new_dsk = cur.f_dsk - inst.dsk
-    new_free_sp = _free_spindles(n, inst, cur.f_spindles, add=True)
-    new_inst_sp = _spindle_use(n, inst, cur.inst_spindles, 1)
-    new_rmem = max(cur.r_mem, new_peem)
+    if n.excl_storage:
+        new_free_sp = _free_spindles(n, inst, cur.f_spindles, add=True)
+        new_inst_sp = 0.0
+    else:  # as in `pri_added`
+        new_free_sp = 0
+        new_inst_sp = (
+            cur.inst_spindles + inst.spindle_use if inst.disk_template in _LOCAL_STORAGE else cur.inst_spindles
+        )
+    new_rmem = cur.r_mem if cur.r_mem >= new_peem else new_peem  # max(), without a call
     new_failn1 = old_mem <= new_rmem
-    if not inst.has_secondary:
+    if inst.disk_template != "drbd":  # `has_secondary`
         raise T.AllocFailure(FailMode.DISK)
     if not ignore_disks and new_dsk <= 0:
         raise T.AllocFailure(FailMode.DISK)
@@ -584,11 +618,11 @@ def sec_added(n: Node, cur, inst: Instance, pdx, force: bool, ignore_disks: bool
 
 
 def _sec_forth(n: Node, cur, inst: Instance) -> tuple:
-    return (
-        cur.f_dsk_forth - inst.dsk,
-        _spindle_use(n, inst, cur.inst_spindles_forth, 1),
-        _free_spindles(n, inst, cur.f_spindles_forth, add=True),
-    )
+    if n.excl_storage:
+        return (cur.f_dsk_forth - inst.dsk, 0.0, _free_spindles(n, inst, cur.f_spindles_forth, add=True))
+    if inst.disk_template in _LOCAL_STORAGE:  # `_spindle_use`, inline as in `pri_added`
+        return (cur.f_dsk_forth - inst.dsk, cur.inst_spindles_forth + inst.spindle_use, 0)
+    return (cur.f_dsk_forth - inst.dsk, cur.inst_spindles_forth, 0)
 
 
 def _raise_sec_forth(n: Node, cur, forth: tuple, needed: int) -> None:
@@ -601,17 +635,3 @@ def _raise_sec_forth(n: Node, cur, forth: tuple, needed: int) -> None:
         raise T.AllocFailure(FailMode.DISK)
     if needed >= cur.f_mem_forth:
         raise T.AllocFailure(FailMode.MEM)
-
-
-def _forth_violation(node, mem, uses_disk, dsk, free_sp, inst_sp, pcpu) -> FailMode | None:
-    if mem <= 0:
-        return FailMode.MEM
-    if uses_disk and (dsk <= 0 or dsk < node.lo_dsk):
-        return FailMode.DISK
-    if uses_disk and node.excl_storage and free_sp < 0:
-        return FailMode.SPINDLES
-    if uses_disk and inst_sp > node.hi_spindles:
-        return FailMode.DISK
-    if node.vcpu_ratio >= 0 and node.vcpu_ratio < pcpu:
-        return FailMode.CPU
-    return None

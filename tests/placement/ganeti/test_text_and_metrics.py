@@ -1,5 +1,6 @@
 """The htools text format round-trips, and our score equals hinfo's, term for term."""
 
+import random
 import subprocess
 from pathlib import Path
 
@@ -306,3 +307,29 @@ def test_twin_statistics_updated_once_equal_their_own_update_bit_for_bit():
             secondary = (False, metrics.node_values(nodes[s]), metrics.node_values(new_s))
             assert a.score_replaced_values(*secondary).hex() == b.score_replaced_values(*secondary).hex()
     assert shared > 0  # twins moved alike, and their update was shared
+
+
+def test_value_changes_kept_per_pair_of_tuples_are_the_plain_computation():
+    # `metrics.value_changes` is kept under the ids of the two value tuples (held, so the
+    # ids stay theirs): asked again, and for tuples made later, it gives the changes and
+    # the update's parts as Ganeti's update computes them.
+    rng = random.Random(7)
+
+    def plain(off, old, new):
+        out = []
+        for c in range(metrics.NCOMP):
+            if old[c] != new[c] and metrics.ONLINE[c] != off:
+                x, x2 = old[c], new[c]
+                if metrics.KINDS[c] == metrics.SUM:
+                    out.append((c, x, x2, None, None, None))
+                else:
+                    out.append((c, x, x2, x2 - x, x2 * x2 - x * x, (x2 - x) * (x2 - x)))
+        return tuple(out)
+
+    for _ in range(300):
+        old = tuple(rng.choice([0.0, 0.25, 1.0, rng.random()]) for _ in range(metrics.NCOMP))
+        new = tuple(v if rng.random() < 0.5 else rng.random() for v in old)
+        off = rng.random() < 0.2
+        assert metrics.value_changes(off, old, new) == plain(off, old, new)
+        assert metrics.value_changes(off, old, new) == plain(off, old, new)  # kept
+        del old, new  # their addresses may serve the next tuples

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from placement.ganeti import hbal
+from placement.ganeti import fast_moves, hbal
 from placement.ganeti import types as T
 from placement.ganeti.fast_moves import move_values, node_effects, node_outcome, node_values_after
 from placement.ganeti.hbal import HbalOptions
@@ -224,3 +224,33 @@ def test_outcome_keys_name_one_shape_each_even_after_the_table_is_emptied(monkey
     keys = [outcome_key(False, i) for i in shapes]
     assert len(set(keys)) == len(shapes)  # the table was emptied twice on the way
     assert outcome_key(False, shapes[-1]) == keys[-1] and outcome_key(True, shapes[-1]) != keys[-1]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_single_add_without_a_scratch_record_equals_its_replay(seed):
+    # `node_values_after` of one add reads the node itself instead of a scratch copy of
+    # it (`fast_moves._single_add`): the same values, the same refusals, on nodes with
+    # exclusive storage, tags, offline and forthcoming instances, forced or not.
+    rng = random.Random(seed)
+    cluster = varied_cluster(seed)
+    nodes = cluster.nodes
+    seen = Counter()
+    for _ in range(40):
+        inst = probe(rng, rng.choice(TEMPLATES), forthcoming=rng.random() < 0.2)
+        for node in nodes:
+            peer = rng.choice([n.idx for n in nodes if n.idx != node.idx])
+            for op in (("ap", False), ("ap", True), ("as", peer, False), ("as", peer, True)):
+
+                def replayed(node=node, inst=inst, op=op):
+                    scratch = fast_moves._Scratch(node)
+                    fast_moves._replay(scratch, inst, op)
+                    return scratch.values()
+
+                expected = _outcome(replayed)
+                actual = _outcome(node_values_after, node, inst, (op,))
+                if isinstance(expected, tuple):  # to the bit (NaN included)
+                    assert [v.hex() for v in actual] == [v.hex() for v in expected], (node, inst, op)
+                else:
+                    assert actual == expected, (node, inst, op)
+                seen[(op[0], isinstance(expected, tuple))] += 1
+    assert all(seen[(kind, ok)] > 0 for kind in ("ap", "as") for ok in (True, False)), seen
