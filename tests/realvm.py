@@ -353,17 +353,19 @@ def seed_for(user):
     return cloudinit.seed_iso(cloudinit.seed_files(guest))
 
 
-def ssh_client(port, login, host="127.0.0.1", **auth):
+def ssh_client(port, login, host="127.0.0.1", sock=None, **auth):
     """A connected paramiko client for ``login`` on a guest (``auth``: its ``pkey`` or
-    ``password``), with the waits a guest booting under software emulation needs."""
+    ``password``; ``sock``: a way in other than a connection from here), with the waits a guest
+    booting under software emulation needs."""
     client = paramiko.SSHClient()
     client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a fresh guest: its host key is new
     client.connect(
         host,
         port=port,
         username=login,
+        sock=sock,
         timeout=30,
-        banner_timeout=30,
+        banner_timeout=60,
         auth_timeout=60,
         allow_agent=False,
         look_for_keys=False,

@@ -313,6 +313,15 @@ class TwoHosts:
         namespace (for ``paramiko.ProxyCommand``: an SSH session to a guest)."""
         return f"ip netns exec {host.netns} nc {address} {port}"
 
+    def ssh(self, host, address, login, **auth):
+        """An SSH session to the guest at ``address`` from ``host``'s namespace (vclmgr's own
+        process is outside it); ``auth``: its ``pkey`` or ``password``."""
+        import paramiko
+
+        from tests.realvm import ssh_client
+
+        return ssh_client(22, login, address, sock=paramiko.ProxyCommand(self.proxy(host, address)), **auth)
+
     # --- failures and stop --------------------------------------------------------------------
 
     def kill_libvirtd(self, host):

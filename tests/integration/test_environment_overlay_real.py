@@ -20,7 +20,6 @@ import time
 from datetime import timedelta
 
 import libvirt
-import paramiko
 import pytest
 
 from capacity.models import Allocation
@@ -75,24 +74,6 @@ def links(host, kind):
     ]
 
 
-def ssh_session(two_hosts, address, user, password):
-    """The user's SSH session to the entry machine (from host A's namespace, where its address is)."""
-    client = paramiko.SSHClient()
-    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a fresh guest: its host key is new
-    client.connect(
-        address,
-        username=user,
-        password=password,
-        sock=paramiko.ProxyCommand(two_hosts.proxy(two_hosts.a, address)),
-        timeout=30,
-        banner_timeout=60,
-        auth_timeout=60,
-        allow_agent=False,
-        look_for_keys=False,
-    )
-    return client
-
-
 def run(client, command):
     """``command`` on the machine ``client`` is logged into: (exit status, output, errors)."""
     _, stdout, stderr = client.exec_command(command, timeout=60)
@@ -143,7 +124,7 @@ def test_an_environment_spread_over_two_hosts_of_an_overlay_is_one_network(
     details = services.connection(Reservation.objects.get(pk=head.pk))
     assert details["protocol"] == "ssh" and details["port"] == 22 and details["password"]
     assert details["address"].startswith(f"{twohosts.NET}."), details  # its primary NIC, not its private one
-    client = ssh_session(two_hosts, details["address"], details["user"], details["password"])
+    client = two_hosts.ssh(two_hosts.a, details["address"], details["user"], password=details["password"])
     try:
         assert run(client, "hostname")[:2] == (0, "entry\n")
         # … and from it reaches the machine on the other host by name, with the same login, over

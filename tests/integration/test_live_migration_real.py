@@ -19,7 +19,6 @@ import threading
 import time
 
 import libvirt
-import paramiko
 import pytest
 
 from capacity.models import Allocation
@@ -61,24 +60,6 @@ def guest_run(driver, key, tag, command):
     return status.output.decode()
 
 
-def ssh_session(two_hosts, host, address, login, pkey):
-    """An SSH session to the guest from ``host``'s namespace (vclmgr's process is outside)."""
-    client = paramiko.SSHClient()
-    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # a fresh guest: its host key is new
-    client.connect(
-        address,
-        username=login,
-        pkey=pkey,
-        sock=paramiko.ProxyCommand(two_hosts.proxy(host, address)),
-        timeout=30,
-        banner_timeout=60,
-        auth_timeout=60,
-        allow_agent=False,
-        look_for_keys=False,
-    )
-    return client
-
-
 def ssh_output(client, command):
     _, stdout, stderr = client.exec_command(command, timeout=60)
     out = stdout.read().decode()
@@ -108,7 +89,7 @@ def test_a_running_guest_moves_live_over_shared_storage_with_its_processes_and_s
     boot = guest_run(here, vm.key, "boot", "cat /proc/sys/kernel/random/boot_id")
     pid = guest_run(here, vm.key, "sleeper", "sleep 10000 </dev/null >/dev/null 2>&1 & echo $!").strip()
     assert vm.address and vm.address.startswith(f"{two_hosts.a.address.rsplit('.', 1)[0]}.")
-    session = ssh_session(two_hosts, two_hosts.a, vm.address, "admin", user["pkey"])
+    session = two_hosts.ssh(two_hosts.a, vm.address, "admin", pkey=user["pkey"])
     try:
         assert ssh_output(session, f"cat /proc/{pid}/comm").strip() == "sleep"
         old_claim = vm.allocation
