@@ -222,21 +222,39 @@ def _request_ahead(image, until, rows, missing, on_host, *, actor):
             _request(image, allocation, _ahead_reason(image, until), actor=actor)
             made += 1
     end = max((row.end for row in rows if row.end is not None), default=None)
-    while made < missing and end is not None:
-        allocation = _claim_elsewhere(image, until, end, actor=actor)
+    if end is None:
+        return made
+    # Each seat whose warm VM runs elsewhere moves there at the bell: that host's room during
+    # the session is promised to it, though nothing holds it yet. Planning the next one beside
+    # them keeps two seats from being sent to a host with the room of one.
+    seats_hosts = {row.host_id for row in rows}
+    sent = [
+        host_id
+        for (host_id, held_until), count in on_host.items()
+        if held_until == until and host_id not in seats_hosts
+        for _ in range(count)
+    ]
+    names = dict(Hypervisor.objects.filter(pk__in=sent).values_list("pk", "name"))
+    seats = [names[host_id] for host_id in sent if host_id in names]
+    while made < missing:
+        allocation = _claim_elsewhere(image, until, end, seats, actor=actor)
         if allocation is None:
             break
         _request(image, allocation, _ahead_reason(image, until), actor=actor)
+        seats.append(allocation.host.name)
         made += 1
     return made
 
 
-def _claim_elsewhere(image, until, end, *, actor):
+def _claim_elsewhere(image, until, end, seats=(), *, actor):
     """A warm VM's claim until ``until`` on the host the placement core picks for the warm VM
     and then a seat until ``end``: a seat that takes it moves there, so the seat's room after
     ``until`` is asked for too, though only the warm VM's is held (the seat's own claim holds
-    the session's room until it moves, and ``take`` re-checks it then). None: no such host."""
-    where = capacity.plan(demand(image, end=end))
+    the session's room until it moves, and ``take`` re-checks it then). ``seats``: the names of
+    the hosts already promised a seat each from ``until`` (counted as if claimed). None: no
+    such host."""
+    seat = replace(demand(image, end=end), start=until, yields=False)
+    where = capacity.plan_beside(demand(image, end=end), [(name, seat) for name in seats])
     host = Hypervisor.objects.filter(name=where.host).first() if where.ok else None
     if host is None:
         return None

@@ -117,8 +117,8 @@ def probe_timeout(waited):
 
 def wait_answer(vm, address, driver, poll=0.1):
     """Until the VM's login service (or guest agent) answers, probed every ``poll`` seconds (an
-    agent no more often than every ``AGENT_POLL``); a temporary DriverError after the image's timeout, or within ``STATE_EVERY`` seconds of the
-    VM no longer running."""
+    agent no more often than every ``AGENT_POLL``); a temporary DriverError after the image's
+    timeout, or within ``STATE_EVERY`` seconds of the VM no longer running."""
     protocol, guest_port = services.login_protocol(vm.image), services.login_port(vm.image)
     port = vm.port or guest_port
     timeout = vm.image.ready_timeout
