@@ -29,8 +29,9 @@ reservations to take (the DRM article's VMs resumed instead of created).
   (``Ahead``), requested beside the pool's and beyond its maximum (any image, pooled or not).
   Each goes on the host of the seats' claims while it fits there, else where the placement core
   finds room for it and, after it, for a seat until the seats' end (the seat's claim moves there
-  when it takes it). A seat's build takes one as any reservation's does (``take``: its own host's
-  first); those no seat took are destroyed once no start wants them (their claims' end passed,
+  when it takes it), counting the seats already sent to each host as if their room were held.
+  A seat's build takes one as any reservation's does (``take``: its own host's first); those
+  no seat took are destroyed once no start wants them (their claims' end passed,
   the session built or canceled). They are counted per start, wherever they run.
 - After use a VM taken warm is reverted to its warm snapshot (memory and disk: nothing of its
   user's is left, their login included) and goes back to the pool (``vm.rewarm``,
