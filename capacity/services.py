@@ -134,6 +134,25 @@ def plan(demand, save_to=None):
     return result
 
 
+def plan_beside(demand, assumed):
+    """``plan`` for a claim that makes no room (a warm VM's), as if the ``assumed`` (host name,
+    Demand) pairs were claimed too: room a caller has promised within one decision but not
+    claimed yet. Writes nothing; the snapshot holds them only while this decides."""
+    request = demand.request()
+    with snapshot.lock:
+        engine, _ids = snapshot.current()
+        added = []
+        try:
+            for index, (host, other) in enumerate(assumed):
+                allocation = other.request(f"assumed-{index}").as_allocation()
+                engine.add_allocation(host, allocation)
+                added.append(allocation.id)
+            return _variant_note(engine, demand, request, engine.place(request))
+        finally:
+            for allocation_id in reversed(added):
+                engine.remove_allocation(allocation_id)
+
+
 def earliest_fit(demand, not_before=None):
     """The earliest start (≥ ``not_before``, default the demand's start) at which it fits."""
     duration = None if demand.end is None else (demand.end - demand.start).total_seconds()

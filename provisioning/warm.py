@@ -29,8 +29,9 @@ reservations to take (the DRM article's VMs resumed instead of created).
   (``Ahead``), requested beside the pool's and beyond its maximum (any image, pooled or not).
   Each goes on the host of the seats' claims while it fits there, else where the placement core
   finds room for it and, after it, for a seat until the seats' end (the seat's claim moves there
-  when it takes it). A seat's build takes one as any reservation's does (``take``: its own host's
-  first); those no seat took are destroyed once no start wants them (their claims' end passed,
+  when it takes it), counting the seats already sent to each host as if their room were held.
+  A seat's build takes one as any reservation's does (``take``: its own host's first); those
+  no seat took are destroyed once no start wants them (their claims' end passed,
   the session built or canceled). They are counted per start, wherever they run.
 - After use a VM taken warm is reverted to its warm snapshot (memory and disk: nothing of its
   user's is left, their login included) and goes back to the pool (``vm.rewarm``,
@@ -222,21 +223,39 @@ def _request_ahead(image, until, rows, missing, on_host, *, actor):
             _request(image, allocation, _ahead_reason(image, until), actor=actor)
             made += 1
     end = max((row.end for row in rows if row.end is not None), default=None)
-    while made < missing and end is not None:
-        allocation = _claim_elsewhere(image, until, end, actor=actor)
+    if end is None:
+        return made
+    # Each seat whose warm VM runs elsewhere moves there at the bell: that host's room during
+    # the session is promised to it, though nothing holds it yet. Planning the next one beside
+    # them keeps two seats from being sent to a host with the room of one.
+    seats_hosts = {row.host_id for row in rows}
+    sent = [
+        host_id
+        for (host_id, held_until), count in on_host.items()
+        if held_until == until and host_id not in seats_hosts
+        for _ in range(count)
+    ]
+    names = dict(Hypervisor.objects.filter(pk__in=sent).values_list("pk", "name"))
+    seats = [names[host_id] for host_id in sent if host_id in names]
+    while made < missing:
+        allocation = _claim_elsewhere(image, until, end, seats, actor=actor)
         if allocation is None:
             break
         _request(image, allocation, _ahead_reason(image, until), actor=actor)
+        seats.append(allocation.host.name)
         made += 1
     return made
 
 
-def _claim_elsewhere(image, until, end, *, actor):
+def _claim_elsewhere(image, until, end, seats=(), *, actor):
     """A warm VM's claim until ``until`` on the host the placement core picks for the warm VM
     and then a seat until ``end``: a seat that takes it moves there, so the seat's room after
     ``until`` is asked for too, though only the warm VM's is held (the seat's own claim holds
-    the session's room until it moves, and ``take`` re-checks it then). None: no such host."""
-    where = capacity.plan(demand(image, end=end))
+    the session's room until it moves, and ``take`` re-checks it then). ``seats``: the names of
+    the hosts already promised a seat each from ``until`` (counted as if claimed). None: no
+    such host."""
+    seat = replace(demand(image, end=end), start=until, yields=False)
+    where = capacity.plan_beside(demand(image, end=end), [(name, seat) for name in seats])
     host = Hypervisor.objects.filter(name=where.host).first() if where.ok else None
     if host is None:
         return None

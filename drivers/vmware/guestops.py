@@ -277,6 +277,13 @@ class GuestChannel:
         except Conflict:
             pass  # there already (made meanwhile)
 
+    def remove_directory(self, path):
+        """``path`` and all in it gone (nothing to do when it is missing)."""
+        try:
+            self._call(f"remove {path}", self.files.DeleteDirectoryInGuest, directoryPath=path, recursive=True)
+        except NotFound:
+            pass
+
     def glob(self, directory, patterns):
         return glob(self._list, directory, patterns)
 

@@ -15,14 +15,23 @@ authorized keys. Guest operations log in as the image's service account
 3. its status read back until it ends (``HANDOVER_SECONDS``); a non-zero status names the
    step the guest refused (permanent: the caller builds the VM cold).
 
+A write or the start that fails removes the directory (``DeleteDirectoryInGuest``) before the
+error goes up: a retry writes a new one, and the guest goes to its user. The command's tag
+comes from the VM's key, so a retry after ``HANDOVER_SECONDS`` finds the command already
+started and waits for it (writing and starting nothing) instead of running a second beside it.
+
 A guest whose Tools offer no guest operations yet answers a temporary error at the first call.
 """
 
+import hashlib
+import logging
 import secrets
 import time
 
 from drivers import warmlogin
-from drivers.base import DriverError
+from drivers.base import DriverError, NotFound
+
+log = logging.getLogger(__name__)
 
 HANDOVER_SECONDS = 60
 LOGIN_DIR = "/tmp/vclmgr-login"  # + "-<random>"
@@ -41,7 +50,35 @@ exit $s
 
 def personalise(channel, guest):
     """Hand the running warm guest of ``channel`` (a ``guestops.GuestChannel``) to ``guest``."""
-    where = f"{LOGIN_DIR}-{secrets.token_hex(8)}"
+    tag = handover_tag(channel.key)
+    if not started(channel, tag):
+        where = f"{LOGIN_DIR}-{secrets.token_hex(8)}"
+        try:
+            send(channel, tag, where, guest)
+        except BaseException:
+            remove(channel, where)
+            raise
+    status = wait(channel, tag)
+    if status.exit_status != 0:
+        why = status.output[-300:].decode(errors="replace")
+        raise DriverError(f"the guest refused its new identity (step {status.exit_status}): {why}", permanent=True)
+
+
+def handover_tag(key):
+    """One tag per VM (a key may be longer than a tag, and of other letters)."""
+    return f"handover-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def started(channel, tag):
+    try:
+        channel.status(tag, 0, 1)
+    except NotFound:
+        return False
+    return True
+
+
+def send(channel, tag, where, guest):
+    """The files into ``where`` and the command that uses (then removes) them started as ``tag``."""
     keys = f"{where}/keys"
     files = {f"{keys}/{name}": data for name, data in warmlogin.host_key().items()}
     files.update(
@@ -56,12 +93,16 @@ def personalise(channel, guest):
         files[f"{where}/hash"] = guest.password_hash.encode()
     for path, data in files.items():
         channel.put(path, data, mode=0o600)
-    tag = f"handover-{secrets.token_hex(6)}"
     channel.start(tag, ["/bin/sh", "-c", AS_ROOT, where, *warmlogin.identity_arguments(guest, keys)], {}, "/")
-    status = wait(channel, tag)
-    if status.exit_status != 0:
-        why = status.output[-300:].decode(errors="replace")
-        raise DriverError(f"the guest refused its new identity (step {status.exit_status}): {why}", permanent=True)
+
+
+def remove(channel, where):
+    """``where`` gone from the guest, as far as it can be: the error that brought us here is
+    the one to report (a guest refusing the write likely refuses this too)."""
+    try:
+        channel.remove_directory(where)
+    except DriverError as exc:
+        log.warning("could not remove %s from %s: %s", where, channel.key, exc)
 
 
 def wait(channel, tag):

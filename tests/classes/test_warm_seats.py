@@ -202,3 +202,39 @@ def test_seats_boot_cold_silently_when_no_host_has_room_to_warm_them(session, ro
     seats = list(seats_of(session))
     assert [s.status for s in seats] == ["ready"] * SEATS
     assert all(s.vm.warm == "" and s.allocation.host_id == room.pk for s in seats)
+
+
+def test_seats_warmed_elsewhere_are_sent_no_more_to_a_host_than_it_has_session_room_for(
+    make_host, image, course, instructor, term, settings, sync_jobs
+):
+    from capacity import services as capacity
+    from capacity.snapshot import snapshot
+    from inventory import services as inventory
+
+    settings.CLASS_WARM_MINUTES = 15
+    room = make_host("lab-1", cpus=8, memory_mib=2 * 2048, disk_gib=40)
+    klass = services.create_class(
+        actor=instructor, by=instructor, course=course, name="Lab", image=image, seats=2, **term
+    )
+    session = Meeting.objects.filter(klass=klass).first()
+    fill_until(room, session.start)
+    # b: room for three warm VMs now, for one seat during the session; c: room for one of each,
+    # and taken only when b has no room (so b is where a plan that forgets the seats sent goes).
+    b = make_host("lab-b", cpus=12, memory_mib=3 * 2048, disk_gib=60)
+    busy = capacity.Demand(vcpus=8, memory_mib=2 * 2048, disk_gib=40, start=session.start, end=session.end)
+    capacity.claim_on_host(b, busy, actor="test")
+    last = inventory.create_node_group(actor="test", name="spare", alloc_policy="last_resort")
+    c = make_host("lab-c", cpus=4, memory_mib=2048, disk_gib=20, group=last)
+    snapshot.expire()
+
+    assert warm.fill_round(now=warm_time(session)) == {image.name: {"requested": 2}}
+    sync_jobs.drain()
+    made = list(ahead_of(image))
+    assert sorted(vm.host_id for vm in made) == sorted([b.pk, c.pk])  # one seat each, never both on b
+    assert warm.fill_round(now=warm_time(session)) == {image.name: {"requested": 0}}
+
+    services.plan_round(session.start - LEAD)
+    sync_jobs.drain()
+    seats = list(seats_of(session))
+    assert [s.status for s in seats] == ["ready", "ready"]
+    assert all(s.vm.warm == "hit" for s in seats)  # both moved to their warm VMs: none built cold

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from drivers.base import Conflict, DriverError, Invalid
+from drivers.base import Conflict, DriverError, ExecStatus, Invalid, NotFound
 from drivers.cloudinit import GuestLogin
 from drivers.vmware import guestops, handover
 
@@ -138,3 +138,86 @@ def test_a_step_the_guest_refuses_stops_the_rest_and_is_the_status(tmp_path):
 
     assert status == 4 and set(ran) == {"personalise"}
     assert not where.exists()
+
+
+@pytest.mark.slow
+def test_a_write_that_fails_removes_the_login_directory_from_the_guest(vmware_peer, monkeypatch):
+    driver, key = running(vmware_peer)
+    asked = []
+    call = guestops.GuestChannel._call
+
+    def spy(self, what, fn, *args, **kwargs):
+        asked.append(what)
+        return call(self, what, fn, *args, **kwargs)
+
+    def no_command(self, tag, offset, limit):  # vcsim reads no guest file: a guest where none ran
+        raise NotFound(f"no command {tag}")
+
+    monkeypatch.setattr(guestops.GuestChannel, "_call", spy)
+    monkeypatch.setattr(guestops.GuestChannel, "status", no_command)
+    with pytest.raises(DriverError, match="do not offer guest operations") as caught:
+        driver.personalise(key, LOGIN)
+
+    assert not caught.value.permanent and asked[0].startswith(f"write {handover.LOGIN_DIR}-")
+    assert asked[-1] == f"remove {login_directory(asked[0].removeprefix('write '))}"
+
+
+def login_directory(path):
+    """/tmp/vclmgr-login-<random> of a file written in it."""
+    return "/".join(path.split("/")[:3])
+
+
+class FakeChannel:
+    """A guest's command channel whose calls are recorded; ``fail`` names the call that fails
+    (temporarily) once."""
+
+    def __init__(self, key, fail=None):
+        self.key, self.fail, self.calls, self.commands = key, fail, [], {}
+
+    def _maybe_fail(self, what):
+        if self.fail == what:
+            self.fail = None
+            raise DriverError(f"{what} failed", permanent=False)
+
+    def put(self, path, data, mode=None):
+        self.calls.append(("put", path))
+        self._maybe_fail("put")
+
+    def start(self, tag, argv, env, workdir):
+        self.calls.append(("start", tag, argv[3]))
+        self._maybe_fail("start")
+        self.commands[tag] = ExecStatus(exited=True, exit_status=0, output=b"")
+
+    def status(self, tag, offset, limit):
+        if tag not in self.commands:
+            raise NotFound(tag)
+        return self.commands[tag]
+
+    def remove_directory(self, path):
+        self.calls.append(("remove", path))
+
+
+@pytest.mark.parametrize("fail", ["put", "start"])
+def test_a_failed_hand_over_leaves_no_login_directory_and_its_retry_uses_the_same_tag(fail):
+    channel = FakeChannel("vcl-12-warm-3", fail=fail)
+    with pytest.raises(DriverError, match="failed"):
+        handover.personalise(channel, LOGIN)
+    first = login_directory(channel.calls[0][1])
+    assert channel.calls[-1] == ("remove", first)
+
+    channel.calls.clear()
+    handover.personalise(channel, LOGIN)
+    (start,) = [call for call in channel.calls if call[0] == "start"]
+    assert start[1] == handover.handover_tag("vcl-12-warm-3") and start[2] != first
+    assert not any(call[0] == "remove" for call in channel.calls)  # the command removes its own
+
+
+def test_a_retry_finds_the_command_already_started_and_starts_no_second():
+    channel = FakeChannel("vcl-12-warm-3")
+    tag = handover.handover_tag("vcl-12-warm-3")
+    channel.commands[tag] = ExecStatus(exited=True, exit_status=0, output=b"")  # started by the try before
+
+    handover.personalise(channel, LOGIN)
+
+    assert channel.calls == []  # no secret written again, nothing started
+    assert handover.handover_tag("vcl-12-warm-4") != tag

@@ -242,3 +242,42 @@ def test_a_vm_that_stops_while_booting_fails_at_the_first_probe_unanswered(liste
 
     with pytest.raises(DriverError, match="stopped while booting"):
         guest.wait_answer(vm, "127.0.0.1", Stopped(), poll=0.1)
+
+
+class FakeClock:
+    """``time`` for ``wait_answer``: a sleep moves the clock on, and is recorded."""
+
+    def __init__(self):
+        self.now, self.sleeps = 1000.0, []
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+class SilentAgent(AlwaysRunning):
+    def __init__(self):
+        self.asked = 0
+
+    def agent_answers(self, key):
+        self.asked += 1
+        return False
+
+
+@pytest.mark.parametrize("readiness, pause", [("agent", guest.AGENT_POLL), ("port", 0.1)])
+def test_a_guest_agent_is_asked_less_often_than_a_port_is_probed(readiness, pause, image, db, monkeypatch):
+    clock, driver = FakeClock(), SilentAgent()
+    monkeypatch.setattr(guest, "time", clock)
+    monkeypatch.setattr(guest, "answers", lambda *args: False)
+    image.ready_timeout, image.readiness = 10, readiness
+    vm = VM(image=image, vcpus=1, memory_mib=256, disk_gib=1)
+
+    with pytest.raises(DriverError, match="within 10 s"):
+        guest.wait_answer(vm, "127.0.0.1", driver)
+
+    assert set(clock.sleeps) == {pause} and guest.AGENT_POLL >= 0.5
+    if readiness == "agent":  # on VMware each is a vCenter read, for every seat booting at the bell
+        assert driver.asked <= 10 / 0.5 + 2
