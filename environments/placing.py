@@ -50,14 +50,20 @@ def claim(template, machines, start, end, *, purposes, actor, owner):
     )
 
 
-def claim_again(rows, networks, excluded, attempt, *, start, purposes, actor, owner, gang_id):
+def claim_again(rows, networks, excluded, attempt, *, start, purposes, actor, owner, gang_id, old_claims=()):
     """Machines built again elsewhere (a build that failed, a host that died): ``rows``
     (``{hostname: row}``, each with the ``image``, ``revision_id``, size and ``end`` of its
     machine: a reservation, a VM) claimed again as one gang from ``start`` to their end, off the
     ``excluded`` hosts, together as their ``networks`` join them (one host, or hosts of one
     overlay), and those networks recorded again there under keys of build ``attempt``. One verb
     for whatever holds an environment; the caller's transaction makes it all or nothing.
+    ``old_claims``: the group's claims until now, given back first.
     ``{hostname: Allocation}``, or ``Refused`` (no room for all of them: the words say so)."""
+    # Released before the gang is placed, not after: the room the group needs may be its own
+    # (a host of the overlay that keeps others of its machines counts their old claims). A
+    # refusal rolls the release back with the rest of the caller's transaction.
+    for allocation in old_claims:
+        capacity.release(allocation, actor=actor, reason=f"{gang_id}: claimed again elsewhere")
     demands = {
         hostname: vms.demand_for(
             row.image,

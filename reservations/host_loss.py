@@ -171,6 +171,11 @@ def reprovision_off_host(reservation_id, host_id, *, actor):
 
     host = Hypervisor.objects.get(pk=host_id)
     with transaction.atomic():
+        # An environment's head is locked before the machine: the order every path that
+        # rebuilds several of its machines locks them in (``settling.lock_head``).
+        unlocked = Reservation.objects.filter(pk=reservation_id).only("pk", "head_id", "environment_id").first()
+        if unlocked is not None and unlocked.environment_id:
+            settling.lock_head(unlocked)
         rows = Reservation.objects.select_for_update(of=("self",)).select_related("image", "vm")
         reservation = rows.get(pk=reservation_id)
         vm = reservation.vm

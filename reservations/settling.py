@@ -7,6 +7,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from capacity import services as capacity
+from capacity.models import Allocation
 from core.changelog import Actor
 from environments import placing
 from jobs import services as jobs
@@ -37,6 +38,8 @@ def _settle(reservation, *, actor):
     vm = reservation.vm
     if reservation.status != S.PROVISIONING or vm is None:
         return {"status": reservation.status, "note": "nothing to settle"}
+    if reservation.environment_id:
+        lock_head(reservation)  # before anything of its machines is written (see there)
     if vm.state == VM.State.RUNNING:
         if reservation.environment_id:  # the head turns ready with the last of its machines
             return environments.machine_ready(reservation, lambda row: _ready(row, row.vm, actor=actor))
@@ -65,6 +68,19 @@ def _settle(reservation, *, actor):
         ending.release(reservation, "reservation failed", actor=actor)
         return {"status": S.FAILED, "error": why}
     return _retry_elsewhere(reservation, failed, why, actor=actor)
+
+
+def lock_head(reservation):
+    """The row of the head of ``reservation``'s environment, locked (``reservation`` may be the
+    head). The lock order of an environment: its head first, then any of its machines. Every
+    path that may change several of them takes it before writing any machine's row (its VM's
+    included): a settle of a machine's build (``_settle``), a host's loss (``host_loss``), a
+    machine turning ready (``environments.machine_ready``). A settle of machine N rebuilding
+    M with it and a host loss of M rebuilding N with it would otherwise each hold one
+    machine's row and wait for the other's (a deadlock on PostgreSQL); now the second waits
+    at the head, then sees what the first did."""
+    head_id = reservation.head_id or reservation.pk
+    return Reservation.objects.select_for_update(of=("self",)).get(pk=head_id)
 
 
 def machine_failed(reservation, failed, why, *, actor):
@@ -98,7 +114,7 @@ def _rebuild_group(reservation, failed, why, *, actor):
     environment's other machines stay. Returns the settle's answer, or why it could not (a
     string: the environment fails)."""
     head_id = reservation.head_id or reservation.pk
-    head = Reservation.objects.select_for_update(of=("self",)).get(pk=head_id)  # one machine's failure at a time
+    head = lock_head(reservation)  # one machine's failure at a time (the callers took it first already)
     if not Reservation.objects.filter(pk=reservation.pk, status__in=ALIVE, vm_id=reservation.vm_id).exists():
         return {"status": reservation.status, "note": "settled meanwhile"}
     if head.status not in (S.PROVISIONING, S.READY):
@@ -122,6 +138,7 @@ def _rebuild_group(reservation, failed, why, *, actor):
                 actor=actor,
                 owner=head.user,
                 gang_id=f"environment reservation {head_id}",
+                old_claims=_old_claims(group),
             )
             new_host = claims[reservation.hostname].host
             where = " and ".join(sorted({claim.host.name for claim in claims.values()}))
@@ -134,6 +151,21 @@ def _rebuild_group(reservation, failed, why, *, actor):
     except placing.Refused as exc:
         return exc.words
     return {"status": S.PROVISIONING, "retry": True, "host": new_host.pk, "machines": sorted(names)}
+
+
+def _old_claims(group):
+    """The claims the group's machines hold until they move (their VMs' too), as
+    ``ending.release`` gives them back: a VM in ``error`` may still be on its host, so its
+    claims stay until a destroy succeeds."""
+    held, kept = set(), set()
+    for machine in group:
+        held.add(machine.allocation_id)
+        vm = machine.vm
+        if vm is not None:
+            held.add(vm.allocation_id)
+            if vm.state == VM.State.ERROR:
+                kept |= {vm.allocation_id, vm.target_allocation_id}
+    return list(Allocation.objects.filter(pk__in=held - kept - {None}, released__isnull=True))
 
 
 def _move_machine(machine, failed, allocation, old_host, words, *, actor):

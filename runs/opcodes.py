@@ -33,6 +33,7 @@ from drivers import registry as drivers
 from environments import placing
 from environments import services as environment_services
 from inventory.models import Hypervisor
+from jobs import services as jobs
 from jobs.registry import opcode
 from jobs.runner import Canceled
 from provisioning import private_networks
@@ -281,8 +282,14 @@ def _build_machines(job, run, made):
         try:
             return _build_each(job, run, made, "")
         except RunEnded as exc:
+            # The old machines go before the run points at new ones: until then the run's
+            # teardown (however the job ends: a cancel, its time limit, a host that does not
+            # answer) is what removes them; after, nothing refers to them any more.
+            old = [vm.pk for vm in _group(run.pk, exc.vm_id)[2].values()]
+            job.step("retry-teardown", _teardown_vms, old, exc.message, actor=job.actor)
             retried = job.db_step("retry-machines", retry_machines, run.pk, exc.vm_id, exc.message, actor=job.actor)
-    job.step("retry-teardown", _teardown_vms, retried["replaced"], actor=job.actor)
+    if "retry-teardown" not in job._done:  # (a retry begun before the teardown came first)
+        job.step("retry-teardown", _teardown_vms, retried["replaced"], "", actor=job.actor)
     try:
         return _build_each(job, run, retried, RETRY)
     except RunEnded as exc:
@@ -311,12 +318,9 @@ def retry_machines(run_id, failed_vm_id, why, *, actor):
     again there (``placing.claim_again``); the run points at them. In the step's transaction.
     ``{"vm": entry id, "machines": [...], "replaced": [old VM ids]}``, or ``RunEnded`` when no
     host has room for them all (nothing of it is kept)."""
-    run = Run.objects.select_related("vm").get(pk=run_id)
+    run, names, group, networks = _group(run_id, failed_vm_id)
     failed = load_vm(failed_vm_id)
     key = f"run{run_id}"
-    names, networks = private_networks.group_of(key, failed.hostname)
-    current = {vm.hostname: vm for vm in [run.vm, *run.machines.all()]}
-    group = {name: current[name] for name in names}
     old_host = failed.host or failed.allocation.host
     fresh = {name: _vm_again(vm) for name, vm in group.items()}
     try:
@@ -331,6 +335,14 @@ def retry_machines(run_id, failed_vm_id, why, *, actor):
                 actor=actor,
                 owner=run.owner,
                 gang_id=f"environment run {run_id}",
+                # (a VM in error may still be on its host: its claims stay until a destroy succeeds)
+                old_claims=[
+                    a
+                    for vm in group.values()
+                    if vm.state != VM.State.ERROR
+                    for a in (vm.allocation, vm.target_allocation)
+                    if a is not None
+                ],
             )
     except placing.Refused as exc:
         raise RunEnded(S.ERROR, f"{why}; no other host for a retry: {exc.words}") from None
@@ -349,6 +361,15 @@ def retry_machines(run_id, failed_vm_id, why, *, actor):
         "machines": [{"vm": vm.pk, "hostname": vm.hostname} for vm in others],
         "replaced": sorted(vm.pk for vm in group.values()),
     }
+
+
+def _group(run_id, failed_vm_id):
+    """``(run, names, {hostname: VM}, networks)``: the run's machine ``failed_vm_id`` and those
+    its networks join it to, as the run has them now."""
+    run = Run.objects.select_related("vm").get(pk=run_id)
+    names, networks = private_networks.group_of(f"run{run_id}", load_vm(failed_vm_id).hostname)
+    current = {vm.hostname: vm for vm in [run.vm, *run.machines.all()]}
+    return run, names, {name: current[name] for name in names}, networks
 
 
 def _vm_again(old):
@@ -370,10 +391,26 @@ def _machine_vm(name, image, revision_id, owner, hostname, end, size):
     )
 
 
-def _teardown_vms(vm_ids, *, actor):
-    """The machines built again elsewhere, gone from their host (idempotent)."""
+def _teardown_vms(vm_ids, why, *, actor):
+    """The machines to be built again elsewhere, gone from their host (idempotent). One whose
+    destroy fails (its host failed it, or does not answer) is left as the rest of the code
+    leaves it: ``lost`` with its claims released when its host is offline (verify shows it if
+    the host returns), else ``error`` with its claims held and a ``vm.destroy`` queued, whose
+    success gives them back. The retry goes on either way."""
     for vm_id in vm_ids:
-        lifecycle.destroy_on_host(vm_id)
+        try:
+            lifecycle.destroy_on_host(vm_id)
+        except Exception as exc:  # noqa: BLE001
+            if passes_through(exc) or isinstance(exc, Canceled):
+                raise
+            vm = load_vm(vm_id)
+            reason = f"{why}; destroying it before its retry failed: {fail_reason(exc)}"[:500]
+            if vm.host is not None and vm.host.state == Hypervisor.State.OFFLINE:
+                vms.mark_lost(vm_id, reason, actor=actor)
+            else:
+                vms.cleanup_failed(vm_id, reason, actor=actor)
+                jobs.submit("vm.destroy", {"vm": vm_id}, actor=actor, submitter=vm.owner, reason=reason)
+            continue
         lifecycle.release(vm_id, actor=actor)
 
 

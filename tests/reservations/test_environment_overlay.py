@@ -89,3 +89,26 @@ def test_an_environment_ended_before_its_machines_were_built_leaves_no_network_r
     sync_jobs.drain()
     assert not PrivateNetwork.objects.filter(removed__isnull=True).exists()  # segments and ranges free again
     assert not SimVM.objects.exists() and not SimNetwork.objects.exists()
+
+
+def test_a_retry_may_take_the_room_its_own_group_held_on_a_host_it_keeps(make_host, lab, alice, sync_jobs):  # noqa: F811
+    from capacity.snapshot import snapshot
+    from drivers.sim import services as sim
+
+    make_host("one", cpus=16, memory_mib=1536, overlay="lab-ovl")  # the router, or the two clients
+    make_host("two", cpus=16, memory_mib=1536, overlay="lab-ovl")
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    router_host = machines(head)["router"].allocation.host
+    clients_host = machines(head)["client"].allocation.host
+    make_host("three", cpus=16, memory_mib=1280, overlay="lab-ovl")  # room for the router, or the two clients
+    snapshot.expire()  # (placement looks at hosts again at most once a second)
+    sim.set_fault(router_host.name, "start", "fail_once")
+    sync_jobs.drain()
+    # The group (all three: the router joins them) moves off the router's host, over "three"
+    # and the clients' host, in the room their own old claims held there (without it, the
+    # clients' host has room for one client only and the environment fails).
+    rows = machines(head)
+    assert {n: r.status for n, r in rows.items()} == dict.fromkeys(rows, "ready"), {n: r.error for n, r in rows.items()}
+    assert {r.allocation.host.name for r in rows.values()} == {"three", clients_host.name}
+    assert not Allocation.objects.filter(host=router_host, released__isnull=True).exists()
+    assert Allocation.objects.filter(released__isnull=True).count() == 3

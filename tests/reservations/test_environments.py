@@ -367,3 +367,29 @@ def test_the_reserve_form_offers_durations_within_the_strictest_of_its_images(la
     form = client.get(f"/reservations/environments/{lab.pk}/new/").context["form"]
     assert max(minutes for minutes, _ in form.fields["duration"].choices) <= 90
     assert form.fields["duration"].help_text == "At most 1 h 30 min (rule 'short clients')."
+
+
+def test_a_host_loss_locks_the_environments_head_before_its_machine(
+    make_host, lab, alice, sync_jobs, settings, monkeypatch
+):
+    from django.db.models.query import QuerySet
+
+    dead = make_host("big", cpus=16, memory_mib=16384)
+    make_host("spare", cpus=16, memory_mib=16384)
+    head = services.reserve_environment(alice, lab, actor=alice, duration=2 * H)
+    sync_jobs.drain()
+    locked, get = [], QuerySet.get
+
+    def recording(self, *args, **kwargs):
+        row = get(self, *args, **kwargs)
+        if self.model is Reservation and self.query.select_for_update:
+            locked.append(row.pk)
+        return row
+
+    monkeypatch.setattr(QuerySet, "get", recording)
+    kill_host(dead, sync_jobs, settings)
+    assert {r.status for r in machines(head).values()} == {"ready"}
+    # The lock order a failed build's settle takes too: the head's row before any machine's,
+    # so the two never each hold one machine and wait for the other (PostgreSQL deadlocks).
+    assert any(pk != head.pk for pk in locked), locked
+    assert all(locked[i - 1] == head.pk for i, pk in enumerate(locked) if pk != head.pk), locked

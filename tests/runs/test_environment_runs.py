@@ -163,3 +163,42 @@ def test_an_environment_run_is_built_again_once_only(make_host, pair, alice, syn
     assert run.state == "error" and "built again on another host once already" in run.error, run.error
     assert len(asked) == 2 and asked[0] != asked[1]  # the first host, and one other: not a third
     nothing_left()
+
+
+def test_the_old_machines_of_a_retry_go_before_the_run_moves_even_when_their_destroy_fails(
+    make_host, pair, alice, profile, sync_jobs, monkeypatch
+):
+    from drivers import base
+    from drivers.sim.driver import SimDriver
+
+    make_host("one", cpus=8, memory_mib=8192)
+    make_host("two", cpus=8, memory_mib=8192)
+    defines, destroys = [], []
+    create, destroy = SimDriver.create, SimDriver.destroy
+
+    def second_define_fails(self, spec):  # the server builds, then the client fails beside it
+        defines.append(self.host().name)
+        if len(defines) == 2:
+            raise base.DriverError("injected define failure", permanent=False)
+        return create(self, spec)
+
+    def first_destroy_fails(self, key):  # the server, removed before the retry: its host fails it once
+        destroys.append(key)
+        if key == VM.objects.filter(hostname="server").order_by("pk").first().key and destroys.count(key) == 1:
+            raise base.DriverError("injected destroy failure", permanent=False)
+        return destroy(self, key)
+
+    monkeypatch.setattr(SimDriver, "create", second_define_fails)
+    monkeypatch.setattr(SimDriver, "destroy", first_destroy_fails)
+    profile(output="ok\n", exit_status=0)
+    run = services.submit(actor=alice, owner=alice, environment=pair, argv=["true"])
+    sync_jobs.drain()
+    run = Run.objects.get(pk=run.pk)
+    assert run.state == "success", run.reason
+    assert {vm.host.name for vm in [run.vm, *run.machines.all()]} == {"one", "two"} - {defines[0]}
+    # The old server was left in error with its claim and a destroy queued, which removed it:
+    # nothing of the first attempt stays on its host, nor holds its room.
+    old_server = VM.objects.filter(hostname="server").order_by("pk").first()
+    assert destroys.count(old_server.key) == 2 and old_server.state == "destroyed"
+    assert Job.objects.filter(opcode="vm.destroy", params__vm=old_server.pk, status="success").exists()
+    nothing_left()
