@@ -26,6 +26,8 @@ import subprocess
 import sys
 import time
 
+from core.lifeline import pid_alive
+
 PRELOAD = (
     "django.db.models",
     "django.contrib.admin",
@@ -213,14 +215,6 @@ def _reap(waiting):
 
 
 # --- the test process's side ---------------------------------------------------------------
-
-
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 class ForkedProcess:
