@@ -10,6 +10,7 @@ import pytest
 import urllib3.util.connection
 from django.core.cache import caches
 from django.test import Client
+from pytest_django.fixtures import _set_suffix_to_test_databases
 from pytest_django.plugin import blocking_manager_key
 from rest_framework.test import APIClient
 
@@ -83,7 +84,6 @@ def pytest_configure(config):
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
-    processes.stop_zygote()
     run_id = getattr(session.config.option, "testrunuid", None)
     if run_id and not hasattr(session.config, "workerinput"):
         with session.config.stash[blocking_manager_key].unblock():
@@ -92,9 +92,15 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, request):
-    """pytest-django's hook before the test databases are made: under xdist each worker's is a
-    copy of one migrated template (``tests.template_db``)."""
+    """pytest-django's hook before the test databases are made: each run's are its own (two runs
+    at once, in one checkout or on one PostgreSQL server, would otherwise flush each other's
+    rows), and under xdist each worker's is a copy of one migrated template
+    (``tests.template_db``)."""
     workerinput = getattr(request.config, "workerinput", None)
+    options = workerinput if workerinput is not None else vars(request.config.option)
+    run_id = options.get("testrunuid")
+    if run_id:
+        _set_suffix_to_test_databases(run_id[:8])
     if workerinput is not None:
         template_db.start_from_template(workerinput["testrunuid"])
 

@@ -7,12 +7,10 @@ A process may serve a whole module (``shared``): each test then calls ``Child.be
 """
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,7 +19,6 @@ from django.conf import settings
 from django.db import connection
 
 from core import lifeline
-from tests import zygote
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,26 +86,21 @@ class Child:
     it watches a lifeline pipe whose only write end this process holds (``core.lifeline``,
     as ``serve``'s children do)."""
 
-    def __init__(self, args, env, log_path, forked=False):
-        """``forked``: a Django process (``python manage.py …``, ``python -m …``) forked from
-        the zygote (``tests.zygote``), which has imported the libraries it would import."""
+    def __init__(self, args, env, log_path):
         self.log_path = log_path
         self._start = 0
         self.log = open(log_path, "wb")  # noqa: SIM115 (closed in stop)
         read_fd, self._lifeline, value = lifeline.open_pipe()
         try:
-            if forked and os.environ.get("VCLMGR_TEST_FORK", "1") != "0":
-                self.proc = _zygote().spawn(args, ROOT, {**env, lifeline.ENV: value}, self.log.fileno(), read_fd)
-            else:
-                self.proc = subprocess.Popen(
-                    args,
-                    cwd=ROOT,
-                    env={**env, lifeline.ENV: value},
-                    stdout=self.log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    pass_fds=(read_fd,),
-                )
+            self.proc = subprocess.Popen(
+                args,
+                cwd=ROOT,
+                env={**env, lifeline.ENV: value},
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(read_fd,),
+            )
         finally:
             os.close(read_fd)
 
@@ -163,26 +155,6 @@ class Child:
             self._lifeline = None
 
 
-_zygotes = {}
-
-
-def _zygote():
-    """This test process's zygote, started at its first use (``stop_zygote`` ends it)."""
-    current = _zygotes.get("current")
-    if current is None or not current.alive():
-        stop_zygote()
-        _zygotes["dir"] = tempfile.mkdtemp(prefix="vclmgr-zygote-")
-        _zygotes["current"] = current = zygote.Zygote(ROOT, child_env(), _zygotes["dir"])
-    return current
-
-
-def stop_zygote():
-    current = _zygotes.pop("current", None)
-    if current is not None:
-        current.stop()
-    shutil.rmtree(_zygotes.pop("dir", ""), ignore_errors=True)
-
-
 def wait_for(predicate, timeout, what, child=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -203,10 +175,7 @@ def start_worker(tmp_path, workers=1, **env):
     # With Redis the queue outlives the test database: drop tasks an earlier test left.
     get_broker().purge_queue()
     child = Child(
-        [sys.executable, "manage.py", "qcluster"],
-        child_env(VCLMGR_WORKERS=workers, **env),
-        tmp_path / "worker.log",
-        forked=True,
+        [sys.executable, "manage.py", "qcluster"], child_env(VCLMGR_WORKERS=workers, **env), tmp_path / "worker.log"
     )
     wait_for(lambda: live_worker_count() >= workers, 30, "the worker cluster to report its workers", child)
     return child
@@ -225,7 +194,6 @@ def start_asgi(tmp_path, tls=None, port=None, **env):
         [sys.executable, "-m", "vclmgr.asgi_server", *listen, "vclmgr.asgi:application"],
         child_env(**env),
         tmp_path / "asgi.log",
-        forked=True,
     )
 
     wait_for(lambda: listens(port), 30, "daphne to listen", child)

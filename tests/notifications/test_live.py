@@ -39,9 +39,13 @@ def test_workers_mail_and_post_a_ready_reservation(
         [mail] = smtp_server.wait_for(1, timeout=30)
         assert mail["to"] == ["alice@example.org"] and mail["subject"].endswith("is ready")
         processes.wait_for(lambda: WebhookDelivery.objects.filter(state="sent").count() == 3, 30, "webhooks", worker)
+        # The mail is in the box before the worker marks it sent: stopping the worker in
+        # between would leave it "sending" until its lease ends.
+        processes.wait_for(
+            lambda: Notification.objects.get(user=alice, kind="ready").state == "sent", 30, "mail marked sent", worker
+        )
     finally:
         worker.stop()
     assert [json.dumps(hit["body"]["data"]["status"]) for hit in webhook_server.received].count('"ready"') == 1
     assert all(hit["signed"] for hit in webhook_server.received)
-    assert Notification.objects.get(user=alice, kind="ready").state == "sent"
     assert len(smtp_server.messages) == 1  # two worker processes, one mail
