@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from django.utils import timezone
 
 from capacity import services as capacity
+from capacity.models import Allocation
 from environments import rules
 from environments import services as templates
 from provisioning import private_networks
@@ -48,6 +49,17 @@ def claim(template, machines, start, end, *, purposes, actor, owner):
     return claim_demands(
         demands, templates.together(machines), actor=actor, owner=owner, gang_id=f"environment {template.name}"
     )
+
+
+def claims_to_give_back(vms, also=()):
+    """The unreleased claims of the machines ``vms`` (and the claim ids ``also``: a
+    reservation's own) that a retry gives back before it places them again. A VM in ``error``
+    keeps its claims, as ``ending.release`` leaves them: it may still be on its host, and a
+    destroy's success gives them back."""
+    held, kept = set(also), set()
+    for vm in vms:
+        (kept if vm.state == vm.State.ERROR else held).update((vm.allocation_id, vm.target_allocation_id))
+    return list(Allocation.objects.filter(pk__in=held - kept - {None}, released__isnull=True))
 
 
 def claim_again(rows, networks, excluded, attempt, *, start, purposes, actor, owner, gang_id, old_claims=()):

@@ -7,7 +7,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from capacity import services as capacity
-from capacity.models import Allocation
 from core.changelog import Actor
 from environments import placing
 from jobs import services as jobs
@@ -138,7 +137,9 @@ def _rebuild_group(reservation, failed, why, *, actor):
                 actor=actor,
                 owner=head.user,
                 gang_id=f"environment reservation {head_id}",
-                old_claims=_old_claims(group),
+                old_claims=placing.claims_to_give_back(
+                    [m.vm for m in group if m.vm is not None], also=[m.allocation_id for m in group]
+                ),
             )
             new_host = claims[reservation.hostname].host
             where = " and ".join(sorted({claim.host.name for claim in claims.values()}))
@@ -151,21 +152,6 @@ def _rebuild_group(reservation, failed, why, *, actor):
     except placing.Refused as exc:
         return exc.words
     return {"status": S.PROVISIONING, "retry": True, "host": new_host.pk, "machines": sorted(names)}
-
-
-def _old_claims(group):
-    """The claims the group's machines hold until they move (their VMs' too), as
-    ``ending.release`` gives them back: a VM in ``error`` may still be on its host, so its
-    claims stay until a destroy succeeds."""
-    held, kept = set(), set()
-    for machine in group:
-        held.add(machine.allocation_id)
-        vm = machine.vm
-        if vm is not None:
-            held.add(vm.allocation_id)
-            if vm.state == VM.State.ERROR:
-                kept |= {vm.allocation_id, vm.target_allocation_id}
-    return list(Allocation.objects.filter(pk__in=held - kept - {None}, released__isnull=True))
 
 
 def _move_machine(machine, failed, allocation, old_host, words, *, actor):

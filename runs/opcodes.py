@@ -335,14 +335,7 @@ def retry_machines(run_id, failed_vm_id, why, *, actor):
                 actor=actor,
                 owner=run.owner,
                 gang_id=f"environment run {run_id}",
-                # (a VM in error may still be on its host: its claims stay until a destroy succeeds)
-                old_claims=[
-                    a
-                    for vm in group.values()
-                    if vm.state != VM.State.ERROR
-                    for a in (vm.allocation, vm.target_allocation)
-                    if a is not None
-                ],
+                old_claims=placing.claims_to_give_back(group.values()),
             )
     except placing.Refused as exc:
         raise RunEnded(S.ERROR, f"{why}; no other host for a retry: {exc.words}") from None
